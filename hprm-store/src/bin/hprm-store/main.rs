@@ -1,0 +1,219 @@
+//! `hprm-store`: the shared-memory object-store daemon, and its operator
+//! commands (`stats`, `list`).
+//!
+//! The daemon makes one arena at start, listens on a Unix socket, hands the
+//! arena to every client, and keeps the object table (`table`) that says who
+//! owns which bytes. `server` holds the connection handling; `notify` the
+//! systemd readiness message.
+
+mod notify;
+mod server;
+mod table;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use hprm_store::arena::{Arena, ArenaOptions};
+use hprm_store::bytesize::ByteSize;
+use hprm_store::{ConnectOptions, StoreClient};
+
+use table::{ObjectTable, TableConfig};
+
+/// HPRM's shared-memory object store.
+///
+/// Serve: hprm-store --socket PATH --memory SIZE [options]
+/// Inspect a running store: hprm-store stats --socket PATH [--json]
+#[derive(Parser, Debug)]
+#[command(name = "hprm-store", version, args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Unix socket to listen on (a stale socket of a killed daemon is replaced).
+    #[arg(long, required = true)]
+    socket: Option<PathBuf>,
+    /// Size of the shared-memory arena, e.g. 512M or 2G; reserved at start.
+    #[arg(long, required = true)]
+    memory: Option<ByteSize>,
+    /// Put the arena in an unnamed file in this directory (e.g. a hugetlbfs
+    /// mount) instead of an anonymous memfd.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Back the arena with 2 MiB huge pages (needs vm.nr_hugepages).
+    #[arg(long)]
+    hugepages: bool,
+    /// Pre-fault the arena, and ask clients to pre-fault their mappings, so
+    /// that no write into an object takes a page fault.
+    #[arg(long)]
+    populate: bool,
+    /// Permission bits of the socket (octal).
+    #[arg(long, default_value = "0660", value_parser = parse_mode)]
+    mode: u32,
+    /// How long after seal an object stays pinned for consumers that have
+    /// not collected it (e.g. 30s, 500ms, 2m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    delivery_ttl: Duration,
+    /// Worker threads serving clients.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print a running store's counters.
+    Stats {
+        #[arg(long)]
+        socket: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the objects in a running store.
+    List {
+        #[arg(long)]
+        socket: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("`{s}` is not a permission mode: write octal digits, e.g. 0660"))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("`{s}` is not a duration: write a number with a unit ms, s or m, e.g. 30s");
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let n: u64 = s[..digits].parse().map_err(|_| err())?;
+    match &s[digits..] {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(err()),
+    }
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Stats { socket, json }) => stats(socket, json),
+        Some(Command::List { socket, json }) => list(socket, json),
+        None => serve(cli.serve),
+    };
+    if let Err(e) = result {
+        eprintln!("hprm-store: {}", one_sentence(&e));
+        std::process::exit(1);
+    }
+}
+
+/// The error and its causes, each cause added only where the message above
+/// it does not already say it (our errors embed their cause's text).
+fn one_sentence(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (Some(socket), Some(memory)) = (args.socket, args.memory) else { bail!("--socket and --memory are required to serve") };
+    let arena = Arena::create(&ArenaOptions { size: memory.0, dir: args.dir, hugepages: args.hugepages, populate: args.populate })?;
+    let arena = Arc::new(arena);
+    let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
+    let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.threads))
+        .thread_name("hprm-store")
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let listener = server::bind(&socket, args.mode)?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");
+        if let Err(e) = notify::sd_notify(&format!("READY=1\nSTATUS=serving {} on {}", ByteSize(arena.size()), socket.display())) {
+            tracing::warn!(error = %e, "cannot notify systemd");
+        }
+        tokio::spawn(server::expire_loop(shared.clone(), args.delivery_ttl));
+        tokio::select! {
+            _ = server::accept_loop(&listener.listener, shared) => {}
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        }
+        drop(listener);
+        anyhow::Ok(())
+    })?;
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}
+
+fn connect(socket: &PathBuf) -> anyhow::Result<StoreClient> {
+    // Operators' commands never touch object bytes: skip pre-faulting.
+    Ok(StoreClient::connect_with(socket, &ConnectOptions { populate: Some(false) })?)
+}
+
+fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
+    let s = connect(&socket)?.stats()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    let pct = if s.capacity > 0 { 100.0 * s.bytes_in_use as f64 / s.capacity as f64 } else { 0.0 };
+    println!("hprm-store at {}", socket.display());
+    println!("  capacity            {}", ByteSize(s.capacity));
+    println!("  in use              {} ({pct:.1}%)", ByteSize(s.bytes_in_use));
+    println!("  largest free block  {}", ByteSize(s.largest_free_block));
+    println!("  objects             {} sealed, {} being written, {} awaiting deletion, {} referenced", s.objects_sealed, s.objects_created, s.objects_delete_pending, s.objects_referenced);
+    println!("  clients             {} ({} subscribed, {} gets waiting)", s.clients.saturating_sub(1), s.subscribers, s.waiting_gets);
+    println!("  deliveries          {} pending, {} expired by TTL", s.pending_deliveries, s.expired_deliveries);
+    println!("  evictions           {} ({})", s.evictions, ByteSize(s.evicted_bytes));
+    Ok(())
+}
+
+fn list(socket: PathBuf, json: bool) -> anyhow::Result<()> {
+    let objects = connect(&socket)?.list()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&objects)?);
+        return Ok(());
+    }
+    println!("{:<40}  {:>12}  {:>8}  {:<8}  {:>4}  {:>10}  {:>9}", "id", "size", "metadata", "state", "refs", "deliveries", "age");
+    for o in objects {
+        let state = match (o.sealed, o.delete_pending) {
+            (false, _) => "writing",
+            (true, false) => "sealed",
+            (true, true) => "deleting",
+        };
+        println!(
+            "{:<40}  {:>12}  {:>8}  {:<8}  {:>4}  {:>10}  {:>8.1}s",
+            o.id.to_string(),
+            ByteSize(o.placement.data_size).to_string(),
+            o.placement.metadata_size,
+            state,
+            o.ref_count,
+            o.pending_deliveries,
+            o.age_ms as f64 / 1000.0
+        );
+    }
+    Ok(())
+}

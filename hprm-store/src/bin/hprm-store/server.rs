@@ -1,0 +1,289 @@
+//! Accepting clients and serving their connections.
+//!
+//! Each connection is one task: it sends Hello with the arena descriptor,
+//! then reads frames into a pre-allocated buffer and answers each request
+//! from the object table. Requests that wait (get, create with a wait for
+//! space) are answered by a task of their own, so later requests on the same
+//! connection are not held up. Anything wrong with a frame (bad header,
+//! oversized, undecodable, stalled halfway) gets one error reply and the
+//! connection is closed; the table then cleans up after the client exactly as
+//! if it had disconnected, and no other connection notices.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use hprm_store::arena::Arena;
+use hprm_store::protocol::frame::{FrameBuffer, FrameError, MAX_REQUEST_BODY, VERSION};
+use hprm_store::protocol::handshake::send_hello;
+use hprm_store::protocol::message::{decode_request, Encoder, ErrorCode, Hello, Reply, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::table::{ClientId, ObjectTable, Outcome, SUBSCRIBER_QUEUE};
+
+/// How long a client may take to finish sending a frame it has started.
+const FRAME_COMPLETION: Duration = Duration::from_secs(10);
+
+pub struct Shared {
+    table: Mutex<ObjectTable>,
+    arena: Arc<Arena>,
+    populate: bool,
+    next_client: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool) -> Shared {
+        Shared { table: Mutex::new(table), arena, populate, next_client: AtomicU64::new(1) }
+    }
+
+    /// The table. Never hold the guard across an await.
+    pub fn table(&self) -> MutexGuard<'_, ObjectTable> {
+        // Table operations do not panic on any input; should one panic on a
+        // bug, its half-done update is still better served than a dead daemon.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The listening socket; removed from the filesystem when dropped.
+pub struct Listener {
+    pub listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Why the socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("another hprm-store is already serving {0}; stop it, or pass another --socket")]
+    InUse(PathBuf),
+    #[error("{0} exists and is not a socket; remove it or pass another --socket")]
+    NotASocket(PathBuf),
+    #[error("cannot listen on {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// Binds `path`, replacing a stale socket left by a daemon that was killed,
+/// and sets its permission bits to `mode`.
+pub fn bind(path: &Path, mode: u32) -> Result<Listener, BindError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let io_err = |source| BindError::Io { path: path.to_path_buf(), source };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(BindError::NotASocket(path.to_path_buf()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(BindError::InUse(path.to_path_buf()));
+        }
+        tracing::info!(path = %path.display(), "removing stale socket");
+        std::fs::remove_file(path).map_err(io_err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(io_err)?;
+    let listener = Listener { listener, path: path.to_path_buf() };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err)?;
+    Ok(listener)
+}
+
+/// Accepts clients forever.
+pub async fn accept_loop(listener: &UnixListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let client = shared.next_client.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(serve(stream, client, shared.clone()));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Expires undelivered deliveries past their TTL.
+pub async fn expire_loop(shared: Arc<Shared>, ttl: Duration) {
+    let mut tick = tokio::time::interval((ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.table().expire_deliveries(Instant::now());
+    }
+}
+
+struct Writer {
+    half: OwnedWriteHalf,
+    enc: Encoder,
+}
+
+type SharedWriter = Arc<tokio::sync::Mutex<Writer>>;
+
+async fn write_reply(writer: &SharedWriter, seq: u64, reply: &Reply) -> io::Result<()> {
+    let mut w = writer.lock().await;
+    let Writer { half, enc } = &mut *w;
+    half.write_all(enc.reply(seq, reply)).await
+}
+
+async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
+    if let Err(e) = greet(&stream, client, &shared).await {
+        tracing::debug!(client, error = %e, "client left before the greeting");
+        return;
+    }
+    shared.table().connect(client);
+    tracing::debug!(client, "client connected");
+    let (rd, wr) = stream.into_split();
+    let writer = Arc::new(tokio::sync::Mutex::new(Writer { half: wr, enc: Encoder::default() }));
+    match read_loop(rd, client, &shared, &writer).await {
+        Ok(()) => tracing::debug!(client, "client disconnected"),
+        Err(reason) => {
+            tracing::warn!(client, %reason, "closing client connection");
+            let _ = write_reply(&writer, 0, &reason.reply()).await;
+        }
+    }
+    let _ = writer.lock().await.half.shutdown().await;
+    shared.table().disconnect(client);
+}
+
+async fn greet(stream: &UnixStream, client: ClientId, shared: &Shared) -> io::Result<()> {
+    let hello = Hello { version: VERSION, arena_size: shared.arena.size(), client_id: client, populate: shared.populate };
+    let frame = Encoder::default().reply(0, &Reply::Hello(hello)).to_vec();
+    let sent = loop {
+        stream.writable().await?;
+        match stream.try_io(Interest::WRITABLE, || send_hello(stream.as_fd(), &frame, shared.arena.fd())) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut rest = &frame[sent..];
+    while !rest.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Why a connection is being closed by the daemon.
+#[derive(Debug, thiserror::Error)]
+enum Closing {
+    #[error("bad frame header: {0}")]
+    Frame(#[from] FrameError),
+    #[error("undecodable request: {0}")]
+    Decode(String),
+    #[error("incomplete frame: no more bytes for {0:?}")]
+    Stalled(Duration),
+    #[error("connection error: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl Closing {
+    fn reply(&self) -> Reply {
+        let code = match self {
+            Closing::Frame(FrameError::TooLarge { .. }) => ErrorCode::FrameTooLarge,
+            Closing::Frame(FrameError::UnsupportedVersion { .. }) => ErrorCode::UnsupportedVersion,
+            _ => ErrorCode::Malformed,
+        };
+        Reply::error(code, format!("{self}; closing the connection"))
+    }
+}
+
+async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, client: ClientId, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+    let mut frames = FrameBuffer::new(MAX_REQUEST_BODY);
+    loop {
+        while let Some(len) = frames.poll()? {
+            let (seq, req) = decode_request(frames.body(len)).map_err(|e| Closing::Decode(e.to_string()))?;
+            handle(client, seq, &req, shared, writer).await?;
+            frames.pop(len);
+        }
+        let n = if frames.is_mid_frame() {
+            tokio::time::timeout(FRAME_COMPLETION, rd.read(frames.spare())).await.map_err(|_| Closing::Stalled(FRAME_COMPLETION))??
+        } else {
+            rd.read(frames.spare()).await?
+        };
+        if n == 0 {
+            if frames.is_mid_frame() {
+                tracing::warn!(client, "client closed the connection in the middle of a frame");
+            }
+            return Ok(());
+        }
+        frames.commit(n);
+    }
+}
+
+async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+    if let Request::Subscribe = req {
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
+        shared.table().subscribe(client, tx);
+        write_reply(writer, seq, &Reply::Done).await?;
+        tokio::spawn(forward_notifications(rx, writer.clone()));
+        return Ok(());
+    }
+    let outcome = shared.table().handle(client, req);
+    match outcome {
+        Outcome::Reply(reply) => {
+            if seq != 0 {
+                write_reply(writer, seq, &reply).await?;
+            } else if let Reply::Error(e) = &reply {
+                tracing::debug!(client, op = req.name(), error = %e.message, "request without reply failed");
+            }
+        }
+        Outcome::Wait { wait, mut rx, timeout } => {
+            let (shared, writer) = (shared.clone(), writer.clone());
+            tokio::spawn(async move {
+                let reply = match timeout {
+                    None => rx.await.ok(),
+                    Some(t) => match tokio::time::timeout(t, &mut rx).await {
+                        Ok(r) => r.ok(),
+                        // At the deadline, either the table still has the
+                        // wait (cancel answers) or it completed it just now
+                        // (its reply is on the channel).
+                        Err(_) => {
+                            let cancelled = shared.table().cancel(wait);
+                            match cancelled {
+                                Some(r) => Some(r),
+                                None => rx.await.ok(),
+                            }
+                        }
+                    },
+                };
+                // No reply: the client disconnected, and the table cleaned up.
+                if let (Some(reply), true) = (reply, seq != 0) {
+                    let _ = write_reply(&writer, seq, &reply).await;
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn forward_notifications(mut rx: mpsc::Receiver<hprm_store::Notification>, writer: SharedWriter) {
+    while let Some(n) = rx.recv().await {
+        if write_reply(&writer, 0, &Reply::Notification(n)).await.is_err() {
+            return;
+        }
+    }
+    // The table dropped our sender: the subscriber lagged (or disconnected,
+    // in which case this write fails harmlessly).
+    let lagged = Reply::error(
+        ErrorCode::Lagged,
+        format!("subscription fell more than {SUBSCRIBER_QUEUE} notifications behind and was ended; read faster or resubscribe"),
+    );
+    let mut w = writer.lock().await;
+    let Writer { half, enc } = &mut *w;
+    let _ = half.write_all(enc.reply(0, &lagged)).await;
+    let _ = half.shutdown().await;
+}

@@ -1,0 +1,861 @@
+//! The object table: every object, every client's references, the LRU of
+//! evictable objects, waiting gets and creates, subscribers.
+//!
+//! It is a synchronous state machine. Connection tasks call it under one
+//! mutex and never hold that across an await; each call is a few map
+//! operations (plus a metadata copy on create), so the lock is held for
+//! microseconds. Blocking requests (a `get` of unsealed objects, a `create`
+//! waiting for space) return [`Outcome::Wait`]: the table completes them
+//! through a oneshot channel when it can, and the connection task cancels
+//! them at their deadline.
+//!
+//! Invariants:
+//! - `Entry::refs` == the sum over clients of their `refs` for that id.
+//! - An object is in `lru` iff it is evictable: sealed, no references, no
+//!   pending deliveries, not marked for deletion. Only objects in `lru` are
+//!   ever evicted, so live data (unsealed, referenced, or awaited by
+//!   consumers) never is.
+//! - A waiting get holds references on the objects it has found so far
+//!   (recorded in its client's `refs`), so they cannot vanish before it
+//!   completes; on cancel they are dropped again.
+//! - Every allocator block belongs to exactly one entry.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hprm_store::allocator::{block_len, Allocator, Block};
+use hprm_store::arena::Arena;
+use hprm_store::bytesize::ByteSize;
+use hprm_store::protocol::message::{ErrorCode, ErrorReply, Notification, ObjectInfo, ObjectRef, Placement, Reply, Request, Stats};
+use hprm_store::ObjectId;
+use tokio::sync::{mpsc, oneshot};
+
+/// The daemon's number for a connection.
+pub type ClientId = u64;
+
+/// Identifies a waiting request, to cancel it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaitId(u64);
+
+/// Queue depth per subscriber before it is cut off as lagging.
+pub const SUBSCRIBER_QUEUE: usize = 4096;
+
+/// What the connection does with a request's result.
+pub enum Outcome {
+    Reply(Reply),
+    /// Answer later: the table sends the reply on `rx`, unless the connection
+    /// calls [`ObjectTable::cancel`] at `timeout` first.
+    Wait { wait: WaitId, rx: oneshot::Receiver<Reply>, timeout: Option<Duration> },
+}
+
+struct Entry {
+    block: Block,
+    placement: Placement,
+    sealed: bool,
+    creator: ClientId,
+    refs: u32,
+    pending_deliveries: u32,
+    delivery_deadline: Option<Instant>,
+    delete_pending: bool,
+    /// `Some(t)` iff the object is in `lru` under key `t`.
+    lru_tick: Option<u64>,
+    created_at: Instant,
+}
+
+impl Entry {
+    fn evictable(&self) -> bool {
+        self.sealed && self.refs == 0 && self.pending_deliveries == 0 && !self.delete_pending
+    }
+
+    fn visible(&self) -> bool {
+        self.sealed && !self.delete_pending
+    }
+}
+
+#[derive(Default)]
+struct ClientRecord {
+    refs: HashMap<ObjectId, u32>,
+    unsealed: HashSet<ObjectId>,
+}
+
+struct GetWaiter {
+    client: ClientId,
+    ids: Vec<ObjectId>,
+    found: Vec<Option<Placement>>,
+    remaining: usize,
+    tx: oneshot::Sender<Reply>,
+}
+
+struct CreateWaiter {
+    wait: WaitId,
+    client: ClientId,
+    id: ObjectId,
+    data_size: u64,
+    metadata: Vec<u8>,
+    deliveries: u32,
+    tx: oneshot::Sender<Reply>,
+}
+
+/// Settings of the table.
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// How long after seal undelivered deliveries still pin an object.
+    pub delivery_ttl: Duration,
+}
+
+pub struct ObjectTable {
+    arena: Arc<Arena>,
+    allocator: Allocator,
+    objects: HashMap<ObjectId, Entry>,
+    lru: BTreeMap<u64, ObjectId>,
+    tick: u64,
+    clients: HashMap<ClientId, ClientRecord>,
+    gets: HashMap<WaitId, GetWaiter>,
+    gets_by_object: HashMap<ObjectId, Vec<WaitId>>,
+    creates: VecDeque<CreateWaiter>,
+    subscribers: HashMap<ClientId, mpsc::Sender<Notification>>,
+    next_wait: u64,
+    config: TableConfig,
+    evictions: u64,
+    evicted_bytes: u64,
+    expired_deliveries: u64,
+}
+
+fn err(code: ErrorCode, message: String) -> Reply {
+    Reply::error(code, message)
+}
+
+impl ObjectTable {
+    pub fn new(arena: Arc<Arena>, config: TableConfig) -> ObjectTable {
+        ObjectTable {
+            allocator: Allocator::new(arena.size()),
+            arena,
+            objects: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            clients: HashMap::new(),
+            gets: HashMap::new(),
+            gets_by_object: HashMap::new(),
+            creates: VecDeque::new(),
+            subscribers: HashMap::new(),
+            next_wait: 1,
+            config,
+            evictions: 0,
+            evicted_bytes: 0,
+            expired_deliveries: 0,
+        }
+    }
+
+    pub fn connect(&mut self, client: ClientId) {
+        self.clients.insert(client, ClientRecord::default());
+    }
+
+    /// Carries out one request. `Subscribe` is handled by [`ObjectTable::subscribe`].
+    pub fn handle(&mut self, client: ClientId, req: &Request<'_>) -> Outcome {
+        let reply = match req {
+            Request::Create { id, data_size, metadata, deliveries, wait_for_space } => {
+                return self.create(client, *id, *data_size, metadata, *deliveries, *wait_for_space);
+            }
+            Request::Get { ids, timeout } => return self.get(client, ids, *timeout),
+            Request::Seal { id } => self.seal(client, *id),
+            Request::Abort { id } => self.abort(client, *id),
+            Request::Release { id } => self.release(client, *id),
+            Request::Contains { id } => Reply::Presence(self.objects.get(id).is_some_and(Entry::visible)),
+            Request::Delete { id } => self.delete(*id),
+            Request::List => Reply::Listing(self.list()),
+            Request::Evict { bytes } => {
+                let (objects, bytes) = self.evict(*bytes);
+                self.retry_creates();
+                Reply::Evicted { objects, bytes }
+            }
+            Request::Stats => Reply::Stats(self.stats()),
+            Request::Subscribe => err(ErrorCode::Internal, "subscribe is handled by the connection".into()),
+        };
+        Outcome::Reply(reply)
+    }
+
+    fn create(&mut self, client: ClientId, id: ObjectId, data_size: u64, metadata: &[u8], deliveries: u32, wait: Duration) -> Outcome {
+        if let Some(e) = self.objects.get(&id) {
+            let state = if e.sealed { "sealed" } else { "still being written" };
+            return Outcome::Reply(err(
+                ErrorCode::AlreadyExists,
+                format!("object {id} already exists ({state}, created by client {}); use a fresh id or delete it first", e.creator),
+            ));
+        }
+        let total = data_size.checked_add(metadata.len() as u64);
+        let len = match total.and_then(block_len) {
+            Some(len) if len <= self.allocator.capacity() => len,
+            _ => {
+                return Outcome::Reply(err(
+                    ErrorCode::OutOfMemory,
+                    format!(
+                        "object {id} of {} (+{} metadata) can never fit in the {} arena; start hprm-store with a larger --memory",
+                        ByteSize(data_size),
+                        metadata.len(),
+                        ByteSize(self.allocator.capacity())
+                    ),
+                ))
+            }
+        };
+        if let Some(block) = self.allocate(len) {
+            return Outcome::Reply(self.place(client, id, block, data_size, metadata, deliveries));
+        }
+        if wait.is_zero() {
+            return Outcome::Reply(self.out_of_memory(id, len));
+        }
+        let (tx, rx) = oneshot::channel();
+        let wait_id = self.next_wait_id();
+        self.creates.push_back(CreateWaiter { wait: wait_id, client, id, data_size, metadata: metadata.to_vec(), deliveries, tx });
+        Outcome::Wait { wait: wait_id, rx, timeout: Some(wait) }
+    }
+
+    fn out_of_memory(&self, id: ObjectId, len: u64) -> Reply {
+        let pinned = self.objects.values().filter(|e| !e.evictable()).count();
+        err(
+            ErrorCode::OutOfMemory,
+            format!(
+                "no room for object {id} ({}): {} of {} in use by {pinned} objects that cannot be evicted (unsealed, referenced, or awaiting deliveries), largest free block {}; release objects, create with fewer deliveries, wait for space, or start hprm-store with a larger --memory",
+                ByteSize(len),
+                ByteSize(self.allocator.in_use()),
+                ByteSize(self.allocator.capacity()),
+                ByteSize(self.allocator.largest_free())
+            ),
+        )
+    }
+
+    /// Allocates `len` bytes, evicting least-recently-used objects as needed.
+    /// Evicts nothing when even evicting everything evictable would not free
+    /// enough bytes.
+    fn allocate(&mut self, len: u64) -> Option<Block> {
+        if let Some(b) = self.allocator.allocate(len) {
+            return Some(b);
+        }
+        let evictable: u64 = self.lru.values().map(|id| self.objects[id].block.len).sum();
+        if self.allocator.capacity() - self.allocator.in_use() + evictable < len {
+            return None;
+        }
+        loop {
+            self.evict_one()?;
+            if let Some(b) = self.allocator.allocate(len) {
+                return Some(b);
+            }
+        }
+    }
+
+    /// Records a new object in `block` and writes its metadata.
+    fn place(&mut self, client: ClientId, id: ObjectId, block: Block, data_size: u64, metadata: &[u8], deliveries: u32) -> Reply {
+        let placement = Placement {
+            data_offset: block.offset,
+            data_size,
+            metadata_offset: block.offset + data_size,
+            metadata_size: metadata.len() as u64,
+        };
+        // SAFETY: `block` was just allocated, so nobody else uses it, and the
+        // allocator keeps blocks inside the arena; metadata fits in the block
+        // by construction of `len`.
+        unsafe { self.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len()) };
+        self.objects.insert(
+            id,
+            Entry {
+                block,
+                placement,
+                sealed: false,
+                creator: client,
+                refs: 0,
+                pending_deliveries: deliveries,
+                delivery_deadline: None,
+                delete_pending: false,
+                lru_tick: None,
+                created_at: Instant::now(),
+            },
+        );
+        self.clients.entry(client).or_default().unsealed.insert(id);
+        Reply::Created(placement)
+    }
+
+    fn seal(&mut self, client: ClientId, id: ObjectId) -> Reply {
+        let ttl = self.config.delivery_ttl;
+        let Some(e) = self.objects.get_mut(&id) else {
+            return err(ErrorCode::NotFound, format!("object {id} does not exist; it was never created, or was aborted"));
+        };
+        if e.creator != client {
+            return err(ErrorCode::NotCreator, format!("object {id} was created by client {}; only its creator may seal it", e.creator));
+        }
+        if e.sealed {
+            return err(ErrorCode::AlreadySealed, format!("object {id} is already sealed"));
+        }
+        e.sealed = true;
+        if e.pending_deliveries > 0 {
+            e.delivery_deadline = Some(Instant::now() + ttl);
+        }
+        let (placement, meta) = (e.placement, e.placement.metadata_size);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.unsealed.remove(&id);
+        }
+        self.refresh_lru(id);
+        self.notify(Notification::Sealed { id, data_size: placement.data_size, metadata_size: meta });
+        self.wake_gets(id, placement);
+        Reply::Done
+    }
+
+    fn abort(&mut self, client: ClientId, id: ObjectId) -> Reply {
+        let Some(e) = self.objects.get(&id) else {
+            return err(ErrorCode::NotFound, format!("object {id} does not exist; nothing to abort"));
+        };
+        if e.creator != client {
+            return err(ErrorCode::NotCreator, format!("object {id} was created by client {}; only its creator may abort it", e.creator));
+        }
+        if e.sealed {
+            return err(ErrorCode::AlreadySealed, format!("object {id} is sealed; delete it instead of aborting"));
+        }
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.unsealed.remove(&id);
+        }
+        self.remove(id);
+        self.retry_creates();
+        Reply::Done
+    }
+
+    fn get(&mut self, client: ClientId, ids: &[ObjectId], timeout: Option<Duration>) -> Outcome {
+        let mut found = Vec::with_capacity(ids.len());
+        let mut remaining = 0;
+        for &id in ids {
+            let placement = match self.objects.get(&id) {
+                Some(e) if e.visible() => Some(e.placement),
+                _ => None,
+            };
+            if placement.is_some() {
+                self.add_ref(client, id);
+            } else {
+                remaining += 1;
+            }
+            found.push(placement);
+        }
+        if remaining == 0 {
+            let objects = ids.iter().zip(found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
+            return Outcome::Reply(Reply::Objects(objects));
+        }
+        let (tx, rx) = oneshot::channel();
+        let wait = self.next_wait_id();
+        for (i, &id) in ids.iter().enumerate() {
+            if found[i].is_none() {
+                let waiters = self.gets_by_object.entry(id).or_default();
+                if !waiters.contains(&wait) {
+                    waiters.push(wait);
+                }
+            }
+        }
+        self.gets.insert(wait, GetWaiter { client, ids: ids.to_vec(), found, remaining, tx });
+        if timeout == Some(Duration::ZERO) {
+            let reply = self.cancel(wait).unwrap_or_else(|| err(ErrorCode::Internal, "get vanished".into()));
+            return Outcome::Reply(reply);
+        }
+        Outcome::Wait { wait, rx, timeout }
+    }
+
+    /// Gives waiting gets their share of a just-sealed object.
+    fn wake_gets(&mut self, id: ObjectId, placement: Placement) {
+        let Some(waits) = self.gets_by_object.remove(&id) else { return };
+        for wait in waits {
+            let Some(w) = self.gets.get_mut(&wait) else { continue };
+            let client = w.client;
+            let mut taken = 0;
+            for i in 0..w.ids.len() {
+                if w.ids[i] == id && w.found[i].is_none() {
+                    w.found[i] = Some(placement);
+                    w.remaining -= 1;
+                    taken += 1;
+                }
+            }
+            let done = w.remaining == 0;
+            for _ in 0..taken {
+                self.add_ref(client, id);
+            }
+            if done {
+                let w = self.gets.remove(&wait).expect("waiter present");
+                let objects = w.ids.iter().zip(w.found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
+                // The receiver is gone only if its connection closed; its
+                // references are then dropped by `disconnect`.
+                let _ = w.tx.send(Reply::Objects(objects));
+            }
+        }
+    }
+
+    /// Cancels a waiting request at its deadline. Returns the reply to send,
+    /// or `None` if the request completed meanwhile (its reply is then on
+    /// the channel).
+    pub fn cancel(&mut self, wait: WaitId) -> Option<Reply> {
+        if let Some(w) = self.gets.remove(&wait) {
+            let mut missing = Vec::new();
+            for (id, p) in w.ids.iter().zip(&w.found) {
+                match p {
+                    Some(_) => self.drop_ref(w.client, *id, false),
+                    None => {
+                        missing.push(*id);
+                        if let Some(ws) = self.gets_by_object.get_mut(id) {
+                            ws.retain(|x| *x != wait);
+                            if ws.is_empty() {
+                                self.gets_by_object.remove(id);
+                            }
+                        }
+                    }
+                }
+            }
+            missing.dedup();
+            self.retry_creates();
+            let message = format!("{} of {} objects not sealed in time", missing.len(), w.ids.len());
+            return Some(Reply::Error(ErrorReply { code: ErrorCode::Timeout, message, missing }));
+        }
+        if let Some(pos) = self.creates.iter().position(|c| c.wait == wait) {
+            let c = self.creates.remove(pos).expect("position is valid");
+            let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
+            return Some(self.out_of_memory(c.id, len));
+        }
+        None
+    }
+
+    fn release(&mut self, client: ClientId, id: ObjectId) -> Reply {
+        let held = self.clients.get(&client).and_then(|c| c.refs.get(&id)).copied().unwrap_or(0);
+        if held == 0 {
+            return err(ErrorCode::NotReferenced, format!("object {id} is not referenced by this client; release only what get returned"));
+        }
+        self.drop_ref(client, id, true);
+        self.retry_creates();
+        Reply::Done
+    }
+
+    fn delete(&mut self, id: ObjectId) -> Reply {
+        let Some(e) = self.objects.get_mut(&id) else {
+            return err(ErrorCode::NotFound, format!("object {id} does not exist; nothing to delete"));
+        };
+        if !e.sealed {
+            return err(ErrorCode::NotSealed, format!("object {id} is not sealed yet; its creator must seal or abort it"));
+        }
+        if e.refs > 0 {
+            e.delete_pending = true;
+            self.refresh_lru(id);
+            return Reply::Deleted { deferred: true };
+        }
+        self.remove(id);
+        self.retry_creates();
+        Reply::Deleted { deferred: false }
+    }
+
+    fn list(&self) -> Vec<ObjectInfo> {
+        let now = Instant::now();
+        let mut infos: Vec<ObjectInfo> = self
+            .objects
+            .iter()
+            .map(|(id, e)| ObjectInfo {
+                id: *id,
+                placement: e.placement,
+                sealed: e.sealed,
+                ref_count: e.refs,
+                pending_deliveries: e.pending_deliveries,
+                delete_pending: e.delete_pending,
+                age_ms: now.duration_since(e.created_at).as_millis() as u64,
+            })
+            .collect();
+        infos.sort_by_key(|i| i.placement.data_offset);
+        infos
+    }
+
+    /// Evicts LRU objects until `bytes` are freed or none is evictable.
+    fn evict(&mut self, bytes: u64) -> (u64, u64) {
+        let (mut objects, mut freed) = (0, 0);
+        while freed < bytes {
+            match self.evict_one() {
+                Some(n) => {
+                    objects += 1;
+                    freed += n;
+                }
+                None => break,
+            }
+        }
+        (objects, freed)
+    }
+
+    fn evict_one(&mut self) -> Option<u64> {
+        let (_, id) = self.lru.pop_first()?;
+        if let Some(e) = self.objects.get_mut(&id) {
+            e.lru_tick = None;
+        }
+        let len = self.remove(id);
+        self.evictions += 1;
+        self.evicted_bytes += len;
+        tracing::debug!(%id, bytes = len, "evicted");
+        Some(len)
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats {
+            capacity: self.allocator.capacity(),
+            bytes_in_use: self.allocator.in_use(),
+            largest_free_block: self.allocator.largest_free(),
+            clients: self.clients.len() as u64,
+            subscribers: self.subscribers.len() as u64,
+            waiting_gets: self.gets.len() as u64,
+            expired_deliveries: self.expired_deliveries,
+            evictions: self.evictions,
+            evicted_bytes: self.evicted_bytes,
+            ..Stats::default()
+        };
+        for e in self.objects.values() {
+            if e.sealed {
+                s.objects_sealed += 1;
+            } else {
+                s.objects_created += 1;
+            }
+            s.objects_delete_pending += u64::from(e.delete_pending);
+            s.objects_referenced += u64::from(e.refs > 0);
+            s.pending_deliveries += u64::from(e.pending_deliveries);
+        }
+        s
+    }
+
+    /// Registers a subscriber; notifications go to `tx` until it lags.
+    pub fn subscribe(&mut self, client: ClientId, tx: mpsc::Sender<Notification>) {
+        self.subscribers.insert(client, tx);
+    }
+
+    /// Ends a deliveries' wait whose TTL ran out. Returns how many expired.
+    pub fn expire_deliveries(&mut self, now: Instant) -> u64 {
+        let expired: Vec<ObjectId> =
+            self.objects.iter().filter(|(_, e)| e.pending_deliveries > 0 && e.delivery_deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id).collect();
+        let mut count = 0;
+        for id in expired {
+            let e = self.objects.get_mut(&id).expect("listed above");
+            count += u64::from(e.pending_deliveries);
+            tracing::warn!(%id, undelivered = e.pending_deliveries, "delivery TTL expired; consumers never released the object");
+            e.pending_deliveries = 0;
+            e.delivery_deadline = None;
+            self.refresh_lru(id);
+        }
+        self.expired_deliveries += count;
+        if count > 0 {
+            self.retry_creates();
+        }
+        count
+    }
+
+    /// Forgets a client: aborts what it left unsealed, drops its references,
+    /// cancels its waits and subscription.
+    pub fn disconnect(&mut self, client: ClientId) {
+        self.subscribers.remove(&client);
+        let waits: Vec<WaitId> = self.gets.iter().filter(|(_, w)| w.client == client).map(|(k, _)| *k).collect();
+        for wait in waits {
+            // Drops the references the waiter holds too.
+            self.cancel(wait);
+        }
+        self.creates.retain(|c| c.client != client);
+        let Some(record) = self.clients.remove(&client) else { return };
+        for id in record.unsealed {
+            tracing::info!(%id, client, "aborting object left unsealed by a departed client");
+            self.remove(id);
+        }
+        for (id, n) in record.refs {
+            let Some(e) = self.objects.get_mut(&id) else { continue };
+            e.refs -= n;
+            // A consumer that got the object and went away has collected its
+            // delivery: settle, so the object need not wait for the TTL.
+            e.pending_deliveries = e.pending_deliveries.saturating_sub(n);
+            self.after_unref(id);
+        }
+        self.retry_creates();
+    }
+
+    fn add_ref(&mut self, client: ClientId, id: ObjectId) {
+        *self.clients.entry(client).or_default().refs.entry(id).or_insert(0) += 1;
+        if let Some(e) = self.objects.get_mut(&id) {
+            e.refs += 1;
+        }
+        self.refresh_lru(id);
+    }
+
+    /// Drops one reference of `client` on `id`; a consumer's release also
+    /// settles one pending delivery (`settle`).
+    fn drop_ref(&mut self, client: ClientId, id: ObjectId, settle: bool) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            match c.refs.get_mut(&id) {
+                Some(n) if *n > 1 => *n -= 1,
+                Some(_) => {
+                    c.refs.remove(&id);
+                }
+                None => return,
+            }
+        }
+        let Some(e) = self.objects.get_mut(&id) else { return };
+        e.refs -= 1;
+        if settle && e.pending_deliveries > 0 {
+            e.pending_deliveries -= 1;
+        }
+        self.after_unref(id);
+    }
+
+    fn after_unref(&mut self, id: ObjectId) {
+        let Some(e) = self.objects.get(&id) else { return };
+        if e.refs == 0 && e.delete_pending {
+            self.remove(id);
+        } else {
+            self.refresh_lru(id);
+        }
+    }
+
+    /// Puts `id` in or out of the LRU according to [`Entry::evictable`]; an
+    /// object entering it becomes the most recently used.
+    fn refresh_lru(&mut self, id: ObjectId) {
+        let Some(e) = self.objects.get_mut(&id) else { return };
+        match (e.evictable(), e.lru_tick) {
+            (true, None) => {
+                self.tick += 1;
+                e.lru_tick = Some(self.tick);
+                self.lru.insert(self.tick, id);
+            }
+            (false, Some(t)) => {
+                e.lru_tick = None;
+                self.lru.remove(&t);
+            }
+            _ => {}
+        }
+    }
+
+    /// Removes an object and frees its block. Returns the bytes freed.
+    fn remove(&mut self, id: ObjectId) -> u64 {
+        let Some(e) = self.objects.remove(&id) else { return 0 };
+        if let Some(t) = e.lru_tick {
+            self.lru.remove(&t);
+        }
+        self.allocator.free(e.block);
+        if e.sealed {
+            self.notify(Notification::Deleted { id });
+        }
+        e.block.len
+    }
+
+    /// Completes creates that were waiting for space, in arrival order.
+    fn retry_creates(&mut self) {
+        let mut i = 0;
+        while i < self.creates.len() {
+            let c = &self.creates[i];
+            if self.objects.contains_key(&c.id) {
+                let c = self.creates.remove(i).expect("index in range");
+                let _ = c.tx.send(err(ErrorCode::AlreadyExists, format!("object {} was created by another client while waiting for space", c.id)));
+                continue;
+            }
+            let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
+            match self.allocate(len) {
+                Some(block) => {
+                    let c = self.creates.remove(i).expect("index in range");
+                    let reply = self.place(c.client, c.id, block, c.data_size, &c.metadata, c.deliveries);
+                    let _ = c.tx.send(reply);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    fn notify(&mut self, n: Notification) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        // A subscriber whose queue is full is cut off (its connection then
+        // reports Lagged) rather than slowing everyone else down.
+        self.subscribers.retain(|client, tx| match tx.try_send(n) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(client, "subscriber fell {SUBSCRIBER_QUEUE} notifications behind; cutting it off");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+
+    fn next_wait_id(&mut self) -> WaitId {
+        self.next_wait += 1;
+        WaitId(self.next_wait)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hprm_store::arena::ArenaOptions;
+    use std::borrow::Cow;
+
+    fn table(size: u64) -> ObjectTable {
+        let arena = Arena::create(&ArenaOptions { size, dir: None, hugepages: false, populate: false }).unwrap();
+        let mut t = ObjectTable::new(Arc::new(arena), TableConfig { delivery_ttl: Duration::from_secs(60) });
+        t.connect(1);
+        t.connect(2);
+        t
+    }
+
+    fn reply(o: Outcome) -> Reply {
+        match o {
+            Outcome::Reply(r) => r,
+            Outcome::Wait { .. } => panic!("unexpected wait"),
+        }
+    }
+
+    fn code(r: &Reply) -> Option<ErrorCode> {
+        match r {
+            Reply::Error(e) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    fn create(t: &mut ObjectTable, c: ClientId, id: ObjectId, size: u64, deliveries: u32) -> Reply {
+        t.handle(c, &Request::Create { id, data_size: size, metadata: b"m", deliveries, wait_for_space: Duration::ZERO }).pipe(reply)
+    }
+
+    fn put(t: &mut ObjectTable, id: ObjectId, size: u64, deliveries: u32) {
+        assert!(matches!(create(t, 1, id, size, deliveries), Reply::Created(_)));
+        assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
+    }
+
+    fn get(t: &mut ObjectTable, c: ClientId, id: ObjectId) -> Reply {
+        reply(t.handle(c, &Request::Get { ids: Cow::Owned(vec![id]), timeout: Some(Duration::ZERO) }))
+    }
+
+    trait Pipe: Sized {
+        fn pipe<R>(self, f: impl FnOnce(Self) -> R) -> R {
+            f(self)
+        }
+    }
+    impl<T> Pipe for T {}
+
+    #[test]
+    fn evicts_least_recently_used_first() {
+        let mut t = table(1 << 20);
+        let ids: Vec<ObjectId> = (0..4).map(|_| ObjectId::random()).collect();
+        for &id in &ids {
+            put(&mut t, id, 200 << 10, 0);
+        }
+        // Touch ids[0] so that ids[1] becomes the oldest.
+        assert!(matches!(get(&mut t, 2, ids[0]), Reply::Objects(_)));
+        assert_eq!(reply(t.handle(2, &Request::Release { id: ids[0] })), Reply::Done);
+        // 300 KiB needs two adjacent 200 KiB holes: the two least recently
+        // used (ids[1], then ids[2]) go, the recently touched ids[0] stays.
+        put(&mut t, ObjectId::random(), 300 << 10, 0);
+        let kept: Vec<bool> = ids.iter().map(|id| t.objects.contains_key(id)).collect();
+        assert_eq!(kept, [true, false, false, true]);
+        assert_eq!(t.stats().evictions, 2);
+    }
+
+    #[test]
+    fn pinned_objects_are_never_evicted() {
+        let mut t = table(1 << 20);
+        let a = ObjectId::random();
+        let b = ObjectId::random();
+        put(&mut t, a, 500 << 10, 1); // awaiting one delivery
+        put(&mut t, b, 400 << 10, 0);
+        assert!(matches!(get(&mut t, 2, b), Reply::Objects(_))); // referenced
+        let r = create(&mut t, 1, ObjectId::random(), 300 << 10, 0);
+        assert_eq!(code(&r), Some(ErrorCode::OutOfMemory), "{r:?}");
+        assert!(t.objects.contains_key(&a) && t.objects.contains_key(&b));
+        assert_eq!(t.stats().evictions, 0);
+    }
+
+    #[test]
+    fn delete_waits_for_the_last_reference() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        put(&mut t, id, 1000, 0);
+        assert!(matches!(get(&mut t, 2, id), Reply::Objects(_)));
+        assert_eq!(reply(t.handle(1, &Request::Delete { id })), Reply::Deleted { deferred: true });
+        assert_eq!(reply(t.handle(1, &Request::Contains { id })), Reply::Presence(false));
+        assert_eq!(reply(t.handle(2, &Request::Release { id })), Reply::Done);
+        assert!(!t.objects.contains_key(&id));
+        assert_eq!(t.stats().bytes_in_use, 0);
+    }
+
+    #[test]
+    fn releases_settle_deliveries_and_ttl_reclaims_the_rest() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        put(&mut t, id, 1000, 3);
+        assert_eq!(t.stats().pending_deliveries, 3);
+        assert!(matches!(get(&mut t, 2, id), Reply::Objects(_)));
+        t.handle(2, &Request::Release { id });
+        assert_eq!(t.stats().pending_deliveries, 2);
+        assert!(t.lru.is_empty());
+        assert_eq!(t.expire_deliveries(Instant::now()), 0);
+        assert_eq!(t.expire_deliveries(Instant::now() + Duration::from_secs(61)), 2);
+        assert_eq!(t.stats().pending_deliveries, 0);
+        assert_eq!(t.lru.len(), 1, "evictable once the TTL settled the rest");
+    }
+
+    #[test]
+    fn a_waiting_get_completes_on_seal() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        let Outcome::Wait { mut rx, .. } = t.handle(2, &Request::Get { ids: Cow::Owned(vec![id]), timeout: None }) else {
+            panic!("must wait")
+        };
+        assert!(rx.try_recv().is_err());
+        put(&mut t, id, 10, 0);
+        assert!(matches!(rx.try_recv(), Ok(Reply::Objects(o)) if o[0].id == id));
+        assert_eq!(t.objects[&id].refs, 1);
+    }
+
+    #[test]
+    fn a_cancelled_get_gives_back_what_it_held() {
+        let mut t = table(1 << 20);
+        let (a, b) = (ObjectId::random(), ObjectId::random());
+        put(&mut t, a, 10, 0);
+        let Outcome::Wait { wait, .. } = t.handle(2, &Request::Get { ids: Cow::Owned(vec![a, b]), timeout: Some(Duration::from_secs(1)) })
+        else {
+            panic!("must wait")
+        };
+        assert_eq!(t.objects[&a].refs, 1);
+        let r = t.cancel(wait).unwrap();
+        assert!(matches!(&r, Reply::Error(e) if e.code == ErrorCode::Timeout && e.missing == vec![b]));
+        assert_eq!(t.objects[&a].refs, 0);
+        assert!(t.gets_by_object.is_empty());
+    }
+
+    #[test]
+    fn disconnect_aborts_unsealed_and_drops_references() {
+        let mut t = table(1 << 20);
+        let (a, b) = (ObjectId::random(), ObjectId::random());
+        put(&mut t, a, 1000, 1);
+        assert!(matches!(create(&mut t, 2, b, 5000, 0), Reply::Created(_)));
+        assert!(matches!(get(&mut t, 2, a), Reply::Objects(_)));
+        t.disconnect(2);
+        assert!(!t.objects.contains_key(&b));
+        assert_eq!(t.objects[&a].refs, 0);
+        assert_eq!(t.objects[&a].pending_deliveries, 0);
+        assert_eq!(t.stats().bytes_in_use, block_len(1001).unwrap());
+    }
+
+    #[test]
+    fn only_the_creator_seals_and_ids_are_unique() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        assert!(matches!(create(&mut t, 1, id, 10, 0), Reply::Created(_)));
+        assert_eq!(code(&create(&mut t, 2, id, 10, 0)), Some(ErrorCode::AlreadyExists));
+        assert_eq!(code(&reply(t.handle(2, &Request::Seal { id }))), Some(ErrorCode::NotCreator));
+        assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
+        assert_eq!(code(&reply(t.handle(1, &Request::Seal { id }))), Some(ErrorCode::AlreadySealed));
+        assert_eq!(code(&reply(t.handle(2, &Request::Release { id }))), Some(ErrorCode::NotReferenced));
+    }
+
+    #[test]
+    fn a_waiting_create_gets_space_when_it_is_freed() {
+        let mut t = table(1 << 20);
+        let a = ObjectId::random();
+        put(&mut t, a, 900 << 10, 0);
+        assert!(matches!(get(&mut t, 2, a), Reply::Objects(_)));
+        let b = ObjectId::random();
+        let Outcome::Wait { mut rx, .. } =
+            t.handle(1, &Request::Create { id: b, data_size: 500 << 10, metadata: &[], deliveries: 0, wait_for_space: Duration::from_secs(5) })
+        else {
+            panic!("must wait")
+        };
+        assert!(rx.try_recv().is_err());
+        t.handle(2, &Request::Release { id: a });
+        assert!(matches!(rx.try_recv(), Ok(Reply::Created(_))));
+        assert!(t.objects.contains_key(&b));
+    }
+}

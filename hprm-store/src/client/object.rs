@@ -1,0 +1,140 @@
+//! Views of objects in the mapped arena.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::{unexpected, Inner};
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::protocol::message::{Placement, Reply, Request};
+
+/// A sealed object: read-only bytes in shared memory, shared by every
+/// process that got it. Holds one reference in the daemon until dropped.
+pub struct Object {
+    inner: Arc<Inner>,
+    id: ObjectId,
+    pub(super) placement: Placement,
+}
+
+impl Object {
+    pub(super) fn new(inner: Arc<Inner>, id: ObjectId, placement: Placement) -> Object {
+        Object { inner, id, placement }
+    }
+
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+
+    /// The object's data, zero-copy.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: the placement was checked to lie inside the arena
+        // (`StoreClient::check_placement`) before this value was handed out,
+        // and a sealed object's bytes are never written again while a
+        // reference (this one) is held.
+        unsafe { std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
+    }
+
+    /// The object's metadata, zero-copy.
+    pub fn metadata(&self) -> &[u8] {
+        // SAFETY: as for `data`.
+        unsafe {
+            std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.metadata_offset), self.placement.metadata_size as usize)
+        }
+    }
+
+    /// Where the object lies in the arena (for handing to other mappings).
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+}
+
+impl AsRef<[u8]> for Object {
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Object").field("id", &self.id).field("placement", &self.placement).finish()
+    }
+}
+
+impl Drop for Object {
+    fn drop(&mut self) {
+        self.inner.conn.post(&Request::Release { id: self.id });
+    }
+}
+
+/// An object being written: the creator's exclusive, writable view until
+/// [`ObjectMut::seal`]. Dropped unsealed, it is aborted and its memory freed.
+pub struct ObjectMut {
+    inner: Arc<Inner>,
+    id: ObjectId,
+    placement: Placement,
+    finished: bool,
+}
+
+impl ObjectMut {
+    pub(super) fn new(inner: Arc<Inner>, id: ObjectId, placement: Placement) -> ObjectMut {
+        ObjectMut { inner, id, placement, finished: false }
+    }
+
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+
+    /// The data bytes to fill in. Their initial content is unspecified.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the placement lies inside the arena (checked at create),
+        // the daemon gave this creator sole use of the block until seal, and
+        // `&mut self` makes this the only view in this process.
+        unsafe { std::slice::from_raw_parts_mut(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
+    }
+
+    /// The data bytes as written so far.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: as for `data_mut`, shared.
+        unsafe { std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
+    }
+
+    /// The metadata given at create (written by the daemon).
+    pub fn metadata(&self) -> &[u8] {
+        // SAFETY: as for `data`.
+        unsafe {
+            std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.metadata_offset), self.placement.metadata_size as usize)
+        }
+    }
+
+    /// Makes the object immutable and visible to `get`.
+    pub fn seal(mut self) -> Result<()> {
+        self.finished = true;
+        match self.inner.conn.call(&Request::Seal { id: self.id })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected("seal", &other)),
+        }
+    }
+
+    /// Gives the object up; its memory returns to the arena.
+    pub fn abort(mut self) -> Result<()> {
+        self.finished = true;
+        match self.inner.conn.call(&Request::Abort { id: self.id })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected("abort", &other)),
+        }
+    }
+}
+
+impl fmt::Debug for ObjectMut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectMut").field("id", &self.id).field("placement", &self.placement).finish()
+    }
+}
+
+impl Drop for ObjectMut {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.inner.conn.post(&Request::Abort { id: self.id });
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Errors of the client library. Each names the operation, the object where
+//! there is one, and what to do.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::arena::ArenaError;
+use crate::id::ObjectId;
+use crate::protocol::handshake::HandshakeError;
+use crate::protocol::message::ErrorCode;
+
+/// An error from [`crate::StoreClient`] and the objects it hands out.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot connect to hprm-store at {path}: {source}; is the daemon running? (start one with `hprm-store --socket {path} --memory 1G`)", path = path.display())]
+    Connect { path: PathBuf, source: io::Error },
+    #[error("handshake with hprm-store at {path} failed: {source}", path = path.display())]
+    Handshake { path: PathBuf, source: HandshakeError },
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+    /// The daemon refused the request; `message` says why, naming the object.
+    #[error("{op} refused by hprm-store: {message}")]
+    Rejected { op: &'static str, code: ErrorCode, message: String },
+    /// `get` gave up; `missing` were not sealed in time (nothing was taken).
+    #[error("get timed out after {waited:?}: {} object(s) not sealed yet: {}", missing.len(), list_ids(missing))]
+    Timeout { missing: Vec<ObjectId>, waited: Duration },
+    #[error("the connection to hprm-store broke during {op}: {reason}; the daemon may have exited or closed this client (reconnect)")]
+    Disconnected { op: &'static str, reason: String },
+    #[error("hprm-store sent a reply to {op} that this client cannot use: {detail}; are the daemon and client the same version?")]
+    Protocol { op: &'static str, detail: String },
+    #[error("{op}: {detail}")]
+    InvalidArgument { op: &'static str, detail: String },
+}
+
+impl Error {
+    /// The daemon's error code, for errors that came from the daemon.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Rejected { code, .. } => Some(*code),
+            Error::Timeout { .. } => Some(ErrorCode::Timeout),
+            _ => None,
+        }
+    }
+}
+
+fn list_ids(ids: &[ObjectId]) -> String {
+    const SHOWN: usize = 4;
+    let mut s: Vec<String> = ids.iter().take(SHOWN).map(ToString::to_string).collect();
+    if ids.len() > SHOWN {
+        s.push(format!("and {} more", ids.len() - SHOWN));
+    }
+    s.join(", ")
+}
+
+/// Result of the client library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
