@@ -61,6 +61,10 @@ struct ServeArgs {
     /// not collected it (e.g. 30s, 500ms, 2m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     delivery_ttl: Duration,
+    /// How long a client may take to finish sending a frame it has started
+    /// before the daemon gives up on it and closes its connection.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    frame_timeout: Duration,
     /// Worker threads serving clients.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
@@ -141,7 +145,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let arena = Arena::create(&ArenaOptions { size: memory.0, dir: args.dir, hugepages: args.hugepages, populate: args.populate })?;
     let arena = Arc::new(arena);
     let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
-    let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate));
+    let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
         .thread_name("hprm-store")

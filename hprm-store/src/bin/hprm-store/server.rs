@@ -27,19 +27,18 @@ use tokio::sync::mpsc;
 
 use crate::table::{ClientId, ObjectTable, Outcome, SUBSCRIBER_QUEUE};
 
-/// How long a client may take to finish sending a frame it has started.
-const FRAME_COMPLETION: Duration = Duration::from_secs(10);
-
 pub struct Shared {
     table: Mutex<ObjectTable>,
     arena: Arc<Arena>,
     populate: bool,
+    /// How long a client may take to finish sending a frame it has started.
+    frame_timeout: Duration,
     next_client: AtomicU64,
 }
 
 impl Shared {
-    pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool) -> Shared {
-        Shared { table: Mutex::new(table), arena, populate, next_client: AtomicU64::new(1) }
+    pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool, frame_timeout: Duration) -> Shared {
+        Shared { table: Mutex::new(table), arena, populate, frame_timeout, next_client: AtomicU64::new(1) }
     }
 
     /// The table. Never hold the guard across an await.
@@ -210,7 +209,8 @@ async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, client: ClientId, sh
             frames.pop(len);
         }
         let n = if frames.is_mid_frame() {
-            tokio::time::timeout(FRAME_COMPLETION, rd.read(frames.spare())).await.map_err(|_| Closing::Stalled(FRAME_COMPLETION))??
+            let limit = shared.frame_timeout;
+            tokio::time::timeout(limit, rd.read(frames.spare())).await.map_err(|_| Closing::Stalled(limit))??
         } else {
             rd.read(frames.spare()).await?
         };

@@ -1,0 +1,161 @@
+//! The daemon as an operator meets it: start-up and its errors, signals,
+//! leftovers, the stats and list commands, systemd readiness.
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{dev_shm, Daemon, STORE_BIN};
+use hprm_store::ObjectId;
+use nix::sys::signal::Signal;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(STORE_BIN).args(args).stdin(Stdio::null()).output().expect("run hprm-store")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The targets of the daemon's open descriptors.
+fn fd_targets(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn nothing_is_left_in_dev_shm_however_the_daemon_exits() {
+    for dir in [None, Some("/dev/shm")] {
+        for sig in [Signal::SIGTERM, Signal::SIGKILL] {
+            let before = dev_shm();
+            let extra: Vec<&str> = dir.map(|d| vec!["--dir", d]).unwrap_or_default();
+            let mut d = Daemon::start("32M", &extra);
+            {
+                let store = d.client();
+                store.put(ObjectId::random(), &[1u8; 1 << 20], b"").unwrap();
+            }
+            assert_eq!(dev_shm(), before, "no name in /dev/shm while running (dir {dir:?})");
+            let arena_fds: Vec<String> =
+                fd_targets(d.pid()).into_iter().filter(|t| t.contains("hprm-store-arena") || t.contains("(deleted)")).collect();
+            assert_eq!(arena_fds.len(), 1, "the arena is one unnamed file: {:?}", fd_targets(d.pid()));
+            d.signal(sig);
+            let status = d.wait_exit(Duration::from_secs(10));
+            if sig == Signal::SIGTERM {
+                assert!(status.success(), "clean exit on SIGTERM: {status}\n{}", d.log());
+                assert!(!d.socket.exists(), "the socket is removed on SIGTERM");
+            }
+            assert_eq!(dev_shm(), before, "nothing left in /dev/shm after {sig} (dir {dir:?})");
+        }
+    }
+}
+
+#[test]
+fn a_stale_socket_of_a_killed_daemon_is_replaced() {
+    let d = Daemon::start("8M", &[]);
+    d.signal(Signal::SIGKILL);
+    let mut d = d;
+    d.wait_exit(Duration::from_secs(10));
+    assert!(d.socket.exists(), "SIGKILL leaves the socket file");
+    let socket = d.socket.to_str().unwrap().to_owned();
+    let mut again = Command::new(STORE_BIN).args(["--socket", &socket, "--memory", "8M"]).stderr(Stdio::null()).spawn().unwrap();
+    common::eventually(Duration::from_secs(10), "the new daemon serves the old path", || {
+        hprm_store::StoreClient::connect(&socket).is_ok()
+    });
+    // While it runs, a third one is refused.
+    let third = run(&["--socket", &socket, "--memory", "8M"]);
+    assert_eq!(third.status.code(), Some(1));
+    assert!(stderr(&third).contains("already serving"), "{}", stderr(&third));
+    again.kill().unwrap();
+    again.wait().unwrap();
+}
+
+#[test]
+fn an_arena_that_cannot_be_had_is_reported() {
+    let vfs = nix::sys::statvfs::statvfs("/dev/shm").unwrap();
+    let free = vfs.blocks_available() as u64 * vfs.fragment_size() as u64;
+    let too_much = format!("{}", free + (1 << 30));
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let out = run(&["--socket", socket.to_str().unwrap(), "--memory", &too_much, "--dir", "/dev/shm"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("cannot be had") && err.contains("/dev/shm") && err.contains("--memory"), "{err}");
+    assert!(!socket.exists(), "no socket is left when start-up fails");
+    let out = run(&["--socket", socket.to_str().unwrap(), "--memory", "8M", "--dir", "/nonexistent/dir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/nonexistent/dir"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_flags_are_refused_with_a_reason() {
+    for (args, needle) in [
+        (vec!["--socket", "/tmp/x.sock", "--memory", "12X"], "12X"),
+        (vec!["--socket", "/tmp/x.sock"], "--memory"),
+        (vec!["--socket", "/tmp/x.sock", "--memory", "8M", "--mode", "999"], "999"),
+        (vec!["--socket", "/tmp/x.sock", "--memory", "8M", "--delivery-ttl", "soon"], "soon"),
+        (vec!["--socket", "/tmp/x.sock", "--memory", "0"], "more than 0"),
+    ] {
+        let out = run(&args);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn stats_and_list_commands() {
+    let d = Daemon::start("64M", &[]);
+    let store = d.client();
+    let id = ObjectId::random();
+    store.put(id, &[0u8; 100_000], b"meta").unwrap();
+    let socket = d.socket.to_str().unwrap();
+
+    let out = run(&["stats", "--socket", socket]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("64 MiB") && text.contains("1 sealed"), "{text}");
+
+    let out = run(&["stats", "--socket", socket, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["capacity"], 64 << 20);
+    assert_eq!(json["objects_sealed"], 1);
+    assert_eq!(json["bytes_in_use"], 100_032);
+
+    let out = run(&["list", "--socket", socket, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["id"], id.to_string());
+    assert_eq!(json[0]["placement"]["metadata_size"], 4);
+    let out = run(&["list", "--socket", socket]);
+    assert!(String::from_utf8(out.stdout).unwrap().contains(&id.to_string()));
+
+    let out = run(&["stats", "--socket", "/nonexistent.sock"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is the daemon running"), "{}", stderr(&out));
+}
+
+#[test]
+fn tells_systemd_when_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let socket = dir.path().join("store.sock");
+    let mut child = Command::new(STORE_BIN)
+        .args(["--socket", socket.to_str().unwrap(), "--memory", "8M"])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).expect("a readiness datagram");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.lines().any(|l| l == "READY=1"), "{msg}");
+    // Ready means ready: the socket accepts clients now.
+    hprm_store::StoreClient::connect(&socket).expect("connect right after READY=1");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

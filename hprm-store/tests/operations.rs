@@ -1,0 +1,281 @@
+//! The store's operations, against a real daemon, with other clients as real
+//! processes where the behaviour crosses processes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, pattern, worker_env, Daemon, Worker};
+use hprm_store::{CreateOptions, Deletion, Error, ErrorCode, Notification, ObjectId, StoreClient};
+
+/// Entry point of worker processes (see `common::Worker`).
+#[test]
+#[ignore = "entry point of worker processes, run by the other tests"]
+fn child() {
+    let Some((role, socket, args)) = worker_env() else { return };
+    let store = StoreClient::connect(&socket).expect("worker connects");
+    match role.as_str() {
+        // Creates and seals `id` with `len` pattern bytes after `delay_ms`.
+        "create-later" => {
+            let id: ObjectId = args[0].parse().unwrap();
+            let len: usize = args[1].parse().unwrap();
+            std::thread::sleep(Duration::from_millis(args[2].parse().unwrap()));
+            store.put(id, &pattern(id.as_bytes(), len), b"late").unwrap();
+            println!("SEALED");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn put_and_get_across_processes_zero_copy() {
+    let d = Daemon::start("64M", &[]);
+    let a = d.client();
+    let b = d.client();
+    let id = ObjectId::random();
+    let data = pattern(id.as_bytes(), 3 << 20);
+    let mut obj = a.create(id, data.len() as u64, b"shape=3M").unwrap();
+    obj.data_mut().copy_from_slice(&data);
+    assert_eq!(obj.metadata(), b"shape=3M");
+    obj.seal().unwrap();
+    let got = b.get(&[id], Duration::from_secs(5)).unwrap();
+    assert_eq!(got[0].data(), &data[..]);
+    assert_eq!(got[0].metadata(), b"shape=3M");
+    assert_eq!(got[0].data().as_ptr() as usize % 64, 0, "objects are 64-byte aligned");
+    assert!(a.contains(id).unwrap());
+    assert!(!a.contains(ObjectId::random()).unwrap());
+    let listed = a.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].id, listed[0].ref_count, listed[0].sealed), (id, 1, true));
+}
+
+#[test]
+fn get_before_create_waits_then_returns() {
+    let d = Daemon::start("16M", &[]);
+    let store = d.client();
+    let id = ObjectId::random();
+    assert!(!store.contains(id).unwrap());
+    let mut creator = Worker::spawn("create-later", &d.socket, &[id.to_string(), "100000".into(), "300".into()]);
+    let got = store.get(&[id], Duration::from_secs(30)).unwrap();
+    assert_eq!(got[0].data(), &pattern(id.as_bytes(), 100_000)[..]);
+    assert_eq!(got[0].metadata(), b"late");
+    creator.expect_line("SEALED");
+    let (status, _) = creator.finish();
+    assert!(status.success());
+}
+
+#[test]
+fn get_times_out_naming_the_missing_and_holds_nothing() {
+    let d = Daemon::start("16M", &[]);
+    let store = d.client();
+    let present = ObjectId::random();
+    store.put(present, b"here", b"").unwrap();
+    let absent = ObjectId::random();
+    let started = Instant::now();
+    let err = store.get(&[present, absent], Duration::from_millis(200)).unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    match &err {
+        Error::Timeout { missing, .. } => assert_eq!(missing, &vec![absent]),
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert!(err.to_string().contains(&absent.to_string()), "{err}");
+    let s = store.stats().unwrap();
+    assert_eq!((s.objects_referenced, s.waiting_gets), (0, 0), "a timed-out get holds no references");
+}
+
+#[test]
+fn delete_while_in_use_is_deferred() {
+    let d = Daemon::start("16M", &[]);
+    let owner = d.client();
+    let reader = d.client();
+    let id = ObjectId::random();
+    owner.put(id, &[7u8; 100_000], b"").unwrap();
+    let held = reader.get_one(id, Duration::from_secs(1)).unwrap();
+    assert_eq!(owner.delete(id).unwrap(), Deletion::Deferred);
+    assert!(!owner.contains(id).unwrap(), "a deleted object is no longer offered");
+    assert_eq!(held.data()[99_999], 7, "the holder still reads it");
+    assert_eq!(owner.stats().unwrap().objects_delete_pending, 1);
+    drop(held);
+    eventually(Duration::from_secs(5), "the object is gone", || owner.stats().unwrap().bytes_in_use == 0);
+    assert!(matches!(owner.delete(id), Err(Error::Rejected { code: ErrorCode::NotFound, .. })));
+}
+
+#[test]
+fn lru_evicts_the_least_recently_used() {
+    let d = Daemon::start("4M", &[]);
+    let store = d.client();
+    let ids: Vec<ObjectId> = (0..4).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        store.put(*id, &vec![1u8; 900 << 10], b"").unwrap();
+    }
+    // Use ids[0]: ids[1] is now the least recently used.
+    drop(store.get_one(ids[0], Duration::from_secs(1)).unwrap());
+    store.put(ObjectId::random(), &vec![2u8; 900 << 10], b"").unwrap();
+    let present: Vec<bool> = ids.iter().map(|id| store.contains(*id).unwrap()).collect();
+    assert_eq!(present, [true, false, true, true]);
+    assert_eq!(store.stats().unwrap().evictions, 1);
+    let e = store.evict(1).unwrap();
+    assert_eq!(e.objects, 1);
+    assert!(!store.contains(ids[2]).unwrap(), "explicit evict also takes the least recently used (ids[2])");
+}
+
+#[test]
+fn pinned_objects_are_never_evicted_and_full_means_out_of_memory() {
+    let d = Daemon::start("4M", &[]);
+    let store = d.client();
+    let reader = d.client();
+    let referenced = ObjectId::random();
+    let awaited = ObjectId::random();
+    store.put(referenced, &vec![1u8; 1500 << 10], b"").unwrap();
+    store.put_with(awaited, &vec![2u8; 1500 << 10], b"", &CreateOptions { deliveries: 2, ..Default::default() }).unwrap();
+    let held = reader.get_one(referenced, Duration::from_secs(1)).unwrap();
+    let writing = store.create(ObjectId::random(), 900 << 10, b"").unwrap(); // unsealed: pinned too
+    let id = ObjectId::random();
+    let err = store.create(id, 1 << 20, b"").unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::OutOfMemory), "{err}");
+    assert!(err.to_string().contains(&id.to_string()) && err.to_string().contains("--memory"), "{err}");
+    assert!(store.contains(referenced).unwrap() && store.contains(awaited).unwrap());
+    assert_eq!(store.stats().unwrap().evictions, 0);
+    // An object that can never fit says so.
+    let err = store.create(ObjectId::random(), 1 << 30, b"").unwrap_err();
+    assert!(err.to_string().contains("can never fit"), "{err}");
+    drop((held, writing));
+}
+
+#[test]
+fn a_create_may_wait_for_space() {
+    let d = Daemon::start("2M", &[]);
+    let store = d.client();
+    let reader = d.client();
+    let big = ObjectId::random();
+    store.put(big, &vec![1u8; 1500 << 10], b"").unwrap();
+    let held = reader.get_one(big, Duration::from_secs(1)).unwrap();
+    let room = ObjectId::random();
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let opts = CreateOptions { wait_for_space: Duration::from_secs(20), ..Default::default() };
+            store.put_with(room, &vec![3u8; 1 << 20], b"", &opts)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!waiter.is_finished(), "the create waits while memory is pinned");
+    drop(held);
+    waiter.join().unwrap().expect("the create gets space once the reference is released");
+    assert!(!store.contains(big).unwrap(), "the released object was evicted to make room");
+    // With everything pinned again, a create that waits too briefly fails.
+    let _pin = reader.get_one(room, Duration::from_secs(1)).unwrap();
+    let hold = store.create(ObjectId::random(), 900 << 10, b"").unwrap();
+    let opts = CreateOptions { wait_for_space: Duration::from_millis(100), ..Default::default() };
+    let err = store.create_with(ObjectId::random(), 1 << 20, b"", &opts).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::OutOfMemory), "{err}");
+    drop(hold);
+}
+
+#[test]
+fn deliveries_pin_until_released_and_ttl_reclaims_the_rest() {
+    let d = Daemon::start("16M", &["--delivery-ttl", "400ms"]);
+    let publisher = d.client();
+    let consumers: Vec<StoreClient> = (0..3).map(|_| d.client()).collect();
+    let id = ObjectId::random();
+    publisher.put_with(id, &[9u8; 4096], b"", &CreateOptions { deliveries: 4, ..Default::default() }).unwrap();
+    assert_eq!(publisher.stats().unwrap().pending_deliveries, 4);
+    for c in &consumers {
+        drop(c.get_one(id, Duration::from_secs(1)).unwrap());
+    }
+    eventually(Duration::from_secs(5), "three releases settle three deliveries", || publisher.stats().unwrap().pending_deliveries == 1);
+    assert_eq!(publisher.evict(u64::MAX).unwrap().objects, 0, "still awaited: not evictable");
+    // The fourth consumer never comes: the TTL gives up on it.
+    eventually(Duration::from_secs(10), "the TTL expires the last delivery", || {
+        let s = publisher.stats().unwrap();
+        s.pending_deliveries == 0 && s.expired_deliveries == 1
+    });
+    assert_eq!(publisher.evict(u64::MAX).unwrap().objects, 1);
+}
+
+#[test]
+fn subscribers_see_seals_and_deletes_in_order() {
+    let d = Daemon::start("16M", &[]);
+    let store = d.client();
+    let mut sub = store.subscribe().unwrap();
+    let ids: Vec<ObjectId> = (0..5).map(|_| ObjectId::random()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        store.put(*id, &vec![0u8; i * 10], b"mm").unwrap();
+    }
+    store.delete(ids[2]).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let n = sub.recv_timeout(Duration::from_secs(5)).unwrap().expect("a seal notification");
+        assert_eq!(n, Notification::Sealed { id: *id, data_size: (i * 10) as u64, metadata_size: 2 });
+    }
+    assert_eq!(sub.recv_timeout(Duration::from_secs(5)).unwrap(), Some(Notification::Deleted { id: ids[2] }));
+    assert_eq!(sub.recv_timeout(Duration::from_millis(100)).unwrap(), None);
+    assert_eq!(store.stats().unwrap().subscribers, 1);
+}
+
+#[test]
+fn misuse_gets_errors_that_name_the_object() {
+    let d = Daemon::start("16M", &[]);
+    let a = d.client();
+    let b = d.client();
+    let id = ObjectId::random();
+    let obj = a.create(id, 10, b"").unwrap();
+    let dup = b.create(id, 10, b"").unwrap_err();
+    assert_eq!(dup.code(), Some(ErrorCode::AlreadyExists));
+    assert!(dup.to_string().contains(&id.to_string()), "{dup}");
+    let early = a.delete(id).unwrap_err();
+    assert_eq!(early.code(), Some(ErrorCode::NotSealed), "{early}");
+    obj.seal().unwrap();
+    let gone = ObjectId::random();
+    let err = a.delete(gone).unwrap_err();
+    assert!(err.to_string().contains(&gone.to_string()) && err.to_string().contains("delete"), "{err}");
+}
+
+#[test]
+fn an_unsealed_object_dropped_is_aborted() {
+    let d = Daemon::start("16M", &[]);
+    let store = d.client();
+    let id = ObjectId::random();
+    drop(store.create(id, 1 << 20, b"").unwrap());
+    eventually(Duration::from_secs(5), "the abort frees the memory", || store.stats().unwrap().bytes_in_use == 0);
+    // The id is free again.
+    store.put(id, b"again", b"").unwrap();
+    assert_eq!(store.get_one(id, Duration::from_secs(1)).unwrap().data(), b"again");
+    let obj = store.create(ObjectId::random(), 100, b"").unwrap();
+    obj.abort().unwrap();
+}
+
+#[test]
+fn one_client_shared_by_many_threads() {
+    let d = Daemon::start("64M", &[]);
+    let store = d.client();
+    // One thread blocks in a long get while the others keep working over the
+    // same connection: replies are matched to callers, not to arrival order.
+    let awaited = ObjectId::random();
+    let blocked = {
+        let store = store.clone();
+        std::thread::spawn(move || store.get_one(awaited, Duration::from_secs(30)).map(|o| o.data().to_vec()))
+    };
+    let workers: Vec<_> = (0..4u32)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u32 {
+                    let id = ObjectId::random();
+                    let data = pattern(id.as_bytes(), 1000 + (i as usize * 37) % 5000);
+                    store.put(id, &data, &t.to_le_bytes()).unwrap();
+                    let got = store.get_one(id, Duration::from_secs(5)).unwrap();
+                    assert_eq!(got.data(), &data[..]);
+                    assert_eq!(got.metadata(), &t.to_le_bytes());
+                    drop(got);
+                    store.delete(id).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(!blocked.is_finished());
+    store.put(awaited, b"finally", b"").unwrap();
+    assert_eq!(blocked.join().unwrap().unwrap(), b"finally");
+}

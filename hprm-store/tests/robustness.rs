@@ -1,0 +1,227 @@
+//! Hostile frames, crashing clients and concurrent client processes: the
+//! daemon stays up, other clients do not notice, and no memory is lost.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, pattern, worker_env, Daemon, Worker};
+use hprm_store::protocol::frame::{parse_header, HEADER_LEN, MAX_REPLY_BODY, VERSION};
+use hprm_store::protocol::message::{decode_reply, Encoder, Reply, Request};
+use hprm_store::{ErrorCode, ObjectId, StoreClient};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+#[test]
+#[ignore = "entry point of worker processes, run by the other tests"]
+fn child() {
+    let Some((role, socket, args)) = worker_env() else { return };
+    let store = StoreClient::connect(&socket).expect("worker connects");
+    match role.as_str() {
+        // Takes a reference on `id`, leaves a 4 MiB object unsealed, then
+        // waits to be killed.
+        "hold-and-hang" => {
+            let id: ObjectId = args[0].parse().unwrap();
+            let held = store.get_one(id, Duration::from_secs(10)).unwrap();
+            let mut writing = store.create(ObjectId::random(), 4 << 20, b"").unwrap();
+            writing.data_mut()[0] = 1;
+            println!("HOLDING");
+            std::thread::sleep(Duration::from_secs(600));
+            drop((held, writing));
+        }
+        // Writes `count` objects with ids (worker, i) and reads every other
+        // worker's objects, checking every byte.
+        "exchange" => {
+            let me: u8 = args[0].parse().unwrap();
+            let workers: u8 = args[1].parse().unwrap();
+            let count: u16 = args[2].parse().unwrap();
+            let id_of = |w: u8, i: u16| {
+                let mut b = [0u8; 20];
+                b[0] = w;
+                b[1..3].copy_from_slice(&i.to_le_bytes());
+                b[3] = 0xA5;
+                ObjectId::from_bytes(b)
+            };
+            let len_of = |w: u8, i: u16| 1000 + (usize::from(w) * 7919 + usize::from(i) * 104_729) % (256 << 10);
+            for i in 0..count {
+                let id = id_of(me, i);
+                let mut obj = store.create(id, len_of(me, i) as u64, &[me]).unwrap();
+                obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), len_of(me, i)));
+                obj.seal().unwrap();
+            }
+            for w in (0..workers).filter(|w| *w != me) {
+                for i in 0..count {
+                    let id = id_of(w, i);
+                    // Waits for objects other workers have not written yet.
+                    let got = store.get_one(id, Duration::from_secs(60)).unwrap();
+                    assert_eq!(got.metadata(), &[w]);
+                    assert!(got.data() == &pattern(id.as_bytes(), len_of(w, i))[..], "object {id} corrupted");
+                }
+            }
+            println!("EXCHANGED");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Connects at the socket level and consumes the greeting.
+fn raw_connection(d: &Daemon) -> UnixStream {
+    let s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (_hello, _fd) = hprm_store::protocol::handshake::recv_hello(&s).unwrap();
+    s
+}
+
+/// Everything the daemon sends until it closes the connection.
+fn replies_until_close(mut s: &UnixStream) -> Vec<Reply> {
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).expect("the daemon closes the connection (no read timeout)");
+    let mut replies = Vec::new();
+    let mut rest = &bytes[..];
+    while rest.len() >= HEADER_LEN {
+        let len = parse_header(rest[..HEADER_LEN].try_into().unwrap(), MAX_REPLY_BODY).unwrap();
+        replies.push(decode_reply(&rest[HEADER_LEN..HEADER_LEN + len]).unwrap().1);
+        rest = &rest[HEADER_LEN + len..];
+    }
+    replies
+}
+
+fn header(len: u32, version: u16) -> Vec<u8> {
+    let mut h = len.to_le_bytes().to_vec();
+    h.extend_from_slice(&version.to_le_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h
+}
+
+fn error_code(replies: &[Reply]) -> Option<ErrorCode> {
+    match replies.last() {
+        Some(Reply::Error(e)) => Some(e.code),
+        _ => None,
+    }
+}
+
+/// A client doing put/get/release cycles on its own connection until told to
+/// stop; counts its cycles and fails the test on any error.
+fn bystander(d: &Daemon) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+    let store = d.client();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let handle = std::thread::spawn(move || {
+        let mut cycles = 0;
+        while !flag.load(Ordering::Relaxed) {
+            let id = ObjectId::random();
+            let data = pattern(id.as_bytes(), 70_000);
+            store.put(id, &data, b"").expect("bystander put");
+            assert!(store.get_one(id, Duration::from_secs(5)).expect("bystander get").data() == &data[..]);
+            store.delete(id).expect("bystander delete");
+            cycles += 1;
+        }
+        cycles
+    });
+    (stop, handle)
+}
+
+#[test]
+fn garbage_and_truncated_frames_close_only_their_connection() {
+    let mut d = Daemon::start("64M", &["--frame-timeout", "300ms"]);
+    let (stop, watcher) = bystander(&d);
+    let mut rng = SmallRng::seed_from_u64(0xBAD_F00D);
+
+    // Random bytes.
+    for _ in 0..40 {
+        let s = raw_connection(&d);
+        let len = rng.gen_range(1..4096);
+        let junk: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        let _ = (&s).write_all(&junk);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let replies = replies_until_close(&s);
+        assert!(replies.len() <= 1, "at most one error reply before closing");
+    }
+    // A valid header in front of random bytes: an undecodable request.
+    for _ in 0..40 {
+        let s = raw_connection(&d);
+        let len = rng.gen_range(0..2048u32);
+        let mut frame = header(len, VERSION);
+        frame.extend((0..len).map(|_| rng.gen::<u8>()));
+        (&s).write_all(&frame).unwrap();
+        assert_eq!(error_code(&replies_until_close(&s)), Some(ErrorCode::Malformed));
+    }
+    // Oversized, wrong version.
+    let s = raw_connection(&d);
+    (&s).write_all(&header(u32::MAX, VERSION)).unwrap();
+    assert_eq!(error_code(&replies_until_close(&s)), Some(ErrorCode::FrameTooLarge));
+    let s = raw_connection(&d);
+    (&s).write_all(&header(16, VERSION + 1)).unwrap();
+    assert_eq!(error_code(&replies_until_close(&s)), Some(ErrorCode::UnsupportedVersion));
+    // Truncated: half a frame, then the sender goes away...
+    let mut enc = Encoder::default();
+    let whole = enc.request(1, &Request::Stats).to_vec();
+    let s = raw_connection(&d);
+    (&s).write_all(&whole[..whole.len() / 2]).unwrap();
+    drop(s);
+    // ...or stalls (the daemon gives up after --frame-timeout).
+    let s = raw_connection(&d);
+    (&s).write_all(&whole[..whole.len() - 1]).unwrap();
+    assert_eq!(error_code(&replies_until_close(&s)), Some(ErrorCode::Malformed));
+    // A well-formed request after all that still works on a new connection.
+    let s = raw_connection(&d);
+    (&s).write_all(&whole).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = vec![0u8; 4096];
+    let n = (&s).read(&mut reply).unwrap();
+    assert!(n > HEADER_LEN);
+    drop(s);
+
+    stop.store(true, Ordering::Relaxed);
+    let cycles = watcher.join().expect("the bystander never saw an error");
+    assert!(cycles > 0);
+    assert!(d.alive(), "the daemon survived:\n{}", d.log());
+    let store = d.light_client();
+    eventually(Duration::from_secs(5), "every hostile connection is cleaned up", || {
+        let s = store.stats().unwrap();
+        s.clients == 1 && s.bytes_in_use == 0
+    });
+    assert!(!d.log().contains("panicked"), "{}", d.log());
+}
+
+#[test]
+fn kill_9_of_a_client_returns_its_memory() {
+    let d = Daemon::start("64M", &[]);
+    let store = d.light_client();
+    let shared = ObjectId::random();
+    store.put(shared, &[5u8; 1 << 20], b"").unwrap();
+    let before = store.stats().unwrap();
+    let mut victim = Worker::spawn("hold-and-hang", &d.socket, &[shared.to_string()]);
+    victim.expect_line("HOLDING");
+    let during = store.stats().unwrap();
+    assert_eq!(during.objects_referenced, 1);
+    assert_eq!(during.objects_created, 1);
+    assert!(during.bytes_in_use >= before.bytes_in_use + (4 << 20));
+    victim.kill9();
+    eventually(Duration::from_secs(10), "the daemon notices the dead client", || store.stats().unwrap().clients == before.clients);
+    let after = store.stats().unwrap();
+    assert_eq!(after.bytes_in_use, before.bytes_in_use, "the unsealed object was aborted");
+    assert_eq!((after.objects_referenced, after.objects_created), (0, 0));
+    assert!(store.contains(shared).unwrap(), "the sealed object it held survives, unreferenced");
+    assert_eq!(store.evict(u64::MAX).unwrap().objects, 1, "and is evictable again");
+}
+
+#[test]
+fn concurrent_client_processes_exchange_objects_intact() {
+    let d = Daemon::start("256M", &[]);
+    const WORKERS: u8 = 4;
+    let workers: Vec<Worker> =
+        (0..WORKERS).map(|w| Worker::spawn("exchange", &d.socket, &[w.to_string(), WORKERS.to_string(), "100".into()])).collect();
+    for mut w in workers {
+        w.expect_line("EXCHANGED");
+        let (status, out) = w.finish();
+        assert!(status.success(), "worker failed: {out}");
+    }
+    let s = d.light_client().stats().unwrap();
+    assert_eq!(s.objects_sealed, u64::from(WORKERS) * 100);
+    assert_eq!(s.objects_referenced, 0, "every reference was released");
+}
