@@ -159,3 +159,43 @@ fn tells_systemd_when_ready() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn hugepages_work_or_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let mut child = Command::new(STORE_BIN)
+        .args(["--socket", socket.to_str().unwrap(), "--memory", "4M", "--hugepages"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outcome = common::eventually_result(Duration::from_secs(10), || {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(Err(status));
+        }
+        hprm_store::StoreClient::connect(&socket).ok().map(Ok)
+    });
+    match outcome {
+        // Huge pages are configured here: the store works on them.
+        Ok(store) => {
+            store.put(ObjectId::random(), &[1u8; 3 << 20], b"").unwrap();
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        // None configured (vm.nr_hugepages = 0): a clear error, exit 1.
+        Err(status) => {
+            assert_eq!(status.code(), Some(1));
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            assert!(err.contains("huge pages") && err.contains("vm.nr_hugepages"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn the_socket_gets_the_requested_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Daemon::start("8M", &["--mode", "0600"]);
+    let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}

@@ -179,3 +179,15 @@ pub fn dev_shm() -> std::collections::BTreeSet<String> {
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default()
 }
+
+/// Polls `f` until it returns `Some`, or panics after `within`.
+pub fn eventually_result<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
