@@ -5,15 +5,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, pattern, worker_env, Daemon, Worker};
+use common::{eventually, pattern, worker, Daemon, Worker};
 use hprm_store::{CreateOptions, Deletion, Error, ErrorCode, Notification, ObjectId, StoreClient};
 
 /// Entry point of worker processes (see `common::Worker`).
 #[test]
 #[ignore = "entry point of worker processes, run by the other tests"]
 fn child() {
-    let Some((role, socket, args)) = worker_env() else { return };
-    let store = StoreClient::connect(&socket).expect("worker connects");
+    let Some((role, store, args)) = worker() else { return };
     match role.as_str() {
         // Creates and seals `id` with `len` pattern bytes after `delay_ms`.
         "create-later" => {

@@ -9,18 +9,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, pattern, worker_env, Daemon, Worker};
+use common::{eventually, pattern, worker, Daemon, Worker};
 use hprm_store::protocol::frame::{parse_header, HEADER_LEN, MAX_REPLY_BODY, VERSION};
 use hprm_store::protocol::message::{decode_reply, Encoder, Reply, Request};
-use hprm_store::{ErrorCode, ObjectId, StoreClient};
+use hprm_store::{ErrorCode, ObjectId};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 #[test]
 #[ignore = "entry point of worker processes, run by the other tests"]
 fn child() {
-    let Some((role, socket, args)) = worker_env() else { return };
-    let store = StoreClient::connect(&socket).expect("worker connects");
+    let Some((role, store, args)) = worker() else { return };
     match role.as_str() {
         // Takes a reference on `id`, leaves a 4 MiB object unsealed, then
         // waits to be killed.

@@ -158,12 +158,14 @@ impl Worker {
     }
 }
 
-/// In a worker process: the role, socket and arguments it was given.
-pub fn worker_env() -> Option<(String, PathBuf, Vec<String>)> {
+/// In a worker process: its role, a client connected to the test's daemon,
+/// and its arguments. `None` when run as an ordinary (ignored) test.
+pub fn worker() -> Option<(String, StoreClient, Vec<String>)> {
     let role = std::env::var("HPRM_TEST_ROLE").ok()?;
     let socket = PathBuf::from(std::env::var("HPRM_TEST_SOCKET").ok()?);
     let args = std::env::var("HPRM_TEST_ARGS").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
-    Some((role, socket, args))
+    let store = StoreClient::connect(&socket).expect("worker connects");
+    Some((role, store, args))
 }
 
 /// Deterministic content for an object: every byte depends on the id's
