@@ -278,3 +278,21 @@ fn one_client_shared_by_many_threads() {
     store.put(awaited, b"finally", b"").unwrap();
     assert_eq!(blocked.join().unwrap().unwrap(), b"finally");
 }
+
+#[test]
+fn works_without_polling_on_either_side() {
+    let d = Daemon::start("16M", &["--spin", "0us"]);
+    let opts = hprm_store::ConnectOptions { spin: Some(Duration::ZERO), ..Default::default() };
+    let store = StoreClient::connect_with(&d.socket, &opts).unwrap();
+    let other = StoreClient::connect_with(&d.socket, &opts).unwrap();
+    for i in 0..50u32 {
+        let id = ObjectId::random();
+        let data = pattern(id.as_bytes(), 100 + i as usize);
+        let mut obj = store.create(id, data.len() as u64, b"").unwrap();
+        obj.data_mut().copy_from_slice(&data);
+        obj.seal().unwrap();
+        // Seal is one-way; the same connection's next request sees it sealed.
+        assert!(store.contains(id).unwrap());
+        assert_eq!(other.get_one(id, Duration::from_secs(5)).unwrap().data(), &data[..]);
+    }
+}

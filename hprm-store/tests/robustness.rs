@@ -224,3 +224,23 @@ fn concurrent_client_processes_exchange_objects_intact() {
     assert_eq!(s.objects_sealed, u64::from(WORKERS) * 100);
     assert_eq!(s.objects_referenced, 0, "every reference was released");
 }
+
+#[test]
+fn when_the_daemon_dies_calls_fail_with_disconnected() {
+    let mut d = Daemon::start("16M", &[]);
+    let store = d.client();
+    let id = ObjectId::random();
+    store.put(id, b"before", b"").unwrap();
+    let held = store.get_one(id, Duration::from_secs(1)).unwrap();
+    let writing = store.create(ObjectId::random(), 100, b"").unwrap();
+    d.signal(nix::sys::signal::Signal::SIGKILL);
+    d.wait_exit(Duration::from_secs(10));
+    // The mapping outlives the daemon: what was got stays readable.
+    assert_eq!(held.data(), b"before");
+    let err = store.stats().unwrap_err();
+    assert!(matches!(err, hprm_store::Error::Disconnected { op: "stats", .. }), "{err}");
+    assert!(err.to_string().contains("reconnect"), "{err}");
+    assert!(matches!(writing.seal(), Err(hprm_store::Error::Disconnected { .. })));
+    assert!(matches!(store.contains(id), Err(hprm_store::Error::Disconnected { .. })));
+    drop(held); // release on a dead connection: nothing to do, no panic
+}

@@ -496,7 +496,7 @@ impl<'a> Bench<'a> {
     /// What one request/reply costs, to read (b) against: the store's
     /// cheapest request, and a bare Unix-socket ping-pong between two threads
     /// (the floor for any design that waits for a reply). A small cycle waits
-    /// for three replies (create, seal, get); release is one-way.
+    /// for two replies (create, get); seal and release are one-way.
     fn round_trips(&mut self) -> Result<RoundTrips> {
         let n = self.plan.round_trips;
         let missing = self.id();
@@ -509,19 +509,23 @@ impl<'a> Bench<'a> {
             black_box(self.client.contains(missing).context("contains")?);
             store.push(t.elapsed());
         }
-        let raw = socket_ping_pong(n)?;
+        let raw = socket_ping_pong(n, Duration::ZERO)?;
+        let polling = socket_ping_pong(n, hprm_store::client::DEFAULT_SPIN)?;
         let rt = RoundTrips {
             samples: n,
             store_contains: Summary::of(&store),
             raw_socket: Summary::of(&raw),
-            replies_per_cycle: 3,
+            raw_socket_polling: Summary::of(&polling),
+            replies_per_cycle: REPLIES_PER_CYCLE,
             cycles_per_s_at_raw_floor: 0.0,
         };
-        let rt = RoundTrips { cycles_per_s_at_raw_floor: (1e6 / (3.0 * rt.raw_socket.median_us)).round(), ..rt };
+        let floor = 1e6 / (f64::from(REPLIES_PER_CYCLE) * rt.raw_socket_polling.median_us);
+        let rt = RoundTrips { cycles_per_s_at_raw_floor: floor.round(), ..rt };
         eprintln!(
-            "  round trip: store contains() {} µs, bare Unix socket {} µs median; 3 bare round trips per cycle allow at most {} cycles/s",
+            "  round trip: store contains() {} µs; bare Unix socket {} µs blocking, {} µs polling (median); {REPLIES_PER_CYCLE} polling round trips per cycle allow at most {} cycles/s",
             fmt_us(rt.store_contains.median_us),
             fmt_us(rt.raw_socket.median_us),
+            fmt_us(rt.raw_socket_polling.median_us),
             thousands(rt.cycles_per_s_at_raw_floor)
         );
         Ok(rt)
@@ -573,21 +577,28 @@ impl<'a> Bench<'a> {
 }
 
 /// Times `n` 64-byte ping-pongs over a Unix socket pair with an echo thread.
-fn socket_ping_pong(n: usize) -> Result<Vec<Duration>> {
-    use std::io::{Read, Write};
+/// A small cycle waits for the replies to create and get; seal and release
+/// are one-way.
+const REPLIES_PER_CYCLE: u32 = 2;
+
+/// 64-byte ping-pong over a Unix socket pair between two threads. With a
+/// `poll` budget both sides first poll (non-blocking reads) as the store's
+/// client and daemon do, then block: the floor for the store's round trip.
+fn socket_ping_pong(n: usize, poll: Duration) -> Result<Vec<Duration>> {
+    use std::io::Write;
     use std::os::unix::net::UnixStream;
     let (mut near, mut far) = UnixStream::pair().context("cannot create a Unix socket pair")?;
     let echo = std::thread::spawn(move || {
         let mut buf = [0u8; SMALL_SIZE];
         // Ends when the near side is dropped (read fails at EOF).
-        while far.read_exact(&mut buf).is_ok() && far.write_all(&buf).is_ok() {}
+        while read_exact_polling(&far, &mut buf, poll).is_ok() && far.write_all(&buf).is_ok() {}
     });
     let mut buf = [0u8; SMALL_SIZE];
     let mut samples = Vec::with_capacity(n);
     let mut ping = || -> std::io::Result<Duration> {
         let t = Instant::now();
         near.write_all(&buf)?;
-        near.read_exact(&mut buf)?;
+        read_exact_polling(&near, &mut buf, poll)?;
         Ok(t.elapsed())
     };
     for i in 0..n + n / 10 {
@@ -599,6 +610,31 @@ fn socket_ping_pong(n: usize) -> Result<Vec<Duration>> {
     drop(near);
     echo.join().map_err(|_| anyhow::anyhow!("the echo thread panicked"))?;
     Ok(samples)
+}
+
+/// `read_exact`, polling with non-blocking reads for up to `poll` first.
+fn read_exact_polling(mut sock: &std::os::unix::net::UnixStream, buf: &mut [u8], poll: Duration) -> std::io::Result<()> {
+    use nix::sys::socket::{recv, MsgFlags};
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let mut got = 0;
+    let deadline = Instant::now() + poll;
+    while got < buf.len() {
+        if Instant::now() < deadline {
+            match recv(sock.as_raw_fd(), &mut buf[got..], MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => got += k,
+                Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => std::hint::spin_loop(),
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            match sock.read(&mut buf[got..])? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                k => got += k,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Sum of the bytes as native-endian u64 words: touches every byte at memory
@@ -734,10 +770,12 @@ struct RoundTrips {
     store_contains: Summary,
     /// 64-byte ping-pong over a Unix socket pair between two threads.
     raw_socket: Summary,
-    /// Replies a small cycle waits for (create, seal, get).
+    /// The same, both sides polling before blocking (as the store does).
+    raw_socket_polling: Summary,
+    /// Replies a small cycle waits for (create, get).
     replies_per_cycle: u32,
-    /// 1 / (replies_per_cycle × raw median): the most any design that waits
-    /// for that many replies could do on this machine.
+    /// 1 / (replies_per_cycle × polling median): the most any design that
+    /// waits for that many replies could do on this machine.
     cycles_per_s_at_raw_floor: f64,
 }
 
@@ -960,12 +998,14 @@ impl Report {
         line(String::new());
         let rt = &self.small_ops.round_trips;
         line(format!(
-            "Round trips, for scale (median of {}): store `contains()` {} µs (p99 {}); bare Unix-socket ping-pong between two threads {} µs (p99 {}). A cycle waits for {} replies (create, seal, get; release is one-way), so even at the bare-socket round trip one client could do at most {} cycles/s.",
+            "Round trips, for scale (median of {}): store `contains()` {} µs (p99 {}); bare Unix-socket ping-pong between two threads {} µs (p99 {}) blocking, {} µs (p99 {}) polling first as the store does. A cycle waits for {} replies (create, get; seal and release are one-way), so even at the polling bare-socket round trip one client could do at most {} cycles/s.",
             thousands(rt.samples as f64),
             fmt_us(rt.store_contains.median_us),
             fmt_us(rt.store_contains.p99_us),
             fmt_us(rt.raw_socket.median_us),
             fmt_us(rt.raw_socket.p99_us),
+            fmt_us(rt.raw_socket_polling.median_us),
+            fmt_us(rt.raw_socket_polling.p99_us),
             rt.replies_per_cycle,
             thousands(rt.cycles_per_s_at_raw_floor)
         ));

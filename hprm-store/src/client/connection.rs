@@ -8,9 +8,14 @@
 //! it (no hand-off, no extra wake-up); with many, at most one reads at a time.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::socket::{recv, send, MsgFlags};
 
 use crate::error::{Error, Result};
 use crate::protocol::frame::{FrameBuffer, FrameError, MAX_REPLY_BODY};
@@ -18,6 +23,8 @@ use crate::protocol::message::{decode_reply, DecodeError, Encoder, Reply, Reques
 
 pub(crate) struct Connection {
     stream: UnixStream,
+    /// How long a leader polls for a reply before sleeping in `read`.
+    spin: Duration,
     encoder: Mutex<Encoder>,
     /// Held by the leader only, so uncontended.
     frames: Mutex<FrameBuffer>,
@@ -45,9 +52,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Connection {
-    pub(crate) fn new(stream: UnixStream) -> Connection {
+    pub(crate) fn new(stream: UnixStream, spin: Duration) -> Connection {
         Connection {
             stream,
+            spin,
             encoder: Mutex::new(Encoder::default()),
             frames: Mutex::new(FrameBuffer::new(MAX_REPLY_BODY)),
             state: Mutex::new(State { next_seq: 1, ..State::default() }),
@@ -63,14 +71,16 @@ impl Connection {
         }
     }
 
-    /// Sends `req` without asking for a reply (release and abort on drop,
-    /// which have nobody to report an error to).
-    pub(crate) fn post(&self, req: &Request<'_>) {
-        if lock(&self.state).broken.is_none() {
-            if let Err(reason) = self.send(0, req) {
-                self.mark_broken(req.name(), reason);
-            }
+    /// Sends `req` without asking for a reply, for requests the daemon has
+    /// no reason to refuse (see `ObjectMut::seal`) or whose failure nobody
+    /// could act on (release and abort on drop). Fails only if the
+    /// connection is broken.
+    pub(crate) fn post(&self, req: &Request<'_>) -> Result<()> {
+        let op = req.name();
+        if let Some(reason) = &lock(&self.state).broken {
+            return Err(Error::Disconnected { op, reason: reason.clone() });
         }
+        self.send(0, req).map_err(|reason| self.mark_broken(op, reason))
     }
 
     /// Like [`Connection::call`] but hands back error replies as replies
@@ -91,8 +101,7 @@ impl Connection {
 
     fn send(&self, seq: u64, req: &Request<'_>) -> Result<(), String> {
         let mut enc = lock(&self.encoder);
-        let frame = enc.request(seq, req);
-        (&self.stream).write_all(frame).map_err(|e| e.to_string())
+        send_all(&self.stream, enc.request(seq, req)).map_err(|e| e.to_string())
     }
 
     fn mark_broken(&self, op: &'static str, reason: String) -> Error {
@@ -150,8 +159,22 @@ impl Connection {
 
     fn read_one(&self) -> Result<(u64, Reply), String> {
         let mut frames = lock(&self.frames);
-        read_reply(&self.stream, &mut frames).map_err(|e| e.to_string())
+        read_reply(&self.stream, &mut frames, self.spin).map_err(|e| e.to_string())
     }
+}
+
+/// Writes all of `frame`. MSG_NOSIGNAL: a daemon that went away must
+/// surface as an error here, not as a SIGPIPE killing a host process that
+/// did not ignore that signal (Rust binaries do; C hosts may not).
+pub(crate) fn send_all(stream: &UnixStream, mut frame: &[u8]) -> std::io::Result<()> {
+    while !frame.is_empty() {
+        match send(stream.as_raw_fd(), frame, MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) => frame = &frame[n..],
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Why no reply could be read.
@@ -175,13 +198,27 @@ impl ReadError {
     }
 }
 
-/// Reads the next reply frame from a blocking socket.
-pub(crate) fn read_reply(mut stream: &UnixStream, frames: &mut FrameBuffer) -> Result<(u64, Reply), ReadError> {
+/// Reads the next reply frame from a blocking socket, first polling for up
+/// to `spin` (the daemon usually answers within microseconds; sleeping in
+/// `read` and being woken costs more than that on a busy or virtualised
+/// machine).
+pub(crate) fn read_reply(mut stream: &UnixStream, frames: &mut FrameBuffer, spin: Duration) -> Result<(u64, Reply), ReadError> {
+    let mut spin_until = (!spin.is_zero()).then(|| Instant::now() + spin);
     loop {
         if let Some(len) = frames.poll()? {
             let decoded = decode_reply(frames.body(len));
             frames.pop(len);
             return Ok(decoded?);
+        }
+        if let Some(deadline) = spin_until {
+            match recv(stream.as_raw_fd(), frames.spare(), MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => return Err(ReadError::Closed),
+                Ok(n) => frames.commit(n),
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) if Instant::now() < deadline => std::hint::spin_loop(),
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => spin_until = None,
+                Err(e) => return Err(ReadError::Io(e.into())),
+            }
+            continue;
         }
         match stream.read(frames.spare()) {
             Ok(0) => return Err(ReadError::Closed),

@@ -62,7 +62,8 @@ impl fmt::Debug for Object {
 
 impl Drop for Object {
     fn drop(&mut self) {
-        self.inner.conn.post(&Request::Release { id: self.id });
+        // A broken connection already dropped every reference daemon-side.
+        let _ = self.inner.conn.post(&Request::Release { id: self.id });
     }
 }
 
@@ -107,12 +108,17 @@ impl ObjectMut {
     }
 
     /// Makes the object immutable and visible to `get`.
+    ///
+    /// One-way: an `ObjectMut` is proof that this connection created the
+    /// object and has neither sealed nor aborted it, so the daemon has no
+    /// reason to refuse, and waiting for its answer would only add a round
+    /// trip to every publish. Requests on one connection are handled in
+    /// order, so this client's next request already sees the object sealed;
+    /// other clients' `get`s wait until the daemon has sealed it. Fails only
+    /// if the connection is broken.
     pub fn seal(mut self) -> Result<()> {
         self.finished = true;
-        match self.inner.conn.call(&Request::Seal { id: self.id })? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected("seal", &other)),
-        }
+        self.inner.conn.post(&Request::Seal { id: self.id })
     }
 
     /// Gives the object up; its memory returns to the arena.
@@ -134,7 +140,8 @@ impl fmt::Debug for ObjectMut {
 impl Drop for ObjectMut {
     fn drop(&mut self) {
         if !self.finished {
-            self.inner.conn.post(&Request::Abort { id: self.id });
+            // A broken connection already aborted the object daemon-side.
+            let _ = self.inner.conn.post(&Request::Abort { id: self.id });
         }
     }
 }

@@ -1,7 +1,6 @@
 //! A stream of seal and delete notifications, on a connection of its own so
 //! that a slow reader never delays request traffic.
 
-use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -25,7 +24,7 @@ impl Subscription {
         let (stream, _hello, _fd) = handshake(path)?;
         let mut sub = Subscription { stream, frames: FrameBuffer::new(MAX_REPLY_BODY) };
         let mut enc = Encoder::default();
-        io::Write::write_all(&mut &sub.stream, enc.request(1, &Request::Subscribe))
+        super::connection::send_all(&sub.stream, enc.request(1, &Request::Subscribe))
             .map_err(|e| Error::Disconnected { op: "subscribe", reason: e.to_string() })?;
         match sub.next_frame("subscribe")? {
             Reply::Done => Ok(sub),
@@ -45,7 +44,7 @@ impl Subscription {
         self.stream
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?;
-        match super::connection::read_reply(&self.stream, &mut self.frames) {
+        match super::connection::read_reply(&self.stream, &mut self.frames, Duration::ZERO) {
             Err(e) if e.is_timeout() => Ok(None),
             other => Self::notification(other.map(|(_, r)| r).map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?)
                 .map(Some),
@@ -66,7 +65,7 @@ impl Subscription {
     }
 
     fn next_frame(&mut self, op: &'static str) -> Result<Reply> {
-        super::connection::read_reply(&self.stream, &mut self.frames)
+        super::connection::read_reply(&self.stream, &mut self.frames, Duration::ZERO)
             .map(|(_, reply)| reply)
             .map_err(|e| Error::Disconnected { op, reason: e.to_string() })
     }

@@ -65,7 +65,7 @@ impl Daemon {
 
     /// A client that does not pre-fault (for tests that only count).
     pub fn light_client(&self) -> StoreClient {
-        StoreClient::connect_with(&self.socket, &ConnectOptions { populate: Some(false) }).expect("connect to the daemon")
+        StoreClient::connect_with(&self.socket, &ConnectOptions { populate: Some(false), ..Default::default() }).expect("connect to the daemon")
     }
 
     pub fn alive(&mut self) -> bool {

@@ -65,6 +65,12 @@ struct ServeArgs {
     /// before the daemon gives up on it and closes its connection.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     frame_timeout: Duration,
+    /// How long each connection keeps polling for its client's next request
+    /// before sleeping (e.g. 50us; 0 never polls). Polling saves a wake-up
+    /// per request for clients working back to back, at the price of up to
+    /// this much CPU time after each burst of requests.
+    #[arg(long, default_value = "50us", value_parser = parse_duration)]
+    spin: Duration,
     /// Worker threads serving clients.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
@@ -98,10 +104,11 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("`{s}` is not a duration: write a number with a unit ms, s or m, e.g. 30s");
+    let err = || format!("`{s}` is not a duration: write a number with a unit us, ms, s or m, e.g. 30s");
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     let n: u64 = s[..digits].parse().map_err(|_| err())?;
     match &s[digits..] {
+        "us" => Ok(Duration::from_micros(n)),
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
@@ -142,10 +149,6 @@ fn one_sentence(e: &anyhow::Error) -> String {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (Some(socket), Some(memory)) = (args.socket, args.memory) else { bail!("--socket and --memory are required to serve") };
-    let arena = Arena::create(&ArenaOptions { size: memory.0, dir: args.dir, hugepages: args.hugepages, populate: args.populate })?;
-    let arena = Arc::new(arena);
-    let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
-    let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
         .thread_name("hprm-store")
@@ -153,8 +156,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the runtime")?;
     runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Before the arena: reserving (and pre-faulting) gigabytes takes
+        // seconds, and a stop request in that time must still end cleanly.
+        let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let arena = Arena::create(&ArenaOptions { size: memory.0, dir: args.dir, hugepages: args.hugepages, populate: args.populate })?;
+        let arena = Arc::new(arena);
+        let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
+        let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout, args.spin));
         let listener = server::bind(&socket, args.mode)?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("cannot handle SIGTERM")?;
         tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");
         if let Err(e) = notify::sd_notify(&format!("READY=1\nSTATUS=serving {} on {}", ByteSize(arena.size()), socket.display())) {
             tracing::warn!(error = %e, "cannot notify systemd");
@@ -163,7 +174,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = server::accept_loop(&listener.listener, shared) => {}
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
         drop(listener);
         anyhow::Ok(())
@@ -174,7 +185,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 fn connect(socket: &PathBuf) -> anyhow::Result<StoreClient> {
     // Operators' commands never touch object bytes: skip pre-faulting.
-    Ok(StoreClient::connect_with(socket, &ConnectOptions { populate: Some(false) })?)
+    Ok(StoreClient::connect_with(socket, &ConnectOptions { populate: Some(false), ..Default::default() })?)
 }
 
 fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
