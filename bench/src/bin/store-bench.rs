@@ -960,6 +960,22 @@ impl Report {
         }
         line("```".into());
         line(String::new());
+        if self.targets.small_cycles.as_ref().is_some_and(|t| !t.pass) {
+            let rt = &self.small_ops.round_trips;
+            let c = &self.small_ops.create_seal_get_release;
+            let waits = f64::from(rt.replies_per_cycle) * rt.store_contains.median_us;
+            line(format!(
+                "Why the cycle target is missed: a cycle waits for {} replies (create, get), and a store round trip costs {} µs here against {} µs for a bare Unix socket polled the same way, so the waits alone take {} µs of a {} µs median cycle; the rest is the two one-way sends (seal, release) and the client's own work. The mean cycle ({} µs) is far above the median because of scheduling tails (p99 {} µs) on this 2-CPU machine, where client and daemon compete with everything else for the two CPUs. Per request the store adds little to the socket; what would close the gap is fewer round trips per cycle: letting clients allocate small objects from slabs the daemon grants them in advance would make create one-way, leaving one round trip (the get) per cycle.",
+                rt.replies_per_cycle,
+                fmt_us(rt.store_contains.median_us),
+                fmt_us(rt.raw_socket_polling.median_us),
+                fmt_us(waits),
+                fmt_us(c.cycle.median_us),
+                fmt_us(1e6 / c.cycles_per_s.max(1.0)),
+                fmt_us(c.cycle.p99_us),
+            ));
+            line(String::new());
+        }
         line("## (a) Latency by object size".into());
         line(String::new());
         line("create+write+seal: create, copy the bytes in from a heap buffer, seal (of which copy: the copy alone). get+read: get, then sum every u64 word of the object. memcpy and heap read: the same copy into, and the same sum over, a heap buffer (the baselines).".into());
