@@ -39,7 +39,11 @@ def machine_line(report):
     m = report.get("machine", {})
     cpu = m.get("cpu_model") or "unknown CPU"
     nproc = m.get("nproc") or "?"
-    return f"{cpu}, {nproc} CPUs; {report['plan']['mode']} run, {report['plan']['reps']} reps per point"
+    line = f"{cpu}, {nproc} CPUs; {report['plan']['mode']} run, {report['plan']['reps']} reps per point"
+    scheduling = report.get("store", {}).get("scheduling", "")
+    if scheduling.startswith("SCHED_FIFO"):
+        line += "; real-time scheduling"
+    return line
 
 
 def plot_latency(report, path):

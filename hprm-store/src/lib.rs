@@ -15,6 +15,8 @@
 //!   mapping the shared region.
 //! - [`allocator`]: best-fit placement of objects inside the arena.
 //! - [`id`], [`bytesize`]: object ids and human byte sizes.
+//! - [`realtime`]: SCHED_FIFO priority and CPU affinity for the threads of
+//!   HPRM processes (the daemon's `--realtime-priority` and `--cpus`).
 //!
 //! Object life cycle: `create` (the creator writes in place) → `seal`
 //! (immutable, visible to `get`) → `get`/release by consumers → `delete`, or
@@ -43,6 +45,7 @@ pub mod client;
 mod error;
 pub mod id;
 pub mod protocol;
+pub mod realtime;
 
 pub use client::{ConnectOptions, CreateOptions, Deletion, Evicted, Object, ObjectMut, StoreClient, Subscription};
 pub use error::{Error, Result};

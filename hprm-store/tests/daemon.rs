@@ -199,3 +199,47 @@ fn the_socket_gets_the_requested_mode() {
     let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+#[test]
+fn realtime_priority_and_cpu_pinning_apply_to_every_thread_or_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let mut child = Command::new(STORE_BIN)
+        .args(["--socket", socket.to_str().unwrap(), "--memory", "4M", "--realtime-priority", "5", "--cpus", "0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outcome = common::eventually_result(Duration::from_secs(10), || {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(Err(status));
+        }
+        hprm_store::StoreClient::connect(&socket).ok().map(Ok)
+    });
+    match outcome {
+        Ok(store) => {
+            let pid = child.id();
+            for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+                let task = task.unwrap().path();
+                let sched = std::fs::read_to_string(task.join("sched")).unwrap();
+                let policy = sched.lines().find(|l| l.starts_with("policy")).unwrap();
+                assert!(policy.trim_end().ends_with(" 1"), "thread {} is not SCHED_FIFO: {policy}", task.display());
+                let status = std::fs::read_to_string(task.join("status")).unwrap();
+                let cpus = status.lines().find(|l| l.starts_with("Cpus_allowed_list")).unwrap();
+                assert!(cpus.trim_end().ends_with("\t0"), "thread {} is not pinned to CPU 0: {cpus}", task.display());
+            }
+            // And it still serves, polling included.
+            store.put(ObjectId::random(), &[1u8; 1000], b"").unwrap();
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        // Without root or CAP_SYS_NICE: a clear error, exit 1.
+        Err(status) => {
+            assert_eq!(status.code(), Some(1));
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            assert!(err.contains("CAP_SYS_NICE"), "{err}");
+        }
+    }
+    let out = run(&["--socket", socket.to_str().unwrap(), "--memory", "4M", "--cpus", "nine"]);
+    assert!(stderr(&out).contains("CPU list"), "{}", stderr(&out));
+}

@@ -81,7 +81,19 @@ struct Cli {
     /// The hprm-store daemon binary [default: `hprm-store` beside this program].
     #[arg(long)]
     store_bin: Option<PathBuf>,
+    /// Run the client and the daemon at SCHED_FIFO priority 10 on CPUs of
+    /// their own (client CPU 0, daemon CPU 1), as a robot runs its data path,
+    /// so that other processes cannot preempt them. Needs root or
+    /// CAP_SYS_NICE. Results go to store-DATE-realtime.{md,json}.
+    #[arg(long)]
+    realtime: bool,
 }
+
+/// SCHED_FIFO priority of the `--realtime` run.
+const REALTIME_PRIORITY: u8 = 10;
+/// CPUs of the client and the daemon in the `--realtime` run.
+const CLIENT_CPU: usize = 0;
+const DAEMON_CPU: usize = 1;
 
 #[derive(Debug, Clone, Copy, Serialize)]
 struct Plan {
@@ -113,13 +125,23 @@ fn run(cli: Cli) -> Result<()> {
     let plan = if cli.full { FULL } else { QUICK };
     let store_bin = find_store_bin(cli.store_bin)?;
     let started = SystemTime::now();
-    eprintln!("store-bench: {} run; starting {} (arena {ARENA}, --populate)", plan.mode, store_bin.display());
+    let (scheduling, daemon_args) = if cli.realtime {
+        use hprm_store::realtime::{apply, CpuList};
+        apply(Some(REALTIME_PRIORITY), Some(&CpuList(vec![CLIENT_CPU]))).context("cannot set up the --realtime run")?;
+        let args = vec!["--realtime-priority".to_string(), REALTIME_PRIORITY.to_string(), "--cpus".into(), DAEMON_CPU.to_string()];
+        (format!("SCHED_FIFO priority {REALTIME_PRIORITY}, client pinned to CPU {CLIENT_CPU}, daemon to CPU {DAEMON_CPU}"), args)
+    } else {
+        ("default (CFS, no pinning)".to_string(), Vec::new())
+    };
+    eprintln!("store-bench: {} run, scheduling {scheduling}; starting {} (arena {ARENA}, --populate)", plan.mode, store_bin.display());
 
     // Declared before the client so that it is dropped after it: the daemon
     // outlives every connection, also when `?` leaves early.
-    let mut daemon = Daemon::start(&store_bin)?;
+    let mut daemon = Daemon::start(&store_bin, &daemon_args)?;
     let client = daemon.connect(STARTUP_TIMEOUT)?;
     let mut bench = Bench::new(&client, plan);
+    // The floor's echo thread stands where the daemon does.
+    bench.echo_cpu = cli.realtime.then_some(DAEMON_CPU);
 
     eprintln!("(a) latency by size: {} reps + {} warm-up per size", plan.reps, plan.warmup_reps);
     let latency = LATENCY_SIZES.iter().map(|&s| bench.latency(s)).collect::<Result<Vec<_>>>()?;
@@ -154,6 +176,7 @@ fn run(cli: Cli) -> Result<()> {
             binary: store_bin.display().to_string(),
             arena: ARENA,
             populate: true,
+            scheduling,
             workspace_revision: workspace_revision(),
         },
         latency,
@@ -166,8 +189,9 @@ fn run(cli: Cli) -> Result<()> {
 
     let markdown = report.markdown();
     std::fs::create_dir_all(&cli.out).with_context(|| format!("cannot create the output directory {}", cli.out.display()))?;
-    let md_path = cli.out.join(format!("store-{}.md", report.date));
-    let json_path = cli.out.join(format!("store-{}.json", report.date));
+    let suffix = if cli.realtime { "-realtime" } else { "" };
+    let md_path = cli.out.join(format!("store-{}{suffix}.md", report.date));
+    let json_path = cli.out.join(format!("store-{}{suffix}.json", report.date));
     std::fs::write(&md_path, &markdown).with_context(|| format!("cannot write {}", md_path.display()))?;
     let json = serde_json::to_string_pretty(&report).context("cannot serialize the report")?;
     std::fs::write(&json_path, json + "\n").with_context(|| format!("cannot write {}", json_path.display()))?;
@@ -209,7 +233,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(bin: &Path) -> Result<Daemon> {
+    fn start(bin: &Path, extra: &[String]) -> Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("hprm-store-bench.")
             .tempdir()
@@ -224,6 +248,7 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(["--memory", ARENA, "--populate"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err)
@@ -313,6 +338,8 @@ struct Bench<'a> {
     dst: Vec<u8>,
     next_id: u64,
     deferred_deletes: u64,
+    /// CPU for the socket floor's echo thread (the `--realtime` run).
+    echo_cpu: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,7 +363,7 @@ impl<'a> Bench<'a> {
         // Non-zero fill: `vec![0; n]` would come from calloc as untouched
         // zero pages, and the first memcpy would pay their faults.
         let dst = vec![0xA5u8; max];
-        Bench { client, plan, src, dst, next_id: 0, deferred_deletes: 0 }
+        Bench { client, plan, src, dst, next_id: 0, deferred_deletes: 0, echo_cpu: None }
     }
 
     /// Ids from a counter: this daemon is ours alone, and drawing random
@@ -509,8 +536,8 @@ impl<'a> Bench<'a> {
             black_box(self.client.contains(missing).context("contains")?);
             store.push(t.elapsed());
         }
-        let raw = socket_ping_pong(n, Duration::ZERO)?;
-        let polling = socket_ping_pong(n, hprm_store::client::DEFAULT_SPIN)?;
+        let raw = socket_ping_pong(n, Duration::ZERO, self.echo_cpu)?;
+        let polling = socket_ping_pong(n, hprm_store::client::DEFAULT_SPIN, self.echo_cpu)?;
         let rt = RoundTrips {
             samples: n,
             store_contains: Summary::of(&store),
@@ -584,11 +611,16 @@ const REPLIES_PER_CYCLE: u32 = 2;
 /// 64-byte ping-pong over a Unix socket pair between two threads. With a
 /// `poll` budget both sides first poll (non-blocking reads) as the store's
 /// client and daemon do, then block: the floor for the store's round trip.
-fn socket_ping_pong(n: usize, poll: Duration) -> Result<Vec<Duration>> {
+fn socket_ping_pong(n: usize, poll: Duration, echo_cpu: Option<usize>) -> Result<Vec<Duration>> {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
     let (mut near, mut far) = UnixStream::pair().context("cannot create a Unix socket pair")?;
     let echo = std::thread::spawn(move || {
+        if let Some(cpu) = echo_cpu {
+            // Two polling threads at real-time priority on one CPU would
+            // starve each other; the echo side gets the daemon's CPU.
+            let _ = hprm_store::realtime::apply(None, Some(&hprm_store::realtime::CpuList(vec![cpu])));
+        }
         let mut buf = [0u8; SMALL_SIZE];
         // Ends when the near side is dropped (read fails at EOF).
         while read_exact_polling(&far, &mut buf, poll).is_ok() && far.write_all(&buf).is_ok() {}
@@ -736,6 +768,7 @@ struct StoreSetup {
     binary: String,
     arena: &'static str,
     populate: bool,
+    scheduling: String,
     workspace_revision: Option<String>,
 }
 
@@ -940,8 +973,9 @@ impl Report {
             m.thp_shmem_enabled.as_deref().unwrap_or("?"),
         ));
         line(format!(
-            "Store: one daemon started by the benchmark, arena {} memfd with `--populate`, one client; workspace {}. Started {}.",
+            "Store: one daemon started by the benchmark, arena {} memfd with `--populate`, one client; scheduling: {}; workspace {}. Started {}.",
             self.store.arena,
+            self.store.scheduling,
             self.store.workspace_revision.as_deref().unwrap_or("(revision unknown)"),
             self.started_utc
         ));
@@ -965,7 +999,7 @@ impl Report {
             let c = &self.small_ops.create_seal_get_release;
             let waits = f64::from(rt.replies_per_cycle) * rt.store_contains.median_us;
             line(format!(
-                "Why the cycle target is missed: a cycle waits for {} replies (create, get), and a store round trip costs {} µs here against {} µs for a bare Unix socket polled the same way, so the waits alone take {} µs of a {} µs median cycle; the rest is the two one-way sends (seal, release) and the client's own work. The mean cycle ({} µs) is far above the median because of scheduling tails (p99 {} µs) on this 2-CPU machine, where client and daemon compete with everything else for the two CPUs. Per request the store adds little to the socket; what would close the gap is fewer round trips per cycle: letting clients allocate small objects from slabs the daemon grants them in advance would make create one-way, leaving one round trip (the get) per cycle.",
+                "Why the cycle target is missed: a cycle waits for {} replies (create, get), and a store round trip costs {} µs here against {} µs for a bare Unix socket polled the same way, so the waits alone take {} µs of a {} µs median cycle; the rest is the two one-way sends (seal, release) and the client's own work. The mean cycle ({} µs) is above the median because of scheduling tails (p99 {} µs): on this 2-CPU machine client and daemon compete with everything else for the two CPUs unless they run at real-time priority (compare the `--realtime` run). Per request the store adds little to the socket; what would close the gap is fewer round trips per cycle: letting clients allocate small objects from slabs the daemon grants them in advance would make create one-way, leaving one round trip (the get) per cycle.",
                 rt.replies_per_cycle,
                 fmt_us(rt.store_contains.median_us),
                 fmt_us(rt.raw_socket_polling.median_us),

@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use hprm_store::arena::{Arena, ArenaOptions};
 use hprm_store::bytesize::ByteSize;
+use hprm_store::realtime::CpuList;
 use hprm_store::{ConnectOptions, StoreClient};
 
 use table::{ObjectTable, TableConfig};
@@ -71,6 +72,14 @@ struct ServeArgs {
     /// this much CPU time after each burst of requests.
     #[arg(long, default_value = "50us", value_parser = parse_duration)]
     spin: Duration,
+    /// Run the daemon's threads at this SCHED_FIFO priority (1-99), so that
+    /// ordinary processes cannot preempt request handling. Needs root or
+    /// CAP_SYS_NICE. Polling (--spin) is bounded, so the CPU is given back.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
+    realtime_priority: Option<u8>,
+    /// Pin the daemon's threads to these CPUs, e.g. 1 or 2-3.
+    #[arg(long)]
+    cpus: Option<CpuList>,
     /// Worker threads serving clients.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
@@ -149,6 +158,8 @@ fn one_sentence(e: &anyhow::Error) -> String {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (Some(socket), Some(memory)) = (args.socket, args.memory) else { bail!("--socket and --memory are required to serve") };
+    // On this thread, before the runtime exists: its threads inherit both.
+    hprm_store::realtime::apply(args.realtime_priority, args.cpus.as_ref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
         .thread_name("hprm-store")
