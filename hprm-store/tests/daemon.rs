@@ -160,33 +160,42 @@ fn tells_systemd_when_ready() {
     child.wait().unwrap();
 }
 
-#[test]
-fn hugepages_work_or_fail_clearly() {
+/// Starts a daemon whose flags may legitimately be refused on this machine
+/// (huge pages, real-time priority): `Ok` with the running daemon and a
+/// client, or `Err` with its exit status and what it printed.
+fn start_or_refuse(flags: &[&str]) -> Result<(std::process::Child, hprm_store::StoreClient, tempfile::TempDir), (std::process::ExitStatus, String)> {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
-    let mut child = Command::new(STORE_BIN)
-        .args(["--socket", socket.to_str().unwrap(), "--memory", "4M", "--hugepages"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let outcome = common::eventually_result(Duration::from_secs(10), || {
+    let mut child =
+        Command::new(STORE_BIN).args(["--socket", socket.to_str().unwrap(), "--memory", "4M"]).args(flags).stderr(Stdio::piped()).spawn().unwrap();
+    let started = common::eventually_result(Duration::from_secs(10), || {
         if let Some(status) = child.try_wait().unwrap() {
             return Some(Err(status));
         }
         hprm_store::StoreClient::connect(&socket).ok().map(Ok)
     });
-    match outcome {
+    match started {
+        Ok(store) => Ok((child, store, dir)),
+        Err(status) => {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            Err((status, err))
+        }
+    }
+}
+
+#[test]
+fn hugepages_work_or_fail_clearly() {
+    match start_or_refuse(&["--hugepages"]) {
         // Huge pages are configured here: the store works on them.
-        Ok(store) => {
+        Ok((mut child, store, _dir)) => {
             store.put(ObjectId::random(), &[1u8; 3 << 20], b"").unwrap();
             child.kill().unwrap();
             child.wait().unwrap();
         }
         // None configured (vm.nr_hugepages = 0): a clear error, exit 1.
-        Err(status) => {
+        Err((status, err)) => {
             assert_eq!(status.code(), Some(1));
-            let mut err = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
             assert!(err.contains("huge pages") && err.contains("vm.nr_hugepages"), "{err}");
         }
     }
@@ -202,21 +211,8 @@ fn the_socket_gets_the_requested_mode() {
 
 #[test]
 fn realtime_priority_and_cpu_pinning_apply_to_every_thread_or_fail_clearly() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("s.sock");
-    let mut child = Command::new(STORE_BIN)
-        .args(["--socket", socket.to_str().unwrap(), "--memory", "4M", "--realtime-priority", "5", "--cpus", "0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let outcome = common::eventually_result(Duration::from_secs(10), || {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(Err(status));
-        }
-        hprm_store::StoreClient::connect(&socket).ok().map(Ok)
-    });
-    match outcome {
-        Ok(store) => {
+    match start_or_refuse(&["--realtime-priority", "5", "--cpus", "0"]) {
+        Ok((mut child, store, _dir)) => {
             let pid = child.id();
             for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
                 let task = task.unwrap().path();
@@ -233,13 +229,11 @@ fn realtime_priority_and_cpu_pinning_apply_to_every_thread_or_fail_clearly() {
             child.wait().unwrap();
         }
         // Without root or CAP_SYS_NICE: a clear error, exit 1.
-        Err(status) => {
+        Err((status, err)) => {
             assert_eq!(status.code(), Some(1));
-            let mut err = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
             assert!(err.contains("CAP_SYS_NICE"), "{err}");
         }
     }
-    let out = run(&["--socket", socket.to_str().unwrap(), "--memory", "4M", "--cpus", "nine"]);
+    let out = run(&["--socket", "/tmp/never.sock", "--memory", "4M", "--cpus", "nine"]);
     assert!(stderr(&out).contains("CPU list"), "{}", stderr(&out));
 }
