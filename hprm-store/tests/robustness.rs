@@ -244,3 +244,37 @@ fn when_the_daemon_dies_calls_fail_with_disconnected() {
     assert!(matches!(store.contains(id), Err(hprm_store::Error::Disconnected { .. })));
     drop(held); // release on a dead connection: nothing to do, no panic
 }
+
+#[test]
+fn a_client_cannot_pile_up_waiting_requests() {
+    let d = Daemon::start("16M", &[]);
+    let (stop, watcher) = bystander(&d);
+    let s = raw_connection(&d);
+    let mut enc = Encoder::default();
+    let limit = 1024u64;
+    let mut frames = Vec::new();
+    for seq in 1..=limit + 1 {
+        let ids = [ObjectId::random()];
+        frames.extend_from_slice(enc.request(seq, &Request::Get { ids: std::borrow::Cow::Borrowed(&ids), timeout: None }));
+    }
+    (&s).write_all(&frames).unwrap();
+    // The one over the limit is refused at once; the others keep waiting.
+    let mut header = [0u8; HEADER_LEN];
+    (&s).read_exact(&mut header).unwrap();
+    let mut body = vec![0u8; parse_header(&header, MAX_REPLY_BODY).unwrap()];
+    (&s).read_exact(&mut body).unwrap();
+    match decode_reply(&body).unwrap() {
+        (seq, Reply::Error(e)) => {
+            assert_eq!(seq, limit + 1);
+            assert_eq!(e.code, ErrorCode::InvalidArgument);
+            assert!(e.message.contains("waiting"), "{}", e.message);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let store = d.light_client();
+    assert_eq!(store.stats().unwrap().waiting_gets, limit);
+    drop(s);
+    eventually(Duration::from_secs(5), "the waits go with their connection", || store.stats().unwrap().waiting_gets == 0);
+    stop.store(true, Ordering::Relaxed);
+    assert!(watcher.join().expect("the bystander never saw an error") > 0);
+}

@@ -41,6 +41,11 @@ pub struct WaitId(u64);
 /// Queue depth per subscriber before it is cut off as lagging.
 pub const SUBSCRIBER_QUEUE: usize = 4096;
 
+/// Waiting requests (gets, creates waiting for space) one client may have at
+/// once: each costs daemon memory and a task, so a client that piles them
+/// up without bound must be refused before it exhausts the daemon.
+pub const MAX_WAITS_PER_CLIENT: usize = 1024;
+
 /// What the connection does with a request's result.
 pub enum Outcome {
     Reply(Reply),
@@ -77,6 +82,8 @@ impl Entry {
 struct ClientRecord {
     refs: HashMap<ObjectId, u32>,
     unsealed: HashSet<ObjectId>,
+    /// Requests of this client waiting in `gets` or `creates`.
+    waits: usize,
 }
 
 struct GetWaiter {
@@ -203,6 +210,9 @@ impl ObjectTable {
         }
         if wait.is_zero() {
             return Outcome::Reply(self.out_of_memory(id, len));
+        }
+        if let Err(reply) = self.begin_wait(client) {
+            return Outcome::Reply(reply);
         }
         let (tx, rx) = oneshot::channel();
         let wait_id = self.next_wait_id();
@@ -336,6 +346,14 @@ impl ObjectTable {
             let objects = ids.iter().zip(found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
             return Outcome::Reply(Reply::Objects(objects));
         }
+        if let Err(reply) = self.begin_wait(client) {
+            for (&id, p) in ids.iter().zip(&found) {
+                if p.is_some() {
+                    self.drop_ref(client, id, false);
+                }
+            }
+            return Outcome::Reply(reply);
+        }
         let (tx, rx) = oneshot::channel();
         let wait = self.next_wait_id();
         for (i, &id) in ids.iter().enumerate() {
@@ -374,6 +392,7 @@ impl ObjectTable {
             }
             if done {
                 let w = self.gets.remove(&wait).expect("waiter present");
+                self.end_wait(w.client);
                 let objects = w.ids.iter().zip(w.found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
                 // The receiver is gone only if its connection closed; its
                 // references are then dropped by `disconnect`.
@@ -387,6 +406,7 @@ impl ObjectTable {
     /// the channel).
     pub fn cancel(&mut self, wait: WaitId) -> Option<Reply> {
         if let Some(w) = self.gets.remove(&wait) {
+            self.end_wait(w.client);
             let mut missing = Vec::new();
             for (id, p) in w.ids.iter().zip(&w.found) {
                 match p {
@@ -409,6 +429,7 @@ impl ObjectTable {
         }
         if let Some(pos) = self.creates.iter().position(|c| c.wait == wait) {
             let c = self.creates.remove(pos).expect("position is valid");
+            self.end_wait(c.client);
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
             return Some(self.out_of_memory(c.id, len));
         }
@@ -640,6 +661,7 @@ impl ObjectTable {
             let c = &self.creates[i];
             if self.objects.contains_key(&c.id) {
                 let c = self.creates.remove(i).expect("index in range");
+                self.end_wait(c.client);
                 let _ = c.tx.send(err(ErrorCode::AlreadyExists, format!("object {} was created by another client while waiting for space", c.id)));
                 continue;
             }
@@ -647,6 +669,7 @@ impl ObjectTable {
             match self.allocate(len) {
                 Some(block) => {
                     let c = self.creates.remove(i).expect("index in range");
+                    self.end_wait(c.client);
                     let reply = self.place(c.client, c.id, block, c.data_size, &c.metadata, c.deliveries);
                     let _ = c.tx.send(reply);
                 }
@@ -669,6 +692,24 @@ impl ObjectTable {
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         });
+    }
+
+    fn begin_wait(&mut self, client: ClientId) -> Result<(), Reply> {
+        let record = self.clients.entry(client).or_default();
+        if record.waits >= MAX_WAITS_PER_CLIENT {
+            return Err(err(
+                ErrorCode::InvalidArgument,
+                format!("this connection already has {MAX_WAITS_PER_CLIENT} requests waiting (gets of unsealed objects, creates waiting for space); wait for some to finish, or use shorter timeouts"),
+            ));
+        }
+        record.waits += 1;
+        Ok(())
+    }
+
+    fn end_wait(&mut self, client: ClientId) {
+        if let Some(record) = self.clients.get_mut(&client) {
+            record.waits = record.waits.saturating_sub(1);
+        }
     }
 
     fn next_wait_id(&mut self) -> WaitId {
@@ -857,5 +898,26 @@ mod tests {
         t.handle(2, &Request::Release { id: a });
         assert!(matches!(rx.try_recv(), Ok(Reply::Created(_))));
         assert!(t.objects.contains_key(&b));
+    }
+
+    #[test]
+    fn waiting_requests_per_client_are_bounded() {
+        let mut t = table(1 << 20);
+        let mut waits = Vec::new();
+        for _ in 0..MAX_WAITS_PER_CLIENT {
+            match t.handle(2, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }) {
+                Outcome::Wait { wait, .. } => waits.push(wait),
+                Outcome::Reply(r) => panic!("refused early: {r:?}"),
+            }
+        }
+        let present = ObjectId::random();
+        put(&mut t, present, 10, 0);
+        let refused = reply(t.handle(2, &Request::Get { ids: Cow::Owned(vec![present, ObjectId::random()]), timeout: None }));
+        assert_eq!(code(&refused), Some(ErrorCode::InvalidArgument));
+        assert_eq!(t.objects[&present].refs, 0, "a refused get holds nothing");
+        // Other clients are not limited by this one.
+        assert!(matches!(t.handle(1, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }), Outcome::Wait { .. }));
+        t.cancel(waits[0]);
+        assert!(matches!(t.handle(2, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }), Outcome::Wait { .. }));
     }
 }
