@@ -1,0 +1,620 @@
+//! The centralized coordination algorithm: when may a federate advance?
+//!
+//! A pure state machine with no I/O: the RTI daemon feeds it what federates
+//! report (next event tags, latest tags confirmed, tagged messages passing
+//! through, resignations) and sends the [`Notice`]s it returns, in order.
+//! It computes grants exactly as Lingua Franca's C RTI does (reactor-c's
+//! `rti_common.c`/`rti_remote.c`), so federates built for that RTI behave
+//! identically here; `docs/lf-federated-protocol.md` describes that
+//! algorithm step by step, and the function docs below point to its parts.
+//!
+//! Vocabulary:
+//! - NET (next event tag): the earliest tag at which a federate may act next.
+//! - LTC (latest tag confirmed): the last tag a federate finished.
+//! - TAG(g): "you may advance to g; no message earlier than or at g will come".
+//! - PTAG(g): "you may advance to g, but inputs of zero-delay cycles at g are
+//!   not known yet" (only for federates on a zero-delay cycle).
+//! - EIMT: the earliest tag at which a message could still reach a federate,
+//!   from upstream NETs plus the minimum path delays.
+//!
+//! Deviations from the C RTI, all on the safe side: the min-delay matrix is
+//! recomputed whenever the federation's structure changes rather than frozen
+//! at first use, and a federate that disconnects without resigning is treated
+//! as failed (the C RTI lets its stale NET block its downstream forever).
+//! DNET (downstream next event tag) is not sent, which the protocol allows:
+//! federates then always send their NETs.
+
+use std::collections::BTreeSet;
+
+use crate::tag::{Delay, Instant, Tag, FOREVER, NEVER, ZERO};
+
+/// A federate's index, 0..N.
+pub type FedId = u16;
+
+/// Where a federate is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    /// Not connected yet, or resigned, failed or disconnected.
+    NotConnected,
+    /// Handshake done, start time not yet sent: notices for it are held back
+    /// by the daemon until it starts.
+    Pending,
+    /// Running.
+    Granted,
+}
+
+/// One upstream of a federate and the smallest delay over its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upstream {
+    pub id: FedId,
+    pub delay: Delay,
+}
+
+/// A grant to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// TAG: advance to this tag.
+    Tag(Tag),
+    /// PTAG: advance provisionally to this tag.
+    Provisional(Tag),
+}
+
+/// A message the RTI must send to a federate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notice {
+    pub to: FedId,
+    pub grant: Grant,
+}
+
+/// What happened to a tagged message relayed toward a federate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relay {
+    /// Forward it; send these notices after it.
+    Forward(Vec<Notice>),
+    /// The destination is not connected: drop the message.
+    Drop,
+    /// Forward it, but the destination already completed the message's tag:
+    /// it will be tardy there (an STP violation).
+    Tardy(Vec<Notice>),
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    upstreams: Vec<Upstream>,
+    downstreams: Vec<FedId>,
+    state: NodeState,
+    completed: Tag,
+    last_granted: Tag,
+    last_provisionally_granted: Tag,
+    next_event: Tag,
+    in_transit: BTreeSet<Tag>,
+}
+
+impl Node {
+    fn new() -> Node {
+        Node {
+            upstreams: Vec::new(),
+            downstreams: Vec::new(),
+            state: NodeState::NotConnected,
+            completed: NEVER,
+            last_granted: NEVER,
+            last_provisionally_granted: NEVER,
+            next_event: NEVER,
+            in_transit: BTreeSet::new(),
+        }
+    }
+}
+
+/// The grant state of a whole federation.
+#[derive(Debug, Clone)]
+pub struct Coordinator {
+    nodes: Vec<Node>,
+    start_time: Instant,
+    /// `min_delays[u * n + v]`: the smallest path delay from `u` to `v` over
+    /// paths of at least one connection, FOREVER where there is none. The
+    /// diagonal is the smallest cycle delay through a node. `None` when the
+    /// structure changed since it was last computed.
+    min_delays: Option<Vec<Tag>>,
+    notices: Vec<Notice>,
+}
+
+impl Coordinator {
+    /// A federation of `n` federates, none connected yet.
+    pub fn new(n: u16) -> Coordinator {
+        Coordinator { nodes: vec![Node::new(); usize::from(n)], start_time: 0, min_delays: None, notices: Vec::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Records a federate's neighbours (its NEIGHBOR_STRUCTURE message).
+    pub fn set_neighbors(&mut self, fed: FedId, upstreams: Vec<Upstream>, downstreams: Vec<FedId>) {
+        let node = &mut self.nodes[usize::from(fed)];
+        node.upstreams = upstreams;
+        node.downstreams = downstreams;
+        self.min_delays = None;
+    }
+
+    pub fn set_state(&mut self, fed: FedId, state: NodeState) {
+        self.nodes[usize::from(fed)].state = state;
+        self.min_delays = None;
+    }
+
+    pub fn state(&self, fed: FedId) -> NodeState {
+        self.nodes[usize::from(fed)].state
+    }
+
+    /// The agreed start time (upstreams never heard from are assumed to be
+    /// able to act at the start tag).
+    pub fn set_start_time(&mut self, start: Instant) {
+        self.start_time = start;
+    }
+
+    /// The last TAG sent to `fed`.
+    pub fn last_granted(&self, fed: FedId) -> Tag {
+        self.nodes[usize::from(fed)].last_granted
+    }
+
+    /// The NET recorded for `fed` (lowered by messages in transit to it).
+    pub fn next_event(&self, fed: FedId) -> Tag {
+        self.nodes[usize::from(fed)].next_event
+    }
+
+    /// The smallest path delay from `from` to `to` (FOREVER: no path).
+    pub fn min_delay(&mut self, from: FedId, to: FedId) -> Tag {
+        let n = self.nodes.len();
+        self.matrix()[usize::from(from) * n + usize::from(to)]
+    }
+
+    /// Whether `fed` lies on a cycle of connections.
+    pub fn in_cycle(&mut self, fed: FedId) -> bool {
+        self.min_delay(fed, fed) != FOREVER
+    }
+
+    /// Whether `fed` lies on a cycle of connections none of which has an
+    /// `after` (a zero-delay cycle, which needs provisional grants).
+    pub fn in_zero_delay_cycle(&mut self, fed: FedId) -> bool {
+        self.min_delay(fed, fed) == ZERO
+    }
+
+    /// A federate reported its next event tag (NET).
+    pub fn next_event_tag(&mut self, fed: FedId, net: Tag) -> Vec<Notice> {
+        self.update_next_event(fed, net);
+        std::mem::take(&mut self.notices)
+    }
+
+    /// A federate reported the latest tag it completed (LTC).
+    pub fn latest_tag_confirmed(&mut self, fed: FedId, completed: Tag) -> Vec<Notice> {
+        let f = usize::from(fed);
+        self.nodes[f].completed = completed;
+        for d in self.nodes[f].downstreams.clone() {
+            self.notify_advance_grant_if_safe(d);
+            let mut visited = vec![false; self.nodes.len()];
+            self.notify_downstream_advance_grant_if_safe(d, &mut visited);
+        }
+        // Messages at or before `completed` have been processed.
+        let still = self.nodes[f].in_transit.split_off(&completed.delayed(Delay::After(0)));
+        self.nodes[f].in_transit = still;
+        std::mem::take(&mut self.notices)
+    }
+
+    /// A tagged message for `dest` at `tag` passes through the RTI. Until
+    /// `dest` confirms that tag, its recorded NET stays at or below it.
+    pub fn tagged_message(&mut self, dest: FedId, tag: Tag) -> Relay {
+        let d = usize::from(dest);
+        if self.nodes[d].state == NodeState::NotConnected {
+            return Relay::Drop;
+        }
+        let tardy = self.nodes[d].completed >= tag;
+        if !tardy {
+            self.nodes[d].in_transit.insert(tag);
+        }
+        if tag < self.nodes[d].next_event {
+            self.update_next_event(dest, tag);
+        }
+        let notices = std::mem::take(&mut self.notices);
+        if tardy {
+            Relay::Tardy(notices)
+        } else {
+            Relay::Forward(notices)
+        }
+    }
+
+    /// A federate resigned, failed or disconnected: it will send nothing
+    /// more, so it no longer holds anyone back.
+    pub fn resign(&mut self, fed: FedId) -> Vec<Notice> {
+        let f = usize::from(fed);
+        self.nodes[f].state = NodeState::NotConnected;
+        self.nodes[f].next_event = FOREVER;
+        let mut visited = vec![false; self.nodes.len()];
+        self.notify_downstream_advance_grant_if_safe(fed, &mut visited);
+        std::mem::take(&mut self.notices)
+    }
+
+    /// Records a NET, bounded by the messages in transit to the federate,
+    /// and re-evaluates the federate and everything downstream of it.
+    fn update_next_event(&mut self, fed: FedId, net: Tag) {
+        let f = usize::from(fed);
+        let in_transit = self.nodes[f].in_transit.first().copied().unwrap_or(FOREVER);
+        let net = net.min(in_transit);
+        self.nodes[f].next_event = net;
+        if self.nodes[f].upstreams.is_empty() {
+            // Nobody can hold it back: it advances without waiting for us.
+            self.nodes[f].last_granted = net;
+        } else {
+            self.notify_advance_grant_if_safe(fed);
+        }
+        let n = self.nodes.len();
+        for j in 0..n {
+            if self.matrix()[f * n + j] != FOREVER {
+                self.notify_advance_grant_if_safe(j as FedId);
+            }
+        }
+    }
+
+    /// The grant `fed` may have now, if any (reactor-c
+    /// `tag_advance_grant_if_safe`).
+    fn grant_if_safe(&mut self, fed: FedId) -> Option<Grant> {
+        let e = usize::from(fed);
+        // (A) From upstream LTCs: no upstream can send anything before it
+        // completes past what it completed, plus the connection delay.
+        let mut m = FOREVER;
+        for u in &self.nodes[e].upstreams {
+            let up = &self.nodes[usize::from(u.id)];
+            if up.state == NodeState::NotConnected {
+                continue;
+            }
+            m = m.min(up.completed.delayed_strict(u.delay));
+        }
+        let node = &self.nodes[e];
+        if m > node.last_granted && m >= node.next_event {
+            return Some(Grant::Tag(m));
+        }
+        // (B) From NETs: nothing can arrive before the EIMT.
+        let t_d = self.eimt(fed);
+        let t_d_strict = self.eimt_strict(fed);
+        let node = &self.nodes[e];
+        if t_d > node.next_event && node.next_event > NEVER && t_d >= node.last_provisionally_granted && t_d > node.last_granted {
+            return Some(Grant::Tag(t_d.latest_earlier()));
+        }
+        let (next, ptag, granted) = (node.next_event, node.last_provisionally_granted, node.last_granted);
+        if t_d == next && self.in_zero_delay_cycle(fed) && t_d_strict > next && t_d > ptag && t_d > granted {
+            return Some(Grant::Provisional(next));
+        }
+        None
+    }
+
+    /// Earliest future incoming message tag: over every federate with a path
+    /// to `fed` (itself too, if on a cycle), its NET plus the path delay.
+    fn eimt(&mut self, fed: FedId) -> Tag {
+        let n = self.nodes.len();
+        let e = usize::from(fed);
+        let start = Tag::new(self.start_time, 0);
+        let mut t_d = FOREVER;
+        for i in 0..n {
+            let d = self.matrix()[i * n + e];
+            if d == FOREVER {
+                continue;
+            }
+            // Never heard from: it may act at the start tag. Recorded, as
+            // the C RTI does, because later comparisons see this value.
+            if self.nodes[i].next_event == NEVER {
+                self.nodes[i].next_event = start;
+            }
+            t_d = t_d.min(self.nodes[i].next_event.plus(d));
+        }
+        t_d
+    }
+
+    /// The EIMT through immediate upstreams that are not on a zero-delay
+    /// cycle (reactor-c `eimt_strict`).
+    fn eimt_strict(&mut self, fed: FedId) -> Tag {
+        let start = Tag::new(self.start_time, 0);
+        let mut t_d = FOREVER;
+        for u in self.nodes[usize::from(fed)].upstreams.clone() {
+            if self.in_zero_delay_cycle(u.id) {
+                continue;
+            }
+            let up = usize::from(u.id);
+            if self.nodes[up].next_event == NEVER {
+                self.nodes[up].next_event = start;
+            }
+            let earliest = self.eimt(u.id).min(self.nodes[up].next_event);
+            t_d = t_d.min(earliest.delayed(u.delay));
+        }
+        t_d
+    }
+
+    fn notify_advance_grant_if_safe(&mut self, fed: FedId) {
+        match self.grant_if_safe(fed) {
+            Some(Grant::Tag(t)) => self.notify_tag(fed, t),
+            Some(Grant::Provisional(t)) => self.notify_ptag(fed, t),
+            None => {}
+        }
+    }
+
+    fn notify_downstream_advance_grant_if_safe(&mut self, fed: FedId, visited: &mut [bool]) {
+        visited[usize::from(fed)] = true;
+        for d in self.nodes[usize::from(fed)].downstreams.clone() {
+            if visited[usize::from(d)] {
+                continue;
+            }
+            self.notify_advance_grant_if_safe(d);
+            self.notify_downstream_advance_grant_if_safe(d, visited);
+        }
+    }
+
+    fn notify_tag(&mut self, fed: FedId, tag: Tag) {
+        let node = &mut self.nodes[usize::from(fed)];
+        if node.state == NodeState::NotConnected || tag <= node.last_granted || tag < node.last_provisionally_granted {
+            return;
+        }
+        node.last_granted = tag;
+        self.notices.push(Notice { to: fed, grant: Grant::Tag(tag) });
+    }
+
+    /// Sends a PTAG and propagates it upstream, so that upstream federates
+    /// in the cycle can resolve their outputs as absent at that tag.
+    fn notify_ptag(&mut self, fed: FedId, tag: Tag) {
+        let node = &mut self.nodes[usize::from(fed)];
+        if node.state == NodeState::NotConnected || tag <= node.last_granted || tag <= node.last_provisionally_granted {
+            return;
+        }
+        node.last_provisionally_granted = tag;
+        self.notices.push(Notice { to: fed, grant: Grant::Provisional(tag) });
+        for u in self.nodes[usize::from(fed)].upstreams.clone() {
+            if self.nodes[usize::from(u.id)].state == NodeState::NotConnected {
+                continue;
+            }
+            let earliest = self.eimt(u.id);
+            let strict = self.eimt_strict(u.id);
+            if earliest > tag {
+                self.notify_tag(u.id, tag);
+            } else if earliest == tag && strict > tag {
+                self.notify_ptag(u.id, tag);
+            }
+        }
+    }
+
+    fn matrix(&mut self) -> &[Tag] {
+        if self.min_delays.is_none() {
+            self.min_delays = Some(self.compute_min_delays());
+        }
+        self.min_delays.as_deref().expect("just computed")
+    }
+
+    /// Smallest path delays by a label-correcting search backwards from each
+    /// destination: `path(U → end) = edge(U → I) ⊕ path(I → end)`, composed
+    /// with [`Tag::plus`] from the downstream end (the order matters, because
+    /// a time delay resets microsteps accumulated before it). Searches do not
+    /// pass through federates that are not connected.
+    fn compute_min_delays(&self) -> Vec<Tag> {
+        let n = self.nodes.len();
+        let mut matrix = vec![FOREVER; n * n];
+        for end in 0..n {
+            let mut path = vec![FOREVER; n];
+            let mut work: Vec<(usize, Tag)> = vec![(end, ZERO)];
+            while let Some((i, so_far)) = work.pop() {
+                if self.nodes[i].state == NodeState::NotConnected {
+                    continue;
+                }
+                if i != end && so_far > path[i] {
+                    continue; // superseded by a shorter path found since
+                }
+                for u in &self.nodes[i].upstreams {
+                    let up = usize::from(u.id);
+                    let p = u.delay.as_tag().plus(so_far);
+                    if p < path[up] {
+                        path[up] = p;
+                        if up != end {
+                            work.push((up, p));
+                        }
+                    }
+                }
+            }
+            for (u, p) in path.into_iter().enumerate() {
+                matrix[u * n + end] = p;
+            }
+        }
+        matrix
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tag::FOREVER_TIME;
+
+    const S: i64 = 1_000_000_000;
+
+    fn tag(t: i64, m: u32) -> Tag {
+        Tag::new(t, m)
+    }
+
+    /// A federation from `(from, to, delay)` connections, all federates
+    /// connected and started at `S`.
+    fn federation(n: u16, connections: &[(FedId, FedId, Delay)]) -> Coordinator {
+        let mut c = Coordinator::new(n);
+        for fed in 0..n {
+            let mut ups: Vec<Upstream> = Vec::new();
+            for &(from, to, delay) in connections.iter().filter(|(_, to, _)| *to == fed) {
+                let _ = to;
+                match ups.iter_mut().find(|u| u.id == from) {
+                    Some(u) => u.delay = u.delay.min(delay),
+                    None => ups.push(Upstream { id: from, delay }),
+                }
+            }
+            let mut downs: Vec<FedId> = connections.iter().filter(|(from, _, _)| *from == fed).map(|(_, to, _)| *to).collect();
+            downs.dedup();
+            c.set_neighbors(fed, ups, downs);
+            c.set_state(fed, NodeState::Granted);
+        }
+        c.set_start_time(S);
+        c
+    }
+
+    fn tag_to(to: FedId, t: Tag) -> Notice {
+        Notice { to, grant: Grant::Tag(t) }
+    }
+
+    fn ptag_to(to: FedId, t: Tag) -> Notice {
+        Notice { to, grant: Grant::Provisional(t) }
+    }
+
+    #[test]
+    fn min_delays_compose_along_paths() {
+        // reactor-c's own matrix test: 0 -(1ns)-> 1 -(after 0)-> 2 -(2ns)-> 3.
+        let mut c = federation(4, &[(0, 1, Delay::After(1)), (1, 2, Delay::After(0)), (2, 3, Delay::After(2))]);
+        assert_eq!(c.min_delay(0, 1), tag(1, 0));
+        assert_eq!(c.min_delay(0, 2), tag(1, 1));
+        assert_eq!(c.min_delay(0, 3), tag(3, 0));
+        assert_eq!(c.min_delay(1, 2), tag(0, 1));
+        assert_eq!(c.min_delay(1, 3), tag(2, 0));
+        assert_eq!(c.min_delay(2, 3), tag(2, 0));
+        assert_eq!(c.min_delay(3, 0), FOREVER);
+        assert!(!c.in_cycle(1));
+    }
+
+    #[test]
+    fn cycles_and_zero_delay_cycles_are_recognised() {
+        let mut zdc = federation(2, &[(0, 1, Delay::None), (1, 0, Delay::None)]);
+        assert!(zdc.in_zero_delay_cycle(0) && zdc.in_zero_delay_cycle(1));
+        assert_eq!(zdc.min_delay(1, 0), ZERO);
+        let mut cyc = federation(2, &[(0, 1, Delay::After(1)), (1, 0, Delay::None)]);
+        assert_eq!(cyc.min_delay(0, 0), tag(1, 0));
+        assert_eq!(cyc.min_delay(0, 1), tag(1, 0));
+        assert_eq!(cyc.min_delay(1, 1), tag(1, 0));
+        assert_eq!(cyc.min_delay(1, 0), ZERO);
+        assert!(cyc.in_cycle(0) && !cyc.in_zero_delay_cycle(0));
+        let mut micro = federation(2, &[(0, 1, Delay::After(0)), (1, 0, Delay::None)]);
+        assert!(micro.in_cycle(1) && !micro.in_zero_delay_cycle(1), "one `after 0` breaks a zero-delay cycle");
+    }
+
+    #[test]
+    fn two_federates_without_delay() {
+        let mut c = federation(2, &[(0, 1, Delay::None)]);
+        assert_eq!(c.next_event_tag(0, tag(S, 0)), vec![]);
+        // 1 could receive a message at (S, 0): it must wait.
+        assert_eq!(c.next_event_tag(1, tag(S, 0)), vec![]);
+        // 0 moves on to S+10: nothing can reach 1 before (S+10, 0).
+        assert_eq!(c.next_event_tag(0, tag(S + 10, 0)), vec![tag_to(1, tag(S + 9, u32::MAX))]);
+        // 0 confirms S+10: 1 may complete S+10 too (LTC path).
+        assert_eq!(c.latest_tag_confirmed(0, tag(S + 10, 0)), vec![tag_to(1, tag(S + 10, 0))]);
+    }
+
+    #[test]
+    fn two_federates_with_after_0() {
+        let mut c = federation(2, &[(0, 1, Delay::After(0))]);
+        c.next_event_tag(0, tag(S, 0));
+        // Messages from 0 at (S, 0) arrive at (S, 1): 1 may process (S, 0).
+        assert_eq!(c.next_event_tag(1, tag(S, 0)), vec![tag_to(1, tag(S, 0))]);
+        // 0 completes (S, 0): its messages land at (S, 1) at the earliest.
+        // The LTC rule grants (S, 1) itself here: reactor-c's strict delay
+        // does not step back for `after 0` (its header says otherwise; the
+        // code, which federates are built against, is followed).
+        assert_eq!(c.latest_tag_confirmed(0, tag(S, 0)), vec![tag_to(1, tag(S, 1))]);
+    }
+
+    #[test]
+    fn two_federates_with_a_delay() {
+        let mut c = federation(2, &[(0, 1, Delay::After(10))]);
+        c.next_event_tag(0, tag(S, 0));
+        assert_eq!(c.next_event_tag(1, tag(S, 0)), vec![tag_to(1, tag(S + 9, u32::MAX))]);
+        // 1 wants to advance to S+20; 0 is still at S: S+9.max stands.
+        assert_eq!(c.next_event_tag(1, tag(S + 20, 0)), vec![]);
+        // 0 completes S+5: nothing from it lands before S+15, but 1 waits
+        // for S+20, so a grant below that is of no use and none is sent.
+        assert_eq!(c.latest_tag_confirmed(0, tag(S + 5, 0)), vec![]);
+        // 0 completes S+15: nothing lands before S+25, past 1's next event.
+        assert_eq!(c.latest_tag_confirmed(0, tag(S + 15, 0)), vec![tag_to(1, tag(S + 24, u32::MAX))]);
+        // 0 has nothing more to do (FOREVER): 1 may go anywhere.
+        assert_eq!(c.next_event_tag(0, FOREVER), vec![tag_to(1, FOREVER)]);
+    }
+
+    #[test]
+    fn a_cycle_with_a_delay() {
+        let mut c = federation(2, &[(0, 1, Delay::None), (1, 0, Delay::After(10))]);
+        // 0 hears from 1 only 10 ns later: it may process up to S+10 (excl.).
+        assert_eq!(c.next_event_tag(0, tag(S, 0)), vec![tag_to(0, tag(S + 9, u32::MAX))]);
+        // 1 hears from 0 at the same tag: it must wait for 0.
+        assert_eq!(c.next_event_tag(1, tag(S, 0)), vec![]);
+        let out = c.next_event_tag(0, tag(S + 5, 0));
+        assert_eq!(out, vec![tag_to(1, tag(S + 4, u32::MAX))]);
+    }
+
+    #[test]
+    fn a_zero_delay_cycle_gets_provisional_grants() {
+        let mut c = federation(2, &[(0, 1, Delay::None), (1, 0, Delay::None)]);
+        // Each could send to the other at (S, 0): only provisional grants,
+        // propagated around the cycle.
+        let out = c.next_event_tag(0, tag(S, 0));
+        assert_eq!(out, vec![ptag_to(0, tag(S, 0)), ptag_to(1, tag(S, 0))]);
+        assert_eq!(c.next_event_tag(1, tag(S, 0)), vec![]);
+        // Both move on to S+10 and confirm (S, 0): (S+10, 0) provisionally.
+        c.latest_tag_confirmed(0, tag(S, 0));
+        c.latest_tag_confirmed(1, tag(S, 0));
+        c.next_event_tag(0, tag(S + 10, 0));
+        let out = c.next_event_tag(1, tag(S + 10, 0));
+        assert!(out.contains(&ptag_to(1, tag(S + 10, 0))), "{out:?}");
+    }
+
+    #[test]
+    fn several_federates_with_mixed_delays() {
+        // A diamond: 0 -(after 5)-> 1 -(after 0)-> 3 and 0 -> 2 -(after 10)-> 3.
+        let mut c = federation(4, &[(0, 1, Delay::After(5)), (0, 2, Delay::None), (1, 3, Delay::After(0)), (2, 3, Delay::After(10))]);
+        assert_eq!(c.min_delay(0, 3), tag(5, 1), "via 1: 5 ns then one microstep");
+        c.next_event_tag(0, tag(S, 0));
+        c.next_event_tag(2, tag(S, 0));
+        assert_eq!(c.next_event_tag(1, tag(S, 0)), vec![tag_to(1, tag(S + 4, u32::MAX))]);
+        // 3 waits for the earliest of: 0 at S via 1 (S+5, 1), 1 at S (S, 1),
+        // 2 at S (S+10, 0): (S, 1), so it may process (S, 0).
+        assert_eq!(c.next_event_tag(3, tag(S, 0)), vec![tag_to(3, tag(S, 0))]);
+        // 1 moves to S+5 (it had an event then): 3's EIMT becomes (S+5, 1).
+        let out = c.next_event_tag(1, tag(S + 5, 0));
+        assert!(out.contains(&tag_to(3, tag(S + 5, 0))), "{out:?}");
+    }
+
+    #[test]
+    fn messages_in_transit_hold_the_destination_back() {
+        let mut c = federation(2, &[(0, 1, Delay::After(10))]);
+        c.next_event_tag(0, tag(S, 0));
+        c.next_event_tag(1, tag(S, 0));
+        // A message for 1 at S+10 is on its way; 1 says it has nothing until
+        // S+50: its NET must stay at S+10 until it confirms the message.
+        assert_eq!(c.tagged_message(1, tag(S + 10, 0)), Relay::Forward(vec![]));
+        c.next_event_tag(1, tag(S + 50, 0));
+        assert_eq!(c.next_event(1), tag(S + 10, 0));
+        c.latest_tag_confirmed(1, tag(S + 10, 0));
+        c.next_event_tag(1, tag(S + 50, 0));
+        assert_eq!(c.next_event(1), tag(S + 50, 0));
+        // A message at a tag 1 already completed is tardy.
+        assert!(matches!(c.tagged_message(1, tag(S + 10, 0)), Relay::Tardy(_)));
+    }
+
+    #[test]
+    fn a_resigned_upstream_releases_its_downstream() {
+        let mut c = federation(2, &[(0, 1, Delay::None)]);
+        c.next_event_tag(0, tag(S, 0));
+        assert_eq!(c.next_event_tag(1, tag(S + 100, 0)), vec![]);
+        assert_eq!(c.resign(0), vec![tag_to(1, FOREVER)]);
+        assert_eq!(c.tagged_message(0, tag(S, 0)), Relay::Drop, "messages to a resigned federate are dropped");
+        assert_eq!(c.last_granted(1), FOREVER);
+        assert_eq!(FOREVER.time, FOREVER_TIME);
+    }
+
+    #[test]
+    fn grants_never_go_backwards() {
+        let mut c = federation(2, &[(0, 1, Delay::After(10))]);
+        c.next_event_tag(0, tag(S + 100, 0));
+        let first = c.next_event_tag(1, tag(S, 0));
+        assert_eq!(first, vec![tag_to(1, tag(S + 109, u32::MAX))]);
+        // 0 reports an earlier NET (a physical action): no smaller TAG is sent.
+        assert_eq!(c.next_event_tag(0, tag(S + 50, 0)), vec![]);
+        assert_eq!(c.last_granted(1), tag(S + 109, u32::MAX));
+    }
+}

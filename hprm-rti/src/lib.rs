@@ -1,0 +1,25 @@
+//! # hprm-rti: coordination of HPRM federates
+//!
+//! HPRM programs are federations: one process per federate, exchanging
+//! tagged messages. In centralized coordination, the RTI (run-time
+//! infrastructure) decides when each federate may advance its logical time,
+//! so that every federate processes events in one global tag order and the
+//! program behaves the same on every run. This crate holds what the RTI daemon
+//! and the federates share, following Lingua Franca so that HPRM federates and
+//! LF federates can use either RTI:
+//!
+//! - [`tag`]: tags, delays and their arithmetic (the one place for it).
+//! - [`grant`]: the centralized grant algorithm, a pure state machine
+//!   ([`grant::Coordinator`]) from NET/LTC/message events to TAG/PTAG notices.
+//! - [`wire`]: the message set and byte layouts of LF's federated protocol,
+//!   with an incremental decoder that bounds what a peer can make it allocate.
+//!
+//! The protocol it follows is described in `docs/lf-federated-protocol.md`.
+//! The `hprm-rti` daemon itself (sockets, handshake, start-time agreement,
+//! clock synchronization, stop protocol) is not built yet.
+
+pub mod grant;
+pub mod tag;
+pub mod wire;
+
+pub use tag::{Delay, Tag, FOREVER, NEVER};
