@@ -15,8 +15,9 @@
 //!   with an incremental decoder that bounds what a peer can make it allocate.
 //!
 //! The protocol it follows is described in `docs/lf-federated-protocol.md`.
-//! The `hprm-rti` daemon itself (sockets, handshake, start-time agreement,
-//! clock synchronization, stop protocol) is not built yet.
+//! The `hprm-rti` daemon (`src/bin/hprm-rti/`) serves it over TCP:
+//! handshake, initial clock synchronization, start-time agreement,
+//! centralized grants, relaying of small tagged messages, the stop protocol.
 
 pub mod grant;
 pub mod tag;

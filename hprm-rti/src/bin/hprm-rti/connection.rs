@@ -1,0 +1,254 @@
+//! One federate's connection: the handshake, then its messages.
+//!
+//! Handshake (LF order): FED_IDS → ACK or REJECT; NEIGHBOR_STRUCTURE;
+//! UDP_PORT; initial clock synchronization if both sides want it. The
+//! federate then proposes a start time (TIMESTAMP) in its message loop and
+//! waits for the agreed one. Anything out of order gets REJECT with the
+//! reason, and the connection closes; the federate's id becomes free again.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hprm_rti::grant::{FedId, Upstream};
+use hprm_rti::wire::{decode, encode, Limits, Message, RejectReason, WireError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::federation::Federation;
+
+/// How long a federate may take for each step of the handshake.
+const HANDSHAKE_STEP: Duration = Duration::from_secs(30);
+
+/// Rounds of initial clock synchronization (LF's exchanges per interval).
+pub const CLOCK_SYNC_EXCHANGES: usize = 10;
+
+/// UDP_PORT value of a federate that wants no clock synchronization.
+const NO_CLOCK_SYNC: u16 = 0xFFFF;
+
+/// Whether and how the RTI synchronizes federates' clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockSync {
+    /// No clock synchronization.
+    Off,
+    /// Synchronize once, at start, over the TCP connection.
+    Init,
+}
+
+/// Reads whole protocol messages from a socket.
+struct Reader {
+    rd: OwnedReadHalf,
+    buf: Vec<u8>,
+    limits: Limits,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("connection error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("no message within {0:?}")]
+    Timeout(Duration),
+    #[error("the federate closed the connection")]
+    Closed,
+}
+
+impl Reader {
+    /// The next message; `Closed` at end of stream.
+    async fn next(&mut self) -> Result<Message, ReadError> {
+        loop {
+            if let Some((msg, n)) = decode(&self.buf, &self.limits)? {
+                self.buf.drain(..n);
+                return Ok(msg);
+            }
+            let mut chunk = [0u8; 16 << 10];
+            let n = self.rd.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(ReadError::Closed);
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
+        tokio::time::timeout(limit, self.next()).await.map_err(|_| ReadError::Timeout(limit))?
+    }
+}
+
+async fn write(wr: &mut OwnedWriteHalf, msg: &Message) -> std::io::Result<()> {
+    let mut b = Vec::with_capacity(16);
+    encode(msg, &mut b);
+    wr.write_all(&b).await
+}
+
+fn physical_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// What the handshake learned.
+struct Joined {
+    fed: FedId,
+    upstreams: Vec<Upstream>,
+    downstreams: Vec<FedId>,
+}
+
+/// Why a handshake ended without a federate.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("rejected ({reason:?}): {why}")]
+    Rejected { reason: RejectReason, why: String },
+    #[error("{0}")]
+    Read(#[from] ReadError),
+    #[error("cannot write: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// Serves one federate from accept to departure.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federation>, clock_sync: ClockSync) {
+    let _ = stream.set_nodelay(true);
+    let (rd, mut wr) = stream.into_split();
+    let mut reader = Reader { rd, buf: Vec::with_capacity(16 << 10), limits: Limits::default() };
+    let mut admitted = None;
+    let joined = handshake(&mut reader, &mut wr, &federation, clock_sync, &mut admitted).await;
+    let joined = match joined {
+        Ok(j) => j,
+        Err(why) => {
+            if let Refused::Rejected { reason, .. } = &why {
+                let _ = write(&mut wr, &Message::Reject(*reason)).await;
+            }
+            if let Some(fed) = admitted {
+                federation.abandon(fed);
+            }
+            tracing::warn!(%peer, "handshake failed: {why}");
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    let fed = joined.fed;
+    let ip = match peer.ip() {
+        IpAddr::V4(ip) => Some(ip),
+        IpAddr::V6(ip) => ip.to_ipv4_mapped(),
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_queue(rx, wr, fed));
+    federation.join(fed, joined.upstreams, joined.downstreams, tx, ip);
+    tracing::info!(fed, %peer, "federate joined");
+    let failed = message_loop(&mut reader, fed, &federation).await;
+    federation.leave(fed, failed);
+    // `leave` closed the queue: the writer sends what is left and shuts its
+    // side down; draining ours lets the federate close cleanly.
+    let _ = writer.await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), async { while reader.next().await.is_ok() {} }).await;
+}
+
+fn unexpected(step: &str, got: &Message) -> Refused {
+    Refused::Rejected { reason: RejectReason::UnexpectedMessage, why: format!("expected {step}, got {got:?}") }
+}
+
+async fn handshake(
+    reader: &mut Reader,
+    wr: &mut OwnedWriteHalf,
+    federation: &Federation,
+    clock_sync: ClockSync,
+    admitted: &mut Option<FedId>,
+) -> Result<Joined, Refused> {
+    let fed = match reader.next_within(HANDSHAKE_STEP).await? {
+        Message::FedIds { fed, federation: id } => {
+            federation.admit(fed, &id).map_err(|reason| Refused::Rejected {
+                reason,
+                why: format!("federate {fed} of federation {:?}", String::from_utf8_lossy(&id)),
+            })?;
+            *admitted = Some(fed);
+            fed
+        }
+        msg @ (Message::P2pSendingFedId { .. } | Message::P2pTaggedMessage { .. }) => {
+            return Err(Refused::Rejected { reason: RejectReason::WrongServer, why: format!("peer-to-peer message {msg:?} sent to the RTI") })
+        }
+        Message::FedNonce { .. } => {
+            return Err(Refused::Rejected {
+                reason: RejectReason::RtiNotExecutedWithAuth,
+                why: "the federate authenticates, this RTI runs without authentication".into(),
+            })
+        }
+        other => return Err(unexpected("FED_IDS", &other)),
+    };
+    write(wr, &Message::Ack).await?;
+    let (upstreams, downstreams) = match reader.next_within(HANDSHAKE_STEP).await? {
+        Message::NeighborStructure { upstreams, downstreams } => {
+            if let Some(bad) = upstreams.iter().map(|(id, _)| *id).chain(downstreams.iter().copied()).find(|id| *id >= federation.size) {
+                return Err(Refused::Rejected {
+                    reason: RejectReason::UnexpectedMessage,
+                    why: format!("federate {fed} names neighbour {bad}, but the federation has {} federates", federation.size),
+                });
+            }
+            (upstreams.into_iter().map(|(id, delay)| Upstream { id, delay }).collect(), downstreams)
+        }
+        other => return Err(unexpected("NEIGHBOR_STRUCTURE", &other)),
+    };
+    let udp_port = match reader.next_within(HANDSHAKE_STEP).await? {
+        Message::UdpPort(p) => p,
+        other => return Err(unexpected("UDP_PORT", &other)),
+    };
+    if udp_port != NO_CLOCK_SYNC && clock_sync != ClockSync::Off {
+        for _ in 0..CLOCK_SYNC_EXCHANGES {
+            write(wr, &Message::ClockSyncT1(physical_now())).await?;
+            match reader.next_within(HANDSHAKE_STEP).await? {
+                Message::ClockSyncT3(id) if id == fed => {}
+                other => return Err(unexpected("CLOCK_SYNC_T3 with the federate's id", &other)),
+            }
+            write(wr, &Message::ClockSyncT4(physical_now())).await?;
+        }
+    }
+    Ok(Joined { fed, upstreams, downstreams })
+}
+
+/// Handles a joined federate's messages until it leaves. Returns whether it
+/// failed (FAILED, or gone without RESIGN, or a protocol error).
+async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation) -> bool {
+    loop {
+        let msg = match reader.next().await {
+            Ok(msg) => msg,
+            Err(ReadError::Closed) => {
+                tracing::warn!(fed, "federate disconnected without resigning; treating it as failed");
+                return true;
+            }
+            Err(e) => {
+                tracing::error!(fed, "closing federate {fed}: {e}");
+                return true;
+            }
+        };
+        match msg {
+            Message::Timestamp(t) => federation.propose_start(fed, t),
+            Message::NextEventTag(t) => federation.next_event_tag(fed, t),
+            Message::LatestTagConfirmed(t) => federation.latest_tag_confirmed(fed, t),
+            msg @ Message::TaggedMessage { .. } => federation.relay_tagged(fed, &msg),
+            msg @ Message::PortAbsent { .. } => federation.relay_port_absent(fed, &msg),
+            Message::StopRequest(t) => federation.stop_request(fed, t),
+            Message::StopRequestReply(t) => federation.stop_reply(fed, t),
+            Message::AddressQuery(remote) => federation.address_query(fed, remote),
+            Message::AddressAdvertisement(port) => federation.address_advertisement(fed, port),
+            Message::Resign => {
+                tracing::info!(fed, "federate resigned");
+                return false;
+            }
+            Message::Failed => {
+                tracing::warn!(fed, "federate reported failure");
+                return true;
+            }
+            other => tracing::warn!(fed, "ignoring unexpected message from federate {fed}: {other:?}"),
+        }
+    }
+}
+
+async fn write_queue(mut rx: mpsc::UnboundedReceiver<Vec<u8>>, mut wr: OwnedWriteHalf, fed: FedId) {
+    while let Some(bytes) = rx.recv().await {
+        if let Err(e) = wr.write_all(&bytes).await {
+            tracing::warn!(fed, error = %e, "cannot write to federate");
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}

@@ -1,0 +1,316 @@
+//! The federation's shared state: the grant coordinator, each federate's
+//! outbound queue, start-time agreement and the stop protocol.
+//!
+//! Every handler runs under one mutex and only *enqueues* what it sends (an
+//! O(1) push per message; the socket writes happen in per-federate writer
+//! tasks), so relaying never does I/O behind the lock. Enqueueing under the
+//! lock is what keeps the protocol's ordering: a tagged message forwarded to
+//! a federate is queued before any grant computed after it was recorded, so
+//! the federate can never be granted past a message it has not received.
+
+use std::net::Ipv4Addr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hprm_rti::grant::{Coordinator, FedId, Grant, NodeState, Notice, Relay, Upstream};
+use hprm_rti::tag::{Instant, Tag, NEVER};
+use hprm_rti::wire::{encode, Message, RejectReason};
+use tokio::sync::{mpsc, watch};
+
+/// Added to the latest proposed start time, so that every federate hears
+/// the start time before it comes (LF's DELAY_START).
+const DELAY_START: Instant = 1_000_000_000;
+
+/// Bytes queued for a federate's socket.
+pub type Outbound = mpsc::UnboundedSender<Vec<u8>>;
+
+#[derive(Default)]
+struct Slot {
+    out: Option<Outbound>,
+    ip: Option<Ipv4Addr>,
+    /// Port of its P2P server (ADDRESS_ADVERTISEMENT), -1 until known.
+    server_port: i32,
+    joined: bool,
+    requested_stop: bool,
+}
+
+struct Stop {
+    max_tag: Tag,
+    handling: usize,
+    in_progress: bool,
+    granted: bool,
+}
+
+struct Inner {
+    coord: Coordinator,
+    slots: Vec<Slot>,
+    proposals: usize,
+    max_proposal: Instant,
+    stop: Stop,
+    left: usize,
+    failed: bool,
+}
+
+/// How the RTI ended: whether some federate failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    AllResigned,
+    SomeFailed,
+}
+
+pub struct Federation {
+    pub id: Vec<u8>,
+    pub size: u16,
+    inner: Mutex<Inner>,
+    outcome: watch::Sender<Outcome>,
+}
+
+fn bytes(msg: &Message) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16);
+    encode(msg, &mut b);
+    b
+}
+
+impl Federation {
+    pub fn new(id: &str, size: u16) -> Federation {
+        let inner = Inner {
+            coord: Coordinator::new(size),
+            slots: (0..size).map(|_| Slot { server_port: -1, ..Slot::default() }).collect(),
+            proposals: 0,
+            max_proposal: 0,
+            stop: Stop { max_tag: NEVER, handling: 0, in_progress: false, granted: false },
+            left: 0,
+            failed: false,
+        };
+        Federation { id: id.as_bytes().to_vec(), size, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Watches for the end of the run.
+    pub fn outcome(&self) -> watch::Receiver<Outcome> {
+        self.outcome.subscribe()
+    }
+
+    /// Admits federate `fed` of federation `federation`, or says why not.
+    /// The id must match exactly (LF compares only a prefix, which accepts
+    /// an empty id; federates cut ids at 255 bytes, and so do we).
+    pub fn admit(&self, fed: FedId, federation: &[u8]) -> Result<(), RejectReason> {
+        let ours = &self.id[..self.id.len().min(255)];
+        if federation != ours {
+            return Err(RejectReason::FederationIdDoesNotMatch);
+        }
+        if fed >= self.size {
+            return Err(RejectReason::FederateIdOutOfRange);
+        }
+        let mut inner = self.lock();
+        if inner.coord.state(fed) != NodeState::NotConnected || inner.slots[usize::from(fed)].joined {
+            return Err(RejectReason::FederateIdInUse);
+        }
+        inner.coord.set_state(fed, NodeState::Pending);
+        inner.slots[usize::from(fed)].joined = true;
+        Ok(())
+    }
+
+    /// Gives back an admitted id whose handshake did not complete.
+    pub fn abandon(&self, fed: FedId) {
+        let mut inner = self.lock();
+        if inner.slots[usize::from(fed)].out.is_none() {
+            inner.coord.set_state(fed, NodeState::NotConnected);
+            inner.slots[usize::from(fed)].joined = false;
+        }
+    }
+
+    /// Completes the handshake: neighbours known, queue open.
+    pub fn join(&self, fed: FedId, upstreams: Vec<Upstream>, downstreams: Vec<FedId>, out: Outbound, ip: Option<Ipv4Addr>) {
+        let mut inner = self.lock();
+        inner.coord.set_neighbors(fed, upstreams, downstreams);
+        let slot = &mut inner.slots[usize::from(fed)];
+        slot.out = Some(out);
+        slot.ip = ip;
+    }
+
+    /// A start-time proposal; once all have proposed, everyone gets the
+    /// same start time: the latest proposal plus [`DELAY_START`].
+    pub fn propose_start(&self, fed: FedId, proposal: Instant) {
+        let mut inner = self.lock();
+        inner.proposals += 1;
+        inner.max_proposal = inner.max_proposal.max(proposal);
+        tracing::debug!(fed, proposal, "start time proposed");
+        if inner.proposals < usize::from(self.size) {
+            return;
+        }
+        let start = inner.max_proposal.saturating_add(DELAY_START);
+        inner.coord.set_start_time(start);
+        tracing::info!(start, "all federates joined; start time agreed");
+        for f in 0..self.size {
+            if inner.coord.state(f) == NodeState::Pending {
+                inner.coord.set_state(f, NodeState::Granted);
+            }
+            send(&inner, f, &Message::Timestamp(start));
+        }
+    }
+
+    pub fn next_event_tag(&self, fed: FedId, tag: Tag) {
+        let mut inner = self.lock();
+        let notices = inner.coord.next_event_tag(fed, tag);
+        deliver(&inner, &notices);
+    }
+
+    pub fn latest_tag_confirmed(&self, fed: FedId, tag: Tag) {
+        let mut inner = self.lock();
+        let notices = inner.coord.latest_tag_confirmed(fed, tag);
+        deliver(&inner, &notices);
+    }
+
+    /// Relays a tagged message (forwarded byte for byte) and accounts for it.
+    pub fn relay_tagged(&self, from: FedId, msg: &Message) {
+        let Message::TaggedMessage { port, fed: dest, tag, .. } = msg else { return };
+        if *dest >= self.size {
+            tracing::error!(from, dest, port, "message for federate {dest}, which does not exist; dropped");
+            return;
+        }
+        let mut inner = self.lock();
+        match inner.coord.tagged_message(*dest, *tag) {
+            Relay::Drop => tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected; dropped"),
+            Relay::Forward(notices) => {
+                send(&inner, *dest, msg);
+                deliver(&inner, &notices);
+            }
+            Relay::Tardy(notices) => {
+                tracing::warn!(from, dest, port, %tag, "message arrives after its destination completed that tag (STP violation); forwarded");
+                send(&inner, *dest, msg);
+                deliver(&inner, &notices);
+            }
+        }
+    }
+
+    /// Relays PORT_ABSENT; it changes no coordination state.
+    pub fn relay_port_absent(&self, from: FedId, msg: &Message) {
+        let Message::PortAbsent { fed: dest, .. } = msg else { return };
+        if *dest >= self.size {
+            tracing::error!(from, dest, "port-absent for federate {dest}, which does not exist; dropped");
+            return;
+        }
+        let inner = self.lock();
+        send(&inner, *dest, msg);
+    }
+
+    pub fn address_query(&self, fed: FedId, remote: FedId) {
+        let inner = self.lock();
+        let (port, addr) = match inner.slots.get(usize::from(remote)) {
+            Some(s) if s.out.is_some() => (s.server_port, s.ip.map_or([0; 4], |ip| ip.octets())),
+            _ => (-1, [0; 4]),
+        };
+        send(&inner, fed, &Message::AddressQueryReply { port, addr });
+    }
+
+    pub fn address_advertisement(&self, fed: FedId, port: i32) {
+        self.lock().slots[usize::from(fed)].server_port = port;
+    }
+
+    /// A federate asks to stop at `tag`: every other federate is asked, and
+    /// the stop tag is the latest of all answers.
+    pub fn stop_request(&self, fed: FedId, tag: Tag) {
+        let mut inner = self.lock();
+        if inner.slots[usize::from(fed)].requested_stop {
+            return;
+        }
+        inner.stop.max_tag = inner.stop.max_tag.max(tag);
+        if self.mark_stopping(&mut inner, fed) || inner.stop.in_progress {
+            return;
+        }
+        inner.stop.in_progress = true;
+        let request = Message::StopRequest(inner.stop.max_tag);
+        for f in 0..self.size {
+            if f == fed || inner.slots[usize::from(f)].requested_stop {
+                continue;
+            }
+            if inner.slots[usize::from(f)].out.is_none() {
+                // Gone: it cannot reply, and need not.
+                self.mark_stopping(&mut inner, f);
+            } else {
+                send(&inner, f, &request);
+            }
+        }
+    }
+
+    pub fn stop_reply(&self, fed: FedId, tag: Tag) {
+        let mut inner = self.lock();
+        inner.stop.max_tag = inner.stop.max_tag.max(tag);
+        self.mark_stopping(&mut inner, fed);
+    }
+
+    /// Counts `fed` as having answered the stop protocol; grants the stop
+    /// once all have. Returns whether the stop was granted.
+    fn mark_stopping(&self, inner: &mut Inner, fed: FedId) -> bool {
+        let slot = &mut inner.slots[usize::from(fed)];
+        if !slot.requested_stop {
+            slot.requested_stop = true;
+            inner.stop.handling += 1;
+        }
+        if inner.stop.handling < usize::from(self.size) || inner.stop.granted {
+            return inner.stop.granted;
+        }
+        inner.stop.granted = true;
+        let stop = inner.stop.max_tag;
+        tracing::info!(%stop, "stop granted");
+        for f in 0..self.size {
+            send(inner, f, &Message::StopGranted(stop));
+        }
+        true
+    }
+
+    /// A federate left: resigned (`failed` false), or failed or vanished.
+    pub fn leave(&self, fed: FedId, failed: bool) {
+        let mut inner = self.lock();
+        let slot = &mut inner.slots[usize::from(fed)];
+        if slot.out.take().is_none() {
+            return;
+        }
+        let notices = inner.coord.resign(fed);
+        deliver(&inner, &notices);
+        inner.left += 1;
+        inner.failed |= failed;
+        if inner.stop.in_progress {
+            self.mark_stopping(&mut inner, fed);
+        }
+        if inner.left == usize::from(self.size) {
+            let outcome = if inner.failed { Outcome::SomeFailed } else { Outcome::AllResigned };
+            let _ = self.outcome.send(outcome);
+        }
+    }
+
+    /// Tells every connected federate that the RTI is going away.
+    pub fn fail_all(&self) -> usize {
+        let inner = self.lock();
+        let mut told = 0;
+        for f in 0..self.size {
+            if inner.slots[usize::from(f)].out.is_some() {
+                send(&inner, f, &Message::Failed);
+                told += 1;
+            }
+        }
+        told
+    }
+}
+
+fn send(inner: &Inner, fed: FedId, msg: &Message) {
+    if let Some(out) = &inner.slots[usize::from(fed)].out {
+        // A closed queue means the federate is leaving; `leave` cleans up.
+        let _ = out.send(bytes(msg));
+    }
+}
+
+fn deliver(inner: &Inner, notices: &[Notice]) {
+    for n in notices {
+        let msg = match n.grant {
+            Grant::Tag(t) => Message::TagAdvanceGrant(t),
+            Grant::Provisional(t) => Message::ProvisionalTagAdvanceGrant(t),
+        };
+        tracing::debug!(to = n.to, ?msg, "grant");
+        send(inner, n.to, &msg);
+    }
+}

@@ -1,0 +1,111 @@
+//! `hprm-rti`: the coordinator of a federation (Lingua Franca's RTI).
+//!
+//! Federates connect over TCP, identify themselves, describe their
+//! upstream and downstream neighbours, agree on a start time, and then, in
+//! centralized coordination, advance only when granted (`hprm_rti::grant`).
+//! Small tagged messages between federates are relayed through the RTI;
+//! large payloads travel through the object store instead. `federation`
+//! holds the shared state, `connection` one federate's protocol.
+
+mod connection;
+mod federation;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::net::TcpListener;
+
+use connection::ClockSync;
+use federation::{Federation, Outcome};
+
+/// Coordinator (RTI) of an HPRM / Lingua Franca federation.
+#[derive(Parser, Debug)]
+#[command(name = "hprm-rti", version)]
+struct Cli {
+    /// TCP port to listen on (0: any free port, printed at start).
+    #[arg(long, short = 'p', default_value_t = 15045)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: std::net::IpAddr,
+    /// Number of federates in the federation.
+    #[arg(long, short = 'n', value_parser = clap::value_parser!(u16).range(1..))]
+    federates: u16,
+    /// Federation id; federates must present the same one.
+    #[arg(long, short = 'i', default_value = "Unidentified Federation")]
+    id: String,
+    /// Clock synchronization: off, or init (once at start, over TCP).
+    /// Runtime synchronization over UDP (LF's `on`) is not supported yet.
+    #[arg(long, value_enum, default_value = "init")]
+    clock_sync: ClockSync,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hprm-rti: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    if cli.id.len() > 255 {
+        anyhow::bail!("the federation id is {} bytes long; the protocol carries at most 255", cli.id.len());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let addr = std::net::SocketAddr::new(cli.bind, cli.port);
+        let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
+        let local = listener.local_addr().context("cannot read the listening address")?;
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates));
+        let mut outcome = federation.outcome();
+        tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
+        let accept = {
+            let federation = federation.clone();
+            async move {
+                loop {
+                    match listener.accept().await {
+                        Ok((stream, peer)) => {
+                            tokio::spawn(connection::serve(stream, peer, federation.clone(), cli.clock_sync));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+            }
+        };
+        let code = tokio::select! {
+            _ = accept => 1,
+            o = outcome.wait_for(|o| *o != Outcome::Running) => {
+                let failed = o.map(|o| *o == Outcome::SomeFailed).unwrap_or(true);
+                tracing::info!(failed, "every federate has left");
+                i32::from(failed)
+            }
+            _ = term.recv() => stop_by_signal(&federation, "SIGTERM"),
+            _ = int.recv() => stop_by_signal(&federation, "SIGINT"),
+        };
+        // Let writer tasks flush what was queued (FAILED notices, last grants).
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        anyhow::Ok(code)
+    })
+}
+
+fn stop_by_signal(federation: &Federation, signal: &str) -> i32 {
+    let told = federation.fail_all();
+    tracing::warn!("{signal}: stopping; told {told} connected federates that the RTI failed");
+    i32::from(told > 0)
+}

@@ -1,0 +1,350 @@
+//! The RTI daemon against federates speaking the protocol over real TCP.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hprm_rti::tag::{Delay, Tag, FOREVER};
+use hprm_rti::wire::{decode, encode, Limits, Message, RejectReason};
+
+const RTI_BIN: &str = env!("CARGO_BIN_EXE_hprm-rti");
+const FEDERATION: &[u8] = b"test-federation";
+
+struct Rti {
+    child: Child,
+    addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+impl Rti {
+    fn start(federates: u16, extra: &[&str]) -> Rti {
+        let mut child = Command::new(RTI_BIN)
+            .args(["--port", "0", "--bind", "127.0.0.1", "--federates", &federates.to_string(), "--id", "test-federation"])
+            .args(extra)
+            .env("RUST_LOG", "debug")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hprm-rti");
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let token = rest.split_whitespace().next().unwrap_or_default();
+                    // Drop colour escapes (ESC [ ... m) the log may carry.
+                    let mut addr = String::new();
+                    let mut in_escape = false;
+                    for c in token.chars() {
+                        match c {
+                            '\x1b' => in_escape = true,
+                            'm' if in_escape => in_escape = false,
+                            _ if in_escape => {}
+                            c => addr.push(c),
+                        }
+                    }
+                    let _ = tx.send(addr);
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)).ok().and_then(|a| a.parse().ok()) {
+            Some(addr) => addr,
+            None => {
+                // Never leave a daemon behind a failed start.
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("hprm-rti did not print a usable address:\n{}", log.lock().unwrap());
+            }
+        };
+        Rti { child, addr, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn wait(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "hprm-rti did not exit:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Rti {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A federate speaking the protocol by hand.
+struct Fed {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Fed {
+    fn connect(addr: SocketAddr) -> Fed {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        Fed { s, buf: Vec::new() }
+    }
+
+    fn send(&mut self, m: &Message) {
+        let mut b = Vec::new();
+        encode(m, &mut b);
+        self.s.write_all(&b).unwrap();
+    }
+
+    fn recv_timeout(&mut self, within: Duration) -> Option<Message> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some((m, n)) = decode(&self.buf, &Limits::default()).unwrap() {
+                self.buf.drain(..n);
+                return Some(m);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.s.set_read_timeout(Some(left)).unwrap();
+            let mut chunk = [0u8; 4096];
+            match self.s.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return None,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    fn recv(&mut self) -> Message {
+        self.recv_timeout(Duration::from_secs(10)).expect("a message from the RTI")
+    }
+
+    /// Whether the RTI closed the connection (after what it had to say).
+    fn closed(&mut self) -> bool {
+        self.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 64];
+        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    /// FED_IDS → ACK, NEIGHBOR_STRUCTURE, UDP_PORT (no clock sync).
+    fn join(addr: SocketAddr, fed: u16, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Fed {
+        let mut f = Fed::connect(addr);
+        f.send(&Message::FedIds { fed, federation: FEDERATION.to_vec() });
+        assert_eq!(f.recv(), Message::Ack);
+        f.send(&Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() });
+        f.send(&Message::UdpPort(0xFFFF));
+        f
+    }
+}
+
+/// Joins all federates of a `(from, to, delay)` graph and agrees on a start
+/// time; returns them and the start time.
+fn start(rti: &Rti, n: u16, connections: &[(u16, u16, Delay)]) -> (Vec<Fed>, i64) {
+    let mut feds: Vec<Fed> = (0..n)
+        .map(|i| {
+            let ups: Vec<(u16, Delay)> = connections.iter().filter(|c| c.1 == i).map(|c| (c.0, c.2)).collect();
+            let downs: Vec<u16> = connections.iter().filter(|c| c.0 == i).map(|c| c.1).collect();
+            Fed::join(rti.addr, i, &ups, &downs)
+        })
+        .collect();
+    for (i, f) in feds.iter_mut().enumerate() {
+        f.send(&Message::Timestamp(1_000 + i as i64));
+    }
+    let starts: Vec<i64> = feds
+        .iter_mut()
+        .map(|f| match f.recv() {
+            Message::Timestamp(t) => t,
+            other => panic!("expected the start time, got {other:?}"),
+        })
+        .collect();
+    assert!(starts.iter().all(|t| *t == starts[0]), "one start time for all: {starts:?}");
+    (feds, starts[0])
+}
+
+fn t(time: i64, m: u32) -> Tag {
+    Tag::new(time, m)
+}
+
+#[test]
+fn start_time_is_the_latest_proposal_plus_a_second() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (_feds, start) = start(&rti, 2, &[]);
+    assert_eq!(start, 1_001 + 1_000_000_000);
+}
+
+#[test]
+fn bad_joins_are_rejected_with_the_reason() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let cases: Vec<(Message, RejectReason)> = vec![
+        (Message::FedIds { fed: 0, federation: b"other".to_vec() }, RejectReason::FederationIdDoesNotMatch),
+        (Message::FedIds { fed: 0, federation: vec![] }, RejectReason::FederationIdDoesNotMatch),
+        (Message::FedIds { fed: 2, federation: FEDERATION.to_vec() }, RejectReason::FederateIdOutOfRange),
+        (Message::NextEventTag(t(0, 0)), RejectReason::UnexpectedMessage),
+        (Message::P2pSendingFedId { fed: 0, federation: FEDERATION.to_vec() }, RejectReason::WrongServer),
+        (Message::FedNonce { fed: 0, nonce: [0; 8] }, RejectReason::RtiNotExecutedWithAuth),
+    ];
+    for (first, reason) in cases {
+        let mut f = Fed::connect(rti.addr);
+        f.send(&first);
+        assert_eq!(f.recv(), Message::Reject(reason), "for {first:?}");
+        assert!(f.closed());
+    }
+    let _zero = Fed::join(rti.addr, 0, &[], &[]);
+    let mut dup = Fed::connect(rti.addr);
+    dup.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
+    assert_eq!(dup.recv(), Message::Reject(RejectReason::FederateIdInUse));
+    // A handshake out of order frees its id again.
+    let mut bad = Fed::connect(rti.addr);
+    bad.send(&Message::FedIds { fed: 1, federation: FEDERATION.to_vec() });
+    assert_eq!(bad.recv(), Message::Ack);
+    bad.send(&Message::Resign);
+    assert_eq!(bad.recv(), Message::Reject(RejectReason::UnexpectedMessage));
+    let _one = Fed::join(rti.addr, 1, &[], &[]);
+    assert!(rti.log().contains("handshake failed"));
+}
+
+#[test]
+fn initial_clock_sync_over_tcp() {
+    let rti = Rti::start(1, &["--clock-sync", "init"]);
+    let mut f = Fed::connect(rti.addr);
+    f.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
+    assert_eq!(f.recv(), Message::Ack);
+    f.send(&Message::NeighborStructure { upstreams: vec![], downstreams: vec![] });
+    f.send(&Message::UdpPort(0));
+    for _ in 0..10 {
+        assert!(matches!(f.recv(), Message::ClockSyncT1(_)));
+        f.send(&Message::ClockSyncT3(0));
+        assert!(matches!(f.recv(), Message::ClockSyncT4(_)));
+    }
+    f.send(&Message::Timestamp(5));
+    assert_eq!(f.recv(), Message::Timestamp(5 + 1_000_000_000));
+}
+
+#[test]
+fn grants_follow_nets_across_a_delayed_connection() {
+    let ms = 1_000_000;
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::After(10 * ms))]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    f[1].send(&Message::NextEventTag(t(s, 0)));
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 10 * ms - 1, u32::MAX)));
+    f[1].send(&Message::NextEventTag(t(s + 50 * ms, 0)));
+    f[0].send(&Message::NextEventTag(t(s + 100 * ms, 0)));
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 110 * ms - 1, u32::MAX)));
+    assert_eq!(f[0].recv_timeout(Duration::from_millis(200)), None, "a federate without upstreams gets no grants");
+}
+
+#[test]
+fn tagged_messages_are_relayed_and_hold_the_destination() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    f[1].send(&Message::NextEventTag(t(s, 0)));
+    let msg = Message::TaggedMessage { port: 3, fed: 1, tag: t(s, 0), payload: b"hello, robot".to_vec() };
+    f[0].send(&msg);
+    assert_eq!(f[1].recv(), msg, "forwarded byte for byte");
+    // 0 moves on; 1 must still process the message at (s, 0) first.
+    f[0].send(&Message::NextEventTag(t(s + 1_000, 0)));
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 999, u32::MAX)));
+    let absent = Message::PortAbsent { port: 4, fed: 1, tag: t(s + 500, 0) };
+    f[0].send(&absent);
+    assert_eq!(f[1].recv(), absent);
+}
+
+#[test]
+fn an_oversized_relay_payload_closes_only_its_sender() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    f[1].send(&Message::NextEventTag(t(s, 0)));
+    f[0].send(&Message::TaggedMessage { port: 0, fed: 1, tag: t(s, 0), payload: vec![0; 70_000] });
+    assert!(f[0].closed(), "the sender is disconnected");
+    // Its downstream is released as if it had failed.
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(FOREVER));
+    assert!(rti.log().contains("object store"), "{}", rti.log());
+}
+
+#[test]
+fn a_zero_delay_cycle_gets_provisional_grants() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None), (1, 0, Delay::None)]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    assert_eq!(f[0].recv(), Message::ProvisionalTagAdvanceGrant(t(s, 0)));
+    assert_eq!(f[1].recv(), Message::ProvisionalTagAdvanceGrant(t(s, 0)));
+}
+
+#[test]
+fn stop_takes_the_latest_proposal_and_resigning_ends_the_run() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[]);
+    f[0].send(&Message::StopRequest(t(s + 5, 1)));
+    assert_eq!(f[1].recv(), Message::StopRequest(t(s + 5, 1)));
+    f[1].send(&Message::StopRequestReply(t(s + 9, 0)));
+    assert_eq!(f[0].recv(), Message::StopGranted(t(s + 9, 0)));
+    assert_eq!(f[1].recv(), Message::StopGranted(t(s + 9, 0)));
+    f[0].send(&Message::Resign);
+    f[1].send(&Message::Resign);
+    let mut rti = rti;
+    let status = rti.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "all resigned: exit 0\n{}", rti.log());
+}
+
+#[test]
+fn a_vanished_federate_releases_its_downstream_and_fails_the_run() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    f[1].send(&Message::NextEventTag(t(s + 100, 0)));
+    let zero = f.remove(0);
+    drop(zero); // gone without RESIGN
+    assert_eq!(f[0].recv(), Message::TagAdvanceGrant(FOREVER));
+    f[0].send(&Message::Resign);
+    let mut rti = rti;
+    assert_eq!(rti.wait(Duration::from_secs(10)).code(), Some(1), "a federate failed: exit 1");
+}
+
+#[test]
+fn address_queries_answer_what_is_known() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, _) = start(&rti, 2, &[]);
+    f[0].send(&Message::AddressQuery(1));
+    assert_eq!(f[0].recv(), Message::AddressQueryReply { port: -1, addr: [127, 0, 0, 1] });
+    f[1].send(&Message::AddressAdvertisement(40_000));
+    std::thread::sleep(Duration::from_millis(100));
+    f[0].send(&Message::AddressQuery(1));
+    assert_eq!(f[0].recv(), Message::AddressQueryReply { port: 40_000, addr: [127, 0, 0, 1] });
+    f[0].send(&Message::AddressQuery(9));
+    assert_eq!(f[0].recv(), Message::AddressQueryReply { port: -1, addr: [0; 4] });
+}
+
+#[test]
+fn bad_flags_say_what_is_wrong() {
+    for (args, needle) in [
+        (vec!["--federates", "0"], "federates"),
+        (vec!["--federates", "2", "--clock-sync", "on"], "on"),
+        (vec![], "--federates"),
+    ] {
+        let out = Command::new(RTI_BIN).args(&args).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let rti = Rti::start(1, &[]);
+    let port = rti.addr.port().to_string();
+    let out = Command::new(RTI_BIN).args(["--federates", "1", "--bind", "127.0.0.1", "--port", &port]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"), "{}", String::from_utf8_lossy(&out.stderr));
+}
