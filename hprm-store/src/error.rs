@@ -31,13 +31,18 @@ pub enum Error {
     Protocol { op: &'static str, detail: String },
     #[error("{op}: {detail}")]
     InvalidArgument { op: &'static str, detail: String },
+    /// A request this client sent without waiting for its reply (a seal,
+    /// or the publish of a small object) failed; reported by
+    /// [`crate::StoreClient::sync`] or a later call.
+    #[error("an earlier request sent without waiting for its reply failed: {message}")]
+    Earlier { code: ErrorCode, message: String },
 }
 
 impl Error {
     /// The daemon's error code, for errors that came from the daemon.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            Error::Rejected { code, .. } => Some(*code),
+            Error::Rejected { code, .. } | Error::Earlier { code, .. } => Some(*code),
             Error::Timeout { .. } => Some(ErrorCode::Timeout),
             _ => None,
         }

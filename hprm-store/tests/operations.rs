@@ -216,9 +216,12 @@ fn misuse_gets_errors_that_name_the_object() {
     let d = Daemon::start("16M", &[]);
     let a = d.client();
     let b = d.client();
+    // Objects above the small-object size are created in the daemon: a
+    // duplicate id is refused at create.
+    let big = hprm_store::client::SMALL_OBJECT_MAX + 1;
     let id = ObjectId::random();
-    let obj = a.create(id, 10, b"").unwrap();
-    let dup = b.create(id, 10, b"").unwrap_err();
+    let obj = a.create(id, big, b"").unwrap();
+    let dup = b.create(id, big, b"").unwrap_err();
     assert_eq!(dup.code(), Some(ErrorCode::AlreadyExists));
     assert!(dup.to_string().contains(&id.to_string()), "{dup}");
     let early = a.delete(id).unwrap_err();
@@ -227,6 +230,58 @@ fn misuse_gets_errors_that_name_the_object() {
     let gone = ObjectId::random();
     let err = a.delete(gone).unwrap_err();
     assert!(err.to_string().contains(&gone.to_string()) && err.to_string().contains("delete"), "{err}");
+}
+
+#[test]
+fn a_small_duplicate_is_reported_late() {
+    let d = Daemon::start("16M", &[]);
+    let a = d.client();
+    let b = d.client();
+    let id = ObjectId::random();
+    a.put(id, b"first", b"").unwrap();
+    // Small objects are placed without a round trip: the duplicate is only
+    // found when published, and b learns it from sync (or a later call).
+    b.put(id, b"second", b"").unwrap();
+    let err = b.sync().unwrap_err();
+    assert!(matches!(err, Error::Earlier { code: ErrorCode::AlreadyExists, .. }), "{err}");
+    assert!(err.to_string().contains(&id.to_string()), "{err}");
+    // Reported once; the first object is untouched; the block came back.
+    let s = b.stats().unwrap();
+    assert_eq!(s.objects_sealed, 1);
+    assert_eq!(a.get_one(id, Duration::from_secs(1)).unwrap().data(), b"first");
+    assert_eq!(s.bytes_in_use, s.bytes_reserved + 64, "only the first object and unused reservations hold memory");
+}
+
+#[test]
+fn small_objects_live_in_reserved_blocks() {
+    let d = Daemon::start("16M", &[]);
+    let store = d.client();
+    let reader = d.client();
+    let batch = hprm_store::client::RESERVE_BATCH as usize;
+    let mut ids = Vec::new();
+    for i in 0..batch + 3 {
+        let id = ObjectId::random();
+        let data = pattern(id.as_bytes(), 10 + i);
+        store.put(id, &data, b"meta").unwrap();
+        ids.push((id, data));
+    }
+    for (id, data) in &ids {
+        let got = reader.get_one(*id, Duration::from_secs(5)).unwrap();
+        assert_eq!((got.data(), got.metadata()), (&data[..], &b"meta"[..]));
+    }
+    let s = store.stats().unwrap();
+    assert_eq!(s.objects_sealed as usize, batch + 3);
+    // Two batches were reserved for the 64-byte class; 3 blocks are used
+    // from the second.
+    assert_eq!(s.bytes_reserved, (batch as u64 - 3) * 64);
+    // Aborting a small object just returns its block.
+    let unused = store.create(ObjectId::random(), 20, b"").unwrap();
+    unused.abort().unwrap();
+    drop(store.create(ObjectId::random(), 20, b"").unwrap());
+    assert_eq!(store.stats().unwrap().bytes_reserved, (batch as u64 - 3) * 64);
+    // The daemon takes back what the client reserved when it leaves.
+    drop(store);
+    eventually(Duration::from_secs(5), "reservations go with their client", || reader.stats().unwrap().bytes_reserved == 0);
 }
 
 #[test]

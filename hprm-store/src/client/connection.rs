@@ -19,7 +19,7 @@ use nix::sys::socket::{recv, send, MsgFlags};
 
 use crate::error::{Error, Result};
 use crate::protocol::frame::{FrameBuffer, FrameError, MAX_REPLY_BODY};
-use crate::protocol::message::{decode_reply, DecodeError, Encoder, Reply, Request};
+use crate::protocol::message::{decode_reply, DecodeError, Encoder, ErrorReply, Reply, Request};
 
 pub(crate) struct Connection {
     stream: UnixStream,
@@ -43,6 +43,9 @@ struct State {
     sleepers: usize,
     /// Set once the socket failed; every later call fails with this reason.
     broken: Option<String>,
+    /// Errors of requests sent without waiting for a reply, read since;
+    /// the next call reports the oldest.
+    earlier: Vec<ErrorReply>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,6 +74,17 @@ impl Connection {
         }
     }
 
+    /// The oldest error of a request sent without a reply that has been read
+    /// and not reported yet.
+    pub(crate) fn take_earlier(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.earlier.is_empty() {
+            return Ok(());
+        }
+        let e = st.earlier.remove(0);
+        Err(Error::Earlier { code: e.code, message: e.message })
+    }
+
     /// Sends `req` without asking for a reply, for requests the daemon has
     /// no reason to refuse (see `ObjectMut::seal`) or whose failure nobody
     /// could act on (release and abort on drop). Fails only if the
@@ -91,6 +105,10 @@ impl Connection {
             let mut st = lock(&self.state);
             if let Some(reason) = &st.broken {
                 return Err(Error::Disconnected { op, reason: reason.clone() });
+            }
+            if !st.earlier.is_empty() {
+                let e = st.earlier.remove(0);
+                return Err(Error::Earlier { code: e.code, message: e.message });
             }
             st.next_seq += 1;
             st.next_seq - 1
@@ -135,6 +153,11 @@ impl Connection {
             st.leader = false;
             let mine = match read {
                 Ok((s, reply)) if s == seq => Some(reply),
+                Ok((0, Reply::Error(e))) => {
+                    tracing::warn!(error = %e.message, "a request sent without waiting for its reply failed");
+                    st.earlier.push(e);
+                    None
+                }
                 // Notifications only flow on subscription connections.
                 Ok((0, _)) => None,
                 Ok((s, reply)) => {

@@ -5,6 +5,14 @@
 //! reference in the daemon, released when it is dropped; an `ObjectMut` that
 //! is dropped unsealed is aborted. Both keep the client's connection and
 //! mapping alive, so they may outlive the `StoreClient` they came from.
+//!
+//! Small objects (data + metadata up to [`SMALL_OBJECT_MAX`]) cost no round
+//! trip to create: the client keeps a pool of blocks the daemon reserved for
+//! it in advance (one Reserve per [`RESERVE_BATCH`] objects of a size class),
+//! places the object in one, and publishes it at seal in one one-way
+//! message. The price: an id that already exists is reported late, as
+//! [`Error::Earlier`] from [`StoreClient::sync`] or a later call, not by
+//! `create`.
 
 mod connection;
 mod object;
@@ -13,7 +21,7 @@ mod subscription;
 use std::borrow::Cow;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use object::{Object, ObjectMut};
@@ -43,6 +51,22 @@ pub struct ConnectOptions {
 
 /// Default of [`ConnectOptions::spin`].
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// Block sizes of the small-object pool; an object goes in the smallest
+/// block that holds its data and metadata.
+const SMALL_CLASSES: [u64; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
+
+/// Largest data + metadata placed in a reserved block.
+pub const SMALL_OBJECT_MAX: u64 = SMALL_CLASSES[SMALL_CLASSES.len() - 1];
+
+/// Blocks reserved per round trip when a size class runs out.
+pub const RESERVE_BATCH: u32 = 32;
+
+/// The size class for `total` bytes, if small.
+fn small_class(total: u64) -> Option<usize> {
+    let len = crate::allocator::block_len(total)?;
+    SMALL_CLASSES.iter().position(|&c| c >= len)
+}
 
 /// Options for [`StoreClient::create_with`].
 #[derive(Debug, Clone, Default)]
@@ -85,6 +109,34 @@ pub(crate) struct Inner {
     arena: Arena,
     client_id: u64,
     path: PathBuf,
+    /// Offsets of reserved blocks not in use, per size class.
+    pool: Mutex<[Vec<u64>; SMALL_CLASSES.len()]>,
+}
+
+impl Inner {
+    /// Returns an unused reserved block to the pool.
+    pub(crate) fn give_back(&self, class: usize, offset: u64) {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)[class].push(offset);
+    }
+
+    /// A reserved block of size class `class`, reserving more if none is left.
+    fn take_block(&self, class: usize) -> Result<u64> {
+        if let Some(offset) = self.pool.lock().unwrap_or_else(PoisonError::into_inner)[class].pop() {
+            return Ok(offset);
+        }
+        let block_len = SMALL_CLASSES[class];
+        match self.conn.call(&Request::Reserve { block_len, count: RESERVE_BATCH })? {
+            Reply::Reserved { block_len: got, mut offsets } if got == block_len && !offsets.is_empty() => {
+                if let Some(bad) = offsets.iter().find(|&&o| !self.arena.contains_range(o, block_len)) {
+                    return Err(Error::Protocol { op: "reserve", detail: format!("block at {bad} lies outside the arena") });
+                }
+                let offset = offsets.pop().expect("checked non-empty");
+                self.pool.lock().unwrap_or_else(PoisonError::into_inner)[class].extend(offsets);
+                Ok(offset)
+            }
+            other => Err(unexpected("reserve", &other)),
+        }
+    }
 }
 
 impl StoreClient {
@@ -103,7 +155,8 @@ impl StoreClient {
         let arena = Arena::map_fd(fd, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
         tracing::debug!(path = %path.display(), client_id = hello.client_id, arena = hello.arena_size, "connected to hprm-store");
         let spin = opts.spin.unwrap_or(DEFAULT_SPIN);
-        Ok(StoreClient { inner: Arc::new(Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, path }) })
+        let inner = Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, path, pool: Mutex::default() };
+        Ok(StoreClient { inner: Arc::new(inner) })
     }
 
     /// The socket this client is connected to.
@@ -128,12 +181,27 @@ impl StoreClient {
     }
 
     /// [`StoreClient::create`] with delivery count and wait for space.
+    ///
+    /// Small objects (data + metadata up to [`SMALL_OBJECT_MAX`], and no
+    /// wait for space) are placed in a block reserved in advance, with no
+    /// round trip; a duplicate id is then reported late
+    /// ([`Error::Earlier`], from [`StoreClient::sync`] or a later call).
     pub fn create_with(&self, id: ObjectId, size: u64, metadata: &[u8], opts: &CreateOptions) -> Result<ObjectMut> {
+        let small = size.checked_add(metadata.len() as u64).and_then(small_class).filter(|_| opts.wait_for_space.is_zero());
+        if let Some(class) = small {
+            let offset = self.inner.take_block(class)?;
+            let placement = Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: metadata.len() as u64 };
+            // SAFETY: the block is reserved for this client and taken out of
+            // its pool, so nothing else writes it; it lies in the arena
+            // (checked when reserved) and holds data + metadata (its class).
+            unsafe { self.inner.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len()) };
+            return Ok(ObjectMut::new(self.inner.clone(), id, placement, Some((class, opts.deliveries))));
+        }
         let req = Request::Create { id, data_size: size, metadata, deliveries: opts.deliveries, wait_for_space: opts.wait_for_space };
         match self.inner.conn.call(&req)? {
             Reply::Created(placement) => {
                 self.check_placement("create", &placement)?;
-                Ok(ObjectMut::new(self.inner.clone(), id, placement))
+                Ok(ObjectMut::new(self.inner.clone(), id, placement, None))
             }
             other => Err(unexpected("create", &other)),
         }
@@ -214,6 +282,20 @@ impl StoreClient {
         match self.inner.conn.call(&Request::Evict { bytes })? {
             Reply::Evicted { objects, bytes } => Ok(Evicted { objects, bytes }),
             other => Err(unexpected("evict", &other)),
+        }
+    }
+
+    /// Waits until the daemon has handled every request this client sent so
+    /// far, and reports the first that failed without anyone waiting for
+    /// its answer (a seal, the publish of a small object) as
+    /// [`Error::Earlier`]. Requests on one connection are handled in order,
+    /// so one round trip is enough. Later calls report such errors too, once
+    /// they have arrived; `sync` is the way to know for sure.
+    pub fn sync(&self) -> Result<()> {
+        let probe = ObjectId::from_bytes([0; ObjectId::LEN]);
+        match self.inner.conn.call(&Request::Contains { id: probe })? {
+            Reply::Presence(_) => self.inner.conn.take_earlier(),
+            other => Err(unexpected("sync", &other)),
         }
     }
 

@@ -73,12 +73,15 @@ pub struct ObjectMut {
     inner: Arc<Inner>,
     id: ObjectId,
     placement: Placement,
+    /// For a small object in a reserved block: its size class and the
+    /// deliveries to announce when publishing. `None`: created in the daemon.
+    reserved: Option<(usize, u32)>,
     finished: bool,
 }
 
 impl ObjectMut {
-    pub(super) fn new(inner: Arc<Inner>, id: ObjectId, placement: Placement) -> ObjectMut {
-        ObjectMut { inner, id, placement, finished: false }
+    pub(super) fn new(inner: Arc<Inner>, id: ObjectId, placement: Placement, reserved: Option<(usize, u32)>) -> ObjectMut {
+        ObjectMut { inner, id, placement, reserved, finished: false }
     }
 
     pub fn id(&self) -> ObjectId {
@@ -118,12 +121,28 @@ impl ObjectMut {
     /// if the connection is broken.
     pub fn seal(mut self) -> Result<()> {
         self.finished = true;
-        self.inner.conn.post(&Request::Seal { id: self.id })
+        let p = self.placement;
+        match self.reserved {
+            // Create and seal at once: the daemon learns of it only now.
+            Some((_, deliveries)) => self.inner.conn.post(&Request::Publish {
+                id: self.id,
+                offset: p.data_offset,
+                data_size: p.data_size,
+                metadata_size: p.metadata_size,
+                deliveries,
+            }),
+            None => self.inner.conn.post(&Request::Seal { id: self.id }),
+        }
     }
 
     /// Gives the object up; its memory returns to the arena.
     pub fn abort(mut self) -> Result<()> {
         self.finished = true;
+        if let Some((class, _)) = self.reserved {
+            // The daemon never heard of it: the block just goes back.
+            self.inner.give_back(class, self.placement.data_offset);
+            return Ok(());
+        }
         match self.inner.conn.call(&Request::Abort { id: self.id })? {
             Reply::Done => Ok(()),
             other => Err(unexpected("abort", &other)),
@@ -139,9 +158,15 @@ impl fmt::Debug for ObjectMut {
 
 impl Drop for ObjectMut {
     fn drop(&mut self) {
-        if !self.finished {
+        if self.finished {
+            return;
+        }
+        match self.reserved {
+            Some((class, _)) => self.inner.give_back(class, self.placement.data_offset),
             // A broken connection already aborted the object daemon-side.
-            let _ = self.inner.conn.post(&Request::Abort { id: self.id });
+            None => {
+                let _ = self.inner.conn.post(&Request::Abort { id: self.id });
+            }
         }
     }
 }

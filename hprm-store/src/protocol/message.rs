@@ -39,6 +39,10 @@ pub enum Request<'a> {
     Evict { bytes: u64 },
     Subscribe,
     Stats,
+    /// Blocks for small objects, owned by the client until published.
+    Reserve { block_len: u64, count: u32 },
+    /// Create-and-seal of an object already written in a reserved block.
+    Publish { id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32 },
 }
 
 impl Request<'_> {
@@ -56,6 +60,8 @@ impl Request<'_> {
             Request::Evict { .. } => "evict",
             Request::Subscribe => "subscribe",
             Request::Stats => "stats",
+            Request::Reserve { .. } => "reserve",
+            Request::Publish { .. } => "publish",
         }
     }
 }
@@ -162,6 +168,9 @@ pub struct Stats {
     pub expired_deliveries: u64,
     pub evictions: u64,
     pub evicted_bytes: u64,
+    /// Arena bytes in blocks clients reserved and have not published yet
+    /// (counted in `bytes_in_use` too).
+    pub bytes_reserved: u64,
 }
 
 /// An error reply.
@@ -194,6 +203,7 @@ pub enum Reply {
     Stats(Stats),
     Error(ErrorReply),
     Notification(Notification),
+    Reserved { block_len: u64, offsets: Vec<u64> },
 }
 
 impl Reply {
@@ -292,6 +302,21 @@ impl Encoder {
             Request::Evict { bytes } => (wire::Request::Evict, wire::Evict::create(fbb, &wire::EvictArgs { bytes: *bytes }).as_union_value()),
             Request::Subscribe => (wire::Request::Subscribe, wire::Subscribe::create(fbb, &wire::SubscribeArgs {}).as_union_value()),
             Request::Stats => (wire::Request::Stats, wire::Stats::create(fbb, &wire::StatsArgs {}).as_union_value()),
+            Request::Reserve { block_len, count } => (
+                wire::Request::Reserve,
+                wire::Reserve::create(fbb, &wire::ReserveArgs { block_len: *block_len, count: *count }).as_union_value(),
+            ),
+            Request::Publish { id, offset, data_size, metadata_size, deliveries } => {
+                let wid = id_to_wire(id);
+                let args = wire::PublishArgs {
+                    id: Some(&wid),
+                    offset: *offset,
+                    data_size: *data_size,
+                    metadata_size: *metadata_size,
+                    deliveries: *deliveries,
+                };
+                (wire::Request::Publish, wire::Publish::create(fbb, &args).as_union_value())
+            }
         };
         let root = wire::RequestFrame::create(fbb, &wire::RequestFrameArgs { seq, request_type: kind, request: Some(body) });
         fbb.finish_minimal(root);
@@ -365,6 +390,7 @@ impl Encoder {
                     expired_deliveries: s.expired_deliveries,
                     evictions: s.evictions,
                     evicted_bytes: s.evicted_bytes,
+                    bytes_reserved: s.bytes_reserved,
                 };
                 (wire::Reply::StoreStats, wire::StoreStats::create(fbb, &args).as_union_value())
             }
@@ -383,6 +409,11 @@ impl Encoder {
                 let id = id_to_wire(id);
                 let args = wire::NotificationArgs { kind, id: Some(&id), data_size, metadata_size };
                 (wire::Reply::Notification, wire::Notification::create(fbb, &args).as_union_value())
+            }
+            Reply::Reserved { block_len, offsets } => {
+                let offsets = fbb.create_vector(offsets);
+                let args = wire::ReservedArgs { block_len: *block_len, offsets: Some(offsets) };
+                (wire::Reply::Reserved, wire::Reserved::create(fbb, &args).as_union_value())
             }
         };
         let root = wire::ReplyFrame::create(fbb, &wire::ReplyFrameArgs { seq, reply_type: kind, reply: Some(body) });
@@ -432,6 +463,20 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         wire::Request::Evict => Request::Evict { bytes: frame.request_as_evict().ok_or(missing)?.bytes() },
         wire::Request::Subscribe => Request::Subscribe,
         wire::Request::Stats => Request::Stats,
+        wire::Request::Reserve => {
+            let r = frame.request_as_reserve().ok_or(missing)?;
+            Request::Reserve { block_len: r.block_len(), count: r.count() }
+        }
+        wire::Request::Publish => {
+            let p = frame.request_as_publish().ok_or(missing)?;
+            Request::Publish {
+                id: required_id(p.id(), "Publish.id")?,
+                offset: p.offset(),
+                data_size: p.data_size(),
+                metadata_size: p.metadata_size(),
+                deliveries: p.deliveries(),
+            }
+        }
         other => return Err(DecodeError::Unknown { kind: "request", tag: other.0 }),
     };
     Ok((seq, req))
@@ -497,6 +542,7 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
                 expired_deliveries: s.expired_deliveries(),
                 evictions: s.evictions(),
                 evicted_bytes: s.evicted_bytes(),
+                bytes_reserved: s.bytes_reserved(),
             })
         }
         wire::Reply::Error => {
@@ -515,6 +561,10 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
                 wire::NotificationKind::Deleted => Notification::Deleted { id },
                 other => return Err(DecodeError::Unknown { kind: "notification", tag: other.0 }),
             })
+        }
+        wire::Reply::Reserved => {
+            let r = frame.reply_as_reserved().ok_or(missing)?;
+            Reply::Reserved { block_len: r.block_len(), offsets: r.offsets().map(|v| v.iter().collect()).unwrap_or_default() }
         }
         other => return Err(DecodeError::Unknown { kind: "reply", tag: other.0 }),
     };
@@ -548,6 +598,8 @@ mod tests {
             Request::Evict { bytes: 12345 },
             Request::Subscribe,
             Request::Stats,
+            Request::Reserve { block_len: 256, count: 32 },
+            Request::Publish { id, offset: 4096, data_size: 100, metadata_size: 4, deliveries: 2 },
         ];
         let mut enc = Encoder::default();
         for (seq, req) in reqs.iter().enumerate() {
@@ -579,10 +631,11 @@ mod tests {
                 age_ms: 9,
             }]),
             Reply::Evicted { objects: 2, bytes: 128 },
-            Reply::Stats(Stats { capacity: 1, evicted_bytes: 14, ..Stats::default() }),
+            Reply::Stats(Stats { capacity: 1, evicted_bytes: 14, bytes_reserved: 640, ..Stats::default() }),
             Reply::Error(ErrorReply { code: ErrorCode::Timeout, message: "late".into(), missing: vec![id] }),
             Reply::Notification(Notification::Sealed { id, data_size: 5, metadata_size: 1 }),
             Reply::Notification(Notification::Deleted { id }),
+            Reply::Reserved { block_len: 128, offsets: vec![0, 128, 4096] },
         ];
         let mut enc = Encoder::default();
         for reply in &replies {

@@ -8,8 +8,12 @@
 //!
 //! A connection: the daemon sends Hello (+ arena fd); the client then sends
 //! requests, each with a `seq` that its reply echoes (replies to a `get` that
-//! waits may overtake later requests); `seq` 0 means "no reply". After
-//! Subscribe, the daemon also pushes Notification frames with `seq` 0.
+//! waits may overtake later requests); `seq` 0 means "no reply" (if such a
+//! request fails, the daemon still sends its Error, with `seq` 0, for the
+//! client to report late). After Subscribe, the daemon also pushes
+//! Notification frames with `seq` 0. Small objects skip the create round
+//! trip: Reserve hands the client blocks in advance, and Publish
+//! (one-way) turns a filled block into a sealed object.
 
 pub mod frame;
 pub mod handshake;

@@ -316,10 +316,10 @@ impl ::flatbuffers::SimpleToVerifyInSlice for NotificationKind {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_REQUEST: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_REQUEST: u8 = 11;
+pub const ENUM_MAX_REQUEST: u8 = 13;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_REQUEST: [Request; 12] = [
+pub const ENUM_VALUES_REQUEST: [Request; 14] = [
   Request::NONE,
   Request::Create,
   Request::Seal,
@@ -332,6 +332,8 @@ pub const ENUM_VALUES_REQUEST: [Request; 12] = [
   Request::Evict,
   Request::Subscribe,
   Request::Stats,
+  Request::Reserve,
+  Request::Publish,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -351,9 +353,11 @@ impl Request {
   pub const Evict: Self = Self(9);
   pub const Subscribe: Self = Self(10);
   pub const Stats: Self = Self(11);
+  pub const Reserve: Self = Self(12);
+  pub const Publish: Self = Self(13);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 11;
+  pub const ENUM_MAX: u8 = 13;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Create,
@@ -367,6 +371,8 @@ impl Request {
     Self::Evict,
     Self::Subscribe,
     Self::Stats,
+    Self::Reserve,
+    Self::Publish,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -383,6 +389,8 @@ impl Request {
       Self::Evict => Some("Evict"),
       Self::Subscribe => Some("Subscribe"),
       Self::Stats => Some("Stats"),
+      Self::Reserve => Some("Reserve"),
+      Self::Publish => Some("Publish"),
       _ => None,
     }
   }
@@ -442,10 +450,10 @@ pub struct RequestUnionTableOffset {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_REPLY: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_REPLY: u8 = 11;
+pub const ENUM_MAX_REPLY: u8 = 12;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_REPLY: [Reply; 12] = [
+pub const ENUM_VALUES_REPLY: [Reply; 13] = [
   Reply::NONE,
   Reply::Hello,
   Reply::Created,
@@ -458,6 +466,7 @@ pub const ENUM_VALUES_REPLY: [Reply; 12] = [
   Reply::StoreStats,
   Reply::Error,
   Reply::Notification,
+  Reply::Reserved,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -477,9 +486,10 @@ impl Reply {
   pub const StoreStats: Self = Self(9);
   pub const Error: Self = Self(10);
   pub const Notification: Self = Self(11);
+  pub const Reserved: Self = Self(12);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 11;
+  pub const ENUM_MAX: u8 = 12;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Hello,
@@ -493,6 +503,7 @@ impl Reply {
     Self::StoreStats,
     Self::Error,
     Self::Notification,
+    Self::Reserved,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -509,6 +520,7 @@ impl Reply {
       Self::StoreStats => Some("StoreStats"),
       Self::Error => Some("Error"),
       Self::Notification => Some("Notification"),
+      Self::Reserved => Some("Reserved"),
       _ => None,
     }
   }
@@ -2017,6 +2029,283 @@ impl ::core::fmt::Debug for Stats<'_> {
       ds.finish()
   }
 }
+pub enum ReserveOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Reserve<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Reserve<'a> {
+  type Inner = Reserve<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Reserve<'a> {
+  pub const VT_BLOCK_LEN: ::flatbuffers::VOffsetT = 4;
+  pub const VT_COUNT: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Reserve { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args ReserveArgs
+  ) -> ::flatbuffers::WIPOffset<Reserve<'bldr>> {
+    let mut builder = ReserveBuilder::new(_fbb);
+    builder.add_block_len(args.block_len);
+    builder.add_count(args.count);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn block_len(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Reserve::VT_BLOCK_LEN, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn count(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(Reserve::VT_COUNT, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for Reserve<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<u64>("block_len", Self::VT_BLOCK_LEN, false)?
+     .visit_field::<u32>("count", Self::VT_COUNT, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ReserveArgs {
+    pub block_len: u64,
+    pub count: u32,
+}
+impl<'a> Default for ReserveArgs {
+  #[inline]
+  fn default() -> Self {
+    ReserveArgs {
+      block_len: 0,
+      count: 0,
+    }
+  }
+}
+
+pub struct ReserveBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReserveBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_block_len(&mut self, block_len: u64) {
+    self.fbb_.push_slot::<u64>(Reserve::VT_BLOCK_LEN, block_len, 0);
+  }
+  #[inline]
+  pub fn add_count(&mut self, count: u32) {
+    self.fbb_.push_slot::<u32>(Reserve::VT_COUNT, count, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ReserveBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    ReserveBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Reserve<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Reserve<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Reserve");
+      ds.field("block_len", &self.block_len());
+      ds.field("count", &self.count());
+      ds.finish()
+  }
+}
+pub enum PublishOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Publish<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Publish<'a> {
+  type Inner = Publish<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Publish<'a> {
+  pub const VT_ID: ::flatbuffers::VOffsetT = 4;
+  pub const VT_OFFSET: ::flatbuffers::VOffsetT = 6;
+  pub const VT_DATA_SIZE: ::flatbuffers::VOffsetT = 8;
+  pub const VT_METADATA_SIZE: ::flatbuffers::VOffsetT = 10;
+  pub const VT_DELIVERIES: ::flatbuffers::VOffsetT = 12;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Publish { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args PublishArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<Publish<'bldr>> {
+    let mut builder = PublishBuilder::new(_fbb);
+    builder.add_metadata_size(args.metadata_size);
+    builder.add_data_size(args.data_size);
+    builder.add_offset(args.offset);
+    builder.add_deliveries(args.deliveries);
+    if let Some(x) = args.id { builder.add_id(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn id(&self) -> Option<&'a ObjectId> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<ObjectId>(Publish::VT_ID, None)}
+  }
+  #[inline]
+  pub fn offset(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Publish::VT_OFFSET, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn data_size(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Publish::VT_DATA_SIZE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn metadata_size(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Publish::VT_METADATA_SIZE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn deliveries(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(Publish::VT_DELIVERIES, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for Publish<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<ObjectId>("id", Self::VT_ID, false)?
+     .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+     .visit_field::<u64>("data_size", Self::VT_DATA_SIZE, false)?
+     .visit_field::<u64>("metadata_size", Self::VT_METADATA_SIZE, false)?
+     .visit_field::<u32>("deliveries", Self::VT_DELIVERIES, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct PublishArgs<'a> {
+    pub id: Option<&'a ObjectId>,
+    pub offset: u64,
+    pub data_size: u64,
+    pub metadata_size: u64,
+    pub deliveries: u32,
+}
+impl<'a> Default for PublishArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    PublishArgs {
+      id: None,
+      offset: 0,
+      data_size: 0,
+      metadata_size: 0,
+      deliveries: 0,
+    }
+  }
+}
+
+pub struct PublishBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PublishBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_id(&mut self, id: &ObjectId) {
+    self.fbb_.push_slot_always::<&ObjectId>(Publish::VT_ID, id);
+  }
+  #[inline]
+  pub fn add_offset(&mut self, offset: u64) {
+    self.fbb_.push_slot::<u64>(Publish::VT_OFFSET, offset, 0);
+  }
+  #[inline]
+  pub fn add_data_size(&mut self, data_size: u64) {
+    self.fbb_.push_slot::<u64>(Publish::VT_DATA_SIZE, data_size, 0);
+  }
+  #[inline]
+  pub fn add_metadata_size(&mut self, metadata_size: u64) {
+    self.fbb_.push_slot::<u64>(Publish::VT_METADATA_SIZE, metadata_size, 0);
+  }
+  #[inline]
+  pub fn add_deliveries(&mut self, deliveries: u32) {
+    self.fbb_.push_slot::<u32>(Publish::VT_DELIVERIES, deliveries, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PublishBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    PublishBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Publish<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Publish<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Publish");
+      ds.field("id", &self.id());
+      ds.field("offset", &self.offset());
+      ds.field("data_size", &self.data_size());
+      ds.field("metadata_size", &self.metadata_size());
+      ds.field("deliveries", &self.deliveries());
+      ds.finish()
+  }
+}
 pub enum RequestFrameOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2240,6 +2529,36 @@ impl<'a> RequestFrame<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn request_as_reserve(&self) -> Option<Reserve<'a>> {
+    if self.request_type() == Request::Reserve {
+      self.request().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Reserve::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn request_as_publish(&self) -> Option<Publish<'a>> {
+    if self.request_type() == Request::Publish {
+      self.request().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Publish::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for RequestFrame<'_> {
@@ -2262,6 +2581,8 @@ impl ::flatbuffers::Verifiable for RequestFrame<'_> {
           Request::Evict => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Evict>>("Request::Evict", pos),
           Request::Subscribe => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Subscribe>>("Request::Subscribe", pos),
           Request::Stats => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Stats>>("Request::Stats", pos),
+          Request::Reserve => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Reserve>>("Request::Reserve", pos),
+          Request::Publish => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Publish>>("Request::Publish", pos),
           _ => Ok(()),
         }
      })?
@@ -2395,6 +2716,20 @@ impl ::core::fmt::Debug for RequestFrame<'_> {
         },
         Request::Stats => {
           if let Some(x) = self.request_as_stats() {
+            ds.field("request", &x)
+          } else {
+            ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Request::Reserve => {
+          if let Some(x) = self.request_as_reserve() {
+            ds.field("request", &x)
+          } else {
+            ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Request::Publish => {
+          if let Some(x) = self.request_as_publish() {
             ds.field("request", &x)
           } else {
             ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
@@ -3454,6 +3789,7 @@ impl<'a> StoreStats<'a> {
   pub const VT_EXPIRED_DELIVERIES: ::flatbuffers::VOffsetT = 26;
   pub const VT_EVICTIONS: ::flatbuffers::VOffsetT = 28;
   pub const VT_EVICTED_BYTES: ::flatbuffers::VOffsetT = 30;
+  pub const VT_BYTES_RESERVED: ::flatbuffers::VOffsetT = 32;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3465,6 +3801,7 @@ impl<'a> StoreStats<'a> {
     args: &'args StoreStatsArgs
   ) -> ::flatbuffers::WIPOffset<StoreStats<'bldr>> {
     let mut builder = StoreStatsBuilder::new(_fbb);
+    builder.add_bytes_reserved(args.bytes_reserved);
     builder.add_evicted_bytes(args.evicted_bytes);
     builder.add_evictions(args.evictions);
     builder.add_expired_deliveries(args.expired_deliveries);
@@ -3581,6 +3918,13 @@ impl<'a> StoreStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(StoreStats::VT_EVICTED_BYTES, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn bytes_reserved(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_BYTES_RESERVED, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for StoreStats<'_> {
@@ -3603,6 +3947,7 @@ impl ::flatbuffers::Verifiable for StoreStats<'_> {
      .visit_field::<u64>("expired_deliveries", Self::VT_EXPIRED_DELIVERIES, false)?
      .visit_field::<u64>("evictions", Self::VT_EVICTIONS, false)?
      .visit_field::<u64>("evicted_bytes", Self::VT_EVICTED_BYTES, false)?
+     .visit_field::<u64>("bytes_reserved", Self::VT_BYTES_RESERVED, false)?
      .finish();
     Ok(())
   }
@@ -3622,6 +3967,7 @@ pub struct StoreStatsArgs {
     pub expired_deliveries: u64,
     pub evictions: u64,
     pub evicted_bytes: u64,
+    pub bytes_reserved: u64,
 }
 impl<'a> Default for StoreStatsArgs {
   #[inline]
@@ -3641,6 +3987,7 @@ impl<'a> Default for StoreStatsArgs {
       expired_deliveries: 0,
       evictions: 0,
       evicted_bytes: 0,
+      bytes_reserved: 0,
     }
   }
 }
@@ -3707,6 +4054,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StoreStatsBuilder<'a, 'b, A> 
     self.fbb_.push_slot::<u64>(StoreStats::VT_EVICTED_BYTES, evicted_bytes, 0);
   }
   #[inline]
+  pub fn add_bytes_reserved(&mut self, bytes_reserved: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_BYTES_RESERVED, bytes_reserved, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StoreStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     StoreStatsBuilder {
@@ -3738,6 +4089,7 @@ impl ::core::fmt::Debug for StoreStats<'_> {
       ds.field("expired_deliveries", &self.expired_deliveries());
       ds.field("evictions", &self.evictions());
       ds.field("evicted_bytes", &self.evicted_bytes());
+      ds.field("bytes_reserved", &self.bytes_reserved());
       ds.finish()
   }
 }
@@ -4018,6 +4370,119 @@ impl ::core::fmt::Debug for Notification<'_> {
       ds.finish()
   }
 }
+pub enum ReservedOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Reserved<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Reserved<'a> {
+  type Inner = Reserved<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Reserved<'a> {
+  pub const VT_BLOCK_LEN: ::flatbuffers::VOffsetT = 4;
+  pub const VT_OFFSETS: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Reserved { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args ReservedArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<Reserved<'bldr>> {
+    let mut builder = ReservedBuilder::new(_fbb);
+    builder.add_block_len(args.block_len);
+    if let Some(x) = args.offsets { builder.add_offsets(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn block_len(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Reserved::VT_BLOCK_LEN, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn offsets(&self) -> Option<::flatbuffers::Vector<'a, u64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(Reserved::VT_OFFSETS, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for Reserved<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<u64>("block_len", Self::VT_BLOCK_LEN, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>("offsets", Self::VT_OFFSETS, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ReservedArgs<'a> {
+    pub block_len: u64,
+    pub offsets: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
+}
+impl<'a> Default for ReservedArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    ReservedArgs {
+      block_len: 0,
+      offsets: None,
+    }
+  }
+}
+
+pub struct ReservedBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReservedBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_block_len(&mut self, block_len: u64) {
+    self.fbb_.push_slot::<u64>(Reserved::VT_BLOCK_LEN, block_len, 0);
+  }
+  #[inline]
+  pub fn add_offsets(&mut self, offsets: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Reserved::VT_OFFSETS, offsets);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ReservedBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    ReservedBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Reserved<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Reserved<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Reserved");
+      ds.field("block_len", &self.block_len());
+      ds.field("offsets", &self.offsets());
+      ds.finish()
+  }
+}
 pub enum ReplyFrameOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -4241,6 +4706,21 @@ impl<'a> ReplyFrame<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn reply_as_reserved(&self) -> Option<Reserved<'a>> {
+    if self.reply_type() == Reply::Reserved {
+      self.reply().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Reserved::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for ReplyFrame<'_> {
@@ -4263,6 +4743,7 @@ impl ::flatbuffers::Verifiable for ReplyFrame<'_> {
           Reply::StoreStats => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StoreStats>>("Reply::StoreStats", pos),
           Reply::Error => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Error>>("Reply::Error", pos),
           Reply::Notification => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Notification>>("Reply::Notification", pos),
+          Reply::Reserved => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Reserved>>("Reply::Reserved", pos),
           _ => Ok(()),
         }
      })?
@@ -4396,6 +4877,13 @@ impl ::core::fmt::Debug for ReplyFrame<'_> {
         },
         Reply::Notification => {
           if let Some(x) = self.reply_as_notification() {
+            ds.field("reply", &x)
+          } else {
+            ds.field("reply", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Reply::Reserved => {
+          if let Some(x) = self.reply_as_reserved() {
             ds.field("reply", &x)
           } else {
             ds.field("reply", &"InvalidFlatbuffer: Union discriminant does not match value.")

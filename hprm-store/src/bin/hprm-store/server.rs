@@ -281,7 +281,10 @@ async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shar
             if seq != 0 {
                 write_reply(writer, seq, &reply).await?;
             } else if let Reply::Error(e) = &reply {
-                tracing::debug!(client, op = req.name(), error = %e.message, "request without reply failed");
+                // The client did not wait for this one (seal, publish, release,
+                // abort): tell it anyway; it reports the error on its next call.
+                tracing::warn!(client, op = req.name(), error = %e.message, "request without reply failed");
+                write_reply(writer, 0, &reply).await?;
             }
         }
         Outcome::Wait { wait, mut rx, timeout } => {

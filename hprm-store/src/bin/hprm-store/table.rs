@@ -46,6 +46,11 @@ pub const SUBSCRIBER_QUEUE: usize = 4096;
 /// up without bound must be refused before it exhausts the daemon.
 pub const MAX_WAITS_PER_CLIENT: usize = 1024;
 
+/// Largest block a client may reserve, and most blocks per Reserve: small
+/// objects only, so reservations stay a small part of any arena.
+pub const MAX_RESERVED_BLOCK: u64 = 64 << 10;
+pub const MAX_RESERVE_COUNT: u32 = 256;
+
 /// What the connection does with a request's result.
 pub enum Outcome {
     Reply(Reply),
@@ -84,6 +89,8 @@ struct ClientRecord {
     unsealed: HashSet<ObjectId>,
     /// Requests of this client waiting in `gets` or `creates`.
     waits: usize,
+    /// Blocks reserved for this client's small objects, by offset.
+    reserved: HashMap<u64, Block>,
 }
 
 struct GetWaiter {
@@ -177,6 +184,10 @@ impl ObjectTable {
                 Reply::Evicted { objects, bytes }
             }
             Request::Stats => Reply::Stats(self.stats()),
+            Request::Reserve { block_len, count } => self.reserve(client, *block_len, *count),
+            Request::Publish { id, offset, data_size, metadata_size, deliveries } => {
+                self.publish(client, *id, *offset, *data_size, *metadata_size, *deliveries)
+            }
             Request::Subscribe => err(ErrorCode::Internal, "subscribe is handled by the connection".into()),
         };
         Outcome::Reply(reply)
@@ -211,8 +222,8 @@ impl ObjectTable {
         if wait.is_zero() {
             return Outcome::Reply(self.out_of_memory(id, len));
         }
-        if let Err(reply) = self.begin_wait(client) {
-            return Outcome::Reply(reply);
+        if let Err(e) = self.begin_wait(client) {
+            return Outcome::Reply(Reply::Error(e));
         }
         let (tx, rx) = oneshot::channel();
         let wait_id = self.next_wait_id();
@@ -284,6 +295,70 @@ impl ObjectTable {
         Reply::Created(placement)
     }
 
+    /// Allocates up to `count` blocks for `client` to place small objects
+    /// in; at least one, or OutOfMemory.
+    fn reserve(&mut self, client: ClientId, block_len: u64, count: u32) -> Reply {
+        if block_len == 0 || block_len % hprm_store::allocator::ALIGN != 0 || block_len > MAX_RESERVED_BLOCK || count == 0 || count > MAX_RESERVE_COUNT {
+            return err(
+                ErrorCode::InvalidArgument,
+                format!("cannot reserve {count} blocks of {block_len} bytes: blocks are multiples of 64 bytes up to {MAX_RESERVED_BLOCK}, at most {MAX_RESERVE_COUNT} at once"),
+            );
+        }
+        let mut offsets = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            match self.allocate(block_len) {
+                Some(block) => {
+                    offsets.push(block.offset);
+                    self.clients.entry(client).or_default().reserved.insert(block.offset, block);
+                }
+                None => break,
+            }
+        }
+        if offsets.is_empty() {
+            return self.out_of_memory(ObjectId::from_bytes([0; ObjectId::LEN]), block_len);
+        }
+        Reply::Reserved { block_len, offsets }
+    }
+
+    /// Turns a reserved block, already written by its client, into a sealed
+    /// object. Whatever goes wrong, the block is the client's no longer.
+    fn publish(&mut self, client: ClientId, id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32) -> Reply {
+        let Some(block) = self.clients.get_mut(&client).and_then(|c| c.reserved.remove(&offset)) else {
+            return err(ErrorCode::NotFound, format!("publish of object {id}: offset {offset} is not a block reserved by this client"));
+        };
+        let fits = data_size.checked_add(metadata_size).is_some_and(|total| total <= block.len);
+        if !fits || self.objects.contains_key(&id) {
+            self.allocator.free(block);
+            self.retry_creates();
+            return if fits {
+                err(ErrorCode::AlreadyExists, format!("publish of object {id}: an object with this id already exists; use a fresh id"))
+            } else {
+                err(ErrorCode::InvalidArgument, format!("publish of object {id}: {data_size} + {metadata_size} bytes do not fit its {}-byte block", block.len))
+            };
+        }
+        let placement = Placement { data_offset: offset, data_size, metadata_offset: offset + data_size, metadata_size };
+        let delivery_deadline = (deliveries > 0).then(|| Instant::now() + self.config.delivery_ttl);
+        self.objects.insert(
+            id,
+            Entry {
+                block,
+                placement,
+                sealed: true,
+                creator: client,
+                refs: 0,
+                pending_deliveries: deliveries,
+                delivery_deadline,
+                delete_pending: false,
+                lru_tick: None,
+                created_at: Instant::now(),
+            },
+        );
+        self.refresh_lru(id);
+        self.notify(Notification::Sealed { id, data_size, metadata_size });
+        self.wake_gets(id, placement);
+        Reply::Done
+    }
+
     fn seal(&mut self, client: ClientId, id: ObjectId) -> Reply {
         let ttl = self.config.delivery_ttl;
         let Some(e) = self.objects.get_mut(&id) else {
@@ -346,13 +421,13 @@ impl ObjectTable {
             let objects = ids.iter().zip(found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
             return Outcome::Reply(Reply::Objects(objects));
         }
-        if let Err(reply) = self.begin_wait(client) {
+        if let Err(e) = self.begin_wait(client) {
             for (&id, p) in ids.iter().zip(&found) {
                 if p.is_some() {
                     self.drop_ref(client, id, false);
                 }
             }
-            return Outcome::Reply(reply);
+            return Outcome::Reply(Reply::Error(e));
         }
         let (tx, rx) = oneshot::channel();
         let wait = self.next_wait_id();
@@ -520,6 +595,7 @@ impl ObjectTable {
             expired_deliveries: self.expired_deliveries,
             evictions: self.evictions,
             evicted_bytes: self.evicted_bytes,
+            bytes_reserved: self.clients.values().flat_map(|c| c.reserved.values()).map(|b| b.len).sum(),
             ..Stats::default()
         };
         for e in self.objects.values() {
@@ -574,6 +650,9 @@ impl ObjectTable {
         for id in record.unsealed {
             tracing::info!(%id, client, "aborting object left unsealed by a departed client");
             self.remove(id);
+        }
+        for block in record.reserved.into_values() {
+            self.allocator.free(block);
         }
         for (id, n) in record.refs {
             let Some(e) = self.objects.get_mut(&id) else { continue };
@@ -694,13 +773,14 @@ impl ObjectTable {
         });
     }
 
-    fn begin_wait(&mut self, client: ClientId) -> Result<(), Reply> {
+    fn begin_wait(&mut self, client: ClientId) -> Result<(), ErrorReply> {
         let record = self.clients.entry(client).or_default();
         if record.waits >= MAX_WAITS_PER_CLIENT {
-            return Err(err(
-                ErrorCode::InvalidArgument,
-                format!("this connection already has {MAX_WAITS_PER_CLIENT} requests waiting (gets of unsealed objects, creates waiting for space); wait for some to finish, or use shorter timeouts"),
-            ));
+            return Err(ErrorReply {
+                code: ErrorCode::InvalidArgument,
+                message: format!("this connection already has {MAX_WAITS_PER_CLIENT} requests waiting (gets of unsealed objects, creates waiting for space); wait for some to finish, or use shorter timeouts"),
+                missing: Vec::new(),
+            });
         }
         record.waits += 1;
         Ok(())
@@ -919,5 +999,59 @@ mod tests {
         assert!(matches!(t.handle(1, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }), Outcome::Wait { .. }));
         t.cancel(waits[0]);
         assert!(matches!(t.handle(2, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }), Outcome::Wait { .. }));
+    }
+
+    fn reserved(t: &mut ObjectTable, c: ClientId, block_len: u64, count: u32) -> Vec<u64> {
+        match reply(t.handle(c, &Request::Reserve { block_len, count })) {
+            Reply::Reserved { offsets, .. } => offsets,
+            other => panic!("reserve refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn published_objects_come_from_reserved_blocks() {
+        let mut t = table(1 << 20);
+        let offsets = reserved(&mut t, 1, 256, 4);
+        assert_eq!(offsets.len(), 4);
+        assert_eq!(t.stats().bytes_reserved, 1024);
+        let id = ObjectId::random();
+        let publish = Request::Publish { id, offset: offsets[1], data_size: 200, metadata_size: 56, deliveries: 1 };
+        assert_eq!(reply(t.handle(1, &publish)), Reply::Done);
+        assert_eq!(t.stats().bytes_reserved, 768);
+        assert!(matches!(get(&mut t, 2, id), Reply::Objects(o) if o[0].placement.data_offset == offsets[1] && o[0].placement.metadata_offset == offsets[1] + 200));
+        assert_eq!(t.stats().pending_deliveries, 1);
+        // The block was consumed: publishing into it again is refused.
+        let again = reply(t.handle(1, &Request::Publish { id: ObjectId::random(), offset: offsets[1], data_size: 1, metadata_size: 0, deliveries: 0 }));
+        assert_eq!(code(&again), Some(ErrorCode::NotFound));
+        // Another client cannot publish into this client's blocks.
+        let theirs = reply(t.handle(2, &Request::Publish { id: ObjectId::random(), offset: offsets[0], data_size: 1, metadata_size: 0, deliveries: 0 }));
+        assert_eq!(code(&theirs), Some(ErrorCode::NotFound));
+    }
+
+    #[test]
+    fn a_failed_publish_frees_its_block() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        put(&mut t, id, 10, 0);
+        let before = t.stats().bytes_in_use;
+        let offsets = reserved(&mut t, 1, 128, 2);
+        let dup = reply(t.handle(1, &Request::Publish { id, offset: offsets[0], data_size: 10, metadata_size: 0, deliveries: 0 }));
+        assert_eq!(code(&dup), Some(ErrorCode::AlreadyExists));
+        let big = reply(t.handle(1, &Request::Publish { id: ObjectId::random(), offset: offsets[1], data_size: 100, metadata_size: 100, deliveries: 0 }));
+        assert_eq!(code(&big), Some(ErrorCode::InvalidArgument));
+        assert_eq!(t.stats().bytes_in_use, before);
+        assert_eq!(t.stats().bytes_reserved, 0);
+    }
+
+    #[test]
+    fn reservations_are_bounded_and_returned_on_disconnect() {
+        let mut t = table(1 << 20);
+        for (len, count) in [(0, 1), (100, 1), (128 << 10, 1), (64, 0), (64, 10_000)] {
+            assert_eq!(code(&reply(t.handle(1, &Request::Reserve { block_len: len, count }))), Some(ErrorCode::InvalidArgument), "{len} x {count}");
+        }
+        reserved(&mut t, 2, 4096, 100);
+        assert_eq!(t.stats().bytes_reserved, 409_600);
+        t.disconnect(2);
+        assert_eq!(t.stats().bytes_in_use, 0);
     }
 }
