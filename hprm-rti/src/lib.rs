@@ -13,12 +13,14 @@
 //!   ([`grant::Coordinator`]) from NET/LTC/message events to TAG/PTAG notices.
 //! - [`wire`]: the message set and byte layouts of LF's federated protocol,
 //!   with an incremental decoder that bounds what a peer can make it allocate.
+//! - [`auth`]: HMAC-SHA256 authentication of federates.
 //!
 //! The protocol it follows is described in `docs/lf-federated-protocol.md`.
 //! The `hprm-rti` daemon (`src/bin/hprm-rti/`) serves it over TCP:
 //! handshake, initial clock synchronization, start-time agreement,
 //! centralized grants, relaying of small tagged messages, the stop protocol.
 
+pub mod auth;
 pub mod grant;
 pub mod tag;
 pub mod wire;

@@ -348,3 +348,45 @@ fn bad_flags_say_what_is_wrong() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn authentication_admits_holders_of_the_key_only() {
+    let dir = std::env::temp_dir().join(format!("hprm-rti-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, "s3cret\n").unwrap();
+    let rti = Rti::start(2, &["--clock-sync", "off", "--auth-key-file", key_file.to_str().unwrap()]);
+    let authenticate = |fed: u16, key: &[u8]| {
+        let mut f = Fed::connect(rti.addr);
+        let nonce = hprm_rti::auth::nonce();
+        f.send(&Message::FedNonce { fed, nonce });
+        let Message::RtiResponse { nonce: rti_nonce, hmac } = f.recv() else { panic!("expected RTI_RESPONSE") };
+        (f, nonce, rti_nonce, hmac, key.to_vec())
+    };
+    // The right key: the RTI's proof checks out, ours too, then the usual join.
+    let (mut f, nonce, rti_nonce, hmac, key) = authenticate(0, b"s3cret");
+    assert!(hprm_rti::auth::verify_rti_response(&key, 0, &nonce, &hmac), "the RTI proves it holds the key");
+    f.send(&Message::FedResponse { hmac: hprm_rti::auth::fed_response(&key, &rti_nonce) });
+    f.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
+    assert_eq!(f.recv(), Message::Ack);
+    // A wrong key is refused, and the id stays free.
+    let (mut g, _, rti_nonce, _, _) = authenticate(1, b"guess");
+    g.send(&Message::FedResponse { hmac: hprm_rti::auth::fed_response(b"guess", &rti_nonce) });
+    assert_eq!(g.recv(), Message::Reject(RejectReason::HmacDoesNotMatch));
+    assert!(g.closed());
+    // Skipping authentication is refused.
+    let mut h = Fed::connect(rti.addr);
+    h.send(&Message::FedIds { fed: 1, federation: FEDERATION.to_vec() });
+    assert_eq!(h.recv(), Message::Reject(RejectReason::UnexpectedMessage));
+    // Authenticating as one federate and joining as another is refused.
+    let (mut i, _, rti_nonce, _, key) = authenticate(1, b"s3cret");
+    i.send(&Message::FedResponse { hmac: hprm_rti::auth::fed_response(&key, &rti_nonce) });
+    i.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
+    assert_eq!(i.recv(), Message::Reject(RejectReason::UnexpectedMessage));
+    assert!(rti.log().contains("HMAC mismatch"), "{}", rti.log());
+    let _ = std::fs::remove_dir_all(&dir);
+    // An unreadable or empty key file stops the RTI at start.
+    let out = Command::new(RTI_BIN).args(["--federates", "1", "--auth-key-file", "/nonexistent/key"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/key"));
+}

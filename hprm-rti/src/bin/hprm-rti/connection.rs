@@ -106,13 +106,21 @@ enum Refused {
     Write(#[from] std::io::Error),
 }
 
+/// How the RTI admits federates.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pub clock_sync: ClockSync,
+    /// Shared key for HMAC authentication; `None`: no authentication.
+    pub auth_key: Option<Arc<Vec<u8>>>,
+}
+
 /// Serves one federate from accept to departure.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federation>, clock_sync: ClockSync) {
+pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federation>, admission: Admission) {
     let _ = stream.set_nodelay(true);
     let (rd, mut wr) = stream.into_split();
     let mut reader = Reader { rd, buf: Vec::with_capacity(16 << 10), limits: Limits::default() };
     let mut admitted = None;
-    let joined = handshake(&mut reader, &mut wr, &federation, clock_sync, &mut admitted).await;
+    let joined = handshake(&mut reader, &mut wr, &federation, &admission, &mut admitted).await;
     let joined = match joined {
         Ok(j) => j,
         Err(why) => {
@@ -152,10 +160,20 @@ async fn handshake(
     reader: &mut Reader,
     wr: &mut OwnedWriteHalf,
     federation: &Federation,
-    clock_sync: ClockSync,
+    admission: &Admission,
     admitted: &mut Option<FedId>,
 ) -> Result<Joined, Refused> {
+    let authenticated = match &admission.auth_key {
+        Some(key) => Some(authenticate(reader, wr, key).await?),
+        None => None,
+    };
     let fed = match reader.next_within(HANDSHAKE_STEP).await? {
+        Message::FedIds { fed, .. } if authenticated.is_some_and(|a| a != fed) => {
+            return Err(Refused::Rejected {
+                reason: RejectReason::UnexpectedMessage,
+                why: format!("authenticated as federate {} but identified as federate {fed}", authenticated.unwrap_or_default()),
+            })
+        }
         Message::FedIds { fed, federation: id } => {
             federation.admit(fed, &id).map_err(|reason| Refused::Rejected {
                 reason,
@@ -192,7 +210,7 @@ async fn handshake(
         Message::UdpPort(p) => p,
         other => return Err(unexpected("UDP_PORT", &other)),
     };
-    if udp_port != NO_CLOCK_SYNC && clock_sync != ClockSync::Off {
+    if udp_port != NO_CLOCK_SYNC && admission.clock_sync != ClockSync::Off {
         for _ in 0..CLOCK_SYNC_EXCHANGES {
             write(wr, &Message::ClockSyncT1(physical_now())).await?;
             match reader.next_within(HANDSHAKE_STEP).await? {
@@ -203,6 +221,33 @@ async fn handshake(
         }
     }
     Ok(Joined { fed, upstreams, downstreams })
+}
+
+/// The HMAC exchange that must precede FED_IDS when the RTI has a key.
+/// Returns the federate id the federate authenticated as.
+async fn authenticate(reader: &mut Reader, wr: &mut OwnedWriteHalf, key: &[u8]) -> Result<FedId, Refused> {
+    use hprm_rti::auth;
+    let (fed, fed_nonce) = match reader.next_within(HANDSHAKE_STEP).await? {
+        Message::FedNonce { fed, nonce } => (fed, nonce),
+        other => {
+            return Err(Refused::Rejected {
+                reason: RejectReason::UnexpectedMessage,
+                why: format!("this RTI requires authentication (--auth-key-file) but the federate sent {other:?} instead of FED_NONCE"),
+            })
+        }
+    };
+    let rti_nonce = auth::nonce();
+    write(wr, &Message::RtiResponse { nonce: rti_nonce, hmac: auth::rti_response(key, fed, &fed_nonce) }).await?;
+    match reader.next_within(HANDSHAKE_STEP).await? {
+        Message::FedResponse { hmac } if auth::verify_fed_response(key, &rti_nonce, &hmac) => Ok(fed),
+        Message::FedResponse { .. } => Err(Refused::Rejected {
+            reason: RejectReason::HmacDoesNotMatch,
+            why: format!("federate {fed} does not know the key (HMAC mismatch)"),
+        }),
+        // The federate found our HMAC wrong: it holds another key.
+        Message::Reject(reason) => Err(Refused::Rejected { reason, why: format!("federate {fed} rejected the RTI's HMAC: the keys differ") }),
+        other => Err(unexpected("FED_RESPONSE", &other)),
+    }
 }
 
 /// Handles a joined federate's messages until it leaves. Returns whether it

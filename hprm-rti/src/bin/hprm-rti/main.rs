@@ -39,6 +39,11 @@ struct Cli {
     /// Runtime synchronization over UDP (LF's `on`) is not supported yet.
     #[arg(long, value_enum, default_value = "init")]
     clock_sync: ClockSync,
+    /// Require federates to authenticate with HMAC-SHA256 under the key in
+    /// this file (a trailing newline is ignored). LF federates use their
+    /// federation id as the key: put it in the file to admit them.
+    #[arg(long)]
+    auth_key_file: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -61,6 +66,20 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     if cli.id.len() > 255 {
         anyhow::bail!("the federation id is {} bytes long; the protocol carries at most 255", cli.id.len());
     }
+    let auth_key = match &cli.auth_key_file {
+        Some(path) => {
+            let mut key = std::fs::read(path).with_context(|| format!("cannot read the key file {}", path.display()))?;
+            while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                key.pop();
+            }
+            if key.is_empty() {
+                anyhow::bail!("the key file {} is empty; put the shared secret in it", path.display());
+            }
+            Some(Arc::new(key))
+        }
+        None => None,
+    };
+    let admission = connection::Admission { clock_sync: cli.clock_sync, auth_key };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -78,7 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 loop {
                     match listener.accept().await {
                         Ok((stream, peer)) => {
-                            tokio::spawn(connection::serve(stream, peer, federation.clone(), cli.clock_sync));
+                            tokio::spawn(connection::serve(stream, peer, federation.clone(), admission.clone()));
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "accept failed");
