@@ -334,7 +334,7 @@ fn address_queries_answer_what_is_known() {
 fn bad_flags_say_what_is_wrong() {
     for (args, needle) in [
         (vec!["--federates", "0"], "federates"),
-        (vec!["--federates", "2", "--clock-sync", "on"], "on"),
+        (vec!["--federates", "2", "--clock-sync", "sometimes"], "sometimes"),
         (vec![], "--federates"),
     ] {
         let out = Command::new(RTI_BIN).args(&args).output().unwrap();
@@ -389,4 +389,42 @@ fn authentication_admits_holders_of_the_key_only() {
     let out = Command::new(RTI_BIN).args(["--federates", "1", "--auth-key-file", "/nonexistent/key"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/key"));
+}
+
+#[test]
+fn runtime_clock_sync_over_udp() {
+    let rti = Rti::start(1, &["--clock-sync", "on", "--clock-sync-port", "0", "--clock-sync-period-ms", "20"]);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut f = Fed::connect(rti.addr);
+    f.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
+    assert_eq!(f.recv(), Message::Ack);
+    f.send(&Message::NeighborStructure { upstreams: vec![], downstreams: vec![] });
+    f.send(&Message::UdpPort(udp.local_addr().unwrap().port()));
+    // The initial exchange over TCP comes first.
+    for _ in 0..10 {
+        assert!(matches!(f.recv(), Message::ClockSyncT1(_)));
+        f.send(&Message::ClockSyncT3(0));
+        assert!(matches!(f.recv(), Message::ClockSyncT4(_)));
+    }
+    // Propose a second ago, so that the run starts now.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    f.send(&Message::Timestamp(now - 1_000_000_000));
+    assert!(matches!(f.recv(), Message::Timestamp(_)));
+    let udp_recv = |udp: &std::net::UdpSocket| {
+        let mut buf = [0u8; 64];
+        let (n, from) = udp.recv_from(&mut buf).expect("a clock sync datagram");
+        (decode(&buf[..n], &Limits::default()).unwrap().unwrap().0, from)
+    };
+    for _round in 0..2 {
+        let (t1, rti_udp) = udp_recv(&udp);
+        let Message::ClockSyncT1(t1) = t1 else { panic!("expected T1, got {t1:?}") };
+        let mut b = Vec::new();
+        encode(&Message::ClockSyncT3(0), &mut b);
+        udp.send_to(&b, rti_udp).unwrap();
+        let (t4, _) = udp_recv(&udp);
+        let Message::ClockSyncT4(t4) = t4 else { panic!("expected T4, got {t4:?}") };
+        assert!(t4 >= t1, "T4 is read after T1 on the RTI's clock");
+        assert!(matches!(udp_recv(&udp).0, Message::ClockSyncCodedProbe(_)));
+    }
 }

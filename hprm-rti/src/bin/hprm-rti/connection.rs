@@ -35,6 +35,8 @@ pub enum ClockSync {
     Off,
     /// Synchronize once, at start, over the TCP connection.
     Init,
+    /// Synchronize at start, then periodically over UDP during the run.
+    On,
 }
 
 /// Reads whole protocol messages from a socket.
@@ -84,7 +86,7 @@ async fn write(wr: &mut OwnedWriteHalf, msg: &Message) -> std::io::Result<()> {
     wr.write_all(&b).await
 }
 
-fn physical_now() -> i64 {
+pub fn physical_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
@@ -93,6 +95,8 @@ struct Joined {
     fed: FedId,
     upstreams: Vec<Upstream>,
     downstreams: Vec<FedId>,
+    /// The federate's UDP port for runtime clock synchronization.
+    clock_sync_port: Option<u16>,
 }
 
 /// Why a handshake ended without a federate.
@@ -143,6 +147,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federati
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_queue(rx, wr, fed));
     federation.join(fed, joined.upstreams, joined.downstreams, tx, ip);
+    if let Some(port) = joined.clock_sync_port {
+        federation.set_clock_sync_udp(fed, SocketAddr::new(peer.ip(), port));
+    }
     tracing::info!(fed, %peer, "federate joined");
     let failed = message_loop(&mut reader, fed, &federation).await;
     federation.leave(fed, failed);
@@ -220,7 +227,9 @@ async fn handshake(
             write(wr, &Message::ClockSyncT4(physical_now())).await?;
         }
     }
-    Ok(Joined { fed, upstreams, downstreams })
+    // UDP_PORT: 0xFFFF none, 0 initial only, else the port for runtime sync.
+    let clock_sync_port = (admission.clock_sync == ClockSync::On && udp_port != 0 && udp_port != NO_CLOCK_SYNC).then_some(udp_port);
+    Ok(Joined { fed, upstreams, downstreams, clock_sync_port })
 }
 
 /// The HMAC exchange that must precede FED_IDS when the RTI has a key.

@@ -31,6 +31,8 @@ struct Slot {
     server_port: i32,
     joined: bool,
     requested_stop: bool,
+    /// Where it takes runtime clock synchronization (UDP), if it does.
+    clock_sync_udp: Option<std::net::SocketAddr>,
 }
 
 struct Stop {
@@ -48,6 +50,7 @@ struct Inner {
     stop: Stop,
     left: usize,
     failed: bool,
+    start: Option<Instant>,
 }
 
 /// How the RTI ended: whether some federate failed.
@@ -81,6 +84,7 @@ impl Federation {
             stop: Stop { max_tag: NEVER, handling: 0, in_progress: false, granted: false },
             left: 0,
             failed: false,
+            start: None,
         };
         Federation { id: id.as_bytes().to_vec(), size, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
     }
@@ -144,6 +148,7 @@ impl Federation {
         }
         let start = inner.max_proposal.saturating_add(DELAY_START);
         inner.coord.set_start_time(start);
+        inner.start = Some(start);
         tracing::info!(start, "all federates joined; start time agreed");
         for f in 0..self.size {
             if inner.coord.state(f) == NodeState::Pending {
@@ -205,6 +210,31 @@ impl Federation {
             _ => (-1, [0; 4]),
         };
         send(&inner, fed, &Message::AddressQueryReply { port, addr });
+    }
+
+    /// Records where a federate takes runtime clock synchronization.
+    pub fn set_clock_sync_udp(&self, fed: FedId, addr: std::net::SocketAddr) {
+        self.lock().slots[usize::from(fed)].clock_sync_udp = Some(addr);
+    }
+
+    /// The agreed start time, once every federate has proposed one.
+    pub fn start_time(&self) -> Option<Instant> {
+        self.lock().start
+    }
+
+    /// Connected federates that take runtime clock synchronization, and
+    /// whether any federate is still connected at all.
+    pub fn clock_sync_targets(&self) -> (Vec<(FedId, std::net::SocketAddr)>, bool) {
+        let inner = self.lock();
+        let connected = inner.slots.iter().any(|s| s.out.is_some());
+        let targets = inner
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.out.is_some())
+            .filter_map(|(i, s)| s.clock_sync_udp.map(|a| (i as FedId, a)))
+            .collect();
+        (targets, connected)
     }
 
     pub fn address_advertisement(&self, fed: FedId, port: i32) {

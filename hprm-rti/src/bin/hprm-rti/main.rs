@@ -7,6 +7,7 @@
 //! large payloads travel through the object store instead. `federation`
 //! holds the shared state, `connection` one federate's protocol.
 
+mod clock_sync;
 mod connection;
 mod federation;
 
@@ -35,10 +36,17 @@ struct Cli {
     /// Federation id; federates must present the same one.
     #[arg(long, short = 'i', default_value = "Unidentified Federation")]
     id: String,
-    /// Clock synchronization: off, or init (once at start, over TCP).
-    /// Runtime synchronization over UDP (LF's `on`) is not supported yet.
+    /// Clock synchronization: off; init (once at start, over TCP); on (at
+    /// start, then every --clock-sync-period over UDP).
     #[arg(long, value_enum, default_value = "init")]
     clock_sync: ClockSync,
+    /// UDP port for runtime clock synchronization (`--clock-sync on`; 0:
+    /// any free port).
+    #[arg(long, default_value_t = 15061)]
+    clock_sync_port: u16,
+    /// Time between runtime clock synchronization rounds, in milliseconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    clock_sync_period_ms: u64,
     /// Require federates to authenticate with HMAC-SHA256 under the key in
     /// this file (a trailing newline is ignored). LF federates use their
     /// federation id as the key: put it in the file to admit them.
@@ -89,6 +97,15 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
         let federation = Arc::new(Federation::new(&cli.id, cli.federates));
+        if cli.clock_sync == ClockSync::On {
+            let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
+            let udp = tokio::net::UdpSocket::bind(udp_addr)
+                .await
+                .with_context(|| format!("cannot bind the clock synchronization socket {udp_addr}; pick another --clock-sync-port"))?;
+            tracing::info!("clock synchronization on {}", udp.local_addr().context("cannot read the UDP address")?);
+            let period = std::time::Duration::from_millis(cli.clock_sync_period_ms);
+            tokio::spawn(clock_sync::run(federation.clone(), udp, period));
+        }
         let mut outcome = federation.outcome();
         tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
         let accept = {
