@@ -428,3 +428,33 @@ fn runtime_clock_sync_over_udp() {
         assert!(matches!(udp_recv(&udp).0, Message::ClockSyncCodedProbe(_)));
     }
 }
+
+#[test]
+fn random_bytes_to_the_rti_port_close_only_their_connection() {
+    let mut rti = Rti::start(1, &["--clock-sync", "off"]);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for round in 0..50 {
+        let mut s = TcpStream::connect(rti.addr).unwrap();
+        let len = 1 + (round * 37) % 300;
+        let junk: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let _ = s.write_all(&junk);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        // The RTI answers (a REJECT at most) and closes, or closes at once.
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.len() <= 2, "round {round}: at most a REJECT before closing, got {rest:?}");
+    }
+    assert!(rti.child.try_wait().unwrap().is_none(), "the RTI survived:\n{}", rti.log());
+    // A real federate is still admitted.
+    let mut f = Fed::join(rti.addr, 0, &[], &[]);
+    f.send(&Message::Timestamp(7));
+    assert_eq!(f.recv(), Message::Timestamp(7 + 1_000_000_000));
+}
