@@ -572,16 +572,10 @@ mod tests {
         neg.extend_from_slice(&0i32.to_le_bytes());
         assert!(matches!(decode(&neg, &limits), Err(WireError::TooManyNeighbors { .. })));
         assert_eq!(decode(&[3], &limits), Err(WireError::UnknownType(3)));
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x2545_F491);
         for _ in 0..2000 {
-            let bytes: Vec<u8> = (0..64)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let bytes: Vec<u8> = (0..64).map(|_| rng.gen()).collect();
             let _ = decode(&bytes, &limits);
         }
     }

@@ -432,18 +432,12 @@ fn runtime_clock_sync_over_udp() {
 #[test]
 fn random_bytes_to_the_rti_port_close_only_their_connection() {
     let mut rti = Rti::start(1, &["--clock-sync", "off"]);
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0x9E37_79B9);
     for round in 0..50 {
         let mut s = TcpStream::connect(rti.addr).unwrap();
-        let len = 1 + (round * 37) % 300;
-        let junk: Vec<u8> = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let len = rng.gen_range(1..300);
+        let junk: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         let _ = s.write_all(&junk);
         let _ = s.shutdown(std::net::Shutdown::Write);
         // The RTI answers (a REJECT at most) and closes, or closes at once.

@@ -646,16 +646,10 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        let mut state = 0x1234_5678u32;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x1234_5678);
         for len in 0..512 {
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 17;
-                    state ^= state << 5;
-                    state as u8
-                })
-                .collect();
+            let bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
             let _ = decode_request(&bytes);
             let _ = decode_reply(&bytes);
         }
