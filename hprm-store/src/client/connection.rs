@@ -48,6 +48,17 @@ struct State {
     earlier: Vec<ErrorReply>,
 }
 
+impl State {
+    /// Reports the oldest unreported error of a request sent without a reply.
+    fn take_earlier(&mut self) -> Result<()> {
+        if self.earlier.is_empty() {
+            return Ok(());
+        }
+        let e = self.earlier.remove(0);
+        Err(Error::Earlier { code: e.code, message: e.message })
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves no half-updated
     // invariant behind (each critical section is a few field updates).
@@ -77,12 +88,7 @@ impl Connection {
     /// The oldest error of a request sent without a reply that has been read
     /// and not reported yet.
     pub(crate) fn take_earlier(&self) -> Result<()> {
-        let mut st = lock(&self.state);
-        if st.earlier.is_empty() {
-            return Ok(());
-        }
-        let e = st.earlier.remove(0);
-        Err(Error::Earlier { code: e.code, message: e.message })
+        lock(&self.state).take_earlier()
     }
 
     /// Sends `req` without asking for a reply, for requests the daemon has
@@ -106,10 +112,7 @@ impl Connection {
             if let Some(reason) = &st.broken {
                 return Err(Error::Disconnected { op, reason: reason.clone() });
             }
-            if !st.earlier.is_empty() {
-                let e = st.earlier.remove(0);
-                return Err(Error::Earlier { code: e.code, message: e.message });
-            }
+            st.take_earlier()?;
             st.next_seq += 1;
             st.next_seq - 1
         };

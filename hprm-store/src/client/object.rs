@@ -115,10 +115,14 @@ impl ObjectMut {
     /// One-way: an `ObjectMut` is proof that this connection created the
     /// object and has neither sealed nor aborted it, so the daemon has no
     /// reason to refuse, and waiting for its answer would only add a round
-    /// trip to every publish. Requests on one connection are handled in
-    /// order, so this client's next request already sees the object sealed;
-    /// other clients' `get`s wait until the daemon has sealed it. Fails only
-    /// if the connection is broken.
+    /// trip to every publish. The one exception is a small object placed in
+    /// a reserved block (see `StoreClient::create_with`): the daemon first
+    /// learns of it here, and an id that already exists is reported late, by
+    /// `StoreClient::sync` or a later call ([`crate::Error::Earlier`]).
+    /// Requests on one connection are handled in order, so this client's
+    /// next request already sees the object sealed; other clients' `get`s
+    /// wait until the daemon has sealed it. Fails now only if the connection
+    /// is broken.
     pub fn seal(mut self) -> Result<()> {
         self.finished = true;
         let p = self.placement;
