@@ -20,7 +20,7 @@
 //!   completes; on cancel they are dropped again.
 //! - Every allocator block belongs to exactly one entry.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,10 @@ pub struct ObjectTable {
     objects: HashMap<ObjectId, Entry>,
     lru: BTreeMap<u64, ObjectId>,
     tick: u64,
+    /// Delivery deadlines in order, so the TTL sweep touches only what is
+    /// due. Checked lazily: an entry whose object is gone, settled, or
+    /// re-created with another deadline is skipped when it comes up.
+    deadlines: BTreeSet<(Instant, ObjectId)>,
     clients: HashMap<ClientId, ClientRecord>,
     gets: HashMap<WaitId, GetWaiter>,
     gets_by_object: HashMap<ObjectId, Vec<WaitId>>,
@@ -148,6 +152,7 @@ impl ObjectTable {
             objects: HashMap::new(),
             lru: BTreeMap::new(),
             tick: 0,
+            deadlines: BTreeSet::new(),
             clients: HashMap::new(),
             gets: HashMap::new(),
             gets_by_object: HashMap::new(),
@@ -338,6 +343,9 @@ impl ObjectTable {
         }
         let placement = Placement { data_offset: offset, data_size, metadata_offset: offset + data_size, metadata_size };
         let delivery_deadline = (deliveries > 0).then(|| Instant::now() + self.config.delivery_ttl);
+        if let Some(d) = delivery_deadline {
+            self.deadlines.insert((d, id));
+        }
         self.objects.insert(
             id,
             Entry {
@@ -372,7 +380,9 @@ impl ObjectTable {
         }
         e.sealed = true;
         if e.pending_deliveries > 0 {
-            e.delivery_deadline = Some(Instant::now() + ttl);
+            let d = Instant::now() + ttl;
+            e.delivery_deadline = Some(d);
+            self.deadlines.insert((d, id));
         }
         let (placement, meta) = (e.placement, e.placement.metadata_size);
         if let Some(c) = self.clients.get_mut(&client) {
@@ -618,11 +628,16 @@ impl ObjectTable {
 
     /// Ends a deliveries' wait whose TTL ran out. Returns how many expired.
     pub fn expire_deliveries(&mut self, now: Instant) -> u64 {
-        let expired: Vec<ObjectId> =
-            self.objects.iter().filter(|(_, e)| e.pending_deliveries > 0 && e.delivery_deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id).collect();
         let mut count = 0;
-        for id in expired {
-            let e = self.objects.get_mut(&id).expect("listed above");
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let Some(e) = self.objects.get_mut(&id) else { continue };
+            if e.pending_deliveries == 0 || e.delivery_deadline != Some(deadline) {
+                continue;
+            }
             count += u64::from(e.pending_deliveries);
             tracing::warn!(%id, undelivered = e.pending_deliveries, "delivery TTL expired; consumers never released the object");
             e.pending_deliveries = 0;
