@@ -1,0 +1,269 @@
+//! [`Decoder`]: payload bytes back to values, with buffers in the store
+//! mapped zero-copy.
+//!
+//! Decoding first walks the message once (without building anything) to
+//! validate its structure and find every store object it references, then
+//! takes all of them in one `get` (one round trip however many buffers),
+//! and only then runs serde. Taking every referenced object, not just
+//! those the target type reads, is what settles this receiver's delivery of
+//! each: an object skipped by the type (an unknown field) is released at
+//! the end of the call instead of staying pinned until the store's delivery
+//! TTL. An object referenced twice is taken once.
+//!
+//! As for encoding, `Buffer`'s `Deserialize` reaches the fetched objects
+//! through a thread-local *decode context* installed for the call by a
+//! guard that restores the previous one.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hprm_store::ObjectId;
+use serde::de::DeserializeOwned;
+
+use super::buffer::Stored;
+use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_PICKLED, EXT_SPILLED};
+use super::msgpack::{Item, Reader};
+use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
+
+/// Deepest nesting of arrays and maps accepted (rmp-serde's own limit).
+const MAX_DEPTH: usize = 1024;
+
+/// Turns payload bytes into values. Cheap to clone; share it freely
+/// between threads.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    store: StoreLink,
+    get_timeout: Duration,
+}
+
+impl Decoder {
+    /// A decoder reading out-of-band buffers from `store`, waiting up to
+    /// `get_timeout` (usually [`DEFAULT_GET_TIMEOUT`]) for an object that is
+    /// not sealed yet.
+    pub fn new(store: StoreLink, get_timeout: Duration) -> Decoder {
+        Decoder { store, get_timeout }
+    }
+
+    /// Decodes one payload (as made by [`super::Encoder::encode`] or the
+    /// Python SDK). Buffers in the store come back as zero-copy [`Buffer`]s
+    /// holding one store reference each; dropping the last clone releases
+    /// it.
+    pub fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, PayloadError> {
+        let Some(spilled) = SpilledMessage::from_payload(bytes)? else {
+            return self.decode_in_band(bytes);
+        };
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
+        // Held until the message is decoded, then released (settling this
+        // receiver's delivery of it).
+        let object = client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?;
+        if object.data().len() as u64 != spilled.nbytes {
+            return Err(PayloadError::malformed(format!(
+                "spilled message {} holds {} bytes, its reference says {}",
+                spilled.id,
+                object.data().len(),
+                spilled.nbytes
+            )));
+        }
+        self.decode_in_band(object.data())
+    }
+
+    fn decode_in_band<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, PayloadError> {
+        let scan = Scan::of(bytes)?;
+        if let Some(len) = scan.pickled {
+            // Take and release what the message references anyway, so the
+            // sender's deliveries are settled; the error is the pickle.
+            drop(self.fetch(&scan.objects));
+            return Err(PayloadError::Pickled { len });
+        }
+        let objects = self.fetch(&scan.objects)?;
+        let installed = Installed::new(Context { objects, error: None });
+        let result = rmp_serde::from_slice::<T>(bytes);
+        let mut context = installed.finish();
+        result.map_err(|e| context.error.take().unwrap_or_else(|| PayloadError::Mismatch { type_name: std::any::type_name::<T>(), message: e.to_string() }))
+    }
+
+    /// Takes every referenced object, in one request.
+    fn fetch(&self, ids: &[ObjectId]) -> Result<HashMap<ObjectId, Arc<Stored>>, PayloadError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: ids.len() })?;
+        let objects = client.get(ids, self.get_timeout).map_err(|e| PayloadError::from_store("get", 0, e))?;
+        Ok(objects.into_iter().map(|o| (o.id(), Arc::new(Stored::new(o, None)))).collect())
+    }
+}
+
+impl Default for Decoder {
+    /// No store (messages referencing store objects are refused), the
+    /// default timeout.
+    fn default() -> Decoder {
+        Decoder::new(StoreLink::none(), DEFAULT_GET_TIMEOUT)
+    }
+}
+
+/// What one walk over a message found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Scan {
+    /// Distinct store objects referenced, in order of appearance.
+    objects: Vec<ObjectId>,
+    /// Data length of the first pickled object, if any.
+    pickled: Option<usize>,
+}
+
+impl Scan {
+    /// Walks the whole message: it must be exactly one well-formed value,
+    /// with well-formed buffer descriptors, no spilled-message reference
+    /// inside it, and nothing after it.
+    fn of(bytes: &[u8]) -> Result<Scan, PayloadError> {
+        let mut scan = Scan::default();
+        let mut seen = HashSet::new();
+        let mut r = Reader::new(bytes);
+        scan.walk(&mut r, &mut seen, false)?;
+        if r.remaining() != 0 {
+            return Err(PayloadError::malformed(format!("{} stray bytes after the message", r.remaining())));
+        }
+        Ok(scan)
+    }
+
+    /// Walks one value (iteratively: depth is bounded by [`MAX_DEPTH`], not
+    /// by the stack).
+    fn walk(&mut self, r: &mut Reader<'_>, seen: &mut HashSet<ObjectId>, in_pickle: bool) -> Result<(), PayloadError> {
+        // Values still to read in each open container, innermost last.
+        let mut pending: Vec<u64> = vec![1];
+        while let Some(left) = pending.last_mut() {
+            if *left == 0 {
+                pending.pop();
+                continue;
+            }
+            *left -= 1;
+            let children = match r.item()? {
+                Item::Leaf => 0,
+                Item::Array(n) => u64::from(n),
+                Item::Map(n) => 2 * u64::from(n),
+                Item::Ext(EXT_BUFFER, data) => {
+                    if let LocationRef::Store(id) = DescriptorRef::parse(data)?.location {
+                        if seen.insert(id) {
+                            self.objects.push(id);
+                        }
+                    }
+                    0
+                }
+                Item::Ext(EXT_SPILLED, _) => {
+                    return Err(PayloadError::malformed("a spilled-message reference (ext 2) inside a message; it may only be a whole payload"));
+                }
+                Item::Ext(EXT_PICKLED, data) => {
+                    self.pickled.get_or_insert(data.len());
+                    // Its out-of-band buffers (see the wire format) hold
+                    // deliveries too. Best effort: a pickle this side
+                    // cannot read is an error anyway.
+                    if !in_pickle {
+                        let _ = self.walk(&mut Reader::new(data), seen, true);
+                    }
+                    0
+                }
+                // Other extension types belong to the value's own types.
+                Item::Ext(..) => 0,
+            };
+            if children > 0 {
+                if pending.len() >= MAX_DEPTH {
+                    return Err(PayloadError::malformed(format!("values nested more than {MAX_DEPTH} deep")));
+                }
+                pending.push(children);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The state of one decode, reachable by the buffers it deserializes.
+struct Context {
+    /// Every store object the message references, already taken.
+    objects: HashMap<ObjectId, Arc<Stored>>,
+    /// The typed error behind a serde error, reported instead of serde's
+    /// text.
+    error: Option<PayloadError>,
+}
+
+thread_local! {
+    /// The decode in progress on this thread, if any.
+    static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
+}
+
+/// Installs a context for one decode, restoring the previous one when
+/// finished or dropped (also on panic).
+struct Installed {
+    previous: Option<Option<Context>>,
+}
+
+impl Installed {
+    fn new(context: Context) -> Installed {
+        let previous = CONTEXT.with(|c| c.replace(Some(context)));
+        Installed { previous: Some(previous) }
+    }
+
+    fn finish(mut self) -> Context {
+        let previous = self.previous.take().unwrap_or_default();
+        let ours = CONTEXT.with(|c| c.replace(previous));
+        // Installed in `new`; nested decodes restore it before returning.
+        ours.expect("the decode context vanished during its decode")
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous.take() {
+            let _ = CONTEXT.try_with(|c| c.replace(previous));
+        }
+    }
+}
+
+/// The [`Buffer`] an extension value (type `ty`, data `data`) stands for;
+/// called by `Buffer`'s `Deserialize`, which can only hand serde the
+/// error's text. The typed error is kept in the decode context, if any,
+/// for [`Decoder::decode`] to report.
+pub(crate) fn buffer_from_ext(ty: i8, data: &[u8]) -> Result<Buffer, String> {
+    buffer(ty, data).map_err(|e| {
+        let text = e.to_string();
+        CONTEXT.with(|c| {
+            if let Ok(Some(context)) = c.try_borrow_mut().as_deref_mut() {
+                context.error.get_or_insert(e);
+            }
+        });
+        text
+    })
+}
+
+fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
+    match ty {
+        EXT_BUFFER => {}
+        EXT_PICKLED => return Err(PayloadError::Pickled { len: data.len() }),
+        EXT_SPILLED => return Err(PayloadError::malformed("a spilled-message reference (ext 2) where a buffer was expected")),
+        other => return Err(PayloadError::malformed(format!("extension type {other} where a buffer (type {EXT_BUFFER}) was expected"))),
+    }
+    let d = DescriptorRef::parse(data)?;
+    d.require_contiguous()?;
+    let len = d.len()?;
+    match d.location {
+        LocationRef::Inline(bytes) => Ok(Buffer::from_inline(d.dtype, d.shape, bytes)),
+        LocationRef::Store(id) => {
+            let stored = CONTEXT.with(|c| match c.try_borrow().as_deref() {
+                Ok(Some(context)) => Some(context.objects.get(&id).cloned()),
+                _ => None,
+            });
+            let stored = match stored {
+                Some(Some(stored)) => stored,
+                // The walk found every reference; only a message changed
+                // under us could get here.
+                Some(None) => return Err(PayloadError::malformed(format!("buffer {id} was not among the message's references"))),
+                None => return Err(PayloadError::NeedsDecoder { id }),
+            };
+            let held = stored.object.data().len();
+            if held != len {
+                return Err(PayloadError::malformed(format!("object {id} holds {held} bytes, its descriptor says {len}")));
+            }
+            Ok(Buffer::from_stored(d.dtype, d.shape, stored))
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! [`Encoder`]: values to payload bytes, large buffers into the store; and
+//! [`Loan`], a buffer written straight into the store.
+//!
+//! `Buffer`'s `Serialize` cannot see the encoder through serde, so
+//! [`Encoder::encode`] installs an *encode context* in a thread-local for
+//! the duration of the call, and [`place`] (called by every buffer as it is
+//! serialized) applies the policy through it. The context is installed by
+//! a guard that restores whatever was there before, so encodes may nest (a
+//! `Serialize` impl may itself encode) and a panic leaves nothing behind.
+//!
+//! Objects are created while serializing but sealed only once the whole
+//! message is encoded: if anything fails midway, dropping the unsealed
+//! objects aborts them, and no object is left pinned by deliveries that
+//! will never come.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hprm_store::{CreateOptions, ObjectId, ObjectMut, StoreClient};
+use serde::Serialize;
+
+use super::buffer::{Data, Stored, View};
+use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage};
+use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
+
+/// How long [`Loan::finish`] waits for its own object (sealed by the same
+/// connection just before, so it is there at once; this only bounds a
+/// daemon in trouble).
+const OWN_OBJECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Turns values into payload bytes (MessagePack, structs as maps), sending
+/// buffers of `threshold` bytes or more out-of-band through the store and
+/// spilling messages too large to travel in-band.
+///
+/// Cheap to clone; share it freely between threads.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    store: StoreLink,
+    threshold: usize,
+    max_inline: usize,
+    wait_for_space: Duration,
+}
+
+impl Encoder {
+    /// An encoder sending buffers of `threshold` bytes or more (usually
+    /// [`DEFAULT_THRESHOLD`]) through `store`.
+    pub fn new(store: StoreLink, threshold: usize) -> Encoder {
+        Encoder { store, threshold, max_inline: MAX_INLINE, wait_for_space: Duration::ZERO }
+    }
+
+    /// Largest in-band message; larger ones are spilled into the store
+    /// (default [`MAX_INLINE`], the most a frame carries; lower it to spill
+    /// earlier, never raise it over what the transport carries).
+    pub fn with_max_inline(mut self, max_inline: usize) -> Encoder {
+        self.max_inline = max_inline;
+        self
+    }
+
+    /// When the store is full of live data, wait up to this long for space
+    /// before failing (default: fail at once).
+    pub fn with_wait_for_space(mut self, wait: Duration) -> Encoder {
+        self.wait_for_space = wait;
+        self
+    }
+
+    /// The out-of-band threshold in bytes.
+    pub fn threshold(&self) -> usize {
+        self.threshold
+    }
+
+    /// The store this encoder puts buffers in.
+    pub fn store(&self) -> &StoreLink {
+        &self.store
+    }
+
+    /// Encodes `value` for `deliveries` receivers: the payload bytes to
+    /// send, at most [`Encoder::with_max_inline`] long.
+    ///
+    /// Every object created in the store (one per large buffer, one for a
+    /// spilled message) is created with `deliveries` expected deliveries,
+    /// so it stays pinned until each receiver has read and released it (or
+    /// the store's delivery TTL runs out): send the bytes to exactly that
+    /// many receivers. With 0 the objects are evictable as soon as sealed.
+    ///
+    /// A buffer already in the store (received, so its delivery count
+    /// belongs to its original sender) is copied into a new object: reusing
+    /// its reference would let this message's receivers settle deliveries
+    /// meant for others, or keep the object pinned forever. The exception
+    /// is a buffer from [`Loan::finish`], whose deliveries were paid at
+    /// loan time: its first encode with the same `deliveries` sends its
+    /// reference as it is (no copy), and later encodes copy. A buffer that
+    /// appears several times in one message (clones of one `Buffer`) is
+    /// stored once.
+    pub fn encode<T: Serialize + ?Sized>(&self, value: &T, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
+        let context = Context {
+            store: self.store.clone(),
+            threshold: self.threshold,
+            deliveries,
+            wait_for_space: self.wait_for_space,
+            unsealed: Vec::new(),
+            placed: Vec::new(),
+            prepaid_taken: Vec::new(),
+            error: None,
+        };
+        let installed = Installed::new(context);
+        let result = rmp_serde::to_vec_named(value);
+        let mut context = installed.finish();
+        let outcome = match result {
+            Ok(bytes) => self.spill_if_large(bytes, &mut context),
+            Err(e) => Err(context.error.take().unwrap_or_else(|| PayloadError::Serialize { message: e.to_string() })),
+        };
+        match outcome.and_then(|bytes| context.seal_all().map(|()| bytes)) {
+            Ok(bytes) => Ok(bytes),
+            Err(e) => {
+                context.undo();
+                Err(e)
+            }
+        }
+    }
+
+    /// The message itself, or, when it is over the in-band limit, a
+    /// reference to a store object holding it.
+    fn spill_if_large(&self, bytes: Vec<u8>, context: &mut Context) -> Result<Vec<u8>, PayloadError> {
+        if bytes.len() <= self.max_inline {
+            return Ok(bytes);
+        }
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForMessage { nbytes: bytes.len(), max: self.max_inline })?;
+        let mut object = context.create(client, bytes.len() as u64, context.deliveries)?;
+        object.data_mut().copy_from_slice(&bytes);
+        let spilled = SpilledMessage { id: object.id(), nbytes: bytes.len() as u64 };
+        context.unsealed.push(object);
+        tracing::trace!(id = %spilled.id, nbytes = bytes.len(), "message spilled into the store");
+        Ok(spilled.to_payload())
+    }
+
+    /// Lends a buffer of `shape` elements of `dtype` to fill in place in
+    /// the store, for `deliveries` receivers: the zero-copy way to produce
+    /// a large output (a camera captures straight into it).
+    ///
+    /// The object is created with `deliveries + 1` deliveries: one for each
+    /// receiver of the first message that carries it, paid in advance, and
+    /// one for the producer's own reference (see [`Loan::finish`]). Encode
+    /// it for the same number of receivers.
+    pub fn loan(&self, dtype: Dtype, shape: &[usize], deliveries: u32) -> Result<Loan, PayloadError> {
+        let nbytes = contiguous_len(&dtype, shape).ok_or_else(|| shape_error(&dtype, shape, 0))?;
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForLoan { nbytes: nbytes as usize })?;
+        let opts = CreateOptions { deliveries: deliveries.saturating_add(1), wait_for_space: self.wait_for_space };
+        let object = client.create_with(ObjectId::random(), nbytes, b"", &opts).map_err(|e| PayloadError::from_store("create", nbytes, e))?;
+        Ok(Loan { object, client: client.clone(), dtype, shape: shape.to_vec(), deliveries })
+    }
+}
+
+impl Default for Encoder {
+    /// No store, the default threshold: everything small travels in-band,
+    /// and anything large is refused with an error saying so.
+    fn default() -> Encoder {
+        Encoder::new(StoreLink::none(), DEFAULT_THRESHOLD)
+    }
+}
+
+/// The state of one [`Encoder::encode`] call, reachable by the buffers it
+/// serializes.
+struct Context {
+    store: StoreLink,
+    threshold: usize,
+    deliveries: u32,
+    wait_for_space: Duration,
+    /// Objects written during this encode, sealed when it succeeds.
+    unsealed: Vec<ObjectMut>,
+    /// Buffers already placed in the store by this encode (their data kept
+    /// alive, so their keys cannot be reused by another allocation).
+    placed: Vec<(Data, ObjectId)>,
+    /// Loaned objects whose prepaid deliveries this encode used.
+    prepaid_taken: Vec<Arc<Stored>>,
+    /// The typed error behind a serde error, reported instead of serde's
+    /// text.
+    error: Option<PayloadError>,
+}
+
+impl Context {
+    fn create(&self, client: &StoreClient, nbytes: u64, deliveries: u32) -> Result<ObjectMut, PayloadError> {
+        let opts = CreateOptions { deliveries, wait_for_space: self.wait_for_space };
+        client.create_with(ObjectId::random(), nbytes, b"", &opts).map_err(|e| PayloadError::from_store("create", nbytes, e))
+    }
+
+    /// Where `view`'s bytes go: the one place the policy lives.
+    fn place<'v>(&mut self, view: &View<'v>) -> Result<LocationRef<'v>, PayloadError> {
+        if let Some(data) = view.data {
+            if let Data::Stored(stored) = data {
+                if stored.take_prepaid(self.deliveries) {
+                    let id = stored.object.id();
+                    self.prepaid_taken.push(stored.clone());
+                    self.placed.push((data.clone(), id));
+                    return Ok(LocationRef::Store(id));
+                }
+            }
+            let key = data.key();
+            if let Some((_, id)) = self.placed.iter().find(|(d, _)| d.key() == key) {
+                return Ok(LocationRef::Store(*id));
+            }
+        }
+        let nbytes = view.bytes.len();
+        if nbytes < self.threshold {
+            return Ok(LocationRef::Inline(view.bytes));
+        }
+        let store = self.store.clone();
+        let client = store.client()?.ok_or(PayloadError::NoStoreForBuffer { nbytes, threshold: self.threshold })?;
+        let mut object = self.create(client, nbytes as u64, self.deliveries)?;
+        object.data_mut().copy_from_slice(view.bytes);
+        let id = object.id();
+        self.unsealed.push(object);
+        if let Some(data) = view.data {
+            self.placed.push((data.clone(), id));
+        }
+        Ok(LocationRef::Store(id))
+    }
+
+    /// Seals every object of the message. Seal is one-way (it fails only
+    /// on a broken connection), and receivers' gets wait until it lands.
+    fn seal_all(&mut self) -> Result<(), PayloadError> {
+        for object in self.unsealed.drain(..) {
+            let id = object.id();
+            object.seal().map_err(|e| PayloadError::from_store("seal", 0, e)).inspect_err(|_| tracing::debug!(%id, "seal failed"))?;
+        }
+        Ok(())
+    }
+
+    /// After a failure: aborts what was not sealed (by dropping it) and
+    /// gives loaned buffers their prepaid deliveries back.
+    fn undo(&mut self) {
+        self.unsealed.clear();
+        for stored in self.prepaid_taken.drain(..) {
+            stored.restore_prepaid(self.deliveries);
+        }
+    }
+}
+
+thread_local! {
+    /// The encode in progress on this thread, if any.
+    static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
+}
+
+/// Installs a context for the duration of one encode; restores the
+/// previous one (if an encode is nested in a `Serialize` impl) when
+/// finished or dropped, also on panic.
+struct Installed {
+    previous: Option<Option<Context>>,
+}
+
+impl Installed {
+    fn new(context: Context) -> Installed {
+        let previous = CONTEXT.with(|c| c.replace(Some(context)));
+        Installed { previous: Some(previous) }
+    }
+
+    /// Uninstalls and returns this encode's context.
+    fn finish(mut self) -> Context {
+        let previous = self.previous.take().unwrap_or_default();
+        let ours = CONTEXT.with(|c| c.replace(previous));
+        // Installed in `new` and only ever swapped back by guards of
+        // nested encodes, which restore it before returning.
+        ours.expect("the encode context vanished during its encode")
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous.take() {
+            // During thread teardown the slot may be gone; nothing to restore.
+            let _ = CONTEXT.try_with(|c| c.replace(previous));
+        }
+    }
+}
+
+/// Serializes `view` into the ext 1 data for the current encode: inline or
+/// in the store per the policy. Outside an encode (or if its context is
+/// busy, which cannot happen as nothing re-enters it), inline.
+pub(crate) fn place(view: &View<'_>) -> Result<Vec<u8>, PayloadError> {
+    let location = CONTEXT.with(|c| {
+        let Ok(mut slot) = c.try_borrow_mut() else { return Ok(LocationRef::Inline(view.bytes)) };
+        let Some(context) = slot.as_mut() else { return Ok(LocationRef::Inline(view.bytes)) };
+        context.place(view).map_err(|e| {
+            let text = e.to_string();
+            // Keep the first typed error; serde carries only text.
+            context.error.get_or_insert(e);
+            PayloadError::Serialize { message: text }
+        })
+    })?;
+    let descriptor = DescriptorRef { dtype: view.dtype.clone(), shape: view.shape.to_vec(), strides: None, nbytes: view.bytes.len() as u64, location };
+    descriptor.check()?;
+    Ok(descriptor.encode())
+}
+
+/// A buffer being written in place in the store, from [`Encoder::loan`].
+/// Fill it, then [`Loan::finish`] it into a [`Buffer`] to send. Dropped
+/// unfinished, the object is aborted and its memory freed.
+pub struct Loan {
+    object: ObjectMut,
+    client: StoreClient,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    deliveries: u32,
+}
+
+impl Loan {
+    /// The bytes to fill in (their initial content is unspecified).
+    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
+        self.object.data_mut()
+    }
+
+    /// The elements to fill in, if `T` is the loan's dtype (store objects
+    /// are 64-byte aligned, so the cast always holds).
+    pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+        if self.dtype != T::DTYPE {
+            return None;
+        }
+        bytemuck::try_cast_slice_mut(self.object.data_mut()).ok()
+    }
+
+    /// The store object being written.
+    pub fn id(&self) -> ObjectId {
+        self.object.id()
+    }
+
+    pub fn dtype(&self) -> &Dtype {
+        &self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Seals the object and returns it as a read-only, shared [`Buffer`]
+    /// holding the producer's own reference (which settles the extra
+    /// delivery when the buffer is dropped). Its first encode sends the
+    /// object's reference without a copy.
+    pub fn finish(self) -> Result<Buffer, PayloadError> {
+        let Loan { object, client, dtype, shape, deliveries } = self;
+        let id = object.id();
+        object.seal().map_err(|e| PayloadError::from_store("seal", 0, e))?;
+        let object = match client.get_one(id, OWN_OBJECT_TIMEOUT) {
+            Ok(object) => object,
+            Err(e) => {
+                // Sealed but unreachable: delete it rather than leave it
+                // pinned by deliveries nobody will make.
+                let _ = client.delete(id);
+                return Err(PayloadError::from_store("get", 0, e));
+            }
+        };
+        Ok(Buffer::from_stored(dtype, shape, Arc::new(Stored::new(object, Some(deliveries)))))
+    }
+}
+
+impl std::fmt::Debug for Loan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loan").field("id", &self.id()).field("dtype", &self.dtype).field("shape", &self.shape).finish()
+    }
+}

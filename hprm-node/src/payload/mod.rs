@@ -1,0 +1,160 @@
+//! Payloads: adaptive, out-of-band serialization of port values.
+//!
+//! A port value is any Rust type with serde's `Serialize`/`Deserialize`. It
+//! travels as one MessagePack value (rmp-serde, structs as maps with field
+//! names, so Python reads it as a dict). Large buffers do not travel in the
+//! message: each goes once into the shared-memory object store
+//! (`hprm-store`) and only a reference moves; receivers map the object
+//! zero-copy. Small buffers travel inline, where a store round trip would
+//! cost more than the copy.
+//!
+//! - [`Buffer`]: an n-dimensional byte buffer with a numpy [`Dtype`]; the
+//!   type of fields that may go out-of-band, and zero-copy when received.
+//!   [`oob`] does the same for plain `Vec<T>` fields (copied on receipt).
+//! - [`Encoder`]: value → payload bytes. It applies the policy: a buffer of
+//!   [`Encoder::threshold`] bytes or more ([`DEFAULT_THRESHOLD`], 64 KiB)
+//!   goes into the store, smaller ones inline; a message still over
+//!   [`MAX_INLINE`] is itself moved into the store ("spilled"). Containers
+//!   are walked by serde itself, so a struct holding images and scalars
+//!   sends the scalars in-band and the images out-of-band.
+//!   [`Encoder::loan`] lends a [`Loan`]: a buffer written in place in the
+//!   store, so producing a camera frame costs no copy at all.
+//! - [`Decoder`]: payload bytes → value; store references become
+//!   [`Buffer`]s backed by the store object.
+//! - [`StoreLink`]: the lazily connected store both share.
+//! - [`BufferDescriptor`], [`SpilledMessage`]: the extension values below,
+//!   public for the Python SDK.
+//! - [`PayloadError`]: every failure, as a sentence saying what to do.
+//!
+//! ```no_run
+//! use hprm_node::payload::{Buffer, Decoder, Encoder, StoreLink, DEFAULT_GET_TIMEOUT, DEFAULT_THRESHOLD};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Frame {
+//!     stamp: u64,
+//!     pixels: Buffer, // 480 x 640 x 3: out-of-band
+//! }
+//!
+//! let store = StoreLink::new(Some("/run/hprm/store.sock".into()));
+//! let encoder = Encoder::new(store.clone(), DEFAULT_THRESHOLD);
+//! let pixels = Buffer::from_vec(vec![0x80; 480 * 640 * 3]).with_shape(&[480, 640, 3])?;
+//! let bytes = encoder.encode(&Frame { stamp: 1, pixels }, 2)?; // for 2 receivers
+//! assert!(bytes.len() < 100);
+//!
+//! // In each receiver:
+//! let frame: Frame = Decoder::new(store, DEFAULT_GET_TIMEOUT).decode(&bytes)?;
+//! assert!(frame.pixels.is_shared()); // a view of the store object
+//! # Ok::<(), hprm_node::payload::PayloadError>(())
+//! ```
+//!
+//! # Deliveries
+//!
+//! [`Encoder::encode`] takes the number of receivers the bytes will be sent
+//! to, and creates every store object of the message with that many
+//! expected deliveries: the store keeps the object (it cannot be evicted)
+//! until each receiver has taken and released it, or the store's delivery
+//! TTL runs out. A receiver takes every object its message references (even
+//! those its type ignores) and releases each when the last clone of its
+//! [`Buffer`] is dropped; so a receiver holding a buffer keeps the memory
+//! alive, and a receiver that is done frees it. Re-sending a received
+//! buffer copies it into a new object, since its deliveries belong to its
+//! first sender; a [`Loan`]'s buffer is sent the first time without a copy
+//! (its deliveries were paid when it was loaned).
+//!
+//! # Wire format
+//!
+//! Version 1. A payload is one MessagePack value, written by rmp-serde with
+//! structs as maps keyed by field name. Buffers appear in it as extension
+//! values; integers in the codec's own structures always take their
+//! smallest encoding, and extension values the smallest header (`fixext`
+//! 1/2/4/8/16 when the data has that length, else `ext 8/16/32`), as
+//! msgpack-python writes them, so both SDKs produce identical bytes.
+//!
+//! **Ext type 1, buffer descriptor.** The data is a MessagePack array of 5:
+//!
+//! ```text
+//! [ dtype:    str                      numpy's dtype.str: "<f4", "|u1", "<M8[ns]" (never "O")
+//!   shape:    array of uint            elements per dimension, outermost first (at most 64)
+//!   strides:  nil | array of int       byte strides per dimension; nil = C-contiguous
+//!   nbytes:   uint                     length of the bytes = itemsize * product(shape) when strides is nil
+//!   location: bin                      the bytes inline (exactly nbytes of them)
+//!           | [ bin(20) ]              a 1-element array: the store object holding exactly nbytes bytes
+//! ]
+//! ```
+//!
+//! Writers always send C-contiguous buffers with strides nil; Rust readers
+//! accept strides only when they describe the C-contiguous layout (numpy
+//! may write explicit strides for it), and refuse any other. Example: the
+//! map `{"a": <the u8 buffer [1, 2, 3], inline>}` is
+//!
+//! ```text
+//! 81 a1 61                     map of 1, key "a"
+//! c7 0e 01                     ext 8: 14 data bytes, type 1
+//! 95 a3 7c 75 31 91 03 c0 03   [ "|u1", [3], nil, 3,
+//! c4 03 01 02 03                 bin [1 2 3] ]
+//! ```
+//!
+//! **Ext type 2, spilled message.** When the encoded message exceeds
+//! [`MAX_INLINE`] bytes, it is written into one store object (created with
+//! the same deliveries), and the payload is instead this single ext value,
+//! whose data is the array `[ bin(20) object id, nbytes: uint ]`. The
+//! object's data (exactly nbytes) is the real payload, which never is a
+//! spilled message itself; ext 2 anywhere but as the whole payload is
+//! malformed. Receivers take the object, decode it, and release it.
+//!
+//! **Ext type 3, pickled Python object.** Python-only: Python falls back to
+//! pickle (protocol 5) for values it cannot express otherwise. The data is
+//! the array `[ bin pickle, array of ext 1 ]`, the ext 1 values being the
+//! pickle's out-of-band buffers in order. Rust refuses it
+//! ([`PayloadError::Pickled`]), after taking and releasing the store objects
+//! its buffers reference, so their deliveries are settled.
+//!
+//! **Store objects.** One per out-of-band buffer, data exactly the buffer's
+//! bytes (64-byte aligned by the store), metadata empty, created with the
+//! message's delivery count and sealed before the payload is sent. A
+//! receiver takes each distinct object its payload references once, and
+//! releases it when done. Any extension type other than 1–3 belongs to the
+//! value's own types and is left to them.
+
+mod buffer;
+mod decoder;
+mod descriptor;
+mod dtype;
+mod encoder;
+mod error;
+mod msgpack;
+pub mod oob;
+mod store;
+
+use std::time::Duration;
+
+pub use buffer::Buffer;
+pub use decoder::Decoder;
+pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_BUFFER, EXT_PICKLED, EXT_SPILLED, MAX_DIMS};
+pub use dtype::{Dtype, Element};
+pub use encoder::{Encoder, Loan};
+pub use error::PayloadError;
+pub use store::StoreLink;
+
+/// Default out-of-band threshold: buffers of at least this many bytes go
+/// through the store (64 KiB; configurable per program and connection).
+pub const DEFAULT_THRESHOLD: usize = 64 << 10;
+
+/// Headroom kept in a 64 KiB frame for the message header around the
+/// payload (21 bytes for LF's TAGGED_MESSAGE: type, port, federate, length,
+/// tag), rounded up so that framing may grow a little.
+pub const HEADER_HEADROOM: usize = 64;
+
+/// Largest payload that travels in-band: a 64 KiB frame (the most the RTI
+/// relays, and what peer transports read without allocating) minus
+/// [`HEADER_HEADROOM`]. Larger encoded messages are spilled into the store.
+pub const MAX_INLINE: usize = (64 << 10) - HEADER_HEADROOM;
+
+/// Default time a [`Decoder`] waits for a referenced object to be sealed.
+/// Senders seal before sending, so an object is normally there at once;
+/// this bounds the wait for one whose sender failed.
+pub const DEFAULT_GET_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,372 @@
+//! The payload codec against a real `hprm-store` daemon: buffers out of
+//! band, deliveries settled by receivers, spilled messages, loans, and no
+//! object left behind.
+
+mod support;
+
+use std::time::Duration;
+
+use hprm_node::payload::{
+    oob, Buffer, Decoder, Dtype, Encoder, PayloadError, SpilledMessage, StoreLink, DEFAULT_GET_TIMEOUT, DEFAULT_THRESHOLD, MAX_INLINE,
+};
+use hprm_store::{ObjectId, ObjectInfo, StoreClient};
+use serde::{Deserialize, Serialize};
+use support::{eventually, StoreDaemon};
+
+const MIB: usize = 1 << 20;
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Frame {
+    stamp: u64,
+    camera: String,
+    gain: f32,
+    pixels: Buffer,
+}
+
+fn frame(len: usize) -> Frame {
+    let pixels = (0..len).map(|i| (i % 251) as u8).collect();
+    Frame { stamp: 7, camera: "front".into(), gain: 1.25, pixels: Buffer::from_vec(pixels) }
+}
+
+/// An encoder and a decoder with connections of their own, as a sender and
+/// a receiver in two processes would have.
+fn codec(store: &StoreDaemon) -> (Encoder, Decoder) {
+    (encoder(store), decoder(store))
+}
+
+fn encoder(store: &StoreDaemon) -> Encoder {
+    Encoder::new(StoreLink::new(Some(store.socket.clone())), DEFAULT_THRESHOLD)
+}
+
+fn decoder(store: &StoreDaemon) -> Decoder {
+    Decoder::new(StoreLink::new(Some(store.socket.clone())), DEFAULT_GET_TIMEOUT)
+}
+
+/// The store's objects, once every release sent so far has landed (a
+/// release is one-way, and other connections' requests may overtake it).
+fn settled_objects(admin: &StoreClient) -> Vec<ObjectInfo> {
+    let mut objects = Vec::new();
+    eventually(Duration::from_secs(5), "every reference is released", || {
+        objects = admin.list().expect("list");
+        objects.iter().all(|o| o.ref_count == 0)
+    });
+    objects
+}
+
+/// Nothing leaked: every object is sealed, unreferenced and fully
+/// delivered, so evicting everything empties the store.
+fn assert_clean(admin: &StoreClient) {
+    let objects = settled_objects(admin);
+    for o in &objects {
+        assert!(o.sealed && o.pending_deliveries == 0 && !o.delete_pending, "object left pinned: {o:?}");
+    }
+    admin.evict(u64::MAX).expect("evict");
+    let left = admin.list().expect("list");
+    assert!(left.is_empty(), "objects left after evicting everything: {left:?}");
+    let stats = admin.stats().expect("stats");
+    assert_eq!((stats.pending_deliveries, stats.objects_referenced), (0, 0), "{stats:?}");
+}
+
+#[test]
+fn large_buffer_travels_out_of_band() {
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let sent = frame(MIB);
+    let bytes = encoder.encode(&sent, 1).unwrap();
+    assert!(bytes.len() < 128, "in-band bytes: {}", bytes.len());
+    let objects = admin.list().unwrap();
+    assert_eq!(objects.len(), 1);
+    assert_eq!(objects[0].placement.data_size, MIB as u64);
+    assert_eq!(objects[0].pending_deliveries, 1);
+
+    let got: Frame = decoder.decode(&bytes).unwrap();
+    assert_eq!(got, sent);
+    assert!(got.pixels.is_shared(), "the receiver's buffer is a view of the store object");
+    assert_eq!(got.pixels.object_id(), Some(objects[0].id));
+    assert_eq!(got.pixels.shape(), &[MIB]);
+    // Clones share the reference; the last drop releases it.
+    let clone = got.pixels.clone();
+    drop(got);
+    assert_eq!(clone.bytes()[MIB - 1], ((MIB - 1) % 251) as u8);
+    drop(clone);
+    assert_clean(&admin);
+}
+
+#[test]
+fn small_buffers_stay_in_band_next_to_large_ones() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Mixed {
+        big: Buffer,
+        small: Buffer,
+        #[serde(with = "oob")]
+        edge: Vec<u8>,
+    }
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let sent = Mixed {
+        big: Buffer::from_vec(vec![1; 200_000]),
+        small: Buffer::from_vec(vec![2; 1000]),
+        edge: vec![3; DEFAULT_THRESHOLD], // exactly the threshold: out-of-band
+    };
+    let bytes = encoder.encode(&sent, 1).unwrap();
+    assert!(bytes.len() < 1000 + 200);
+    assert_eq!(admin.list().unwrap().len(), 2);
+    let got: Mixed = decoder.decode(&bytes).unwrap();
+    assert_eq!(got, sent);
+    assert!(got.big.is_shared() && !got.small.is_shared());
+    drop(got);
+    assert_clean(&admin);
+}
+
+#[test]
+fn each_receiver_settles_one_delivery() {
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let encoder = encoder(&store);
+    let bytes = encoder.encode(&frame(MIB), 2).unwrap();
+    let id = admin.list().unwrap()[0].id;
+    let pending = |admin: &StoreClient| admin.list().unwrap().iter().find(|o| o.id == id).map(|o| (o.ref_count, o.pending_deliveries));
+    assert_eq!(pending(&admin), Some((0, 2)));
+
+    // Two receivers, each with its own connection.
+    let (first, second) = (decoder(&store), decoder(&store));
+    let a: Frame = first.decode(&bytes).unwrap();
+    let b: Frame = second.decode(&bytes).unwrap();
+    assert_eq!(a.pixels.object_id(), Some(id));
+    assert_eq!(pending(&admin), Some((2, 2)), "deliveries settle on release, not on get");
+    drop(a);
+    eventually(Duration::from_secs(5), "the first release lands", || pending(&admin) == Some((1, 1)));
+    // Still pinned for the second receiver: eviction cannot touch it.
+    assert_eq!(admin.evict(u64::MAX).unwrap().objects, 0);
+    drop(b);
+    eventually(Duration::from_secs(5), "the second release lands", || pending(&admin) == Some((0, 0)));
+    assert_clean(&admin);
+}
+
+#[test]
+fn buffers_the_type_ignores_are_settled_too() {
+    #[derive(Deserialize)]
+    struct StampOnly {
+        stamp: u64,
+    }
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let bytes = encoder.encode(&frame(MIB), 1).unwrap();
+    let got: StampOnly = decoder.decode(&bytes).unwrap();
+    assert_eq!(got.stamp, 7);
+    assert_clean(&admin);
+}
+
+#[test]
+fn oversized_message_is_spilled_into_the_store() {
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let lines: Vec<String> = (0..2000).map(|i| format!("{i:>6}: {}", "lidar return ".repeat(7))).collect();
+    let in_band = rmp_serde::to_vec_named(&lines).unwrap().len();
+    assert!(in_band > 190_000, "{in_band}");
+    const { assert!(MAX_INLINE < 190_000) };
+
+    let bytes = encoder.encode(&lines, 1).unwrap();
+    let spilled = SpilledMessage::from_payload(&bytes).unwrap().expect("a spilled-message reference");
+    assert_eq!(spilled.nbytes, in_band as u64);
+    assert!(bytes.len() < 40, "{}", bytes.len());
+    let objects = admin.list().unwrap();
+    assert_eq!(objects.len(), 1);
+    assert_eq!((objects[0].id, objects[0].pending_deliveries), (spilled.id, 1));
+
+    let got: Vec<String> = decoder.decode(&bytes).unwrap();
+    assert_eq!(got, lines);
+    assert_clean(&admin);
+}
+
+#[test]
+fn spilled_message_with_buffers_inside() {
+    // Many buffers just under the threshold: each inline, together too big.
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let mut sent: Vec<Buffer> = (0..3u8).map(|i| Buffer::from_vec(vec![i; DEFAULT_THRESHOLD - 1])).collect();
+    sent.push(Buffer::from_vec(vec![9; 2 * MIB]));
+    let bytes = encoder.encode(&sent, 3).unwrap();
+    assert!(SpilledMessage::from_payload(&bytes).unwrap().is_some());
+    assert_eq!(admin.list().unwrap().len(), 2, "the spilled message and the large buffer");
+    let receivers: Vec<Decoder> = (0..3).map(|_| decoder.clone()).collect();
+    for r in &receivers {
+        let got: Vec<Buffer> = r.decode(&bytes).unwrap();
+        assert_eq!(got, sent);
+        assert!(!got[0].is_shared() && got[3].is_shared());
+    }
+    assert_clean(&admin);
+}
+
+#[test]
+fn loan_is_written_in_place_and_sent_without_a_copy() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Depth {
+        stamp: u64,
+        meters: Buffer,
+    }
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+
+    let mut loan = encoder.loan(Dtype::F32, &[480, 640], 1).unwrap();
+    let loan_id = loan.id();
+    assert!(loan.as_mut_slice::<u16>().is_none(), "another element type");
+    for (i, v) in loan.as_mut_slice::<f32>().unwrap().iter_mut().enumerate() {
+        *v = i as f32 * 0.5;
+    }
+    let meters = loan.finish().unwrap();
+    assert!(meters.is_shared());
+    assert_eq!(meters.object_id(), Some(loan_id));
+    assert_eq!(meters.shape(), &[480, 640]);
+    assert_eq!(meters.as_slice::<f32>().unwrap()[1001], 500.5);
+    assert_eq!(admin.list().unwrap().len(), 1);
+
+    // First encode: the loan's own object travels, no copy.
+    let sent = Depth { stamp: 1, meters: meters.clone() };
+    let bytes = encoder.encode(&sent, 1).unwrap();
+    assert_eq!(admin.list().unwrap().len(), 1, "no new object");
+    let got: Depth = decoder.decode(&bytes).unwrap();
+    assert_eq!(got.meters.object_id(), Some(loan_id));
+    assert_eq!(got, sent);
+
+    // A later encode copies (the prepaid deliveries are spent).
+    let again = encoder.encode(&sent, 1).unwrap();
+    assert_eq!(admin.list().unwrap().len(), 2);
+    let copy: Depth = decoder.decode(&again).unwrap();
+    assert_ne!(copy.meters.object_id(), Some(loan_id));
+    assert_eq!(copy, sent);
+
+    drop((got, copy, sent, meters));
+    assert_clean(&admin);
+}
+
+#[test]
+fn unfinished_loan_is_aborted() {
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let loan = encoder(&store).loan(Dtype::U8, &[MIB], 2).unwrap();
+    drop(loan);
+    eventually(Duration::from_secs(5), "the abort lands", || admin.list().unwrap().is_empty());
+}
+
+#[test]
+fn received_buffer_sent_on_is_copied_and_repeats_are_stored_once() {
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let bytes = encoder.encode(&frame(MIB), 1).unwrap();
+    let got: Frame = decoder.decode(&bytes).unwrap();
+    let original = got.pixels.object_id().unwrap();
+
+    // A relay sends the received buffer on, twice in one message.
+    let relay = Encoder::new(StoreLink::new(Some(store.socket.clone())), DEFAULT_THRESHOLD);
+    let relayed = relay.encode(&(got.pixels.clone(), got.pixels.clone()), 1).unwrap();
+    let objects = admin.list().unwrap();
+    assert_eq!(objects.len(), 2, "one copy for both occurrences: {objects:?}");
+    let (a, b): (Buffer, Buffer) = decoder.decode(&relayed).unwrap();
+    assert_eq!(a.object_id(), b.object_id());
+    assert_ne!(a.object_id(), Some(original));
+    assert_eq!(a, got.pixels);
+    drop((a, b, got));
+    assert_clean(&admin);
+}
+
+#[test]
+fn oob_vec_fields_go_out_of_band() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Cloud {
+        #[serde(with = "oob")]
+        xyz: Vec<f32>,
+        #[serde(with = "oob")]
+        intensity: Vec<u16>,
+        frame_id: String,
+    }
+    let store = StoreDaemon::start("64M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let sent = Cloud { xyz: (0..3 * 50_000).map(|i| i as f32 / 3.0).collect(), intensity: vec![7; 100], frame_id: "lidar".into() };
+    let bytes = encoder.encode(&sent, 1).unwrap();
+    assert!(bytes.len() < 400, "{}", bytes.len());
+    assert_eq!(admin.list().unwrap()[0].placement.data_size, 3 * 50_000 * 4);
+    let got: Cloud = decoder.decode(&bytes).unwrap();
+    assert_eq!(got, sent);
+    // The Vec is a copy: the object was released during decode.
+    assert_clean(&admin);
+}
+
+#[test]
+fn no_store_configured_is_a_clear_error() {
+    let e = Encoder::new(StoreLink::none(), DEFAULT_THRESHOLD).encode(&frame(MIB), 1).unwrap_err();
+    assert!(matches!(e, PayloadError::NoStoreForBuffer { nbytes: MIB, .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("no store configured") && text.contains("hprm-store --socket"), "{text}");
+
+    // A configured socket nobody serves names the socket.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("absent.sock");
+    let e = Encoder::new(StoreLink::new(Some(socket.clone())), DEFAULT_THRESHOLD).encode(&frame(MIB), 1).unwrap_err();
+    assert!(matches!(e, PayloadError::Connect { .. }), "{e:?}");
+    assert!(e.to_string().contains(&socket.display().to_string()), "{e}");
+}
+
+#[test]
+fn full_store_is_reported_and_a_failed_encode_leaves_nothing() {
+    let store = StoreDaemon::start("4M");
+    let admin = store.client();
+    let encoder = encoder(&store);
+    // The first buffer fits, the second cannot: the whole encode fails,
+    // and the first buffer's object is aborted, not left pinned.
+    let e = encoder.encode(&(Buffer::from_vec(vec![1; MIB]), Buffer::from_vec(vec![2; 8 * MIB])), 1).unwrap_err();
+    assert!(matches!(e, PayloadError::StoreFull { nbytes, .. } if nbytes == 8 * MIB as u64), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("--memory") && text.contains("no room"), "{text}");
+    eventually(Duration::from_secs(5), "the aborted object is gone", || admin.list().unwrap().is_empty());
+    assert_clean(&admin);
+}
+
+#[test]
+fn missing_object_times_out_with_a_reason() {
+    let store = StoreDaemon::start("16M");
+    let descriptor = hprm_node::payload::BufferDescriptor {
+        dtype: Dtype::U8,
+        shape: vec![MIB],
+        strides: None,
+        nbytes: MIB as u64,
+        location: hprm_node::payload::Location::Store(ObjectId::random()),
+    };
+    let data = descriptor.encode().unwrap();
+    let mut bytes = vec![0xc7, data.len() as u8, 1]; // ext 8, type 1
+    bytes.extend_from_slice(&data);
+    let decoder = Decoder::new(StoreLink::new(Some(store.socket.clone())), Duration::from_millis(100));
+    let e = decoder.decode::<Buffer>(&bytes).unwrap_err();
+    assert!(matches!(&e, PayloadError::NotInStore { missing, .. } if missing.len() == 1), "{e:?}");
+    assert!(e.to_string().contains("delivery TTL"), "{e}");
+}
+
+#[test]
+fn threads_share_one_codec() {
+    let store = StoreDaemon::start("128M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let (encoder, decoder) = (encoder.clone(), decoder.clone());
+            s.spawn(move || {
+                for i in 0..20u8 {
+                    let sent = (t, i, Buffer::from_vec(vec![t ^ i; 100_000 + usize::from(i)]));
+                    let bytes = encoder.encode(&sent, 1).unwrap();
+                    let got: (u8, u8, Buffer) = decoder.decode(&bytes).unwrap();
+                    assert_eq!(got, sent);
+                    assert!(got.2.is_shared());
+                }
+            });
+        }
+    });
+    assert_clean(&admin);
+}
