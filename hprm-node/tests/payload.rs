@@ -247,6 +247,27 @@ fn loan_is_written_in_place_and_sent_without_a_copy() {
 }
 
 #[test]
+fn small_loan_travels_by_reference_too() {
+    // Under the threshold, but its deliveries are paid: inlining it would
+    // leave them pinning the object until the delivery TTL.
+    let store = StoreDaemon::start("16M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let mut loan = encoder.loan(Dtype::I64, &[4], 2).unwrap();
+    loan.as_mut_slice::<i64>().unwrap().copy_from_slice(&[1, -2, 3, -4]);
+    let id = loan.id();
+    let sent = loan.finish().unwrap();
+    let bytes = encoder.encode(&sent, 2).unwrap();
+    for _ in 0..2 {
+        let got: Buffer = decoder.decode(&bytes).unwrap();
+        assert_eq!(got.object_id(), Some(id));
+        assert_eq!(got.as_slice::<i64>(), Some(&[1i64, -2, 3, -4][..]));
+    }
+    drop(sent);
+    assert_clean(&admin);
+}
+
+#[test]
 fn unfinished_loan_is_aborted() {
     let store = StoreDaemon::start("64M");
     let admin = store.client();
@@ -370,3 +391,4 @@ fn threads_share_one_codec() {
     });
     assert_clean(&admin);
 }
+

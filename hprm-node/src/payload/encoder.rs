@@ -141,7 +141,10 @@ impl Encoder {
     /// The object is created with `deliveries + 1` deliveries: one for each
     /// receiver of the first message that carries it, paid in advance, and
     /// one for the producer's own reference (see [`Loan::finish`]). Encode
-    /// it for the same number of receivers.
+    /// it for the same number of receivers: for another number it is
+    /// copied, and the prepaid deliveries pin the loaned object until the
+    /// store's delivery TTL runs out. Even a loan under the threshold
+    /// travels by reference the first time, for the same reason.
     pub fn loan(&self, dtype: Dtype, shape: &[usize], deliveries: u32) -> Result<Loan, PayloadError> {
         let nbytes = contiguous_len(&dtype, shape).ok_or_else(|| shape_error(&dtype, shape, 0))?;
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForLoan { nbytes: nbytes as usize })?;

@@ -315,3 +315,15 @@ fn serialize_errors_are_reported() {
     let e = Encoder::default().encode(&Fails, 1).unwrap_err();
     assert!(matches!(e, PayloadError::Serialize { .. }) && e.to_string().contains("sensor unplugged"), "{e:?}");
 }
+
+#[test]
+fn types_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Buffer>();
+    send_sync::<Encoder>();
+    send_sync::<Decoder>();
+    send_sync::<StoreLink>();
+    send_sync::<PayloadError>();
+    send::<Loan>();
+}

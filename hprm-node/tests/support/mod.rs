@@ -201,17 +201,25 @@ impl RtiDaemon {
     /// give another `--id`.
     pub const FEDERATION: &'static str = "hprm-node-tests";
 
-    /// Starts `hprm-rti --port 0 --bind 127.0.0.1 --federates <federates>
+    /// Starts `hprm-rti --federates <federates> --port 0 --bind 127.0.0.1
     /// --id hprm-node-tests <extra_args>` and waits for it to log the
-    /// address it listens on (flags given later on the command line win,
-    /// so `extra_args` may override `--id` or `--bind`).
+    /// address it listens on. A `--port`, `--bind` or `--id` in
+    /// `extra_args` replaces the default (the daemon refuses a flag given
+    /// twice).
     pub fn start(federates: u16, extra_args: &[&str]) -> RtiDaemon {
-        let mut child = Command::new(rti_bin())
-            .args(["--port", "0", "--bind", "127.0.0.1", "--federates", &federates.to_string(), "--id", Self::FEDERATION])
+        let mut cmd = Command::new(rti_bin());
+        cmd.args(["--federates", &federates.to_string()]);
+        for (flag, value) in [("--port", "0"), ("--bind", "127.0.0.1"), ("--id", Self::FEDERATION)] {
+            let given = extra_args.iter().any(|a| *a == flag || a.starts_with(&format!("{flag}=")));
+            if !given {
+                cmd.args([flag, value]);
+            }
+        }
+        let mut child = cmd
             .args(extra_args)
             .env("RUST_LOG", "debug")
-            // Plain lines, without the colour escapes tracing adds on a
-            // terminal (stderr is a pipe anyway; this makes it certain).
+            // Plain lines, without colour escapes (tracing writes them even
+            // into a pipe, and honours NO_COLOR).
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
