@@ -1,0 +1,149 @@
+//! Running one federate of a program: connect to the RTI (and peers),
+//! agree on the start time, run the scheduler, resign.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::error::NodeError;
+use crate::inbox::{Inbox, Incoming};
+use crate::payload::{Decoder, Encoder, StoreLink};
+use crate::program::{Coordination, FederateId, Program, TriggerKind};
+use crate::rti::{self, Receiving, RtiConfig};
+use crate::scheduler::{Options, RunReport, Scheduler, Transport};
+
+/// How to run one federate.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The federate to run.
+    pub federate: String,
+    /// The RTI; `None` runs a one-federate program on its own.
+    pub rti: Option<RtiConfig>,
+    /// The object store's socket, for values with large buffers.
+    pub store: Option<PathBuf>,
+    /// As fast as possible: logical time does not wait for physical time.
+    pub fast: bool,
+    /// Threads that run independent reactions of one level in parallel.
+    pub workers: usize,
+    /// How long the scheduler polls its inbox before sleeping.
+    pub spin: Duration,
+    /// Stop at the next common tag on SIGINT/SIGTERM (for federate
+    /// processes; leave off when running federates as threads of a test).
+    pub handle_signals: bool,
+}
+
+impl RunOptions {
+    /// Options for federate `name` with defaults: no RTI, no store, real time.
+    pub fn new(name: impl Into<String>) -> RunOptions {
+        RunOptions {
+            federate: name.into(),
+            rti: None,
+            store: None,
+            fast: false,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
+            spin: Duration::from_micros(50),
+            handle_signals: false,
+        }
+    }
+}
+
+/// Runs one federate of `program` to its end.
+pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+    program.validate()?;
+    let fed = program.federate_named(&opts.federate).ok_or_else(|| NodeError::UnknownFederate {
+        name: opts.federate.clone(),
+        program: program.name.clone(),
+        known: program.federate_names().join(", "),
+    })?;
+    let idx = |f: FederateId| f.0 as u16;
+    let inbox = Arc::new(Inbox::new(opts.spin));
+    if opts.handle_signals {
+        crate::signal::forward_to(inbox.clone())?;
+    }
+    let clock = Arc::new(Clock::default());
+    let store = StoreLink::new(opts.store.clone());
+    let encoder = Encoder::new(store.clone(), program.threshold);
+    let decoder = Decoder::new(store, Duration::from_secs(10));
+
+    let n = program.triggers.len();
+    let mut decoders = vec![None; n];
+    let mut senders = vec![None; n];
+    let mut inbound: Vec<u16> = Vec::new();
+    let mut outbound: Vec<u16> = Vec::new();
+    for c in &program.connections {
+        let (a, b) = (program.federate_of(c.from), program.federate_of(c.to));
+        if a == b {
+            continue;
+        }
+        if b == fed {
+            if let TriggerKind::Input { decode, .. } = program.triggers[c.to.index()].kind {
+                decoders[c.to.index()] = Some(decode);
+            }
+            senders[c.to.index()] = Some((program.port_path(c.from), program.port_path(c.to)));
+            inbound.push(idx(a));
+        }
+        if a == fed {
+            outbound.push(idx(b));
+        }
+    }
+    inbound.sort();
+    inbound.dedup();
+    outbound.sort();
+    outbound.dedup();
+    let rx = Arc::new(Receiving { decoders, senders, decoder, inbox: inbox.clone() });
+
+    let (transport, start) = match &opts.rti {
+        None => {
+            if program.federates.len() > 1 {
+                return Err(NodeError::Launch(format!(
+                    "program {:?} has {} federates; run each with the address of an RTI (`--rti HOST:PORT`), or launch them all by running the program without --federate",
+                    program.name,
+                    program.federates.len()
+                )));
+            }
+            (Transport::Alone, clock.now())
+        }
+        Some(cfg) => {
+            let decentralized = matches!(program.coordination, Coordination::Decentralized { .. });
+            // Decentralized federates tell the RTI no neighbours: it only starts and stops them.
+            let (ups, downs) = if decentralized {
+                (Vec::new(), Vec::new())
+            } else {
+                (program.upstreams(fed).into_iter().map(|(f, d)| (idx(f), d)).collect(), program.downstreams(fed).into_iter().map(idx).collect())
+            };
+            let mut session = rti::join(cfg, idx(fed), &opts.federate, &ups, &downs)?;
+            let transport = if decentralized {
+                if !inbound.is_empty() {
+                    let names = program.federates.iter().map(|f| f.name.clone()).collect();
+                    let port = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
+                    session.advertise(port)?;
+                }
+                let peers: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
+                let writers = crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &peers, cfg.connect_timeout)?;
+                let rti = session.writer;
+                let start = {
+                    let mut s = rti::RtiSession { writer: rti, reader: session.reader, addr: session.addr.clone() };
+                    let start = s.start_time(clock.now())?;
+                    rti::spawn_reader(s.reader, s.addr.clone(), rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
+                    (s.writer, start)
+                };
+                (Transport::Peers { rti: start.0, peers: writers }, start.1)
+            } else {
+                let start = session.start_time(clock.now())?;
+                rti::spawn_reader(session.reader, session.addr.clone(), rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
+                (Transport::Rti(session.writer), start)
+            };
+            transport
+        }
+    };
+    tracing::info!(federate = %opts.federate, start, "starting");
+    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start };
+    let sched = Scheduler::new(program, fed, sched_opts, clock, inbox, encoder, transport, &idx)?;
+    sched.run()
+}
+
+/// Lets a signal thread ask the scheduler to stop.
+pub(crate) fn signal_item() -> Incoming {
+    Incoming::Signal
+}

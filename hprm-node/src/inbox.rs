@@ -1,0 +1,106 @@
+//! The scheduler's inbox: everything that reaches a federate from outside
+//! its scheduler thread.
+//!
+//! Network readers, physical-action schedulers and signal handling push
+//! [`Incoming`] items; the scheduler thread drains them between tags and
+//! while it waits (for a grant, for physical time to reach a tag, for an
+//! input's status). The scheduler first polls for a short while before
+//! sleeping on the condition variable: on virtualised machines a blocking
+//! wake-up costs tens of microseconds, more than a small message's whole
+//! trip, and most waits for a reply are shorter than that.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hprm_rti::tag::Tag;
+
+use crate::program::{TriggerId, Value};
+
+/// One item for the scheduler.
+pub(crate) enum Incoming {
+    /// A message for one of this federate's inputs.
+    Message { port: TriggerId, tag: Tag, value: Result<Value, String> },
+    /// Nothing arrives on `port` at tags up to `tag` from its sender.
+    Absent { port: TriggerId, tag: Tag },
+    /// TAG from the RTI.
+    Grant(Tag),
+    /// PTAG from the RTI.
+    ProvisionalGrant(Tag),
+    /// The RTI relays another federate's stop request.
+    StopRequest(Tag),
+    /// The RTI fixed the stop tag.
+    StopGranted(Tag),
+    /// A physical action scheduled from another thread.
+    Physical { action: TriggerId, extra: i64, value: Value },
+    /// A peer (decentralized) closed its connection: nothing more from it.
+    PeerClosed(u16),
+    /// The RTI connection broke or the RTI reported a failure.
+    RtiLost(String),
+    /// SIGINT or SIGTERM: stop at the next common tag.
+    Signal,
+}
+
+/// A queue with a condition variable and a lock-free "non-empty" flag for
+/// polling.
+pub(crate) struct Inbox {
+    items: Mutex<VecDeque<Incoming>>,
+    ready: Condvar,
+    nonempty: AtomicBool,
+    spin: Duration,
+}
+
+impl Inbox {
+    pub fn new(spin: Duration) -> Inbox {
+        Inbox { items: Mutex::new(VecDeque::new()), ready: Condvar::new(), nonempty: AtomicBool::new(false), spin }
+    }
+
+    pub fn push(&self, item: Incoming) {
+        let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        q.push_back(item);
+        self.nonempty.store(true, Ordering::Release);
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    /// Moves every item into `out` without waiting.
+    pub fn drain(&self, out: &mut VecDeque<Incoming>) {
+        if !self.nonempty.load(Ordering::Acquire) {
+            return;
+        }
+        let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        out.append(&mut q);
+        self.nonempty.store(false, Ordering::Release);
+    }
+
+    /// Waits until an item is there or `deadline` passes (forever if
+    /// `None`), then drains into `out`.
+    pub fn wait(&self, deadline: Option<Instant>, out: &mut VecDeque<Incoming>) {
+        let spin_until = Instant::now() + self.spin;
+        while Instant::now() < spin_until && deadline.is_none_or(|d| Instant::now() < d) {
+            if self.nonempty.load(Ordering::Acquire) {
+                return self.drain(out);
+            }
+            std::hint::spin_loop();
+        }
+        let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if !q.is_empty() {
+                out.append(&mut q);
+                self.nonempty.store(false, Ordering::Release);
+                return;
+            }
+            match deadline {
+                None => q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return;
+                    }
+                    q = self.ready.wait_timeout(q, d - now).unwrap_or_else(PoisonError::into_inner).0;
+                }
+            }
+        }
+    }
+}

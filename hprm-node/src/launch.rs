@@ -1,0 +1,365 @@
+//! Launching a whole program: an object store, an RTI, one process per
+//! federate, their logs multiplexed with a `[federate]` prefix.
+//!
+//! A program binary is its own launcher: [`Program::main`] with no
+//! `--federate` starts the daemons and re-runs the binary once per
+//! federate with `--federate NAME --rti ADDR --store SOCKET`; with
+//! `--federate` it runs that one federate. Daemon binaries (`hprm-store`,
+//! `hprm-rti`) are looked up in `$HPRM_BIN_DIR`, next to the running
+//! binary (and its parent, for cargo's `deps/`), then on `PATH`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::error::NodeError;
+use crate::federate::{run_federate, RunOptions};
+use crate::program::Program;
+use crate::rti::RtiConfig;
+
+/// How to launch a program.
+pub struct Launch {
+    /// Run federates in fast mode.
+    pub fast: bool,
+    /// `--memory` of the store started for the program.
+    pub store_memory: String,
+    /// Builds the command that runs one federate (default: this binary
+    /// with `--federate NAME`). The launcher adds the RTI and store
+    /// through `HPRM_RTI` / `HPRM_STORE` / `HPRM_FEDERATE` environment
+    /// variables, so any command that ends in [`Program::main`] or
+    /// [`options_from_env`] works.
+    pub federate_command: Option<Box<dyn Fn(&str) -> Command>>,
+    /// Kill everything if the program runs longer than this.
+    pub timeout: Option<Duration>,
+    /// Extra arguments for `hprm-rti` (e.g. `--auth-key-file`).
+    pub rti_args: Vec<String>,
+    /// Print each federate's output with a `[name]` prefix (else inherit).
+    pub prefix_logs: bool,
+    /// Take SIGINT/SIGTERM and pass them on to the federates (a
+    /// launcher process); leave off when launching from inside a test.
+    pub handle_signals: bool,
+}
+
+impl Default for Launch {
+    fn default() -> Launch {
+        Launch { fast: false, store_memory: "256m".into(), federate_command: None, timeout: None, rti_args: Vec::new(), prefix_logs: true, handle_signals: false }
+    }
+}
+
+/// How each federate process ended.
+#[derive(Debug)]
+pub struct LaunchReport {
+    pub federates: Vec<(String, ExitStatus)>,
+    pub rti: Option<ExitStatus>,
+}
+
+impl LaunchReport {
+    /// Federates that did not exit 0, with their status.
+    pub fn failed(&self) -> Vec<String> {
+        self.federates.iter().filter(|(_, s)| !s.success()).map(|(n, s)| format!("{n} ({s})")).collect()
+    }
+}
+
+/// A daemon binary: `$HPRM_BIN_DIR`, next to this executable (or one
+/// directory up, for test binaries in `deps/`), or `PATH`.
+pub fn find_binary(name: &str) -> Result<PathBuf, NodeError> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("HPRM_BIN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            dirs.push(d.to_path_buf());
+            if let Some(up) = d.parent() {
+                dirs.push(up.to_path_buf());
+            }
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| {
+        NodeError::Launch(format!("cannot find the `{name}` binary next to this program or on PATH; build it (`cargo build --release`) or set HPRM_BIN_DIR to the directory holding it"))
+    })
+}
+
+/// A child process killed when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Copies a child's output to stderr, line by line, behind `[name]`.
+fn relay(name: String, out: impl Read + Send + 'static) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            eprintln!("[{name}] {line}");
+        }
+    });
+}
+
+/// Starts `hprm-store` on a socket in `dir`; returns once it accepts clients.
+fn start_store(dir: &Path, memory: &str) -> Result<(Daemon, PathBuf), NodeError> {
+    let socket = dir.join("store.sock");
+    let mut child = Command::new(find_binary("hprm-store")?)
+        .args(["--socket".as_ref(), socket.as_os_str(), "--memory".as_ref(), memory.as_ref()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| NodeError::io("starting hprm-store", e))?;
+    if let Some(err) = child.stderr.take() {
+        relay("hprm-store".into(), err);
+    }
+    let daemon = Daemon(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if Instant::now() > deadline {
+            return Err(NodeError::Launch(format!("hprm-store did not open {} within 20 s; see its log above", socket.display())));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((daemon, socket))
+}
+
+/// Starts `hprm-rti` on a free port; returns it with its address.
+fn start_rti(n: usize, id: &str, extra: &[String]) -> Result<(Daemon, String), NodeError> {
+    let mut child = Command::new(find_binary("hprm-rti")?)
+        .args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| NodeError::io("starting hprm-rti", e))?;
+    let err = child.stderr.take().ok_or_else(|| NodeError::Launch("hprm-rti has no stderr".into()))?;
+    let daemon = Daemon(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
+                }
+            }
+            eprintln!("[hprm-rti] {line}");
+        }
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| NodeError::Launch("hprm-rti did not report its address within 20 s; see its log above".into()))?;
+    Ok((daemon, addr))
+}
+
+impl Launch {
+    /// Launches every federate of `program` and waits for all to end.
+    pub fn run(&self, program: &Program) -> Result<LaunchReport, NodeError> {
+        program.validate()?;
+        // Before any thread starts: threads inherit the signal mask.
+        let pids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        if self.handle_signals {
+            crate::signal::forward_to_children(pids.clone())?;
+        }
+        let dir = tempfile_dir()?;
+        let (_store, socket) = start_store(dir.path(), &self.store_memory)?;
+        let names: Vec<String> = program.federate_names().into_iter().map(String::from).collect();
+        let (rti, addr) = start_rti(names.len(), program.name(), &self.rti_args)?;
+        let mut children = Vec::new();
+        for name in &names {
+            let mut cmd = match &self.federate_command {
+                Some(f) => f(name),
+                None => {
+                    let exe = std::env::current_exe().map_err(|e| NodeError::io("finding this program's binary", e))?;
+                    let mut c = Command::new(exe);
+                    c.args(["--federate", name]);
+                    c
+                }
+            };
+            cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", &addr).env("HPRM_STORE", &socket).env("HPRM_FEDERATION", program.name());
+            if self.fast {
+                cmd.env("HPRM_FAST", "1");
+            }
+            if self.prefix_logs {
+                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+            crate::signal::detach(&mut cmd);
+            let mut child = cmd.spawn().map_err(|e| NodeError::io(format!("starting federate {name}"), e))?;
+            pids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(child.id());
+            if self.prefix_logs {
+                if let Some(o) = child.stdout.take() {
+                    relay(name.clone(), o);
+                }
+                if let Some(e) = child.stderr.take() {
+                    relay(name.clone(), e);
+                }
+            }
+            children.push((name.clone(), child));
+        }
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
+        while done.iter().any(Option::is_none) {
+            for (i, (name, child)) in children.iter_mut().enumerate() {
+                if done[i].is_none() {
+                    if let Ok(Some(s)) = child.try_wait() {
+                        if !s.success() {
+                            tracing::error!(federate = %name, status = %s, "federate failed");
+                        }
+                        done[i] = Some(s);
+                    }
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                for (name, child) in &mut children {
+                    if child.try_wait().ok().flatten().is_none() {
+                        tracing::error!(federate = %name, "killed: the program ran past its launch timeout");
+                        let _ = child.kill();
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut rti = rti;
+        let rti_status = wait_timeout(&mut rti.0, Duration::from_secs(5));
+        let federates = names.into_iter().zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
+        Ok(LaunchReport { federates, rti: rti_status })
+    }
+}
+
+fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + t;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A private runtime directory for the daemons' sockets.
+fn tempfile_dir() -> Result<TempDir, NodeError> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
+    let path = base.join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
+    std::fs::create_dir_all(&path).map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
+    Ok(TempDir(path))
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Federate options from the environment a launcher sets (`HPRM_FEDERATE`,
+/// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`), or `None`
+/// when `HPRM_FEDERATE` is unset.
+pub fn options_from_env(program: &Program) -> Option<RunOptions> {
+    let name = std::env::var("HPRM_FEDERATE").ok()?;
+    let mut o = RunOptions::new(name);
+    o.rti = std::env::var("HPRM_RTI").ok().map(|addr| RtiConfig {
+        addr,
+        federation: std::env::var("HPRM_FEDERATION").unwrap_or_else(|_| program.name().to_string()),
+        auth_key: std::env::var_os("HPRM_AUTH_KEY_FILE").and_then(|f| std::fs::read(f).ok()).map(|mut k| {
+            while k.last() == Some(&b'\n') {
+                k.pop();
+            }
+            k
+        }),
+        connect_timeout: Duration::from_secs(30),
+    });
+    o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);
+    o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
+    o.handle_signals = true;
+    Some(o)
+}
+
+impl Program {
+    /// The `main` of a program binary. With `--federate NAME` (or
+    /// `HPRM_FEDERATE`), runs that federate (`--rti HOST:PORT`, `--store
+    /// SOCKET`, `--fast`); otherwise launches the whole program: a store,
+    /// an RTI and every federate (`--fast`, `--timeout SECONDS`).
+    /// Exits the process with 0 on success, 1 on failure.
+    pub fn main(self) -> ! {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+            .with_writer(std::io::stderr)
+            .try_init();
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let flag = |f: &str| args.iter().position(|a| a == f).and_then(|i| args.get(i + 1)).cloned();
+        if let Some(name) = flag("--federate") {
+            std::env::set_var("HPRM_FEDERATE", name);
+            if let Some(a) = flag("--rti") {
+                std::env::set_var("HPRM_RTI", a);
+            }
+            if let Some(s) = flag("--store") {
+                std::env::set_var("HPRM_STORE", s);
+            }
+        }
+        if args.iter().any(|a| a == "--fast") {
+            std::env::set_var("HPRM_FAST", "1");
+        }
+        let code = match options_from_env(&self) {
+            Some(opts) => {
+                let name = opts.federate.clone();
+                match run_federate(self, opts) {
+                    Ok(report) => {
+                        tracing::info!(federate = %name, tags = report.tags, reactions = report.reactions, tardy = report.tardy, "done");
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("error: federate {name}: {e}");
+                        1
+                    }
+                }
+            }
+            None if self.federates.len() == 1 => {
+                let mut opts = RunOptions::new(self.federates[0].name.clone());
+                opts.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
+                opts.handle_signals = true;
+                match run_federate(self, opts) {
+                    Ok(_) => 0,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        1
+                    }
+                }
+            }
+            None => {
+                let launch = Launch {
+                    fast: std::env::var("HPRM_FAST").is_ok_and(|v| v == "1"),
+                    timeout: flag("--timeout").and_then(|s| s.parse::<f64>().ok()).map(Duration::from_secs_f64),
+                    handle_signals: true,
+                    ..Launch::default()
+                };
+                match launch.run(&self) {
+                    Ok(r) if r.failed().is_empty() => 0,
+                    Ok(r) => {
+                        eprintln!("error: federates failed: {}", r.failed().join(", "));
+                        1
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        1
+                    }
+                }
+            }
+        };
+        std::process::exit(code)
+    }
+}

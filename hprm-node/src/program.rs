@@ -1,0 +1,384 @@
+//! Programs: federates, their reactors, and the connections between ports.
+//!
+//! A [`Program`] is the whole graph. Every process of a federation builds
+//! the same program (it is cheap: reactors are descriptions plus closures
+//! that are never called outside their own federate), then runs one
+//! federate of it. That is what lets each federate know the full graph:
+//! its neighbours, their delays, which of its outputs go where.
+//!
+//! Ids are indices into the program's tables ([`TriggerId`] for every
+//! port, timer, action, startup and shutdown; [`ReactionId`];
+//! [`ReactorId`]; [`FederateId`]). Declaration order is the order of ids,
+//! which is what makes "reactions of one reactor run in declaration order"
+//! and every tie-break in the runtime deterministic.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hprm_rti::tag::Delay;
+
+use crate::context::Ctx;
+use crate::error::ProgramError;
+use crate::payload::{Decoder, Encoder, PayloadError, DEFAULT_THRESHOLD};
+
+/// A value at a port or action for one tag. Shared, so that fan-out inside
+/// a federate costs no copy.
+pub type Value = Arc<dyn Any + Send + Sync>;
+
+/// What a port value must be: shareable between reaction threads, and
+/// serializable, so the same port can be connected inside a federate (no
+/// serialization) or across federates (MessagePack, buffers out-of-band).
+pub trait PortValue: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {}
+impl<T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static> PortValue for T {}
+
+/// A reaction body (also deadline and tardy handlers): the reactor's state
+/// and the reaction's view of the current tag.
+pub(crate) type Body = Box<dyn FnMut(&mut (dyn Any + Send), &mut Ctx<'_>) + Send>;
+
+/// Encodes a port value for the network, for `deliveries` receivers.
+pub(crate) type EncodeFn = fn(&Value, &Encoder, u32) -> Result<Vec<u8>, PayloadError>;
+/// Decodes a port value received from the network.
+pub(crate) type DecodeFn = fn(&[u8], &Decoder) -> Result<Value, PayloadError>;
+
+pub(crate) fn encode_value<T: PortValue>(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
+    match v.downcast_ref::<T>() {
+        Some(t) => enc.encode(t, deliveries),
+        // The builder ties each port to one T; a mismatch is a bug in this crate.
+        None => unreachable!("port value of the wrong type"),
+    }
+}
+
+pub(crate) fn decode_value<T: PortValue>(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
+    dec.decode::<T>(bytes).map(|t| Arc::new(t) as Value)
+}
+
+macro_rules! id_type {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+        pub struct $name(pub(crate) u32);
+        impl $name {
+            pub(crate) fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A federate of a [`Program`].
+    FederateId
+);
+id_type!(
+    /// A reactor of a [`Program`].
+    ReactorId
+);
+id_type!(
+    /// A port, timer, action, startup or shutdown trigger.
+    TriggerId
+);
+id_type!(
+    /// A reaction.
+    ReactionId
+);
+
+/// How federates coordinate (DESIGN.md "Coordination").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coordination {
+    /// The RTI grants every tag advance: consistency first.
+    Centralized,
+    /// Federates talk peer to peer and wait a safe-to-process offset (STP)
+    /// for unknown inputs: availability first.
+    Decentralized {
+        /// How long past a tag's time a federate waits for inputs whose
+        /// status is unknown (LF's `maxwait`).
+        stp: Duration,
+    },
+}
+
+/// What a trigger is.
+pub(crate) enum TriggerKind {
+    Startup,
+    Shutdown,
+    Timer { offset: Duration, period: Duration },
+    LogicalAction { min_delay: Duration },
+    PhysicalAction { min_delay: Duration },
+    Input { decode: DecodeFn },
+    Output { encode: EncodeFn },
+}
+
+impl TriggerKind {
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            TriggerKind::Startup => "startup",
+            TriggerKind::Shutdown => "shutdown",
+            TriggerKind::Timer { .. } => "timer",
+            TriggerKind::LogicalAction { .. } => "logical action",
+            TriggerKind::PhysicalAction { .. } => "physical action",
+            TriggerKind::Input { .. } => "input",
+            TriggerKind::Output { .. } => "output",
+        }
+    }
+}
+
+pub(crate) struct TriggerDef {
+    pub name: String,
+    pub reactor: ReactorId,
+    pub kind: TriggerKind,
+}
+
+pub(crate) struct ReactionDef {
+    pub name: String,
+    pub reactor: ReactorId,
+    pub triggers: Vec<TriggerId>,
+    pub sources: Vec<TriggerId>,
+    pub effects: Vec<TriggerId>,
+    pub body: Option<Body>,
+    pub deadline: Option<(Duration, Body)>,
+    pub tardy: Option<Body>,
+}
+
+pub(crate) struct ReactorDef {
+    pub name: String,
+    pub federate: FederateId,
+    pub state: Option<Box<dyn Any + Send>>,
+    pub reactions: Vec<ReactionId>,
+    pub startup: Option<TriggerId>,
+    pub shutdown: Option<TriggerId>,
+}
+
+pub(crate) struct FederateDef {
+    pub name: String,
+    pub reactors: Vec<ReactorId>,
+}
+
+/// A connection from an output to an input.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnectionDef {
+    pub from: TriggerId,
+    pub to: TriggerId,
+    pub delay: Delay,
+    /// `~>`: the receiver stamps the message with its own physical time.
+    pub physical: bool,
+}
+
+/// A program: federates of reactors, and connections.
+pub struct Program {
+    pub(crate) name: String,
+    pub(crate) coordination: Coordination,
+    pub(crate) threshold: usize,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) federates: Vec<FederateDef>,
+    pub(crate) reactors: Vec<ReactorDef>,
+    pub(crate) triggers: Vec<TriggerDef>,
+    pub(crate) reactions: Vec<ReactionDef>,
+    pub(crate) connections: Vec<ConnectionDef>,
+    /// Problems found while building, reported all at once by [`Program::validate`].
+    pub(crate) problems: Vec<String>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("name", &self.name)
+            .field("coordination", &self.coordination)
+            .field("federates", &self.federates.iter().map(|f| &f.name).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Program {
+    /// An empty program, centralized, with the default out-of-band threshold.
+    pub fn new(name: impl Into<String>) -> Program {
+        Program {
+            name: name.into(),
+            coordination: Coordination::Centralized,
+            threshold: DEFAULT_THRESHOLD,
+            timeout: None,
+            federates: Vec::new(),
+            reactors: Vec::new(),
+            triggers: Vec::new(),
+            reactions: Vec::new(),
+            connections: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The program's name; also the default federation id.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the coordination mode (default centralized).
+    pub fn coordination(&mut self, c: Coordination) -> &mut Program {
+        self.coordination = c;
+        self
+    }
+
+    /// Buffers of at least this many bytes travel out-of-band through the
+    /// object store (default 64 KiB).
+    pub fn threshold(&mut self, bytes: usize) -> &mut Program {
+        self.threshold = bytes;
+        self
+    }
+
+    /// Stops every federate at logical time start + `d` (LF's `timeout`).
+    pub fn timeout(&mut self, d: Duration) -> &mut Program {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Adds a federate (one process).
+    pub fn federate(&mut self, name: impl Into<String>) -> FederateId {
+        let name = name.into();
+        if self.federates.iter().any(|f| f.name == name) {
+            self.problems.push(format!("two federates are named {name:?}; federate names must be unique"));
+        }
+        if !valid_name(&name) {
+            self.problems.push(format!("federate name {name:?} is not valid; use letters, digits, '_' and '-'"));
+        }
+        self.federates.push(FederateDef { name, reactors: Vec::new() });
+        FederateId(self.federates.len() as u32 - 1)
+    }
+
+    /// Adds a reactor with initial `state` to federate `fed`; declare its
+    /// ports, timers, actions and reactions on the returned builder.
+    pub fn reactor<S: Send + 'static>(&mut self, fed: FederateId, name: impl Into<String>, state: S) -> crate::reactor::ReactorBuilder<'_, S> {
+        let name = name.into();
+        let id = ReactorId(self.reactors.len() as u32);
+        match self.federates.get_mut(fed.index()) {
+            Some(f) => f.reactors.push(id),
+            None => self.problems.push(format!("reactor {name:?} added to an unknown federate")),
+        }
+        if self.reactors.iter().any(|r| r.federate == fed && r.name == name) {
+            self.problems.push(format!("two reactors of federate {} are named {name:?}", self.federate_name(fed)));
+        }
+        self.reactors.push(ReactorDef { name, federate: fed, state: Some(Box::new(state)), reactions: Vec::new(), startup: None, shutdown: None });
+        crate::reactor::ReactorBuilder::new(self, id)
+    }
+
+    /// Connects `from` to `to` with no delay: the value arrives at the
+    /// sender's tag.
+    pub fn connect<T: PortValue>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
+        self.add_connection(from.id, to.id, Delay::None, false)
+    }
+
+    /// Connects `from` to `to` with `after d`: a value sent at (t, m)
+    /// arrives at (t + d, 0), or at (t, m + 1) when `d` is zero.
+    pub fn connect_after<T: PortValue>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>, d: Duration) -> &mut Program {
+        self.add_connection(from.id, to.id, Delay::After(duration_ns(d)), false)
+    }
+
+    /// A physical connection (`~>`): the receiver stamps each value with
+    /// its own physical time. Not deterministic; for sensors and UIs.
+    pub fn connect_physical<T: PortValue>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
+        self.add_connection(from.id, to.id, Delay::None, true)
+    }
+
+    fn add_connection(&mut self, from: TriggerId, to: TriggerId, delay: Delay, physical: bool) -> &mut Program {
+        if let Some(c) = self.connections.iter().find(|c| c.to == to) {
+            let other = self.port_path(c.from);
+            self.problems.push(format!(
+                "input {} is connected twice (from {} and from {}); an input takes one connection",
+                self.port_path(to),
+                other,
+                self.port_path(from)
+            ));
+        }
+        self.connections.push(ConnectionDef { from, to, delay, physical });
+        self
+    }
+
+    /// Every problem in the program, one sentence each: duplicate names,
+    /// inputs connected twice, causality loops.
+    pub fn validate(&self) -> Result<(), ProgramError> {
+        let mut problems = self.problems.clone();
+        if self.federates.is_empty() {
+            problems.push("the program has no federates".into());
+        }
+        if self.federates.len() > usize::from(u16::MAX) {
+            problems.push(format!("{} federates is over the protocol's limit of 65535", self.federates.len()));
+        }
+        if self.triggers.len() > usize::from(u16::MAX) {
+            problems.push(format!("{} ports and triggers is over the protocol's limit of 65535", self.triggers.len()));
+        }
+        for (i, f) in self.federates.iter().enumerate() {
+            if let Err(e) = crate::level::levels(self, FederateId(i as u32)) {
+                problems.push(format!("federate {}: {e}", f.name));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ProgramError { program: self.name.clone(), problems })
+        }
+    }
+
+    /// The federate named `name`.
+    pub fn federate_named(&self, name: &str) -> Option<FederateId> {
+        self.federates.iter().position(|f| f.name == name).map(|i| FederateId(i as u32))
+    }
+
+    /// Names of all federates, in id order.
+    pub fn federate_names(&self) -> Vec<&str> {
+        self.federates.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    pub(crate) fn federate_name(&self, f: FederateId) -> &str {
+        self.federates.get(f.index()).map(|f| f.name.as_str()).unwrap_or("?")
+    }
+
+    pub(crate) fn federate_of(&self, t: TriggerId) -> FederateId {
+        self.reactors[self.triggers[t.index()].reactor.index()].federate
+    }
+
+    /// `federate.reactor.port`, for messages.
+    pub(crate) fn port_path(&self, t: TriggerId) -> String {
+        let Some(trig) = self.triggers.get(t.index()) else { return format!("<unknown port {}>", t.0) };
+        let r = &self.reactors[trig.reactor.index()];
+        format!("{}.{}.{}", self.federate_name(r.federate), r.name, trig.name)
+    }
+
+    /// Connections whose ends are in different federates, with `fed` at one end.
+    pub(crate) fn network_connections(&self, fed: FederateId) -> impl Iterator<Item = &ConnectionDef> + '_ {
+        self.connections.iter().filter(move |c| {
+            let (a, b) = (self.federate_of(c.from), self.federate_of(c.to));
+            a != b && (a == fed || b == fed)
+        })
+    }
+
+    /// Upstream federates of `fed` with the smallest logical delay from
+    /// each (physical connections excluded), as NEIGHBOR_STRUCTURE wants.
+    pub(crate) fn upstreams(&self, fed: FederateId) -> Vec<(FederateId, Delay)> {
+        let mut m: HashMap<FederateId, Delay> = HashMap::new();
+        for c in self.network_connections(fed).filter(|c| !c.physical && self.federate_of(c.to) == fed) {
+            let from = self.federate_of(c.from);
+            let d = m.get(&from).map_or(c.delay, |d| d.min(c.delay));
+            m.insert(from, d);
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by_key(|(f, _)| *f);
+        v
+    }
+
+    /// Downstream federates of `fed` over logical connections.
+    pub(crate) fn downstreams(&self, fed: FederateId) -> Vec<FederateId> {
+        let mut v: Vec<_> =
+            self.network_connections(fed).filter(|c| !c.physical && self.federate_of(c.from) == fed).map(|c| self.federate_of(c.to)).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A duration in nanoseconds, saturating.
+pub(crate) fn duration_ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}

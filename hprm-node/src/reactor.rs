@@ -1,0 +1,282 @@
+//! Declaring reactors: ports, timers, actions and reactions.
+//!
+//! [`ReactorBuilder`] (from [`Program::reactor`]) declares what a reactor
+//! has and returns typed, `Copy` handles ([`Input`], [`Output`], [`Timer`],
+//! [`LogicalAction`], [`PhysicalAction`]) that reaction bodies use with
+//! [`Ctx`](crate::Ctx). A reaction declares its triggers (what makes it
+//! run), sources (inputs it reads without being triggered) and effects
+//! (outputs it sets, actions it schedules); the runtime orders reactions
+//! at one tag by these declarations, so an undeclared effect is an error.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crate::context::Ctx;
+use crate::program::{decode_value, encode_value, Body, PortValue, Program, ReactionDef, ReactionId, ReactorId, TriggerDef, TriggerId, TriggerKind};
+
+macro_rules! handle {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        pub struct $name<T> {
+            pub(crate) id: TriggerId,
+            _t: PhantomData<fn() -> T>,
+        }
+        impl<T> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T> Copy for $name<T> {}
+        impl<T> std::fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self.id.0)
+            }
+        }
+        impl<T> $name<T> {
+            fn new(id: TriggerId) -> Self {
+                $name { id, _t: PhantomData }
+            }
+        }
+        impl<T> From<$name<T>> for TriggerId {
+            fn from(h: $name<T>) -> TriggerId {
+                h.id
+            }
+        }
+    };
+}
+
+handle!(
+    /// An input port carrying values of type `T`.
+    Input
+);
+handle!(
+    /// An output port carrying values of type `T`.
+    Output
+);
+handle!(
+    /// A logical action: scheduled by reactions, at least `min_delay` later
+    /// in logical time (one microstep when zero).
+    LogicalAction
+);
+handle!(
+    /// A physical action: scheduled from any thread (a sensor callback, an
+    /// async task) through a [`PhysicalScheduler`](crate::PhysicalScheduler);
+    /// its tag comes from physical time.
+    PhysicalAction
+);
+
+/// A timer: fires at start + offset, then every period (never again when
+/// the period is zero).
+#[derive(Debug, Clone, Copy)]
+pub struct Timer {
+    pub(crate) id: TriggerId,
+}
+
+/// The startup trigger of a reactor: present at the start tag.
+#[derive(Debug, Clone, Copy)]
+pub struct Startup {
+    pub(crate) id: TriggerId,
+}
+
+/// The shutdown trigger of a reactor: present at the stop tag.
+#[derive(Debug, Clone, Copy)]
+pub struct Shutdown {
+    pub(crate) id: TriggerId,
+}
+
+impl From<Timer> for TriggerId {
+    fn from(t: Timer) -> TriggerId {
+        t.id
+    }
+}
+impl From<Startup> for TriggerId {
+    fn from(t: Startup) -> TriggerId {
+        t.id
+    }
+}
+impl From<Shutdown> for TriggerId {
+    fn from(t: Shutdown) -> TriggerId {
+        t.id
+    }
+}
+
+/// Declares one reactor of a [`Program`]; `S` is its state.
+pub struct ReactorBuilder<'p, S> {
+    program: &'p mut Program,
+    reactor: ReactorId,
+    _s: PhantomData<fn() -> S>,
+}
+
+impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
+    pub(crate) fn new(program: &'p mut Program, reactor: ReactorId) -> Self {
+        ReactorBuilder { program, reactor, _s: PhantomData }
+    }
+
+    fn trigger(&mut self, name: &str, kind: TriggerKind) -> TriggerId {
+        let r = &self.program.reactors[self.reactor.index()];
+        let taken = self.program.triggers.iter().any(|t| t.reactor == self.reactor && t.name == name);
+        if taken {
+            let msg = format!("reactor {} declares {name:?} twice; names of ports, timers and actions must be unique", r.name);
+            self.program.problems.push(msg);
+        }
+        self.program.triggers.push(TriggerDef { name: name.to_string(), reactor: self.reactor, kind });
+        TriggerId(self.program.triggers.len() as u32 - 1)
+    }
+
+    /// Declares an input port.
+    pub fn input<T: PortValue>(&mut self, name: &str) -> Input<T> {
+        let kind = TriggerKind::Input { decode: decode_value::<T> };
+        Input::new(self.trigger(name, kind))
+    }
+
+    /// Declares an output port.
+    pub fn output<T: PortValue>(&mut self, name: &str) -> Output<T> {
+        let kind = TriggerKind::Output { encode: encode_value::<T> };
+        Output::new(self.trigger(name, kind))
+    }
+
+    /// Declares a timer.
+    pub fn timer(&mut self, name: &str, offset: Duration, period: Duration) -> Timer {
+        Timer { id: self.trigger(name, TriggerKind::Timer { offset, period }) }
+    }
+
+    /// Declares a logical action.
+    pub fn logical_action<T: Send + Sync + 'static>(&mut self, name: &str, min_delay: Duration) -> LogicalAction<T> {
+        LogicalAction::new(self.trigger(name, TriggerKind::LogicalAction { min_delay }))
+    }
+
+    /// Declares a physical action.
+    pub fn physical_action<T: Send + Sync + 'static>(&mut self, name: &str, min_delay: Duration) -> PhysicalAction<T> {
+        PhysicalAction::new(self.trigger(name, TriggerKind::PhysicalAction { min_delay }))
+    }
+
+    /// The reactor's startup trigger.
+    pub fn startup(&mut self) -> Startup {
+        if let Some(id) = self.program.reactors[self.reactor.index()].startup {
+            return Startup { id };
+        }
+        let id = self.trigger("startup", TriggerKind::Startup);
+        self.program.reactors[self.reactor.index()].startup = Some(id);
+        Startup { id }
+    }
+
+    /// The reactor's shutdown trigger.
+    pub fn shutdown(&mut self) -> Shutdown {
+        if let Some(id) = self.program.reactors[self.reactor.index()].shutdown {
+            return Shutdown { id };
+        }
+        let id = self.trigger("shutdown", TriggerKind::Shutdown);
+        self.program.reactors[self.reactor.index()].shutdown = Some(id);
+        Shutdown { id }
+    }
+
+    /// Starts declaring a reaction; finish it with [`ReactionBuilder::body`].
+    /// Reactions of one reactor run in declaration order at each tag.
+    pub fn reaction(&mut self, name: &str) -> ReactionBuilder<'_, 'p, S> {
+        ReactionBuilder {
+            reactor: self,
+            def: ReactionDef {
+                name: name.to_string(),
+                reactor: ReactorId(0),
+                triggers: Vec::new(),
+                sources: Vec::new(),
+                effects: Vec::new(),
+                body: None,
+                deadline: None,
+                tardy: None,
+            },
+        }
+    }
+}
+
+/// Wraps a typed body so the runtime can call it with type-erased state.
+fn erase<S: Send + 'static>(mut f: impl FnMut(&mut S, &mut Ctx<'_>) + Send + 'static) -> Body {
+    Box::new(move |state: &mut (dyn Any + Send), ctx: &mut Ctx<'_>| match state.downcast_mut::<S>() {
+        Some(s) => f(s, ctx),
+        // The reactor's state was boxed from an S by `Program::reactor`.
+        None => unreachable!("reactor state of the wrong type"),
+    })
+}
+
+/// Declares one reaction: triggers, sources, effects, deadline, tardy handler, body.
+pub struct ReactionBuilder<'r, 'p, S> {
+    reactor: &'r mut ReactorBuilder<'p, S>,
+    def: ReactionDef,
+}
+
+impl<S: Send + 'static> ReactionBuilder<'_, '_, S> {
+    fn own(&mut self, id: TriggerId, what: &str) -> TriggerId {
+        let p = &*self.reactor.program;
+        if p.triggers.get(id.index()).map(|t| t.reactor) != Some(self.reactor.reactor) {
+            let r = &p.reactors[self.reactor.reactor.index()].name;
+            let msg = format!("reaction {:?} of reactor {r} names {} as a {what}, but it belongs to another reactor", self.def.name, p.port_path(id));
+            self.reactor.program.problems.push(msg);
+        }
+        id
+    }
+
+    /// Runs the reaction when `t` is present (an input, timer, action,
+    /// startup or shutdown of this reactor).
+    pub fn trigger(mut self, t: impl Into<TriggerId>) -> Self {
+        let id = self.own(t.into(), "trigger");
+        if let TriggerKind::Output { .. } = self.reactor.program.triggers[id.index()].kind {
+            let msg = format!("reaction {:?} is triggered by output {}; only inputs, timers, actions, startup and shutdown trigger reactions", self.def.name, self.reactor.program.port_path(id));
+            self.reactor.program.problems.push(msg);
+        }
+        self.def.triggers.push(id);
+        self
+    }
+
+    /// Lets the reaction read `input` without being triggered by it.
+    pub fn source<T>(mut self, input: Input<T>) -> Self {
+        let id = self.own(input.id, "source");
+        self.def.sources.push(id);
+        self
+    }
+
+    /// Lets the reaction set an output or schedule a logical action.
+    pub fn effect(mut self, e: impl Into<TriggerId>) -> Self {
+        let id = self.own(e.into(), "effect");
+        match self.reactor.program.triggers[id.index()].kind {
+            TriggerKind::Output { .. } | TriggerKind::LogicalAction { .. } => {}
+            ref k => {
+                let msg = format!("reaction {:?} names {} {} as an effect; effects are outputs and logical actions", self.def.name, k.label(), self.reactor.program.port_path(id));
+                self.reactor.program.problems.push(msg);
+            }
+        }
+        self.def.effects.push(id);
+        self
+    }
+
+    /// Gives the reaction a deadline: if it starts later (in physical time)
+    /// than its tag's time + `d`, `handler` runs instead of the body.
+    pub fn deadline(mut self, d: Duration, handler: impl FnMut(&mut S, &mut Ctx<'_>) + Send + 'static) -> Self {
+        self.def.deadline = Some((d, erase(handler)));
+        self
+    }
+
+    /// Runs `handler` instead of the body when a triggering network input
+    /// arrived tardy (decentralized coordination: its tag had already
+    /// passed; [`Ctx::intended_tag`] gives the tag it was sent for).
+    pub fn tardy(mut self, handler: impl FnMut(&mut S, &mut Ctx<'_>) + Send + 'static) -> Self {
+        self.def.tardy = Some(erase(handler));
+        self
+    }
+
+    /// Sets the body and adds the reaction to the reactor.
+    pub fn body(mut self, f: impl FnMut(&mut S, &mut Ctx<'_>) + Send + 'static) -> ReactionId {
+        let program = &mut *self.reactor.program;
+        let reactor = self.reactor.reactor;
+        self.def.reactor = reactor;
+        self.def.body = Some(erase(f));
+        if self.def.triggers.is_empty() {
+            let msg = format!("reaction {:?} of reactor {} has no trigger; it would never run", self.def.name, program.reactors[reactor.index()].name);
+            program.problems.push(msg);
+        }
+        program.reactions.push(self.def);
+        let id = ReactionId(program.reactions.len() as u32 - 1);
+        program.reactors[reactor.index()].reactions.push(id);
+        id
+    }
+}

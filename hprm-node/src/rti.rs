@@ -1,0 +1,230 @@
+//! The federate side of the RTI protocol: connect, authenticate, identify,
+//! describe neighbours, agree on the start time; then a reader thread that
+//! turns the RTI's messages into [`Incoming`] items.
+//!
+//! The handshake runs synchronously on the caller's thread, in the order
+//! reactor-c federates use (hprm-rti/docs/lf-federated-protocol.md §2.3),
+//! so an HPRM federate can join an LF RTI and the other way round.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hprm_rti::tag::{Delay, Tag};
+use hprm_rti::wire::{Message, RejectReason};
+
+use crate::error::NodeError;
+use crate::inbox::{Incoming, Inbox};
+use crate::program::{DecodeFn, TriggerId};
+use crate::socket::{tune, FrameReader, FrameWriter, ReadError};
+use crate::payload::Decoder;
+
+/// How to reach the RTI.
+#[derive(Debug, Clone)]
+pub struct RtiConfig {
+    /// `host:port` of `hprm-rti`.
+    pub addr: String,
+    /// Must equal the RTI's `--id`.
+    pub federation: String,
+    /// Shared HMAC key, when the RTI runs with `--auth-key-file`.
+    pub auth_key: Option<Vec<u8>>,
+    /// How long to keep retrying the connection while the RTI starts.
+    pub connect_timeout: Duration,
+}
+
+/// A connected, identified federate; the reader is still on this thread.
+pub(crate) struct RtiSession {
+    pub writer: FrameWriter,
+    pub reader: FrameReader,
+    pub addr: String,
+}
+
+fn protocol(addr: &str, detail: impl Into<String>) -> NodeError {
+    NodeError::Protocol { peer: format!("the RTI at {addr}"), detail: detail.into() }
+}
+
+fn read(reader: &mut FrameReader, addr: &str, during: &str) -> Result<Message, NodeError> {
+    reader.next().map_err(|e| match e {
+        ReadError::Closed => protocol(addr, format!("it closed the connection during {during}")),
+        other => protocol(addr, format!("{other} during {during}")),
+    })
+}
+
+fn send(writer: &mut FrameWriter, addr: &str, msg: &Message) -> Result<(), NodeError> {
+    writer.send(msg).map_err(|e| NodeError::io(format!("sending to the RTI at {addr}"), e))
+}
+
+/// Connects, retrying while the RTI is not listening yet.
+fn dial(addr: &str, timeout: Duration) -> Result<TcpStream, NodeError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let attempt = addr.to_socket_addrs().and_then(|mut a| {
+            a.next().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the address resolves to nothing"))
+        });
+        let err = match attempt.and_then(|sa: SocketAddr| TcpStream::connect_timeout(&sa, Duration::from_secs(2))) {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(NodeError::RtiUnreachable { addr: addr.to_string(), secs: timeout.as_secs(), source: err });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Steps 1–5 of the federate's start-up: connect, authenticate, FED_IDS,
+/// NEIGHBOR_STRUCTURE, UDP_PORT (no clock synchronization: federates on
+/// the RTI's host share its clock).
+pub(crate) fn join(cfg: &RtiConfig, fed: u16, name: &str, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Result<RtiSession, NodeError> {
+    let addr = cfg.addr.as_str();
+    let stream = dial(addr, cfg.connect_timeout)?;
+    tune(&stream).map_err(|e| NodeError::io("configuring the RTI socket", e))?;
+    let read_half = stream.try_clone().map_err(|e| NodeError::io("cloning the RTI socket", e))?;
+    let mut writer = FrameWriter::new(stream);
+    let mut reader = FrameReader::new(read_half);
+    if let Some(key) = &cfg.auth_key {
+        let nonce = hprm_rti::auth::nonce();
+        send(&mut writer, addr, &Message::FedNonce { fed, nonce })?;
+        match read(&mut reader, addr, "authentication")? {
+            Message::RtiResponse { nonce: rti_nonce, hmac } => {
+                if !hprm_rti::auth::verify_rti_response(key, fed, &nonce, &hmac) {
+                    let _ = writer.send(&Message::Reject(RejectReason::HmacDoesNotMatch));
+                    return Err(NodeError::RtiAuth { addr: addr.to_string() });
+                }
+                let hmac = hprm_rti::auth::fed_response(key, &rti_nonce);
+                send(&mut writer, addr, &Message::FedResponse { hmac })?;
+            }
+            Message::Reject(r) => return Err(rejected(addr, name, r)),
+            other => return Err(protocol(addr, format!("expected RTI_RESPONSE, got {other:?}"))),
+        }
+    }
+    send(&mut writer, addr, &Message::FedIds { fed, federation: cfg.federation.as_bytes().to_vec() })?;
+    match read(&mut reader, addr, "identification")? {
+        Message::Ack => {}
+        Message::Reject(r) => return Err(rejected(addr, name, r)),
+        other => return Err(protocol(addr, format!("expected ACK to FED_IDS, got {other:?}"))),
+    }
+    send(&mut writer, addr, &Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() })?;
+    send(&mut writer, addr, &Message::UdpPort(0xFFFF))?;
+    Ok(RtiSession { writer, reader, addr: addr.to_string() })
+}
+
+fn rejected(addr: &str, name: &str, r: RejectReason) -> NodeError {
+    let reason = match r {
+        RejectReason::FederationIdDoesNotMatch => "wrong federation id (this federate's program name or --federation must equal the RTI's --id)".to_string(),
+        RejectReason::FederateIdInUse => "another process already joined as this federate (duplicate federate id); run each federate once".to_string(),
+        RejectReason::FederateIdOutOfRange => "federate id out of range: the RTI was started with fewer --federates than the program has".to_string(),
+        RejectReason::HmacDoesNotMatch => "authentication failed: the shared keys differ".to_string(),
+        RejectReason::RtiNotExecutedWithAuth => "this federate authenticates but the RTI runs without --auth-key-file".to_string(),
+        other => format!("{other:?}"),
+    };
+    NodeError::Rejected { addr: addr.to_string(), federate: name.to_string(), reason }
+}
+
+impl RtiSession {
+    /// Tells the RTI where this federate's peer-to-peer server listens.
+    pub fn advertise(&mut self, port: u16) -> Result<(), NodeError> {
+        send(&mut self.writer, &self.addr, &Message::AddressAdvertisement(i32::from(port)))
+    }
+
+    /// Asks the RTI for a peer's server address, retrying while the peer
+    /// has not advertised it yet.
+    pub fn query(&mut self, peer: u16, peer_name: &str, timeout: Duration) -> Result<SocketAddr, NodeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            send(&mut self.writer, &self.addr, &Message::AddressQuery(peer))?;
+            match read(&mut self.reader, &self.addr, "an address query")? {
+                Message::AddressQueryReply { port, addr } if port > 0 => {
+                    let ip = std::net::Ipv4Addr::from(addr);
+                    let port = u16::try_from(port).map_err(|_| protocol(&self.addr, format!("address reply with port {port}")))?;
+                    return Ok(SocketAddr::from((ip, port)));
+                }
+                Message::AddressQueryReply { .. } => {}
+                other => return Err(protocol(&self.addr, format!("expected ADDRESS_QUERY_REPLY, got {other:?}"))),
+            }
+            if Instant::now() >= deadline {
+                return Err(NodeError::Peer { peer: peer_name.into(), detail: format!("it did not advertise a server within {} s; is it running?", timeout.as_secs()) });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Start-time agreement: proposes `now`, returns the common start time.
+    pub fn start_time(&mut self, now: i64) -> Result<i64, NodeError> {
+        send(&mut self.writer, &self.addr, &Message::Timestamp(now))?;
+        match read(&mut self.reader, &self.addr, "start-time agreement")? {
+            Message::Timestamp(t) => Ok(t),
+            Message::Failed => Err(NodeError::RtiLost("the RTI failed before the start".into())),
+            other => Err(protocol(&self.addr, format!("expected TIMESTAMP, got {other:?}"))),
+        }
+    }
+}
+
+/// What reader threads need to turn payloads into port values.
+pub(crate) struct Receiving {
+    /// By trigger id: the decoder of each network input of this federate.
+    pub decoders: Vec<Option<DecodeFn>>,
+    /// By trigger id: "federate.reactor.port" of the sender feeding each
+    /// network input, and the receiving port, for error reports.
+    pub senders: Vec<Option<(String, String)>>,
+    pub decoder: Decoder,
+    pub inbox: Arc<Inbox>,
+}
+
+impl Receiving {
+    /// Decodes a tagged message and queues it for the scheduler. A payload
+    /// that cannot be decoded is reported with its sender and port, and
+    /// queued as an error (the scheduler counts it and treats the input as
+    /// absent); the federate goes on.
+    pub fn deliver(&self, port: u16, tag: Tag, payload: &[u8], peer: &str) {
+        let id = TriggerId(u32::from(port));
+        let (Some(Some(decode)), Some(Some((sender, receiver)))) = (self.decoders.get(id.index()), self.senders.get(id.index())) else {
+            tracing::error!(port, %tag, "{peer} sent a message for port id {port}, which is not a network input of this federate; dropped (do all federates run the same program?)");
+            return;
+        };
+        let value = decode(payload, &self.decoder).map_err(|e| format!("a message from {sender} to {receiver} at {tag} could not be decoded: {e}"));
+        self.inbox.push(Incoming::Message { port: id, tag, value });
+    }
+
+    pub fn absent(&self, port: u16, tag: Tag) {
+        let id = TriggerId(u32::from(port));
+        if matches!(self.decoders.get(id.index()), Some(Some(_))) {
+            self.inbox.push(Incoming::Absent { port: id, tag });
+        }
+    }
+}
+
+/// Reads the RTI's messages until the connection ends.
+pub(crate) fn spawn_reader(mut reader: FrameReader, addr: String, rx: Arc<Receiving>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("hprm-rti-reader".into()).spawn(move || {
+        let peer = format!("the RTI at {addr}");
+        loop {
+            let msg = match reader.next() {
+                Ok(m) => m,
+                Err(ReadError::Closed) => {
+                    rx.inbox.push(Incoming::RtiLost("the RTI closed the connection".into()));
+                    return;
+                }
+                Err(e) => {
+                    rx.inbox.push(Incoming::RtiLost(e.to_string()));
+                    return;
+                }
+            };
+            match msg {
+                Message::TaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &peer),
+                Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
+                Message::TagAdvanceGrant(t) => rx.inbox.push(Incoming::Grant(t)),
+                Message::ProvisionalTagAdvanceGrant(t) => rx.inbox.push(Incoming::ProvisionalGrant(t)),
+                Message::StopRequest(t) => rx.inbox.push(Incoming::StopRequest(t)),
+                Message::StopGranted(t) => rx.inbox.push(Incoming::StopGranted(t)),
+                Message::Failed => {
+                    rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()));
+                    return;
+                }
+                // DNET only lets a federate skip NETs; sending them all is always safe.
+                Message::DownstreamNextEventTag(_) => {}
+                other => tracing::warn!(?other, "unexpected message from the RTI; ignored"),
+            }
+        }
+    })
+}

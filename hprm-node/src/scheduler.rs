@@ -1,0 +1,881 @@
+//! The scheduler: one federate's event loop.
+//!
+//! One thread owns the event queue and advances logical time tag by tag.
+//! Before processing tag `g` it must be *allowed* to:
+//!
+//! - always: `g` is not past a stop barrier (a stop is being agreed);
+//! - centralized: the RTI granted `g` (TAG ≥ g, or PTAG = g, in which case
+//!   each level of reactions also waits until the network inputs it reads
+//!   have a known status at `g`);
+//! - decentralized: every network input's status is known at `g`, or
+//!   physical time passed `g.time + STP`;
+//! - real-time mode: physical time reached `g.time`.
+//!
+//! While not allowed it sleeps on the inbox (with a deadline when waiting
+//! for physical time); everything that can change the answer (a message,
+//! a grant, a physical action, a stop) arrives there. Processing a tag
+//! runs the triggered reactions level by level (`level`), applies their
+//! effects in reaction order, and sends each network output as soon as no
+//! reaction of the tag can set it any more: its value, or where a receiver
+//! may be waiting for it, a port-absent notice.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hprm_rti::tag::{Delay, Tag, FOREVER, NEVER};
+use hprm_rti::wire::Message;
+
+use crate::clock::Clock;
+use crate::context::{Ctx, Effect, TagView};
+use crate::error::NodeError;
+use crate::inbox::{Inbox, Incoming};
+use crate::payload::Encoder;
+use crate::program::{duration_ns, Body, Coordination, FederateId, Program, ReactionId, TriggerId, TriggerKind, Value};
+use crate::socket::FrameWriter;
+
+/// While idle, a centralized federate with physical actions and
+/// downstream federates advances its tag this often (LF's
+/// ADVANCE_MESSAGE_INTERVAL), so downstreams are never held back waiting
+/// for an event that physical time has not produced yet.
+const ADVANCE_INTERVAL: i64 = 10_000_000;
+
+/// What a federate did, reported when it ends.
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    pub federate: String,
+    /// The last tag processed (the stop tag).
+    pub final_tag: Option<Tag>,
+    pub tags: u64,
+    pub reactions: u64,
+    /// Network inputs that arrived after their tag had passed (decentralized).
+    pub tardy: u64,
+    pub deadline_misses: u64,
+    /// Messages whose payload could not be decoded (reported and dropped).
+    pub decode_errors: u64,
+    pub encode_errors: u64,
+}
+
+/// How this federate talks to the others.
+pub(crate) enum Transport {
+    /// A program of one federate: no RTI.
+    Alone,
+    /// Through the RTI (centralized): tagged messages and absents are relayed.
+    Rti(FrameWriter),
+    /// Decentralized: coordination messages to the RTI, data peer to peer.
+    Peers { rti: FrameWriter, peers: HashMap<u16, FrameWriter> },
+}
+
+impl Transport {
+    fn rti(&mut self) -> Option<&mut FrameWriter> {
+        match self {
+            Transport::Alone => None,
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => Some(w),
+        }
+    }
+}
+
+pub(crate) struct Options {
+    pub fast: bool,
+    pub workers: usize,
+    pub start: i64,
+}
+
+struct Event {
+    trigger: TriggerId,
+    value: Value,
+    tardy: Option<Tag>,
+}
+
+struct Handlers {
+    body: Body,
+    deadline: Option<(i64, Body)>,
+    tardy: Option<Body>,
+}
+
+struct ReactorRt {
+    state: Box<dyn Any + Send>,
+    reactions: HashMap<ReactionId, Handlers>,
+}
+
+/// What the runtime needs to know about a reaction of this federate.
+struct ReactionMeta {
+    reactor: usize,
+    level: u32,
+    triggers: Vec<TriggerId>,
+    effects: Vec<TriggerId>,
+    path: String,
+}
+
+#[derive(Clone, Copy)]
+struct NetDest {
+    fed: u16,
+    port: u16,
+    delay: Delay,
+    physical: bool,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Mode {
+    Alone,
+    Centralized,
+    Decentralized { stp: i64 },
+}
+
+enum Ready {
+    Now,
+    /// Wait for the inbox, at most until this physical time (ns).
+    Wait(Option<i64>),
+}
+
+pub(crate) struct Scheduler {
+    program: Program,
+    fed: FederateId,
+    name: String,
+    mode: Mode,
+    opts: Options,
+    clock: Arc<Clock>,
+    inbox: Arc<Inbox>,
+    encoder: Encoder,
+    transport: Transport,
+
+    reactors: Vec<Option<Mutex<ReactorRt>>>,
+    meta: HashMap<ReactionId, ReactionMeta>,
+    max_level: u32,
+    /// By trigger: reactions of this federate it triggers.
+    triggered: Vec<Vec<ReactionId>>,
+    /// By output: connections inside this federate (to, delay, physical).
+    local: Vec<Vec<(TriggerId, Delay, bool)>>,
+    /// By output: receivers in other federates.
+    remote: Vec<Vec<NetDest>>,
+    fanout: Vec<u32>,
+    /// By level: network outputs whose last possible writer is at that
+    /// level; index `max_level + 1` holds outputs no reaction writes.
+    resolve_after: Vec<Vec<TriggerId>>,
+    /// By level: network inputs read first at that level.
+    gate: Vec<Vec<TriggerId>>,
+    /// By input: the lowest level reading it.
+    reader_level: Vec<u32>,
+    net_inputs: Vec<TriggerId>,
+    /// By input: the peer feeding it.
+    input_peer: Vec<Option<u16>>,
+    has_physical_actions: bool,
+    upstreams: usize,
+    downstreams: usize,
+
+    values: Vec<Option<Value>>,
+    tardy: Vec<Option<Tag>>,
+    present: Vec<TriggerId>,
+    buckets: Vec<Vec<ReactionId>>,
+    queue: BTreeMap<Tag, Vec<Event>>,
+
+    start: Tag,
+    current: Tag,
+    in_tag: bool,
+    passed_level: i64,
+    stop_tag: Tag,
+    stop_barrier: Option<Tag>,
+    stop_handled: bool,
+    advance_target: Option<Tag>,
+
+    granted: Tag,
+    provisional: Option<Tag>,
+    last_net: Tag,
+    known: Vec<Tag>,
+    closed_peers: Vec<u16>,
+    fatal: Option<NodeError>,
+    resigned: bool,
+    pending: VecDeque<Incoming>,
+    report: RunReport,
+    unit: Value,
+}
+
+impl Scheduler {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        mut program: Program,
+        fed: FederateId,
+        opts: Options,
+        clock: Arc<Clock>,
+        inbox: Arc<Inbox>,
+        encoder: Encoder,
+        transport: Transport,
+        federate_index: &dyn Fn(FederateId) -> u16,
+    ) -> Result<Scheduler, NodeError> {
+        let levels = crate::level::levels(&program, fed).map_err(|e| crate::error::ProgramError { program: program.name.clone(), problems: vec![e] })?;
+        let n = program.triggers.len();
+        let mode = match (&transport, program.coordination) {
+            (Transport::Alone, _) => Mode::Alone,
+            (_, Coordination::Centralized) => Mode::Centralized,
+            (_, Coordination::Decentralized { stp }) => Mode::Decentralized { stp: duration_ns(stp) },
+        };
+        let name = program.federate_name(fed).to_string();
+
+        let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
+        let mut meta = HashMap::new();
+        let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
+        let mut max_level = 0;
+        for &r in &program.federates[fed.index()].reactors.clone() {
+            let rdef = &mut program.reactors[r.index()];
+            let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
+            let rname = rdef.name.clone();
+            let mut hs = HashMap::new();
+            for &rid in &rdef.reactions.clone() {
+                let def = &mut program.reactions[rid.index()];
+                let body = def.body.take().unwrap_or_else(|| Box::new(|_, _| {}));
+                let deadline = def.deadline.take().map(|(d, b)| (duration_ns(d), b));
+                hs.insert(rid, Handlers { body, deadline, tardy: def.tardy.take() });
+                let level = levels.get(&rid).copied().unwrap_or(0);
+                max_level = max_level.max(level);
+                for t in &def.triggers {
+                    triggered[t.index()].push(rid);
+                }
+                meta.insert(
+                    rid,
+                    ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path: format!("{name}.{rname}.{}", def.name) },
+                );
+            }
+            reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
+        }
+
+        let mut local = vec![Vec::new(); n];
+        let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
+        let mut input_peer = vec![None; n];
+        for c in &program.connections {
+            let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
+            if from_fed == fed && to_fed == fed {
+                local[c.from.index()].push((c.to, c.delay, c.physical));
+            } else if from_fed == fed {
+                remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: c.to.0 as u16, delay: c.delay, physical: c.physical });
+            } else if to_fed == fed {
+                input_peer[c.to.index()] = Some(federate_index(from_fed));
+            }
+        }
+        let fanout = remote.iter().map(|d| d.len() as u32).collect();
+
+        // The level after which each network output is final.
+        let mut resolve_after = vec![Vec::new(); max_level as usize + 2];
+        for (i, dests) in remote.iter().enumerate() {
+            if dests.is_empty() {
+                continue;
+            }
+            let last = meta.values().filter(|m| m.effects.contains(&TriggerId(i as u32))).map(|m| m.level).max();
+            let slot = last.map_or(max_level as usize + 1, |l| l as usize);
+            resolve_after[slot].push(TriggerId(i as u32));
+        }
+        let net_inputs: Vec<TriggerId> = (0..n).filter(|&i| input_peer[i].is_some()).map(|i| TriggerId(i as u32)).collect();
+        let mut reader_level = vec![u32::MAX; n];
+        for (rid, m) in &meta {
+            let def = &program.reactions[rid.index()];
+            for t in def.triggers.iter().chain(&def.sources) {
+                reader_level[t.index()] = reader_level[t.index()].min(m.level);
+            }
+        }
+        let mut gate = vec![Vec::new(); max_level as usize + 1];
+        for &i in &net_inputs {
+            let l = reader_level[i.index()];
+            if l != u32::MAX {
+                gate[l as usize].push(i);
+            }
+        }
+        let has_physical_actions = program.federates[fed.index()]
+            .reactors
+            .iter()
+            .any(|r| program.triggers.iter().any(|t| t.reactor == *r && matches!(t.kind, TriggerKind::PhysicalAction { .. })));
+        let upstreams = program.upstreams(fed).len();
+        let downstreams = program.downstreams(fed).len();
+        let start = Tag::new(opts.start, 0);
+        let stop_tag = match program.timeout {
+            Some(t) => Tag::new(opts.start.saturating_add(duration_ns(t)), 0),
+            None => FOREVER,
+        };
+        Ok(Scheduler {
+            fed,
+            name: name.clone(),
+            mode,
+            clock,
+            inbox,
+            encoder,
+            transport,
+            reactors,
+            meta,
+            max_level,
+            triggered,
+            local,
+            remote,
+            fanout,
+            resolve_after,
+            gate,
+            reader_level,
+            net_inputs,
+            input_peer,
+            has_physical_actions,
+            upstreams,
+            downstreams,
+            values: vec![None; n],
+            tardy: vec![None; n],
+            present: Vec::new(),
+            buckets: vec![Vec::new(); max_level as usize + 1],
+            queue: BTreeMap::new(),
+            start,
+            current: NEVER,
+            in_tag: false,
+            passed_level: -1,
+            stop_tag,
+            stop_barrier: None,
+            stop_handled: false,
+            advance_target: None,
+            granted: NEVER,
+            provisional: None,
+            last_net: NEVER,
+            known: vec![NEVER; n],
+            closed_peers: Vec::new(),
+            fatal: None,
+            resigned: false,
+            pending: VecDeque::new(),
+            report: RunReport { federate: name, ..RunReport::default() },
+            unit: Arc::new(()),
+            opts,
+            program,
+        })
+    }
+
+    /// Runs the federate to its stop tag, then resigns.
+    pub(crate) fn run(mut self) -> Result<RunReport, NodeError> {
+        self.schedule_initial();
+        let result = self.event_loop();
+        self.leave(result.is_ok());
+        result.map(|()| self.report)
+    }
+
+    fn schedule_initial(&mut self) {
+        let start = self.start;
+        for i in 0..self.program.triggers.len() {
+            let t = &self.program.triggers[i];
+            if self.program.reactors[t.reactor.index()].federate != self.fed {
+                continue;
+            }
+            match t.kind {
+                TriggerKind::Startup => self.push_event(start, TriggerId(i as u32), self.unit.clone(), None),
+                TriggerKind::Timer { offset, .. } => {
+                    let tag = Tag::new(start.time.saturating_add(duration_ns(offset)), 0);
+                    self.push_event(tag, TriggerId(i as u32), self.unit.clone(), None);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn push_event(&mut self, tag: Tag, trigger: TriggerId, value: Value, tardy: Option<Tag>) {
+        let events = self.queue.entry(tag).or_default();
+        // One event per trigger and tag: a later schedule replaces the value (LF semantics).
+        if let Some(e) = events.iter_mut().find(|e| e.trigger == trigger) {
+            e.value = value;
+            e.tardy = tardy;
+        } else {
+            events.push(Event { trigger, value, tardy });
+        }
+    }
+
+    fn event_loop(&mut self) -> Result<(), NodeError> {
+        loop {
+            self.absorb();
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
+            }
+            let g = self.next_tag();
+            match self.ready(g)? {
+                Ready::Now => {
+                    self.process(g)?;
+                    if g >= self.stop_tag {
+                        return Ok(());
+                    }
+                }
+                Ready::Wait(until) => {
+                    let deadline = until.map(|t| {
+                        let wait = t.saturating_sub(self.clock.now()).max(0) as u64;
+                        std::time::Instant::now() + Duration::from_nanos(wait)
+                    });
+                    let mut items = std::mem::take(&mut self.pending);
+                    self.inbox.wait(deadline, &mut items);
+                    self.pending = items;
+                }
+            }
+        }
+    }
+
+    /// Whether more events can still reach this federate from outside.
+    fn can_receive(&self) -> bool {
+        if self.has_physical_actions {
+            return true;
+        }
+        match self.mode {
+            Mode::Alone => false,
+            Mode::Centralized => self.upstreams > 0 && self.granted < FOREVER,
+            Mode::Decentralized { .. } => self.net_inputs.iter().any(|i| self.input_peer[i.index()].is_some_and(|p| !self.closed_peers.contains(&p))),
+        }
+    }
+
+    fn after(&self) -> Tag {
+        if self.current == NEVER {
+            self.start
+        } else {
+            self.current.delayed(Delay::After(0))
+        }
+    }
+
+    fn next_tag(&mut self) -> Tag {
+        if self.queue.is_empty() && self.stop_tag == FOREVER && !self.can_receive() {
+            // Nothing can happen any more: stop (LF: at the next microstep).
+            self.stop_tag = self.after();
+        }
+        let head = self.queue.keys().next().copied().unwrap_or(FOREVER);
+        let mut g = head.min(self.stop_tag);
+        if self.mode == Mode::Centralized && self.has_physical_actions && self.downstreams > 0 && !self.opts.fast {
+            let target = match self.advance_target {
+                Some(t) if t > self.current => t,
+                _ => {
+                    let t = Tag::new(self.clock.now().saturating_add(ADVANCE_INTERVAL), 0).max(self.after());
+                    self.advance_target = Some(t);
+                    t
+                }
+            };
+            g = g.min(target);
+        }
+        g
+    }
+
+    fn ready(&mut self, g: Tag) -> Result<Ready, NodeError> {
+        if g == FOREVER {
+            if self.mode == Mode::Centralized && self.last_net != FOREVER {
+                self.send_rti(&Message::NextEventTag(FOREVER))?;
+                self.last_net = FOREVER;
+            }
+            return Ok(Ready::Wait(None));
+        }
+        if self.stop_barrier.is_some_and(|b| g > b) {
+            return Ok(Ready::Wait(None));
+        }
+        match self.mode {
+            Mode::Alone => {}
+            Mode::Centralized => {
+                if self.last_net != g {
+                    self.send_rti(&Message::NextEventTag(g))?;
+                    self.last_net = g;
+                }
+                if self.upstreams > 0 && g > self.granted && self.provisional != Some(g) {
+                    return Ok(Ready::Wait(None));
+                }
+            }
+            Mode::Decentralized { stp } => {
+                let known = self.net_inputs.iter().all(|i| self.known[i.index()] >= g);
+                let until = g.time.saturating_add(stp);
+                if !known && self.clock.now() < until {
+                    return Ok(Ready::Wait(Some(until)));
+                }
+            }
+        }
+        if !self.opts.fast && self.clock.now() < g.time {
+            return Ok(Ready::Wait(Some(g.time)));
+        }
+        Ok(Ready::Now)
+    }
+
+    fn send_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
+        if let Some(w) = self.transport.rti() {
+            w.send(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Handles everything in the inbox, without waiting.
+    fn absorb(&mut self) {
+        self.inbox.drain(&mut self.pending);
+        while let Some(item) = self.pending.pop_front() {
+            self.handle(item);
+        }
+    }
+
+    fn handle(&mut self, item: Incoming) {
+        match item {
+            Incoming::Message { port, tag, value } => {
+                let (tag, value) = match value {
+                    Ok(v) => (tag, v),
+                    Err(msg) => {
+                        tracing::error!(federate = %self.name, "{msg}; the message is dropped and the input treated as absent");
+                        self.report.decode_errors += 1;
+                        self.known[port.index()] = self.known[port.index()].max(tag);
+                        return;
+                    }
+                };
+                let physical = self.program.connections.iter().any(|c| c.to == port && c.physical);
+                let tag = if physical { Tag::new(self.clock.now(), 0).max(self.after()) } else { tag };
+                self.known[port.index()] = self.known[port.index()].max(tag);
+                let open = tag > self.current || (tag == self.current && self.in_tag && i64::from(self.reader_level[port.index()]) > self.passed_level);
+                if open && tag == self.current && self.in_tag {
+                    self.make_present(port, value, None);
+                } else if open {
+                    self.push_event(tag, port, value, None);
+                } else {
+                    self.report.tardy += 1;
+                    let at = self.after();
+                    tracing::warn!(federate = %self.name, port = %self.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
+                    self.push_event(at, port, value, Some(tag));
+                }
+            }
+            Incoming::Absent { port, tag } => self.known[port.index()] = self.known[port.index()].max(tag),
+            Incoming::Grant(t) => {
+                self.granted = self.granted.max(t);
+                if self.provisional.is_some_and(|p| p <= t) {
+                    self.provisional = None;
+                }
+            }
+            Incoming::ProvisionalGrant(t) => {
+                // PTAG(t) grants every tag before t outright, and t itself
+                // provisionally.
+                self.granted = self.granted.max(t.latest_earlier());
+                if t > self.granted {
+                    self.provisional = Some(t);
+                }
+            }
+            Incoming::StopRequest(t) => {
+                if self.stop_handled {
+                    return;
+                }
+                self.stop_handled = true;
+                let s = if t <= self.current { self.after() } else { t };
+                self.stop_barrier = Some(s);
+                if let Err(e) = self.send_rti(&Message::StopRequestReply(s)) {
+                    self.fatal = Some(e);
+                }
+            }
+            Incoming::StopGranted(t) => {
+                let s = if t <= self.current && self.current != NEVER { self.after() } else { t };
+                self.stop_tag = self.stop_tag.min(s);
+                self.stop_barrier = None;
+            }
+            Incoming::Physical { action, extra, value } => {
+                let min_delay = match self.program.triggers[action.index()].kind {
+                    TriggerKind::PhysicalAction { min_delay } => duration_ns(min_delay),
+                    _ => 0,
+                };
+                let t = self.clock.now().saturating_add(min_delay).saturating_add(extra);
+                let tag = Tag::new(t, 0).max(self.after());
+                self.push_event(tag, action, value, None);
+            }
+            Incoming::PeerClosed(f) => {
+                self.closed_peers.push(f);
+                for i in self.net_inputs.clone() {
+                    if self.input_peer[i.index()] == Some(f) {
+                        self.known[i.index()] = FOREVER;
+                    }
+                }
+            }
+            Incoming::RtiLost(why) => {
+                if !self.resigned && self.mode != Mode::Alone && self.fatal.is_none() {
+                    self.fatal = Some(NodeError::RtiLost(why));
+                }
+            }
+            Incoming::Signal => self.request_stop(),
+        }
+    }
+
+    fn request_stop(&mut self) {
+        match self.mode {
+            Mode::Alone => self.stop_tag = self.stop_tag.min(self.after()),
+            _ => {
+                if self.stop_handled {
+                    return;
+                }
+                self.stop_handled = true;
+                let s = self.after();
+                self.stop_barrier = Some(s);
+                if let Err(e) = self.send_rti(&Message::StopRequest(s)) {
+                    self.fatal = Some(e);
+                }
+            }
+        }
+    }
+
+    fn make_present(&mut self, t: TriggerId, value: Value, tardy: Option<Tag>) {
+        if self.values[t.index()].is_none() {
+            self.present.push(t);
+        }
+        self.values[t.index()] = Some(value);
+        self.tardy[t.index()] = tardy;
+        for r in &self.triggered[t.index()] {
+            let level = self.meta[r].level as usize;
+            self.buckets[level].push(*r);
+        }
+    }
+
+    fn process(&mut self, g: Tag) -> Result<(), NodeError> {
+        self.current = g;
+        self.in_tag = true;
+        self.passed_level = -1;
+        for ev in self.queue.remove(&g).unwrap_or_default() {
+            if let TriggerKind::Timer { period, .. } = self.program.triggers[ev.trigger.index()].kind {
+                if !period.is_zero() {
+                    let next = Tag::new(g.time.saturating_add(duration_ns(period)), 0);
+                    self.push_event(next, ev.trigger, self.unit.clone(), None);
+                }
+            }
+            self.make_present(ev.trigger, ev.value, ev.tardy);
+        }
+        if g == self.stop_tag {
+            for i in 0..self.program.triggers.len() {
+                let t = &self.program.triggers[i];
+                if matches!(t.kind, TriggerKind::Shutdown) && self.program.reactors[t.reactor.index()].federate == self.fed {
+                    self.make_present(TriggerId(i as u32), self.unit.clone(), None);
+                }
+            }
+        }
+        let unwritten = std::mem::take(&mut self.resolve_after[self.max_level as usize + 1]);
+        let r = self.resolve(g, &unwritten);
+        self.resolve_after[self.max_level as usize + 1] = unwritten;
+        r?;
+        for level in 0..=self.max_level as usize {
+            self.gate_level(g, level)?;
+            self.run_level(g, level)?;
+            self.passed_level = level as i64;
+            let outs = std::mem::take(&mut self.resolve_after[level]);
+            let r = self.resolve(g, &outs);
+            self.resolve_after[level] = outs;
+            r?;
+        }
+        if self.mode == Mode::Centralized {
+            self.send_rti(&Message::LatestTagConfirmed(g))?;
+        }
+        for t in std::mem::take(&mut self.present) {
+            self.values[t.index()] = None;
+            self.tardy[t.index()] = None;
+        }
+        self.in_tag = false;
+        self.report.tags += 1;
+        self.report.final_tag = Some(g);
+        Ok(())
+    }
+
+    /// Under a provisional grant, waits until every network input read at
+    /// `level` has a known status at `g` (a message, an absent notice, or a
+    /// full grant).
+    fn gate_level(&mut self, g: Tag, level: usize) -> Result<(), NodeError> {
+        if self.mode != Mode::Centralized || self.upstreams == 0 {
+            return Ok(());
+        }
+        loop {
+            self.absorb();
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
+            }
+            if g <= self.granted || self.gate[level].iter().all(|i| self.known[i.index()] >= g) {
+                return Ok(());
+            }
+            let mut items = std::mem::take(&mut self.pending);
+            self.inbox.wait(None, &mut items);
+            self.pending = items;
+        }
+    }
+
+    fn run_level(&mut self, g: Tag, level: usize) -> Result<(), NodeError> {
+        let mut rs = std::mem::take(&mut self.buckets[level]);
+        if rs.is_empty() {
+            return Ok(());
+        }
+        rs.sort_unstable();
+        rs.dedup();
+        let view = TagView {
+            tag: g,
+            start: self.start.time,
+            federate: &self.name,
+            values: &self.values,
+            tardy: &self.tardy,
+            encoder: &self.encoder,
+            fanout: &self.fanout,
+            inbox: &self.inbox,
+            clock: &self.clock,
+        };
+        let reactors = &self.reactors;
+        let meta = &self.meta;
+        let run = |r: ReactionId| execute(r, &meta[&r], reactors, &view);
+        let outcomes: Vec<Outcome> = if rs.len() > 1 && self.opts.workers > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = rs[1..].iter().map(|&r| s.spawn(move || run(r))).collect();
+                let mut v = vec![run(rs[0])];
+                v.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Outcome::panicked("worker thread"))));
+                v
+            })
+        } else {
+            rs.iter().map(|&r| run(r)).collect()
+        };
+        for (r, o) in rs.iter().zip(outcomes) {
+            self.report.reactions += 1;
+            match o.ran {
+                Ran::Deadline => self.report.deadline_misses += 1,
+                Ran::Panicked(message) => return Err(NodeError::ReactionPanicked { reaction: self.meta[r].path.clone(), message }),
+                Ran::Body | Ran::Tardy => {}
+            }
+            for m in o.misuse {
+                tracing::error!(reaction = %self.meta[r].path, "{m}");
+            }
+            for e in o.effects {
+                self.apply(g, e);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, g: Tag, e: Effect) {
+        match e {
+            Effect::Set(out, v) => {
+                if self.values[out.index()].is_none() {
+                    self.present.push(out);
+                }
+                self.values[out.index()] = Some(v.clone());
+                for (to, delay, physical) in self.local[out.index()].clone() {
+                    if physical {
+                        let tag = Tag::new(self.clock.now(), 0).max(self.after());
+                        self.push_event(tag, to, v.clone(), None);
+                    } else if delay == Delay::None {
+                        self.make_present(to, v.clone(), None);
+                    } else {
+                        self.push_event(g.delayed(delay), to, v.clone(), None);
+                    }
+                }
+            }
+            Effect::Schedule { action, delay, value } => {
+                let min = match self.program.triggers[action.index()].kind {
+                    TriggerKind::LogicalAction { min_delay } => min_delay,
+                    _ => Duration::ZERO,
+                };
+                let tag = g.delayed(Delay::After(duration_ns(min + delay)));
+                self.push_event(tag, action, value, None);
+            }
+            Effect::RequestStop => self.request_stop(),
+        }
+    }
+
+    /// Sends each of `outs` (final at this point of tag `g`): its value, or
+    /// a port-absent notice to receivers that may be waiting for it.
+    fn resolve(&mut self, g: Tag, outs: &[TriggerId]) -> Result<(), NodeError> {
+        for &out in outs {
+            let dests = &self.remote[out.index()];
+            let value = self.values[out.index()].clone();
+            let payload = match (&value, &self.program.triggers[out.index()].kind) {
+                (Some(v), TriggerKind::Output { encode, .. }) => match encode(v, &self.encoder, dests.len() as u32) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        self.report.encode_errors += 1;
+                        tracing::error!(port = %self.program.port_path(out), "could not send the value: {e}; receivers see the port absent");
+                        None
+                    }
+                },
+                _ => None,
+            };
+            for d in dests.clone() {
+                let msg = match &payload {
+                    Some(p) => {
+                        let tag = if d.physical { g } else { g.delayed(d.delay) };
+                        match self.mode {
+                            Mode::Decentralized { .. } => Message::P2pTaggedMessage { port: d.port, fed: d.fed, tag, payload: p.clone() },
+                            _ => Message::TaggedMessage { port: d.port, fed: d.fed, tag, payload: p.clone() },
+                        }
+                    }
+                    None => {
+                        let needed = match self.mode {
+                            Mode::Decentralized { .. } => !d.physical,
+                            _ => !d.physical && d.delay == Delay::None,
+                        };
+                        if !needed {
+                            continue;
+                        }
+                        Message::PortAbsent { port: d.port, fed: d.fed, tag: g.delayed_strict(d.delay) }
+                    }
+                };
+                self.send_to(d.fed, &msg)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send_to(&mut self, fed: u16, msg: &Message) -> Result<(), NodeError> {
+        match &mut self.transport {
+            Transport::Alone => Ok(()),
+            Transport::Rti(w) => w.send(msg).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
+            Transport::Peers { peers, .. } => match peers.get_mut(&fed) {
+                Some(w) => {
+                    if let Err(e) = w.send(msg) {
+                        // A downstream peer that went away loses its messages; the others go on.
+                        tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
+                        peers.remove(&fed);
+                    }
+                    Ok(())
+                }
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Resigns (or reports failure) and closes the connections.
+    fn leave(&mut self, ok: bool) {
+        self.resigned = true;
+        let msg = if ok { Message::Resign } else { Message::Failed };
+        if let Transport::Peers { peers, .. } = &mut self.transport {
+            for w in peers.values_mut() {
+                let _ = w.send(&Message::Resign);
+                let _ = w.stream().shutdown(std::net::Shutdown::Write);
+            }
+        }
+        if let Some(w) = self.transport.rti() {
+            let _ = w.send(&msg);
+            let _ = w.stream().shutdown(std::net::Shutdown::Write);
+        }
+        if self.report.tardy > 0 {
+            tracing::warn!(federate = %self.name, tardy = self.report.tardy, "tardy messages (STP violations) this run; raise the STP offset if they are unexpected");
+        }
+    }
+}
+
+enum Ran {
+    Body,
+    Deadline,
+    Tardy,
+    Panicked(String),
+}
+
+struct Outcome {
+    ran: Ran,
+    effects: Vec<Effect>,
+    misuse: Vec<String>,
+}
+
+impl Outcome {
+    fn panicked(what: &str) -> Outcome {
+        Outcome { ran: Ran::Panicked(what.to_string()), effects: Vec::new(), misuse: Vec::new() }
+    }
+}
+
+/// Runs one reaction (or its deadline or tardy handler) against `view`.
+fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>], view: &TagView<'_>) -> Outcome {
+    let Some(cell) = reactors[m.reactor].as_ref() else { return Outcome::panicked("reaction of another federate") };
+    let mut guard = cell.lock().unwrap_or_else(PoisonError::into_inner);
+    let rt = &mut *guard;
+    let Some(h) = rt.reactions.get_mut(&r) else { return Outcome::panicked("reaction without a body") };
+    let tardy = m.triggers.iter().any(|t| view.tardy.get(t.index()).copied().flatten().is_some() && view.values[t.index()].is_some());
+    let (body, ran): (&mut Body, Ran) = match (&mut h.tardy, &mut h.deadline) {
+        (Some(t), _) if tardy => (t, Ran::Tardy),
+        (_, Some((d, handler))) if view.clock.now() > view.tag.time.saturating_add(*d) => (handler, Ran::Deadline),
+        _ => (&mut h.body, Ran::Body),
+    };
+    let mut ctx = Ctx::new(view, r, &m.effects);
+    let state = &mut *rt.state;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(state, &mut ctx)));
+    match result {
+        Ok(()) => Outcome { ran, effects: ctx.out, misuse: ctx.misuse },
+        Err(p) => {
+            let message = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a non-string panic".into());
+            Outcome::panicked(&message)
+        }
+    }
+}

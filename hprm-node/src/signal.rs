@@ -1,0 +1,97 @@
+//! SIGINT/SIGTERM for federate processes: the first asks the federation
+//! to stop at a common tag (so shutdown reactions run everywhere); the
+//! second exits at once.
+//!
+//! The signals are blocked in every thread and taken by one thread with
+//! `sigwait`, so no code runs in signal-handler context. The mask must be
+//! set before any other thread starts (threads inherit it), which is why
+//! `run_federate` calls this first.
+
+use std::sync::Arc;
+
+use crate::error::NodeError;
+use crate::inbox::Inbox;
+
+/// Blocks SIGINT and SIGTERM and forwards them to `inbox`.
+pub(crate) fn forward_to(inbox: Arc<Inbox>) -> Result<(), NodeError> {
+    let set = block()?;
+    std::thread::Builder::new()
+        .name("hprm-signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            while let Some(sig) = wait(&set) {
+                seen += 1;
+                if seen > 1 {
+                    tracing::warn!("second signal: exiting now");
+                    std::process::exit(130);
+                }
+                tracing::info!(signal = sig, "stopping at the next common tag (signal again to exit at once)");
+                inbox.push(crate::federate::signal_item());
+            }
+        })
+        .map_err(|e| NodeError::io("starting the signal thread", e))?;
+    Ok(())
+}
+
+/// For a launcher: blocks SIGINT and SIGTERM and passes each on to the
+/// federate processes as SIGTERM (they run in their own process groups,
+/// see [`detach`], so a terminal's Ctrl-C reaches only the launcher and
+/// each federate hears of it exactly once per press).
+pub(crate) fn forward_to_children(pids: Arc<std::sync::Mutex<Vec<u32>>>) -> Result<(), NodeError> {
+    let set = block()?;
+    std::thread::Builder::new()
+        .name("hprm-launch-signals".into())
+        .spawn(move || {
+            while let Some(sig) = wait(&set) {
+                tracing::info!(signal = sig, "stopping the program");
+                for &pid in pids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+                    if let Ok(pid) = i32::try_from(pid) {
+                        // SAFETY: kill(2) with a pid this process spawned.
+                        unsafe { libc::kill(pid, libc::SIGTERM) };
+                    }
+                }
+            }
+        })
+        .map_err(|e| NodeError::io("starting the signal thread", e))?;
+    Ok(())
+}
+
+/// Makes a child run in its own process group with SIGINT and SIGTERM
+/// unblocked (the mask is inherited across exec).
+pub(crate) fn detach(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+}
+
+fn wait(set: &libc::sigset_t) -> Option<libc::c_int> {
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is a valid, initialised sigset_t.
+    (unsafe { libc::sigwait(set, &mut sig) } == 0).then_some(sig)
+}
+
+fn block() -> Result<libc::sigset_t, NodeError> {
+    // SAFETY: plain libc calls on a sigset_t owned by this frame.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(NodeError::io("blocking SIGINT/SIGTERM", std::io::Error::from_raw_os_error(rc)));
+        }
+        set
+    };
+    Ok(set)
+}

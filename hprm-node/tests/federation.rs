@@ -1,0 +1,564 @@
+//! Federations of real processes: `hprm-rti`, `hprm-store`, and one
+//! federate process per federate (this test binary re-run as
+//! `federate_child`, which builds the scenario named by
+//! `HPRM_TEST_SCENARIO` and runs the federate the launcher names).
+//!
+//! Each federate records a trace (tag relative to the start, reaction,
+//! input values) and its run report in `$HPRM_TEST_OUT/<federate>.trace`;
+//! the tests check those files. Scenarios follow Lingua Franca's federated
+//! tests: distributed count, feedback with a delay, a stop requested by
+//! one federate, a failing federate, a too-small STP (tardy handler), a
+//! missed deadline, plus the determinism federation (fan-out, fan-in, a
+//! cycle with a delay and a zero-delay cycle, with random jitter).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use hprm_node::launch::{options_from_env, Launch, LaunchReport};
+use hprm_node::payload::Buffer;
+use hprm_node::{run_federate, Coordination, Ctx, Program};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Lines recorded by this federate process.
+static TRACE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn record(ctx: &Ctx<'_>, what: impl std::fmt::Display) {
+    let t = ctx.tag();
+    let line = format!("{} {} {} {what}", ctx.elapsed().as_micros(), t.microstep, ctx.federate());
+    TRACE.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+}
+
+/// Sleeps up to `max_us` µs when `HPRM_TEST_JITTER` is set (the
+/// determinism test), from a per-process random stream.
+fn jitter(max_us: u64) {
+    if std::env::var_os("HPRM_TEST_JITTER").is_none() {
+        return;
+    }
+    use std::cell::Cell;
+    thread_local!(static SEED: Cell<u64> = Cell::new((std::process::id() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1));
+    let r = SEED.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        x
+    });
+    std::thread::sleep(Duration::from_micros(r % max_us));
+}
+
+// ---------------------------------------------------------------- scenarios
+
+fn count(coordination: Coordination) -> Program {
+    let mut p = Program::new("count");
+    p.coordination(coordination).timeout(100 * MS);
+    let src = p.federate("source");
+    let out = {
+        let mut r = p.reactor(src, "counter", 0u64);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let out = r.output::<u64>("out");
+        r.reaction("emit").trigger(t).effect(out).body(move |n, ctx| {
+            *n += 1;
+            ctx.set(out, *n);
+        });
+        out
+    };
+    let sink = p.federate("sink");
+    let inp = {
+        let mut r = p.reactor(sink, "printer", ());
+        let i = r.input::<u64>("in");
+        r.reaction("print").trigger(i).body(move |_, ctx| {
+            let v = *ctx.get(i).expect("triggered by in");
+            record(ctx, format!("got {v}"));
+        });
+        i
+    };
+    p.connect_after(out, inp, 5 * MS);
+    p
+}
+
+fn feedback() -> Program {
+    let mut p = Program::new("feedback");
+    p.timeout(100 * MS);
+    let a = p.federate("a");
+    let b = p.federate("b");
+    let (a_out, a_in) = {
+        let mut r = p.reactor(a, "pinger", 0u64);
+        let s = r.startup();
+        let out = r.output::<u64>("out");
+        let inp = r.input::<u64>("in");
+        r.reaction("start").trigger(s).effect(out).body(move |_, ctx| ctx.set(out, 1));
+        r.reaction("pong").trigger(inp).effect(out).body(move |_, ctx| {
+            let v = *ctx.get(inp).expect("present");
+            record(ctx, format!("pong {v}"));
+            ctx.set(out, v + 1);
+        });
+        (out, inp)
+    };
+    let (b_out, b_in) = {
+        let mut r = p.reactor(b, "echo", ());
+        let out = r.output::<u64>("out");
+        let inp = r.input::<u64>("in");
+        r.reaction("echo").trigger(inp).effect(out).body(move |_, ctx| {
+            let v = *ctx.get(inp).expect("present");
+            record(ctx, format!("ping {v}"));
+            ctx.set(out, v);
+        });
+        (out, inp)
+    };
+    p.connect(a_out, b_in);
+    p.connect_after(b_out, a_in, 10 * MS);
+    p
+}
+
+fn stop() -> Program {
+    let mut p = Program::new("stop");
+    for name in ["requester", "other1", "other2"] {
+        let f = p.federate(name);
+        let mut r = p.reactor(f, "r", 0u32);
+        let t = r.timer("t", Duration::ZERO, 5 * MS);
+        let sd = r.shutdown();
+        let requester = name == "requester";
+        r.reaction("tick").trigger(t).body(move |n, ctx| {
+            *n += 1;
+            if requester && *n == 7 {
+                ctx.request_stop();
+            }
+        });
+        r.reaction("bye").trigger(sd).body(move |n, ctx| record(ctx, format!("shutdown after {n} ticks")));
+    }
+    p
+}
+
+fn fail() -> Program {
+    let mut p = Program::new("fail");
+    p.timeout(200 * MS);
+    let src = p.federate("source");
+    let bad = p.federate("crasher");
+    let sink = p.federate("sink");
+    let (o1, o2) = {
+        let mut r = p.reactor(src, "s", 0u64);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let o1 = r.output::<u64>("to_crasher");
+        let o2 = r.output::<u64>("to_sink");
+        r.reaction("emit").trigger(t).effect(o1).effect(o2).body(move |n, ctx| {
+            *n += 1;
+            ctx.set(o1, *n);
+            ctx.set(o2, *n);
+        });
+        (o1, o2)
+    };
+    let ci = {
+        let mut r = p.reactor(bad, "c", ());
+        let i = r.input::<u64>("in");
+        r.reaction("crash").trigger(i).body(move |_, ctx| {
+            if *ctx.get(i).expect("present") == 3 {
+                panic!("deliberate failure at the third message");
+            }
+        });
+        i
+    };
+    let si = {
+        let mut r = p.reactor(sink, "k", ());
+        let i = r.input::<u64>("in");
+        let sd = r.shutdown();
+        r.reaction("got").trigger(i).body(move |_, ctx| record(ctx, format!("got {}", ctx.get(i).expect("present"))));
+        r.reaction("bye").trigger(sd).body(|_, ctx| record(ctx, "shutdown"));
+        i
+    };
+    p.connect(o1, ci);
+    p.connect(o2, si);
+    p
+}
+
+fn tardy() -> Program {
+    let mut p = Program::new("tardy");
+    p.coordination(Coordination::Decentralized { stp: Duration::ZERO }).timeout(100 * MS);
+    let slow = p.federate("slow");
+    let recv = p.federate("receiver");
+    let out = {
+        let mut r = p.reactor(slow, "s", 0u64);
+        let t = r.timer("t", Duration::ZERO, 20 * MS);
+        let out = r.output::<u64>("out");
+        r.reaction("emit").trigger(t).effect(out).body(move |n, ctx| {
+            // Physical lag past the tag: the receiver has moved on.
+            std::thread::sleep(8 * MS);
+            *n += 1;
+            ctx.set(out, *n);
+        });
+        out
+    };
+    let inp = {
+        let mut r = p.reactor(recv, "r", ());
+        let t = r.timer("t", Duration::ZERO, 20 * MS);
+        let i = r.input::<u64>("in");
+        r.reaction("tick").trigger(t).body(|_, _| {});
+        r.reaction("got")
+            .trigger(i)
+            .tardy(move |_, ctx| {
+                let intended = ctx.intended_tag(i).expect("tardy inputs carry their intended tag");
+                record(ctx, format!("tardy {} intended {}", ctx.get(i).expect("present"), intended.time - ctx.start_time()));
+            })
+            .body(move |_, ctx| record(ctx, format!("on time {}", ctx.get(i).expect("present"))));
+        i
+    };
+    p.connect(out, inp);
+    p
+}
+
+fn deadline() -> Program {
+    let mut p = Program::new("deadline");
+    p.timeout(30 * MS);
+    let f = p.federate("solo");
+    let mut r = p.reactor(f, "r", ());
+    let t = r.timer("t", Duration::ZERO, 10 * MS);
+    r.reaction("slow").trigger(t).body(|_, _| std::thread::sleep(3 * MS));
+    r.reaction("tight")
+        .trigger(t)
+        .deadline(MS, |_, ctx| record(ctx, "deadline missed"))
+        .body(|_, ctx| record(ctx, "on time"));
+    p
+}
+
+/// Fan-out (source to two workers), fan-in (both to a join), a cycle with
+/// a delay (join back to source, after 5 ms) and a zero-delay cycle
+/// (doubler and join acknowledge each other without delay).
+fn determinism() -> Program {
+    let mut p = Program::new("determinism");
+    p.timeout(150 * MS);
+    let src = p.federate("source");
+    let dbl = p.federate("doubler");
+    let inc = p.federate("incrementer");
+    let join = p.federate("join");
+    let (s_out, s_fb) = {
+        let mut r = p.reactor(src, "s", (0u64, 0u64));
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let out = r.output::<u64>("out");
+        let fb = r.input::<u64>("feedback");
+        r.reaction("emit").trigger(t).effect(out).body(move |(n, extra), ctx| {
+            jitter(2000);
+            *n += 1;
+            record(ctx, format!("emit {} extra {extra}", *n));
+            ctx.set(out, *n * 100 + *extra);
+        });
+        r.reaction("fb").trigger(fb).body(move |(_, extra), ctx| {
+            jitter(1000);
+            let v = *ctx.get(fb).expect("present");
+            record(ctx, format!("feedback {v}"));
+            *extra = v % 7;
+        });
+        (out, fb)
+    };
+    let (d_in, d_out, d_ack) = {
+        let mut r = p.reactor(dbl, "d", 0u64);
+        let i = r.input::<u64>("in");
+        let o = r.output::<u64>("out");
+        let ack = r.input::<u64>("ack");
+        r.reaction("double").trigger(i).effect(o).body(move |_, ctx| {
+            jitter(2000);
+            let v = *ctx.get(i).expect("present");
+            record(ctx, format!("double {v}"));
+            ctx.set(o, v * 2);
+        });
+        r.reaction("ack").trigger(ack).body(move |acks, ctx| {
+            *acks += 1;
+            record(ctx, format!("ack {} total {acks}", ctx.get(ack).expect("present")));
+        });
+        (i, o, ack)
+    };
+    let (i_in, i_out) = {
+        let mut r = p.reactor(inc, "i", ());
+        let i = r.input::<u64>("in");
+        let o = r.output::<u64>("out");
+        r.reaction("inc").trigger(i).effect(o).body(move |_, ctx| {
+            jitter(2000);
+            let v = *ctx.get(i).expect("present");
+            record(ctx, format!("inc {v}"));
+            ctx.set(o, v + 1);
+        });
+        (i, o)
+    };
+    let (j_a, j_b, j_ack, j_fb) = {
+        let mut r = p.reactor(join, "j", 0u64);
+        let a = r.input::<u64>("a");
+        let b = r.input::<u64>("b");
+        let ack = r.output::<u64>("ack");
+        let fb = r.output::<u64>("feedback");
+        r.reaction("join").trigger(a).trigger(b).effect(ack).effect(fb).body(move |sum, ctx| {
+            jitter(2000);
+            let (va, vb) = (ctx.get(a).copied(), ctx.get(b).copied());
+            *sum += va.unwrap_or(0) + vb.unwrap_or(0);
+            record(ctx, format!("join {va:?} {vb:?} sum {sum}"));
+            ctx.set(ack, *sum);
+            ctx.set(fb, *sum);
+        });
+        (a, b, ack, fb)
+    };
+    p.connect(s_out, d_in);
+    p.connect(s_out, i_in);
+    p.connect(d_out, j_a);
+    p.connect(i_out, j_b);
+    p.connect(j_ack, d_ack);
+    p.connect_after(j_fb, s_fb, 5 * MS);
+    p
+}
+
+fn large() -> Program {
+    let mut p = Program::new("large");
+    p.timeout(40 * MS);
+    let cam = p.federate("camera");
+    let det = p.federate("detector");
+    let out = {
+        let mut r = p.reactor(cam, "c", 0u8);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let out = r.output::<(u8, Buffer)>("frame");
+        r.reaction("capture").trigger(t).effect(out).body(move |n, ctx| {
+            *n += 1;
+            let mut loan = ctx.loan(out, hprm_node::payload::Dtype::U8, &[480, 640, 3]).expect("loan from the store");
+            loan.as_mut_bytes().fill(*n);
+            let frame = loan.finish().expect("finish the loan");
+            ctx.set(out, (*n, frame));
+        });
+        out
+    };
+    let inp = {
+        let mut r = p.reactor(det, "d", ());
+        let i = r.input::<(u8, Buffer)>("frame");
+        r.reaction("detect").trigger(i).body(move |_, ctx| {
+            let (n, frame) = ctx.get(i).expect("present");
+            let ok = frame.bytes().len() == 480 * 640 * 3 && frame.bytes().iter().all(|b| b == n);
+            record(ctx, format!("frame {n} shape {:?} shared {} intact {ok}", frame.shape(), frame.is_shared()));
+        });
+        i
+    };
+    p.connect(out, inp);
+    p
+}
+
+fn scenario(name: &str) -> Program {
+    match name {
+        "count-centralized" => count(Coordination::Centralized),
+        "count-decentralized" => count(Coordination::Decentralized { stp: 20 * MS }),
+        "feedback" => feedback(),
+        "stop" => stop(),
+        "fail" => fail(),
+        "tardy" => tardy(),
+        "deadline" => deadline(),
+        "determinism" => determinism(),
+        "large" => large(),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// The federate process: run by the launcher through `federate_command`.
+#[test]
+#[ignore = "run as a federate process by the other tests"]
+fn federate_child() {
+    let name = std::env::var("HPRM_TEST_SCENARIO").expect("HPRM_TEST_SCENARIO");
+    let out = PathBuf::from(std::env::var_os("HPRM_TEST_OUT").expect("HPRM_TEST_OUT"));
+    let program = scenario(&name);
+    let opts = options_from_env(&program).expect("HPRM_FEDERATE");
+    let fed = opts.federate.clone();
+    let result = run_federate(program, opts);
+    let mut lines = TRACE.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    match &result {
+        Ok(r) => lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors)),
+        Err(e) => lines.push(format!("error {e}")),
+    }
+    std::fs::write(out.join(format!("{fed}.trace")), lines.join("\n") + "\n").expect("write trace");
+    if result.is_err() {
+        std::process::exit(1);
+    }
+}
+
+struct Run {
+    report: LaunchReport,
+    traces: BTreeMap<String, Vec<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn trace(&self, fed: &str) -> &[String] {
+        self.traces.get(fed).map(Vec::as_slice).unwrap_or_else(|| panic!("no trace from {fed}; traces: {:?}", self.traces.keys()))
+    }
+
+    fn lines(&self, fed: &str, containing: &str) -> Vec<&str> {
+        self.trace(fed).iter().filter(|l| l.contains(containing)).map(String::as_str).collect()
+    }
+
+    fn status(&self, fed: &str) -> std::process::ExitStatus {
+        self.report.federates.iter().find(|(n, _)| n == fed).map(|(_, s)| *s).expect("federate ran")
+    }
+}
+
+fn launch(name: &str, fast: bool, extra_env: &[(&str, &str)]) -> Run {
+    let bin_dir = support::rti_bin().parent().expect("bin dir").to_path_buf();
+    let _ = support::store_bin();
+    std::env::set_var("HPRM_BIN_DIR", &bin_dir);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_path_buf();
+    let scen = name.to_string();
+    let env: Vec<(String, String)> = extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let launcher = Launch {
+        fast,
+        store_memory: "64m".into(),
+        federate_command: Some(Box::new(move |_fed: &str| {
+            let mut c = Command::new(std::env::current_exe().expect("test binary"));
+            c.args(["federate_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"]);
+            c.env("HPRM_TEST_SCENARIO", &scen).env("HPRM_TEST_OUT", &out).env("RUST_LOG", "warn");
+            for (k, v) in &env {
+                c.env(k, v);
+            }
+            c
+        })),
+        timeout: Some(Duration::from_secs(60)),
+        prefix_logs: true,
+        ..Launch::default()
+    };
+    let report = launcher.run(&scenario(name)).expect("launch");
+    let traces = read_traces(dir.path());
+    Run { report, traces, _dir: dir }
+}
+
+fn read_traces(dir: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut m = BTreeMap::new();
+    for e in std::fs::read_dir(dir).expect("read out dir").flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "trace") {
+            let fed = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+            let text = std::fs::read_to_string(&p).expect("read trace");
+            m.insert(fed, text.lines().map(String::from).collect());
+        }
+    }
+    m
+}
+
+fn assert_all_ok(run: &Run) {
+    for (name, status) in &run.report.federates {
+        assert!(status.success(), "federate {name} exited with {status}; traces: {:#?}", run.traces);
+    }
+}
+
+// -------------------------------------------------------------------- tests
+
+fn check_count(run: &Run) {
+    assert_all_ok(run);
+    let got = run.lines("sink", "got");
+    // Sent at 0, 10, ..., 100 ms (timeout 100 ms includes its tag), each
+    // arriving 5 ms later; the one sent at 100 ms lands past the stop tag.
+    let expect: Vec<String> = (1..=10u64).map(|n| format!("{} 0 sink got {n}", (n - 1) * 10_000 + 5_000)).collect();
+    assert_eq!(got, expect.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+#[test]
+fn distributed_count_centralized() {
+    check_count(&launch("count-centralized", true, &[]));
+}
+
+#[test]
+fn distributed_count_decentralized() {
+    check_count(&launch("count-decentralized", false, &[]));
+}
+
+#[test]
+fn feedback_with_delay() {
+    let run = launch("feedback", true, &[]);
+    assert_all_ok(&run);
+    // a sends 1 at 0; b echoes at 0; a gets it at 10 ms and sends 2; ...
+    let pings = run.lines("b", "ping");
+    let pongs = run.lines("a", "pong");
+    assert_eq!(pings.len(), 11, "{pings:?}");
+    for (k, l) in pongs.iter().enumerate() {
+        let k = k as u64 + 1;
+        assert_eq!(*l, format!("{} 0 a pong {k}", k * 10_000));
+    }
+    for (k, l) in pings.iter().enumerate() {
+        let k = k as u64;
+        assert_eq!(*l, format!("{} 0 b ping {}", k * 10_000, k + 1));
+    }
+}
+
+#[test]
+fn stop_requested_by_one_federate_stops_all_at_one_tag() {
+    let run = launch("stop", false, &[]);
+    assert_all_ok(&run);
+    let finals: Vec<&str> = ["requester", "other1", "other2"].iter().map(|f| run.lines(f, "shutdown")[0]).collect();
+    let tags: Vec<String> = finals.iter().map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" ")).collect();
+    // Requested during the 7th tick (30 ms): stop at (30 ms, 1).
+    assert_eq!(tags, vec!["30000 1"; 3], "{finals:?}");
+    for l in &finals {
+        assert!(l.ends_with("shutdown after 7 ticks"), "{l}");
+    }
+}
+
+#[test]
+fn a_failing_federate_does_not_take_the_others_down() {
+    let run = launch("fail", true, &[]);
+    assert!(!run.status("crasher").success());
+    assert!(run.trace("crasher").iter().any(|l| l.contains("deliberate failure")), "{:?}", run.trace("crasher"));
+    assert!(run.status("source").success());
+    assert!(run.status("sink").success());
+    assert_eq!(run.lines("sink", "got").len(), 21, "{:?}", run.trace("sink"));
+    assert_eq!(run.lines("sink", "shutdown").len(), 1);
+    // The RTI stays up to the end, and reports the failure in its exit code.
+    assert_eq!(run.report.rti.and_then(|s| s.code()), Some(1));
+}
+
+#[test]
+fn decentralized_with_too_small_stp_runs_tardy_handlers() {
+    let run = launch("tardy", false, &[]);
+    assert_all_ok(&run);
+    let tardy = run.lines("receiver", "intended");
+    assert!(!tardy.is_empty(), "{:?}", run.trace("receiver"));
+    for l in &tardy {
+        // The intended tag is a multiple of the 20 ms period.
+        let intended: i64 = l.rsplit(' ').next().and_then(|s| s.parse().ok()).expect("intended tag");
+        assert_eq!(intended % 20_000_000, 0, "{l}");
+    }
+    let report = run.lines("receiver", "report")[0];
+    let count: u64 = report.split(" tardy ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).expect("count");
+    assert_eq!(count as usize, tardy.len(), "{report}");
+}
+
+#[test]
+fn missed_deadlines_run_their_handlers() {
+    let run = launch("deadline", false, &[]);
+    assert_all_ok(&run);
+    assert_eq!(run.lines("solo", "deadline missed").len(), 4, "{:?}", run.trace("solo"));
+    assert!(run.lines("solo", "on time").is_empty());
+    assert!(run.lines("solo", "report")[0].contains("deadline_misses 4"));
+}
+
+#[test]
+fn large_values_travel_through_the_store() {
+    let run = launch("large", true, &[]);
+    assert_all_ok(&run);
+    let frames = run.lines("detector", "frame");
+    assert_eq!(frames.len(), 5, "{:?}", run.trace("detector"));
+    for l in frames {
+        assert!(l.ends_with("shape [480, 640, 3] shared true intact true"), "{l}");
+    }
+}
+
+/// The determinism federation, 50 times in real-time mode with random
+/// jitter in reactions: every run's traces must be identical.
+#[test]
+fn fifty_jittered_runs_give_identical_traces() {
+    let runs: usize = std::env::var("HPRM_DETERMINISM_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let first = launch("determinism", false, &[("HPRM_TEST_JITTER", "1")]);
+    assert_all_ok(&first);
+    assert!(first.lines("join", "join").len() >= 15, "{:?}", first.trace("join"));
+    assert!(!first.lines("doubler", "ack").is_empty());
+    assert!(!first.lines("source", "feedback").is_empty());
+    for i in 1..runs {
+        let run = launch("determinism", false, &[("HPRM_TEST_JITTER", "1")]);
+        assert_all_ok(&run);
+        assert_eq!(run.traces, first.traces, "run {i} differs from run 0");
+    }
+}
