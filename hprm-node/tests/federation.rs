@@ -352,6 +352,7 @@ fn scenario(name: &str) -> Program {
         "deadline" => deadline(),
         "determinism" => determinism(),
         "large" => large(),
+        "vanish" => vanish(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -560,5 +561,143 @@ fn fifty_jittered_runs_give_identical_traces() {
         let run = launch("determinism", false, &[("HPRM_TEST_JITTER", "1")]);
         assert_all_ok(&run);
         assert_eq!(run.traces, first.traces, "run {i} differs from run 0");
+    }
+}
+
+// ---------------------------------------------------------------- bad input
+
+/// A program of two federates whose `a` runs until stopped.
+fn pair() -> Program {
+    let mut p = Program::new("pair");
+    p.timeout(50 * MS);
+    for name in ["a", "b"] {
+        let f = p.federate(name);
+        let mut r = p.reactor(f, "r", ());
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        r.reaction("tick").trigger(t).body(|_, _| {});
+    }
+    p
+}
+
+fn rti_options(fed: &str, rti: &support::RtiDaemon, federation: &str) -> hprm_node::RunOptions {
+    let mut o = hprm_node::RunOptions::new(fed);
+    o.rti = Some(hprm_node::RtiConfig {
+        addr: rti.addr().to_string(),
+        federation: federation.into(),
+        auth_key: None,
+        connect_timeout: Duration::from_secs(10),
+    });
+    o
+}
+
+#[test]
+fn a_wrong_federation_id_is_rejected_with_a_reason() {
+    let rti = support::RtiDaemon::start(2, &["--id", "pair"]);
+    let err = run_federate(pair(), rti_options("a", &rti, "other")).expect_err("must be rejected");
+    let msg = err.to_string();
+    assert!(msg.contains("rejected federate a") && msg.contains("wrong federation id"), "{msg}");
+}
+
+#[test]
+fn a_duplicate_federate_id_is_rejected_and_the_first_keeps_its_place() {
+    let rti = support::RtiDaemon::start(2, &["--id", "pair"]);
+    let opts = rti_options("a", &rti, "pair");
+    let first = std::thread::spawn(move || run_federate(pair(), opts));
+    support::eventually(Duration::from_secs(10), "the first federate a joined", || rti.log().contains("federate joined"));
+    let err = run_federate(pair(), rti_options("a", &rti, "pair")).expect_err("duplicate must be rejected");
+    assert!(err.to_string().contains("duplicate federate id"), "{err}");
+    // The first one kept its place: with b, the federation runs to its end.
+    run_federate(pair(), rti_options("b", &rti, "pair")).expect("b runs");
+    first.join().expect("no panic").expect("the first a runs");
+}
+
+fn spawn_federate(scenario: &str, fed: &str, rti: &str, store: &Path, out: &Path) -> std::process::Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["federate_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env("HPRM_TEST_SCENARIO", scenario)
+        .env("HPRM_TEST_OUT", out)
+        .env("HPRM_FEDERATE", fed)
+        .env("HPRM_RTI", rti)
+        .env("HPRM_STORE", store)
+        .env("HPRM_FEDERATION", scenario)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn federate")
+}
+
+fn vanish() -> Program {
+    let mut p = Program::new("vanish");
+    p.timeout(500 * MS);
+    let src = p.federate("source");
+    let victim = p.federate("victim");
+    let sink = p.federate("sink");
+    let (o1, o2) = {
+        let mut r = p.reactor(src, "s", 0u64);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let o1 = r.output::<u64>("to_victim");
+        let o2 = r.output::<u64>("to_sink");
+        r.reaction("emit").trigger(t).effect(o1).effect(o2).body(move |n, ctx| {
+            *n += 1;
+            ctx.set(o1, *n);
+            ctx.set(o2, *n);
+        });
+        (o1, o2)
+    };
+    let vi = {
+        let mut r = p.reactor(victim, "v", ());
+        let i = r.input::<u64>("in");
+        r.reaction("got").trigger(i).body(|_, _| {});
+        i
+    };
+    let si = {
+        let mut r = p.reactor(sink, "k", ());
+        let i = r.input::<u64>("in");
+        r.reaction("got").trigger(i).body(move |_, ctx| record(ctx, format!("got {}", ctx.get(i).expect("present"))));
+        i
+    };
+    p.connect(o1, vi);
+    p.connect(o2, si);
+    p
+}
+
+/// A federate killed with SIGKILL mid-run, and random bytes thrown at the
+/// RTI's port: the others run to their end, the RTI stays up and reports
+/// the failure in its exit code.
+#[test]
+fn a_vanishing_federate_and_random_bytes_do_not_stop_the_others() {
+    use std::io::Write;
+    let store = support::StoreDaemon::start("16m");
+    let mut rti = support::RtiDaemon::start(3, &["--id", "vanish", "--clock-sync", "off"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = rti.addr().to_string();
+    let mut kids: Vec<_> = ["source", "victim", "sink"].iter().map(|f| spawn_federate("vanish", f, &addr, &store.socket, dir.path())).collect();
+    std::thread::sleep(Duration::from_millis(1300));
+    let _ = kids[1].kill();
+    let mut junk = std::net::TcpStream::connect(rti.addr()).expect("connect to the RTI");
+    let bytes: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let _ = junk.write_all(&bytes);
+    for i in [0, 2] {
+        let status = wait_child(&mut kids[i], Duration::from_secs(20));
+        assert!(status.success(), "federate {i} exited with {status}");
+    }
+    let _ = kids[1].wait();
+    assert_eq!(rti.wait_exit(Duration::from_secs(10)).code(), Some(1), "{}", rti.log());
+    let traces = read_traces(dir.path());
+    assert_eq!(traces["sink"].iter().filter(|l| l.contains("got")).count(), 51, "{:?}", traces["sink"]);
+}
+
+fn wait_child(c: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(s) = c.try_wait().expect("wait") {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("a federate did not finish within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
