@@ -169,7 +169,11 @@ impl Launch {
         let dir = tempfile_dir()?;
         let (_store, socket) = start_store(dir.path(), &self.store_memory)?;
         let names: Vec<String> = program.federate_names().into_iter().map(String::from).collect();
-        let (rti, addr) = start_rti(names.len(), program.name(), &self.rti_args)?;
+        let mut rti_args = self.rti_args.clone();
+        if self.fast {
+            rti_args.push("--fast".into());
+        }
+        let (rti, addr) = start_rti(names.len(), program.name(), &rti_args)?;
         let mut children = Vec::new();
         for name in &names {
             let mut cmd = match &self.federate_command {

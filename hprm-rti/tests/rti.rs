@@ -187,6 +187,14 @@ fn start_time_is_the_latest_proposal_plus_a_second() {
 }
 
 #[test]
+fn the_start_delay_is_configurable_and_zero_in_fast_mode() {
+    let rti = Rti::start(2, &["--clock-sync", "off", "--start-delay-ms", "250"]);
+    assert_eq!(start(&rti, 2, &[]).1, 1_001 + 250_000_000);
+    let rti = Rti::start(2, &["--clock-sync", "off", "--fast"]);
+    assert_eq!(start(&rti, 2, &[]).1, 1_001);
+}
+
+#[test]
 fn bad_joins_are_rejected_with_the_reason() {
     let rti = Rti::start(2, &["--clock-sync", "off"]);
     let cases: Vec<(Message, RejectReason)> = vec![

@@ -17,8 +17,9 @@ use hprm_rti::wire::{encode, Message, RejectReason};
 use tokio::sync::{mpsc, watch};
 
 /// Added to the latest proposed start time, so that every federate hears
-/// the start time before it comes (LF's DELAY_START).
-const DELAY_START: Instant = 1_000_000_000;
+/// the start time before it comes (LF's DELAY_START). `--start-delay`
+/// overrides it; `--fast` makes it zero.
+pub const DELAY_START: Instant = 1_000_000_000;
 
 /// Bytes queued for a federate's socket.
 pub type Outbound = mpsc::UnboundedSender<Vec<u8>>;
@@ -64,6 +65,8 @@ pub enum Outcome {
 pub struct Federation {
     pub id: Vec<u8>,
     pub size: u16,
+    /// Added to the latest start-time proposal.
+    start_delay: Instant,
     inner: Mutex<Inner>,
     outcome: watch::Sender<Outcome>,
 }
@@ -75,7 +78,7 @@ fn bytes(msg: &Message) -> Vec<u8> {
 }
 
 impl Federation {
-    pub fn new(id: &str, size: u16) -> Federation {
+    pub fn new(id: &str, size: u16, start_delay: Instant) -> Federation {
         let inner = Inner {
             coord: Coordinator::new(size),
             slots: (0..size).map(|_| Slot { server_port: -1, ..Slot::default() }).collect(),
@@ -86,7 +89,7 @@ impl Federation {
             failed: false,
             start: None,
         };
-        Federation { id: id.as_bytes().to_vec(), size, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
+        Federation { id: id.as_bytes().to_vec(), size, start_delay, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -137,7 +140,7 @@ impl Federation {
     }
 
     /// A start-time proposal; once all have proposed, everyone gets the
-    /// same start time: the latest proposal plus [`DELAY_START`].
+    /// same start time: the latest proposal plus the start delay.
     pub fn propose_start(&self, fed: FedId, proposal: Instant) {
         let mut inner = self.lock();
         inner.proposals += 1;
@@ -146,7 +149,7 @@ impl Federation {
         if inner.proposals < usize::from(self.size) {
             return;
         }
-        let start = inner.max_proposal.saturating_add(DELAY_START);
+        let start = inner.max_proposal.saturating_add(self.start_delay);
         inner.coord.set_start_time(start);
         inner.start = Some(start);
         tracing::info!(start, "all federates joined; start time agreed");

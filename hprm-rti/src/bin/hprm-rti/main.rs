@@ -52,6 +52,15 @@ struct Cli {
     /// federation id as the key: put it in the file to admit them.
     #[arg(long)]
     auth_key_file: Option<std::path::PathBuf>,
+    /// Time between the last federate's start-time proposal and the start
+    /// of the federation, in milliseconds: the margin for every federate
+    /// to hear the start time before it comes (LF uses 1 s).
+    #[arg(long, default_value_t = (federation::DELAY_START / 1_000_000) as u64)]
+    start_delay_ms: u64,
+    /// For federations in fast mode (tests, simulation): logical time does
+    /// not follow physical time there, so start at once (no start delay).
+    #[arg(long, conflicts_with = "start_delay_ms")]
+    fast: bool,
 }
 
 fn main() {
@@ -96,7 +105,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let addr = std::net::SocketAddr::new(cli.bind, cli.port);
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
-        let federation = Arc::new(Federation::new(&cli.id, cli.federates));
+        let start_delay = if cli.fast { 0 } else { i64::try_from(cli.start_delay_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX) };
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay));
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
             let udp = tokio::net::UdpSocket::bind(udp_addr)
