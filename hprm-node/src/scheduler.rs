@@ -55,6 +55,19 @@ pub struct RunReport {
     /// Messages whose payload could not be decoded (reported and dropped).
     pub decode_errors: u64,
     pub encode_errors: u64,
+    /// The first few of those errors, as logged.
+    pub problems: Vec<String>,
+}
+
+/// How many error messages a [`RunReport`] keeps.
+const KEPT_PROBLEMS: usize = 16;
+
+impl RunReport {
+    fn problem(&mut self, msg: String) {
+        if self.problems.len() < KEPT_PROBLEMS {
+            self.problems.push(msg);
+        }
+    }
 }
 
 /// How this federate talks to the others.
@@ -505,6 +518,7 @@ impl Scheduler {
                     Err(msg) => {
                         tracing::error!(federate = %self.name, "{msg}; the message is dropped and the input treated as absent");
                         self.report.decode_errors += 1;
+                        self.report.problem(msg);
                         self.known[port.index()] = self.known[port.index()].max(tag);
                         return;
                     }
@@ -767,7 +781,9 @@ impl Scheduler {
                     Ok(p) => Some(p),
                     Err(e) => {
                         self.report.encode_errors += 1;
-                        tracing::error!(port = %self.program.port_path(out), "could not send the value: {e}; receivers see the port absent");
+                        let msg = format!("could not send the value of {}: {e}; receivers see the port absent", self.program.port_path(out));
+                        tracing::error!("{msg}");
+                        self.report.problem(msg);
                         None
                     }
                 },

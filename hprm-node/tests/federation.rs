@@ -341,6 +341,43 @@ fn large() -> Program {
     p
 }
 
+/// Sender and receiver disagree on the port's type (each process builds
+/// the program with its own): every message fails to decode.
+fn mismatch() -> Program {
+    if std::env::var("HPRM_FEDERATE").is_ok_and(|f| f == "receiver") {
+        mismatch_typed::<String>(|n| n.to_string())
+    } else {
+        mismatch_typed::<u64>(|n| n)
+    }
+}
+
+fn mismatch_typed<T: hprm_node::PortValue>(make: fn(u64) -> T) -> Program {
+    let mut p = Program::new("mismatch");
+    p.timeout(30 * MS);
+    let s = p.federate("sender");
+    let r = p.federate("receiver");
+    let out = {
+        let mut b = p.reactor(s, "s", 0u64);
+        let t = b.timer("t", Duration::ZERO, 10 * MS);
+        let out = b.output::<T>("out");
+        b.reaction("emit").trigger(t).effect(out).body(move |n, ctx| {
+            *n += 1;
+            ctx.set(out, make(*n));
+        });
+        out
+    };
+    let inp = {
+        let mut b = p.reactor(r, "r", ());
+        let i = b.input::<T>("in");
+        let t = b.timer("t", Duration::ZERO, 10 * MS);
+        b.reaction("got").trigger(i).body(|_, ctx| record(ctx, "got a value"));
+        b.reaction("tick").trigger(t).body(|_, ctx| record(ctx, "tick"));
+        i
+    };
+    p.connect(out, inp);
+    p
+}
+
 fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" => count(Coordination::Centralized),
@@ -353,6 +390,7 @@ fn scenario(name: &str) -> Program {
         "determinism" => determinism(),
         "large" => large(),
         "vanish" => vanish(),
+        "mismatch" => mismatch(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -369,7 +407,10 @@ fn federate_child() {
     let result = run_federate(program, opts);
     let mut lines = TRACE.lock().unwrap_or_else(PoisonError::into_inner).clone();
     match &result {
-        Ok(r) => lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors)),
+        Ok(r) => {
+            lines.extend(r.problems.iter().map(|p| format!("problem {p}")));
+            lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
+        }
         Err(e) => lines.push(format!("error {e}")),
     }
     std::fs::write(out.join(format!("{fed}.trace")), lines.join("\n") + "\n").expect("write trace");
@@ -548,6 +589,17 @@ fn missed_deadlines_run_their_handlers() {
     assert_eq!(run.lines("solo", "deadline missed").len(), 4, "{:?}", run.trace("solo"));
     assert!(run.lines("solo", "on time").is_empty());
     assert!(run.lines("solo", "report")[0].contains("deadline_misses 4"));
+}
+
+#[test]
+fn undecodable_messages_are_reported_and_the_receiver_goes_on() {
+    let run = launch("mismatch", true, &[]);
+    assert_all_ok(&run);
+    assert!(run.lines("receiver", "got a value").is_empty());
+    assert_eq!(run.lines("receiver", "tick").len(), 4);
+    assert!(run.lines("receiver", "report")[0].ends_with("decode_errors 4"), "{:?}", run.trace("receiver"));
+    let problem = run.lines("receiver", "problem")[0];
+    assert!(problem.contains("a message from mismatch.sender.s.out to mismatch.receiver.r.in at") && problem.contains("could not be decoded"), "{problem}");
 }
 
 #[test]
