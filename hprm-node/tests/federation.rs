@@ -599,7 +599,7 @@ fn undecodable_messages_are_reported_and_the_receiver_goes_on() {
     assert_eq!(run.lines("receiver", "tick").len(), 4);
     assert!(run.lines("receiver", "report")[0].ends_with("decode_errors 4"), "{:?}", run.trace("receiver"));
     let problem = run.lines("receiver", "problem")[0];
-    assert!(problem.contains("a message from mismatch.sender.s.out to mismatch.receiver.r.in at") && problem.contains("could not be decoded"), "{problem}");
+    assert!(problem.contains("a message from sender.s.out to receiver.r.in at") && problem.contains("could not be decoded"), "{problem}");
 }
 
 #[test]
