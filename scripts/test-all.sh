@@ -16,9 +16,10 @@ step "building (debug) and running the Rust tests: unit, integration (real daemo
 cargo test --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"
 
-step "running the example program end to end (it starts its own store)"
-cargo build --release -p hprm-store -p hprm-examples
+step "running the example programs end to end (they start their own store and RTI)"
+cargo build --release -p hprm-store -p hprm-rti -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
+./target/release/perception --seconds 1
 
 step "summary"
 # cargo prints one "test result" line per test binary; add them up.

@@ -110,6 +110,7 @@ fn start_store(dir: &Path, memory: &str) -> Result<(Daemon, PathBuf), NodeError>
     let socket = dir.join("store.sock");
     let mut child = Command::new(find_binary("hprm-store")?)
         .args(["--socket".as_ref(), socket.as_os_str(), "--memory".as_ref(), memory.as_ref()])
+        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -134,6 +135,7 @@ fn start_rti(n: usize, id: &str, extra: &[String]) -> Result<(Daemon, String), N
     let mut child = Command::new(find_binary("hprm-rti")?)
         .args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
         .args(extra)
+        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -181,10 +183,15 @@ impl Launch {
                 None => {
                     let exe = std::env::current_exe().map_err(|e| NodeError::io("finding this program's binary", e))?;
                     let mut c = Command::new(exe);
-                    c.args(["--federate", name]);
+                    // The program's own arguments too: every process must build the same program.
+                    c.args(std::env::args().skip(1)).args(["--federate", name]);
                     c
                 }
             };
+            if self.prefix_logs {
+                // Their output goes through a pipe to our terminal: no colour codes.
+                cmd.env("NO_COLOR", "1");
+            }
             cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", &addr).env("HPRM_STORE", &socket).env("HPRM_FEDERATION", program.name());
             if self.fast {
                 cmd.env("HPRM_FAST", "1");
