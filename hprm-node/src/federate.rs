@@ -113,28 +113,27 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
                 (program.upstreams(fed).into_iter().map(|(f, d)| (idx(f), d)).collect(), program.downstreams(fed).into_iter().map(idx).collect())
             };
             let mut session = rti::join(cfg, idx(fed), &opts.federate, &ups, &downs)?;
-            let transport = if decentralized {
+            let mut peers = None;
+            if decentralized {
                 if !inbound.is_empty() {
                     let names = program.federates.iter().map(|f| f.name.clone()).collect();
                     let port = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
                     session.advertise(port)?;
                 }
-                let peers: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
-                let writers = crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &peers, cfg.connect_timeout)?;
-                let rti = session.writer;
-                let start = {
-                    let mut s = rti::RtiSession { writer: rti, reader: session.reader, addr: session.addr.clone() };
-                    let start = s.start_time(clock.now())?;
-                    rti::spawn_reader(s.reader, s.addr.clone(), rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
-                    (s.writer, start)
-                };
-                (Transport::Peers { rti: start.0, peers: writers }, start.1)
-            } else {
-                let start = session.start_time(clock.now())?;
-                rti::spawn_reader(session.reader, session.addr.clone(), rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
-                (Transport::Rti(session.writer), start)
+                let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
+                peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, cfg.connect_timeout)?);
+            }
+            let start = session.start_time(clock.now())?;
+            if let Some(offset) = session.clock_offset() {
+                tracing::info!(federate = %opts.federate, offset_ns = offset, "clock synchronized with the RTI");
+                clock.adjust(offset);
+            }
+            rti::spawn_reader(session.reader, session.addr, rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
+            let transport = match peers {
+                Some(peers) => Transport::Peers { rti: session.writer, peers },
+                None => Transport::Rti(session.writer),
             };
-            transport
+            (transport, start)
         }
     };
     tracing::info!(federate = %opts.federate, start, "starting");

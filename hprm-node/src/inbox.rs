@@ -78,7 +78,7 @@ impl Inbox {
     /// `None`), then drains into `out`.
     pub fn wait(&self, deadline: Option<Instant>, out: &mut VecDeque<Incoming>) {
         let spin_until = Instant::now() + self.spin;
-        while Instant::now() < spin_until && deadline.is_none_or(|d| Instant::now() < d) {
+        while Instant::now() < spin_until && deadline.map_or(true, |d| Instant::now() < d) {
             if self.nonempty.load(Ordering::Acquire) {
                 return self.drain(out);
             }

@@ -20,6 +20,9 @@ use crate::federate::{run_federate, RunOptions};
 use crate::program::Program;
 use crate::rti::RtiConfig;
 
+/// Builds the command that runs one federate, given its name.
+pub type FederateCommand = Box<dyn Fn(&str) -> Command>;
+
 /// How to launch a program.
 pub struct Launch {
     /// Run federates in fast mode.
@@ -31,7 +34,7 @@ pub struct Launch {
     /// through `HPRM_RTI` / `HPRM_STORE` / `HPRM_FEDERATE` environment
     /// variables, so any command that ends in [`Program::main`] or
     /// [`options_from_env`] works.
-    pub federate_command: Option<Box<dyn Fn(&str) -> Command>>,
+    pub federate_command: Option<FederateCommand>,
     /// Kill everything if the program runs longer than this.
     pub timeout: Option<Duration>,
     /// Extra arguments for `hprm-rti` (e.g. `--auth-key-file`).
@@ -278,21 +281,21 @@ impl Drop for TempDir {
 }
 
 /// Federate options from the environment a launcher sets (`HPRM_FEDERATE`,
-/// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`), or `None`
+/// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`, `HPRM_AUTH_KEY_FILE`, `HPRM_CLOCK_SYNC`), or `None`
 /// when `HPRM_FEDERATE` is unset.
 pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     let name = std::env::var("HPRM_FEDERATE").ok()?;
     let mut o = RunOptions::new(name);
-    o.rti = std::env::var("HPRM_RTI").ok().map(|addr| RtiConfig {
-        addr,
-        federation: std::env::var("HPRM_FEDERATION").unwrap_or_else(|_| program.name().to_string()),
-        auth_key: std::env::var_os("HPRM_AUTH_KEY_FILE").and_then(|f| std::fs::read(f).ok()).map(|mut k| {
-            while k.last() == Some(&b'\n') {
+    o.rti = std::env::var("HPRM_RTI").ok().map(|addr| {
+        let mut c = RtiConfig::new(addr, std::env::var("HPRM_FEDERATION").unwrap_or_else(|_| program.name().to_string()));
+        c.auth_key = std::env::var_os("HPRM_AUTH_KEY_FILE").and_then(|f| std::fs::read(f).ok()).map(|mut k| {
+            while k.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 k.pop();
             }
             k
-        }),
-        connect_timeout: Duration::from_secs(30),
+        });
+        c.clock_sync = std::env::var("HPRM_CLOCK_SYNC").is_ok_and(|v| v == "1");
+        c
     });
     o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");

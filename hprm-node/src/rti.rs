@@ -30,6 +30,16 @@ pub struct RtiConfig {
     pub auth_key: Option<Vec<u8>>,
     /// How long to keep retrying the connection while the RTI starts.
     pub connect_timeout: Duration,
+    /// Ask for initial clock synchronization (federates on another host
+    /// than the RTI; needs the RTI's `--clock-sync init` or `on`).
+    pub clock_sync: bool,
+}
+
+impl RtiConfig {
+    /// Defaults: 30 s to connect, no authentication, no clock sync.
+    pub fn new(addr: impl Into<String>, federation: impl Into<String>) -> RtiConfig {
+        RtiConfig { addr: addr.into(), federation: federation.into(), auth_key: None, connect_timeout: Duration::from_secs(30), clock_sync: false }
+    }
 }
 
 /// A connected, identified federate; the reader is still on this thread.
@@ -37,6 +47,20 @@ pub(crate) struct RtiSession {
     pub writer: FrameWriter,
     pub reader: FrameReader,
     pub addr: String,
+    fed: u16,
+    clock: ClockSamples,
+}
+
+/// Offsets measured by the initial clock synchronization (T1/T3/T4).
+///
+/// With T1 sent by the RTI at its time `t1` and received here at local
+/// `r1`, and T3 sent here at `r3` and received by the RTI at `t4` (carried
+/// back by T4), the RTI's clock minus ours is `t1 + d - r1` and `t4 - d -
+/// r3` for a one-way delay `d`; their mean cancels `d` when the path is
+/// symmetric.
+#[derive(Default)]
+struct ClockSamples {
+    offsets: Vec<i64>,
 }
 
 fn protocol(addr: &str, detail: impl Into<String>) -> NodeError {
@@ -105,9 +129,22 @@ pub(crate) fn join(cfg: &RtiConfig, fed: u16, name: &str, upstreams: &[(u16, Del
         other => return Err(protocol(addr, format!("expected ACK to FED_IDS, got {other:?}"))),
     }
     send(&mut writer, addr, &Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() })?;
-    send(&mut writer, addr, &Message::UdpPort(0xFFFF))?;
-    Ok(RtiSession { writer, reader, addr: addr.to_string() })
+    // 0: initial synchronization only; 0xFFFF: none.
+    send(&mut writer, addr, &Message::UdpPort(if cfg.clock_sync { 0 } else { 0xFFFF }))?;
+    let mut session = RtiSession { writer, reader, addr: addr.to_string(), fed, clock: ClockSamples::default() };
+    if cfg.clock_sync {
+        session.synchronize_clock()?;
+    }
+    Ok(session)
 }
+
+/// T1/T3/T4 exchanges of the initial clock synchronization; fixed by the
+/// protocol (reactor-c's `_LF_CLOCK_SYNC_EXCHANGES_PER_INTERVAL`).
+const CLOCK_SYNC_EXCHANGES: usize = 10;
+
+/// How long to wait for the first T1 before concluding the RTI runs with
+/// `--clock-sync off`.
+const CLOCK_SYNC_FIRST_WAIT: Duration = Duration::from_secs(2);
 
 fn rejected(addr: &str, name: &str, r: RejectReason) -> NodeError {
     let reason = match r {
@@ -122,6 +159,48 @@ fn rejected(addr: &str, name: &str, r: RejectReason) -> NodeError {
 }
 
 impl RtiSession {
+    /// The initial clock synchronization: the RTI runs it right after
+    /// UDP_PORT, before it reads anything else from this federate.
+    fn synchronize_clock(&mut self) -> Result<(), NodeError> {
+        let stream = self.writer.stream();
+        let _ = stream.set_read_timeout(Some(CLOCK_SYNC_FIRST_WAIT));
+        let first = self.reader.next();
+        let _ = stream.set_read_timeout(None);
+        let mut msg = match first {
+            Ok(m) => m,
+            Err(ReadError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                tracing::warn!("asked for clock synchronization, but the RTI at {} runs without it (--clock-sync off); using the local clock", self.addr);
+                return Ok(());
+            }
+            Err(e) => return Err(protocol(&self.addr, format!("{e} during clock synchronization"))),
+        };
+        for _ in 0..CLOCK_SYNC_EXCHANGES {
+            let Message::ClockSyncT1(t1) = msg else { return Err(protocol(&self.addr, format!("expected CLOCK_SYNC_T1, got {msg:?}"))) };
+            let r1 = crate::clock::system_now();
+            send(&mut self.writer, &self.addr, &Message::ClockSyncT3(self.fed))?;
+            let r3 = crate::clock::system_now();
+            match read(&mut self.reader, &self.addr, "clock synchronization")? {
+                Message::ClockSyncT4(t4) => self.clock.offsets.push(((t1 - r1) + (t4 - r3)) / 2),
+                other => return Err(protocol(&self.addr, format!("expected CLOCK_SYNC_T4, got {other:?}"))),
+            }
+            msg = match self.clock.offsets.len() {
+                CLOCK_SYNC_EXCHANGES => break,
+                _ => read(&mut self.reader, &self.addr, "clock synchronization")?,
+            };
+        }
+        Ok(())
+    }
+
+    fn next(&mut self, during: &str) -> Result<Message, NodeError> {
+        read(&mut self.reader, &self.addr, during)
+    }
+
+    /// The clock offset measured (RTI minus local, ns), if any.
+    pub fn clock_offset(&self) -> Option<i64> {
+        let n = self.clock.offsets.len() as i64;
+        (n > 0).then(|| self.clock.offsets.iter().sum::<i64>() / n)
+    }
+
     /// Tells the RTI where this federate's peer-to-peer server listens.
     pub fn advertise(&mut self, port: u16) -> Result<(), NodeError> {
         send(&mut self.writer, &self.addr, &Message::AddressAdvertisement(i32::from(port)))
@@ -133,7 +212,7 @@ impl RtiSession {
         let deadline = Instant::now() + timeout;
         loop {
             send(&mut self.writer, &self.addr, &Message::AddressQuery(peer))?;
-            match read(&mut self.reader, &self.addr, "an address query")? {
+            match self.next("an address query")? {
                 Message::AddressQueryReply { port, addr } if port > 0 => {
                     let ip = std::net::Ipv4Addr::from(addr);
                     let port = u16::try_from(port).map_err(|_| protocol(&self.addr, format!("address reply with port {port}")))?;
@@ -152,7 +231,7 @@ impl RtiSession {
     /// Start-time agreement: proposes `now`, returns the common start time.
     pub fn start_time(&mut self, now: i64) -> Result<i64, NodeError> {
         send(&mut self.writer, &self.addr, &Message::Timestamp(now))?;
-        match read(&mut self.reader, &self.addr, "start-time agreement")? {
+        match self.next("start-time agreement")? {
             Message::Timestamp(t) => Ok(t),
             Message::Failed => Err(NodeError::RtiLost("the RTI failed before the start".into())),
             other => Err(protocol(&self.addr, format!("expected TIMESTAMP, got {other:?}"))),

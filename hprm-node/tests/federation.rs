@@ -647,13 +647,38 @@ fn pair() -> Program {
 
 fn rti_options(fed: &str, rti: &support::RtiDaemon, federation: &str) -> hprm_node::RunOptions {
     let mut o = hprm_node::RunOptions::new(fed);
-    o.rti = Some(hprm_node::RtiConfig {
-        addr: rti.addr().to_string(),
-        federation: federation.into(),
-        auth_key: None,
-        connect_timeout: Duration::from_secs(10),
-    });
+    o.rti = Some(hprm_node::RtiConfig::new(rti.addr().to_string(), federation));
     o
+}
+
+/// Initial clock synchronization (RTI `--clock-sync init`) and HMAC
+/// authentication, as federates on other hosts use them.
+#[test]
+fn clock_sync_and_authentication_with_the_rti() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "s3cret\n").expect("key file");
+    let rti = support::RtiDaemon::start(2, &["--id", "pair", "--clock-sync", "init", "--auth-key-file", key.to_str().expect("utf-8")]);
+    let run = |fed: &'static str, secret: &'static str| {
+        let mut o = rti_options(fed, &rti, "pair");
+        if let Some(c) = o.rti.as_mut() {
+            c.clock_sync = true;
+            c.auth_key = Some(secret.as_bytes().to_vec());
+        }
+        std::thread::spawn(move || run_federate(pair(), o))
+    };
+    let a = run("a", "s3cret");
+    let b = run("b", "s3cret");
+    a.join().expect("no panic").expect("a runs");
+    b.join().expect("no panic").expect("b runs");
+
+    let rti = support::RtiDaemon::start(2, &["--id", "pair", "--auth-key-file", key.to_str().expect("utf-8")]);
+    let mut o = rti_options("a", &rti, "pair");
+    if let Some(c) = o.rti.as_mut() {
+        c.auth_key = Some(b"wrong".to_vec());
+    }
+    let err = run_federate(pair(), o).expect_err("a wrong key must not get in");
+    assert!(err.to_string().contains("did not authenticate"), "{err}");
 }
 
 #[test]

@@ -75,7 +75,7 @@ fn reactions_run_in_level_order_and_in_parallel_when_independent() {
     };
     let mut workers = Vec::new();
     for k in 0..4u64 {
-        let mut r = p.reactor(f, &format!("w{k}"), ());
+        let mut r = p.reactor(f, format!("w{k}"), ());
         let s = r.startup();
         let out = r.output::<u64>("out");
         r.reaction("work").trigger(s).effect(out).body(move |_, ctx| {
