@@ -17,12 +17,13 @@
 //! - EIMT: the earliest tag at which a message could still reach a federate,
 //!   from upstream NETs plus the minimum path delays.
 //!
+//! - DNET(g) (downstream next event tag): "no downstream federate needs a
+//!   NET from you below g", so a federate may skip sending NETs below it.
+//!
 //! Deviations from the C RTI, all on the safe side: the min-delay matrix is
 //! recomputed whenever the federation's structure changes rather than frozen
 //! at first use, and a federate that disconnects without resigning is treated
 //! as failed (the C RTI lets its stale NET block its downstream forever).
-//! DNET (downstream next event tag) is not sent, which the protocol allows:
-//! federates then always send their NETs.
 
 use std::collections::BTreeSet;
 
@@ -50,13 +51,15 @@ pub struct Upstream {
     pub delay: Delay,
 }
 
-/// A grant to send.
+/// A grant (or DNET) to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grant {
     /// TAG: advance to this tag.
     Tag(Tag),
     /// PTAG: advance provisionally to this tag.
     Provisional(Tag),
+    /// DNET: NETs below this tag are not needed by any downstream federate.
+    DownstreamNext(Tag),
 }
 
 /// A message the RTI must send to a federate.
@@ -87,6 +90,7 @@ struct Node {
     last_granted: Tag,
     last_provisionally_granted: Tag,
     next_event: Tag,
+    last_dnet: Tag,
     in_transit: BTreeSet<Tag>,
 }
 
@@ -100,6 +104,7 @@ impl Node {
             last_granted: NEVER,
             last_provisionally_granted: NEVER,
             next_event: NEVER,
+            last_dnet: NEVER,
             in_transit: BTreeSet::new(),
         }
     }
@@ -116,12 +121,18 @@ pub struct Coordinator {
     /// structure changed since it was last computed.
     min_delays: Option<Vec<Tag>>,
     notices: Vec<Notice>,
+    dnet: bool,
 }
 
 impl Coordinator {
     /// A federation of `n` federates, none connected yet.
     pub fn new(n: u16) -> Coordinator {
-        Coordinator { nodes: vec![Node::new(); usize::from(n)], start_time: 0, min_delays: None, notices: Vec::new() }
+        Coordinator { nodes: vec![Node::new(); usize::from(n)], start_time: 0, min_delays: None, notices: Vec::new(), dnet: true }
+    }
+
+    /// Whether to send DNETs (on by default, as in LF; `--disable-dnet`).
+    pub fn set_dnet(&mut self, enabled: bool) {
+        self.dnet = enabled;
     }
 
     pub fn len(&self) -> usize {
@@ -255,6 +266,41 @@ impl Coordinator {
                 self.notify_advance_grant_if_safe(j as FedId);
             }
         }
+        if self.dnet {
+            for u in (0..n).filter(|&u| u != f) {
+                if self.matrix()[u * n + f] == FOREVER || self.nodes[u].state == NodeState::NotConnected {
+                    continue;
+                }
+                let dnet = self.downstream_next_event(u, f);
+                let node = &mut self.nodes[u];
+                if node.last_dnet != dnet && node.next_event <= dnet {
+                    node.last_dnet = dnet;
+                    self.notices.push(Notice { to: u as FedId, grant: Grant::DownstreamNext(dnet) });
+                }
+            }
+        }
+    }
+
+    /// The DNET for upstream `u` after downstream `sender` changed its NET
+    /// (reactor-c `downstream_next_event_tag`, doc §4.12): the earliest tag
+    /// at which some downstream of `u` still needs to hear from it.
+    fn downstream_next_event(&mut self, u: usize, sender: usize) -> Tag {
+        let n = self.nodes.len();
+        if self.in_zero_delay_cycle(u as FedId) || self.in_zero_delay_cycle(sender as FedId) {
+            return NEVER;
+        }
+        let m = self.matrix().to_vec();
+        let candidate = dnet_candidate(self.nodes[sender].next_event, m[u * n + sender]);
+        let result = if self.nodes[u].last_dnet >= candidate {
+            candidate
+        } else {
+            (0..n).filter(|&j| j != u && m[u * n + j] != FOREVER).map(|j| dnet_candidate(self.nodes[j].next_event, m[u * n + j])).min().unwrap_or(FOREVER)
+        };
+        if result.time < self.start_time {
+            NEVER
+        } else {
+            result
+        }
     }
 
     /// The grant `fed` may have now, if any (reactor-c
@@ -334,7 +380,8 @@ impl Coordinator {
         match self.grant_if_safe(fed) {
             Some(Grant::Tag(t)) => self.notify_tag(fed, t),
             Some(Grant::Provisional(t)) => self.notify_ptag(fed, t),
-            None => {}
+            // `grant_if_safe` computes TAG/PTAG only.
+            Some(Grant::DownstreamNext(_)) | None => {}
         }
     }
 
@@ -425,6 +472,25 @@ impl Coordinator {
     }
 }
 
+/// Roughly "`a` minus `b`": the latest tag `g` with `g.plus(b) < a`
+/// (reactor-c `get_dnet_candidate`); `b` is a path delay, never NEVER or
+/// FOREVER.
+fn dnet_candidate(a: Tag, b: Tag) -> Tag {
+    if a.time == crate::tag::NEVER_TIME || a < b {
+        return NEVER;
+    }
+    if a.time == crate::tag::FOREVER_TIME {
+        return FOREVER;
+    }
+    if a.microstep < b.microstep {
+        Tag::new(a.time.saturating_sub(b.time).saturating_sub(1), u32::MAX)
+    } else if b.time != 0 {
+        Tag::new(a.time.saturating_sub(b.time), u32::MAX)
+    } else {
+        Tag::new(a.time.saturating_sub(b.time), a.microstep - b.microstep)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,7 +521,46 @@ mod tests {
             c.set_state(fed, NodeState::Granted);
         }
         c.set_start_time(S);
+        // DNETs have their own tests; the grant tests look at grants only.
+        c.set_dnet(false);
         c
+    }
+
+    fn dnet_to(to: FedId, t: Tag) -> Notice {
+        Notice { to, grant: Grant::DownstreamNext(t) }
+    }
+
+    #[test]
+    fn dnet_candidate_subtracts_the_path_delay() {
+        assert_eq!(dnet_candidate(tag(S + 100, 0), tag(10, 0)), tag(S + 90, u32::MAX));
+        assert_eq!(dnet_candidate(tag(S, 3), tag(0, 1)), tag(S, 2));
+        assert_eq!(dnet_candidate(tag(S, 0), tag(0, 1)), tag(S - 1, u32::MAX));
+        assert_eq!(dnet_candidate(tag(5, 0), tag(10, 0)), NEVER);
+        assert_eq!(dnet_candidate(FOREVER, tag(10, 0)), FOREVER);
+    }
+
+    #[test]
+    fn dnet_tells_an_upstream_which_nets_its_downstream_needs() {
+        let mut c = federation(2, &[(0, 1, Delay::After(10))]);
+        c.set_dnet(true);
+        c.next_event_tag(0, tag(S, 0));
+        // Federate 1's next event is at S+100: federate 0's NETs below
+        // S+90 (just before S+100 minus the delay) concern nobody.
+        let notices = c.next_event_tag(1, tag(S + 100, 0));
+        assert!(notices.contains(&dnet_to(0, tag(S + 90, u32::MAX))), "{notices:?}");
+        // Same NET again: nothing new to say.
+        assert!(!c.next_event_tag(1, tag(S + 100, 0)).iter().any(|n| matches!(n.grant, Grant::DownstreamNext(_))));
+    }
+
+    #[test]
+    fn no_dnet_on_zero_delay_cycles_or_when_disabled() {
+        let mut c = federation(2, &[(0, 1, Delay::None), (1, 0, Delay::None)]);
+        c.set_dnet(true);
+        c.next_event_tag(0, tag(S, 0));
+        assert!(!c.next_event_tag(1, tag(S + 100, 0)).iter().any(|n| matches!(n.grant, Grant::DownstreamNext(_))));
+        let mut c = federation(2, &[(0, 1, Delay::After(10))]);
+        c.next_event_tag(0, tag(S, 0));
+        assert!(!c.next_event_tag(1, tag(S + 100, 0)).iter().any(|n| matches!(n.grant, Grant::DownstreamNext(_))));
     }
 
     fn tag_to(to: FedId, t: Tag) -> Notice {

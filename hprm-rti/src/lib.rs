@@ -10,7 +10,7 @@
 //!
 //! - [`tag`]: tags, delays and their arithmetic (the one place for it).
 //! - [`grant`]: the centralized grant algorithm, a pure state machine
-//!   ([`grant::Coordinator`]) from NET/LTC/message events to TAG/PTAG notices.
+//!   ([`grant::Coordinator`]) from NET/LTC/message events to TAG/PTAG/DNET notices.
 //! - [`wire`]: the message set and byte layouts of LF's federated protocol,
 //!   with an incremental decoder that bounds what a peer can make it allocate.
 //! - [`auth`]: HMAC-SHA256 authentication of federates.

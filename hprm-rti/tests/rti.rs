@@ -88,17 +88,19 @@ impl Drop for Rti {
     }
 }
 
-/// A federate speaking the protocol by hand.
+/// A federate speaking the protocol by hand. DNETs are optional hints
+/// (a federate may ignore them), so `recv` sets them aside in `dnets`.
 struct Fed {
     s: TcpStream,
     buf: Vec<u8>,
+    dnets: Vec<Tag>,
 }
 
 impl Fed {
     fn connect(addr: SocketAddr) -> Fed {
         let s = TcpStream::connect(addr).unwrap();
         s.set_nodelay(true).unwrap();
-        Fed { s, buf: Vec::new() }
+        Fed { s, buf: Vec::new(), dnets: Vec::new() }
     }
 
     fn send(&mut self, m: &Message) {
@@ -112,7 +114,13 @@ impl Fed {
         loop {
             if let Some((m, n)) = decode(&self.buf, &Limits::default()).unwrap() {
                 self.buf.drain(..n);
-                return Some(m);
+                match m {
+                    Message::DownstreamNextEventTag(t) => {
+                        self.dnets.push(t);
+                        continue;
+                    }
+                    m => return Some(m),
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -137,7 +145,13 @@ impl Fed {
     fn closed(&mut self) -> bool {
         self.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut b = [0u8; 64];
-        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+        loop {
+            match self.s.read(&mut b) {
+                Ok(0) => return true,
+                Err(e) => return !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+                Ok(_) => {} // what it still had to say
+            }
+        }
     }
 
     /// FED_IDS → ACK, NEIGHBOR_STRUCTURE, UDP_PORT (no clock sync).
@@ -222,7 +236,12 @@ fn bad_joins_are_rejected_with_the_reason() {
     bad.send(&Message::Resign);
     assert_eq!(bad.recv(), Message::Reject(RejectReason::UnexpectedMessage));
     let _one = Fed::join(rti.addr, 1, &[], &[]);
-    assert!(rti.log().contains("handshake failed"));
+    // The log arrives through a pipe: give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !rti.log().contains("handshake failed") {
+        assert!(Instant::now() < deadline, "no 'handshake failed' in the log:\n{}", rti.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -251,9 +270,26 @@ fn grants_follow_nets_across_a_delayed_connection() {
     f[1].send(&Message::NextEventTag(t(s, 0)));
     assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 10 * ms - 1, u32::MAX)));
     f[1].send(&Message::NextEventTag(t(s + 50 * ms, 0)));
+    assert_eq!(f[0].recv_timeout(Duration::from_millis(200)), None, "a federate without upstreams gets no grants");
+    // DNET: federate 1 needs no NET from 0 below its own NET minus the delay.
+    assert_eq!(f[0].dnets, vec![t(s + 40 * ms, u32::MAX)]);
     f[0].send(&Message::NextEventTag(t(s + 100 * ms, 0)));
     assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 110 * ms - 1, u32::MAX)));
-    assert_eq!(f[0].recv_timeout(Duration::from_millis(200)), None, "a federate without upstreams gets no grants");
+}
+
+#[test]
+fn dnet_can_be_disabled() {
+    let ms = 1_000_000;
+    let rti = Rti::start(2, &["--clock-sync", "off", "--disable-dnet"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::After(10 * ms))]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    f[1].send(&Message::NextEventTag(t(s, 0)));
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 10 * ms - 1, u32::MAX)));
+    f[1].send(&Message::NextEventTag(t(s + 50 * ms, 0)));
+    f[0].send(&Message::NextEventTag(t(s + 100 * ms, 0)));
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 110 * ms - 1, u32::MAX)));
+    assert_eq!(f[0].recv_timeout(Duration::from_millis(200)), None);
+    assert!(f[0].dnets.is_empty(), "{:?}", f[0].dnets);
 }
 
 #[test]

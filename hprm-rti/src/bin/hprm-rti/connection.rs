@@ -128,13 +128,15 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federati
     let joined = match joined {
         Ok(j) => j,
         Err(why) => {
-            if let Refused::Rejected { reason, .. } = &why {
-                let _ = write(&mut wr, &Message::Reject(*reason)).await;
-            }
+            // Free the id and log before answering: a federate that retries
+            // as soon as it reads the REJECT must find the id free.
             if let Some(fed) = admitted {
                 federation.abandon(fed);
             }
             tracing::warn!(%peer, "handshake failed: {why}");
+            if let Refused::Rejected { reason, .. } = &why {
+                let _ = write(&mut wr, &Message::Reject(*reason)).await;
+            }
             let _ = wr.shutdown().await;
             return;
         }

@@ -78,9 +78,11 @@ fn bytes(msg: &Message) -> Vec<u8> {
 }
 
 impl Federation {
-    pub fn new(id: &str, size: u16, start_delay: Instant) -> Federation {
+    pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool) -> Federation {
+        let mut coord = Coordinator::new(size);
+        coord.set_dnet(dnet);
         let inner = Inner {
-            coord: Coordinator::new(size),
+            coord,
             slots: (0..size).map(|_| Slot { server_port: -1, ..Slot::default() }).collect(),
             proposals: 0,
             max_proposal: 0,
@@ -342,6 +344,7 @@ fn deliver(inner: &Inner, notices: &[Notice]) {
         let msg = match n.grant {
             Grant::Tag(t) => Message::TagAdvanceGrant(t),
             Grant::Provisional(t) => Message::ProvisionalTagAdvanceGrant(t),
+            Grant::DownstreamNext(t) => Message::DownstreamNextEventTag(t),
         };
         tracing::debug!(to = n.to, ?msg, "grant");
         send(inner, n.to, &msg);

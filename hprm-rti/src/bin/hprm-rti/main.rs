@@ -61,6 +61,10 @@ struct Cli {
     /// not follow physical time there, so start at once (no start delay).
     #[arg(long, conflicts_with = "start_delay_ms")]
     fast: bool,
+    /// Send no DNET (downstream next event tag) messages; federates then
+    /// send all their NETs (always safe; LF's `--disable_dnet`).
+    #[arg(long)]
+    disable_dnet: bool,
 }
 
 fn main() {
@@ -106,7 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
         let start_delay = if cli.fast { 0 } else { i64::try_from(cli.start_delay_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX) };
-        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay));
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet));
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
             let udp = tokio::net::UdpSocket::bind(udp_addr)
