@@ -63,7 +63,7 @@ struct Cli {
     fast: bool,
     /// Send no DNET (downstream next event tag) messages; federates then
     /// send all their NETs (always safe; LF's `--disable_dnet`).
-    #[arg(long)]
+    #[arg(long, short = 'd')]
     disable_dnet: bool,
 }
 
