@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub workers: usize,
     /// How long the scheduler polls its inbox before sleeping.
     pub spin: Duration,
+    /// How to reach downstream peers on this host (decentralized).
+    pub peer_transport: crate::peer::PeerTransport,
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
@@ -43,6 +45,7 @@ impl RunOptions {
             fast: false,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
             spin: Duration::from_micros(50),
+            peer_transport: crate::peer::PeerTransport::default(),
             handle_signals: false,
         }
     }
@@ -93,6 +96,7 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
     outbound.dedup();
     let rx = Arc::new(Receiving { decoders, senders, decoder, inbox: inbox.clone() });
 
+    let mut unix_socket = None;
     let (transport, start) = match &opts.rti {
         None => {
             if program.federates.len() > 1 {
@@ -117,11 +121,12 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
             if decentralized {
                 if !inbound.is_empty() {
                     let names = program.federates.iter().map(|f| f.name.clone()).collect();
-                    let port = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
+                    let (port, file) = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
+                    unix_socket = file;
                     session.advertise(port)?;
                 }
                 let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
-                peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, cfg.connect_timeout)?);
+                peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.peer_transport, cfg.connect_timeout)?);
             }
             let start = session.start_time(clock.now())?;
             if let Some(offset) = session.clock_offset() {
@@ -139,7 +144,9 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
     tracing::info!(federate = %opts.federate, start, "starting");
     let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start };
     let sched = Scheduler::new(program, fed, sched_opts, clock, inbox, encoder, transport, &idx)?;
-    sched.run()
+    let report = sched.run();
+    drop(unix_socket);
+    report
 }
 
 /// Lets a signal thread ask the scheduler to stop.

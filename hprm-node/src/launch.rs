@@ -195,6 +195,7 @@ impl Launch {
                 // Their output goes through a pipe to our terminal: no colour codes.
                 cmd.env("NO_COLOR", "1");
             }
+            cmd.env("HPRM_RUNTIME_DIR", dir.path());
             cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", &addr).env("HPRM_STORE", &socket).env("HPRM_FEDERATION", program.name());
             if self.fast {
                 cmd.env("HPRM_FAST", "1");
@@ -281,7 +282,8 @@ impl Drop for TempDir {
 }
 
 /// Federate options from the environment a launcher sets (`HPRM_FEDERATE`,
-/// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`, `HPRM_AUTH_KEY_FILE`, `HPRM_CLOCK_SYNC`), or `None`
+/// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`, `HPRM_AUTH_KEY_FILE`, `HPRM_CLOCK_SYNC`,
+/// `HPRM_PEER_TRANSPORT`), or `None`
 /// when `HPRM_FEDERATE` is unset.
 pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     let name = std::env::var("HPRM_FEDERATE").ok()?;
@@ -299,6 +301,13 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     });
     o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
+    if let Ok(t) = std::env::var("HPRM_PEER_TRANSPORT") {
+        match t.as_str() {
+            "unix" => o.peer_transport = crate::peer::PeerTransport::Unix,
+            "tcp" => o.peer_transport = crate::peer::PeerTransport::Tcp,
+            other => tracing::warn!("HPRM_PEER_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.peer_transport),
+        }
+    }
     o.handle_signals = true;
     Some(o)
 }

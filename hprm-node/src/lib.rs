@@ -46,5 +46,6 @@ pub use federate::{run_federate, RunOptions};
 pub use hprm_rti::tag::{Delay, Tag};
 pub use program::{Coordination, FederateId, PortValue, Program, ReactionId};
 pub use reactor::{Input, LogicalAction, Output, PhysicalAction, ReactionBuilder, ReactorBuilder, Shutdown, Startup, Timer};
+pub use peer::PeerTransport;
 pub use rti::RtiConfig;
 pub use scheduler::RunReport;

@@ -5,9 +5,18 @@
 //! and identifies itself with P2P_SENDING_FED_ID (answered by ACK, or
 //! REJECT for a wrong federation). After that, tagged messages and
 //! port-absent notices flow directly, never through the RTI.
+//!
+//! On one host, a Unix domain socket may be cheaper than loopback TCP
+//! ([`PeerTransport`]). The listener then also binds a Unix socket whose
+//! path follows from the advertised TCP port ([`unix_path`]: ports are
+//! unique on a host while bound), so the LF address exchange stays as it
+//! is; a sender that chose Unix and finds the peer on its own host tries
+//! that path first and falls back to TCP.
 
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,36 +25,93 @@ use hprm_rti::wire::{Message, RejectReason};
 use crate::error::NodeError;
 use crate::inbox::Incoming;
 use crate::rti::{Receiving, RtiSession};
-use crate::socket::{tune, FrameReader, FrameWriter, ReadError};
+use crate::socket::{tune, FrameReader, FrameWriter, ReadError, Stream};
 
-/// Listens for upstream peers and serves each on its own reader thread.
-/// Returns the port to advertise.
-pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, names: Vec<String>) -> Result<u16, NodeError> {
+/// How a federate reaches its downstream peers on the same host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerTransport {
+    /// Loopback TCP, like peers on other hosts.
+    #[default]
+    Tcp,
+    /// A Unix domain socket (falls back to TCP for peers on other hosts).
+    Unix,
+}
+
+/// The Unix socket of the peer server advertised at TCP `port`: under
+/// `$HPRM_RUNTIME_DIR` (the launcher's private directory), else the
+/// system's temporary directory.
+pub(crate) fn unix_path(port: u16) -> PathBuf {
+    let dir = std::env::var_os("HPRM_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    dir.join(format!("hprm-peer-{port}.sock"))
+}
+
+/// Removes the Unix socket file when the federate ends.
+pub(crate) struct UnixSocketFile(PathBuf);
+
+impl Drop for UnixSocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Listens for upstream peers (TCP, and a Unix socket beside it) and
+/// serves each on its own reader thread. Returns the port to advertise
+/// and the Unix socket file to remove at the end.
+pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, names: Vec<String>) -> Result<(u16, Option<UnixSocketFile>), NodeError> {
     let listener = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| NodeError::io("opening the peer-to-peer server", e))?;
     let port = listener.local_addr().map_err(|e| NodeError::io("reading the peer-to-peer server address", e))?.port();
+    let path = unix_path(port);
+    let _ = std::fs::remove_file(&path);
+    let unix = match UnixListener::bind(&path) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), "no Unix peer socket ({e}); peers use TCP");
+            None
+        }
+    };
+    let file = unix.as_ref().map(|_| UnixSocketFile(path));
+    let admitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let accept = {
+        let admitted = admitted.clone();
+        move |stream: Stream, from: String, federation: &str, names: &[String], rx: &Arc<Receiving>| match admit(stream, federation, names) {
+            Ok((fed, reader)) => {
+                admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let rx = rx.clone();
+                let name = names.get(usize::from(fed)).cloned().unwrap_or_default();
+                let _ = std::thread::Builder::new().name(format!("hprm-peer-{name}")).spawn(move || serve(reader, fed, name, rx));
+            }
+            Err(e) => tracing::warn!(%from, "refused a peer connection: {e}"),
+        }
+    };
+    if let Some(unix) = unix {
+        let (accept, federation, names, rx, admitted) = (accept.clone(), federation.clone(), names.clone(), rx.clone(), admitted.clone());
+        std::thread::Builder::new()
+            .name("hprm-peer-accept-unix".into())
+            .spawn(move || {
+                while admitted.load(std::sync::atomic::Ordering::SeqCst) < expected {
+                    let Ok((stream, _)) = unix.accept() else { continue };
+                    accept(Stream::Unix(stream), "a local peer".into(), &federation, &names, &rx);
+                }
+            })
+            .map_err(|e| NodeError::io("starting the peer-to-peer server", e))?;
+    }
     std::thread::Builder::new()
         .name("hprm-peer-accept".into())
         .spawn(move || {
-            let mut admitted = 0;
-            while admitted < expected {
+            while admitted.load(std::sync::atomic::Ordering::SeqCst) < expected {
                 let Ok((stream, from)) = listener.accept() else { continue };
-                match admit(stream, &federation, &names) {
-                    Ok((fed, reader)) => {
-                        admitted += 1;
-                        let rx = rx.clone();
-                        let name = names.get(usize::from(fed)).cloned().unwrap_or_default();
-                        let _ = std::thread::Builder::new().name(format!("hprm-peer-{name}")).spawn(move || serve(reader, fed, name, rx));
-                    }
-                    Err(e) => tracing::warn!(%from, "refused a peer connection: {e}"),
+                if let Err(e) = tune(&stream) {
+                    tracing::warn!(%from, "cannot configure a peer socket: {e}");
+                    continue;
                 }
+                accept(Stream::Tcp(stream), from.to_string(), &federation, &names, &rx);
             }
         })
         .map_err(|e| NodeError::io("starting the peer-to-peer server", e))?;
-    Ok(port)
+    Ok((port, file))
 }
 
-fn admit(stream: TcpStream, federation: &str, names: &[String]) -> Result<(u16, FrameReader), String> {
-    tune(&stream).map_err(|e| e.to_string())?;
+fn admit(stream: Stream, federation: &str, names: &[String]) -> Result<(u16, FrameReader), String> {
     stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let mut reader = FrameReader::new(stream.try_clone().map_err(|e| e.to_string())?);
     let mut writer = FrameWriter::new(stream);
@@ -82,14 +148,29 @@ fn serve(mut reader: FrameReader, fed: u16, name: String, rx: Arc<Receiving>) {
 }
 
 /// Connects to each downstream peer (address from the RTI) and identifies.
-pub(crate) fn connect_all(rti: &mut RtiSession, me: u16, federation: &str, peers: &[(u16, String)], timeout: Duration) -> Result<HashMap<u16, FrameWriter>, NodeError> {
+pub(crate) fn connect_all(
+    rti: &mut RtiSession,
+    me: u16,
+    federation: &str,
+    peers: &[(u16, String)],
+    transport: PeerTransport,
+    timeout: Duration,
+) -> Result<HashMap<u16, FrameWriter>, NodeError> {
     let mut out = HashMap::new();
     for (fed, name) in peers {
         let addr = rti.query(*fed, name, timeout)?;
+        let local = addr.ip().is_unspecified() || addr.ip().is_loopback();
         let addr = if addr.ip().is_unspecified() { std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
         let peer_err = |detail: String| NodeError::Peer { peer: name.clone(), detail };
-        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| peer_err(format!("{addr}: {e}")))?;
-        tune(&stream).map_err(|e| peer_err(e.to_string()))?;
+        let unix = (transport == PeerTransport::Unix && local).then(|| UnixStream::connect(unix_path(addr.port())).ok()).flatten();
+        let stream = match unix {
+            Some(s) => Stream::Unix(s),
+            None => {
+                let s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| peer_err(format!("{addr}: {e}")))?;
+                tune(&s).map_err(|e| peer_err(e.to_string()))?;
+                Stream::Tcp(s)
+            }
+        };
         let mut reader = FrameReader::new(stream.try_clone().map_err(|e| peer_err(e.to_string()))?);
         let mut writer = FrameWriter::new(stream);
         writer.send(&Message::P2pSendingFedId { fed: me, federation: federation.as_bytes().to_vec() }).map_err(|e| peer_err(e.to_string()))?;

@@ -16,7 +16,7 @@ use hprm_rti::wire::{Message, RejectReason};
 use crate::error::NodeError;
 use crate::inbox::{Incoming, Inbox};
 use crate::program::{DecodeFn, TriggerId};
-use crate::socket::{tune, FrameReader, FrameWriter, ReadError};
+use crate::socket::{tune, FrameReader, FrameWriter, ReadError, Stream};
 use crate::payload::Decoder;
 
 /// How to reach the RTI.
@@ -104,8 +104,8 @@ pub(crate) fn join(cfg: &RtiConfig, fed: u16, name: &str, upstreams: &[(u16, Del
     let stream = dial(addr, cfg.connect_timeout)?;
     tune(&stream).map_err(|e| NodeError::io("configuring the RTI socket", e))?;
     let read_half = stream.try_clone().map_err(|e| NodeError::io("cloning the RTI socket", e))?;
-    let mut writer = FrameWriter::new(stream);
-    let mut reader = FrameReader::new(read_half);
+    let mut writer = FrameWriter::new(Stream::Tcp(stream));
+    let mut reader = FrameReader::new(Stream::Tcp(read_half));
     if let Some(key) = &cfg.auth_key {
         let nonce = hprm_rti::auth::nonce();
         send(&mut writer, addr, &Message::FedNonce { fed, nonce })?;

@@ -57,6 +57,8 @@ pub struct RunReport {
     pub encode_errors: u64,
     /// The first few of those errors, as logged.
     pub problems: Vec<String>,
+    /// Downstream peers reached over a Unix socket (decentralized).
+    pub peers_over_unix: usize,
 }
 
 /// How many error messages a [`RunReport`] keeps.
@@ -224,6 +226,10 @@ impl Scheduler {
             (_, Coordination::Decentralized { stp }) => Mode::Decentralized { stp: duration_ns(stp) },
         };
         let name = program.federate_name(fed).to_string();
+        let peers_over_unix = match &transport {
+            Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::socket::Stream::Unix(_))).count(),
+            _ => 0,
+        };
 
         let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
         let mut meta = HashMap::new();
@@ -347,7 +353,7 @@ impl Scheduler {
             fatal: None,
             resigned: false,
             pending: VecDeque::new(),
-            report: RunReport { federate: name, ..RunReport::default() },
+            report: RunReport { federate: name, peers_over_unix, ..RunReport::default() },
             unit: Arc::new(()),
             opts,
             program,

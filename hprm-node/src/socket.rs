@@ -8,7 +8,9 @@
 //! handshake precedes a payload.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use hprm_rti::wire::{self, Limits, Message};
 
@@ -28,14 +30,66 @@ pub(crate) fn tune(stream: &TcpStream) -> io::Result<()> {
     Ok(())
 }
 
+/// A connection to the RTI (TCP) or a peer (TCP, or a Unix socket on the
+/// same host).
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(how),
+            Stream::Unix(s) => s.shutdown(how),
+        }
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes messages through one reused buffer.
 pub(crate) struct FrameWriter {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
 }
 
 impl FrameWriter {
-    pub fn new(stream: TcpStream) -> FrameWriter {
+    pub fn new(stream: Stream) -> FrameWriter {
         FrameWriter { stream, buf: Vec::with_capacity(FRAME_CAPACITY) }
     }
 
@@ -45,7 +99,7 @@ impl FrameWriter {
         self.stream.write_all(&self.buf)
     }
 
-    pub fn stream(&self) -> &TcpStream {
+    pub fn stream(&self) -> &Stream {
         &self.stream
     }
 }
@@ -64,7 +118,7 @@ pub(crate) enum ReadError {
 /// Reads messages through one buffer filled by the largest reads the
 /// socket allows.
 pub(crate) struct FrameReader {
-    stream: TcpStream,
+    stream: Stream,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -72,7 +126,7 @@ pub(crate) struct FrameReader {
 }
 
 impl FrameReader {
-    pub fn new(stream: TcpStream) -> FrameReader {
+    pub fn new(stream: Stream) -> FrameReader {
         FrameReader { stream, buf: vec![0; 2 * FRAME_CAPACITY].into_boxed_slice(), start: 0, end: 0, limits: Limits::default() }
     }
 

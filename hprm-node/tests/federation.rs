@@ -381,7 +381,7 @@ fn mismatch_typed<T: hprm_node::PortValue>(make: fn(u64) -> T) -> Program {
 fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" => count(Coordination::Centralized),
-        "count-decentralized" => count(Coordination::Decentralized { stp: 20 * MS }),
+        "count-decentralized" | "count-decentralized-unix" => count(Coordination::Decentralized { stp: 20 * MS }),
         "feedback" => feedback(),
         "stop" => stop(),
         "fail" => fail(),
@@ -409,6 +409,9 @@ fn federate_child() {
     match &result {
         Ok(r) => {
             lines.extend(r.problems.iter().map(|p| format!("problem {p}")));
+            if r.peers_over_unix > 0 {
+                lines.push(format!("peers over unix {}", r.peers_over_unix));
+            }
             lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
         }
         Err(e) => lines.push(format!("error {e}")),
@@ -508,6 +511,13 @@ fn distributed_count_centralized() {
 #[test]
 fn distributed_count_decentralized() {
     check_count(&launch("count-decentralized", false, &[]));
+}
+
+#[test]
+fn distributed_count_decentralized_over_unix_sockets() {
+    let run = launch("count-decentralized-unix", false, &[("HPRM_PEER_TRANSPORT", "unix")]);
+    check_count(&run);
+    assert_eq!(run.lines("source", "peers over unix"), vec!["peers over unix 1"]);
 }
 
 #[test]
