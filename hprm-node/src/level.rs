@@ -8,6 +8,14 @@
 //! dependency, and reactions of one level are independent (they may run
 //! in parallel). Connections with `after` and actions create no
 //! dependencies: their events land at later tags.
+//!
+//! One more order is added where it creates no cycle: a reaction that
+//! sets an output sent to another federate without delay runs before any
+//! reaction reading an input received from another federate without delay.
+//! Under a provisional grant (zero-delay cycles between federates) each
+//! level waits until the network inputs it reads are known, and those may
+//! depend, through the other federate, on this federate's outputs: the
+//! outputs must be settled first.
 
 use std::collections::HashMap;
 
@@ -51,6 +59,27 @@ pub(crate) fn levels(p: &Program, fed: FederateId) -> Result<HashMap<ReactionId,
             edges[index[&w[0]]].push(index[&w[1]]);
         }
     }
+    let zero_delay_remote = |from_here: bool, t: crate::program::TriggerId| {
+        p.connections.iter().any(|c| {
+            let (port, other) = if from_here { (c.from, c.to) } else { (c.to, c.from) };
+            port == t && c.delay == Delay::None && !c.physical && p.federate_of(other) != fed
+        })
+    };
+    let writers: Vec<usize> = (0..reactions.len()).filter(|&i| p.reactions[reactions[i].index()].effects.iter().any(|&e| zero_delay_remote(true, e))).collect();
+    let readers: Vec<usize> = (0..reactions.len())
+        .filter(|&i| {
+            let d = &p.reactions[reactions[i].index()];
+            d.triggers.iter().chain(&d.sources).any(|&t| zero_delay_remote(false, t))
+        })
+        .collect();
+    for &r in &readers {
+        let reach = reachable(&edges, r);
+        for &w in &writers {
+            if w != r && !reach[w] {
+                edges[w].push(r);
+            }
+        }
+    }
     let mut indegree = vec![0usize; reactions.len()];
     for e in edges.iter().flatten() {
         indegree[*e] += 1;
@@ -82,4 +111,19 @@ pub(crate) fn levels(p: &Program, fed: FederateId) -> Result<HashMap<ReactionId,
         ));
     }
     Ok(reactions.iter().enumerate().map(|(i, r)| (*r, level[i])).collect())
+}
+
+/// Which nodes `from` reaches in `edges`.
+fn reachable(edges: &[Vec<usize>], from: usize) -> Vec<bool> {
+    let mut seen = vec![false; edges.len()];
+    let mut stack = vec![from];
+    while let Some(i) = stack.pop() {
+        for &j in &edges[i] {
+            if !seen[j] {
+                seen[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    seen
 }

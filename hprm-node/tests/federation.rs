@@ -378,6 +378,45 @@ fn mismatch_typed<T: hprm_node::PortValue>(make: fn(u64) -> T) -> Program {
     p
 }
 
+/// A zero-delay cycle between federates whose sending and receiving
+/// reactions sit in different reactors of one federate (independent, so
+/// the same level without the network ordering rule).
+fn zero_delay_cycle() -> Program {
+    let mut p = Program::new("zdc");
+    p.timeout(30 * MS);
+    let a = p.federate("a");
+    let b = p.federate("b");
+    let a_in = {
+        let mut r = p.reactor(a, "listener", ());
+        let i = r.input::<u64>("in");
+        r.reaction("hear").trigger(i).body(move |_, ctx| record(ctx, format!("heard {}", ctx.get(i).expect("present"))));
+        i
+    };
+    let a_out = {
+        let mut r = p.reactor(a, "talker", 0u64);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let o = r.output::<u64>("out");
+        r.reaction("talk").trigger(t).effect(o).body(move |n, ctx| {
+            *n += 1;
+            ctx.set(o, *n);
+        });
+        o
+    };
+    let (b_in, b_out) = {
+        let mut r = p.reactor(b, "echo", ());
+        let i = r.input::<u64>("in");
+        let o = r.output::<u64>("out");
+        r.reaction("echo").trigger(i).effect(o).body(move |_, ctx| {
+            let v = *ctx.get(i).expect("present");
+            ctx.set(o, v * 10);
+        });
+        (i, o)
+    };
+    p.connect(a_out, b_in);
+    p.connect(b_out, a_in);
+    p
+}
+
 fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" => count(Coordination::Centralized),
@@ -391,6 +430,7 @@ fn scenario(name: &str) -> Program {
         "large" => large(),
         "vanish" => vanish(),
         "mismatch" => mismatch(),
+        "zdc" => zero_delay_cycle(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -518,6 +558,13 @@ fn distributed_count_decentralized_over_unix_sockets() {
     let run = launch("count-decentralized-unix", false, &[("HPRM_PEER_TRANSPORT", "unix")]);
     check_count(&run);
     assert_eq!(run.lines("source", "peers over unix"), vec!["peers over unix 1"]);
+}
+
+#[test]
+fn a_zero_delay_cycle_between_federates_runs_at_one_tag() {
+    let run = launch("zdc", true, &[]);
+    assert_all_ok(&run);
+    assert_eq!(run.lines("a", "heard"), vec!["0 0 a heard 10", "10000 0 a heard 20", "20000 0 a heard 30", "30000 0 a heard 40"]);
 }
 
 #[test]
