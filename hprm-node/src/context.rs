@@ -117,6 +117,11 @@ impl<'a> Ctx<'a> {
         self.view.encoder.loan(dtype, shape, deliveries)
     }
 
+    /// [`Ctx::loan`] of `len` bytes (dtype `|u1`, one dimension).
+    pub fn loan_bytes<T: PortValue>(&mut self, output: Output<T>, len: usize) -> Result<Loan, PayloadError> {
+        self.loan(output, Dtype::U8, &[len])
+    }
+
     /// Asks the program to stop at the next microstep (all federates stop
     /// at one common tag).
     pub fn request_stop(&mut self) {

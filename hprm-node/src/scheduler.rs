@@ -175,6 +175,8 @@ pub(crate) struct Scheduler {
     net_inputs: Vec<TriggerId>,
     /// By input: the peer feeding it.
     input_peer: Vec<Option<u16>>,
+    /// By input: fed by a physical connection (`~>`).
+    physical_input: Vec<bool>,
     has_physical_actions: bool,
     upstreams: usize,
     downstreams: usize,
@@ -261,7 +263,9 @@ impl Scheduler {
         let mut local = vec![Vec::new(); n];
         let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
         let mut input_peer = vec![None; n];
+        let mut physical_input = vec![false; n];
         for c in &program.connections {
+            physical_input[c.to.index()] = c.physical;
             let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
             if from_fed == fed && to_fed == fed {
                 local[c.from.index()].push((c.to, c.delay, c.physical));
@@ -329,6 +333,7 @@ impl Scheduler {
             reader_level,
             net_inputs,
             input_peer,
+            physical_input,
             has_physical_actions,
             upstreams,
             downstreams,
@@ -529,8 +534,7 @@ impl Scheduler {
                         return;
                     }
                 };
-                let physical = self.program.connections.iter().any(|c| c.to == port && c.physical);
-                let tag = if physical { Tag::new(self.clock.now(), 0).max(self.after()) } else { tag };
+                let tag = if self.physical_input[port.index()] { Tag::new(self.clock.now(), 0).max(self.after()) } else { tag };
                 self.known[port.index()] = self.known[port.index()].max(tag);
                 let open = tag > self.current || (tag == self.current && self.in_tag && i64::from(self.reader_level[port.index()]) > self.passed_level);
                 if open && tag == self.current && self.in_tag {
@@ -753,7 +757,8 @@ impl Scheduler {
                     self.present.push(out);
                 }
                 self.values[out.index()] = Some(v.clone());
-                for (to, delay, physical) in self.local[out.index()].clone() {
+                for k in 0..self.local[out.index()].len() {
+                    let (to, delay, physical) = self.local[out.index()][k];
                     if physical {
                         let tag = Tag::new(self.clock.now(), 0).max(self.after());
                         self.push_event(tag, to, v.clone(), None);
