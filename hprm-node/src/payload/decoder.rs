@@ -26,6 +26,7 @@ use super::buffer::Stored;
 use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_PICKLED, EXT_SPILLED};
 use super::msgpack::{Item, Reader};
 use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
+use super::scoped::Installed;
 
 /// Deepest nesting of arrays and maps accepted (rmp-serde's own limit).
 const MAX_DEPTH: usize = 1024;
@@ -78,7 +79,7 @@ impl Decoder {
             return Err(PayloadError::Pickled { len });
         }
         let objects = self.fetch(&scan.objects)?;
-        let installed = Installed::new(Context { objects, error: None });
+        let installed = Installed::new(&CONTEXT, Context { objects, error: None });
         let result = rmp_serde::from_slice::<T>(bytes);
         let mut context = installed.finish();
         result.map_err(|e| context.error.take().unwrap_or_else(|| PayloadError::Mismatch { type_name: std::any::type_name::<T>(), message: e.to_string() }))
@@ -191,33 +192,6 @@ thread_local! {
     static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
 }
 
-/// Installs a context for one decode, restoring the previous one when
-/// finished or dropped (also on panic).
-struct Installed {
-    previous: Option<Option<Context>>,
-}
-
-impl Installed {
-    fn new(context: Context) -> Installed {
-        let previous = CONTEXT.with(|c| c.replace(Some(context)));
-        Installed { previous: Some(previous) }
-    }
-
-    fn finish(mut self) -> Context {
-        let previous = self.previous.take().unwrap_or_default();
-        let ours = CONTEXT.with(|c| c.replace(previous));
-        // Installed in `new`; nested decodes restore it before returning.
-        ours.expect("the decode context vanished during its decode")
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            let _ = CONTEXT.try_with(|c| c.replace(previous));
-        }
-    }
-}
 
 /// The [`Buffer`] an extension value (type `ty`, data `data`) stands for;
 /// called by `Buffer`'s `Deserialize`, which can only hand serde the

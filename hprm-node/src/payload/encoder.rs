@@ -23,6 +23,7 @@ use serde::Serialize;
 use super::buffer::{Data, Stored, View};
 use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage};
 use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
+use super::scoped::Installed;
 
 /// How long [`Loan::finish`] waits for its own object (sealed by the same
 /// connection just before, so it is there at once; this only bounds a
@@ -103,7 +104,7 @@ impl Encoder {
             prepaid_taken: Vec::new(),
             error: None,
         };
-        let installed = Installed::new(context);
+        let installed = Installed::new(&CONTEXT, context);
         let result = rmp_serde::to_vec_named(value);
         let mut context = installed.finish();
         let outcome = match result {
@@ -244,37 +245,6 @@ thread_local! {
     static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
 }
 
-/// Installs a context for the duration of one encode; restores the
-/// previous one (if an encode is nested in a `Serialize` impl) when
-/// finished or dropped, also on panic.
-struct Installed {
-    previous: Option<Option<Context>>,
-}
-
-impl Installed {
-    fn new(context: Context) -> Installed {
-        let previous = CONTEXT.with(|c| c.replace(Some(context)));
-        Installed { previous: Some(previous) }
-    }
-
-    /// Uninstalls and returns this encode's context.
-    fn finish(mut self) -> Context {
-        let previous = self.previous.take().unwrap_or_default();
-        let ours = CONTEXT.with(|c| c.replace(previous));
-        // Installed in `new` and only ever swapped back by guards of
-        // nested encodes, which restore it before returning.
-        ours.expect("the encode context vanished during its encode")
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            // During thread teardown the slot may be gone; nothing to restore.
-            let _ = CONTEXT.try_with(|c| c.replace(previous));
-        }
-    }
-}
 
 /// Serializes `view` into the ext 1 data for the current encode: inline or
 /// in the store per the policy. Outside an encode (or if its context is

@@ -125,6 +125,7 @@ mod encoder;
 mod error;
 mod msgpack;
 pub mod oob;
+mod scoped;
 mod store;
 
 use std::time::Duration;
