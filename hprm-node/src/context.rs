@@ -14,7 +14,7 @@ use hprm_rti::tag::{Instant, Tag};
 use crate::clock;
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::{Dtype, Encoder, Loan, PayloadError};
-use crate::program::{duration_ns, PortValue, ReactionId, TriggerId, Value};
+use crate::program::{duration_ns, ReactionId, TriggerId, Value};
 use crate::reactor::{Input, LogicalAction, Output, PhysicalAction};
 
 /// An effect recorded by a reaction.
@@ -58,7 +58,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The value of `input` at this tag, if present.
-    pub fn get<T: PortValue>(&self, input: Input<T>) -> Option<&T> {
+    pub fn get<T: Send + Sync + 'static>(&self, input: Input<T>) -> Option<&T> {
         self.value(input.id)
     }
 
@@ -93,7 +93,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Sets `output` at this tag (the last set of a tag wins).
-    pub fn set<T: PortValue>(&mut self, output: Output<T>, value: T) {
+    pub fn set<T: Send + Sync + 'static>(&mut self, output: Output<T>, value: T) {
         if self.declared(output.id, "sets output") {
             self.out.push(Effect::Set(output.id, Arc::new(value)));
         }
@@ -112,13 +112,13 @@ impl<'a> Ctx<'a> {
     /// producing a large value costs no copy. Fill it, `finish` it, and set
     /// the resulting [`Buffer`](crate::payload::Buffer) (or a value holding
     /// it) on `output`.
-    pub fn loan<T: PortValue>(&mut self, output: Output<T>, dtype: Dtype, shape: &[usize]) -> Result<Loan, PayloadError> {
+    pub fn loan<T>(&mut self, output: Output<T>, dtype: Dtype, shape: &[usize]) -> Result<Loan, PayloadError> {
         let deliveries = self.view.fanout.get(output.id.index()).copied().unwrap_or(0);
         self.view.encoder.loan(dtype, shape, deliveries)
     }
 
     /// [`Ctx::loan`] of `len` bytes (dtype `|u1`, one dimension).
-    pub fn loan_bytes<T: PortValue>(&mut self, output: Output<T>, len: usize) -> Result<Loan, PayloadError> {
+    pub fn loan_bytes<T>(&mut self, output: Output<T>, len: usize) -> Result<Loan, PayloadError> {
         self.loan(output, Dtype::U8, &[len])
     }
 

@@ -39,9 +39,16 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static> 
 pub(crate) type Body = Box<dyn FnMut(&mut (dyn Any + Send), &mut Ctx<'_>) + Send>;
 
 /// Encodes a port value for the network, for `deliveries` receivers.
-pub(crate) type EncodeFn = fn(&Value, &Encoder, u32) -> Result<Vec<u8>, PayloadError>;
+/// Ports declared with [`ReactorBuilder::input`]/[`ReactorBuilder::output`]
+/// use serde; language bindings supply their own
+/// ([`ReactorBuilder::output_with`]).
+///
+/// [`ReactorBuilder::input`]: crate::ReactorBuilder::input
+/// [`ReactorBuilder::output`]: crate::ReactorBuilder::output
+/// [`ReactorBuilder::output_with`]: crate::ReactorBuilder::output_with
+pub type EncodeFn = fn(&Value, &Encoder, u32) -> Result<Vec<u8>, PayloadError>;
 /// Decodes a port value received from the network.
-pub(crate) type DecodeFn = fn(&[u8], &Decoder) -> Result<Value, PayloadError>;
+pub type DecodeFn = fn(&[u8], &Decoder) -> Result<Value, PayloadError>;
 
 pub(crate) fn encode_value<T: PortValue>(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
     match v.downcast_ref::<T>() {
@@ -262,19 +269,19 @@ impl Program {
 
     /// Connects `from` to `to` with no delay: the value arrives at the
     /// sender's tag.
-    pub fn connect<T: PortValue>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
+    pub fn connect<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
         self.add_connection(from.id, to.id, Delay::None, false)
     }
 
     /// Connects `from` to `to` with `after d`: a value sent at (t, m)
     /// arrives at (t + d, 0), or at (t, m + 1) when `d` is zero.
-    pub fn connect_after<T: PortValue>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>, d: Duration) -> &mut Program {
+    pub fn connect_after<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>, d: Duration) -> &mut Program {
         self.add_connection(from.id, to.id, Delay::After(duration_ns(d)), false)
     }
 
     /// A physical connection (`~>`): the receiver stamps each value with
     /// its own physical time. Not deterministic; for sensors and UIs.
-    pub fn connect_physical<T: PortValue>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
+    pub fn connect_physical<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
         self.add_connection(from.id, to.id, Delay::None, true)
     }
 

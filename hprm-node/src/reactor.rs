@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::context::Ctx;
-use crate::program::{decode_value, encode_value, Body, PortValue, Program, ReactionDef, ReactionId, ReactorId, TriggerDef, TriggerId, TriggerKind};
+use crate::program::{decode_value, encode_value, Body, DecodeFn, EncodeFn, PortValue, Program, ReactionDef, ReactionId, ReactorId, TriggerDef, TriggerId, TriggerKind};
 
 macro_rules! handle {
     ($(#[$m:meta])* $name:ident) => {
@@ -134,6 +134,20 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
     pub fn output<T: PortValue>(&mut self, name: &str) -> Output<T> {
         let kind = TriggerKind::Output { encode: encode_value::<T> };
         Output::new(self.trigger(name, kind))
+    }
+
+    /// Declares an input whose values `decode` makes from payload bytes
+    /// (for language bindings: the Python SDK's ports carry Python
+    /// objects). Inside a federate values pass as they are; `T` is what
+    /// `decode` puts in the [`Value`](crate::program::Value).
+    pub fn input_with<T: Send + Sync + 'static>(&mut self, name: &str, decode: DecodeFn) -> Input<T> {
+        Input::new(self.trigger(name, TriggerKind::Input { decode }))
+    }
+
+    /// Declares an output whose values `encode` turns into payload bytes
+    /// (see [`ReactorBuilder::input_with`]).
+    pub fn output_with<T: Send + Sync + 'static>(&mut self, name: &str, encode: EncodeFn) -> Output<T> {
+        Output::new(self.trigger(name, TriggerKind::Output { encode }))
     }
 
     /// Declares a timer.
