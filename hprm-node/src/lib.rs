@@ -44,7 +44,7 @@ pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};
 pub use federate::{run_federate, RunOptions};
 pub use hprm_rti::tag::{Delay, Tag};
-pub use program::{Coordination, DecodeFn, EncodeFn, FederateId, PortValue, Program, ReactionId, Value};
+pub use program::{Coordination, DecodeFn, EncodeFn, FederateId, PortValue, Program, ReactionId, ReactorId, TriggerId, Value};
 pub use reactor::{Input, LogicalAction, Output, PhysicalAction, ReactionBuilder, ReactorBuilder, Shutdown, Startup, Timer};
 pub use peer::PeerTransport;
 pub use rti::RtiConfig;

@@ -267,6 +267,13 @@ impl Program {
         crate::reactor::ReactorBuilder::new(self, id)
     }
 
+    /// Declares more of reactor `id` (for bindings that declare a reactor
+    /// piece by piece). `S` must be the state type it was created with:
+    /// reactions with bodies for another type panic when they run.
+    pub fn reactor_mut<S: Send + 'static>(&mut self, id: ReactorId) -> crate::reactor::ReactorBuilder<'_, S> {
+        crate::reactor::ReactorBuilder::new(self, id)
+    }
+
     /// Connects `from` to `to` with no delay: the value arrives at the
     /// sender's tag.
     pub fn connect<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {

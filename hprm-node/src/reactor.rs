@@ -113,6 +113,12 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
         ReactorBuilder { program, reactor, _s: PhantomData }
     }
 
+    /// The reactor being declared (to come back to it with
+    /// [`Program::reactor_mut`]).
+    pub fn id(&self) -> ReactorId {
+        self.reactor
+    }
+
     fn trigger(&mut self, name: &str, kind: TriggerKind) -> TriggerId {
         let r = &self.program.reactors[self.reactor.index()];
         let taken = self.program.triggers.iter().any(|t| t.reactor == self.reactor && t.name == name);
