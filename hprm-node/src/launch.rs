@@ -21,7 +21,7 @@ use crate::program::Program;
 use crate::rti::RtiConfig;
 
 /// Builds the command that runs one federate, given its name.
-pub type FederateCommand = Box<dyn Fn(&str) -> Command>;
+pub type FederateCommand = Box<dyn Fn(&str) -> Command + Send + Sync>;
 
 /// How to launch a program.
 pub struct Launch {

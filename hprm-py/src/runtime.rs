@@ -1,0 +1,463 @@
+//! Programs of Python reactors, run by `hprm_node`.
+//!
+//! The Python package declares a program through [`NativeProgram`] one
+//! piece at a time (federates, reactors, ports, reactions, connections);
+//! each piece is kept as a typed `hprm_node` handle in a table, and Python
+//! refers to it by its index there. Port values are Python objects
+//! ([`PyVal`]): inside a federate they pass as they are (no copy, no
+//! serialization); across federates they go through `codec` (the same wire
+//! format as Rust ports, so Rust and Python federates can be connected).
+//!
+//! A reaction body is a Python callable `(instance, ctx)`; the runtime
+//! calls it with the GIL held only for the call. `ctx` is a [`Context`]
+//! valid during that call only: it points at the runtime's `Ctx`, and is
+//! invalidated when the call returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hprm_node::payload::{Decoder, Encoder, PayloadError};
+use hprm_node::{Ctx, Input, LogicalAction, Output, PhysicalAction, Program, ReactorId, Shutdown, Startup, Timer, TriggerId, Value};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+/// A Python object as a port or action value.
+pub struct PyVal(pub PyObject);
+
+/// Network encoding of a Python port value (`hprm_node::EncodeFn`).
+fn encode_port(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
+    let Some(PyVal(obj)) = v.downcast_ref::<PyVal>() else {
+        return Err(PayloadError::Serialize { message: "a Python port holds a value that is not a Python object".into() });
+    };
+    Python::with_gil(|py| crate::codec::encode(py, obj.bind(py), enc, deliveries)).map_err(|e| PayloadError::Serialize { message: e.to_string() })
+}
+
+/// Network decoding into a Python port value (`hprm_node::DecodeFn`).
+fn decode_port(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
+    Python::with_gil(|py| crate::codec::decode(py, bytes, dec, false))
+        .map(|obj| Arc::new(PyVal(obj)) as Value)
+        .map_err(|e| PayloadError::Serialize { message: e.to_string() })
+}
+
+/// One declared thing, by its index in [`NativeProgram`]'s table.
+#[derive(Clone, Copy)]
+enum Handle {
+    Input(Input<PyVal>),
+    Output(Output<PyVal>),
+    Timer(Timer),
+    Logical(LogicalAction<PyVal>),
+    Physical(PhysicalAction<PyVal>),
+    Startup(Startup),
+    Shutdown(Shutdown),
+}
+
+impl Handle {
+    fn id(self) -> TriggerId {
+        match self {
+            Handle::Input(h) => h.into(),
+            Handle::Output(h) => h.into(),
+            Handle::Timer(h) => h.into(),
+            Handle::Logical(h) => h.into(),
+            Handle::Physical(h) => h.into(),
+            Handle::Startup(h) => h.into(),
+            Handle::Shutdown(h) => h.into(),
+        }
+    }
+}
+
+/// What happens when a Python reaction raises.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnError {
+    /// The federate fails (reports FAILED; the launcher names it).
+    Stop,
+    /// The error is logged and the program goes on.
+    Continue,
+}
+
+/// A program being declared from Python.
+#[pyclass(unsendable)]
+pub struct NativeProgram {
+    program: Option<Program>,
+    federates: Vec<hprm_node::FederateId>,
+    reactors: Vec<ReactorId>,
+    handles: Vec<Handle>,
+    on_error: OnError,
+}
+
+impl NativeProgram {
+    fn program(&mut self) -> PyResult<&mut Program> {
+        self.program.as_mut().ok_or_else(|| PyRuntimeError::new_err("this program has already been run; build a new one"))
+    }
+
+    fn reactor_id(&self, r: usize) -> PyResult<ReactorId> {
+        self.reactors.get(r).copied().ok_or_else(|| PyValueError::new_err(format!("no reactor {r}")))
+    }
+
+    fn handle(&self, h: usize) -> PyResult<Handle> {
+        self.handles.get(h).copied().ok_or_else(|| PyValueError::new_err(format!("no port, timer or action {h}")))
+    }
+
+    fn push(&mut self, h: Handle) -> usize {
+        self.handles.push(h);
+        self.handles.len() - 1
+    }
+}
+
+fn ns(d: i64) -> Duration {
+    Duration::from_nanos(d.max(0) as u64)
+}
+
+#[pymethods]
+impl NativeProgram {
+    /// `coordination`: "centralized" or "decentralized" (then `stp_ns`).
+    #[new]
+    #[pyo3(signature = (name, coordination="centralized", stp_ns=0, threshold=65536, timeout_ns=None, on_error="stop"))]
+    fn new(name: &str, coordination: &str, stp_ns: i64, threshold: usize, timeout_ns: Option<i64>, on_error: &str) -> PyResult<NativeProgram> {
+        let mut p = Program::new(name);
+        match coordination {
+            "centralized" => {}
+            "decentralized" => {
+                p.coordination(hprm_node::Coordination::Decentralized { stp: ns(stp_ns) });
+            }
+            other => return Err(PyValueError::new_err(format!("coordination {other:?} is neither \"centralized\" nor \"decentralized\""))),
+        }
+        p.threshold(threshold);
+        if let Some(t) = timeout_ns {
+            p.timeout(ns(t));
+        }
+        let on_error = match on_error {
+            "stop" => OnError::Stop,
+            "continue" => OnError::Continue,
+            other => return Err(PyValueError::new_err(format!("on_error {other:?} is neither \"stop\" nor \"continue\""))),
+        };
+        Ok(NativeProgram { program: Some(p), federates: Vec::new(), reactors: Vec::new(), handles: Vec::new(), on_error })
+    }
+
+    fn federate(&mut self, name: &str) -> PyResult<usize> {
+        let f = self.program()?.federate(name);
+        self.federates.push(f);
+        Ok(self.federates.len() - 1)
+    }
+
+    /// A reactor of federate `fed` whose state is the Python `instance`.
+    fn reactor(&mut self, fed: usize, name: &str, instance: PyObject) -> PyResult<usize> {
+        let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
+        let id = self.program()?.reactor(fid, name, instance).id();
+        self.reactors.push(id);
+        Ok(self.reactors.len() - 1)
+    }
+
+    fn input(&mut self, reactor: usize, name: &str) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).input_with::<PyVal>(name, decode_port);
+        Ok(self.push(Handle::Input(h)))
+    }
+
+    fn output(&mut self, reactor: usize, name: &str) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).output_with::<PyVal>(name, encode_port);
+        Ok(self.push(Handle::Output(h)))
+    }
+
+    fn timer(&mut self, reactor: usize, name: &str, offset_ns: i64, period_ns: i64) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).timer(name, ns(offset_ns), ns(period_ns));
+        Ok(self.push(Handle::Timer(h)))
+    }
+
+    fn logical_action(&mut self, reactor: usize, name: &str, min_delay_ns: i64) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).logical_action::<PyVal>(name, ns(min_delay_ns));
+        Ok(self.push(Handle::Logical(h)))
+    }
+
+    fn physical_action(&mut self, reactor: usize, name: &str, min_delay_ns: i64) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).physical_action::<PyVal>(name, ns(min_delay_ns));
+        Ok(self.push(Handle::Physical(h)))
+    }
+
+    fn startup(&mut self, reactor: usize) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).startup();
+        Ok(self.push(Handle::Startup(h)))
+    }
+
+    fn shutdown(&mut self, reactor: usize) -> PyResult<usize> {
+        let r = self.reactor_id(reactor)?;
+        let h = self.program()?.reactor_mut::<PyObject>(r).shutdown();
+        Ok(self.push(Handle::Shutdown(h)))
+    }
+
+    /// A reaction: `body(instance, ctx)`, optional deadline handler and
+    /// tardy handler with the same signature.
+    #[pyo3(signature = (reactor, name, triggers, sources, effects, body, deadline_ns=None, deadline_handler=None, tardy_handler=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reaction(
+        &mut self,
+        reactor: usize,
+        name: &str,
+        triggers: Vec<usize>,
+        sources: Vec<usize>,
+        effects: Vec<usize>,
+        body: PyObject,
+        deadline_ns: Option<i64>,
+        deadline_handler: Option<PyObject>,
+        tardy_handler: Option<PyObject>,
+    ) -> PyResult<()> {
+        let r = self.reactor_id(reactor)?;
+        let triggers: Vec<Handle> = triggers.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
+        let sources: Vec<Handle> = sources.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
+        let effects: Vec<Handle> = effects.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
+        let on_error = self.on_error;
+        let handles = Arc::new(self.handles.clone());
+        let reaction = name.to_string();
+        let mut rb = self.program()?.reactor_mut::<PyObject>(r);
+        let mut b = rb.reaction(name);
+        for t in triggers {
+            b = b.trigger(t.id());
+        }
+        for s in sources {
+            if let Handle::Input(i) = s {
+                b = b.source(i);
+            } else {
+                return Err(PyValueError::new_err(format!("reaction {reaction}: only inputs can be sources")));
+            }
+        }
+        for e in effects {
+            b = b.effect(e.id());
+        }
+        if let Some(d) = deadline_ns {
+            let handler = deadline_handler.ok_or_else(|| PyValueError::new_err(format!("reaction {reaction} has a deadline but no deadline handler")))?;
+            b = b.deadline(ns(d), invoker(handler, handles.clone(), on_error));
+        }
+        if let Some(t) = tardy_handler {
+            b = b.tardy(invoker(t, handles.clone(), on_error));
+        }
+        b.body(invoker(body, handles, on_error));
+        Ok(())
+    }
+
+    #[pyo3(signature = (source, target, after_ns=None, physical=false))]
+    fn connect(&mut self, source: usize, target: usize, after_ns: Option<i64>, physical: bool) -> PyResult<()> {
+        let (Handle::Output(o), Handle::Input(i)) = (self.handle(source)?, self.handle(target)?) else {
+            return Err(PyValueError::new_err("connect goes from an output to an input"));
+        };
+        let p = self.program()?;
+        match (after_ns, physical) {
+            (_, true) => p.connect_physical(o, i),
+            (Some(d), false) => p.connect_after(o, i, ns(d)),
+            (None, false) => p.connect(o, i),
+        };
+        Ok(())
+    }
+
+    /// Every problem of the program, or None.
+    fn validate(&mut self) -> PyResult<Option<String>> {
+        Ok(self.program()?.validate().err().map(|e| e.to_string()))
+    }
+
+    fn federate_names(&mut self) -> PyResult<Vec<String>> {
+        Ok(self.program()?.federate_names().into_iter().map(String::from).collect())
+    }
+
+    /// Runs one federate: from the launcher's environment when `federate`
+    /// is None. Returns a dict summarising the run.
+    #[pyo3(signature = (federate=None, fast=false))]
+    fn run_federate(&mut self, py: Python<'_>, federate: Option<String>, fast: bool) -> PyResult<PyObject> {
+        let program = self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
+        let mut opts = match hprm_node::launch::options_from_env(&program) {
+            Some(o) => o,
+            None => {
+                let name = match federate {
+                    Some(n) => n,
+                    None => program.federate_names().first().map(|s| s.to_string()).unwrap_or_default(),
+                };
+                hprm_node::RunOptions::new(name)
+            }
+        };
+        opts.fast |= fast;
+        // Python owns SIGINT (KeyboardInterrupt); the launcher's SIGTERM stops us cleanly.
+        opts.handle_signals = std::env::var_os("HPRM_FEDERATE").is_some();
+        let result = py.allow_threads(move || hprm_node::run_federate(program, opts));
+        match result {
+            Ok(r) => {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item("federate", r.federate)?;
+                d.set_item("tags", r.tags)?;
+                d.set_item("reactions", r.reactions)?;
+                d.set_item("tardy", r.tardy)?;
+                d.set_item("deadline_misses", r.deadline_misses)?;
+                d.set_item("decode_errors", r.decode_errors)?;
+                d.set_item("problems", r.problems)?;
+                Ok(d.into_any().unbind())
+            }
+            Err(e) => Err(PyRuntimeError::new_err(e.to_string())),
+        }
+    }
+
+    /// Launches every federate as a process running `argv` (the Python
+    /// script with its arguments), with a store and an RTI. Returns the
+    /// names of federates that failed.
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string()))]
+    fn launch(&mut self, py: Python<'_>, argv: Vec<String>, fast: bool, timeout_s: Option<f64>, store_memory: String) -> PyResult<Vec<String>> {
+        let program = self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
+        let launch = hprm_node::launch::Launch {
+            fast,
+            store_memory,
+            timeout: timeout_s.map(Duration::from_secs_f64),
+            federate_command: Some(Box::new(move |_name: &str| {
+                let mut c = std::process::Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                c
+            })),
+            handle_signals: true,
+            ..hprm_node::launch::Launch::default()
+        };
+        let report = py.allow_threads(move || launch.run(&program)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(report.failed())
+    }
+}
+
+/// Wraps a Python callable as a reaction body.
+fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, on_error: OnError) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
+    move |instance: &mut PyObject, ctx: &mut Ctx<'_>| {
+        let outcome = Python::with_gil(|py| -> Result<(), String> {
+            // SAFETY: the pointer is valid for this call only; `Context`
+            // refuses every use once `invalidate` ran below.
+            let ptr = ctx as *mut Ctx<'_> as *mut Ctx<'static>;
+            let c = Py::new(py, Context { ctx: ptr, handles: handles.clone() }).map_err(|e| e.to_string())?;
+            let r = f.call1(py, (instance.clone_ref(py), c.clone_ref(py)));
+            c.borrow_mut(py).ctx = std::ptr::null_mut();
+            r.map(|_| ()).map_err(|e| {
+                let tb = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
+                format!("{tb}{e}")
+            })
+        });
+        if let Err(msg) = outcome {
+            let at = format!("{}", ctx.federate());
+            match on_error {
+                OnError::Stop => panic!("{msg}"),
+                OnError::Continue => tracing::error!(federate = %at, "a Python reaction raised; going on (on_error=\"continue\"):\n{msg}"),
+            }
+        }
+    }
+}
+
+/// What a Python reaction sees: valid only during the reaction's call.
+#[pyclass(unsendable)]
+pub struct Context {
+    ctx: *mut Ctx<'static>,
+    handles: Arc<Vec<Handle>>,
+}
+
+impl Context {
+    fn ctx(&mut self) -> PyResult<&mut Ctx<'static>> {
+        // SAFETY: non-null only while the reaction that created this
+        // context runs, on this thread (the class is unsendable).
+        unsafe { self.ctx.as_mut() }.ok_or_else(|| PyRuntimeError::new_err("this ctx belongs to a reaction that has returned; use ctx only inside the reaction"))
+    }
+
+    fn handle(&self, h: usize) -> PyResult<Handle> {
+        self.handles.get(h).copied().ok_or_else(|| PyValueError::new_err(format!("no port, timer or action {h}")))
+    }
+}
+
+#[pymethods]
+impl Context {
+    /// The value of an input or action at this tag, or None.
+    fn get(&mut self, py: Python<'_>, h: usize) -> PyResult<PyObject> {
+        let handle = self.handle(h)?;
+        let ctx = self.ctx()?;
+        let v = match handle {
+            Handle::Input(i) => ctx.get(i),
+            Handle::Logical(a) => ctx.action_value(a),
+            Handle::Physical(a) => ctx.physical_value(a),
+            _ => None,
+        };
+        Ok(v.map_or_else(|| py.None(), |v| v.0.clone_ref(py)))
+    }
+
+    fn is_present(&mut self, h: usize) -> PyResult<bool> {
+        let id = self.handle(h)?.id();
+        Ok(self.ctx()?.is_present(id))
+    }
+
+    fn set(&mut self, h: usize, value: PyObject) -> PyResult<()> {
+        let Handle::Output(o) = self.handle(h)? else { return Err(PyValueError::new_err("set takes an output")) };
+        self.ctx()?.set(o, PyVal(value));
+        Ok(())
+    }
+
+    #[pyo3(signature = (h, value=None, delay_ns=0))]
+    fn schedule(&mut self, py: Python<'_>, h: usize, value: Option<PyObject>, delay_ns: i64) -> PyResult<()> {
+        let Handle::Logical(a) = self.handle(h)? else { return Err(PyValueError::new_err("schedule takes a logical action")) };
+        self.ctx()?.schedule(a, ns(delay_ns), PyVal(value.unwrap_or_else(|| py.None())));
+        Ok(())
+    }
+
+    /// A thread-safe scheduler for a physical action.
+    fn physical_scheduler(&mut self, h: usize) -> PyResult<PhysicalScheduler> {
+        let Handle::Physical(a) = self.handle(h)? else { return Err(PyValueError::new_err("not a physical action")) };
+        Ok(PhysicalScheduler(self.ctx()?.physical_scheduler(a)))
+    }
+
+    fn request_stop(&mut self) -> PyResult<()> {
+        self.ctx()?.request_stop();
+        Ok(())
+    }
+
+    fn intended_tag(&mut self, py: Python<'_>, h: usize) -> PyResult<Option<Py<PyTuple>>> {
+        let Handle::Input(i) = self.handle(h)? else { return Ok(None) };
+        Ok(self.ctx()?.intended_tag(i).map(|t| PyTuple::new(py, [t.time, i64::from(t.microstep)]).map(|t| t.unbind())).transpose()?)
+    }
+
+    /// (time ns, microstep) of the current tag.
+    fn tag(&mut self) -> PyResult<(i64, u32)> {
+        let t = self.ctx()?.tag();
+        Ok((t.time, t.microstep))
+    }
+
+    fn physical_time(&mut self) -> PyResult<i64> {
+        Ok(self.ctx()?.physical_time())
+    }
+
+    fn start_time(&mut self) -> PyResult<i64> {
+        Ok(self.ctx()?.start_time())
+    }
+
+    fn federate(&mut self) -> PyResult<String> {
+        Ok(self.ctx()?.federate().to_string())
+    }
+}
+
+/// Schedules a physical action from any Python thread.
+#[pyclass]
+pub struct PhysicalScheduler(hprm_node::PhysicalScheduler<PyVal>);
+
+#[pymethods]
+impl PhysicalScheduler {
+    #[pyo3(signature = (value=None, delay_ns=0))]
+    fn schedule(&self, py: Python<'_>, value: Option<PyObject>, delay_ns: i64) {
+        self.0.schedule(PyVal(value.unwrap_or_else(|| py.None())), ns(delay_ns));
+    }
+}
+
+/// Sends the runtime's logs (`tracing`) to stderr, filtered by RUST_LOG
+/// (default: warnings and errors). Called once at import.
+#[pyfunction]
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(init_logging, m)?)?;
+    m.add_class::<NativeProgram>()?;
+    m.add_class::<Context>()?;
+    m.add_class::<PhysicalScheduler>()?;
+    Ok(())
+}
