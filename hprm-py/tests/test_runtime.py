@@ -1,0 +1,196 @@
+"""Python reactors on the Rust runtime, inside one federate (no RTI needed):
+tags and delays, actions, shutdown, deadlines, errors in reactions."""
+
+import threading
+import time
+
+import pytest
+
+import hprm
+
+
+def run(prog, fast=True):
+    return prog.run(fast=fast)
+
+
+class Counter(hprm.Reactor):
+    out = hprm.Output()
+
+    def __init__(self, period="10ms"):
+        self.tick = hprm.Timer(period=period)
+        self.n = 0
+
+    @hprm.reaction(triggers="tick", effects="out")
+    def count(self, ctx):
+        self.n += 1
+        ctx.set(self.out, {"n": self.n, "at": ctx.elapsed})
+
+
+class Recorder(hprm.Reactor):
+    inp = hprm.Input()
+
+    def __init__(self, log):
+        self.log = log
+        self.echo = hprm.LogicalAction(min_delay="1ms")
+
+    @hprm.reaction(triggers="inp", effects="echo")
+    def got(self, ctx):
+        self.log.append(("got", self.inp.value["n"], self.inp.value["at"], ctx.elapsed, ctx.tag.microstep))
+        self.echo.schedule(self.inp.value["n"] * 10)
+
+    @hprm.reaction(triggers="echo")
+    def echoed(self, ctx):
+        self.log.append(("echo", self.echo.value, ctx.elapsed))
+
+    @hprm.reaction(triggers="shutdown")
+    def bye(self, ctx):
+        self.log.append(("shutdown", ctx.elapsed))
+
+
+def test_values_arrive_at_the_tags_their_delays_say():
+    log = []
+    prog = hprm.Program("delays", timeout="20ms")
+    f = prog.federate("f")
+    c = f.reactor("counter", Counter)
+    r = f.reactor("recorder", Recorder, log)
+    prog.connect(c.out, r.inp, after="5ms")
+    report = run(prog)
+    ms = 1_000_000
+    assert log == [
+        ("got", 1, 0, 5 * ms, 0),
+        ("echo", 10, 6 * ms),
+        ("got", 2, 10 * ms, 15 * ms, 0),
+        ("echo", 20, 16 * ms),
+        ("shutdown", 20 * ms),
+    ]
+    assert report["tags"] == 7
+
+
+def test_after_zero_is_one_microstep_and_no_delay_is_the_same_tag():
+    log = []
+    prog = hprm.Program("micro", timeout="1ms")
+    f = prog.federate("f")
+    c = f.reactor("counter", Counter)
+    a = f.reactor("a", Recorder, log)
+    b = f.reactor("b", Recorder, log)
+    prog.connect(c.out, a.inp)
+    prog.connect(c.out, b.inp, after="0ms")
+    run(prog)
+    got = [e for e in log if e[0] == "got"]
+    assert got == [("got", 1, 0, 0, 0), ("got", 1, 0, 0, 1)]
+
+
+class Slow(hprm.Reactor):
+    def __init__(self, log):
+        self.log = log
+
+    @hprm.reaction(triggers="startup")
+    def hog(self, ctx):
+        time.sleep(0.003)
+
+    @hprm.reaction(triggers="startup", deadline="1ms")
+    def tight(self, ctx):
+        self.log.append("on time")
+
+    @tight.deadline_handler
+    def late(self, ctx):
+        self.log.append("late")
+
+
+def test_a_missed_deadline_runs_its_handler():
+    log = []
+    prog = hprm.Program("deadline", timeout=0)
+    prog.federate("f", Slow, log)
+    report = run(prog, fast=False)
+    assert log == ["late"]
+    assert report["deadline_misses"] == 1
+
+
+class Raiser(hprm.Reactor):
+    def __init__(self, log):
+        self.log = log
+        self.tick = hprm.Timer(period="1ms")
+
+    @hprm.reaction(triggers="tick")
+    def boom(self, ctx):
+        self.log.append(ctx.elapsed)
+        if len(self.log) == 2:
+            raise ValueError("sensor unplugged")
+
+
+def test_a_raising_reaction_stops_its_federate_with_names_and_traceback():
+    log = []
+    prog = hprm.Program("raise", timeout="10ms")
+    prog.federate("f", Raiser, log)
+    with pytest.raises(RuntimeError) as e:
+        run(prog)
+    msg = str(e.value)
+    assert "reaction f.f.boom panicked" in msg
+    assert "ValueError: sensor unplugged" in msg
+    assert "in boom" in msg  # the traceback
+    assert len(log) == 2
+
+
+def test_on_error_continue_logs_and_goes_on():
+    log = []
+    prog = hprm.Program("raise", timeout="10ms", on_error="continue")
+    prog.federate("f", Raiser, log)
+    run(prog)
+    assert len(log) == 11
+
+
+class Sensor(hprm.Reactor):
+    def __init__(self, log):
+        self.log = log
+        self.reading = hprm.PhysicalAction()
+
+    @hprm.reaction(triggers="startup")
+    def start(self, ctx):
+        def feed():
+            for k in range(3):
+                time.sleep(0.002)
+                self.reading.schedule(k)
+
+        threading.Thread(target=feed, daemon=True).start()
+
+    @hprm.reaction(triggers="reading")
+    def read(self, ctx):
+        self.log.append(self.reading.value)
+        assert ctx.logical_time <= ctx.physical_time
+        if len(self.log) == 3:
+            ctx.request_stop()
+
+
+def test_physical_actions_from_another_thread():
+    log = []
+    prog = hprm.Program("sensor")
+    prog.federate("f", Sensor, log)
+    run(prog, fast=False)
+    assert log == [0, 1, 2]
+
+
+def test_bad_declarations_are_reported():
+    class Typo(hprm.Reactor):
+        @hprm.reaction(triggers="tick")
+        def r(self, ctx):
+            pass
+
+    prog = hprm.Program("bad")
+    with pytest.raises(ValueError, match="names 'tick' as a trigger, but the reactor has no such port"):
+        prog.federate("f", Typo)
+    with pytest.raises(ValueError, match="cannot read '5 parsecs' as a duration"):
+        hprm.duration_ns("5 parsecs")
+
+    prog = hprm.Program("dup")
+    prog.federate("f", Counter)
+    prog.federate("f", Counter)
+    with pytest.raises(ValueError, match='two federates are named "f"'):
+        prog.validate()
+
+
+def test_ports_are_only_usable_inside_reactions():
+    prog = hprm.Program("outside")
+    f = prog.federate("f")
+    r = f.reactor("r", Recorder, [])
+    with pytest.raises(RuntimeError, match="only inside a reaction"):
+        _ = r.instance.inp.value
