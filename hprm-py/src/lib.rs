@@ -1,0 +1,27 @@
+//! # hprm-py: the Python SDK's native half
+//!
+//! The `hprm` Python package (`python/hprm/`) is thin: reactors, ports and
+//! programs are declared in Python and run on the Rust runtime
+//! (`hprm-node`) through this extension module, `hprm._native`.
+//!
+//! - `codec`: Python values to payload bytes and back: the adaptive
+//!   serializer (scalars in-band as MessagePack, numpy arrays and large
+//!   byte buffers out-of-band through the object store, pickle 5 for the
+//!   rest), the same wire format as `hprm_node::payload`.
+//! - `view`: read-only Python buffers over store objects, the base of the
+//!   zero-copy numpy arrays receivers get.
+//! - `runtime`: programs of Python reactors, run by `hprm_node`.
+
+use pyo3::prelude::*;
+
+mod codec;
+mod runtime;
+mod view;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    codec::register(m)?;
+    view::register(m)?;
+    runtime::register(m)?;
+    Ok(())
+}
