@@ -42,6 +42,21 @@ from . import _native
 
 _native.init_logging()
 
+
+def _find_daemons() -> None:
+    """The launcher looks for hprm-store and hprm-rti in $HPRM_BIN_DIR: point
+    it at this environment's scripts (where install.sh puts them) unless
+    it is set."""
+    import sysconfig
+
+    for d in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        if d and os.path.exists(os.path.join(d, "hprm-store")):
+            os.environ.setdefault("HPRM_BIN_DIR", d)
+            return
+
+
+_find_daemons()
+
 __all__ = [
     "Reactor",
     "Input",

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Python SDK with everything it needs into a virtual
+# environment: the `hprm` package (built by maturin) and the daemons
+# `hprm-store` and `hprm-rti` (installed as scripts of the package, so they
+# land in the venv's bin/ where the launcher finds them).
+#   hprm-py/install.sh [VENV]      (default: .venv at the repository root)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="${1:-$root/.venv}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+
+echo "==> building the daemons (release)"
+cargo build --release --manifest-path "$root/Cargo.toml" -p hprm-store -p hprm-rti
+
+echo "==> staging them into the wheel (hprm-py/hprm.data/scripts)"
+mkdir -p "$root/hprm-py/hprm.data/scripts"
+cp "$CARGO_TARGET_DIR/release/hprm-store" "$CARGO_TARGET_DIR/release/hprm-rti" "$root/hprm-py/hprm.data/scripts/"
+
+echo "==> virtual environment $venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --upgrade pip >/dev/null
+"$venv/bin/pip" install -q maturin numpy pytest
+
+echo "==> building and installing the hprm wheel (maturin, release)"
+"$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"
+"$venv/bin/python" -c "import hprm, shutil; print('hprm installed; daemons:', shutil.which('hprm-store', path='$venv/bin'))"
