@@ -19,11 +19,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hprm_store::ObjectId;
+use hprm_store::{Object, ObjectId};
 use serde::de::DeserializeOwned;
 
 use super::buffer::Stored;
-use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_PICKLED, EXT_SPILLED};
+use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
 use super::msgpack::{Item, Reader};
 use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 use super::scoped::Installed;
@@ -52,12 +52,32 @@ impl Decoder {
     /// holding one store reference each; dropping the last clone releases
     /// it.
     pub fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, PayloadError> {
-        let Some(spilled) = SpilledMessage::from_payload(bytes)? else {
-            return self.decode_in_band(bytes);
-        };
+        match self.take_spilled(bytes)? {
+            // Held until the message is decoded, then released (settling
+            // this receiver's delivery of it).
+            Some(object) => self.decode_in_band(object.data()),
+            None => self.decode_in_band(bytes),
+        }
+    }
+
+    /// The store this decoder reads buffers from.
+    pub fn store(&self) -> &StoreLink {
+        &self.store
+    }
+
+    /// How long a get waits for an object that is not sealed yet.
+    pub fn get_timeout(&self) -> Duration {
+        self.get_timeout
+    }
+
+    /// If `payload` is a spilled message (ext 2), takes the store object
+    /// holding the real message: read the message from its data, then drop
+    /// it, which settles this receiver's delivery. `None` for an in-band
+    /// payload. For codecs that read the MessagePack themselves (the Python
+    /// SDK); [`Decoder::decode`] does this itself.
+    pub fn take_spilled(&self, payload: &[u8]) -> Result<Option<Object>, PayloadError> {
+        let Some(spilled) = SpilledMessage::from_payload(payload)? else { return Ok(None) };
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
-        // Held until the message is decoded, then released (settling this
-        // receiver's delivery of it).
         let object = client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?;
         if object.data().len() as u64 != spilled.nbytes {
             return Err(PayloadError::malformed(format!(
@@ -67,7 +87,29 @@ impl Decoder {
                 spilled.nbytes
             )));
         }
-        self.decode_in_band(object.data())
+        Ok(Some(object))
+    }
+
+    /// Validates an in-band message (one well-formed value, well-formed
+    /// buffer descriptors, no spilled-message reference inside) and returns
+    /// the distinct store objects it references, in order of appearance,
+    /// those of pickled objects' buffers included. With
+    /// [`Decoder::take`], what codecs reading the MessagePack themselves
+    /// use to take every object of a message in one round trip.
+    pub fn references(message: &[u8]) -> Result<Vec<ObjectId>, PayloadError> {
+        Ok(Scan::of(message)?.objects)
+    }
+
+    /// Takes the objects `ids` from the store, in one request, waiting up
+    /// to the decoder's timeout for any not sealed yet. Each holds one
+    /// reference until dropped; dropping it settles this receiver's
+    /// delivery.
+    pub fn take(&self, ids: &[ObjectId]) -> Result<Vec<Object>, PayloadError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: ids.len() })?;
+        client.get(ids, self.get_timeout).map_err(|e| PayloadError::from_store("get", 0, e))
     }
 
     fn decode_in_band<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, PayloadError> {
@@ -87,11 +129,7 @@ impl Decoder {
 
     /// Takes every referenced object, in one request.
     fn fetch(&self, ids: &[ObjectId]) -> Result<HashMap<ObjectId, Arc<Stored>>, PayloadError> {
-        if ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: ids.len() })?;
-        let objects = client.get(ids, self.get_timeout).map_err(|e| PayloadError::from_store("get", 0, e))?;
+        let objects = self.take(ids)?;
         Ok(objects.into_iter().map(|o| (o.id(), Arc::new(Stored::new(o, None)))).collect())
     }
 }
@@ -143,7 +181,7 @@ impl Scan {
                 Item::Leaf => 0,
                 Item::Array(n) => u64::from(n),
                 Item::Map(n) => 2 * u64::from(n),
-                Item::Ext(EXT_BUFFER, data) => {
+                Item::Ext(EXT_BUFFER | EXT_BYTES, data) => {
                     if let LocationRef::Store(id) = DescriptorRef::parse(data)?.location {
                         if seen.insert(id) {
                             self.objects.push(id);
@@ -211,7 +249,8 @@ pub(crate) fn buffer_from_ext(ty: i8, data: &[u8]) -> Result<Buffer, String> {
 
 fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
     match ty {
-        EXT_BUFFER => {}
+        // A byte string is a buffer to Rust.
+        EXT_BUFFER | EXT_BYTES => {}
         EXT_PICKLED => return Err(PayloadError::Pickled { len: data.len() }),
         EXT_SPILLED => return Err(PayloadError::malformed("a spilled-message reference (ext 2) where a buffer was expected")),
         other => return Err(PayloadError::malformed(format!("extension type {other} where a buffer (type {EXT_BUFFER}) was expected"))),

@@ -1,5 +1,6 @@
-//! The codec's extension values: [`BufferDescriptor`] (ext 1) and
-//! [`SpilledMessage`] (ext 2), their exact bytes, and their validation.
+//! The codec's extension values: [`BufferDescriptor`] (ext 1, and ext 4
+//! for byte strings) and [`SpilledMessage`] (ext 2), their exact bytes, and
+//! their validation.
 //!
 //! The layouts are specified in the [module docs](super#wire-format); this
 //! is the one implementation of them, public so that the Python SDK (built
@@ -16,6 +17,11 @@ pub const EXT_BUFFER: i8 = 1;
 pub const EXT_SPILLED: i8 = 2;
 /// MessagePack extension type of a pickled Python object (Python only).
 pub const EXT_PICKLED: i8 = 3;
+/// MessagePack extension type of a byte string sent as a buffer: the data
+/// of an ext 1 value, one dimension of `|u1`. Rust reads it as a
+/// [`super::Buffer`] like ext 1; Python gives it back as bytes, not as an
+/// array.
+pub const EXT_BYTES: i8 = 4;
 
 /// Most dimensions a descriptor may have (numpy's own limit is 64).
 pub const MAX_DIMS: usize = 64;

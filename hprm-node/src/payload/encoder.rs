@@ -1,5 +1,7 @@
-//! [`Encoder`]: values to payload bytes, large buffers into the store; and
-//! [`Loan`], a buffer written straight into the store.
+//! [`Encoder`]: values to payload bytes, large buffers into the store;
+//! [`Loan`], a buffer written straight into the store; and
+//! [`EncodeSession`], the same policy for codecs that write the MessagePack
+//! themselves (the Python SDK).
 //!
 //! `Buffer`'s `Serialize` cannot see the encoder through serde, so
 //! [`Encoder::encode`] installs an *encode context* in a thread-local for
@@ -21,7 +23,8 @@ use hprm_store::{CreateOptions, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
-use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage};
+use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_BYTES};
+use super::msgpack::Writer;
 use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 use super::scoped::Installed;
 
@@ -94,17 +97,7 @@ impl Encoder {
     /// appears several times in one message (clones of one `Buffer`) is
     /// stored once.
     pub fn encode<T: Serialize + ?Sized>(&self, value: &T, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
-        let context = Context {
-            store: self.store.clone(),
-            threshold: self.threshold,
-            deliveries,
-            wait_for_space: self.wait_for_space,
-            unsealed: Vec::new(),
-            placed: Vec::new(),
-            prepaid_taken: Vec::new(),
-            error: None,
-        };
-        let installed = Installed::new(&CONTEXT, context);
+        let installed = Installed::new(&CONTEXT, self.context(deliveries));
         let result = rmp_serde::to_vec_named(value);
         let mut context = installed.finish();
         let outcome = match result {
@@ -117,6 +110,29 @@ impl Encoder {
                 context.undo();
                 Err(e)
             }
+        }
+    }
+
+    /// Starts an encode driven by hand, for codecs that write the
+    /// MessagePack themselves (the Python SDK walks Python values, not
+    /// serde types): they write the message, call
+    /// [`EncodeSession::write_buffer`] for each buffer in it, and
+    /// [`EncodeSession::finish`] with the message. Deliveries, the
+    /// threshold and spilling are exactly those of [`Encoder::encode`].
+    pub fn session(&self, deliveries: u32) -> EncodeSession {
+        EncodeSession { encoder: self.clone(), context: self.context(deliveries), seen: Vec::new() }
+    }
+
+    fn context(&self, deliveries: u32) -> Context {
+        Context {
+            store: self.store.clone(),
+            threshold: self.threshold,
+            deliveries,
+            wait_for_space: self.wait_for_space,
+            unsealed: Vec::new(),
+            placed: Vec::new(),
+            prepaid_taken: Vec::new(),
+            error: None,
         }
     }
 
@@ -263,6 +279,106 @@ pub(crate) fn place(view: &View<'_>) -> Result<Vec<u8>, PayloadError> {
     let descriptor = DescriptorRef { dtype: view.dtype.clone(), shape: view.shape.to_vec(), strides: None, nbytes: view.bytes.len() as u64, location };
     descriptor.check()?;
     Ok(descriptor.encode())
+}
+
+/// One encode driven by hand, from [`Encoder::session`]: the caller writes
+/// the MessagePack message itself and has the session write its buffers
+/// (placing each inline or in the store by the encoder's policy), then
+/// [`EncodeSession::finish`]es it. Objects are created as buffers are
+/// written and sealed only by `finish`; a session dropped unfinished (an
+/// error midway) aborts them, so nothing is left pinned.
+pub struct EncodeSession {
+    encoder: Encoder,
+    context: Context,
+    /// Memory already stored by this session (address and length, from
+    /// [`EncodeSession::write_buffer`] with `stable`), so that the same
+    /// bytes met again in the message are stored once.
+    seen: Vec<((usize, usize), ObjectId)>,
+}
+
+impl EncodeSession {
+    /// Appends to `out` the extension value of one C-contiguous buffer of
+    /// `shape` elements of `dtype`: its bytes inline when under the
+    /// threshold, else copied once into a new store object created with the
+    /// session's deliveries. `ext` is [`EXT_BUFFER`] (an array) or
+    /// [`EXT_BYTES`] (a byte string: `dtype` must be `|u1` and `shape` one
+    /// dimension). Returns the store object, if the bytes went there.
+    ///
+    /// `stable` says that `bytes` belong to the value being encoded and stay
+    /// where they are until [`EncodeSession::finish`] (not a temporary
+    /// copy): then a buffer over the same memory met again in this message
+    /// refers to the object already written instead of storing it twice.
+    ///
+    /// Creating an object is a round trip to the store: callers holding a
+    /// lock (Python's GIL) should release it around large buffers.
+    pub fn write_buffer(
+        &mut self,
+        out: &mut Vec<u8>,
+        ext: i8,
+        dtype: &Dtype,
+        shape: &[usize],
+        bytes: &[u8],
+        stable: bool,
+    ) -> Result<Option<ObjectId>, PayloadError> {
+        match ext {
+            EXT_BUFFER => {}
+            EXT_BYTES if *dtype == Dtype::U8 && shape.len() == 1 => {}
+            EXT_BYTES => {
+                return Err(PayloadError::Serialize {
+                    message: format!("a byte string (ext {EXT_BYTES}) must be one dimension of |u1, not {shape:?} of {dtype}"),
+                })
+            }
+            other => return Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") }),
+        }
+        let key = (bytes.as_ptr() as usize, bytes.len());
+        let known = if stable { self.seen.iter().find(|(k, _)| *k == key).map(|(_, id)| *id) } else { None };
+        let location = match known {
+            Some(id) => LocationRef::Store(id),
+            None => self.context.place(&View { dtype, shape, bytes, data: None })?,
+        };
+        let id = match location {
+            LocationRef::Store(id) => Some(id),
+            LocationRef::Inline(_) => None,
+        };
+        if let (Some(id), true, None) = (id, stable, known) {
+            self.seen.push((key, id));
+        }
+        let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes: bytes.len() as u64, location };
+        descriptor.check()?;
+        let data = descriptor.encode();
+        Writer(out).ext_header(ext, data.len());
+        out.extend_from_slice(&data);
+        Ok(id)
+    }
+
+    /// Ends the encode with the complete `message`: spills it into the
+    /// store when it is over the in-band limit, seals every object, and
+    /// returns the payload bytes to send. On failure every object is
+    /// aborted.
+    pub fn finish(mut self, message: Vec<u8>) -> Result<Vec<u8>, PayloadError> {
+        let outcome = self.encoder.spill_if_large(message, &mut self.context);
+        match outcome.and_then(|bytes| self.context.seal_all().map(|()| bytes)) {
+            Ok(bytes) => Ok(bytes),
+            Err(e) => {
+                self.context.undo();
+                Err(e)
+            }
+        }
+    }
+
+    /// The encoder this session follows.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
+    }
+}
+
+impl std::fmt::Debug for EncodeSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodeSession")
+            .field("deliveries", &self.context.deliveries)
+            .field("unsealed", &self.context.unsealed.len())
+            .finish()
+    }
 }
 
 /// A buffer being written in place in the store, from [`Encoder::loan`].

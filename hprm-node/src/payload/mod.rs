@@ -23,7 +23,10 @@
 //!   [`Buffer`]s backed by the store object.
 //! - [`StoreLink`]: the lazily connected store both share.
 //! - [`BufferDescriptor`], [`SpilledMessage`]: the extension values below,
-//!   public for the Python SDK.
+//!   public for the Python SDK, which writes and reads the MessagePack
+//!   itself and applies the same policy through [`EncodeSession`]
+//!   ([`Encoder::session`]) and [`Decoder::take_spilled`],
+//!   [`Decoder::references`] and [`Decoder::take`].
 //! - [`PayloadError`]: every failure, as a sentence saying what to do.
 //!
 //! ```no_run
@@ -74,7 +77,7 @@
 //! **Ext type 1, buffer descriptor.** The data is a MessagePack array of 5:
 //!
 //! ```text
-//! [ dtype:    str                      numpy's dtype.str: "<f4", "|u1", "<M8[ns]" (never "O")
+//! [ dtype:    str                      numpy's dtype.str: "<f4", "|u1", "<M8[ns]" (never "O", never structured)
 //!   shape:    array of uint            elements per dimension, outermost first (at most 64)
 //!   strides:  nil | array of int       byte strides per dimension; nil = C-contiguous
 //!   nbytes:   uint                     length of the bytes = itemsize * product(shape) when strides is nil
@@ -82,6 +85,12 @@
 //!           | [ bin(20) ]              a 1-element array: the store object holding exactly nbytes bytes
 //! ]
 //! ```
+//!
+//! The dtype is always a plain one ([`Dtype`]'s grammar): numpy's
+//! `dtype.str` of a structured dtype (`|V12`) would lose its fields, so
+//! Python sends structured and record arrays pickled (ext 3), their bytes
+//! still out-of-band as the pickle's buffers; a plain `|V` dtype (no
+//! fields) is an ordinary buffer.
 //!
 //! Writers always send C-contiguous buffers with strides nil; Rust readers
 //! accept strides only when they describe the C-contiguous layout (numpy
@@ -95,6 +104,15 @@
 //! c4 03 01 02 03                 bin [1 2 3] ]
 //! ```
 //!
+//! **Ext type 4, byte string.** The same data as ext 1, with dtype `|u1`
+//! and one dimension: a Python `bytes`, `bytearray` or `memoryview` at or
+//! over the threshold (smaller ones are plain MessagePack bin). The type
+//! is what tells a Python receiver to give back bytes (a read-only
+//! `memoryview` over the store object, or `bytes` when copying) rather than
+//! a numpy `uint8` array, which is what ext 1 of `|u1` gives. Rust reads it
+//! exactly as ext 1 (a [`Buffer`], or a `Vec<u8>` through [`oob`]); Rust
+//! itself always writes ext 1.
+//!
 //! **Ext type 2, spilled message.** When the encoded message exceeds
 //! [`MAX_INLINE`] bytes, it is written into one store object (created with
 //! the same deliveries), and the payload is instead this single ext value,
@@ -106,7 +124,8 @@
 //! **Ext type 3, pickled Python object.** Python-only: Python falls back to
 //! pickle (protocol 5) for values it cannot express otherwise. The data is
 //! the array `[ bin pickle, array of ext 1 ]`, the ext 1 values being the
-//! pickle's out-of-band buffers in order. Rust refuses it
+//! pickle's out-of-band buffers in order (each its raw bytes: `|u1`, one
+//! dimension). Rust refuses it
 //! ([`PayloadError::Pickled`]), after taking and releasing the store objects
 //! its buffers reference, so their deliveries are settled.
 //!
@@ -114,10 +133,12 @@
 //! bytes (64-byte aligned by the store), metadata empty, created with the
 //! message's delivery count and sealed before the payload is sent. A
 //! receiver takes each distinct object its payload references once, and
-//! releases it when done. Any extension type other than 1–3 belongs to the
+//! releases it when done. Any extension type other than 1–4 belongs to the
 //! value's own types and is left to them.
 
 mod buffer;
+#[doc(hidden)]
+pub mod conformance;
 mod decoder;
 mod descriptor;
 mod dtype;
@@ -132,9 +153,9 @@ use std::time::Duration;
 
 pub use buffer::Buffer;
 pub use decoder::Decoder;
-pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_BUFFER, EXT_PICKLED, EXT_SPILLED, MAX_DIMS};
+pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, MAX_DIMS};
 pub use dtype::{Dtype, Element};
-pub use encoder::{Encoder, Loan};
+pub use encoder::{EncodeSession, Encoder, Loan};
 pub use error::PayloadError;
 pub use store::StoreLink;
 

@@ -327,3 +327,80 @@ fn types_cross_threads() {
     send_sync::<PayloadError>();
     send::<Loan>();
 }
+
+#[test]
+fn a_session_writes_what_encode_writes() {
+    // The wire example of the module docs, written by hand.
+    let mut session = Encoder::default().session(1);
+    let mut message = vec![0x81, 0xa1, b'a'];
+    let placed = session.write_buffer(&mut message, EXT_BUFFER, &Dtype::U8, &[3], &[1, 2, 3], true).unwrap();
+    assert_eq!(placed, None, "under the threshold: inline");
+    let bytes = session.finish(message).unwrap();
+    let mut value = BTreeMap::new();
+    value.insert("a", Buffer::from_vec(vec![1, 2, 3]));
+    assert_eq!(bytes, Encoder::default().encode(&value, 1).unwrap());
+    // Over the threshold and no store: the encoder's own error.
+    let mut session = Encoder::new(StoreLink::none(), 4).session(1);
+    let e = session.write_buffer(&mut Vec::new(), EXT_BUFFER, &Dtype::U8, &[4], &[0; 4], false).unwrap_err();
+    assert!(matches!(e, PayloadError::NoStoreForBuffer { nbytes: 4, threshold: 4 }), "{e:?}");
+    // A message over the in-band limit needs a store to spill into.
+    let session = Encoder::default().session(1);
+    let e = session.finish(vec![0xc0; MAX_INLINE + 1]).unwrap_err();
+    assert!(matches!(e, PayloadError::NoStoreForMessage { .. }), "{e:?}");
+    // Shape and length must agree, as for any descriptor.
+    let mut session = Encoder::default().session(1);
+    assert!(matches!(session.write_buffer(&mut Vec::new(), EXT_BUFFER, &Dtype::F32, &[2], &[0; 4], false), Err(PayloadError::Shape { .. })));
+}
+
+#[test]
+fn byte_strings_are_buffers_to_rust() {
+    let mut session = Encoder::default().session(1);
+    let mut message = Vec::new();
+    session.write_buffer(&mut message, EXT_BYTES, &Dtype::U8, &[5], b"hello", false).unwrap();
+    let bytes = session.finish(message).unwrap();
+    // 16 bytes of descriptor: a fixext 16 of type 4.
+    assert_eq!(&bytes[..2], &[0xd8, EXT_BYTES as u8], "an ext 4 of ext 1's data");
+    assert_eq!(&bytes[2..], &BufferDescriptor { dtype: Dtype::U8, shape: vec![5], strides: None, nbytes: 5, location: Location::Inline(b"hello".to_vec()) }.encode().unwrap()[..]);
+    let b: Buffer = Decoder::default().decode(&bytes).unwrap();
+    assert_eq!((b.dtype(), b.shape(), b.bytes()), (&Dtype::U8, &[5usize][..], &b"hello"[..]));
+    #[derive(Deserialize)]
+    struct Raw {
+        #[serde(with = "oob")]
+        raw: Vec<u8>,
+    }
+    let mut message = vec![0x81, 0xa3, b'r', b'a', b'w'];
+    let mut session = Encoder::default().session(1);
+    session.write_buffer(&mut message, EXT_BYTES, &Dtype::U8, &[2], &[7, 8], false).unwrap();
+    let raw: Raw = Decoder::default().decode(&session.finish(message).unwrap()).unwrap();
+    assert_eq!(raw.raw, [7, 8]);
+    // Only one dimension of |u1 is a byte string.
+    let mut session = Encoder::default().session(1);
+    let e = session.write_buffer(&mut Vec::new(), EXT_BYTES, &Dtype::F32, &[1], &[0; 4], false).unwrap_err();
+    assert!(e.to_string().contains("byte string"), "{e}");
+    assert!(session.write_buffer(&mut Vec::new(), 9, &Dtype::U8, &[1], &[0], false).is_err());
+}
+
+#[test]
+fn references_are_found_in_buffers_byte_strings_and_pickles() {
+    let id = |n: u8| hprm_store::ObjectId::from_bytes([n; 20]);
+    let stored = |n: u8| BufferDescriptor { dtype: Dtype::U8, shape: vec![70_000], strides: None, nbytes: 70_000, location: Location::Store(id(n)) };
+    let mut pickle = Vec::new();
+    let mut w = msgpack::Writer(&mut pickle);
+    w.array_len(2);
+    w.bin(b"\x80\x05");
+    w.array_len(1);
+    let d3 = stored(3).encode().unwrap();
+    w.ext_header(EXT_BUFFER, d3.len());
+    pickle.extend_from_slice(&d3);
+    let mut message = vec![0x94];
+    message.extend_from_slice(&ext_payload(EXT_BUFFER, &stored(1).encode().unwrap()));
+    message.extend_from_slice(&ext_payload(EXT_BYTES, &stored(2).encode().unwrap()));
+    message.extend_from_slice(&ext_payload(EXT_PICKLED, &pickle));
+    message.extend_from_slice(&ext_payload(EXT_BUFFER, &stored(1).encode().unwrap()));
+    assert_eq!(Decoder::references(&message).unwrap(), [id(1), id(2), id(3)], "each object once, in order");
+    assert!(matches!(Decoder::references(&message[..message.len() - 1]), Err(PayloadError::Malformed { .. })));
+    // In-band payloads are not spilled; without a store nothing can be taken.
+    assert!(Decoder::default().take_spilled(&message).unwrap().is_none());
+    assert!(matches!(Decoder::default().take(&[id(1)]), Err(PayloadError::NoStoreForReceive { count: 1 })));
+    assert!(Decoder::default().take(&[]).unwrap().is_empty());
+}

@@ -1,0 +1,1058 @@
+//! Python values to payload bytes and back: the adaptive serializer of the
+//! Python SDK. It writes and reads exactly the wire format of
+//! `hprm_node::payload` (whose module docs specify the bytes), so Rust and
+//! Python federates read each other's messages, and it applies the same
+//! policy through the same code: buffers go out-of-band into the store at
+//! or over the threshold ([`hprm_node::payload::EncodeSession`]), messages
+//! over the in-band limit are spilled, and a receiver takes every object a
+//! message references in one round trip ([`Decoder::references`],
+//! [`Decoder::take`]).
+//!
+//! # What each Python value becomes
+//!
+//! | sent | on the wire | a Python receiver gets |
+//! |---|---|---|
+//! | `None`, `bool`, `float` | nil, bool, float 64 | the same |
+//! | `int` in the 64-bit range (signed or unsigned) | int, smallest form | `int` |
+//! | `str` | str | `str` |
+//! | `bytes`, `bytearray`, `memoryview` under the threshold | bin | `bytes` |
+//! | the same at or over the threshold | ext 4 (byte string), in the store | a read-only `memoryview` over the store object (zero copy); `bytes` with `copy=True` |
+//! | `list`, `tuple` | array | `list`: MessagePack has no tuple (Rust tuples and tuple structs are arrays too) |
+//! | `dict` keyed by `str`, `int`, `bytes`, `bool`, `float`, `None` | map | `dict`; array keys (Rust tuples) come back as tuples |
+//! | `numpy.ndarray` of a plain dtype: bool, ints, floats, complex, datetime64/timedelta64, `S`, `U`, unstructured `V`; any shape (0-d, empty), any layout | ext 1: `dtype.str`, shape, the bytes in C order (a non-contiguous array is made contiguous first: one copy); inline under the threshold, else in the store | an `ndarray` of the same dtype and shape: inline ones as private writable arrays; stored ones as read-only arrays over the store object (zero copy), private writable copies with `copy=True` |
+//! | numpy scalars of kind bool, int, uint, float (up to 64 bits) | bool, int, float | `bool`, `int`, `float` |
+//! | anything else: other classes, subclasses of the types above, sets, structured and record arrays, object arrays, ints over 64 bits, other numpy scalars | ext 3: pickle protocol 5, whose out-of-band buffers (numpy data) are ext 1 values, each in the store when large | the unpickled object, its arrays read-only views over the store unless `copy=True` |
+//!
+//! Structured dtypes go through pickle because `dtype.str` (`|V12`) would
+//! lose their fields; their data is still a pickle buffer, out-of-band and
+//! zero-copy like any array. Unpickling runs code of the sender's choosing:
+//! connect only federates you trust (as with any pickle).
+//!
+//! A store object stays referenced by the receiver while anything built on
+//! it lives: numpy arrays and memoryviews hold a [`SharedBuffer`], which
+//! releases the object (settling this receiver's delivery) when the last of
+//! them is garbage-collected. A received array sent again is copied into a
+//! new object, as in Rust: its deliveries belong to its first sender.
+//!
+//! The GIL is released around every store round trip and large copy into
+//! the store; Python objects are only touched with it held.
+//!
+//! Python API (in `hprm._native`): [`Codec`], `PayloadError`, and for the
+//! tests of cross-language compatibility `_rust_encode_example`,
+//! `_rust_decode_check` and `_rust_decode_buffer`.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hprm_node::payload::conformance::Sample;
+use hprm_node::payload::{
+    Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink, DEFAULT_GET_TIMEOUT,
+    DEFAULT_THRESHOLD, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
+};
+use hprm_store::{Object, ObjectId};
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple, PyType};
+use pyo3::{create_exception, ffi, intern};
+
+use crate::view::SharedBuffer;
+
+create_exception!(
+    hprm,
+    PayloadError,
+    PyException,
+    "A value could not be encoded into a payload, or a payload could not be decoded; the message says what was wrong and what to do."
+);
+
+/// Deepest nesting of containers encoded (Rust readers accept 1024; this
+/// also bounds the recursion of the walk).
+const MAX_DEPTH: usize = 1000;
+
+/// The error raised for a codec error.
+pub(crate) fn payload_error(e: CodecError) -> PyErr {
+    PayloadError::new_err(e.to_string())
+}
+
+fn malformed(detail: impl std::fmt::Display) -> PyErr {
+    payload_error(CodecError::Malformed { detail: detail.to_string() })
+}
+
+/// Python objects the codec uses, imported once.
+static NDARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+static GENERIC: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+static DTYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+static ASCONTIGUOUS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static DUMPS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+
+// ---------------------------------------------------------------------------
+// Encoding
+
+/// Encodes `value` for `deliveries` receivers with `encoder`'s store,
+/// threshold and in-band limit: the payload bytes to send.
+pub fn encode(py: Python<'_>, value: &Bound<'_, PyAny>, encoder: &Encoder, deliveries: u32) -> PyResult<Vec<u8>> {
+    let mut walk = Walk { py, session: encoder.session(deliveries), threshold: encoder.threshold(), held: Vec::new() };
+    let mut message = Vec::new();
+    walk.value(&mut message, value, 0)?;
+    // On an error above, dropping the walk drops its session, which aborts
+    // the objects it created.
+    let Walk { session, held, .. } = walk;
+    let sent = py.allow_threads(move || session.finish(message));
+    // Only now may the memory of what was stored move or be reused.
+    drop(held);
+    sent.map_err(payload_error)
+}
+
+/// Keeps memory written to the store where it is until the encode ends, so
+/// that [`EncodeSession`]'s "same memory, same object" holds. Never read:
+/// holding (and dropping) is the point.
+#[allow(dead_code)]
+enum Held {
+    Export(RawBuffer),
+    Object(Py<PyAny>),
+}
+
+/// One encode: the walk over the value, writing MessagePack.
+struct Walk<'py> {
+    py: Python<'py>,
+    session: EncodeSession,
+    threshold: usize,
+    held: Vec<Held>,
+}
+
+impl<'py> Walk<'py> {
+    fn value(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>, depth: usize) -> PyResult<()> {
+        if depth > MAX_DEPTH {
+            return Err(PayloadError::new_err(format!(
+                "the value is nested more than {MAX_DEPTH} containers deep (does it contain itself?); flatten it"
+            )));
+        }
+        if v.is_none() {
+            out.push(0xc0);
+        } else if let Ok(b) = v.downcast_exact::<PyBool>() {
+            out.push(if b.is_true() { 0xc3 } else { 0xc2 });
+        } else if v.is_exact_instance_of::<PyInt>() {
+            if let Ok(i) = v.extract::<i64>() {
+                write_int(out, i);
+            } else if let Ok(u) = v.extract::<u64>() {
+                write_uint(out, u);
+            } else {
+                // Beyond MessagePack's integers.
+                return self.pickle(out, v);
+            }
+        } else if let Ok(f) = v.downcast_exact::<PyFloat>() {
+            out.push(0xcb);
+            out.extend_from_slice(&f.value().to_be_bytes());
+        } else if let Ok(s) = v.downcast_exact::<PyString>() {
+            match s.to_str() {
+                Ok(text) => write_str(out, text)?,
+                // Lone surrogates are not UTF-8; pickle keeps them.
+                Err(_) => return self.pickle(out, v),
+            }
+        } else if let Ok(b) = v.downcast_exact::<PyBytes>() {
+            self.byte_string(out, b.as_bytes(), || Held::Object(v.clone().unbind()))?;
+        } else if v.is_exact_instance_of::<PyByteArray>() || v.is_exact_instance_of::<PyMemoryView>() {
+            match RawBuffer::get(v) {
+                // The export keeps the memory in place (a bytearray cannot
+                // resize while exported).
+                Ok(buffer) => {
+                    if buffer.bytes().len() < self.threshold {
+                        write_bin(out, buffer.bytes())?;
+                    } else if self.place(out, EXT_BYTES, &Dtype::U8, &[buffer.bytes().len()], buffer.bytes())?.is_some() {
+                        self.held.push(Held::Export(buffer));
+                    }
+                }
+                // A non-contiguous memoryview: its bytes in C order.
+                Err(_) => {
+                    let copy = v.call_method0(intern!(self.py, "tobytes"))?.downcast_into::<PyBytes>()?;
+                    self.byte_string(out, copy.as_bytes(), || Held::Object(copy.clone().into_any().unbind()))?;
+                }
+            }
+        } else if let Ok(list) = v.downcast_exact::<PyList>() {
+            // A snapshot: pickling an element runs Python code, which could
+            // change the list after its length was written.
+            let items = list.to_tuple();
+            write_container_len(out, 0x90, 0xdc, 0xdd, items.len())?;
+            for item in items.iter() {
+                self.value(out, &item, depth + 1)?;
+            }
+        } else if let Ok(tuple) = v.downcast_exact::<PyTuple>() {
+            write_container_len(out, 0x90, 0xdc, 0xdd, tuple.len())?;
+            for item in tuple.iter() {
+                self.value(out, &item, depth + 1)?;
+            }
+        } else if let Ok(dict) = v.downcast_exact::<PyDict>() {
+            // A snapshot, as for lists.
+            let items = dict.items();
+            let mut pairs = Vec::with_capacity(items.len());
+            for pair in items.iter() {
+                let (key, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.extract()?;
+                if !self.plain_key(&key) {
+                    // Tuple keys and the like: Python-only.
+                    return self.pickle(out, v);
+                }
+                pairs.push((key, value));
+            }
+            write_container_len(out, 0x80, 0xde, 0xdf, pairs.len())?;
+            for (key, value) in &pairs {
+                self.value(out, key, depth + 1)?;
+                self.value(out, value, depth + 1)?;
+            }
+        } else if v.get_type().is(imported_type(self.py, &NDARRAY, "numpy", "ndarray")?) {
+            self.array(out, v)?;
+        } else if v.is_instance(imported_type(self.py, &GENERIC, "numpy", "generic")?)? {
+            self.numpy_scalar(out, v)?;
+        } else {
+            return self.pickle(out, v);
+        }
+        Ok(())
+    }
+
+    /// Whether `key` is a map key every reader handles (a scalar).
+    fn plain_key(&self, key: &Bound<'py, PyAny>) -> bool {
+        key.is_none()
+            || key.is_exact_instance_of::<PyBool>()
+            || key.is_exact_instance_of::<PyFloat>()
+            || (key.is_exact_instance_of::<PyInt>() && (key.extract::<i64>().is_ok() || key.extract::<u64>().is_ok()))
+            || key.downcast_exact::<PyString>().is_ok_and(|s| s.to_str().is_ok())
+            || key.downcast_exact::<PyBytes>().is_ok_and(|b| b.as_bytes().len() < self.threshold)
+    }
+
+    /// A byte string: bin under the threshold, else ext 4 in the store.
+    /// `hold` keeps `bytes` where they are, called if they were stored.
+    fn byte_string(&mut self, out: &mut Vec<u8>, bytes: &[u8], hold: impl FnOnce() -> Held) -> PyResult<()> {
+        if bytes.len() < self.threshold {
+            return write_bin(out, bytes);
+        }
+        if self.place(out, EXT_BYTES, &Dtype::U8, &[bytes.len()], bytes)?.is_some() {
+            self.held.push(hold());
+        }
+        Ok(())
+    }
+
+    /// Writes one buffer through the session, without the GIL when it goes
+    /// to the store (a round trip and a large copy).
+    fn place(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], bytes: &[u8]) -> PyResult<Option<ObjectId>> {
+        let session = &mut self.session;
+        let placed = if bytes.len() >= self.threshold {
+            self.py.allow_threads(|| session.write_buffer(out, ext, dtype, shape, bytes, true))
+        } else {
+            session.write_buffer(out, ext, dtype, shape, bytes, true)
+        };
+        placed.map_err(payload_error)
+    }
+
+    fn array(&mut self, out: &mut Vec<u8>, array: &Bound<'py, PyAny>) -> PyResult<()> {
+        let py = self.py;
+        let dtype = array.getattr(intern!(py, "dtype"))?;
+        let Some(dtype) = plain_dtype(&dtype)? else { return self.pickle(out, array) };
+        let shape: Vec<usize> = array.getattr(intern!(py, "shape"))?.extract()?;
+        let contiguous: bool = array.getattr(intern!(py, "flags"))?.getattr(intern!(py, "c_contiguous"))?.extract()?;
+        let source = if contiguous {
+            array.clone()
+        } else {
+            // Fortran order, strided, negative strides: one copy into C order.
+            imported(py, &ASCONTIGUOUS, "numpy", "ascontiguousarray")?.call1((array,))?
+        };
+        let buffer = RawBuffer::get(&source)?;
+        if self.place(out, EXT_BUFFER, &dtype, &shape, buffer.bytes())?.is_some() {
+            self.held.push(Held::Export(buffer));
+        }
+        Ok(())
+    }
+
+    /// numpy's bool, integer and float scalars as plain MessagePack (what a
+    /// Rust field of that type reads); other scalars (complex, datetime,
+    /// long double, ...) are pickled, keeping their type.
+    fn numpy_scalar(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<()> {
+        let py = self.py;
+        let dtype = v.getattr(intern!(py, "dtype"))?;
+        let kind: String = dtype.getattr(intern!(py, "kind"))?.extract()?;
+        let itemsize: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+        let item = v.call_method0(intern!(py, "item"))?;
+        match kind.as_str() {
+            "b" => out.push(if item.is_truthy()? { 0xc3 } else { 0xc2 }),
+            "i" | "u" => match (item.extract::<i64>(), item.extract::<u64>()) {
+                (Ok(i), _) => write_int(out, i),
+                (_, Ok(u)) => write_uint(out, u),
+                _ => return self.pickle(out, v),
+            },
+            "f" if itemsize <= 8 => {
+                out.push(0xcb);
+                out.extend_from_slice(&item.extract::<f64>()?.to_be_bytes());
+            }
+            _ => return self.pickle(out, v),
+        }
+        Ok(())
+    }
+
+    /// Ext 3: `[bin pickle, [ext 1 per out-of-band buffer]]`.
+    fn pickle(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<()> {
+        let py = self.py;
+        let buffers = PyList::empty(py);
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "protocol"), 5)?;
+        kwargs.set_item(intern!(py, "buffer_callback"), buffers.getattr(intern!(py, "append"))?)?;
+        let pickled = imported(py, &DUMPS, "pickle", "dumps")?.call((v,), Some(&kwargs)).map_err(|e| {
+            let type_name = v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+            let err = PayloadError::new_err(format!(
+                "cannot send a value of type {type_name}: it is not a plain value, numpy array or byte string, \
+                 and pickling it failed: {e}; send its data as plain values or arrays instead"
+            ));
+            err.set_cause(py, Some(e));
+            err
+        })?;
+        let pickled = pickled.downcast_into::<PyBytes>()?;
+        let mut data = Vec::new();
+        data.push(0x92);
+        write_bin(&mut data, pickled.as_bytes())?;
+        write_container_len(&mut data, 0x90, 0xdc, 0xdd, buffers.len())?;
+        for buffer in buffers.iter() {
+            // The raw bytes, one dimension of |u1 (the unpickler gives them
+            // back to numpy, which knows dtype and shape).
+            let raw = buffer.call_method0(intern!(py, "raw")).map_err(|e| {
+                PayloadError::new_err(format!("pickle produced an out-of-band buffer that is not contiguous ({e}); cannot send it"))
+            })?;
+            let raw = RawBuffer::get(&raw)?;
+            let len = raw.bytes().len();
+            if self.place(&mut data, EXT_BUFFER, &Dtype::U8, &[len], raw.bytes())?.is_some() {
+                self.held.push(Held::Export(raw));
+            }
+        }
+        write_ext_header(out, EXT_PICKLED, data.len())?;
+        out.extend_from_slice(&data);
+        Ok(())
+    }
+}
+
+/// The wire dtype of a numpy dtype that travels as a buffer: a plain one
+/// (no fields, no subarray, no objects, non-zero size), by its `str`.
+fn plain_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<Dtype>> {
+    let py = dtype.py();
+    if dtype.getattr(intern!(py, "hasobject"))?.is_truthy()?
+        || !dtype.getattr(intern!(py, "fields"))?.is_none()
+        || !dtype.getattr(intern!(py, "subdtype"))?.is_none()
+    {
+        return Ok(None);
+    }
+    let kind: String = dtype.getattr(intern!(py, "kind"))?.extract()?;
+    let itemsize: usize = dtype.getattr(intern!(py, "itemsize"))?.extract()?;
+    if !matches!(kind.as_str(), "b" | "i" | "u" | "f" | "c" | "m" | "M" | "S" | "U" | "V") || itemsize == 0 {
+        return Ok(None);
+    }
+    let text: String = dtype.getattr(intern!(py, "str"))?.extract()?;
+    // Anything the wire grammar cannot carry is pickled instead.
+    Ok(Dtype::parse(&text).ok())
+}
+
+// ---------------------------------------------------------------------------
+// MessagePack writing, smallest forms (as rmp and msgpack-python write).
+
+fn write_uint(out: &mut Vec<u8>, v: u64) {
+    match v {
+        0..=0x7f => out.push(v as u8),
+        0x80..=0xff => out.extend_from_slice(&[0xcc, v as u8]),
+        0x100..=0xffff => {
+            out.push(0xcd);
+            out.extend_from_slice(&(v as u16).to_be_bytes());
+        }
+        0x1_0000..=0xffff_ffff => {
+            out.push(0xce);
+            out.extend_from_slice(&(v as u32).to_be_bytes());
+        }
+        _ => {
+            out.push(0xcf);
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+}
+
+fn write_int(out: &mut Vec<u8>, v: i64) {
+    if v >= 0 {
+        write_uint(out, v as u64);
+    } else if v >= -32 {
+        out.push(v as i8 as u8);
+    } else if v >= i64::from(i8::MIN) {
+        out.extend_from_slice(&[0xd0, v as i8 as u8]);
+    } else if v >= i64::from(i16::MIN) {
+        out.push(0xd1);
+        out.extend_from_slice(&(v as i16).to_be_bytes());
+    } else if v >= i64::from(i32::MIN) {
+        out.push(0xd2);
+        out.extend_from_slice(&(v as i32).to_be_bytes());
+    } else {
+        out.push(0xd3);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// A length that MessagePack can carry (at most 2^32 - 1).
+fn wire_len(len: usize, what: &str) -> PyResult<u32> {
+    u32::try_from(len).map_err(|_| PayloadError::new_err(format!("{what} of {len} elements or bytes is over MessagePack's 4 GiB limit")))
+}
+
+/// An array (`fix` 0x90, 0xdc, 0xdd) or map (0x80, 0xde, 0xdf) header.
+fn write_container_len(out: &mut Vec<u8>, fix: u8, m16: u8, m32: u8, len: usize) -> PyResult<()> {
+    let len = wire_len(len, "a list or dict")?;
+    match len {
+        0..=15 => out.push(fix | len as u8),
+        16..=0xffff => {
+            out.push(m16);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(m32);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    Ok(())
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) -> PyResult<()> {
+    let len = wire_len(s.len(), "a string")?;
+    match len {
+        0..=31 => out.push(0xa0 | len as u8),
+        32..=0xff => out.extend_from_slice(&[0xd9, len as u8]),
+        0x100..=0xffff => {
+            out.push(0xda);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(0xdb);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+fn write_bin(out: &mut Vec<u8>, data: &[u8]) -> PyResult<()> {
+    let len = wire_len(data.len(), "a byte string")?;
+    match len {
+        0..=0xff => out.extend_from_slice(&[0xc4, len as u8]),
+        0x100..=0xffff => {
+            out.push(0xc5);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(0xc6);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    out.extend_from_slice(data);
+    Ok(())
+}
+
+fn write_ext_header(out: &mut Vec<u8>, ty: i8, len: usize) -> PyResult<()> {
+    let len = wire_len(len, "an extension value")?;
+    match len {
+        1 => out.push(0xd4),
+        2 => out.push(0xd5),
+        4 => out.push(0xd6),
+        8 => out.push(0xd7),
+        16 => out.push(0xd8),
+        0..=0xff => out.extend_from_slice(&[0xc7, len as u8]),
+        0x100..=0xffff => {
+            out.push(0xc8);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(0xc9);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    out.push(ty as u8);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Decoding
+
+/// Decodes one payload (from Rust or Python senders) into Python values,
+/// taking the store objects it references; see the module docs for what
+/// each wire value becomes. `copy` gives private, writable copies instead
+/// of read-only views over the store.
+pub fn decode(py: Python<'_>, bytes: &[u8], decoder: &Decoder, copy: bool) -> PyResult<PyObject> {
+    let (spilled, objects) = py.allow_threads(|| take_all(bytes, decoder)).map_err(payload_error)?;
+    let message = spilled.as_ref().map_or(bytes, Object::data);
+    let arena_size = match (objects.is_empty(), decoder.store().client()) {
+        (false, Ok(Some(client))) => client.arena_size(),
+        _ => 0,
+    };
+    let mut build = Build {
+        py,
+        copy,
+        objects: objects.into_iter().map(|o| (o.id(), Arc::new(o))).collect(),
+        views: HashMap::new(),
+        dtypes: HashMap::new(),
+        arena_size,
+    };
+    let mut r = Reader::new(message);
+    let value = build.value(&mut r, 0, false)?;
+    if r.remaining() != 0 {
+        return Err(malformed(format!("{} stray bytes after the message", r.remaining())));
+    }
+    // The spilled message's object is released here: everything built from
+    // it was copied out (only out-of-band buffers are viewed in place).
+    drop(spilled);
+    Ok(value.unbind())
+}
+
+/// The store round trips of a decode: the spilled message's object, if
+/// any, then every object the message references, in one get.
+fn take_all(payload: &[u8], decoder: &Decoder) -> Result<(Option<Object>, Vec<Object>), CodecError> {
+    let spilled = decoder.take_spilled(payload)?;
+    let message = spilled.as_ref().map_or(payload, Object::data);
+    let ids = Decoder::references(message)?;
+    let objects = decoder.take(&ids)?;
+    Ok((spilled, objects))
+}
+
+/// One decode: Python values from the message.
+struct Build<'py> {
+    py: Python<'py>,
+    copy: bool,
+    /// Every object the message references, taken.
+    objects: HashMap<ObjectId, Arc<Object>>,
+    /// One view per object, shared by every buffer over it.
+    views: HashMap<ObjectId, Bound<'py, SharedBuffer>>,
+    dtypes: HashMap<String, Bound<'py, PyAny>>,
+    arena_size: u64,
+}
+
+impl<'py> Build<'py> {
+    /// The next value; `as_key` for a map key (arrays become tuples, which
+    /// Python can hash).
+    fn value(&mut self, r: &mut Reader<'_>, depth: usize, as_key: bool) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        // The walk in `Decoder::references` allowed 1024.
+        if depth > 1100 {
+            return Err(malformed("values nested too deep"));
+        }
+        Ok(match r.token()? {
+            Token::Nil => py.None().into_bound(py),
+            Token::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+            Token::Int(i) => i.into_pyobject(py)?.into_any(),
+            Token::Uint(u) => u.into_pyobject(py)?.into_any(),
+            Token::Float(f) => PyFloat::new(py, f).into_any(),
+            Token::Str(bytes) => {
+                let text = std::str::from_utf8(bytes).map_err(|_| malformed("a string that is not valid UTF-8"))?;
+                PyString::new(py, text).into_any()
+            }
+            Token::Bin(bytes) => PyBytes::new(py, bytes).into_any(),
+            Token::Array(n) => {
+                let mut items = Vec::with_capacity(n.min(r.remaining()));
+                for _ in 0..n {
+                    items.push(self.value(r, depth + 1, as_key)?);
+                }
+                if as_key {
+                    PyTuple::new(py, items)?.into_any()
+                } else {
+                    PyList::new(py, items)?.into_any()
+                }
+            }
+            Token::Map(n) => {
+                if as_key {
+                    return Err(malformed("a map used as a map key, which Python cannot hash"));
+                }
+                let dict = PyDict::new(py);
+                for _ in 0..n {
+                    let key = self.value(r, depth + 1, true)?;
+                    let value = self.value(r, depth + 1, false)?;
+                    dict.set_item(&key, value).map_err(|e| malformed(format!("a map key Python cannot use ({e})")))?;
+                }
+                dict.into_any()
+            }
+            Token::Ext(EXT_BUFFER, data) => self.array(data)?,
+            Token::Ext(EXT_BYTES, data) => self.byte_string(data)?,
+            Token::Ext(EXT_PICKLED, data) => self.unpickle(data)?,
+            Token::Ext(EXT_SPILLED, _) => return Err(malformed("a spilled-message reference (ext 2) inside a message")),
+            Token::Ext(other, _) => {
+                return Err(PayloadError::new_err(format!(
+                    "the message holds a MessagePack extension of type {other}, which Python does not read (1 to 4 are HPRM's); \
+                     it was written for a Rust type with extensions of its own"
+                )))
+            }
+        })
+    }
+
+    /// Ext 1: a numpy array.
+    fn array(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        let d = BufferDescriptor::decode(data).map_err(payload_error)?;
+        let buffer = self.bytes_object(&d)?;
+        let dtype = self.dtype(d.dtype.as_str())?;
+        let shape = PyTuple::new(py, &d.shape)?;
+        let strides = match &d.strides {
+            Some(s) => PyTuple::new(py, s)?.into_any(),
+            None => py.None().into_bound(py),
+        };
+        let ndarray = imported_type(py, &NDARRAY, "numpy", "ndarray")?;
+        // numpy checks that shape and strides stay inside the buffer.
+        ndarray.call1((shape, dtype, buffer, 0, strides)).map_err(|e| malformed(format!("buffer of shape {:?} and strides {:?}: {e}", d.shape, d.strides)))
+    }
+
+    /// Ext 4: bytes (a read-only memoryview over the store when large).
+    fn byte_string(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let d = BufferDescriptor::decode(data).map_err(payload_error)?;
+        if d.dtype != Dtype::U8 || d.shape.len() != 1 {
+            return Err(malformed(format!("a byte string (ext 4) of {} with shape {:?}; expected one dimension of |u1", d.dtype, d.shape)));
+        }
+        match d.location {
+            Location::Store(id) if !self.copy => {
+                self.checked_object(id, d.nbytes)?;
+                let view = self.view(id)?;
+                Ok(PyMemoryView::from(view.as_any())?.into_any())
+            }
+            Location::Store(id) => Ok(PyBytes::new(self.py, self.checked_object(id, d.nbytes)?.data()).into_any()),
+            Location::Inline(bytes) => Ok(PyBytes::new(self.py, &bytes).into_any()),
+        }
+    }
+
+    /// The Python object holding a buffer's bytes: a view of the store
+    /// object, or a private `bytearray` (inline bytes, or `copy`).
+    fn bytes_object(&mut self, d: &BufferDescriptor) -> PyResult<Bound<'py, PyAny>> {
+        match &d.location {
+            Location::Inline(bytes) => Ok(PyByteArray::new(self.py, bytes).into_any()),
+            Location::Store(id) if self.copy => {
+                let object = self.checked_object(*id, d.nbytes)?;
+                Ok(PyByteArray::new(self.py, object.data()).into_any())
+            }
+            Location::Store(id) => {
+                self.checked_object(*id, d.nbytes)?;
+                Ok(self.view(*id)?.into_any())
+            }
+        }
+    }
+
+    /// A referenced object, whose length must be the descriptor's.
+    fn checked_object(&self, id: ObjectId, nbytes: u64) -> PyResult<Arc<Object>> {
+        let object = self.objects.get(&id).ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
+        let held = object.data().len() as u64;
+        if held != nbytes {
+            return Err(malformed(format!("object {id} holds {held} bytes, its descriptor says {nbytes}")));
+        }
+        Ok(object.clone())
+    }
+
+    fn view(&mut self, id: ObjectId) -> PyResult<Bound<'py, SharedBuffer>> {
+        if let Some(view) = self.views.get(&id) {
+            return Ok(view.clone());
+        }
+        let object = self.objects.get(&id).ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
+        let view = Bound::new(self.py, SharedBuffer::new(object.clone(), self.arena_size))?;
+        self.views.insert(id, view.clone());
+        Ok(view)
+    }
+
+    fn dtype(&mut self, text: &str) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(dtype) = self.dtypes.get(text) {
+            return Ok(dtype.clone());
+        }
+        let dtype = imported_type(self.py, &DTYPE, "numpy", "dtype")?
+            .call1((text,))
+            .map_err(|e| PayloadError::new_err(format!("numpy does not know the dtype `{text}`: {e}")))?;
+        self.dtypes.insert(text.to_owned(), dtype.clone());
+        Ok(dtype)
+    }
+
+    /// Ext 3: `[bin pickle, [ext 1 ...]]`, unpickled with its buffers.
+    fn unpickle(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        let mut r = Reader::new(data);
+        let (Token::Array(2), Token::Bin(pickled), Token::Array(n)) = (r.token()?, r.token()?, r.token()?) else {
+            return Err(malformed("a pickled object (ext 3) that is not [bin, [buffers]]"));
+        };
+        let buffers = PyList::empty(py);
+        for _ in 0..n {
+            let Token::Ext(EXT_BUFFER, d) = r.token()? else {
+                return Err(malformed("a pickle's out-of-band buffer that is not a buffer descriptor (ext 1)"));
+            };
+            let d = BufferDescriptor::decode(d).map_err(payload_error)?;
+            buffers.append(self.bytes_object(&d)?)?;
+        }
+        if r.remaining() != 0 {
+            return Err(malformed("stray bytes after a pickled object's buffers"));
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "buffers"), buffers)?;
+        imported(py, &LOADS, "pickle", "loads")?.call((PyBytes::new(py, pickled),), Some(&kwargs)).map_err(|e| {
+            let err = PayloadError::new_err(format!(
+                "cannot unpickle a received Python object: {e}; is its class importable here, in the same version as the sender's?"
+            ));
+            err.set_cause(py, Some(e));
+            err
+        })
+    }
+}
+
+/// One MessagePack value header (a leaf whole, or a container's length).
+enum Token<'a> {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Str(&'a [u8]),
+    Bin(&'a [u8]),
+    Array(usize),
+    Map(usize),
+    Ext(i8, &'a [u8]),
+}
+
+/// A bounds-checked cursor over MessagePack bytes (messages were validated
+/// by `Decoder::references`, but nothing here trusts that).
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf, pos: 0 }
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize) -> PyResult<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(malformed(format!("truncated: {n} bytes needed at byte {}, the message has {}", self.pos, self.buf.len())));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn be<const N: usize>(&mut self) -> PyResult<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn len8(&mut self) -> PyResult<usize> {
+        Ok(usize::from(self.be::<1>()?[0]))
+    }
+
+    fn len16(&mut self) -> PyResult<usize> {
+        Ok(usize::from(u16::from_be_bytes(self.be()?)))
+    }
+
+    fn len32(&mut self) -> PyResult<usize> {
+        Ok(u32::from_be_bytes(self.be()?) as usize)
+    }
+
+    fn token(&mut self) -> PyResult<Token<'a>> {
+        let m = self.be::<1>()?[0];
+        Ok(match m {
+            0x00..=0x7f => Token::Int(i64::from(m)),
+            0xe0..=0xff => Token::Int(i64::from(m as i8)),
+            0x80..=0x8f => Token::Map(usize::from(m & 0x0f)),
+            0x90..=0x9f => Token::Array(usize::from(m & 0x0f)),
+            0xa0..=0xbf => Token::Str(self.take(usize::from(m & 0x1f))?),
+            0xc0 => Token::Nil,
+            0xc2 => Token::Bool(false),
+            0xc3 => Token::Bool(true),
+            0xc4 => {
+                let n = self.len8()?;
+                Token::Bin(self.take(n)?)
+            }
+            0xc5 => {
+                let n = self.len16()?;
+                Token::Bin(self.take(n)?)
+            }
+            0xc6 => {
+                let n = self.len32()?;
+                Token::Bin(self.take(n)?)
+            }
+            0xc7..=0xc9 | 0xd4..=0xd8 => {
+                let n = match m {
+                    0xd4 => 1,
+                    0xd5 => 2,
+                    0xd6 => 4,
+                    0xd7 => 8,
+                    0xd8 => 16,
+                    0xc7 => self.len8()?,
+                    0xc8 => self.len16()?,
+                    _ => self.len32()?,
+                };
+                let ty = self.be::<1>()?[0] as i8;
+                Token::Ext(ty, self.take(n)?)
+            }
+            0xca => Token::Float(f64::from(f32::from_be_bytes(self.be()?))),
+            0xcb => Token::Float(f64::from_be_bytes(self.be()?)),
+            0xcc => Token::Int(i64::from(self.be::<1>()?[0])),
+            0xcd => Token::Int(i64::from(u16::from_be_bytes(self.be()?))),
+            0xce => Token::Int(i64::from(u32::from_be_bytes(self.be()?))),
+            0xcf => Token::Uint(u64::from_be_bytes(self.be()?)),
+            0xd0 => Token::Int(i64::from(self.be::<1>()?[0] as i8)),
+            0xd1 => Token::Int(i64::from(i16::from_be_bytes(self.be()?))),
+            0xd2 => Token::Int(i64::from(i32::from_be_bytes(self.be()?))),
+            0xd3 => Token::Int(i64::from_be_bytes(self.be()?)),
+            0xd9 => {
+                let n = self.len8()?;
+                Token::Str(self.take(n)?)
+            }
+            0xda => {
+                let n = self.len16()?;
+                Token::Str(self.take(n)?)
+            }
+            0xdb => {
+                let n = self.len32()?;
+                Token::Str(self.take(n)?)
+            }
+            0xdc => Token::Array(self.len16()?),
+            0xdd => Token::Array(self.len32()?),
+            0xde => Token::Map(self.len16()?),
+            0xdf => Token::Map(self.len32()?),
+            // 0xc1 is never used.
+            _ => return Err(malformed(format!("byte 0x{m:02x} at {} is not a MessagePack marker", self.pos - 1))),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Buffers of Python objects
+
+/// A C-contiguous, read-only buffer export of a Python object (bytes-like,
+/// numpy array of any dtype: no format is asked for, so numpy exports
+/// datetime64 and the like too). Released on drop.
+pub(crate) struct RawBuffer {
+    view: Box<ffi::Py_buffer>,
+}
+
+impl RawBuffer {
+    pub(crate) fn get(obj: &Bound<'_, PyAny>) -> PyResult<RawBuffer> {
+        let mut view: Box<MaybeUninit<ffi::Py_buffer>> = Box::new(MaybeUninit::zeroed());
+        // SAFETY: `view` is a writable Py_buffer; on success Python filled
+        // it and we own the export until PyBuffer_Release (in Drop).
+        let view = unsafe {
+            if ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_C_CONTIGUOUS as c_int) == -1 {
+                return Err(PyErr::take(obj.py()).unwrap_or_else(|| PyValueError::new_err("the object does not export a contiguous buffer")));
+            }
+            Box::from_raw(Box::into_raw(view).cast::<ffi::Py_buffer>())
+        };
+        Ok(RawBuffer { view })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        let len = usize::try_from(self.view.len).unwrap_or(0);
+        if len == 0 || self.view.buf.is_null() {
+            return &[];
+        }
+        // SAFETY: a C-contiguous export of `len` bytes at `buf`, valid until
+        // released (Drop), which needs `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.view.buf.cast::<u8>(), len) }
+    }
+}
+
+impl Drop for RawBuffer {
+    fn drop(&mut self) {
+        // SAFETY: filled by a successful PyObject_GetBuffer, released once.
+        Python::with_gil(|_| unsafe { ffi::PyBuffer_Release(&mut *self.view) });
+    }
+}
+
+fn imported<'py>(py: Python<'py>, cell: &'static GILOnceCell<Py<PyAny>>, module: &str, name: &str) -> PyResult<&'py Bound<'py, PyAny>> {
+    cell.import(py, module, name)
+}
+
+fn imported_type<'py>(py: Python<'py>, cell: &'static GILOnceCell<Py<PyType>>, module: &str, name: &str) -> PyResult<&'py Bound<'py, PyType>> {
+    cell.import(py, module, name)
+}
+
+// ---------------------------------------------------------------------------
+// The Python API
+
+/// Encodes Python values into payloads and decodes payloads (from Python or
+/// Rust senders), with one connection to the store at `store_socket` (opened
+/// when first needed; none: everything must travel in-band).
+///
+/// `Codec(store_socket=None, threshold=65536, get_timeout=2.0)`:
+/// buffers of `threshold` bytes or more go through the store; a decode
+/// waits up to `get_timeout` seconds for an object not sealed yet.
+#[pyclass(module = "hprm._native", frozen)]
+pub struct Codec {
+    encoder: Encoder,
+    decoder: Decoder,
+}
+
+#[pymethods]
+impl Codec {
+    #[new]
+    #[pyo3(signature = (store_socket = None, threshold = DEFAULT_THRESHOLD, get_timeout = DEFAULT_GET_TIMEOUT.as_secs_f64()))]
+    fn new(store_socket: Option<PathBuf>, threshold: usize, get_timeout: f64) -> PyResult<Codec> {
+        let timeout = Duration::try_from_secs_f64(get_timeout)
+            .map_err(|_| PyValueError::new_err(format!("get_timeout must be a non-negative number of seconds, not {get_timeout}")))?;
+        let store = StoreLink::new(store_socket);
+        Ok(Codec { encoder: Encoder::new(store.clone(), threshold), decoder: Decoder::new(store, timeout) })
+    }
+
+    /// `encode(value, deliveries=1) -> bytes`: the payload for `deliveries`
+    /// receivers (each store object it creates stays pinned until that many
+    /// receivers have taken and released it, or the store's delivery TTL).
+    #[pyo3(signature = (value, deliveries = 1))]
+    fn encode<'py>(&self, py: Python<'py>, value: &Bound<'py, PyAny>, deliveries: u32) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = encode(py, value, &self.encoder, deliveries)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// `decode(data, copy=False)`: the value of a payload (any bytes-like).
+    /// Large arrays are read-only views over the store unless `copy`.
+    #[pyo3(signature = (data, copy = false))]
+    fn decode(&self, py: Python<'_>, data: &Bound<'_, PyAny>, copy: bool) -> PyResult<PyObject> {
+        if let Ok(bytes) = data.downcast::<PyBytes>() {
+            return decode(py, bytes.as_bytes(), &self.decoder, copy);
+        }
+        let buffer = RawBuffer::get(data)?;
+        decode(py, buffer.bytes(), &self.decoder, copy)
+    }
+
+    /// The out-of-band threshold in bytes.
+    #[getter]
+    fn threshold(&self) -> usize {
+        self.encoder.threshold()
+    }
+
+    /// The store's socket, if any.
+    #[getter]
+    fn store_socket(&self) -> Option<PathBuf> {
+        self.encoder.store().socket().map(PathBuf::from)
+    }
+
+    /// The store's counters (`hprm-store stats`), as a dict.
+    fn store_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let client = self.client(py)?;
+        let s = py.allow_threads(|| client.stats()).map_err(|e| PayloadError::new_err(format!("store stats failed: {e}")))?;
+        let d = PyDict::new(py);
+        let fields: [(&str, u64); 17] = [
+            ("capacity", s.capacity),
+            ("bytes_in_use", s.bytes_in_use),
+            ("largest_free_block", s.largest_free_block),
+            ("objects_created", s.objects_created),
+            ("objects_sealed", s.objects_sealed),
+            ("objects_delete_pending", s.objects_delete_pending),
+            ("objects_referenced", s.objects_referenced),
+            ("clients", s.clients),
+            ("subscribers", s.subscribers),
+            ("waiting_gets", s.waiting_gets),
+            ("pending_deliveries", s.pending_deliveries),
+            ("expired_deliveries", s.expired_deliveries),
+            ("evictions", s.evictions),
+            ("evicted_bytes", s.evicted_bytes),
+            ("bytes_reserved", s.bytes_reserved),
+            ("arena_size", client.arena_size()),
+            ("client_id", client.client_id()),
+        ];
+        for (k, v) in fields {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Every object in the store (`hprm-store list`), as dicts: id, size,
+    /// sealed, ref_count, pending_deliveries, delete_pending, age_ms.
+    fn store_objects<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let client = self.client(py)?;
+        let objects = py.allow_threads(|| client.list()).map_err(|e| PayloadError::new_err(format!("store list failed: {e}")))?;
+        let list = PyList::empty(py);
+        for o in objects {
+            let d = PyDict::new(py);
+            d.set_item("id", o.id.to_string())?;
+            d.set_item("size", o.placement.data_size)?;
+            d.set_item("sealed", o.sealed)?;
+            d.set_item("ref_count", o.ref_count)?;
+            d.set_item("pending_deliveries", o.pending_deliveries)?;
+            d.set_item("delete_pending", o.delete_pending)?;
+            d.set_item("age_ms", o.age_ms)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    fn __repr__(&self) -> String {
+        match self.encoder.store().socket() {
+            Some(s) => format!("Codec(store_socket={:?}, threshold={})", s.display().to_string(), self.encoder.threshold()),
+            None => format!("Codec(store_socket=None, threshold={})", self.encoder.threshold()),
+        }
+    }
+}
+
+impl Codec {
+    /// The codec's store connection (opened, without the GIL, if need be).
+    fn client(&self, py: Python<'_>) -> PyResult<hprm_store::StoreClient> {
+        let store = self.encoder.store();
+        match py.allow_threads(|| store.client().map(|c| c.cloned())) {
+            Ok(Some(client)) => Ok(client),
+            Ok(None) => Err(PayloadError::new_err("this codec has no store (Codec(store_socket=...))")),
+            Err(e) => Err(payload_error(e)),
+        }
+    }
+}
+
+/// `_rust_encode_example(store_socket=None, deliveries=1, threshold=65536)
+/// -> bytes`: hprm_node's conformance `Sample` encoded by the Rust encoder
+/// (see `hprm_node::payload::conformance` for its contents).
+#[pyfunction]
+#[pyo3(signature = (store_socket = None, deliveries = 1, threshold = DEFAULT_THRESHOLD))]
+fn _rust_encode_example<'py>(py: Python<'py>, store_socket: Option<PathBuf>, deliveries: u32, threshold: usize) -> PyResult<Bound<'py, PyBytes>> {
+    let encoder = Encoder::new(StoreLink::new(store_socket), threshold);
+    let bytes = py.allow_threads(|| encoder.encode(&Sample::new(), deliveries)).map_err(payload_error)?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// `_rust_decode_check(data, store_socket=None) -> dict`: decodes `data`
+/// as the Rust conformance `Sample` (raising PayloadError as a Rust node
+/// would fail) and compares it with the reference: `{"equal": bool,
+/// "differs": [field names], "shared": [buffer fields read zero-copy from
+/// the store], "debug": str}`.
+#[pyfunction]
+#[pyo3(signature = (data, store_socket = None))]
+fn _rust_decode_check<'py>(py: Python<'py>, data: &[u8], store_socket: Option<PathBuf>) -> PyResult<Bound<'py, PyDict>> {
+    let decoder = Decoder::new(StoreLink::new(store_socket), DEFAULT_GET_TIMEOUT);
+    let got: Sample = py.allow_threads(|| decoder.decode(data)).map_err(payload_error)?;
+    let want = Sample::new();
+    let mut differs = Vec::new();
+    macro_rules! compare {
+        ($($field:ident),*) => {$(
+            if got.$field != want.$field {
+                differs.push(stringify!($field));
+            }
+        )*};
+    }
+    compare!(seq, name, gain, pixels, depth, ranges, tags, pose, limits, note, blob, raw);
+    let shared: Vec<&str> =
+        [("pixels", &got.pixels), ("depth", &got.depth), ("raw", &got.raw)].into_iter().filter(|(_, b)| b.is_shared()).map(|(n, _)| n).collect();
+    let d = PyDict::new(py);
+    d.set_item("equal", got == want)?;
+    d.set_item("differs", differs)?;
+    d.set_item("shared", shared)?;
+    d.set_item("debug", format!("{got:?}"))?;
+    Ok(d)
+}
+
+/// `_rust_decode_buffer(data, store_socket=None) -> (dtype, shape, bytes,
+/// shared)`: decodes `data` as one Rust `Buffer`, as a Rust port of that
+/// type would.
+#[pyfunction]
+#[pyo3(signature = (data, store_socket = None))]
+fn _rust_decode_buffer<'py>(py: Python<'py>, data: &[u8], store_socket: Option<PathBuf>) -> PyResult<(String, Vec<usize>, Bound<'py, PyBytes>, bool)> {
+    let decoder = Decoder::new(StoreLink::new(store_socket), DEFAULT_GET_TIMEOUT);
+    let buffer: Buffer = py.allow_threads(|| decoder.decode(data)).map_err(payload_error)?;
+    Ok((buffer.dtype().to_string(), buffer.shape().to_vec(), PyBytes::new(py, buffer.bytes()), buffer.is_shared()))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("PayloadError", m.py().get_type::<PayloadError>())?;
+    m.add_class::<Codec>()?;
+    m.add_function(wrap_pyfunction!(_rust_encode_example, m)?)?;
+    m.add_function(wrap_pyfunction!(_rust_decode_check, m)?)?;
+    m.add_function(wrap_pyfunction!(_rust_decode_buffer, m)?)?;
+    Ok(())
+}

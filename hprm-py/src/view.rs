@@ -1,0 +1,115 @@
+//! `SharedBuffer`: a read-only Python buffer over one object of the
+//! shared-memory store, the base of every zero-copy array a receiver gets.
+//!
+//! [`crate::codec::decode`] wraps each store object a message references in
+//! one `SharedBuffer` and builds numpy arrays (`numpy.frombuffer`), byte
+//! strings (`memoryview`) and pickle buffers on top of it, so they read the
+//! store's memory where it is. Every such consumer holds a buffer export,
+//! and each export holds a reference to the `SharedBuffer`; when the last
+//! array or view over it is garbage-collected the `SharedBuffer` is freed,
+//! which drops its [`hprm_store::Object`] and releases the store reference:
+//! that release is what settles this receiver's delivery of the object.
+//!
+//! The memory is a sealed object, immutable while referenced, so the
+//! buffer is read-only: a request for a writable buffer fails with
+//! `BufferError`, and numpy arrays over it have `writeable=False` (numpy
+//! refuses to make them writable). `decode(..., copy=True)` is the way to
+//! a private, writable array.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use hprm_store::Object;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// A read-only buffer (Python's buffer protocol) over the data of one store
+/// object; releases the object when garbage-collected.
+///
+/// Not constructible from Python: `Codec.decode` makes them.
+#[pyclass(module = "hprm._native", frozen, name = "SharedBuffer")]
+pub struct SharedBuffer {
+    object: Arc<Object>,
+    /// Size of the store's arena, as mapped by the connection the object
+    /// came through (for `mapping`).
+    arena_size: u64,
+}
+
+impl SharedBuffer {
+    pub fn new(object: Arc<Object>, arena_size: u64) -> SharedBuffer {
+        SharedBuffer { object, arena_size }
+    }
+
+    /// The object's bytes.
+    pub fn data(&self) -> &[u8] {
+        self.object.data()
+    }
+}
+
+#[pymethods]
+impl SharedBuffer {
+    /// Exports the object's bytes, read-only, as a one-dimensional buffer of
+    /// unsigned bytes (format `B`).
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no Py_buffer to fill"));
+        }
+        let data = slf.get().object.data();
+        // SAFETY: `view` is the caller's Py_buffer (checked non-null);
+        // FillInfo stores a new reference to `slf` in it, which keeps this
+        // object, hence the store object and its bytes, alive until the
+        // export is released. It refuses PyBUF_WRITABLE (readonly = 1)
+        // with BufferError.
+        let done = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, data.len() as ffi::Py_ssize_t, 1, flags)
+        };
+        if done == -1 {
+            return Err(PyErr::take(slf.py()).unwrap_or_else(|| PyBufferError::new_err("cannot export the store object")));
+        }
+        Ok(())
+    }
+
+    /// Nothing to free per export: the bytes belong to the store object,
+    /// held by `self` (the reference FillInfo took is dropped by Python).
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    /// The store object's id, in hex (as `hprm-store list` prints it).
+    #[getter]
+    fn object_id(&self) -> String {
+        self.object.id().to_string()
+    }
+
+    /// Length of the object's data in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.object.data().len()
+    }
+
+    /// Address of the object's data in this process.
+    #[getter]
+    fn address(&self) -> usize {
+        self.object.data().as_ptr() as usize
+    }
+
+    /// `(start, end)`: the address range where this process maps the
+    /// store's arena through the connection the object came by. Arrays
+    /// over this buffer point inside it: that is the zero-copy.
+    #[getter]
+    fn mapping(&self) -> (usize, usize) {
+        let start = (self.object.data().as_ptr() as usize).wrapping_sub(self.object.placement().data_offset as usize);
+        (start, start.wrapping_add(self.arena_size as usize))
+    }
+
+    fn __len__(&self) -> usize {
+        self.object.data().len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<hprm SharedBuffer of store object {}, {} bytes>", self.object.id(), self.object.data().len())
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SharedBuffer>()
+}
