@@ -20,7 +20,7 @@
 //! | `list`, `tuple` | array | `list`: MessagePack has no tuple (Rust tuples and tuple structs are arrays too) |
 //! | `dict` keyed by `str`, `int`, `bytes`, `bool`, `float`, `None` | map | `dict`; array keys (Rust tuples) come back as tuples |
 //! | `numpy.ndarray` of a plain dtype: bool, ints, floats, complex, datetime64/timedelta64, `S`, `U`, unstructured `V`; any shape (0-d, empty), any layout | ext 1: `dtype.str`, shape, the bytes in C order (a non-contiguous array is made contiguous first: one copy); inline under the threshold, else in the store | an `ndarray` of the same dtype and shape: inline ones as private writable arrays; stored ones as read-only arrays over the store object (zero copy), private writable copies with `copy=True` |
-//! | numpy scalars of kind bool, int, uint, float (up to 64 bits) | bool, int, float | `bool`, `int`, `float` |
+//! | numpy scalars: bool, ints, floats up to 64 bits, `str_`, `bytes_` | bool, int, float, str, bin | `bool`, `int`, `float`, `str`, `bytes` |
 //! | anything else: other classes, subclasses of the types above, sets, structured and record arrays, object arrays, ints over 64 bits, other numpy scalars | ext 3: pickle protocol 5, whose out-of-band buffers (numpy data) are ext 1 values, each in the store when large | the unpickled object, its arrays read-only views over the store unless `copy=True` |
 //!
 //! Structured dtypes go through pickle because `dtype.str` (`|V12`) would
@@ -266,9 +266,9 @@ impl<'py> Walk<'py> {
         Ok(())
     }
 
-    /// numpy's bool, integer and float scalars as plain MessagePack (what a
-    /// Rust field of that type reads); other scalars (complex, datetime,
-    /// long double, ...) are pickled, keeping their type.
+    /// numpy's bool, integer, float, text and bytes scalars as plain
+    /// MessagePack (what a Rust field of that type reads); other scalars
+    /// (complex, datetime, long double, ...) are pickled, keeping their type.
     fn numpy_scalar(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<()> {
         let py = self.py;
         let dtype = v.getattr(intern!(py, "dtype"))?;
@@ -285,6 +285,14 @@ impl<'py> Walk<'py> {
             "f" if itemsize <= 8 => {
                 out.push(0xcb);
                 out.extend_from_slice(&item.extract::<f64>()?.to_be_bytes());
+            }
+            "U" => match item.downcast::<PyString>()?.to_str() {
+                Ok(text) => write_str(out, text)?,
+                Err(_) => return self.pickle(out, v),
+            },
+            "S" => {
+                let bytes = item.downcast::<PyBytes>()?;
+                self.byte_string(out, bytes.as_bytes(), || Held::Object(item.clone().unbind()))?;
             }
             _ => return self.pickle(out, v),
         }

@@ -138,7 +138,8 @@ def test_other_values_are_pickled_and_keep_their_type(value):
 def test_numpy_scalars_become_plain_numbers():
     codec = Codec()
     for value, expected in [(np.float64(1.25), 1.25), (np.float32(1.5), 1.5), (np.float16(-2.0), -2.0), (np.int8(-5), -5),
-                            (np.uint64(2**64 - 1), 2**64 - 1), (np.int64(-(2**63)), -(2**63)), (np.bool_(True), True)]:
+                            (np.uint64(2**64 - 1), 2**64 - 1), (np.int64(-(2**63)), -(2**63)), (np.bool_(True), True),
+                            (np.str_("té"), "té"), (np.bytes_(b"ab"), b"ab")]:
         got = codec.decode(codec.encode(value))
         assert got == expected and type(got) is type(expected), (value, got)
     # Others keep their numpy type through pickle.
