@@ -15,10 +15,10 @@
 //! | `None`, `bool`, `float` | nil, bool, float 64 | the same |
 //! | `int` in the 64-bit range (signed or unsigned) | int, smallest form | `int` |
 //! | `str` | str | `str` |
-//! | `bytes`, `bytearray`, `memoryview` under the threshold | bin | `bytes` |
+//! | `bytes`, `bytearray`, `memoryview` (its bytes in C order, whatever its format) under the threshold | bin | `bytes` |
 //! | the same at or over the threshold | ext 4 (byte string), in the store | a read-only `memoryview` over the store object (zero copy); `bytes` with `copy=True` |
 //! | `list`, `tuple` | array | `list`: MessagePack has no tuple (Rust tuples and tuple structs are arrays too) |
-//! | `dict` keyed by `str`, `int`, `bytes`, `bool`, `float`, `None` | map | `dict`; array keys (Rust tuples) come back as tuples |
+//! | `dict` keyed by `str`, `int`, `bytes`, `bool`, `float`, `None` (other keys, e.g. tuples: the whole dict is pickled) | map | `dict`; array keys (Rust tuples) come back as tuples |
 //! | `numpy.ndarray` of a plain dtype: bool, ints, floats, complex, datetime64/timedelta64, `S`, `U`, unstructured `V`; any shape (0-d, empty), any layout | ext 1: `dtype.str`, shape, the bytes in C order (a non-contiguous array is made contiguous first: one copy); inline under the threshold, else in the store | an `ndarray` of the same dtype and shape: inline ones as private writable arrays; stored ones as read-only arrays over the store object (zero copy), private writable copies with `copy=True` |
 //! | numpy scalars: bool, ints, floats up to 64 bits, `str_`, `bytes_` | bool, int, float, str, bin | `bool`, `int`, `float`, `str`, `bytes` |
 //! | anything else: other classes, subclasses of the types above, sets, structured and record arrays, object arrays, ints over 64 bits, other numpy scalars | ext 3: pickle protocol 5, whose out-of-band buffers (numpy data) are ext 1 values, each in the store when large | the unpickled object, its arrays read-only views over the store unless `copy=True` |
