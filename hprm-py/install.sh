@@ -22,5 +22,5 @@ echo "==> virtual environment $venv"
 "$venv/bin/pip" install -q maturin numpy pytest
 
 echo "==> building and installing the hprm wheel (maturin, release)"
-"$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"
+PATH="$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"
 "$venv/bin/python" -c "import hprm, shutil; print('hprm installed; daemons:', shutil.which('hprm-store', path='$venv/bin'))"

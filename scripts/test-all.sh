@@ -21,7 +21,16 @@ cargo build --release -p hprm-store -p hprm-rti -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 
+step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
+hprm-py/install.sh "$PWD/.venv"
+pylog=$(mktemp)
+trap 'rm -f "$log" "$pylog"' EXIT
+.venv/bin/python -m pytest -q hprm-py/tests 2>&1 | tee "$pylog"
+
 step "summary"
 # cargo prints one "test result" line per test binary; add them up.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "rust: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+# pytest ends with one line like "12 passed, 1 skipped in 3.2s".
+awk '/ passed| failed/ { p = f = s = 0; for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p = $i; if ($(i+1) ~ /^failed/) f = $i; if ($(i+1) ~ /^skipped/) s = $i } }
+     END { printf "python: %d passed, %d failed, %d skipped\n", p, f, s }' "$pylog"

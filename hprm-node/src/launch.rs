@@ -139,6 +139,8 @@ fn start_rti(n: usize, id: &str, extra: &[String]) -> Result<(Daemon, String), N
         .args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
         .args(extra)
         .env("NO_COLOR", "1")
+        // The address comes from its "listening on" log line: keep that line.
+        .env("RUST_LOG", rti_log_filter())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -160,6 +162,15 @@ fn start_rti(n: usize, id: &str, extra: &[String]) -> Result<(Daemon, String), N
     });
     let addr = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| NodeError::Launch("hprm-rti did not report its address within 20 s; see its log above".into()))?;
     Ok((daemon, addr))
+}
+
+/// The user's RUST_LOG with `hprm_rti` at `info` at least.
+fn rti_log_filter() -> String {
+    match std::env::var("RUST_LOG") {
+        Ok(f) if f.contains("hprm_rti") => f,
+        Ok(f) if !f.trim().is_empty() => format!("{f},hprm_rti=info"),
+        _ => "info".into(),
+    }
 }
 
 impl Launch {

@@ -57,7 +57,10 @@ def _find_daemons() -> None:
 
 _find_daemons()
 
+PayloadError = _native.PayloadError
+
 __all__ = [
+    "PayloadError",
     "Reactor",
     "Input",
     "Output",
