@@ -37,7 +37,7 @@ fn encode_port(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, Pay
 fn decode_port(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
     Python::with_gil(|py| crate::codec::decode(py, bytes, dec, false))
         .map(|obj| Arc::new(PyVal(obj)) as Value)
-        .map_err(|e| PayloadError::Serialize { message: e.to_string() })
+        .map_err(|e| PayloadError::Mismatch { type_name: "a Python value", message: e.to_string() })
 }
 
 /// One declared thing, by its index in [`NativeProgram`]'s table.
@@ -298,18 +298,31 @@ impl NativeProgram {
     }
 
     /// Launches every federate as a process running `argv` (the Python
-    /// script with its arguments), with a store and an RTI. Returns the
-    /// names of federates that failed.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string()))]
-    fn launch(&mut self, py: Python<'_>, argv: Vec<String>, fast: bool, timeout_s: Option<f64>, store_memory: String) -> PyResult<Vec<String>> {
+    /// script with its arguments) or, for the federates named in
+    /// `commands`, that command (e.g. a Rust federate binary), with a store
+    /// and an RTI. Returns the names of federates that failed.
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new()))]
+    fn launch(
+        &mut self,
+        py: Python<'_>,
+        argv: Vec<String>,
+        fast: bool,
+        timeout_s: Option<f64>,
+        store_memory: String,
+        commands: std::collections::HashMap<String, Vec<String>>,
+    ) -> PyResult<Vec<String>> {
+        if argv.is_empty() || commands.values().any(Vec::is_empty) {
+            return Err(PyValueError::new_err("a federate command needs at least a program"));
+        }
         let program = self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
         let launch = hprm_node::launch::Launch {
             fast,
             store_memory,
             timeout: timeout_s.map(Duration::from_secs_f64),
-            federate_command: Some(Box::new(move |_name: &str| {
-                let mut c = std::process::Command::new(&argv[0]);
-                c.args(&argv[1..]);
+            federate_command: Some(Box::new(move |name: &str| {
+                let cmd = commands.get(name).unwrap_or(&argv);
+                let mut c = std::process::Command::new(&cmd[0]);
+                c.args(&cmd[1..]);
                 c
             })),
             handle_signals: true,

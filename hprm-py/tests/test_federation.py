@@ -39,3 +39,16 @@ def test_a_pipeline_of_python_federates(mode, daemons_built):
     assert r.returncode == 0, r.stderr
     planned = [l.split("] ", 1)[1] for l in r.stderr.splitlines() if l.startswith("[planner] planned")]
     assert planned == [f"planned seq={k} at={20 * (k - 1) + 10}ms sum={28.0 * k} ok=True" for k in range(1, 5)], r.stderr
+
+
+def test_a_program_mixing_rust_and_python_federates(daemons_built):
+    doubler = ROOT / "target" / "release" / "mixed-doubler"
+    if not doubler.exists():
+        subprocess.run(["cargo", "build", "--release", "-p", "hprm-examples", "--bin", "mixed-doubler"], cwd=ROOT, check=True)
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "mixed.py"), str(doubler)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    got = [l.split("] ", 1)[1] for l in r.stderr.splitlines() if l.startswith("[sink] sink:")]
+    # Python sends n and an array of n; Rust doubles both; Python reads the
+    # Rust-made array zero-copy from the store.
+    assert got == [f"sink: n={2 * k} data=float64[16384] all={2.0 * k} shared=True" for k in range(1, 5)], r.stderr

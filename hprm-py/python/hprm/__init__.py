@@ -490,10 +490,12 @@ class Program:
         has one; or the one the launcher names). Returns its run report."""
         return self._native.run_federate(federate, fast)
 
-    def launch(self, fast: bool = False, timeout: Any = None, store_memory: str = "256m") -> None:
+    def launch(self, fast: bool = False, timeout: Any = None, store_memory: str = "256m", commands: dict[str, list[str]] | None = None) -> None:
         """Runs the program: in a launched federate process, its federate;
         otherwise starts a store, an RTI and every federate (this script,
-        re-run), waits for all, and exits non-zero naming failed federates."""
+        re-run; or, for federates named in ``commands``, that command, e.g.
+        a Rust federate built from the same program), waits for all, and
+        exits non-zero naming failed federates."""
         if os.environ.get("HPRM_FEDERATE"):
             try:
                 self.run(fast=fast)
@@ -501,11 +503,17 @@ class Program:
                 print(f"error: federate {os.environ['HPRM_FEDERATE']}: {e}", file=sys.stderr)
                 sys.exit(1)
             sys.exit(0)
-        if len(self.federates) == 1:
+        if len(self.federates) == 1 and not commands:
             self.run(fast=fast)
             return
         argv = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
-        failed = self._native.launch(argv, fast=fast, timeout_s=None if timeout is None else duration_ns(timeout) / 1e9, store_memory=store_memory)
+        failed = self._native.launch(
+            argv,
+            fast=fast,
+            timeout_s=None if timeout is None else duration_ns(timeout) / 1e9,
+            store_memory=store_memory,
+            commands={k: [str(a) for a in v] for k, v in (commands or {}).items()},
+        )
         if failed:
             print(f"error: federates failed: {', '.join(failed)}", file=sys.stderr)
             sys.exit(1)
