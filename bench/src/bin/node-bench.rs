@@ -95,8 +95,8 @@ struct Cli {
     /// Long run: every size, more rounds; several minutes.
     #[arg(long)]
     full: bool,
-    /// Run only this workload (repeat for several) [default: all].
-    #[arg(long, value_enum)]
+    /// Run only these workloads (comma-separated or repeated) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Workload>,
     /// Directory for node-DATE.md and node-DATE.json.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
