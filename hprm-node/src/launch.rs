@@ -185,7 +185,9 @@ impl Launch {
         let dir = tempfile_dir()?;
         let (_store, socket) = start_store(dir.path(), &self.store_memory)?;
         let names: Vec<String> = program.federate_names().into_iter().map(String::from).collect();
-        let mut rti_args = self.rti_args.clone();
+        // HPRM federates send every NET anyway: DNETs would only cost the RTI writes.
+        let mut rti_args = vec!["--disable-dnet".to_string()];
+        rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
             rti_args.push("--fast".into());
         }
