@@ -1020,6 +1020,13 @@ impl Pooled {
         self.tardy += tardy;
     }
 
+    /// A pass that failed: its median is NaN, so that passes stay aligned
+    /// between paths (target ratios pair them).
+    fn failed(&mut self, error: String) {
+        self.pass_medians.push(f64::NAN);
+        self.error.get_or_insert(error);
+    }
+
     fn last_median(&self) -> f64 {
         self.pass_medians.last().copied().unwrap_or(f64::NAN)
     }
@@ -1281,7 +1288,7 @@ impl Coordinator {
                         }
                         Err(e) => {
                             eprintln!("  {:>9} {} floor failed: {e:#}", size_label(size), transport.label());
-                            pooled.error.get_or_insert(format!("{e:#}"));
+                            pooled.failed(format!("{e:#}"));
                         }
                     }
                 }
@@ -1307,7 +1314,7 @@ impl Coordinator {
                         }
                         Err(e) => {
                             eprintln!("  {:>9} {:<13} hprm FAILED: {e:#}", size_label(size), coord.label());
-                            pooled.error.get_or_insert(format!("{e:#}"));
+                            pooled.failed(format!("{e:#}"));
                         }
                     }
                 }
@@ -1786,7 +1793,8 @@ impl Report {
                     let floor = self.floor(coord.transport(), polling, s)?;
                     let (node, floor_us) = (row.one_way?.median_us, floor.one_way.median_us);
                     let best = best_pass(&row.pass_medians_us) / best_pass(&floor.pass_medians_us);
-                    Some(Versus { size: s, ratio: node / floor_us, node, floor: floor_us, best })
+                    let ratio = paired_ratio(&row.pass_medians_us, &floor.pass_medians_us);
+                    Some(Versus { size: s, ratio, node, floor: floor_us, best })
                 })
                 .collect();
             let head = format!("decentralized one-way p50 within {ONE_WAY_TARGET}x of the raw socket floor ({what})");
@@ -1817,7 +1825,7 @@ impl Report {
             targets.push(Target {
                 name,
                 pass: Some(pass),
-                line: format!("target: {head}: {} — {detail} (best pass against best pass: {best})", pass_miss(pass)),
+                line: format!("target: {head}: {} — median over passes of the ratio within a pass: {detail} (best pass against best pass: {best})", pass_miss(pass)),
                 why: (!why.is_empty()).then(|| why.join("; ") + "."),
             });
         }
@@ -2121,11 +2129,12 @@ impl Report {
     }
 }
 
-/// Per-pass medians as "min–max" (µs).
+/// Per-pass medians as "min–max" (µs); failed passes (NaN) left out.
 fn pass_range(medians: &[f64]) -> String {
-    let min = medians.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if medians.len() < 2 {
+    let ok: Vec<f64> = medians.iter().copied().filter(|m| !m.is_nan()).collect();
+    let min = ok.iter().copied().fold(f64::NAN, f64::min);
+    let max = ok.iter().copied().fold(f64::NAN, f64::max);
+    if ok.len() < 2 {
         fmt_us(min)
     } else {
         format!("{}–{}", fmt_us(min), fmt_us(max))
@@ -2138,10 +2147,25 @@ fn best_pass(medians: &[f64]) -> f64 {
     medians.iter().copied().fold(f64::NAN, f64::min)
 }
 
+/// Median over passes of hprm's pass median / the floor's pass median
+/// (measured back to back within the pass), so that load that comes and
+/// goes between passes hits both sides of each ratio alike.
+fn paired_ratio(node: &[f64], floor: &[f64]) -> f64 {
+    let mut ratios: Vec<f64> = node.iter().zip(floor).map(|(n, f)| n / f).filter(|r| r.is_finite()).collect();
+    ratios.sort_by(f64::total_cmp);
+    match ratios.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => ratios[n / 2],
+        n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    }
+}
+
 /// hprm against a floor at one size (µs).
 struct Versus {
     size: usize,
+    /// `paired_ratio` of the pass medians: what the target judges.
     ratio: f64,
+    /// Pooled p50s.
     node: f64,
     floor: f64,
     /// Best hprm pass median over best floor pass median.
@@ -2296,6 +2320,14 @@ mod tests {
         assert_eq!(size_label(8), "8 B");
         assert_eq!(thousands(1234567.4), "1,234,567");
         assert_eq!(fmt_us(f64::NAN), "—");
+    }
+
+    #[test]
+    fn paired_ratios_skip_failed_passes() {
+        assert_eq!(paired_ratio(&[10.0, 20.0, f64::NAN], &[5.0, 5.0, 5.0]), 3.0);
+        assert_eq!(paired_ratio(&[10.0, 30.0, 8.0], &[5.0, 10.0, 8.0]), 2.0);
+        assert!(paired_ratio(&[], &[]).is_nan());
+        assert_eq!(pass_range(&[3.0, f64::NAN, 1.5]), "1.50–3.00");
     }
 
     #[test]
