@@ -120,7 +120,7 @@ impl Stored {
                     id = %self.object.id(),
                     loaned_for = d,
                     sent_to = deliveries,
-                    "a loaned buffer is sent to another number of receivers than it was loaned for; copying it"
+                    "a loaned buffer is sent to another number of receivers than it was loaned for; its unused deliveries pin it until the store's delivery TTL"
                 );
                 false
             }

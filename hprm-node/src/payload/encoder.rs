@@ -87,15 +87,16 @@ impl Encoder {
     /// the store's delivery TTL runs out): send the bytes to exactly that
     /// many receivers. With 0 the objects are evictable as soon as sealed.
     ///
-    /// A buffer already in the store (received, so its delivery count
-    /// belongs to its original sender) is copied into a new object: reusing
-    /// its reference would let this message's receivers settle deliveries
-    /// meant for others, or keep the object pinned forever. The exception
-    /// is a buffer from [`Loan::finish`], whose deliveries were paid at
-    /// loan time: its first encode with the same `deliveries` sends its
-    /// reference as it is (no copy), and later encodes copy. A buffer that
-    /// appears several times in one message (clones of one `Buffer`) is
-    /// stored once.
+    /// A buffer already in the store (received, or sent before) travels by
+    /// reference, without a copy: once the message has encoded, the store
+    /// is told of `deliveries` more receivers of that object (a one-way
+    /// "redeliver" on the connection holding it, so it precedes this
+    /// side's own release), which keeps it pinned until they release it.
+    /// A buffer from [`Loan::finish`] had its deliveries paid at loan time:
+    /// its first encode with the same `deliveries` needs no redeliver. A
+    /// buffer that appears several times in one message (clones of one
+    /// `Buffer`) is sent once. Such buffers must come from the store this
+    /// encoder's receivers read (one store per host).
     pub fn encode<T: Serialize + ?Sized>(&self, value: &T, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
         let installed = Installed::new(&CONTEXT, self.context(deliveries));
         let result = rmp_serde::to_vec_named(value);
@@ -132,6 +133,7 @@ impl Encoder {
             unsealed: Vec::new(),
             placed: Vec::new(),
             prepaid_taken: Vec::new(),
+            redelivered: Vec::new(),
             error: None,
         }
     }
@@ -193,6 +195,8 @@ struct Context {
     placed: Vec<(Data, ObjectId)>,
     /// Loaned objects whose prepaid deliveries this encode used.
     prepaid_taken: Vec<Arc<Stored>>,
+    /// Objects received earlier and sent on by reference.
+    redelivered: Vec<Arc<Stored>>,
     /// The typed error behind a serde error, reported instead of serde's
     /// text.
     error: Option<PayloadError>,
@@ -207,17 +211,22 @@ impl Context {
     /// Where `view`'s bytes go: the one place the policy lives.
     fn place<'v>(&mut self, view: &View<'v>) -> Result<LocationRef<'v>, PayloadError> {
         if let Some(data) = view.data {
-            if let Data::Stored(stored) = data {
-                if stored.take_prepaid(self.deliveries) {
-                    let id = stored.object.id();
-                    self.prepaid_taken.push(stored.clone());
-                    self.placed.push((data.clone(), id));
-                    return Ok(LocationRef::Store(id));
-                }
-            }
             let key = data.key();
             if let Some((_, id)) = self.placed.iter().find(|(d, _)| d.key() == key) {
                 return Ok(LocationRef::Store(*id));
+            }
+            if let Data::Stored(stored) = data {
+                let id = stored.object.id();
+                if stored.take_prepaid(self.deliveries) {
+                    self.prepaid_taken.push(stored.clone());
+                } else {
+                    // Sent on (an echo, a relay): announce its new receivers
+                    // to the store instead of copying it (at seal, once the
+                    // whole message encoded).
+                    self.redelivered.push(stored.clone());
+                }
+                self.placed.push((data.clone(), id));
+                return Ok(LocationRef::Store(id));
             }
         }
         let nbytes = view.bytes.len();
@@ -239,6 +248,9 @@ impl Context {
     /// Seals every object of the message. Seal is one-way (it fails only
     /// on a broken connection), and receivers' gets wait until it lands.
     fn seal_all(&mut self) -> Result<(), PayloadError> {
+        for stored in self.redelivered.drain(..) {
+            stored.object.redeliver(self.deliveries).map_err(|e| PayloadError::from_store("redeliver", 0, e))?;
+        }
         for object in self.unsealed.drain(..) {
             let id = object.id();
             object.seal().map_err(|e| PayloadError::from_store("seal", 0, e)).inspect_err(|_| tracing::debug!(%id, "seal failed"))?;
@@ -250,6 +262,7 @@ impl Context {
     /// gives loaned buffers their prepaid deliveries back.
     fn undo(&mut self) {
         self.unsealed.clear();
+        self.redelivered.clear();
         for stored in self.prepaid_taken.drain(..) {
             stored.restore_prepaid(self.deliveries);
         }

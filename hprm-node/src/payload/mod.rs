@@ -60,10 +60,10 @@
 //! TTL runs out. A receiver takes every object its message references (even
 //! those its type ignores) and releases each when the last clone of its
 //! [`Buffer`] is dropped; so a receiver holding a buffer keeps the memory
-//! alive, and a receiver that is done frees it. Re-sending a received
-//! buffer copies it into a new object, since its deliveries belong to its
-//! first sender; a [`Loan`]'s buffer is sent the first time without a copy
-//! (its deliveries were paid when it was loaned).
+//! alive, and a receiver that is done frees it. Sending a received buffer
+//! on (an echo, a relay) sends the same object, never a copy: the store is
+//! told of the new receivers ("redeliver"); a [`Loan`]'s buffer is sent the
+//! first time with the deliveries paid when it was loaned.
 //!
 //! # Wire format
 //!

@@ -285,6 +285,17 @@ impl StoreClient {
         }
     }
 
+    /// Announces `deliveries` more receivers of sealed object `id` (which
+    /// this client got), so it can send the object on without copying it:
+    /// the object stays pinned until those receivers release it or the
+    /// delivery TTL runs out. One-way: requests on a connection are handled
+    /// in order, so this precedes this client's own release of the object;
+    /// a failure (the object vanished) is reported late, as
+    /// [`Error::Earlier`].
+    pub fn redeliver(&self, id: ObjectId, deliveries: u32) -> Result<()> {
+        self.inner.conn.post(&Request::Redeliver { id, deliveries })
+    }
+
     /// Waits until the daemon has handled every request this client sent so
     /// far, and reports the first that failed without anyone waiting for
     /// its answer (a seal, the publish of a small object) as

@@ -25,6 +25,14 @@ impl Object {
         self.id
     }
 
+    /// Announces `deliveries` more receivers of this object, on the
+    /// connection that holds it, so it can be sent on without a copy (see
+    /// [`crate::StoreClient::redeliver`]). Posted before this `Object`'s
+    /// own release, so the object stays pinned throughout.
+    pub fn redeliver(&self, deliveries: u32) -> crate::error::Result<()> {
+        self.inner.conn.post(&crate::protocol::message::Request::Redeliver { id: self.id, deliveries })
+    }
+
     /// The object's data, zero-copy.
     pub fn data(&self) -> &[u8] {
         // SAFETY: the placement was checked to lie inside the arena

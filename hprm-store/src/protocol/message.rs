@@ -43,6 +43,8 @@ pub enum Request<'a> {
     Reserve { block_len: u64, count: u32 },
     /// Create-and-seal of an object already written in a reserved block.
     Publish { id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32 },
+    /// More pending deliveries for a sealed object (sending it on).
+    Redeliver { id: ObjectId, deliveries: u32 },
 }
 
 impl Request<'_> {
@@ -51,6 +53,7 @@ impl Request<'_> {
         match self {
             Request::Create { .. } => "create",
             Request::Seal { .. } => "seal",
+            Request::Redeliver { .. } => "redeliver",
             Request::Abort { .. } => "abort",
             Request::Get { .. } => "get",
             Request::Release { .. } => "release",
@@ -317,6 +320,11 @@ impl Encoder {
                 };
                 (wire::Request::Publish, wire::Publish::create(fbb, &args).as_union_value())
             }
+            Request::Redeliver { id, deliveries } => {
+                let wid = id_to_wire(id);
+                let args = wire::RedeliverArgs { id: Some(&wid), deliveries: *deliveries };
+                (wire::Request::Redeliver, wire::Redeliver::create(fbb, &args).as_union_value())
+            }
         };
         let root = wire::RequestFrame::create(fbb, &wire::RequestFrameArgs { seq, request_type: kind, request: Some(body) });
         fbb.finish_minimal(root);
@@ -445,6 +453,10 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
             }
         }
         wire::Request::Seal => Request::Seal { id: required_id(frame.request_as_seal().ok_or(missing)?.id(), "Seal.id")? },
+        wire::Request::Redeliver => {
+            let r = frame.request_as_redeliver().ok_or(missing)?;
+            Request::Redeliver { id: required_id(r.id(), "Redeliver.id")?, deliveries: r.deliveries() }
+        }
         wire::Request::Abort => Request::Abort { id: required_id(frame.request_as_abort().ok_or(missing)?.id(), "Abort.id")? },
         wire::Request::Release => {
             Request::Release { id: required_id(frame.request_as_release().ok_or(missing)?.id(), "Release.id")? }

@@ -316,10 +316,10 @@ impl ::flatbuffers::SimpleToVerifyInSlice for NotificationKind {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_REQUEST: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_REQUEST: u8 = 13;
+pub const ENUM_MAX_REQUEST: u8 = 14;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_REQUEST: [Request; 14] = [
+pub const ENUM_VALUES_REQUEST: [Request; 15] = [
   Request::NONE,
   Request::Create,
   Request::Seal,
@@ -334,6 +334,7 @@ pub const ENUM_VALUES_REQUEST: [Request; 14] = [
   Request::Stats,
   Request::Reserve,
   Request::Publish,
+  Request::Redeliver,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -355,9 +356,10 @@ impl Request {
   pub const Stats: Self = Self(11);
   pub const Reserve: Self = Self(12);
   pub const Publish: Self = Self(13);
+  pub const Redeliver: Self = Self(14);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 13;
+  pub const ENUM_MAX: u8 = 14;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Create,
@@ -373,6 +375,7 @@ impl Request {
     Self::Stats,
     Self::Reserve,
     Self::Publish,
+    Self::Redeliver,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -391,6 +394,7 @@ impl Request {
       Self::Stats => Some("Stats"),
       Self::Reserve => Some("Reserve"),
       Self::Publish => Some("Publish"),
+      Self::Redeliver => Some("Redeliver"),
       _ => None,
     }
   }
@@ -2306,6 +2310,119 @@ impl ::core::fmt::Debug for Publish<'_> {
       ds.finish()
   }
 }
+pub enum RedeliverOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Redeliver<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Redeliver<'a> {
+  type Inner = Redeliver<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Redeliver<'a> {
+  pub const VT_ID: ::flatbuffers::VOffsetT = 4;
+  pub const VT_DELIVERIES: ::flatbuffers::VOffsetT = 6;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Redeliver { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args RedeliverArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<Redeliver<'bldr>> {
+    let mut builder = RedeliverBuilder::new(_fbb);
+    builder.add_deliveries(args.deliveries);
+    if let Some(x) = args.id { builder.add_id(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn id(&self) -> Option<&'a ObjectId> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<ObjectId>(Redeliver::VT_ID, None)}
+  }
+  #[inline]
+  pub fn deliveries(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(Redeliver::VT_DELIVERIES, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for Redeliver<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<ObjectId>("id", Self::VT_ID, false)?
+     .visit_field::<u32>("deliveries", Self::VT_DELIVERIES, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct RedeliverArgs<'a> {
+    pub id: Option<&'a ObjectId>,
+    pub deliveries: u32,
+}
+impl<'a> Default for RedeliverArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    RedeliverArgs {
+      id: None,
+      deliveries: 0,
+    }
+  }
+}
+
+pub struct RedeliverBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> RedeliverBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_id(&mut self, id: &ObjectId) {
+    self.fbb_.push_slot_always::<&ObjectId>(Redeliver::VT_ID, id);
+  }
+  #[inline]
+  pub fn add_deliveries(&mut self, deliveries: u32) {
+    self.fbb_.push_slot::<u32>(Redeliver::VT_DELIVERIES, deliveries, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> RedeliverBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    RedeliverBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Redeliver<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Redeliver<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Redeliver");
+      ds.field("id", &self.id());
+      ds.field("deliveries", &self.deliveries());
+      ds.finish()
+  }
+}
 pub enum RequestFrameOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2559,6 +2676,21 @@ impl<'a> RequestFrame<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn request_as_redeliver(&self) -> Option<Redeliver<'a>> {
+    if self.request_type() == Request::Redeliver {
+      self.request().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Redeliver::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for RequestFrame<'_> {
@@ -2583,6 +2715,7 @@ impl ::flatbuffers::Verifiable for RequestFrame<'_> {
           Request::Stats => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Stats>>("Request::Stats", pos),
           Request::Reserve => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Reserve>>("Request::Reserve", pos),
           Request::Publish => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Publish>>("Request::Publish", pos),
+          Request::Redeliver => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Redeliver>>("Request::Redeliver", pos),
           _ => Ok(()),
         }
      })?
@@ -2730,6 +2863,13 @@ impl ::core::fmt::Debug for RequestFrame<'_> {
         },
         Request::Publish => {
           if let Some(x) = self.request_as_publish() {
+            ds.field("request", &x)
+          } else {
+            ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Request::Redeliver => {
+          if let Some(x) = self.request_as_redeliver() {
             ds.field("request", &x)
           } else {
             ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")

@@ -178,6 +178,7 @@ impl ObjectTable {
             }
             Request::Get { ids, timeout } => return self.get(client, ids, *timeout),
             Request::Seal { id } => self.seal(client, *id),
+            Request::Redeliver { id, deliveries } => self.redeliver(*id, *deliveries),
             Request::Abort { id } => self.abort(client, *id),
             Request::Release { id } => self.release(client, *id),
             Request::Contains { id } => Reply::Presence(self.objects.get(id).is_some_and(Entry::visible)),
@@ -391,6 +392,29 @@ impl ObjectTable {
         self.refresh_lru(id);
         self.notify(Notification::Sealed { id, data_size: placement.data_size, metadata_size: meta });
         self.wake_gets(id, placement);
+        Reply::Done
+    }
+
+    /// `deliveries` more receivers for a sealed object: it stays pinned
+    /// until they release it (or the TTL, restarted now, runs out).
+    fn redeliver(&mut self, id: ObjectId, deliveries: u32) -> Reply {
+        let ttl = self.config.delivery_ttl;
+        let Some(e) = self.objects.get_mut(&id) else {
+            return err(ErrorCode::NotFound, format!("object {id} does not exist; only an object still held (or awaiting deliveries) can be sent on"));
+        };
+        if !e.sealed || e.delete_pending {
+            let why = if e.sealed { "is being deleted" } else { "is not sealed yet" };
+            return err(ErrorCode::NotSealed, format!("object {id} {why}; only sealed objects can be sent on"));
+        }
+        if deliveries == 0 {
+            return Reply::Done;
+        }
+        e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
+        let d = Instant::now() + ttl;
+        // An older deadline entry is skipped by the sweep: it no longer matches.
+        e.delivery_deadline = Some(d);
+        self.deadlines.insert((d, id));
+        self.refresh_lru(id);
         Reply::Done
     }
 
@@ -920,6 +944,27 @@ mod tests {
         assert_eq!(t.expire_deliveries(Instant::now() + Duration::from_secs(61)), 2);
         assert_eq!(t.stats().pending_deliveries, 0);
         assert_eq!(t.lru.len(), 1, "evictable once the TTL settled the rest");
+    }
+
+    #[test]
+    fn redelivery_pins_a_sent_on_object_until_its_new_receivers_release_it() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        put(&mut t, id, 1000, 1);
+        assert!(matches!(get(&mut t, 2, id), Reply::Objects(_)));
+        // Client 2 sends it on to two receivers, then lets go of its own reference.
+        assert_eq!(reply(t.handle(2, &Request::Redeliver { id, deliveries: 2 })), Reply::Done);
+        t.handle(2, &Request::Release { id });
+        assert_eq!(t.stats().pending_deliveries, 2);
+        assert!(t.lru.is_empty(), "pinned while the new receivers have not released it");
+        for c in [3, 4] {
+            assert!(matches!(get(&mut t, c, id), Reply::Objects(_)));
+            t.handle(c, &Request::Release { id });
+        }
+        assert_eq!(t.stats().pending_deliveries, 0);
+        assert_eq!(t.lru.len(), 1);
+        let missing = ObjectId::random();
+        assert_eq!(code(&reply(t.handle(2, &Request::Redeliver { id: missing, deliveries: 1 }))), Some(ErrorCode::NotFound));
     }
 
     #[test]
