@@ -31,8 +31,9 @@
 //! A store object stays referenced by the receiver while anything built on
 //! it lives: numpy arrays and memoryviews hold a [`SharedBuffer`], which
 //! releases the object (settling this receiver's delivery) when the last of
-//! them is garbage-collected. A received array sent again is copied into a
-//! new object, as in Rust: its deliveries belong to its first sender.
+//! them is garbage-collected. A received array sent on whole (an echo, a
+//! relay) travels by reference, as in Rust: the same object, its new
+//! receivers announced to the store (redeliver); a part of one is copied.
 //!
 //! The GIL is released around every store round trip and large copy into
 //! the store; Python objects are only touched with it held.
@@ -213,7 +214,31 @@ impl<'py> Walk<'py> {
         Ok(())
     }
 
-    /// Whether `key` is a map key every reader handles (a scalar).
+    /// The store object `array` views in full, if its base chain ends at a
+/// [`SharedBuffer`] whose bytes are exactly `bytes`.
+fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option<Arc<Object>>> {
+    let py = array.py();
+    let mut base = array.getattr(intern!(py, "base"))?;
+    // numpy collapses view chains; a few steps cover memoryview layers.
+    for _ in 0..8 {
+        if base.is_none() {
+            return Ok(None);
+        }
+        if let Ok(shared) = base.downcast::<SharedBuffer>() {
+            let shared = shared.get();
+            let data = shared.data();
+            let whole = data.as_ptr() == bytes.as_ptr() && data.len() == bytes.len();
+            return Ok(whole.then(|| shared.object().clone()));
+        }
+        base = match base.getattr(intern!(py, "obj")).or_else(|_| base.getattr(intern!(py, "base"))) {
+            Ok(b) => b,
+            Err(_) => return Ok(None),
+        };
+    }
+    Ok(None)
+}
+
+/// Whether `key` is a map key every reader handles (a scalar).
     fn plain_key(&self, key: &Bound<'py, PyAny>) -> bool {
         key.is_none()
             || key.is_exact_instance_of::<PyBool>()
@@ -260,6 +285,13 @@ impl<'py> Walk<'py> {
             imported(py, &ASCONTIGUOUS, "numpy", "ascontiguousarray")?.call1((array,))?
         };
         let buffer = RawBuffer::get(&source)?;
+        if let Some(object) = Self::whole_store_object(&source, buffer.bytes())? {
+            // A received array sent on (an echo, a relay): the same object,
+            // with its new receivers announced to the store; no copy.
+            let session = &mut self.session;
+            session.write_stored(out, EXT_BUFFER, &dtype, &shape, object).map_err(payload_error)?;
+            return Ok(());
+        }
         if self.place(out, EXT_BUFFER, &dtype, &shape, buffer.bytes())?.is_some() {
             self.held.push(Held::Export(buffer));
         }

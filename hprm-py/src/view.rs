@@ -45,6 +45,11 @@ impl SharedBuffer {
     pub fn data(&self) -> &[u8] {
         self.object.data()
     }
+
+    /// The store object itself (to send it on by reference).
+    pub fn object(&self) -> &Arc<Object> {
+        &self.object
+    }
 }
 
 #[pymethods]

@@ -348,15 +348,23 @@ def test_the_same_array_twice_is_stored_once(store):
     assert shared_buffer_of(got["a"]) is shared_buffer_of(got["b"][0])
 
 
-def test_a_received_array_sent_again_is_copied(store, eventually):
+def test_a_received_array_sent_on_travels_by_reference(store, eventually):
     sender, relay, receiver = codecs(store, 3)
     sent = np.arange(MIB, dtype=np.int64)
     view = relay.decode(sender.encode(sent))
-    forwarded = receiver.decode(relay.encode(view, deliveries=1))
-    same_array(forwarded, sent)
-    ids = {o["id"] for o in sender.store_objects()}
-    assert len(ids) == 2 and shared_buffer_of(forwarded).object_id != shared_buffer_of(view).object_id
-    del view, forwarded
+    # The relay echoes it to two receivers: the same object, two more deliveries.
+    data = relay.encode({"again": view, "twice": view}, deliveries=2)
+    assert len(sender.store_objects()) == 1
+    forwarded = receiver.decode(data)
+    same_array(forwarded["again"], sent)
+    assert shared_buffer_of(forwarded["again"]).object_id == shared_buffer_of(view).object_id
+    # A slice is not the whole object: it goes as a new one.
+    part = receiver.decode(relay.encode(view[: MIB // 2], deliveries=1))
+    same_array(part, sent[: MIB // 2])
+    assert len(sender.store_objects()) == 2
+    second = Codec(store.socket)
+    again = second.decode(data)
+    del view, forwarded, part, again, second
     gc.collect()
     assert all(o["pending_deliveries"] == 0 for o in settled(sender, eventually))
 

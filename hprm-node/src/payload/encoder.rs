@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hprm_store::{CreateOptions, ObjectId, ObjectMut, StoreClient};
+use hprm_store::{CreateOptions, Object, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
@@ -196,7 +196,7 @@ struct Context {
     /// Loaned objects whose prepaid deliveries this encode used.
     prepaid_taken: Vec<Arc<Stored>>,
     /// Objects received earlier and sent on by reference.
-    redelivered: Vec<Arc<Stored>>,
+    redelivered: Vec<SentOn>,
     /// The typed error behind a serde error, reported instead of serde's
     /// text.
     error: Option<PayloadError>,
@@ -223,7 +223,7 @@ impl Context {
                     // Sent on (an echo, a relay): announce its new receivers
                     // to the store instead of copying it (at seal, once the
                     // whole message encoded).
-                    self.redelivered.push(stored.clone());
+                    self.redelivered.push(SentOn::Buffer(stored.clone()));
                 }
                 self.placed.push((data.clone(), id));
                 return Ok(LocationRef::Store(id));
@@ -248,8 +248,8 @@ impl Context {
     /// Seals every object of the message. Seal is one-way (it fails only
     /// on a broken connection), and receivers' gets wait until it lands.
     fn seal_all(&mut self) -> Result<(), PayloadError> {
-        for stored in self.redelivered.drain(..) {
-            stored.object.redeliver(self.deliveries).map_err(|e| PayloadError::from_store("redeliver", 0, e))?;
+        for sent in self.redelivered.drain(..) {
+            sent.object().redeliver(self.deliveries).map_err(|e| PayloadError::from_store("redeliver", 0, e))?;
         }
         for object in self.unsealed.drain(..) {
             let id = object.id();
@@ -265,6 +265,22 @@ impl Context {
         self.redelivered.clear();
         for stored in self.prepaid_taken.drain(..) {
             stored.restore_prepaid(self.deliveries);
+        }
+    }
+}
+
+/// A store object sent on by reference: a `Buffer`'s, or one a binding
+/// holds ([`EncodeSession::write_stored`]).
+enum SentOn {
+    Buffer(Arc<Stored>),
+    Object(Arc<Object>),
+}
+
+impl SentOn {
+    fn object(&self) -> &Object {
+        match self {
+            SentOn::Buffer(s) => &s.object,
+            SentOn::Object(o) => o,
         }
     }
 }
@@ -357,6 +373,29 @@ impl EncodeSession {
             self.seen.push((key, id));
         }
         let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes: bytes.len() as u64, location };
+        descriptor.check()?;
+        let data = descriptor.encode();
+        Writer(out).ext_header(ext, data.len());
+        out.extend_from_slice(&data);
+        Ok(id)
+    }
+
+    /// Writes a buffer that is a whole store object this side holds (a
+    /// binding's view of a received buffer): sent on by reference, the
+    /// store told of the new receivers at [`EncodeSession::finish`], as
+    /// [`Encoder::encode`] does for a received `Buffer`.
+    pub fn write_stored(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>) -> Result<ObjectId, PayloadError> {
+        if ext != EXT_BUFFER && ext != EXT_BYTES {
+            return Err(PayloadError::Serialize { message: format!("extension type {ext} is not a buffer type") });
+        }
+        let id = object.id();
+        let nbytes = object.data().len() as u64;
+        let key = (object.data().as_ptr() as usize, object.data().len());
+        if !self.seen.iter().any(|(k, _)| *k == key) {
+            self.seen.push((key, id));
+            self.context.redelivered.push(SentOn::Object(object));
+        }
+        let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes, location: LocationRef::Store(id) };
         descriptor.check()?;
         let data = descriptor.encode();
         Writer(out).ext_header(ext, data.len());
