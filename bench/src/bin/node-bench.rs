@@ -659,8 +659,8 @@ fn broadcast(spec: &Spec) -> Program {
             }
             spot_check(&format!("recv{k}"), &got, size, fill_byte(round, Variant::Echo));
             let data = match variant {
-                // The received buffer as it is: sending it again is the
-                // runtime's business (it copies it into a new object).
+                // The received buffer as it is: how it is sent on (by
+                // reference or copied) is the runtime's business.
                 Variant::Echo => got,
                 Variant::Fresh => match loaned(ctx, reply, size, fill_byte(round, Variant::Fresh)) {
                     Some(b) => b,
@@ -1846,7 +1846,11 @@ impl Report {
             targets.push(Target { name: "centralized", pass: None, line: "target: centralized adds at most one RTI round trip: not measured".into(), why: None });
         } else {
             let pass = extra.iter().all(|&(_, e, rt, _)| e <= rt);
-            let detail = extra.iter().map(|&(s, e, rt, _)| format!("{} +{} µs vs {} µs", size_label(s), fmt_us(e), fmt_us(rt))).collect::<Vec<_>>().join(", ");
+            let detail = extra
+                .iter()
+                .map(|&(s, e, rt, _)| format!("{} {}{} µs vs {} µs", size_label(s), if e < 0.0 { "-" } else { "+" }, fmt_us(e.abs()), fmt_us(rt)))
+                .collect::<Vec<_>>()
+                .join(", ");
             let model = extra.iter().map(|&(s, _, rt, ow)| format!("{} {} µs", size_label(s), fmt_us(rt + ow))).collect::<Vec<_>>().join(", ");
             targets.push(Target {
                 name: "centralized",
@@ -1856,7 +1860,7 @@ impl Report {
                     pass_miss(pass)
                 ),
                 why: (!pass).then(|| format!(
-                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer), and the receiver may process the message's tag only once the RTI grants it: it learns of the event when the message arrives, sends NET, and waits for TAG, a full RTI round trip after the relay. Relay hop plus round trip at the floor's cost would be {model}; the rest is the RTI's own wake-ups (it is one more process on 2 CPUs) and the notices it sends with every grant (each TAG comes with two DNETs, visible with RUST_LOG=hprm_rti=debug)."
+                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer), and the receiver may process the message's tag only once the RTI grants it: it learns of the event when the message arrives, sends NET, and waits for TAG, a full RTI round trip after the relay. Relay hop plus round trip at the floor's cost would be {model}; the rest is the RTI's own wake-ups (it is one more process on the same CPUs) and its processing of every NET and LTC."
                 )),
             });
         }
@@ -1885,7 +1889,14 @@ impl Report {
             for r in rows.iter().filter(|r| r.ratio_to_memcpy.is_some_and(|x| x > BROADCAST_TARGET)) {
                 let (Some(l), Some(rc), Some(rp), Some(f)) = (&r.latency, &r.received, &r.replied, &r.first_reply) else { continue };
                 let work = match r.variant {
-                    Variant::Echo => format!("each of the {} receivers sends back the buffer it got, and the runtime copies a re-sent buffer into a new store object (its deliveries belong to its first sender): {} copies of {} on {} CPUs, at least {:.1} memcpy times of wall clock before any messaging", self.setup.receivers, self.setup.receivers, r.label, self.machine.nproc.unwrap_or(1), self.setup.receivers as f64 / self.machine.nproc.unwrap_or(1).max(1) as f64),
+                    // Whether a sent-on buffer is copied is the runtime's
+                    // choice (it has changed): let the figures say it.
+                    Variant::Echo => format!(
+                        "each of the {} receivers sends back the buffer it got; {} passed between the replies being set and the last reaching the source, {}",
+                        self.setup.receivers,
+                        fmt_us(l.median_us - rp.median_us),
+                        if l.median_us - rp.median_us > r.memcpy_us { "more than one memcpy of the buffer: the buffers are copied on the way back" } else { "less than one memcpy of the buffer: they travel back by reference" }
+                    ),
                     Variant::Fresh => format!("each of the {} receivers loans and fills a new {} buffer: {} buffers written on {} CPUs", self.setup.receivers, r.label, self.setup.receivers, self.machine.nproc.unwrap_or(1)),
                 };
                 // The smallest size of the same path: the round's fixed cost.
@@ -2061,7 +2072,7 @@ impl Report {
                 self.setup.receivers, self.plan.broadcast_rounds, self.plan.broadcast_warmup
             ));
             line(String::new());
-            line("The source loans a uint8 buffer from the store, fills it, stamps and sends it to every receiver (one store object, 4 deliveries); each receiver replies, *echo*: the buffer it got (the runtime copies it into a new object, as a re-sent buffer's deliveries belong to its first sender), *fresh*: a new buffer it loans and fills. Latency: source's send to the last reply processed, by the source's clock. memcpy: one copy of the size between pre-touched heap buffers, measured just before that size's runs.".into());
+            line("The source loans a uint8 buffer from the store, fills it, stamps and sends it to every receiver (one store object, 4 deliveries); each receiver replies, *echo*: the buffer it got, sent on as it is (by reference or copied, as the runtime does it), *fresh*: a new buffer it loans and fills. Latency: source's send to the last reply processed, by the source's clock. memcpy: one copy of the size between pre-touched heap buffers, measured just before that size's runs.".into());
             line(String::new());
             line("| size | memcpy p50 | echo decentralized p50 (p99) | echo centralized p50 (p99) | fresh decentralized p50 (p99) | fresh centralized p50 (p99) |".into());
             line("|---:|---:|---:|---:|---:|---:|".into());
