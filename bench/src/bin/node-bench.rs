@@ -12,9 +12,11 @@
 //!    `pong` echoes it; the echo triggers the next round one microstep
 //!    later. One-way latency is pong's clock minus ping's stamp (one host,
 //!    one clock), round trip is ping's. Centralized (relayed through the
-//!    RTI, grants) and decentralized (peer to peer). Floors: a TCP
-//!    (TCP_NODELAY) and a Unix-socket ping-pong between two processes with
-//!    the same sizes, blocking reads, measured the same way.
+//!    RTI, grants) and decentralized (peer to peer, over TCP and over Unix
+//!    sockets). Floors: a TCP (TCP_NODELAY) and a Unix-socket ping-pong
+//!    between two processes with the same sizes, measured the same way,
+//!    with blocking reads and with polling ones. The sweep runs several
+//!    passes; the one-way target is judged on ratios paired within a pass.
 //! 2. **Sustained rate** (`--only rate`): a source sends 8-byte messages as
 //!    fast as the runtime lets it (a logical action rescheduled every
 //!    microstep), a sink counts; messages per second at the sink. Floor:
