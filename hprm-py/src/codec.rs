@@ -61,7 +61,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple, PyType};
 use pyo3::{create_exception, ffi, intern};
 
-use crate::view::SharedBuffer;
+use crate::view::{LoanView, SharedBuffer};
 
 create_exception!(
     hprm,
@@ -214,7 +214,26 @@ impl<'py> Walk<'py> {
         Ok(())
     }
 
-    /// The store object `array` views in full, if its base chain ends at a
+    /// The loan `array` views in full, if its base chain ends at a [`LoanView`].
+fn whole_loan<'a>(array: &'a Bound<'py, PyAny>, bytes: &[u8]) -> PyResult<Option<Bound<'py, LoanView>>> {
+    let py = array.py();
+    let mut base = array.getattr(intern!(py, "base"))?;
+    for _ in 0..8 {
+        if base.is_none() {
+            return Ok(None);
+        }
+        if let Ok(loan) = base.downcast::<LoanView>() {
+            return Ok(loan.get().covers(bytes).then(|| loan.clone()));
+        }
+        base = match base.getattr(intern!(py, "obj")).or_else(|_| base.getattr(intern!(py, "base"))) {
+            Ok(b) => b,
+            Err(_) => return Ok(None),
+        };
+    }
+    Ok(None)
+}
+
+/// The store object `array` views in full, if its base chain ends at a
 /// [`SharedBuffer`] whose bytes are exactly `bytes`.
 fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option<Arc<Object>>> {
     let py = array.py();
@@ -285,6 +304,15 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
             imported(py, &ASCONTIGUOUS, "numpy", "ascontiguousarray")?.call1((array,))?
         };
         let buffer = RawBuffer::get(&source)?;
+        if let Some(loaned) = Self::whole_loan(&source, buffer.bytes())? {
+            // Allocated in the store by `ctx.alloc_array`: sent by reference
+            // (unless reinterpreted as another dtype or shape: then copied).
+            let finished = loaned.get().finish()?;
+            if *finished.dtype() == dtype && finished.shape() == shape.as_slice() {
+                self.session.write_value_buffer(out, &finished).map_err(payload_error)?;
+                return Ok(());
+            }
+        }
         if let Some(object) = Self::whole_store_object(&source, buffer.bytes())? {
             // A received array sent on (an echo, a relay): the same object,
             // with its new receivers announced to the store; no copy.

@@ -443,6 +443,16 @@ impl Context {
     fn federate(&mut self) -> PyResult<String> {
         Ok(self.ctx()?.federate().to_string())
     }
+
+    /// A writable buffer for an array of `dtype` and `shape`, allocated in the store for output `h`
+    /// (with the output's fan-out as delivery count); `hprm.Context.alloc_array`
+    /// makes the numpy array over it.
+    fn loan(&mut self, h: usize, dtype: &str, shape: Vec<usize>) -> PyResult<crate::view::LoanView> {
+        let Handle::Output(o) = self.handle(h)? else { return Err(PyValueError::new_err("alloc_array takes an output")) };
+        let dtype = hprm_node::payload::Dtype::parse(dtype).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let loan = self.ctx()?.loan(o, dtype, &shape).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(crate::view::LoanView::new(loan))
+    }
 }
 
 /// Schedules a physical action from any Python thread.

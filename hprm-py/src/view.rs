@@ -15,10 +15,17 @@
 //! `BufferError`, and numpy arrays over it have `writeable=False` (numpy
 //! refuses to make them writable). `decode(..., copy=True)` is the way to
 //! a private, writable array.
+//!
+//! `LoanView` is the producer's side: a writable buffer over an object
+//! being written in place (`ctx.alloc_array`), so a camera frame is
+//! captured straight into the store. When a value holding an array over it
+//! is sent, the codec finishes the loan (seals it) and sends the object by
+//! reference with the deliveries paid at loan time.
 
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use hprm_node::payload::{Buffer, Loan};
 use hprm_store::Object;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -115,6 +122,86 @@ impl SharedBuffer {
     }
 }
 
+/// Where a loan is in its life.
+enum LoanState {
+    Writing(Loan),
+    Sent(Buffer),
+    Failed,
+}
+
+/// A writable buffer over a store object being written in place.
+///
+/// Not constructible from Python: `Context.loan` makes them.
+#[pyclass(module = "hprm._native", frozen, name = "LoanView")]
+pub struct LoanView {
+    state: Mutex<LoanState>,
+    id: hprm_store::ObjectId,
+    /// The object's bytes: they stay where they are for as long as this
+    /// view holds the loan, then the finished buffer (a store reference).
+    ptr: usize,
+    len: usize,
+}
+
+impl LoanView {
+    pub fn new(mut loan: Loan) -> LoanView {
+        let id = loan.id();
+        let bytes = loan.as_mut_bytes();
+        let (ptr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
+        LoanView { state: Mutex::new(LoanState::Writing(loan)), id, ptr, len }
+    }
+
+    /// The loan as a sealed buffer (finished on first call).
+    pub fn finish(&self) -> PyResult<Buffer> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *state, LoanState::Failed) {
+            LoanState::Writing(loan) => match loan.finish() {
+                Ok(buffer) => {
+                    *state = LoanState::Sent(buffer.clone());
+                    Ok(buffer)
+                }
+                Err(e) => Err(PyBufferError::new_err(format!("the array allocated in the store could not be finished: {e}"))),
+            },
+            LoanState::Sent(buffer) => {
+                *state = LoanState::Sent(buffer.clone());
+                Ok(buffer)
+            }
+            LoanState::Failed => Err(PyBufferError::new_err("the array allocated in the store was lost when sending it failed")),
+        }
+    }
+
+    /// Whether `bytes` is exactly this loan's memory.
+    pub fn covers(&self, bytes: &[u8]) -> bool {
+        bytes.as_ptr() as usize == self.ptr && bytes.len() == self.len
+    }
+}
+
+#[pymethods]
+impl LoanView {
+    /// Exports the loan's bytes, writable, as unsigned bytes (format `B`).
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no Py_buffer to fill"));
+        }
+        let me = slf.get();
+        // SAFETY: as for SharedBuffer; the memory belongs to the loan (then
+        // the finished buffer) held by `slf`, which the export keeps alive.
+        let done = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), me.ptr as *mut c_void, me.len as ffi::Py_ssize_t, 0, flags) };
+        if done == -1 {
+            return Err(PyErr::take(slf.py()).unwrap_or_else(|| PyBufferError::new_err("cannot export the loan")));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    /// The store object's id, in hex.
+    #[getter]
+    fn object_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<SharedBuffer>()
+    m.add_class::<SharedBuffer>()?;
+    m.add_class::<LoanView>()
 }

@@ -39,6 +39,11 @@ def test_a_pipeline_of_python_federates(mode, daemons_built):
     assert r.returncode == 0, r.stderr
     planned = [l.split("] ", 1)[1] for l in r.stderr.splitlines() if l.startswith("[planner] planned")]
     assert planned == [f"planned seq={k} at={20 * (k - 1) + 10}ms sum={28.0 * k} ok=True" for k in range(1, 5)], r.stderr
+    # Frames written in place in the store (ctx.alloc_array) reach the
+    # detector as the very same objects: no copy anywhere.
+    captured = {l.split("seq=")[1].split()[0]: l.split("object=")[1] for l in r.stderr.splitlines() if l.startswith("[camera] captured")}
+    received = {l.split("seq=")[1].split()[0]: l.split("object=")[1] for l in r.stderr.splitlines() if l.startswith("[detector] received")}
+    assert len(received) == 5 and all(received[s] == captured[s] != "None" for s in received), r.stderr
 
 
 def test_a_program_mixing_rust_and_python_federates(daemons_built):

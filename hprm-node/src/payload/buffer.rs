@@ -317,9 +317,16 @@ impl View<'_> {
     }
 }
 
+impl Buffer {
+    /// The buffer as the encoder sees it.
+    pub(crate) fn view(&self) -> View<'_> {
+        View { dtype: &self.dtype, shape: &self.shape, bytes: self.bytes(), data: Some(&self.data) }
+    }
+}
+
 impl Serialize for Buffer {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        View { dtype: &self.dtype, shape: &self.shape, bytes: self.bytes(), data: Some(&self.data) }.serialize(s)
+        self.view().serialize(s)
     }
 }
 

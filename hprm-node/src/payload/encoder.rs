@@ -380,6 +380,24 @@ impl EncodeSession {
         Ok(id)
     }
 
+    /// Writes a [`Buffer`] (a binding's handle on one, e.g. a finished
+    /// [`Loan`]) as [`Encoder::encode`] would: by reference when it is in
+    /// the store (a loan's first send uses its prepaid deliveries), else by
+    /// the threshold policy.
+    pub fn write_value_buffer(&mut self, out: &mut Vec<u8>, buffer: &Buffer) -> Result<Option<ObjectId>, PayloadError> {
+        let location = self.context.place(&buffer.view())?;
+        let id = match location {
+            LocationRef::Store(id) => Some(id),
+            LocationRef::Inline(_) => None,
+        };
+        let descriptor = DescriptorRef { dtype: buffer.dtype().clone(), shape: buffer.shape().to_vec(), strides: None, nbytes: buffer.bytes().len() as u64, location };
+        descriptor.check()?;
+        let data = descriptor.encode();
+        Writer(out).ext_header(EXT_BUFFER, data.len());
+        out.extend_from_slice(&data);
+        Ok(id)
+    }
+
     /// Writes a buffer that is a whole store object this side holds (a
     /// binding's view of a received buffer): sent on by reference, the
     /// store told of the new receivers at [`EncodeSession::finish`], as

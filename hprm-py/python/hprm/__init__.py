@@ -272,8 +272,9 @@ def _index(x: Any) -> int:
 class Context:
     """What a reaction sees at its tag (valid only during the reaction)."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: Any, default_output: Any = None) -> None:
         self._n = native
+        self._default_output = default_output
 
     @property
     def tag(self) -> Tag:
@@ -321,20 +322,46 @@ class Context:
         t = self._n.intended_tag(_index(port))
         return None if t is None else Tag(*t)
 
-    def alloc_array(self, shape: Any, dtype: Any) -> Any:
-        """An array to fill and send. (Today a private array, copied into
-        the store once when sent.)"""
+    def alloc_array(self, shape: Any, dtype: Any, port: Any = None) -> Any:
+        """A writable numpy array allocated straight in the object store, to
+        fill and send on ``port`` (an output this reaction declares as an
+        effect; the reaction's only one when omitted): sending it costs no
+        copy, its store object travels by reference. Do not write to it after
+        sending it. Without a store (a one-process program) it is a plain
+        array."""
         import numpy as np
 
-        return np.empty(shape, dtype)
+        dt = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if port is None:
+            port = self._default_output
+        if port is None or dt.hasobject or dt.fields is not None:
+            return np.empty(shape, dt)
+        try:
+            view = self._n.loan(_index(port), dt.str, list(shape))
+        except RuntimeError:
+            # No store configured (a program run in one process): nothing to share.
+            return np.empty(shape, dt)
+        return np.frombuffer(view, dtype=dt).reshape(shape)
 
 
-def _invoker(fn: Callable, instance: Any) -> Callable[[Any, Any], None]:
+class _OutputRef:
+    """An output by its index (a reaction's only output, for alloc_array)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: int) -> None:
+        self._index = index
+
+
+def _invoker(fn: Callable, instance: Any, outputs: list[int]) -> Callable[[Any, Any], None]:
+    default_output = _OutputRef(outputs[0]) if len(outputs) == 1 else None
+
     def invoke(_state: Any, native_ctx: Any) -> None:
         for a in instance.__dict__.get("_hprm_physical", []):
             if a._scheduler is None:
                 a._scheduler = native_ctx.physical_scheduler(a._index)
-        ctx = Context(native_ctx)
+        ctx = Context(native_ctx, default_output)
         instance.__dict__["_hprm_ctx"] = ctx
         try:
             fn(instance, ctx)
@@ -460,16 +487,18 @@ class Program:
                     out.append(names[nm])
                 return out
 
+            effects = resolve(rx.effects, "effect")
+            outputs = [i for nm, i in zip(rx.effects, effects) if nm in r._ports]
             n.reaction(
                 r._index,
                 rx.name,
                 resolve(rx.triggers, "trigger"),
                 resolve(rx.sources, "source"),
-                resolve(rx.effects, "effect"),
-                _invoker(rx.fn, instance),
+                effects,
+                _invoker(rx.fn, instance, outputs),
                 deadline_ns=rx.deadline_ns,
-                deadline_handler=None if rx.on_deadline is None else _invoker(rx.on_deadline, instance),
-                tardy_handler=None if rx.on_tardy is None else _invoker(rx.on_tardy, instance),
+                deadline_handler=None if rx.on_deadline is None else _invoker(rx.on_deadline, instance, outputs),
+                tardy_handler=None if rx.on_tardy is None else _invoker(rx.on_tardy, instance, outputs),
             )
         return r
 
