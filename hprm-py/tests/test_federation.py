@@ -57,3 +57,13 @@ def test_a_program_mixing_rust_and_python_federates(daemons_built):
     # Python sends n and an array of n; Rust doubles both; Python reads the
     # Rust-made array zero-copy from the store.
     assert got == [f"sink: n={2 * k} data=float64[16384] all={2.0 * k} shared=True" for k in range(1, 5)], r.stderr
+
+
+def test_tardy_handlers_run_in_python(daemons_built):
+    r = launch("tardy.py")
+    assert r.returncode == 0, r.stderr
+    tardy = [l.split("] ", 1)[1] for l in r.stderr.splitlines() if l.startswith("[receiver] tardy")]
+    assert tardy, r.stderr
+    for line in tardy:
+        n = int(line.split()[1])
+        assert line == f"tardy {n} intended={20 * (n - 1)}ms", line
