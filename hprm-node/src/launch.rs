@@ -39,6 +39,8 @@ pub struct Launch {
     pub timeout: Option<Duration>,
     /// Extra arguments for `hprm-rti` (e.g. `--auth-key-file`).
     pub rti_args: Vec<String>,
+    /// Extra arguments for `hprm-store` (e.g. `--populate`, `--spin 0`).
+    pub store_args: Vec<String>,
     /// Print each federate's output with a `[name]` prefix (else inherit).
     pub prefix_logs: bool,
     /// Take SIGINT/SIGTERM and pass them on to the federates (a
@@ -48,7 +50,7 @@ pub struct Launch {
 
 impl Default for Launch {
     fn default() -> Launch {
-        Launch { fast: false, store_memory: "256m".into(), federate_command: None, timeout: None, rti_args: Vec::new(), prefix_logs: true, handle_signals: false }
+        Launch { fast: false, store_memory: "256m".into(), federate_command: None, timeout: None, rti_args: Vec::new(), store_args: Vec::new(), prefix_logs: true, handle_signals: false }
     }
 }
 
@@ -109,10 +111,11 @@ fn relay(name: String, out: impl Read + Send + 'static) {
 }
 
 /// Starts `hprm-store` on a socket in `dir`; returns once it accepts clients.
-fn start_store(dir: &Path, memory: &str) -> Result<(Daemon, PathBuf), NodeError> {
+fn start_store(dir: &Path, memory: &str, extra: &[String]) -> Result<(Daemon, PathBuf), NodeError> {
     let socket = dir.join("store.sock");
     let mut child = Command::new(find_binary("hprm-store")?)
         .args(["--socket".as_ref(), socket.as_os_str(), "--memory".as_ref(), memory.as_ref()])
+        .args(extra)
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -183,7 +186,7 @@ impl Launch {
             crate::signal::forward_to_children(pids.clone())?;
         }
         let dir = tempfile_dir()?;
-        let (_store, socket) = start_store(dir.path(), &self.store_memory)?;
+        let (_store, socket) = start_store(dir.path(), &self.store_memory, &self.store_args)?;
         let names: Vec<String> = program.federate_names().into_iter().map(String::from).collect();
         // HPRM federates send every NET anyway: DNETs would only cost the RTI writes.
         let mut rti_args = vec!["--disable-dnet".to_string()];

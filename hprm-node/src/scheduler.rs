@@ -195,6 +195,9 @@ pub(crate) struct Scheduler {
     stop_barrier: Option<Tag>,
     stop_handled: bool,
     advance_target: Option<Tag>,
+    /// Fast decentralized mode: the tag waiting for its inputs, and until
+    /// when (physical time) it waits.
+    stp_wait: Option<(Tag, i64)>,
 
     granted: Tag,
     provisional: Option<Tag>,
@@ -309,6 +312,17 @@ impl Scheduler {
         let upstreams = program.upstreams(fed).len();
         let downstreams = program.downstreams(fed).len();
         let start = Tag::new(opts.start, 0);
+        // Nothing reaches an input before its sender's start tag plus the
+        // connection's delay: that much of its status is known at once (so a
+        // federate on a loop does not wait the STP at its first tags).
+        let mut known = vec![NEVER; n];
+        for c in program.connections.iter().filter(|c| program.federate_of(c.to) == fed && program.federate_of(c.from) != fed && !c.physical) {
+            known[c.to.index()] = match c.delay {
+                Delay::After(d) if d > 0 => Tag::new(start.time.saturating_add(d), 0).latest_earlier(),
+                Delay::After(_) => start,
+                Delay::None => NEVER,
+            };
+        }
         let stop_tag = match program.timeout {
             Some(t) => Tag::new(opts.start.saturating_add(duration_ns(t)), 0),
             None => FOREVER,
@@ -350,10 +364,11 @@ impl Scheduler {
             stop_barrier: None,
             stop_handled: false,
             advance_target: None,
+            stp_wait: None,
             granted: NEVER,
             provisional: None,
             last_net: NEVER,
-            known: vec![NEVER; n],
+            known,
             closed_peers: Vec::new(),
             fatal: None,
             resigned: false,
@@ -494,7 +509,22 @@ impl Scheduler {
             }
             Mode::Decentralized { stp } => {
                 let known = self.net_inputs.iter().all(|i| self.known[i.index()] >= g);
-                let until = g.time.saturating_add(stp);
+                // Real time: unknown inputs are absent once physical time
+                // passes the tag's time + STP. Fast mode: logical time does
+                // not follow physical time, so wait at most STP of physical
+                // time from when this tag first had to wait.
+                let until = if self.opts.fast {
+                    match self.stp_wait {
+                        Some((t, since)) if t == g => since,
+                        _ => {
+                            let since = self.clock.now().saturating_add(stp);
+                            self.stp_wait = Some((g, since));
+                            since
+                        }
+                    }
+                } else {
+                    g.time.saturating_add(stp)
+                };
                 if !known && self.clock.now() < until {
                     return Ok(Ready::Wait(Some(until)));
                 }

@@ -37,17 +37,41 @@ pub(crate) fn forward_to(inbox: Arc<Inbox>) -> Result<(), NodeError> {
 /// federate processes as SIGTERM (they run in their own process groups,
 /// see [`detach`], so a terminal's Ctrl-C reaches only the launcher and
 /// each federate hears of it exactly once per press).
-pub(crate) fn forward_to_children(pids: Arc<std::sync::Mutex<Vec<u32>>>) -> Result<(), NodeError> {
+/// The processes of one launch.
+pub(crate) type Pids = Arc<std::sync::Mutex<Vec<u32>>>;
+
+pub(crate) fn forward_to_children(pids: Pids) -> Result<(), NodeError> {
+    // One forwarding thread per process, whatever the number of launches:
+    // each launch hands it its children.
+    static CHILDREN: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<Pids>>>> = std::sync::OnceLock::new();
+    let mut started = false;
+    let all = CHILDREN.get_or_init(|| {
+        started = true;
+        Arc::new(std::sync::Mutex::new(Vec::new()))
+    });
+    {
+        let mut launches = all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Launches whose children all ended hold no one to tell.
+        launches.retain(|l| Arc::strong_count(l) > 1);
+        launches.push(pids);
+    }
+    if !started {
+        return Ok(());
+    }
+    let all = all.clone();
     let set = block()?;
     std::thread::Builder::new()
         .name("hprm-launch-signals".into())
         .spawn(move || {
             while let Some(sig) = wait(&set) {
                 tracing::info!(signal = sig, "stopping the program");
-                for &pid in pids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
-                    if let Ok(pid) = i32::try_from(pid) {
-                        // SAFETY: kill(2) with a pid this process spawned.
-                        unsafe { libc::kill(pid, libc::SIGTERM) };
+                let launches = all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for pids in launches.iter().filter(|l| Arc::strong_count(l) > 1) {
+                    for &pid in pids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+                        if let Ok(pid) = i32::try_from(pid) {
+                            // SAFETY: kill(2) with a pid a running launch spawned.
+                            unsafe { libc::kill(pid, libc::SIGTERM) };
+                        }
                     }
                 }
             }

@@ -83,9 +83,9 @@ fn count(coordination: Coordination) -> Program {
     p
 }
 
-fn feedback() -> Program {
+fn feedback(coordination: Coordination) -> Program {
     let mut p = Program::new("feedback");
-    p.timeout(100 * MS);
+    p.coordination(coordination).timeout(100 * MS);
     let a = p.federate("a");
     let b = p.federate("b");
     let (a_out, a_in) = {
@@ -114,6 +114,54 @@ fn feedback() -> Program {
     };
     p.connect(a_out, b_in);
     p.connect_after(b_out, a_in, 10 * MS);
+    p
+}
+
+/// A ping-pong chained by microsteps (logical time stays at the start),
+/// decentralized, where the pinger has events of its own at the tags its
+/// replies arrive at: it must wait for the reply's status (up to the STP
+/// of physical time), not take it as absent because physical time is past
+/// the tag's time + STP.
+fn chain() -> Program {
+    const ROUNDS: u64 = 3000;
+    let mut p = Program::new("chain");
+    // Shorter than the chain's wall-clock time, longer than a wake-up.
+    p.coordination(Coordination::Decentralized { stp: 30 * MS });
+    let a = p.federate("a");
+    let b = p.federate("b");
+    let (a_out, a_in) = {
+        let mut r = p.reactor(a, "pinger", (0u64, 0u64));
+        let s = r.startup();
+        let next = r.logical_action::<()>("next", Duration::ZERO);
+        let out = r.output::<u64>("out");
+        let inp = r.input::<u64>("in");
+        r.reaction("tick").trigger(s).trigger(next).source(inp).effect(out).effect(next).body(move |(n, missing), ctx| {
+            *n += 1;
+            if *n > 1 && ctx.get(inp) != Some(&(*n - 1)) {
+                *missing += 1;
+            }
+            if *n <= ROUNDS {
+                ctx.set(out, *n);
+                ctx.schedule(next, Duration::ZERO, ());
+            } else {
+                record(ctx, format!("done {} missing {missing}", *n - 1));
+                ctx.request_stop();
+            }
+        });
+        (out, inp)
+    };
+    let (b_out, b_in) = {
+        let mut r = p.reactor(b, "echo", ());
+        let out = r.output::<u64>("out");
+        let inp = r.input::<u64>("in");
+        r.reaction("echo").trigger(inp).effect(out).body(move |_, ctx| {
+            let v = *ctx.get(inp).expect("present");
+            ctx.set(out, v);
+        });
+        (out, inp)
+    };
+    p.connect(a_out, b_in);
+    p.connect_after(b_out, a_in, Duration::ZERO);
     p
 }
 
@@ -421,8 +469,10 @@ fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" => count(Coordination::Centralized),
         "count-decentralized" | "count-decentralized-unix" => count(Coordination::Decentralized { stp: 20 * MS }),
-        "feedback" => feedback(),
+        "feedback" => feedback(Coordination::Centralized),
+        "feedback-decentralized" => feedback(Coordination::Decentralized { stp: 200 * MS }),
         "stop" => stop(),
+        "chain" => chain(),
         "fail" => fail(),
         "tardy" => tardy(),
         "deadline" => deadline(),
@@ -567,10 +617,8 @@ fn a_zero_delay_cycle_between_federates_runs_at_one_tag() {
     assert_eq!(run.lines("a", "heard"), vec!["0 0 a heard 10", "10000 0 a heard 20", "20000 0 a heard 30", "30000 0 a heard 40"]);
 }
 
-#[test]
-fn feedback_with_delay() {
-    let run = launch("feedback", true, &[]);
-    assert_all_ok(&run);
+fn check_feedback(run: &Run) {
+    assert_all_ok(run);
     // a sends 1 at 0; b echoes at 0; a gets it at 10 ms and sends 2; ...
     let pings = run.lines("b", "ping");
     let pongs = run.lines("a", "pong");
@@ -582,6 +630,32 @@ fn feedback_with_delay() {
     for (k, l) in pings.iter().enumerate() {
         let k = k as u64;
         assert_eq!(*l, format!("{} 0 b ping {}", k * 10_000, k + 1));
+    }
+    for fed in ["a", "b"] {
+        assert!(run.lines(fed, "report")[0].contains("tardy 0 "), "{:?}", run.trace(fed));
+    }
+}
+
+#[test]
+fn feedback_with_delay() {
+    check_feedback(&launch("feedback", true, &[]));
+}
+
+/// Decentralized in fast mode: federates wait for their inputs' status
+/// (up to the STP of physical time), so the run is the centralized one,
+/// with no tardy message.
+#[test]
+fn feedback_with_delay_decentralized_fast() {
+    check_feedback(&launch("feedback-decentralized", true, &[]));
+}
+
+#[test]
+fn a_microstep_chain_decentralized_fast_waits_for_its_inputs() {
+    let run = launch("chain", true, &[]);
+    assert_all_ok(&run);
+    assert_eq!(run.lines("a", "done"), vec!["0 3000 a done 3000 missing 0"], "{:?}", run.trace("a"));
+    for fed in ["a", "b"] {
+        assert!(run.lines(fed, "report")[0].contains("tardy 0 "), "{:?}", run.trace(fed));
     }
 }
 
