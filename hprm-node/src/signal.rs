@@ -33,13 +33,13 @@ pub(crate) fn forward_to(inbox: Arc<Inbox>) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// The processes of one launch.
+pub(crate) type Pids = Arc<std::sync::Mutex<Vec<u32>>>;
+
 /// For a launcher: blocks SIGINT and SIGTERM and passes each on to the
 /// federate processes as SIGTERM (they run in their own process groups,
 /// see [`detach`], so a terminal's Ctrl-C reaches only the launcher and
 /// each federate hears of it exactly once per press).
-/// The processes of one launch.
-pub(crate) type Pids = Arc<std::sync::Mutex<Vec<u32>>>;
-
 pub(crate) fn forward_to_children(pids: Pids) -> Result<(), NodeError> {
     // One forwarding thread per process, whatever the number of launches:
     // each launch hands it its children.
