@@ -923,3 +923,50 @@ fn wait_child(c: &mut std::process::Child, within: Duration) -> std::process::Ex
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// SIGTERM to one federate process (as the launcher passes on Ctrl-C):
+/// the federation stops at one common tag, shutdown reactions run
+/// everywhere, and every process exits 0. The federates are the `endless`
+/// example (a real program binary: it blocks the signals before any
+/// thread starts, which a test harness cannot do).
+#[test]
+fn sigterm_stops_the_federation_at_one_tag() {
+    let exe = std::env::current_exe().expect("test binary");
+    let endless = exe.parent().and_then(Path::parent).map(|d| d.join("examples").join("endless")).expect("target dir");
+    if !endless.exists() {
+        let status = Command::new(env!("CARGO")).args(["build", "-p", "hprm-node", "--example", "endless"]).status().expect("cargo");
+        assert!(status.success(), "building the endless example failed");
+    }
+    let store = support::StoreDaemon::start("16m");
+    let mut rti = support::RtiDaemon::start(3, &["--id", "endless", "--clock-sync", "off", "--start-delay-ms", "100"]);
+    let addr = rti.addr().to_string();
+    let mut kids: Vec<_> = ["f0", "f1", "f2"]
+        .iter()
+        .map(|f| {
+            Command::new(&endless)
+                .env("HPRM_FEDERATE", f)
+                .env("HPRM_RTI", &addr)
+                .env("HPRM_STORE", &store.socket)
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn federate")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(600));
+    // SAFETY: kill(2) on a child this test spawned.
+    unsafe { libc::kill(kids[1].id() as i32, libc::SIGTERM) };
+    let mut tags = Vec::new();
+    for k in &mut kids {
+        let status = wait_child(k, Duration::from_secs(20));
+        assert!(status.success(), "{status}");
+        let mut out = String::new();
+        std::io::Read::read_to_string(k.stdout.as_mut().expect("stdout"), &mut out).expect("read stdout");
+        let line = out.lines().find(|l| l.contains("shutdown at")).unwrap_or_else(|| panic!("no shutdown line in {out:?}")).to_string();
+        tags.push(line.split("shutdown at ").nth(1).and_then(|r| r.split(" after").next()).expect("tag").to_string());
+    }
+    assert!(tags.iter().all(|t| *t == tags[0]), "{tags:?}");
+    assert!(tags[0].ends_with(", 1)"), "stopped one microstep after the tag current at the request: {tags:?}");
+    assert_eq!(rti.wait_exit(Duration::from_secs(10)).code(), Some(0), "{}", rti.log());
+}
