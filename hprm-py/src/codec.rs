@@ -50,6 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_node::payload::conformance::Sample;
+use hprm_node::payload::msgpack::Writer;
 use hprm_node::payload::{
     Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink, DEFAULT_GET_TIMEOUT,
     DEFAULT_THRESHOLD, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
@@ -178,12 +179,12 @@ impl<'py> Walk<'py> {
             // A snapshot: pickling an element runs Python code, which could
             // change the list after its length was written.
             let items = list.to_tuple();
-            write_container_len(out, 0x90, 0xdc, 0xdd, items.len())?;
+            write_container_len(out, 0x90, items.len())?;
             for item in items.iter() {
                 self.value(out, &item, depth + 1)?;
             }
         } else if let Ok(tuple) = v.downcast_exact::<PyTuple>() {
-            write_container_len(out, 0x90, 0xdc, 0xdd, tuple.len())?;
+            write_container_len(out, 0x90, tuple.len())?;
             for item in tuple.iter() {
                 self.value(out, &item, depth + 1)?;
             }
@@ -199,7 +200,7 @@ impl<'py> Walk<'py> {
                 }
                 pairs.push((key, value));
             }
-            write_container_len(out, 0x80, 0xde, 0xdf, pairs.len())?;
+            write_container_len(out, 0x80, pairs.len())?;
             for (key, value) in &pairs {
                 self.value(out, key, depth + 1)?;
                 self.value(out, value, depth + 1)?;
@@ -379,7 +380,7 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
         let mut data = Vec::new();
         data.push(0x92);
         write_bin(&mut data, pickled.as_bytes())?;
-        write_container_len(&mut data, 0x90, 0xdc, 0xdd, buffers.len())?;
+        write_container_len(&mut data, 0x90, buffers.len())?;
         for buffer in buffers.iter() {
             // The raw bytes, one dimension of |u1 (the unpickler gives them
             // back to numpy, which knows dtype and shape).
@@ -422,41 +423,11 @@ fn plain_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<Dtype>> {
 // MessagePack writing, smallest forms (as rmp and msgpack-python write).
 
 fn write_uint(out: &mut Vec<u8>, v: u64) {
-    match v {
-        0..=0x7f => out.push(v as u8),
-        0x80..=0xff => out.extend_from_slice(&[0xcc, v as u8]),
-        0x100..=0xffff => {
-            out.push(0xcd);
-            out.extend_from_slice(&(v as u16).to_be_bytes());
-        }
-        0x1_0000..=0xffff_ffff => {
-            out.push(0xce);
-            out.extend_from_slice(&(v as u32).to_be_bytes());
-        }
-        _ => {
-            out.push(0xcf);
-            out.extend_from_slice(&v.to_be_bytes());
-        }
-    }
+    Writer(out).uint(v);
 }
 
 fn write_int(out: &mut Vec<u8>, v: i64) {
-    if v >= 0 {
-        write_uint(out, v as u64);
-    } else if v >= -32 {
-        out.push(v as i8 as u8);
-    } else if v >= i64::from(i8::MIN) {
-        out.extend_from_slice(&[0xd0, v as i8 as u8]);
-    } else if v >= i64::from(i16::MIN) {
-        out.push(0xd1);
-        out.extend_from_slice(&(v as i16).to_be_bytes());
-    } else if v >= i64::from(i32::MIN) {
-        out.push(0xd2);
-        out.extend_from_slice(&(v as i32).to_be_bytes());
-    } else {
-        out.push(0xd3);
-        out.extend_from_slice(&v.to_be_bytes());
-    }
+    Writer(out).int(v);
 }
 
 /// A length that MessagePack can carry (at most 2^32 - 1).
@@ -464,77 +435,32 @@ fn wire_len(len: usize, what: &str) -> PyResult<u32> {
     u32::try_from(len).map_err(|_| PayloadError::new_err(format!("{what} of {len} elements or bytes is over MessagePack's 4 GiB limit")))
 }
 
-/// An array (`fix` 0x90, 0xdc, 0xdd) or map (0x80, 0xde, 0xdf) header.
-fn write_container_len(out: &mut Vec<u8>, fix: u8, m16: u8, m32: u8, len: usize) -> PyResult<()> {
+/// An array (`fix` 0x90) or map (0x80) header.
+fn write_container_len(out: &mut Vec<u8>, fix: u8, len: usize) -> PyResult<()> {
     let len = wire_len(len, "a list or dict")?;
-    match len {
-        0..=15 => out.push(fix | len as u8),
-        16..=0xffff => {
-            out.push(m16);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            out.push(m32);
-            out.extend_from_slice(&len.to_be_bytes());
-        }
+    if fix == 0x80 {
+        Writer(out).map_len(len);
+    } else {
+        Writer(out).array_len(len);
     }
     Ok(())
 }
 
 fn write_str(out: &mut Vec<u8>, s: &str) -> PyResult<()> {
-    let len = wire_len(s.len(), "a string")?;
-    match len {
-        0..=31 => out.push(0xa0 | len as u8),
-        32..=0xff => out.extend_from_slice(&[0xd9, len as u8]),
-        0x100..=0xffff => {
-            out.push(0xda);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            out.push(0xdb);
-            out.extend_from_slice(&len.to_be_bytes());
-        }
-    }
-    out.extend_from_slice(s.as_bytes());
+    wire_len(s.len(), "a string")?;
+    Writer(out).str(s);
     Ok(())
 }
 
 fn write_bin(out: &mut Vec<u8>, data: &[u8]) -> PyResult<()> {
-    let len = wire_len(data.len(), "a byte string")?;
-    match len {
-        0..=0xff => out.extend_from_slice(&[0xc4, len as u8]),
-        0x100..=0xffff => {
-            out.push(0xc5);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            out.push(0xc6);
-            out.extend_from_slice(&len.to_be_bytes());
-        }
-    }
-    out.extend_from_slice(data);
+    wire_len(data.len(), "a byte string")?;
+    Writer(out).bin(data);
     Ok(())
 }
 
 fn write_ext_header(out: &mut Vec<u8>, ty: i8, len: usize) -> PyResult<()> {
-    let len = wire_len(len, "an extension value")?;
-    match len {
-        1 => out.push(0xd4),
-        2 => out.push(0xd5),
-        4 => out.push(0xd6),
-        8 => out.push(0xd7),
-        16 => out.push(0xd8),
-        0..=0xff => out.extend_from_slice(&[0xc7, len as u8]),
-        0x100..=0xffff => {
-            out.push(0xc8);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            out.push(0xc9);
-            out.extend_from_slice(&len.to_be_bytes());
-        }
-    }
-    out.push(ty as u8);
+    wire_len(len, "an extension value")?;
+    Writer(out).ext_header(ty, len);
     Ok(())
 }
 

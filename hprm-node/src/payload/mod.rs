@@ -144,7 +144,7 @@ mod descriptor;
 mod dtype;
 mod encoder;
 mod error;
-mod msgpack;
+pub mod msgpack;
 pub mod oob;
 mod scoped;
 mod store;

@@ -13,8 +13,9 @@ use super::PayloadError;
 /// (as msgpack-python does, so both SDKs write identical bytes).
 ///
 /// Lengths are `u32` on the wire; callers check that what they write fits
-/// (see [`fits_u32`]).
-pub(crate) struct Writer<'a>(pub &'a mut Vec<u8>);
+/// (see [`fits_u32`]). Public for language bindings, which write the same
+/// format by hand (the Python SDK's serializer).
+pub struct Writer<'a>(pub &'a mut Vec<u8>);
 
 impl Writer<'_> {
     pub fn nil(&mut self) {
@@ -63,15 +64,24 @@ impl Writer<'_> {
     }
 
     pub fn array_len(&mut self, len: u32) {
+        self.container_len(len, [0x90, 0xdc, 0xdd]);
+    }
+
+    pub fn map_len(&mut self, len: u32) {
+        self.container_len(len, [0x80, 0xde, 0xdf]);
+    }
+
+    /// A container header: `markers` are the fix, 16-bit and 32-bit forms.
+    fn container_len(&mut self, len: u32, [fix, m16, m32]: [u8; 3]) {
         let out = &mut *self.0;
         match len {
-            0..=15 => out.push(0x90 | len as u8),
+            0..=15 => out.push(fix | len as u8),
             16..=0xffff => {
-                out.push(0xdc);
+                out.push(m16);
                 out.extend_from_slice(&(len as u16).to_be_bytes());
             }
             _ => {
-                out.push(0xdd);
+                out.push(m32);
                 out.extend_from_slice(&len.to_be_bytes());
             }
         }
@@ -138,7 +148,7 @@ impl Writer<'_> {
 }
 
 /// Whether a length can be written as a MessagePack str/bin/ext length.
-pub(crate) fn fits_u32(len: usize) -> bool {
+pub fn fits_u32(len: usize) -> bool {
     u32::try_from(len).is_ok()
 }
 
