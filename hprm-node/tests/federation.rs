@@ -468,7 +468,7 @@ fn zero_delay_cycle() -> Program {
 fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" => count(Coordination::Centralized),
-        "count-decentralized" | "count-decentralized-unix" => count(Coordination::Decentralized { stp: 20 * MS }),
+        "count-decentralized" | "count-decentralized-unix" | "count-decentralized-tcp" => count(Coordination::Decentralized { stp: 20 * MS }),
         "feedback" => feedback(Coordination::Centralized),
         "feedback-decentralized" => feedback(Coordination::Decentralized { stp: 200 * MS }),
         "stop" => stop(),
@@ -608,6 +608,13 @@ fn distributed_count_decentralized_over_unix_sockets() {
     let run = launch("count-decentralized-unix", false, &[("HPRM_PEER_TRANSPORT", "unix")]);
     check_count(&run);
     assert_eq!(run.lines("source", "peers over unix"), vec!["peers over unix 1"]);
+}
+
+#[test]
+fn distributed_count_decentralized_over_tcp() {
+    let run = launch("count-decentralized-tcp", false, &[("HPRM_PEER_TRANSPORT", "tcp")]);
+    check_count(&run);
+    assert!(run.lines("source", "peers over unix").is_empty());
 }
 
 #[test]
