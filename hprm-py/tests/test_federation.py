@@ -67,3 +67,14 @@ def test_tardy_handlers_run_in_python(daemons_built):
     for line in tardy:
         n = int(line.split()[1])
         assert line == f"tardy {n} intended={20 * (n - 1)}ms", line
+
+
+def test_the_hprm_command_launches_a_program(daemons_built):
+    hprm = Path(sys.executable).parent / "hprm"
+    assert hprm.exists(), "the package installs the hprm command"
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
+    r = subprocess.run([str(hprm), "launch", "--fast", str(PROGRAMS / "pipeline.py"), "decentralized", "3"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert sum(l.startswith("[planner] planned") for l in r.stderr.splitlines()) == 2, r.stderr
+    r = subprocess.run([str(hprm), "launch", "no-such-program.py"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no such program file" in r.stderr

@@ -525,6 +525,9 @@ class Program:
         re-run; or, for federates named in ``commands``, that command, e.g.
         a Rust federate built from the same program), waits for all, and
         exits non-zero naming failed federates."""
+        fast = fast or os.environ.get("HPRM_FAST") == "1"
+        if timeout is None and os.environ.get("HPRM_LAUNCH_TIMEOUT"):
+            timeout = os.environ["HPRM_LAUNCH_TIMEOUT"]
         if os.environ.get("HPRM_FEDERATE"):
             try:
                 self.run(fast=fast)
