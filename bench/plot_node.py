@@ -15,26 +15,9 @@ Reads a node-DATE.json written by `node-bench` and writes, next to it:
 A workload the run skipped gets no figure. Usage: plot_node.py bench/results/node-DATE.json
 """
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on build machines
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-
-def size_label(n):
-    if n >= 1_000_000 and n % 1_000_000 == 0:
-        return f"{n // 1_000_000} MB"
-    if n >= 1_000 and n % 1_000 == 0:
-        return f"{n // 1_000} KB"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024} KiB"
-    return f"{n} B"
+from plotting import main as plot_main, plt, save, size_axis
 
 
 def machine_line(report):
@@ -43,18 +26,6 @@ def machine_line(report):
     nproc = m.get("nproc") or "?"
     load = m.get("loadavg_start") or "?"
     return f"{cpu}, {nproc} CPUs, load {load} at start; {report['plan']['mode']} run"
-
-
-def size_axis(ax, sizes, label):
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(sizes)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(int(round(v)))))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel(label)
-    ax.grid(True, which="both", alpha=0.3)
 
 
 def plot_small(report, path):
@@ -83,9 +54,7 @@ def plot_small(report, path):
     axes[0].set_ylabel("µs (log scale)")
     axes[1].legend(fontsize=8)
     fig.suptitle(f"hprm-node small messages: ping-pong between two federates, {report['date']}\n{machine_line(report)}", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_broadcast(report, path):
@@ -117,9 +86,7 @@ def plot_broadcast(report, path):
     extra = f"; 50 MB target: {'PASS' if verdict['pass'] else 'MISS'}" if verdict else ""
     ax.set_title(f"hprm-node broadcast to 4 receivers and gather, {report['date']}{extra}\n{machine_line(report)}", fontsize=11)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_rate(report, path):
@@ -133,20 +100,11 @@ def plot_rate(report, path):
     ax.set_title(f"Sustained rate, {report['setup']['rate_payload_bytes']}-byte messages, {report['date']}\n{machine_line(report)}", fontsize=11)
     ax.set_ylim(0, max(r["msgs_per_s"] for r in rows) * 1.15)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", type=Path, help="a node-DATE.json written by node-bench")
-    args = parser.parse_args()
-    try:
-        report = json.loads(args.json.read_text())
-    except (OSError, ValueError) as e:
-        sys.exit(f"plot_node.py: cannot read {args.json}: {e}")
-    stem = args.json.with_suffix("")  # .../node-DATE
+def figures(report, stem):
+    """The figures of the workloads the run measured."""
     outputs = []
     if any(r.get("one_way") for r in report.get("small", [])):
         outputs.append((plot_small, Path(f"{stem}-small.png")))
@@ -154,10 +112,8 @@ def main():
         outputs.append((plot_broadcast, Path(f"{stem}-broadcast.png")))
     if any(not r.get("error") for r in report.get("rate", [])):
         outputs.append((plot_rate, Path(f"{stem}-rate.png")))
-    for plot, path in outputs:
-        plot(report, path)
-        print(f"wrote {path}")
+    return outputs
 
 
 if __name__ == "__main__":
-    main()
+    plot_main("plot_node.py", __doc__.splitlines()[0], "node", figures)

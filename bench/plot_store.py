@@ -15,24 +15,9 @@ Reads a store-DATE.json written by `store-bench` and writes, next to it:
 Usage: plot_store.py bench/results/store-DATE.json
 """
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on build machines
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-
-def size_label(n):
-    if n >= 1_000_000 and n % 1_000_000 == 0:
-        return f"{n // 1_000_000} MB"
-    if n >= 1_000 and n % 1_000 == 0:
-        return f"{n // 1_000} KB"
-    return f"{n} B"
+from plotting import main as plot_main, plt, save, size_axis
 
 
 def machine_line(report):
@@ -58,22 +43,11 @@ def plot_latency(report, path):
     ]
     for label, key, style, color in series:
         ax.plot(sizes, [r[key]["median_us"] for r in rows], style, color=color, label=label, alpha=1.0 if "store" in label else 0.6)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(sizes)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(int(round(v)))))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    # 5, 10, 25 and 50 MB sit close together on a log axis.
-    plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("object size (KB = 10^3 bytes, MB = 10^6 bytes)")
+    size_axis(ax, sizes, "object size (KB = 10^3 bytes, MB = 10^6 bytes)")
     ax.set_ylabel("median latency (µs, log scale)")
     ax.set_title(f"hprm-store latency by object size, {report['date']}\n{machine_line(report)}", fontsize=11)
-    ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_bandwidth(report, path):
@@ -97,25 +71,13 @@ def plot_bandwidth(report, path):
     ax.set_ylim(0, max(max(r["store_gbps"], r["memcpy_gbps"]) for r in rows) * 1.2)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", type=Path, help="a store-DATE.json written by store-bench")
-    args = parser.parse_args()
-    try:
-        report = json.loads(args.json.read_text())
-    except (OSError, ValueError) as e:
-        sys.exit(f"plot_store.py: cannot read {args.json}: {e}")
-    stem = args.json.with_suffix("")  # .../store-DATE
-    outputs = [(plot_latency, Path(f"{stem}-latency.png")), (plot_bandwidth, Path(f"{stem}-bandwidth.png"))]
-    for plot, path in outputs:
-        plot(report, path)
-        print(f"wrote {path}")
+def figures(report, stem):
+    """Both figures, for every run."""
+    return [(plot_latency, Path(f"{stem}-latency.png")), (plot_bandwidth, Path(f"{stem}-bandwidth.png"))]
 
 
 if __name__ == "__main__":
-    main()
+    plot_main("plot_store.py", __doc__.splitlines()[0], "store", figures)

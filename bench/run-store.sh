@@ -14,15 +14,11 @@ case "${1:-}" in
     *) echo "usage: $0 [--quick|--full]" >&2; exit 2 ;;
 esac
 
-bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$bench_dir")
-results="$bench_dir/results"
-cd "$root"
+# Sets bench_dir, root and results and changes to the workspace root;
+# defines build_release and plot.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-echo "==> building hprm-store and store-bench (release)" >&2
-cargo build --release -p hprm-store -p hprm-bench
-# Ask cargo rather than assume ./target: CARGO_TARGET_DIR or a config may move it.
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+build_release "hprm-store and store-bench" hprm-store hprm-bench
 
 echo "==> running store-bench $mode (default scheduling)" >&2
 "$target_dir/release/store-bench" "$mode" --out "$results" --store-bin "$target_dir/release/hprm-store"
@@ -39,17 +35,4 @@ else
     echo "==> skipping the --realtime run: it needs root or CAP_SYS_NICE" >&2
 fi
 
-venv="$bench_dir/.venv"
-if [ ! -x "$venv/bin/python" ]; then
-    echo "==> creating $venv" >&2
-    python3 -m venv "$venv"
-fi
-if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
-    echo "==> installing matplotlib into $venv" >&2
-    "$venv/bin/pip" install --quiet matplotlib
-fi
-
-for json in "${jsons[@]}"; do
-    echo "==> plotting $json" >&2
-    "$venv/bin/python" "$bench_dir/plot_store.py" "$json"
-done
+plot plot_store.py "${jsons[@]}"

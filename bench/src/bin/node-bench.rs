@@ -55,6 +55,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use hprm_bench::date::{utc_date, utc_timestamp};
+use hprm_bench::machine::{workspace_revision, Machine};
+use hprm_bench::report::{fmt_us, pass_miss, size_label, thousands, write_files};
+use hprm_bench::summary::{dec4, median, Counted};
 use hprm_node::launch::{find_binary, options_from_env, Launch};
 use hprm_node::payload::{Buffer, Dtype};
 use hprm_node::{run_federate, Coordination, Ctx, Input, Output, Program};
@@ -1018,7 +1022,7 @@ impl Pooled {
         self.one_way.extend_from_slice(one_way);
         self.back.extend_from_slice(back);
         self.rtt.extend_from_slice(rtt);
-        self.pass_medians.push(Summary::of_ns(one_way).median_us);
+        self.pass_medians.push(Counted::of_ns(one_way).median_us);
         self.tardy += tardy;
     }
 
@@ -1115,7 +1119,7 @@ fn floor_stream(exe: &Path, transport: Transport, messages: u64, warmup: u64) ->
     Ok(RateRow::from_span(format!("{} floor", transport.label()), out.stream_mark, out.stream_last, out.stream_count, messages))
 }
 
-fn memcpy_floor(size: usize, reps: usize) -> Summary {
+fn memcpy_floor(size: usize, reps: usize) -> Counted {
     // Non-zero fills: `vec![0; n]` comes from calloc as untouched zero
     // pages, and the first copy would pay their faults.
     let src = vec![0x3Cu8; size];
@@ -1130,7 +1134,7 @@ fn memcpy_floor(size: usize, reps: usize) -> Summary {
             samples.push(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         }
     }
-    Summary::of_ns(&samples)
+    Counted::of_ns(&samples)
 }
 
 // ---------------------------------------------------------------------------
@@ -1283,8 +1287,8 @@ impl Coordinator {
                                 size_label(size),
                                 transport.label(),
                                 if poll.is_zero() { "blocking" } else { "polling " },
-                                fmt_us(Summary::of_ns(&one_way).median_us),
-                                fmt_us(Summary::of_ns(&rtt).median_us)
+                                fmt_us(Counted::of_ns(&one_way).median_us),
+                                fmt_us(Counted::of_ns(&rtt).median_us)
                             );
                             pooled.add(&one_way, &[], &rtt, 0);
                         }
@@ -1304,7 +1308,7 @@ impl Coordinator {
                     });
                     match result {
                         Ok(()) => {
-                            let (one_way, rtt) = (pooled.last_median(), Summary::of_ns(&pooled.rtt[pooled.rtt.len().saturating_sub(p.small_rounds as usize)..]));
+                            let (one_way, rtt) = (pooled.last_median(), Counted::of_ns(&pooled.rtt[pooled.rtt.len().saturating_sub(p.small_rounds as usize)..]));
                             eprintln!(
                                 "  {:>9} {:<13} hprm: one-way {} µs, round trip {} µs; {:.1} s",
                                 size_label(size),
@@ -1332,15 +1336,15 @@ impl Coordinator {
                 polling: !poll.is_zero(),
                 size,
                 label: size_label(size),
-                one_way: Summary::of_ns(&pooled.one_way),
-                rtt: Summary::of_ns(&pooled.rtt),
+                one_way: Counted::of_ns(&pooled.one_way),
+                rtt: Counted::of_ns(&pooled.rtt),
                 pass_medians_us: pooled.pass_medians,
             });
         }
         node_samples
             .into_iter()
             .map(|((size, c), pooled)| {
-                let some = |v: &[i64]| (!v.is_empty()).then(|| Summary::of_ns(v));
+                let some = |v: &[i64]| (!v.is_empty()).then(|| Counted::of_ns(v));
                 SmallRow {
                     size,
                     label: size_label(size),
@@ -1411,8 +1415,8 @@ impl Coordinator {
                             received.extend_from_slice(l.series(&format!("recv{i}"), "received")?);
                             replied.extend_from_slice(l.series(&format!("recv{i}"), "replied")?);
                         }
-                        let first = Summary::of_ns(l.series("source", "first_reply")?);
-                        Ok((Summary::of_ns(l.series("source", "latency")?), Summary::of_ns(&received), Summary::of_ns(&replied), first, l.tardy()))
+                        let first = Counted::of_ns(l.series("source", "first_reply")?);
+                        Ok((Counted::of_ns(l.series("source", "latency")?), Counted::of_ns(&received), Counted::of_ns(&replied), first, l.tardy()))
                     });
                     let mut row = BroadcastRow {
                         size,
@@ -1501,7 +1505,7 @@ fn coordinator(cli: &Cli) -> Result<()> {
         bail!("sizes must be between 1 byte and 4 GiB");
     }
     let started = SystemTime::now();
-    let mut machine = Machine::probe();
+    let mut machine = MachineWithLoad::probe();
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let only: Vec<Workload> = if cli.only.is_empty() { vec![Workload::Small, Workload::Rate, Workload::Broadcast] } else { cli.only.clone() };
     let bin_dir = if cli.no_populate { None } else { Some(populate_wrapper()?) };
@@ -1577,12 +1581,7 @@ fn coordinator(cli: &Cli) -> Result<()> {
     };
     report.targets = report.judge();
     let markdown = report.markdown();
-    std::fs::create_dir_all(&cli.out).with_context(|| format!("cannot create the output directory {}", cli.out.display()))?;
-    let md_path = cli.out.join(format!("node-{}.md", report.date));
-    let json_path = cli.out.join(format!("node-{}.json", report.date));
-    std::fs::write(&md_path, &markdown).with_context(|| format!("cannot write {}", md_path.display()))?;
-    let json = serde_json::to_string_pretty(&report).context("cannot serialize the report")?;
-    std::fs::write(&json_path, json + "\n").with_context(|| format!("cannot write {}", json_path.display()))?;
+    let (md_path, json_path) = write_files(&cli.out, &format!("node-{}", report.date), &markdown, &report)?;
     print!("{markdown}");
     eprintln!("node-bench: wrote {} and {} ({:.0} s)", md_path.display(), json_path.display(), report.seconds);
     Ok(())
@@ -1591,47 +1590,6 @@ fn coordinator(cli: &Cli) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Results
 
-#[derive(Debug, Clone, Copy, Serialize)]
-struct Summary {
-    samples: usize,
-    median_us: f64,
-    p99_us: f64,
-    min_us: f64,
-    max_us: f64,
-    mean_us: f64,
-}
-
-impl Summary {
-    fn of_ns(samples: &[i64]) -> Summary {
-        let mut us: Vec<f64> = samples.iter().map(|&ns| ns as f64 / 1e3).collect();
-        us.sort_by(f64::total_cmp);
-        let n = us.len();
-        if n == 0 {
-            return Summary { samples: 0, median_us: f64::NAN, p99_us: f64::NAN, min_us: f64::NAN, max_us: f64::NAN, mean_us: f64::NAN };
-        }
-        // Nearest rank: the smallest sample with at least 99% at or below it.
-        let p99 = us[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1];
-        let median = if n % 2 == 1 { us[n / 2] } else { (us[n / 2 - 1] + us[n / 2]) / 2.0 };
-        Summary {
-            samples: n,
-            median_us: ns(median),
-            p99_us: ns(p99),
-            min_us: ns(us[0]),
-            max_us: ns(us[n - 1]),
-            mean_us: ns(us.iter().sum::<f64>() / n as f64),
-        }
-    }
-}
-
-/// Microseconds rounded to whole nanoseconds (JSON without float noise).
-fn ns(us: f64) -> f64 {
-    (us * 1000.0).round() / 1000.0
-}
-
-fn dec4(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
-}
-
 #[derive(Debug, Serialize)]
 struct FloorRow {
     transport: Transport,
@@ -1639,8 +1597,8 @@ struct FloorRow {
     polling: bool,
     size: usize,
     label: String,
-    one_way: Summary,
-    rtt: Summary,
+    one_way: Counted,
+    rtt: Counted,
     /// One-way p50 of each pass.
     pass_medians_us: Vec<f64>,
 }
@@ -1649,7 +1607,7 @@ struct FloorRow {
 struct MemcpyRow {
     size: usize,
     label: String,
-    memcpy: Summary,
+    memcpy: Counted,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -1665,10 +1623,10 @@ struct SmallRow {
     label: String,
     coordination: Coord,
     /// ping -> pong, by pong's clock against ping's stamp.
-    one_way: Option<Summary>,
+    one_way: Option<Counted>,
     /// pong -> ping.
-    one_way_back: Option<Summary>,
-    rtt: Option<Summary>,
+    one_way_back: Option<Counted>,
+    rtt: Option<Counted>,
     /// One-way p50 of each pass.
     pass_medians_us: Vec<f64>,
     tardy: u64,
@@ -1704,13 +1662,13 @@ struct BroadcastRow {
     variant: Variant,
     coordination: Coord,
     /// Source's send to the last reply processed.
-    latency: Option<Summary>,
+    latency: Option<Counted>,
     /// Source's send to a receiver's reaction (all receivers' samples).
-    received: Option<Summary>,
+    received: Option<Counted>,
     /// Source's send to a receiver's reply being set.
-    replied: Option<Summary>,
+    replied: Option<Counted>,
     /// Source's send to the first reply processed.
-    first_reply: Option<Summary>,
+    first_reply: Option<Counted>,
     memcpy_us: f64,
     ratio_to_memcpy: Option<f64>,
     /// Replies processed after their tag (decentralized; see STP).
@@ -1754,7 +1712,7 @@ struct Report {
     seconds: f64,
     plan: Plan,
     units: Units,
-    machine: Machine,
+    machine: MachineWithLoad,
     setup: Setup,
     floors: Floors,
     small: Vec<SmallRow>,
@@ -1899,7 +1857,7 @@ impl Report {
                         fmt_us(l.median_us - rp.median_us),
                         if l.median_us - rp.median_us > r.memcpy_us { "more than one memcpy of the buffer: the buffers are copied on the way back" } else { "less than one memcpy of the buffer: they travel back by reference" }
                     ),
-                    Variant::Fresh => format!("each of the {} receivers loans and fills a new {} buffer: {} buffers written on {} CPUs", self.setup.receivers, r.label, self.setup.receivers, self.machine.nproc.unwrap_or(1)),
+                    Variant::Fresh => format!("each of the {} receivers loans and fills a new {} buffer: {} buffers written on {} CPUs", self.setup.receivers, r.label, self.setup.receivers, self.machine.host.nproc.unwrap_or(1)),
                 };
                 // The smallest size of the same path: the round's fixed cost.
                 let fixed = self
@@ -1907,7 +1865,7 @@ impl Report {
                     .iter()
                     .filter(|o| o.variant == r.variant && o.coordination == r.coordination && o.size < r.size)
                     .min_by_key(|o| o.size)
-                    .and_then(|o| o.latency.as_ref().map(|l| format!("; the same round with {} takes {} µs, the fixed cost of waking the source and four receiver processes (each a socket read, a store get and a scheduler hand-off) on {} CPUs", o.label, fmt_us(l.median_us), self.machine.nproc.unwrap_or(1))))
+                    .and_then(|o| o.latency.as_ref().map(|l| format!("; the same round with {} takes {} µs, the fixed cost of waking the source and four receiver processes (each a socket read, a store get and a scheduler hand-off) on {} CPUs", o.label, fmt_us(l.median_us), self.machine.host.nproc.unwrap_or(1))))
                     .unwrap_or_default();
                 why.push(format!(
                     "{} {}: {work}; receivers' reactions started {} µs after the send (p50), replies were set at {} µs, the first reached the source at {} µs and the last at {} µs{fixed}",
@@ -1944,11 +1902,8 @@ impl Report {
         line(format!("# hprm-node federate benchmark, {} ({} run)", self.date, self.plan.mode));
         line(String::new());
         line(format!(
-            "Machine: {}, {} CPUs, {} GiB RAM; {}; load average {} at the start, {} at the end. Workspace {}. Started {}, took {:.0} s.",
-            m.cpu_model.as_deref().unwrap_or("unknown CPU"),
-            m.nproc.map_or("?".to_string(), |n| n.to_string()),
-            m.mem_total_kib.map_or("?".to_string(), |k| format!("{:.0}", k as f64 / 1048576.0)),
-            m.kernel.as_deref().and_then(|k| k.split(" (").next()).unwrap_or("unknown kernel"),
+            "Machine: {}; load average {} at the start, {} at the end. Workspace {}. Started {}, took {:.0} s.",
+            m.host,
             m.loadavg_start.as_deref().unwrap_or("?"),
             m.loadavg_end.as_deref().unwrap_or("?"),
             self.setup.workspace_revision.as_deref().unwrap_or("(revision unknown)"),
@@ -1975,7 +1930,7 @@ impl Report {
         }
         let first = |l: &Option<String>| l.as_deref().and_then(|l| l.split_whitespace().next()).and_then(|v| v.parse::<f64>().ok());
         let busiest = first(&m.loadavg_start).into_iter().chain(first(&m.loadavg_end)).fold(0.0, f64::max);
-        let cpus = m.nproc.unwrap_or(1) as f64;
+        let cpus = m.host.nproc.unwrap_or(1) as f64;
         if busiest >= cpus {
             line(format!(
                 "- The machine was busy during this run (1-minute load average up to {busiest:.1} on {cpus:.0} CPUs): paths that poll (hprm-node's scheduler, the polling floors) lose their CPU whenever another process wants it, and their figures suffer most."
@@ -2101,7 +2056,7 @@ impl Report {
             line("| size | variant | coordination | receivers start | replies set | first reply back | last reply back (the figure) |".into());
             line("|---:|---|---|---:|---:|---:|---:|".into());
             for r in &self.broadcast {
-                let cell = |s: &Option<Summary>| s.as_ref().map_or("—".to_string(), |s| fmt_us(s.median_us));
+                let cell = |s: &Option<Counted>| s.as_ref().map_or("—".to_string(), |s| fmt_us(s.median_us));
                 line(format!(
                     "| {} | {} | {} | {} | {} | {} | {} |",
                     r.label,
@@ -2165,12 +2120,7 @@ fn best_pass(medians: &[f64]) -> f64 {
 /// goes between passes hits both sides of each ratio alike.
 fn paired_ratio(node: &[f64], floor: &[f64]) -> f64 {
     let mut ratios: Vec<f64> = node.iter().zip(floor).map(|(n, f)| n / f).filter(|r| r.is_finite()).collect();
-    ratios.sort_by(f64::total_cmp);
-    match ratios.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => ratios[n / 2],
-        n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
-    }
+    median(&mut ratios)
 }
 
 /// hprm against a floor at one size (µs).
@@ -2185,88 +2135,19 @@ struct Versus {
     best: f64,
 }
 
-fn pass_miss(pass: bool) -> &'static str {
-    if pass {
-        "PASS"
-    } else {
-        "MISS"
-    }
-}
-
-/// Small sizes are powers of two (KiB); broadcast sizes decimal (KB, MB),
-/// as BENCHMARKS.md gives them.
-fn size_label(bytes: usize) -> String {
-    match bytes {
-        b if b >= 1_000_000 && b % 1_000_000 == 0 => format!("{} MB", b / 1_000_000),
-        b if b >= 1_000 && b % 1_000 == 0 => format!("{} KB", b / 1_000),
-        b if b >= 1024 && b % 1024 == 0 => format!("{} KiB", b / 1024),
-        b => format!("{b} B"),
-    }
-}
-
-/// Enough digits to compare rows, no false precision.
-fn fmt_us(us: f64) -> String {
-    if us.is_nan() {
-        "—".into()
-    } else if us.abs() < 10.0 {
-        format!("{us:.2}")
-    } else if us.abs() < 1000.0 {
-        format!("{us:.1}")
-    } else {
-        thousands(us)
-    }
-}
-
-fn thousands(x: f64) -> String {
-    if !x.is_finite() {
-        return "—".into();
-    }
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
-    if x < -0.5 {
-        out.push('-');
-    }
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
+/// The machine, and /proc/loadavg when the run started and when it ended:
+/// on a shared 2-CPU machine, how busy the rest of it was explains a lot.
 #[derive(Debug, Serialize)]
-struct Machine {
-    nproc: Option<usize>,
-    cpu_model: Option<String>,
-    kernel: Option<String>,
-    mem_total_kib: Option<u64>,
-    /// /proc/loadavg when the run started and when it ended: on a shared
-    /// 2-CPU machine, how busy the rest of it was explains a lot.
+struct MachineWithLoad {
+    #[serde(flatten)]
+    host: Machine,
     loadavg_start: Option<String>,
     loadavg_end: Option<String>,
 }
 
-impl Machine {
-    fn probe() -> Machine {
-        let read = |p: &str| std::fs::read_to_string(p).ok();
-        let cpuinfo = read("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name").or_else(|| l.strip_prefix("Model")))
-            .and_then(|rest| rest.split_once(':'))
-            .map(|(_, v)| v.trim().to_string());
-        let mem_total_kib = read("/proc/meminfo").and_then(|m| {
-            m.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        });
-        Machine {
-            nproc: std::thread::available_parallelism().ok().map(|n| n.get()),
-            cpu_model,
-            kernel: read("/proc/version").map(|s| s.trim().to_string()),
-            mem_total_kib,
-            loadavg_start: loadavg(),
-            loadavg_end: None,
-        }
+impl MachineWithLoad {
+    fn probe() -> MachineWithLoad {
+        MachineWithLoad { host: Machine::probe(), loadavg_start: loadavg(), loadavg_end: None }
     }
 }
 
@@ -2276,64 +2157,9 @@ fn loadavg() -> Option<String> {
     Some(text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
-/// `git describe` of the workspace this binary was built from.
-fn workspace_revision() -> Option<String> {
-    let out = Command::new("git")
-        .args(["-C", concat!(env!("CARGO_MANIFEST_DIR"), "/.."), "describe", "--always", "--dirty"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn utc_date(t: SystemTime) -> String {
-    let (y, m, d, ..) = utc_parts(t);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-fn utc_timestamp(t: SystemTime) -> String {
-    let (y, mo, d, h, mi, s) = utc_parts(t);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
-}
-
-/// Civil UTC date and time (Howard Hinnant's days-from-civil inverse), to
-/// avoid a date crate for one file name (as store-bench does).
-fn utc_parts(t: SystemTime) -> (i64, u32, u32, u32, u32, u32) {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn summaries() {
-        let s = Summary::of_ns(&(1..=200).map(|i| i * 1000).collect::<Vec<_>>());
-        assert_eq!(s.median_us, 100.5);
-        assert_eq!(s.p99_us, 198.0);
-        assert!(Summary::of_ns(&[]).median_us.is_nan());
-    }
-
-    #[test]
-    fn labels_and_numbers() {
-        assert_eq!(size_label(65536), "64 KiB");
-        assert_eq!(size_label(64_000), "64 KB");
-        assert_eq!(size_label(50_000_000), "50 MB");
-        assert_eq!(size_label(8), "8 B");
-        assert_eq!(thousands(1234567.4), "1,234,567");
-        assert_eq!(fmt_us(f64::NAN), "—");
-    }
 
     #[test]
     fn paired_ratios_skip_failed_passes() {

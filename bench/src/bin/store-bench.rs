@@ -35,10 +35,14 @@ use std::fs::File;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use hprm_bench::date::{utc_date, utc_timestamp};
+use hprm_bench::machine::{read_trimmed, workspace_revision, Machine};
+use hprm_bench::report::{fmt_us, pass_miss, size_label, thousands, write_files};
+use hprm_bench::summary::{dec4, median, Summary};
 use hprm_store::{Deletion, ObjectId, Stats, StoreClient};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -171,7 +175,7 @@ fn run(cli: Cli) -> Result<()> {
             bandwidth: "GB/s = 10^9 bytes per second",
             p99: "nearest rank over the measured reps (with 20 reps: the slowest)",
         },
-        machine: Machine::probe(),
+        machine: MachineWithThp::probe(),
         store: StoreSetup {
             binary: store_bin.display().to_string(),
             arena: ARENA,
@@ -188,13 +192,8 @@ fn run(cli: Cli) -> Result<()> {
     let report = Report { targets: report.judge(), ..report };
 
     let markdown = report.markdown();
-    std::fs::create_dir_all(&cli.out).with_context(|| format!("cannot create the output directory {}", cli.out.display()))?;
     let suffix = if cli.realtime { "-realtime" } else { "" };
-    let md_path = cli.out.join(format!("store-{}{suffix}.md", report.date));
-    let json_path = cli.out.join(format!("store-{}{suffix}.json", report.date));
-    std::fs::write(&md_path, &markdown).with_context(|| format!("cannot write {}", md_path.display()))?;
-    let json = serde_json::to_string_pretty(&report).context("cannot serialize the report")?;
-    std::fs::write(&json_path, json + "\n").with_context(|| format!("cannot write {}", json_path.display()))?;
+    let (md_path, json_path) = write_files(&cli.out, &format!("store-{}{suffix}", report.date), &markdown, &report)?;
     print!("{markdown}");
     eprintln!("store-bench: wrote {} and {}", md_path.display(), json_path.display());
     Ok(())
@@ -441,7 +440,7 @@ impl<'a> Bench<'a> {
         }
         let row = LatencyRow {
             size_bytes: size,
-            label: size_label(size),
+            label: size_label(n),
             reps,
             create_write_seal: Summary::of(&write),
             write_copy: Summary::of(&write_copy),
@@ -584,7 +583,7 @@ impl<'a> Bench<'a> {
         }
         let row = BandwidthRow {
             size_bytes: size,
-            label: size_label(size),
+            label: size_label(n),
             reps,
             store_gbps: dec4(median(&mut store)),
             memcpy_gbps: dec4(median(&mut copy)),
@@ -687,60 +686,6 @@ fn sum_words(bytes: &[u8]) -> u64 {
 // ---------------------------------------------------------------------------
 // Results
 
-#[derive(Debug, Clone, Copy, Serialize)]
-struct Summary {
-    median_us: f64,
-    p99_us: f64,
-    min_us: f64,
-    max_us: f64,
-    mean_us: f64,
-}
-
-impl Summary {
-    fn of(samples: &[Duration]) -> Summary {
-        let mut us: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e6).collect();
-        us.sort_by(f64::total_cmp);
-        let n = us.len();
-        if n == 0 {
-            return Summary { median_us: f64::NAN, p99_us: f64::NAN, min_us: f64::NAN, max_us: f64::NAN, mean_us: f64::NAN };
-        }
-        // Nearest rank: the smallest sample with at least 99% at or below it.
-        let p99 = us[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1];
-        Summary {
-            median_us: ns(median_sorted(&us)),
-            p99_us: ns(p99),
-            min_us: ns(us[0]),
-            max_us: ns(us[n - 1]),
-            mean_us: ns(us.iter().sum::<f64>() / n as f64),
-        }
-    }
-}
-
-/// Microseconds rounded to whole nanoseconds: the clock's resolution, and
-/// JSON without float noise like 55.667500000000004.
-fn ns(us: f64) -> f64 {
-    (us * 1000.0).round() / 1000.0
-}
-
-/// Four significant decimals, for GB/s and ratios in the JSON.
-fn dec4(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
-}
-
-fn median_sorted(v: &[f64]) -> f64 {
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// Median; sorts `v` in place (callers read min and max from its ends).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    median_sorted(v)
-}
-
 #[derive(Debug, Serialize)]
 struct Report {
     schema: u32,
@@ -748,7 +693,7 @@ struct Report {
     started_utc: String,
     plan: Plan,
     units: Units,
-    machine: Machine,
+    machine: MachineWithThp,
     store: StoreSetup,
     latency: Vec<LatencyRow>,
     small_ops: SmallOps,
@@ -880,51 +825,25 @@ struct CyclesTarget {
     line: String,
 }
 
+/// The machine, and the THP modes, which matter here: memcpy's heap
+/// destination may get huge pages where the store's memfd arena (shmem) does
+/// not, or the reverse.
 #[derive(Debug, Serialize)]
-struct Machine {
-    nproc: Option<usize>,
-    cpu_model: Option<String>,
-    kernel: Option<String>,
-    mem_total_kib: Option<u64>,
-    /// THP modes matter here: memcpy's heap destination may get huge pages
-    /// where the store's memfd arena (shmem) does not, or the reverse.
+struct MachineWithThp {
+    #[serde(flatten)]
+    host: Machine,
     thp_enabled: Option<String>,
     thp_shmem_enabled: Option<String>,
 }
 
-impl Machine {
-    fn probe() -> Machine {
-        let read = |p: &str| std::fs::read_to_string(p).ok();
-        let cpuinfo = read("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            // "model name" on x86; aarch64 kernels print no model name.
-            .find_map(|l| l.strip_prefix("model name").or_else(|| l.strip_prefix("Model")))
-            .and_then(|rest| rest.split_once(':'))
-            .map(|(_, v)| v.trim().to_string());
-        let mem_total_kib = read("/proc/meminfo").and_then(|m| {
-            m.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        });
-        Machine {
-            nproc: std::thread::available_parallelism().ok().map(|n| n.get()),
-            cpu_model,
-            kernel: read("/proc/version").map(|s| s.trim().to_string()),
-            mem_total_kib,
-            thp_enabled: read("/sys/kernel/mm/transparent_hugepage/enabled").map(|s| s.trim().to_string()),
-            thp_shmem_enabled: read("/sys/kernel/mm/transparent_hugepage/shmem_enabled").map(|s| s.trim().to_string()),
+impl MachineWithThp {
+    fn probe() -> MachineWithThp {
+        MachineWithThp {
+            host: Machine::probe(),
+            thp_enabled: read_trimmed("/sys/kernel/mm/transparent_hugepage/enabled"),
+            thp_shmem_enabled: read_trimmed("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
         }
     }
-}
-
-/// `git describe` of the workspace this binary was built from, so results can
-/// be tied to a revision; absent where git or the checkout is not there.
-fn workspace_revision() -> Option<String> {
-    let out = Command::new("git")
-        .args(["-C", concat!(env!("CARGO_MANIFEST_DIR"), "/.."), "describe", "--always", "--dirty"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 impl Report {
@@ -966,11 +885,8 @@ impl Report {
         line(format!("# hprm-store benchmark, {} ({} run)", self.date, self.plan.mode));
         line(String::new());
         line(format!(
-            "Machine: {}, {} CPUs, {} GiB RAM; {}. THP: `{}`, shmem `{}`.",
-            m.cpu_model.as_deref().unwrap_or("unknown CPU"),
-            m.nproc.map_or("?".to_string(), |n| n.to_string()),
-            m.mem_total_kib.map_or("?".to_string(), |k| format!("{:.0}", k as f64 / 1048576.0)),
-            m.kernel.as_deref().and_then(|k| k.split(" (").next()).unwrap_or("unknown kernel"),
+            "Machine: {}. THP: `{}`, shmem `{}`.",
+            m.host,
             m.thp_enabled.as_deref().unwrap_or("?"),
             m.thp_shmem_enabled.as_deref().unwrap_or("?"),
         ));
@@ -1096,100 +1012,12 @@ impl Report {
     }
 }
 
-fn pass_miss(pass: bool) -> &'static str {
-    if pass {
-        "PASS"
-    } else {
-        "MISS"
-    }
-}
-
-fn size_label(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1_000_000 && b % 1_000_000 == 0 => format!("{} MB", b / 1_000_000),
-        b if b >= 1_000 && b % 1_000 == 0 => format!("{} KB", b / 1_000),
-        b => format!("{b} B"),
-    }
-}
-
-/// Enough digits to compare rows, no false precision.
-fn fmt_us(us: f64) -> String {
-    if us < 10.0 {
-        format!("{us:.2}")
-    } else if us < 1000.0 {
-        format!("{us:.1}")
-    } else {
-        thousands(us)
-    }
-}
-
-fn thousands(x: f64) -> String {
-    let digits = format!("{:.0}", x.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn utc_date(t: SystemTime) -> String {
-    let (y, m, d, ..) = utc_parts(t);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-fn utc_timestamp(t: SystemTime) -> String {
-    let (y, mo, d, h, mi, s) = utc_parts(t);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
-}
-
-/// Civil UTC date and time (Howard Hinnant's days-from-civil inverse), to
-/// avoid a date crate for one file name.
-fn utc_parts(t: SystemTime) -> (i64, u32, u32, u32, u32, u32) {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn dates() {
-        assert_eq!(utc_timestamp(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        // 2024-02-29T12:34:56Z, a leap day.
-        assert_eq!(utc_timestamp(UNIX_EPOCH + Duration::from_secs(1_709_210_096)), "2024-02-29T12:34:56Z");
-        assert_eq!(utc_date(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29");
-    }
-
-    #[test]
-    fn summaries() {
-        let d: Vec<Duration> = (1..=20).map(Duration::from_micros).collect();
-        let s = Summary::of(&d);
-        assert_eq!(s.median_us, 10.5);
-        assert_eq!(s.p99_us, 20.0);
-        let d: Vec<Duration> = (1..=200).map(Duration::from_micros).collect();
-        assert_eq!(Summary::of(&d).p99_us, 198.0);
-    }
-
-    #[test]
-    fn formatting() {
-        assert_eq!(thousands(1234567.4), "1,234,567");
-        assert_eq!(thousands(999.0), "999");
-        assert_eq!(size_label(64_000), "64 KB");
-        assert_eq!(size_label(50_000_000), "50 MB");
+    fn word_sums() {
         assert_eq!(sum_words(&[1, 0, 0, 0, 0, 0, 0, 0, 2]), u64::from_ne_bytes([1, 0, 0, 0, 0, 0, 0, 0]) + 2);
     }
 }
