@@ -89,6 +89,7 @@ static NDARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static GENERIC: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static DTYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static ASCONTIGUOUS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static FROMBUFFER: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static DUMPS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 
@@ -895,6 +896,21 @@ impl Codec {
     fn encode<'py>(&self, py: Python<'py>, value: &Bound<'py, PyAny>, deliveries: u32) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = encode(py, value, &self.encoder, deliveries)?;
         Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// `alloc_array(shape, dtype, deliveries=1)`: a writable numpy array
+    /// allocated straight in the store, for a message to `deliveries`
+    /// receivers: fill it, and `encode` sends it by reference (no copy).
+    /// What `ctx.alloc_array` does inside a reaction.
+    #[pyo3(signature = (shape, dtype, deliveries = 1))]
+    fn alloc_array<'py>(&self, py: Python<'py>, shape: Vec<usize>, dtype: &Bound<'py, PyAny>, deliveries: u32) -> PyResult<Bound<'py, PyAny>> {
+        let np_dtype = imported_type(py, &DTYPE, "numpy", "dtype")?.call1((dtype,))?;
+        let text: String = np_dtype.getattr(intern!(py, "str"))?.extract()?;
+        let parsed = Dtype::parse(&text).map_err(payload_error)?;
+        let loan = py.allow_threads(|| self.encoder.loan(parsed, &shape, deliveries)).map_err(payload_error)?;
+        let view = Bound::new(py, LoanView::new(loan))?;
+        let flat = imported(py, &FROMBUFFER, "numpy", "frombuffer")?.call1((view, np_dtype))?;
+        flat.call_method1(intern!(py, "reshape"), (PyTuple::new(py, &shape)?,))
     }
 
     /// `decode(data, copy=False)`: the value of a payload (any bytes-like).

@@ -673,3 +673,19 @@ def test_threads_encode_and_decode_at_once(store, eventually):
     gc.collect()
     objects = settled(sender, eventually)
     assert len(objects) == 80 and all(o["pending_deliveries"] == 0 for o in objects)
+
+
+def test_alloc_array_is_written_in_the_store_and_sent_by_reference(store, eventually):
+    producer, receiver = codecs(store, 2)
+    a = producer.alloc_array((256, 1024), np.float32, deliveries=1)
+    assert a.flags.writeable
+    a[:] = 1.5
+    data = producer.encode({"frame": a}, deliveries=1)
+    objects = producer.store_objects()
+    assert len(objects) == 1  # the allocation itself: no copy was made
+    got = receiver.decode(data)["frame"]
+    same_array(got, np.full((256, 1024), 1.5, np.float32))
+    assert shared_buffer_of(got).object_id == objects[0]["id"]
+    del a, got
+    gc.collect()
+    assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
