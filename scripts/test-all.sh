@@ -25,7 +25,7 @@ step "installing the Python SDK into .venv (hprm-py/install.sh) and running its 
 hprm-py/install.sh "$PWD/.venv"
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/py 2>&1 | tee "$pylog"
 
 step "summary"
 # cargo prints one "test result" line per test binary; add them up.
