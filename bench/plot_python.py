@@ -17,8 +17,6 @@ Reads a python-DATE.json and writes, next to it:
 Usage: plot_python.py bench/results/python-DATE.json
 """
 
-import argparse
-import json
 import sys
 import textwrap
 from pathlib import Path
@@ -155,15 +153,8 @@ def plot_deserialization(report, path):
     plt.close(fig)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", type=Path, help="a python-DATE.json written by bench/py/pybench.py")
-    args = parser.parse_args()
-    try:
-        report = json.loads(args.json.read_text())
-    except (OSError, ValueError) as e:
-        sys.exit(f"plot_python.py: cannot read {args.json}: {e}")
-    stem = args.json.with_suffix("")  # .../python-DATE
+def figures(report, stem):
+    """The figures the report holds data for, as (plot, path) pairs."""
     outputs = []
     if report.get("write_delay", {}).get("systems"):
         outputs.append((plot_write_delay, Path(f"{stem}-write-delay.png")))
@@ -172,11 +163,11 @@ def main():
     if report.get("deserialization_scaling", {}).get("systems"):
         outputs.append((plot_deserialization, Path(f"{stem}-deserialization.png")))
     if not outputs:
-        sys.exit(f"plot_python.py: {args.json} holds no figures to plot")
-    for plot, path in outputs:
-        plot(report, path)
-        print(f"wrote {path}")
+        sys.exit(f"plot_python.py: {stem}.json holds no figures to plot")
+    return outputs
 
 
 if __name__ == "__main__":
-    main()
+    import plotting
+
+    plotting.main("plot_python.py", __doc__.splitlines()[0], "python", figures)

@@ -184,16 +184,19 @@ fn stop() -> Program {
     p
 }
 
-fn fail() -> Program {
-    let mut p = Program::new("fail");
-    p.timeout(200 * MS);
+/// A source feeding a `victim` and a sink every 10 ms; with `crash`, the
+/// victim's reaction panics at the third message (the vanish test kills
+/// its process instead).
+fn source_victim_sink(name: &str, victim: &str, timeout: Duration, crash: bool) -> Program {
+    let mut p = Program::new(name);
+    p.timeout(timeout);
     let src = p.federate("source");
-    let bad = p.federate("crasher");
+    let bad = p.federate(victim);
     let sink = p.federate("sink");
     let (o1, o2) = {
         let mut r = p.reactor(src, "s", 0u64);
         let t = r.timer("t", Duration::ZERO, 10 * MS);
-        let o1 = r.output::<u64>("to_crasher");
+        let o1 = r.output::<u64>(&format!("to_{victim}"));
         let o2 = r.output::<u64>("to_sink");
         r.reaction("emit").trigger(t).effect(o1).effect(o2).body(move |n, ctx| {
             *n += 1;
@@ -202,11 +205,11 @@ fn fail() -> Program {
         });
         (o1, o2)
     };
-    let ci = {
+    let vi = {
         let mut r = p.reactor(bad, "c", ());
         let i = r.input::<u64>("in");
         r.reaction("crash").trigger(i).body(move |_, ctx| {
-            if *ctx.get(i).expect("present") == 3 {
+            if crash && *ctx.get(i).expect("present") == 3 {
                 panic!("deliberate failure at the third message");
             }
         });
@@ -220,7 +223,7 @@ fn fail() -> Program {
         r.reaction("bye").trigger(sd).body(|_, ctx| record(ctx, "shutdown"));
         i
     };
-    p.connect(o1, ci);
+    p.connect(o1, vi);
     p.connect(o2, si);
     p
 }
@@ -473,12 +476,12 @@ fn scenario(name: &str) -> Program {
         "feedback-decentralized" => feedback(Coordination::Decentralized { stp: 200 * MS }),
         "stop" => stop(),
         "chain" => chain(),
-        "fail" => fail(),
+        "fail" => source_victim_sink("fail", "crasher", 200 * MS, true),
         "tardy" => tardy(),
         "deadline" => deadline(),
         "determinism" => determinism(),
         "large" => large(),
-        "vanish" => vanish(),
+        "vanish" => source_victim_sink("vanish", "victim", 500 * MS, false),
         "mismatch" => mismatch(),
         "zdc" => zero_delay_cycle(),
         other => panic!("unknown scenario {other}"),
@@ -854,41 +857,6 @@ fn spawn_federate(scenario: &str, fed: &str, rti: &str, store: &Path, out: &Path
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn federate")
-}
-
-fn vanish() -> Program {
-    let mut p = Program::new("vanish");
-    p.timeout(500 * MS);
-    let src = p.federate("source");
-    let victim = p.federate("victim");
-    let sink = p.federate("sink");
-    let (o1, o2) = {
-        let mut r = p.reactor(src, "s", 0u64);
-        let t = r.timer("t", Duration::ZERO, 10 * MS);
-        let o1 = r.output::<u64>("to_victim");
-        let o2 = r.output::<u64>("to_sink");
-        r.reaction("emit").trigger(t).effect(o1).effect(o2).body(move |n, ctx| {
-            *n += 1;
-            ctx.set(o1, *n);
-            ctx.set(o2, *n);
-        });
-        (o1, o2)
-    };
-    let vi = {
-        let mut r = p.reactor(victim, "v", ());
-        let i = r.input::<u64>("in");
-        r.reaction("got").trigger(i).body(|_, _| {});
-        i
-    };
-    let si = {
-        let mut r = p.reactor(sink, "k", ());
-        let i = r.input::<u64>("in");
-        r.reaction("got").trigger(i).body(move |_, ctx| record(ctx, format!("got {}", ctx.get(i).expect("present"))));
-        i
-    };
-    p.connect(o1, vi);
-    p.connect(o2, si);
-    p
 }
 
 /// A federate killed with SIGKILL mid-run, and random bytes thrown at the

@@ -138,19 +138,26 @@ class Timer:
         self._index: int | None = None
 
 
-class _Action:
-    def __init__(self, min_delay: Any = 0) -> None:
-        self.min_delay_ns = duration_ns(min_delay)
-        self._index: int | None = None
-        self._owner: Any = None
+class _Present:
+    """Reading a port or action of the reactor `_owner` in a reaction."""
+
+    _owner: Any = None
 
     @property
     def value(self) -> Any:
+        """The value at the current tag, None when absent."""
         return _current(self._owner).get(self)
 
     @property
     def is_present(self) -> bool:
         return _current(self._owner).is_present(self)
+
+
+class _Action(_Present):
+    def __init__(self, min_delay: Any = 0) -> None:
+        self.min_delay_ns = duration_ns(min_delay)
+        self._index: int | None = None
+        self._owner: Any = None
 
 
 class LogicalAction(_Action):
@@ -237,19 +244,11 @@ class Reactor:
 # --------------------------------------------------------------------- runtime
 
 
-class _BoundPort:
+class _BoundPort(_Present):
     def __init__(self, owner: Any, index: int, name: str) -> None:
         self._owner = owner
         self._index = index
         self.name = name
-
-    @property
-    def value(self) -> Any:
-        return _current(self._owner).get(self)
-
-    @property
-    def is_present(self) -> bool:
-        return _current(self._owner).is_present(self)
 
     def set(self, value: Any) -> None:
         _current(self._owner).set(self, value)
