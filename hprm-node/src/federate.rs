@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::NodeError;
-use crate::inbox::{Inbox, Incoming};
+use crate::inbox::Inbox;
 use crate::payload::{Decoder, Encoder, StoreLink};
 use crate::program::{Coordination, FederateId, Program, TriggerKind};
 use crate::rti::{self, Receiving, RtiConfig};
@@ -147,9 +147,4 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
     let report = sched.run();
     drop(unix_socket);
     report
-}
-
-/// Lets a signal thread ask the scheduler to stop.
-pub(crate) fn signal_item() -> Incoming {
-    Incoming::Signal
 }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::error::NodeError;
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, Incoming};
 
 /// Blocks SIGINT and SIGTERM and forwards them to `inbox`.
 pub(crate) fn forward_to(inbox: Arc<Inbox>) -> Result<(), NodeError> {
@@ -26,7 +26,7 @@ pub(crate) fn forward_to(inbox: Arc<Inbox>) -> Result<(), NodeError> {
                     std::process::exit(130);
                 }
                 tracing::info!(signal = sig, "stopping at the next common tag (signal again to exit at once)");
-                inbox.push(crate::federate::signal_item());
+                inbox.push(Incoming::Signal);
             }
         })
         .map_err(|e| NodeError::io("starting the signal thread", e))?;
