@@ -53,7 +53,7 @@ use hprm_node::payload::conformance::Sample;
 use hprm_node::payload::msgpack::Writer;
 use hprm_node::payload::{
     Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink, DEFAULT_GET_TIMEOUT,
-    DEFAULT_THRESHOLD, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
+    DEFAULT_THRESHOLD, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
 };
 use hprm_store::{Object, ObjectId};
 use pyo3::exceptions::{PyException, PyValueError};
@@ -90,6 +90,8 @@ static GENERIC: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static DTYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static ASCONTIGUOUS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static FROMBUFFER: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static TO_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static FROM_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static DUMPS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 
@@ -210,7 +212,7 @@ impl<'py> Walk<'py> {
             self.array(out, v)?;
         } else if v.is_instance(imported_type(self.py, &GENERIC, "numpy", "generic")?)? {
             self.numpy_scalar(out, v)?;
-        } else {
+        } else if !self.arrow(out, v)? {
             return self.pickle(out, v);
         }
         Ok(())
@@ -291,6 +293,24 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
             session.write_buffer(out, ext, dtype, shape, bytes, true)
         };
         placed.map_err(payload_error)
+    }
+
+    /// A pyarrow table, batch or array as one Arrow IPC stream (ext 5);
+    /// false for anything else.
+    fn arrow(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<bool> {
+        let module: String = v.get_type().getattr(intern!(self.py, "__module__"))?.extract()?;
+        if !module.starts_with("pyarrow") {
+            return Ok(false);
+        }
+        let stream = imported(self.py, &TO_IPC, "hprm._arrow", "to_ipc")?.call1((v,))?;
+        if stream.is_none() {
+            return Ok(false);
+        }
+        let buffer = RawBuffer::get(&stream)?;
+        if self.place(out, EXT_ARROW, &Dtype::U8, &[buffer.bytes().len()], buffer.bytes())?.is_some() {
+            self.held.push(Held::Export(buffer));
+        }
+        Ok(true)
     }
 
     fn array(&mut self, out: &mut Vec<u8>, array: &Bound<'py, PyAny>) -> PyResult<()> {
@@ -565,6 +585,10 @@ impl<'py> Build<'py> {
             }
             Token::Ext(EXT_BUFFER, data) => self.array(data)?,
             Token::Ext(EXT_BYTES, data) => self.byte_string(data)?,
+            Token::Ext(EXT_ARROW, data) => {
+                let stream = self.byte_string(data)?;
+                imported(self.py, &FROM_IPC, "hprm._arrow", "from_ipc")?.call1((stream,))?
+            }
             Token::Ext(EXT_PICKLED, data) => self.unpickle(data)?,
             Token::Ext(EXT_SPILLED, _) => return Err(malformed("a spilled-message reference (ext 2) inside a message")),
             Token::Ext(other, _) => {

@@ -689,3 +689,43 @@ def test_alloc_array_is_written_in_the_store_and_sent_by_reference(store, eventu
     del a, got
     gc.collect()
     assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
+
+
+# ---------------------------------------------------------------------------
+# pyarrow: Arrow IPC streams (ext 5)
+
+
+def test_pyarrow_values_travel_as_arrow_ipc_zero_copy(store, eventually):
+    pa = pytest.importorskip("pyarrow")
+    producer, receiver = codecs(store, 2)
+    n = 100_000
+    table = pa.table({"id": pa.array(range(n), pa.int64()), "x": pa.array(np.linspace(0, 1, n)), "name": pa.array([f"p{i % 7}" for i in range(n)])})
+    table = table.replace_schema_metadata({"source": "lidar"})
+    probe = np.zeros(MIB, np.uint8)  # its view tells where the store is mapped
+    got = receiver.decode(producer.encode({"points": table, "seq": 3, "probe": probe}))
+    assert got["seq"] == 3
+    assert isinstance(got["points"], pa.Table) and got["points"].equals(table)
+    assert got["points"].schema.metadata == {b"source": b"lidar"}
+    # Zero-copy: the received columns' memory lies in the store's mapping.
+    start, end = shared_buffer_of(got["probe"]).mapping
+    for name in ("id", "x"):
+        address = got["points"].column(name).chunk(0).buffers()[1].address
+        assert start <= address < end, (name, hex(address), hex(start), hex(end))
+    small = [pa.array([1, None, 3], pa.int32()), pa.chunked_array([[1, 2], [3]]), pa.record_batch({"a": [1.5, 2.5]}), pa.table({"s": ["x", "y"]})]
+    for value in small:
+        back = receiver.decode(producer.encode(value))
+        assert type(back) is type(value) and back.equals(value), (value, back)
+    del got, table
+    gc.collect()
+    assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
+
+
+def test_rust_reads_an_arrow_stream_as_bytes(store):
+    pa = pytest.importorskip("pyarrow")
+    from hprm._native import _rust_decode_buffer
+
+    table = pa.table({"v": pa.array(np.arange(50_000, dtype=np.float64))})
+    data = Codec(store.socket).encode(table)
+    dtype, shape, raw, shared = _rust_decode_buffer(data, store.socket)
+    assert (dtype, shared) == ("|u1", True)
+    assert pa.ipc.open_stream(pa.py_buffer(raw)).read_all().column("v").equals(table.column("v"))

@@ -23,7 +23,7 @@ use hprm_store::{Object, ObjectId};
 use serde::de::DeserializeOwned;
 
 use super::buffer::Stored;
-use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
+use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
 use super::msgpack::{Item, Reader};
 use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 use super::scoped::Installed;
@@ -181,7 +181,7 @@ impl Scan {
                 Item::Leaf => 0,
                 Item::Array(n) => u64::from(n),
                 Item::Map(n) => 2 * u64::from(n),
-                Item::Ext(EXT_BUFFER | EXT_BYTES, data) => {
+                Item::Ext(EXT_BUFFER | EXT_BYTES | EXT_ARROW, data) => {
                     if let LocationRef::Store(id) = DescriptorRef::parse(data)?.location {
                         if seen.insert(id) {
                             self.objects.push(id);
@@ -249,8 +249,8 @@ pub(crate) fn buffer_from_ext(ty: i8, data: &[u8]) -> Result<Buffer, String> {
 
 fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
     match ty {
-        // A byte string is a buffer to Rust.
-        EXT_BUFFER | EXT_BYTES => {}
+        // A byte string, or an Arrow IPC stream, is a buffer to Rust.
+        EXT_BUFFER | EXT_BYTES | EXT_ARROW => {}
         EXT_PICKLED => return Err(PayloadError::Pickled { len: data.len() }),
         EXT_SPILLED => return Err(PayloadError::malformed("a spilled-message reference (ext 2) where a buffer was expected")),
         other => return Err(PayloadError::malformed(format!("extension type {other} where a buffer (type {EXT_BUFFER}) was expected"))),

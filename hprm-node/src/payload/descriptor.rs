@@ -22,6 +22,11 @@ pub const EXT_PICKLED: i8 = 3;
 /// [`super::Buffer`] like ext 1; Python gives it back as bytes, not as an
 /// array.
 pub const EXT_BYTES: i8 = 4;
+/// MessagePack extension type of an Arrow IPC stream (a pyarrow table,
+/// record batch or array): the data of an ext 1 value, one dimension of
+/// `|u1`, holding the stream. Rust reads it as a [`super::Buffer`] of the
+/// stream's bytes; Python gives back the pyarrow object, zero-copy.
+pub const EXT_ARROW: i8 = 5;
 
 /// Most dimensions a descriptor may have (numpy's own limit is 64).
 pub const MAX_DIMS: usize = 64;

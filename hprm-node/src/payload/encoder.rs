@@ -23,7 +23,7 @@ use hprm_store::{CreateOptions, Object, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
-use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage, EXT_BUFFER, EXT_BYTES};
+use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES};
 use super::msgpack::Writer;
 use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 use super::scoped::Installed;
@@ -351,10 +351,10 @@ impl EncodeSession {
     ) -> Result<Option<ObjectId>, PayloadError> {
         match ext {
             EXT_BUFFER => {}
-            EXT_BYTES if *dtype == Dtype::U8 && shape.len() == 1 => {}
-            EXT_BYTES => {
+            EXT_BYTES | EXT_ARROW if *dtype == Dtype::U8 && shape.len() == 1 => {}
+            EXT_BYTES | EXT_ARROW => {
                 return Err(PayloadError::Serialize {
-                    message: format!("a byte string (ext {EXT_BYTES}) must be one dimension of |u1, not {shape:?} of {dtype}"),
+                    message: format!("a byte string (ext {ext}) must be one dimension of |u1, not {shape:?} of {dtype}"),
                 })
             }
             other => return Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") }),

@@ -113,6 +113,14 @@
 //! exactly as ext 1 (a [`Buffer`], or a `Vec<u8>` through [`oob`]); Rust
 //! itself always writes ext 1.
 //!
+//! **Ext type 5, Arrow IPC stream.** The same data as ext 4: one buffer
+//! holding an Arrow IPC stream (schema, then record batches), out-of-band
+//! at or over the threshold like any buffer. The schema's metadata key
+//! `hprm.kind` says what the sender had: `table`, `batch`, `array` (one
+//! column named `values`) or `chunked` (the same, a chunked array).
+//! Python receivers get that pyarrow object back over the received bytes
+//! (zero-copy when stored); Rust reads the stream's bytes as a [`Buffer`].
+//!
 //! **Ext type 2, spilled message.** When the encoded message exceeds
 //! [`MAX_INLINE`] bytes, it is written into one store object (created with
 //! the same deliveries), and the payload is instead this single ext value,
@@ -153,7 +161,7 @@ use std::time::Duration;
 
 pub use buffer::Buffer;
 pub use decoder::Decoder;
-pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, MAX_DIMS};
+pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, MAX_DIMS};
 pub use dtype::{Dtype, Element};
 pub use encoder::{EncodeSession, Encoder, Loan};
 pub use error::PayloadError;
