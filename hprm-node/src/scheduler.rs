@@ -830,7 +830,9 @@ impl Scheduler {
                 },
                 _ => None,
             };
-            for d in dests.clone() {
+            // By index: `send_to` needs `&mut self` (no per-tag clone of the list).
+            for k in 0..self.remote[out.index()].len() {
+                let d = self.remote[out.index()][k];
                 let msg = match &payload {
                     Some(p) => {
                         let tag = if d.physical { g } else { g.delayed(d.delay) };
