@@ -1,0 +1,128 @@
+//! The HPRM side: the bridge as one federate of a program it learns from
+//! the launcher's manifest (`HPRM_MANIFEST`).
+//!
+//! The federate's reactors are declared by the program (in Python,
+//! `hprm.external(inputs=[...], outputs=[...])`); every port of theirs must
+//! be a mapping of the config and the other way round ([`check_ports`]).
+//! An output port is fed by a physical action scheduled from the ROS
+//! thread (tag = arrival time, or the header stamp when configured); an
+//! input port's reaction hands the value to ROS.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use hprm_node::manifest::{Manifest, ReactorSpec};
+use hprm_node::{Program, ProgramError};
+
+use crate::config::{Config, PortUse};
+use crate::ros::RosSide;
+use crate::value::Value;
+
+/// A mismatch between the program and the config, as a sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum FederateError {
+    #[error("cannot read the program manifest {path}: {message}; start the bridge from an HPRM launcher (it sets HPRM_MANIFEST), or pass --manifest")]
+    Manifest { path: String, message: String },
+    #[error("the program {program:?} has no federate {name:?} (it has: {known}); set HPRM_FEDERATE or --federate to the bridge's federate")]
+    NoFederate { program: String, name: String, known: String },
+    #[error("the bridge config and the program disagree: {0}")]
+    Ports(String),
+    #[error("cannot build the program: {0}")]
+    Program(#[from] ProgramError),
+}
+
+pub fn load_manifest(path: &Path) -> Result<Manifest, FederateError> {
+    let err = |message: String| FederateError::Manifest { path: path.display().to_string(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+}
+
+/// Checks that the federate `name`'s reactors declare exactly the config's
+/// ports, with the right directions (an output carries data into HPRM).
+pub fn check_ports(manifest: &Manifest, name: &str, config: &Config) -> Result<(), FederateError> {
+    let fed = manifest.federates.iter().find(|f| f.name == name).ok_or_else(|| FederateError::NoFederate {
+        program: manifest.name.clone(),
+        name: name.into(),
+        known: manifest.federates.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+    })?;
+    let mut declared: HashMap<&str, (bool, &str)> = HashMap::new();
+    for r in &fed.reactors {
+        for (ports, output) in [(&r.inputs, false), (&r.outputs, true)] {
+            for p in ports {
+                if let Some((_, other)) = declared.insert(p, (output, &r.name)) {
+                    return Err(FederateError::Ports(format!("port {p:?} is declared by both reactors {other:?} and {:?} of federate {name:?}; give them distinct names", r.name)));
+                }
+            }
+        }
+    }
+    let wanted = config.ports();
+    for PortUse { name: port, output } in &wanted {
+        let io = |o: bool| if o { "an output (ros->hprm, a service request served or a response received)" } else { "an input (hprm->ros, a service call or a response)" };
+        match declared.get(port.as_str()) {
+            None => {
+                return Err(FederateError::Ports(format!(
+                    "the config maps port {port:?}, which federate {name:?} does not declare; declare it as {} (ports: {})",
+                    io(*output),
+                    sorted(declared.keys().copied())
+                )))
+            }
+            Some((o, _)) if o != output => {
+                return Err(FederateError::Ports(format!("port {port:?} of federate {name:?} must be {}", io(*output))))
+            }
+            Some(_) => {}
+        }
+    }
+    let unmapped: Vec<&str> = declared.keys().copied().filter(|p| !wanted.iter().any(|w| w.name == *p)).collect();
+    if !unmapped.is_empty() {
+        return Err(FederateError::Ports(format!("federate {name:?} declares port(s) {} that no [[topic]] or [[service]] of the config maps", sorted(unmapped.into_iter()))));
+    }
+    Ok(())
+}
+
+fn sorted<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let mut v: Vec<&str> = names.collect();
+    v.sort_unstable();
+    v.join(", ")
+}
+
+/// The program, with the bridge federate `name`'s reactors wired to `ros`.
+pub fn build(manifest: &Manifest, name: &str, ros: &mut RosSide) -> Result<Program, FederateError> {
+    let mut inlets = std::mem::take(&mut ros.inlets);
+    let mut outlets = std::mem::take(&mut ros.outlets);
+    let program = Program::from_manifest(manifest, name, |prog, fed, spec: &ReactorSpec| {
+        let mut r = prog.reactor(fed, &spec.name, ());
+        let startup = r.startup();
+        let mut connect = Vec::new();
+        for port in &spec.outputs {
+            let out = r.output::<Value>(port);
+            let action = r.physical_action::<Value>(&format!("{port}_from_ros"), std::time::Duration::ZERO);
+            r.reaction(&format!("{port}_emit")).trigger(action).effect(out).body(move |_, ctx| {
+                if let Some(v) = ctx.physical_value(action) {
+                    ctx.set(out, v.clone());
+                }
+            });
+            if let Some(inlet) = inlets.remove(port) {
+                connect.push((inlet, action));
+            }
+        }
+        for port in &spec.inputs {
+            let inp = r.input::<Value>(port);
+            let outlet = outlets.remove(port);
+            let port = port.clone();
+            r.reaction(&format!("{port}_to_ros")).trigger(inp).body(move |_, ctx| {
+                let (Some(v), Some(outlet)) = (ctx.get(inp), &outlet) else { return };
+                if let Err(e) = outlet.send(v.clone()) {
+                    tracing::warn!(port = %port, "not sent to ROS 2: {e}");
+                }
+            });
+        }
+        r.reaction("connect_ros").trigger(startup).body(move |_, ctx| {
+            for (inlet, action) in connect.drain(..) {
+                let scheduler = ctx.physical_scheduler(action);
+                inlet.connect(move |v, extra| scheduler.schedule(v, extra));
+            }
+        });
+        Ok(r.id())
+    })?;
+    Ok(program)
+}

@@ -1,0 +1,92 @@
+//! `hprm-ros2-bridge`: ROS 2 topics and services as ports of one HPRM
+//! federate (r2r).
+//!
+//! - `config`: the TOML file mapping topics/services to ports.
+//! - `messages`: ROS messages <-> port values ([`value::Value`]), images,
+//!   point clouds and multi-arrays as numpy-compatible buffers.
+//! - `services`: std_srvs calls and servers.
+//! - `ros`: the r2r node and its spinning thread.
+//! - `federate`: the bridge's reactors, built from the launcher's manifest.
+//!
+//! Run by an HPRM launcher as the command of an external federate:
+//! `hprm-ros2-bridge --config bridge.toml` (the launcher sets
+//! `HPRM_FEDERATE`, `HPRM_MANIFEST`, `HPRM_RTI`, `HPRM_STORE`).
+//! `--check` sets up the ROS side, reports problems and exits.
+
+mod config;
+mod federate;
+mod messages;
+mod ros;
+mod services;
+mod value;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(name = "hprm-ros2-bridge", about = "ROS 2 topics and services as ports of an HPRM federate")]
+struct Args {
+    /// The bridge config (TOML): [[topic]] and [[service]] mappings.
+    #[arg(long)]
+    config: PathBuf,
+    /// The program manifest (JSON); default: $HPRM_MANIFEST, set by the launcher.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// The bridge's federate in the program; default: $HPRM_FEDERATE.
+    #[arg(long)]
+    federate: Option<String>,
+    /// How long to let ROS 2 discovery settle before checking the
+    /// publishers already running (milliseconds).
+    #[arg(long, default_value_t = 1000)]
+    discovery_ms: u64,
+    /// Set up the ROS side and check the config against the ROS graph,
+    /// then exit (no federation).
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("hprm-ros2-bridge: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = config::Config::load(&args.config)?;
+    if let Some(name) = &args.federate {
+        std::env::set_var("HPRM_FEDERATE", name);
+    }
+    // The program must declare what the config maps: checked before ROS
+    // starts, so a wrong program fails fast.
+    let manifest = if args.check {
+        None
+    } else {
+        let path = args.manifest.clone().or_else(|| std::env::var_os("HPRM_MANIFEST").map(PathBuf::from)).context(
+            "no program manifest: start the bridge from an HPRM launcher (prog.launch(commands={...}) sets HPRM_MANIFEST), or pass --manifest",
+        )?;
+        let name = std::env::var("HPRM_FEDERATE").context("no federate name: set HPRM_FEDERATE or pass --federate")?;
+        let m = federate::load_manifest(&path)?;
+        federate::check_ports(&m, &name, &config)?;
+        Some((m, name))
+    };
+    let mut ros = ros::RosSide::start(&config, Duration::from_millis(args.discovery_ms))?;
+    let Some((manifest, name)) = manifest else {
+        println!("hprm-ros2-bridge: {} topic(s) and {} service(s) ready", config.topics.len(), config.services.len());
+        return Ok(());
+    };
+    let program = federate::build(&manifest, &name, &mut ros)?;
+    let opts = hprm_node::launch::options_from_env(&program).context("HPRM_FEDERATE is not set")?;
+    tracing::info!(federate = %name, topics = config.topics.len(), services = config.services.len(), "bridge running");
+    let report = hprm_node::run_federate(program, opts).context("the bridge federate failed")?;
+    tracing::info!(tags = report.tags, "bridge stopped");
+    drop(ros);
+    Ok(())
+}

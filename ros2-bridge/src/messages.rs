@@ -1,0 +1,801 @@
+//! ROS 2 messages <-> bridge [`Value`]s.
+//!
+//! Each message type the bridge can carry has a [`MessageSupport`]: it
+//! subscribes and publishes on an r2r node and converts messages both ways.
+//!
+//! - Types compiled into the bridge by name ([`TYPED`]: std_msgs,
+//!   sensor_msgs, geometry_msgs, builtin_interfaces) go through their r2r
+//!   Rust structs. Fields become a map in field order; arrays of float64
+//!   (covariances, camera matrices) become float64 arrays.
+//! - The bulk data of images, point clouds, laser scans and multi-arrays is
+//!   moved, not converted: the message's `data` vector becomes the buffer
+//!   (no copy), shaped and typed from the message's own fields
+//!   ([`image_layout`], [`cloud_layout`], [`multiarray_shape`]); the
+//!   encoder then copies it once into the store.
+//! - Any other type r2r was built with goes through r2r's untyped
+//!   (JSON) messages: the generic path, lists and scalars.
+//!
+//! Back from HPRM, a value may leave out fields: they take the message's
+//! defaults, and an image's or point cloud's height, width, step and
+//! encoding follow from the array's shape and dtype.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use futures::StreamExt;
+use hprm_node::payload::{Buffer, Dtype, Element};
+use r2r::{QosProfile, WrappedTypesupport};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use crate::value::Value;
+
+/// A conversion or ROS-side failure, as a sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("{type_name}: {what}")]
+    Shape { type_name: String, what: String },
+    #[error("{type_name}: the value does not fit the message: {source}")]
+    Fields { type_name: String, source: serde_json::Error },
+    #[error("{0}")]
+    Ros(String),
+}
+
+impl ConvertError {
+    fn shape(type_name: &str, what: impl Into<String>) -> ConvertError {
+        ConvertError::Shape { type_name: type_name.into(), what: what.into() }
+    }
+}
+
+/// A future driven by the bridge's ROS thread.
+pub type LocalTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// Where received messages go.
+pub type Sink = Box<dyn FnMut(Result<Value, ConvertError>) + Send>;
+
+/// Publishes values on one topic.
+pub trait ValuePublisher: Send + Sync {
+    fn publish(&self, v: Value) -> Result<(), ConvertError>;
+}
+
+/// How the bridge carries one message type.
+pub trait MessageSupport: Send + Sync {
+    fn type_name(&self) -> &str;
+    /// Subscribes on `node`; the returned task feeds `sink` until the
+    /// node goes away.
+    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, sink: Sink) -> Result<LocalTask, r2r::Error>;
+    fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error>;
+}
+
+/// A message type with a Rust struct in r2r; `to_value`/`from_value`
+/// default to the field-by-field conversion, bulk-data types move their
+/// data instead.
+pub trait Bridged: WrappedTypesupport + Serialize + DeserializeOwned + Default + Send + 'static {
+    const NAME: &'static str;
+
+    fn to_value(self) -> Result<Value, ConvertError> {
+        to_json(Self::NAME, &self).map(json_to_value)
+    }
+
+    fn from_value(v: Value) -> Result<Self, ConvertError> {
+        from_json(Self::NAME, v)
+    }
+}
+
+/// Any message struct field by field (what [`Bridged`] does by default).
+pub fn plain_to_value<T: Serialize>(name: &str, msg: &T) -> Result<Value, ConvertError> {
+    to_json(name, msg).map(json_to_value)
+}
+
+/// A value back to any message struct field by field, missing fields at
+/// their defaults.
+pub fn plain_from_value<T: Serialize + DeserializeOwned + Default>(name: &str, v: Value) -> Result<T, ConvertError> {
+    from_json(name, v)
+}
+
+fn to_json<T: Serialize>(name: &str, msg: &T) -> Result<Json, ConvertError> {
+    serde_json::to_value(msg).map_err(|source| ConvertError::Fields { type_name: name.into(), source })
+}
+
+/// `v` laid over the message's defaults, so missing fields keep them;
+/// fields the message does not have are an error.
+fn from_json<T: Serialize + DeserializeOwned + Default>(name: &str, v: Value) -> Result<T, ConvertError> {
+    let mut base = to_json(name, &T::default())?;
+    overlay(name, "", &mut base, value_to_json(v))?;
+    serde_json::from_value(base).map_err(|source| ConvertError::Fields { type_name: name.into(), source })
+}
+
+fn overlay(name: &str, path: &str, base: &mut Json, v: Json) -> Result<(), ConvertError> {
+    match (base, v) {
+        (Json::Object(b), Json::Object(v)) => {
+            for (k, x) in v {
+                let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                match b.get_mut(&k) {
+                    Some(slot) => overlay(name, &here, slot, x)?,
+                    None => {
+                        let known: Vec<&str> = b.keys().map(String::as_str).collect();
+                        return Err(ConvertError::shape(name, format!("{here:?} is not a field (fields: {})", known.join(", "))));
+                    }
+                }
+            }
+            Ok(())
+        }
+        (_, Json::Object(_)) if !path.is_empty() => Err(ConvertError::shape(name, format!("{path:?} is not a message, it cannot take a dict"))),
+        (slot, v) => {
+            *slot = v;
+            Ok(())
+        }
+    }
+}
+
+/// JSON from r2r to a value: a non-empty list of float64s becomes a float64
+/// array; other lists stay lists.
+pub fn json_to_value(j: Json) -> Value {
+    match j {
+        Json::Null => Value::Nil,
+        Json::Bool(b) => Value::Bool(b),
+        Json::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                Value::UInt(u)
+            } else if let Some(i) = n.as_i64() {
+                Value::Int(i)
+            } else {
+                Value::Float(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Json::String(s) => Value::Str(s),
+        Json::Array(items) => {
+            if !items.is_empty() && items.iter().all(|x| matches!(x, Json::Number(n) if n.is_f64())) {
+                Value::Buffer(Buffer::from_elements(items.iter().filter_map(Json::as_f64).collect::<Vec<f64>>()))
+            } else {
+                Value::List(items.into_iter().map(json_to_value).collect())
+            }
+        }
+        Json::Object(m) => Value::Map(m.into_iter().map(|(k, v)| (k, json_to_value(v))).collect()),
+    }
+}
+
+/// A value as JSON for r2r: arrays become lists of numbers.
+pub fn value_to_json(v: Value) -> Json {
+    match v {
+        Value::Nil => Json::Null,
+        Value::Bool(b) => Json::Bool(b),
+        Value::Int(i) => Json::from(i),
+        Value::UInt(u) => Json::from(u),
+        Value::Float(f) => Json::from(f),
+        Value::Str(s) => Json::String(s),
+        Value::Bin(b) => Json::Array(b.into_iter().map(Json::from).collect()),
+        Value::List(items) => Json::Array(items.into_iter().map(value_to_json).collect()),
+        Value::Map(m) => Json::Object(m.into_iter().map(|(k, v)| (k, value_to_json(v))).collect()),
+        Value::Buffer(b) => buffer_to_json(&b),
+    }
+}
+
+fn buffer_to_json(b: &Buffer) -> Json {
+    fn list<T: Element + Into<Json>>(b: &Buffer) -> Option<Json> {
+        b.as_slice::<T>().map(|s| Json::Array(s.iter().map(|&x| x.into()).collect()))
+    }
+    list::<f64>(b)
+        .or_else(|| list::<f32>(b))
+        .or_else(|| list::<i64>(b))
+        .or_else(|| list::<u64>(b))
+        .or_else(|| list::<i32>(b))
+        .or_else(|| list::<u32>(b))
+        .or_else(|| list::<i16>(b))
+        .or_else(|| list::<u16>(b))
+        .or_else(|| list::<i8>(b))
+        .or_else(|| list::<bool>(b))
+        .unwrap_or_else(|| Json::Array(b.bytes().iter().map(|&x| x.into()).collect()))
+}
+
+/// Element type and shape of an image's data, from its encoding, size and
+/// step (`sensor_msgs/image_encodings.hpp`). Unknown encodings, and rows
+/// with padding, give `|u1` of `[height, step]`.
+pub fn image_layout(encoding: &str, height: usize, width: usize, step: usize, bigendian: bool, nbytes: usize) -> (Dtype, Vec<usize>) {
+    let order = if bigendian { '>' } else { '<' };
+    let known = image_pixel(encoding).and_then(|(kind, size, channels)| {
+        let dtype = Dtype::parse(&if size == 1 { format!("|{kind}1") } else { format!("{order}{kind}{size}") }).ok()?;
+        (step == width * channels * size && nbytes == height * step).then(|| {
+            let shape = if channels == 1 { vec![height, width] } else { vec![height, width, channels] };
+            (dtype, shape)
+        })
+    });
+    known.unwrap_or_else(|| {
+        if height > 0 && nbytes == height * step {
+            (Dtype::U8, vec![height, step])
+        } else {
+            (Dtype::U8, vec![nbytes])
+        }
+    })
+}
+
+/// (numpy kind, item size, channels) of an image encoding.
+fn image_pixel(encoding: &str) -> Option<(char, usize, usize)> {
+    let fixed = match encoding {
+        "mono8" => ('u', 1, 1),
+        "mono16" => ('u', 2, 1),
+        "rgb8" | "bgr8" => ('u', 1, 3),
+        "rgba8" | "bgra8" => ('u', 1, 4),
+        "rgb16" | "bgr16" => ('u', 2, 3),
+        "rgba16" | "bgra16" => ('u', 2, 4),
+        "yuv422" | "uyvy" | "yuyv" | "yuv422_yuy2" => ('u', 1, 2),
+        e if e.starts_with("bayer_") && e.ends_with('8') => ('u', 1, 1),
+        e if e.starts_with("bayer_") && e.ends_with("16") => ('u', 2, 1),
+        e => {
+            // "32FC3": bits, kind (U, S, F), "C", channels (1-4 or none).
+            let (bits, rest) = e.split_at(e.find(|c: char| !c.is_ascii_digit())?);
+            let mut chars = rest.chars();
+            let kind = match chars.next()? {
+                'U' => 'u',
+                'S' => 'i',
+                'F' => 'f',
+                _ => return None,
+            };
+            let rest: String = chars.collect();
+            let channels = match rest.strip_prefix('C') {
+                Some("") | None if rest.is_empty() => 1,
+                Some(n) => n.parse().ok()?,
+                None => return None,
+            };
+            let size = bits.parse::<usize>().ok()? / 8;
+            if !(1..=8).contains(&size) || (kind == 'f' && size < 4) || channels == 0 {
+                return None;
+            }
+            (kind, size, channels)
+        }
+    };
+    Some(fixed)
+}
+
+/// The encoding of an image array: channels from its third dimension.
+fn image_encoding(dtype: &Dtype, shape: &[usize]) -> Option<String> {
+    let channels = match shape.len() {
+        2 => 1,
+        3 => shape[2],
+        _ => return None,
+    };
+    let text = dtype.as_str();
+    let kind = text.chars().nth(1)?;
+    let size = dtype.itemsize();
+    Some(match (kind, size, channels) {
+        ('u', 1, 1) => "mono8".into(),
+        ('u', 1, 3) => "rgb8".into(),
+        ('u', 1, 4) => "rgba8".into(),
+        ('u', 2, 1) => "mono16".into(),
+        ('u', 2, 3) => "rgb16".into(),
+        ('u', 2, 4) => "rgba16".into(),
+        ('u', s, c) => format!("{}UC{c}", s * 8),
+        ('i', s, c) => format!("{}SC{c}", s * 8),
+        ('f', s, c) => format!("{}FC{c}", s * 8),
+        _ => return None,
+    })
+}
+
+/// PointField datatype codes -> (numpy kind, size).
+fn point_field(datatype: u8) -> Option<(char, usize)> {
+    Some(match datatype {
+        1 => ('i', 1),
+        2 => ('u', 1),
+        3 => ('i', 2),
+        4 => ('u', 2),
+        5 => ('i', 4),
+        6 => ('u', 4),
+        7 => ('f', 4),
+        8 => ('f', 8),
+        _ => return None,
+    })
+}
+
+/// Element type and shape of a point cloud's data: `[height, width,
+/// point_step / size]` of the fields' type when every field has the same
+/// type and sits on its own element (x, y, z, padding: the usual clouds),
+/// else `|u1` of `[height, row_step]`.
+pub fn cloud_layout(c: &r2r::sensor_msgs::msg::PointCloud2) -> (Dtype, Vec<usize>) {
+    let (h, w, ps, rs, n) = (c.height as usize, c.width as usize, c.point_step as usize, c.row_step as usize, c.data.len());
+    let order = if c.is_bigendian { '>' } else { '<' };
+    let common = c.fields.first().and_then(|f| point_field(f.datatype)).filter(|&(kind, size)| {
+        c.fields.iter().all(|f| point_field(f.datatype) == Some((kind, size)) && f.offset as usize % size == 0 && f.count <= 1) && ps % size == 0 && ps > 0
+    });
+    if let Some((kind, size)) = common {
+        if rs == w * ps && n == h * rs {
+            let text = if size == 1 { format!("|{kind}1") } else { format!("{order}{kind}{size}") };
+            if let Ok(dtype) = Dtype::parse(&text) {
+                return (dtype, vec![h, w, ps / size]);
+            }
+        }
+    }
+    if h > 0 && n == h * rs {
+        (Dtype::U8, vec![h, rs])
+    } else {
+        (Dtype::U8, vec![n])
+    }
+}
+
+/// A multi-array's shape from its layout, when the layout describes all
+/// of the data (no offset); else one dimension.
+pub fn multiarray_shape(layout: &r2r::std_msgs::msg::MultiArrayLayout, len: usize) -> Vec<usize> {
+    let dims: Vec<usize> = layout.dim.iter().map(|d| d.size as usize).collect();
+    if !dims.is_empty() && layout.data_offset == 0 && dims.iter().product::<usize>() == len {
+        dims
+    } else {
+        vec![len]
+    }
+}
+
+/// The bytes of a bulk-data field coming back from HPRM: an array (any
+/// dtype, its raw bytes), bytes, or a list of 0..=255.
+fn bulk_bytes(name: &str, field: &str, v: Option<Value>) -> Result<(Vec<u8>, Option<Buffer>), ConvertError> {
+    match v {
+        None | Some(Value::Nil) => Ok((Vec::new(), None)),
+        Some(Value::Buffer(b)) => Ok((b.bytes().to_vec(), Some(b))),
+        Some(Value::Bin(b)) => Ok((b, None)),
+        Some(Value::List(items)) => items
+            .iter()
+            .map(|x| x.as_u64().and_then(|u| u8::try_from(u).ok()))
+            .collect::<Option<Vec<u8>>>()
+            .map(|b| (b, None))
+            .ok_or_else(|| ConvertError::shape(name, format!("{field} must be an array, bytes or a list of 0..=255"))),
+        Some(other) => Err(ConvertError::shape(name, format!("{field} must be an array or bytes, not {}", other.kind()))),
+    }
+}
+
+/// The elements of a numeric field coming back from HPRM: an array of that
+/// exact dtype, or a list of numbers.
+fn elements<T: Element + DeserializeOwned>(name: &str, field: &str, v: Option<Value>) -> Result<Vec<T>, ConvertError> {
+    match v {
+        None | Some(Value::Nil) => Ok(Vec::new()),
+        Some(Value::Buffer(b)) => b.to_vec::<T>().ok_or_else(|| {
+            ConvertError::shape(name, format!("{field} is an array of {}, the message needs {}", b.dtype().as_str(), T::DTYPE.as_str()))
+        }),
+        Some(v @ Value::List(_)) => {
+            serde_json::from_value(value_to_json(v)).map_err(|source| ConvertError::Fields { type_name: name.into(), source })
+        }
+        Some(other) => Err(ConvertError::shape(name, format!("{field} must be an array or a list, not {}", other.kind()))),
+    }
+}
+
+fn set_default(v: &mut Value, key: &str, x: impl FnOnce() -> Option<Value>) {
+    if v.get(key).is_none() {
+        if let Some(x) = x() {
+            v.set(key, x);
+        }
+    }
+}
+
+/// `r2r::pkg::msg::Name` with the default field-by-field conversion.
+macro_rules! plain {
+    ($($path:ident :: $msg:ident => $name:literal),* $(,)?) => {
+        $(impl Bridged for r2r::$path::msg::$msg {
+            const NAME: &'static str = $name;
+        })*
+    };
+}
+
+plain! {
+    std_msgs::String => "std_msgs/msg/String",
+    std_msgs::Bool => "std_msgs/msg/Bool",
+    std_msgs::Byte => "std_msgs/msg/Byte",
+    std_msgs::Char => "std_msgs/msg/Char",
+    std_msgs::Float32 => "std_msgs/msg/Float32",
+    std_msgs::Float64 => "std_msgs/msg/Float64",
+    std_msgs::Int8 => "std_msgs/msg/Int8",
+    std_msgs::Int16 => "std_msgs/msg/Int16",
+    std_msgs::Int32 => "std_msgs/msg/Int32",
+    std_msgs::Int64 => "std_msgs/msg/Int64",
+    std_msgs::UInt8 => "std_msgs/msg/UInt8",
+    std_msgs::UInt16 => "std_msgs/msg/UInt16",
+    std_msgs::UInt32 => "std_msgs/msg/UInt32",
+    std_msgs::UInt64 => "std_msgs/msg/UInt64",
+    std_msgs::Empty => "std_msgs/msg/Empty",
+    std_msgs::Header => "std_msgs/msg/Header",
+    std_msgs::ColorRGBA => "std_msgs/msg/ColorRGBA",
+    sensor_msgs::Imu => "sensor_msgs/msg/Imu",
+    sensor_msgs::CameraInfo => "sensor_msgs/msg/CameraInfo",
+    geometry_msgs::Twist => "geometry_msgs/msg/Twist",
+    geometry_msgs::TwistStamped => "geometry_msgs/msg/TwistStamped",
+    geometry_msgs::Pose => "geometry_msgs/msg/Pose",
+    geometry_msgs::PoseStamped => "geometry_msgs/msg/PoseStamped",
+    geometry_msgs::Transform => "geometry_msgs/msg/Transform",
+    geometry_msgs::TransformStamped => "geometry_msgs/msg/TransformStamped",
+    geometry_msgs::Point => "geometry_msgs/msg/Point",
+    geometry_msgs::Vector3 => "geometry_msgs/msg/Vector3",
+    geometry_msgs::Quaternion => "geometry_msgs/msg/Quaternion",
+    builtin_interfaces::Time => "builtin_interfaces/msg/Time",
+    builtin_interfaces::Duration => "builtin_interfaces/msg/Duration",
+}
+
+impl Bridged for r2r::sensor_msgs::msg::Image {
+    const NAME: &'static str = "sensor_msgs/msg/Image";
+
+    fn to_value(mut self) -> Result<Value, ConvertError> {
+        let data = std::mem::take(&mut self.data);
+        let (dtype, shape) = image_layout(&self.encoding, self.height as usize, self.width as usize, self.step as usize, self.is_bigendian != 0, data.len());
+        let buffer = Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
+        let mut v = json_to_value(to_json(Self::NAME, &self)?);
+        v.set("data", Value::Buffer(buffer));
+        Ok(v)
+    }
+
+    fn from_value(mut v: Value) -> Result<Self, ConvertError> {
+        let (data, buffer) = bulk_bytes(Self::NAME, "data", v.take("data"))?;
+        if let Some(b) = &buffer {
+            let (shape, dtype) = (b.shape(), b.dtype());
+            set_default(&mut v, "height", || shape.first().map(|&h| Value::UInt(h as u64)));
+            set_default(&mut v, "width", || shape.get(1).map(|&w| Value::UInt(w as u64)));
+            set_default(&mut v, "encoding", || image_encoding(dtype, shape).map(Value::Str));
+            set_default(&mut v, "is_bigendian", || Some(Value::UInt(dtype.as_str().starts_with('>') as u64)));
+            let row = shape.get(1).copied().unwrap_or(0) * shape.get(2).copied().unwrap_or(1) * dtype.itemsize();
+            set_default(&mut v, "step", || Some(Value::UInt(row as u64)));
+        }
+        let mut msg: Self = from_json(Self::NAME, v)?;
+        if data.len() != msg.height as usize * msg.step as usize {
+            return Err(ConvertError::shape(Self::NAME, format!("data holds {} bytes, height {} x step {} needs {}", data.len(), msg.height, msg.step, msg.height as usize * msg.step as usize)));
+        }
+        msg.data = data;
+        Ok(msg)
+    }
+}
+
+impl Bridged for r2r::sensor_msgs::msg::CompressedImage {
+    const NAME: &'static str = "sensor_msgs/msg/CompressedImage";
+
+    fn to_value(mut self) -> Result<Value, ConvertError> {
+        let data = Buffer::from_vec(std::mem::take(&mut self.data));
+        let mut v = json_to_value(to_json(Self::NAME, &self)?);
+        v.set("data", Value::Buffer(data));
+        Ok(v)
+    }
+
+    fn from_value(mut v: Value) -> Result<Self, ConvertError> {
+        let (data, _) = bulk_bytes(Self::NAME, "data", v.take("data"))?;
+        let mut msg: Self = from_json(Self::NAME, v)?;
+        msg.data = data;
+        Ok(msg)
+    }
+}
+
+impl Bridged for r2r::sensor_msgs::msg::PointCloud2 {
+    const NAME: &'static str = "sensor_msgs/msg/PointCloud2";
+
+    fn to_value(mut self) -> Result<Value, ConvertError> {
+        let (dtype, shape) = cloud_layout(&self);
+        let data = std::mem::take(&mut self.data);
+        let buffer = Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
+        let mut v = json_to_value(to_json(Self::NAME, &self)?);
+        v.set("data", Value::Buffer(buffer));
+        Ok(v)
+    }
+
+    fn from_value(mut v: Value) -> Result<Self, ConvertError> {
+        let (data, buffer) = bulk_bytes(Self::NAME, "data", v.take("data"))?;
+        if let Some(b) = &buffer {
+            // [height, width, elements per point] of the fields' type.
+            if let [h, w, k] = *b.shape() {
+                let point = k * b.dtype().itemsize();
+                set_default(&mut v, "height", || Some(Value::UInt(h as u64)));
+                set_default(&mut v, "width", || Some(Value::UInt(w as u64)));
+                set_default(&mut v, "point_step", || Some(Value::UInt(point as u64)));
+                set_default(&mut v, "row_step", || Some(Value::UInt((w * point) as u64)));
+                set_default(&mut v, "is_bigendian", || Some(Value::Bool(b.dtype().as_str().starts_with('>'))));
+            }
+        }
+        let mut msg: Self = from_json(Self::NAME, v)?;
+        if data.len() != msg.height as usize * msg.row_step as usize {
+            return Err(ConvertError::shape(Self::NAME, format!("data holds {} bytes, height {} x row_step {} needs {}", data.len(), msg.height, msg.row_step, msg.height as usize * msg.row_step as usize)));
+        }
+        msg.data = data;
+        Ok(msg)
+    }
+}
+
+impl Bridged for r2r::sensor_msgs::msg::LaserScan {
+    const NAME: &'static str = "sensor_msgs/msg/LaserScan";
+
+    fn to_value(mut self) -> Result<Value, ConvertError> {
+        let ranges = Buffer::from_elements(std::mem::take(&mut self.ranges));
+        let intensities = Buffer::from_elements(std::mem::take(&mut self.intensities));
+        let mut v = json_to_value(to_json(Self::NAME, &self)?);
+        v.set("ranges", Value::Buffer(ranges));
+        v.set("intensities", Value::Buffer(intensities));
+        Ok(v)
+    }
+
+    fn from_value(mut v: Value) -> Result<Self, ConvertError> {
+        let ranges = elements::<f32>(Self::NAME, "ranges", v.take("ranges"))?;
+        let intensities = elements::<f32>(Self::NAME, "intensities", v.take("intensities"))?;
+        let mut msg: Self = from_json(Self::NAME, v)?;
+        msg.ranges = ranges;
+        msg.intensities = intensities;
+        Ok(msg)
+    }
+}
+
+/// `std_msgs/msg/*MultiArray`: `data` as an array of the element type,
+/// shaped by the layout.
+macro_rules! multiarray {
+    ($($msg:ident($t:ty) => $name:literal),* $(,)?) => {
+        $(impl Bridged for r2r::std_msgs::msg::$msg {
+            const NAME: &'static str = $name;
+
+            fn to_value(mut self) -> Result<Value, ConvertError> {
+                let data = std::mem::take(&mut self.data);
+                let shape = multiarray_shape(&self.layout, data.len());
+                let buffer = Buffer::from_elements(data).with_shape(&shape).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
+                let mut v = json_to_value(to_json(Self::NAME, &self)?);
+                v.set("data", Value::Buffer(buffer));
+                Ok(v)
+            }
+
+            fn from_value(mut v: Value) -> Result<Self, ConvertError> {
+                let data = v.take("data");
+                if let (Some(Value::Buffer(b)), None) = (&data, v.get("layout")) {
+                    // No layout given: the array's own shape, C order.
+                    let mut stride = b.shape().iter().product::<usize>();
+                    let dim = b.shape().iter().map(|&size| {
+                        let d = Value::Map(vec![("label".into(), Value::Str(String::new())), ("size".into(), Value::UInt(size as u64)), ("stride".into(), Value::UInt(stride as u64))]);
+                        stride /= size.max(1);
+                        d
+                    }).collect();
+                    v.set("layout", Value::Map(vec![("dim".into(), Value::List(dim)), ("data_offset".into(), Value::UInt(0))]));
+                }
+                let data = elements::<$t>(Self::NAME, "data", data)?;
+                let mut msg: Self = from_json(Self::NAME, v)?;
+                msg.data = data;
+                Ok(msg)
+            }
+        })*
+    };
+}
+
+multiarray! {
+    Float32MultiArray(f32) => "std_msgs/msg/Float32MultiArray",
+    Float64MultiArray(f64) => "std_msgs/msg/Float64MultiArray",
+    Int8MultiArray(i8) => "std_msgs/msg/Int8MultiArray",
+    Int16MultiArray(i16) => "std_msgs/msg/Int16MultiArray",
+    Int32MultiArray(i32) => "std_msgs/msg/Int32MultiArray",
+    Int64MultiArray(i64) => "std_msgs/msg/Int64MultiArray",
+    UInt8MultiArray(u8) => "std_msgs/msg/UInt8MultiArray",
+    UInt16MultiArray(u16) => "std_msgs/msg/UInt16MultiArray",
+    UInt32MultiArray(u32) => "std_msgs/msg/UInt32MultiArray",
+    UInt64MultiArray(u64) => "std_msgs/msg/UInt64MultiArray",
+    ByteMultiArray(u8) => "std_msgs/msg/ByteMultiArray",
+}
+
+/// A type with a Rust struct.
+struct Typed<T>(PhantomData<fn() -> T>);
+
+/// Publishes through r2r's typed publisher.
+struct TypedPublisher<T: WrappedTypesupport>(r2r::Publisher<T>);
+
+// r2r's publisher is a weak handle to the rcl publisher, whose
+// `rcl_publish` is thread-safe; r2r marks it `Send` only.
+unsafe impl<T: WrappedTypesupport> Sync for TypedPublisher<T> {}
+
+impl<T: Bridged> ValuePublisher for TypedPublisher<T> {
+    fn publish(&self, v: Value) -> Result<(), ConvertError> {
+        let msg = T::from_value(v)?;
+        self.0.publish(&msg).map_err(|e| ConvertError::Ros(format!("publishing {}: {e}", T::NAME)))
+    }
+}
+
+impl<T: Bridged> MessageSupport for Typed<T> {
+    fn type_name(&self) -> &str {
+        T::NAME
+    }
+
+    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink) -> Result<LocalTask, r2r::Error> {
+        let stream = node.subscribe::<T>(topic, qos)?;
+        Ok(Box::pin(stream.for_each(move |msg| {
+            sink(msg.to_value());
+            std::future::ready(())
+        })))
+    }
+
+    fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
+        Ok(Box::new(TypedPublisher(node.create_publisher::<T>(topic, qos)?)))
+    }
+}
+
+/// Any other type r2r was built with, as JSON.
+struct Untyped(String);
+
+struct UntypedPublisher(r2r::PublisherUntyped, String);
+
+// As for `TypedPublisher`.
+unsafe impl Sync for UntypedPublisher {}
+
+impl ValuePublisher for UntypedPublisher {
+    fn publish(&self, v: Value) -> Result<(), ConvertError> {
+        self.0.publish(value_to_json(v)).map_err(|e| ConvertError::Ros(format!("publishing {}: {e} (send a dict with exactly the message's fields)", self.1)))
+    }
+}
+
+impl MessageSupport for Untyped {
+    fn type_name(&self) -> &str {
+        &self.0
+    }
+
+    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink) -> Result<LocalTask, r2r::Error> {
+        let stream = node.subscribe_untyped(topic, &self.0, qos)?;
+        let name = self.0.clone();
+        Ok(Box::pin(stream.for_each(move |msg| {
+            sink(msg.map(json_to_value).map_err(|e| ConvertError::Ros(format!("receiving {name}: {e}"))));
+            std::future::ready(())
+        })))
+    }
+
+    fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
+        Ok(Box::new(UntypedPublisher(node.create_publisher_untyped(topic, &self.0, qos)?, self.0.clone())))
+    }
+}
+
+/// Every type with a Rust struct, by ROS name.
+macro_rules! typed_table {
+    ($($t:ty),* $(,)?) => {
+        fn typed(name: &str) -> Option<Box<dyn MessageSupport>> {
+            $(if name == <$t as Bridged>::NAME {
+                return Some(Box::new(Typed::<$t>(PhantomData)));
+            })*
+            None
+        }
+        /// The names of [`typed`]'s types.
+        pub const TYPED: &[&str] = &[$(<$t as Bridged>::NAME),*];
+    };
+}
+
+use r2r::{builtin_interfaces::msg as bi, geometry_msgs::msg as gm, sensor_msgs::msg as sm, std_msgs::msg as st};
+
+typed_table! {
+    st::String, st::Bool, st::Byte, st::Char, st::Float32, st::Float64, st::Int8, st::Int16, st::Int32, st::Int64,
+    st::UInt8, st::UInt16, st::UInt32, st::UInt64, st::Empty, st::Header, st::ColorRGBA,
+    st::Float32MultiArray, st::Float64MultiArray, st::Int8MultiArray, st::Int16MultiArray, st::Int32MultiArray,
+    st::Int64MultiArray, st::UInt8MultiArray, st::UInt16MultiArray, st::UInt32MultiArray, st::UInt64MultiArray,
+    st::ByteMultiArray,
+    sm::Image, sm::CompressedImage, sm::PointCloud2, sm::Imu, sm::LaserScan, sm::CameraInfo,
+    gm::Twist, gm::TwistStamped, gm::Pose, gm::PoseStamped, gm::Transform, gm::TransformStamped, gm::Point,
+    gm::Vector3, gm::Quaternion,
+    bi::Time, bi::Duration,
+}
+
+/// The support of `name`: its Rust struct, else the generic path when r2r
+/// was built with the type; `None` when the bridge cannot carry it.
+pub fn support(name: &str) -> Option<Box<dyn MessageSupport>> {
+    typed(name).or_else(|| r2r::WrappedNativeMsgUntyped::new_from(name).ok().map(|_| Box::new(Untyped(name.to_string())) as Box<dyn MessageSupport>))
+}
+
+/// `header.stamp` of a received value, in ns since the epoch.
+pub fn header_stamp(v: &Value) -> Option<i64> {
+    let stamp = v.get("header")?.get("stamp")?;
+    let sec = match stamp.get("sec")? {
+        Value::Int(i) => *i,
+        Value::UInt(u) => i64::try_from(*u).ok()?,
+        _ => return None,
+    };
+    let nanosec = stamp.get("nanosec")?.as_u64()? as i64;
+    sec.checked_mul(1_000_000_000)?.checked_add(nanosec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use r2r::sensor_msgs::msg::{Image, PointCloud2, PointField};
+
+    #[test]
+    fn image_shapes_follow_the_encoding() {
+        assert_eq!(image_layout("rgb8", 480, 640, 1920, false, 480 * 1920), (Dtype::U8, vec![480, 640, 3]));
+        assert_eq!(image_layout("mono16", 2, 3, 6, false, 12), (Dtype::parse("<u2").unwrap(), vec![2, 3]));
+        assert_eq!(image_layout("mono16", 2, 3, 6, true, 12), (Dtype::parse(">u2").unwrap(), vec![2, 3]));
+        assert_eq!(image_layout("32FC1", 2, 2, 8, false, 16), (Dtype::F32, vec![2, 2]));
+        assert_eq!(image_layout("16SC3", 1, 2, 12, false, 12), (Dtype::parse("<i2").unwrap(), vec![1, 2, 3]));
+        // Padded rows and unknown encodings: bytes by row.
+        assert_eq!(image_layout("rgb8", 2, 3, 12, false, 24), (Dtype::U8, vec![2, 12]));
+        assert_eq!(image_layout("weird", 2, 3, 4, false, 8), (Dtype::U8, vec![2, 4]));
+        assert_eq!(image_layout("rgb8", 2, 3, 9, false, 5), (Dtype::U8, vec![5]));
+    }
+
+    fn image() -> Image {
+        let mut img = Image { height: 4, width: 5, encoding: "rgb8".into(), step: 15, ..Default::default() };
+        img.header.frame_id = "cam".into();
+        img.header.stamp.sec = 12;
+        img.header.stamp.nanosec = 34;
+        img.data = (0..60u8).collect();
+        img
+    }
+
+    #[test]
+    fn image_round_trips_with_an_array() {
+        let v = image().to_value().unwrap();
+        let Some(Value::Buffer(b)) = v.get("data") else { panic!("{v:?}") };
+        assert_eq!((b.dtype(), b.shape()), (&Dtype::U8, &[4usize, 5, 3][..]));
+        assert_eq!(header_stamp(&v), Some(12_000_000_034));
+        assert_eq!(v.get("encoding").and_then(Value::as_str), Some("rgb8"));
+        let back = Image::from_value(v).unwrap();
+        assert_eq!(back, image());
+    }
+
+    #[test]
+    fn image_from_an_array_and_a_little_metadata() {
+        let b = Buffer::from_vec((0..60u8).collect()).with_shape(&[4, 5, 3]).unwrap();
+        let v = Value::Map(vec![
+            ("header".into(), Value::Map(vec![("frame_id".into(), Value::Str("cam".into())), ("stamp".into(), Value::Map(vec![("sec".into(), Value::Int(12)), ("nanosec".into(), Value::UInt(34))]))])),
+            ("data".into(), Value::Buffer(b)),
+        ]);
+        assert_eq!(Image::from_value(v).unwrap(), image());
+        let bad = Value::Map(vec![("height".into(), Value::UInt(3)), ("data".into(), Value::Buffer(Buffer::from_vec(vec![0; 60]).with_shape(&[4, 5, 3]).unwrap()))]);
+        let e = Image::from_value(bad).unwrap_err().to_string();
+        assert!(e.contains("data holds 60 bytes, height 3 x step 15 needs 45"), "{e}");
+        let e = Image::from_value(Value::Map(vec![("hieght".into(), Value::UInt(3))])).unwrap_err().to_string();
+        assert!(e.contains("\"hieght\" is not a field"), "{e}");
+    }
+
+    #[test]
+    fn point_cloud_is_points_by_fields() {
+        let field = |name: &str, offset| PointField { name: name.into(), offset, datatype: 7, count: 1 };
+        let cloud = PointCloud2 {
+            height: 1,
+            width: 3,
+            fields: vec![field("x", 0), field("y", 4), field("z", 8)],
+            point_step: 16,
+            row_step: 48,
+            data: (0..48u8).collect(),
+            is_dense: true,
+            ..Default::default()
+        };
+        assert_eq!(cloud_layout(&cloud), (Dtype::F32, vec![1, 3, 4]));
+        let v = cloud.clone().to_value().unwrap();
+        assert_eq!(PointCloud2::from_value(v).unwrap(), cloud);
+        // Mixed field types: bytes by row.
+        let mut mixed = cloud.clone();
+        mixed.fields[2].datatype = 2;
+        assert_eq!(cloud_layout(&mixed), (Dtype::U8, vec![1, 48]));
+    }
+
+    #[test]
+    fn multiarray_shape_from_layout_and_back() {
+        use r2r::std_msgs::msg::{Float32MultiArray, MultiArrayDimension};
+        let mut m = Float32MultiArray::default();
+        m.layout.dim = vec![
+            MultiArrayDimension { label: "rows".into(), size: 2, stride: 6 },
+            MultiArrayDimension { label: "cols".into(), size: 3, stride: 3 },
+        ];
+        m.data = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let v = m.clone().to_value().unwrap();
+        let Some(Value::Buffer(b)) = v.get("data") else { panic!() };
+        assert_eq!((b.dtype(), b.shape()), (&Dtype::F32, &[2usize, 3][..]));
+        assert_eq!(Float32MultiArray::from_value(v).unwrap(), m);
+        // An array alone: layout from its shape.
+        let only = Value::Map(vec![("data".into(), Value::Buffer(Buffer::from_elements(m.data.clone()).with_shape(&[2, 3]).unwrap()))]);
+        let back = Float32MultiArray::from_value(only).unwrap();
+        assert_eq!(back.layout.dim.iter().map(|d| (d.size, d.stride)).collect::<Vec<_>>(), vec![(2, 6), (3, 3)]);
+        let wrong = Value::Map(vec![("data".into(), Value::Buffer(Buffer::from_elements(vec![1.0f64])))]);
+        assert!(Float32MultiArray::from_value(wrong).unwrap_err().to_string().contains("<f8, the message needs <f4"));
+    }
+
+    #[test]
+    fn plain_messages_field_by_field() {
+        use r2r::geometry_msgs::msg::Twist;
+        let mut t = Twist::default();
+        t.linear.x = 1.5;
+        t.angular.z = -0.25;
+        let v = t.clone().to_value().unwrap();
+        assert_eq!(v.get("linear").and_then(|l| l.get("x")), Some(&Value::Float(1.5)));
+        assert_eq!(Twist::from_value(v).unwrap(), t);
+        // Integers where floats are expected, and fields left out.
+        let partial = Value::Map(vec![("linear".into(), Value::Map(vec![("x".into(), Value::Int(2))]))]);
+        assert_eq!(Twist::from_value(partial).unwrap().linear.x, 2.0);
+        let imu = r2r::sensor_msgs::msg::Imu { orientation_covariance: vec![0.5; 9], ..Default::default() };
+        let v = imu.clone().to_value().unwrap();
+        let Some(Value::Buffer(c)) = v.get("orientation_covariance") else { panic!("{v:?}") };
+        assert_eq!(c.as_slice::<f64>(), Some(&[0.5; 9][..]));
+        assert_eq!(r2r::sensor_msgs::msg::Imu::from_value(v).unwrap(), imu);
+    }
+
+    #[test]
+    fn knows_its_types() {
+        for name in TYPED {
+            assert!(support(name).is_some(), "{name}");
+        }
+        assert!(support("no_such_msgs/msg/Nothing").is_none());
+    }
+}

@@ -1,0 +1,292 @@
+//! The ROS 2 side of the bridge: one r2r node with every mapping of the
+//! config, spun by its own thread.
+//!
+//! [`RosSide::start`] creates the node, its subscriptions, publishers,
+//! service clients and servers, checks the QoS and types of the publishers
+//! already on the graph, and starts the thread. Everything that can be
+//! wrong with a mapping is found there, before the federate joins the
+//! federation. What arrives from ROS goes to an [`Inlet`] (set once the
+//! federate has started: until then, messages are dropped with a log
+//! line); what HPRM sends goes through [`RosSide::outlets`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use futures::FutureExt;
+use r2r::{DurabilityPolicy, HistoryPolicy, QosProfile, ReliabilityPolicy};
+
+use crate::config::{Config, Direction, Durability, Qos, Reliability, Role, TimeSource};
+use crate::messages::{self, ConvertError, LocalTask, MessageSupport, ValuePublisher};
+use crate::services::{self, Responder, ServiceSupport};
+use crate::value::Value;
+
+/// A start-up failure of the ROS side, as a sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum RosError {
+    #[error("topic {topic:?}: message type {type_name:?} is not one this bridge was built with; install its package into the ROS 2 prefix and rebuild the bridge (ros2-bridge/build.sh), or fix the type name")]
+    UnknownType { topic: String, type_name: String },
+    #[error("service {service:?}: service type {type_name:?} is not supported; the bridge serves and calls {supported}")]
+    UnknownService { service: String, type_name: String, supported: String },
+    #[error("cannot start ROS 2 ({what}): {source}; source the environment that ros2-bridge/setup-ros2.sh prints")]
+    Start { what: String, source: r2r::Error },
+    #[error("cannot start the ROS 2 thread: {0}")]
+    Thread(std::io::Error),
+    #[error("{name}: {what}")]
+    Mapping { name: String, what: String },
+}
+
+/// Where values from ROS go: the scheduler of the physical action that
+/// emits them on the bridge's port, once the federate runs.
+#[derive(Clone, Default)]
+pub struct Inlet(Arc<OnceLock<Box<dyn Fn(Value, Duration) + Send + Sync>>>);
+
+impl Inlet {
+    pub fn connect(&self, schedule: impl Fn(Value, Duration) + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(schedule));
+    }
+
+    fn deliver(&self, port: &str, v: Value, extra: Duration) {
+        match self.0.get() {
+            Some(schedule) => schedule(v, extra),
+            None => tracing::debug!(port, "a ROS message arrived before the federate started; dropped"),
+        }
+    }
+}
+
+/// What HPRM sends into ROS, by port.
+pub enum Outlet {
+    Topic(Box<dyn ValuePublisher>),
+    /// Requests of a service HPRM calls.
+    Call(mpsc::Sender<Value>),
+    /// Responses to requests HPRM serves, answered in request order.
+    Respond(Arc<Mutex<VecDeque<Box<dyn Responder>>>>),
+}
+
+impl Outlet {
+    /// Sends `v` on; errors are the sender's to log.
+    pub fn send(&self, v: Value) -> Result<(), ConvertError> {
+        match self {
+            Outlet::Topic(p) => p.publish(v),
+            Outlet::Call(tx) => tx.send(v).map_err(|_| ConvertError::Ros("the ROS thread has stopped".into())),
+            Outlet::Respond(pending) => {
+                let next = pending.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                match next {
+                    Some(r) => r.respond(v),
+                    None => Err(ConvertError::Ros("a service response with no request waiting for one; respond once per request".into())),
+                }
+            }
+        }
+    }
+}
+
+pub struct RosSide {
+    pub inlets: HashMap<String, Inlet>,
+    pub outlets: HashMap<String, Outlet>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// r2r's QoS profile for a config's.
+pub fn qos_profile(q: &Qos) -> QosProfile {
+    let mut p = QosProfile::default();
+    p.history = HistoryPolicy::KeepLast;
+    p.depth = q.depth;
+    p.reliability = match q.reliability {
+        Reliability::Reliable => ReliabilityPolicy::Reliable,
+        Reliability::BestEffort => ReliabilityPolicy::BestEffort,
+    };
+    p.durability = match q.durability {
+        Durability::Volatile => DurabilityPolicy::Volatile,
+        Durability::TransientLocal => DurabilityPolicy::TransientLocal,
+    };
+    p
+}
+
+/// Why a subscription with `want` gets nothing from a publisher offering
+/// `offered` (DDS request/offer rules), if it does not.
+pub fn incompatible(want: &Qos, offered: &QosProfile) -> Option<String> {
+    if want.reliability == Reliability::Reliable && offered.reliability == ReliabilityPolicy::BestEffort {
+        return Some("it publishes best_effort and the bridge asks reliable; set qos.reliability = \"best_effort\"".into());
+    }
+    if want.durability == Durability::TransientLocal && offered.durability == DurabilityPolicy::Volatile {
+        return Some("it publishes volatile and the bridge asks transient_local; set qos.durability = \"volatile\"".into());
+    }
+    None
+}
+
+impl RosSide {
+    /// Sets up every mapping of `config` and starts spinning. `discovery`
+    /// is how long to let the graph settle before checking the publishers
+    /// already on it.
+    pub fn start(config: &Config, discovery: Duration) -> Result<RosSide, RosError> {
+        // Types first: they need no ROS context.
+        let mut topic_support: Vec<Box<dyn MessageSupport>> = Vec::new();
+        for t in &config.topics {
+            topic_support.push(messages::support(&t.msg_type).ok_or_else(|| RosError::UnknownType { topic: t.topic.clone(), type_name: t.msg_type.clone() })?);
+        }
+        let mut service_support: Vec<Box<dyn ServiceSupport>> = Vec::new();
+        for s in &config.services {
+            service_support.push(services::support(&s.srv_type).ok_or_else(|| RosError::UnknownService {
+                service: s.service.clone(),
+                type_name: s.srv_type.clone(),
+                supported: services::SUPPORTED.join(", "),
+            })?);
+        }
+
+        let start = |what: &str| {
+            let what = what.to_string();
+            move |source| RosError::Start { what, source }
+        };
+        let ctx = r2r::Context::create().map_err(start("context"))?;
+        let mut node = r2r::Node::create(ctx, &config.ros.node, &config.ros.namespace).map_err(start("node"))?;
+
+        let mut tasks: Vec<LocalTask> = Vec::new();
+        let mut inlets = HashMap::new();
+        let mut outlets = HashMap::new();
+        let mut callers = Vec::new();
+        for (t, support) in config.topics.iter().zip(&topic_support) {
+            let mapping = |source: r2r::Error| RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("r2r refused it: {source}") };
+            let qos = qos_profile(&t.qos);
+            match t.direction {
+                Direction::RosToHprm => {
+                    let inlet = Inlet::default();
+                    let (to, port, time, name) = (inlet.clone(), t.port.clone(), t.time, t.topic.clone());
+                    let sink = Box::new(move |v: Result<Value, ConvertError>| match v {
+                        Ok(v) => {
+                            let extra = match time {
+                                TimeSource::Arrival => Duration::ZERO,
+                                TimeSource::Header => header_delay(&v),
+                            };
+                            to.deliver(&port, v, extra)
+                        }
+                        Err(e) => tracing::warn!(topic = %name, "dropped a message: {e}"),
+                    });
+                    tasks.push(support.subscribe(&mut node, &t.topic, qos, sink).map_err(mapping)?);
+                    inlets.insert(t.port.clone(), inlet);
+                }
+                Direction::HprmToRos => {
+                    outlets.insert(t.port.clone(), Outlet::Topic(support.publisher(&mut node, &t.topic, qos).map_err(mapping)?));
+                }
+            }
+        }
+        for (s, support) in config.services.iter().zip(service_support) {
+            let mapping = |source: r2r::Error| RosError::Mapping { name: format!("service {:?}", s.service), what: format!("r2r refused the service: {source}") };
+            match s.role {
+                Role::Client => {
+                    let inlet = Inlet::default();
+                    let caller = support.client(&mut node, &s.service).map_err(mapping)?;
+                    let (tx, rx) = mpsc::channel();
+                    outlets.insert(s.request.clone(), Outlet::Call(tx));
+                    callers.push((rx, caller, inlet.clone(), s.response.clone(), s.service.clone()));
+                    inlets.insert(s.response.clone(), inlet);
+                }
+                Role::Server => {
+                    let inlet = Inlet::default();
+                    let pending = Arc::new(Mutex::new(VecDeque::new()));
+                    let (to, port, queue, name) = (inlet.clone(), s.request.clone(), pending.clone(), s.service.clone());
+                    let sink = Box::new(move |req: Result<(Value, Box<dyn Responder>), ConvertError>| match req {
+                        Ok((v, responder)) => {
+                            queue.lock().unwrap_or_else(PoisonError::into_inner).push_back(responder);
+                            to.deliver(&port, v, Duration::ZERO)
+                        }
+                        Err(e) => tracing::warn!(service = %name, "dropped a request: {e}"),
+                    });
+                    tasks.push(support.serve(&mut node, &s.service, sink).map_err(mapping)?);
+                    outlets.insert(s.response.clone(), Outlet::Respond(pending));
+                    inlets.insert(s.request.clone(), inlet);
+                }
+            }
+        }
+
+        // Let discovery find the publishers already running, then check them.
+        let until = Instant::now() + discovery;
+        while Instant::now() < until {
+            node.spin_once(Duration::from_millis(20));
+        }
+        for t in config.topics.iter().filter(|t| t.direction == Direction::RosToHprm) {
+            let publishers = node.get_publishers_info_by_topic(&resolve(&config.ros.namespace, &t.topic), false).unwrap_or_default();
+            for p in publishers {
+                let who = format!("publisher {}{}{}", p.node_namespace, if p.node_namespace.ends_with('/') { "" } else { "/" }, p.node_name);
+                if p.topic_type != t.msg_type {
+                    return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("{who} publishes {}, the config says {}; fix `type`", p.topic_type, t.msg_type) });
+                }
+                if let Some(why) = incompatible(&t.qos, &p.qos_profile) {
+                    return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("QoS mismatch with {who}: {why}") });
+                }
+            }
+        }
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ros2-spin".into())
+            .spawn(move || spin(node, tasks, callers, halt))
+            .map_err(RosError::Thread)?;
+        Ok(RosSide { inlets, outlets, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for RosSide {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A topic name as the graph knows it (relative names under the node's
+/// namespace).
+fn resolve(namespace: &str, topic: &str) -> String {
+    if topic.starts_with('/') {
+        topic.to_string()
+    } else {
+        format!("{}/{topic}", namespace.trim_end_matches('/'))
+    }
+}
+
+/// How far in the future a message's `header.stamp` is (zero when absent
+/// or past: tags never go back).
+fn header_delay(v: &Value) -> Duration {
+    let Some(stamp) = messages::header_stamp(v) else { return Duration::ZERO };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    Duration::from_nanos(stamp.saturating_sub(now).max(0) as u64)
+}
+
+type Caller = (mpsc::Receiver<Value>, Box<dyn services::Caller>, Inlet, String, String);
+
+fn spin(mut node: r2r::Node, tasks: Vec<LocalTask>, callers: Vec<Caller>, stop: Arc<AtomicBool>) {
+    let mut pool = LocalPool::new();
+    let spawner = pool.spawner();
+    for t in tasks {
+        if let Err(e) = spawner.spawn_local(t) {
+            tracing::error!("cannot start a ROS subscription task: {e}");
+        }
+    }
+    while !stop.load(Ordering::Relaxed) {
+        node.spin_once(Duration::from_millis(5));
+        for (rx, caller, inlet, port, service) in &callers {
+            while let Ok(request) = rx.try_recv() {
+                let (inlet, port, service) = (inlet.clone(), port.clone(), service.clone());
+                match caller.call(request) {
+                    Ok(response) => {
+                        let done = response.map(move |r| match r {
+                            Ok(v) => inlet.deliver(&port, v, Duration::ZERO),
+                            Err(e) => tracing::warn!(service = %service, "call failed: {e}"),
+                        });
+                        if let Err(e) = spawner.spawn_local(done.boxed()) {
+                            tracing::error!("cannot wait for a service response: {e}");
+                        }
+                    }
+                    Err(e) => tracing::warn!(service = %service, "cannot call: {e}"),
+                }
+            }
+        }
+        pool.run_until_stalled();
+    }
+}
