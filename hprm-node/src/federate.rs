@@ -10,7 +10,7 @@ use crate::error::NodeError;
 use crate::inbox::Inbox;
 use crate::payload::{Decoder, Encoder, StoreLink};
 use crate::program::{Coordination, FederateId, Program, TriggerKind};
-use crate::rti::{self, Receiving, RtiConfig};
+use crate::rti::{self, NetworkInput, Receiving, RtiConfig};
 use crate::scheduler::{Options, RunReport, Scheduler, Transport};
 
 /// How to run one federate.
@@ -69,21 +69,18 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
     let encoder = Encoder::new(store.clone(), program.threshold);
     let decoder = Decoder::new(store, Duration::from_secs(10));
 
-    let n = program.triggers.len();
-    let mut decoders = vec![None; n];
-    let mut senders = vec![None; n];
+    let mut inputs: Vec<Option<NetworkInput>> = program.connections.iter().map(|_| None).collect();
     let mut inbound: Vec<u16> = Vec::new();
     let mut outbound: Vec<u16> = Vec::new();
-    for c in &program.connections {
+    for (wire, c) in program.connections.iter().enumerate() {
         let (a, b) = (program.federate_of(c.from), program.federate_of(c.to));
         if a == b {
             continue;
         }
         if b == fed {
             if let TriggerKind::Input { decode, .. } = program.triggers[c.to.index()].kind {
-                decoders[c.to.index()] = Some(decode);
+                inputs[wire] = Some(NetworkInput { input: c.to, decode, sender: program.port_path(c.from), receiver: program.port_path(c.to) });
             }
-            senders[c.to.index()] = Some((program.port_path(c.from), program.port_path(c.to)));
             inbound.push(idx(a));
         }
         if a == fed {
@@ -94,7 +91,7 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
     inbound.dedup();
     outbound.sort();
     outbound.dedup();
-    let rx = Arc::new(Receiving { decoders, senders, decoder, inbox: inbox.clone() });
+    let rx = Arc::new(Receiving { inputs, decoder, inbox: inbox.clone() });
 
     let mut unix_socket = None;
     let (transport, start) = match &opts.rti {

@@ -186,6 +186,9 @@ impl Launch {
             crate::signal::forward_to_children(pids.clone())?;
         }
         let dir = tempfile_dir()?;
+        // Every federate gets the graph, so a process without the program's code can join it.
+        let manifest = dir.path().join("manifest.json");
+        std::fs::write(&manifest, program.manifest().to_json()).map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
         let (_store, socket) = start_store(dir.path(), &self.store_memory, &self.store_args)?;
         let names: Vec<String> = program.federate_names().into_iter().map(String::from).collect();
         // HPRM federates send every NET anyway: DNETs would only cost the RTI writes.
@@ -211,7 +214,7 @@ impl Launch {
                 // Their output goes through a pipe to our terminal: no colour codes.
                 cmd.env("NO_COLOR", "1");
             }
-            cmd.env("HPRM_RUNTIME_DIR", dir.path());
+            cmd.env("HPRM_RUNTIME_DIR", dir.path()).env("HPRM_MANIFEST", &manifest);
             cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", &addr).env("HPRM_STORE", &socket).env("HPRM_FEDERATION", program.name());
             if self.fast {
                 cmd.env("HPRM_FAST", "1");
@@ -339,6 +342,17 @@ impl Program {
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
             .with_writer(std::io::stderr)
             .try_init();
+        if let Some(path) = std::env::var_os("HPRM_DESCRIBE") {
+            // `hprm` asks for the program's graph: write it, run nothing.
+            let code = match std::fs::write(&path, self.manifest().to_json()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: cannot write the program's manifest to {} (HPRM_DESCRIBE): {e}", path.to_string_lossy());
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
         let args: Vec<String> = std::env::args().skip(1).collect();
         let flag = |f: &str| args.iter().position(|a| a == f).and_then(|i| args.get(i + 1)).cloned();
         if let Some(name) = flag("--federate") {

@@ -31,6 +31,7 @@ mod federate;
 mod inbox;
 pub mod launch;
 mod level;
+pub mod manifest;
 pub mod payload;
 mod peer;
 mod program;

@@ -292,7 +292,7 @@ impl Program {
         self.add_connection(from.id, to.id, Delay::None, true)
     }
 
-    fn add_connection(&mut self, from: TriggerId, to: TriggerId, delay: Delay, physical: bool) -> &mut Program {
+    pub(crate) fn add_connection(&mut self, from: TriggerId, to: TriggerId, delay: Delay, physical: bool) -> &mut Program {
         if let Some(c) = self.connections.iter().find(|c| c.to == to) {
             let other = self.port_path(c.from);
             self.problems.push(format!(
@@ -316,8 +316,9 @@ impl Program {
         if self.federates.len() > usize::from(u16::MAX) {
             problems.push(format!("{} federates is over the protocol's limit of 65535", self.federates.len()));
         }
-        if self.triggers.len() > usize::from(u16::MAX) {
-            problems.push(format!("{} ports and triggers is over the protocol's limit of 65535", self.triggers.len()));
+        // Messages name their connection by its index (a u16 on the wire).
+        if self.connections.len() > usize::from(u16::MAX) {
+            problems.push(format!("{} connections is over the protocol's limit of 65535", self.connections.len()));
         }
         for (i, f) in self.federates.iter().enumerate() {
             if let Err(e) = crate::level::levels(self, FederateId(i as u32)) {

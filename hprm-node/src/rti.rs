@@ -239,13 +239,20 @@ impl RtiSession {
     }
 }
 
+/// A network input of this federate, as messages name it.
+pub(crate) struct NetworkInput {
+    pub input: TriggerId,
+    pub decode: DecodeFn,
+    /// "federate.reactor.port" of the sender and of the receiver, for error reports.
+    pub sender: String,
+    pub receiver: String,
+}
+
 /// What reader threads need to turn payloads into port values.
 pub(crate) struct Receiving {
-    /// By trigger id: the decoder of each network input of this federate.
-    pub decoders: Vec<Option<DecodeFn>>,
-    /// By trigger id: "federate.reactor.port" of the sender feeding each
-    /// network input, and the receiving port, for error reports.
-    pub senders: Vec<Option<(String, String)>>,
+    /// By wire port id (a connection's index in the program, the same in
+    /// every process that builds it): the network inputs of this federate.
+    pub inputs: Vec<Option<NetworkInput>>,
     pub decoder: Decoder,
     pub inbox: Arc<Inbox>,
 }
@@ -256,19 +263,17 @@ impl Receiving {
     /// queued as an error (the scheduler counts it and treats the input as
     /// absent); the federate goes on.
     pub fn deliver(&self, port: u16, tag: Tag, payload: &[u8], peer: &str) {
-        let id = TriggerId(u32::from(port));
-        let (Some(Some(decode)), Some(Some((sender, receiver)))) = (self.decoders.get(id.index()), self.senders.get(id.index())) else {
-            tracing::error!(port, %tag, "{peer} sent a message for port id {port}, which is not a network input of this federate; dropped (do all federates run the same program?)");
+        let Some(Some(n)) = self.inputs.get(usize::from(port)) else {
+            tracing::error!(port, %tag, "{peer} sent a message for connection {port}, which does not end at this federate; dropped (do all federates run the same program?)");
             return;
         };
-        let value = decode(payload, &self.decoder).map_err(|e| format!("a message from {sender} to {receiver} at {tag} could not be decoded: {e}"));
-        self.inbox.push(Incoming::Message { port: id, tag, value });
+        let value = (n.decode)(payload, &self.decoder).map_err(|e| format!("a message from {} to {} at {tag} could not be decoded: {e}", n.sender, n.receiver));
+        self.inbox.push(Incoming::Message { port: n.input, tag, value });
     }
 
     pub fn absent(&self, port: u16, tag: Tag) {
-        let id = TriggerId(u32::from(port));
-        if matches!(self.decoders.get(id.index()), Some(Some(_))) {
-            self.inbox.push(Incoming::Absent { port: id, tag });
+        if let Some(Some(n)) = self.inputs.get(usize::from(port)) {
+            self.inbox.push(Incoming::Absent { port: n.input, tag });
         }
     }
 }

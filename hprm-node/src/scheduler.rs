@@ -126,6 +126,7 @@ struct ReactionMeta {
 #[derive(Clone, Copy)]
 struct NetDest {
     fed: u16,
+    /// The connection's index in the program: what the wire calls a port.
     port: u16,
     delay: Delay,
     physical: bool,
@@ -267,13 +268,13 @@ impl Scheduler {
         let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
         let mut input_peer = vec![None; n];
         let mut physical_input = vec![false; n];
-        for c in &program.connections {
+        for (wire, c) in program.connections.iter().enumerate() {
             physical_input[c.to.index()] = c.physical;
             let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
             if from_fed == fed && to_fed == fed {
                 local[c.from.index()].push((c.to, c.delay, c.physical));
             } else if from_fed == fed {
-                remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: c.to.0 as u16, delay: c.delay, physical: c.physical });
+                remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: wire as u16, delay: c.delay, physical: c.physical });
             } else if to_fed == fed {
                 input_peer[c.to.index()] = Some(federate_index(from_fed));
             }

@@ -258,6 +258,11 @@ impl NativeProgram {
         Ok(self.program()?.validate().err().map(|e| e.to_string()))
     }
 
+    /// The program's graph as JSON (see `hprm_node::manifest`).
+    fn manifest(&mut self) -> PyResult<String> {
+        Ok(self.program()?.manifest().to_json())
+    }
+
     fn federate_names(&mut self) -> PyResult<Vec<String>> {
         Ok(self.program()?.federate_names().into_iter().map(String::from).collect())
     }

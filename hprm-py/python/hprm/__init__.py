@@ -72,6 +72,7 @@ __all__ = [
     "Context",
     "Tag",
     "duration_ns",
+    "external",
 ]
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000, "min": 60_000_000_000}
@@ -344,6 +345,20 @@ class Context:
         return np.frombuffer(view, dtype=dt).reshape(shape)
 
 
+def external(inputs: Any = (), outputs: Any = (), name: str = "External") -> type:
+    """A Reactor class with just these ports and no reactions: declares a
+    federate that another process implements (a Rust binary, the ROS 2
+    bridge), which builds its side from the manifest the launcher hands it
+    in ``HPRM_MANIFEST``::
+
+        prog.federate("ros", hprm.external(outputs=["image"]))
+        prog.launch(commands={"ros": ["hprm-ros2-bridge", "--config", "bridge.toml"]})
+    """
+    attrs: dict[str, Any] = {i: Input() for i in inputs}
+    attrs.update({o: Output() for o in outputs})
+    return type(name, (Reactor,), attrs)
+
+
 class _OutputRef:
     """An output by its index (a reaction's only output, for alloc_array)."""
 
@@ -507,6 +522,13 @@ class Program:
         ``physical=True``, stamped with the receiver's physical time."""
         self._native.connect(source.index, target.index, None if after is None else duration_ns(after), physical)
 
+    def manifest(self) -> dict:
+        """The program's graph as data: what ``hprm check``, ``hprm graph``
+        and ``hprm launch`` read (see the README's "Manifests")."""
+        import json
+
+        return json.loads(self._native.manifest())
+
     def validate(self) -> None:
         """Raises ValueError listing every problem of the program."""
         problems = self._native.validate()
@@ -524,6 +546,17 @@ class Program:
         re-run; or, for federates named in ``commands``, that command, e.g.
         a Rust federate built from the same program), waits for all, and
         exits non-zero naming failed federates."""
+        if os.environ.get("HPRM_DESCRIBE"):
+            # `hprm check/graph/launch` asks for the graph: write it, run nothing.
+            import json
+
+            manifest = self.manifest()
+            for f in manifest["federate"]:
+                if f["name"] in (commands or {}):
+                    f["command"] = [str(a) for a in commands[f["name"]]]
+            with open(os.environ["HPRM_DESCRIBE"], "w") as out:
+                json.dump(manifest, out)
+            sys.exit(0)
         fast = fast or os.environ.get("HPRM_FAST") == "1"
         if timeout is None and os.environ.get("HPRM_LAUNCH_TIMEOUT"):
             timeout = os.environ["HPRM_LAUNCH_TIMEOUT"]

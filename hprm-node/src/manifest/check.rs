@@ -1,0 +1,513 @@
+//! Every problem of a manifest, each with where it is.
+//!
+//! [`Manifest::check`] finds all problems at once (a user fixing a
+//! manifest wants the whole list, not one per run): names, unknown or
+//! misdirected ports, inputs connected twice, port types that differ across
+//! a connection, durations that do not parse, reactions naming what their
+//! reactor lacks, and zero-delay cycles: through one federate they are
+//! causality loops (no order of reactions can satisfy them); across
+//! federates they deadlock decentralized coordination, where nothing
+//! grants a provisional tag.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use super::{parse_duration, port_decl, CoordinationMode, Manifest, ReactorSpec};
+
+/// Where a problem is: what a user must look at to fix it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// The program's own settings.
+    Program,
+    /// The `index`th federate.
+    Federate { index: usize },
+    /// Reactor `reactor` of federate `federate` (indices in the manifest).
+    Reactor { federate: usize, reactor: usize },
+    /// The `index`th connection.
+    Connection { index: usize },
+}
+
+/// One problem of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub location: Location,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// What a name in a reactor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Input,
+    Output,
+    Timer,
+    LogicalAction,
+    PhysicalAction,
+    Startup,
+    Shutdown,
+}
+
+/// A resolved port: federate and reactor indices, and the port's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PortRef<'m> {
+    federate: usize,
+    reactor: usize,
+    name: &'m str,
+}
+
+pub(crate) fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The names a reactor declares, with what each is.
+pub(crate) fn reactor_names(r: &ReactorSpec) -> Vec<(&str, Kind, Option<&str>)> {
+    let mut v = Vec::new();
+    v.extend(r.inputs.iter().map(|d| port_decl(d)).map(|(n, t)| (n, Kind::Input, t)));
+    v.extend(r.outputs.iter().map(|d| port_decl(d)).map(|(n, t)| (n, Kind::Output, t)));
+    v.extend(r.timers.iter().map(|t| (t.name.as_str(), Kind::Timer, None)));
+    v.extend(r.actions.iter().map(|a| (a.name.as_str(), if a.physical { Kind::PhysicalAction } else { Kind::LogicalAction }, None)));
+    v
+}
+
+/// Splits `federate.reactor.port` / `federate.port`.
+pub(crate) fn split_path(path: &str) -> Option<(&str, Option<&str>, &str)> {
+    let parts: Vec<&str> = path.trim().split('.').collect();
+    match parts.as_slice() {
+        [f, p] => Some((f, None, p)),
+        [f, r, p] => Some((f, Some(r), p)),
+        _ => None,
+    }
+}
+
+impl Manifest {
+    /// Every problem of the manifest; empty when it is valid.
+    pub fn check(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        let mut add = |location, message: String| out.push(Problem { location, message });
+        if !valid_name(&self.name) {
+            add(Location::Program, format!("program name {:?} is not valid; use letters, digits, '_' and '-'", self.name));
+        }
+        if self.federates.is_empty() {
+            add(Location::Program, "the program has no federates; add a [[federate]] table".into());
+        }
+        for (what, d) in [("stp", &self.stp), ("timeout", &self.timeout)] {
+            if let Some(e) = d.as_deref().and_then(|d| parse_duration(d).err()) {
+                add(Location::Program, format!("{what}: {e}"));
+            }
+        }
+        if self.stp.is_some() && self.coordination == CoordinationMode::Centralized {
+            add(Location::Program, "stp is set, but coordination is centralized, which waits for grants, not an STP; remove stp or set coordination = \"decentralized\"".into());
+        }
+
+        let mut seen = HashSet::new();
+        for (fi, f) in self.federates.iter().enumerate() {
+            let at = Location::Federate { index: fi };
+            if !valid_name(&f.name) {
+                add(at, format!("federate name {:?} is not valid; use letters, digits, '_' and '-'", f.name));
+            }
+            if !seen.insert(f.name.as_str()) {
+                add(at, format!("two federates are named {:?}; federate names must be unique", f.name));
+            }
+            if f.reactors.is_empty() {
+                add(at, format!("federate {} has no reactors; add a [[federate.reactor]] table", f.name));
+            }
+            if f.command.is_some() && f.module.is_some() {
+                add(at, format!("federate {} has both a command and a module; give one", f.name));
+            }
+            if f.command.as_ref().is_some_and(Vec::is_empty) {
+                add(at, format!("federate {}: command is empty; give the program and its arguments, e.g. [\"./target/release/camera\"]", f.name));
+            }
+            let mut reactors = HashSet::new();
+            for (ri, r) in f.reactors.iter().enumerate() {
+                let at = Location::Reactor { federate: fi, reactor: ri };
+                let path = format!("{}.{}", f.name, r.name);
+                if !valid_name(&r.name) {
+                    add(at, format!("reactor name {:?} in federate {} is not valid; use letters, digits, '_' and '-'", r.name, f.name));
+                }
+                if !reactors.insert(r.name.as_str()) {
+                    add(at, format!("two reactors of federate {} are named {:?}", f.name, r.name));
+                }
+                if f.module.is_some() && r.class.is_none() {
+                    add(at, format!("reactor {path}: its federate runs Python module {:?}, so the reactor needs a class", f.module.as_deref().unwrap_or_default()));
+                }
+                let names = reactor_names(r);
+                let mut taken = HashSet::new();
+                for (n, _, _) in &names {
+                    if !valid_name(n) {
+                        add(at, format!("{path}: {n:?} is not a valid port, timer or action name"));
+                    } else if *n == "startup" || *n == "shutdown" {
+                        add(at, format!("{path}: {n:?} is a built-in trigger; name the port, timer or action otherwise"));
+                    } else if !taken.insert(*n) {
+                        add(at, format!("{path} declares {n:?} twice; names of ports, timers and actions must be unique"));
+                    }
+                }
+                for t in &r.timers {
+                    for d in [&t.offset, &t.period] {
+                        if let Err(e) = parse_duration(d) {
+                            add(at, format!("{path}, timer {}: {e}", t.name));
+                        }
+                    }
+                }
+                for a in &r.actions {
+                    if let Err(e) = parse_duration(&a.min_delay) {
+                        add(at, format!("{path}, action {}: {e}", a.name));
+                    }
+                }
+                let kind = |n: &str| match n {
+                    "startup" => Some(Kind::Startup),
+                    "shutdown" => Some(Kind::Shutdown),
+                    _ => names.iter().find(|(m, _, _)| *m == n).map(|(_, k, _)| *k),
+                };
+                for rx in &r.reactions {
+                    let mut check = |list: &[String], what: &str, ok: &dyn Fn(Kind) -> bool| {
+                        for n in list {
+                            match kind(n) {
+                                None => add(at, format!("reaction {path}.{} names {n:?} as {what}, but the reactor has no such port, timer or action", rx.name)),
+                                Some(k) if !ok(k) => add(at, format!("reaction {path}.{} names {n:?} ({}) as {what}; {}", rx.name, article(k), allowed(what))),
+                                Some(_) => {}
+                            }
+                        }
+                    };
+                    check(&rx.triggers, "a trigger", &|k| k != Kind::Output);
+                    check(&rx.sources, "a source", &|k| k == Kind::Input);
+                    check(&rx.effects, "an effect", &|k| matches!(k, Kind::Output | Kind::LogicalAction));
+                    if rx.triggers.is_empty() {
+                        add(at, format!("reaction {path}.{} has no trigger; it would never run", rx.name));
+                    }
+                    if let Some(e) = rx.deadline.as_deref().and_then(|d| parse_duration(d).err()) {
+                        add(at, format!("reaction {path}.{}, deadline: {e}", rx.name));
+                    }
+                }
+            }
+        }
+
+        // Connections.
+        let mut fed_index: HashMap<&str, usize> = HashMap::new();
+        for (i, f) in self.federates.iter().enumerate() {
+            fed_index.entry(f.name.as_str()).or_insert(i);
+        }
+        let mut resolved: Vec<Option<(PortRef<'_>, PortRef<'_>)>> = Vec::new();
+        let mut fed_by: HashMap<PortRef<'_>, usize> = HashMap::new();
+        for (ci, c) in self.connections.iter().enumerate() {
+            let at = Location::Connection { index: ci };
+            let ends = [(&c.from, Kind::Output, "from"), (&c.to, Kind::Input, "to")].map(|(path, want, key)| match self.resolve(path, &fed_index) {
+                Err(e) => {
+                    add(at, format!("{key} = {path:?}: {e}"));
+                    None
+                }
+                Ok((_, kind, _)) if kind != want => {
+                    add(at, format!("{key} = {path:?} is {}, not {}; a connection goes from an output to an input", article(kind), article(want)));
+                    None
+                }
+                Ok((p, _, ty)) => Some((p, ty)),
+            });
+            if let Some(e) = c.after.as_deref().and_then(|d| parse_duration(d).err()) {
+                add(at, format!("after: {e}"));
+            }
+            match ends {
+                [Some((from, ft)), Some((to, tt))] => {
+                    if let (Some(a), Some(b)) = (ft, tt) {
+                        if a != b {
+                            add(at, format!("{} carries {a:?} but {} expects {b:?}; connect ports of the same type", c.from, c.to));
+                        }
+                    }
+                    if let Some(prev) = fed_by.insert(to, ci) {
+                        add(at, format!("input {} is connected twice (also by connection #{}, from {}); an input takes one connection", c.to, prev + 1, self.connections[prev].from));
+                    }
+                    resolved.push(Some((from, to)));
+                }
+                _ => resolved.push(None),
+            }
+        }
+
+        // Zero-delay cycles, port to port: connections without `after`
+        // (physical ones break the chain: they take a new tag) and, inside
+        // a reactor, an input to the outputs its reactions may set.
+        let mut edges: HashMap<PortRef<'_>, Vec<(PortRef<'_>, Option<usize>)>> = HashMap::new();
+        for (ci, r) in resolved.iter().enumerate() {
+            let c = &self.connections[ci];
+            if let Some((from, to)) = r {
+                if c.after.is_none() && !c.physical {
+                    edges.entry(*from).or_default().push((*to, Some(ci)));
+                }
+            }
+        }
+        for (fi, f) in self.federates.iter().enumerate() {
+            for (ri, r) in f.reactors.iter().enumerate() {
+                let port = |name| PortRef { federate: fi, reactor: ri, name };
+                let outputs: Vec<&str> = r.outputs.iter().map(|d| port_decl(d).0).collect();
+                for input in r.inputs.iter().map(|d| port_decl(d).0) {
+                    let reached: Vec<&str> = if r.reactions.is_empty() {
+                        outputs.clone()
+                    } else {
+                        r.reactions
+                            .iter()
+                            .filter(|rx| rx.triggers.iter().chain(&rx.sources).any(|t| t == input))
+                            .flat_map(|rx| rx.effects.iter().map(String::as_str).filter(|e| outputs.contains(e)))
+                            .collect()
+                    };
+                    for o in reached {
+                        edges.entry(port(input)).or_default().push((port(o), None));
+                    }
+                }
+            }
+        }
+        for cycle in cycles(&edges) {
+            let feds: HashSet<usize> = cycle.iter().map(|(p, _)| p.federate).collect();
+            let first_conn = cycle.iter().find_map(|(_, c)| *c).unwrap_or(0);
+            let at = Location::Connection { index: first_conn };
+            let text = cycle.iter().map(|(p, _)| self.path_of(*p)).chain(cycle.first().map(|(p, _)| self.path_of(*p))).collect::<Vec<_>>().join(" -> ");
+            if feds.len() == 1 {
+                add(at, format!("causality loop: {text} has no delay, so no order of reactions satisfies it; put `after` on one of its connections"));
+            } else if self.coordination == CoordinationMode::Decentralized {
+                add(at, format!("zero-delay cycle across federates in decentralized mode: {text}; decentralized federates cannot resolve it (nothing grants a provisional tag): put `after` on one of its connections, or use centralized coordination"));
+            }
+        }
+        out
+    }
+
+    /// A port by path, with its kind and declared type.
+    fn resolve<'m>(&'m self, path: &'m str, feds: &HashMap<&str, usize>) -> Result<(PortRef<'m>, Kind, Option<&'m str>), String> {
+        let (f, r, p) = split_path(path).ok_or("a port is written federate.reactor.port (or federate.port when the federate has one reactor)")?;
+        let &fi = feds.get(f).ok_or_else(|| format!("there is no federate {f:?}; the federates are {}", list(self.federates.iter().map(|f| f.name.as_str()))))?;
+        let fed = &self.federates[fi];
+        let ri = match r {
+            Some(r) => fed.reactors.iter().position(|x| x.name == r).ok_or_else(|| format!("federate {f} has no reactor {r:?}; its reactors are {}", list(fed.reactors.iter().map(|r| r.name.as_str()))))?,
+            None if fed.reactors.len() == 1 => 0,
+            None => return Err(format!("federate {f} has {} reactors; name one: {f}.REACTOR.{p}", fed.reactors.len())),
+        };
+        let reactor = &fed.reactors[ri];
+        let names = reactor_names(reactor);
+        let (name, kind, ty) =
+            names.iter().find(|(n, _, _)| *n == p).ok_or_else(|| format!("reactor {f}.{} has no port {p:?}; its ports are {}", reactor.name, list(names.iter().filter(|(_, k, _)| matches!(k, Kind::Input | Kind::Output)).map(|(n, _, _)| *n))))?;
+        Ok((PortRef { federate: fi, reactor: ri, name }, *kind, *ty))
+    }
+
+    fn path_of(&self, p: PortRef<'_>) -> String {
+        let f = &self.federates[p.federate];
+        format!("{}.{}.{}", f.name, f.reactors[p.reactor].name, p.name)
+    }
+}
+
+fn allowed(what: &str) -> &'static str {
+    match what {
+        "a trigger" => "outputs do not trigger reactions of their own reactor",
+        "a source" => "sources are inputs a reaction reads without being triggered",
+        _ => "effects are outputs and logical actions",
+    }
+}
+
+fn article(k: Kind) -> &'static str {
+    match k {
+        Kind::Input => "an input",
+        Kind::Output => "an output",
+        Kind::Timer => "a timer",
+        Kind::LogicalAction => "a logical action",
+        Kind::PhysicalAction => "a physical action",
+        Kind::Startup | Kind::Shutdown => "a built-in trigger",
+    }
+}
+
+fn list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<&str> = names.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// One cycle per strongly connected component that has one (Tarjan's
+/// algorithm, then a path around the component), in a stable order.
+fn cycles<'m>(edges: &HashMap<PortRef<'m>, Vec<(PortRef<'m>, Option<usize>)>>) -> Vec<Vec<(PortRef<'m>, Option<usize>)>> {
+    let mut nodes: Vec<PortRef<'m>> = edges.keys().copied().chain(edges.values().flatten().map(|(n, _)| *n)).collect();
+    nodes.sort_by(|a, b| (a.federate, a.reactor, a.name).cmp(&(b.federate, b.reactor, b.name)));
+    nodes.dedup();
+    let idx: HashMap<PortRef<'m>, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let succ: Vec<Vec<(usize, Option<usize>)>> = nodes.iter().map(|n| edges.get(n).map(|v| v.iter().map(|(m, c)| (idx[m], *c)).collect()).unwrap_or_default()).collect();
+
+    // Tarjan, iterative.
+    let n = nodes.len();
+    let (mut index, mut low, mut on) = (vec![usize::MAX; n], vec![0; n], vec![false; n]);
+    let (mut stack, mut comps, mut next) = (Vec::new(), Vec::new(), 0);
+    for root in 0..n {
+        if index[root] != usize::MAX {
+            continue;
+        }
+        let mut work = vec![(root, 0usize)];
+        while let Some((v, i)) = work.pop() {
+            if i == 0 {
+                index[v] = next;
+                low[v] = next;
+                next += 1;
+                stack.push(v);
+                on[v] = true;
+            }
+            if let Some(&(w, _)) = succ[v].get(i) {
+                work.push((v, i + 1));
+                if index[w] == usize::MAX {
+                    work.push((w, 0));
+                } else if on[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut comp = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on[w] = false;
+                    comp.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                comps.push(comp);
+            }
+        }
+    }
+
+    let mut out = Vec::new();
+    for comp in comps {
+        let start = *comp.iter().min().unwrap_or(&0);
+        let self_loop = succ[start].iter().any(|(w, _)| *w == start);
+        if comp.len() < 2 && !self_loop {
+            continue;
+        }
+        // Breadth-first from `start` inside the component, back to it.
+        let inside: HashSet<usize> = comp.iter().copied().collect();
+        let mut prev: HashMap<usize, (usize, Option<usize>)> = HashMap::new();
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut closing = None;
+        'bfs: while let Some(v) = queue.pop_front() {
+            for &(w, c) in &succ[v] {
+                if w == start {
+                    closing = Some((v, c));
+                    break 'bfs;
+                }
+                if inside.contains(&w) && !prev.contains_key(&w) {
+                    prev.insert(w, (v, c));
+                    queue.push_back(w);
+                }
+            }
+        }
+        let Some((mut v, mut c)) = closing else { continue };
+        // Walk back: each node with the connection that leaves it.
+        let mut path = Vec::new();
+        loop {
+            path.push((nodes[v], c));
+            if v == start {
+                break;
+            }
+            let (p, pc) = prev[&v];
+            c = pc;
+            v = p;
+        }
+        path.reverse();
+        out.push(path);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{ConnectionSpec, FederateSpec, ReactionSpec};
+
+    fn reactor(name: &str, inputs: &[&str], outputs: &[&str]) -> ReactorSpec {
+        ReactorSpec { name: name.into(), inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: outputs.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+    }
+
+    fn federate(name: &str, reactors: Vec<ReactorSpec>) -> FederateSpec {
+        FederateSpec { name: name.into(), command: None, module: None, restart: Default::default(), max_restarts: None, reactors }
+    }
+
+    fn conn(from: &str, to: &str, after: Option<&str>) -> ConnectionSpec {
+        ConnectionSpec { from: from.into(), to: to.into(), after: after.map(String::from), physical: false }
+    }
+
+    fn manifest(federates: Vec<FederateSpec>, connections: Vec<ConnectionSpec>) -> Manifest {
+        Manifest { name: "m".into(), coordination: CoordinationMode::Centralized, stp: None, threshold: None, timeout: None, store_memory: None, federates, connections }
+    }
+
+    fn messages(m: &Manifest) -> Vec<(Location, String)> {
+        m.check().into_iter().map(|p| (p.location, p.message)).collect()
+    }
+
+    #[test]
+    fn a_pipeline_is_valid() {
+        let m = manifest(
+            vec![federate("cam", vec![reactor("cam", &[], &["frame: image"])]), federate("det", vec![reactor("det", &["frame: image"], &["boxes"])])],
+            vec![conn("cam.frame", "det.det.frame", None)],
+        );
+        assert_eq!(messages(&m), vec![]);
+    }
+
+    #[test]
+    fn unknown_and_misdirected_ports_are_located() {
+        let m = manifest(
+            vec![federate("a", vec![reactor("r", &["i"], &["o"])]), federate("b", vec![reactor("r", &["i"], &["o"])])],
+            vec![conn("a.nope", "b.i", None), conn("a.i", "b.o", None), conn("x.o", "b.i", None), conn("a.o", "b.i", Some("5 parsecs"))],
+        );
+        let p = messages(&m);
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 0 } && m.contains("no port \"nope\"") && m.contains("its ports are i, o")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("is an input, not an output")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("is an output, not an input")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 2 } && m.contains("no federate \"x\"")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 3 } && m.contains("after: \"5 parsecs\" is not a duration")), "{p:?}");
+    }
+
+    #[test]
+    fn duplicates_types_and_double_connections() {
+        let m = manifest(
+            vec![federate("a", vec![reactor("r", &[], &["o: image", "o"])]), federate("a", vec![]), federate("b", vec![reactor("r", &["i: imu"], &[])])],
+            vec![conn("a.o", "b.i", None), conn("a.o", "b.i", None)],
+        );
+        let p = messages(&m);
+        assert!(p.iter().any(|(l, m)| *l == Location::Federate { index: 1 } && m.contains("two federates are named \"a\"")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Reactor { federate: 0, reactor: 0 } && m.contains("declares \"o\" twice")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 0 } && m.contains("carries \"image\" but b.i expects \"imu\"")), "{p:?}");
+        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("connected twice (also by connection #1")), "{p:?}");
+    }
+
+    #[test]
+    fn zero_delay_cycles_are_errors_in_decentralized_mode_only() {
+        let feds = || vec![federate("a", vec![reactor("r", &["i"], &["o"])]), federate("b", vec![reactor("r", &["i"], &["o"])])];
+        let mut m = manifest(feds(), vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None)]);
+        assert_eq!(messages(&m), vec![]);
+        m.coordination = CoordinationMode::Decentralized;
+        let p = messages(&m);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].1.contains("zero-delay cycle across federates") && p[0].1.contains("a.r.i -> a.r.o -> b.r.i -> b.r.o -> a.r.i"), "{p:?}");
+        m.connections[1].after = Some("0ms".into());
+        assert_eq!(messages(&m), vec![]);
+    }
+
+    #[test]
+    fn declared_reactions_refine_the_cycle_check() {
+        let mut a = reactor("r", &["i"], &["o"]);
+        // `o` comes from a timer only: the input does not reach it.
+        a.timers.push(crate::manifest::TimerSpec { name: "t".into(), offset: "0s".into(), period: "10ms".into() });
+        a.reactions = vec![ReactionSpec { name: "tick".into(), triggers: vec!["t".into()], sources: vec![], effects: vec!["o".into()], deadline: None }, ReactionSpec { name: "take".into(), triggers: vec!["i".into()], sources: vec![], effects: vec![], deadline: None }];
+        let mut m = manifest(vec![federate("a", vec![a]), federate("b", vec![reactor("r", &["i"], &["o"])])], vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None)]);
+        m.coordination = CoordinationMode::Decentralized;
+        assert_eq!(messages(&m), vec![]);
+        m.federates[0].reactors[0].reactions[0].effects.push("nothing".into());
+        let p = messages(&m);
+        assert!(p.iter().any(|(l, m)| *l == Location::Reactor { federate: 0, reactor: 0 } && m.contains("names \"nothing\" as an effect")), "{p:?}");
+    }
+
+    #[test]
+    fn a_loop_inside_one_federate_is_a_causality_loop() {
+        let m = manifest(vec![federate("a", vec![reactor("x", &["i"], &["o"]), reactor("y", &["i"], &["o"])])], vec![conn("a.x.o", "a.y.i", None), conn("a.y.o", "a.x.i", None)]);
+        let p = messages(&m);
+        assert!(p.len() == 1 && p[0].1.starts_with("causality loop: a.x.i -> a.x.o -> a.y.i -> a.y.o -> a.x.i"), "{p:?}");
+    }
+}

@@ -1,0 +1,271 @@
+//! Manifests: a program's graph as data.
+//!
+//! A [`Manifest`] is what every way of writing a program (Rust builder,
+//! Python `hprm.Program`, a TOML file) comes down to: federates, their
+//! reactors with ports, timers, actions and reactions, the connections
+//! (with `after` and physical `~>`), the coordination mode, STP and
+//! out-of-band threshold, and per-federate launch settings (command,
+//! Python module, restart policy). The `hprm` command reads one to check,
+//! draw, launch and deploy a program; a launcher hands the JSON form to
+//! every federate in `HPRM_MANIFEST`, so a process that does not contain
+//! the program's code (the ROS 2 bridge) can still join it
+//! ([`Program::from_manifest`](crate::Program::from_manifest)).
+//!
+//! Names: a port is `federate.reactor.port`, or `federate.port` when the
+//! federate has one reactor. A port may carry a type after a colon
+//! (`"frame: image"`), which `check` compares across each connection.
+//! Durations are strings with a unit (`"5ms"`, `"20 us"`, `"1s"`).
+//!
+//! Submodules: `check` (every problem of a manifest, with its location),
+//! `build` (to and from [`Program`](crate::Program)).
+
+mod build;
+mod check;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use check::{Location, Problem};
+
+/// A program's graph. Field names are the TOML manifest's keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The program's name; also its federation id.
+    pub name: String,
+    #[serde(default)]
+    pub coordination: CoordinationMode,
+    /// Decentralized only: how long past a tag federates wait for inputs of unknown status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stp: Option<String>,
+    /// Buffers of at least this many bytes travel out-of-band.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<u64>,
+    /// Logical time after which the program stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Size of the store a launcher starts (e.g. "512m").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_memory: Option<String>,
+    #[serde(default, rename = "federate")]
+    pub federates: Vec<FederateSpec>,
+    #[serde(default, rename = "connection")]
+    pub connections: Vec<ConnectionSpec>,
+}
+
+/// How federates coordinate (see [`Coordination`](crate::Coordination)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CoordinationMode {
+    #[default]
+    Centralized,
+    Decentralized,
+}
+
+/// One federate: a process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FederateSpec {
+    pub name: String,
+    /// The command that runs it (argv); the launcher adds `HPRM_*` variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// A Python module or file defining its reactors' classes (`class`
+    /// names a class in it); run by `python -m hprm.federate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// What the launcher does when the process fails.
+    #[serde(default)]
+    pub restart: RestartPolicy,
+    /// With `restart = "on-failure"`: how many restarts before giving up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    #[serde(default, rename = "reactor")]
+    pub reactors: Vec<ReactorSpec>,
+}
+
+/// What a launcher does when a federate's process fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// Stop the whole program cleanly and exit non-zero.
+    #[default]
+    Stop,
+    /// Start the federate again (it rejoins at the current tag).
+    OnFailure,
+}
+
+/// One reactor of a federate.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReactorSpec {
+    pub name: String,
+    /// The class implementing it (Python: a class of the federate's module).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Keyword arguments for the class.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// Input ports: `"name"` or `"name: type"`.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// Output ports: `"name"` or `"name: type"`.
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    #[serde(default, rename = "timer", skip_serializing_if = "Vec::is_empty")]
+    pub timers: Vec<TimerSpec>,
+    #[serde(default, rename = "action", skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<ActionSpec>,
+    /// Reactions, in order. Optional in a TOML manifest: without them,
+    /// every input is assumed to affect every output (for cycle checks).
+    #[serde(default, rename = "reaction", skip_serializing_if = "Vec::is_empty")]
+    pub reactions: Vec<ReactionSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimerSpec {
+    pub name: String,
+    #[serde(default = "zero")]
+    pub offset: String,
+    #[serde(default = "zero")]
+    pub period: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    pub name: String,
+    #[serde(default)]
+    pub physical: bool,
+    #[serde(default = "zero")]
+    pub min_delay: String,
+}
+
+/// A reaction: what triggers it, what it reads, what it may set.
+/// Names are the reactor's ports, timers, actions, `startup`, `shutdown`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReactionSpec {
+    pub name: String,
+    #[serde(default)]
+    pub triggers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+}
+
+/// A connection from an output to an input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionSpec {
+    /// `federate.reactor.port` (or `federate.port`) of an output.
+    pub from: String,
+    /// `federate.reactor.port` (or `federate.port`) of an input.
+    pub to: String,
+    /// Logical delay: absent for none, "0ms" for one microstep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// `~>`: stamped with the receiver's physical time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub physical: bool,
+}
+
+fn zero() -> String {
+    "0s".into()
+}
+
+impl Manifest {
+    /// Reads the JSON form (what launchers write to `HPRM_MANIFEST`).
+    pub fn from_json(text: &str) -> Result<Manifest, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The JSON form.
+    pub fn to_json(&self) -> String {
+        // Plain data with string keys: serializing cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The manifest in `$HPRM_MANIFEST`, when a launcher set it.
+    pub fn from_env() -> Result<Option<Manifest>, String> {
+        let Some(path) = std::env::var_os("HPRM_MANIFEST") else { return Ok(None) };
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read the manifest {} named by HPRM_MANIFEST: {e}", path.to_string_lossy()))?;
+        Manifest::from_json(&text).map(Some).map_err(|e| format!("the manifest {} named by HPRM_MANIFEST is not valid: {e}", path.to_string_lossy()))
+    }
+
+    /// The federate named `name`.
+    pub fn federate(&self, name: &str) -> Option<&FederateSpec> {
+        self.federates.iter().find(|f| f.name == name)
+    }
+}
+
+/// A port declaration's name and optional type: `"frame: image"`.
+pub fn port_decl(decl: &str) -> (&str, Option<&str>) {
+    match decl.split_once(':') {
+        Some((n, t)) => (n.trim(), Some(t.trim()).filter(|t| !t.is_empty())),
+        None => (decl.trim(), None),
+    }
+}
+
+/// Reads a duration: a number and a unit (`ns`, `us`, `µs`, `ms`, `s`,
+/// `sec`, `min`), e.g. `"5ms"`, `"2.5 s"`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("{s:?} is not a duration; write a number and a unit, e.g. \"50ms\", \"2s\", \"100us\"");
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let n: f64 = num.parse().map_err(|_| err())?;
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" | "sec" => 1.0,
+        "min" => 60.0,
+        _ => return Err(err()),
+    };
+    Duration::try_from_secs_f64(n * scale).map_err(|_| err())
+}
+
+/// Writes a duration in the largest unit that keeps it exact.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    for (unit, per) in [("s", 1_000_000_000u128), ("ms", 1_000_000), ("us", 1_000)] {
+        if ns != 0 && ns % per == 0 {
+            return format!("{}{unit}", ns / per);
+        }
+    }
+    if ns == 0 {
+        "0ms".into()
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_and_write_back() {
+        for (s, d) in [("5ms", Duration::from_millis(5)), ("2.5 s", Duration::from_millis(2500)), ("100us", Duration::from_micros(100)), ("7ns", Duration::from_nanos(7)), ("1min", Duration::from_secs(60))] {
+            assert_eq!(parse_duration(s).unwrap(), d, "{s}");
+            assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
+        }
+        assert_eq!(format_duration(Duration::ZERO), "0ms");
+        for bad in ["", "5", "ms", "5 parsecs", "-1ms", "1e3ms"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn port_declarations_split_name_and_type() {
+        assert_eq!(port_decl("frame"), ("frame", None));
+        assert_eq!(port_decl("frame: image"), ("frame", Some("image")));
+        assert_eq!(port_decl(" frame :"), ("frame", None));
+    }
+}
