@@ -27,6 +27,11 @@ pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/py 2>&1 | tee "$pylog"
 
+step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
+r2log=$(mktemp)
+trap 'rm -f "$log" "$pylog" "$r2log"' EXIT
+ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
+
 step "summary"
 # cargo prints one "test result" line per test binary; add them up.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
@@ -34,3 +39,5 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += 
 # pytest ends with one line like "12 passed, 1 skipped in 3.2s".
 awk '/ passed| failed/ { p = f = s = 0; for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p = $i; if ($(i+1) ~ /^failed/) f = $i; if ($(i+1) ~ /^skipped/) s = $i } }
      END { printf "python: %d passed, %d failed, %d skipped\n", p, f, s }' "$pylog"
+# ros2-bridge/test.sh prints its own summary line.
+grep '^ros2-bridge:' "$r2log" | tail -1

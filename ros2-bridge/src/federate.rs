@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use hprm_node::manifest::{Manifest, ReactorSpec};
+use hprm_node::manifest::{port_decl, Manifest, ReactorSpec};
 use hprm_node::{Program, ProgramError};
 
 use crate::config::{Config, PortUse};
@@ -34,7 +34,7 @@ pub enum FederateError {
 pub fn load_manifest(path: &Path) -> Result<Manifest, FederateError> {
     let err = |message: String| FederateError::Manifest { path: path.display().to_string(), message };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+    Manifest::from_json(&text).map_err(|e| err(e.to_string()))
 }
 
 /// Checks that the federate `name`'s reactors declare exactly the config's
@@ -48,7 +48,7 @@ pub fn check_ports(manifest: &Manifest, name: &str, config: &Config) -> Result<(
     let mut declared: HashMap<&str, (bool, &str)> = HashMap::new();
     for r in &fed.reactors {
         for (ports, output) in [(&r.inputs, false), (&r.outputs, true)] {
-            for p in ports {
+            for p in ports.iter().map(|d| port_decl(d).0) {
                 if let Some((_, other)) = declared.insert(p, (output, &r.name)) {
                     return Err(FederateError::Ports(format!("port {p:?} is declared by both reactors {other:?} and {:?} of federate {name:?}; give them distinct names", r.name)));
                 }
@@ -90,25 +90,25 @@ pub fn build(manifest: &Manifest, name: &str, ros: &mut RosSide) -> Result<Progr
     let mut inlets = std::mem::take(&mut ros.inlets);
     let mut outlets = std::mem::take(&mut ros.outlets);
     let program = Program::from_manifest(manifest, name, |prog, fed, spec: &ReactorSpec| {
-        let mut r = prog.reactor(fed, &spec.name, ());
+        let mut r = prog.reactor(fed, spec.name.clone(), ());
         let startup = r.startup();
         let mut connect = Vec::new();
-        for port in &spec.outputs {
+        for port in spec.outputs.iter().map(|d| port_decl(d).0) {
             let out = r.output::<Value>(port);
             let action = r.physical_action::<Value>(&format!("{port}_from_ros"), std::time::Duration::ZERO);
             r.reaction(&format!("{port}_emit")).trigger(action).effect(out).body(move |_, ctx| {
-                if let Some(v) = ctx.physical_value(action) {
-                    ctx.set(out, v.clone());
+                if let Some(v) = ctx.physical_value(action).cloned() {
+                    ctx.set(out, v);
                 }
             });
             if let Some(inlet) = inlets.remove(port) {
                 connect.push((inlet, action));
             }
         }
-        for port in &spec.inputs {
+        for port in spec.inputs.iter().map(|d| port_decl(d).0) {
             let inp = r.input::<Value>(port);
             let outlet = outlets.remove(port);
-            let port = port.clone();
+            let port = port.to_string();
             r.reaction(&format!("{port}_to_ros")).trigger(inp).body(move |_, ctx| {
                 let (Some(v), Some(outlet)) = (ctx.get(inp), &outlet) else { return };
                 if let Err(e) = outlet.send(v.clone()) {

@@ -61,7 +61,6 @@ pub trait ValuePublisher: Send + Sync {
 
 /// How the bridge carries one message type.
 pub trait MessageSupport: Send + Sync {
-    fn type_name(&self) -> &str;
     /// Subscribes on `node`; the returned task feeds `sink` until the
     /// node goes away.
     fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, sink: Sink) -> Result<LocalTask, r2r::Error>;
@@ -185,7 +184,7 @@ fn buffer_to_json(b: &Buffer) -> Json {
         .or_else(|| list::<i16>(b))
         .or_else(|| list::<u16>(b))
         .or_else(|| list::<i8>(b))
-        .or_else(|| list::<bool>(b))
+        .or_else(|| (b.dtype() == &Dtype::BOOL).then(|| Json::Array(b.bytes().iter().map(|&x| Json::Bool(x != 0)).collect())))
         .unwrap_or_else(|| Json::Array(b.bytes().iter().map(|&x| x.into()).collect()))
 }
 
@@ -233,11 +232,7 @@ fn image_pixel(encoding: &str) -> Option<(char, usize, usize)> {
                 _ => return None,
             };
             let rest: String = chars.collect();
-            let channels = match rest.strip_prefix('C') {
-                Some("") | None if rest.is_empty() => 1,
-                Some(n) => n.parse().ok()?,
-                None => return None,
-            };
+            let channels = if rest.is_empty() { 1 } else { rest.strip_prefix('C')?.parse().ok()? };
             let size = bits.parse::<usize>().ok()? / 8;
             if !(1..=8).contains(&size) || (kind == 'f' && size < 4) || channels == 0 {
                 return None;
@@ -580,10 +575,6 @@ impl<T: Bridged> ValuePublisher for TypedPublisher<T> {
 }
 
 impl<T: Bridged> MessageSupport for Typed<T> {
-    fn type_name(&self) -> &str {
-        T::NAME
-    }
-
     fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink) -> Result<LocalTask, r2r::Error> {
         let stream = node.subscribe::<T>(topic, qos)?;
         Ok(Box::pin(stream.for_each(move |msg| {
@@ -612,10 +603,6 @@ impl ValuePublisher for UntypedPublisher {
 }
 
 impl MessageSupport for Untyped {
-    fn type_name(&self) -> &str {
-        &self.0
-    }
-
     fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink) -> Result<LocalTask, r2r::Error> {
         let stream = node.subscribe_untyped(topic, &self.0, qos)?;
         let name = self.0.clone();
@@ -640,6 +627,7 @@ macro_rules! typed_table {
             None
         }
         /// The names of [`typed`]'s types.
+        #[cfg(test)]
         pub const TYPED: &[&str] = &[$(<$t as Bridged>::NAME),*];
     };
 }

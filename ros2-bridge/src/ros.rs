@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::FutureExt;
-use r2r::{DurabilityPolicy, HistoryPolicy, QosProfile, ReliabilityPolicy};
+use r2r::qos::{DurabilityPolicy, HistoryPolicy, ReliabilityPolicy};
+use r2r::QosProfile;
 
 use crate::config::{Config, Direction, Durability, Qos, Reliability, Role, TimeSource};
 use crate::messages::{self, ConvertError, LocalTask, MessageSupport, ValuePublisher};

@@ -51,15 +51,15 @@ where
 
 macro_rules! std_srvs {
     ($($srv:ident),*) => {
-        $(impl NamedService for r2r::std_srvs::srv::$srv {
+        $(impl NamedService for r2r::std_srvs::srv::$srv::Service {
             const NAME: &'static str = concat!("std_srvs/srv/", stringify!($srv));
         })*
         /// The service types the bridge carries.
         pub const SUPPORTED: &[&str] = &[$(concat!("std_srvs/srv/", stringify!($srv))),*];
 
         pub fn support(name: &str) -> Option<Box<dyn ServiceSupport>> {
-            $(if name == <r2r::std_srvs::srv::$srv as NamedService>::NAME {
-                return Some(Box::new(Typed::<r2r::std_srvs::srv::$srv>(PhantomData)));
+            $(if name == <r2r::std_srvs::srv::$srv::Service as NamedService>::NAME {
+                return Some(Box::new(Typed::<r2r::std_srvs::srv::$srv::Service>(PhantomData)));
             })*
             None
         }

@@ -66,6 +66,7 @@ impl Value {
         }
     }
 
+    #[cfg(test)]
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -228,6 +229,13 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for ExtNewtype<D> {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, _name: &'static str, v: V) -> Result<V::Value, D::Error> {
         v.visit_newtype_struct(self.0)
+    }
+
+    /// Only MessagePack extension values come here, and MessagePack is
+    /// compact (rmp-serde's extension deserializer does not say so itself):
+    /// `Buffer` must not take its readable form.
+    fn is_human_readable(&self) -> bool {
+        false
     }
 
     serde::forward_to_deserialize_any! {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Everything the ROS 2 bridge's tests need, then the tests: a ROS 2 from
+# PyPI in a venv (setup-ros2.sh), the hprm SDK installed into that same venv
+# (rclpy and hprm in one Python), the bridge built (build.sh), its Rust unit
+# tests and its pytest suite (real rclpy nodes, a real HPRM program).
+# Ends with one line: "ros2-bridge: N passed, M failed, K skipped".
+#
+#   ros2-bridge/test.sh [VENV]          (default: .venv-ros2 at the repository root)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+venv="${1:-$root/.venv-ros2}"
+say() { printf '\n[ros2-bridge test] %s\n' "$*" >&2; }
+
+say "ROS 2 and the bridge"
+bridge=$("$here/build.sh" "$venv")
+say "the hprm SDK in $venv"
+# Always (incremental): a stale hprm in the venv would test old code.
+# HPRM_SKIP_INSTALL=1 skips it when iterating on the bridge alone.
+if [ "${HPRM_SKIP_INSTALL:-0}" != 1 ] || ! "$venv/bin/python" -c 'import hprm' 2>/dev/null; then
+  "$root/hprm-py/install.sh" "$venv" >&2
+fi
+. "$venv/ros2-env.sh"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+rc=0
+say "Rust unit tests (config, value tree, conversions)"
+cargo test --release --manifest-path "$here/Cargo.toml" 2>&1 | tee -a "$log" || rc=1
+say "pytest: rclpy nodes <-> hprm-ros2-bridge <-> HPRM Python federates"
+HPRM_ROS2_BRIDGE="$bridge" "$venv/bin/python" -m pytest -q "$here/tests" 2>&1 | tee -a "$log" || rc=1
+# One "test result" line per cargo test binary, one pytest summary line.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     / in [0-9.]+s/ && /(passed|failed|skipped|error)/ && !/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i; if ($(i+1) ~ /^errors?/) f += $i } }
+     END { printf "ros2-bridge: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit $rc
