@@ -187,7 +187,7 @@ impl Config {
 
     /// Parses and checks `text`; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax { path: path.into(), message: e.message().to_string() + &location(text, e.span()) })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax { path: path.into(), message: e.message().trim().replace('\n', "; ") + &location(text, e.span()) })?;
         config.check().map_err(|what| ConfigError::Invalid { path: path.into(), what })?;
         Ok(config)
     }

@@ -211,6 +211,7 @@ impl RosSide {
         }
         for t in config.topics.iter().filter(|t| t.direction == Direction::RosToHprm) {
             let publishers = node.get_publishers_info_by_topic(&resolve(&config.ros.namespace, &t.topic), false).unwrap_or_default();
+            tracing::debug!(topic = %t.topic, publishers = publishers.len(), "publishers already on the graph");
             for p in publishers {
                 let who = format!("publisher {}{}{}", p.node_namespace, if p.node_namespace.ends_with('/') { "" } else { "/" }, p.node_name);
                 if p.topic_type != t.msg_type {

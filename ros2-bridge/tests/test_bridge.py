@@ -135,8 +135,8 @@ def index_of(kind, v):
         return int(v["data"].split()[1])
     if kind == "twist":
         return int(v["linear"]["x"] - 0.5)
-    if kind == "setbool":
-        return None
+    if kind == "floats":
+        return int(np.ravel(v["data"])[1])
     return int(v["header"]["stamp"]["sec"]) - 1000
 
 
@@ -224,7 +224,7 @@ def test_services_both_ways(procs, tmp_path, topics):
 
 
 def bridge_check(config, *extra):
-    return subprocess.run([BRIDGE, "--config", config, "--check", "--discovery-ms", "1500", *extra], capture_output=True, text=True, timeout=60)
+    return subprocess.run([BRIDGE, "--config", config, "--check", "--discovery-ms", "3000", *extra], capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize(
