@@ -141,12 +141,14 @@ if relay:
     rl = prog.federate("relay", relay_class(relay))
     for src, dst in relay:
         prog.connect(getattr(ros, src), getattr(rl, f"in_{src}"))
-        prog.connect(getattr(rl, f"out_{dst}"), getattr(ros, dst))
+        # "after 0" (one microstep): without it the loop ros -> relay -> ros
+        # is a zero-delay cycle between federates, which stalls today.
+        prog.connect(getattr(rl, f"out_{dst}"), getattr(ros, dst), after="0ms")
 if respond:
     server = prog.federate("server", server_class(respond))
     for req, resp in respond:
         prog.connect(getattr(ros, req), getattr(server, f"req_{req}"))
-        prog.connect(getattr(server, f"resp_{resp}"), getattr(ros, resp))
+        prog.connect(getattr(server, f"resp_{resp}"), getattr(ros, resp), after="0ms")
 
 if __name__ == "__main__":
     prog.launch(commands={"ros": [args.bridge, "--config", args.config]})

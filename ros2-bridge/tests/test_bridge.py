@@ -98,7 +98,8 @@ def procs(tmp_path):
 
 
 def ros_node(start, *args, name=None):
-    return start([sys.executable, os.path.join(HERE, "ros_node.py"), *map(str, args)], name or f"ros_{args[0]}_{args[1]}", ready="ready")
+    name = name or f"ros_{args[0]}_{os.path.basename(str(args[1]))}"
+    return start([sys.executable, os.path.join(HERE, "ros_node.py"), *map(str, args)], name, ready="ready")
 
 
 def write_config(tmp_path, topics=(), services=(), name="bridge.toml"):
@@ -264,8 +265,13 @@ def test_program_and_config_must_agree(procs, tmp_path, topics):
     # The program declares port "b"; the config maps "a".
     config = write_config(tmp_path, [(f"{topics}/a", "string", "ros->hprm", "a")])
     p, _ = program(procs, tmp_path, config, "--record", "b", "--timeout", "20s")
-    assert p.wait(60) not in (None, 0)
-    assert "the config maps port \"a\", which federate \"ros\" does not declare" in p.text(), p.text()
+    deadline = time.monotonic() + 60
+    message = "the config maps port \"a\", which federate \"ros\" does not declare"
+    while message not in p.text():
+        assert time.monotonic() < deadline, p.text()
+        time.sleep(0.2)
+    # Before joining the federation, naming the fix.
+    assert "declare it as an output" in p.text(), p.text()
 
 
 def test_bridge_restart_while_ros_keeps_running(procs, tmp_path, topics):
