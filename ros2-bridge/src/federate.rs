@@ -107,14 +107,19 @@ pub fn build(manifest: &Manifest, name: &str, ros: &mut RosSide) -> Result<Progr
         }
         for port in spec.inputs.iter().map(|d| port_decl(d).0) {
             let inp = r.input::<Value>(port);
-            let outlet = outlets.remove(port);
+            let outlet = std::sync::Arc::new(outlets.remove(port));
+            let reaction = format!("{port}_to_ros");
             let port = port.to_string();
-            r.reaction(&format!("{port}_to_ros")).trigger(inp).body(move |_, ctx| {
-                let (Some(v), Some(outlet)) = (ctx.get(inp), &outlet) else { return };
+            let send = move |ctx: &mut hprm_node::Ctx<'_>| {
+                let (Some(v), Some(outlet)) = (ctx.get(inp), outlet.as_ref()) else { return };
                 if let Err(e) = outlet.send(v.clone()) {
                     tracing::warn!(port = %port, "not sent to ROS 2: {e}");
                 }
-            });
+            };
+            let tardy = send.clone();
+            // ROS 2 has no tags: a value that arrives tardy still goes out
+            // (a service response must, or the caller waits forever).
+            r.reaction(&reaction).trigger(inp).tardy(move |_, ctx| tardy(ctx)).body(move |_, ctx| send(ctx));
         }
         r.reaction("connect_ros").trigger(startup).body(move |_, ctx| {
             for (inlet, action) in connect.drain(..) {

@@ -51,11 +51,22 @@ impl Inlet {
         let _ = self.0.set(Box::new(schedule));
     }
 
-    fn deliver(&self, port: &str, v: Value, extra: Duration) {
+    /// Whether `v` went to HPRM (false before the federate started).
+    fn deliver(&self, port: &str, v: Value, extra: Duration) -> bool {
         match self.0.get() {
-            Some(schedule) => schedule(v, extra),
-            None => tracing::debug!(port, "a ROS message arrived before the federate started; dropped"),
+            Some(schedule) => {
+                schedule(v, extra);
+                true
+            }
+            None => {
+                tracing::debug!(port, "a ROS message arrived before the federate started; dropped");
+                false
+            }
         }
+    }
+
+    fn is_connected(&self) -> bool {
+        self.0.get().is_some()
     }
 }
 
@@ -163,7 +174,7 @@ impl RosSide {
                                 TimeSource::Arrival => Duration::ZERO,
                                 TimeSource::Header => header_delay(&v),
                             };
-                            to.deliver(&port, v, extra)
+                            to.deliver(&port, v, extra);
                         }
                         Err(e) => tracing::warn!(topic = %name, "dropped a message: {e}"),
                     });
@@ -191,10 +202,14 @@ impl RosSide {
                     let pending = Arc::new(Mutex::new(VecDeque::new()));
                     let (to, port, queue, name) = (inlet.clone(), s.request.clone(), pending.clone(), s.service.clone());
                     let sink = Box::new(move |req: Result<(Value, Box<dyn Responder>), ConvertError>| match req {
-                        Ok((v, responder)) => {
+                        // Responses pair with requests in order: queue only
+                        // requests that reach HPRM (unanswered ones time
+                        // out at the caller).
+                        Ok((v, responder)) if to.is_connected() => {
                             queue.lock().unwrap_or_else(PoisonError::into_inner).push_back(responder);
-                            to.deliver(&port, v, Duration::ZERO)
+                            to.deliver(&port, v, Duration::ZERO);
                         }
+                        Ok(_) => tracing::warn!(service = %name, "a request arrived before the federate started; not answered"),
                         Err(e) => tracing::warn!(service = %name, "dropped a request: {e}"),
                     });
                     tasks.push(support.serve(&mut node, &s.service, sink).map_err(mapping)?);
@@ -278,7 +293,9 @@ fn spin(mut node: r2r::Node, tasks: Vec<LocalTask>, callers: Vec<Caller>, stop: 
                 match caller.call(request) {
                     Ok(response) => {
                         let done = response.map(move |r| match r {
-                            Ok(v) => inlet.deliver(&port, v, Duration::ZERO),
+                            Ok(v) => {
+                                inlet.deliver(&port, v, Duration::ZERO);
+                            }
                             Err(e) => tracing::warn!(service = %service, "call failed: {e}"),
                         });
                         if let Err(e) = spawner.spawn_local(done.boxed()) {

@@ -102,10 +102,16 @@ def main():
             while not client.wait_for_service(timeout_sec=0.5):
                 pass
             got = []
-            for _ in range(n):
+            while len(got) < n:
+                # A response can be lost while discovery of the response
+                # path is still under way (a ROS 2 race): retry after 3 s.
                 fut = client.call_async(Trigger.Request())
-                rclpy.spin_until_future_complete(node, fut)
-                got.append(samples.plain(fut.result()))
+                rclpy.spin_until_future_complete(node, fut, timeout_sec=3.0)
+                if fut.done():
+                    got.append(samples.plain(fut.result()))
+                else:
+                    client.remove_pending_request(fut)
+                    print("call timed out; retrying", flush=True)
             write(out, got)
         else:
             raise SystemExit(f"unknown mode {mode!r}")
