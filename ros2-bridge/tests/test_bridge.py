@@ -229,7 +229,7 @@ def test_services_both_ways(procs, tmp_path, topics):
 
 
 def bridge_check(config, *extra):
-    return subprocess.run([BRIDGE, "--config", config, "--check", "--discovery-ms", "3000", *extra], capture_output=True, text=True, timeout=60)
+    return subprocess.run([BRIDGE, "--config", config, "--check", "--discovery-ms", "5000", *extra], capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -253,6 +253,9 @@ def test_bad_configs_fail_at_start_with_one_sentence(tmp_path, text, message):
 
 def test_qos_and_type_mismatch_with_a_running_publisher(procs, tmp_path, topics):
     ros_node(procs, "pub", "string", f"{topics}/be", 0.1, "best_effort")
+    wrong = write_config(tmp_path, [(f"{topics}/be", "twist", "ros->hprm", "a", 'qos = { reliability = "best_effort" }')], name="wrong.toml")
+    r = bridge_check(wrong)
+    assert r.returncode == 1 and "publishes std_msgs/msg/String, the config says geometry_msgs/msg/Twist" in r.stderr, r.stderr
     config = write_config(tmp_path, [(f"{topics}/be", "string", "ros->hprm", "a")])
     r = bridge_check(config)
     assert r.returncode == 1 and "QoS mismatch" in r.stderr and "best_effort" in r.stderr, r.stderr
@@ -260,9 +263,6 @@ def test_qos_and_type_mismatch_with_a_running_publisher(procs, tmp_path, topics)
     ok = write_config(tmp_path, [(f"{topics}/be", "string", "ros->hprm", "a", 'qos = { reliability = "best_effort" }')], name="ok.toml")
     r = bridge_check(ok)
     assert r.returncode == 0, r.stderr
-    wrong = write_config(tmp_path, [(f"{topics}/be", "twist", "ros->hprm", "a", 'qos = { reliability = "best_effort" }')], name="wrong.toml")
-    r = bridge_check(wrong)
-    assert r.returncode == 1 and "publishes std_msgs/msg/String, the config says geometry_msgs/msg/Twist" in r.stderr, r.stderr
 
 
 def test_program_and_config_must_agree(procs, tmp_path, topics):
