@@ -14,7 +14,10 @@ use std::path::Path;
 use hprm_node::manifest::{port_decl, Manifest, ReactorSpec};
 use hprm_node::{Program, ProgramError};
 
-use crate::config::{Config, PortUse};
+use hprm_node::payload::{Encoder, StoreLink, DEFAULT_THRESHOLD};
+
+use crate::config::{Config, Direction, PortUse};
+use crate::messages::Loaner;
 use crate::ros::RosSide;
 use crate::value::Value;
 
@@ -83,6 +86,32 @@ fn sorted<'a>(names: impl Iterator<Item = &'a str>) -> String {
     let mut v: Vec<&str> = names.collect();
     v.sort_unstable();
     v.join(", ")
+}
+
+/// For each ros->hprm port with receivers, a [`Loaner`] that puts bulk
+/// data into the store for exactly those receivers (none without a store,
+/// `HPRM_STORE`).
+pub fn loaners(manifest: &Manifest, name: &str, config: &Config) -> HashMap<String, Loaner> {
+    let Some(store) = std::env::var_os("HPRM_STORE") else { return HashMap::new() };
+    let threshold = manifest.threshold.map_or(DEFAULT_THRESHOLD, |t| usize::try_from(t).unwrap_or(usize::MAX));
+    let encoder = Encoder::new(StoreLink::new(Some(store.into())), threshold);
+    let mut out = HashMap::new();
+    for t in config.topics.iter().filter(|t| t.direction == Direction::RosToHprm) {
+        // Port paths: `federate.reactor.port` or `federate.port`; port
+        // names are unique within the federate (check_ports).
+        let receivers = manifest
+            .connections
+            .iter()
+            .filter(|c| {
+                let parts: Vec<&str> = c.from.split('.').collect();
+                parts.first() == Some(&name) && parts.last() == Some(&t.port.as_str())
+            })
+            .count();
+        if receivers > 0 {
+            out.insert(t.port.clone(), Loaner { encoder: encoder.clone(), deliveries: receivers as u32, ready: None });
+        }
+    }
+    out
 }
 
 /// The program, with the bridge federate `name`'s reactors wired to `ros`.

@@ -77,7 +77,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         federate::check_ports(&m, &name, &config)?;
         Some((m, name))
     };
-    let mut ros = ros::RosSide::start(&config, Duration::from_millis(args.discovery_ms))?;
+    let loaners = manifest.as_ref().map(|(m, name)| federate::loaners(m, name, &config)).unwrap_or_default();
+    let mut ros = ros::RosSide::start(&config, Duration::from_millis(args.discovery_ms), loaners)?;
     let Some((manifest, name)) = manifest else {
         println!("hprm-ros2-bridge: {} topic(s) and {} service(s) ready", config.topics.len(), config.services.len());
         return Ok(());

@@ -24,7 +24,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 
 use futures::StreamExt;
-use hprm_node::payload::{Buffer, Dtype, Element};
+use hprm_node::payload::{Buffer, Dtype, Element, Encoder};
 use r2r::{QosProfile, WrappedTypesupport};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -54,6 +54,39 @@ pub type LocalTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Where received messages go.
 pub type Sink = Box<dyn FnMut(Result<Value, ConvertError>) + Send>;
 
+/// Puts received bulk data straight into the store: one copy from the ROS
+/// message, none after (a buffer loaned for the port's receivers is sent
+/// by reference). Without it, the data is moved into a vector that the
+/// encoder copies into the store.
+#[derive(Clone)]
+pub struct Loaner {
+    pub encoder: Encoder,
+    /// Receivers of the port the data goes to.
+    pub deliveries: u32,
+    /// Whether the data will be sent: a loan never sent would pin its
+    /// object until the store's delivery TTL.
+    pub ready: Option<std::sync::Arc<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl Loaner {
+    /// A buffer holding a copy of `bytes`: in the store when at or over
+    /// the threshold, else owned.
+    pub fn buffer(&self, name: &str, dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Result<Buffer, ConvertError> {
+        let err = |e: hprm_node::payload::PayloadError| ConvertError::shape(name, e.to_string());
+        if bytes.len() < self.encoder.threshold() || self.deliveries == 0 || !self.ready.as_ref().is_some_and(|ready| ready()) {
+            return Buffer::from_bytes(dtype, shape, bytes.to_vec()).map_err(err);
+        }
+        let mut loan = self.encoder.loan(dtype, shape, self.deliveries).map_err(err)?;
+        let target = loan.as_mut_bytes();
+        if target.len() != bytes.len() {
+            return Err(ConvertError::shape(name, format!("{} data bytes for a {}-byte buffer", bytes.len(), target.len())));
+        }
+        target.copy_from_slice(bytes);
+        tracing::trace!(id = %loan.id(), nbytes = bytes.len(), "bulk data copied into the store");
+        loan.finish().map_err(err)
+    }
+}
+
 /// Publishes values on one topic.
 pub trait ValuePublisher: Send + Sync {
     fn publish(&self, v: Value) -> Result<(), ConvertError>;
@@ -63,7 +96,9 @@ pub trait ValuePublisher: Send + Sync {
 pub trait MessageSupport: Send + Sync {
     /// Subscribes on `node`; the returned task feeds `sink` until the
     /// node goes away.
-    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, sink: Sink) -> Result<LocalTask, r2r::Error>;
+    /// With `loaner`, bulk data goes straight into the store (types that
+    /// support it).
+    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, sink: Sink, loaner: Option<Loaner>) -> Result<LocalTask, r2r::Error>;
     fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error>;
 }
 
@@ -79,6 +114,27 @@ pub trait Bridged: WrappedTypesupport + Serialize + DeserializeOwned + Default +
 
     fn from_value(v: Value) -> Result<Self, ConvertError> {
         from_json(Self::NAME, v)
+    }
+
+    /// Whether [`Bridged::native_to_value`] reads the native message.
+    const NATIVE: bool = false;
+
+    /// The native (C) message as a value, its bulk data copied once,
+    /// straight into the store.
+    fn native_to_value(_msg: &Self::CStruct, _loaner: &Loaner) -> Result<Value, ConvertError> {
+        unreachable!("only called when NATIVE")
+    }
+}
+
+/// The bytes of a native rosidl uint8 sequence or string (`data`, `size`).
+///
+/// Safety: `data` points at `size` initialized bytes (or is null), alive
+/// for `'a`: the fields of a native message borrowed for `'a`.
+unsafe fn native_bytes<'a, T>(data: *const T, size: usize) -> &'a [u8] {
+    if data.is_null() || size == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(data as *const u8, size) }
     }
 }
 
@@ -412,6 +468,28 @@ impl Bridged for r2r::sensor_msgs::msg::Image {
         Ok(v)
     }
 
+    const NATIVE: bool = true;
+
+    fn native_to_value(c: &Self::CStruct, loaner: &Loaner) -> Result<Value, ConvertError> {
+        let meta = Self {
+            header: r2r::std_msgs::msg::Header::from_native(&c.header),
+            height: c.height,
+            width: c.width,
+            // Safety: fields of the native message `c` borrows.
+            encoding: String::from_utf8_lossy(unsafe { native_bytes(c.encoding.data, c.encoding.size) }).into_owned(),
+            is_bigendian: c.is_bigendian,
+            step: c.step,
+            data: Vec::new(),
+        };
+        // Safety: as above.
+        let data = unsafe { native_bytes(c.data.data, c.data.size) };
+        let (dtype, shape) = image_layout(&meta.encoding, meta.height as usize, meta.width as usize, meta.step as usize, meta.is_bigendian != 0, data.len());
+        let buffer = loaner.buffer(Self::NAME, dtype, &shape, data)?;
+        let mut v = json_to_value(to_json(Self::NAME, &meta)?);
+        v.set("data", Value::Buffer(buffer));
+        Ok(v)
+    }
+
     fn from_value(mut v: Value) -> Result<Self, ConvertError> {
         let (data, buffer) = bulk_bytes(Self::NAME, "data", v.take("data"))?;
         if let Some(b) = &buffer {
@@ -575,7 +653,15 @@ impl<T: Bridged> ValuePublisher for TypedPublisher<T> {
 }
 
 impl<T: Bridged> MessageSupport for Typed<T> {
-    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink) -> Result<LocalTask, r2r::Error> {
+    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink, loaner: Option<Loaner>) -> Result<LocalTask, r2r::Error> {
+        if let (true, Some(loaner)) = (T::NATIVE, loaner) {
+            let stream = node.subscribe_native::<T>(topic, qos)?;
+            let task = stream.for_each(move |msg| {
+                sink(T::native_to_value(&msg, &loaner));
+                std::future::ready(())
+            });
+            return Ok(Box::pin(MovedOnce(task)));
+        }
         let stream = node.subscribe::<T>(topic, qos)?;
         Ok(Box::pin(stream.for_each(move |msg| {
             sink(msg.to_value());
@@ -585,6 +671,24 @@ impl<T: Bridged> MessageSupport for Typed<T> {
 
     fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
         Ok(Box::new(TypedPublisher(node.create_publisher::<T>(topic, qos)?)))
+    }
+}
+
+/// A future built on one thread and then polled only by the ROS thread it
+/// is moved to once, before its first poll.
+struct MovedOnce<F>(F);
+
+// Safety: what makes r2r's native stream `!Send` is the raw pointer of the
+// C message each `WrappedNativeMsg` owns exclusively (created and destroyed
+// by it, never shared); moving the owner between threads before any poll
+// moves that ownership with it.
+unsafe impl<F> Send for MovedOnce<F> {}
+
+impl<F: Future + Unpin> Future for MovedOnce<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        Pin::new(&mut self.0).poll(cx)
     }
 }
 
@@ -603,7 +707,7 @@ impl ValuePublisher for UntypedPublisher {
 }
 
 impl MessageSupport for Untyped {
-    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink) -> Result<LocalTask, r2r::Error> {
+    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink, _loaner: Option<Loaner>) -> Result<LocalTask, r2r::Error> {
         let stream = node.subscribe_untyped(topic, &self.0, qos)?;
         let name = self.0.clone();
         Ok(Box::pin(stream.for_each(move |msg| {

@@ -135,7 +135,7 @@ impl RosSide {
     /// Sets up every mapping of `config` and starts spinning. `discovery`
     /// is how long to let the graph settle before checking the publishers
     /// already on it.
-    pub fn start(config: &Config, discovery: Duration) -> Result<RosSide, RosError> {
+    pub fn start(config: &Config, discovery: Duration, mut loaners: HashMap<String, messages::Loaner>) -> Result<RosSide, RosError> {
         // Types first: they need no ROS context.
         let mut topic_support: Vec<Box<dyn MessageSupport>> = Vec::new();
         for t in &config.topics {
@@ -178,7 +178,12 @@ impl RosSide {
                         }
                         Err(e) => tracing::warn!(topic = %name, "dropped a message: {e}"),
                     });
-                    tasks.push(support.subscribe(&mut node, &t.topic, qos, sink).map_err(mapping)?);
+                    let loaner = loaners.remove(&t.port).map(|mut l| {
+                        let inlet = inlet.clone();
+                        l.ready = Some(Arc::new(move || inlet.is_connected()));
+                        l
+                    });
+                    tasks.push(support.subscribe(&mut node, &t.topic, qos, sink, loaner).map_err(mapping)?);
                     inlets.insert(t.port.clone(), inlet);
                 }
                 Direction::HprmToRos => {
