@@ -13,6 +13,11 @@ venv="${1:-$root/.venv-ros2}"
 say() { printf '\n[ros2-bridge test] %s\n' "$*" >&2; }
 
 say "ROS 2 and the bridge"
+# CI builds cold every time: bindings for the packages the tests use only
+# (a full build also covers lifecycle_msgs, rosgraph_msgs, ...).
+if [ -n "${CI:-}" ] && [ -z "${IDL_PACKAGE_FILTER:-}" ]; then
+  export IDL_PACKAGE_FILTER="std_msgs;sensor_msgs;geometry_msgs;std_srvs"
+fi
 bridge=$("$here/build.sh" "$venv")
 say "the hprm SDK in $venv"
 # Always (incremental): a stale hprm in the venv would test old code.
