@@ -8,10 +8,13 @@
 //!   Rust structs. Fields become a map in field order; arrays of float64
 //!   (covariances, camera matrices) become float64 arrays.
 //! - The bulk data of images, point clouds, laser scans and multi-arrays is
-//!   moved, not converted: the message's `data` vector becomes the buffer
-//!   (no copy), shaped and typed from the message's own fields
-//!   ([`image_layout`], [`cloud_layout`], [`multiarray_shape`]); the
-//!   encoder then copies it once into the store.
+//!   not converted element by element: it becomes one buffer, shaped and
+//!   typed from the message's own fields ([`image_layout`],
+//!   [`cloud_layout`], [`multiarray_shape`]). Images are read from the
+//!   native (C) message and copied once, into a store object loaned for
+//!   the port's receivers ([`Loaner`], [`Bridged::native_to_value`]); the
+//!   others move r2r's `data` vector into the buffer, which the encoder
+//!   copies into the store.
 //! - Any other type r2r was built with goes through r2r's untyped
 //!   (JSON) messages: the generic path, lists and scalars.
 //!
