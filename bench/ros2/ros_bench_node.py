@@ -74,10 +74,13 @@ def main():
 
         node.create_subscription(Image, topic, on, QOS)
         print("ready", flush=True)
-        while not done:
-            rclpy.spin_once(node, timeout_sec=0.1)
-        with open(out, "w") as f:
-            json.dump(got, f)
+        try:
+            while not done:
+                rclpy.spin_once(node, timeout_sec=0.1)
+        finally:
+            # Also when stopped before "end" (a receiver that cannot keep up).
+            with open(out, "w") as f:
+                json.dump(got, f)
 
 
 if __name__ == "__main__":

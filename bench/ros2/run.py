@@ -60,7 +60,7 @@ def measure(receiver_argv, size, topic, n_lat, n_rate, tmp, name):
     recv = start(receiver_argv(out), os.path.join(tmp, f"{name}-recv.log"), ready="ready")
     pub = start([sys.executable, os.path.join(HERE, "ros_bench_node.py"), "pub", str(size), topic, str(n_lat), "0.05", str(n_rate), "1"], os.path.join(tmp, f"{name}-pub.log"))
     try:
-        recv.wait(240)
+        recv.wait(120)
     except subprocess.TimeoutExpired:
         pass
     stop(pub)
@@ -91,7 +91,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="few messages (under a minute)")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "results"))
     args = ap.parse_args()
-    n_lat, n_rate = (20, 20) if args.quick else (200, 200)
+    n_lat, n_rate = (20, 20) if args.quick else (100, 200)
     os.environ.setdefault("ROS_DOMAIN_ID", str(30 + os.getpid() % 60))
     tmp = tempfile.mkdtemp(prefix="ros2-bridge-bench-")
     rows = []
