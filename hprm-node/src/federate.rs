@@ -33,6 +33,10 @@ pub struct RunOptions {
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
+    /// The program's runtime directory (`HPRM_RUNTIME_DIR`): where this
+    /// federate publishes its status for `hprm ps` and listens for taps
+    /// (`hprm topic`). One federate per directory and name.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -47,6 +51,7 @@ impl RunOptions {
             spin: Duration::from_micros(50),
             peer_transport: crate::peer::PeerTransport::default(),
             handle_signals: false,
+            runtime_dir: None,
         }
     }
 }
@@ -60,6 +65,14 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
         known: program.federate_names().join(", "),
     })?;
     let idx = |f: FederateId| f.0 as u16;
+    crate::trace::init_from_env(&opts.federate);
+    // What a tap may watch: outputs that leave this federate.
+    let mut tappable: Vec<(crate::program::TriggerId, String)> = Vec::new();
+    for c in &program.connections {
+        if program.federate_of(c.from) == fed && program.federate_of(c.to) != fed && !tappable.iter().any(|(t, _)| *t == c.from) {
+            tappable.push((c.from, program.port_path(c.from)));
+        }
+    }
     let inbox = Arc::new(Inbox::new(opts.spin));
     if opts.handle_signals {
         crate::signal::forward_to(inbox.clone())?;
@@ -140,8 +153,29 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
     };
     tracing::info!(federate = %opts.federate, start, "starting");
     let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start };
-    let sched = Scheduler::new(program, fed, sched_opts, clock, inbox, encoder, transport, &idx)?;
+    if let Some(t) = crate::trace::tracer() {
+        t.set_start(start);
+    }
+    let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, &idx)?;
+    let mut observed = None;
+    if let Some(dir) = &opts.runtime_dir {
+        let status = crate::status::Publisher::start(dir, &opts.federate, start, sched.board(), clock)
+            .map_err(|e| NodeError::io(format!("starting the status thread (runtime directory {})", dir.display()), e))?;
+        let tap = match crate::tap::listen(dir, &opts.federate, tappable, start) {
+            Ok((hub, file)) => {
+                sched.set_tap(hub);
+                Some(file)
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for taps in {}: {e}; `hprm topic` will not reach this federate", dir.display());
+                None
+            }
+        };
+        observed = Some((status, tap));
+    }
     let report = sched.run();
+    drop(observed);
+    crate::trace::finish();
     drop(unix_socket);
     report
 }

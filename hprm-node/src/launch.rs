@@ -46,11 +46,14 @@ pub struct Launch {
     /// Take SIGINT/SIGTERM and pass them on to the federates (a
     /// launcher process); leave off when launching from inside a test.
     pub handle_signals: bool,
+    /// Write a Chrome/Perfetto trace of the run here: every reaction,
+    /// grant and store transfer (see [`crate::trace`]).
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for Launch {
     fn default() -> Launch {
-        Launch { fast: false, store_memory: "256m".into(), federate_command: None, timeout: None, rti_args: Vec::new(), store_args: Vec::new(), prefix_logs: true, handle_signals: false }
+        Launch { fast: false, store_memory: "256m".into(), federate_command: None, timeout: None, rti_args: Vec::new(), store_args: Vec::new(), prefix_logs: true, handle_signals: false, trace: None }
     }
 }
 
@@ -194,6 +197,12 @@ impl Launch {
         // HPRM federates send every NET anyway: DNETs would only cost the RTI writes.
         let mut rti_args = vec!["--disable-dnet".to_string()];
         rti_args.extend(self.rti_args.iter().cloned());
+        // Each process writes its part of the trace here; merged at the end.
+        let trace_parts = dir.path().join("trace");
+        if self.trace.is_some() {
+            std::fs::create_dir_all(&trace_parts).map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
+            rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
+        }
         if self.fast {
             rti_args.push("--fast".into());
         }
@@ -219,6 +228,9 @@ impl Launch {
             if self.fast {
                 cmd.env("HPRM_FAST", "1");
             }
+            if self.trace.is_some() {
+                cmd.env(crate::trace::TRACE_ENV, &trace_parts);
+            }
             if self.prefix_logs {
                 cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
             }
@@ -234,6 +246,16 @@ impl Launch {
                 }
             }
             children.push((name.clone(), child));
+        }
+        let info = crate::status::LaunchInfo {
+            program: program.name().to_string(),
+            pid: std::process::id(),
+            started_ns: crate::clock::system_now(),
+            runtime_dir: dir.path().to_path_buf(),
+            federates: children.iter().map(|(name, c)| crate::status::FederateProcess { name: name.clone(), pid: c.id() }).collect(),
+        };
+        if let Err(e) = crate::status::write_launch(dir.path(), &info) {
+            tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.path().join(crate::status::LAUNCH_FILE).display());
         }
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
@@ -260,6 +282,10 @@ impl Launch {
         }
         let mut rti = rti;
         let rti_status = wait_timeout(&mut rti.0, Duration::from_secs(5));
+        if let Some(out) = &self.trace {
+            let n = crate::trace::merge(&trace_parts, &names, out).map_err(|e| NodeError::Launch(e.to_string()))?;
+            tracing::info!(events = n, "trace written to {} (open it in ui.perfetto.dev)", out.display());
+        }
         let federates = names.into_iter().zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
         Ok(LaunchReport { federates, rti: rti_status })
     }
@@ -280,8 +306,7 @@ fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {
 
 /// A private runtime directory for the daemons' sockets.
 fn tempfile_dir() -> Result<TempDir, NodeError> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
-    let path = base.join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
+    let path = crate::status::runtime_base().join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
     std::fs::create_dir_all(&path).map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
     Ok(TempDir(path))
 }
@@ -319,6 +344,7 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
         c
     });
     o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);
+    o.runtime_dir = std::env::var_os("HPRM_RUNTIME_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
     if let Ok(t) = std::env::var("HPRM_PEER_TRANSPORT") {
         match t.as_str() {
@@ -335,7 +361,8 @@ impl Program {
     /// The `main` of a program binary. With `--federate NAME` (or
     /// `HPRM_FEDERATE`), runs that federate (`--rti HOST:PORT`, `--store
     /// SOCKET`, `--fast`); otherwise launches the whole program: a store,
-    /// an RTI and every federate (`--fast`, `--timeout SECONDS`).
+    /// an RTI and every federate (`--fast`, `--timeout SECONDS`, `--trace
+    /// FILE`).
     /// Exits the process with 0 on success, 1 on failure.
     pub fn main(self) -> ! {
         let _ = tracing_subscriber::fmt()
@@ -397,6 +424,7 @@ impl Program {
                 let launch = Launch {
                     fast: std::env::var("HPRM_FAST").is_ok_and(|v| v == "1"),
                     timeout: flag("--timeout").and_then(|s| s.parse::<f64>().ok()).map(Duration::from_secs_f64),
+                    trace: flag("--trace").map(PathBuf::from),
                     handle_signals: true,
                     ..Launch::default()
                 };

@@ -40,6 +40,9 @@ mod rti;
 mod scheduler;
 mod signal;
 mod socket;
+pub mod status;
+pub mod tap;
+pub mod trace;
 
 pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};

@@ -10,6 +10,7 @@
 mod clock_sync;
 mod connection;
 mod federation;
+mod trace;
 
 use std::sync::Arc;
 
@@ -65,6 +66,10 @@ struct Cli {
     /// send all their NETs (always safe; LF's `--disable_dnet`).
     #[arg(long, short = 'd')]
     disable_dnet: bool,
+    /// Record every grant sent (TAG, PTAG) and write them, when the RTI
+    /// ends, to this file as Chrome trace JSON (ui.perfetto.dev).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -110,7 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
         let start_delay = if cli.fast { 0 } else { i64::try_from(cli.start_delay_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX) };
-        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet));
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet, cli.trace.is_some()));
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
             let udp = tokio::net::UdpSocket::bind(udp_addr)
@@ -150,6 +155,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         };
         // Let writer tasks flush what was queued (FAILED notices, last grants).
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if let Some(path) = &cli.trace {
+            federation.write_trace(path).with_context(|| format!("cannot write the trace {}; check that its directory exists and is writable", path.display()))?;
+        }
         anyhow::Ok(code)
     })
 }

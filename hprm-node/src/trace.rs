@@ -1,0 +1,305 @@
+//! Execution traces in Chrome's trace event format (opens in
+//! ui.perfetto.dev): every reaction, the grants a federate receives and
+//! the NET/LTC it sends, and its store transfers.
+//!
+//! Tracing is on in a federate process whose environment has
+//! `HPRM_TRACE=DIR` (a launcher's `--trace FILE` sets it); the federate
+//! then writes `DIR/<federate>.json` when it ends. [`merge`] joins those
+//! parts and the RTI's (`hprm-rti --trace FILE`) into one file.
+//!
+//! Invariants: recording never does I/O and never allocates beyond the
+//! buffer reserved up front (until that fills; then it grows like any
+//! `Vec`); with tracing off, a recording point costs one load and branch
+//! ([`tracer`]). One process traces one federate: the recorder is global
+//! because the payload codec, which has no federate handle, records too.
+//!
+//! Timestamps are the system clock (ns since the Unix epoch), the clock
+//! every process of a host shares, so parts from different processes line
+//! up. A part stores `ts` in µs relative to its own `hprm_epoch_ns`
+//! (`otherData`), which keeps µs fractions exact in an f64; [`merge`]
+//! rebases all parts onto the earliest epoch.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use hprm_rti::tag::Tag;
+use hprm_store::ObjectId;
+
+use crate::clock::system_now;
+
+/// The environment variable naming the directory for trace parts.
+pub const TRACE_ENV: &str = "HPRM_TRACE";
+
+/// Events reserved up front (about 4 MiB): a few seconds of a busy federate.
+const RESERVED: usize = 1 << 16;
+
+static TRACER: OnceLock<Option<Tracer>> = OnceLock::new();
+
+/// The recorder, when tracing is on in this process.
+#[inline]
+pub(crate) fn tracer() -> Option<&'static Tracer> {
+    TRACER.get().and_then(Option::as_ref)
+}
+
+/// Turns tracing on for `federate` when `HPRM_TRACE` names a directory.
+/// Only the first call of a process counts.
+pub(crate) fn init_from_env(federate: &str) {
+    TRACER.get_or_init(|| {
+        let dir = std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty())?;
+        Some(Tracer::new(PathBuf::from(dir), federate))
+    });
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A reaction ran (index into `names`).
+    Reaction(u32),
+    Grant,
+    ProvisionalGrant,
+    NextEventTag,
+    LatestTagConfirmed,
+    Put { id: ObjectId, bytes: u64 },
+    Get { id: ObjectId, count: u32, bytes: u64 },
+}
+
+#[derive(Clone, Copy)]
+struct Event {
+    kind: Kind,
+    tag: Tag,
+    start: i64,
+    end: i64,
+    tid: u32,
+}
+
+struct Recorded {
+    events: Vec<Event>,
+    names: Vec<String>,
+    threads: Vec<(u32, String)>,
+    start_tag: i64,
+}
+
+/// One process's recorder.
+pub(crate) struct Tracer {
+    dir: PathBuf,
+    federate: String,
+    epoch: i64,
+    recorded: Mutex<Recorded>,
+}
+
+thread_local! {
+    /// This thread's id, once registered with the tracer.
+    static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+impl Tracer {
+    fn new(dir: PathBuf, federate: &str) -> Tracer {
+        let recorded = Recorded { events: Vec::with_capacity(RESERVED), names: Vec::new(), threads: Vec::new(), start_tag: 0 };
+        Tracer { dir, federate: federate.to_string(), epoch: system_now(), recorded: Mutex::new(recorded) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The clock events are stamped with.
+    #[inline]
+    pub fn now(&self) -> i64 {
+        system_now()
+    }
+
+    /// Registers a reaction's name (`federate.reactor.reaction`); returns
+    /// the index [`Tracer::reaction`] takes.
+    pub fn name(&self, path: &str) -> u32 {
+        let mut r = self.lock();
+        r.names.push(path.to_string());
+        (r.names.len() - 1) as u32
+    }
+
+    /// The federation's start time: tags in `args` are relative to it.
+    pub fn set_start(&self, start: i64) {
+        self.lock().start_tag = start;
+    }
+
+    fn tid(&self) -> u32 {
+        let known = TID.with(std::cell::Cell::get);
+        if known != 0 {
+            return known;
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let name = std::thread::current().name().unwrap_or("thread").to_string();
+        self.lock().threads.push((tid, name));
+        TID.with(|c| c.set(tid));
+        tid
+    }
+
+    fn push(&self, kind: Kind, tag: Tag, start: i64, end: i64) {
+        let tid = self.tid();
+        self.lock().events.push(Event { kind, tag, start, end, tid });
+    }
+
+    pub fn reaction(&self, name: u32, tag: Tag, start: i64, end: i64) {
+        self.push(Kind::Reaction(name), tag, start, end);
+    }
+
+    /// A TAG (`provisional`: PTAG) received from the RTI.
+    pub fn grant(&self, tag: Tag, provisional: bool) {
+        let now = self.now();
+        self.push(if provisional { Kind::ProvisionalGrant } else { Kind::Grant }, tag, now, now);
+    }
+
+    /// A NET (`confirmed`: LTC) sent to the RTI.
+    pub fn sent(&self, tag: Tag, confirmed: bool) {
+        let now = self.now();
+        self.push(if confirmed { Kind::LatestTagConfirmed } else { Kind::NextEventTag }, tag, now, now);
+    }
+
+    /// An object written into the store (created and filled).
+    pub fn put(&self, id: ObjectId, bytes: u64, start: i64) {
+        self.push(Kind::Put { id, bytes }, NO_TAG, start, self.now());
+    }
+
+    /// Objects taken from the store (`id`: the first of `count`).
+    pub fn get(&self, id: ObjectId, count: u32, bytes: u64, start: i64) {
+        self.push(Kind::Get { id, count, bytes }, NO_TAG, start, self.now());
+    }
+
+    /// Writes `DIR/<federate>.json`; returns its path.
+    pub fn write(&self) -> std::io::Result<PathBuf> {
+        let r = self.lock();
+        let pid = std::process::id();
+        let mut out = String::with_capacity(r.events.len() * 160 + 1024);
+        let mut first = true;
+        let mut sep = |out: &mut String| {
+            if !std::mem::take(&mut first) {
+                out.push_str(",\n");
+            }
+        };
+        sep(&mut out);
+        let _ = write!(out, r#"{{"name":"process_name","ph":"M","pid":{pid},"tid":0,"args":{{"name":{}}}}}"#, json_str(&self.federate));
+        for (tid, name) in &r.threads {
+            sep(&mut out);
+            let _ = write!(out, r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":{}}}}}"#, json_str(name));
+        }
+        let ts = |t: i64| (t - self.epoch) as f64 / 1000.0;
+        for e in &r.events {
+            sep(&mut out);
+            let tag = |out: &mut String| {
+                let _ = write!(out, r#""tag_ns":{},"microstep":{}"#, e.tag.time.saturating_sub(r.start_tag), e.tag.microstep);
+            };
+            let (name, cat) = match e.kind {
+                Kind::Reaction(i) => (json_str(r.names.get(i as usize).map_or("?", String::as_str)), "reaction"),
+                Kind::Grant => (json_str("TAG"), "grant"),
+                Kind::ProvisionalGrant => (json_str("PTAG"), "grant"),
+                Kind::NextEventTag => (json_str("NET"), "coordination"),
+                Kind::LatestTagConfirmed => (json_str("LTC"), "coordination"),
+                Kind::Put { .. } => (json_str("store put"), "store"),
+                Kind::Get { .. } => (json_str("store get"), "store"),
+            };
+            let _ = write!(out, r#"{{"name":{name},"cat":"{cat}","pid":{pid},"tid":{},"ts":{:.3},"#, e.tid, ts(e.start));
+            match e.kind {
+                Kind::Reaction(_) => {
+                    let _ = write!(out, r#""ph":"X","dur":{:.3},"args":{{"#, (e.end - e.start) as f64 / 1000.0);
+                    tag(&mut out);
+                }
+                Kind::Grant | Kind::ProvisionalGrant | Kind::NextEventTag | Kind::LatestTagConfirmed => {
+                    out.push_str(r#""ph":"i","s":"t","args":{"#);
+                    tag(&mut out);
+                }
+                Kind::Put { id, bytes } => {
+                    let _ = write!(out, r#""ph":"X","dur":{:.3},"args":{{"object":"{id}","bytes":{bytes}"#, (e.end - e.start) as f64 / 1000.0);
+                }
+                Kind::Get { id, count, bytes } => {
+                    let _ = write!(out, r#""ph":"X","dur":{:.3},"args":{{"object":"{id}","objects":{count},"bytes":{bytes}"#, (e.end - e.start) as f64 / 1000.0);
+                }
+            }
+            out.push_str("}}");
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let path = self.dir.join(format!("{}.json", self.federate));
+        let text = format!("{{\"traceEvents\":[\n{out}\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\"hprm_epoch_ns\":{},\"federate\":{}}}}}\n", self.epoch, json_str(&self.federate));
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+}
+
+/// Store events carry no tag (the codec does not know it).
+const NO_TAG: Tag = Tag { time: 0, microstep: 0 };
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
+}
+
+/// Writes this process's part, if tracing is on; logs where it went.
+pub(crate) fn finish() {
+    if let Some(t) = tracer() {
+        match t.write() {
+            Ok(path) => tracing::debug!(path = %path.display(), "trace written"),
+            Err(e) => tracing::error!("could not write the trace of {} into {}: {e}", t.federate, t.dir.display()),
+        }
+    }
+}
+
+/// Failures of [`merge`].
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("cannot read the trace part {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the trace part {path} is not Chrome trace JSON: {detail}")]
+    Parse { path: PathBuf, detail: String },
+    #[error("cannot write the trace {path}: {source}; check that its directory exists and is writable")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// Joins trace parts (every `*.json` in `dir`) into one Chrome trace at
+/// `out`, all on the earliest part's epoch. The RTI part's per-federate
+/// threads (named `federate N`) are renamed after `federates` (by index).
+/// Returns the number of events written.
+pub fn merge(dir: &Path, federates: &[String], out: &Path) -> Result<usize, MergeError> {
+    let mut parts = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|source| MergeError::Read { path: dir.to_path_buf(), source })?;
+    let mut paths: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    paths.sort();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|source| MergeError::Read { path: path.clone(), source })?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| MergeError::Parse { path: path.clone(), detail: e.to_string() })?;
+        let epoch = v.pointer("/otherData/hprm_epoch_ns").and_then(serde_json::Value::as_i64).ok_or_else(|| MergeError::Parse { path: path.clone(), detail: "no otherData.hprm_epoch_ns".into() })?;
+        let serde_json::Value::Object(mut top) = v else { unreachable!("a pointer into it resolved") };
+        let Some(serde_json::Value::Array(events)) = top.remove("traceEvents") else {
+            return Err(MergeError::Parse { path, detail: "no traceEvents array".into() });
+        };
+        parts.push((epoch, events));
+    }
+    let base = parts.iter().map(|(e, _)| *e).min().unwrap_or(0);
+    let mut all = Vec::new();
+    for (epoch, events) in parts {
+        let shift = (epoch - base) as f64 / 1000.0;
+        for mut e in events {
+            if let Some(ts) = e.get("ts").and_then(serde_json::Value::as_f64) {
+                e["ts"] = serde_json::json!(((ts + shift) * 1000.0).round() / 1000.0);
+            }
+            if e.get("name").and_then(|n| n.as_str()) == Some("thread_name") {
+                if let Some(n) = e.pointer("/args/name").and_then(|n| n.as_str()).and_then(|n| n.strip_prefix(RTI_THREAD_PREFIX)).and_then(|i| i.parse::<usize>().ok()) {
+                    if let Some(name) = federates.get(n) {
+                        e["args"]["name"] = serde_json::json!(format!("grants to {name}"));
+                    }
+                }
+            }
+            all.push(e);
+        }
+    }
+    let count = all.len();
+    let doc = serde_json::json!({ "traceEvents": all, "displayTimeUnit": "ns", "otherData": { "hprm_epoch_ns": base } });
+    let write = || -> std::io::Result<()> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
+        serde_json::to_writer(&mut f, &doc)?;
+        f.flush()
+    };
+    write().map_err(|source| MergeError::Write { path: out.to_path_buf(), source })?;
+    Ok(count)
+}
+
+/// How `hprm-rti --trace` names the thread of its grants to federate N.
+pub const RTI_THREAD_PREFIX: &str = "federate ";
