@@ -277,3 +277,28 @@ impl TapClient {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_resolve_by_full_local_or_unique_bare_name() {
+        let ports = vec![(TriggerId(1), "cam.a.image".to_string()), (TriggerId(2), "cam.b.image".to_string()), (TriggerId(3), "cam.a.info".to_string())];
+        assert_eq!(resolve("cam", "cam.a.image", &ports).unwrap().0, TriggerId(1));
+        assert_eq!(resolve("cam", "b.image", &ports).unwrap().0, TriggerId(2));
+        assert_eq!(resolve("cam", "info", &ports).unwrap(), (TriggerId(3), "cam.a.info".to_string()));
+        let e = resolve("cam", "image", &ports).unwrap_err();
+        assert!(e.contains("ambiguous") && e.contains("cam.a.image") && e.contains("cam.b.image"), "{e}");
+        let e = resolve("cam", "depth", &ports).unwrap_err();
+        assert!(e.contains("no output \"depth\"") && e.contains("cam.a.info"), "{e}");
+        assert!(resolve("sink", "x", &[]).unwrap_err().contains("sends nothing to other federates"));
+    }
+
+    #[test]
+    fn a_missing_federate_socket_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = TapClient::attach(dir.path(), "cam", "image").err().unwrap().to_string();
+        assert!(e.contains("tap-cam.sock") && e.contains("hprm ps"), "{e}");
+    }
+}

@@ -303,3 +303,60 @@ pub fn merge(dir: &Path, federates: &[String], out: &Path) -> Result<usize, Merg
 
 /// How `hprm-rti --trace` names the thread of its grants to federate N.
 pub const RTI_THREAD_PREFIX: &str = "federate ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(dir: &Path, name: &str, epoch: i64, events: &str) {
+        std::fs::write(dir.join(name), format!(r#"{{"traceEvents":[{events}],"otherData":{{"hprm_epoch_ns":{epoch}}}}}"#)).unwrap();
+    }
+
+    #[test]
+    fn merge_rebases_parts_on_the_earliest_epoch_and_names_rti_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        part(dir.path(), "a.json", 1_000_000, r#"{"name":"r","ph":"X","pid":1,"tid":1,"ts":1.5,"dur":2}"#);
+        part(dir.path(), "hprm-rti.json", 3_000_000, r#"{"name":"thread_name","ph":"M","pid":2,"tid":2,"args":{"name":"federate 1"}},{"name":"TAG","ph":"i","pid":2,"tid":2,"ts":0}"#);
+        std::fs::write(dir.path().join("notes.txt"), "not a part").unwrap();
+        let out = dir.path().join("out").with_extension("trace");
+        assert_eq!(merge(dir.path(), &["src".into(), "sink".into()], &out).unwrap(), 3);
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        assert_eq!(v["otherData"]["hprm_epoch_ns"], 1_000_000);
+        assert_eq!(ev.iter().find(|e| e["name"] == "r").unwrap()["ts"], 1.5);
+        assert_eq!(ev.iter().find(|e| e["name"] == "TAG").unwrap()["ts"], 2000.0, "2 ms later epoch");
+        assert_eq!(ev.iter().find(|e| e["name"] == "thread_name").unwrap()["args"]["name"], "grants to sink");
+    }
+
+    #[test]
+    fn merge_names_a_bad_part_and_an_unwritable_output() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("broken.json"), "{\"traceEvents\": [").unwrap();
+        let e = merge(dir.path(), &[], &dir.path().join("x.json.out")).unwrap_err().to_string();
+        assert!(e.contains("broken.json") && e.contains("not Chrome trace JSON"), "{e}");
+        std::fs::remove_file(dir.path().join("broken.json")).unwrap();
+        let e = merge(dir.path(), &[], Path::new("/nonexistent-dir/t.json")).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent-dir/t.json") && e.contains("writable"), "{e}");
+    }
+
+    #[test]
+    fn a_part_is_valid_chrome_json_with_every_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tracer::new(dir.path().to_path_buf(), "fed \"quoted\"");
+        t.set_start(100);
+        let name = t.name("fed.r.react");
+        let s = t.now();
+        t.reaction(name, Tag::new(1100, 2), s, s + 1500);
+        t.grant(Tag::new(1100, 0), true);
+        t.sent(Tag::new(1100, 0), false);
+        t.put(ObjectId::from_bytes([7; 20]), 65536, t.now());
+        let path = t.write().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        let r = ev.iter().find(|e| e["name"] == "fed.r.react").unwrap();
+        assert_eq!((r["ph"].as_str(), r["args"]["tag_ns"].as_i64(), r["args"]["microstep"].as_u64(), r["dur"].as_f64()), (Some("X"), Some(1000), Some(2), Some(1.5)));
+        assert_eq!(ev.iter().find(|e| e["name"] == "PTAG").unwrap()["ph"], "i");
+        assert_eq!(ev.iter().find(|e| e["name"] == "store put").unwrap()["args"]["bytes"], 65536);
+        assert!(ev.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "fed \"quoted\""));
+    }
+}
