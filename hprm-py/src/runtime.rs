@@ -306,7 +306,7 @@ impl NativeProgram {
     /// script with its arguments) or, for the federates named in
     /// `commands`, that command (e.g. a Rust federate binary), with a store
     /// and an RTI. Returns the names of federates that failed.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new()))]
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None))]
     fn launch(
         &mut self,
         py: Python<'_>,
@@ -315,6 +315,7 @@ impl NativeProgram {
         timeout_s: Option<f64>,
         store_memory: String,
         commands: std::collections::HashMap<String, Vec<String>>,
+        trace: Option<std::path::PathBuf>,
     ) -> PyResult<Vec<String>> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
@@ -331,6 +332,7 @@ impl NativeProgram {
                 c
             })),
             handle_signals: true,
+            trace,
             ..hprm_node::launch::Launch::default()
         };
         let report = py.allow_threads(move || launch.run(&program)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;

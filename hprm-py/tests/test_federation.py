@@ -12,22 +12,6 @@ PROGRAMS = Path(__file__).parent / "programs"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def daemons_built():
-    """hprm-store and hprm-rti for the launcher: $HPRM_BIN_DIR, else the
-    workspace's target directory (built there if missing)."""
-    if os.environ.get("HPRM_BIN_DIR"):
-        return Path(os.environ["HPRM_BIN_DIR"])
-    for profile in ("release", "debug"):
-        d = ROOT / "target" / profile
-        if (d / "hprm-store").exists() and (d / "hprm-rti").exists():
-            os.environ["HPRM_BIN_DIR"] = str(d)
-            return d
-    subprocess.run(["cargo", "build", "--release", "-p", "hprm-store", "-p", "hprm-rti"], cwd=ROOT, check=True)
-    os.environ["HPRM_BIN_DIR"] = str(ROOT / "target" / "release")
-    return ROOT / "target" / "release"
-
-
 def launch(script, *args, timeout=120):
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
     return subprocess.run([sys.executable, str(PROGRAMS / script), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
