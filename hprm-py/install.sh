@@ -20,7 +20,7 @@ cp "$CARGO_TARGET_DIR/release/hprm-store" "$CARGO_TARGET_DIR/release/hprm-rti" "
 echo "==> virtual environment $venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip >/dev/null
-"$venv/bin/pip" install -q maturin numpy pytest pyarrow
+"$venv/bin/pip" install -q maturin numpy pytest pyarrow mypy
 
 echo "==> building and installing the hprm wheel (maturin, release)"
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"

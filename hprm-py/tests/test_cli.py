@@ -71,6 +71,7 @@ def test_ctrl_c_stops_a_launched_python_program_cleanly(tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir()
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(runtime))
+    shm_before = set(os.listdir("/dev/shm"))
     p = subprocess.Popen([str(HPRM), "launch", str(tmp_path / "endless.toml")], stderr=subprocess.PIPE, text=True, env=env)
     seen = []
     for line in p.stderr:
@@ -83,6 +84,7 @@ def test_ctrl_c_stops_a_launched_python_program_cleanly(tmp_path):
     assert p.returncode == 0, out
     assert "[sink] sink shutdown" in out and "federates exited cleanly" in out, out
     assert list(runtime.iterdir()) == [], "the runtime directory was left behind"
+    assert set(os.listdir("/dev/shm")) <= shm_before, "shared memory was left in /dev/shm"
     # No federate process is left.
     leftover = subprocess.run(["pgrep", "-f", "hprm.federate"], capture_output=True, text=True).stdout.split()
     assert leftover == [], leftover
