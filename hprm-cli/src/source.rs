@@ -35,6 +35,15 @@ impl Source {
     /// Opens PROGRAM: reads a TOML manifest, or asks a Python file or
     /// binary for its own.
     pub fn open(path: &Path, args: &[String]) -> Result<Source> {
+        // A bare name (`hprm launch perception`) is a program binary found
+        // like the daemons: $HPRM_BIN_DIR, next to `hprm`, or PATH.
+        let found;
+        let path = if !path.exists() && path.components().count() == 1 {
+            found = path.to_str().and_then(|n| hprm_node::launch::find_binary(n).ok());
+            found.as_deref().unwrap_or(path)
+        } else {
+            path
+        };
         if !path.exists() {
             bail!("no such program: {} (give a Python file, a TOML manifest, or a program binary)", path.display());
         }

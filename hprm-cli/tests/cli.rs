@@ -63,6 +63,9 @@ fn check_accepts_a_valid_program_and_names_what_is_missing() {
     let out = hprm().arg("check").arg(workspace_bin("perception")).output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("program perception is valid: 3 federates, 3 reactors, 2 connections"), "{}", text(&out));
+    // A bare name is a binary next to hprm (or on PATH).
+    let out = hprm().args(["check", "perception"]).output().expect("run");
+    assert!(out.status.success() && text(&out).contains("program perception is valid"), "{}", text(&out));
     let out = hprm().args(["check", "no/such/program.py"]).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("no such program: no/such/program.py"), "{}", text(&out));
