@@ -33,6 +33,9 @@ pub struct RunOptions {
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
+    /// Overrides the program's coordination (a launcher's `--coordination`;
+    /// every federate of the launch gets the same).
+    pub coordination: Option<Coordination>,
 }
 
 impl RunOptions {
@@ -47,12 +50,16 @@ impl RunOptions {
             spin: Duration::from_micros(50),
             peer_transport: crate::peer::PeerTransport::default(),
             handle_signals: false,
+            coordination: None,
         }
     }
 }
 
 /// Runs one federate of `program` to its end.
-pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+    if let Some(c) = opts.coordination {
+        program.coordination = c;
+    }
     program.validate()?;
     let fed = program.federate_named(&opts.federate).ok_or_else(|| NodeError::UnknownFederate {
         name: opts.federate.clone(),
