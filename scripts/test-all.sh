@@ -21,6 +21,16 @@ hprm-store/schema/regen.sh --check
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+# The deploy tests (hprm-node/tests/deploy.rs) check the systemd units with systemd-analyze.
+step "making sure systemd-analyze is installed (Debian package systemd), for the deploy tests"
+if ! command -v systemd-analyze >/dev/null; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "systemd-analyze is missing: install the Debian package systemd (sudo apt-get install systemd)" >&2
+        exit 1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd
+fi
+
 step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
 cargo test --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"

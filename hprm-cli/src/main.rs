@@ -7,6 +7,7 @@
 //! run its federates. Each subcommand is a module named after it.
 
 mod check;
+mod deploy;
 mod graph;
 mod launch;
 mod source;
@@ -76,6 +77,16 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Write systemd units and /etc/hprm configuration that run a program as services.
+    Deploy {
+        /// Directory to write into: a tree under etc/ to copy to / on the host.
+        dir: PathBuf,
+        program: PathBuf,
+        #[command(flatten)]
+        opts: deploy::DeployArgs,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Ask a running object store.
     Store {
         #[arg(value_parser = ["stats", "list"])]
@@ -141,6 +152,7 @@ fn run(cli: Cli) -> Result<i32> {
             println!("{}", source.manifest().to_json());
             Ok(0)
         }
+        Command::Deploy { dir, program, opts, args } => deploy::run(&dir, &program, &args, &opts),
         Command::Store { what, socket, json } => store::run(&what, &socket, json),
     }
 }

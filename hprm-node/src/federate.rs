@@ -146,9 +146,18 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         }
     };
     tracing::info!(federate = %opts.federate, start, "starting");
-    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start };
+    let watchdog = hprm_sd_notify::Watchdog::from_env();
+    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start, watchdog };
+    let federation = program.name.clone();
     let sched = Scheduler::new(program, fed, sched_opts, clock, inbox, encoder, transport, &idx)?;
+    // Joined, connected to its peers, start time agreed: under systemd the
+    // units ordered after this one may start now.
+    hprm_sd_notify::ready(&format!("federate {} of {federation}: running from start time {start}", opts.federate));
     let report = sched.run();
+    hprm_sd_notify::stopping(&match &report {
+        Ok(r) => format!("federate {} finished after {} tags", opts.federate, r.tags),
+        Err(e) => format!("federate {} failed: {e}", opts.federate),
+    });
     drop(unix_socket);
     report
 }
