@@ -6,18 +6,37 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "system packages the tests use: Graphviz's dot (hprm graph renders SVG/PNG with it)"
+if ! command -v dot >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq graphviz >/dev/null) || echo "warning: could not install graphviz; the graph tests will fail"
+  else
+    echo "warning: Graphviz's dot is missing and cannot be installed here (not root); the graph tests will fail"
+  fi
+fi
+
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
 hprm-store/schema/regen.sh --check
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+# The deploy tests (hprm-node/tests/deploy.rs) check the systemd units with systemd-analyze.
+step "making sure systemd-analyze is installed (Debian package systemd), for the deploy tests"
+if ! command -v systemd-analyze >/dev/null; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "systemd-analyze is missing: install the Debian package systemd (sudo apt-get install systemd)" >&2
+        exit 1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd
+fi
+
 step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
 cargo test --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
-cargo build --release -p hprm-store -p hprm-rti -p hprm-examples
+cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 

@@ -180,3 +180,36 @@ fn topic_names_what_is_wrong() {
     let o = run_hprm(&["topic", "echo", "camera"], runtime.path());
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is not FEDERATE.PORT"), "{o:?}");
 }
+
+/// `hprm launch --trace FILE`: one Chrome trace JSON file holding every
+/// reaction the run reports (the program counts its own), the grants
+/// the RTI sent and the sink received, and the frames' store transfers.
+#[test]
+fn launch_trace_holds_every_reaction_and_the_grants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("run.json");
+    let o = Command::new(hprm())
+        .args(["launch", "--fast", "--trace"])
+        .arg(&file)
+        .arg(counter())
+        .args(["--ticks", "40"])
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("HPRM_BIN_DIR", profile_dir())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run hprm launch");
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    assert!(log.contains("sink: got 41 counts, sum 820, 5 frames"), "{log}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).expect("trace file")).expect("valid JSON");
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let count = |name: &str| events.iter().filter(|e| e["name"] == name && e["ph"] == "X").count();
+    assert_eq!((count("source.counter.tick"), count("sink.summer.add"), count("sink.summer.look")), (41, 41, 5));
+    assert_eq!((count("store put"), count("store get")), (5, 5));
+    let pids_with_grants: std::collections::HashSet<u64> = events.iter().filter(|e| e["cat"] == "grant").filter_map(|e| e["pid"].as_u64()).collect();
+    assert_eq!(pids_with_grants.len(), 2, "the RTI sends grants, the sink receives them");
+
+    let bad = Command::new(hprm()).args(["launch", "--trace", "/nonexistent-dir/t.json"]).arg(counter()).env("HPRM_BIN_DIR", profile_dir()).output().expect("run");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("/nonexistent-dir") && err.contains("does not exist"), "{err}");
+}

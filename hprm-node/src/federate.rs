@@ -33,6 +33,9 @@ pub struct RunOptions {
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
+    /// Overrides the program's coordination (a launcher's `--coordination`;
+    /// every federate of the launch gets the same).
+    pub coordination: Option<Coordination>,
     /// The program's runtime directory (`HPRM_RUNTIME_DIR`): where this
     /// federate publishes its status for `hprm ps` and listens for taps
     /// (`hprm topic`). One federate per directory and name.
@@ -51,13 +54,17 @@ impl RunOptions {
             spin: Duration::from_micros(50),
             peer_transport: crate::peer::PeerTransport::default(),
             handle_signals: false,
+            coordination: None,
             runtime_dir: None,
         }
     }
 }
 
 /// Runs one federate of `program` to its end.
-pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+    if let Some(c) = opts.coordination {
+        program.coordination = c;
+    }
     program.validate()?;
     let fed = program.federate_named(&opts.federate).ok_or_else(|| NodeError::UnknownFederate {
         name: opts.federate.clone(),
@@ -152,7 +159,9 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
         }
     };
     tracing::info!(federate = %opts.federate, start, "starting");
-    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start };
+    let watchdog = hprm_sd_notify::Watchdog::from_env();
+    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start, watchdog };
+    let federation = program.name.clone();
     if let Some(t) = crate::trace::tracer() {
         t.set_start(start);
     }
@@ -173,9 +182,16 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
         };
         observed = Some((status, tap));
     }
+    // Joined, connected to its peers, start time agreed: under systemd the
+    // units ordered after this one may start now.
+    hprm_sd_notify::ready(&format!("federate {} of {federation}: running from start time {start}", opts.federate));
     let report = sched.run();
     drop(observed);
     crate::trace::finish();
+    hprm_sd_notify::stopping(&match &report {
+        Ok(r) => format!("federate {} finished after {} tags", opts.federate, r.tags),
+        Err(e) => format!("federate {} failed: {e}", opts.federate),
+    });
     drop(unix_socket);
     report
 }

@@ -95,6 +95,9 @@ pub(crate) struct Options {
     pub fast: bool,
     pub workers: usize,
     pub start: i64,
+    /// systemd's watchdog (a `WatchdogSec=` unit): pinged from this loop,
+    /// so a reaction that never returns stops the pings.
+    pub watchdog: Option<hprm_sd_notify::Watchdog>,
 }
 
 struct Event {
@@ -436,6 +439,7 @@ impl Scheduler {
 
     fn event_loop(&mut self) -> Result<(), NodeError> {
         loop {
+            self.watchdog_tick(None);
             self.absorb();
             if let Some(e) = self.fatal.take() {
                 return Err(e);
@@ -453,6 +457,7 @@ impl Scheduler {
                         let wait = t.saturating_sub(self.clock.now()).max(0) as u64;
                         std::time::Instant::now() + Duration::from_nanos(wait)
                     });
+                    let deadline = self.watchdog_tick(deadline);
                     let mut items = std::mem::take(&mut self.pending);
                     self.inbox.wait(deadline, &mut items);
                     self.pending = items;
@@ -754,9 +759,22 @@ impl Scheduler {
             if g <= self.granted || self.gate[level].iter().all(|i| self.known[i.index()] >= g) {
                 return Ok(());
             }
+            let deadline = self.watchdog_tick(None);
             let mut items = std::mem::take(&mut self.pending);
-            self.inbox.wait(None, &mut items);
+            self.inbox.wait(deadline, &mut items);
             self.pending = items;
+        }
+    }
+
+    /// Pings systemd's watchdog when due, and brings a wait's `deadline`
+    /// forward to the next ping (unchanged without a watchdog).
+    fn watchdog_tick(&mut self, deadline: Option<std::time::Instant>) -> Option<std::time::Instant> {
+        match &mut self.opts.watchdog {
+            Some(w) => {
+                w.tick();
+                Some(w.cap(deadline))
+            }
+            None => deadline,
         }
     }
 

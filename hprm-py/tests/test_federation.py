@@ -61,4 +61,4 @@ def test_the_hprm_command_launches_a_program(daemons_built):
     assert r.returncode == 0, r.stderr
     assert sum(l.startswith("[planner] planned") for l in r.stderr.splitlines()) == 2, r.stderr
     r = subprocess.run([str(hprm), "launch", "no-such-program.py"], capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "no such program file" in r.stderr
+    assert r.returncode == 2 and "no such program: no-such-program.py" in r.stderr

@@ -110,6 +110,14 @@ impl Federation {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// How many federates have proposed a start time, and how many have
+    /// left, read under the state lock: the watchdog's proof that the lock
+    /// is not stuck, and the daemon's status line.
+    pub fn progress(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.proposals, inner.left)
+    }
+
     /// Watches for the end of the run.
     pub fn outcome(&self) -> watch::Receiver<Outcome> {
         self.outcome.subscribe()

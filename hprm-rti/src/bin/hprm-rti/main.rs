@@ -127,6 +127,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         let mut outcome = federation.outcome();
         tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
+        if let Some(watchdog) = hprm_sd_notify::Watchdog::from_env() {
+            tokio::spawn(watchdog_loop(federation.clone(), watchdog, local));
+        }
+        hprm_sd_notify::ready(&format!("listening on {local} for {} federates of {}", cli.federates, cli.id));
         let accept = {
             let federation = federation.clone();
             async move {
@@ -153,6 +157,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             _ = term.recv() => stop_by_signal(&federation, "SIGTERM"),
             _ = int.recv() => stop_by_signal(&federation, "SIGINT"),
         };
+        hprm_sd_notify::stopping(if code == 0 { "every federate has resigned" } else { "stopping after a failure" });
         // Let writer tasks flush what was queued (FAILED notices, last grants).
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         if let Some(path) = &cli.trace {
@@ -160,6 +165,26 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         anyhow::Ok(code)
     })
+}
+
+/// Pings systemd's watchdog from a task on the runtime that serves the
+/// federates, after reading the federation's state under its lock (so a
+/// stalled runtime or a deadlock stops the pings), and keeps the unit's
+/// status line current.
+async fn watchdog_loop(federation: Arc<Federation>, mut watchdog: hprm_sd_notify::Watchdog, local: std::net::SocketAddr) {
+    let mut tick = tokio::time::interval(watchdog.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut shown = None;
+    loop {
+        tick.tick().await;
+        let progress = federation.progress();
+        watchdog.ping();
+        if shown != Some(progress) {
+            let (joined, left) = progress;
+            hprm_sd_notify::status(&format!("listening on {local}: {joined} of {} federates joined, {left} left", federation.size));
+            shown = Some(progress);
+        }
+    }
 }
 
 fn stop_by_signal(federation: &Federation, signal: &str) -> i32 {
