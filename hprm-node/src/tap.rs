@@ -47,6 +47,22 @@ pub fn socket_path(runtime_dir: &Path, federate: &str) -> PathBuf {
     runtime_dir.join(format!("tap-{federate}.sock"))
 }
 
+/// The address of the socket file at `path`, and what must stay open
+/// while it is used. A Unix socket path holds at most 107 bytes, and
+/// runtime directories under long temporary paths exceed that: then the
+/// address goes through `/proc/self/fd/N/NAME`, N a descriptor of the
+/// directory, which the kernel resolves to the same file.
+fn unix_addr(path: &Path) -> std::io::Result<(SockAddr, Option<std::fs::File>)> {
+    use std::os::fd::AsRawFd;
+    if path.as_os_str().len() < 100 {
+        return Ok((SockAddr::unix(path)?, None));
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return Ok((SockAddr::unix(path)?, None)) };
+    let dir = std::fs::File::open(dir)?;
+    let short = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string()).join(name);
+    Ok((SockAddr::unix(short)?, Some(dir)))
+}
+
 struct Subscriber {
     out: TriggerId,
     socket: Socket,
@@ -106,7 +122,8 @@ pub(crate) fn listen(runtime_dir: &Path, federate: &str, ports: Vec<(TriggerId, 
     let path = socket_path(runtime_dir, federate);
     let _ = std::fs::remove_file(&path);
     let listener = Socket::new(Domain::UNIX, Type::SEQPACKET, None)?;
-    listener.bind(&SockAddr::unix(&path)?)?;
+    let (addr, _dir) = unix_addr(&path)?;
+    listener.bind(&addr)?;
     listener.listen(8)?;
     let hub = Arc::new(TapHub { active: AtomicUsize::new(0), subscribers: Mutex::new(Vec::new()), start });
     let h = hub.clone();
@@ -232,7 +249,8 @@ impl TapClient {
             return Err(TapError::NoSocket { federate: federate.to_string(), path });
         }
         let socket = Socket::new(Domain::UNIX, Type::SEQPACKET, None).map_err(io)?;
-        socket.connect(&SockAddr::unix(&path).map_err(io)?).map_err(|e| if e.kind() == std::io::ErrorKind::ConnectionRefused { TapError::NoSocket { federate: federate.to_string(), path: path.clone() } } else { io(e) })?;
+        let (addr, _dir) = unix_addr(&path).map_err(io)?;
+        socket.connect(&addr).map_err(|e| if e.kind() == std::io::ErrorKind::ConnectionRefused { TapError::NoSocket { federate: federate.to_string(), path: path.clone() } } else { io(e) })?;
         socket.send(port.as_bytes()).map_err(io)?;
         socket.set_read_timeout(Some(HANDSHAKE * 2)).map_err(io)?;
         let mut client = TapClient { socket, federate: federate.to_string(), port: String::new(), buf: vec![MaybeUninit::uninit(); MAX_MESSAGE] };
@@ -293,6 +311,33 @@ mod tests {
         let e = resolve("cam", "depth", &ports).unwrap_err();
         assert!(e.contains("no output \"depth\"") && e.contains("cam.a.info"), "{e}");
         assert!(resolve("sink", "x", &[]).unwrap_err().contains("sends nothing to other federates"));
+    }
+
+    #[test]
+    fn a_tap_attaches_in_a_runtime_directory_with_a_long_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("d".repeat(120));
+        std::fs::create_dir(&deep).unwrap();
+        let ports = vec![(TriggerId(3), "camera.cam.image".to_string())];
+        let (hub, file) = listen(&deep, "camera", ports, 1_000).unwrap();
+        let mut tap = TapClient::attach(&deep, "camera", "image").unwrap();
+        assert_eq!(tap.port, "camera.cam.image");
+        // The hub learns of the tap once the handshake is done.
+        while hub.active.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        hub.publish(TriggerId(4), Tag::new(5_000, 0), b"other port");
+        hub.publish(TriggerId(3), Tag::new(3_000, 2), b"payload");
+        match tap.next(Some(Duration::from_secs(5))).unwrap() {
+            Next::Message(m) => assert_eq!((m.elapsed_ns, m.microstep, m.dropped, m.payload.as_slice()), (2_000, 2, 0, &b"payload"[..])),
+            other => panic!("{other:?}"),
+        }
+        drop(tap);
+        // A tap that went away is forgotten at the next send.
+        hub.publish(TriggerId(3), Tag::new(4_000, 0), b"x");
+        assert_eq!(hub.active.load(Ordering::Relaxed), 0);
+        drop(file);
+        assert!(!socket_path(&deep, "camera").exists());
     }
 
     #[test]
