@@ -219,7 +219,7 @@ impl Tracer {
         }
         std::fs::create_dir_all(&self.dir)?;
         let path = self.dir.join(format!("{}.json", self.federate));
-        let text = format!("{{\"traceEvents\":[\n{out}\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\"hprm_epoch_ns\":{},\"federate\":{}}}}}\n", self.epoch, json_str(&self.federate));
+        let text = format!("{PART_HEAD}{out}\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\"hprm_epoch_ns\":{},\"federate\":{}}}}}\n", self.epoch, json_str(&self.federate));
         std::fs::write(&path, text)?;
         Ok(path)
     }
@@ -257,48 +257,96 @@ pub enum MergeError {
 /// `out`, all on the earliest part's epoch. The RTI part's per-federate
 /// threads (named `federate N`) are renamed after `federates` (by index).
 /// Returns the number of events written.
+///
+/// Parts are the ones this module and `hprm-rti` write: one event per
+/// line between `{"traceEvents":[` and `],`, each event's `ts` written
+/// as `"ts":NUMBER`. So the merge works line by line (each line checked
+/// to be one JSON value), in time linear in the bytes, without building
+/// a tree of millions of events.
 pub fn merge(dir: &Path, federates: &[String], out: &Path) -> Result<usize, MergeError> {
-    let mut parts = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|source| MergeError::Read { path: dir.to_path_buf(), source })?;
     let mut paths: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     paths.sort();
+    let mut parts = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(&path).map_err(|source| MergeError::Read { path: path.clone(), source })?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| MergeError::Parse { path: path.clone(), detail: e.to_string() })?;
-        let epoch = v.pointer("/otherData/hprm_epoch_ns").and_then(serde_json::Value::as_i64).ok_or_else(|| MergeError::Parse { path: path.clone(), detail: "no otherData.hprm_epoch_ns".into() })?;
-        let serde_json::Value::Object(mut top) = v else { unreachable!("a pointer into it resolved") };
-        let Some(serde_json::Value::Array(events)) = top.remove("traceEvents") else {
-            return Err(MergeError::Parse { path, detail: "no traceEvents array".into() });
-        };
-        parts.push((epoch, events));
+        let bad = |detail: &str| MergeError::Parse { path: path.clone(), detail: detail.to_string() };
+        let body = text.strip_prefix(PART_HEAD).ok_or_else(|| bad("it does not start with {\"traceEvents\":["))?;
+        let end = body.rfind("\n],").ok_or_else(|| bad("its traceEvents array is not closed"))?;
+        let tail = &body[end..];
+        let epoch = tail
+            .split("\"hprm_epoch_ns\":")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| c != '-' && !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<i64>().ok())
+            .ok_or_else(|| bad("no otherData.hprm_epoch_ns"))?;
+        let body_end = text.len() - tail.len();
+        parts.push(Part { path, epoch, text, body_end });
     }
-    let base = parts.iter().map(|(e, _)| *e).min().unwrap_or(0);
-    let mut all = Vec::new();
-    for (epoch, events) in parts {
-        let shift = (epoch - base) as f64 / 1000.0;
-        for mut e in events {
-            if let Some(ts) = e.get("ts").and_then(serde_json::Value::as_f64) {
-                e["ts"] = serde_json::json!(((ts + shift) * 1000.0).round() / 1000.0);
-            }
-            if e.get("name").and_then(|n| n.as_str()) == Some("thread_name") {
-                if let Some(n) = e.pointer("/args/name").and_then(|n| n.as_str()).and_then(|n| n.strip_prefix(RTI_THREAD_PREFIX)).and_then(|i| i.parse::<usize>().ok()) {
-                    if let Some(name) = federates.get(n) {
-                        e["args"]["name"] = serde_json::json!(format!("grants to {name}"));
-                    }
+    let base = parts.iter().map(|p| p.epoch).min().unwrap_or(0);
+    let write = |f: &mut std::io::BufWriter<std::fs::File>| -> Result<usize, MergeError> {
+        let io = |source| MergeError::Write { path: out.to_path_buf(), source };
+        f.write_all(PART_HEAD.as_bytes()).map_err(io)?;
+        let mut count = 0usize;
+        for part in &parts {
+            let shift = (part.epoch - base) as f64 / 1000.0;
+            for line in part.text[PART_HEAD.len()..part.body_end].lines() {
+                let line = line.strip_suffix(',').unwrap_or(line);
+                if line.trim().is_empty() {
+                    continue;
                 }
+                serde_json::from_str::<serde::de::IgnoredAny>(line).map_err(|e| MergeError::Parse { path: part.path.clone(), detail: format!("event {}: {e}", count + 1) })?;
+                let line = rebase(line, shift);
+                let line = rename_rti_thread(&line, federates);
+                if count > 0 {
+                    f.write_all(b",\n").map_err(io)?;
+                }
+                f.write_all(line.as_bytes()).map_err(io)?;
+                count += 1;
             }
-            all.push(e);
         }
-    }
-    let count = all.len();
-    let doc = serde_json::json!({ "traceEvents": all, "displayTimeUnit": "ns", "otherData": { "hprm_epoch_ns": base } });
-    let write = || -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
-        serde_json::to_writer(&mut f, &doc)?;
-        f.flush()
+        write!(f, "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\"hprm_epoch_ns\":{base}}}}}\n").map_err(io)?;
+        f.flush().map_err(io)?;
+        Ok(count)
     };
-    write().map_err(|source| MergeError::Write { path: out.to_path_buf(), source })?;
-    Ok(count)
+    let file = std::fs::File::create(out).map_err(|source| MergeError::Write { path: out.to_path_buf(), source })?;
+    write(&mut std::io::BufWriter::new(file))
+}
+
+/// How every part (and the merged file) begins: events follow, one a line.
+const PART_HEAD: &str = "{\"traceEvents\":[\n";
+
+/// A part read for [`merge`]: its events are `text[PART_HEAD.len()..body_end]`.
+struct Part {
+    path: PathBuf,
+    epoch: i64,
+    text: String,
+    body_end: usize,
+}
+
+/// `line` with its `"ts":NUMBER` moved later by `shift` µs.
+fn rebase(line: &str, shift: f64) -> std::borrow::Cow<'_, str> {
+    const KEY: &str = "\"ts\":";
+    if shift == 0.0 {
+        return line.into();
+    }
+    let Some(at) = line.find(KEY).map(|i| i + KEY.len()) else { return line.into() };
+    let len = line[at..].find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == 'e' || c == 'E' || c == '+')).unwrap_or(line.len() - at);
+    let Ok(ts) = line[at..at + len].parse::<f64>() else { return line.into() };
+    format!("{}{:.3}{}", &line[..at], ts + shift, &line[at + len..]).into()
+}
+
+/// An RTI thread-name event, `federate N`, renamed after federate N.
+fn rename_rti_thread<'a>(line: &'a str, federates: &[String]) -> std::borrow::Cow<'a, str> {
+    let key = format!("\"args\":{{\"name\":\"{RTI_THREAD_PREFIX}");
+    if !line.contains("\"name\":\"thread_name\"") {
+        return line.into();
+    }
+    let Some(at) = line.find(&key).map(|i| i + key.len()) else { return line.into() };
+    let digits = line[at..].find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
+    let Some(name) = line[at..at + digits].parse::<usize>().ok().and_then(|i| federates.get(i)) else { return line.into() };
+    let start = at - RTI_THREAD_PREFIX.len();
+    format!("{}{}{}", &line[..start], json_str(&format!("grants to {name}")).trim_matches('"'), &line[at + digits..]).into()
 }
 
 /// How `hprm-rti --trace` names the thread of its grants to federate N.
@@ -308,23 +356,24 @@ pub const RTI_THREAD_PREFIX: &str = "federate ";
 mod tests {
     use super::*;
 
-    fn part(dir: &Path, name: &str, epoch: i64, events: &str) {
-        std::fs::write(dir.join(name), format!(r#"{{"traceEvents":[{events}],"otherData":{{"hprm_epoch_ns":{epoch}}}}}"#)).unwrap();
+    /// A part as the writers lay it out: one event a line.
+    fn part(dir: &Path, name: &str, epoch: i64, events: &[&str]) {
+        std::fs::write(dir.join(name), format!("{PART_HEAD}{}\n],\n\"otherData\":{{\"hprm_epoch_ns\":{epoch}}}}}\n", events.join(",\n"))).unwrap();
     }
 
     #[test]
     fn merge_rebases_parts_on_the_earliest_epoch_and_names_rti_threads() {
         let dir = tempfile::tempdir().unwrap();
-        part(dir.path(), "a.json", 1_000_000, r#"{"name":"r","ph":"X","pid":1,"tid":1,"ts":1.5,"dur":2}"#);
-        part(dir.path(), "hprm-rti.json", 3_000_000, r#"{"name":"thread_name","ph":"M","pid":2,"tid":2,"args":{"name":"federate 1"}},{"name":"TAG","ph":"i","pid":2,"tid":2,"ts":0}"#);
+        part(dir.path(), "a.json", 1_000_000, &[r#"{"name":"r \"ts\":9","ph":"X","pid":1,"tid":1,"ts":1.5,"dur":2}"#]);
+        part(dir.path(), "hprm-rti.json", 3_000_000, &[r#"{"name":"thread_name","ph":"M","pid":2,"tid":2,"args":{"name":"federate 1"}}"#, r#"{"name":"TAG \"ts\":7","ph":"i","pid":2,"tid":2,"ts":0}"#]);
         std::fs::write(dir.path().join("notes.txt"), "not a part").unwrap();
         let out = dir.path().join("out").with_extension("trace");
         assert_eq!(merge(dir.path(), &["src".into(), "sink".into()], &out).unwrap(), 3);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         let ev = v["traceEvents"].as_array().unwrap();
         assert_eq!(v["otherData"]["hprm_epoch_ns"], 1_000_000);
-        assert_eq!(ev.iter().find(|e| e["name"] == "r").unwrap()["ts"], 1.5);
-        assert_eq!(ev.iter().find(|e| e["name"] == "TAG").unwrap()["ts"], 2000.0, "2 ms later epoch");
+        assert_eq!(ev.iter().find(|e| e["name"] == "r \"ts\":9").unwrap()["ts"], 1.5);
+        assert_eq!(ev.iter().find(|e| e["name"] == "TAG \"ts\":7").unwrap()["ts"], 2000.0, "2 ms later epoch");
         assert_eq!(ev.iter().find(|e| e["name"] == "thread_name").unwrap()["args"]["name"], "grants to sink");
     }
 
@@ -334,6 +383,9 @@ mod tests {
         std::fs::write(dir.path().join("broken.json"), "{\"traceEvents\": [").unwrap();
         let e = merge(dir.path(), &[], &dir.path().join("x.json.out")).unwrap_err().to_string();
         assert!(e.contains("broken.json") && e.contains("not Chrome trace JSON"), "{e}");
+        part(dir.path(), "broken.json", 5, &[r#"{"name":"a","ts":1}"#, r#"{"name":"b","ts":"#]);
+        let e = merge(dir.path(), &[], &dir.path().join("x.json.out")).unwrap_err().to_string();
+        assert!(e.contains("broken.json") && e.contains("event 2"), "{e}");
         std::fs::remove_file(dir.path().join("broken.json")).unwrap();
         let e = merge(dir.path(), &[], Path::new("/nonexistent-dir/t.json")).unwrap_err().to_string();
         assert!(e.contains("/nonexistent-dir/t.json") && e.contains("writable"), "{e}");
