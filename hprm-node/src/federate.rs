@@ -168,8 +168,10 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, &idx)?;
     let mut observed = None;
     if let Some(dir) = &opts.runtime_dir {
+        // Observing is never a reason to fail: without it the federate runs unobserved.
         let status = crate::status::Publisher::start(dir, &opts.federate, start, sched.board(), clock)
-            .map_err(|e| NodeError::io(format!("starting the status thread (runtime directory {})", dir.display()), e))?;
+            .inspect_err(|e| tracing::warn!("cannot start the status thread: {e}; `hprm ps` will not see this federate's progress"))
+            .ok();
         let tap = match crate::tap::listen(dir, &opts.federate, tappable, start) {
             Ok((hub, file)) => {
                 sched.set_tap(hub);

@@ -57,6 +57,7 @@ pub struct FederateStatus {
     /// Physical time minus the current tag's time: how far logical time
     /// lags behind (negative: ahead, in fast mode).
     pub lag_ns: i64,
+    /// Tagged messages received, and sent (one per receiving federate).
     pub messages_in: u64,
     pub messages_out: u64,
     /// Rates over the last status period.
