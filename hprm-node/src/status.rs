@@ -173,9 +173,12 @@ impl Drop for Publisher {
 }
 
 /// Where launchers put runtime directories: `$XDG_RUNTIME_DIR` when it is
-/// a directory, else the temporary directory.
+/// a directory short enough for the sockets inside (a Unix socket path
+/// holds at most 107 bytes; the runtime directory's own name and a socket
+/// name take about 60), else the temporary directory.
 pub fn runtime_base() -> PathBuf {
-    std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir)
+    const MAX_BASE: usize = 44;
+    std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir() && p.as_os_str().len() <= MAX_BASE).unwrap_or_else(std::env::temp_dir)
 }
 
 /// Whether process `pid` exists.

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,8 +69,8 @@ def test_ctrl_c_stops_a_launched_python_program_cleanly(tmp_path):
     manifest = (PROGRAMS / "crash.toml").read_text().replace("crash_on = 3", "crash_on = 0").replace('"10s"', '"60s"')
     manifest = manifest.replace('module = "crashing.py"', f'module = "{PROGRAMS / "crashing.py"}"')
     (tmp_path / "endless.toml").write_text(manifest)
-    runtime = tmp_path / "run"
-    runtime.mkdir()
+    # A short base: socket paths under it must fit in 107 bytes.
+    runtime = Path(tempfile.mkdtemp(prefix="hprm-test-", dir="/tmp"))
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(runtime))
     shm_before = set(os.listdir("/dev/shm"))
     p = subprocess.Popen([str(HPRM), "launch", str(tmp_path / "endless.toml")], stderr=subprocess.PIPE, text=True, env=env)
@@ -84,6 +85,7 @@ def test_ctrl_c_stops_a_launched_python_program_cleanly(tmp_path):
     assert p.returncode == 0, out
     assert "[sink] sink shutdown" in out and "federates exited cleanly" in out, out
     assert list(runtime.iterdir()) == [], "the runtime directory was left behind"
+    runtime.rmdir()
     assert set(os.listdir("/dev/shm")) <= shm_before, "shared memory was left in /dev/shm"
     # No federate process is left.
     leftover = subprocess.run(["pgrep", "-f", "hprm.federate"], capture_output=True, text=True).stdout.split()
