@@ -91,23 +91,22 @@ def unavailable() -> dict[str, str]:
     return why
 
 
-def run_point(system: System, size: int, variant: str, rounds: int, warmup: int, workdir: Path) -> dict:
-    """Runs one program; its summary, or {"error": ...} (with "timed_out")."""
-    out = workdir / f"{system.key}-{variant}-{size}.json"
-    log_path = workdir / f"{system.key}-{variant}-{size}.log"
-    argv = [*system.argv, "--size", str(size), "--variant", variant, "--rounds", str(rounds), "--warmup", str(warmup), "--out", str(out)]
-    limit = START_LIMIT_S + (rounds + warmup) * ROUND_LIMIT_S
+def run_program(argv: list[str], stem: Path, limit: float) -> dict:
+    """Runs one benchmark program with ``--out STEM.json`` (its log in
+    STEM.log) within ``limit`` seconds; the JSON it wrote plus "seconds", or
+    {"error": ...} (with "timed_out" when it overran or reported a timeout)."""
+    out, log_path = stem.with_suffix(".json"), stem.with_suffix(".log")
     started = time.monotonic()
     with open(log_path, "wb") as lf:
         # Its own process group: a program that overruns is stopped whole
         # (its receivers, daemons and nodes with it).
-        proc = subprocess.Popen(argv, cwd=HERE, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([*argv, "--out", str(out)], cwd=HERE, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             code = proc.wait(limit)
         except subprocess.TimeoutExpired:
             stop_group(proc)
-            return {"error": f"timed out: no result within {limit} s", "timed_out": True}
-    seconds = time.monotonic() - started
+            return {"error": f"timed out: no result within {limit:.0f} s", "timed_out": True}
     try:
         doc = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -115,11 +114,22 @@ def run_point(system: System, size: int, variant: str, rounds: int, warmup: int,
         return {"error": f"exited with code {code} and wrote no result; its log ends:\n{tail}"}
     if doc.get("error"):
         return {"error": doc["error"], "timed_out": "timed out" in doc["error"]}
+    doc["seconds"] = round(time.monotonic() - started, 1)
+    return doc
+
+
+def run_point(system: System, size: int, variant: str, rounds: int, warmup: int, workdir: Path) -> dict:
+    """Runs one program; its summary, or {"error": ...}."""
+    argv = [*system.argv, "--size", str(size), "--variant", variant, "--rounds", str(rounds), "--warmup", str(warmup)]
+    doc = run_program(argv, workdir / f"{system.key}-{variant}-{size}", START_LIMIT_S + (rounds + warmup) * ROUND_LIMIT_S)
+    if doc.get("error"):
+        return doc
     point = summarize(doc["latency_ns"])
-    point["first_reply"] = summarize(doc["first_ns"]) if doc.get("first_ns") else None
-    if point["first_reply"]:
-        point["first_reply"].pop("samples_us", None)
-    point["seconds"] = round(seconds, 1)
+    for key, name in (("first_ns", "first_reply"), ("send_ns", "send")):
+        if doc.get(key):
+            point[name] = summarize(doc[key])
+            point[name].pop("samples_us")
+    point["seconds"] = doc["seconds"]
     return point
 
 

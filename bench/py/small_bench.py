@@ -1,0 +1,121 @@
+"""Small messages, every system side by side (BENCHMARKS.md workload 4):
+one-way and round-trip latency of a ping-pong, 8 B - 64 KiB.
+
+Each system runs as one program over all sizes (small_hprm.py for HPRM
+Python federates, centralized and decentralized; small_peers.py for the
+Unix-socket floor, ROS 2 rclpy, dora-rs and iceoryx2), rotating the order
+of the systems per pass so that background load falls on all of them.
+Rust federates are measured by node-bench (its small-message and sustained
+rate workloads, with TCP/Unix socket floors), which bench/run.sh runs and
+whose JSON the report reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from broadcast_bench import HERE, System, run_program
+from pybench import BenchError, log, summarize
+
+PLANS = {
+    "quick": dict(sizes=[8, 512, 4096, 65536], rounds=200, warmup=20, passes=1),
+    "full": dict(sizes=[8, 64, 512, 4096, 32768, 65536], rounds=1000, warmup=100, passes=3),
+}
+ROUND_LIMIT_S = 0.05  # per ping, on top of the start-up allowance
+
+
+def systems() -> list[System]:
+    py = sys.executable
+    hprm = str(HERE / "small_hprm.py")
+    peers = str(HERE / "small_peers.py")
+    return [
+        System("hprm_py_decentralized", "HPRM Python decentralized", [py, hprm, "--coordination", "decentralized"], True),
+        System("hprm_py_centralized", "HPRM Python centralized", [py, hprm, "--coordination", "centralized"], True),
+        System("socket", "Unix socket floor (Python)", [py, peers, "--system", "socket"], False),
+        System("iceoryx2", "iceoryx2 (Python, polling)", [py, peers, "--system", "iceoryx2"], False),
+        System("rclpy", "ROS 2 rclpy (Fast DDS)", [py, peers, "--system", "rclpy"], False),
+        System("dora", "dora-rs 1.1 (Python)", [py, peers, "--system", "dora"], False),
+    ]
+
+
+def unavailable() -> dict[str, str]:
+    from broadcast_bench import unavailable as bw
+
+    why = bw()
+    out = {}
+    if "ros2" in why:
+        out["rclpy"] = why["ros2"]
+    if "dora" in why:
+        out["dora"] = why["dora"]
+    import subprocess
+
+    probe = subprocess.run([sys.executable, "-c", "import iceoryx2"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        out["iceoryx2"] = f"iceoryx2 cannot be imported ({(probe.stderr.strip().splitlines() or ['?'])[-1]}); pip install iceoryx2"
+    return out
+
+
+def measure(plan: dict, skip=(), progress=log) -> dict:
+    sysv = systems()
+    why = unavailable()
+    skipped = {s.key: ("skipped on request (--skip)" if s.key in skip else why[s.key]) for s in sysv if s.key in skip or s.key in why}
+    for k, reason in skipped.items():
+        progress(f"  small: {k} skipped: {reason}")
+    live = [s for s in sysv if s.key not in skipped]
+    pooled: dict[str, dict[int, dict[str, list[int]]]] = {s.key: {} for s in live}
+    errors: dict[str, str] = {}
+    sizes = ",".join(str(s) for s in plan["sizes"])
+    n = len(plan["sizes"]) * (plan["rounds"] + plan["warmup"])
+    with tempfile.TemporaryDirectory(prefix="small-") as tmp:
+        for p in range(plan["passes"]):
+            order = live[p % len(live):] + live[: p % len(live)]
+            for s in order:
+                if s.key in errors:
+                    continue
+                argv = [*s.argv, "--sizes", sizes, "--rounds", str(plan["rounds"]), "--warmup", str(plan["warmup"])]
+                doc = run_program(argv, Path(tmp) / f"{s.key}-{p}", 120 + n * ROUND_LIMIT_S)
+                if doc.get("error"):
+                    progress(f"  small pass {p + 1}/{plan['passes']}: {s.label}: {doc['error'].splitlines()[0]}")
+                    if s.required:
+                        raise BenchError(f"{s.label} failed: {doc['error']}")
+                    errors[s.key] = doc["error"]
+                    continue
+                for pt in doc["points"]:
+                    acc = pooled[s.key].setdefault(pt["size"], {"one_way_ns": [], "rtt_ns": []})
+                    acc["one_way_ns"] += pt["one_way_ns"]
+                    acc["rtt_ns"] += pt["rtt_ns"]
+                line = ", ".join(f"{sz} B {summarize(v['one_way_ns'][-plan['rounds']:])['median_us']:.0f} µs" for sz, v in pooled[s.key].items())
+                progress(f"  small pass {p + 1}/{plan['passes']}: {s.label}: one-way p50 {line} ({doc['seconds']} s)")
+    out = {"plan": plan, "systems": {}, "skipped": skipped}
+    for s in sysv:
+        entry = {"label": s.label, "points": []}
+        if s.key in errors:
+            entry["error"] = errors[s.key]
+        for size, v in sorted(pooled.get(s.key, {}).items()):
+            ow, rt = summarize(v["one_way_ns"]), summarize(v["rtt_ns"])
+            ow.pop("samples_us")
+            rt.pop("samples_us")
+            entry["points"].append({"size_bytes": size, "one_way": ow, "rtt": rt})
+        out["systems"][s.key] = entry
+    return out
+
+
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Small messages (workload 4) alone; bench/run.sh runs it with the rest.")
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--skip", default="")
+    a = ap.parse_args(argv)
+    try:
+        r = measure(PLANS["full" if a.full else "quick"], skip=a.skip.split(","))
+    except BenchError as e:
+        sys.exit(f"small_bench: {e}")
+    json.dump(r, sys.stdout, indent=1)
+
+
+if __name__ == "__main__":
+    main()
