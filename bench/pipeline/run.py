@@ -5,7 +5,7 @@ paper's Figs. 2.5-2.6), the same four stages on every system:
 
 HPRM centralized and decentralized (examples/python/driving/driving.py),
 ROS 2 + shared memory and ROS 2 (ros2_pipeline.py), and dora-rs
-(dora/dataflow.yml). Every system runs the same model code
+(dora_dataflow.yml, dora_pipeline.py). Every system runs the same model code
 (examples/python/driving/stages.py), the same frames and the same
 onnxruntime thread settings: only the middleware differs. After the
 warm-up steps, each measured step's loop time (control to control at the
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,10 +54,14 @@ LABELS = {
     "ros2": "ROS 2",
     "dora": "dora-rs",
 }
+# Per system: `rounds` runs of `warmup` + `steps` steps. The systems take
+# turns round by round, so that the load of a shared machine drifting over
+# the minutes of a run falls on all of them alike; the full plan's 4 rounds
+# add up to BENCHMARKS.md's 100 warm-up and 400 measured steps.
 PLANS = {
-    "quick": dict(warmup=5, steps=20),
-    "full": dict(warmup=100, steps=400),
-    "smoke": dict(warmup=1, steps=2),  # the test suite's: does every part still run
+    "quick": dict(rounds=1, warmup=5, steps=20),
+    "full": dict(rounds=4, warmup=25, steps=100),
+    "smoke": dict(rounds=1, warmup=1, steps=2),  # the test suite's: does every part still run
 }
 # (HPRM variant, baseline, the ratio HPRM FPS / baseline FPS must reach; the paper's)
 TARGETS = (("ros2-sm", 1.3, 1.41), ("ros2", 3.0, 4.79))
@@ -176,24 +182,33 @@ def run_dora(plan: dict, seed: int, tmp: Path, carla: str | None) -> dict:
     dora = dora_command()
     report = tmp / "dora.json"
     dataflow = tmp / "dataflow.yml"
-    # The node scripts read their settings from the environment (dora passes
-    # a node's `env` through): the plan, the seed and where to report.
-    text = (HERE / "dora" / "dataflow.yml").read_text()
-    settings = {"PIPELINE_STEPS": plan["steps"], "PIPELINE_WARMUP": plan["warmup"], "PIPELINE_SEED": seed,
-                "PIPELINE_REPORT": str(report), "PIPELINE_CARLA": carla or "", "PIPELINE_PYTHON": sys.executable}
-    for k, v in settings.items():
-        text = text.replace(f"${{{k}}}", str(v))
-    text = text.replace("${PIPELINE_DIR}", str(HERE / "dora"))
+    import shlex  # noqa: PLC0415
+
+    text = (HERE / "dora_dataflow.yml").read_text()
+    for k, v in {"PYTHON": sys.executable, "NODES": str(HERE / "dora_pipeline.py"), "ARGS": shlex.join(stage_args(plan, seed, report, carla))}.items():
+        text = text.replace(f"${{{k}}}", v)
     dataflow.write_text(text)
-    p = subprocess.Popen([dora, "run", str(dataflow)], cwd=tmp, stdin=subprocess.DEVNULL)
-    try:
-        rc = p.wait(timeout=limit(plan))
-    except subprocess.TimeoutExpired as e:
-        raise RuntimeError(f"did not finish within {limit(plan):.0f} s") from e
-    finally:
-        stop([p])
+    # dora logs every large send at WARN level: keep its output in a file
+    # and echo only the simulator's progress lines.
+    out = tmp / "dora.log"
+    with open(out, "w") as f:
+        p = subprocess.Popen([dora, "run", str(dataflow)], cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        expired = threading.Event()
+        timer = threading.Timer(limit(plan), lambda: (expired.set(), p.kill()))
+        timer.start()
+        try:
+            for line in p.stdout:
+                f.write(line)
+                if ": step " in line or "error" in line.lower():
+                    log(line.rstrip())
+            rc = p.wait()
+        finally:
+            timer.cancel()
+            stop([p])
+    if expired.is_set():
+        raise RuntimeError(f"did not finish within {limit(plan):.0f} s; its log: {out.read_text()[-1500:]}")
     if rc != 0:
-        raise RuntimeError(f"dora run exited with status {rc}")
+        raise RuntimeError(f"dora run exited with status {rc}: {out.read_text()[-1500:]}")
     return read_report(report, "the dora simulator node")
 
 
@@ -206,6 +221,20 @@ def run_system(name: str, plan: dict, seed: int, tmp: Path, carla: str | None) -
 
 
 # ------------------------------------------------------------------ results
+
+
+def merge(runs: list[dict]) -> dict:
+    """One system's rounds as one record: measured steps pooled, the
+    controls of each round kept (they repeat: one seed)."""
+    loops = [ms for r in runs for ms in r["loop_ms"]]
+    return {
+        "system": runs[0]["system"], "seed": runs[0]["seed"], "rounds": len(runs),
+        "warmup": sum(r["warmup"] for r in runs), "steps": len(loops),
+        "loop_ms": loops, "fps": [f for r in runs for f in r["fps"]],
+        "throughput_fps": 1e3 * len(loops) / sum(loops),
+        "stage_ms": [s for r in runs for s in r["stage_ms"]],
+        "controls": [r["controls"] for r in runs],
+    }
 
 
 def summary(r: dict) -> dict:
@@ -248,31 +277,38 @@ def targets(results: dict) -> list[dict]:
     return out
 
 
+def plan_text(plan: dict) -> str:
+    one = f"{plan['warmup']} warm-up + {plan['steps']} measured steps"
+    return one if plan["rounds"] == 1 else f"{plan['rounds']} rounds (systems in turns) of {one}"
+
+
 def markdown(rep: dict) -> str:
     res, ref = rep["results"], rep["reference"]
     lines = [
         f"# Driving pipeline (workload 5), {rep['date']}",
         "",
-        f"{rep['plan']['warmup']} warm-up + {rep['plan']['steps']} measured steps per system, seed {rep['seed']}, "
+        f"{plan_text(rep['plan'])} per system, seed {rep['seed']}, "
         f"simulator: {rep['simulator']}. Detector: YOLOv5 width {rep['detector_width']} at 640x640, agent: Roach PPO "
         f"on 192x192x15; onnxruntime CPU, {rep['threads']} intra-op thread per stage, random weights. Machine: {rep['machine']}.",
         "",
-        f"FPS = 1 / loop time of each measured step (control to control at the simulator). Ratio = {LABELS[ref]} median FPS / the system's. "
-        "Compute = render + max(agent, detector) + fusion of the step; middleware = loop - compute.",
+        f"FPS = 1 / loop time of each measured step (control to control at the simulator). FPS ratio = {LABELS[ref]}'s median FPS / the system's. "
+        "Compute = render + max(agent, detector) + fusion of the step (each stage times itself); middleware = loop - compute, "
+        f"per step (median); middleware ratio = the system's middleware ms / {LABELS[ref]}'s.",
         "",
-        "| system | median FPS | p10-p90 FPS | throughput FPS | loop ms | compute ms | middleware ms | ratio to HPRM |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | median FPS | p10-p90 FPS | throughput FPS | loop ms | compute ms | middleware ms | FPS ratio | middleware ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    h = res[ref]["summary"]
     for name in SYSTEMS:
         if name in res:
             s = res[name]["summary"]
-            ratio = res[ref]["summary"]["median_fps"] / s["median_fps"]
             lines.append(f"| {LABELS[name]} | {s['median_fps']:.2f} | {s['p10_fps']:.2f}-{s['p90_fps']:.2f} | {s['throughput_fps']:.2f} | "
-                         f"{s['median_loop_ms']:.1f} | {s['median_compute_ms']:.1f} | {s['median_middleware_ms']:.1f} | {ratio:.2f}x |")
+                         f"{s['median_loop_ms']:.1f} | {s['median_compute_ms']:.1f} | {s['median_middleware_ms']:.1f} | "
+                         f"{h['median_fps'] / s['median_fps']:.2f}x | {s['median_middleware_ms'] / h['median_middleware_ms']:.2f}x |")
     for name, why in rep["skipped"].items():
-        lines.append(f"| {LABELS[name]} | skipped: {why} | | | | | | |")
+        lines.append(f"| {LABELS[name]} | skipped: {why} | | | | | | | |")
     for name, why in rep["failed"].items():
-        lines.append(f"| {LABELS[name]} | FAILED: {why} | | | | | | |")
+        lines.append(f"| {LABELS[name]} | FAILED: {why} | | | | | | | |")
     lines += ["", "Median stage times (ms): " + "; ".join(
         f"{LABELS[n]}: " + ", ".join(f"{k} {v:.1f}" for k, v in res[n]["summary"]["median_stage_ms"].items()) for n in SYSTEMS if n in res), ""]
     if rep["targets"]:
@@ -313,7 +349,7 @@ def plot(rep: dict, path: Path) -> None:
     ax.boxplot([rep["results"][n]["fps"] for n in names], showfliers=True)
     ax.set_xticks(range(1, len(names) + 1), [LABELS[n] for n in names], rotation=15)
     ax.set_ylabel("frames per second (per step)")
-    ax.set_title(f"Driving pipeline, {rep['plan']['steps']} steps after {rep['plan']['warmup']} warm-up (CPU inference)")
+    ax.set_title(f"Driving pipeline: FPS per step, {plan_text(rep['plan'])}", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
     save(fig, path)
 
@@ -321,13 +357,19 @@ def plot(rep: dict, path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--quick", action="store_true", help=f"{PLANS['quick']['warmup']} warm-up + {PLANS['quick']['steps']} measured steps")
-    g.add_argument("--full", action="store_true", help="100 warm-up + 400 measured steps (BENCHMARKS.md)")
+    g.add_argument("--quick", action="store_true", help=f"{PLANS['quick']['warmup']} warm-up + {PLANS['quick']['steps']} measured steps per system")
+    g.add_argument("--full", action="store_true", help="4 rounds of 25 warm-up + 100 measured steps per system, in turns (BENCHMARKS.md's 100 + 400)")
     p.add_argument("--out", type=Path, required=True, help="directory for pipeline-DATE.{json,md,png}")
     p.add_argument("--only", help=f"comma-separated systems of: {', '.join(SYSTEMS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--carla", metavar="HOST:PORT", help="drive a CARLA server instead of the synthetic simulator")
+    p.add_argument("--detector-width", type=float, help="YOLOv5 width multiple for every system (default 0.25; 0.5 = YOLOv5s; "
+                   "smaller ones make the middleware's share of a step larger)")
     args = p.parse_args(argv)
+    if args.detector_width is not None:
+        if not 0 < args.detector_width <= 1:
+            p.error("--detector-width must be in (0, 1], e.g. 0.25 (YOLOv5n) or 0.5 (YOLOv5s)")
+        os.environ["HPRM_DRIVING_DETECTOR_WIDTH"] = str(args.detector_width)  # every system's processes inherit it
     systems = SYSTEMS
     if args.only:
         systems = tuple(s.strip() for s in args.only.split(",") if s.strip())
@@ -338,6 +380,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rep = run(systems, plan, args.seed, args.carla)
     stem = args.out / f"pipeline-{rep['date']}"
+    if args.detector_width is not None:
+        stem = stem.with_name(f"{stem.name}-detector-w{args.detector_width:g}")
     write(rep, stem)
     log(Path(f"{stem}.md").read_text())
     return 1 if rep["failed"] else 0
@@ -359,23 +403,32 @@ def run(systems, plan: dict, seed: int = 0, carla: str | None = None) -> dict:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "results": {}, "skipped": {}, "failed": {},
     }
+    rounds: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
-        for i, name in enumerate(systems, 1):
-            log(f"==> [{i}/{len(systems)}] {LABELS[name]}: {plan['warmup']} warm-up + {plan['steps']} measured steps")
-            t = time.monotonic()
-            try:
-                r = run_system(name, plan, seed, Path(tmp), carla)
-            except Skip as e:
-                rep["skipped"][name] = str(e)
-                log(f"==> skipping {LABELS[name]}: {e}")
-                continue
-            except RuntimeError as e:
-                rep["failed"][name] = str(e)
-                log(f"==> {LABELS[name]} FAILED: {e}")
-                continue
+        for k in range(plan["rounds"]):
+            for i, name in enumerate(systems, 1):
+                if name in rep["skipped"] or name in rep["failed"]:
+                    continue
+                log(f"==> round {k + 1}/{plan['rounds']}, [{i}/{len(systems)}] {LABELS[name]}: {plan['warmup']} warm-up + {plan['steps']} measured steps")
+                t = time.monotonic()
+                try:
+                    r = run_system(name, plan, seed, Path(tmp), carla)
+                except Skip as e:
+                    rep["skipped"][name] = str(e)
+                    log(f"==> skipping {LABELS[name]}: {e}")
+                    continue
+                except RuntimeError as e:
+                    rep["failed"][name] = str(e)
+                    rounds.pop(name, None)
+                    log(f"==> {LABELS[name]} FAILED: {e}")
+                    continue
+                rounds.setdefault(name, []).append(r)
+                log(f"==> {LABELS[name]}: median {statistics.median(r['fps']):.2f} FPS ({time.monotonic() - t:.0f} s)")
+    for name in systems:
+        if name in rounds:
+            r = merge(rounds[name])
             r["summary"] = summary(r)
             rep["results"][name] = r
-            log(f"==> {LABELS[name]}: median {r['summary']['median_fps']:.2f} FPS ({time.monotonic() - t:.0f} s)")
     rep["reference"] = next((n for n in ("hprm-centralized", "hprm-decentralized") if n in rep["results"]), None)
     rep["targets"] = targets(rep["results"])
     rep["why_missed"] = why_missed(rep) if any(not t["met"] for t in rep["targets"]) else ""
@@ -386,7 +439,10 @@ def write(rep: dict, stem: Path) -> None:
     Path(f"{stem}.json").write_text(json.dumps(rep, indent=1))
     if rep["reference"]:
         Path(f"{stem}.md").write_text(markdown(rep))
-        plot(rep, Path(f"{stem}.png"))
+        if importlib.util.find_spec("matplotlib") is None:
+            log(f"==> no {stem}.png: the box plot needs matplotlib (pip install matplotlib)")
+        else:
+            plot(rep, Path(f"{stem}.png"))
     else:
         Path(f"{stem}.md").write_text(f"# Driving pipeline, {rep['date']}\n\nNo HPRM result: {rep['failed'] or rep['skipped']}\n")
 

@@ -162,7 +162,14 @@ def parse_args(argv=None):
     p.add_argument("--stp", default="5s", help="decentralized: the longest fusion waits for a late input (default 5s)")
     p.add_argument("--report", help="write the per-step record (loop times, stage times, controls) to this JSON file")
     p.add_argument("--carla", metavar="HOST:PORT", help="drive a CARLA server instead of the synthetic simulator")
+    p.add_argument("--detector-width", type=float, help=f"YOLOv5 width multiple (default {stages.DETECTOR_WIDTH:g}; 0.5 = YOLOv5s)")
     args = p.parse_args(argv)
+    if args.detector_width is not None:
+        if not 0 < args.detector_width <= 1:
+            p.error("--detector-width must be in (0, 1], e.g. 0.25 (YOLOv5n) or 0.5 (YOLOv5s)")
+        # The federate processes (this script, relaunched) inherit it.
+        os.environ[stages.WIDTH_ENV] = str(args.detector_width)
+        stages.DETECTOR_WIDTH = args.detector_width
     if args.steps < 1 or args.warmup < 1:
         p.error("--steps and --warmup must be at least 1")
     if args.carla:

@@ -11,6 +11,7 @@ machine.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -21,8 +22,11 @@ from world import BEV_SHAPE, RGB_SHAPE
 THREADS = 1
 # YOLOv5's width_multiple for the detector: 0.25 (YOLOv5n's channels, with
 # YOLOv5s's depth) keeps a 500-step run of five systems on 2 CPU cores in
-# budget; pass 0.5 for YOLOv5s proper (about 4x the CPU time per frame).
-DETECTOR_WIDTH = 0.25
+# budget; 0.5 is YOLOv5s proper (about 4x the CPU time per frame). Read from
+# the environment so that every process of a pipeline uses the same one
+# (driving.py's and the benchmark's --detector-width set it).
+WIDTH_ENV = "HPRM_DRIVING_DETECTOR_WIDTH"
+DETECTOR_WIDTH = float(os.environ.get(WIDTH_ENV, "0.25"))
 # COCO classes that stand in the way: person, car, bus, truck.
 OBSTACLES = (0.0, 2.0, 5.0, 7.0)
 
