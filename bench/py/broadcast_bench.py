@@ -36,8 +36,9 @@ HERE = Path(__file__).resolve().parent
 KB, MB = 1_000, 1_000_000
 
 PLANS = {
-    # --quick: the sizes of the targets, echo only.
-    "quick": dict(sizes=[1 * KB, 1 * MB, 10 * MB, 50 * MB], variants=["echo"], rounds=10, warmup=2, memcpy_rounds=30),
+    # --quick: the sizes of the targets, echo only; baselines up to 10 MB
+    # (at 50 MB each takes 1-2 minutes, and no target compares them there).
+    "quick": dict(sizes=[1 * KB, 1 * MB, 10 * MB, 50 * MB], variants=["echo"], rounds=10, warmup=2, memcpy_rounds=30, baseline_max=10 * MB),
     "full": dict(sizes=[1 * KB, 64 * KB, 1 * MB, 5 * MB, 10 * MB, 25 * MB, 50 * MB], variants=["echo", "fresh"], rounds=20, warmup=3, memcpy_rounds=100),
 }
 # A program gets this long to start (5 processes, discovery) plus this much
@@ -129,6 +130,21 @@ def run_point(system: System, size: int, variant: str, rounds: int, warmup: int,
         if doc.get(key):
             point[name] = summarize(doc[key])
             point[name].pop("samples_us")
+    # HPRM's receivers write their timelines beside the source's result:
+    # when their reactions started and when their replies were set, from
+    # the source's send stamp (all four pooled).
+    started, replied = [], []
+    for i in range(4):
+        try:
+            r = json.loads((workdir / f"{system.key}-{variant}-{size}.json.recv{i}").read_text())
+        except (OSError, ValueError):
+            continue
+        replied += r.get("latency_ns", [])
+        started += r.get("first_ns", [])
+    for samples, name in ((started, "receivers_start"), (replied, "replies_set")):
+        if samples:
+            point[name] = summarize(samples)
+            point[name].pop("samples_us")
     point["seconds"] = doc["seconds"]
     return point
 
@@ -199,6 +215,8 @@ def measure(plan: dict, skip=(), only_systems=None, progress=log) -> dict:
                     tag = f"[{done}/{total}] broadcast {size_text(size)} {variant}: {s.label}"
                     if s.failed_at is not None:
                         p = {"error": f"not run: failed at {size_text(s.failed_at)}", "not_run": True}
+                    elif not s.required and size > plan.get("baseline_max", size):
+                        p = {"error": f"not run: baselines stop at {size_text(plan['baseline_max'])} in this plan", "not_run": True}
                     else:
                         p = run_point(s, size, variant, plan["rounds"], plan["warmup"], Path(tmp))
                     p.update(size_bytes=size, variant=variant)

@@ -56,7 +56,7 @@ class Source(hprm.Reactor):
         mark(self.payload, self.round)
         self.replies = 0
         self.stamp = time.perf_counter_ns()
-        ctx.set(self.out, {"round": self.round, "data": self.payload})
+        ctx.set(self.out, {"round": self.round, "stamp": self.stamp, "data": self.payload})
         if self.round >= WARMUP:
             self.set_ns.append(time.perf_counter_ns() - self.stamp)
 
@@ -103,11 +103,21 @@ class Source(hprm.Reactor):
 
 
 class Receiver(hprm.Reactor):
+    """Replies to every round; records, by the source's stamp (one clock on
+    the host), when its reaction started and when its reply was set, to
+    show where a round's time goes."""
+
     inp = hprm.Input()
     reply = hprm.Output()
 
+    def __init__(self, index):
+        self.index = index
+        self.started: list[int] = []
+        self.replied: list[int] = []
+
     @hprm.reaction(triggers="inp", effects="reply")
     def answer(self, ctx):
+        now = time.perf_counter_ns()
         v = self.inp.value
         r = v["round"]
         if VARIANT == "echo":
@@ -115,12 +125,19 @@ class Receiver(hprm.Reactor):
         else:
             data = fresh_reply(ctx.alloc_array((SIZE,), np.uint8), r)
         ctx.set(self.reply, {"round": r, "data": data})
+        if r >= WARMUP:
+            self.started.append(now - v["stamp"])
+            self.replied.append(time.perf_counter_ns() - v["stamp"])
+
+    @hprm.reaction(triggers="shutdown")
+    def report(self, ctx):
+        write_result(f"{ARGS.out}.recv{self.index}", self.replied, self.started)
 
 
 prog = hprm.Program(f"bcast-{ARGS.coordination}", coordination=ARGS.coordination, stp="5ms")
 src = prog.federate("source", Source)
 for i in range(RECEIVERS):
-    rx = prog.federate(f"recv{i}", Receiver)
+    rx = prog.federate(f"recv{i}", Receiver, i)
     prog.connect(src.out, rx.inp)
     prog.connect(rx.reply, getattr(src, f"reply{i}"), after="0ms")
 

@@ -21,8 +21,10 @@ from broadcast_bench import HERE, System, run_program
 from pybench import BenchError, log, summarize
 
 PLANS = {
-    "quick": dict(sizes=[8, 512, 4096, 65536], rounds=200, warmup=20, passes=1),
-    "full": dict(sizes=[8, 64, 512, 4096, 32768, 65536], rounds=1000, warmup=100, passes=3),
+    # 64 KB (64,000 bytes: in the message) and 64 KiB (65,536: at the
+    # out-of-band threshold, through the store) both: the issue says 64 KB.
+    "quick": dict(sizes=[8, 512, 4096, 64_000, 65_536], rounds=200, warmup=20, passes=1),
+    "full": dict(sizes=[8, 64, 512, 4096, 32_768, 64_000, 65_536], rounds=1000, warmup=100, passes=3),
 }
 ROUND_LIMIT_S = 0.05  # per ping, on top of the start-up allowance
 
