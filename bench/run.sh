@@ -16,7 +16,7 @@
 # or run is reported as skipped, with the reason; HPRM failing fails the run.
 #
 # Writes bench/results/DATE.{md,json} and DATE-{broadcast-echo,
-# broadcast-fresh,small}.png (DATE in UTC), and the pipeline's
+# broadcast-fresh,small}.png (DATE in UTC; DATE-quick.* for --quick), and the pipeline's
 # pipeline-DATE.{md,json,png}. --quick takes a few minutes once the venv
 # exists (the first set-up adds several: Rust release builds); --full about
 # half an hour on a 2-CPU machine.
@@ -104,7 +104,10 @@ if has small; then
         node_out=$(mktemp -d)
         trap 'rm -rf "$node_out"' EXIT
         target="${CARGO_TARGET_DIR:-$root/target}"
-        if "$target/release/node-bench" "$mode" --only small,rate --out "$node_out" >/dev/null; then
+        node_args=("$mode" --only small,rate --out "$node_out")
+        # --quick: the sizes of the Python table's ends and middle, to stay within minutes.
+        [ "$mode" = --quick ] && node_args+=(--small-sizes 8,4096,65536)
+        if "$target/release/node-bench" "${node_args[@]}" >/dev/null; then
             node_json=$(ls "$node_out"/node-*.json | head -1)
         else
             warn "node-bench failed (see above): the Rust rows are left out"
@@ -122,7 +125,7 @@ if [ -n "$workloads" ]; then
     [ -n "$pipeline_md" ] && args+=(--pipeline-md "$pipeline_md")
     [ -n "$skip" ] && args+=(--skip "$skip")
     "$py" "$bench_dir/py/suite.py" "${args[@]}" >/dev/null
-    step "report: $results/$date.md"
+    step "report: $results/$date$([ "$mode" = --quick ] && echo -quick).md"
 fi
 step "done in $((SECONDS - started)) s"
 [ -z "${pipeline_failed:-}" ]
