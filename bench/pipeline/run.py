@@ -14,7 +14,8 @@ simulator) gives one FPS sample.
     python bench/pipeline/run.py --quick|--full --out DIR [--only SYSTEMS] [--carla HOST:PORT]
 
 Writes DIR/pipeline-DATE.json, .md (medians, ratios to HPRM, targets) and
-.png (box plot of FPS per system). A baseline that is not installed is
+.png (box plot of FPS per system); DATE-quick for --quick, and
+-detector-wW after it for a --detector-width other than the default. A baseline that is not installed is
 skipped with the reason (and how to install it) in the report. ROS 2 comes
 from ros2-bridge/setup-ros2.sh: this script looks for VENV/ros2-env.sh in
 $HPRM_ROS2_VENV, this Python's venv, then .venv-ros2 at the repository
@@ -396,7 +397,9 @@ def main(argv=None) -> int:
     plan = PLANS["full" if args.full else "quick"]
     args.out.mkdir(parents=True, exist_ok=True)
     rep = run(systems, plan, args.seed, args.carla)
-    stem = args.out / f"pipeline-{rep['date']}"
+    # DATE-quick for --quick (as bench/run.sh names its reports), so that a
+    # quick run never overwrites the day's full results.
+    stem = args.out / f"pipeline-{rep['date']}{'' if args.full else '-quick'}"
     if args.detector_width is not None:
         stem = stem.with_name(f"{stem.name}-detector-w{args.detector_width:g}")
     write(rep, stem)
