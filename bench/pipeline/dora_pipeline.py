@@ -9,7 +9,8 @@ Frames go out through ``send_output_raw`` (dora's zero-copy path: the
 simulator renders straight into dora's shared memory, as HPRM's
 ``alloc_array``) and are read as numpy views of it; the step number and the
 measurements travel as metadata; actions, boxes and controls as small
-float32 Arrow arrays. Fusion waits for both the action and the boxes of a
+float64 Arrow arrays (with the stages' compute ms and wall-clock
+start/done times, see steplog.py). Fusion waits for both the action and the boxes of a
 step.
 """
 
@@ -51,17 +52,25 @@ def simulator(node: Node, args) -> None:
     def send(step: int) -> None:
         t = time.perf_counter()
         meas = world.measurements()
-        with node.send_output_raw("bev", int(np.prod(BEV_SHAPE)), {"step": step, "meas": [float(m) for m in meas]}) as buf:
-            world.render_bev(np.frombuffer(buf, np.uint8).reshape(BEV_SHAPE))
-        with node.send_output_raw("rgb", int(np.prod(RGB_SHAPE)), {"step": step}) as buf:
-            world.render_rgb(np.frombuffer(buf, np.uint8).reshape(RGB_SHAPE))
+        samples = []
+        for key, shape, render, md in (("bev", BEV_SHAPE, world.render_bev, {"step": step, "meas": [float(m) for m in meas]}),
+                                       ("rgb", RGB_SHAPE, world.render_rgb, {"step": step})):
+            sample = node.send_output_raw(key, int(np.prod(shape)), md)
+            mv = sample.as_memoryview()
+            render(np.frombuffer(mv, np.uint8).reshape(shape))
+            mv.release()  # no view may outlive the sample when it is sent
+            samples.append(sample)
         log.render_ms = (time.perf_counter() - t) * 1e3
+        log.sending()
+        for sample in samples:
+            sample.send()
 
     try:
         send(0)
         for event in inputs(node):
             c = event["value"].to_numpy()
-            log.control(c[1:4].tolist(), {"agent": float(c[4]), "detector": float(c[5]), "fusion": float(c[6])})
+            log.control(c[1:4].tolist(), {"agent": float(c[4]), "detector": float(c[5]), "fusion": float(c[6])},
+                        {"agent": c[7:9], "detector": c[9:11], "fusion": c[11:13]})
             world.apply(c[1:4])
             if log.done:
                 break
@@ -75,27 +84,31 @@ def simulator(node: Node, args) -> None:
 def agent(node: Node, args) -> None:
     a = stages.Agent(args.seed)
     for event in inputs(node):
+        t0 = time.time()
         md = event["metadata"]
         action, ms = stages.timed(a.act, frame(event, BEV_SHAPE), np.array(md["meas"], np.float32))
-        node.send_output("action", pa.array(np.array([*action, ms], np.float32)), {"step": md["step"]})
+        node.send_output("action", pa.array(np.array([*action, ms, t0, time.time()], np.float64)), {"step": md["step"]})
 
 
 def detector(node: Node, args) -> None:
     d = stages.Detector(args.seed)
     for event in inputs(node):
+        t0 = time.time()
         boxes, ms = stages.timed(d.detect, frame(event, RGB_SHAPE))
-        node.send_output("boxes", pa.array(np.concatenate([[ms], boxes.ravel()]).astype(np.float32)), {"step": event["metadata"]["step"]})
+        node.send_output("boxes", pa.array(np.concatenate([[ms, t0, time.time()], boxes.ravel()])), {"step": event["metadata"]["step"]})
 
 
 def fusion(node: Node, args) -> None:
     pending: dict[str, dict[int, np.ndarray]] = {"action": {}, "boxes": {}}
     for event in inputs(node):
+        t0 = time.time()
         pending[event["id"]][event["metadata"]["step"]] = event["value"].to_numpy()
         # Waits for both outputs of a step before fusing them.
         for step in sorted(set(pending["action"]) & set(pending["boxes"])):
             a, b = pending["action"].pop(step), pending["boxes"].pop(step)
-            control, ms = stages.timed(stages.fuse, a[:2], b[1:].reshape(-1, 6))
-            node.send_output("control", pa.array(np.array([step, *control, a[2], b[0], ms], np.float32)))
+            # a: acc, steer, ms, t0, t1; b: ms, t0, t1, boxes
+            control, ms = stages.timed(stages.fuse, a[:2].astype(np.float32), b[3:].reshape(-1, 6).astype(np.float32))
+            node.send_output("control", pa.array(np.array([step, *control, a[2], b[0], ms, a[3], a[4], b[1], b[2], t0, time.time()], np.float64)))
 
 
 ROLES = {"simulator": simulator, "agent": agent, "detector": detector, "fusion": fusion}

@@ -13,8 +13,9 @@ ROLE is simulator, agent, detector or fusion. Variants:
   The simulator unlinks a step's segments when that step's control
   arrives (both readers are done with them by then).
 
-Small messages (measurements, actions, boxes, controls) are
-std_msgs/Float32MultiArray with the step number first. Fusion waits for
+Small messages are std_msgs/Float64MultiArray with the step number first
+(measurements; actions, boxes and controls with their stages' compute ms
+and wall-clock start/done times, see steplog.py). Fusion waits for
 both the action and the boxes of a step, as in the paper. Needs the
 environment of ros2-bridge/setup-ros2.sh (source VENV/ros2-env.sh).
 """
@@ -38,7 +39,7 @@ import rclpy  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
-from std_msgs.msg import Float32MultiArray, String  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
 import stages  # noqa: E402
 from steplog import StepLog  # noqa: E402
@@ -49,10 +50,10 @@ TOPICS = ("bev", "rgb", "action", "boxes", "control")
 RESEND_S = 3.0  # step 0 is sent again until a control comes back (discovery may drop it)
 
 
-def floats(values) -> Float32MultiArray:
-    m = Float32MultiArray()
-    a = array.array("f")
-    a.frombytes(np.asarray(values, np.float32).tobytes())
+def floats(values) -> Float64MultiArray:
+    m = Float64MultiArray()
+    a = array.array("d")
+    a.frombytes(np.asarray(values, np.float64).tobytes())
     m.data = a
     return m
 
@@ -125,10 +126,10 @@ class Simulator(Node):
         self.frames = Frames(self, args.variant)
         self.log = StepLog(args.variant, args.warmup, args.steps, args.seed)
         self.world = make_world(args.seed, args.carla)
-        self.pub_meas = self.create_publisher(Float32MultiArray, "meas", QOS)
+        self.pub_meas = self.create_publisher(Float64MultiArray, "meas", QOS)
         self.pub_bev = self.create_publisher(self.frames.msg_type("bev"), "bev", QOS)
         self.pub_rgb = self.create_publisher(self.frames.msg_type("rgb"), "rgb", QOS)
-        self.create_subscription(Float32MultiArray, "control", self.on_control, QOS)
+        self.create_subscription(Float64MultiArray, "control", self.on_control, QOS)
         self.step = 0
         self.sent_at = None
         self.create_timer(0.5, self.resend)
@@ -144,6 +145,7 @@ class Simulator(Node):
         self.world.render_rgb(rgb)
         meas = self.world.measurements()
         self.log.render_ms = (time.perf_counter() - t) * 1e3
+        self.log.sending()
         self.pub_meas.publish(floats([self.step, *meas]))
         self.pub_bev.publish(self.frames.encode("bev", {"step": self.step, "bev": bev, "measurements": meas}, self.step))
         self.pub_rgb.publish(self.frames.encode("rgb", {"step": self.step, "rgb": rgb}, self.step))
@@ -156,10 +158,11 @@ class Simulator(Node):
             self.send()
 
     def on_control(self, msg) -> None:
-        c = np.asarray(msg.data, np.float32)
+        c = np.asarray(msg.data, np.float64)
         if int(c[0]) != self.step:
             return  # a duplicate of a resent step 0
-        self.log.control(c[1:4].tolist(), {"agent": float(c[4]), "detector": float(c[5]), "fusion": float(c[6])})
+        self.log.control(c[1:4].tolist(), {"agent": float(c[4]), "detector": float(c[5]), "fusion": float(c[6])},
+                         {"agent": c[7:9], "detector": c[9:11], "fusion": c[11:13]})
         self.frames.release(self.step)
         self.world.apply(c[1:4])
         self.step += 1
@@ -175,8 +178,8 @@ class Agent(Node):
         self.agent = stages.Agent(args.seed)
         self.meas: dict[int, np.ndarray] = {}
         self.bevs: dict[int, dict] = {}
-        self.pub = self.create_publisher(Float32MultiArray, "action", QOS)
-        self.create_subscription(Float32MultiArray, "meas", self.on_meas, QOS)
+        self.pub = self.create_publisher(Float64MultiArray, "action", QOS)
+        self.create_subscription(Float64MultiArray, "meas", self.on_meas, QOS)
         self.create_subscription(self.frames.msg_type("bev"), "bev", self.on_bev, QOS)
 
     def on_meas(self, msg) -> None:
@@ -185,16 +188,17 @@ class Agent(Node):
         self.run()
 
     def on_bev(self, msg) -> None:
+        t0 = time.time()
         step, frame = self.frames.decode("bev", msg, BEV_SHAPE)
-        self.bevs[step] = frame
+        self.bevs[step] = (t0, frame)
         self.run()
 
     def run(self) -> None:
         for step in sorted(set(self.meas) & set(self.bevs)):
-            frame = self.bevs.pop(step)
+            t0, frame = self.bevs.pop(step)
             meas = self.meas.pop(step)
             action, ms = stages.timed(self.agent.act, frame["bev"], meas)
-            self.pub.publish(floats([step, *action, ms]))
+            self.pub.publish(floats([step, *action, ms, t0, time.time()]))
 
 
 class Detector(Node):
@@ -202,13 +206,14 @@ class Detector(Node):
         super().__init__("detector")
         self.frames = Frames(self, args.variant)
         self.detector = stages.Detector(args.seed)
-        self.pub = self.create_publisher(Float32MultiArray, "boxes", QOS)
+        self.pub = self.create_publisher(Float64MultiArray, "boxes", QOS)
         self.create_subscription(self.frames.msg_type("rgb"), "rgb", self.on_rgb, QOS)
 
     def on_rgb(self, msg) -> None:
+        t0 = time.time()
         step, frame = self.frames.decode("rgb", msg, RGB_SHAPE)
         boxes, ms = stages.timed(self.detector.detect, frame["rgb"])
-        self.pub.publish(floats([step, ms, *boxes.ravel()]))
+        self.pub.publish(floats([step, ms, t0, time.time(), *boxes.ravel()]))
 
 
 class Fusion(Node):
@@ -216,26 +221,29 @@ class Fusion(Node):
         super().__init__("fusion")
         self.actions: dict[int, np.ndarray] = {}
         self.boxes: dict[int, np.ndarray] = {}
-        self.pub = self.create_publisher(Float32MultiArray, "control", QOS)
-        self.create_subscription(Float32MultiArray, "action", self.on_action, QOS)
-        self.create_subscription(Float32MultiArray, "boxes", self.on_boxes, QOS)
+        self.pub = self.create_publisher(Float64MultiArray, "control", QOS)
+        self.create_subscription(Float64MultiArray, "action", self.on_action, QOS)
+        self.create_subscription(Float64MultiArray, "boxes", self.on_boxes, QOS)
 
     def on_action(self, msg) -> None:
-        a = np.asarray(msg.data, np.float32)
+        t0 = time.time()
+        a = np.asarray(msg.data, np.float64)
         self.actions[int(a[0])] = a[1:]
-        self.run()
+        self.run(t0)
 
     def on_boxes(self, msg) -> None:
-        b = np.asarray(msg.data, np.float32)
+        t0 = time.time()
+        b = np.asarray(msg.data, np.float64)
         self.boxes[int(b[0])] = b[1:]
-        self.run()
+        self.run(t0)
 
-    def run(self) -> None:
+    def run(self, t0: float) -> None:
         # Waits for both outputs of a step before fusing them.
         for step in sorted(set(self.actions) & set(self.boxes)):
             a, b = self.actions.pop(step), self.boxes.pop(step)
-            control, ms = stages.timed(stages.fuse, a[:2], b[1:].reshape(-1, 6))
-            self.pub.publish(floats([step, *control, a[2], b[0], ms]))
+            # a: acc, steer, ms, t0, t1; b: ms, t0, t1, boxes
+            control, ms = stages.timed(stages.fuse, a[:2].astype(np.float32), b[3:].reshape(-1, 6).astype(np.float32))
+            self.pub.publish(floats([step, *control, a[2], b[0], ms, a[3], a[4], b[1], b[2], t0, time.time()]))
 
 
 ROLES = {"simulator": Simulator, "agent": Agent, "detector": Detector, "fusion": Fusion}

@@ -66,6 +66,7 @@ PLANS = {
 }
 # (HPRM variant, baseline, the ratio HPRM FPS / baseline FPS must reach; the paper's)
 TARGETS = (("ros2-sm", 1.3, 1.41), ("ros2", 3.0, 4.79))
+HOPS = {"bev": "BEV to agent", "rgb": "camera frame to detector", "to_fusion": "later output to fusion", "control": "control to simulator"}
 START_S = 120  # seconds a system may take to start (model loading, ROS 2 discovery) on a busy machine
 STEP_S = 5  # and per step, as a bound on a hung run
 
@@ -235,6 +236,7 @@ def merge(runs: list[dict]) -> dict:
         "loop_ms": loops, "fps": [f for r in runs for f in r["fps"]],
         "throughput_fps": 1e3 * len(loops) / sum(loops),
         "stage_ms": [s for r in runs for s in r["stage_ms"]],
+        "hop_ms": [h for r in runs for h in r.get("hop_ms", [])],
         "controls": [r["controls"] for r in runs],
     }
 
@@ -257,6 +259,7 @@ def summary(r: dict) -> dict:
         "median_compute_ms": med(compute),
         "median_middleware_ms": med([l - c for l, c in zip(r["loop_ms"], compute)]),
         "median_stage_ms": {k: med([s[k] for s in stages]) for k in ("render", "agent", "detector", "fusion")},
+        "median_hop_ms": {k: med([h[k] for h in r["hop_ms"]]) for k in HOPS} if r.get("hop_ms") else {},
     }
 
 
@@ -314,6 +317,15 @@ def markdown(rep: dict) -> str:
         lines.append(f"| {LABELS[name]} | FAILED: {why} | | | | | | | |")
     lines += ["", "Median stage times (ms): " + "; ".join(
         f"{LABELS[n]}: " + ", ".join(f"{k} {v:.1f}" for k, v in res[n]["summary"]["median_stage_ms"].items()) for n in SYSTEMS if n in res), ""]
+    hopped = [n for n in SYSTEMS if n in res and res[n]["summary"].get("median_hop_ms")]
+    if hopped:
+        lines += ["Where the middleware time goes: median ms per hop, from the sender's end of work (frames rendered; "
+                  "output computed) to the receiver's reaction or callback starting on it (wall clock, one host).", "",
+                  "| system | " + " | ".join(HOPS.values()) + " |", "|---" * (len(HOPS) + 1) + "|"]
+        for n in hopped:
+            hop = res[n]["summary"]["median_hop_ms"]
+            lines.append(f"| {LABELS[n]} | " + " | ".join(f"{hop[k]:.2f}" for k in HOPS) + " |")
+        lines.append("")
     if rep["targets"]:
         lines += ["## Targets", "",
                   "Judged on median FPS. Throughput ratio: steps per second over the whole run (stalls included) / the baseline's.", "",
@@ -348,6 +360,13 @@ def why_missed(rep: dict) -> str:
         text += (f"The same detector took longer beside some baselines ({', '.join(slower)}, vs {st['detector']:.0f} ms beside HPRM): "
                  "on 2 cores a middleware's own CPU work (copies, serialization, its daemons) competes with the inference, so part of "
                  "its cost shows up as compute; on a shared machine part of such a gap is also other load. ")
+    hops = h.get("median_hop_ms")
+    if hops:
+        worst = max(HOPS, key=lambda k: hops[k])
+        text += f"HPRM's largest middleware hop is the {HOPS[worst]} ({hops[worst]:.1f} ms"
+        text += "".join(f"; {LABELS[n]} {res[n]['summary']['median_hop_ms'][worst]:.1f} ms" for n in ("ros2", "ros2-sm", "dora")
+                        if n in res and res[n]["summary"].get("median_hop_ms"))
+        text += ", see the hop table). "
     text += (
         "The paper ran the networks on a GPU, where inference takes a few ms per frame and moving the 2.7 MB camera frame and the "
         "0.55 MB BEV dominates a step. What would close it: inference on an accelerator, so that compute per step falls well below "

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Simulator(hprm.Reactor):
     @hprm.reaction(triggers="control", effects="bev, rgb")
     def step(self, ctx):
         c = self.control.value
-        self.log.control(c["control"], c["ms"])
+        self.log.control(c["control"], c["ms"], c["t"])
         self.world.apply(c["control"])
         if self.log.done:
             self.finish()
@@ -75,6 +76,7 @@ class Simulator(hprm.Reactor):
         t, ms = stages.timed(self.render, ctx)
         self.log.render_ms = ms
         bev, rgb = t
+        self.log.sending()
         ctx.set(self.bev, {"step": step, "bev": bev, "measurements": self.world.measurements()})
         ctx.set(self.rgb, {"step": step, "rgb": rgb})
 
@@ -109,9 +111,10 @@ class Agent(hprm.Reactor):
 
     @hprm.reaction(triggers="bev", effects="action")
     def act(self, ctx):
+        t0 = time.time()  # wall clock: the report's hop times compare it across processes
         f = self.bev.value
         action, ms = stages.timed(self.agent.act, f["bev"], f["measurements"])
-        ctx.set(self.action, {"step": f["step"], "action": action, "ms": ms})
+        ctx.set(self.action, {"step": f["step"], "action": action, "ms": ms, "t": (t0, time.time())})
 
 
 class Detector(hprm.Reactor):
@@ -129,9 +132,10 @@ class Detector(hprm.Reactor):
 
     @hprm.reaction(triggers="rgb", effects="boxes")
     def detect(self, ctx):
+        t0 = time.time()
         f = self.rgb.value
         boxes, ms = stages.timed(self.detector.detect, f["rgb"])
-        ctx.set(self.boxes, {"step": f["step"], "boxes": boxes, "ms": ms})
+        ctx.set(self.boxes, {"step": f["step"], "boxes": boxes, "ms": ms, "t": (t0, time.time())})
 
 
 class Fusion(hprm.Reactor):
@@ -143,6 +147,7 @@ class Fusion(hprm.Reactor):
 
     @hprm.reaction(triggers="action, boxes", effects="control")
     def fuse(self, ctx):
+        t0 = time.time()
         a, b = self.action.value, self.boxes.value
         if a is None or b is None or a["step"] != b["step"]:
             # Decentralized, past the STP: one input is late. Skip the step's
@@ -150,7 +155,12 @@ class Fusion(hprm.Reactor):
             print(f"fusion: step {(a or b)['step']} has only one input; raise --stp", file=sys.stderr, flush=True)
             return
         control, ms = stages.timed(stages.fuse, a["action"], b["boxes"])
-        ctx.set(self.control, {"step": a["step"], "control": control, "ms": {"agent": a["ms"], "detector": b["ms"], "fusion": ms}})
+        ctx.set(self.control, {
+            "step": a["step"],
+            "control": control,
+            "ms": {"agent": a["ms"], "detector": b["ms"], "fusion": ms},
+            "t": {"agent": a["t"], "detector": b["t"], "fusion": (t0, time.time())},
+        })
 
 
 def parse_args(argv=None):

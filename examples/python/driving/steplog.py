@@ -5,7 +5,11 @@ A step's *loop time* is the wall time between two controls arriving at the
 simulator: applying the control and rendering the next frames, carrying
 them to the agent and the detector, running both, fusing, and carrying the
 control back. Each stage also reports its own compute time, so the report
-can tell compute from middleware time.
+can tell compute from middleware time, and the wall-clock times (time.time(),
+one clock for all processes of a host) at which it started on a step and
+finished it, so that the report can split the middleware time into hops:
+frames to agent and to detector, the later of the two outputs to fusion,
+the control back to the simulator.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ class StepLog:
         self.controls: list[list[float]] = []
         self.stage_ms: list[dict] = []
         self.render_ms = 0.0
+        self.sent_at = 0.0
+        self.hop_ms: list[dict] = []
 
     @property
     def total(self) -> int:
@@ -34,8 +40,22 @@ class StepLog:
     def done(self) -> bool:
         return len(self.controls) >= self.total
 
-    def control(self, control, stage_ms: dict) -> None:
-        """Records the control of the current step as it arrives."""
+    def sending(self) -> None:
+        """Marks the step's frames as rendered and about to be sent."""
+        self.sent_at = time.time()
+
+    def control(self, control, stage_ms: dict, stamps: dict) -> None:
+        """Records the control of the current step as it arrives, with the
+        stages' compute ms and their (start, done) wall-clock times:
+        ``stamps = {"agent": (t0, t1), "detector": (t0, t1), "fusion": (t0, t1)}``."""
+        now = time.time()
+        a, d, f = stamps["agent"], stamps["detector"], stamps["fusion"]
+        self.hop_ms.append({
+            "bev": (a[0] - self.sent_at) * 1e3,
+            "rgb": (d[0] - self.sent_at) * 1e3,
+            "to_fusion": (f[0] - max(a[1], d[1])) * 1e3,
+            "control": (now - f[1]) * 1e3,
+        })
         self.arrivals.append(time.perf_counter())
         self.controls.append([float(c) for c in control])
         self.stage_ms.append(dict(stage_ms, render=self.render_ms))
@@ -57,6 +77,7 @@ class StepLog:
             "fps": [1e3 / ms for ms in loops],
             "throughput_fps": len(loops) / (self.arrivals[-1] - self.arrivals[w - 1]) if loops else 0.0,
             "stage_ms": self.stage_ms[w:],
+            "hop_ms": self.hop_ms[w:],
             "controls": self.controls,
         }
 
