@@ -71,6 +71,9 @@ START_S = 120  # seconds a system may take to start (model loading, ROS 2 discov
 STEP_S = 5  # and per step, as a bound on a hung run
 
 
+current = [""]  # the system running now (for the message when terminated)
+
+
 class Skip(Exception):
     """A baseline that is not installed here: the reason and how to get it."""
 
@@ -105,12 +108,15 @@ def run_hprm(coordination: str, plan: dict, seed: int, tmp: Path, carla: str | N
         raise RuntimeError(f"the hprm SDK is not importable ({e}); install it with hprm-py/install.sh VENV and run this with VENV/bin/python") from e
     report = tmp / f"hprm-{coordination}.json"
     cmd = [sys.executable, str(DRIVING / "driving.py"), "--coordination", coordination, *stage_args(plan, seed, report, carla)]
+    p = subprocess.Popen(cmd)
     try:
-        r = subprocess.run(cmd, timeout=limit(plan), check=False)
+        rc = p.wait(timeout=limit(plan))
     except subprocess.TimeoutExpired as e:
         raise RuntimeError(f"did not finish within {limit(plan):.0f} s") from e
-    if r.returncode != 0:
-        raise RuntimeError(f"driving.py exited with status {r.returncode}")
+    finally:
+        stop([p])  # on a timeout or Ctrl-C: the launcher stops its store, RTI and federates
+    if rc != 0:
+        raise RuntimeError(f"driving.py exited with status {rc}")
     return read_report(report, "driving.py")
 
 
@@ -124,11 +130,12 @@ def ros2_env_script() -> Path:
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
-    """SIGINT (a clean rclpy/dora shutdown), then SIGKILL for what is left."""
+    """SIGINT (a clean shutdown: the HPRM launcher stops its daemons and
+    federates, rclpy and `dora run` stop theirs), then SIGKILL for what is left."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     for p in procs:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -320,7 +327,8 @@ def markdown(rep: dict) -> str:
     hopped = [n for n in SYSTEMS if n in res and res[n]["summary"].get("median_hop_ms")]
     if hopped:
         lines += ["Where the middleware time goes: median ms per hop, from the sender's end of work (frames rendered; "
-                  "output computed) to the receiver's reaction or callback starting on it (wall clock, one host).", "",
+                  "output computed) to the receiver holding it (its reaction or callback started and the value decoded; wall clock, "
+                  "one host).", "",
                   "| system | " + " | ".join(HOPS.values()) + " |", "|---" * (len(HOPS) + 1) + "|"]
         for n in hopped:
             hop = res[n]["summary"]["median_hop_ms"]
@@ -415,6 +423,8 @@ def main(argv=None) -> int:
             p.error(f"--only: unknown system(s) {', '.join(bad)}; choose from {', '.join(SYSTEMS)}")
     plan = PLANS["full" if args.full else "quick"]
     args.out.mkdir(parents=True, exist_ok=True)
+    # Killed (SIGTERM): unwind like Ctrl-C, so that each system's processes are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"run.py: terminated; stopped the {LABELS.get(current[0], 'running')} run"))
     rep = run(systems, plan, args.seed, args.carla)
     # DATE-quick for --quick (as bench/run.sh names its reports), so that a
     # quick run never overwrites the day's full results.
@@ -450,6 +460,7 @@ def run(systems, plan: dict, seed: int = 0, carla: str | None = None) -> dict:
                     continue
                 log(f"==> round {k + 1}/{plan['rounds']}, [{i}/{len(systems)}] {LABELS[name]}: {plan['warmup']} warm-up + {plan['steps']} measured steps")
                 t = time.monotonic()
+                current[0] = name
                 try:
                     r = run_system(name, plan, seed, Path(tmp), carla)
                 except Skip as e:

@@ -73,9 +73,7 @@ class Simulator(hprm.Reactor):
             self.send_frames(ctx, c["step"] + 1)
 
     def send_frames(self, ctx, step):
-        t, ms = stages.timed(self.render, ctx)
-        self.log.render_ms = ms
-        bev, rgb = t
+        (bev, rgb), self.log.render_ms = stages.timed(self.render, ctx)
         self.log.sending()
         ctx.set(self.bev, {"step": step, "bev": bev, "measurements": self.world.measurements()})
         ctx.set(self.rgb, {"step": step, "rgb": rgb})
@@ -111,8 +109,8 @@ class Agent(hprm.Reactor):
 
     @hprm.reaction(triggers="bev", effects="action")
     def act(self, ctx):
-        t0 = time.time()  # wall clock: the report's hop times compare it across processes
         f = self.bev.value
+        t0 = time.time()  # the frame is in hand (wall clock: hop times compare it across processes)
         action, ms = stages.timed(self.agent.act, f["bev"], f["measurements"])
         ctx.set(self.action, {"step": f["step"], "action": action, "ms": ms, "t": (t0, time.time())})
 
@@ -132,8 +130,8 @@ class Detector(hprm.Reactor):
 
     @hprm.reaction(triggers="rgb", effects="boxes")
     def detect(self, ctx):
-        t0 = time.time()
         f = self.rgb.value
+        t0 = time.time()
         boxes, ms = stages.timed(self.detector.detect, f["rgb"])
         ctx.set(self.boxes, {"step": f["step"], "boxes": boxes, "ms": ms, "t": (t0, time.time())})
 
@@ -147,8 +145,8 @@ class Fusion(hprm.Reactor):
 
     @hprm.reaction(triggers="action, boxes", effects="control")
     def fuse(self, ctx):
-        t0 = time.time()
         a, b = self.action.value, self.boxes.value
+        t0 = time.time()
         if a is None or b is None or a["step"] != b["step"]:
             # Decentralized, past the STP: one input is late. Skip the step's
             # fusion rather than pair outputs of different steps.
