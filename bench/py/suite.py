@@ -143,7 +143,10 @@ def judge_10mb(report) -> dict:
     why = []
     if not met and ratios:
         need = min(base[k] / SPEEDUP_10MB for k in ratios)
-        why.append(f"{SPEEDUP_10MB:g}x needs HPRM at or under {fmt(need)} ms here; " + fixed_cost_sentence(report, best, size) + ".")
+        why.append(f"{SPEEDUP_10MB:g}x needs HPRM at or under {fmt(need)} ms here; " + fixed_cost_sentence(report, best, size) + ". "
+                   "What would likely close it (not tried in this run): a source that produces its frame in the store "
+                   "(`ctx.alloc_array`, as a camera driver would) instead of copying a finished array in, which takes the memcpy off "
+                   "the path, and fewer blocking store round trips per hop (see broadcast_1mb).")
     return {"name": "broadcast_10mb", "met": met, "line": line, "why": why}
 
 
@@ -223,10 +226,11 @@ def judge_small(report) -> dict:
         if over and under:
             z, u = over[0], under[-1]
             d = spoint(report, hk, z)["one_way"]["median_us"] - spoint(report, hk, u)["one_way"]["median_us"]
-            why.append(f"At {size_label(z)} the array is at or over the 65,536-byte out-of-band threshold: it goes through the store "
-                       f"(the sender's create + copy + seal, the receiver's get before its reaction), {fmt(d)} µs more one-way than "
-                       f"{size_label(u)} in the message. What would close it: a higher out-of-band threshold for small-message programs "
-                       "(`hprm.Program(threshold=...)`), or store hops without blocking round trips (see broadcast_1mb).")
+            why.append(f"At {size_label(z)} the array is at or over the 65,536-byte out-of-band threshold, and with the message's "
+                       "header it would not fit one 64 KiB socket frame anyway (`hprm_node::payload::MAX_INLINE`; a larger `threshold=` "
+                       "does not change it): it goes through the store (the sender's create + copy + seal, the receiver's get before "
+                       f"its reaction), {fmt(d)} µs more one-way than {size_label(u)} in the message. What would likely close it: store "
+                       "hops without blocking round trips (see broadcast_1mb), or larger eager frames for peer sockets.")
         else:
             why.append("See the table below: a size where a baseline's p50 is under HPRM's.")
     return {"name": "small", "met": met, "line": line, "why": why}
@@ -251,9 +255,10 @@ def rust_small(node_json: Path | None) -> dict | None:
         small.append({"size_bytes": r["size"], "path": r["coordination"], "one_way_p50_us": r["one_way"]["median_us"],
                       "one_way_p99_us": r["one_way"]["p99_us"], "rtt_p50_us": r["rtt"]["median_us"]})
     floors = []
-    for f in (d.get("floors") or {}).get("small", []) if isinstance(d.get("floors"), dict) else []:
+    for f in (d.get("floors") or {}).get("ping_pong", []):
         try:
-            floors.append({"size_bytes": f["size"], "path": f.get("label") or f.get("path"), "one_way_p50_us": f["one_way"]["median_us"],
+            path = f"{'Unix socket' if f['transport'] == 'uds' else 'TCP'} floor, {'polling' if f['polling'] else 'blocking'}"
+            floors.append({"size_bytes": f["size"], "path": path, "one_way_p50_us": f["one_way"]["median_us"],
                            "one_way_p99_us": f["one_way"]["p99_us"], "rtt_p50_us": f["rtt"]["median_us"]})
         except (KeyError, TypeError):
             continue
