@@ -411,6 +411,11 @@ def main(argv=None) -> int:
     p.add_argument("--detector-width", type=float, help="YOLOv5 width multiple for every system (default 0.25; 0.5 = YOLOv5s; "
                    "smaller ones make the middleware's share of a step larger)")
     args = p.parse_args(argv)
+    if args.carla:
+        from world import carla_problem  # noqa: PLC0415
+
+        if carla_problem(args.carla):
+            p.error(carla_problem(args.carla))
     if args.detector_width is not None:
         if not 0 < args.detector_width <= 1:
             p.error("--detector-width must be in (0, 1], e.g. 0.25 (YOLOv5n) or 0.5 (YOLOv5s)")

@@ -41,7 +41,7 @@ import numpy as np
 import hprm
 import stages
 from steplog import StepLog
-from world import BEV_SHAPE, RGB_SHAPE, make_world
+from world import BEV_SHAPE, RGB_SHAPE, carla_problem, make_world
 
 
 class Simulator(hprm.Reactor):
@@ -180,14 +180,8 @@ def parse_args(argv=None):
         stages.DETECTOR_WIDTH = args.detector_width
     if args.steps < 1 or args.warmup < 1:
         p.error("--steps and --warmup must be at least 1")
-    if args.carla:
-        host, _, port = args.carla.rpartition(":")
-        if not host or not port.isdigit():
-            p.error(f"--carla {args.carla!r}: give the server as HOST:PORT, e.g. localhost:2000")
-        import importlib.util
-
-        if importlib.util.find_spec("carla") is None:
-            p.error("--carla needs CARLA's Python client: pip install carla (the version of the server)")
+    if args.carla and carla_problem(args.carla):
+        p.error(carla_problem(args.carla))
     return args
 
 

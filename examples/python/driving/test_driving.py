@@ -51,7 +51,12 @@ def test_decentralized_runs_every_step(tmp_path):
     assert all(ms > 0 for ms in r["loop_ms"])
 
 
-def test_bad_flag_is_one_clear_error():
-    r = subprocess.run([sys.executable, str(HERE / "driving.py"), "--steps", "0"], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps and --warmup must be at least 1"),
+    (["--carla", "nohost"], "give the server as HOST:PORT"),
+    (["--detector-width", "3"], "--detector-width must be in (0, 1]"),
+])
+def test_bad_flag_is_one_clear_error(args, message):
+    r = subprocess.run([sys.executable, str(HERE / "driving.py"), *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
-    assert "--steps and --warmup must be at least 1" in r.stderr
+    assert message in r.stderr

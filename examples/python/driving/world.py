@@ -78,14 +78,14 @@ class CarlaWorld:
     costs the same order of work and has the same size)."""
 
     def __init__(self, address: str, seed: int) -> None:
-        try:
-            import carla
-        except ImportError as e:
-            raise RuntimeError(f"--carla needs CARLA's Python client ({e}); pip install carla (its version must match the server's)") from e
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"--carla {address!r}: give the server as HOST:PORT, e.g. localhost:2000")
+        problem = carla_problem(address)
+        if problem:
+            raise RuntimeError(problem)
         import queue
+
+        import carla
+
+        host, _, port = address.rpartition(":")
 
         self._carla = carla
         self.client = carla.Client(host, int(port))
@@ -146,6 +146,19 @@ class CarlaWorld:
         self.camera.destroy()
         self.vehicle.destroy()
         self.world.apply_settings(self._settings)
+
+
+def carla_problem(address: str) -> str | None:
+    """Why ``--carla ADDRESS`` cannot work here, or None (checked before
+    any process starts, so a bad flag is one clear error)."""
+    import importlib.util
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return f"--carla {address!r}: give the server as HOST:PORT, e.g. localhost:2000"
+    if importlib.util.find_spec("carla") is None:
+        return "--carla needs CARLA's Python client: pip install carla (the version of the server)"
+    return None
 
 
 def make_world(seed: int, carla: str | None = None):
