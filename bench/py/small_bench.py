@@ -23,8 +23,8 @@ from pybench import BenchError, log, summarize
 PLANS = {
     # 64 KB (64,000 bytes: in the message) and 64 KiB (65,536: at the
     # out-of-band threshold, through the store) both: the issue says 64 KB.
-    "quick": dict(sizes=[8, 512, 4096, 64_000, 65_536], rounds=200, warmup=20, passes=1),
-    "full": dict(sizes=[8, 64, 512, 4096, 32_768, 64_000, 65_536], rounds=1000, warmup=100, passes=3),
+    "quick": dict(sizes=[8, 512, 4096, 64_000, 65_536], rounds=200, warmup=20, passes=1, rate_messages=20_000, rate_warmup=2_000),
+    "full": dict(sizes=[8, 64, 512, 4096, 32_768, 64_000, 65_536], rounds=1000, warmup=100, passes=3, rate_messages=100_000, rate_warmup=10_000),
 }
 ROUND_LIMIT_S = 0.05  # per ping, on top of the start-up allowance
 
@@ -91,7 +91,8 @@ def measure(plan: dict, skip=(), progress=log) -> dict:
                     acc["rtt_ns"] += pt["rtt_ns"]
                 line = ", ".join(f"{sz} B {summarize(v['one_way_ns'][-plan['rounds']:])['median_us']:.0f} µs" for sz, v in pooled[s.key].items())
                 progress(f"  small pass {p + 1}/{plan['passes']}: {s.label}: one-way p50 {line} ({doc['seconds']} s)")
-    out = {"plan": plan, "systems": {}, "skipped": skipped}
+        out_rate = measure_rate(plan, live, Path(tmp), errors, progress)
+    out = {"plan": plan, "systems": {}, "skipped": skipped, "rate": out_rate}
     for s in sysv:
         entry = {"label": s.label, "points": []}
         if s.key in errors:
@@ -102,6 +103,39 @@ def measure(plan: dict, skip=(), progress=log) -> dict:
             rt.pop("samples_us")
             entry["points"].append({"size_bytes": size, "one_way": ow, "rtt": rt})
         out["systems"][s.key] = entry
+    return out
+
+
+def measure_rate(plan: dict, live: list, workdir: Path, errors: dict, progress) -> dict:
+    """Sustained rate of 8-byte messages, one sender, one receiver: each
+    system's rate program (rate_hprm.py; small_peers.py --rate)."""
+    if "rate_messages" not in plan:
+        return {}
+    py = sys.executable
+    argv = {
+        "hprm_py_decentralized": [py, str(HERE / "rate_hprm.py"), "--coordination", "decentralized"],
+        "hprm_py_centralized": [py, str(HERE / "rate_hprm.py"), "--coordination", "centralized"],
+        "socket": [py, str(HERE / "small_peers.py"), "--system", "socket", "--rate", "--sizes", "8"],
+        "rclpy": [py, str(HERE / "small_peers.py"), "--system", "rclpy", "--rate", "--sizes", "8"],
+        "dora": [py, str(HERE / "small_peers.py"), "--system", "dora", "--rate", "--sizes", "8"],
+    }
+    n, w = plan["rate_messages"], plan["rate_warmup"]
+    out = {}
+    for s in live:
+        if s.key not in argv or s.key in errors:
+            continue
+        count = ["--messages", str(n)] if s.key.startswith("hprm") else ["--rounds", str(n)]
+        doc = run_program([*argv[s.key], *count, "--warmup", str(w)], workdir / f"rate-{s.key}", 120 + n * 0.001)
+        if doc.get("error"):
+            if s.required:
+                raise BenchError(f"{s.label} (rate) failed: {doc['error']}")
+            out[s.key] = {"label": s.label, "error": doc["error"]}
+            progress(f"  rate: {s.label}: {doc['error'].splitlines()[0]}")
+            continue
+        rate = doc["messages"] / doc["span_s"] if doc["span_s"] > 0 else float("inf")
+        out[s.key] = {"label": s.label, "sent": doc["sent"], "received": doc["messages"] + 1, "seconds": round(doc["span_s"], 4),
+                      "msgs_per_s": round(rate)}
+        progress(f"  rate: {s.label}: {rate:,.0f} messages/s ({doc['messages'] + 1:,} of {doc['sent']:,} received)")
     return out
 
 

@@ -197,6 +197,8 @@ def rclpy_run(args, role: str) -> None:
 
 
 def dora_node(args, role: str) -> None:
+    if args.rate:
+        return dora_rate_node(args)
     import pyarrow as pa
     from dora import Node
 
@@ -356,14 +358,153 @@ def iceoryx2_run(args, role: str) -> None:
             pong.kill()
 
 
+# ----------------------------------------------------------------------- rate
+# --rate: a sustained stream instead of the ping-pong: ping sends
+# warmup + rounds messages of the (first) size as fast as it can, pong
+# counts them and writes {"messages", "sent", "seconds"}: the messages
+# between the first measured one and the last, and the time between them.
+
+
+class Counter:
+    def __init__(self, args):
+        self.args, self.count, self.first, self.last = args, 0, 0, 0
+
+    def got(self) -> None:
+        self.count += 1
+        now = time.perf_counter_ns()
+        if self.count == self.args.warmup + 1:
+            self.first = now
+        self.last = now
+
+    @property
+    def total(self) -> int:
+        return self.args.warmup + self.args.rounds
+
+    def write(self) -> None:
+        from small_common import write_result
+
+        measured = self.count - self.args.warmup - 1
+        if measured < 1:
+            write_result(self.args.out, error=f"the receiver got {self.count} of {self.total} messages (the rest were dropped), "
+                                              f"not more than the {self.args.warmup} warm-up ones")
+        else:
+            write_result(self.args.out, [], [], None, messages=measured, sent=self.args.rounds, span_s=(self.last - self.first) / 1e9)
+
+
+def socket_rate(args) -> None:
+    size = args.sizes[0]
+    if args.role == "pong":
+        c = Counter(args)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(args.sock)
+        buf = bytearray(4 + size)
+        view = memoryview(buf)
+        try:
+            while c.count < c.total:
+                recv_exact(s, view, 4 + size)
+                c.got()
+        except ConnectionError:
+            pass
+        c.write()
+        return
+    with tempfile.TemporaryDirectory(prefix="rate-sock-") as tmp:
+        path = os.path.join(tmp, "s")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(1)
+        pong = subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--role", "pong", "--sock", path])
+        srv.settimeout(HELLO_TIMEOUT_S)
+        conn, _ = srv.accept()
+        frame = size.to_bytes(4, "little") + bytes(size)
+        for _ in range(args.warmup + args.rounds):
+            conn.sendall(frame)
+        pong.wait(60)
+        conn.close()
+
+
+def rclpy_rate(args) -> None:
+    import array
+
+    import rclpy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import UInt8MultiArray
+
+    qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    rclpy.init()
+    node = rclpy.create_node(f"rate_{args.role or 'ping'}")
+    if args.role == "pong":
+        c = Counter(args)
+        node.create_subscription(UInt8MultiArray, "rate", lambda m: c.got(), qos)
+        idle_since = time.monotonic()
+        while c.count < c.total and os.getppid() != 1:
+            before = c.count
+            rclpy.spin_once(node, timeout_sec=0.1)
+            if c.count != before:
+                idle_since = time.monotonic()
+            elif c.count > 0 and time.monotonic() - idle_since > 2.0:
+                break  # the rest was dropped (reliable, but a bounded history)
+        c.write()
+        rclpy.shutdown()
+        return
+    pub = node.create_publisher(UInt8MultiArray, "rate", qos)
+    pong = subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--role", "pong"])
+    deadline = time.monotonic() + HELLO_TIMEOUT_S
+    while pub.get_subscription_count() < 1:
+        if time.monotonic() > deadline:
+            fail(args.out, f"discovery: the receiver did not subscribe within {HELLO_TIMEOUT_S:g} s")
+        rclpy.spin_once(node, timeout_sec=0.05)
+    time.sleep(0.5)  # the subscription matched on this side; give the other side a moment
+    msg = UInt8MultiArray()
+    msg.data = array.array("B", bytes(args.sizes[0]))
+    for _ in range(args.warmup + args.rounds):
+        pub.publish(msg)
+    try:
+        pong.wait(120)
+    except subprocess.TimeoutExpired:
+        pong.kill()
+    rclpy.shutdown()
+
+
+def dora_rate_node(args) -> None:
+    import pyarrow as pa
+    from dora import Node
+
+    node = Node()
+    if args.role == "pong":
+        c = Counter(args)
+        for event in node:
+            if event["type"] == "INPUT":
+                c.got()
+                if c.count >= c.total:
+                    break
+            elif event["type"] == "STOP":
+                break
+        c.write()
+        return
+    data = pa.array(np.zeros(args.sizes[0], np.uint8))
+    for _ in range(args.warmup + args.rounds):
+        node.send_output("ping", data)
+
+
 def main() -> None:
     def extra(p):
         p.add_argument("--system", choices=("socket", "rclpy", "dora", "iceoryx2"), required=True)
         p.add_argument("--role", choices=("ping", "pong"), help="(internal)")
         p.add_argument("--sock", help="(internal) the socket floor's path")
         p.add_argument("--service", help="(internal) iceoryx2 service prefix")
+        p.add_argument("--rate", action="store_true", help="a sustained stream of --rounds messages of the first size, not a ping-pong")
 
     args = parse_args(extra=extra)
+    if args.rate:
+        if args.system == "socket":
+            socket_rate(args)
+        elif args.system == "rclpy":
+            rclpy_rate(args)
+        elif args.system == "dora":
+            dora_rate_node(args) if args.role else dora_run(args)
+        else:
+            fail(args.out, f"--rate is not implemented for {args.system}")
+        return
     if args.system == "socket":
         socket_pong(args) if args.role == "pong" else socket_ping(args)
     elif args.system == "rclpy":

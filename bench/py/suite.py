@@ -8,7 +8,9 @@ BENCHMARKS.md, one report. bench/run.sh sets up the venv and calls this
 
 Writes DIR/STEM.json, DIR/STEM.md and DIR/STEM-{broadcast-echo,
 broadcast-fresh,small}.png, STEM being the UTC date (a --full run) or
-DATE-quick; prints the .md path on stdout.
+DATE-quick; prints the .md path on stdout. A run with --only replaces
+those workloads' sections of the day's report (same mode) and keeps the
+others, each section with the time it was measured.
 Progress on stderr. Every "why" sentence of a missed target is computed
 from the figures of the same run. A baseline that is missing or fails is
 reported as skipped with the reason; HPRM failing fails the run (exit 1).
@@ -303,6 +305,8 @@ def render_broadcast(report) -> list[str]:
     p = b["plan"]
     keys = [k for k in b["systems"] if b["systems"][k]["points"] or k in b["skipped"]]
     L = [f"## Broadcast and gather: 1 source, {b['receivers']} receivers, each a process ({p['rounds']} rounds after {p['warmup']} warm-up)\n"]
+    if b.get("started_utc"):
+        L.append(f"Measured from {b['started_utc']}.\n")
     L.append("Latency: the source's clock from the send of round r to the last of the 4 replies of round r received. "
              "*echo*: each receiver sends back what it received; *fresh*: each sends a new array of the size. "
              "memcpy: one copy of the size between pre-touched numpy arrays in one process (the floor). Systems:\n")
@@ -374,6 +378,8 @@ def render_small(report) -> list[str]:
     s = report["small"]
     p = s["plan"]
     L = [f"## Small messages: ping-pong, one-way and round trip ({p['rounds']} rounds after {p['warmup']} warm-up per size, {p['passes']} pass(es))\n"]
+    if s.get("started_utc"):
+        L.append(f"Measured from {s['started_utc']}.\n")
     L.append("ping sends a uint8 array of the size with its send stamp; pong stamps it on arrival and echoes it; one-way = pong's stamp - "
              "ping's (one host, CLOCK_MONOTONIC), round trip by ping's clock. Python processes for every row of this table. "
              "Ratio: one-way p50 / HPRM Python decentralized's.\n")
@@ -395,6 +401,21 @@ def render_small(report) -> list[str]:
         L.append("Failed: " + "; ".join(f"{a}: {e.splitlines()[0]}" for a, e in errs) + "\n")
     if s["skipped"]:
         L.append("Skipped: " + "; ".join(f"{k}: {v}" for k, v in s["skipped"].items()) + "\n")
+    rate = s.get("rate") or {}
+    if rate:
+        L.append(f"### Sustained rate, Python: 8-byte messages, one sender, one receiver ({p.get('rate_messages', 0):,} measured after "
+                 f"{p.get('rate_warmup', 0):,})\n")
+        L.append("The sender sends as fast as it can (HPRM: a logical action rescheduled every microstep, fast mode); the receiver "
+                 "counts; rate = messages received per second between the first and the last measured one. A system that drops "
+                 "messages under the load says so in the received column.\n")
+        L.append("| system | sent | received | seconds | messages/s |")
+        L.append("|---|---:|---:|---:|---:|")
+        for r in rate.values():
+            if "error" in r:
+                L.append(f"| {r['label']} | | failed: {r['error'].splitlines()[0]} | | |")
+            else:
+                L.append(f"| {r['label']} | {r['sent']:,} | {r['received']:,} | {r['seconds']} | {r['msgs_per_s']:,} |")
+        L.append("")
     rust = report.get("rust")
     if rust:
         L.append(f"### Rust federates (node-bench, {rust['source']}, same invocation)\n")
@@ -525,13 +546,29 @@ def main(argv=None) -> int:
     except BenchError as e:
         log(f"suite: HPRM failed: {e}")
         return 1
+    # A run of some workloads updates their sections of the day's report of
+    # the same mode and keeps the others, each section saying when it ran.
+    stem = a.out / (report["date"] if mode == "full" else f"{report['date']}-quick")
+    for section in ("broadcast", "small"):
+        if section in report:
+            report[section]["started_utc"] = report["started_utc"]
+    try:
+        earlier = json.loads(Path(f"{stem}.json").read_text())
+    except (OSError, ValueError):
+        earlier = None
+    if earlier and earlier.get("mode") == mode:
+        for section in ("broadcast", "small"):
+            if section not in only and section in earlier:
+                report[section] = earlier[section]
+                report[section].setdefault("started_utc", earlier.get("started_utc"))
+                if section == "small" and "rust" in earlier:
+                    report["rust"] = earlier["rust"]
+                log(f"  kept the {section} section of {stem}.json (run {report[section]['started_utc']})")
     report["pipeline_md"] = a.pipeline_md
     report["loadavg_end"] = loadavg()
     report["seconds"] = round(time.monotonic() - started, 1)
     report["targets"] = judge(report)
     a.out.mkdir(parents=True, exist_ok=True)
-    # A quick run does not replace the day's full one.
-    stem = a.out / (report["date"] if mode == "full" else f"{report['date']}-quick")
     for section in ("broadcast",):
         for s in report.get(section, {}).get("systems", {}).values():
             for p in s["points"]:

@@ -75,7 +75,7 @@ def test_memcpy_floor():
 
 
 def small_plan(**kw):
-    return dict(sizes=SMALL_SIZES, rounds=1, warmup=0, passes=1, **kw)
+    return dict(sizes=SMALL_SIZES, rounds=1, warmup=0, passes=1, rate_messages=50, rate_warmup=5, **kw)
 
 
 def test_small_hprm_and_socket_floor():
@@ -87,6 +87,11 @@ def test_small_hprm_and_socket_floor():
         for p in pts:
             assert p["one_way"]["n"] == 1 and 0 < p["one_way"]["median_us"] <= p["rtt"]["median_us"]
     assert set(r["skipped"]) == set(skip)
+    # The sustained-rate stream: every message of a lossless path arrives.
+    for key in ("hprm_py_decentralized", "hprm_py_centralized", "socket"):
+        rate = r["rate"][key]
+        assert "error" not in rate, rate
+        assert rate["received"] == rate["sent"] == 50 and rate["msgs_per_s"] > 0
 
 
 @pytest.mark.parametrize("key", ["iceoryx2", "rclpy", "dora"])
@@ -97,6 +102,8 @@ def test_small_baseline(key):
     r = sb.measure(small_plan(), skip=others, progress=lambda _: None)
     assert "error" not in r["systems"][key], r["systems"][key].get("error")
     assert [p["size_bytes"] for p in r["systems"][key]["points"]] == SMALL_SIZES
+    if key in r["rate"]:  # iceoryx2 has no rate program
+        assert "error" not in r["rate"][key] and r["rate"][key]["received"] >= 1, r["rate"][key]
 
 
 @pytest.fixture(scope="module")
