@@ -209,4 +209,6 @@ if __name__ == "__main__":
             models.ensure_models(args.seed, stages.DETECTOR_WIDTH)
         except RuntimeError as e:
             sys.exit(f"error: {e}")
-    build(args).launch(fast=True)
+    # --populate: the store's memory (and each federate's mapping of it) is
+    # faulted in at start, so writing a fresh frame does not page-fault.
+    build(args).launch(fast=True, store_args=["--populate"])
