@@ -2,12 +2,13 @@
 # HPRM against ROS 2, dora-rs, iceoryx2 and the raw floors, side by side, in
 # one command (issue 7; BENCHMARKS.md workloads 3, 4 and 5):
 #
-#   bench/run.sh [--quick|--full] [--only NAME[,NAME]] [--skip SYSTEMS] [--no-install]
+#   bench/run.sh [--quick|--full] [--only NAME[,NAME]] [--skip SYSTEMS] [--no-install] [--out DIR]
 #
 #   NAME: broadcast (workload 3: 1 source -> 4 receivers -> replies, 1 KB-50 MB)
 #         small     (workload 4: ping-pong 8 B-64 KiB, Python; Rust via node-bench)
 #         pipeline  (workload 5: the driving pipeline, bench/pipeline/run.py)
 #   SYSTEMS: baselines to leave out, e.g. --skip ros2_shm,dora
+#   DIR: where the results go (default bench/results)
 #
 # Installs what it needs into its own venv ($HPRM_BENCH_VENV, by default
 # bench/.venv/bench): a real ROS 2 from PyPI wheels (ros2-bridge/setup-ros2.sh)
@@ -34,6 +35,8 @@ while [ $# -gt 0 ]; do
         --skip) [ $# -ge 2 ] || { echo "run.sh: --skip needs a value, e.g. ros2_shm,dora" >&2; exit 2; }; skip=$2; shift ;;
         --skip=*) skip=${1#--skip=} ;;
         --no-install) install=0 ;;
+        --out) [ $# -ge 2 ] || { echo "run.sh: --out needs a directory" >&2; exit 2; }; out=$2; shift ;;
+        --out=*) out=${1#--out=} ;;
         -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument '$1'; see bench/run.sh --help" >&2; exit 2 ;;
     esac
@@ -46,7 +49,7 @@ has() { [[ ",$only," == *",$1,"* ]]; }
 
 bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$bench_dir")
-results="$bench_dir/results"
+results=$(realpath -m "${out:-$bench_dir/results}")
 venv="${HPRM_BENCH_VENV:-$bench_dir/.venv/bench}"
 started=$SECONDS
 step() { printf '==> %s\n' "$*" >&2; }
@@ -87,7 +90,9 @@ if has pipeline; then
     if [ -f "$bench_dir/pipeline/run.py" ]; then
         step "workload 5: the driving pipeline (bench/pipeline/run.py $mode)"
         if "$py" "$bench_dir/pipeline/run.py" "$mode" --out "$results"; then
-            [ -f "$results/pipeline-$date.md" ] && pipeline_md="pipeline-$date.md"
+            for f in "pipeline-$date$([ "$mode" = --quick ] && echo -quick).md" "pipeline-$date.md"; do
+                if [ -f "$results/$f" ]; then pipeline_md=$f; break; fi
+            done
         else
             warn "the driving pipeline failed (see above)"
             pipeline_failed=1
