@@ -57,7 +57,7 @@ warn() { printf '==> WARNING: %s\n' "$*" >&2; }
 
 # The ROS 2 wheels are built for CPython 3.11: prefer it.
 export PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
-extras="dora-rs-cli dora-rs pyarrow iceoryx2 matplotlib pytest maturin onnx onnxruntime"
+extras="dora-rs-cli dora-rs pyarrow iceoryx2 matplotlib pytest maturin onnx onnxruntime psutil"
 if [ "$install" = 1 ]; then
     step "ROS 2 (rclpy, Fast DDS) and the baselines into $venv: ros2-bridge/setup-ros2.sh (extras: $extras)"
     if ! HPRM_ROS2_EXTRA="$extras" "$root/ros2-bridge/setup-ros2.sh" "$venv" >/dev/null; then
@@ -131,6 +131,12 @@ if [ -n "$workloads" ]; then
     [ -n "$skip" ] && args+=(--skip "$skip")
     "$py" "$bench_dir/py/suite.py" "${args[@]}" >/dev/null
     step "report: $results/$date$([ "$mode" = --quick ] && echo -quick).md"
+fi
+# Fast DDS leaves the shared-memory segments of participants that were
+# killed (a baseline stopped at its timeout) in /dev/shm; remove the
+# unused ones (psutil is what `fastdds shm clean` needs).
+if command -v fastdds >/dev/null; then
+    fastdds shm clean >/dev/null 2>&1 || warn "fastdds shm clean failed; leftover fastdds_* segments may remain in /dev/shm"
 fi
 step "done in $((SECONDS - started)) s"
 [ -z "${pipeline_failed:-}" ]

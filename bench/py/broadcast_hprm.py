@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 import hprm
-from broadcast_common import RECEIVERS, ROUND_TIMEOUT_S, fill_byte, fresh_reply, make_payload, mark, parse_args, reply_problem, write_result
+from broadcast_common import RECEIVERS, ROUND_TIMEOUT_S, fresh_reply, make_payload, mark, parse_args, reply_problem, write_result
 
 ARGS = parse_args(extra=lambda p: p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True))
 SIZE, VARIANT, WARMUP, TOTAL = ARGS.size, ARGS.variant, ARGS.warmup, ARGS.warmup + ARGS.rounds

@@ -99,16 +99,22 @@ class Plain:
 
 
 class Shm:
-    """Arrays pickled into shared-memory segments; only the name travels."""
+    """Arrays pickled into shared-memory segments; only the name travels.
+    Every segment of a run is named PREFIX-PID-N (PREFIX names the source
+    process), so that the source can remove what a failed or interrupted
+    run left behind (see sweep)."""
 
     msg_type = String
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, prefix: str):
         self.size = size
+        self.prefix = prefix
+        self.made = 0
 
     def make(self, arr: np.ndarray, round_: int):
         blob = pickle.dumps(arr, protocol=5)
-        seg = shared_memory.SharedMemory(create=True, size=len(blob))
+        self.made += 1
+        seg = shared_memory.SharedMemory(create=True, size=len(blob), name=f"{self.prefix}-{os.getpid()}-{self.made}")
         seg.buf[: len(blob)] = blob
         name = seg.name
         seg.close()
@@ -133,6 +139,15 @@ class Shm:
 
     def fresh(self, round_: int):
         return self.make(fresh_reply(np.empty(self.size, np.uint8), round_), round_)
+
+    def sweep(self) -> None:
+        """Unlinks every segment of this run still there (after a failure)."""
+        for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+            if name.startswith(self.prefix + "-"):
+                try:
+                    os.unlink(os.path.join("/dev/shm", name))
+                except OSError:
+                    pass
 
     def done(self, msg) -> None:
         """Unlinks the segment a message names (the reader of a reply, or the
@@ -243,7 +258,8 @@ def main() -> None:
         p.add_argument("--receiver", type=int, default=None, help="(internal) run receiver N")
 
     args = parse_args(extra=extra)
-    transport = (Plain if args.transport == "plain" else Shm)(args.size)
+    source_pid = os.getppid() if args.receiver is not None else os.getpid()
+    transport = Plain(args.size) if args.transport == "plain" else Shm(args.size, f"hprm-bench-bcast-{source_pid}")
     if args.receiver is not None:
         receiver(args.receiver, transport, args.variant)
         return
@@ -257,6 +273,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if isinstance(transport, Shm):
+            transport.sweep()
 
 
 if __name__ == "__main__":
