@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import array
 import json
+import os
 import pickle
 import sys
 import time
@@ -47,6 +48,9 @@ from world import BEV_SHAPE, RGB_SHAPE, make_world  # noqa: E402
 
 QOS = QoSProfile(depth=4, reliability=ReliabilityPolicy.RELIABLE)
 TOPICS = ("bev", "rgb", "action", "boxes", "control")
+# Segments are named with the runner's prefix, so that it can sweep what a
+# crashed simulator left behind (run.py removes /dev/shm/PREFIX* after a run).
+SHM_PREFIX = os.environ.get("PIPELINE_SHM_PREFIX", f"hprm-pipeline-{os.getpid()}-")
 RESEND_S = 3.0  # step 0 is sent again until a control comes back (discovery may drop it)
 
 
@@ -89,7 +93,7 @@ class Frames:
         if not self.sm:
             return image(step, frame[key])
         blob = pickle.dumps(frame, protocol=5)
-        seg = shared_memory.SharedMemory(create=True, size=len(blob))
+        seg = shared_memory.SharedMemory(name=f"{SHM_PREFIX}{step}-{key}", create=True, size=len(blob))
         seg.buf[: len(blob)] = blob
         self.segments.setdefault(step, []).append(seg)
         return String(data=json.dumps({"step": step, "segment": seg.name}))

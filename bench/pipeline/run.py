@@ -152,7 +152,8 @@ def run_ros2(variant: str, plan: dict, seed: int, tmp: Path, carla: str | None) 
                    "rerun HPRM_ROS2_EXTRA='onnx onnxruntime' ros2-bridge/setup-ros2.sh VENV")
     report = tmp / f"{variant}.json"
     # A domain of its own, so a run next to another ROS 2 program does not cross-talk.
-    env = dict(os.environ)
+    prefix = f"hprm-pipeline-{os.getpid()}-{variant}-"
+    env = dict(os.environ, PIPELINE_SHM_PREFIX=prefix)
     env.setdefault("ROS_DOMAIN_ID", str(40 + os.getpid() % 50))
     procs, logs = [], []
     try:
@@ -178,6 +179,9 @@ def run_ros2(variant: str, plan: dict, seed: int, tmp: Path, carla: str | None) 
         for f in logs:
             if f:
                 f.close()
+        # What a crashed or killed simulator did not unlink.
+        for seg in Path("/dev/shm").glob(f"{prefix}*"):
+            seg.unlink(missing_ok=True)
     return read_report(report, f"{variant} simulator")
 
 
