@@ -42,9 +42,12 @@ cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 
 step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
 hprm-py/install.sh "$PWD/.venv"
+# The driving example (examples/python/driving) and its benchmark run ONNX
+# models (built at test time, random weights) on onnxruntime's CPU provider.
+.venv/bin/pip install -q onnx onnxruntime
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests bench/py 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/py bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
 
 step "summary"
 # cargo prints one "test result" line per test binary; add them up.
