@@ -6,13 +6,18 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system packages the tests use: Graphviz's dot (hprm graph renders SVG/PNG with it)"
-if ! command -v dot >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && apt-get install -y -qq graphviz >/dev/null) || echo "warning: could not install graphviz; the graph tests will fail"
-  else
-    echo "warning: Graphviz's dot is missing and cannot be installed here (not root); the graph tests will fail"
+# Graphviz's dot: hprm graph renders SVG/PNG with it. systemd-analyze (Debian
+# package systemd): the deploy tests verify the generated units with it.
+step "system packages the tests use: graphviz, systemd (for systemd-analyze)"
+missing=()
+command -v dot >/dev/null || missing+=(graphviz)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and run again" >&2
+    exit 1
   fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
@@ -20,16 +25,6 @@ hprm-store/schema/regen.sh --check
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-
-# The deploy tests (hprm-node/tests/deploy.rs) check the systemd units with systemd-analyze.
-step "making sure systemd-analyze is installed (Debian package systemd), for the deploy tests"
-if ! command -v systemd-analyze >/dev/null; then
-    if [ "$(id -u)" != 0 ]; then
-        echo "systemd-analyze is missing: install the Debian package systemd (sudo apt-get install systemd)" >&2
-        exit 1
-    fi
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd
-fi
 
 step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
 cargo test --workspace --all-targets 2>&1 | tee -a "$log"
@@ -43,8 +38,9 @@ cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
 hprm-py/install.sh "$PWD/.venv"
 # The driving example (examples/python/driving) and its benchmark run ONNX
-# models (built at test time, random weights) on onnxruntime's CPU provider.
-.venv/bin/pip install -q onnx onnxruntime
+# models (built at test time, random weights) on onnxruntime's CPU provider;
+# the benchmarks' smoke tests draw their plots with matplotlib.
+.venv/bin/pip install -q onnx onnxruntime matplotlib
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/py bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
