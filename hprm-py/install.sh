@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Python SDK with everything it needs into a virtual
-# environment: the `hprm` package (built by maturin) and the daemons
-# `hprm-store` and `hprm-rti` (installed as scripts of the package, so they
-# land in the venv's bin/ where the launcher finds them).
+# environment: the `hprm` package (built by maturin), the daemons
+# `hprm-store` and `hprm-rti`, and the `hprm` command (installed as scripts
+# of the package, so they land in the venv's bin/ where the launcher finds
+# them).
 #   hprm-py/install.sh [VENV]      (default: .venv at the repository root)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${1:-$root/.venv}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
-echo "==> building the daemons (release)"
-cargo build --release --manifest-path "$root/Cargo.toml" -p hprm-store -p hprm-rti
+echo "==> building the daemons and the hprm command (release)"
+cargo build --release --manifest-path "$root/Cargo.toml" -p hprm-store -p hprm-rti -p hprm-cli
 
 echo "==> staging them into the wheel (hprm-py/hprm.data/scripts)"
 mkdir -p "$root/hprm-py/hprm.data/scripts"
-cp "$CARGO_TARGET_DIR/release/hprm-store" "$CARGO_TARGET_DIR/release/hprm-rti" "$root/hprm-py/hprm.data/scripts/"
+cp "$CARGO_TARGET_DIR/release/hprm-store" "$CARGO_TARGET_DIR/release/hprm-rti" "$CARGO_TARGET_DIR/release/hprm" "$root/hprm-py/hprm.data/scripts/"
 
 echo "==> virtual environment $venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip >/dev/null
-"$venv/bin/pip" install -q maturin numpy pytest pyarrow
+"$venv/bin/pip" install -q maturin numpy pytest pyarrow mypy
 
 echo "==> building and installing the hprm wheel (maturin, release)"
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"

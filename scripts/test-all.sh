@@ -6,6 +6,22 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Graphviz's dot: hprm graph renders SVG/PNG with it. systemd-analyze (Debian
+# package systemd): the deploy tests verify the generated units with it.
+# libclang: r2r (the ROS 2 bridge) generates its bindings with bindgen.
+step "system packages the tests use: graphviz, systemd (for systemd-analyze), libclang-dev"
+missing=()
+command -v dot >/dev/null || missing+=(graphviz)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || missing+=(libclang-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and run again" >&2
+    exit 1
+  fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
 hprm-store/schema/regen.sh --check
 
@@ -17,15 +33,19 @@ cargo test --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
-cargo build --release -p hprm-store -p hprm-rti -p hprm-examples
+cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 
 step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
 hprm-py/install.sh "$PWD/.venv"
+# The driving example (examples/python/driving) and its benchmark run ONNX
+# models (built at test time, random weights) on onnxruntime's CPU provider;
+# the benchmarks' smoke tests draw their plots with matplotlib.
+.venv/bin/pip install -q onnx onnxruntime matplotlib
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests bench/py 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/py bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
 
 step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
 r2log=$(mktemp)

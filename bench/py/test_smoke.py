@@ -15,7 +15,6 @@ shared_memory and pickle always run.
 
 import importlib.util
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -141,12 +140,9 @@ def test_whole_run_hprm_only_writes_report(tmp_path):
     if importlib.util.find_spec("matplotlib") is None:
         return  # the plots are covered by test_plot when matplotlib is there
     plot_python = load_plot_python()
-    argv = sys.argv
-    sys.argv = ["plot_python.py", f"{stem}.json"]
-    try:
-        plot_python.main()
-    finally:
-        sys.argv = argv
+    report = json.loads(Path(f"{stem}.json").read_text())
+    for plot, path in plot_python.figures(report, stem):
+        plot(report, path)
     for suffix in ("write-delay", "serialization", "deserialization"):
         assert Path(f"{stem}-{suffix}.png").stat().st_size > 0
 

@@ -3,8 +3,8 @@
 `source` (Python) sends a counter and a numpy array; `doubler` (Rust,
 examples/src/bin/mixed-doubler.rs, which declares the same program) doubles
 both; `sink` (Python) prints what it gets. Both languages build the same
-program, declaring federates, reactors and ports in the same order, so
-their port ids agree. Run: `python examples/python/mixed.py [PATH-TO-mixed-doubler]`
+program, declaring federates and connections in the same order (the wire
+names a federate by its index and a message's port by its connection's). Run: `python examples/python/mixed.py [PATH-TO-mixed-doubler]`
 (default: target/release/mixed-doubler).
 """
 

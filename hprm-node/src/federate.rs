@@ -33,6 +33,13 @@ pub struct RunOptions {
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
+    /// Overrides the program's coordination (a launcher's `--coordination`;
+    /// every federate of the launch gets the same).
+    pub coordination: Option<Coordination>,
+    /// The program's runtime directory (`HPRM_RUNTIME_DIR`): where this
+    /// federate publishes its status for `hprm ps` and listens for taps
+    /// (`hprm topic`). One federate per directory and name.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -47,12 +54,17 @@ impl RunOptions {
             spin: Duration::from_micros(50),
             peer_transport: crate::peer::PeerTransport::default(),
             handle_signals: false,
+            coordination: None,
+            runtime_dir: None,
         }
     }
 }
 
 /// Runs one federate of `program` to its end.
-pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
+    if let Some(c) = opts.coordination {
+        program.coordination = c;
+    }
     program.validate()?;
     let fed = program.federate_named(&opts.federate).ok_or_else(|| NodeError::UnknownFederate {
         name: opts.federate.clone(),
@@ -60,6 +72,14 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
         known: program.federate_names().join(", "),
     })?;
     let idx = |f: FederateId| f.0 as u16;
+    crate::trace::init_from_env(&opts.federate);
+    // What a tap may watch: outputs that leave this federate.
+    let mut tappable: Vec<(crate::program::TriggerId, String)> = Vec::new();
+    for c in &program.connections {
+        if program.federate_of(c.from) == fed && program.federate_of(c.to) != fed && !tappable.iter().any(|(t, _)| *t == c.from) {
+            tappable.push((c.from, program.port_path(c.from)));
+        }
+    }
     let inbox = Arc::new(Inbox::new(opts.spin));
     if opts.handle_signals {
         crate::signal::forward_to(inbox.clone())?;
@@ -139,9 +159,41 @@ pub fn run_federate(program: Program, opts: RunOptions) -> Result<RunReport, Nod
         }
     };
     tracing::info!(federate = %opts.federate, start, "starting");
-    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start };
-    let sched = Scheduler::new(program, fed, sched_opts, clock, inbox, encoder, transport, &idx)?;
+    let watchdog = hprm_sd_notify::Watchdog::from_env();
+    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start, watchdog };
+    let federation = program.name.clone();
+    if let Some(t) = crate::trace::tracer() {
+        t.set_start(start);
+    }
+    let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, &idx)?;
+    let mut observed = None;
+    if let Some(dir) = &opts.runtime_dir {
+        // Observing is never a reason to fail: without it the federate runs unobserved.
+        let status = crate::status::Publisher::start(dir, &opts.federate, start, sched.board(), clock)
+            .inspect_err(|e| tracing::warn!("cannot start the status thread: {e}; `hprm ps` will not see this federate's progress"))
+            .ok();
+        let tap = match crate::tap::listen(dir, &opts.federate, tappable, start) {
+            Ok((hub, file)) => {
+                sched.set_tap(hub);
+                Some(file)
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for taps in {}: {e}; `hprm topic` will not reach this federate", dir.display());
+                None
+            }
+        };
+        observed = Some((status, tap));
+    }
+    // Joined, connected to its peers, start time agreed: under systemd the
+    // units ordered after this one may start now.
+    hprm_sd_notify::ready(&format!("federate {} of {federation}: running from start time {start}", opts.federate));
     let report = sched.run();
+    drop(observed);
+    crate::trace::finish();
+    hprm_sd_notify::stopping(&match &report {
+        Ok(r) => format!("federate {} finished after {} tags", opts.federate, r.tags),
+        Err(e) => format!("federate {} failed: {e}", opts.federate),
+    });
     drop(unix_socket);
     report
 }

@@ -8,16 +8,18 @@
 //! `hprm-rti`) are looked up in `$HPRM_BIN_DIR`, next to the running
 //! binary (and its parent, for cargo's `deps/`), then on `PATH`.
 
-use std::io::{BufRead, BufReader, Read};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::NodeError;
 use crate::federate::{run_federate, RunOptions};
-use crate::program::Program;
+use crate::manifest::{CoordinationMode, Manifest};
+use crate::program::{Coordination, Program};
 use crate::rti::RtiConfig;
 
 /// Builds the command that runs one federate, given its name.
@@ -46,11 +48,33 @@ pub struct Launch {
     /// Take SIGINT/SIGTERM and pass them on to the federates (a
     /// launcher process); leave off when launching from inside a test.
     pub handle_signals: bool,
+    /// Also write each federate's (and daemon's) output to `DIR/NAME.log`.
+    pub log_dir: Option<PathBuf>,
+    /// Colour the `[name]` prefixes (a terminal without NO_COLOR).
+    pub color: bool,
+    /// Overrides the program's coordination (`hprm launch --coordination`).
+    pub coordination: Option<Coordination>,
+    /// Write a Chrome/Perfetto trace of the run here: every reaction,
+    /// grant and store transfer (see [`crate::trace`]).
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for Launch {
     fn default() -> Launch {
-        Launch { fast: false, store_memory: "256m".into(), federate_command: None, timeout: None, rti_args: Vec::new(), store_args: Vec::new(), prefix_logs: true, handle_signals: false }
+        Launch {
+            fast: false,
+            store_memory: "256m".into(),
+            federate_command: None,
+            timeout: None,
+            rti_args: Vec::new(),
+            store_args: Vec::new(),
+            prefix_logs: true,
+            handle_signals: false,
+            log_dir: None,
+            color: false,
+            coordination: None,
+            trace: None,
+        }
     }
 }
 
@@ -59,12 +83,23 @@ impl Default for Launch {
 pub struct LaunchReport {
     pub federates: Vec<(String, ExitStatus)>,
     pub rti: Option<ExitStatus>,
+    /// By federate: its last lines of output, which usually say why it failed.
+    pub last_words: Vec<Vec<String>>,
 }
 
 impl LaunchReport {
-    /// Federates that did not exit 0, with their status.
+    /// Federates that did not exit 0, with their status and last line of output.
     pub fn failed(&self) -> Vec<String> {
-        self.federates.iter().filter(|(_, s)| !s.success()).map(|(n, s)| format!("{n} ({s})")).collect()
+        self.federates
+            .iter()
+            .zip(&self.last_words)
+            .filter(|((_, s), _)| !s.success())
+            // The last line: a Rust federate's `error: ...`, a Python traceback's exception.
+            .map(|((n, s), words)| match words.iter().rev().find(|l| !l.trim().is_empty()) {
+                Some(why) => format!("{n} ({s}): {}", why.trim()),
+                None => format!("{n} ({s})"),
+            })
+            .collect()
     }
 }
 
@@ -101,17 +136,61 @@ impl Drop for Daemon {
     }
 }
 
-/// Copies a child's output to stderr, line by line, behind `[name]`.
-fn relay(name: String, out: impl Read + Send + 'static) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            eprintln!("[{name}] {line}");
-        }
-    });
+/// Where one process's output goes: stderr behind a `[name]` prefix, an
+/// optional log file, and the last few lines (kept to say why it failed).
+#[derive(Clone)]
+struct LogSink {
+    prefix: String,
+    file: Option<Arc<Mutex<std::fs::File>>>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// Lines of a federate's output kept for the failure report.
+const TAIL_LINES: usize = 8;
+
+/// ANSI colours for prefixes, one per process in turn.
+const COLORS: [u8; 6] = [36, 33, 35, 32, 34, 31];
+
+impl LogSink {
+    fn new(name: &str, index: usize, launch: &Launch) -> Result<LogSink, NodeError> {
+        let prefix = if launch.color { format!("\x1b[{}m[{name}]\x1b[0m", COLORS[index % COLORS.len()]) } else { format!("[{name}]") };
+        let file = match &launch.log_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| NodeError::io(format!("creating the log directory {}", dir.display()), e))?;
+                let path = dir.join(format!("{name}.log"));
+                let f = std::fs::File::create(&path).map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
+                Some(Arc::new(Mutex::new(f)))
+            }
+            None => None,
+        };
+        Ok(LogSink { prefix, file, tail: Arc::default() })
+    }
+
+    /// Copies a child's output here, line by line, on a thread of its own.
+    fn relay(&self, out: impl Read + Send + 'static) {
+        let sink = self.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                eprintln!("{} {line}", sink.prefix);
+                if let Some(f) = &sink.file {
+                    let _ = writeln!(f.lock().unwrap_or_else(PoisonError::into_inner), "{line}");
+                }
+                let mut tail = sink.tail.lock().unwrap_or_else(PoisonError::into_inner);
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+    }
+
+    fn last_words(&self) -> Vec<String> {
+        self.tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+    }
 }
 
 /// Starts `hprm-store` on a socket in `dir`; returns once it accepts clients.
-fn start_store(dir: &Path, memory: &str, extra: &[String]) -> Result<(Daemon, PathBuf), NodeError> {
+fn start_store(dir: &Path, memory: &str, extra: &[String], log: &LogSink) -> Result<(Daemon, PathBuf), NodeError> {
     let socket = dir.join("store.sock");
     let mut child = Command::new(find_binary("hprm-store")?)
         .args(["--socket".as_ref(), socket.as_os_str(), "--memory".as_ref(), memory.as_ref()])
@@ -123,7 +202,7 @@ fn start_store(dir: &Path, memory: &str, extra: &[String]) -> Result<(Daemon, Pa
         .spawn()
         .map_err(|e| NodeError::io("starting hprm-store", e))?;
     if let Some(err) = child.stderr.take() {
-        relay("hprm-store".into(), err);
+        log.relay(err);
     }
     let daemon = Daemon(child);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -137,7 +216,7 @@ fn start_store(dir: &Path, memory: &str, extra: &[String]) -> Result<(Daemon, Pa
 }
 
 /// Starts `hprm-rti` on a free port; returns it with its address.
-fn start_rti(n: usize, id: &str, extra: &[String]) -> Result<(Daemon, String), NodeError> {
+fn start_rti(n: usize, id: &str, extra: &[String], log: &LogSink) -> Result<(Daemon, String), NodeError> {
     let mut child = Command::new(find_binary("hprm-rti")?)
         .args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
         .args(extra)
@@ -152,15 +231,20 @@ fn start_rti(n: usize, id: &str, extra: &[String]) -> Result<(Daemon, String), N
     let err = child.stderr.take().ok_or_else(|| NodeError::Launch("hprm-rti has no stderr".into()))?;
     let daemon = Daemon(child);
     let (tx, rx) = mpsc::channel();
+    // Read the address off the first lines, then hand the rest to the log.
+    let mut lines = BufReader::new(err);
+    let log = log.clone();
     std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if let Some(addr) = line.split("listening on ").nth(1) {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
-                }
+        let mut line = String::new();
+        while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+            let text = line.trim_end().to_string();
+            line.clear();
+            eprintln!("{} {text}", log.prefix);
+            if let Some(addr) = text.split("listening on ").nth(1) {
+                let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
+                log.relay(lines);
+                return;
             }
-            eprintln!("[hprm-rti] {line}");
         }
     });
     let addr = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| NodeError::Launch("hprm-rti did not report its address within 20 s; see its log above".into()))?;
@@ -180,78 +264,104 @@ impl Launch {
     /// Launches every federate of `program` and waits for all to end.
     pub fn run(&self, program: &Program) -> Result<LaunchReport, NodeError> {
         program.validate()?;
+        self.run_manifest(&program.manifest())
+    }
+
+    /// Launches the program `m` describes: a store, an RTI, then each
+    /// federate with [`Launch::federate_command`]. When a federate fails,
+    /// the others are asked to stop (SIGTERM: a stop at a common tag, so
+    /// shutdown reactions run).
+    pub fn run_manifest(&self, m: &Manifest) -> Result<LaunchReport, NodeError> {
+        let problems = m.check();
+        if !problems.is_empty() {
+            return Err(crate::error::ProgramError { program: m.name.clone(), problems: problems.into_iter().map(|p| p.message).collect() }.into());
+        }
+        if let Some(out) = &self.trace {
+            let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(NodeError::Launch(format!("cannot write the trace to {}: the directory {} does not exist", out.display(), parent.display())));
+            }
+        }
+        let mut m = m.clone();
+        if let Some(c) = self.coordination {
+            (m.coordination, m.stp) = match c {
+                Coordination::Centralized => (CoordinationMode::Centralized, None),
+                Coordination::Decentralized { stp } => (CoordinationMode::Decentralized, Some(m.stp.clone().unwrap_or_else(|| crate::manifest::format_duration(stp)))),
+            };
+        }
         // Before any thread starts: threads inherit the signal mask.
-        let pids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pids = Arc::new(Mutex::new(Vec::new()));
         if self.handle_signals {
             crate::signal::forward_to_children(pids.clone())?;
         }
         let dir = tempfile_dir()?;
         // Every federate gets the graph, so a process without the program's code can join it.
         let manifest = dir.path().join("manifest.json");
-        std::fs::write(&manifest, program.manifest().to_json()).map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
-        let (_store, socket) = start_store(dir.path(), &self.store_memory, &self.store_args)?;
-        let names: Vec<String> = program.federate_names().into_iter().map(String::from).collect();
+        std::fs::write(&manifest, m.to_json()).map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
+        let n = m.federates.len();
+        let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
+        let (_store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
         // HPRM federates send every NET anyway: DNETs would only cost the RTI writes.
         let mut rti_args = vec!["--disable-dnet".to_string()];
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
             rti_args.push("--fast".into());
         }
-        let (rti, addr) = start_rti(names.len(), program.name(), &rti_args)?;
+        // Each process writes its part of the trace here; merged at the end.
+        let trace_parts = dir.path().join("trace");
+        if self.trace.is_some() {
+            std::fs::create_dir_all(&trace_parts).map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
+            rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
+        }
+        let (rti, addr) = start_rti(n, &m.name, &rti_args, &LogSink::new("hprm-rti", n + 1, self)?)?;
+        let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
+        let env = ChildEnv { dir: dir.path(), manifest: &manifest, rti: &addr, store: &socket, federation: &m.name, coordination: &m, trace };
         let mut children = Vec::new();
-        for name in &names {
-            let mut cmd = match &self.federate_command {
-                Some(f) => f(name),
-                None => {
-                    let exe = std::env::current_exe().map_err(|e| NodeError::io("finding this program's binary", e))?;
-                    let mut c = Command::new(exe);
-                    // The program's own arguments too: every process must build the same program.
-                    c.args(std::env::args().skip(1)).args(["--federate", name]);
-                    c
-                }
-            };
-            if self.prefix_logs {
-                // Their output goes through a pipe to our terminal: no colour codes.
-                cmd.env("NO_COLOR", "1");
-            }
-            cmd.env("HPRM_RUNTIME_DIR", dir.path()).env("HPRM_MANIFEST", &manifest);
-            cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", &addr).env("HPRM_STORE", &socket).env("HPRM_FEDERATION", program.name());
-            if self.fast {
-                cmd.env("HPRM_FAST", "1");
-            }
-            if self.prefix_logs {
-                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-            }
-            crate::signal::detach(&mut cmd);
-            let mut child = cmd.spawn().map_err(|e| NodeError::io(format!("starting federate {name}"), e))?;
-            pids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(child.id());
-            if self.prefix_logs {
-                if let Some(o) = child.stdout.take() {
-                    relay(name.clone(), o);
-                }
-                if let Some(e) = child.stderr.take() {
-                    relay(name.clone(), e);
-                }
-            }
-            children.push((name.clone(), child));
+        for (i, f) in m.federates.iter().enumerate() {
+            let log = LogSink::new(&f.name, i, self)?;
+            let child = self.spawn_federate(&f.name, &env, &log, &pids)?;
+            children.push((child, log));
+        }
+        let info = crate::status::LaunchInfo {
+            program: m.name.clone(),
+            pid: std::process::id(),
+            started_ns: crate::clock::system_now(),
+            runtime_dir: dir.path().to_path_buf(),
+            federates: m.federates.iter().zip(&children).map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() }).collect(),
+        };
+        if let Err(e) = crate::status::write_launch(dir.path(), &info) {
+            tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.path().join(crate::status::LAUNCH_FILE).display());
         }
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        let mut done: Vec<Option<ExitStatus>> = vec![None; children.len()];
+        let mut done: Vec<Option<ExitStatus>> = vec![None; n];
+        let mut stopping = false;
         while done.iter().any(Option::is_none) {
-            for (i, (name, child)) in children.iter_mut().enumerate() {
-                if done[i].is_none() {
-                    if let Ok(Some(s)) = child.try_wait() {
-                        if !s.success() {
-                            tracing::error!(federate = %name, status = %s, "federate failed");
+            for i in 0..n {
+                if done[i].is_some() {
+                    continue;
+                }
+                let Ok(Some(status)) = children[i].0.try_wait() else { continue };
+                let f = &m.federates[i];
+                if status.success() || stopping {
+                    done[i] = Some(status);
+                    continue;
+                }
+                done[i] = Some(status);
+                tracing::error!(federate = %f.name, %status, "federate failed; stopping the program");
+                stopping = true;
+                for (j, (child, _)) in children.iter().enumerate() {
+                    if done[j].is_none() {
+                        if let Ok(pid) = i32::try_from(child.id()) {
+                            // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
+                            unsafe { libc::kill(pid, libc::SIGTERM) };
                         }
-                        done[i] = Some(s);
                     }
                 }
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
-                for (name, child) in &mut children {
-                    if child.try_wait().ok().flatten().is_none() {
-                        tracing::error!(federate = %name, "killed: the program ran past its launch timeout");
+                for (i, (child, _)) in children.iter_mut().enumerate() {
+                    if done[i].is_none() && child.try_wait().ok().flatten().is_none() {
+                        tracing::error!(federate = %m.federates[i].name, "killed: the program ran past its launch timeout");
                         let _ = child.kill();
                     }
                 }
@@ -260,9 +370,75 @@ impl Launch {
         }
         let mut rti = rti;
         let rti_status = wait_timeout(&mut rti.0, Duration::from_secs(5));
-        let federates = names.into_iter().zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
-        Ok(LaunchReport { federates, rti: rti_status })
+        if let Some(out) = &self.trace {
+            let names: Vec<String> = m.federates.iter().map(|f| f.name.clone()).collect();
+            let events = crate::trace::merge(&trace_parts, &names, out).map_err(|e| NodeError::Launch(e.to_string()))?;
+            tracing::info!(events, "trace written to {} (open it in ui.perfetto.dev)", out.display());
+        }
+        let last_words = children.iter().map(|(_, log)| log.last_words()).collect();
+        let federates = m.federates.iter().map(|f| f.name.clone()).zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
+        Ok(LaunchReport { federates, rti: rti_status, last_words })
     }
+
+    fn spawn_federate(&self, name: &str, env: &ChildEnv<'_>, log: &LogSink, pids: &crate::signal::Pids) -> Result<Child, NodeError> {
+        let mut cmd = match &self.federate_command {
+            Some(f) => f(name),
+            None => {
+                let exe = std::env::current_exe().map_err(|e| NodeError::io("finding this program's binary", e))?;
+                let mut c = Command::new(exe);
+                // The program's own arguments too: every process must build the same program.
+                c.args(std::env::args().skip(1)).args(["--federate", name]);
+                c
+            }
+        };
+        if self.prefix_logs {
+            // Their output goes through a pipe to our terminal: no colour codes.
+            cmd.env("NO_COLOR", "1");
+        }
+        cmd.env("HPRM_RUNTIME_DIR", env.dir).env("HPRM_MANIFEST", env.manifest);
+        cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", env.rti).env("HPRM_STORE", env.store).env("HPRM_FEDERATION", env.federation);
+        if self.fast {
+            cmd.env("HPRM_FAST", "1");
+        }
+        if let Some(dir) = env.trace {
+            cmd.env(crate::trace::TRACE_ENV, dir);
+        }
+        if self.coordination.is_some() {
+            let m = env.coordination;
+            let mode = match m.coordination {
+                CoordinationMode::Centralized => "centralized".to_string(),
+                CoordinationMode::Decentralized => format!("decentralized:{}", m.stp.as_deref().unwrap_or("20ms")),
+            };
+            cmd.env("HPRM_COORDINATION", mode);
+        }
+        if self.prefix_logs {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        crate::signal::detach(&mut cmd);
+        let mut child = cmd.spawn().map_err(|e| NodeError::io(format!("starting federate {name} ({cmd:?})"), e))?;
+        pids.lock().unwrap_or_else(PoisonError::into_inner).push(child.id());
+        if self.prefix_logs {
+            if let Some(o) = child.stdout.take() {
+                log.relay(o);
+            }
+            if let Some(e) = child.stderr.take() {
+                log.relay(e);
+            }
+        }
+        Ok(child)
+    }
+}
+
+/// What every federate process of one launch is told.
+struct ChildEnv<'a> {
+    dir: &'a Path,
+    manifest: &'a Path,
+    rti: &'a str,
+    store: &'a Path,
+    federation: &'a str,
+    coordination: &'a Manifest,
+    /// Where federates write their trace parts (`--trace`).
+    trace: Option<&'a Path>,
 }
 
 fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {
@@ -280,8 +456,7 @@ fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {
 
 /// A private runtime directory for the daemons' sockets.
 fn tempfile_dir() -> Result<TempDir, NodeError> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
-    let path = base.join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
+    let path = crate::status::runtime_base().join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
     std::fs::create_dir_all(&path).map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
     Ok(TempDir(path))
 }
@@ -302,7 +477,7 @@ impl Drop for TempDir {
 
 /// Federate options from the environment a launcher sets (`HPRM_FEDERATE`,
 /// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`, `HPRM_AUTH_KEY_FILE`, `HPRM_CLOCK_SYNC`,
-/// `HPRM_PEER_TRANSPORT`), or `None`
+/// `HPRM_PEER_TRANSPORT`, `HPRM_COORDINATION` = `centralized` or `decentralized:STP`), or `None`
 /// when `HPRM_FEDERATE` is unset.
 pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     let name = std::env::var("HPRM_FEDERATE").ok()?;
@@ -319,12 +494,23 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
         c
     });
     o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);
+    o.runtime_dir = std::env::var_os("HPRM_RUNTIME_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
     if let Ok(t) = std::env::var("HPRM_PEER_TRANSPORT") {
         match t.as_str() {
             "unix" => o.peer_transport = crate::peer::PeerTransport::Unix,
             "tcp" => o.peer_transport = crate::peer::PeerTransport::Tcp,
             other => tracing::warn!("HPRM_PEER_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.peer_transport),
+        }
+    }
+    if let Ok(c) = std::env::var("HPRM_COORDINATION") {
+        o.coordination = match c.split_once(':') {
+            None if c == "centralized" => Some(Coordination::Centralized),
+            Some(("decentralized", stp)) => crate::manifest::parse_duration(stp).ok().map(|stp| Coordination::Decentralized { stp }),
+            _ => None,
+        };
+        if o.coordination.is_none() {
+            tracing::warn!("HPRM_COORDINATION={c:?} is neither `centralized` nor `decentralized:STP`; using the program's own");
         }
     }
     o.handle_signals = true;
@@ -335,7 +521,8 @@ impl Program {
     /// The `main` of a program binary. With `--federate NAME` (or
     /// `HPRM_FEDERATE`), runs that federate (`--rti HOST:PORT`, `--store
     /// SOCKET`, `--fast`); otherwise launches the whole program: a store,
-    /// an RTI and every federate (`--fast`, `--timeout SECONDS`).
+    /// an RTI and every federate (`--fast`, `--timeout SECONDS`, `--trace
+    /// FILE`).
     /// Exits the process with 0 on success, 1 on failure.
     pub fn main(self) -> ! {
         let _ = tracing_subscriber::fmt()
@@ -397,6 +584,7 @@ impl Program {
                 let launch = Launch {
                     fast: std::env::var("HPRM_FAST").is_ok_and(|v| v == "1"),
                     timeout: flag("--timeout").and_then(|s| s.parse::<f64>().ok()).map(Duration::from_secs_f64),
+                    trace: flag("--trace").map(PathBuf::from),
                     handle_signals: true,
                     ..Launch::default()
                 };

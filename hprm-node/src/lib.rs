@@ -19,13 +19,15 @@
 //!   out-of-band in the shared-memory object store (`hprm-store`).
 //! - [`run_federate`] runs one federate; [`launch`] starts a whole
 //!   program (store, RTI, one process per federate), which is what a
-//!   program binary's `main` does via [`Program::main`].
+//!   program binary's `main` does via [`Program::main`]; [`deploy`] writes
+//!   the systemd units and configuration that run one under systemd.
 //!
 //! Tags and delays come from `hprm_rti::tag`, the one place for their
 //! arithmetic.
 
 mod clock;
 mod context;
+pub mod deploy;
 mod error;
 mod federate;
 mod inbox;
@@ -40,6 +42,9 @@ mod rti;
 mod scheduler;
 mod signal;
 mod socket;
+pub mod status;
+pub mod tap;
+pub mod trace;
 
 pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};

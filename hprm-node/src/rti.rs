@@ -297,8 +297,18 @@ pub(crate) fn spawn_reader(mut reader: FrameReader, addr: String, rx: Arc<Receiv
             match msg {
                 Message::TaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &peer),
                 Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
-                Message::TagAdvanceGrant(t) => rx.inbox.push(Incoming::Grant(t)),
-                Message::ProvisionalTagAdvanceGrant(t) => rx.inbox.push(Incoming::ProvisionalGrant(t)),
+                Message::TagAdvanceGrant(t) => {
+                    if let Some(tr) = crate::trace::tracer() {
+                        tr.grant(t, false);
+                    }
+                    rx.inbox.push(Incoming::Grant(t))
+                }
+                Message::ProvisionalTagAdvanceGrant(t) => {
+                    if let Some(tr) = crate::trace::tracer() {
+                        tr.grant(t, true);
+                    }
+                    rx.inbox.push(Incoming::ProvisionalGrant(t))
+                }
                 Message::StopRequest(t) => rx.inbox.push(Incoming::StopRequest(t)),
                 Message::StopGranted(t) => rx.inbox.push(Incoming::StopGranted(t)),
                 Message::Failed => {

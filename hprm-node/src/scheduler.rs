@@ -95,6 +95,9 @@ pub(crate) struct Options {
     pub fast: bool,
     pub workers: usize,
     pub start: i64,
+    /// systemd's watchdog (a `WatchdogSec=` unit): pinged from this loop,
+    /// so a reaction that never returns stops the pings.
+    pub watchdog: Option<hprm_sd_notify::Watchdog>,
 }
 
 struct Event {
@@ -121,6 +124,8 @@ struct ReactionMeta {
     triggers: Vec<TriggerId>,
     effects: Vec<TriggerId>,
     path: String,
+    /// Its name's index in the trace, when tracing.
+    trace_name: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -210,6 +215,9 @@ pub(crate) struct Scheduler {
     pending: VecDeque<Incoming>,
     report: RunReport,
     unit: Value,
+    /// What `hprm ps` sees of this federate.
+    board: Arc<crate::status::Board>,
+    tap: Option<Arc<crate::tap::TapHub>>,
 }
 
 impl Scheduler {
@@ -256,10 +264,9 @@ impl Scheduler {
                 for t in &def.triggers {
                     triggered[t.index()].push(rid);
                 }
-                meta.insert(
-                    rid,
-                    ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path: format!("{name}.{rname}.{}", def.name) },
-                );
+                let path = format!("{name}.{rname}.{}", def.name);
+                let trace_name = crate::trace::tracer().map_or(0, |t| t.name(&path));
+                meta.insert(rid, ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path, trace_name });
             }
             reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
         }
@@ -376,9 +383,21 @@ impl Scheduler {
             pending: VecDeque::new(),
             report: RunReport { federate: name, peers_over_unix, ..RunReport::default() },
             unit: Arc::new(()),
+            board: Arc::default(),
+            tap: None,
             opts,
             program,
         })
+    }
+
+    /// The counters this federate's status is made of.
+    pub(crate) fn board(&self) -> Arc<crate::status::Board> {
+        self.board.clone()
+    }
+
+    /// Copies what this federate sends to the taps of `hub`.
+    pub(crate) fn set_tap(&mut self, hub: Arc<crate::tap::TapHub>) {
+        self.tap = Some(hub);
     }
 
     /// Runs the federate to its stop tag, then resigns.
@@ -420,6 +439,7 @@ impl Scheduler {
 
     fn event_loop(&mut self) -> Result<(), NodeError> {
         loop {
+            self.watchdog_tick(None);
             self.absorb();
             if let Some(e) = self.fatal.take() {
                 return Err(e);
@@ -437,6 +457,7 @@ impl Scheduler {
                         let wait = t.saturating_sub(self.clock.now()).max(0) as u64;
                         std::time::Instant::now() + Duration::from_nanos(wait)
                     });
+                    let deadline = self.watchdog_tick(deadline);
                     let mut items = std::mem::take(&mut self.pending);
                     self.inbox.wait(deadline, &mut items);
                     self.pending = items;
@@ -490,6 +511,9 @@ impl Scheduler {
         if g == FOREVER {
             if self.mode == Mode::Centralized && self.last_net != FOREVER {
                 self.send_rti(&Message::NextEventTag(FOREVER))?;
+                if let Some(t) = crate::trace::tracer() {
+                    t.sent(FOREVER, false);
+                }
                 self.last_net = FOREVER;
             }
             return Ok(Ready::Wait(None));
@@ -502,6 +526,9 @@ impl Scheduler {
             Mode::Centralized => {
                 if self.last_net != g {
                     self.send_rti(&Message::NextEventTag(g))?;
+                    if let Some(t) = crate::trace::tracer() {
+                        t.sent(g, false);
+                    }
                     self.last_net = g;
                 }
                 if self.upstreams > 0 && g > self.granted && self.provisional != Some(g) {
@@ -555,6 +582,7 @@ impl Scheduler {
     fn handle(&mut self, item: Incoming) {
         match item {
             Incoming::Message { port, tag, value } => {
+                self.board.received();
                 let (tag, value) = match value {
                     Ok(v) => (tag, v),
                     Err(msg) => {
@@ -667,6 +695,7 @@ impl Scheduler {
 
     fn process(&mut self, g: Tag) -> Result<(), NodeError> {
         self.current = g;
+        self.board.tag(g);
         self.in_tag = true;
         self.passed_level = -1;
         for ev in self.queue.remove(&g).unwrap_or_default() {
@@ -701,6 +730,9 @@ impl Scheduler {
         }
         if self.mode == Mode::Centralized {
             self.send_rti(&Message::LatestTagConfirmed(g))?;
+            if let Some(t) = crate::trace::tracer() {
+                t.sent(g, true);
+            }
         }
         for t in std::mem::take(&mut self.present) {
             self.values[t.index()] = None;
@@ -727,9 +759,22 @@ impl Scheduler {
             if g <= self.granted || self.gate[level].iter().all(|i| self.known[i.index()] >= g) {
                 return Ok(());
             }
+            let deadline = self.watchdog_tick(None);
             let mut items = std::mem::take(&mut self.pending);
-            self.inbox.wait(None, &mut items);
+            self.inbox.wait(deadline, &mut items);
             self.pending = items;
+        }
+    }
+
+    /// Pings systemd's watchdog when due, and brings a wait's `deadline`
+    /// forward to the next ping (unchanged without a watchdog).
+    fn watchdog_tick(&mut self, deadline: Option<std::time::Instant>) -> Option<std::time::Instant> {
+        match &mut self.opts.watchdog {
+            Some(w) => {
+                w.tick();
+                Some(w.cap(deadline))
+            }
+            None => deadline,
         }
     }
 
@@ -753,7 +798,16 @@ impl Scheduler {
         };
         let reactors = &self.reactors;
         let meta = &self.meta;
-        let run = |r: ReactionId| execute(r, &meta[&r], reactors, &view);
+        let tracer = crate::trace::tracer();
+        let run = |r: ReactionId| match tracer {
+            None => execute(r, &meta[&r], reactors, &view),
+            Some(t) => {
+                let start = t.now();
+                let o = execute(r, &meta[&r], reactors, &view);
+                t.reaction(meta[&r].trace_name, g, start, t.now());
+                o
+            }
+        };
         let outcomes: Vec<Outcome> = if rs.len() > 1 && self.opts.workers > 1 {
             std::thread::scope(|s| {
                 let handles: Vec<_> = rs[1..].iter().map(|&r| s.spawn(move || run(r))).collect();
@@ -831,11 +885,15 @@ impl Scheduler {
                 },
                 _ => None,
             };
+            if let (Some(p), Some(tap)) = (&payload, &self.tap) {
+                tap.publish(out, g, p);
+            }
             // By index: `send_to` needs `&mut self` (no per-tag clone of the list).
             for k in 0..self.remote[out.index()].len() {
                 let d = self.remote[out.index()][k];
                 let msg = match &payload {
                     Some(p) => {
+                        self.board.sent();
                         let tag = if d.physical { g } else { g.delayed(d.delay) };
                         match self.mode {
                             Mode::Decentralized { .. } => Message::P2pTaggedMessage { port: d.port, fed: d.fed, tag, payload: p.clone() },

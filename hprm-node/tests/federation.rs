@@ -125,8 +125,9 @@ fn feedback(coordination: Coordination) -> Program {
 fn chain() -> Program {
     const ROUNDS: u64 = 3000;
     let mut p = Program::new("chain");
-    // Shorter than the chain's wall-clock time, longer than a wake-up.
-    p.coordination(Coordination::Decentralized { stp: 30 * MS });
+    // Shorter than the chain's wall-clock time (about a second), and longer
+    // than any stall of a reply on a machine busy with parallel tests.
+    p.coordination(Coordination::Decentralized { stp: 200 * MS });
     let a = p.federate("a");
     let b = p.federate("b");
     let (a_out, a_in) = {

@@ -305,8 +305,10 @@ impl NativeProgram {
     /// Launches every federate as a process running `argv` (the Python
     /// script with its arguments) or, for the federates named in
     /// `commands`, that command (e.g. a Rust federate binary), with a store
-    /// and an RTI. Returns the names of federates that failed.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new()))]
+    /// (started with `store_args` besides its socket and memory, e.g.
+    /// `--populate`) and an RTI. Returns the names of federates that failed.
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn launch(
         &mut self,
         py: Python<'_>,
@@ -315,6 +317,8 @@ impl NativeProgram {
         timeout_s: Option<f64>,
         store_memory: String,
         commands: std::collections::HashMap<String, Vec<String>>,
+        trace: Option<std::path::PathBuf>,
+        store_args: Vec<String>,
     ) -> PyResult<Vec<String>> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
@@ -331,6 +335,8 @@ impl NativeProgram {
                 c
             })),
             handle_signals: true,
+            trace,
+            store_args,
             ..hprm_node::launch::Launch::default()
         };
         let report = py.allow_threads(move || launch.run(&program)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;

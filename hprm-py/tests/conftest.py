@@ -10,6 +10,9 @@
   directory, started and waited for until it accepts connections; the test
   gets a ``Store`` (``.socket``, ``.log()``). Killed and reaped at the end of
   the test, so tests never see each other's objects.
+- ``daemons_built``: the directory holding ``hprm-store`` and ``hprm-rti``
+  for launchers (``$HPRM_BIN_DIR``, else the workspace's target directory,
+  built there if missing); sets ``HPRM_BIN_DIR`` to it.
 - ``eventually(predicate, timeout=5.0)``: polls until ``predicate()`` is
   true. Releases of store references are one-way messages, so what a test
   lists may lag behind what it dropped by a moment.
@@ -125,3 +128,19 @@ def _eventually(predicate, timeout=5.0, what="the condition"):
 @pytest.fixture
 def eventually():
     return _eventually
+
+
+@pytest.fixture(scope="session")
+def daemons_built():
+    """hprm-store and hprm-rti for the launcher: $HPRM_BIN_DIR, else the
+    workspace's target directory (built there if missing)."""
+    if os.environ.get("HPRM_BIN_DIR"):
+        return Path(os.environ["HPRM_BIN_DIR"])
+    for profile in ("release", "debug"):
+        d = ROOT / "target" / profile
+        if (d / "hprm-store").exists() and (d / "hprm-rti").exists():
+            os.environ["HPRM_BIN_DIR"] = str(d)
+            return d
+    subprocess.run(["cargo", "build", "--release", "-p", "hprm-store", "-p", "hprm-rti"], cwd=ROOT, check=True)
+    os.environ["HPRM_BIN_DIR"] = str(ROOT / "target" / "release")
+    return ROOT / "target" / "release"

@@ -12,22 +12,6 @@ PROGRAMS = Path(__file__).parent / "programs"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def daemons_built():
-    """hprm-store and hprm-rti for the launcher: $HPRM_BIN_DIR, else the
-    workspace's target directory (built there if missing)."""
-    if os.environ.get("HPRM_BIN_DIR"):
-        return Path(os.environ["HPRM_BIN_DIR"])
-    for profile in ("release", "debug"):
-        d = ROOT / "target" / profile
-        if (d / "hprm-store").exists() and (d / "hprm-rti").exists():
-            os.environ["HPRM_BIN_DIR"] = str(d)
-            return d
-    subprocess.run(["cargo", "build", "--release", "-p", "hprm-store", "-p", "hprm-rti"], cwd=ROOT, check=True)
-    os.environ["HPRM_BIN_DIR"] = str(ROOT / "target" / "release")
-    return ROOT / "target" / "release"
-
-
 def launch(script, *args, timeout=120):
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
     return subprocess.run([sys.executable, str(PROGRAMS / script), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
@@ -77,4 +61,4 @@ def test_the_hprm_command_launches_a_program(daemons_built):
     assert r.returncode == 0, r.stderr
     assert sum(l.startswith("[planner] planned") for l in r.stderr.splitlines()) == 2, r.stderr
     r = subprocess.run([str(hprm), "launch", "no-such-program.py"], capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "no such program file" in r.stderr
+    assert r.returncode == 2 and "no such program: no-such-program.py" in r.stderr

@@ -92,7 +92,8 @@ pub enum RestartPolicy {
     /// Stop the whole program cleanly and exit non-zero.
     #[default]
     Stop,
-    /// Start the federate again (it rejoins at the current tag).
+    /// Start the federate again. Rejected by `check` for now: the RTI
+    /// cannot take a federate back once the program has started.
     OnFailure,
 }
 

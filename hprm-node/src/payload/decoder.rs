@@ -78,7 +78,11 @@ impl Decoder {
     pub fn take_spilled(&self, payload: &[u8]) -> Result<Option<Object>, PayloadError> {
         let Some(spilled) = SpilledMessage::from_payload(payload)? else { return Ok(None) };
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
+        let started = crate::trace::tracer().map(|t| t.now());
         let object = client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?;
+        if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
+            t.get(spilled.id, 1, spilled.nbytes, s);
+        }
         if object.data().len() as u64 != spilled.nbytes {
             return Err(PayloadError::malformed(format!(
                 "spilled message {} holds {} bytes, its reference says {}",
@@ -109,7 +113,12 @@ impl Decoder {
             return Ok(Vec::new());
         }
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: ids.len() })?;
-        client.get(ids, self.get_timeout).map_err(|e| PayloadError::from_store("get", 0, e))
+        let started = crate::trace::tracer().map(|t| t.now());
+        let objects = client.get(ids, self.get_timeout).map_err(|e| PayloadError::from_store("get", 0, e))?;
+        if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
+            t.get(ids[0], ids.len() as u32, objects.iter().map(|o| o.data().len() as u64).sum(), s);
+        }
+        Ok(objects)
     }
 
     fn decode_in_band<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, PayloadError> {

@@ -145,8 +145,12 @@ impl Encoder {
             return Ok(bytes);
         }
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForMessage { nbytes: bytes.len(), max: self.max_inline })?;
+        let started = crate::trace::tracer().map(|t| t.now());
         let mut object = context.create(client, bytes.len() as u64, context.deliveries)?;
         object.data_mut().copy_from_slice(&bytes);
+        if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
+            t.put(object.id(), bytes.len() as u64, s);
+        }
         let spilled = SpilledMessage { id: object.id(), nbytes: bytes.len() as u64 };
         context.unsealed.push(object);
         tracing::trace!(id = %spilled.id, nbytes = bytes.len(), "message spilled into the store");
@@ -168,7 +172,11 @@ impl Encoder {
         let nbytes = contiguous_len(&dtype, shape).ok_or_else(|| shape_error(&dtype, shape, 0))?;
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForLoan { nbytes: nbytes as usize })?;
         let opts = CreateOptions { deliveries: deliveries.saturating_add(1), wait_for_space: self.wait_for_space };
+        let started = crate::trace::tracer().map(|t| t.now());
         let object = client.create_with(ObjectId::random(), nbytes, b"", &opts).map_err(|e| PayloadError::from_store("create", nbytes, e))?;
+        if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
+            t.put(object.id(), nbytes, s);
+        }
         Ok(Loan { object, client: client.clone(), dtype, shape: shape.to_vec(), deliveries })
     }
 }
@@ -235,9 +243,13 @@ impl Context {
         }
         let store = self.store.clone();
         let client = store.client()?.ok_or(PayloadError::NoStoreForBuffer { nbytes, threshold: self.threshold })?;
+        let started = crate::trace::tracer().map(|t| t.now());
         let mut object = self.create(client, nbytes as u64, self.deliveries)?;
         object.data_mut().copy_from_slice(view.bytes);
         let id = object.id();
+        if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
+            t.put(id, nbytes as u64, s);
+        }
         self.unsealed.push(object);
         if let Some(data) = view.data {
             self.placed.push((data.clone(), id));

@@ -540,12 +540,16 @@ class Program:
         has one; or the one the launcher names). Returns its run report."""
         return self._native.run_federate(federate, fast)
 
-    def launch(self, fast: bool = False, timeout: Any = None, store_memory: str = "256m", commands: dict[str, list[str]] | None = None) -> None:
+    def launch(self, fast: bool = False, timeout: Any = None, store_memory: str = "256m", commands: dict[str, list[str]] | None = None, trace: str | None = None, store_args: list[str] | None = None) -> None:
         """Runs the program: in a launched federate process, its federate;
         otherwise starts a store, an RTI and every federate (this script,
         re-run; or, for federates named in ``commands``, that command, e.g.
         a Rust federate built from the same program), waits for all, and
-        exits non-zero naming failed federates."""
+        exits non-zero naming failed federates. ``trace``: write a
+        Chrome/Perfetto trace of every reaction, grant and store transfer
+        to this file (also ``HPRM_LAUNCH_TRACE``). ``store_args``: more
+        arguments for hprm-store, e.g. ``["--populate"]`` (pre-fault the
+        arena and the federates' mappings: no page faults while copying)."""
         if os.environ.get("HPRM_DESCRIBE"):
             # `hprm check/graph/launch` asks for the graph: write it, run nothing.
             import json
@@ -571,12 +575,15 @@ class Program:
             self.run(fast=fast)
             return
         argv = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+        trace = trace or os.environ.get("HPRM_LAUNCH_TRACE") or None
         failed = self._native.launch(
             argv,
             fast=fast,
             timeout_s=None if timeout is None else duration_ns(timeout) / 1e9,
             store_memory=store_memory,
             commands={k: [str(a) for a in v] for k, v in (commands or {}).items()},
+            trace=None if trace is None else os.path.abspath(trace),
+            store_args=[str(a) for a in (store_args or [])],
         )
         if failed:
             print(f"error: federates failed: {', '.join(failed)}", file=sys.stderr)

@@ -52,6 +52,8 @@ struct Inner {
     left: usize,
     failed: bool,
     start: Option<Instant>,
+    /// Grants sent, with `--trace`.
+    trace: Option<crate::trace::GrantTrace>,
 }
 
 /// How the RTI ended: whether some federate failed.
@@ -78,7 +80,7 @@ fn bytes(msg: &Message) -> Vec<u8> {
 }
 
 impl Federation {
-    pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool) -> Federation {
+    pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool, trace: bool) -> Federation {
         let mut coord = Coordinator::new(size);
         coord.set_dnet(dnet);
         let inner = Inner {
@@ -90,12 +92,30 @@ impl Federation {
             left: 0,
             failed: false,
             start: None,
+            trace: trace.then(crate::trace::GrantTrace::new),
         };
         Federation { id: id.as_bytes().to_vec(), size, start_delay, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
     }
 
+    /// Writes the grants sent so far (`--trace`).
+    pub fn write_trace(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let inner = self.lock();
+        match &inner.trace {
+            Some(t) => t.write(path, inner.start.unwrap_or(0)),
+            None => Ok(()),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many federates have proposed a start time, and how many have
+    /// left, read under the state lock: the watchdog's proof that the lock
+    /// is not stuck, and the daemon's status line.
+    pub fn progress(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.proposals, inner.left)
     }
 
     /// Watches for the end of the run.
@@ -347,6 +367,9 @@ fn deliver(inner: &Inner, notices: &[Notice]) {
             Grant::DownstreamNext(t) => Message::DownstreamNextEventTag(t),
         };
         tracing::debug!(to = n.to, ?msg, "grant");
+        if let Some(t) = &inner.trace {
+            t.record(n.to, &n.grant);
+        }
         send(inner, n.to, &msg);
     }
 }

@@ -10,6 +10,7 @@
 mod clock_sync;
 mod connection;
 mod federation;
+mod trace;
 
 use std::sync::Arc;
 
@@ -65,6 +66,10 @@ struct Cli {
     /// send all their NETs (always safe; LF's `--disable_dnet`).
     #[arg(long, short = 'd')]
     disable_dnet: bool,
+    /// Record every grant sent (TAG, PTAG) and write them, when the RTI
+    /// ends, to this file as Chrome trace JSON (ui.perfetto.dev).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -110,7 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
         let start_delay = if cli.fast { 0 } else { i64::try_from(cli.start_delay_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX) };
-        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet));
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet, cli.trace.is_some()));
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
             let udp = tokio::net::UdpSocket::bind(udp_addr)
@@ -122,6 +127,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         let mut outcome = federation.outcome();
         tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
+        if let Some(watchdog) = hprm_sd_notify::Watchdog::from_env() {
+            tokio::spawn(watchdog_loop(federation.clone(), watchdog, local));
+        }
+        hprm_sd_notify::ready(&format!("listening on {local} for {} federates of {}", cli.federates, cli.id));
         let accept = {
             let federation = federation.clone();
             async move {
@@ -148,10 +157,34 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             _ = term.recv() => stop_by_signal(&federation, "SIGTERM"),
             _ = int.recv() => stop_by_signal(&federation, "SIGINT"),
         };
+        hprm_sd_notify::stopping(if code == 0 { "every federate has resigned" } else { "stopping after a failure" });
         // Let writer tasks flush what was queued (FAILED notices, last grants).
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if let Some(path) = &cli.trace {
+            federation.write_trace(path).with_context(|| format!("cannot write the trace {}; check that its directory exists and is writable", path.display()))?;
+        }
         anyhow::Ok(code)
     })
+}
+
+/// Pings systemd's watchdog from a task on the runtime that serves the
+/// federates, after reading the federation's state under its lock (so a
+/// stalled runtime or a deadlock stops the pings), and keeps the unit's
+/// status line current.
+async fn watchdog_loop(federation: Arc<Federation>, mut watchdog: hprm_sd_notify::Watchdog, local: std::net::SocketAddr) {
+    let mut tick = tokio::time::interval(watchdog.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut shown = None;
+    loop {
+        tick.tick().await;
+        let progress = federation.progress();
+        watchdog.ping();
+        if shown != Some(progress) {
+            let (joined, left) = progress;
+            hprm_sd_notify::status(&format!("listening on {local}: {joined} of {} federates joined, {left} left", federation.size));
+            shown = Some(progress);
+        }
+    }
 }
 
 fn stop_by_signal(federation: &Federation, signal: &str) -> i32 {

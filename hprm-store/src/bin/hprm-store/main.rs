@@ -3,10 +3,10 @@
 //!
 //! The daemon makes one arena at start, listens on a Unix socket, hands the
 //! arena to every client, and keeps the object table (`table`) that says who
-//! owns which bytes. `server` holds the connection handling; `notify` the
-//! systemd readiness message.
+//! owns which bytes. `server` holds the connection handling. Under a
+//! systemd `Type=notify` unit it reports readiness and pings the watchdog
+//! (`hprm_sd_notify`).
 
-mod notify;
 mod server;
 mod table;
 
@@ -178,15 +178,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout, args.spin));
         let listener = server::bind(&socket, args.mode)?;
         tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");
-        if let Err(e) = notify::sd_notify(&format!("READY=1\nSTATUS=serving {} on {}", ByteSize(arena.size()), socket.display())) {
-            tracing::warn!(error = %e, "cannot notify systemd");
-        }
         tokio::spawn(server::expire_loop(shared.clone(), args.delivery_ttl));
+        if let Some(watchdog) = hprm_sd_notify::Watchdog::from_env() {
+            tokio::spawn(server::watchdog_loop(shared.clone(), watchdog));
+        }
+        // The socket listens (bound above): a client connecting from now on
+        // is served as soon as the accept loop below runs.
+        hprm_sd_notify::ready(&format!("serving {} on {}", ByteSize(arena.size()), socket.display()));
         tokio::select! {
             _ = server::accept_loop(&listener.listener, shared) => {}
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
+        hprm_sd_notify::stopping("shutting down");
         drop(listener);
         anyhow::Ok(())
     })?;

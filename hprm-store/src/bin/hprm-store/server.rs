@@ -122,6 +122,20 @@ pub async fn expire_loop(shared: Arc<Shared>, ttl: Duration) {
     }
 }
 
+/// Pings systemd's watchdog while the daemon works: from a task on the
+/// runtime that serves clients, after taking the object table's lock, so a
+/// stalled runtime or a deadlocked table stops the pings and systemd
+/// restarts the daemon.
+pub async fn watchdog_loop(shared: Arc<Shared>, mut watchdog: hprm_sd_notify::Watchdog) {
+    let mut tick = tokio::time::interval(watchdog.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        drop(shared.table());
+        watchdog.ping();
+    }
+}
+
 struct Writer {
     half: OwnedWriteHalf,
     enc: Encoder,

@@ -1,0 +1,148 @@
+"""Broadcast and gather with HPRM (BENCHMARKS.md workload 3): a real HPRM
+Python program, a source federate and 4 receiver federates (one process
+each), launched with ``prog.launch()`` (its own store and RTI), fast mode.
+
+The source sends ``{"round": r, "data": payload}``: the payload, a plain
+numpy array, is copied into the store by the send (that copy is timed, as
+ROS 2's serialization is). Echo receivers set the array they received: HPRM
+sends it on by reference (the same store object, no copy). Fresh receivers
+allocate a new array in the store (``ctx.alloc_array``) and fill it. The
+replies come back one microstep later (``after="0ms"``); the next round is
+sent from the reaction that received the round's last reply.
+
+Decentralized in fast mode every tag has the start time (only microsteps
+advance), so the STP window is closed after the first tag: replies after
+the first of a round may arrive tardy, at a later tag. The source counts
+replies by round number across tags, so a tardy reply is counted when it
+arrives (no tardy handler: the reaction's body runs for it).
+
+    python broadcast_hprm.py --coordination centralized|decentralized \
+        --size BYTES --variant echo|fresh --rounds N --warmup N --out FILE.json
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import hprm
+from broadcast_common import RECEIVERS, ROUND_TIMEOUT_S, fresh_reply, make_payload, mark, parse_args, reply_problem, write_result
+
+ARGS = parse_args(extra=lambda p: p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True))
+SIZE, VARIANT, WARMUP, TOTAL = ARGS.size, ARGS.variant, ARGS.warmup, ARGS.warmup + ARGS.rounds
+
+
+class Source(hprm.Reactor):
+    out = hprm.Output()
+    reply0 = hprm.Input()
+    reply1 = hprm.Input()
+    reply2 = hprm.Input()
+    reply3 = hprm.Input()
+
+    def __init__(self):
+        self.payload = make_payload(SIZE)
+        self.round = 0
+        self.replies = 0
+        self.stamp = 0
+        self.latency: list[int] = []
+        self.first: list[int] = []
+        # Time spent in the send itself (the copy into the store), to show
+        # where the latency goes.
+        self.set_ns: list[int] = []
+        self.error: str | None = None
+
+    def send(self, ctx):
+        mark(self.payload, self.round)
+        self.replies = 0
+        self.stamp = time.perf_counter_ns()
+        ctx.set(self.out, {"round": self.round, "stamp": self.stamp, "data": self.payload})
+        if self.round >= WARMUP:
+            self.set_ns.append(time.perf_counter_ns() - self.stamp)
+
+    @hprm.reaction(triggers="startup", effects="out")
+    def start(self, ctx):
+        self.send(ctx)
+
+    @hprm.reaction(triggers=["reply0", "reply1", "reply2", "reply3"], effects="out")
+    def gather(self, ctx):
+        now = time.perf_counter_ns()
+        before = self.replies
+        for port in (self.reply0, self.reply1, self.reply2, self.reply3):
+            if not port.is_present:
+                continue
+            v = port.value
+            if v["round"] != self.round:
+                continue
+            problem = reply_problem(v["data"], SIZE, self.round, VARIANT)
+            if problem:
+                self.error = problem
+                ctx.request_stop()
+                return
+            self.replies += 1
+        if self.round >= WARMUP and before == 0 and self.replies > 0:
+            self.first.append(now - self.stamp)
+        if self.replies < RECEIVERS:
+            if now - self.stamp > ROUND_TIMEOUT_S * 1e9:
+                self.error = f"round {self.round} timed out after {ROUND_TIMEOUT_S:g} s"
+                ctx.request_stop()
+            return
+        if self.round >= WARMUP:
+            self.latency.append(now - self.stamp)
+        self.round += 1
+        if self.round >= TOTAL:
+            ctx.request_stop()
+            return
+        self.send(ctx)
+
+    @hprm.reaction(triggers="shutdown")
+    def report(self, ctx):
+        if self.error is None and len(self.latency) < ARGS.rounds:
+            self.error = f"stopped after {len(self.latency)} of {ARGS.rounds} measured rounds"
+        write_result(ARGS.out, self.latency, self.first, self.error, send_ns=self.set_ns)
+
+
+class Receiver(hprm.Reactor):
+    """Replies to every round; records, by the source's stamp (one clock on
+    the host), when its reaction started and when its reply was set, to
+    show where a round's time goes."""
+
+    inp = hprm.Input()
+    reply = hprm.Output()
+
+    def __init__(self, index):
+        self.index = index
+        self.started: list[int] = []
+        self.replied: list[int] = []
+
+    @hprm.reaction(triggers="inp", effects="reply")
+    def answer(self, ctx):
+        now = time.perf_counter_ns()
+        v = self.inp.value
+        r = v["round"]
+        if VARIANT == "echo":
+            data = v["data"]  # the received store object, sent on by reference
+        else:
+            data = fresh_reply(ctx.alloc_array((SIZE,), np.uint8), r)
+        ctx.set(self.reply, {"round": r, "data": data})
+        if r >= WARMUP:
+            self.started.append(now - v["stamp"])
+            self.replied.append(time.perf_counter_ns() - v["stamp"])
+
+    @hprm.reaction(triggers="shutdown")
+    def report(self, ctx):
+        write_result(f"{ARGS.out}.recv{self.index}", self.replied, self.started)
+
+
+prog = hprm.Program(f"bcast-{ARGS.coordination}", coordination=ARGS.coordination, stp="5ms")
+src = prog.federate("source", Source)
+for i in range(RECEIVERS):
+    rx = prog.federate(f"recv{i}", Receiver, i)
+    prog.connect(src.out, rx.inp)
+    prog.connect(rx.reply, getattr(src, f"reply{i}"), after="0ms")
+
+if __name__ == "__main__":
+    # The round's source object and up to four fresh replies are live at
+    # once, plus the previous round's until they are released.
+    mib = max(256, 12 * SIZE // 2**20)
+    prog.launch(fast=True, store_memory=f"{mib}m", store_args=["--populate"])

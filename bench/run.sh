@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# HPRM against ROS 2, dora-rs, iceoryx2 and the raw floors, side by side, in
+# one command (issue 7; BENCHMARKS.md workloads 3, 4 and 5):
+#
+#   bench/run.sh [--quick|--full] [--only NAME[,NAME]] [--skip SYSTEMS] [--no-install] [--out DIR]
+#
+#   NAME: broadcast (workload 3: 1 source -> 4 receivers -> replies, 1 KB-50 MB)
+#         small     (workload 4: ping-pong 8 B-64 KiB, Python; Rust via node-bench)
+#         pipeline  (workload 5: the driving pipeline, bench/pipeline/run.py)
+#   SYSTEMS: baselines to leave out, e.g. --skip ros2_shm,dora
+#   DIR: where the results go (default bench/results)
+#
+# Installs what it needs into its own venv ($HPRM_BENCH_VENV, by default
+# bench/.venv/bench): a real ROS 2 from PyPI wheels (ros2-bridge/setup-ros2.sh)
+# with dora-rs, iceoryx2, pyarrow, matplotlib, onnxruntime, then the hprm SDK
+# and its daemons (hprm-py/install.sh). A baseline that cannot be installed
+# or run is reported as skipped, with the reason; HPRM failing fails the run.
+#
+# Writes bench/results/DATE.{md,json} and DATE-{broadcast-echo,
+# broadcast-fresh,small}.png (DATE in UTC; DATE-quick.* for --quick), and the pipeline's
+# pipeline-DATE.{md,json,png}. --quick takes a few minutes once the venv
+# exists (the first set-up adds several: Rust release builds); --full about
+# half an hour on a 2-CPU machine.
+set -euo pipefail
+
+mode=--quick
+only=broadcast,small,pipeline
+skip=
+install=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick | --full) mode=$1 ;;
+        --only) [ $# -ge 2 ] || { echo "run.sh: --only needs a value: broadcast, small, pipeline (comma-separated)" >&2; exit 2; }; only=$2; shift ;;
+        --only=*) only=${1#--only=} ;;
+        --skip) [ $# -ge 2 ] || { echo "run.sh: --skip needs a value, e.g. ros2_shm,dora" >&2; exit 2; }; skip=$2; shift ;;
+        --skip=*) skip=${1#--skip=} ;;
+        --no-install) install=0 ;;
+        --out) [ $# -ge 2 ] || { echo "run.sh: --out needs a directory" >&2; exit 2; }; out=$2; shift ;;
+        --out=*) out=${1#--out=} ;;
+        -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument '$1'; see bench/run.sh --help" >&2; exit 2 ;;
+    esac
+    shift
+done
+for w in ${only//,/ }; do
+    case "$w" in broadcast | small | pipeline) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline" >&2; exit 2 ;; esac
+done
+has() { [[ ",$only," == *",$1,"* ]]; }
+
+bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$bench_dir")
+results=$(realpath -m "${out:-$bench_dir/results}")
+venv="${HPRM_BENCH_VENV:-$bench_dir/.venv/bench}"
+started=$SECONDS
+step() { printf '==> %s\n' "$*" >&2; }
+warn() { printf '==> WARNING: %s\n' "$*" >&2; }
+
+# The ROS 2 wheels are built for CPython 3.11: prefer it.
+export PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+extras="dora-rs-cli dora-rs pyarrow iceoryx2 matplotlib pytest maturin onnx onnxruntime psutil"
+if [ "$install" = 1 ]; then
+    step "ROS 2 (rclpy, Fast DDS) and the baselines into $venv: ros2-bridge/setup-ros2.sh (extras: $extras)"
+    if ! HPRM_ROS2_EXTRA="$extras" "$root/ros2-bridge/setup-ros2.sh" "$venv" >/dev/null; then
+        warn "ROS 2 could not be installed (see above): the ROS 2 baselines will be skipped"
+        [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check numpy $extras ||
+            warn "some baselines could not be installed; they will be reported as skipped"
+    fi
+    step "the hprm SDK and its daemons (hprm-py/install.sh)"
+    "$root/hprm-py/install.sh" "$venv" >&2 || { echo "run.sh: hprm-py/install.sh failed (see above); the benchmark needs the hprm SDK" >&2; exit 1; }
+    step "set-up took $((SECONDS - started)) s"
+elif [ ! -x "$venv/bin/python" ]; then
+    echo "run.sh: --no-install, but there is no venv at $venv; run once without --no-install" >&2
+    exit 1
+fi
+if [ -f "$venv/ros2-env.sh" ]; then
+    # shellcheck disable=SC1091
+    . "$venv/ros2-env.sh"
+fi
+export PATH="$venv/bin:$PATH" HPRM_ROS2_VENV="$venv"
+# A ROS domain of its own, so that other ROS 2 processes on this host
+# (tests, other benchmarks) neither join nor disturb these runs.
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$((100 + $$ % 100))}
+py="$venv/bin/python"
+date=$(date -u +%F)
+mkdir -p "$results"
+
+pipeline_md=
+if has pipeline; then
+    if [ -f "$bench_dir/pipeline/run.py" ]; then
+        step "workload 5: the driving pipeline (bench/pipeline/run.py $mode)"
+        if "$py" "$bench_dir/pipeline/run.py" "$mode" --out "$results"; then
+            for f in "pipeline-$date$([ "$mode" = --quick ] && echo -quick).md" "pipeline-$date.md"; do
+                if [ -f "$results/$f" ]; then pipeline_md=$f; break; fi
+            done
+        else
+            warn "the driving pipeline failed (see above)"
+            pipeline_failed=1
+        fi
+    else
+        warn "bench/pipeline/run.py is absent: the driving pipeline (workload 5) is not run"
+    fi
+fi
+
+node_json=
+if has small; then
+    step "Rust federates (workload 4's Rust rows): node-bench $mode --only small,rate"
+    if cargo build -q --release --manifest-path "$root/Cargo.toml" -p hprm-bench --bin node-bench; then
+        node_out=$(mktemp -d)
+        trap 'rm -rf "$node_out"' EXIT
+        target="${CARGO_TARGET_DIR:-$root/target}"
+        node_args=("$mode" --only small,rate --out "$node_out")
+        # --quick: the sizes of the Python table's ends and middle, to stay within minutes.
+        [ "$mode" = --quick ] && node_args+=(--small-sizes 8,4096,65536)
+        if "$target/release/node-bench" "${node_args[@]}" >/dev/null; then
+            node_json=$(ls "$node_out"/node-*.json | head -1)
+        else
+            warn "node-bench failed (see above): the Rust rows are left out"
+        fi
+    else
+        warn "node-bench did not build (see above): the Rust rows are left out"
+    fi
+fi
+
+workloads=$(echo "$only" | tr ',' '\n' | grep -v '^pipeline$' | paste -sd, || true)
+if [ -n "$workloads" ]; then
+    step "workloads $workloads: bench/py/suite.py $mode"
+    args=("$mode" --only "$workloads" --out "$results")
+    [ -n "$node_json" ] && args+=(--node-json "$node_json")
+    [ -n "$pipeline_md" ] && args+=(--pipeline-md "$pipeline_md")
+    [ -n "$skip" ] && args+=(--skip "$skip")
+    "$py" "$bench_dir/py/suite.py" "${args[@]}" >/dev/null
+    step "report: $results/$date$([ "$mode" = --quick ] && echo -quick).md"
+fi
+# Fast DDS leaves the shared-memory segments of participants that were
+# killed (a baseline stopped at its timeout) in /dev/shm; remove the
+# unused ones (psutil is what `fastdds shm clean` needs).
+if command -v fastdds >/dev/null; then
+    fastdds shm clean >/dev/null 2>&1 || warn "fastdds shm clean failed; leftover fastdds_* segments may remain in /dev/shm"
+fi
+step "done in $((SECONDS - started)) s"
+[ -z "${pipeline_failed:-}" ]

@@ -1,0 +1,29 @@
+//! `hprm check PROGRAM`: every problem of a program, each with its location.
+
+use anyhow::Result;
+
+use crate::source::Source;
+
+/// Prints each problem as `FILE:LINE: message`; returns how many there are.
+pub fn run(source: &Source) -> Result<usize> {
+    let mut problems: Vec<_> = source.manifest().check().into_iter().map(|p| (p.location, p.message)).collect();
+    problems.extend(source.launch_problems());
+    for (loc, msg) in &problems {
+        eprintln!("{}: {msg}", source.locate(*loc));
+    }
+    let m = source.manifest();
+    if problems.is_empty() {
+        println!(
+            "{}: program {} is valid: {} federates, {} reactors, {} connections, {:?} coordination",
+            source.path().display(),
+            m.name,
+            m.federates.len(),
+            m.federates.iter().map(|f| f.reactors.len()).sum::<usize>(),
+            m.connections.len(),
+            m.coordination
+        );
+    } else {
+        eprintln!("{}: {} problem{} found", source.path().display(), problems.len(), if problems.len() == 1 { "" } else { "s" });
+    }
+    Ok(problems.len())
+}

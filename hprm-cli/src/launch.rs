@@ -1,0 +1,64 @@
+//! `hprm launch PROGRAM`: a store, an RTI, every federate as a process.
+//!
+//! The heavy lifting is `hprm_node::launch::Launch` (the same launcher a
+//! Rust program binary or `Program.launch()` in Python uses); this module
+//! turns the command line and the program's [`Source`] into one.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use hprm_node::launch::Launch;
+use hprm_node::Coordination;
+
+use crate::source::Source;
+
+/// What `hprm launch` was asked for, beyond PROGRAM.
+pub struct Options {
+    pub coordination: Option<Coordination>,
+    pub fast: bool,
+    pub timeout: Option<Duration>,
+    pub log_dir: Option<PathBuf>,
+    pub store_memory: Option<String>,
+    /// `--trace FILE`.
+    pub trace: Option<PathBuf>,
+}
+
+/// Runs the program to its end; the exit code for `hprm`.
+pub fn run(source: Source, opts: Options) -> Result<i32> {
+    let mut problems: Vec<String> = source.manifest().check().into_iter().map(|p| format!("{}: {}", source.locate(p.location), p.message)).collect();
+    problems.extend(source.launch_problems().into_iter().map(|(l, m)| format!("{}: {m}", source.locate(l))));
+    if !problems.is_empty() {
+        bail!("the program has problems (see `hprm check`):\n  {}", problems.join("\n  "));
+    }
+    let mut manifest = source.manifest().clone();
+    if let Some(m) = opts.store_memory {
+        manifest.store_memory = Some(m);
+    }
+    let source = std::sync::Arc::new(source);
+    let commands = source.clone();
+    let launch = Launch {
+        fast: opts.fast,
+        timeout: opts.timeout,
+        log_dir: opts.log_dir,
+        coordination: opts.coordination,
+        color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        federate_command: Some(Box::new(move |name: &str| commands.federate_command(name))),
+        handle_signals: true,
+        trace: opts.trace,
+        ..Launch::default()
+    };
+    let report = launch.run_manifest(&manifest)?;
+    let failed = report.failed();
+    if failed.is_empty() {
+        eprintln!("hprm: program {} finished: {} federates exited cleanly", manifest.name, report.federates.len());
+        Ok(0)
+    } else {
+        eprintln!("hprm: program {} failed; federates that failed:", manifest.name);
+        for f in &failed {
+            eprintln!("  - {f}");
+        }
+        Ok(1)
+    }
+}

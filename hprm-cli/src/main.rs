@@ -1,0 +1,170 @@
+//! # hprm: the command line of HPRM
+//!
+//! One binary to run, check, draw and inspect programs (the README's
+//! "The hprm command" lists every subcommand). A PROGRAM is a
+//! Python file, a TOML manifest or a program binary; [`source`] turns any
+//! of them into a `hprm_node::manifest::Manifest` and the commands that
+//! run its federates. Each subcommand is a module named after it.
+
+mod check;
+mod deploy;
+mod graph;
+mod launch;
+mod ps;
+mod source;
+mod store;
+mod topic;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::source::Source;
+
+#[derive(Parser)]
+#[command(name = "hprm", version, about = "HPRM: deterministic, zero-copy robotic middleware", propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a program: a store, an RTI and every federate, logs multiplexed.
+    Launch {
+        /// A Python file defining an hprm.Program, a TOML manifest, or a program binary.
+        program: PathBuf,
+        /// Override the program's coordination.
+        #[arg(long, value_enum)]
+        coordination: Option<CoordinationArg>,
+        /// With --coordination decentralized: the safe-to-process offset (e.g. 20ms).
+        #[arg(long, value_parser = duration)]
+        stp: Option<std::time::Duration>,
+        /// Logical time does not wait for physical time.
+        #[arg(long)]
+        fast: bool,
+        /// Kill the program if it runs longer than this (e.g. 30s).
+        #[arg(long, value_parser = duration)]
+        timeout: Option<std::time::Duration>,
+        /// Also write each federate's output to DIR/FEDERATE.log.
+        #[arg(long)]
+        log_dir: Option<PathBuf>,
+        /// Size of the object store started for the program (e.g. 1g).
+        #[arg(long)]
+        store_memory: Option<String>,
+        /// Write a Chrome/Perfetto trace (every reaction, grant and store
+        /// transfer) to FILE when the program ends; open it in ui.perfetto.dev.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Arguments for the program.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Check a program; report every problem with its location.
+    Check {
+        program: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Draw a program: federates, reactors, ports, connections with delays.
+    Graph {
+        program: PathBuf,
+        /// FILE.dot, FILE.svg or FILE.png (svg/png need Graphviz's `dot`).
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Print a program's manifest (JSON): what check, graph and launch read.
+    Manifest {
+        program: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Write systemd units and /etc/hprm configuration that run a program as services.
+    Deploy {
+        /// Directory to write into: a tree under etc/ to copy to / on the host.
+        dir: PathBuf,
+        program: PathBuf,
+        #[command(flatten)]
+        opts: deploy::DeployArgs,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// List running programs: federates, pids, current tag, lag, messages/s.
+    Ps(ps::PsArgs),
+    /// Watch what a running federate sends on a port: echo or hz.
+    Topic(topic::TopicArgs),
+    /// Ask a running object store.
+    Store {
+        #[arg(value_parser = ["stats", "list"])]
+        what: String,
+        /// The store's socket.
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CoordinationArg {
+    Centralized,
+    Decentralized,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    hprm_node::manifest::parse_duration(s)
+}
+
+fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+    match run(Cli::parse()) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Launch { program, coordination, stp, fast, timeout, log_dir, store_memory, trace, args } => {
+            let coordination = match (coordination, stp) {
+                (Some(CoordinationArg::Centralized), Some(_)) => anyhow::bail!("--stp applies to decentralized coordination only; drop it or pass --coordination decentralized"),
+                (Some(CoordinationArg::Centralized), None) => Some(hprm_node::Coordination::Centralized),
+                (Some(CoordinationArg::Decentralized), stp) => Some(hprm_node::Coordination::Decentralized { stp: stp.unwrap_or(std::time::Duration::from_millis(20)) }),
+                (None, Some(_)) => anyhow::bail!("--stp needs --coordination decentralized"),
+                (None, None) => None,
+            };
+            let source = Source::open(&program, &args)?;
+            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace })
+        }
+        Command::Check { program, args } => {
+            let source = Source::open(&program, &args)?;
+            Ok(i32::from(check::run(&source)? > 0))
+        }
+        Command::Graph { program, output, args } => {
+            let source = Source::open(&program, &args)?;
+            graph::write(source.manifest(), &output)?;
+            eprintln!("wrote {}", output.display());
+            Ok(0)
+        }
+        Command::Manifest { program, args } => {
+            let source = Source::open(&program, &args)?;
+            println!("{}", source.manifest().to_json());
+            Ok(0)
+        }
+        Command::Deploy { dir, program, opts, args } => deploy::run(&dir, &program, &args, &opts),
+        Command::Store { what, socket, json } => store::run(&what, &socket, json),
+        Command::Ps(args) => ps::run(&args),
+        Command::Topic(args) => topic::run(&args),
+    }
+}

@@ -1,0 +1,105 @@
+//! `hprm ps`: the programs launched on this machine that are still
+//! running, each federate with its process, current tag, how far logical
+//! time lags behind physical time, and messages per second.
+//!
+//! Launchers write `launch.json` and federates `status-<name>.json` into
+//! the program's runtime directory (`hprm_node::status`); this only reads
+//! them, so it never disturbs a program.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use hprm_node::status::{self, Running};
+
+#[derive(Args, Debug)]
+pub struct PsArgs {
+    /// Print JSON (one array of programs) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Where launchers put runtime directories (default: $XDG_RUNTIME_DIR,
+    /// else the temporary directory, as `hprm launch` does).
+    #[arg(long, value_name = "DIR")]
+    pub runtime_base: Option<PathBuf>,
+}
+
+pub fn run(args: &PsArgs) -> anyhow::Result<i32> {
+    let base = args.runtime_base.clone().unwrap_or_else(status::runtime_base);
+    let running = status::scan(&base);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&running)?);
+        return Ok(0);
+    }
+    if running.is_empty() {
+        println!("no HPRM program is running (looked for hprm-*/launch.json in {})", base.display());
+        return Ok(0);
+    }
+    print!("{}", table(&running, now_ns()));
+    Ok(0)
+}
+
+/// The system clock in ns since the epoch (the clock status files use).
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// `ns` as a short duration: `850 µs`, `12.3 ms`, `4.20 s`, `3m05s`.
+pub fn human(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let a = ns.unsigned_abs() as f64;
+    let text = if a < 1e6 {
+        format!("{:.0} µs", a / 1e3)
+    } else if a < 1e9 {
+        format!("{:.1} ms", a / 1e6)
+    } else if a < 60e9 {
+        format!("{:.2} s", a / 1e9)
+    } else {
+        let s = (a / 1e9) as u64;
+        format!("{}m{:02}s", s / 60, s % 60)
+    };
+    format!("{sign}{text}")
+}
+
+fn table(programs: &[Running], now: i64) -> String {
+    let mut rows = vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S"].map(String::from).to_vec()];
+    for p in programs {
+        let mut first = true;
+        for f in &p.federates {
+            let head = if std::mem::take(&mut first) {
+                vec![p.launch.program.clone(), p.launch.pid.to_string(), human(now - p.launch.started_ns)]
+            } else {
+                vec![String::new(); 3]
+            };
+            let pid = if f.alive { f.pid.to_string() } else if f.pid == 0 { "-".into() } else { format!("{} (exited)", f.pid) };
+            let rest = match &f.status {
+                Some(s) => vec![format!("{}/{}", human(s.tag_ns), s.microstep), human(s.lag_ns), format!("{:.0}", s.messages_in_per_s), format!("{:.0}", s.messages_out_per_s)],
+                None => vec![if f.alive { "starting".into() } else { "-".into() }, "-".into(), "-".into(), "-".into()],
+            };
+            let mut row = head;
+            row.extend([f.name.clone(), pid]);
+            row.extend(rest);
+            rows.push(row);
+        }
+    }
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human(850_000), "850 µs");
+        assert_eq!(human(12_340_000), "12.3 ms");
+        assert_eq!(human(4_200_000_000), "4.20 s");
+        assert_eq!(human(185_000_000_000), "3m05s");
+        assert_eq!(human(-2_000_000), "-2.0 ms");
+    }
+}

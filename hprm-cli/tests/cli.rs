@@ -1,0 +1,174 @@
+//! The `hprm` command against real programs: the example binaries of this
+//! workspace (built by `cargo test --workspace`), real daemons, real
+//! processes. Python programs and TOML manifests with Python federates are
+//! tested in hprm-py/tests/test_cli.py.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn hprm() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hprm"));
+    c.env("NO_COLOR", "1").env("RUST_LOG", "warn");
+    c
+}
+
+/// A binary of the workspace, next to `hprm` (or under examples/).
+fn workspace_bin(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_hprm")).parent().expect("target dir").to_path_buf();
+    for p in [dir.join(name), dir.join("examples").join(name)] {
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{name} is not built next to hprm in {}; run the tests with `cargo test --workspace --all-targets`", dir.display());
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn manifests() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests")
+}
+
+/// Each broken manifest starts with `# expect: LINE: MESSAGE`; `hprm check`
+/// must report MESSAGE at FILE:LINE and fail.
+#[test]
+fn check_reports_every_broken_manifest_with_its_location() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(manifests()).expect("manifests dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let text_of = std::fs::read_to_string(&path).expect("read");
+        let expect = text_of.lines().next().and_then(|l| l.strip_prefix("# expect: ")).unwrap_or_else(|| panic!("{} has no `# expect:` line", path.display()));
+        let (line, message) = expect.split_once(": ").expect("LINE: MESSAGE");
+        let out = hprm().arg("check").arg(&path).output().expect("run hprm");
+        let all = text(&out);
+        assert!(!out.status.success(), "{}: hprm check passed:\n{all}", path.display());
+        let canonical = path.canonicalize().expect("canonical");
+        let located = format!("{}:{line}: {message}", canonical.display());
+        // TOML syntax errors are located by the TOML parser itself.
+        let by_parser = format!("TOML parse error at line {line}");
+        assert!(all.contains(&located) || (all.contains(&by_parser) && all.contains(message)), "{}: expected `{located}` in:\n{all}", path.display());
+        n += 1;
+    }
+    assert!(n >= 8, "only {n} broken manifests found");
+}
+
+#[test]
+fn check_accepts_a_valid_program_and_names_what_is_missing() {
+    let out = hprm().arg("check").arg(workspace_bin("perception")).output().expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("program perception is valid: 3 federates, 3 reactors, 2 connections"), "{}", text(&out));
+    // A bare name is a binary next to hprm (or on PATH).
+    let out = hprm().args(["check", "perception"]).output().expect("run");
+    assert!(out.status.success() && text(&out).contains("program perception is valid"), "{}", text(&out));
+    let out = hprm().args(["check", "no/such/program.py"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("no such program: no/such/program.py"), "{}", text(&out));
+    let not_a_program = manifests().join("..").join("cli.rs");
+    let out = hprm().arg("check").arg(&not_a_program).output().expect("run");
+    assert!(text(&out).contains("is neither a Python file (.py), a TOML manifest (.toml), nor an executable program"), "{}", text(&out));
+}
+
+/// The DOT parses (Graphviz reads it back in canonical form with every
+/// federate, reactor and delay) and renders to SVG and PNG.
+#[test]
+fn graph_writes_dot_svg_and_png() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prog = workspace_bin("perception");
+    let dot = dir.path().join("p.dot");
+    let out = hprm().arg("graph").arg(&prog).arg("-o").arg(&dot).output().expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    let canon = Command::new("dot").arg("-Tcanon").arg(&dot).output().expect("Graphviz's dot is needed for this test (apt-get install graphviz)");
+    assert!(canon.status.success(), "dot could not parse the graph: {}", String::from_utf8_lossy(&canon.stderr));
+    let canon = String::from_utf8_lossy(&canon.stdout);
+    for needle in ["federate camera", "federate detector", "federate planner", "\"camera.camera\"", "\"detector.detector\"", "after 33333333ns"] {
+        assert!(canon.contains(needle), "{needle} missing from:\n{canon}");
+    }
+    let svg = dir.path().join("p.svg");
+    let out = hprm().arg("graph").arg(&prog).arg("-o").arg(&svg).output().expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    let s = std::fs::read_to_string(&svg).expect("svg");
+    assert!(s.contains("<svg") && s.contains("planner"), "not an SVG of the program");
+    let png = dir.path().join("p.png");
+    let out = hprm().arg("graph").arg(&prog).arg("-o").arg(&png).output().expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(&std::fs::read(&png).expect("png")[..8], b"\x89PNG\r\n\x1a\n");
+    let out = hprm().arg("graph").arg(&prog).arg("-o").arg(dir.path().join("p.jpeg")).output().expect("run");
+    assert!(!out.status.success() && text(&out).contains("name it .dot, .svg or .png"), "{}", text(&out));
+}
+
+#[test]
+fn launch_runs_a_rust_program_end_to_end() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let out = hprm().arg("launch").arg("--log-dir").arg(logs.path()).arg(workspace_bin("perception")).args(["--seconds", "1", "--fps", "20"]).output().expect("run");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("[planner] planned 20 frames"), "{all}");
+    assert!(all.contains("program perception finished: 3 federates exited cleanly"), "{all}");
+    let planner = std::fs::read_to_string(logs.path().join("planner.log")).expect("planner.log");
+    assert!(planner.contains("planned 20 frames") && !planner.contains("[planner]"), "{planner}");
+    for f in ["camera.log", "detector.log", "hprm-rti.log", "hprm-store.log"] {
+        assert!(logs.path().join(f).is_file(), "{f} missing");
+    }
+}
+
+#[test]
+fn launch_with_decentralized_override_runs_the_same_program() {
+    let out = hprm().args(["launch", "--fast", "--coordination", "decentralized", "--stp", "30ms"]).arg(workspace_bin("perception")).args(["--seconds", "1", "--fps", "10"]).output().expect("run");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    // Under load a frame may arrive tardy (decentralized), so the count is not fixed.
+    assert!(all.contains("[planner] planned "), "{all}");
+    let out = hprm().args(["launch", "--stp", "30ms"]).arg(workspace_bin("perception")).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("--stp needs --coordination decentralized"), "{}", text(&out));
+}
+
+/// SIGTERM to `hprm launch` mid-run: a stop at a common tag, shutdown
+/// reactions run, every process exits, exit code 0, runtime dir removed.
+#[test]
+fn sigterm_stops_a_launched_program_cleanly() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let mut child = hprm()
+        .arg("launch")
+        .arg(workspace_bin("endless"))
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Wait until the federates run: they block signals before joining, and
+    // the RTI agrees a start time once all have joined.
+    while !seen.iter().any(|l: &String| l.contains("start time agreed")) {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(l) => seen.push(l),
+            Err(_) => assert!(Instant::now() < deadline, "the program never started:\n{}", seen.join("\n")),
+        }
+    }
+    let dirs: Vec<PathBuf> = std::fs::read_dir(runtime.path()).expect("runtime").map(|e| e.expect("entry").path()).collect();
+    assert_eq!(dirs.len(), 1, "one runtime dir for the launch: {dirs:?}");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().expect("wait");
+    seen.extend(rx.iter());
+    let all = seen.join("\n");
+    assert!(status.success(), "exit {status}:\n{all}");
+    assert!(all.contains("shutdown"), "no shutdown reaction ran:\n{all}");
+    assert!(all.contains("federates exited cleanly"), "{all}");
+    assert!(!dirs[0].exists(), "the runtime dir {} was left behind", dirs[0].display());
+}

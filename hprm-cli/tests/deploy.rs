@@ -1,0 +1,48 @@
+//! `hprm deploy --systemd` on a real program binary (the `perception`
+//! example, built by `cargo test --workspace --all-targets`): the units it
+//! writes pass `systemd-analyze verify` (Debian package `systemd`) with the
+//! daemons pointed at the built `hprm-store` / `hprm-rti`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_hprm")).parent().expect("target dir").to_path_buf();
+    for b in ["hprm-store", "hprm-rti", "perception"] {
+        assert!(dir.join(b).is_file(), "{b} is not built in {}; run the tests with `cargo test --workspace --all-targets`", dir.display());
+    }
+    dir
+}
+
+#[test]
+fn deploy_writes_units_that_systemd_accepts() {
+    let bin = bin_dir();
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = Command::new(env!("CARGO_BIN_EXE_hprm"))
+        .args(["deploy", "--systemd"])
+        .arg(out.path())
+        .arg(bin.join("perception"))
+        .arg("--bin-dir")
+        .arg(&bin)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run hprm deploy");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("systemctl enable --now 'hprm@perception.target'"), "{stdout}");
+    let units = out.path().join("etc/systemd/system");
+    let names = ["hprm-store.service", "hprm@perception.target", "hprm-rti@perception.service", "hprm-federate@perception-camera.service", "hprm-federate@perception-detector.service", "hprm-federate@perception-planner.service"];
+    let verify = Command::new("systemd-analyze")
+        .arg("verify")
+        .args(names.iter().map(|n| units.join(n)))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run systemd-analyze ({e}); install the Debian package `systemd`"));
+    let said = format!("{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
+    assert!(verify.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+    let env = std::fs::read_to_string(out.path().join("etc/hprm/perception/camera.env")).expect("camera.env");
+    assert!(env.contains("HPRM_FEDERATE=\"camera\"") && env.contains("HPRM_RTI=\"127.0.0.1:15045\""), "{env}");
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_hprm")).args(["deploy"]).arg(out.path()).arg(bin.join("perception")).output().expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--systemd"));
+}

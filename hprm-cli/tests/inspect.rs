@@ -1,0 +1,215 @@
+//! `hprm ps` and `hprm topic echo|hz` against a real running program: the
+//! `counter` example of hprm-node (federate `source` sends a count every
+//! 10 ms of logical time, and every 10th a 64 KiB frame through the store,
+//! to federate `sink`), launched with its own store and RTI in a private
+//! runtime directory.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The `hprm` binary under test.
+fn hprm() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hprm"))
+}
+
+/// The directory of this profile's binaries (`target/debug`).
+fn profile_dir() -> PathBuf {
+    hprm().parent().expect("bin dir").to_path_buf()
+}
+
+/// The counter example and the daemons, built if missing.
+fn counter() -> PathBuf {
+    let path = profile_dir().join("examples").join("counter");
+    if !path.exists() || !profile_dir().join("hprm-rti").exists() || !profile_dir().join("hprm-store").exists() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(workspace()).args(["build", "-p", "hprm-node", "--example", "counter", "-p", "hprm-rti", "-p", "hprm-store"]);
+        if profile_dir().ends_with("release") {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("cargo").success(), "building the counter example and the daemons failed");
+    }
+    path
+}
+
+/// `counter ARGS` as its own launcher in runtime base `runtime`.
+fn launch(args: &[&str], runtime: &Path) -> Child {
+    Command::new(counter())
+        .args(args)
+        .env("XDG_RUNTIME_DIR", runtime)
+        .env("HPRM_BIN_DIR", profile_dir())
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the counter example")
+}
+
+/// Runs `hprm ARGS` with runtime base `runtime`.
+fn run_hprm(args: &[&str], runtime: &Path) -> Output {
+    Command::new(hprm()).args(args).env("XDG_RUNTIME_DIR", runtime).output().expect("run hprm")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Waits for the launcher to exit 0; returns its stderr.
+fn finish(mut child: Child, within: Duration) -> String {
+    let mut err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the program did not end within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = reader.join().expect("stderr reader");
+    assert!(status.success(), "the program failed ({status}):\n{log}");
+    log
+}
+
+/// Polls `f` every 100 ms until it gives `Some`, for at most `within`.
+fn wait_for<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `hprm ps --json` as JSON.
+fn ps(runtime: &Path) -> serde_json::Value {
+    let o = run_hprm(&["ps", "--json"], runtime);
+    assert!(o.status.success(), "{o:?}");
+    serde_json::from_slice(&o.stdout).expect("ps --json prints JSON")
+}
+
+#[test]
+fn ps_lists_the_program_and_every_federate_with_an_advancing_tag() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let none = run_hprm(&["ps"], runtime.path());
+    assert!(stdout(&none).contains("no HPRM program is running"), "{none:?}");
+    let child = launch(&[], runtime.path());
+    let tags = |v: &serde_json::Value| -> Option<Vec<i64>> {
+        let feds = v.get(0)?["federates"].as_array()?;
+        feds.iter().map(|f| f["status"]["tag_ns"].as_i64()).collect()
+    };
+    let first = wait_for(Duration::from_secs(30), "ps shows both federates' tags", || {
+        let v = ps(runtime.path());
+        tags(&v).filter(|t| t.len() == 2).map(|t| (v, t))
+    });
+    let (v, before) = first;
+    assert_eq!(v[0]["launch"]["program"], "counter");
+    assert_eq!(v[0]["launch"]["pid"], child.id());
+    for f in v[0]["federates"].as_array().expect("federates") {
+        assert_eq!(f["alive"], true, "{f}");
+        let pid = f["pid"].as_u64().expect("pid");
+        assert!(pid != 0 && Path::new(&format!("/proc/{pid}")).exists(), "{f}");
+    }
+    wait_for(Duration::from_secs(10), "both tags advance", || {
+        let now = tags(&ps(runtime.path()))?;
+        (now[0] > before[0] && now[1] > before[1]).then_some(())
+    });
+    let table = stdout(&run_hprm(&["ps"], runtime.path()));
+    assert!(table.contains("PROGRAM") && table.contains("counter") && table.contains("source") && table.contains("sink"), "{table}");
+    // SAFETY: kill(2) on a child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    finish(child, Duration::from_secs(30));
+    assert_eq!(ps(runtime.path()), serde_json::json!([]), "a stopped program is not listed");
+}
+
+#[test]
+fn echo_prints_what_the_port_sends_and_leaves_the_result_unchanged() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let ticks = 300u64;
+    let child = launch(&["--ticks", &ticks.to_string()], runtime.path());
+    let echo = wait_for(Duration::from_secs(30), "echo attaches", || {
+        let o = run_hprm(&["topic", "echo", "source.count", "-n", "5"], runtime.path());
+        o.status.success().then_some(o)
+    });
+    let text = stdout(&echo);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 10, "{text}");
+    let first: u64 = lines[1].parse().unwrap_or_else(|_| panic!("a count: {text}"));
+    for (i, pair) in lines.chunks(2).enumerate() {
+        let v = first + i as u64;
+        assert_eq!(pair[1], v.to_string(), "{text}");
+        // Count v is sent at tag v * 10 ms.
+        assert_eq!(pair[0], format!("--- tag {}.{:09} s/0", v / 100, (v % 100) * 10_000_000), "{text}");
+    }
+    let frames = stdout(&run_hprm(&["topic", "echo", "source.frame", "-n", "1"], runtime.path()));
+    assert!(frames.contains("<buffer |u1 [65536] 65536 bytes in store object "), "{frames}");
+    let hz = stdout(&run_hprm(&["topic", "hz", "source.count", "-n", "30"], runtime.path()));
+    let last = hz.lines().last().unwrap_or_default();
+    assert!(last.contains("messages: 30") && last.contains("window: 30"), "{hz}");
+    // Tags 10 ms apart: exactly 100 per second of logical time.
+    assert!(last.contains("by tag: 100.000 msg/s"), "{hz}");
+    let bad = run_hprm(&["topic", "echo", "source.nope"], runtime.path());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("refused the tap") && err.contains("source.counter.count"), "{err}");
+
+    let log = finish(child, Duration::from_secs(60));
+    let line = log.lines().find(|l| l.contains("sink: got")).unwrap_or_else(|| panic!("no result line in {log}"));
+    assert!(line.ends_with(&format!("sink: got {} counts, sum {}, 31 frames", ticks + 1, ticks * (ticks + 1) / 2)), "{line}");
+}
+
+#[test]
+fn topic_names_what_is_wrong() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let o = run_hprm(&["topic", "hz", "camera.image"], runtime.path());
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no HPRM program is running"), "{o:?}");
+    let o = run_hprm(&["topic", "echo", "camera"], runtime.path());
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is not FEDERATE.PORT"), "{o:?}");
+}
+
+/// `hprm launch --trace FILE`: one Chrome trace JSON file holding every
+/// reaction the run reports (the program counts its own), the grants
+/// the RTI sent and the sink received, and the frames' store transfers.
+#[test]
+fn launch_trace_holds_every_reaction_and_the_grants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("run.json");
+    let o = Command::new(hprm())
+        .args(["launch", "--fast", "--trace"])
+        .arg(&file)
+        .arg(counter())
+        .args(["--ticks", "40"])
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("HPRM_BIN_DIR", profile_dir())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run hprm launch");
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    assert!(log.contains("sink: got 41 counts, sum 820, 5 frames"), "{log}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).expect("trace file")).expect("valid JSON");
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let count = |name: &str| events.iter().filter(|e| e["name"] == name && e["ph"] == "X").count();
+    assert_eq!((count("source.counter.tick"), count("sink.summer.add"), count("sink.summer.look")), (41, 41, 5));
+    assert_eq!((count("store put"), count("store get")), (5, 5));
+    let pids_with_grants: std::collections::HashSet<u64> = events.iter().filter(|e| e["cat"] == "grant").filter_map(|e| e["pid"].as_u64()).collect();
+    assert_eq!(pids_with_grants.len(), 2, "the RTI sends grants, the sink receives them");
+
+    let bad = Command::new(hprm()).args(["launch", "--trace", "/nonexistent-dir/t.json"]).arg(counter()).env("HPRM_BIN_DIR", profile_dir()).output().expect("run");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("/nonexistent-dir") && err.contains("does not exist"), "{err}");
+}

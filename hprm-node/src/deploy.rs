@@ -1,0 +1,435 @@
+//! Deploying a program as systemd units (`hprm deploy --systemd DIR PROGRAM`).
+//!
+//! The units are templates, kept as files in the repository's `deploy/`
+//! (and embedded here, the one copy of their text): `hprm-store.service`
+//! (one store per host), `hprm-rti@.service` (instance: the program),
+//! `hprm-federate@.service` (instance: `<program>-<federate>`, each part
+//! systemd-escaped, so `%I` reads `<program>/<federate>`) and `hprm@.target`
+//! (instance: the program; enabling it starts the whole program).
+//! [`systemd`] turns a [`Manifest`] and the command of each federate into
+//! what one program needs on top of them, as a tree of files under `etc/`
+//! to copy to `/`:
+//!
+//! - `etc/hprm/<program>/rti.conf`: the RTI's settings (port, federates, id);
+//! - `etc/hprm/<program>/<federate>.env`: each federate's `HPRM_*` environment
+//!   (and the environment its command needs);
+//! - `etc/hprm/<program>/manifest.json`: the graph, as `HPRM_MANIFEST`;
+//! - `etc/systemd/system/<unit>.d/hprm-deploy.conf` drop-ins: the program
+//!   target wants the RTI and every federate; each federate's command
+//!   (`ExecStart=`), restart policy and ordering after its RTI;
+//! - the templates themselves, with the daemons' directory filled in.
+//!
+//! Invariant: everything program-specific is in a drop-in or under
+//! `/etc/hprm/<program>/`; the templates are the same for every program, so
+//! deploying a second program never changes the first.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::manifest::{Manifest, RestartPolicy};
+
+/// The templates, as in `deploy/`; their daemons live in [`TEMPLATE_BIN_DIR`].
+pub const TEMPLATES: [(&str, &str); 4] = [
+    ("hprm-store.service", include_str!("../../deploy/hprm-store.service")),
+    ("hprm-rti@.service", include_str!("../../deploy/hprm-rti@.service")),
+    ("hprm-federate@.service", include_str!("../../deploy/hprm-federate@.service")),
+    ("hprm@.target", include_str!("../../deploy/hprm@.target")),
+];
+
+/// Where the templates expect `hprm-store` and `hprm-rti` (what
+/// `deploy/install.sh` installs to by default).
+pub const TEMPLATE_BIN_DIR: &str = "/usr/local/bin";
+
+/// Where systemd reads units and drop-ins of the administrator.
+const UNIT_DIR: &str = "etc/systemd/system";
+
+/// The name of every drop-in this module writes.
+const DROP_IN: &str = "hprm-deploy.conf";
+
+/// Deployment settings beyond the manifest.
+#[derive(Debug, Clone)]
+pub struct SystemdOptions {
+    /// Where `hprm-store` and `hprm-rti` are installed on the target host.
+    pub bin_dir: PathBuf,
+    /// The RTI's TCP port: one per program on a host.
+    pub rti_port: u16,
+    /// The address the RTI listens on (`0.0.0.0` for federates on other hosts).
+    pub rti_bind: String,
+}
+
+impl Default for SystemdOptions {
+    fn default() -> SystemdOptions {
+        SystemdOptions { bin_dir: PathBuf::from(TEMPLATE_BIN_DIR), rti_port: 15045, rti_bind: "127.0.0.1".into() }
+    }
+}
+
+/// Why a program cannot be deployed, one sentence each.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error("program {0:?} has no federates; there is nothing to deploy")]
+    NoFederates(String),
+    #[error("{what} {name:?} cannot name a directory under /etc/hprm; rename it (no '/', not empty, not starting with '.')")]
+    BadName { what: &'static str, name: String },
+    #[error("the command of federate {federate} is empty; give it a command (or a module) in the program")]
+    EmptyCommand { federate: String },
+    #[error("the command of federate {federate} runs {program:?}, which is not on PATH; give its absolute path")]
+    NotFound { federate: String, program: String },
+    #[error("the command of federate {federate} has an argument, environment variable or directory that is not UTF-8 or holds a newline ({what:?}); unit files cannot carry it")]
+    Unrepresentable { federate: String, what: String },
+    #[error("--bin-dir {0:?} is not an absolute path; give the directory where hprm-store and hprm-rti are installed on the target host")]
+    RelativeBinDir(PathBuf),
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// One file of a deployment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeployFile {
+    /// Relative to the deployment's root (`etc/...`), i.e. to `/` on the host.
+    pub path: PathBuf,
+    pub contents: String,
+}
+
+/// The files for one program, and what to do with them.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    pub program: String,
+    pub files: Vec<DeployFile>,
+    /// The unit that starts the whole program (`hprm@<program>.target`).
+    pub target: String,
+    pub rti_unit: String,
+    /// `(federate, unit)` for each federate.
+    pub federate_units: Vec<(String, String)>,
+    /// Things the operator should know (paths under /home or /tmp, ...).
+    pub notes: Vec<String>,
+    /// `store_memory` of the manifest, if it asks for one.
+    pub store_memory: Option<String>,
+}
+
+impl Deployment {
+    /// Writes every file under `dir` (created as needed).
+    pub fn write(&self, dir: &Path) -> Result<(), DeployError> {
+        for f in &self.files {
+            let path = dir.join(&f.path);
+            let err = |source| DeployError::Write { path: path.clone(), source };
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(err)?;
+            }
+            std::fs::write(&path, &f.contents).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// What was written and how to install and start it, for a terminal.
+    pub fn summary(&self, dir: &Path) -> String {
+        let mut s = String::new();
+        let n = self.federate_units.len();
+        let _ = writeln!(s, "Deployment of program {} ({n} federate{}) written to {}:", self.program, if n == 1 { "" } else { "s" }, dir.display());
+        for f in &self.files {
+            let _ = writeln!(s, "  {}", f.path.display());
+        }
+        let _ = writeln!(s, "\nOn the target host (as root):");
+        let _ = writeln!(s, "  1. install the daemons, templates and /etc/hprm/store.conf: deploy/install.sh");
+        let _ = writeln!(s, "  2. cp -r {}/etc/. /etc/", dir.display());
+        let _ = writeln!(s, "  3. systemctl daemon-reload");
+        let _ = writeln!(s, "  4. systemctl enable --now '{}'", self.target);
+        let _ = writeln!(s, "\nUnits: '{}' starts '{}' and:", self.target, self.rti_unit);
+        for (f, u) in &self.federate_units {
+            let _ = writeln!(s, "  {f:<16} '{u}'");
+        }
+        let _ = writeln!(s, "Check: systemctl status '{}'; logs: journalctl -u '{}' -u 'hprm-federate@*'", self.target, self.rti_unit);
+        let _ = writeln!(s, "Stop: systemctl stop '{}'; restart the whole program: systemctl restart '{}'", self.target, self.target);
+        if let Some(m) = &self.store_memory {
+            let _ = writeln!(s, "The program asks for a {m} store: HPRM_STORE_MEMORY in /etc/hprm/store.conf must be at least that (the store is shared by every program on the host).");
+        }
+        for note in &self.notes {
+            let _ = writeln!(s, "Note: {note}");
+        }
+        s
+    }
+}
+
+/// The files that deploy `manifest` under systemd; `command` gives the
+/// command that runs each federate (as a launcher would, without the
+/// `HPRM_*` variables, which the units set).
+pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &SystemdOptions) -> Result<Deployment, DeployError> {
+    let program = manifest.name.as_str();
+    check_name("program name", program)?;
+    if manifest.federates.is_empty() {
+        return Err(DeployError::NoFederates(program.into()));
+    }
+    if !opts.bin_dir.is_absolute() {
+        return Err(DeployError::RelativeBinDir(opts.bin_dir.clone()));
+    }
+    let p = unit_escape(program);
+    let target = format!("hprm@{p}.target");
+    let rti_unit = format!("hprm-rti@{p}.service");
+    let conf_dir = Path::new("/etc/hprm").join(program);
+    let mut files = Vec::new();
+    let mut notes = Vec::new();
+    let file = |path: PathBuf, contents: String| DeployFile { path, contents };
+    let header = format!("# Written by `hprm deploy --systemd` for program {program}.\n");
+
+    let bin_dir = opts.bin_dir.to_string_lossy();
+    for (name, text) in TEMPLATES {
+        files.push(file(Path::new(UNIT_DIR).join(name), text.replace(&format!("{TEMPLATE_BIN_DIR}/"), &format!("{}/", bin_dir.trim_end_matches('/')))));
+    }
+
+    let manifest_path = conf_dir.join("manifest.json");
+    files.push(file(strip_root(&manifest_path), manifest.to_json() + "\n"));
+    let mut rti = header.clone();
+    rti.push_str(&env_line("HPRM_FEDERATION", program));
+    rti.push_str(&env_line("HPRM_FEDERATES", &manifest.federates.len().to_string()));
+    rti.push_str(&env_line("HPRM_RTI_PORT", &opts.rti_port.to_string()));
+    rti.push_str(&env_line("HPRM_RTI_BIND", &opts.rti_bind));
+    // As the launcher runs it: HPRM federates send every NET anyway, and
+    // federates on one host share its clock.
+    rti.push_str(&env_line("HPRM_RTI_ARGS", "--disable-dnet --clock-sync off"));
+    files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
+
+    let rti_host = match opts.rti_bind.as_str() {
+        "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
+        other => other,
+    };
+    let mut federate_units = Vec::new();
+    for f in &manifest.federates {
+        check_name("federate name", &f.name)?;
+        let unit = format!("hprm-federate@{p}-{}.service", unit_escape(&f.name));
+        let cmd = command(&f.name);
+        let unrepresentable = |what: &std::ffi::OsStr| DeployError::Unrepresentable { federate: f.name.clone(), what: what.to_string_lossy().into_owned() };
+        let text = |s: &std::ffi::OsStr| s.to_str().filter(|t| !t.contains('\n')).map(str::to_owned).ok_or_else(|| unrepresentable(s));
+
+        let mut env = header.clone();
+        env.push_str(&env_line("HPRM_FEDERATE", &f.name));
+        env.push_str(&env_line("HPRM_FEDERATION", program));
+        env.push_str(&env_line("HPRM_RTI", &format!("{rti_host}:{}", opts.rti_port)));
+        env.push_str(&env_line("HPRM_MANIFEST", &manifest_path.to_string_lossy()));
+        let mut paths: Vec<String> = Vec::new();
+        for (k, v) in cmd.get_envs() {
+            let Some(v) = v else { continue };
+            env.push_str(&env_line(&text(k)?, &text(v)?));
+        }
+        files.push(file(strip_root(&conf_dir.join(format!("{}.env", f.name))), env));
+
+        let exe = resolve(cmd.get_program()).ok_or_else(|| DeployError::NotFound { federate: f.name.clone(), program: cmd.get_program().to_string_lossy().into_owned() })?;
+        let mut argv = vec![text(exe.as_os_str())?];
+        for a in cmd.get_args() {
+            argv.push(text(a)?);
+        }
+        if argv[0].is_empty() {
+            return Err(DeployError::EmptyCommand { federate: f.name.clone() });
+        }
+        paths.push(argv[0].clone());
+        let mut drop_in = format!("# Written by `hprm deploy --systemd`: federate {} of program {program}.\n[Unit]\n", f.name);
+        let _ = writeln!(drop_in, "Description=HPRM federate {} of program {program}", f.name);
+        let _ = writeln!(drop_in, "Requires={rti_unit}\nAfter={rti_unit}\nPartOf={target}");
+        let restart = match f.restart {
+            RestartPolicy::Stop => "no",
+            RestartPolicy::OnFailure => {
+                if let Some(n) = f.max_restarts {
+                    // Starts allowed in the interval: the first and n restarts.
+                    let _ = writeln!(drop_in, "StartLimitIntervalSec=10min\nStartLimitBurst={}", n.saturating_add(1));
+                }
+                "on-failure"
+            }
+        };
+        let _ = writeln!(drop_in, "\n[Service]\nExecStart=\nExecStart={}", argv.iter().map(|a| exec_quote(a)).collect::<Vec<_>>().join(" "));
+        if let Some(dir) = cmd.get_current_dir() {
+            let dir = text(dir.as_os_str())?;
+            let _ = writeln!(drop_in, "WorkingDirectory={}", exec_quote(&dir));
+            paths.push(dir);
+        }
+        let _ = writeln!(drop_in, "Restart={restart}");
+        let under = |roots: &[&str]| paths.iter().find(|p| roots.iter().any(|r| Path::new(p).starts_with(r))).cloned();
+        if let Some(home) = under(&["/home", "/root", "/run/user"]) {
+            drop_in.push_str("# The command lives in a home directory, which the template hides.\nProtectHome=read-only\n");
+            notes.push(format!("federate {} runs from {home}; the unit runs as user hprm, which must be able to read it (better: install the program under /opt or /usr/local)", f.name));
+        }
+        if let Some(tmp) = under(&["/tmp", "/var/tmp"]) {
+            drop_in.push_str("# The command lives in /tmp, which the template makes private.\nPrivateTmp=no\n");
+            notes.push(format!("federate {} runs from {tmp}, which does not survive a reboot; install the program under /opt or /usr/local", f.name));
+        }
+        files.push(file(Path::new(UNIT_DIR).join(format!("{unit}.d")).join(DROP_IN), drop_in));
+        federate_units.push((f.name.clone(), unit));
+    }
+
+    let mut wants = format!("{header}[Unit]\n");
+    for (_, u) in &federate_units {
+        let _ = writeln!(wants, "Wants={u}");
+    }
+    files.push(file(Path::new(UNIT_DIR).join(format!("{target}.d")).join(DROP_IN), wants));
+    if manifest.federates.iter().all(|f| f.restart == RestartPolicy::Stop) {
+        // A new RTI would wait for federates that systemd does not restart.
+        let text = format!("{header}# No federate restarts on failure, so neither does the RTI.\n[Service]\nRestart=no\n");
+        files.push(file(Path::new(UNIT_DIR).join(format!("{rti_unit}.d")).join(DROP_IN), text));
+    }
+    Ok(Deployment { program: program.into(), files, target, rti_unit, federate_units, notes, store_memory: manifest.store_memory.clone() })
+}
+
+fn check_name(what: &'static str, name: &str) -> Result<(), DeployError> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\n', '\0']) {
+        return Err(DeployError::BadName { what, name: name.into() });
+    }
+    Ok(())
+}
+
+/// `/etc/x` -> `etc/x`.
+fn strip_root(p: &Path) -> PathBuf {
+    p.strip_prefix("/").unwrap_or(p).to_path_buf()
+}
+
+/// A string as one part of a unit instance name, as `systemd-escape`
+/// writes it: ASCII letters, digits, `:`, `_` and `.` (not first) stay;
+/// every other byte becomes `\xNN`. `%I` turns it back.
+pub fn unit_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, b) in s.bytes().enumerate() {
+        if b.is_ascii_alphanumeric() || b == b':' || b == b'_' || (b == b'.' && i > 0) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// A `KEY="value"` line of an EnvironmentFile.
+fn env_line(key: &str, value: &str) -> String {
+    format!("{key}=\"{}\"\n", value.replace('\\', "\\\\").replace('"', "\\\"").replace('$', "\\$").replace('`', "\\`"))
+}
+
+/// One word of an `ExecStart=` line: bare when plain, else double-quoted;
+/// `%` and `$` doubled so systemd neither expands specifiers nor variables.
+fn exec_quote(word: &str) -> String {
+    let escaped = word.replace('%', "%%").replace('$', "$$");
+    let plain = !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@%$".contains(&b));
+    if plain {
+        escaped
+    } else {
+        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+/// The program as an absolute path: as given when it has a directory
+/// part (made absolute), else found on PATH.
+fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
+    let p = Path::new(program);
+    if p.components().count() > 1 {
+        return std::path::absolute(p).ok();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+    std::env::split_paths(&path).map(|d| d.join(p)).find(|c| c.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::FederateSpec;
+
+    fn fed(name: &str, restart: RestartPolicy, max_restarts: Option<u32>) -> FederateSpec {
+        FederateSpec { name: name.into(), command: None, module: None, restart, max_restarts, reactors: Vec::new() }
+    }
+
+    fn manifest() -> Manifest {
+        Manifest {
+            name: "my-robot".into(),
+            coordination: Default::default(),
+            stp: None,
+            threshold: None,
+            timeout: None,
+            store_memory: Some("1G".into()),
+            federates: vec![fed("camera", RestartPolicy::OnFailure, Some(3)), fed("plan ner", RestartPolicy::Stop, None)],
+            connections: Vec::new(),
+        }
+    }
+
+    fn command(name: &str) -> Command {
+        let mut c = Command::new("/opt/robot/bin/robot");
+        c.args(["--mode", "50% $HOME \"quoted\""]).env("PYTHONPATH", "/opt/robot/lib").env_remove("GONE").current_dir("/opt/robot");
+        if name == "camera" {
+            c.arg("--camera");
+        }
+        c
+    }
+
+    fn get<'a>(d: &'a Deployment, path: &str) -> &'a str {
+        &d.files.iter().find(|f| f.path == Path::new(path)).unwrap_or_else(|| panic!("no {path} in {:#?}", d.files.iter().map(|f| &f.path).collect::<Vec<_>>())).contents
+    }
+
+    #[test]
+    fn names_are_escaped_as_systemd_escape_does() {
+        assert_eq!(unit_escape("my-robot"), "my\\x2drobot");
+        assert_eq!(unit_escape("plan ner"), "plan\\x20ner");
+        assert_eq!(unit_escape(".hidden.x"), "\\x2ehidden.x");
+        assert_eq!(unit_escape("a_b:C9"), "a_b:C9");
+    }
+
+    #[test]
+    fn writes_config_drop_ins_and_templates_for_a_program() {
+        let opts = SystemdOptions { bin_dir: "/srv/hprm/bin/".into(), ..SystemdOptions::default() };
+        let d = systemd(&manifest(), &command, &opts).unwrap();
+        assert_eq!(d.target, "hprm@my\\x2drobot.target");
+        assert_eq!(d.federate_units[1].1, "hprm-federate@my\\x2drobot-plan\\x20ner.service");
+
+        let rti = get(&d, "etc/hprm/my-robot/rti.conf");
+        assert!(rti.contains("HPRM_FEDERATES=\"2\"\n") && rti.contains("HPRM_FEDERATION=\"my-robot\"\n") && rti.contains("HPRM_RTI_PORT=\"15045\"\n"), "{rti}");
+        let env = get(&d, "etc/hprm/my-robot/plan ner.env");
+        assert!(env.contains("HPRM_FEDERATE=\"plan ner\"\n") && env.contains("HPRM_RTI=\"127.0.0.1:15045\"\n"), "{env}");
+        assert!(env.contains("HPRM_MANIFEST=\"/etc/hprm/my-robot/manifest.json\"\n") && env.contains("PYTHONPATH=\"/opt/robot/lib\"\n") && !env.contains("GONE"), "{env}");
+        assert_eq!(Manifest::from_json(get(&d, "etc/hprm/my-robot/manifest.json")).unwrap(), manifest());
+
+        let cam = get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf");
+        assert!(cam.contains("\nExecStart=\nExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\" --camera\n"), "{cam}");
+        assert!(cam.contains("Requires=hprm-rti@my\\x2drobot.service\nAfter=hprm-rti@my\\x2drobot.service\nPartOf=hprm@my\\x2drobot.target\n"), "{cam}");
+        assert!(cam.contains("Restart=on-failure\n") && cam.contains("StartLimitBurst=4\n") && cam.contains("WorkingDirectory=/opt/robot\n"), "{cam}");
+        let planner = get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-plan\\x20ner.service.d/hprm-deploy.conf");
+        assert!(planner.contains("Restart=no\n") && !planner.contains("StartLimit") && !planner.contains("ProtectHome"), "{planner}");
+
+        let target = get(&d, "etc/systemd/system/hprm@my\\x2drobot.target.d/hprm-deploy.conf");
+        assert!(target.contains("Wants=hprm-federate@my\\x2drobot-camera.service\nWants=hprm-federate@my\\x2drobot-plan\\x20ner.service\n"), "{target}");
+        // One federate restarts, so the RTI keeps the template's policy.
+        assert!(!d.files.iter().any(|f| f.path.starts_with("etc/systemd/system/hprm-rti@my\\x2drobot.service.d")));
+        let store = get(&d, "etc/systemd/system/hprm-store.service");
+        assert!(store.contains("ExecStart=/srv/hprm/bin/hprm-store ") && !store.contains(TEMPLATE_BIN_DIR), "{store}");
+        assert!(d.summary(Path::new("out")).contains("systemctl enable --now 'hprm@my\\x2drobot.target'"));
+        assert!(d.summary(Path::new("out")).contains("1G store"));
+    }
+
+    #[test]
+    fn home_and_tmp_programs_get_the_access_they_need() {
+        let mut m = manifest();
+        m.federates.iter_mut().for_each(|f| f.restart = RestartPolicy::Stop);
+        let home = |_: &str| Command::new("/home/ann/robot/run");
+        let d = systemd(&m, &home, &SystemdOptions::default()).unwrap();
+        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf").contains("ProtectHome=read-only\n"));
+        assert!(d.notes.iter().any(|n| n.contains("/home/ann/robot/run")), "{:?}", d.notes);
+        assert!(get(&d, "etc/systemd/system/hprm-rti@my\\x2drobot.service.d/hprm-deploy.conf").contains("Restart=no\n"));
+        let tmp = |_: &str| Command::new("/tmp/robot");
+        let d = systemd(&m, &tmp, &SystemdOptions::default()).unwrap();
+        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf").contains("PrivateTmp=no\n"));
+    }
+
+    #[test]
+    fn bad_input_gets_one_clear_error() {
+        let opts = SystemdOptions::default();
+        let mut m = manifest();
+        m.name = "a/b".into();
+        assert!(matches!(systemd(&m, &command, &opts), Err(DeployError::BadName { .. })));
+        let mut m = manifest();
+        m.federates.clear();
+        assert!(systemd(&m, &command, &opts).unwrap_err().to_string().contains("no federates"));
+        let missing = |_: &str| Command::new("hprm-no-such-program-anywhere");
+        let e = systemd(&manifest(), &missing, &opts).unwrap_err().to_string();
+        assert!(e.contains("not on PATH") && e.contains("hprm-no-such-program-anywhere"), "{e}");
+        let relative = SystemdOptions { bin_dir: "bin".into(), ..SystemdOptions::default() };
+        assert!(matches!(systemd(&manifest(), &command, &relative), Err(DeployError::RelativeBinDir(_))));
+        let newline = |_: &str| {
+            let mut c = Command::new("/bin/true");
+            c.arg("two\nlines");
+            c
+        };
+        assert!(matches!(systemd(&manifest(), &newline, &opts), Err(DeployError::Unrepresentable { .. })));
+    }
+}

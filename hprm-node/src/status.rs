@@ -1,0 +1,239 @@
+//! Live status of launched programs, for `hprm ps`.
+//!
+//! A launcher writes [`LaunchInfo`] as `launch.json` in the program's
+//! runtime directory (`$XDG_RUNTIME_DIR` or the temporary directory,
+//! `hprm-<pid>-<time>/`). Each federate started with `HPRM_RUNTIME_DIR`
+//! rewrites `status-<federate>.json` ([`FederateStatus`]) about once a
+//! second from a thread of its own: the scheduler only bumps counters in a
+//! [`Board`] (relaxed atomics, no I/O, no lock). Files are replaced by
+//! rename, so a reader never sees half of one. [`scan`] finds the programs
+//! whose launcher is still alive.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use hprm_rti::tag::Tag;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+
+/// Name of the launcher's file in a runtime directory.
+pub const LAUNCH_FILE: &str = "launch.json";
+
+/// How often a federate rewrites its status file.
+pub const STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// What a launcher records about a running program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaunchInfo {
+    pub program: String,
+    /// The launcher's process.
+    pub pid: u32,
+    /// When it started, ns since the Unix epoch.
+    pub started_ns: i64,
+    pub runtime_dir: PathBuf,
+    pub federates: Vec<FederateProcess>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FederateProcess {
+    pub name: String,
+    /// 0 until the process is started.
+    pub pid: u32,
+}
+
+/// What a federate reports about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FederateStatus {
+    pub federate: String,
+    pub pid: u32,
+    /// The federation's start time, ns since the epoch.
+    pub start_ns: i64,
+    /// The current (last started) tag, as time since the start.
+    pub tag_ns: i64,
+    pub microstep: u32,
+    /// Physical time minus the current tag's time: how far logical time
+    /// lags behind (negative: ahead, in fast mode).
+    pub lag_ns: i64,
+    /// Tagged messages received, and sent (one per receiving federate).
+    pub messages_in: u64,
+    pub messages_out: u64,
+    /// Rates over the last status period.
+    pub messages_in_per_s: f64,
+    pub messages_out_per_s: f64,
+    /// When this was written, ns since the epoch.
+    pub updated_ns: i64,
+}
+
+/// Counters the scheduler bumps and the status thread reads.
+#[derive(Debug, Default)]
+pub(crate) struct Board {
+    tag_time: AtomicI64,
+    microstep: AtomicU32,
+    messages_in: AtomicU64,
+    messages_out: AtomicU64,
+}
+
+impl Board {
+    #[inline]
+    pub fn tag(&self, tag: Tag) {
+        self.tag_time.store(tag.time, Ordering::Relaxed);
+        self.microstep.store(tag.microstep, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn received(&self) {
+        self.messages_in.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn sent(&self) {
+        self.messages_out.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Writes `contents` to `path` through a temporary file and a rename.
+fn replace(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Writes (or rewrites) `launch.json` in `dir`.
+pub fn write_launch(dir: &Path, info: &LaunchInfo) -> std::io::Result<()> {
+    let text = serde_json::to_vec_pretty(info).map_err(std::io::Error::other)?;
+    replace(&dir.join(LAUNCH_FILE), &text)
+}
+
+fn status_path(dir: &Path, federate: &str) -> PathBuf {
+    dir.join(format!("status-{federate}.json"))
+}
+
+/// The thread rewriting a federate's status file; stops and removes the
+/// file when dropped.
+pub(crate) struct Publisher {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl Publisher {
+    pub fn start(dir: &Path, federate: &str, start: i64, board: Arc<Board>, clock: Arc<Clock>) -> std::io::Result<Publisher> {
+        let path = status_path(dir, federate);
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (p, s, name) = (path.clone(), stop.clone(), federate.to_string());
+        let thread = std::thread::Builder::new().name("hprm-status".into()).spawn(move || {
+            let (mut last_in, mut last_out, mut last_at) = (0u64, 0u64, clock.now());
+            loop {
+                let now = clock.now();
+                let (msgs_in, msgs_out) = (board.messages_in.load(Ordering::Relaxed), board.messages_out.load(Ordering::Relaxed));
+                let secs = ((now - last_at) as f64 / 1e9).max(1e-9);
+                let tag_time = board.tag_time.load(Ordering::Relaxed);
+                let status = FederateStatus {
+                    federate: name.clone(),
+                    pid: std::process::id(),
+                    start_ns: start,
+                    tag_ns: if tag_time == 0 { 0 } else { tag_time - start },
+                    microstep: board.microstep.load(Ordering::Relaxed),
+                    lag_ns: if tag_time == 0 { 0 } else { now - tag_time },
+                    messages_in: msgs_in,
+                    messages_out: msgs_out,
+                    messages_in_per_s: (msgs_in - last_in) as f64 / secs,
+                    messages_out_per_s: (msgs_out - last_out) as f64 / secs,
+                    updated_ns: now,
+                };
+                (last_in, last_out, last_at) = (msgs_in, msgs_out, now);
+                if let Err(e) = serde_json::to_vec(&status).map_err(std::io::Error::other).and_then(|t| replace(&p, &t)) {
+                    tracing::warn!("cannot write the status file {}: {e}; `hprm ps` will not see this federate's progress", p.display());
+                }
+                let (lock, cv) = &*s;
+                let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                let (stopped, _) = cv.wait_timeout_while(stopped, STATUS_PERIOD, |stop| !*stop).unwrap_or_else(PoisonError::into_inner);
+                if *stopped {
+                    return;
+                }
+            }
+        })?;
+        Ok(Publisher { stop, thread: Some(thread), path })
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Where launchers put runtime directories: `$XDG_RUNTIME_DIR` when it is
+/// a directory short enough for the sockets inside (a Unix socket path
+/// holds at most 107 bytes; the runtime directory's own name and a socket
+/// name take about 60), else the temporary directory.
+pub fn runtime_base() -> PathBuf {
+    const MAX_BASE: usize = 44;
+    std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir() && p.as_os_str().len() <= MAX_BASE).unwrap_or_else(std::env::temp_dir)
+}
+
+/// Whether process `pid` exists.
+pub fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A launched program that is still running.
+#[derive(Debug, Clone, Serialize)]
+pub struct Running {
+    pub launch: LaunchInfo,
+    pub federates: Vec<FederateView>,
+}
+
+/// One federate of a [`Running`] program.
+#[derive(Debug, Clone, Serialize)]
+pub struct FederateView {
+    pub name: String,
+    pub pid: u32,
+    pub alive: bool,
+    /// Its last status (none before it started, or once it ended).
+    pub status: Option<FederateStatus>,
+}
+
+/// Every program under `base` (see [`runtime_base`]) whose launcher is
+/// alive, oldest first. Unreadable or foreign directories are skipped.
+pub fn scan(base: &Path) -> Vec<Running> {
+    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let mut found: Vec<Running> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hprm-"))
+        .filter_map(|e| {
+            let dir = e.path();
+            let launch: LaunchInfo = serde_json::from_slice(&std::fs::read(dir.join(LAUNCH_FILE)).ok()?).ok()?;
+            if !alive(launch.pid) {
+                return None;
+            }
+            let federates = launch
+                .federates
+                .iter()
+                .map(|f| {
+                    let status = std::fs::read(status_path(&dir, &f.name)).ok().and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
+                    let pid = status.as_ref().map_or(f.pid, |s| s.pid);
+                    FederateView { name: f.name.clone(), pid, alive: alive(pid), status }
+                })
+                .collect();
+            Some(Running { launch, federates })
+        })
+        .collect();
+    found.sort_by_key(|r| r.launch.started_ns);
+    found
+}

@@ -1,0 +1,136 @@
+//! systemd deployment, checked by systemd itself: `systemd-analyze verify`
+//! (Debian package `systemd`; scripts/test-all.sh installs it) on the units
+//! that `hprm_node::deploy` generates for a real program and on the
+//! templates that `deploy/install.sh` installs into a temporary root, with
+//! their `ExecStart=` pointing at real built binaries (verify checks that
+//! they exist and are executable).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use hprm_node::deploy::{systemd, SystemdOptions};
+use hprm_node::{Coordination, Program};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `systemd-analyze verify` on `units` (paths, so that systemd reads
+/// their directory and the drop-ins there); its output, or why it failed.
+fn verify(units: &[PathBuf]) -> Result<(), String> {
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .args(units)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run systemd-analyze ({e}); install the Debian package `systemd` (scripts/test-all.sh does)"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // A warning (an unknown key, a bad value) is a failure too.
+    if out.status.success() && text.trim().is_empty() {
+        Ok(())
+    } else {
+        Err(format!("systemd-analyze verify {units:?} ({}):\n{text}", out.status))
+    }
+}
+
+/// A program with a dash and a space in its names, two federates.
+fn program() -> Program {
+    let mut p = Program::new("deploy-test");
+    p.coordination(Coordination::Centralized).timeout(Duration::from_millis(10));
+    let a = p.federate("source");
+    let out = {
+        let mut r = p.reactor(a, "counter", ());
+        let t = r.timer("t", Duration::ZERO, Duration::from_millis(1));
+        let out = r.output::<u64>("out");
+        r.reaction("emit").trigger(t).effect(out).body(move |_, ctx| ctx.set(out, 1));
+        out
+    };
+    let b = p.federate("the sink");
+    let inp = {
+        let mut r = p.reactor(b, "sink", ());
+        let i = r.input::<u64>("in");
+        r.reaction("take").trigger(i).body(|_, _| {});
+        i
+    };
+    p.connect(out, inp);
+    p
+}
+
+fn bin_dir() -> PathBuf {
+    let _ = support::rti_bin();
+    support::store_bin().parent().expect("bin dir").to_path_buf()
+}
+
+#[test]
+fn generated_units_pass_systemd_analyze_verify() {
+    let bin = bin_dir();
+    let exe = std::env::current_exe().expect("test binary");
+    let command = |name: &str| {
+        let mut c = Command::new(&exe);
+        c.args(["--federate", name]).env("RUST_LOG", "info");
+        c
+    };
+    let opts = SystemdOptions { bin_dir: bin.clone(), ..SystemdOptions::default() };
+    let d = systemd(&program().manifest(), &command, &opts).expect("deploy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    d.write(dir.path()).expect("write");
+    let units = dir.path().join("etc/systemd/system");
+    let mut names = vec!["hprm-store.service".to_string(), d.target.clone(), d.rti_unit.clone()];
+    names.extend(d.federate_units.iter().map(|(_, u)| u.clone()));
+    verify(&names.iter().map(|n| units.join(n)).collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(dir.path().join("etc/hprm/deploy-test/the sink.env").is_file());
+    assert_eq!(d.federate_units[1].1, "hprm-federate@deploy\\x2dtest-the\\x20sink.service");
+    // The instance names unescape (%I) to the config files written.
+    let out = Command::new("systemd-escape").args(["--unescape", "deploy\\x2dtest-the\\x20sink"]).output().expect("systemd-escape");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "deploy-test/the sink", "{out:?}");
+
+    // The check can fail: a command that does not exist on this host.
+    let missing = |_: &str| Command::new("/nonexistent/robot");
+    let d = systemd(&program().manifest(), &missing, &opts).expect("deploy");
+    let bad = tempfile::tempdir().expect("tempdir");
+    d.write(bad.path()).expect("write");
+    let e = verify(&[bad.path().join("etc/systemd/system").join(&d.federate_units[0].1)]).expect_err("verify must reject a missing command");
+    assert!(e.contains("/nonexistent/robot"), "{e}");
+}
+
+#[test]
+fn install_script_installs_templates_that_pass_verify() {
+    let bin = bin_dir();
+    let root = tempfile::tempdir().expect("tempdir");
+    let script = repo().join("deploy/install.sh");
+    let run = |extra: &[&str]| {
+        let out = Command::new(&script)
+            .arg("--prefix")
+            .arg(root.path())
+            .arg("--from")
+            .arg(&bin)
+            .arg("--bin-dir")
+            .arg(&bin)
+            .args(extra)
+            .output()
+            .expect("run deploy/install.sh");
+        assert!(out.status.success(), "install.sh {extra:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dry = run(&["--dry-run"]);
+    assert!(dry.contains("hprm-store.service"), "{dry}");
+    assert_eq!(std::fs::read_dir(root.path()).expect("read root").count(), 0, "--dry-run changed nothing");
+    run(&[]);
+    let units = root.path().join("etc/systemd/system");
+    let instances = ["hprm-store.service", "hprm-rti@example.service", "hprm-federate@example-camera.service", "hprm@example.target"];
+    verify(&instances.iter().map(|n| units.join(n)).collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"));
+    let store = std::fs::read_to_string(units.join("hprm-store.service")).expect("store unit");
+    assert!(store.contains(&format!("ExecStart={}/hprm-store ", bin.display())), "{store}");
+    assert!(root.path().join("etc/hprm/store.conf").is_file());
+
+    // An administrator's store.conf survives a reinstall.
+    std::fs::write(root.path().join("etc/hprm/store.conf"), "HPRM_STORE_MEMORY=3G\n").expect("edit");
+    run(&[]);
+    assert_eq!(std::fs::read_to_string(root.path().join("etc/hprm/store.conf")).expect("read"), "HPRM_STORE_MEMORY=3G\n");
+
+    let out = Command::new(&script).args(["--bin-dir", "relative/bin", "--dry-run"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not absolute"));
+}

@@ -1,0 +1,79 @@
+"""Observing Python programs: `--trace` (Chrome trace of every reaction,
+grant and store transfer) and taps (`hprm topic echo|hz`) work for Python
+federates as for Rust ones: both run on hprm-node's scheduler."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PROGRAMS = Path(__file__).parent / "programs"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(script, *args, env=None, timeout=120):
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", **(env or {}))
+    return subprocess.run([sys.executable, str(PROGRAMS / script), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="session")
+def hprm_cli(daemons_built):
+    """The `hprm` CLI binary: next to the daemons, else built there."""
+    exe = Path(daemons_built) / "hprm"
+    if not exe.exists():
+        release = ["--release"] if Path(daemons_built).name == "release" else []
+        subprocess.run(["cargo", "build", *release, "-p", "hprm-cli"], cwd=ROOT, check=True)
+    return exe
+
+
+def test_a_python_program_traces_every_reaction(daemons_built, tmp_path):
+    trace = tmp_path / "trace.json"
+    r = run("pipeline.py", "centralized", 5, env={"HPRM_LAUNCH_TRACE": str(trace)})
+    assert r.returncode == 0, r.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    count = lambda name: sum(1 for e in events if e.get("cat") == "reaction" and e["name"] == name)
+    lines = r.stderr.splitlines()
+    assert count("camera.camera.capture") == sum(l.startswith("[camera] captured") for l in lines) == 5
+    assert count("detector.detector.detect") == sum(l.startswith("[detector] received") for l in lines) == 5
+    assert count("planner.planner.plan") == sum(l.startswith("[planner] planned") for l in lines) == 4
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and isinstance(e["ts"], (int, float)), e
+    grants = {e["pid"] for e in events if e.get("cat") == "grant"}
+    assert len(grants) >= 2, "grants sent by the RTI and received by federates"
+    # Frames allocated in the store by the camera, taken by the detector.
+    assert sum(e["name"] == "store put" for e in events) >= 5
+    assert sum(e["name"] == "store get" for e in events) >= 5
+
+
+def test_a_tap_on_a_python_federate(hprm_cli, tmp_path):
+    ticks = 300
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(tmp_path))
+    prog = subprocess.Popen([sys.executable, str(PROGRAMS / "ticker.py"), str(ticks)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            echo = subprocess.run([str(hprm_cli), "topic", "echo", "source.out", "-n", "3"], capture_output=True, text=True, env=env, timeout=60)
+            if echo.returncode == 0:
+                break
+            assert time.monotonic() < deadline, echo.stderr
+            time.sleep(0.2)
+        lines = echo.stdout.splitlines()
+        assert len(lines) == 6, echo.stdout
+        first = int(lines[1].split('"n": ')[1].split(",")[0])
+        for i in range(3):
+            n = first + i
+            assert lines[2 * i] == f"--- tag {n // 100}.{(n % 100) * 10_000_000:09d} s/0", echo.stdout
+            assert lines[2 * i + 1].startswith(f'{{"n": {n}, "arr": <buffer <i8 [4] 32 bytes inline: '), echo.stdout
+        hz = subprocess.run([str(hprm_cli), "topic", "hz", "source.out", "-n", "20"], capture_output=True, text=True, env=env, timeout=60)
+        assert hz.returncode == 0 and "messages: 20" in hz.stdout.splitlines()[-1], hz
+        _, err = prog.communicate(timeout=60)
+    finally:
+        prog.kill()
+    assert prog.returncode == 0, err
+    # The taps did not change what the program computes.
+    assert f"[sink] sink: got {ticks + 1} values, sum {ticks * (ticks + 1) // 2}" in err.splitlines(), err
