@@ -15,6 +15,7 @@ ROS 2 message, in dora's metadata.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -68,10 +69,11 @@ def socket_pong(args) -> None:
         pass
 
 
-def socket_ping(args) -> None:
-    data = payloads(args)
-    samples = Samples(args.sizes)
-    with tempfile.TemporaryDirectory(prefix="small-sock-") as tmp:
+@contextlib.contextmanager
+def unix_pong(prefix: str):
+    """A Unix socket server and this script re-run as its `pong` peer:
+    yields (connection to the peer, the peer's process)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         path = os.path.join(tmp, "s")
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         srv.bind(path)
@@ -79,6 +81,13 @@ def socket_ping(args) -> None:
         pong = subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--role", "pong", "--sock", path])
         srv.settimeout(HELLO_TIMEOUT_S)
         conn, _ = srv.accept()
+        yield conn, pong
+
+
+def socket_ping(args) -> None:
+    data = payloads(args)
+    samples = Samples(args.sizes)
+    with unix_pong("small-sock-") as (conn, pong):
         conn.settimeout(ECHO_TIMEOUT_S)
         buf = bytearray(HEADER.size + 4 + max(args.sizes))
         view = memoryview(buf)
@@ -407,14 +416,7 @@ def socket_rate(args) -> None:
             pass
         c.write()
         return
-    with tempfile.TemporaryDirectory(prefix="rate-sock-") as tmp:
-        path = os.path.join(tmp, "s")
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
-        srv.listen(1)
-        pong = subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--role", "pong", "--sock", path])
-        srv.settimeout(HELLO_TIMEOUT_S)
-        conn, _ = srv.accept()
+    with unix_pong("rate-sock-") as (conn, pong):
         frame = size.to_bytes(4, "little") + bytes(size)
         for _ in range(args.warmup + args.rounds):
             conn.sendall(frame)

@@ -7,21 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+
 fn hprm() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hprm"));
     c.env("NO_COLOR", "1").env("RUST_LOG", "warn");
     c
-}
-
-/// A binary of the workspace, next to `hprm` (or under examples/).
-fn workspace_bin(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_hprm")).parent().expect("target dir").to_path_buf();
-    for p in [dir.join(name), dir.join("examples").join(name)] {
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("{name} is not built next to hprm in {}; run the tests with `cargo test --workspace --all-targets`", dir.display());
 }
 
 fn text(o: &Output) -> String {
@@ -60,7 +51,7 @@ fn check_reports_every_broken_manifest_with_its_location() {
 
 #[test]
 fn check_accepts_a_valid_program_and_names_what_is_missing() {
-    let out = hprm().arg("check").arg(workspace_bin("perception")).output().expect("run");
+    let out = hprm().arg("check").arg(support::program("perception")).output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("program perception is valid: 3 federates, 3 reactors, 2 connections"), "{}", text(&out));
     // A bare name is a binary next to hprm (or on PATH).
@@ -79,7 +70,7 @@ fn check_accepts_a_valid_program_and_names_what_is_missing() {
 #[test]
 fn graph_writes_dot_svg_and_png() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let prog = workspace_bin("perception");
+    let prog = support::program("perception");
     let dot = dir.path().join("p.dot");
     let out = hprm().arg("graph").arg(&prog).arg("-o").arg(&dot).output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
@@ -105,7 +96,7 @@ fn graph_writes_dot_svg_and_png() {
 #[test]
 fn launch_runs_a_rust_program_end_to_end() {
     let logs = tempfile::tempdir().expect("tempdir");
-    let out = hprm().arg("launch").arg("--log-dir").arg(logs.path()).arg(workspace_bin("perception")).args(["--seconds", "1", "--fps", "20"]).output().expect("run");
+    let out = hprm().arg("launch").arg("--log-dir").arg(logs.path()).arg(support::program("perception")).args(["--seconds", "1", "--fps", "20"]).output().expect("run");
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert!(all.contains("[planner] planned 20 frames"), "{all}");
@@ -119,12 +110,12 @@ fn launch_runs_a_rust_program_end_to_end() {
 
 #[test]
 fn launch_with_decentralized_override_runs_the_same_program() {
-    let out = hprm().args(["launch", "--fast", "--coordination", "decentralized", "--stp", "30ms"]).arg(workspace_bin("perception")).args(["--seconds", "1", "--fps", "10"]).output().expect("run");
+    let out = hprm().args(["launch", "--fast", "--coordination", "decentralized", "--stp", "30ms"]).arg(support::program("perception")).args(["--seconds", "1", "--fps", "10"]).output().expect("run");
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     // Under load a frame may arrive tardy (decentralized), so the count is not fixed.
     assert!(all.contains("[planner] planned "), "{all}");
-    let out = hprm().args(["launch", "--stp", "30ms"]).arg(workspace_bin("perception")).output().expect("run");
+    let out = hprm().args(["launch", "--stp", "30ms"]).arg(support::program("perception")).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("--stp needs --coordination decentralized"), "{}", text(&out));
 }
@@ -136,7 +127,7 @@ fn sigterm_stops_a_launched_program_cleanly() {
     let runtime = tempfile::tempdir().expect("tempdir");
     let mut child = hprm()
         .arg("launch")
-        .arg(workspace_bin("endless"))
+        .arg(support::program("endless"))
         .env("XDG_RUNTIME_DIR", runtime.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

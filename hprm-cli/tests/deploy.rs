@@ -1,17 +1,18 @@
 //! `hprm deploy --systemd` on a real program binary (the `perception`
-//! example, built by `cargo test --workspace --all-targets`): the units it
+//! example, built if missing): the units it
 //! writes pass `systemd-analyze verify` (Debian package `systemd`) with the
 //! daemons pointed at the built `hprm-store` / `hprm-rti`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
+mod support;
+
 fn bin_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_hprm")).parent().expect("target dir").to_path_buf();
     for b in ["hprm-store", "hprm-rti", "perception"] {
-        assert!(dir.join(b).is_file(), "{b} is not built in {}; run the tests with `cargo test --workspace --all-targets`", dir.display());
+        support::program(b);
     }
-    dir
+    support::profile_dir()
 }
 
 #[test]

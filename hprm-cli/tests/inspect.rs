@@ -4,37 +4,23 @@
 //! to federate `sink`), launched with its own store and RTI in a private
 //! runtime directory.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+#[path = "../../hprm-node/tests/support/process.rs"]
+mod process;
+mod support;
+use process::finish;
 
 /// The `hprm` binary under test.
 fn hprm() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hprm"))
 }
 
-/// The directory of this profile's binaries (`target/debug`).
-fn profile_dir() -> PathBuf {
-    hprm().parent().expect("bin dir").to_path_buf()
-}
-
-/// The counter example and the daemons, built if missing.
+/// The counter example (and the daemons it launches), built if missing.
 fn counter() -> PathBuf {
-    let path = profile_dir().join("examples").join("counter");
-    if !path.exists() || !profile_dir().join("hprm-rti").exists() || !profile_dir().join("hprm-store").exists() {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(workspace()).args(["build", "-p", "hprm-node", "--example", "counter", "-p", "hprm-rti", "-p", "hprm-store"]);
-        if profile_dir().ends_with("release") {
-            cmd.arg("--release");
-        }
-        assert!(cmd.status().expect("cargo").success(), "building the counter example and the daemons failed");
-    }
-    path
+    support::program("counter")
 }
 
 /// `counter ARGS` as its own launcher in runtime base `runtime`.
@@ -42,7 +28,7 @@ fn launch(args: &[&str], runtime: &Path) -> Child {
     Command::new(counter())
         .args(args)
         .env("XDG_RUNTIME_DIR", runtime)
-        .env("HPRM_BIN_DIR", profile_dir())
+        .env("HPRM_BIN_DIR", support::profile_dir())
         .env("RUST_LOG", "warn")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
@@ -60,29 +46,6 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Waits for the launcher to exit 0; returns its stderr.
-fn finish(mut child: Child, within: Duration) -> String {
-    let mut err = child.stderr.take().expect("stderr");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the program did not end within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let log = reader.join().expect("stderr reader");
-    assert!(status.success(), "the program failed ({status}):\n{log}");
-    log
-}
 
 /// Polls `f` every 100 ms until it gives `Some`, for at most `within`.
 fn wait_for<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -194,7 +157,7 @@ fn launch_trace_holds_every_reaction_and_the_grants() {
         .arg(counter())
         .args(["--ticks", "40"])
         .env("XDG_RUNTIME_DIR", dir.path())
-        .env("HPRM_BIN_DIR", profile_dir())
+        .env("HPRM_BIN_DIR", support::profile_dir())
         .env("NO_COLOR", "1")
         .output()
         .expect("run hprm launch");
@@ -209,7 +172,7 @@ fn launch_trace_holds_every_reaction_and_the_grants() {
     let pids_with_grants: std::collections::HashSet<u64> = events.iter().filter(|e| e["cat"] == "grant").filter_map(|e| e["pid"].as_u64()).collect();
     assert_eq!(pids_with_grants.len(), 2, "the RTI sends grants, the sink receives them");
 
-    let bad = Command::new(hprm()).args(["launch", "--trace", "/nonexistent-dir/t.json"]).arg(counter()).env("HPRM_BIN_DIR", profile_dir()).output().expect("run");
+    let bad = Command::new(hprm()).args(["launch", "--trace", "/nonexistent-dir/t.json"]).arg(counter()).env("HPRM_BIN_DIR", support::profile_dir()).output().expect("run");
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && err.contains("/nonexistent-dir") && err.contains("does not exist"), "{err}");
 }

@@ -187,6 +187,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     // Joined, connected to its peers, start time agreed: under systemd the
     // units ordered after this one may start now.
     hprm_sd_notify::ready(&format!("federate {} of {federation}: running from start time {start}", opts.federate));
+    crate::signal::mark_running();
     let report = sched.run();
     drop(observed);
     crate::trace::finish();

@@ -7,9 +7,20 @@
 //! set before any other thread starts (threads inherit it), which is why
 //! `run_federate` calls this first.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::NodeError;
+
+/// Set once this process's federate runs its event loop, which is what
+/// reads stop requests. Before that (joining, waiting for the others to
+/// join, agreeing the start) nothing has run and nothing would read one.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Called by `run_federate` when the scheduler starts.
+pub(crate) fn mark_running() {
+    RUNNING.store(true, Ordering::SeqCst);
+}
 use crate::inbox::{Inbox, Incoming};
 
 /// Blocks SIGINT and SIGTERM and forwards them to `inbox`.
@@ -20,6 +31,12 @@ pub(crate) fn forward_to(inbox: Arc<Inbox>) -> Result<(), NodeError> {
         .spawn(move || {
             let mut seen = 0;
             while let Some(sig) = wait(&set) {
+                if !RUNNING.load(Ordering::SeqCst) {
+                    // Nothing ran yet: there is nothing to shut down, and a
+                    // federate still waiting for the federation would not hear it.
+                    tracing::warn!(signal = sig, "stopped before the program started");
+                    std::process::exit(0);
+                }
                 seen += 1;
                 if seen > 1 {
                     tracing::warn!("second signal: exiting now");

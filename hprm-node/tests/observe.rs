@@ -5,7 +5,8 @@
 
 mod support;
 
-use std::io::Read;
+use support::process::finish;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,29 +43,6 @@ fn launch(args: &[&str], runtime: &Path) -> Child {
         .expect("start the counter example")
 }
 
-/// Waits for `child` to exit; returns its stderr.
-fn finish(mut child: Child, within: Duration) -> String {
-    let mut err = child.stderr.take().expect("stderr");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the program did not end within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let log = reader.join().expect("stderr reader");
-    assert!(status.success(), "the program failed ({status}):\n{log}");
-    log
-}
 
 /// The numbers after `key` in the line of `log` that contains `marker`.
 fn number_after(log: &str, marker: &str, key: &str) -> u64 {

@@ -90,3 +90,15 @@ def test_ctrl_c_stops_a_launched_python_program_cleanly(tmp_path):
     # No federate process is left.
     leftover = subprocess.run(["pgrep", "-f", "hprm.federate"], capture_output=True, text=True).stdout.split()
     assert leftover == [], leftover
+
+
+def test_a_federate_failing_before_the_start_stops_the_others(tmp_path):
+    # The relay's class does not exist: it fails before joining, while the
+    # others wait at the RTI for the whole federation.
+    manifest = (PROGRAMS / "crash.toml").read_text().replace('class = "Relay"', 'class = "NoSuchRelay"').replace('"10s"', '"600s"')
+    manifest = manifest.replace('module = "crashing.py"', f'module = "{PROGRAMS / "crashing.py"}"')
+    (tmp_path / "bad.toml").write_text(manifest)
+    r = hprm("launch", tmp_path / "bad.toml", timeout=120)
+    assert r.returncode == 1, r.stderr
+    failed = [l for l in r.stderr.splitlines() if l.startswith("  - ")]
+    assert len(failed) == 1 and failed[0].startswith("  - relay") and "has no hprm.Reactor class 'NoSuchRelay'" in failed[0], r.stderr

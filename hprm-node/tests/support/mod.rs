@@ -7,7 +7,7 @@
 //!   pipe) and kept for assertions.
 //!
 //! Both are killed and reaped on drop, so a failing test never leaves a
-//! daemon behind.
+//! daemon behind. `process` waits for other child processes.
 //!
 //! The binaries belong to other packages, so Cargo does not build them for
 //! `cargo test -p hprm-node` (`CARGO_BIN_EXE_*` only names a package's own
@@ -24,6 +24,8 @@
 //! Each test file uses a subset of these helpers, hence the blanket
 //! `dead_code` allowance.
 #![allow(dead_code)]
+
+pub mod process;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
