@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "../../hprm-node/tests/support/process.rs"]
 mod process;
 mod support;
-use process::finish;
+use process::{finish, wait_for};
 
 /// The `hprm` binary under test.
 fn hprm() -> PathBuf {
@@ -47,17 +47,6 @@ fn stdout(o: &Output) -> String {
 }
 
 
-/// Polls `f` every 100 ms until it gives `Some`, for at most `within`.
-fn wait_for<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what} within {within:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// `hprm ps --json` as JSON.
 fn ps(runtime: &Path) -> serde_json::Value {

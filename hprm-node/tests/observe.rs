@@ -5,11 +5,11 @@
 
 mod support;
 
-use support::process::finish;
+use support::process::{finish, wait_for};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hprm_node::payload::{Decoder, StoreLink};
 use hprm_node::status;
@@ -56,17 +56,6 @@ fn sigint(child: &Child) {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
 }
 
-/// Polls `f` every 50 ms until it gives `Some`, for at most `within`.
-fn wait_for<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what} within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A run with `--trace`: the merged file is Chrome trace JSON whose
 /// reaction events are exactly the reactions the run reports (per

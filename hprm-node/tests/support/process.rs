@@ -28,3 +28,15 @@ pub fn finish(mut child: Child, within: Duration) -> String {
     assert!(status.success(), "the program failed ({status}):\n{log}");
     log
 }
+
+/// Polls `f` every 50 ms until it gives `Some`; panics naming `what` after `within`.
+pub fn wait_for<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
