@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
@@ -85,6 +85,8 @@ pub struct LaunchReport {
     pub rti: Option<ExitStatus>,
     /// By federate: its last lines of output, which usually say why it failed.
     pub last_words: Vec<Vec<String>>,
+    /// By federate: whether the launcher stopped it because another failed.
+    pub stopped: Vec<bool>,
 }
 
 impl LaunchReport {
@@ -93,7 +95,11 @@ impl LaunchReport {
         self.federates
             .iter()
             .zip(&self.last_words)
-            .filter(|((_, s), _)| !s.success())
+            .zip(&self.stopped)
+            // A federate the launcher stopped before it could take the signal
+            // (still starting up) did not fail: it was told to go.
+            .filter(|(((_, s), _), stopped)| !s.success() && !(**stopped && s.signal() == Some(libc::SIGTERM)))
+            .map(|(x, _)| x)
             // The last line: a Rust federate's `error: ...`, a Python traceback's exception.
             .map(|((n, s), words)| match words.iter().rev().find(|l| !l.trim().is_empty()) {
                 Some(why) => format!("{n} ({s}): {}", why.trim()),
@@ -335,6 +341,7 @@ impl Launch {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; n];
         let mut stopping = false;
+        let mut stopped = vec![false; n];
         while done.iter().any(Option::is_none) {
             for i in 0..n {
                 if done[i].is_some() {
@@ -351,6 +358,7 @@ impl Launch {
                 stopping = true;
                 for (j, (child, _)) in children.iter().enumerate() {
                     if done[j].is_none() {
+                        stopped[j] = true;
                         if let Ok(pid) = i32::try_from(child.id()) {
                             // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
                             unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -377,7 +385,7 @@ impl Launch {
         }
         let last_words = children.iter().map(|(_, log)| log.last_words()).collect();
         let federates = m.federates.iter().map(|f| f.name.clone()).zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
-        Ok(LaunchReport { federates, rti: rti_status, last_words })
+        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped })
     }
 
     fn spawn_federate(&self, name: &str, env: &ChildEnv<'_>, log: &LogSink, pids: &crate::signal::Pids) -> Result<Child, NodeError> {
