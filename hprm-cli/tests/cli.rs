@@ -143,9 +143,9 @@ fn sigterm_stops_a_launched_program_cleanly() {
     });
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    // Wait until the federates run: they block signals before joining, and
-    // the RTI agrees a start time once all have joined.
-    while !seen.iter().any(|l: &String| l.contains("start time agreed")) {
+    // Wait until every federate runs (its startup reaction printed): a
+    // signal before that is a stop before the start, with no shutdown.
+    while ["f0", "f1", "f2"].iter().any(|f| !seen.iter().any(|l: &String| l.contains(&format!("{f} running")))) {
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(l) => seen.push(l),
             Err(_) => assert!(Instant::now() < deadline, "the program never started:\n{}", seen.join("\n")),

@@ -930,16 +930,40 @@ fn sigterm_stops_the_federation_at_one_tag() {
                 .expect("spawn federate")
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(600));
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, k) in kids.iter_mut().enumerate() {
+        let out = k.stdout.take().expect("stdout");
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send((i, line));
+            }
+        });
+    }
+    drop(tx);
+    // A signal before a federate's startup is a stop before the start (exit
+    // 0, no shutdown reaction): wait until every federate is running.
+    let mut lines: Vec<Vec<String>> = vec![Vec::new(); kids.len()];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !lines.iter().all(|l| l.iter().any(|l| l.ends_with(" running"))) {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok((i, l)) => lines[i].push(l),
+            Err(_) => assert!(std::time::Instant::now() < deadline, "the federates never started: {lines:?}"),
+        }
+    }
     // SAFETY: kill(2) on a child this test spawned.
     unsafe { libc::kill(kids[1].id() as i32, libc::SIGTERM) };
-    let mut tags = Vec::new();
     for k in &mut kids {
         let status = wait_child(k, Duration::from_secs(20));
         assert!(status.success(), "{status}");
-        let mut out = String::new();
-        std::io::Read::read_to_string(k.stdout.as_mut().expect("stdout"), &mut out).expect("read stdout");
-        let line = out.lines().find(|l| l.contains("shutdown at")).unwrap_or_else(|| panic!("no shutdown line in {out:?}")).to_string();
+    }
+    for (i, l) in rx.iter() {
+        lines[i].push(l);
+    }
+    let mut tags = Vec::new();
+    for out in &lines {
+        let line = out.iter().find(|l| l.contains("shutdown at")).unwrap_or_else(|| panic!("no shutdown line in {out:?}"));
         tags.push(line.split("shutdown at ").nth(1).and_then(|r| r.split(" after").next()).expect("tag").to_string());
     }
     assert!(tags.iter().all(|t| *t == tags[0]), "{tags:?}");
