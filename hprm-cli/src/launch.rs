@@ -52,10 +52,12 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     let report = launch.run_manifest(&manifest)?;
     let failed = report.failed();
     if failed.is_empty() {
-        eprintln!("hprm: program {} finished: {} federates exited cleanly", manifest.name, report.federates.len());
+        let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
+        eprintln!("hprm: program {} finished: {} federates exited cleanly{restarts}", manifest.name, report.federates.len());
         Ok(0)
     } else {
-        eprintln!("hprm: program {} failed; federates that failed:", manifest.name);
+        let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
+        eprintln!("hprm: program {} failed{restarts}; federates that failed:", manifest.name);
         for f in &failed {
             eprintln!("  - {f}");
         }

@@ -186,7 +186,13 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
     rti.push_str(&env_line("HPRM_RTI_BIND", &opts.rti_bind));
     // As the launcher runs it: HPRM federates send every NET anyway, and
     // federates on one host share its clock.
-    rti.push_str(&env_line("HPRM_RTI_ARGS", "--disable-dnet --clock-sync off"));
+    let mut rti_args = "--disable-dnet --clock-sync off".to_string();
+    // systemd restarts these federates (Restart=on-failure): the RTI takes them back.
+    let restartable: Vec<String> = manifest.federates.iter().enumerate().filter(|(_, f)| f.restart == RestartPolicy::OnFailure).map(|(i, _)| i.to_string()).collect();
+    if !restartable.is_empty() {
+        rti_args.push_str(&format!(" --restartable {}", restartable.join(",")));
+    }
+    rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
     files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
 
     let rti_host = match opts.rti_bind.as_str() {
@@ -375,6 +381,7 @@ mod tests {
 
         let rti = get(&d, "etc/hprm/my-robot/rti.conf");
         assert!(rti.contains("HPRM_FEDERATES=\"2\"\n") && rti.contains("HPRM_FEDERATION=\"my-robot\"\n") && rti.contains("HPRM_RTI_PORT=\"15045\"\n"), "{rti}");
+        assert!(rti.contains("HPRM_RTI_ARGS=\"--disable-dnet --clock-sync off --restartable 0\"\n"), "the camera restarts: {rti}");
         let env = get(&d, "etc/hprm/my-robot/plan ner.env");
         assert!(env.contains("HPRM_FEDERATE=\"plan ner\"\n") && env.contains("HPRM_RTI=\"127.0.0.1:15045\"\n"), "{env}");
         assert!(env.contains("HPRM_MANIFEST=\"/etc/hprm/my-robot/manifest.json\"\n") && env.contains("PYTHONPATH=\"/opt/robot/lib\"\n") && !env.contains("GONE"), "{env}");

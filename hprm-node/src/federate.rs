@@ -114,7 +114,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let rx = Arc::new(Receiving { inputs, decoder, inbox: inbox.clone() });
 
     let mut unix_socket = None;
-    let (transport, start) = match &opts.rti {
+    let (transport, start, resume) = match &opts.rti {
         None => {
             if program.federates.len() > 1 {
                 return Err(NodeError::Launch(format!(
@@ -123,7 +123,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                     program.federates.len()
                 )));
             }
-            (Transport::Alone, clock.now())
+            (Transport::Alone, clock.now(), None)
         }
         Some(cfg) => {
             let decentralized = matches!(program.coordination, Coordination::Decentralized { .. });
@@ -145,7 +145,10 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
                 peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.peer_transport, cfg.connect_timeout)?);
             }
-            let start = session.start_time(clock.now())?;
+            let (start, resume) = session.start_time(clock.now())?;
+            if let Some(r) = resume {
+                tracing::warn!(federate = %opts.federate, resume = %r, elapsed_ns = r.time.saturating_sub(start), "rejoined the running program after a restart: resuming at the RTI's tag (startup reactions run there; inputs sent while down are lost)");
+            }
             if let Some(offset) = session.clock_offset() {
                 tracing::info!(federate = %opts.federate, offset_ns = offset, "clock synchronized with the RTI");
                 clock.adjust(offset);
@@ -155,12 +158,12 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 Some(peers) => Transport::Peers { rti: session.writer, peers },
                 None => Transport::Rti(session.writer),
             };
-            (transport, start)
+            (transport, start, resume)
         }
     };
     tracing::info!(federate = %opts.federate, start, "starting");
     let watchdog = hprm_sd_notify::Watchdog::from_env();
-    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start, watchdog };
+    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start, resume, watchdog };
     let federation = program.name.clone();
     if let Some(t) = crate::trace::tracer() {
         t.set_start(start);

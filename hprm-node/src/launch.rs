@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::NodeError;
 use crate::federate::{run_federate, RunOptions};
-use crate::manifest::{CoordinationMode, Manifest};
+use crate::manifest::{CoordinationMode, Manifest, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use crate::program::{Coordination, Program};
 use crate::rti::RtiConfig;
 
@@ -87,9 +87,25 @@ pub struct LaunchReport {
     pub last_words: Vec<Vec<String>>,
     /// By federate: whether the launcher stopped it because another failed.
     pub stopped: Vec<bool>,
+    /// By federate: how many times it was restarted after a failure
+    /// (`restart = "on-failure"`).
+    pub restarts: Vec<u32>,
 }
 
 impl LaunchReport {
+    /// "camera restarted 2 times, lidar 1 time", or `None` when no federate
+    /// was restarted.
+    pub fn restarts_summary(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .federates
+            .iter()
+            .zip(&self.restarts)
+            .filter(|(_, n)| **n > 0)
+            .map(|((name, _), n)| format!("{name} restarted {n} time{}", if *n == 1 { "" } else { "s" }))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
     /// Federates that did not exit 0, with their status and last line of output.
     pub fn failed(&self) -> Vec<String> {
         self.federates
@@ -275,9 +291,18 @@ impl Launch {
 
     /// Launches the program `m` describes: a store, an RTI, then each
     /// federate with [`Launch::federate_command`]. When a federate fails,
-    /// the others are asked to stop (SIGTERM: a stop at a common tag, so
-    /// shutdown reactions run).
+    /// it is started again if its policy says so (`restart = "on-failure"`,
+    /// at most `max_restarts` times; the RTI holds its downstream until it
+    /// rejoins); otherwise the others are asked to stop (SIGTERM: a stop at
+    /// a common tag, so shutdown reactions run).
     pub fn run_manifest(&self, m: &Manifest) -> Result<LaunchReport, NodeError> {
+        let mut m = m.clone();
+        if let Some(c) = self.coordination {
+            (m.coordination, m.stp) = match c {
+                Coordination::Centralized => (CoordinationMode::Centralized, None),
+                Coordination::Decentralized { stp } => (CoordinationMode::Decentralized, Some(m.stp.clone().unwrap_or_else(|| crate::manifest::format_duration(stp)))),
+            };
+        }
         let problems = m.check();
         if !problems.is_empty() {
             return Err(crate::error::ProgramError { program: m.name.clone(), problems: problems.into_iter().map(|p| p.message).collect() }.into());
@@ -287,13 +312,6 @@ impl Launch {
             if !parent.is_dir() {
                 return Err(NodeError::Launch(format!("cannot write the trace to {}: the directory {} does not exist", out.display(), parent.display())));
             }
-        }
-        let mut m = m.clone();
-        if let Some(c) = self.coordination {
-            (m.coordination, m.stp) = match c {
-                Coordination::Centralized => (CoordinationMode::Centralized, None),
-                Coordination::Decentralized { stp } => (CoordinationMode::Decentralized, Some(m.stp.clone().unwrap_or_else(|| crate::manifest::format_duration(stp)))),
-            };
         }
         // Before any thread starts: threads inherit the signal mask.
         let pids = Arc::new(Mutex::new(Vec::new()));
@@ -313,6 +331,10 @@ impl Launch {
         if self.fast {
             rti_args.push("--fast".into());
         }
+        let restartable: Vec<String> = m.federates.iter().enumerate().filter(|(_, f)| f.restart == RestartPolicy::OnFailure).map(|(i, _)| i.to_string()).collect();
+        if !restartable.is_empty() {
+            rti_args.extend(["--restartable".to_string(), restartable.join(",")]);
+        }
         // Each process writes its part of the trace here; merged at the end.
         let trace_parts = dir.path().join("trace");
         if self.trace.is_some() {
@@ -328,20 +350,13 @@ impl Launch {
             let child = self.spawn_federate(&f.name, &env, &log, &pids)?;
             children.push((child, log));
         }
-        let info = crate::status::LaunchInfo {
-            program: m.name.clone(),
-            pid: std::process::id(),
-            started_ns: crate::clock::system_now(),
-            runtime_dir: dir.path().to_path_buf(),
-            federates: m.federates.iter().zip(&children).map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() }).collect(),
-        };
-        if let Err(e) = crate::status::write_launch(dir.path(), &info) {
-            tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.path().join(crate::status::LAUNCH_FILE).display());
-        }
+        let started_ns = crate::clock::system_now();
+        self.record_launch(&m, &children, dir.path(), started_ns);
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; n];
         let mut stopping = false;
         let mut stopped = vec![false; n];
+        let mut restarts = vec![0u32; n];
         while done.iter().any(Option::is_none) {
             for i in 0..n {
                 if done[i].is_some() {
@@ -352,6 +367,25 @@ impl Launch {
                 if status.success() || stopping {
                     done[i] = Some(status);
                     continue;
+                }
+                if f.restart == RestartPolicy::OnFailure && !crate::signal::stop_requested() {
+                    let max = f.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
+                    let why = children[i].1.last_words().into_iter().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+                    if restarts[i] < max {
+                        restarts[i] += 1;
+                        tracing::warn!(federate = %f.name, %status, "federate failed ({}); restarting it ({} of {max} restarts)", why.trim(), restarts[i]);
+                        match self.spawn_federate(&f.name, &env, &children[i].1, &pids) {
+                            Ok(child) => {
+                                let old = std::mem::replace(&mut children[i].0, child).id();
+                                pids.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| *p != old);
+                                self.record_launch(&m, &children, dir.path(), started_ns);
+                                continue;
+                            }
+                            Err(e) => tracing::error!(federate = %f.name, "cannot restart it: {e}"),
+                        }
+                    } else {
+                        tracing::error!(federate = %f.name, %status, "federate failed again ({}) after {max} restarts (max_restarts); giving up", why.trim());
+                    }
                 }
                 done[i] = Some(status);
                 tracing::error!(federate = %f.name, %status, "federate failed; stopping the program");
@@ -385,7 +419,21 @@ impl Launch {
         }
         let last_words = children.iter().map(|(_, log)| log.last_words()).collect();
         let federates = m.federates.iter().map(|f| f.name.clone()).zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
-        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped })
+        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts })
+    }
+
+    /// Writes what `hprm ps` lists: the program and its federates' pids.
+    fn record_launch(&self, m: &Manifest, children: &[(Child, LogSink)], dir: &Path, started_ns: i64) {
+        let info = crate::status::LaunchInfo {
+            program: m.name.clone(),
+            pid: std::process::id(),
+            started_ns,
+            runtime_dir: dir.to_path_buf(),
+            federates: m.federates.iter().zip(children).map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() }).collect(),
+        };
+        if let Err(e) = crate::status::write_launch(dir, &info) {
+            tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.join(crate::status::LAUNCH_FILE).display());
+        }
     }
 
     fn spawn_federate(&self, name: &str, env: &ChildEnv<'_>, log: &LogSink, pids: &crate::signal::Pids) -> Result<Child, NodeError> {

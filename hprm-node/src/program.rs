@@ -160,6 +160,9 @@ pub(crate) struct ReactorDef {
 pub(crate) struct FederateDef {
     pub name: String,
     pub reactors: Vec<ReactorId>,
+    /// What a launcher does when its process fails.
+    pub restart: crate::manifest::RestartPolicy,
+    pub max_restarts: Option<u32>,
 }
 
 /// A connection from an output to an input.
@@ -247,8 +250,23 @@ impl Program {
         if !valid_name(&name) {
             self.problems.push(format!("federate name {name:?} is not valid; use letters, digits, '_' and '-'"));
         }
-        self.federates.push(FederateDef { name, reactors: Vec::new() });
+        self.federates.push(FederateDef { name, reactors: Vec::new(), restart: Default::default(), max_restarts: None });
         FederateId(self.federates.len() as u32 - 1)
+    }
+
+    /// Has the launcher start `fed` again when its process fails, at most
+    /// `max_restarts` times (default
+    /// [`DEFAULT_MAX_RESTARTS`](crate::manifest::DEFAULT_MAX_RESTARTS)),
+    /// instead of stopping the program. Centralized coordination only: the
+    /// RTI holds the federate's downstream while it is down, and it resumes
+    /// at a tag after everything granted downstream of it (its state and
+    /// the inputs sent to it while down are lost; its startup reactions run
+    /// again there).
+    pub fn restart_on_failure(&mut self, fed: FederateId, max_restarts: Option<u32>) {
+        if let Some(f) = self.federates.get_mut(fed.index()) {
+            f.restart = crate::manifest::RestartPolicy::OnFailure;
+            f.max_restarts = max_restarts;
+        }
     }
 
     /// Adds a reactor with initial `state` to federate `fed`; declare its

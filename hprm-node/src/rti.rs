@@ -228,13 +228,19 @@ impl RtiSession {
         }
     }
 
-    /// Start-time agreement: proposes `now`, returns the common start time.
-    pub fn start_time(&mut self, now: i64) -> Result<i64, NodeError> {
+    /// Start-time agreement: proposes `now`, returns the common start time
+    /// and, for a restarted federate rejoining a running federation, the
+    /// tag it resumes at (RESUME, just before TIMESTAMP).
+    pub fn start_time(&mut self, now: i64) -> Result<(i64, Option<Tag>), NodeError> {
         send(&mut self.writer, &self.addr, &Message::Timestamp(now))?;
-        match self.next("start-time agreement")? {
-            Message::Timestamp(t) => Ok(t),
-            Message::Failed => Err(NodeError::RtiLost("the RTI failed before the start".into())),
-            other => Err(protocol(&self.addr, format!("expected TIMESTAMP, got {other:?}"))),
+        let mut resume = None;
+        loop {
+            match self.next("start-time agreement")? {
+                Message::Resume(t) if resume.is_none() => resume = Some(t),
+                Message::Timestamp(t) => return Ok((t, resume)),
+                Message::Failed => return Err(NodeError::RtiLost("the RTI failed before the start".into())),
+                other => return Err(protocol(&self.addr, format!("expected TIMESTAMP, got {other:?}"))),
+            }
         }
     }
 }

@@ -95,6 +95,10 @@ pub(crate) struct Options {
     pub fast: bool,
     pub workers: usize,
     pub start: i64,
+    /// A restarted federate rejoining a running program: the tag it
+    /// resumes at (startup reactions and the first timer events are there
+    /// or after it; logical time keeps counting from `start`).
+    pub resume: Option<Tag>,
     /// systemd's watchdog (a `WatchdogSec=` unit): pinged from this loop,
     /// so a reaction that never returns stops the pings.
     pub watchdog: Option<hprm_sd_notify::Watchdog>,
@@ -194,6 +198,9 @@ pub(crate) struct Scheduler {
     queue: BTreeMap<Tag, Vec<Event>>,
 
     start: Tag,
+    /// The first tag this process may act at: `start`, or the resume tag
+    /// of a restarted federate.
+    first: Tag,
     current: Tag,
     in_tag: bool,
     passed_level: i64,
@@ -365,6 +372,7 @@ impl Scheduler {
             buckets: vec![Vec::new(); max_level as usize + 1],
             queue: BTreeMap::new(),
             start,
+            first: opts.resume.map_or(start, |r| r.max(start)),
             current: NEVER,
             in_tag: false,
             passed_level: -1,
@@ -409,17 +417,19 @@ impl Scheduler {
     }
 
     fn schedule_initial(&mut self) {
-        let start = self.start;
+        let first = self.first;
         for i in 0..self.program.triggers.len() {
             let t = &self.program.triggers[i];
             if self.program.reactors[t.reactor.index()].federate != self.fed {
                 continue;
             }
             match t.kind {
-                TriggerKind::Startup => self.push_event(start, TriggerId(i as u32), self.unit.clone(), None),
-                TriggerKind::Timer { offset, .. } => {
-                    let tag = Tag::new(start.time.saturating_add(duration_ns(offset)), 0);
-                    self.push_event(tag, TriggerId(i as u32), self.unit.clone(), None);
+                TriggerKind::Startup => self.push_event(first, TriggerId(i as u32), self.unit.clone(), None),
+                TriggerKind::Timer { offset, period } => {
+                    let at = self.start.time.saturating_add(duration_ns(offset));
+                    if let Some(tag) = first_timer_tag(at, duration_ns(period), first) {
+                        self.push_event(tag, TriggerId(i as u32), self.unit.clone(), None);
+                    }
                 }
                 _ => {}
             }
@@ -480,7 +490,7 @@ impl Scheduler {
 
     fn after(&self) -> Tag {
         if self.current == NEVER {
-            self.start
+            self.first
         } else {
             self.current.delayed(Delay::After(0))
         }
@@ -995,5 +1005,40 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
             let message = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a non-string panic".into());
             Outcome::panicked(&message)
         }
+    }
+}
+
+/// The first event of a timer whose first firing is at `at` (ns) with
+/// `period` (0: once), at `first` or later: a restarted federate does not
+/// replay the firings of the time it was down, and keeps the timer's phase.
+fn first_timer_tag(at: i64, period: i64, first: Tag) -> Option<Tag> {
+    if Tag::new(at, 0) >= first {
+        return Some(Tag::new(at, 0));
+    }
+    if period <= 0 {
+        return None;
+    }
+    // Periods missed, rounded up; one more if `first` is past a
+    // microstep of the firing it lands on.
+    let behind = first.time.saturating_sub(at).max(1);
+    let mut t = at.saturating_add(((behind - 1) / period + 1).saturating_mul(period));
+    if Tag::new(t, 0) < first {
+        t = t.saturating_add(period);
+    }
+    Some(Tag::new(t, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_timer_keeps_its_phase_and_skips_what_it_missed() {
+        let s = 1_000;
+        assert_eq!(first_timer_tag(s + 5, 10, Tag::new(s, 0)), Some(Tag::new(s + 5, 0)), "not resumed: the offset");
+        assert_eq!(first_timer_tag(s, 10, Tag::new(s + 31, 0)), Some(Tag::new(s + 40, 0)));
+        assert_eq!(first_timer_tag(s, 10, Tag::new(s + 30, 0)), Some(Tag::new(s + 30, 0)), "on a firing: that firing");
+        assert_eq!(first_timer_tag(s, 10, Tag::new(s + 30, 1)), Some(Tag::new(s + 40, 0)), "just after a firing: the next");
+        assert_eq!(first_timer_tag(s, 0, Tag::new(s + 1, 0)), None, "a one-shot timer that passed does not fire");
     }
 }

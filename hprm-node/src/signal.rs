@@ -17,6 +17,15 @@ use crate::error::NodeError;
 /// join, agreeing the start) nothing has run and nothing would read one.
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
+/// A launcher took SIGINT/SIGTERM: the program is stopping, so a federate
+/// that fails now is not restarted.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this launcher was told to stop (see [`forward_to_children`]).
+pub(crate) fn stop_requested() -> bool {
+    STOPPING.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Called by `run_federate` when the scheduler starts.
 pub(crate) fn mark_running() {
     RUNNING.store(true, Ordering::SeqCst);
@@ -82,6 +91,7 @@ pub(crate) fn forward_to_children(pids: Pids) -> Result<(), NodeError> {
         .spawn(move || {
             while let Some(sig) = wait(&set) {
                 tracing::info!(signal = sig, "stopping the program");
+                STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
                 let launches = all.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for pids in launches.iter().filter(|l| Arc::strong_count(l) > 1) {
                     for &pid in pids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {

@@ -140,6 +140,15 @@ impl NativeProgram {
         Ok(self.federates.len() - 1)
     }
 
+    /// `Program.restart_on_failure`: the launcher restarts federate `fed`
+    /// when it fails.
+    #[pyo3(signature = (fed, max_restarts=None))]
+    fn restart_on_failure(&mut self, fed: usize, max_restarts: Option<u32>) -> PyResult<()> {
+        let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
+        self.program()?.restart_on_failure(fid, max_restarts);
+        Ok(())
+    }
+
     /// A reactor of federate `fed` whose state is the Python `instance`.
     fn reactor(&mut self, fed: usize, name: &str, instance: PyObject) -> PyResult<usize> {
         let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;

@@ -42,6 +42,10 @@ pub enum NodeState {
     Pending,
     /// Running.
     Granted,
+    /// Failed, and expected back (a restartable federate): until it
+    /// rejoins it still holds its downstream at its last NET and LTC, since
+    /// its next incarnation may send from there; messages for it are dropped.
+    Restarting,
 }
 
 /// One upstream of a federate and the smallest delay over its connections.
@@ -92,6 +96,9 @@ struct Node {
     next_event: Tag,
     last_dnet: Tag,
     in_transit: BTreeSet<Tag>,
+    /// The tag a restarted federate resumed at; messages tagged earlier
+    /// are dropped (they were meant for its previous incarnation).
+    resumed: Tag,
 }
 
 impl Node {
@@ -106,6 +113,7 @@ impl Node {
             next_event: NEVER,
             last_dnet: NEVER,
             in_transit: BTreeSet::new(),
+            resumed: NEVER,
         }
     }
 }
@@ -218,7 +226,7 @@ impl Coordinator {
     /// `dest` confirms that tag, its recorded NET stays at or below it.
     pub fn tagged_message(&mut self, dest: FedId, tag: Tag) -> Relay {
         let d = usize::from(dest);
-        if self.nodes[d].state == NodeState::NotConnected {
+        if matches!(self.nodes[d].state, NodeState::NotConnected | NodeState::Restarting) || tag < self.nodes[d].resumed {
             return Relay::Drop;
         }
         let tardy = self.nodes[d].completed >= tag;
@@ -247,6 +255,68 @@ impl Coordinator {
         std::mem::take(&mut self.notices)
     }
 
+    /// A restartable federate failed: see [`NodeState::Restarting`]. Its
+    /// NET and LTC stay as they were, so nobody downstream is granted past
+    /// what it might still send; messages in transit to it are lost.
+    pub fn suspend(&mut self, fed: FedId) {
+        let node = &mut self.nodes[usize::from(fed)];
+        node.state = NodeState::Restarting;
+        node.in_transit.clear();
+    }
+
+    /// A restarted federate rejoins; returns the tag it resumes at and the
+    /// grants that follow. The resume tag is the earliest tag that
+    /// contradicts nothing the federation was told:
+    /// - after its previous incarnation's LTC, and after its NET when it
+    ///   may have begun that tag (granted it, or it has no upstream), since
+    ///   it may have sent messages at it before it died;
+    /// - after every grant to a federate downstream of it, so nothing it
+    ///   sends arrives tardy (with an `after` delay on the way this is
+    ///   conservative: it skips ahead by up to that delay);
+    /// - no earlier than `now` (real time: it does not replay the time it
+    ///   was down; `None` in fast mode).
+    ///
+    /// It is then running again: TAG/PTAG start from scratch for it, and
+    /// its LTC becomes the tag just before the resume tag.
+    pub fn rejoin(&mut self, fed: FedId, now: Option<Instant>) -> (Tag, Vec<Notice>) {
+        let f = usize::from(fed);
+        let n = self.nodes.len();
+        let start = Tag::new(self.start_time, 0);
+        let node = &self.nodes[f];
+        let mut resume = start;
+        if node.completed != NEVER {
+            resume = resume.max(node.completed.earliest_later());
+        }
+        if node.next_event != NEVER && node.next_event != FOREVER {
+            let begun = node.last_granted >= node.next_event || node.upstreams.is_empty();
+            resume = resume.max(if begun { node.next_event.earliest_later() } else { node.next_event });
+        }
+        for j in 0..n {
+            if j == f || self.matrix()[f * n + j] == FOREVER {
+                continue;
+            }
+            for g in [self.nodes[j].last_granted, self.nodes[j].last_provisionally_granted] {
+                if g != NEVER && g != FOREVER {
+                    resume = resume.max(g.earliest_later());
+                }
+            }
+        }
+        if let Some(now) = now {
+            resume = resume.max(Tag::new(now, 0));
+        }
+        let node = &mut self.nodes[f];
+        node.state = NodeState::Granted;
+        node.completed = resume.latest_earlier();
+        node.last_granted = NEVER;
+        node.last_provisionally_granted = NEVER;
+        node.last_dnet = NEVER;
+        node.in_transit.clear();
+        node.resumed = resume;
+        self.min_delays = None;
+        self.update_next_event(fed, resume);
+        (resume, std::mem::take(&mut self.notices))
+    }
+
     /// Records a NET, bounded by the messages in transit to the federate,
     /// and re-evaluates the federate and everything downstream of it.
     fn update_next_event(&mut self, fed: FedId, net: Tag) {
@@ -268,7 +338,7 @@ impl Coordinator {
         }
         if self.dnet {
             for u in (0..n).filter(|&u| u != f) {
-                if self.matrix()[u * n + f] == FOREVER || self.nodes[u].state == NodeState::NotConnected {
+                if self.matrix()[u * n + f] == FOREVER || matches!(self.nodes[u].state, NodeState::NotConnected | NodeState::Restarting) {
                     continue;
                 }
                 let dnet = self.downstream_next_event(u, f);
@@ -398,7 +468,7 @@ impl Coordinator {
 
     fn notify_tag(&mut self, fed: FedId, tag: Tag) {
         let node = &mut self.nodes[usize::from(fed)];
-        if node.state == NodeState::NotConnected || tag <= node.last_granted || tag < node.last_provisionally_granted {
+        if matches!(node.state, NodeState::NotConnected | NodeState::Restarting) || tag <= node.last_granted || tag < node.last_provisionally_granted {
             return;
         }
         node.last_granted = tag;
@@ -409,13 +479,13 @@ impl Coordinator {
     /// in the cycle can resolve their outputs as absent at that tag.
     fn notify_ptag(&mut self, fed: FedId, tag: Tag) {
         let node = &mut self.nodes[usize::from(fed)];
-        if node.state == NodeState::NotConnected || tag <= node.last_granted || tag <= node.last_provisionally_granted {
+        if matches!(node.state, NodeState::NotConnected | NodeState::Restarting) || tag <= node.last_granted || tag <= node.last_provisionally_granted {
             return;
         }
         node.last_provisionally_granted = tag;
         self.notices.push(Notice { to: fed, grant: Grant::Provisional(tag) });
         for u in self.nodes[usize::from(fed)].upstreams.clone() {
-            if self.nodes[usize::from(u.id)].state == NodeState::NotConnected {
+            if matches!(self.nodes[usize::from(u.id)].state, NodeState::NotConnected | NodeState::Restarting) {
                 continue;
             }
             let earliest = self.eimt(u.id);
@@ -710,6 +780,53 @@ mod tests {
         assert_eq!(c.tagged_message(0, tag(S, 0)), Relay::Drop, "messages to a resigned federate are dropped");
         assert_eq!(c.last_granted(1), FOREVER);
         assert_eq!(FOREVER.time, FOREVER_TIME);
+    }
+
+    #[test]
+    fn a_restarting_upstream_holds_its_downstream_until_it_rejoins() {
+        // 0 -> 1 (no delay); 0 has a source timer, 1 waits for it.
+        let mut c = federation(2, &[(0, 1, Delay::None)]);
+        c.next_event_tag(0, tag(S + 10, 0));
+        c.latest_tag_confirmed(0, tag(S + 5, 0));
+        c.next_event_tag(1, tag(S + 100, 0));
+        let held = c.last_granted(1);
+        assert!(held < tag(S + 10, 0), "held by 0's NET: {held}");
+        // 0 dies, restartable: 1 stays held (a resign would grant it FOREVER).
+        c.suspend(0);
+        assert_eq!(c.state(0), NodeState::Restarting);
+        assert_eq!(c.next_event_tag(1, tag(S + 100, 0)), vec![]);
+        assert_eq!(c.tagged_message(0, tag(S + 20, 0)), Relay::Drop, "no one to deliver to while it is down");
+        // It may have begun S+10 (a source is always granted): it resumes just after.
+        let (resume, notices) = c.rejoin(0, None);
+        assert_eq!(resume, tag(S + 10, 1));
+        assert_eq!(c.state(0), NodeState::Granted);
+        assert_eq!(notices, vec![]);
+        assert_eq!(c.tagged_message(0, tag(S + 10, 0)), Relay::Drop, "meant for the previous incarnation");
+        // Back to normal: its next NET past 1's releases 1.
+        assert_eq!(c.next_event_tag(0, tag(S + 200, 0)), vec![tag_to(1, tag(S + 199, u32::MAX))]);
+        // Resigning from Restarting (it never came back) releases 1.
+        c.suspend(0);
+        assert_eq!(c.resign(0), vec![tag_to(1, FOREVER)]);
+    }
+
+    #[test]
+    fn a_rejoining_federate_resumes_after_every_downstream_grant() {
+        // 0 -> 1 after 10 ns -> 2; 0 waits on nothing, so 1 and 2 run ahead of it.
+        let mut c = federation(3, &[(0, 1, Delay::After(10)), (1, 2, Delay::None)]);
+        c.next_event_tag(0, tag(S + 100, 0));
+        c.next_event_tag(1, tag(S + 105, 0));
+        c.next_event_tag(2, tag(S + 105, 0));
+        assert_eq!(c.last_granted(1), tag(S + 109, u32::MAX));
+        c.suspend(0);
+        // What 0 sends from (S+100, 1) on arrives at 1 at S+110 or later: past
+        // 1's grant. The resume tag does not subtract the delay: it is after
+        // the grants themselves, conservatively.
+        let (resume, _) = c.rejoin(0, None);
+        assert_eq!(resume, tag(S + 110, 0));
+        // Real time: never before now.
+        c.suspend(0);
+        let (resume, _) = c.rejoin(0, Some(S + 5_000));
+        assert_eq!(resume, tag(S + 5_000, 0));
     }
 
     #[test]

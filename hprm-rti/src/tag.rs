@@ -97,6 +97,19 @@ impl Tag {
         }
     }
 
+    /// The least tag strictly later than `self`: the inverse of
+    /// [`Tag::latest_earlier`] (unlike `delayed(After(0))`, it carries
+    /// into the next nanosecond instead of wrapping the microstep).
+    pub fn earliest_later(self) -> Tag {
+        if self == NEVER || self == FOREVER {
+            self
+        } else if self.microstep == u32::MAX {
+            Tag::new(self.time.saturating_add(1), 0)
+        } else {
+            Tag::new(self.time, self.microstep + 1)
+        }
+    }
+
     /// The greatest tag strictly earlier than `self` (reactor-c
     /// `lf_tag_latest_earlier`); NEVER and FOREVER are their own.
     pub fn latest_earlier(self) -> Tag {
@@ -234,6 +247,17 @@ mod tests {
         assert_eq!(Tag::new(T, 2).latest_earlier(), Tag::new(T, 1));
         assert_eq!(NEVER.latest_earlier(), NEVER);
         assert_eq!(FOREVER.latest_earlier(), FOREVER);
+    }
+
+    #[test]
+    fn earliest_later_undoes_latest_earlier() {
+        for t in [Tag::new(T, 0), Tag::new(T, 7), Tag::new(T, u32::MAX)] {
+            assert_eq!(t.earliest_later().latest_earlier(), t);
+            assert_eq!(t.latest_earlier().earliest_later(), t);
+        }
+        assert_eq!(Tag::new(T, u32::MAX).earliest_later(), Tag::new(T + 1, 0), "carries, never wraps");
+        assert_eq!(NEVER.earliest_later(), NEVER);
+        assert_eq!(FOREVER.earliest_later(), FOREVER);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! fields, and [`decode`] works incrementally on a byte stream.
 //! `docs/lf-federated-protocol.md` has the table this module implements.
 //!
-//! HPRM additions travel inside payloads, never as new framing. Payloads
+//! HPRM additions travel inside payloads, with one exception: RESUME, which
+//! only a federate rejoining after a restart ever receives (LF federates
+//! never rejoin, so they never see it). Payloads
 //! relayed through the RTI are limited ([`Limits::max_payload`], 64 KiB by
 //! default): large data goes through the object store, and a reference
 //! travels instead.
@@ -42,6 +44,9 @@ pub mod kind {
     pub const NEIGHBOR_STRUCTURE: u8 = 24;
     pub const FAILED: u8 = 25;
     pub const DOWNSTREAM_NEXT_EVENT_TAG: u8 = 26;
+    /// HPRM: RTI → a federate rejoining after a restart, before TIMESTAMP:
+    /// the tag it resumes at.
+    pub const RESUME: u8 = 200;
     pub const FED_NONCE: u8 = 100;
     pub const RTI_RESPONSE: u8 = 101;
     pub const FED_RESPONSE: u8 = 102;
@@ -131,6 +136,10 @@ pub enum Message {
     NeighborStructure { upstreams: Vec<(FedId, Delay)>, downstreams: Vec<FedId> },
     Failed,
     DownstreamNextEventTag(Tag),
+    /// HPRM: RTI → a federate that rejoins a running federation after a
+    /// restart, just before TIMESTAMP (the original start time): resume at
+    /// this tag.
+    Resume(Tag),
     FedNonce { fed: FedId, nonce: [u8; NONCE_LEN] },
     RtiResponse { nonce: [u8; NONCE_LEN], hmac: [u8; HMAC_LEN] },
     FedResponse { hmac: [u8; HMAC_LEN] },
@@ -260,6 +269,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         }
         Message::Failed => out.push(FAILED),
         Message::DownstreamNextEventTag(t) => tagged(out, DOWNSTREAM_NEXT_EVENT_TAG, *t),
+        Message::Resume(t) => tagged(out, RESUME, *t),
         Message::FedNonce { fed, nonce } => {
             out.push(FED_NONCE);
             out.extend_from_slice(&fed.to_le_bytes());
@@ -327,7 +337,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<Option<(Message, usize)>, W
         TIMESTAMP | CLOCK_SYNC_T1 | CLOCK_SYNC_T4 | CLOCK_SYNC_CODED_PROBE => Some(8),
         RESIGN | FAILED | ACK => Some(0),
         NEXT_EVENT_TAG | TAG_ADVANCE_GRANT | PROVISIONAL_TAG_ADVANCE_GRANT | LATEST_TAG_CONFIRMED | STOP_REQUEST
-        | STOP_REQUEST_REPLY | STOP_GRANTED | DOWNSTREAM_NEXT_EVENT_TAG => Some(TAG_LEN),
+        | STOP_REQUEST_REPLY | STOP_GRANTED | DOWNSTREAM_NEXT_EVENT_TAG | RESUME => Some(TAG_LEN),
         ADDRESS_QUERY | CLOCK_SYNC_T3 | UDP_PORT => Some(2),
         ADDRESS_QUERY_REPLY => Some(8),
         ADDRESS_ADVERTISEMENT => Some(4),
@@ -359,6 +369,7 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<Option<(Message, usize)>, W
             STOP_REQUEST_REPLY => Message::StopRequestReply(f.tag()),
             STOP_GRANTED => Message::StopGranted(f.tag()),
             DOWNSTREAM_NEXT_EVENT_TAG => Message::DownstreamNextEventTag(f.tag()),
+            RESUME => Message::Resume(f.tag()),
             ADDRESS_QUERY => Message::AddressQuery(f.u16()),
             CLOCK_SYNC_T3 => Message::ClockSyncT3(f.u16()),
             UDP_PORT => Message::UdpPort(f.u16()),
@@ -491,6 +502,7 @@ mod tests {
             Message::NeighborStructure { upstreams: vec![(0, Delay::None), (2, Delay::After(0)), (4, Delay::After(10))], downstreams: vec![1, 3] },
             Message::Failed,
             Message::DownstreamNextEventTag(t),
+            Message::Resume(t),
             Message::FedNonce { fed: 1, nonce: [1; NONCE_LEN] },
             Message::RtiResponse { nonce: [2; NONCE_LEN], hmac: [3; HMAC_LEN] },
             Message::FedResponse { hmac: [4; HMAC_LEN] },

@@ -361,6 +361,56 @@ fn a_vanished_federate_releases_its_downstream_and_fails_the_run() {
 }
 
 #[test]
+fn a_restartable_federate_holds_its_downstream_and_rejoins() {
+    let rti = Rti::start(2, &["--clock-sync", "off", "--fast", "--restartable", "0"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    f[0].send(&Message::NextEventTag(t(s + 10, 0)));
+    f[0].send(&Message::LatestTagConfirmed(t(s + 5, 0)));
+    f[1].send(&Message::NextEventTag(t(s + 100, 0)));
+    drop(f.remove(0)); // fails without RESIGN
+    // Held at 0's last NET, not released with TAG(FOREVER) as a failed
+    // federate's downstream is.
+    assert_eq!(f[0].recv_timeout(Duration::from_millis(300)), None);
+    // Its id is free again for a new incarnation, once.
+    let mut again = Fed::join(rti.addr, 0, &[], &[1]);
+    let mut twin = Fed::connect(rti.addr);
+    twin.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
+    assert_eq!(twin.recv(), Message::Reject(RejectReason::FederateIdInUse));
+    again.send(&Message::Timestamp(5));
+    // 0 had no upstream, so it may have begun S+10: it resumes just after,
+    // in the original time line.
+    assert_eq!(again.recv(), Message::Resume(t(s + 10, 1)));
+    assert_eq!(again.recv(), Message::Timestamp(s));
+    again.send(&Message::NextEventTag(t(s + 200, 0)));
+    assert_eq!(f[0].recv(), Message::TagAdvanceGrant(t(s + 199, u32::MAX)));
+    // A message for its previous incarnation's time is dropped; a current one goes through.
+    f[0].send(&Message::TaggedMessage { port: 0, fed: 0, tag: t(s + 10, 0), payload: vec![1] });
+    f[0].send(&Message::TaggedMessage { port: 0, fed: 0, tag: t(s + 200, 0), payload: vec![2] });
+    assert_eq!(again.recv(), Message::TaggedMessage { port: 0, fed: 0, tag: t(s + 200, 0), payload: vec![2] });
+    again.send(&Message::Resign);
+    f[0].send(&Message::Resign);
+    let mut rti = rti;
+    assert_eq!(rti.wait(Duration::from_secs(10)).code(), Some(0), "the restart recovered: exit 0\n{}", rti.log());
+    assert!(rti.log().contains("federate rejoined after a restart"), "{}", rti.log());
+}
+
+#[test]
+fn a_restartable_federate_that_does_not_return_in_time_is_given_up() {
+    let rti = Rti::start(2, &["--clock-sync", "off", "--fast", "--restartable", "0", "--rejoin-timeout-ms", "300"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    f[0].send(&Message::NextEventTag(t(s + 10, 0)));
+    f[1].send(&Message::NextEventTag(t(s + 100, 0)));
+    drop(f.remove(0));
+    assert_eq!(f[0].recv(), Message::TagAdvanceGrant(FOREVER), "released once the rejoin timeout passed");
+    f[0].send(&Message::Resign);
+    let mut rti = rti;
+    assert_eq!(rti.wait(Duration::from_secs(10)).code(), Some(1), "a federate failed for good: exit 1");
+    assert!(rti.log().contains("did not rejoin within"), "{}", rti.log());
+    let out = Command::new(RTI_BIN).args(["--federates", "2", "--restartable", "0,2"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--restartable names federate 2, but the federation has 2"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn address_queries_answer_what_is_known() {
     let rti = Rti::start(2, &["--clock-sync", "off"]);
     let (mut f, _) = start(&rti, 2, &[]);

@@ -31,8 +31,8 @@ impl Program {
                 name: f.name.clone(),
                 command: None,
                 module: None,
-                restart: Default::default(),
-                max_restarts: None,
+                restart: f.restart,
+                max_restarts: f.max_restarts,
                 reactors: f.reactors.iter().map(|&r| self.reactor_spec(r)).collect(),
             })
             .collect();
@@ -117,6 +117,9 @@ impl Program {
         }
         for f in &m.federates {
             let fed = p.federate(f.name.clone());
+            if f.restart == super::RestartPolicy::OnFailure {
+                p.restart_on_failure(fed, f.max_restarts);
+            }
             for r in &f.reactors {
                 if f.name == local {
                     build(&mut p, fed, r)?;

@@ -119,8 +119,11 @@ impl Manifest {
             if f.command.is_some() && f.module.is_some() {
                 add(at, format!("federate {} has both a command and a module; give one", f.name));
             }
-            if f.restart == super::RestartPolicy::OnFailure {
-                add(at, format!("federate {}: restart = \"on-failure\" is not supported yet: the RTI cannot take a federate back once the program has started (Lingua Franca's transient federates); use restart = \"stop\"", f.name));
+            if f.restart == super::RestartPolicy::OnFailure && self.coordination == CoordinationMode::Decentralized {
+                add(at, format!("federate {}: restart = \"on-failure\" needs centralized coordination (decentralized federates connect to each other directly and cannot take a restarted peer back); use restart = \"stop\" or coordination = \"centralized\"", f.name));
+            }
+            if f.max_restarts.is_some() && f.restart == super::RestartPolicy::Stop {
+                add(at, format!("federate {}: max_restarts is set, but restart = \"stop\"; set restart = \"on-failure\" or remove max_restarts", f.name));
             }
             if f.command.as_ref().is_some_and(Vec::is_empty) {
                 add(at, format!("federate {}: command is empty; give the program and its arguments, e.g. [\"./target/release/camera\"]", f.name));

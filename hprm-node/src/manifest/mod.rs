@@ -78,7 +78,8 @@ pub struct FederateSpec {
     /// What the launcher does when the process fails.
     #[serde(default)]
     pub restart: RestartPolicy,
-    /// With `restart = "on-failure"`: how many restarts before giving up.
+    /// With `restart = "on-failure"`: how many restarts before giving up
+    /// (default [`DEFAULT_MAX_RESTARTS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
     #[serde(default, rename = "reactor")]
@@ -92,10 +93,14 @@ pub enum RestartPolicy {
     /// Stop the whole program cleanly and exit non-zero.
     #[default]
     Stop,
-    /// Start the federate again. Rejected by `check` for now: the RTI
-    /// cannot take a federate back once the program has started.
+    /// Start the federate again (centralized coordination only): the RTI
+    /// holds its downstream until it rejoins, and it resumes at a tag
+    /// after everything granted downstream of it.
     OnFailure,
 }
+
+/// Restarts of an `on-failure` federate without `max_restarts`.
+pub const DEFAULT_MAX_RESTARTS: u32 = 3;
 
 /// One reactor of a federate.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

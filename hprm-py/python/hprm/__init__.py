@@ -418,6 +418,15 @@ class _FederateRef:
         self.reactors.append(r)
         return r
 
+    def restart_on_failure(self, max_restarts: int | None = None) -> "_FederateRef":
+        """When this federate's process fails, the launcher starts it again
+        (at most ``max_restarts`` times, 3 by default) instead of stopping
+        the program. Centralized coordination only: while it is down its
+        downstream waits; it resumes after every tag granted downstream of
+        it, with fresh state, and its startup reactions run again."""
+        self._program._native.restart_on_failure(self._index, max_restarts)
+        return self
+
     def __getattr__(self, name: str) -> _PortRef:
         for r in self.__dict__.get("reactors", []):
             if name in r._ports:

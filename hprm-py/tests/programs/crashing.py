@@ -1,5 +1,10 @@
-"""Reactors for crash.toml: a source, a relay that raises on message
-``crash_on`` (so its federate fails), and a sink that prints its shutdown."""
+"""Reactors for crash.toml: a source, a relay that raises on the first
+message at or past ``crash_on`` (so its federate fails; with ``once``, only
+its first process does: later ones, restarted by the launcher, relay), and
+a sink that prints what it gets and its shutdown."""
+
+import os
+from pathlib import Path
 
 import hprm
 
@@ -21,14 +26,19 @@ class Relay(hprm.Reactor):
     inp = hprm.Input()
     out = hprm.Output()
 
-    def __init__(self, crash_on=0):
+    def __init__(self, crash_on=0, once=False):
         self.crash_on = crash_on
+        # One launch, one runtime directory: a restarted relay finds the mark.
+        self.mark = Path(os.environ.get("HPRM_RUNTIME_DIR", ".")) / "relay-crashed" if once else None
 
     @hprm.reaction(triggers="inp", effects="out")
     def relay(self, ctx):
-        if self.inp.value == self.crash_on:
-            raise RuntimeError(f"relay: cannot handle {self.crash_on}")
-        ctx.set(self.out, self.inp.value)
+        v = self.inp.value
+        if self.crash_on and v >= self.crash_on and not (self.mark and self.mark.exists()):
+            if self.mark:
+                self.mark.touch()
+            raise RuntimeError(f"relay: cannot handle {v}")
+        ctx.set(self.out, v)
 
 
 class Sink(hprm.Reactor):

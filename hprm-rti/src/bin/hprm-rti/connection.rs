@@ -17,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::federation::Federation;
+use crate::federation::{Federation, Left};
 
 /// How long a federate may take for each step of the handshake.
 const HANDSHAKE_STEP: Duration = Duration::from_secs(30);
@@ -154,7 +154,13 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federati
     }
     tracing::info!(fed, %peer, "federate joined");
     let failed = message_loop(&mut reader, fed, &federation).await;
-    federation.leave(fed, failed);
+    if let Left::Suspended { failure } = federation.leave(fed, failed) {
+        let federation = federation.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(federation.restarts.timeout).await;
+            federation.rejoin_deadline(fed, failure);
+        });
+    }
     // `leave` closed the queue: the writer sends what is left and shuts its
     // side down; draining ours lets the federate close cleanly.
     let _ = writer.await;

@@ -1,5 +1,6 @@
 //! The federation's shared state: the grant coordinator, each federate's
-//! outbound queue, start-time agreement and the stop protocol.
+//! outbound queue, start-time agreement, the stop protocol, and restartable
+//! federates that fail and rejoin.
 //!
 //! Every handler runs under one mutex and only *enqueues* what it sends (an
 //! O(1) push per message; the socket writes happen in per-federate writer
@@ -34,6 +35,33 @@ struct Slot {
     requested_stop: bool,
     /// Where it takes runtime clock synchronization (UDP), if it does.
     clock_sync_udp: Option<std::net::SocketAddr>,
+    /// May fail and rejoin (`--restartable`).
+    restartable: bool,
+    /// A restarted incarnation is in its handshake.
+    rejoining: bool,
+    /// How many times it failed while restartable: tells a rejoin deadline
+    /// which failure it was set for.
+    failures: u32,
+}
+
+/// Which federates may fail and come back, and how long they have.
+#[derive(Debug, Clone, Default)]
+pub struct Restarts {
+    pub federates: Vec<FedId>,
+    pub timeout: std::time::Duration,
+    /// Fast mode: a rejoining federate resumes where it left off, not at
+    /// the current physical time.
+    pub fast: bool,
+}
+
+/// What became of a federate that left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// Gone for good (resigned or failed).
+    Gone,
+    /// Failed, restartable: it has until the deadline to rejoin; pass
+    /// `failure` to [`Federation::rejoin_deadline`] then.
+    Suspended { failure: u32 },
 }
 
 struct Stop {
@@ -69,6 +97,7 @@ pub struct Federation {
     pub size: u16,
     /// Added to the latest start-time proposal.
     start_delay: Instant,
+    pub restarts: Restarts,
     inner: Mutex<Inner>,
     outcome: watch::Sender<Outcome>,
 }
@@ -80,12 +109,12 @@ fn bytes(msg: &Message) -> Vec<u8> {
 }
 
 impl Federation {
-    pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool, trace: bool) -> Federation {
+    pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool, trace: bool, restarts: Restarts) -> Federation {
         let mut coord = Coordinator::new(size);
         coord.set_dnet(dnet);
         let inner = Inner {
             coord,
-            slots: (0..size).map(|_| Slot { server_port: -1, ..Slot::default() }).collect(),
+            slots: (0..size).map(|f| Slot { server_port: -1, restartable: restarts.federates.contains(&f), ..Slot::default() }).collect(),
             proposals: 0,
             max_proposal: 0,
             stop: Stop { max_tag: NEVER, handling: 0, in_progress: false, granted: false },
@@ -94,7 +123,7 @@ impl Federation {
             start: None,
             trace: trace.then(crate::trace::GrantTrace::new),
         };
-        Federation { id: id.as_bytes().to_vec(), size, start_delay, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
+        Federation { id: id.as_bytes().to_vec(), size, start_delay, restarts, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
     }
 
     /// Writes the grants sent so far (`--trace`).
@@ -135,6 +164,16 @@ impl Federation {
             return Err(RejectReason::FederateIdOutOfRange);
         }
         let mut inner = self.lock();
+        if inner.coord.state(fed) == NodeState::Restarting {
+            // A restarted incarnation: it rejoins when it proposes a start time.
+            let stopping = inner.stop.in_progress;
+            let slot = &mut inner.slots[usize::from(fed)];
+            if slot.rejoining || stopping {
+                return Err(RejectReason::FederateIdInUse);
+            }
+            slot.rejoining = true;
+            return Ok(());
+        }
         if inner.coord.state(fed) != NodeState::NotConnected || inner.slots[usize::from(fed)].joined {
             return Err(RejectReason::FederateIdInUse);
         }
@@ -146,7 +185,11 @@ impl Federation {
     /// Gives back an admitted id whose handshake did not complete.
     pub fn abandon(&self, fed: FedId) {
         let mut inner = self.lock();
-        if inner.slots[usize::from(fed)].out.is_none() {
+        let slot = &mut inner.slots[usize::from(fed)];
+        if slot.rejoining && slot.out.is_none() {
+            // Still Restarting: the next incarnation may try again.
+            slot.rejoining = false;
+        } else if slot.out.is_none() {
             inner.coord.set_state(fed, NodeState::NotConnected);
             inner.slots[usize::from(fed)].joined = false;
         }
@@ -165,6 +208,10 @@ impl Federation {
     /// same start time: the latest proposal plus the start delay.
     pub fn propose_start(&self, fed: FedId, proposal: Instant) {
         let mut inner = self.lock();
+        if let (true, Some(start)) = (inner.slots[usize::from(fed)].rejoining, inner.start) {
+            self.rejoin(&mut inner, fed, start);
+            return;
+        }
         inner.proposals += 1;
         inner.max_proposal = inner.max_proposal.max(proposal);
         tracing::debug!(fed, proposal, "start time proposed");
@@ -181,6 +228,18 @@ impl Federation {
             }
             send(&inner, f, &Message::Timestamp(start));
         }
+    }
+
+    /// A restarted federate is back: it resumes at a tag the coordinator
+    /// picks (RESUME), in the federation's original time line (TIMESTAMP).
+    fn rejoin(&self, inner: &mut Inner, fed: FedId, start: Instant) {
+        let now = (!self.restarts.fast).then(crate::connection::physical_now);
+        let (resume, notices) = inner.coord.rejoin(fed, now);
+        inner.slots[usize::from(fed)].rejoining = false;
+        tracing::info!(fed, %resume, "federate rejoined after a restart");
+        send(inner, fed, &Message::Resume(resume));
+        send(inner, fed, &Message::Timestamp(start));
+        deliver(inner, &notices);
     }
 
     pub fn next_event_tag(&self, fed: FedId, tag: Tag) {
@@ -204,7 +263,12 @@ impl Federation {
         }
         let mut inner = self.lock();
         match inner.coord.tagged_message(*dest, *tag) {
-            Relay::Drop => tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected; dropped"),
+            // One that is down for a restart loses what is sent meanwhile,
+            // by design (it was warned of when it failed): not worth a line each.
+            Relay::Drop if inner.coord.state(*dest) == NodeState::Restarting => {
+                tracing::debug!(from, dest, port, %tag, "message for a federate down for a restart; dropped")
+            }
+            Relay::Drop => tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected (or for its incarnation before a restart); dropped"),
             Relay::Forward(notices) => {
                 send(&inner, *dest, msg);
                 deliver(&inner, &notices);
@@ -284,7 +348,12 @@ impl Federation {
                 continue;
             }
             if inner.slots[usize::from(f)].out.is_none() {
-                // Gone: it cannot reply, and need not.
+                // Gone: it cannot reply, and need not. One waiting to be
+                // restarted will not be: its downstream must reach the stop tag.
+                if inner.coord.state(f) == NodeState::Restarting {
+                    tracing::warn!(fed = f, "the federation stops while federate {f} is down for a restart; going on without it");
+                    self.give_up(&mut inner, f);
+                }
                 self.mark_stopping(&mut inner, f);
             } else {
                 send(&inner, f, &request);
@@ -319,18 +388,53 @@ impl Federation {
     }
 
     /// A federate left: resigned (`failed` false), or failed or vanished.
-    pub fn leave(&self, fed: FedId, failed: bool) {
+    /// A restartable one that fails after the start is suspended instead:
+    /// its downstream waits for it to rejoin.
+    pub fn leave(&self, fed: FedId, failed: bool) -> Left {
         let mut inner = self.lock();
+        let (started, stopping) = (inner.start.is_some(), inner.stop.in_progress);
         let slot = &mut inner.slots[usize::from(fed)];
         if slot.out.take().is_none() {
+            return Left::Gone;
+        }
+        if failed && slot.restartable && started && !stopping {
+            slot.failures += 1;
+            slot.rejoining = false;
+            let failure = slot.failures;
+            inner.coord.suspend(fed);
+            tracing::warn!(fed, "federate failed; it is restartable: its downstream waits for it to rejoin (at most {:?}), and messages for it are dropped until then", self.restarts.timeout);
+            return Left::Suspended { failure };
+        }
+        self.depart(&mut inner, fed, failed);
+        Left::Gone
+    }
+
+    /// A suspended federate's time to rejoin is up: if it has not, the
+    /// federation goes on without it, as after a failure.
+    pub fn rejoin_deadline(&self, fed: FedId, failure: u32) {
+        let mut inner = self.lock();
+        let slot = &inner.slots[usize::from(fed)];
+        if inner.coord.state(fed) != NodeState::Restarting || slot.failures != failure || slot.rejoining {
             return;
         }
+        tracing::error!(fed, "federate {fed} did not rejoin within {:?}; the federation goes on without it", self.restarts.timeout);
+        self.give_up(&mut inner, fed);
+    }
+
+    /// Ends the wait for a suspended federate: it counts as failed.
+    fn give_up(&self, inner: &mut Inner, fed: FedId) {
+        inner.slots[usize::from(fed)].rejoining = false;
+        self.depart(inner, fed, true);
+    }
+
+    /// Removes `fed` from coordination for good and counts it as left.
+    fn depart(&self, inner: &mut Inner, fed: FedId, failed: bool) {
         let notices = inner.coord.resign(fed);
-        deliver(&inner, &notices);
+        deliver(inner, &notices);
         inner.left += 1;
         inner.failed |= failed;
         if inner.stop.in_progress {
-            self.mark_stopping(&mut inner, fed);
+            self.mark_stopping(inner, fed);
         }
         if inner.left == usize::from(self.size) {
             let outcome = if inner.failed { Outcome::SomeFailed } else { Outcome::AllResigned };

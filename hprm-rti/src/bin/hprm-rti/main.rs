@@ -70,6 +70,18 @@ struct Cli {
     /// ends, to this file as Chrome trace JSON (ui.perfetto.dev).
     #[arg(long, value_name = "FILE")]
     trace: Option<std::path::PathBuf>,
+    /// Federates (ids, comma-separated) that may fail and rejoin after a
+    /// restart (centralized coordination). While one is down, its
+    /// downstream waits at the federate's last NET instead of going on
+    /// without it; back, it resumes after every tag granted downstream of
+    /// it (real time: not before the current time).
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    restartable: Vec<u16>,
+    /// How long a failed restartable federate may take to rejoin, in
+    /// milliseconds; after that the federation goes on without it, as
+    /// after a failure.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    rejoin_timeout_ms: u64,
 }
 
 fn main() {
@@ -89,6 +101,9 @@ fn main() {
 }
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(bad) = cli.restartable.iter().find(|f| **f >= cli.federates) {
+        anyhow::bail!("--restartable names federate {bad}, but the federation has {} (ids 0 to {})", cli.federates, cli.federates - 1);
+    }
     if cli.id.len() > 255 {
         anyhow::bail!("the federation id is {} bytes long; the protocol carries at most 255", cli.id.len());
     }
@@ -115,7 +130,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
         let start_delay = if cli.fast { 0 } else { i64::try_from(cli.start_delay_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX) };
-        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet, cli.trace.is_some()));
+        let restarts = federation::Restarts {
+            federates: cli.restartable.clone(),
+            timeout: std::time::Duration::from_millis(cli.rejoin_timeout_ms),
+            fast: cli.fast,
+        };
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet, cli.trace.is_some(), restarts));
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
             let udp = tokio::net::UdpSocket::bind(udp_addr)
