@@ -118,6 +118,7 @@ def measure_rate(plan: dict, live: list, workdir: Path, errors: dict, progress) 
         "socket": [py, str(HERE / "small_peers.py"), "--system", "socket", "--rate", "--sizes", "8"],
         "rclpy": [py, str(HERE / "small_peers.py"), "--system", "rclpy", "--rate", "--sizes", "8"],
         "dora": [py, str(HERE / "small_peers.py"), "--system", "dora", "--rate", "--sizes", "8"],
+        "iceoryx2": [py, str(HERE / "small_peers.py"), "--system", "iceoryx2", "--rate", "--sizes", "8"],
     }
     n, w = plan["rate_messages"], plan["rate_warmup"]
     out = {}

@@ -488,6 +488,66 @@ def dora_rate_node(args) -> None:
         node.send_output("ping", data)
 
 
+# Samples a subscriber holds before the publisher must wait (lossless, as
+# the other rows: a full buffer makes the publisher retry, not drop).
+IOX2_RATE_BUFFER = 1024
+
+
+def iceoryx2_rate(args) -> None:
+    import ctypes
+
+    import iceoryx2 as iox2
+
+    iox2.set_log_level_from_env_or(iox2.LogLevel.Warn)
+    node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+    tag = args.service or f"hprm-bench-rate-{os.getpid()}"
+    size = args.sizes[0]
+    service = (
+        node.service_builder(iox2.ServiceName.new(f"{tag}/rate"))
+        .publish_subscribe(iox2.Slice[ctypes.c_uint8])
+        .subscriber_max_buffer_size(IOX2_RATE_BUFFER)
+        .enable_safe_overflow(False)
+        .open_or_create()
+    )
+    ready = f"{args.out}.ready"
+    if args.role == "pong":
+        c = Counter(args)
+        sub = service.subscriber_builder().buffer_size(IOX2_RATE_BUFFER).create()
+        open(ready, "w").close()
+        parent, idle_since = os.getppid(), time.monotonic()
+        while c.count < c.total and os.getppid() == parent:
+            s = sub.receive()
+            if s is None:
+                if c.count > 0 and time.monotonic() - idle_since > 2.0:
+                    break  # nothing more is coming
+                continue
+            c.got()
+            idle_since = time.monotonic()
+            del s
+        c.write()
+        return
+    pong = subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--role", "pong", "--service", tag])
+    try:
+        deadline = time.monotonic() + HELLO_TIMEOUT_S
+        while not os.path.exists(ready):
+            if time.monotonic() > deadline or pong.poll() is not None:
+                fail(args.out, f"the receiver did not subscribe within {HELLO_TIMEOUT_S:g} s")
+            time.sleep(0.01)
+        # Created after the subscriber: connected from the first sample.
+        pub = service.publisher_builder().initial_max_slice_len(size).backpressure_strategy(iox2.BackpressureStrategy.RetryUntilDelivered).create()
+        body = np.zeros(size, np.uint8)
+        for _ in range(args.warmup + args.rounds):
+            sample = pub.loan_slice_uninit(size)
+            np.frombuffer(sample.payload().as_memory_view(), dtype=np.uint8)[:] = body
+            sample.assume_init().send()
+        pong.wait(120)
+    finally:
+        if pong.poll() is None:
+            pong.kill()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ready)
+
+
 def main() -> None:
     def extra(p):
         p.add_argument("--system", choices=("socket", "rclpy", "dora", "iceoryx2"), required=True)
@@ -505,7 +565,7 @@ def main() -> None:
         elif args.system == "dora":
             dora_rate_node(args) if args.role else dora_run(args)
         else:
-            fail(args.out, f"--rate is not implemented for {args.system}")
+            iceoryx2_rate(args)
         return
     if args.system == "socket":
         socket_pong(args) if args.role == "pong" else socket_ping(args)
