@@ -6,7 +6,9 @@
 //! - always: `g` is not past a stop barrier (a stop is being agreed);
 //! - centralized: the RTI granted `g` (TAG ≥ g, or PTAG = g, in which case
 //!   each level of reactions also waits until the network inputs it reads
-//!   have a known status at `g`);
+//!   have a known status at `g`); a federate whose events come from
+//!   physical time sends the NET for `g` only once physical time reached
+//!   it, and tags those events no earlier than any NET it sent;
 //! - decentralized: every network input's status is known at `g`, or
 //!   physical time passed `g.time + STP`;
 //! - real-time mode: physical time reached `g.time`.
@@ -35,10 +37,12 @@ use crate::payload::Encoder;
 use crate::program::{duration_ns, Body, Coordination, FederateId, Program, ReactionId, TriggerId, TriggerKind, Value};
 use crate::socket::FrameWriter;
 
-/// While idle, a centralized federate with physical actions and
-/// downstream federates advances its tag this often (LF's
-/// ADVANCE_MESSAGE_INTERVAL), so downstreams are never held back waiting
-/// for an event that physical time has not produced yet.
+/// While idle, a centralized federate whose events can come from physical
+/// time (physical actions, physical connections into it) and that has
+/// downstream federates processes a tag at least this often (LF's
+/// ADVANCE_MESSAGE_INTERVAL): its NETs never run ahead of physical time,
+/// so these tags are what lets its downstreams advance, at most this much
+/// behind physical time.
 const ADVANCE_INTERVAL: i64 = 10_000_000;
 
 /// What a federate did, reported when it ends.
@@ -188,6 +192,12 @@ pub(crate) struct Scheduler {
     /// By input: fed by a physical connection (`~>`).
     physical_input: Vec<bool>,
     has_physical_actions: bool,
+    /// Centralized, real-time, with downstream federates, and events that
+    /// physical time produces: the least delay from physical time to their
+    /// tags (the smallest min delay of its physical actions; 0 with a
+    /// physical connection into it). Such a federate sends NET(g) only
+    /// once physical time plus this lead reached `g.time`.
+    physical_lead: Option<i64>,
     upstreams: usize,
     downstreams: usize,
 
@@ -214,7 +224,12 @@ pub(crate) struct Scheduler {
 
     granted: Tag,
     provisional: Option<Tag>,
+    /// The NET the RTI holds for this federate: the last one sent, or
+    /// lower where the RTI relayed a message here at an earlier tag.
     last_net: Tag,
+    /// The highest NET ever sent: the RTI may have granted downstream
+    /// federates every tag before it.
+    promised: Tag,
     known: Vec<Tag>,
     closed_peers: Vec<u16>,
     fatal: Option<NodeError>,
@@ -314,7 +329,9 @@ impl Scheduler {
             }
         }
         let mut gate = vec![Vec::new(); max_level as usize + 1];
-        for &i in &net_inputs {
+        // A physical connection has no absent notices: its status at a tag
+        // never becomes known, and waiting for it would never end.
+        for &i in net_inputs.iter().filter(|i| !physical_input[i.index()]) {
             let l = reader_level[i.index()];
             if l != u32::MAX {
                 gate[l as usize].push(i);
@@ -326,6 +343,19 @@ impl Scheduler {
             .any(|r| program.triggers.iter().any(|t| t.reactor == *r && matches!(t.kind, TriggerKind::PhysicalAction { .. })));
         let upstreams = program.upstreams(fed).len();
         let downstreams = program.downstreams(fed).len();
+        let physical_lead = match mode {
+            Mode::Centralized if downstreams > 0 && !opts.fast => {
+                let actions = program.federates[fed.index()].reactors.iter().flat_map(|r| {
+                    program.triggers.iter().filter(move |t| t.reactor == *r).filter_map(|t| match t.kind {
+                        TriggerKind::PhysicalAction { min_delay } => Some(duration_ns(min_delay)),
+                        _ => None,
+                    })
+                });
+                let connections = program.connections.iter().filter(|c| c.physical && program.federate_of(c.to) == fed).map(|_| 0);
+                actions.chain(connections).min()
+            }
+            _ => None,
+        };
         let start = Tag::new(opts.start, 0);
         // Nothing reaches an input before its sender's start tag plus the
         // connection's delay: that much of its status is known at once (so a
@@ -364,6 +394,7 @@ impl Scheduler {
             input_peer,
             physical_input,
             has_physical_actions,
+            physical_lead,
             upstreams,
             downstreams,
             values: vec![None; n],
@@ -384,6 +415,7 @@ impl Scheduler {
             granted: NEVER,
             provisional: None,
             last_net: NEVER,
+            promised: NEVER,
             known,
             closed_peers: Vec::new(),
             fatal: None,
@@ -496,6 +528,35 @@ impl Scheduler {
         }
     }
 
+    /// The tag of an event of `trigger` that physical time `t` produces (a
+    /// physical action, a message on a physical connection).
+    ///
+    /// Invariant (centralized, with downstream federates): it is never
+    /// earlier than `promised`, the highest NET sent. That NET promised
+    /// the RTI that nothing from this federate comes earlier, and the RTI
+    /// may have granted downstream federates every tag before it: an
+    /// earlier event would reach them after they passed its tag (tardy),
+    /// or, around a zero-delay cycle, after this federate was granted past
+    /// the reply. In real time no such NET runs ahead of physical time
+    /// (`physical_lead`), so this moves a tag only where a NET carried a
+    /// microstep or the clock stepped back; in fast mode it moves events
+    /// up to the last NET. A NET of FOREVER (fast mode, nothing left to
+    /// do) cannot be honoured: such events keep their physical time.
+    ///
+    /// Two events of one trigger never share a tag: the later goes one
+    /// microstep later (LF lets physical events pile up in superdense time),
+    /// so none replaces another's value.
+    fn physical_tag(&self, t: i64, trigger: TriggerId) -> Tag {
+        let mut tag = Tag::new(t, 0).max(self.after());
+        if self.mode == Mode::Centralized && self.downstreams > 0 && self.promised < FOREVER {
+            tag = tag.max(self.promised);
+        }
+        while self.queue.get(&tag).is_some_and(|events| events.iter().any(|e| e.trigger == trigger)) {
+            tag = tag.delayed(Delay::After(0));
+        }
+        tag
+    }
+
     fn next_tag(&mut self) -> Tag {
         if self.queue.is_empty() && self.stop_tag == FOREVER && !self.can_receive() {
             // Nothing can happen any more: stop (LF: at the next microstep).
@@ -503,7 +564,7 @@ impl Scheduler {
         }
         let head = self.queue.keys().next().copied().unwrap_or(FOREVER);
         let mut g = head.min(self.stop_tag);
-        if self.mode == Mode::Centralized && self.has_physical_actions && self.downstreams > 0 && !self.opts.fast {
+        if self.physical_lead.is_some() {
             let target = match self.advance_target {
                 Some(t) if t > self.current => t,
                 _ => {
@@ -525,6 +586,7 @@ impl Scheduler {
                     t.sent(FOREVER, false);
                 }
                 self.last_net = FOREVER;
+                self.promised = FOREVER;
             }
             return Ok(Ready::Wait(None));
         }
@@ -535,11 +597,24 @@ impl Scheduler {
             Mode::Alone => {}
             Mode::Centralized => {
                 if self.last_net != g {
+                    // NET(g) promises that nothing this federate sends is
+                    // earlier than g. Events from physical time take their
+                    // tags from it, so that promise holds only once physical
+                    // time (plus the lead) reached g: until then the NET
+                    // waits, and downstream federates stay at this
+                    // federate's last tag (LF's bounded NET).
+                    if let Some(lead) = self.physical_lead {
+                        let at = g.time.saturating_sub(lead);
+                        if self.clock.now() < at {
+                            return Ok(Ready::Wait(Some(at)));
+                        }
+                    }
                     self.send_rti(&Message::NextEventTag(g))?;
                     if let Some(t) = crate::trace::tracer() {
                         t.sent(g, false);
                     }
                     self.last_net = g;
+                    self.promised = self.promised.max(g);
                 }
                 if self.upstreams > 0 && g > self.granted && self.provisional != Some(g) {
                     return Ok(Ready::Wait(None));
@@ -593,6 +668,12 @@ impl Scheduler {
         match item {
             Incoming::Message { port, tag, value } => {
                 self.board.received();
+                // Relaying it, the RTI lowered its record of this
+                // federate's NET to its tag; a later NET must be sent
+                // even if it equals the last one.
+                if self.mode == Mode::Centralized && tag < self.last_net {
+                    self.last_net = tag;
+                }
                 let (tag, value) = match value {
                     Ok(v) => (tag, v),
                     Err(msg) => {
@@ -603,7 +684,7 @@ impl Scheduler {
                         return;
                     }
                 };
-                let tag = if self.physical_input[port.index()] { Tag::new(self.clock.now(), 0).max(self.after()) } else { tag };
+                let tag = if self.physical_input[port.index()] { self.physical_tag(self.clock.now(), port) } else { tag };
                 self.known[port.index()] = self.known[port.index()].max(tag);
                 let open = tag > self.current || (tag == self.current && self.in_tag && i64::from(self.reader_level[port.index()]) > self.passed_level);
                 if open && tag == self.current && self.in_tag {
@@ -631,6 +712,14 @@ impl Scheduler {
                 if t > self.granted {
                     self.provisional = Some(t);
                 }
+                // The RTI sends PTAG(t) around a zero-delay cycle for one
+                // federate's NET: the others may have no event at t, yet
+                // they must process it, so that their outputs at t are
+                // resolved (absent) and t is confirmed; the federate at t
+                // waits for exactly that (LF: a dummy event at the PTAG).
+                if t > self.current && t < FOREVER {
+                    self.queue.entry(t).or_default();
+                }
             }
             Incoming::StopRequest(t) => {
                 if self.stop_handled {
@@ -654,7 +743,7 @@ impl Scheduler {
                     _ => 0,
                 };
                 let t = self.clock.now().saturating_add(min_delay).saturating_add(extra);
-                let tag = Tag::new(t, 0).max(self.after());
+                let tag = self.physical_tag(t, action);
                 self.push_event(tag, action, value, None);
             }
             Incoming::PeerClosed(f) => {
@@ -855,7 +944,7 @@ impl Scheduler {
                 for k in 0..self.local[out.index()].len() {
                     let (to, delay, physical) = self.local[out.index()][k];
                     if physical {
-                        let tag = Tag::new(self.clock.now(), 0).max(self.after());
+                        let tag = self.physical_tag(self.clock.now(), to);
                         self.push_event(tag, to, v.clone(), None);
                     } else if delay == Delay::None {
                         self.make_present(to, v.clone(), None);

@@ -141,8 +141,10 @@ if relay:
     rl = prog.federate("relay", relay_class(relay))
     for src, dst in relay:
         prog.connect(getattr(ros, src), getattr(rl, f"in_{src}"))
-        # "after 0" (one microstep): without it the loop ros -> relay -> ros
-        # is a zero-delay cycle between federates, which stalls today.
+        # "after 0" (one microstep) on the way back. Without it the loop
+        # ros -> relay -> ros is a zero-delay cycle between federates, which
+        # centralized coordination resolves with provisional grants
+        # (hprm-node/tests/physical.rs runs such a loop, with HPRM federates).
         prog.connect(getattr(rl, f"out_{dst}"), getattr(ros, dst), after="0ms")
 if respond:
     server = prog.federate("server", server_class(respond))

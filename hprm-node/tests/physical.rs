@@ -1,0 +1,282 @@
+//! Physical actions under centralized coordination, with real processes:
+//! `hprm-rti`, `hprm-store`, and one process per federate (this test
+//! binary re-run as `federate_child`, which builds the scenario named by
+//! `HPRM_TEST_SCENARIO` and runs the federate the launcher names).
+//!
+//! A physical action takes its tag from physical time, while each NET a
+//! federate sends promises the RTI that nothing earlier comes from it.
+//! Federate `sensor` schedules a physical action from a thread of its own
+//! and sends each value on without delay: to a `sink` (which also has a
+//! timer of its own, so it advances as far as its grants allow), or around
+//! a loop through `echo` and back, with no delay or `after 0`. Every value
+//! must arrive, in order, at the tag it was sent with (one microstep later
+//! back through `after 0`), none tardy, and every program stops at its
+//! timeout. Runs are real-time: the checks are on tags, never on
+//! wall-clock durations; the launcher's timeout only catches a hang.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use hprm_node::launch::{options_from_env, Launch, LaunchReport};
+use hprm_node::{run_federate, Coordination, Ctx, Program};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Values the sensor schedules, one every `PERIOD` from its thread.
+const VALUES: u64 = 60;
+const PERIOD: Duration = Duration::from_millis(2);
+/// Logical (here: physical) time the program runs: far longer than the
+/// sensor needs, so a busy machine only delays the values.
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Lines recorded by this federate process.
+static TRACE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Records `what` at the current tag: "NS MICROSTEP what", NS since the start.
+fn record(ctx: &Ctx<'_>, what: impl std::fmt::Display) {
+    let t = ctx.tag();
+    let line = format!("{} {} {what}", t.time - ctx.start_time(), t.microstep);
+    TRACE.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// How the echo's value comes back to the sensor.
+#[derive(Clone, Copy)]
+enum Back {
+    None,
+    /// No delay: a zero-delay cycle (provisional grants).
+    ZeroDelay,
+    /// `after 0`: one microstep later.
+    After0,
+}
+
+fn program(name: &str, back: Back) -> Program {
+    let mut p = Program::new(name);
+    p.coordination(Coordination::Centralized).timeout(TIMEOUT);
+    let sensor = p.federate("sensor");
+    let other = p.federate(if matches!(back, Back::None) { "sink" } else { "echo" });
+    let (out, ret) = {
+        let mut r = p.reactor(sensor, "s", ());
+        let start = r.startup();
+        let reading = r.physical_action::<u64>("reading", Duration::ZERO);
+        let out = r.output::<u64>("out");
+        let ret = r.input::<u64>("ret");
+        let sd = r.shutdown();
+        r.reaction("start").trigger(start).body(move |_, ctx| {
+            let s = ctx.physical_scheduler(reading);
+            std::thread::spawn(move || {
+                for v in 1..=VALUES {
+                    std::thread::sleep(PERIOD);
+                    s.schedule(v, Duration::ZERO);
+                }
+            });
+        });
+        r.reaction("emit").trigger(reading).effect(out).body(move |_, ctx| {
+            let v = *ctx.physical_value(reading).expect("triggered by reading");
+            record(ctx, format!("sent {v}"));
+            ctx.set(out, v);
+        });
+        r.reaction("back").trigger(ret).body(move |_, ctx| {
+            let v = *ctx.get(ret).expect("triggered by ret");
+            record(ctx, format!("back {v}"));
+        });
+        r.reaction("bye").trigger(sd).body(|_, ctx| record(ctx, "shutdown"));
+        (out, ret)
+    };
+    let (inp, echoed) = {
+        let mut r = p.reactor(other, "r", ());
+        let inp = r.input::<u64>("in");
+        let echoed = r.output::<u64>("out");
+        let sd = r.shutdown();
+        r.reaction("got").trigger(inp).effect(echoed).body(move |_, ctx| {
+            let v = *ctx.get(inp).expect("triggered by in");
+            record(ctx, format!("got {v}"));
+            ctx.set(echoed, v);
+        });
+        r.reaction("bye").trigger(sd).body(|_, ctx| record(ctx, "shutdown"));
+        (inp, echoed)
+    };
+    {
+        // Events of the receiver's own: it advances its tags as far as its
+        // grants allow, so a value tagged earlier than promised would find
+        // the tag passed.
+        let mut r = p.reactor(other, "clock", 0u64);
+        let t = r.timer("t", Duration::ZERO, MS);
+        r.reaction("tick").trigger(t).body(|n, _| *n += 1);
+    }
+    p.connect(out, inp);
+    match back {
+        Back::None => {}
+        Back::ZeroDelay => {
+            p.connect(echoed, ret);
+        }
+        Back::After0 => {
+            p.connect_after(echoed, ret, Duration::ZERO);
+        }
+    }
+    p
+}
+
+fn scenario(name: &str) -> Program {
+    match name {
+        "feed" => program(name, Back::None),
+        "loop" => program(name, Back::ZeroDelay),
+        "loop-after0" => program(name, Back::After0),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// The federate process: run by the launcher through `federate_command`.
+#[test]
+#[ignore = "run as a federate process by the other tests"]
+fn federate_child() {
+    let name = std::env::var("HPRM_TEST_SCENARIO").expect("HPRM_TEST_SCENARIO");
+    let out = PathBuf::from(std::env::var_os("HPRM_TEST_OUT").expect("HPRM_TEST_OUT"));
+    let program = scenario(&name);
+    let opts = options_from_env(&program).expect("HPRM_FEDERATE");
+    let fed = opts.federate.clone();
+    let result = run_federate(program, opts);
+    let mut lines = TRACE.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    match &result {
+        Ok(r) => lines.push(format!("report tardy {}", r.tardy)),
+        Err(e) => lines.push(format!("error {e}")),
+    }
+    std::fs::write(out.join(format!("{fed}.trace")), lines.join("\n") + "\n").expect("write trace");
+    if result.is_err() {
+        std::process::exit(1);
+    }
+}
+
+struct Run {
+    report: LaunchReport,
+    traces: BTreeMap<String, Vec<String>>,
+    /// Each process's output (`hprm-rti.log`, `sensor.log`, ...).
+    logs: BTreeMap<String, String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn trace(&self, fed: &str) -> &[String] {
+        self.traces.get(fed).map(Vec::as_slice).unwrap_or_else(|| panic!("no trace from {fed}; traces: {:?}", self.traces.keys()))
+    }
+
+    /// `(tag time since the start, microstep, value)` of each line `what V`.
+    fn values(&self, fed: &str, what: &str) -> Vec<(i64, u32, u64)> {
+        self.trace(fed)
+            .iter()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                match w.as_slice() {
+                    [t, m, word, v] if *word == what => Some((t.parse().ok()?, m.parse().ok()?, v.parse().ok()?)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Checks every process ended well: exit 0, no tardy message counted by
+    /// a federate or logged by the RTI, a shutdown at the timeout.
+    fn assert_clean(&self) {
+        for (name, status) in &self.report.federates {
+            assert!(status.success(), "federate {name} exited with {status}; traces: {:#?}\nlogs: {:#?}", self.traces, self.logs);
+        }
+        assert_eq!(self.report.rti.and_then(|s| s.code()), Some(0), "{:#?}", self.logs);
+        for (name, log) in &self.logs {
+            assert!(!log.contains("STP violation"), "{name} logged a tardy message:\n{log}");
+        }
+        for fed in self.traces.keys() {
+            assert!(self.trace(fed).iter().any(|l| l == "report tardy 0"), "{fed}: {:?}", self.trace(fed));
+            let end = format!("{} 0 shutdown", TIMEOUT.as_nanos());
+            assert!(self.trace(fed).contains(&end), "{fed} did not stop at its timeout: {:?}", self.trace(fed));
+        }
+    }
+}
+
+fn launch(name: &str) -> Run {
+    let bin_dir = support::rti_bin().parent().expect("bin dir").to_path_buf();
+    let _ = support::store_bin();
+    std::env::set_var("HPRM_BIN_DIR", &bin_dir);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_path_buf();
+    let logs = dir.path().join("logs");
+    let scen = name.to_string();
+    let launcher = Launch {
+        store_memory: "16m".into(),
+        federate_command: Some(Box::new(move |_fed: &str| {
+            let mut c = Command::new(std::env::current_exe().expect("test binary"));
+            c.args(["federate_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"]);
+            c.env("HPRM_TEST_SCENARIO", &scen).env("HPRM_TEST_OUT", &out).env("RUST_LOG", "warn");
+            c
+        })),
+        // Only a hang takes this long.
+        timeout: Some(Duration::from_secs(120)),
+        prefix_logs: true,
+        log_dir: Some(logs.clone()),
+        // Local processes hear the start time in far less than LF's 1 s.
+        rti_args: vec!["--start-delay-ms".into(), "200".into()],
+        ..Launch::default()
+    };
+    let report = launcher.run(&scenario(name)).expect("launch");
+    let traces = read_dir(dir.path(), "trace").into_iter().map(|(k, v)| (k, v.lines().map(String::from).collect())).collect();
+    Run { report, traces, logs: read_dir(&logs, "log"), _dir: dir }
+}
+
+/// The files `DIR/NAME.EXT`, by name.
+fn read_dir(dir: &Path, ext: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for e in std::fs::read_dir(dir).expect("read the directory").flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == ext) {
+            let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+            m.insert(name, std::fs::read_to_string(&p).expect("read the file"));
+        }
+    }
+    m
+}
+
+/// Every value, in order, each at the tag it was sent with (plus `micro`
+/// microsteps).
+fn assert_every_value(sent: &[(i64, u32, u64)], got: &[(i64, u32, u64)], micro: u32) {
+    let values: Vec<u64> = sent.iter().map(|s| s.2).collect();
+    assert_eq!(values, (1..=VALUES).collect::<Vec<_>>(), "the sensor sent {sent:?}");
+    let expect: Vec<(i64, u32, u64)> = sent.iter().map(|&(t, m, v)| (t, m + micro, v)).collect();
+    assert_eq!(got, expect.as_slice());
+}
+
+// -------------------------------------------------------------------- tests
+
+/// Physical action -> another federate, no delay: no value is tardy.
+#[test]
+fn physical_action_values_reach_a_downstream_federate_on_time() {
+    let run = launch("feed");
+    run.assert_clean();
+    assert_every_value(&run.values("sensor", "sent"), &run.values("sink", "got"), 0);
+}
+
+/// Physical action -> echo -> back, a zero-delay cycle: no stall, every
+/// value comes back at its own tag.
+#[test]
+fn a_zero_delay_loop_fed_by_a_physical_action_does_not_stall() {
+    let run = launch("loop");
+    run.assert_clean();
+    let sent = run.values("sensor", "sent");
+    assert_every_value(&sent, &run.values("echo", "got"), 0);
+    assert_every_value(&sent, &run.values("sensor", "back"), 0);
+}
+
+/// The same loop with `after 0` on the way back: values come back one
+/// microstep later.
+#[test]
+fn a_loop_with_after_0_fed_by_a_physical_action_does_not_stall() {
+    let run = launch("loop-after0");
+    run.assert_clean();
+    let sent = run.values("sensor", "sent");
+    assert_every_value(&sent, &run.values("echo", "got"), 0);
+    assert_every_value(&sent, &run.values("sensor", "back"), 1);
+}
