@@ -14,24 +14,19 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use hprm_node::launch::{options_from_env, Launch, LaunchReport};
+use hprm_node::launch::{Launch, LaunchReport};
 use hprm_node::payload::Buffer;
 use hprm_node::{run_federate, Coordination, Ctx, Program};
 
 const MS: Duration = Duration::from_millis(1);
 
-/// Lines recorded by this federate process.
-static TRACE: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
 fn record(ctx: &Ctx<'_>, what: impl std::fmt::Display) {
     let t = ctx.tag();
-    let line = format!("{} {} {} {what}", ctx.elapsed().as_micros(), t.microstep, ctx.federate());
-    TRACE.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+    support::child::record(format!("{} {} {} {what}", ctx.elapsed().as_micros(), t.microstep, ctx.federate()));
 }
 
 /// Sleeps up to `max_us` µs when `HPRM_TEST_JITTER` is set (the
@@ -493,27 +488,14 @@ fn scenario(name: &str) -> Program {
 #[test]
 #[ignore = "run as a federate process by the other tests"]
 fn federate_child() {
-    let name = std::env::var("HPRM_TEST_SCENARIO").expect("HPRM_TEST_SCENARIO");
-    let out = PathBuf::from(std::env::var_os("HPRM_TEST_OUT").expect("HPRM_TEST_OUT"));
-    let program = scenario(&name);
-    let opts = options_from_env(&program).expect("HPRM_FEDERATE");
-    let fed = opts.federate.clone();
-    let result = run_federate(program, opts);
-    let mut lines = TRACE.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    match &result {
-        Ok(r) => {
-            lines.extend(r.problems.iter().map(|p| format!("problem {p}")));
-            if r.peers_over_unix > 0 {
-                lines.push(format!("peers over unix {}", r.peers_over_unix));
-            }
-            lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
+    support::child::run(scenario, |r| {
+        let mut lines: Vec<String> = r.problems.iter().map(|p| format!("problem {p}")).collect();
+        if r.peers_over_unix > 0 {
+            lines.push(format!("peers over unix {}", r.peers_over_unix));
         }
-        Err(e) => lines.push(format!("error {e}")),
-    }
-    std::fs::write(out.join(format!("{fed}.trace")), lines.join("\n") + "\n").expect("write trace");
-    if result.is_err() {
-        std::process::exit(1);
-    }
+        lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
+        lines
+    });
 }
 
 struct Run {
@@ -547,15 +529,7 @@ fn launch(name: &str, fast: bool, extra_env: &[(&str, &str)]) -> Run {
     let launcher = Launch {
         fast,
         store_memory: "64m".into(),
-        federate_command: Some(Box::new(move |_fed: &str| {
-            let mut c = Command::new(std::env::current_exe().expect("test binary"));
-            c.args(["federate_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"]);
-            c.env("HPRM_TEST_SCENARIO", &scen).env("HPRM_TEST_OUT", &out).env("RUST_LOG", "warn");
-            for (k, v) in &env {
-                c.env(k, v);
-            }
-            c
-        })),
+        federate_command: Some(Box::new(move |_fed: &str| support::child::command(&scen, &out, &env))),
         timeout: Some(Duration::from_secs(60)),
         prefix_logs: true,
         // Local processes hear the start time in far less than LF's 1 s.
@@ -563,21 +537,8 @@ fn launch(name: &str, fast: bool, extra_env: &[(&str, &str)]) -> Run {
         ..Launch::default()
     };
     let report = launcher.run(&scenario(name)).expect("launch");
-    let traces = read_traces(dir.path());
+    let traces = support::child::read_traces(dir.path());
     Run { report, traces, _dir: dir }
-}
-
-fn read_traces(dir: &Path) -> BTreeMap<String, Vec<String>> {
-    let mut m = BTreeMap::new();
-    for e in std::fs::read_dir(dir).expect("read out dir").flatten() {
-        let p = e.path();
-        if p.extension().is_some_and(|x| x == "trace") {
-            let fed = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-            let text = std::fs::read_to_string(&p).expect("read trace");
-            m.insert(fed, text.lines().map(String::from).collect());
-        }
-    }
-    m
 }
 
 fn assert_all_ok(run: &Run) {
@@ -882,7 +843,7 @@ fn a_vanishing_federate_and_random_bytes_do_not_stop_the_others() {
     }
     let _ = kids[1].wait();
     assert_eq!(rti.wait_exit(Duration::from_secs(10)).code(), Some(1), "{}", rti.log());
-    let traces = read_traces(dir.path());
+    let traces = support::child::read_traces(dir.path());
     assert_eq!(traces["sink"].iter().filter(|l| l.contains("got")).count(), 51, "{:?}", traces["sink"]);
 }
 

@@ -17,13 +17,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use hprm_node::launch::{options_from_env, Launch, LaunchReport};
-use hprm_node::{run_federate, Coordination, Ctx, Program};
+use hprm_node::launch::{Launch, LaunchReport};
+use hprm_node::{Coordination, Ctx, Program};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -34,14 +31,10 @@ const PERIOD: Duration = Duration::from_millis(2);
 /// sensor needs, so a busy machine only delays the values.
 const TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Lines recorded by this federate process.
-static TRACE: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
 /// Records `what` at the current tag: "NS MICROSTEP what", NS since the start.
 fn record(ctx: &Ctx<'_>, what: impl std::fmt::Display) {
     let t = ctx.tag();
-    let line = format!("{} {} {what}", t.time - ctx.start_time(), t.microstep);
-    TRACE.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+    support::child::record(format!("{} {} {what}", t.time - ctx.start_time(), t.microstep));
 }
 
 // ---------------------------------------------------------------- scenarios
@@ -136,21 +129,7 @@ fn scenario(name: &str) -> Program {
 #[test]
 #[ignore = "run as a federate process by the other tests"]
 fn federate_child() {
-    let name = std::env::var("HPRM_TEST_SCENARIO").expect("HPRM_TEST_SCENARIO");
-    let out = PathBuf::from(std::env::var_os("HPRM_TEST_OUT").expect("HPRM_TEST_OUT"));
-    let program = scenario(&name);
-    let opts = options_from_env(&program).expect("HPRM_FEDERATE");
-    let fed = opts.federate.clone();
-    let result = run_federate(program, opts);
-    let mut lines = TRACE.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    match &result {
-        Ok(r) => lines.push(format!("report tardy {}", r.tardy)),
-        Err(e) => lines.push(format!("error {e}")),
-    }
-    std::fs::write(out.join(format!("{fed}.trace")), lines.join("\n") + "\n").expect("write trace");
-    if result.is_err() {
-        std::process::exit(1);
-    }
+    support::child::run(scenario, |r| vec![format!("report tardy {}", r.tardy)]);
 }
 
 struct Run {
@@ -208,12 +187,7 @@ fn launch(name: &str) -> Run {
     let scen = name.to_string();
     let launcher = Launch {
         store_memory: "16m".into(),
-        federate_command: Some(Box::new(move |_fed: &str| {
-            let mut c = Command::new(std::env::current_exe().expect("test binary"));
-            c.args(["federate_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"]);
-            c.env("HPRM_TEST_SCENARIO", &scen).env("HPRM_TEST_OUT", &out).env("RUST_LOG", "warn");
-            c
-        })),
+        federate_command: Some(Box::new(move |_fed: &str| support::child::command(&scen, &out, &[]))),
         // Only a hang takes this long.
         timeout: Some(Duration::from_secs(120)),
         prefix_logs: true,
@@ -223,21 +197,7 @@ fn launch(name: &str) -> Run {
         ..Launch::default()
     };
     let report = launcher.run(&scenario(name)).expect("launch");
-    let traces = read_dir(dir.path(), "trace").into_iter().map(|(k, v)| (k, v.lines().map(String::from).collect())).collect();
-    Run { report, traces, logs: read_dir(&logs, "log"), _dir: dir }
-}
-
-/// The files `DIR/NAME.EXT`, by name.
-fn read_dir(dir: &Path, ext: &str) -> BTreeMap<String, String> {
-    let mut m = BTreeMap::new();
-    for e in std::fs::read_dir(dir).expect("read the directory").flatten() {
-        let p = e.path();
-        if p.extension().is_some_and(|x| x == ext) {
-            let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-            m.insert(name, std::fs::read_to_string(&p).expect("read the file"));
-        }
-    }
-    m
+    Run { report, traces: support::child::read_traces(dir.path()), logs: support::child::read_dir(&logs, "log"), _dir: dir }
 }
 
 /// Every value, in order, each at the tag it was sent with (plus `micro`

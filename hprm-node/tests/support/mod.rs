@@ -7,7 +7,8 @@
 //!   pipe) and kept for assertions.
 //!
 //! Both are killed and reaped on drop, so a failing test never leaves a
-//! daemon behind. `process` waits for other child processes.
+//! daemon behind. `process` waits for other child processes; `child` runs
+//! programs whose federates are the test binary itself.
 //!
 //! The binaries belong to other packages, so Cargo does not build them for
 //! `cargo test -p hprm-node` (`CARGO_BIN_EXE_*` only names a package's own
@@ -25,6 +26,7 @@
 //! `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod child;
 pub mod process;
 
 use std::io::{BufRead, BufReader};
