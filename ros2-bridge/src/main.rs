@@ -6,6 +6,7 @@
 //!   point clouds and multi-arrays as numpy-compatible buffers.
 //! - `services`: std_srvs calls and servers.
 //! - `ros`: the r2r node and its spinning thread.
+//! - `graph`: the subscriptions on a topic (r2r lists only publishers).
 //! - `federate`: the bridge's reactors, built from the launcher's manifest.
 //!
 //! Run by an HPRM launcher as the command of an external federate:
@@ -15,6 +16,7 @@
 
 mod config;
 mod federate;
+mod graph;
 mod messages;
 mod ros;
 mod services;
@@ -39,7 +41,7 @@ struct Args {
     #[arg(long)]
     federate: Option<String>,
     /// How long to let ROS 2 discovery settle before checking the
-    /// publishers already running (milliseconds).
+    /// publishers and subscriptions already running (milliseconds).
     #[arg(long, default_value_t = 1000)]
     discovery_ms: u64,
     /// Set up the ROS side and check the config against the ROS graph,

@@ -10,11 +10,11 @@
 //! - The bulk data of images, point clouds, laser scans and multi-arrays is
 //!   not converted element by element: it becomes one buffer, shaped and
 //!   typed from the message's own fields ([`image_layout`],
-//!   [`cloud_layout`], [`multiarray_shape`]). Images are read from the
-//!   native (C) message and copied once, into a store object loaned for
-//!   the port's receivers ([`Loaner`], [`Bridged::native_to_value`]); the
-//!   others move r2r's `data` vector into the buffer, which the encoder
-//!   copies into the store.
+//!   [`cloud_layout`], [`multiarray_shape`]). Images, compressed images,
+//!   point clouds and multi-arrays are read from the native (C) message
+//!   and copied once, into a store object loaned for the port's receivers
+//!   ([`Loaner`], [`Bridged::native_to_value`]), which is sent by
+//!   reference. Laser scans (a few KiB) move r2r's vectors into buffers.
 //! - Any other type r2r was built with goes through r2r's untyped
 //!   (JSON) messages: the generic path, lists and scalars.
 //!
@@ -129,16 +129,24 @@ pub trait Bridged: WrappedTypesupport + Serialize + DeserializeOwned + Default +
     }
 }
 
-/// The bytes of a native rosidl uint8 sequence or string (`data`, `size`).
+/// The elements of a native rosidl sequence or string (`data`, `size`).
 ///
-/// Safety: `data` points at `size` initialized bytes (or is null), alive
-/// for `'a`: the fields of a native message borrowed for `'a`.
-unsafe fn native_bytes<'a, T>(data: *const T, size: usize) -> &'a [u8] {
+/// Safety: `data` points at `size` initialized elements (or is null),
+/// alive for `'a`: the fields of a native message borrowed for `'a`.
+unsafe fn native_slice<'a, T>(data: *const T, size: usize) -> &'a [T] {
     if data.is_null() || size == 0 {
         &[]
     } else {
-        unsafe { std::slice::from_raw_parts(data as *const u8, size) }
+        unsafe { std::slice::from_raw_parts(data, size) }
     }
+}
+
+/// The bytes of a native rosidl sequence of numbers or string.
+///
+/// Safety: as for [`native_slice`]; `T` is a plain number type.
+unsafe fn native_bytes<'a, T: Copy>(data: *const T, size: usize) -> &'a [u8] {
+    let elements = unsafe { native_slice(data, size) };
+    unsafe { std::slice::from_raw_parts(elements.as_ptr().cast::<u8>(), std::mem::size_of_val(elements)) }
 }
 
 /// Any message struct field by field (what [`Bridged`] does by default).
@@ -341,12 +349,13 @@ fn point_field(datatype: u8) -> Option<(char, usize)> {
     })
 }
 
-/// Element type and shape of a point cloud's data: `[height, width,
-/// point_step / size]` of the fields' type when every field has the same
-/// type and sits on its own element (x, y, z, padding: the usual clouds),
-/// else `|u1` of `[height, row_step]`.
-pub fn cloud_layout(c: &r2r::sensor_msgs::msg::PointCloud2) -> (Dtype, Vec<usize>) {
-    let (h, w, ps, rs, n) = (c.height as usize, c.width as usize, c.point_step as usize, c.row_step as usize, c.data.len());
+/// Element type and shape of a point cloud's `nbytes` of data (`c.data`
+/// itself is not read): `[height, width, point_step / size]` of the
+/// fields' type when every field has the same type and sits on its own
+/// element (x, y, z, padding: the usual clouds), else `|u1` of `[height,
+/// row_step]`.
+pub fn cloud_layout(c: &r2r::sensor_msgs::msg::PointCloud2, nbytes: usize) -> (Dtype, Vec<usize>) {
+    let (h, w, ps, rs, n) = (c.height as usize, c.width as usize, c.point_step as usize, c.row_step as usize, nbytes);
     let order = if c.is_bigendian { '>' } else { '<' };
     let common = c.fields.first().and_then(|f| point_field(f.datatype)).filter(|&(kind, size)| {
         c.fields.iter().all(|f| point_field(f.datatype) == Some((kind, size)) && f.offset as usize % size == 0 && f.count <= 1) && ps % size == 0 && ps > 0
@@ -523,6 +532,23 @@ impl Bridged for r2r::sensor_msgs::msg::CompressedImage {
         Ok(v)
     }
 
+    const NATIVE: bool = true;
+
+    fn native_to_value(c: &Self::CStruct, loaner: &Loaner) -> Result<Value, ConvertError> {
+        let meta = Self {
+            header: r2r::std_msgs::msg::Header::from_native(&c.header),
+            // Safety: fields of the native message `c` borrows.
+            format: String::from_utf8_lossy(unsafe { native_bytes(c.format.data, c.format.size) }).into_owned(),
+            data: Vec::new(),
+        };
+        // Safety: as above.
+        let data = unsafe { native_bytes(c.data.data, c.data.size) };
+        let buffer = loaner.buffer(Self::NAME, Dtype::U8, &[data.len()], data)?;
+        let mut v = json_to_value(to_json(Self::NAME, &meta)?);
+        v.set("data", Value::Buffer(buffer));
+        Ok(v)
+    }
+
     fn from_value(mut v: Value) -> Result<Self, ConvertError> {
         let (data, _) = bulk_bytes(Self::NAME, "data", v.take("data"))?;
         let mut msg: Self = from_json(Self::NAME, v)?;
@@ -535,10 +561,34 @@ impl Bridged for r2r::sensor_msgs::msg::PointCloud2 {
     const NAME: &'static str = "sensor_msgs/msg/PointCloud2";
 
     fn to_value(mut self) -> Result<Value, ConvertError> {
-        let (dtype, shape) = cloud_layout(&self);
         let data = std::mem::take(&mut self.data);
+        let (dtype, shape) = cloud_layout(&self, data.len());
         let buffer = Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
         let mut v = json_to_value(to_json(Self::NAME, &self)?);
+        v.set("data", Value::Buffer(buffer));
+        Ok(v)
+    }
+
+    const NATIVE: bool = true;
+
+    fn native_to_value(c: &Self::CStruct, loaner: &Loaner) -> Result<Value, ConvertError> {
+        let meta = Self {
+            header: r2r::std_msgs::msg::Header::from_native(&c.header),
+            height: c.height,
+            width: c.width,
+            // Safety: fields of the native message `c` borrows.
+            fields: unsafe { native_slice(c.fields.data, c.fields.size) }.iter().map(r2r::sensor_msgs::msg::PointField::from_native).collect(),
+            is_bigendian: c.is_bigendian,
+            point_step: c.point_step,
+            row_step: c.row_step,
+            data: Vec::new(),
+            is_dense: c.is_dense,
+        };
+        // Safety: as above.
+        let data = unsafe { native_bytes(c.data.data, c.data.size) };
+        let (dtype, shape) = cloud_layout(&meta, data.len());
+        let buffer = loaner.buffer(Self::NAME, dtype, &shape, data)?;
+        let mut v = json_to_value(to_json(Self::NAME, &meta)?);
         v.set("data", Value::Buffer(buffer));
         Ok(v)
     }
@@ -599,6 +649,21 @@ macro_rules! multiarray {
                 let shape = multiarray_shape(&self.layout, data.len());
                 let buffer = Buffer::from_elements(data).with_shape(&shape).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
                 let mut v = json_to_value(to_json(Self::NAME, &self)?);
+                v.set("data", Value::Buffer(buffer));
+                Ok(v)
+            }
+
+            const NATIVE: bool = true;
+
+            fn native_to_value(c: &Self::CStruct, loaner: &Loaner) -> Result<Value, ConvertError> {
+                let meta = Self { layout: r2r::std_msgs::msg::MultiArrayLayout::from_native(&c.layout), data: Vec::new() };
+                // Safety: fields of the native message `c` borrows.
+                let data: &[$t] = unsafe { native_slice(c.data.data, c.data.size) };
+                let shape = multiarray_shape(&meta.layout, data.len());
+                // Safety: as above.
+                let bytes = unsafe { native_bytes(c.data.data, c.data.size) };
+                let buffer = loaner.buffer(Self::NAME, <$t as Element>::DTYPE, &shape, bytes)?;
+                let mut v = json_to_value(to_json(Self::NAME, &meta)?);
                 v.set("data", Value::Buffer(buffer));
                 Ok(v)
             }
@@ -837,13 +902,13 @@ mod tests {
             is_dense: true,
             ..Default::default()
         };
-        assert_eq!(cloud_layout(&cloud), (Dtype::F32, vec![1, 3, 4]));
+        assert_eq!(cloud_layout(&cloud, 48), (Dtype::F32, vec![1, 3, 4]));
         let v = cloud.clone().to_value().unwrap();
         assert_eq!(PointCloud2::from_value(v).unwrap(), cloud);
         // Mixed field types: bytes by row.
         let mut mixed = cloud.clone();
         mixed.fields[2].datatype = 2;
-        assert_eq!(cloud_layout(&mixed), (Dtype::U8, vec![1, 48]));
+        assert_eq!(cloud_layout(&mixed, 48), (Dtype::U8, vec![1, 48]));
     }
 
     #[test]
@@ -884,6 +949,175 @@ mod tests {
         let Some(Value::Buffer(c)) = v.get("orientation_covariance") else { panic!("{v:?}") };
         assert_eq!(c.as_slice::<f64>(), Some(&[0.5; 9][..]));
         assert_eq!(r2r::sensor_msgs::msg::Imu::from_value(v).unwrap(), imu);
+    }
+
+    /// A loaner without a store: small data stays in-band.
+    fn inband() -> Loaner {
+        Loaner { encoder: Encoder::default(), deliveries: 1, ready: Some(std::sync::Arc::new(|| true)) }
+    }
+
+    /// `msg` read from its native (C) form, as received from ROS, and
+    /// checked against the typed conversion: same fields, dtypes, shapes and
+    /// bytes.
+    fn native<T: Bridged>(msg: &T, loaner: &Loaner) -> Value {
+        let c = r2r::NativeMsg::<T>::from(msg);
+        let v = T::native_to_value(&c, loaner).unwrap_or_else(|e| panic!("{}: {e}", T::NAME));
+        assert_eq!(v, msg.clone().to_value().unwrap(), "{}", T::NAME);
+        v
+    }
+
+    fn data(v: &Value) -> &Buffer {
+        match v.get("data") {
+            Some(Value::Buffer(b)) => b,
+            other => panic!("data is {other:?}"),
+        }
+    }
+
+    type NativeCase = (&'static str, (Dtype, Vec<usize>), Box<dyn Fn(&Loaner) -> Value>);
+
+    /// A message of every type read natively, with at least `nbytes` of
+    /// data, and the dtype and shape its data takes.
+    fn every_native_type(nbytes: usize) -> Vec<NativeCase> {
+        use r2r::std_msgs::msg as st;
+        fn case<T: Bridged>(msg: T, dtype: Dtype, shape: Vec<usize>) -> NativeCase {
+            (T::NAME, (dtype, shape), Box::new(move |loaner: &Loaner| native(&msg, loaner)))
+        }
+        let side = (nbytes as f64 / 3.0).sqrt().ceil() as u32;
+        let mut img = Image { height: side, width: side, encoding: "rgb8".into(), step: 3 * side, ..Default::default() };
+        img.header.frame_id = "cam".into();
+        img.data = (0..img.height * img.step).map(|i| (i % 251) as u8).collect();
+        let jpeg = r2r::sensor_msgs::msg::CompressedImage { format: "jpeg".into(), data: (0..nbytes).map(|i| (i % 253) as u8).collect(), ..Default::default() };
+        let points = nbytes.div_ceil(16) as u32;
+        let field = |name: &str, offset| PointField { name: name.into(), offset, datatype: 7, count: 1 };
+        let cloud = PointCloud2 {
+            height: 1,
+            width: points,
+            fields: vec![field("x", 0), field("y", 4), field("z", 8)],
+            point_step: 16,
+            row_step: 16 * points,
+            data: (0..16 * points).map(|i| (i % 241) as u8).collect(),
+            is_dense: true,
+            ..Default::default()
+        };
+        let mut cases = vec![
+            case(img, Dtype::U8, vec![side as usize, side as usize, 3]),
+            case(jpeg, Dtype::U8, vec![nbytes]),
+            case(cloud, Dtype::F32, vec![1, points as usize, 4]),
+        ];
+        macro_rules! arrays {
+            ($($msg:ident($t:ty)),*) => {$({
+                let n = (nbytes / std::mem::size_of::<$t>()).div_ceil(4) * 4;
+                let mut m = st::$msg::default();
+                m.layout.dim = vec![
+                    st::MultiArrayDimension { label: "rows".into(), size: 4, stride: n as u32 },
+                    st::MultiArrayDimension { label: "cols".into(), size: (n / 4) as u32, stride: (n / 4) as u32 },
+                ];
+                m.data = (0..n).map(|i| (i % 120) as $t).collect();
+                cases.push(case(m, <$t as Element>::DTYPE, vec![4, n / 4]));
+            })*};
+        }
+        arrays!(
+            Float32MultiArray(f32), Float64MultiArray(f64), Int8MultiArray(i8), Int16MultiArray(i16), Int32MultiArray(i32),
+            Int64MultiArray(i64), UInt8MultiArray(u8), UInt16MultiArray(u16), UInt32MultiArray(u32), UInt64MultiArray(u64),
+            ByteMultiArray(u8)
+        );
+        cases
+    }
+
+    #[test]
+    fn native_reading_matches_the_typed_conversion() {
+        let cases = every_native_type(600);
+        assert_eq!(cases.len(), 14);
+        for (name, (dtype, shape), convert) in cases {
+            let v = convert(&inband());
+            let b = data(&v);
+            assert_eq!((b.dtype(), b.shape()), (&dtype, &shape[..]), "{name}");
+            assert!(!b.is_shared(), "{name}: under the threshold, in-band");
+        }
+        // The odd cloud: bytes by row, as the typed path gives.
+        let mut mixed = PointCloud2 { height: 2, width: 2, point_step: 5, row_step: 10, data: (0..20).collect(), ..Default::default() };
+        mixed.fields = vec![PointField { name: "x".into(), offset: 0, datatype: 7, count: 1 }, PointField { name: "i".into(), offset: 4, datatype: 2, count: 1 }];
+        let b = data(&native(&mixed, &inband())).clone();
+        assert_eq!((b.dtype(), b.shape()), (&Dtype::U8, &[2usize, 10][..]));
+        // A layout that does not describe the data: one dimension.
+        let mut flat = r2r::std_msgs::msg::UInt16MultiArray { data: vec![1, 2, 3], ..Default::default() };
+        flat.layout.data_offset = 1;
+        let b = data(&native(&flat, &inband())).clone();
+        assert_eq!((b.dtype(), b.shape()), (&Dtype::U16, &[3usize][..]));
+        let empty = native(&r2r::std_msgs::msg::Float64MultiArray::default(), &inband());
+        assert!(data(&empty).is_empty());
+    }
+
+    /// A real `hprm-store` daemon ($HPRM_STORE_BIN, else the one on PATH:
+    /// test.sh installs the hprm SDK, daemons included, into the venv it
+    /// puts first on PATH), killed when dropped.
+    struct Store {
+        child: std::process::Child,
+        socket: std::path::PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Store {
+        fn start() -> Store {
+            let bin = std::env::var_os("HPRM_STORE_BIN")
+                .map(std::path::PathBuf::from)
+                .or_else(|| std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join("hprm-store")).find(|p| p.is_file()))
+                .expect("hprm-store is not on PATH: run ros2-bridge/test.sh (it installs the hprm SDK and its daemons into the venv), or set HPRM_STORE_BIN");
+            let dir = tempfile::tempdir().unwrap();
+            let socket = dir.path().join("store.sock");
+            let child = std::process::Command::new(&bin)
+                .arg("--socket")
+                .arg(&socket)
+                .args(["--memory", "64M"])
+                .env("RUST_LOG", "warn")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let mut store = Store { child, socket, _dir: dir };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while std::os::unix::net::UnixStream::connect(&store.socket).is_err() {
+                assert!(store.child.try_wait().unwrap().is_none(), "{} exited at start", bin.display());
+                assert!(std::time::Instant::now() < deadline, "{} did not accept connections within 30 s", bin.display());
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            store
+        }
+    }
+
+    impl Drop for Store {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    #[test]
+    fn bulk_data_is_copied_once_into_the_store() {
+        use hprm_node::payload::{Decoder, StoreLink, DEFAULT_GET_TIMEOUT, DEFAULT_THRESHOLD};
+        let store = Store::start();
+        let admin = hprm_store::StoreClient::connect(&store.socket).unwrap();
+        let encoder = Encoder::new(StoreLink::new(Some(store.socket.clone())), DEFAULT_THRESHOLD);
+        let loaner = Loaner { encoder: encoder.clone(), deliveries: 1, ready: Some(std::sync::Arc::new(|| true)) };
+        let decoder = Decoder::new(StoreLink::new(Some(store.socket.clone())), DEFAULT_GET_TIMEOUT);
+        // Nothing evicts in this test: the store holds every object made.
+        let objects = || admin.list().unwrap().len();
+        for (name, (dtype, shape), convert) in every_native_type(DEFAULT_THRESHOLD) {
+            let before = objects();
+            // The one copy: native message -> a store object loaned for
+            // the port's receivers.
+            let v = convert(&loaner);
+            let b = data(&v);
+            let id = b.object_id().unwrap_or_else(|| panic!("{name}: the data is not a store object"));
+            assert_eq!((b.dtype(), b.shape()), (&dtype, &shape[..]), "{name}");
+            assert_eq!(objects(), before + 1, "{name}");
+            // None after: the message refers to that object.
+            let payload = encoder.encode(&v, 1).unwrap();
+            assert_eq!(Decoder::references(&payload).unwrap(), vec![id], "{name}");
+            assert_eq!(objects(), before + 1, "{name}: the encoder copied the data");
+            let received: Value = decoder.decode(&payload).unwrap();
+            assert_eq!(received, v, "{name}");
+        }
     }
 
     #[test]

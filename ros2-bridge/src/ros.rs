@@ -3,11 +3,12 @@
 //!
 //! [`RosSide::start`] creates the node, its subscriptions, publishers,
 //! service clients and servers, checks the QoS and types of the publishers
-//! already on the graph, and starts the thread. Everything that can be
-//! wrong with a mapping is found there, before the federate joins the
-//! federation. What arrives from ROS goes to an [`Inlet`] (set once the
-//! federate has started: until then, messages are dropped with a log
-//! line); what HPRM sends goes through [`RosSide::outlets`].
+//! and subscriptions already on the graph, and starts the thread.
+//! Everything that can be wrong with a mapping is found there, before the
+//! federate joins the federation. What arrives from ROS goes to an
+//! [`Inlet`] (set once the federate has started: until then, messages are
+//! dropped with a log line); what HPRM sends goes through
+//! [`RosSide::outlets`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,7 @@ use r2r::qos::{DurabilityPolicy, HistoryPolicy, ReliabilityPolicy};
 use r2r::QosProfile;
 
 use crate::config::{Config, Direction, Durability, Qos, Reliability, Role, TimeSource};
+use crate::graph;
 use crate::messages::{self, ConvertError, LocalTask, MessageSupport, ValuePublisher};
 use crate::services::{self, Responder, ServiceSupport};
 use crate::value::Value;
@@ -131,10 +133,27 @@ pub fn incompatible(want: &Qos, offered: &QosProfile) -> Option<String> {
     None
 }
 
+/// Why a subscription that wants `wanted` gets nothing from the bridge's
+/// publisher offering `offer` (DDS request/offer rules), if it does not.
+pub fn incompatible_offer(offer: &Qos, wanted: &QosProfile) -> Option<String> {
+    if wanted.reliability == ReliabilityPolicy::Reliable && offer.reliability == Reliability::BestEffort {
+        return Some("it asks reliable and the bridge publishes best_effort; set qos.reliability = \"reliable\"".into());
+    }
+    if wanted.durability == DurabilityPolicy::TransientLocal && offer.durability == Durability::Volatile {
+        return Some("it asks transient_local and the bridge publishes volatile; set qos.durability = \"transient_local\"".into());
+    }
+    None
+}
+
+/// `/ns/node` of an endpoint.
+fn endpoint_node(namespace: &str, name: &str) -> String {
+    format!("{namespace}{}{name}", if namespace.ends_with('/') { "" } else { "/" })
+}
+
 impl RosSide {
     /// Sets up every mapping of `config` and starts spinning. `discovery`
     /// is how long to let the graph settle before checking the publishers
-    /// already on it.
+    /// and subscriptions already on it.
     pub fn start(config: &Config, discovery: Duration, mut loaners: HashMap<String, messages::Loaner>) -> Result<RosSide, RosError> {
         // Types first: they need no ROS context.
         let mut topic_support: Vec<Box<dyn MessageSupport>> = Vec::new();
@@ -156,6 +175,14 @@ impl RosSide {
         };
         let ctx = r2r::Context::create().map_err(start("context"))?;
         let mut node = r2r::Node::create(ctx, &config.ros.node, &config.ros.namespace).map_err(start("node"))?;
+        // Created now, so that it discovers the graph during the same wait.
+        let probe = if config.topics.iter().any(|t| t.direction == Direction::HprmToRos) {
+            graph::GraphProbe::create(&format!("{}_qos_check", config.ros.node))
+                .inspect_err(|e| tracing::warn!("cannot check the QoS of the subscriptions already running: {e}"))
+                .ok()
+        } else {
+            None
+        };
 
         let mut tasks: Vec<LocalTask> = Vec::new();
         let mut inlets = HashMap::new();
@@ -233,12 +260,36 @@ impl RosSide {
             let publishers = node.get_publishers_info_by_topic(&resolve(&config.ros.namespace, &t.topic), false).unwrap_or_default();
             tracing::debug!(topic = %t.topic, publishers = publishers.len(), "publishers already on the graph");
             for p in publishers {
-                let who = format!("publisher {}{}{}", p.node_namespace, if p.node_namespace.ends_with('/') { "" } else { "/" }, p.node_name);
+                let who = format!("publisher {}", endpoint_node(&p.node_namespace, &p.node_name));
                 if p.topic_type != t.msg_type {
                     return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("{who} publishes {}, the config says {}; fix `type`", p.topic_type, t.msg_type) });
                 }
                 if let Some(why) = incompatible(&t.qos, &p.qos_profile) {
                     return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("QoS mismatch with {who}: {why}") });
+                }
+            }
+        }
+        if let Some(probe) = probe {
+            let bridge = endpoint_node(&config.ros.namespace, &config.ros.node);
+            for t in config.topics.iter().filter(|t| t.direction == Direction::HprmToRos) {
+                let subscriptions = probe.subscriptions(&resolve(&config.ros.namespace, &t.topic)).unwrap_or_else(|e| {
+                    tracing::warn!(topic = %t.topic, "cannot list the subscriptions: {e}");
+                    Vec::new()
+                });
+                tracing::debug!(topic = %t.topic, subscriptions = subscriptions.len(), "subscriptions already on the graph");
+                for s in subscriptions {
+                    let who = endpoint_node(&s.node_namespace, &s.node_name);
+                    // The bridge's own subscription (a topic mapped both
+                    // ways) has the config's QoS, which is checked above.
+                    if who == bridge {
+                        continue;
+                    }
+                    if s.topic_type != t.msg_type {
+                        return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("subscriber {who} takes {}, the config says {}; fix `type`", s.topic_type, t.msg_type) });
+                    }
+                    if let Some(why) = incompatible_offer(&t.qos, &s.qos) {
+                        return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("QoS mismatch with subscriber {who}: {why}") });
+                    }
                 }
             }
         }
@@ -312,5 +363,46 @@ fn spin(mut node: r2r::Node, tasks: Vec<LocalTask>, callers: Vec<Caller>, stop: 
             }
         }
         pool.run_until_stalled();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qos(reliability: Reliability, durability: Durability) -> Qos {
+        Qos { reliability, durability, ..Qos::default() }
+    }
+
+    fn profile(reliability: ReliabilityPolicy, durability: DurabilityPolicy) -> QosProfile {
+        QosProfile { reliability, durability, ..QosProfile::default() }
+    }
+
+    #[test]
+    fn the_bridge_subscribing_asks_no_more_than_publishers_offer() {
+        let offered = profile(ReliabilityPolicy::BestEffort, DurabilityPolicy::Volatile);
+        let why = incompatible(&qos(Reliability::Reliable, Durability::Volatile), &offered).unwrap();
+        assert!(why.contains("set qos.reliability = \"best_effort\""), "{why}");
+        assert_eq!(incompatible(&qos(Reliability::BestEffort, Durability::Volatile), &offered), None);
+        let why = incompatible(&qos(Reliability::BestEffort, Durability::TransientLocal), &offered).unwrap();
+        assert!(why.contains("set qos.durability = \"volatile\""), "{why}");
+        let rich = profile(ReliabilityPolicy::Reliable, DurabilityPolicy::TransientLocal);
+        assert_eq!(incompatible(&qos(Reliability::Reliable, Durability::TransientLocal), &rich), None);
+    }
+
+    #[test]
+    fn the_bridge_publishing_offers_what_subscribers_ask() {
+        let reliable = profile(ReliabilityPolicy::Reliable, DurabilityPolicy::Volatile);
+        let why = incompatible_offer(&qos(Reliability::BestEffort, Durability::Volatile), &reliable).unwrap();
+        assert!(why.contains("it asks reliable") && why.contains("set qos.reliability = \"reliable\""), "{why}");
+        assert_eq!(incompatible_offer(&qos(Reliability::Reliable, Durability::Volatile), &reliable), None);
+        let latched = profile(ReliabilityPolicy::Reliable, DurabilityPolicy::TransientLocal);
+        let why = incompatible_offer(&qos(Reliability::Reliable, Durability::Volatile), &latched).unwrap();
+        assert!(why.contains("it asks transient_local") && why.contains("set qos.durability = \"transient_local\""), "{why}");
+        assert_eq!(incompatible_offer(&qos(Reliability::Reliable, Durability::TransientLocal), &latched), None);
+        // A best-effort, volatile subscriber takes anything.
+        let modest = profile(ReliabilityPolicy::BestEffort, DurabilityPolicy::Volatile);
+        assert_eq!(incompatible_offer(&qos(Reliability::BestEffort, Durability::Volatile), &modest), None);
+        assert_eq!(incompatible_offer(&qos(Reliability::Reliable, Durability::TransientLocal), &modest), None);
     }
 }

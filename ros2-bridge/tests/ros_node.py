@@ -6,8 +6,8 @@
   ros_node.py serve SERVICE                        std_srvs/SetBool: success = data, message "got <data>"
   ros_node.py call SERVICE FILE N                  call std_srvs/Trigger N times, record the responses
 
-QOS is "reliable" (default) or "best_effort". Prints "ready" once its
-entities exist.
+QOS is "reliable" (default), "best_effort" or "transient_local" (reliable,
+transient local). Prints "ready" once its entities exist.
 """
 
 import os
@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rclpy  # noqa: E402
-from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 
 import samples  # noqa: E402
 
@@ -28,7 +28,11 @@ def msg_class(kind):
 
 
 def qos(name="reliable"):
-    return QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT if name == "best_effort" else ReliabilityPolicy.RELIABLE)
+    return QoSProfile(
+        depth=10,
+        reliability=ReliabilityPolicy.BEST_EFFORT if name == "best_effort" else ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if name == "transient_local" else DurabilityPolicy.VOLATILE,
+    )
 
 
 def write(path, obj):

@@ -19,6 +19,11 @@ KINDS = {
     "cloud": "sensor_msgs/msg/PointCloud2",
     "imu": "sensor_msgs/msg/Imu",
     "floats": "std_msgs/msg/Float32MultiArray",
+    # Bulk data over the store threshold (64 KiB): out-of-band.
+    "compressed": "sensor_msgs/msg/CompressedImage",
+    "bytes": "std_msgs/msg/UInt8MultiArray",
+    "doubles": "std_msgs/msg/Float64MultiArray",
+    "shorts": "std_msgs/msg/Int16MultiArray",
     "time": "builtin_interfaces/msg/Time",
     # Not among the bridge's typed messages: the generic path.
     "range": "sensor_msgs/msg/Range",
@@ -28,6 +33,9 @@ KINDS = {
 
 SIZES = {"image": (480, 640), "image_hd": (1080, 1920)}
 POINTS = 5000
+# Multi-arrays: (element type, shape).
+ARRAYS = {"bytes": (np.uint8, (2, 3, 20000)), "doubles": (np.float64, (100, 120)), "shorts": (np.int16, (3, 4))}
+JPEG_BYTES = 100_000
 
 
 def pixels(k, h, w):
@@ -39,6 +47,20 @@ def pixels(k, h, w):
 def points(k):
     """x, y, z and an unused 4th float32 per point (point_step 16)."""
     return (np.arange(POINTS * 4, dtype=np.float32).reshape(1, POINTS, 4) * 0.5 + k).astype(np.float32)
+
+
+def series(k, n, dtype):
+    """n elements depending on k and their index; the second is k."""
+    a = ((np.arange(n, dtype=np.uint32) * 7 + k * 13) % 251).astype(dtype)
+    a[1] = k
+    return a
+
+
+def _layout(shape):
+    from std_msgs.msg import MultiArrayDimension, MultiArrayLayout
+
+    strides = [int(np.prod(shape[i:])) for i in range(len(shape))]
+    return MultiArrayLayout(dim=[MultiArrayDimension(label="", size=n, stride=st) for i, (n, st) in enumerate(zip(shape, strides))])
 
 
 def _header(k):
@@ -93,6 +115,20 @@ def make(kind, k):
         m.layout.dim = [MultiArrayDimension(label="rows", size=2, stride=6), MultiArrayDimension(label="cols", size=3, stride=3)]
         m.data = [float(i * k) for i in range(6)]
         return m
+    if kind == "compressed":
+        from sensor_msgs.msg import CompressedImage
+
+        m = CompressedImage(header=_header(k), format="jpeg")
+        m.data = array.array("B", series(k, JPEG_BYTES, np.uint8).tobytes())
+        return m
+    if kind in ARRAYS:
+        import std_msgs.msg
+
+        dtype, shape = ARRAYS[kind]
+        cls = {"bytes": std_msgs.msg.UInt8MultiArray, "doubles": std_msgs.msg.Float64MultiArray, "shorts": std_msgs.msg.Int16MultiArray}[kind]
+        m = cls(layout=_layout(shape))
+        m.data = array.array(np.dtype(dtype).char, series(k, int(np.prod(shape)), dtype).tobytes())
+        return m
     if kind == "time":
         from builtin_interfaces.msg import Time
 
@@ -118,6 +154,12 @@ def as_hprm(kind, k):
         return {"header": plain(_header(k)), "fields": fields, "is_dense": True, "data": points(k)}
     if kind == "floats":
         return {"data": np.arange(6, dtype=np.float32).reshape(2, 3) * k, "layout": plain(make(kind, k))["layout"]}
+    if kind == "compressed":
+        return {"header": plain(_header(k)), "format": "jpeg", "data": series(k, JPEG_BYTES, np.uint8)}
+    if kind in ARRAYS:
+        dtype, shape = ARRAYS[kind]
+        # No layout: the bridge writes the array's own (make's labels are empty too).
+        return {"data": series(k, int(np.prod(shape)), dtype).reshape(shape)}
     return plain(make(kind, k))
 
 

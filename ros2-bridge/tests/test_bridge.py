@@ -136,7 +136,7 @@ def index_of(kind, v):
         return int(v["data"].split()[1])
     if kind == "twist":
         return int(v["linear"]["x"] - 0.5)
-    if kind == "floats":
+    if kind == "floats" or kind in samples.ARRAYS:
         return int(np.ravel(v["data"])[1])
     return int(v["header"]["stamp"]["sec"]) - 1000
 
@@ -169,6 +169,27 @@ def test_ros_to_hprm_exact_contents(procs, tmp_path, topics):
     assert got["imu"][0]["orientation_covariance"].dtype == np.float64
 
 
+def test_ros_to_hprm_bulk_types(procs, tmp_path, topics):
+    # Over the store threshold but for "shorts": out-of-band, copied once
+    # from the ROS message into the store (the Rust unit test
+    # bulk_data_is_copied_once_into_the_store shows the single copy).
+    kinds = ["compressed", "bytes", "doubles", "shorts"]
+    for kind in kinds:
+        ros_node(procs, "pub", kind, f"{topics}/{kind}", 0.2)
+    config = write_config(tmp_path, [(f"{topics}/{k}", k, "ros->hprm", k) for k in kinds])
+    p, out = program(procs, tmp_path, config, "--record", *kinds, "--count", 3)
+    finish(p)
+    got = pickle.load(open(out, "rb"))
+    for kind in kinds:
+        assert len(got[kind]) == 3
+        check_received(kind, got[kind])
+    d = got["compressed"][0]["data"]
+    assert (d.dtype, d.shape) == (np.uint8, (samples.JPEG_BYTES,))
+    for kind, (dtype, shape) in samples.ARRAYS.items():
+        d = got[kind][0]["data"]
+        assert (d.dtype, d.shape) == (dtype, shape), kind
+
+
 def test_hprm_to_ros_exact_contents(procs, tmp_path, topics):
     kinds = ["string", "twist", "image", "cloud", "floats"]
     subs = {kind: ros_node(procs, "sub", kind, f"{topics}/{kind}", tmp_path / f"{kind}.pkl", 3) for kind in kinds}
@@ -179,7 +200,7 @@ def test_hprm_to_ros_exact_contents(procs, tmp_path, topics):
         check_received(kind, pickle.load(open(tmp_path / f"{kind}.pkl", "rb")))
 
 
-@pytest.mark.parametrize("kind", ["image", "cloud", "imu", "twist", "range"])
+@pytest.mark.parametrize("kind", ["image", "cloud", "imu", "twist", "range", "compressed", "doubles"])
 def test_round_trip_keeps_every_field(procs, tmp_path, topics, kind):
     config = write_config(tmp_path, [(f"{topics}/in", kind, "ros->hprm", "frm"), (f"{topics}/out", kind, "hprm->ros", "to")])
     p, _ = program(procs, tmp_path, config, "--relay", "frm:to", "--timeout", "60s")
@@ -261,6 +282,32 @@ def test_qos_and_type_mismatch_with_a_running_publisher(procs, tmp_path, topics)
     assert r.returncode == 1 and "QoS mismatch" in r.stderr and "best_effort" in r.stderr, r.stderr
     # Asking best_effort is compatible.
     ok = write_config(tmp_path, [(f"{topics}/be", "string", "ros->hprm", "a", 'qos = { reliability = "best_effort" }')], name="ok.toml")
+    r = bridge_check(ok)
+    assert r.returncode == 0, r.stderr
+
+
+def test_qos_and_type_mismatch_with_a_running_subscriber(procs, tmp_path, topics):
+    # rclpy subscribers that want reliable delivery, and the last message
+    # kept for late joiners (transient local).
+    ros_node(procs, "sub", "string", f"{topics}/rel", tmp_path / "rel.pkl", 1000)
+    ros_node(procs, "sub", "string", f"{topics}/latched", tmp_path / "latched.pkl", 1000, "transient_local")
+    best_effort = write_config(tmp_path, [(f"{topics}/rel", "string", "hprm->ros", "a", 'qos = { reliability = "best_effort" }')], name="be.toml")
+    r = bridge_check(best_effort)
+    assert r.returncode == 1, r.stderr
+    assert "QoS mismatch with subscriber /test_sub_" in r.stderr and 'it asks reliable and the bridge publishes best_effort; set qos.reliability = "reliable"' in r.stderr, r.stderr
+    volatile = write_config(tmp_path, [(f"{topics}/latched", "string", "hprm->ros", "a")], name="volatile.toml")
+    r = bridge_check(volatile)
+    assert r.returncode == 1, r.stderr
+    assert 'it asks transient_local and the bridge publishes volatile; set qos.durability = "transient_local"' in r.stderr, r.stderr
+    wrong = write_config(tmp_path, [(f"{topics}/rel", "twist", "hprm->ros", "a")], name="wrong.toml")
+    r = bridge_check(wrong)
+    assert r.returncode == 1 and "takes std_msgs/msg/String, the config says geometry_msgs/msg/Twist" in r.stderr, r.stderr
+    # Offering what they ask (or more) is compatible.
+    ok = write_config(
+        tmp_path,
+        [(f"{topics}/rel", "string", "hprm->ros", "a"), (f"{topics}/latched", "string", "hprm->ros", "b", 'qos = { durability = "transient_local" }')],
+        name="ok.toml",
+    )
     r = bridge_check(ok)
     assert r.returncode == 0, r.stderr
 
