@@ -38,6 +38,8 @@ ap.add_argument("--relay", nargs="*", default=[])
 ap.add_argument("--respond", nargs="*", default=[])
 ap.add_argument("--count", type=int, default=3)
 ap.add_argument("--timeout", default="60s")
+ap.add_argument("--restartable", action="store_true", help="the launcher restarts the bridge when it fails")
+ap.add_argument("--zero-delay", action="store_true", help="no `after` on the relay's way back into the bridge")
 args = ap.parse_args()
 
 send = [s.split(":") for s in args.send]
@@ -129,6 +131,8 @@ prog = hprm.Program("ros2_bridge_test", timeout=args.timeout)
 outputs = args.record + [s for s, _ in relay] + [q for q, _ in respond]
 inputs = [p for p, _ in send] + [d for _, d in relay] + [r for _, r in respond]
 ros = prog.federate("ros", hprm.external(inputs=inputs, outputs=outputs))
+if args.restartable:
+    ros.restart_on_failure()
 if args.record:
     sink = prog.federate("sink", sink_class(args.record, args.count, args.out))
     for p in args.record:
@@ -145,7 +149,7 @@ if relay:
         # ros -> relay -> ros is a zero-delay cycle between federates, which
         # centralized coordination resolves with provisional grants
         # (hprm-node/tests/physical.rs runs such a loop, with HPRM federates).
-        prog.connect(getattr(rl, f"out_{dst}"), getattr(ros, dst), after="0ms")
+        prog.connect(getattr(rl, f"out_{dst}"), getattr(ros, dst), after=None if args.zero_delay else "0ms")
 if respond:
     server = prog.federate("server", server_class(respond))
     for req, resp in respond:

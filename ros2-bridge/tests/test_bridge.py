@@ -342,3 +342,34 @@ def test_bridge_restart_while_ros_keeps_running(procs, tmp_path, topics):
         assert pub.p.poll() is None and sub.p.poll() is None, "the ROS nodes kept running"
         seen = sub.text().count("got ")
     check_received("string", pickle.load(open(tmp_path / "back.pkl", "rb")))
+
+
+def test_the_bridge_alone_restarts_while_hprm_and_ros_keep_running(procs, tmp_path, topics):
+    """The bridge process dies (SIGKILL) mid-run: the launcher restarts it
+    alone (restart on failure), it rejoins the running program and the ROS
+    graph, and the loop ROS -> bridge -> relay -> bridge -> ROS (zero delay
+    on the way back: centralized coordination resolves it) carries messages
+    again. The ROS nodes and the HPRM program keep running throughout."""
+    pub = ros_node(procs, "pub", "string", f"{topics}/s")
+    sub = ros_node(procs, "sub", "string", f"{topics}/back", tmp_path / "back.pkl", 1000)
+    config = write_config(tmp_path, [(f"{topics}/s", "string", "ros->hprm", "s"), (f"{topics}/back", "string", "hprm->ros", "back")])
+    p, _ = program(procs, tmp_path, config, "--relay", "s:back", "--timeout", "90s", "--restartable", "--zero-delay")
+
+    def wait_for(what, ok, within=60):
+        deadline = time.monotonic() + within
+        while not ok():
+            assert time.monotonic() < deadline and p.p.poll() is None, f"{what}\n{p.text()}"
+            time.sleep(0.1)
+
+    wait_for("nothing relayed", lambda: sub.text().count("got ") >= 2)
+    bridges = subprocess.run(["pgrep", "-f", "--", f"--config {config}"], capture_output=True, text=True).stdout.split()
+    assert len(bridges) == 1, bridges
+    os.kill(int(bridges[0]), signal.SIGKILL)
+    wait_for("the launcher did not restart the bridge", lambda: "restarting it (1 of 3 restarts)" in p.text())
+    seen = sub.text().count("got ")
+    wait_for("nothing relayed after the restart", lambda: sub.text().count("got ") >= seen + 2)
+    again = subprocess.run(["pgrep", "-f", "--", f"--config {config}"], capture_output=True, text=True).stdout.split()
+    assert len(again) == 1 and again != bridges, (bridges, again)
+    assert pub.p.poll() is None and sub.p.poll() is None, "the ROS nodes kept running"
+    assert p.text().count("restarting it") == 1, "only the bridge was restarted, once"
+    check_received("string", pickle.load(open(tmp_path / "back.pkl", "rb")))
