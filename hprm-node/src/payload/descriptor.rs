@@ -65,7 +65,7 @@ impl BufferDescriptor {
     pub fn encode(&self) -> Result<Vec<u8>, PayloadError> {
         let location = match &self.location {
             Location::Inline(bytes) => LocationRef::Inline(bytes),
-            Location::Store(id) => LocationRef::Store(*id),
+            Location::Store(id) => LocationRef::Store(*id, None),
         };
         let view = DescriptorRef { dtype: self.dtype.clone(), shape: self.shape.clone(), strides: self.strides.clone(), nbytes: self.nbytes, location };
         view.check()?;
@@ -77,7 +77,7 @@ impl BufferDescriptor {
         let d = DescriptorRef::parse(data)?;
         let location = match d.location {
             LocationRef::Inline(bytes) => Location::Inline(bytes.to_vec()),
-            LocationRef::Store(id) => Location::Store(id),
+            LocationRef::Store(id, _) => Location::Store(id),
         };
         Ok(BufferDescriptor { dtype: d.dtype, shape: d.shape, strides: d.strides, nbytes: d.nbytes, location })
     }
@@ -88,7 +88,9 @@ impl BufferDescriptor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LocationRef<'a> {
     Inline(&'a [u8]),
-    Store(ObjectId),
+    /// A store object, and where its data lies in the arena when the
+    /// writer said so (what lets a receiver map it without a get).
+    Store(ObjectId, Option<u64>),
 }
 
 /// [`BufferDescriptor`] borrowing its inline bytes.
@@ -138,7 +140,7 @@ impl<'a> DescriptorRef<'a> {
     pub fn encode(&self) -> Vec<u8> {
         let inline = match self.location {
             LocationRef::Inline(b) => b.len(),
-            LocationRef::Store(_) => 0,
+            LocationRef::Store(..) => 0,
         };
         let mut out = Vec::with_capacity(32 + 9 * self.shape.len() + inline);
         let mut w = Writer(&mut out);
@@ -161,9 +163,12 @@ impl<'a> DescriptorRef<'a> {
         w.uint(self.nbytes);
         match self.location {
             LocationRef::Inline(bytes) => w.bin(bytes),
-            LocationRef::Store(id) => {
-                w.array_len(1);
+            LocationRef::Store(id, at) => {
+                w.array_len(1 + u32::from(at.is_some()));
                 w.bin(id.as_bytes());
+                if let Some(at) = at {
+                    w.uint(at);
+                }
             }
         }
         out
@@ -201,10 +206,12 @@ impl<'a> DescriptorRef<'a> {
         };
         let nbytes = r.uint("nbytes")?;
         let location = match r.peek() {
-            Some(0x91) => {
-                r.array_len("the location")?;
-                let id = r.bin("an object id")?;
-                LocationRef::Store(object_id(id)?)
+            // [id], or [id, data offset] (see the wire format).
+            Some(0x91 | 0x92) => {
+                let n = r.array_len("the location")?;
+                let id = object_id(r.bin("an object id")?)?;
+                let at = if n == 2 { Some(r.uint("the object's data offset")?) } else { None };
+                LocationRef::Store(id, at)
             }
             _ => LocationRef::Inline(r.bin("the inline bytes")?),
         };

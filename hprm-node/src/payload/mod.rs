@@ -67,8 +67,9 @@
 //!
 //! # Wire format
 //!
-//! Version 1. A payload is one MessagePack value, written by rmp-serde with
-//! structs as maps keyed by field name. Buffers appear in it as extension
+//! Version 1.1 (version 1 plus the data offset in store locations). A
+//! payload is one MessagePack value, written by rmp-serde with structs as
+//! maps keyed by field name. Buffers appear in it as extension
 //! values; integers in the codec's own structures always take their
 //! smallest encoding, and extension values the smallest header (`fixext`
 //! 1/2/4/8/16 when the data has that length, else `ext 8/16/32`), as
@@ -83,8 +84,17 @@
 //!   nbytes:   uint                     length of the bytes = itemsize * product(shape) when strides is nil
 //!   location: bin                      the bytes inline (exactly nbytes of them)
 //!           | [ bin(20) ]              a 1-element array: the store object holding exactly nbytes bytes
+//!           | [ bin(20), offset: uint ] the same, and where the object's data lies in the store's arena
 //! ]
 //! ```
+//!
+//! Writers give the offset whenever they know it (always, from version
+//! 1.1: every object they send is one they created or hold). A receiver
+//! then maps the bytes at once from its own mapping of the arena and claims
+//! its reference with a one-way message, instead of a `get` it would wait
+//! for (see "Store objects" below); without the offset it gets the object.
+//! Readers of version 1 refuse the 2-element form, so every federate of a
+//! program must be at least 1.1.
 //!
 //! The dtype is always a plain one ([`Dtype`]'s grammar): numpy's
 //! `dtype.str` of a structured dtype (`|V12`) would lose its fields, so
@@ -141,7 +151,14 @@
 //! bytes (64-byte aligned by the store), metadata empty, created with the
 //! message's delivery count and sealed before the payload is sent. A
 //! receiver takes each distinct object its payload references once, and
-//! releases it when done. Any extension type other than 1–4 belongs to the
+//! releases it when done. Taking an object whose descriptor gives its
+//! offset costs no round trip ([`hprm_store::StoreClient::claim`]): the
+//! delivery the sender announced for this receiver pins the object until
+//! the receiver's release, and the seal went out on the sender's store
+//! connection before the message, so the bytes are complete and stay put.
+//! An offset outside the arena or unaligned is refused at once; one that
+//! is not the object's (a forged message) is refused by the store, and
+//! reported late. Any extension type other than 1–4 belongs to the
 //! value's own types and is left to them.
 
 mod buffer;

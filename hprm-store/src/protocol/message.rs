@@ -45,6 +45,10 @@ pub enum Request<'a> {
     Publish { id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32 },
     /// More pending deliveries for a sealed object (sending it on).
     Redeliver { id: ObjectId, deliveries: u32 },
+    /// A reference on an object whose placement the client already knows
+    /// (from a message's descriptor); sent one-way. `timeout: None` waits
+    /// forever for an object not sealed yet.
+    Claim { id: ObjectId, placement: Placement, timeout: Option<Duration> },
 }
 
 impl Request<'_> {
@@ -65,6 +69,7 @@ impl Request<'_> {
             Request::Stats => "stats",
             Request::Reserve { .. } => "reserve",
             Request::Publish { .. } => "publish",
+            Request::Claim { .. } => "claim",
         }
     }
 }
@@ -164,6 +169,7 @@ pub struct Stats {
     pub objects_referenced: u64,
     pub clients: u64,
     pub subscribers: u64,
+    /// Gets (and claims) waiting for objects to be sealed.
     pub waiting_gets: u64,
     /// Deliveries announced at create and not yet settled by a release.
     pub pending_deliveries: u64,
@@ -324,6 +330,13 @@ impl Encoder {
                 let wid = id_to_wire(id);
                 let args = wire::RedeliverArgs { id: Some(&wid), deliveries: *deliveries };
                 (wire::Request::Redeliver, wire::Redeliver::create(fbb, &args).as_union_value())
+            }
+            Request::Claim { id, placement, timeout } => {
+                let wid = id_to_wire(id);
+                let wp = placement_to_wire(placement);
+                let timeout_ms = timeout.map_or(FOREVER_MS, duration_to_ms);
+                let args = wire::ClaimArgs { id: Some(&wid), placement: Some(&wp), timeout_ms };
+                (wire::Request::Claim, wire::Claim::create(fbb, &args).as_union_value())
             }
         };
         let root = wire::RequestFrame::create(fbb, &wire::RequestFrameArgs { seq, request_type: kind, request: Some(body) });
@@ -489,6 +502,12 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
                 deliveries: p.deliveries(),
             }
         }
+        wire::Request::Claim => {
+            let c = frame.request_as_claim().ok_or(missing)?;
+            let placement = c.placement().map(placement_from_wire).ok_or(DecodeError::Missing("Claim.placement"))?;
+            let timeout = (c.timeout_ms() != FOREVER_MS).then(|| Duration::from_millis(c.timeout_ms()));
+            Request::Claim { id: required_id(c.id(), "Claim.id")?, placement, timeout }
+        }
         other => return Err(DecodeError::Unknown { kind: "request", tag: other.0 }),
     };
     Ok((seq, req))
@@ -612,6 +631,13 @@ mod tests {
             Request::Stats,
             Request::Reserve { block_len: 256, count: 32 },
             Request::Publish { id, offset: 4096, data_size: 100, metadata_size: 4, deliveries: 2 },
+            Request::Redeliver { id, deliveries: 3 },
+            Request::Claim {
+                id,
+                placement: Placement { data_offset: 128, data_size: 70_000, metadata_offset: 70_128, metadata_size: 0 },
+                timeout: Some(Duration::from_secs(2)),
+            },
+            Request::Claim { id, placement: Placement::default(), timeout: None },
         ];
         let mut enc = Encoder::default();
         for (seq, req) in reqs.iter().enumerate() {

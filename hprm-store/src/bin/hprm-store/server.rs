@@ -321,8 +321,19 @@ async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shar
                     },
                 };
                 // No reply: the client disconnected, and the table cleaned up.
-                if let (Some(reply), true) = (reply, seq != 0) {
-                    let _ = write_reply(&writer, seq, &reply).await;
+                // A request sent without waiting (a claim) hears only of
+                // its failure, to report late.
+                match reply {
+                    Some(reply) if seq != 0 => {
+                        let _ = write_reply(&writer, seq, &reply).await;
+                    }
+                    Some(reply @ Reply::Error(_)) => {
+                        if let Reply::Error(e) = &reply {
+                            tracing::warn!(client, error = %e.message, "request without reply failed");
+                        }
+                        let _ = write_reply(&writer, 0, &reply).await;
+                    }
+                    _ => {}
                 }
             });
         }
