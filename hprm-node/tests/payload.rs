@@ -114,7 +114,9 @@ fn small_buffers_stay_in_band_next_to_large_ones() {
     };
     let bytes = encoder.encode(&sent, 1).unwrap();
     assert!(bytes.len() < 1000 + 200);
-    assert_eq!(admin.list().unwrap().len(), 2);
+    // `edge` went into a block reserved in advance, published one-way: it
+    // shows on another connection once the publish has landed.
+    eventually(Duration::from_secs(5), "both objects are listed", || admin.list().unwrap().len() == 2);
     let got: Mixed = decoder.decode(&bytes).unwrap();
     assert_eq!(got, sent);
     assert!(got.big.is_shared() && !got.small.is_shared());
@@ -175,10 +177,15 @@ fn oversized_message_is_spilled_into_the_store() {
     let bytes = encoder.encode(&lines, 1).unwrap();
     let spilled = SpilledMessage::from_payload(&bytes).unwrap().expect("a spilled-message reference");
     assert_eq!(spilled.nbytes, in_band as u64);
-    assert!(bytes.len() < 40, "{}", bytes.len());
+    assert!(bytes.len() < 50, "{}", bytes.len());
     let objects = admin.list().unwrap();
     assert_eq!(objects.len(), 1);
     assert_eq!((objects[0].id, objects[0].pending_deliveries), (spilled.id, 1));
+    // ext 8 of type 2 holding [id, nbytes, offset]: receivers claim it
+    // without a round trip.
+    assert_eq!((bytes[0], bytes[2], bytes[3]), (0xc7, 2, 0x93), "{bytes:02x?}");
+    let at = objects[0].placement.data_offset;
+    assert!(at == 0 || bytes.ends_with(&at.to_be_bytes()[at.leading_zeros() as usize / 8..]), "{bytes:02x?} ends with offset {at}");
 
     let got: Vec<String> = decoder.decode(&bytes).unwrap();
     assert_eq!(got, lines);

@@ -80,10 +80,17 @@ impl Decoder {
     /// payload. For codecs that read the MessagePack themselves (the Python
     /// SDK); [`Decoder::decode`] does this itself.
     pub fn take_spilled(&self, payload: &[u8]) -> Result<Option<Object>, PayloadError> {
-        let Some(spilled) = SpilledMessage::from_payload(payload)? else { return Ok(None) };
+        let Some((spilled, at)) = SpilledMessage::from_payload_at(payload)? else { return Ok(None) };
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
         let started = crate::trace::tracer().map(|t| t.now());
-        let object = client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?;
+        let object = match at {
+            // Placed (wire format 1.1): mapped at once, claimed one-way.
+            Some(at) => {
+                let placement = Placement { data_offset: at, data_size: spilled.nbytes, metadata_offset: at.saturating_add(spilled.nbytes), metadata_size: 0 };
+                client.claim(spilled.id, placement, self.get_timeout).map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?
+            }
+            None => client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?,
+        };
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(spilled.id, 1, spilled.nbytes, s);
         }

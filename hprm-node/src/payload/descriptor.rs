@@ -284,33 +284,53 @@ pub struct SpilledMessage {
 impl SpilledMessage {
     /// The ext 2 data bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32);
+        self.encode_at(None)
+    }
+
+    /// The ext 2 data bytes, with the object's data offset in the arena
+    /// when known (wire format 1.1), which lets receivers claim it without
+    /// a round trip.
+    pub(crate) fn encode_at(&self, at: Option<u64>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(40);
         let mut w = Writer(&mut out);
-        w.array_len(2);
+        w.array_len(2 + u32::from(at.is_some()));
         w.bin(self.id.as_bytes());
         w.uint(self.nbytes);
+        if let Some(at) = at {
+            w.uint(at);
+        }
         out
     }
 
     /// Parses ext 2 data bytes.
     pub fn decode(data: &[u8]) -> Result<SpilledMessage, PayloadError> {
+        Ok(SpilledMessage::decode_at(data)?.0)
+    }
+
+    /// Parses ext 2 data bytes: the reference and the data offset, if given.
+    pub(crate) fn decode_at(data: &[u8]) -> Result<(SpilledMessage, Option<u64>), PayloadError> {
         let mut r = Reader::new(data);
         let fields = r.array_len("a spilled message reference")?;
-        if fields != 2 {
-            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2")));
+        if fields != 2 && fields != 3 {
+            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2 or 3")));
         }
         let id = object_id(r.bin("an object id")?)?;
         let nbytes = r.uint("nbytes")?;
+        let at = if fields == 3 { Some(r.uint("the object's data offset")?) } else { None };
         if r.remaining() != 0 {
             return Err(PayloadError::malformed(format!("{} stray bytes after a spilled message reference", r.remaining())));
         }
-        Ok(SpilledMessage { id, nbytes })
+        Ok((SpilledMessage { id, nbytes }, at))
     }
 
     /// The complete payload standing for the spilled message: the ext 2
     /// value with its header.
     pub fn to_payload(&self) -> Vec<u8> {
-        let data = self.encode();
+        self.to_payload_at(None)
+    }
+
+    pub(crate) fn to_payload_at(&self, at: Option<u64>) -> Vec<u8> {
+        let data = self.encode_at(at);
         let mut out = Vec::with_capacity(data.len() + 3);
         Writer(&mut out).ext_header(EXT_SPILLED, data.len());
         out.extend_from_slice(&data);
@@ -319,9 +339,14 @@ impl SpilledMessage {
 
     /// If `payload` is exactly one ext 2 value, the reference it holds.
     pub fn from_payload(payload: &[u8]) -> Result<Option<SpilledMessage>, PayloadError> {
+        Ok(SpilledMessage::from_payload_at(payload)?.map(|(m, _)| m))
+    }
+
+    /// [`SpilledMessage::from_payload`], with the data offset if given.
+    pub(crate) fn from_payload_at(payload: &[u8]) -> Result<Option<(SpilledMessage, Option<u64>)>, PayloadError> {
         let mut r = Reader::new(payload);
         match r.ext()? {
-            Some((EXT_SPILLED, data)) if r.remaining() == 0 => Ok(Some(SpilledMessage::decode(data)?)),
+            Some((EXT_SPILLED, data)) if r.remaining() == 0 => Ok(Some(SpilledMessage::decode_at(data)?)),
             _ => Ok(None),
         }
     }

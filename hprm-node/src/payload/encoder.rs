@@ -147,9 +147,10 @@ impl Encoder {
             t.put(object.id(), bytes.len() as u64, s);
         }
         let spilled = SpilledMessage { id: object.id(), nbytes: bytes.len() as u64 };
+        let at = object.placement().data_offset;
         context.unsealed.push(object);
         tracing::trace!(id = %spilled.id, nbytes = bytes.len(), "message spilled into the store");
-        Ok(spilled.to_payload())
+        Ok(spilled.to_payload_at(Some(at)))
     }
 
     /// Lends a buffer of `shape` elements of `dtype` to fill in place in

@@ -134,10 +134,12 @@
 //! **Ext type 2, spilled message.** When the encoded message exceeds
 //! [`MAX_INLINE`] bytes, it is written into one store object (created with
 //! the same deliveries), and the payload is instead this single ext value,
-//! whose data is the array `[ bin(20) object id, nbytes: uint ]`. The
-//! object's data (exactly nbytes) is the real payload, which never is a
-//! spilled message itself; ext 2 anywhere but as the whole payload is
-//! malformed. Receivers take the object, decode it, and release it.
+//! whose data is the array `[ bin(20) object id, nbytes: uint ]`, or
+//! (from version 1.1) `[ bin(20) object id, nbytes: uint, offset: uint ]`
+//! with the object's data offset in the arena, claimed without a round
+//! trip as for buffers. The object's data (exactly nbytes) is the real
+//! payload, which never is a spilled message itself; ext 2 anywhere but as
+//! the whole payload is malformed. Receivers take the object, decode it, and release it.
 //!
 //! **Ext type 3, pickled Python object.** Python-only: Python falls back to
 //! pickle (protocol 5) for values it cannot express otherwise. The data is
