@@ -183,9 +183,7 @@ fn oversized_message_is_spilled_into_the_store() {
     assert_eq!((objects[0].id, objects[0].pending_deliveries), (spilled.id, 1));
     // ext 8 of type 2 holding [id, nbytes, offset]: receivers claim it
     // without a round trip.
-    assert_eq!((bytes[0], bytes[2], bytes[3]), (0xc7, 2, 0x93), "{bytes:02x?}");
-    let at = objects[0].placement.data_offset;
-    assert!(at == 0 || bytes.ends_with(&at.to_be_bytes()[at.leading_zeros() as usize / 8..]), "{bytes:02x?} ends with offset {at}");
+    assert_eq!((bytes[0], bytes[2], bytes[3]), (0xc7, 2, 0x94), "{bytes:02x?}");
 
     let got: Vec<String> = decoder.decode(&bytes).unwrap();
     assert_eq!(got, lines);
@@ -411,9 +409,9 @@ fn threads_share_one_codec() {
 
 
 /// The payload of one `|u1` buffer of `nbytes` in store object `id`, its
-/// location naming data offset `at` (wire format 1.1), written by hand as
-/// a forger would.
-fn placed_payload(id: ObjectId, nbytes: usize, at: u64) -> Vec<u8> {
+/// location naming data offset `at` in arena `arena` (wire format 1.1),
+/// written by hand as a forger would.
+fn placed_payload(id: ObjectId, nbytes: usize, at: u64, arena: u64) -> Vec<u8> {
     let descriptor = hprm_node::payload::BufferDescriptor {
         dtype: Dtype::U8,
         shape: vec![nbytes],
@@ -422,12 +420,14 @@ fn placed_payload(id: ObjectId, nbytes: usize, at: u64) -> Vec<u8> {
         location: hprm_node::payload::Location::Store(id),
     };
     let mut data = descriptor.encode().unwrap();
-    // ... 0x91 (array of 1), bin 8 of 20: the id; make it [id, offset].
+    // ... 0x91 (array of 1), bin 8 of 20: the id; make it [id, offset, arena].
     let array_at = data.len() - 23;
     assert_eq!(&data[array_at..array_at + 3], &[0x91, 0xc4, 20]);
-    data[array_at] = 0x92;
+    data[array_at] = 0x93;
     data.push(0xcf);
     data.extend_from_slice(&at.to_be_bytes());
+    data.push(0xcf);
+    data.extend_from_slice(&arena.to_be_bytes());
     let mut bytes = vec![0xc7, u8::try_from(data.len()).unwrap(), 1]; // ext 8, type 1
     bytes.extend_from_slice(&data);
     bytes
@@ -440,7 +440,7 @@ fn descriptors_say_where_the_object_lies() {
     let (encoder, decoder) = codec(&store);
     let bytes = encoder.encode(&frame(MIB), 1).unwrap();
     let at = admin.list().unwrap()[0].placement.data_offset;
-    let mut location = vec![0x92, 0xc4, 20];
+    let mut location = vec![0x93, 0xc4, 20];
     location.extend_from_slice(admin.list().unwrap()[0].id.as_bytes());
     let tail = {
         let mut t = location.clone();
@@ -454,7 +454,8 @@ fn descriptors_say_where_the_object_lies() {
         });
         t
     };
-    assert!(bytes.windows(tail.len()).any(|w| w == tail), "the location is [id, offset]");
+    assert!(bytes.windows(tail.len()).any(|w| w == tail), "the location is [id, offset, arena]");
+    assert!(bytes.ends_with(&[&[0xcf][..], &admin.arena_id().to_be_bytes()].concat()) || admin.arena_id() < u64::from(u32::MAX), "the arena id ends it");
     let got: Frame = decoder.decode(&bytes).unwrap();
     assert_eq!(got, frame(MIB));
     drop(got);
@@ -473,7 +474,7 @@ fn a_placed_buffer_is_mapped_without_waiting_for_a_get() {
     // claim does not make the receiver wait at all.
     let decoder = Decoder::new(StoreLink::new(Some(store.socket.clone())), Duration::from_secs(10));
     let started = std::time::Instant::now();
-    let got: Buffer = decoder.decode(&placed_payload(id, MIB, at)).unwrap();
+    let got: Buffer = decoder.decode(&placed_payload(id, MIB, at, sender.arena_id())).unwrap();
     assert!(started.elapsed() < Duration::from_secs(2), "decode waited {:?}", started.elapsed());
     assert!(got.is_shared() && got.object_id() == Some(id));
     assert!(got.bytes().iter().all(|&b| b == 0x5a));
@@ -491,7 +492,7 @@ fn a_forged_offset_is_a_clear_error_not_a_read_out_of_bounds() {
     let decoder = decoder(&store);
     let arena = admin.arena_size();
     for at in [arena - 64, arena + (1 << 30), u64::MAX - 63, 100] {
-        let e = decoder.decode::<Buffer>(&placed_payload(ObjectId::random(), MIB, at)).unwrap_err();
+        let e = decoder.decode::<Buffer>(&placed_payload(ObjectId::random(), MIB, at, admin.arena_id())).unwrap_err();
         assert!(matches!(e, PayloadError::Store { op: "claim", .. }), "{e:?}");
         assert!(e.to_string().contains("forged"), "{e}");
     }
@@ -525,4 +526,22 @@ fn echoes_at_the_threshold_leave_nothing_behind() {
     assert_clean(&admin);
     let s = admin.stats().unwrap();
     assert_eq!(s.bytes_in_use, s.bytes_reserved, "only reserved blocks remain: {s:?}");
+}
+
+#[test]
+fn an_offset_into_another_stores_arena_is_not_mapped() {
+    // Two stores: a message whose objects lie in the first reaches a
+    // receiver of the second. Their offsets mean nothing there: the
+    // receiver looks the objects up by id (and does not find them) instead
+    // of reading whatever its own arena holds at those offsets.
+    let (one, two) = (StoreDaemon::start("16M"), StoreDaemon::start("16M"));
+    assert_ne!(one.client().arena_id(), two.client().arena_id());
+    let bytes = encoder(&one).encode(&frame(MIB), 1).unwrap();
+    let elsewhere = Decoder::new(StoreLink::new(Some(two.socket.clone())), Duration::from_millis(100));
+    let e = elsewhere.decode::<Frame>(&bytes).unwrap_err();
+    assert!(matches!(&e, PayloadError::NotInStore { missing, .. } if missing.len() == 1), "{e:?}");
+    let got: Frame = decoder(&one).decode(&bytes).unwrap();
+    assert_eq!(got, frame(MIB));
+    drop(got);
+    assert_clean(&one.client());
 }

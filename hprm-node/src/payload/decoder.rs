@@ -27,7 +27,7 @@ use hprm_store::{Object, ObjectId};
 use serde::de::DeserializeOwned;
 
 use super::buffer::Stored;
-use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
+use super::descriptor::{At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
 use super::msgpack::{Item, Reader};
 use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 use super::scoped::Installed;
@@ -83,12 +83,10 @@ impl Decoder {
         let Some((spilled, at)) = SpilledMessage::from_payload_at(payload)? else { return Ok(None) };
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
         let started = crate::trace::tracer().map(|t| t.now());
-        let object = match at {
-            // Placed (wire format 1.1): mapped at once, claimed one-way.
-            Some(at) => {
-                let placement = Placement { data_offset: at, data_size: spilled.nbytes, metadata_offset: at.saturating_add(spilled.nbytes), metadata_size: 0 };
-                client.claim(spilled.id, placement, self.get_timeout).map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?
-            }
+        let object = match at.filter(|at| at.arena == client.arena_id()) {
+            // Placed in this store's arena (wire format 1.1): mapped at
+            // once, claimed one-way.
+            Some(at) => client.claim(spilled.id, placement(at, spilled.nbytes), self.get_timeout).map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?,
             None => client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?,
         };
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
@@ -170,22 +168,25 @@ impl Decoder {
         if scan.objects.is_empty() {
             return Ok(Vec::new());
         }
-        let unplaced: Vec<ObjectId> = scan.objects.iter().filter(|id| !scan.placed.contains_key(id)).copied().collect();
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: scan.objects.len() })?;
+        // Offsets into another store's arena (a sender using another
+        // store) mean nothing here: those objects are looked up by id.
+        let here = |id: &ObjectId| scan.placed.get(id).filter(|at| at.arena == client.arena_id()).copied();
+        let unplaced: Vec<ObjectId> = scan.objects.iter().filter(|id| here(id).is_none()).copied().collect();
         if unplaced.len() == scan.objects.len() {
             return self.take(&unplaced);
         }
-        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: scan.objects.len() })?;
         let started = crate::trace::tracer().map(|t| t.now());
         let mut fetched = self.take(&unplaced)?.into_iter();
         let mut objects = Vec::with_capacity(scan.objects.len());
         let mut bytes = 0;
         for id in &scan.objects {
-            match scan.placed.get(id) {
-                Some(&(at, nbytes)) => {
-                    let placement = Placement { data_offset: at, data_size: nbytes, metadata_offset: at.saturating_add(nbytes), metadata_size: 0 };
+            match here(id) {
+                Some(at) => {
+                    let nbytes = scan.nbytes.get(id).copied().unwrap_or(0);
                     // On error, the objects claimed so far are released
                     // as `objects` drops.
-                    objects.push(client.claim(*id, placement, self.get_timeout).map_err(|e| PayloadError::from_store("claim", nbytes, e))?);
+                    objects.push(client.claim(*id, placement(at, nbytes), self.get_timeout).map_err(|e| PayloadError::from_store("claim", nbytes, e))?);
                     bytes += nbytes;
                 }
                 None => objects.extend(fetched.next()),
@@ -211,9 +212,10 @@ impl Default for Decoder {
 struct Scan {
     /// Distinct store objects referenced, in order of appearance.
     objects: Vec<ObjectId>,
-    /// Data offset and length of those whose descriptors say where they
-    /// lie in the arena.
-    placed: HashMap<ObjectId, (u64, u64)>,
+    /// Where those lie whose descriptors say so.
+    placed: HashMap<ObjectId, At>,
+    /// The data length of each, from its (first) descriptor.
+    nbytes: HashMap<ObjectId, u64>,
     /// Data length of the first pickled object, if any.
     pickled: Option<usize>,
 }
@@ -253,10 +255,11 @@ impl Scan {
                     if let LocationRef::Store(id, at) = d.location {
                         if seen.insert(id) {
                             self.objects.push(id);
+                            self.nbytes.insert(id, d.nbytes);
                             if let Some(at) = at {
-                                self.placed.insert(id, (at, d.nbytes));
+                                self.placed.insert(id, at);
                             }
-                        } else if at.is_some_and(|at| self.placed.get(&id) != Some(&(at, d.nbytes))) {
+                        } else if at.is_some_and(|at| self.placed.get(&id) != Some(&at) || self.nbytes.get(&id) != Some(&d.nbytes)) {
                             return Err(PayloadError::malformed(format!("object {id} is referenced at two different places or sizes")));
                         }
                     }
@@ -287,6 +290,12 @@ impl Scan {
         }
         Ok(())
     }
+}
+
+/// The placement a claim of an object of `nbytes` at `at` states (codec
+/// objects have no metadata).
+fn placement(at: At, nbytes: u64) -> Placement {
+    Placement { data_offset: at.offset, data_size: nbytes, metadata_offset: at.offset.saturating_add(nbytes), metadata_size: 0 }
 }
 
 /// The state of one decode, reachable by the buffers it deserializes.

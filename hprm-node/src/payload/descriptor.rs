@@ -88,9 +88,30 @@ impl BufferDescriptor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LocationRef<'a> {
     Inline(&'a [u8]),
-    /// A store object, and where its data lies in the arena when the
-    /// writer said so (what lets a receiver map it without a get).
-    Store(ObjectId, Option<u64>),
+    /// A store object, and where its data lies when the writer said so
+    /// (what lets a receiver map it without a get).
+    Store(ObjectId, Option<At>),
+}
+
+/// Where a store object's data lies: its offset in the arena of the store
+/// whose id is `arena` ([`hprm_store::StoreClient::arena_id`]). A receiver
+/// connected to another store (another arena id) must not map the offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct At {
+    pub offset: u64,
+    pub arena: u64,
+}
+
+impl At {
+    /// Where `object` lies.
+    pub(crate) fn of(object: &hprm_store::Object) -> At {
+        At { offset: object.placement().data_offset, arena: object.arena_id() }
+    }
+
+    /// Where `object`, being written, lies.
+    pub(crate) fn of_mut(object: &hprm_store::ObjectMut) -> At {
+        At { offset: object.placement().data_offset, arena: object.arena_id() }
+    }
 }
 
 /// [`BufferDescriptor`] borrowing its inline bytes.
@@ -164,10 +185,11 @@ impl<'a> DescriptorRef<'a> {
         match self.location {
             LocationRef::Inline(bytes) => w.bin(bytes),
             LocationRef::Store(id, at) => {
-                w.array_len(1 + u32::from(at.is_some()));
+                w.array_len(if at.is_some() { 3 } else { 1 });
                 w.bin(id.as_bytes());
                 if let Some(at) = at {
-                    w.uint(at);
+                    w.uint(at.offset);
+                    w.uint(at.arena);
                 }
             }
         }
@@ -206,11 +228,11 @@ impl<'a> DescriptorRef<'a> {
         };
         let nbytes = r.uint("nbytes")?;
         let location = match r.peek() {
-            // [id], or [id, data offset] (see the wire format).
-            Some(0x91 | 0x92) => {
+            // [id], or [id, data offset, arena id] (see the wire format).
+            Some(0x91 | 0x93) => {
                 let n = r.array_len("the location")?;
                 let id = object_id(r.bin("an object id")?)?;
-                let at = if n == 2 { Some(r.uint("the object's data offset")?) } else { None };
+                let at = if n == 3 { Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? }) } else { None };
                 LocationRef::Store(id, at)
             }
             _ => LocationRef::Inline(r.bin("the inline bytes")?),
@@ -290,14 +312,15 @@ impl SpilledMessage {
     /// The ext 2 data bytes, with the object's data offset in the arena
     /// when known (wire format 1.1), which lets receivers claim it without
     /// a round trip.
-    pub(crate) fn encode_at(&self, at: Option<u64>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(40);
+    pub(crate) fn encode_at(&self, at: Option<At>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48);
         let mut w = Writer(&mut out);
-        w.array_len(2 + u32::from(at.is_some()));
+        w.array_len(if at.is_some() { 4 } else { 2 });
         w.bin(self.id.as_bytes());
         w.uint(self.nbytes);
         if let Some(at) = at {
-            w.uint(at);
+            w.uint(at.offset);
+            w.uint(at.arena);
         }
         out
     }
@@ -307,16 +330,17 @@ impl SpilledMessage {
         Ok(SpilledMessage::decode_at(data)?.0)
     }
 
-    /// Parses ext 2 data bytes: the reference and the data offset, if given.
-    pub(crate) fn decode_at(data: &[u8]) -> Result<(SpilledMessage, Option<u64>), PayloadError> {
+    /// Parses ext 2 data bytes: the reference and where the object lies,
+    /// if given.
+    pub(crate) fn decode_at(data: &[u8]) -> Result<(SpilledMessage, Option<At>), PayloadError> {
         let mut r = Reader::new(data);
         let fields = r.array_len("a spilled message reference")?;
-        if fields != 2 && fields != 3 {
-            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2 or 3")));
+        if fields != 2 && fields != 4 {
+            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2 or 4")));
         }
         let id = object_id(r.bin("an object id")?)?;
         let nbytes = r.uint("nbytes")?;
-        let at = if fields == 3 { Some(r.uint("the object's data offset")?) } else { None };
+        let at = if fields == 4 { Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? }) } else { None };
         if r.remaining() != 0 {
             return Err(PayloadError::malformed(format!("{} stray bytes after a spilled message reference", r.remaining())));
         }
@@ -329,7 +353,7 @@ impl SpilledMessage {
         self.to_payload_at(None)
     }
 
-    pub(crate) fn to_payload_at(&self, at: Option<u64>) -> Vec<u8> {
+    pub(crate) fn to_payload_at(&self, at: Option<At>) -> Vec<u8> {
         let data = self.encode_at(at);
         let mut out = Vec::with_capacity(data.len() + 3);
         Writer(&mut out).ext_header(EXT_SPILLED, data.len());
@@ -343,7 +367,7 @@ impl SpilledMessage {
     }
 
     /// [`SpilledMessage::from_payload`], with the data offset if given.
-    pub(crate) fn from_payload_at(payload: &[u8]) -> Result<Option<(SpilledMessage, Option<u64>)>, PayloadError> {
+    pub(crate) fn from_payload_at(payload: &[u8]) -> Result<Option<(SpilledMessage, Option<At>)>, PayloadError> {
         let mut r = Reader::new(payload);
         match r.ext()? {
             Some((EXT_SPILLED, data)) if r.remaining() == 0 => Ok(Some(SpilledMessage::decode_at(data)?)),

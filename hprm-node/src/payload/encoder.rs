@@ -23,7 +23,7 @@ use hprm_store::{CreateOptions, Object, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
-use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES};
+use super::descriptor::{contiguous_len, shape_error, At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES};
 use super::msgpack::Writer;
 use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 use super::scoped::Installed;
@@ -147,7 +147,7 @@ impl Encoder {
             t.put(object.id(), bytes.len() as u64, s);
         }
         let spilled = SpilledMessage { id: object.id(), nbytes: bytes.len() as u64 };
-        let at = object.placement().data_offset;
+        let at = At::of_mut(&object);
         context.unsealed.push(object);
         tracing::trace!(id = %spilled.id, nbytes = bytes.len(), "message spilled into the store");
         Ok(spilled.to_payload_at(Some(at)))
@@ -196,8 +196,8 @@ struct Context {
     unsealed: Vec<ObjectMut>,
     /// Buffers already placed in the store by this encode (their data kept
     /// alive, so their keys cannot be reused by another allocation), with
-    /// their objects' data offsets.
-    placed: Vec<(Data, ObjectId, u64)>,
+    /// where their objects lie.
+    placed: Vec<(Data, ObjectId, At)>,
     /// Loaned objects whose prepaid deliveries this encode used.
     prepaid_taken: Vec<Arc<Stored>>,
     /// Objects received earlier and sent on by reference.
@@ -222,7 +222,7 @@ impl Context {
             }
             if let Data::Stored(stored) = data {
                 let id = stored.object.id();
-                let at = stored.object.placement().data_offset;
+                let at = At::of(&stored.object);
                 if stored.take_prepaid(self.deliveries) {
                     self.prepaid_taken.push(stored.clone());
                 } else {
@@ -245,7 +245,7 @@ impl Context {
         let mut object = self.create(client, nbytes as u64, self.deliveries)?;
         object.data_mut().copy_from_slice(view.bytes);
         let id = object.id();
-        let at = object.placement().data_offset;
+        let at = At::of_mut(&object);
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.put(id, nbytes as u64, s);
         }
@@ -332,9 +332,9 @@ pub struct EncodeSession {
     context: Context,
     /// Memory already stored by this session (address and length, from
     /// [`EncodeSession::write_buffer`] with `stable`), so that the same
-    /// bytes met again in the message are stored once; with the object's
-    /// data offset.
-    seen: Vec<((usize, usize), ObjectId, u64)>,
+    /// bytes met again in the message are stored once; with where the
+    /// object lies.
+    seen: Vec<((usize, usize), ObjectId, At)>,
 }
 
 impl EncodeSession {
@@ -420,7 +420,7 @@ impl EncodeSession {
         }
         let id = object.id();
         let nbytes = object.data().len() as u64;
-        let at = object.placement().data_offset;
+        let at = At::of(&object);
         let key = (object.data().as_ptr() as usize, object.data().len());
         if !self.seen.iter().any(|(k, ..)| *k == key) {
             self.seen.push((key, id, at));

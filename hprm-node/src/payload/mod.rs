@@ -84,17 +84,20 @@
 //!   nbytes:   uint                     length of the bytes = itemsize * product(shape) when strides is nil
 //!   location: bin                      the bytes inline (exactly nbytes of them)
 //!           | [ bin(20) ]              a 1-element array: the store object holding exactly nbytes bytes
-//!           | [ bin(20), offset: uint ] the same, and where the object's data lies in the store's arena
+//!           | [ bin(20), offset: uint, arena: uint ]
+//!                                      the same, and where the object's data lies: its offset in the
+//!                                      arena of the store whose arena id (`StoreClient::arena_id`) is arena
 //! ]
 //! ```
 //!
 //! Writers give the offset whenever they know it (always, from version
 //! 1.1: every object they send is one they created or hold). A receiver
-//! then maps the bytes at once from its own mapping of the arena and claims
-//! its reference with a one-way message, instead of a `get` it would wait
-//! for (see "Store objects" below); without the offset it gets the object.
-//! Readers of version 1 refuse the 2-element form, so every federate of a
-//! program must be at least 1.1.
+//! connected to that same arena then maps the bytes at once from its own
+//! mapping and claims its reference with a one-way message, instead of a
+//! `get` it would wait for (see "Store objects" below); without the offset,
+//! or with another arena's id, it gets the object by id. Readers of version
+//! 1 refuse the 3-element form, so every federate of a program must be at
+//! least 1.1.
 //!
 //! The dtype is always a plain one ([`Dtype`]'s grammar): numpy's
 //! `dtype.str` of a structured dtype (`|V12`) would lose its fields, so
@@ -135,9 +138,9 @@
 //! [`MAX_INLINE`] bytes, it is written into one store object (created with
 //! the same deliveries), and the payload is instead this single ext value,
 //! whose data is the array `[ bin(20) object id, nbytes: uint ]`, or
-//! (from version 1.1) `[ bin(20) object id, nbytes: uint, offset: uint ]`
-//! with the object's data offset in the arena, claimed without a round
-//! trip as for buffers. The object's data (exactly nbytes) is the real
+//! (from version 1.1) `[ bin(20) object id, nbytes: uint, offset: uint,
+//! arena: uint ]` with where the object's data lies, claimed without a
+//! round trip as for buffers. The object's data (exactly nbytes) is the real
 //! payload, which never is a spilled message itself; ext 2 anywhere but as
 //! the whole payload is malformed. Receivers take the object, decode it, and release it.
 //!

@@ -123,6 +123,8 @@ pub(crate) struct Inner {
     conn: Connection,
     arena: Arena,
     client_id: u64,
+    /// The daemon's arena id (`Hello::arena_id`).
+    pub(crate) arena_id: u64,
     path: PathBuf,
     /// Offsets of reserved blocks not in use, per size class.
     pool: Mutex<[Vec<u64>; SMALL_CLASSES.len()]>,
@@ -170,7 +172,8 @@ impl StoreClient {
         let arena = Arena::map_fd(fd, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
         tracing::debug!(path = %path.display(), client_id = hello.client_id, arena = hello.arena_size, "connected to hprm-store");
         let spin = opts.spin.unwrap_or(DEFAULT_SPIN);
-        let inner = Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, path, pool: Mutex::default() };
+        let inner =
+            Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, arena_id: hello.arena_id, path, pool: Mutex::default() };
         Ok(StoreClient { inner: Arc::new(inner) })
     }
 
@@ -182,6 +185,13 @@ impl StoreClient {
     /// The daemon's number for this connection (as in logs and `list`).
     pub fn client_id(&self) -> u64 {
         self.inner.client_id
+    }
+
+    /// The daemon's arena id: random, fixed for the daemon's lifetime. A
+    /// placement handed on to other processes (in a message) goes with it,
+    /// so that a receiver connected to another store does not map it.
+    pub fn arena_id(&self) -> u64 {
+        self.inner.arena_id
     }
 
     /// Size of the daemon's arena in bytes.
@@ -279,6 +289,9 @@ impl StoreClient {
     /// Fails now, with [`Error::InvalidArgument`] and nothing mapped, if
     /// `placement` does not lie in the arena or is not aligned as every
     /// object is (64 bytes): a forged descriptor never reads out of bounds.
+    /// A placement is only meaningful in the arena it came from: whoever
+    /// hands one on should send [`StoreClient::arena_id`] with it, and a
+    /// receiver whose arena id differs should `get` the object instead.
     pub fn claim(&self, id: ObjectId, placement: Placement, timeout: Duration) -> Result<Object> {
         let p = placement;
         let aligned = p.data_offset % crate::allocator::ALIGN == 0;

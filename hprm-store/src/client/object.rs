@@ -54,6 +54,11 @@ impl Object {
     pub fn placement(&self) -> Placement {
         self.placement
     }
+
+    /// The id of the arena it lies in ([`crate::StoreClient::arena_id`]).
+    pub fn arena_id(&self) -> u64 {
+        self.inner.arena_id
+    }
 }
 
 impl AsRef<[u8]> for Object {
@@ -114,6 +119,11 @@ impl ObjectMut {
     /// without a `get` needs ([`crate::StoreClient::claim`]).
     pub fn placement(&self) -> Placement {
         self.placement
+    }
+
+    /// The id of the arena it lies in ([`crate::StoreClient::arena_id`]).
+    pub fn arena_id(&self) -> u64 {
+        self.inner.arena_id
     }
 
     /// The metadata given at create (written by the daemon).

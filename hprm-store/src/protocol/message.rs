@@ -127,6 +127,10 @@ pub struct Hello {
     pub arena_size: u64,
     pub client_id: u64,
     pub populate: bool,
+    /// Random, fixed for the daemon's lifetime: an arena offset that comes
+    /// with another arena's id (a message from a federate using another
+    /// store) must not be mapped here.
+    pub arena_id: u64,
 }
 
 /// An object handed to a client by `get`.
@@ -350,7 +354,7 @@ impl Encoder {
         let fbb = &mut self.fbb;
         let (kind, body): (wire::Reply, WIPOffset<flatbuffers::UnionWIPOffset>) = match reply {
             Reply::Hello(h) => {
-                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate };
+                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate, arena_id: h.arena_id };
                 (wire::Reply::Hello, wire::Hello::create(fbb, &args).as_union_value())
             }
             Reply::Created(p) => {
@@ -522,7 +526,13 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
     let reply = match frame.reply_type() {
         wire::Reply::Hello => {
             let h = frame.reply_as_hello().ok_or(missing)?;
-            Reply::Hello(Hello { version: h.version(), arena_size: h.arena_size(), client_id: h.client_id(), populate: h.populate() })
+            Reply::Hello(Hello {
+                version: h.version(),
+                arena_size: h.arena_size(),
+                client_id: h.client_id(),
+                populate: h.populate(),
+                arena_id: h.arena_id(),
+            })
         }
         wire::Reply::Created => Reply::Created(placement(frame.reply_as_created().ok_or(missing)?.placement())?),
         wire::Reply::Done => Reply::Done,
@@ -653,7 +663,7 @@ mod tests {
         let id = ObjectId::random();
         let p = Placement { data_offset: 64, data_size: 10, metadata_offset: 74, metadata_size: 3 };
         let replies = [
-            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true }),
+            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true, arena_id: 0xfeed }),
             Reply::Created(p),
             Reply::Done,
             Reply::Objects(vec![ObjectRef { id, placement: p }]),

@@ -3060,6 +3060,7 @@ impl<'a> Hello<'a> {
   pub const VT_ARENA_SIZE: ::flatbuffers::VOffsetT = 6;
   pub const VT_CLIENT_ID: ::flatbuffers::VOffsetT = 8;
   pub const VT_POPULATE: ::flatbuffers::VOffsetT = 10;
+  pub const VT_ARENA_ID: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3071,6 +3072,7 @@ impl<'a> Hello<'a> {
     args: &'args HelloArgs
   ) -> ::flatbuffers::WIPOffset<Hello<'bldr>> {
     let mut builder = HelloBuilder::new(_fbb);
+    builder.add_arena_id(args.arena_id);
     builder.add_client_id(args.client_id);
     builder.add_arena_size(args.arena_size);
     builder.add_version(args.version);
@@ -3107,6 +3109,13 @@ impl<'a> Hello<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(Hello::VT_POPULATE, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn arena_id(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Hello::VT_ARENA_ID, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Hello<'_> {
@@ -3119,6 +3128,7 @@ impl ::flatbuffers::Verifiable for Hello<'_> {
      .visit_field::<u64>("arena_size", Self::VT_ARENA_SIZE, false)?
      .visit_field::<u64>("client_id", Self::VT_CLIENT_ID, false)?
      .visit_field::<bool>("populate", Self::VT_POPULATE, false)?
+     .visit_field::<u64>("arena_id", Self::VT_ARENA_ID, false)?
      .finish();
     Ok(())
   }
@@ -3128,6 +3138,7 @@ pub struct HelloArgs {
     pub arena_size: u64,
     pub client_id: u64,
     pub populate: bool,
+    pub arena_id: u64,
 }
 impl<'a> Default for HelloArgs {
   #[inline]
@@ -3137,6 +3148,7 @@ impl<'a> Default for HelloArgs {
       arena_size: 0,
       client_id: 0,
       populate: false,
+      arena_id: 0,
     }
   }
 }
@@ -3163,6 +3175,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HelloBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<bool>(Hello::VT_POPULATE, populate, false);
   }
   #[inline]
+  pub fn add_arena_id(&mut self, arena_id: u64) {
+    self.fbb_.push_slot::<u64>(Hello::VT_ARENA_ID, arena_id, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> HelloBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     HelloBuilder {
@@ -3184,6 +3200,7 @@ impl ::core::fmt::Debug for Hello<'_> {
       ds.field("arena_size", &self.arena_size());
       ds.field("client_id", &self.client_id());
       ds.field("populate", &self.populate());
+      ds.field("arena_id", &self.arena_id());
       ds.finish()
   }
 }
