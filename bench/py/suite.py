@@ -116,9 +116,10 @@ def fixed_cost_sentence(report, key, size) -> str:
             out_s, out_b = small["receivers_start"]["median_us"] / 1e3, big["receivers_start"]["median_us"] / 1e3
             back_s, back_b = s_ms - out_s, b_ms - out_b
             parts.append(f"the receivers' reactions start {fmt(out_b)} ms after the send at {size_label(size)} against {fmt(out_s)} ms at 1 KB, "
-                         f"so the way out through the store (the source's create + copy + seal, each receiver's get before its reaction) "
-                         f"costs {fmt(out_b - out_s)} ms more; the way back (each echo sent on by reference: a redeliver, then the "
-                         f"source's get of each reply) {fmt(back_b - back_s)} ms more")
+                         f"so the way out through the store (the source's create round trip + copy, a one-way seal; each receiver maps "
+                         f"the object from its descriptor and claims it one-way, no round trip) costs {fmt(out_b - out_s)} ms more; "
+                         f"the way back (each echo sent on by reference: a one-way redeliver; the source claims each reply one-way) "
+                         f"{fmt(back_b - back_s)} ms more")
     if mc is not None:
         parts.append(f"one memcpy of {size_label(size)} takes {fmt(mc)} ms here")
     return "; ".join(parts)
@@ -168,11 +169,12 @@ def judge_1mb(report) -> dict:
     slow = [k for k, v in hprm.items() if v >= dora]
     if slow:
         k = slow[0]
-        why.append(f"{label(report, 'broadcast', k)} is slower than dora here: " + fixed_cost_sentence(report, k, size) + ". Each store "
-                   "round trip wakes the store daemon, one more process on these 2 CPUs. What would likely close it (not tried here): "
-                   "fewer blocking store round trips per hop, e.g. a receiver mapping an object from its descriptor without waiting "
-                   "for a get reply (the sender already announced the deliveries) and a source recognising its own object when an "
-                   "echo brings it back.")
+        why.append(f"{label(report, 'broadcast', k)} is slower than dora here: " + fixed_cost_sentence(report, k, size) + ". The store "
+                   "costs one blocking round trip per hop now (the sender's create, which wakes the store daemon, one more process "
+                   "on these 2 CPUs; receivers and the source claim objects one-way), but every one-way message still wakes the "
+                   "daemon, which then competes for the CPUs with the 5 federates. What would likely close it (not tried here): "
+                   "a pool of pre-reserved large blocks so the create round trip goes too, and batching the claims and releases "
+                   "of a message into one frame.")
         if k == "hprm_centralized" and "hprm_decentralized" in hprm:
             why.append("Centralized, every reply is also a message the RTI must grant a tag for (the receiver sends NET, waits for TAG), "
                        f"one more round trip per hop than decentralized ({fmt(hprm['hprm_decentralized'])} ms here).")
@@ -230,9 +232,10 @@ def judge_small(report) -> dict:
             d = spoint(report, hk, z)["one_way"]["median_us"] - spoint(report, hk, u)["one_way"]["median_us"]
             why.append(f"At {size_label(z)} the array is at or over the 65,536-byte out-of-band threshold, and with the message's "
                        "header it would not fit one 64 KiB socket frame anyway (`hprm_node::payload::MAX_INLINE`; a larger `threshold=` "
-                       "does not change it): it goes through the store (the sender's create + copy + seal, the receiver's get before "
-                       f"its reaction), {fmt(d)} µs more one-way than {size_label(u)} in the message. What would likely close it: store "
-                       "hops without blocking round trips (see broadcast_1mb), or larger eager frames for peer sockets.")
+                       "does not change it): it goes through the store (the sender copies into a block reserved in advance and publishes it "
+                       f"one-way, the receiver maps it from its descriptor and claims it one-way), {fmt(d)} µs more one-way than "
+                       f"{size_label(u)} in the message: the copies, and the store daemon woken by those one-way messages on 2 CPUs. "
+                       "What would likely close it: larger eager frames for peer sockets (no store at all).")
         else:
             why.append("See the table below: a size where a baseline's p50 is under HPRM's.")
     return {"name": "small", "met": met, "line": line, "why": why}

@@ -5,8 +5,8 @@
 //! policy through the same code: buffers go out-of-band into the store at
 //! or over the threshold ([`hprm_node::payload::EncodeSession`]), messages
 //! over the in-band limit are spilled, and a receiver takes every object a
-//! message references in one round trip ([`Decoder::references`],
-//! [`Decoder::take`]).
+//! message references with no round trip when the descriptors say where
+//! the objects lie, else in one ([`Decoder::take_message`]).
 //!
 //! # What each Python value becomes
 //!
@@ -523,8 +523,9 @@ pub fn decode(py: Python<'_>, bytes: &[u8], decoder: &Decoder, copy: bool) -> Py
 fn take_all(payload: &[u8], decoder: &Decoder) -> Result<(Option<Object>, Vec<Object>), CodecError> {
     let spilled = decoder.take_spilled(payload)?;
     let message = spilled.as_ref().map_or(payload, Object::data);
-    let ids = Decoder::references(message)?;
-    let objects = decoder.take(&ids)?;
+    // Objects whose descriptors say where they lie are claimed without a
+    // round trip; only the others wait for a get.
+    let objects = decoder.take_message(message)?;
     Ok((spilled, objects))
 }
 

@@ -56,8 +56,11 @@ def shared_buffer_of(obj):
 
 
 def settled(codec, eventually):
-    """The store's objects once every reference is released."""
-    eventually(lambda: all(o["ref_count"] == 0 for o in codec.store_objects()), what="every reference released")
+    """The store's objects once every reference is released and every
+    delivery settled (a receiver claims its reference with a one-way
+    message, so "no reference" alone may only mean "not claimed yet")."""
+    eventually(lambda: all(o["ref_count"] == 0 and o["pending_deliveries"] == 0 for o in codec.store_objects()),
+               what="every reference released, every delivery settled")
     return codec.store_objects()
 
 
@@ -288,6 +291,7 @@ def test_large_arrays_are_zero_copy_views_of_the_store(store, eventually):
     part = got[10:20]
     del got, view
     gc.collect()
+    eventually(lambda: sender.store_objects()[0]["ref_count"] == 1, what="the claim landed")
     assert sender.store_objects()[0]["ref_count"] == 1
     del part
     gc.collect()
@@ -314,7 +318,10 @@ def test_four_receivers_share_one_object(store, eventually):
     data = sender.encode({"frame": sent}, deliveries=4)
     got = [r.decode(data)["frame"] for r in receivers]
     [obj] = sender.store_objects()
-    assert obj["size"] == sent.nbytes and obj["ref_count"] == 4
+    assert obj["size"] == sent.nbytes
+    # Each receiver claimed its reference one-way: the store counts them
+    # as the claims land.
+    eventually(lambda: sender.store_objects()[0]["ref_count"] == 4, what="four references claimed")
     addresses = set()
     for g in got:
         same_array(g, sent)

@@ -19,7 +19,8 @@
 //!   HPRM processes (the daemon's `--realtime-priority` and `--cpus`).
 //!
 //! Object life cycle: `create` (the creator writes in place) → `seal`
-//! (immutable, visible to `get`) → `get`/release by consumers → `delete`, or
+//! (immutable, visible to `get`) → `get` (or `claim`, with no round trip,
+//! by a consumer told where the object lies)/release by consumers → `delete`, or
 //! LRU eviction once no client references it and every expected delivery
 //! was settled. The daemon itself (object table, eviction, connection
 //! handling) lives in `src/bin/hprm-store/`.

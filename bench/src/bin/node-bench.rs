@@ -1769,7 +1769,7 @@ impl Report {
             let (big, small): (Vec<&Versus>, Vec<&Versus>) = ratios.iter().filter(|v| v.ratio > ONE_WAY_TARGET).partition(|v| v.size >= threshold);
             if !big.is_empty() {
                 why.push(format!(
-                    "at {} the buffer is at or over the {}-byte out-of-band threshold, so it goes through the store: the sender creates an object (a round trip to the store daemon) and copies into it, the receiver takes it (another round trip) before its reaction runs, two daemon round trips the socket floor does not make ({})",
+                    "at {} the buffer is at or over the {}-byte out-of-band threshold, so it goes through the store: the sender copies it into a block reserved in advance and publishes it with a one-way message, the receiver maps it from its descriptor and claims it with another; no round trip waits, but each one-way message wakes the store daemon, a process the socket floor does not have, and the copy is the floor's twice over ({})",
                     big.iter().map(|v| size_label(v.size)).collect::<Vec<_>>().join(", "),
                     thousands(threshold as f64),
                     big.iter().map(|v| format!("{} µs against {} µs", fmt_us(v.node), fmt_us(v.floor))).collect::<Vec<_>>().join(", ")

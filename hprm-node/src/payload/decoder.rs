@@ -3,12 +3,15 @@
 //!
 //! Decoding first walks the message once (without building anything) to
 //! validate its structure and find every store object it references, then
-//! takes all of them in one `get` (one round trip however many buffers),
-//! and only then runs serde. Taking every referenced object, not just
-//! those the target type reads, is what settles this receiver's delivery of
-//! each: an object skipped by the type (an unknown field) is released at
-//! the end of the call instead of staying pinned until the store's delivery
-//! TTL. An object referenced twice is taken once.
+//! takes all of them, and only then runs serde. An object whose descriptor
+//! gives its place in the arena (every writer since wire format 1.1) is
+//! mapped at once and claimed with a one-way message: no round trip. The
+//! others are taken in one `get` (one round trip however many buffers).
+//! Taking every referenced object, not just those the target type reads,
+//! is what settles this receiver's delivery of each: an object skipped by
+//! the type (an unknown field) is released at the end of the call instead
+//! of staying pinned until the store's delivery TTL. An object referenced
+//! twice is taken once.
 //!
 //! As for encoding, `Buffer`'s `Deserialize` reaches the fetched objects
 //! through a thread-local *decode context* installed for the call by a
@@ -19,11 +22,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hprm_store::protocol::message::Placement;
 use hprm_store::{Object, ObjectId};
 use serde::de::DeserializeOwned;
 
 use super::buffer::Stored;
-use super::descriptor::{DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
+use super::descriptor::{At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
 use super::msgpack::{Item, Reader};
 use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 use super::scoped::Installed;
@@ -76,10 +80,15 @@ impl Decoder {
     /// payload. For codecs that read the MessagePack themselves (the Python
     /// SDK); [`Decoder::decode`] does this itself.
     pub fn take_spilled(&self, payload: &[u8]) -> Result<Option<Object>, PayloadError> {
-        let Some(spilled) = SpilledMessage::from_payload(payload)? else { return Ok(None) };
+        let Some((spilled, at)) = SpilledMessage::from_payload_at(payload)? else { return Ok(None) };
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
         let started = crate::trace::tracer().map(|t| t.now());
-        let object = client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?;
+        let object = match at.filter(|at| at.arena == client.arena_id()) {
+            // Placed in this store's arena (wire format 1.1): mapped at
+            // once, claimed one-way.
+            Some(at) => client.claim(spilled.id, placement(at, spilled.nbytes), self.get_timeout).map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?,
+            None => client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?,
+        };
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(spilled.id, 1, spilled.nbytes, s);
         }
@@ -104,6 +113,18 @@ impl Decoder {
         Ok(Scan::of(message)?.objects)
     }
 
+    /// Validates an in-band message as [`Decoder::references`] does and
+    /// takes every store object it references, in order of appearance:
+    /// those whose descriptors give their place in the arena without a
+    /// round trip ([`hprm_store::StoreClient::claim`]), the others in one
+    /// `get`. Each holds one reference until dropped; dropping it settles
+    /// this receiver's delivery. For codecs reading the MessagePack
+    /// themselves.
+    pub fn take_message(&self, message: &[u8]) -> Result<Vec<Object>, PayloadError> {
+        let scan = Scan::of(message)?;
+        self.take_scanned(&scan)
+    }
+
     /// Takes the objects `ids` from the store, in one request, waiting up
     /// to the decoder's timeout for any not sealed yet. Each holds one
     /// reference until dropped; dropping it settles this receiver's
@@ -126,20 +147,55 @@ impl Decoder {
         if let Some(len) = scan.pickled {
             // Take and release what the message references anyway, so the
             // sender's deliveries are settled; the error is the pickle.
-            drop(self.fetch(&scan.objects));
+            drop(self.fetch(&scan));
             return Err(PayloadError::Pickled { len });
         }
-        let objects = self.fetch(&scan.objects)?;
+        let objects = self.fetch(&scan)?;
         let installed = Installed::new(&CONTEXT, Context { objects, error: None });
         let result = rmp_serde::from_slice::<T>(bytes);
         let mut context = installed.finish();
         result.map_err(|e| context.error.take().unwrap_or_else(|| PayloadError::Mismatch { type_name: std::any::type_name::<T>(), message: e.to_string() }))
     }
 
-    /// Takes every referenced object, in one request.
-    fn fetch(&self, ids: &[ObjectId]) -> Result<HashMap<ObjectId, Arc<Stored>>, PayloadError> {
-        let objects = self.take(ids)?;
+    /// Takes every referenced object: claimed where the message says where
+    /// it lies, the rest in one get.
+    fn fetch(&self, scan: &Scan) -> Result<HashMap<ObjectId, Arc<Stored>>, PayloadError> {
+        let objects = self.take_scanned(scan)?;
         Ok(objects.into_iter().map(|o| (o.id(), Arc::new(Stored::new(o, None)))).collect())
+    }
+
+    fn take_scanned(&self, scan: &Scan) -> Result<Vec<Object>, PayloadError> {
+        if scan.objects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: scan.objects.len() })?;
+        // Offsets into another store's arena (a sender using another
+        // store) mean nothing here: those objects are looked up by id.
+        let here = |id: &ObjectId| scan.placed.get(id).filter(|at| at.arena == client.arena_id()).copied();
+        let unplaced: Vec<ObjectId> = scan.objects.iter().filter(|id| here(id).is_none()).copied().collect();
+        if unplaced.len() == scan.objects.len() {
+            return self.take(&unplaced);
+        }
+        let started = crate::trace::tracer().map(|t| t.now());
+        let mut fetched = self.take(&unplaced)?.into_iter();
+        let mut objects = Vec::with_capacity(scan.objects.len());
+        let mut bytes = 0;
+        for id in &scan.objects {
+            match here(id) {
+                Some(at) => {
+                    let nbytes = scan.nbytes.get(id).copied().unwrap_or(0);
+                    // On error, the objects claimed so far are released
+                    // as `objects` drops.
+                    objects.push(client.claim(*id, placement(at, nbytes), self.get_timeout).map_err(|e| PayloadError::from_store("claim", nbytes, e))?);
+                    bytes += nbytes;
+                }
+                None => objects.extend(fetched.next()),
+            }
+        }
+        if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
+            t.get(scan.objects[0], scan.objects.len() as u32, bytes, s);
+        }
+        Ok(objects)
     }
 }
 
@@ -156,6 +212,10 @@ impl Default for Decoder {
 struct Scan {
     /// Distinct store objects referenced, in order of appearance.
     objects: Vec<ObjectId>,
+    /// Where those lie whose descriptors say so.
+    placed: HashMap<ObjectId, At>,
+    /// The data length of each, from its (first) descriptor.
+    nbytes: HashMap<ObjectId, u64>,
     /// Data length of the first pickled object, if any.
     pickled: Option<usize>,
 }
@@ -191,9 +251,16 @@ impl Scan {
                 Item::Array(n) => u64::from(n),
                 Item::Map(n) => 2 * u64::from(n),
                 Item::Ext(EXT_BUFFER | EXT_BYTES | EXT_ARROW, data) => {
-                    if let LocationRef::Store(id) = DescriptorRef::parse(data)?.location {
+                    let d = DescriptorRef::parse(data)?;
+                    if let LocationRef::Store(id, at) = d.location {
                         if seen.insert(id) {
                             self.objects.push(id);
+                            self.nbytes.insert(id, d.nbytes);
+                            if let Some(at) = at {
+                                self.placed.insert(id, at);
+                            }
+                        } else if at.is_some_and(|at| self.placed.get(&id) != Some(&at) || self.nbytes.get(&id) != Some(&d.nbytes)) {
+                            return Err(PayloadError::malformed(format!("object {id} is referenced at two different places or sizes")));
                         }
                     }
                     0
@@ -223,6 +290,12 @@ impl Scan {
         }
         Ok(())
     }
+}
+
+/// The placement a claim of an object of `nbytes` at `at` states (codec
+/// objects have no metadata).
+fn placement(at: At, nbytes: u64) -> Placement {
+    Placement { data_offset: at.offset, data_size: nbytes, metadata_offset: at.offset.saturating_add(nbytes), metadata_size: 0 }
 }
 
 /// The state of one decode, reachable by the buffers it deserializes.
@@ -269,7 +342,7 @@ fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
     let len = d.len()?;
     match d.location {
         LocationRef::Inline(bytes) => Ok(Buffer::from_inline(d.dtype, d.shape, bytes)),
-        LocationRef::Store(id) => {
+        LocationRef::Store(id, _) => {
             let stored = CONTEXT.with(|c| match c.try_borrow().as_deref() {
                 Ok(Some(context)) => Some(context.objects.get(&id).cloned()),
                 _ => None,

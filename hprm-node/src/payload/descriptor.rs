@@ -65,7 +65,7 @@ impl BufferDescriptor {
     pub fn encode(&self) -> Result<Vec<u8>, PayloadError> {
         let location = match &self.location {
             Location::Inline(bytes) => LocationRef::Inline(bytes),
-            Location::Store(id) => LocationRef::Store(*id),
+            Location::Store(id) => LocationRef::Store(*id, None),
         };
         let view = DescriptorRef { dtype: self.dtype.clone(), shape: self.shape.clone(), strides: self.strides.clone(), nbytes: self.nbytes, location };
         view.check()?;
@@ -77,7 +77,7 @@ impl BufferDescriptor {
         let d = DescriptorRef::parse(data)?;
         let location = match d.location {
             LocationRef::Inline(bytes) => Location::Inline(bytes.to_vec()),
-            LocationRef::Store(id) => Location::Store(id),
+            LocationRef::Store(id, _) => Location::Store(id),
         };
         Ok(BufferDescriptor { dtype: d.dtype, shape: d.shape, strides: d.strides, nbytes: d.nbytes, location })
     }
@@ -88,7 +88,30 @@ impl BufferDescriptor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LocationRef<'a> {
     Inline(&'a [u8]),
-    Store(ObjectId),
+    /// A store object, and where its data lies when the writer said so
+    /// (what lets a receiver map it without a get).
+    Store(ObjectId, Option<At>),
+}
+
+/// Where a store object's data lies: its offset in the arena of the store
+/// whose id is `arena` ([`hprm_store::StoreClient::arena_id`]). A receiver
+/// connected to another store (another arena id) must not map the offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct At {
+    pub offset: u64,
+    pub arena: u64,
+}
+
+impl At {
+    /// Where `object` lies.
+    pub(crate) fn of(object: &hprm_store::Object) -> At {
+        At { offset: object.placement().data_offset, arena: object.arena_id() }
+    }
+
+    /// Where `object`, being written, lies.
+    pub(crate) fn of_mut(object: &hprm_store::ObjectMut) -> At {
+        At { offset: object.placement().data_offset, arena: object.arena_id() }
+    }
 }
 
 /// [`BufferDescriptor`] borrowing its inline bytes.
@@ -138,7 +161,7 @@ impl<'a> DescriptorRef<'a> {
     pub fn encode(&self) -> Vec<u8> {
         let inline = match self.location {
             LocationRef::Inline(b) => b.len(),
-            LocationRef::Store(_) => 0,
+            LocationRef::Store(..) => 0,
         };
         let mut out = Vec::with_capacity(32 + 9 * self.shape.len() + inline);
         let mut w = Writer(&mut out);
@@ -161,9 +184,13 @@ impl<'a> DescriptorRef<'a> {
         w.uint(self.nbytes);
         match self.location {
             LocationRef::Inline(bytes) => w.bin(bytes),
-            LocationRef::Store(id) => {
-                w.array_len(1);
+            LocationRef::Store(id, at) => {
+                w.array_len(if at.is_some() { 3 } else { 1 });
                 w.bin(id.as_bytes());
+                if let Some(at) = at {
+                    w.uint(at.offset);
+                    w.uint(at.arena);
+                }
             }
         }
         out
@@ -201,10 +228,12 @@ impl<'a> DescriptorRef<'a> {
         };
         let nbytes = r.uint("nbytes")?;
         let location = match r.peek() {
-            Some(0x91) => {
-                r.array_len("the location")?;
-                let id = r.bin("an object id")?;
-                LocationRef::Store(object_id(id)?)
+            // [id], or [id, data offset, arena id] (see the wire format).
+            Some(0x91 | 0x93) => {
+                let n = r.array_len("the location")?;
+                let id = object_id(r.bin("an object id")?)?;
+                let at = if n == 3 { Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? }) } else { None };
+                LocationRef::Store(id, at)
             }
             _ => LocationRef::Inline(r.bin("the inline bytes")?),
         };
@@ -277,33 +306,55 @@ pub struct SpilledMessage {
 impl SpilledMessage {
     /// The ext 2 data bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32);
+        self.encode_at(None)
+    }
+
+    /// The ext 2 data bytes, with the object's data offset in the arena
+    /// when known (wire format 1.1), which lets receivers claim it without
+    /// a round trip.
+    pub(crate) fn encode_at(&self, at: Option<At>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48);
         let mut w = Writer(&mut out);
-        w.array_len(2);
+        w.array_len(if at.is_some() { 4 } else { 2 });
         w.bin(self.id.as_bytes());
         w.uint(self.nbytes);
+        if let Some(at) = at {
+            w.uint(at.offset);
+            w.uint(at.arena);
+        }
         out
     }
 
     /// Parses ext 2 data bytes.
     pub fn decode(data: &[u8]) -> Result<SpilledMessage, PayloadError> {
+        Ok(SpilledMessage::decode_at(data)?.0)
+    }
+
+    /// Parses ext 2 data bytes: the reference and where the object lies,
+    /// if given.
+    pub(crate) fn decode_at(data: &[u8]) -> Result<(SpilledMessage, Option<At>), PayloadError> {
         let mut r = Reader::new(data);
         let fields = r.array_len("a spilled message reference")?;
-        if fields != 2 {
-            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2")));
+        if fields != 2 && fields != 4 {
+            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2 or 4")));
         }
         let id = object_id(r.bin("an object id")?)?;
         let nbytes = r.uint("nbytes")?;
+        let at = if fields == 4 { Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? }) } else { None };
         if r.remaining() != 0 {
             return Err(PayloadError::malformed(format!("{} stray bytes after a spilled message reference", r.remaining())));
         }
-        Ok(SpilledMessage { id, nbytes })
+        Ok((SpilledMessage { id, nbytes }, at))
     }
 
     /// The complete payload standing for the spilled message: the ext 2
     /// value with its header.
     pub fn to_payload(&self) -> Vec<u8> {
-        let data = self.encode();
+        self.to_payload_at(None)
+    }
+
+    pub(crate) fn to_payload_at(&self, at: Option<At>) -> Vec<u8> {
+        let data = self.encode_at(at);
         let mut out = Vec::with_capacity(data.len() + 3);
         Writer(&mut out).ext_header(EXT_SPILLED, data.len());
         out.extend_from_slice(&data);
@@ -312,9 +363,14 @@ impl SpilledMessage {
 
     /// If `payload` is exactly one ext 2 value, the reference it holds.
     pub fn from_payload(payload: &[u8]) -> Result<Option<SpilledMessage>, PayloadError> {
+        Ok(SpilledMessage::from_payload_at(payload)?.map(|(m, _)| m))
+    }
+
+    /// [`SpilledMessage::from_payload`], with the data offset if given.
+    pub(crate) fn from_payload_at(payload: &[u8]) -> Result<Option<(SpilledMessage, Option<At>)>, PayloadError> {
         let mut r = Reader::new(payload);
         match r.ext()? {
-            Some((EXT_SPILLED, data)) if r.remaining() == 0 => Ok(Some(SpilledMessage::decode(data)?)),
+            Some((EXT_SPILLED, data)) if r.remaining() == 0 => Ok(Some(SpilledMessage::decode_at(data)?)),
             _ => Ok(None),
         }
     }

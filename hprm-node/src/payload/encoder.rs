@@ -23,15 +23,10 @@ use hprm_store::{CreateOptions, Object, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
-use super::descriptor::{contiguous_len, shape_error, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES};
+use super::descriptor::{contiguous_len, shape_error, At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES};
 use super::msgpack::Writer;
 use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 use super::scoped::Installed;
-
-/// How long [`Loan::finish`] waits for its own object (sealed by the same
-/// connection just before, so it is there at once; this only bounds a
-/// daemon in trouble).
-const OWN_OBJECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Turns values into payload bytes (MessagePack, structs as maps), sending
 /// buffers of `threshold` bytes or more out-of-band through the store and
@@ -152,9 +147,10 @@ impl Encoder {
             t.put(object.id(), bytes.len() as u64, s);
         }
         let spilled = SpilledMessage { id: object.id(), nbytes: bytes.len() as u64 };
+        let at = At::of_mut(&object);
         context.unsealed.push(object);
         tracing::trace!(id = %spilled.id, nbytes = bytes.len(), "message spilled into the store");
-        Ok(spilled.to_payload())
+        Ok(spilled.to_payload_at(Some(at)))
     }
 
     /// Lends a buffer of `shape` elements of `dtype` to fill in place in
@@ -177,7 +173,7 @@ impl Encoder {
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.put(object.id(), nbytes, s);
         }
-        Ok(Loan { object, client: client.clone(), dtype, shape: shape.to_vec(), deliveries })
+        Ok(Loan { object, dtype, shape: shape.to_vec(), deliveries })
     }
 }
 
@@ -199,8 +195,9 @@ struct Context {
     /// Objects written during this encode, sealed when it succeeds.
     unsealed: Vec<ObjectMut>,
     /// Buffers already placed in the store by this encode (their data kept
-    /// alive, so their keys cannot be reused by another allocation).
-    placed: Vec<(Data, ObjectId)>,
+    /// alive, so their keys cannot be reused by another allocation), with
+    /// where their objects lie.
+    placed: Vec<(Data, ObjectId, At)>,
     /// Loaned objects whose prepaid deliveries this encode used.
     prepaid_taken: Vec<Arc<Stored>>,
     /// Objects received earlier and sent on by reference.
@@ -220,11 +217,12 @@ impl Context {
     fn place<'v>(&mut self, view: &View<'v>) -> Result<LocationRef<'v>, PayloadError> {
         if let Some(data) = view.data {
             let key = data.key();
-            if let Some((_, id)) = self.placed.iter().find(|(d, _)| d.key() == key) {
-                return Ok(LocationRef::Store(*id));
+            if let Some((_, id, at)) = self.placed.iter().find(|(d, ..)| d.key() == key) {
+                return Ok(LocationRef::Store(*id, Some(*at)));
             }
             if let Data::Stored(stored) = data {
                 let id = stored.object.id();
+                let at = At::of(&stored.object);
                 if stored.take_prepaid(self.deliveries) {
                     self.prepaid_taken.push(stored.clone());
                 } else {
@@ -233,8 +231,8 @@ impl Context {
                     // whole message encoded).
                     self.redelivered.push(SentOn::Buffer(stored.clone()));
                 }
-                self.placed.push((data.clone(), id));
-                return Ok(LocationRef::Store(id));
+                self.placed.push((data.clone(), id, at));
+                return Ok(LocationRef::Store(id, Some(at)));
             }
         }
         let nbytes = view.bytes.len();
@@ -247,14 +245,15 @@ impl Context {
         let mut object = self.create(client, nbytes as u64, self.deliveries)?;
         object.data_mut().copy_from_slice(view.bytes);
         let id = object.id();
+        let at = At::of_mut(&object);
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.put(id, nbytes as u64, s);
         }
         self.unsealed.push(object);
         if let Some(data) = view.data {
-            self.placed.push((data.clone(), id));
+            self.placed.push((data.clone(), id, at));
         }
-        Ok(LocationRef::Store(id))
+        Ok(LocationRef::Store(id, Some(at)))
     }
 
     /// Seals every object of the message. Seal is one-way (it fails only
@@ -333,8 +332,9 @@ pub struct EncodeSession {
     context: Context,
     /// Memory already stored by this session (address and length, from
     /// [`EncodeSession::write_buffer`] with `stable`), so that the same
-    /// bytes met again in the message are stored once.
-    seen: Vec<((usize, usize), ObjectId)>,
+    /// bytes met again in the message are stored once; with where the
+    /// object lies.
+    seen: Vec<((usize, usize), ObjectId, At)>,
 }
 
 impl EncodeSession {
@@ -372,17 +372,17 @@ impl EncodeSession {
             other => return Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") }),
         }
         let key = (bytes.as_ptr() as usize, bytes.len());
-        let known = if stable { self.seen.iter().find(|(k, _)| *k == key).map(|(_, id)| *id) } else { None };
+        let known = if stable { self.seen.iter().find(|(k, ..)| *k == key).map(|&(_, id, at)| (id, at)) } else { None };
         let location = match known {
-            Some(id) => LocationRef::Store(id),
+            Some((id, at)) => LocationRef::Store(id, Some(at)),
             None => self.context.place(&View { dtype, shape, bytes, data: None })?,
         };
         let id = match location {
-            LocationRef::Store(id) => Some(id),
+            LocationRef::Store(id, _) => Some(id),
             LocationRef::Inline(_) => None,
         };
-        if let (Some(id), true, None) = (id, stable, known) {
-            self.seen.push((key, id));
+        if let (LocationRef::Store(id, Some(at)), true, None) = (location, stable, known) {
+            self.seen.push((key, id, at));
         }
         let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes: bytes.len() as u64, location };
         descriptor.check()?;
@@ -399,7 +399,7 @@ impl EncodeSession {
     pub fn write_value_buffer(&mut self, out: &mut Vec<u8>, buffer: &Buffer) -> Result<Option<ObjectId>, PayloadError> {
         let location = self.context.place(&buffer.view())?;
         let id = match location {
-            LocationRef::Store(id) => Some(id),
+            LocationRef::Store(id, _) => Some(id),
             LocationRef::Inline(_) => None,
         };
         let descriptor = DescriptorRef { dtype: buffer.dtype().clone(), shape: buffer.shape().to_vec(), strides: None, nbytes: buffer.bytes().len() as u64, location };
@@ -420,12 +420,14 @@ impl EncodeSession {
         }
         let id = object.id();
         let nbytes = object.data().len() as u64;
+        let at = At::of(&object);
         let key = (object.data().as_ptr() as usize, object.data().len());
-        if !self.seen.iter().any(|(k, _)| *k == key) {
-            self.seen.push((key, id));
+        if !self.seen.iter().any(|(k, ..)| *k == key) {
+            self.seen.push((key, id, at));
             self.context.redelivered.push(SentOn::Object(object));
         }
-        let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes, location: LocationRef::Store(id) };
+        let location = LocationRef::Store(id, Some(at));
+        let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes, location };
         descriptor.check()?;
         let data = descriptor.encode();
         Writer(out).ext_header(ext, data.len());
@@ -468,7 +470,6 @@ impl std::fmt::Debug for EncodeSession {
 /// unfinished, the object is aborted and its memory freed.
 pub struct Loan {
     object: ObjectMut,
-    client: StoreClient,
     dtype: Dtype,
     shape: Vec<usize>,
     deliveries: u32,
@@ -506,19 +507,14 @@ impl Loan {
     /// holding the producer's own reference (which settles the extra
     /// delivery when the buffer is dropped). Its first encode sends the
     /// object's reference without a copy.
+    ///
+    /// No round trip: the seal and the claim of the producer's reference go
+    /// out one-way, in that order, on the loan's connection
+    /// ([`ObjectMut::seal_and_keep`]). It fails only on a broken
+    /// connection, where the daemon aborts or releases everything anyway.
     pub fn finish(self) -> Result<Buffer, PayloadError> {
-        let Loan { object, client, dtype, shape, deliveries } = self;
-        let id = object.id();
-        object.seal().map_err(|e| PayloadError::from_store("seal", 0, e))?;
-        let object = match client.get_one(id, OWN_OBJECT_TIMEOUT) {
-            Ok(object) => object,
-            Err(e) => {
-                // Sealed but unreachable: delete it rather than leave it
-                // pinned by deliveries nobody will make.
-                let _ = client.delete(id);
-                return Err(PayloadError::from_store("get", 0, e));
-            }
-        };
+        let Loan { object, dtype, shape, deliveries } = self;
+        let object = object.seal_and_keep().map_err(|e| PayloadError::from_store("seal", 0, e))?;
         Ok(Buffer::from_stored(dtype, shape, Arc::new(Stored::new(object, Some(deliveries)))))
     }
 }

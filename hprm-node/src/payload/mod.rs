@@ -67,8 +67,9 @@
 //!
 //! # Wire format
 //!
-//! Version 1. A payload is one MessagePack value, written by rmp-serde with
-//! structs as maps keyed by field name. Buffers appear in it as extension
+//! Version 1.1 (version 1 plus the data offset in store locations). A
+//! payload is one MessagePack value, written by rmp-serde with structs as
+//! maps keyed by field name. Buffers appear in it as extension
 //! values; integers in the codec's own structures always take their
 //! smallest encoding, and extension values the smallest header (`fixext`
 //! 1/2/4/8/16 when the data has that length, else `ext 8/16/32`), as
@@ -83,8 +84,20 @@
 //!   nbytes:   uint                     length of the bytes = itemsize * product(shape) when strides is nil
 //!   location: bin                      the bytes inline (exactly nbytes of them)
 //!           | [ bin(20) ]              a 1-element array: the store object holding exactly nbytes bytes
+//!           | [ bin(20), offset: uint, arena: uint ]
+//!                                      the same, and where the object's data lies: its offset in the
+//!                                      arena of the store whose arena id (`StoreClient::arena_id`) is arena
 //! ]
 //! ```
+//!
+//! Writers give the offset whenever they know it (always, from version
+//! 1.1: every object they send is one they created or hold). A receiver
+//! connected to that same arena then maps the bytes at once from its own
+//! mapping and claims its reference with a one-way message, instead of a
+//! `get` it would wait for (see "Store objects" below); without the offset,
+//! or with another arena's id, it gets the object by id. Readers of version
+//! 1 refuse the 3-element form, so every federate of a program must be at
+//! least 1.1.
 //!
 //! The dtype is always a plain one ([`Dtype`]'s grammar): numpy's
 //! `dtype.str` of a structured dtype (`|V12`) would lose its fields, so
@@ -124,10 +137,12 @@
 //! **Ext type 2, spilled message.** When the encoded message exceeds
 //! [`MAX_INLINE`] bytes, it is written into one store object (created with
 //! the same deliveries), and the payload is instead this single ext value,
-//! whose data is the array `[ bin(20) object id, nbytes: uint ]`. The
-//! object's data (exactly nbytes) is the real payload, which never is a
-//! spilled message itself; ext 2 anywhere but as the whole payload is
-//! malformed. Receivers take the object, decode it, and release it.
+//! whose data is the array `[ bin(20) object id, nbytes: uint ]`, or
+//! (from version 1.1) `[ bin(20) object id, nbytes: uint, offset: uint,
+//! arena: uint ]` with where the object's data lies, claimed without a
+//! round trip as for buffers. The object's data (exactly nbytes) is the real
+//! payload, which never is a spilled message itself; ext 2 anywhere but as
+//! the whole payload is malformed. Receivers take the object, decode it, and release it.
 //!
 //! **Ext type 3, pickled Python object.** Python-only: Python falls back to
 //! pickle (protocol 5) for values it cannot express otherwise. The data is
@@ -141,7 +156,14 @@
 //! bytes (64-byte aligned by the store), metadata empty, created with the
 //! message's delivery count and sealed before the payload is sent. A
 //! receiver takes each distinct object its payload references once, and
-//! releases it when done. Any extension type other than 1–4 belongs to the
+//! releases it when done. Taking an object whose descriptor gives its
+//! offset costs no round trip ([`hprm_store::StoreClient::claim`]): the
+//! delivery the sender announced for this receiver pins the object until
+//! the receiver's release, and the seal went out on the sender's store
+//! connection before the message, so the bytes are complete and stay put.
+//! An offset outside the arena or unaligned is refused at once; one that
+//! is not the object's (a forged message) is refused by the store, and
+//! reported late. Any extension type other than 1–4 belongs to the
 //! value's own types and is left to them.
 
 mod buffer;

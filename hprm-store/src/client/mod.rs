@@ -54,13 +54,28 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// Block sizes of the small-object pool; an object goes in the smallest
 /// block that holds its data and metadata.
-const SMALL_CLASSES: [u64; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
+///
+/// Up to 64 KiB (the daemon's largest reservable block): a buffer just at
+/// the payload codec's out-of-band threshold (65,536 bytes) then costs no
+/// create round trip either.
+const SMALL_CLASSES: [u64; 11] = [64, 128, 256, 512, 1024, 2048, 4096, 8 << 10, 16 << 10, 32 << 10, 64 << 10];
 
 /// Largest data + metadata placed in a reserved block.
 pub const SMALL_OBJECT_MAX: u64 = SMALL_CLASSES[SMALL_CLASSES.len() - 1];
 
-/// Blocks reserved per round trip when a size class runs out.
+/// Blocks reserved per round trip when a size class runs out (fewer for
+/// the larger classes: see [`RESERVE_BYTES`]).
 pub const RESERVE_BATCH: u32 = 32;
+
+/// Most bytes one Reserve asks for: the larger classes get fewer blocks
+/// per round trip (4 of 64 KiB), so an idle client holds little of the
+/// arena in reserve.
+pub const RESERVE_BYTES: u64 = 256 << 10;
+
+/// Blocks asked for per Reserve of blocks of `block_len` bytes.
+fn reserve_batch(block_len: u64) -> u32 {
+    (RESERVE_BYTES / block_len.max(1)).clamp(1, u64::from(RESERVE_BATCH)) as u32
+}
 
 /// The size class for `total` bytes, if small.
 fn small_class(total: u64) -> Option<usize> {
@@ -108,6 +123,8 @@ pub(crate) struct Inner {
     conn: Connection,
     arena: Arena,
     client_id: u64,
+    /// The daemon's arena id (`Hello::arena_id`).
+    pub(crate) arena_id: u64,
     path: PathBuf,
     /// Offsets of reserved blocks not in use, per size class.
     pool: Mutex<[Vec<u64>; SMALL_CLASSES.len()]>,
@@ -125,7 +142,7 @@ impl Inner {
             return Ok(offset);
         }
         let block_len = SMALL_CLASSES[class];
-        match self.conn.call(&Request::Reserve { block_len, count: RESERVE_BATCH })? {
+        match self.conn.call(&Request::Reserve { block_len, count: reserve_batch(block_len) })? {
             Reply::Reserved { block_len: got, mut offsets } if got == block_len && !offsets.is_empty() => {
                 if let Some(bad) = offsets.iter().find(|&&o| !self.arena.contains_range(o, block_len)) {
                     return Err(Error::Protocol { op: "reserve", detail: format!("block at {bad} lies outside the arena") });
@@ -155,7 +172,8 @@ impl StoreClient {
         let arena = Arena::map_fd(fd, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
         tracing::debug!(path = %path.display(), client_id = hello.client_id, arena = hello.arena_size, "connected to hprm-store");
         let spin = opts.spin.unwrap_or(DEFAULT_SPIN);
-        let inner = Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, path, pool: Mutex::default() };
+        let inner =
+            Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, arena_id: hello.arena_id, path, pool: Mutex::default() };
         Ok(StoreClient { inner: Arc::new(inner) })
     }
 
@@ -167,6 +185,13 @@ impl StoreClient {
     /// The daemon's number for this connection (as in logs and `list`).
     pub fn client_id(&self) -> u64 {
         self.inner.client_id
+    }
+
+    /// The daemon's arena id: random, fixed for the daemon's lifetime. A
+    /// placement handed on to other processes (in a message) goes with it,
+    /// so that a receiver connected to another store does not map it.
+    pub fn arena_id(&self) -> u64 {
+        self.inner.arena_id
     }
 
     /// Size of the daemon's arena in bytes.
@@ -242,6 +267,45 @@ impl StoreClient {
             Reply::Error(e) => Err(Error::Rejected { op: "get", code: e.code, message: e.message }),
             other => Err(unexpected("get", &other)),
         }
+    }
+
+    /// Takes the sealed object `id`, which this client was told lies at
+    /// `placement` (by a message's buffer descriptor), without a round
+    /// trip: the view is built here at once and the reference is claimed
+    /// with a one-way message, queued ahead of this client's later requests
+    /// (so ahead of the release when the returned `Object` is dropped).
+    ///
+    /// Safe to read at once because the sender created the object with a
+    /// delivery for this receiver and sealed it (one-way, ordered on its own
+    /// connection) before sending the message: until this receiver's
+    /// release the object cannot be evicted or reused (short of the delivery
+    /// TTL running out before the claim arrives). Once the claim has been
+    /// handled, the reference is this client's like one from `get`: the
+    /// daemon drops it if the client dies. The daemon checks the claim: an
+    /// object that does not exist, lies elsewhere (a forged or corrupted
+    /// descriptor) or is not sealed within `timeout` is reported late, as
+    /// [`Error::Earlier`] from a later call or [`StoreClient::sync`].
+    ///
+    /// Fails now, with [`Error::InvalidArgument`] and nothing mapped, if
+    /// `placement` does not lie in the arena or is not aligned as every
+    /// object is (64 bytes): a forged descriptor never reads out of bounds.
+    /// A placement is only meaningful in the arena it came from: whoever
+    /// hands one on should send [`StoreClient::arena_id`] with it, and a
+    /// receiver whose arena id differs should `get` the object instead.
+    pub fn claim(&self, id: ObjectId, placement: Placement, timeout: Duration) -> Result<Object> {
+        let p = placement;
+        let aligned = p.data_offset % crate::allocator::ALIGN == 0;
+        let contiguous = p.data_offset.checked_add(p.data_size) == Some(p.metadata_offset);
+        if !aligned || !contiguous {
+            return Err(Error::InvalidArgument { op: "claim", detail: format!("object {id}: placement {p:?} is not one the store makes (64-byte aligned data, metadata right after it); the message referencing it is forged or corrupted") });
+        }
+        self.check_placement("claim", &p).map_err(|_| Error::InvalidArgument {
+            op: "claim",
+            detail: format!("object {id}: placement {p:?} lies outside the {}-byte arena; the message referencing it is forged or corrupted", self.inner.arena.size()),
+        })?;
+        let timeout = (timeout != Duration::MAX).then_some(timeout);
+        self.inner.conn.post(&Request::Claim { id, placement: p, timeout })?;
+        Ok(Object::new(self.inner.clone(), id, p))
     }
 
     /// Gets one object; see [`StoreClient::get`].

@@ -54,6 +54,11 @@ impl Object {
     pub fn placement(&self) -> Placement {
         self.placement
     }
+
+    /// The id of the arena it lies in ([`crate::StoreClient::arena_id`]).
+    pub fn arena_id(&self) -> u64 {
+        self.inner.arena_id
+    }
 }
 
 impl AsRef<[u8]> for Object {
@@ -110,6 +115,17 @@ impl ObjectMut {
         unsafe { std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
     }
 
+    /// Where the object lies in the arena: what a receiver that maps it
+    /// without a `get` needs ([`crate::StoreClient::claim`]).
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// The id of the arena it lies in ([`crate::StoreClient::arena_id`]).
+    pub fn arena_id(&self) -> u64 {
+        self.inner.arena_id
+    }
+
     /// The metadata given at create (written by the daemon).
     pub fn metadata(&self) -> &[u8] {
         // SAFETY: as for `data`.
@@ -145,6 +161,20 @@ impl ObjectMut {
             }),
             None => self.inner.conn.post(&Request::Seal { id: self.id }),
         }
+    }
+
+    /// Seals the object and keeps a reference on it, as if this client had
+    /// then got it, without waiting for any reply: the seal (or publish)
+    /// and a claim of the object go out one-way, in that order, on this
+    /// connection, so the claim always finds the object sealed. The
+    /// returned `Object` releases its reference (settling one delivery)
+    /// when dropped. For a producer that goes on reading what it wrote (a
+    /// loan sent on by reference).
+    pub fn seal_and_keep(self) -> Result<Object> {
+        let (inner, id, placement) = (self.inner.clone(), self.id, self.placement);
+        self.seal()?;
+        inner.conn.post(&Request::Claim { id, placement, timeout: Some(std::time::Duration::ZERO) })?;
+        Ok(Object::new(inner, id, placement))
     }
 
     /// Gives the object up; its memory returns to the arena.

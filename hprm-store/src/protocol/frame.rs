@@ -14,8 +14,9 @@
 //! claims.
 
 /// Protocol version carried by every frame. Bump on any incompatible change
-/// to the header or the schema.
-pub const VERSION: u16 = 1;
+/// to the header or the schema. 2: Claim (a one-way reference on an object
+/// whose placement the client learnt from a message).
+pub const VERSION: u16 = 2;
 
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 8;

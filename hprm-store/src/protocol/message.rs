@@ -45,6 +45,10 @@ pub enum Request<'a> {
     Publish { id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32 },
     /// More pending deliveries for a sealed object (sending it on).
     Redeliver { id: ObjectId, deliveries: u32 },
+    /// A reference on an object whose placement the client already knows
+    /// (from a message's descriptor); sent one-way. `timeout: None` waits
+    /// forever for an object not sealed yet.
+    Claim { id: ObjectId, placement: Placement, timeout: Option<Duration> },
 }
 
 impl Request<'_> {
@@ -65,6 +69,7 @@ impl Request<'_> {
             Request::Stats => "stats",
             Request::Reserve { .. } => "reserve",
             Request::Publish { .. } => "publish",
+            Request::Claim { .. } => "claim",
         }
     }
 }
@@ -122,6 +127,10 @@ pub struct Hello {
     pub arena_size: u64,
     pub client_id: u64,
     pub populate: bool,
+    /// Random, fixed for the daemon's lifetime: an arena offset that comes
+    /// with another arena's id (a message from a federate using another
+    /// store) must not be mapped here.
+    pub arena_id: u64,
 }
 
 /// An object handed to a client by `get`.
@@ -164,6 +173,7 @@ pub struct Stats {
     pub objects_referenced: u64,
     pub clients: u64,
     pub subscribers: u64,
+    /// Gets (and claims) waiting for objects to be sealed.
     pub waiting_gets: u64,
     /// Deliveries announced at create and not yet settled by a release.
     pub pending_deliveries: u64,
@@ -325,6 +335,13 @@ impl Encoder {
                 let args = wire::RedeliverArgs { id: Some(&wid), deliveries: *deliveries };
                 (wire::Request::Redeliver, wire::Redeliver::create(fbb, &args).as_union_value())
             }
+            Request::Claim { id, placement, timeout } => {
+                let wid = id_to_wire(id);
+                let wp = placement_to_wire(placement);
+                let timeout_ms = timeout.map_or(FOREVER_MS, duration_to_ms);
+                let args = wire::ClaimArgs { id: Some(&wid), placement: Some(&wp), timeout_ms };
+                (wire::Request::Claim, wire::Claim::create(fbb, &args).as_union_value())
+            }
         };
         let root = wire::RequestFrame::create(fbb, &wire::RequestFrameArgs { seq, request_type: kind, request: Some(body) });
         fbb.finish_minimal(root);
@@ -337,7 +354,7 @@ impl Encoder {
         let fbb = &mut self.fbb;
         let (kind, body): (wire::Reply, WIPOffset<flatbuffers::UnionWIPOffset>) = match reply {
             Reply::Hello(h) => {
-                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate };
+                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate, arena_id: h.arena_id };
                 (wire::Reply::Hello, wire::Hello::create(fbb, &args).as_union_value())
             }
             Reply::Created(p) => {
@@ -489,6 +506,12 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
                 deliveries: p.deliveries(),
             }
         }
+        wire::Request::Claim => {
+            let c = frame.request_as_claim().ok_or(missing)?;
+            let placement = c.placement().map(placement_from_wire).ok_or(DecodeError::Missing("Claim.placement"))?;
+            let timeout = (c.timeout_ms() != FOREVER_MS).then(|| Duration::from_millis(c.timeout_ms()));
+            Request::Claim { id: required_id(c.id(), "Claim.id")?, placement, timeout }
+        }
         other => return Err(DecodeError::Unknown { kind: "request", tag: other.0 }),
     };
     Ok((seq, req))
@@ -503,7 +526,13 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
     let reply = match frame.reply_type() {
         wire::Reply::Hello => {
             let h = frame.reply_as_hello().ok_or(missing)?;
-            Reply::Hello(Hello { version: h.version(), arena_size: h.arena_size(), client_id: h.client_id(), populate: h.populate() })
+            Reply::Hello(Hello {
+                version: h.version(),
+                arena_size: h.arena_size(),
+                client_id: h.client_id(),
+                populate: h.populate(),
+                arena_id: h.arena_id(),
+            })
         }
         wire::Reply::Created => Reply::Created(placement(frame.reply_as_created().ok_or(missing)?.placement())?),
         wire::Reply::Done => Reply::Done,
@@ -612,6 +641,13 @@ mod tests {
             Request::Stats,
             Request::Reserve { block_len: 256, count: 32 },
             Request::Publish { id, offset: 4096, data_size: 100, metadata_size: 4, deliveries: 2 },
+            Request::Redeliver { id, deliveries: 3 },
+            Request::Claim {
+                id,
+                placement: Placement { data_offset: 128, data_size: 70_000, metadata_offset: 70_128, metadata_size: 0 },
+                timeout: Some(Duration::from_secs(2)),
+            },
+            Request::Claim { id, placement: Placement::default(), timeout: None },
         ];
         let mut enc = Encoder::default();
         for (seq, req) in reqs.iter().enumerate() {
@@ -627,7 +663,7 @@ mod tests {
         let id = ObjectId::random();
         let p = Placement { data_offset: 64, data_size: 10, metadata_offset: 74, metadata_size: 3 };
         let replies = [
-            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true }),
+            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true, arena_id: 0xfeed }),
             Reply::Created(p),
             Reply::Done,
             Reply::Objects(vec![ObjectRef { id, placement: p }]),

@@ -13,7 +13,9 @@
 //! client to report late). After Subscribe, the daemon also pushes
 //! Notification frames with `seq` 0. Small objects skip the create round
 //! trip: Reserve hands the client blocks in advance, and Publish
-//! (one-way) turns a filled block into a sealed object.
+//! (one-way) turns a filled block into a sealed object. A receiver that
+//! learnt an object's placement from a message takes it with a one-way
+//! Claim (version 2) instead of a Get it would wait for.
 
 pub mod frame;
 pub mod handshake;

@@ -316,10 +316,10 @@ impl ::flatbuffers::SimpleToVerifyInSlice for NotificationKind {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_REQUEST: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_REQUEST: u8 = 14;
+pub const ENUM_MAX_REQUEST: u8 = 15;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_REQUEST: [Request; 15] = [
+pub const ENUM_VALUES_REQUEST: [Request; 16] = [
   Request::NONE,
   Request::Create,
   Request::Seal,
@@ -335,6 +335,7 @@ pub const ENUM_VALUES_REQUEST: [Request; 15] = [
   Request::Reserve,
   Request::Publish,
   Request::Redeliver,
+  Request::Claim,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -357,9 +358,10 @@ impl Request {
   pub const Reserve: Self = Self(12);
   pub const Publish: Self = Self(13);
   pub const Redeliver: Self = Self(14);
+  pub const Claim: Self = Self(15);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 14;
+  pub const ENUM_MAX: u8 = 15;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Create,
@@ -376,6 +378,7 @@ impl Request {
     Self::Reserve,
     Self::Publish,
     Self::Redeliver,
+    Self::Claim,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -395,6 +398,7 @@ impl Request {
       Self::Reserve => Some("Reserve"),
       Self::Publish => Some("Publish"),
       Self::Redeliver => Some("Redeliver"),
+      Self::Claim => Some("Claim"),
       _ => None,
     }
   }
@@ -2423,6 +2427,136 @@ impl ::core::fmt::Debug for Redeliver<'_> {
       ds.finish()
   }
 }
+pub enum ClaimOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Claim<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Claim<'a> {
+  type Inner = Claim<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Claim<'a> {
+  pub const VT_ID: ::flatbuffers::VOffsetT = 4;
+  pub const VT_PLACEMENT: ::flatbuffers::VOffsetT = 6;
+  pub const VT_TIMEOUT_MS: ::flatbuffers::VOffsetT = 8;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Claim { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args ClaimArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<Claim<'bldr>> {
+    let mut builder = ClaimBuilder::new(_fbb);
+    builder.add_timeout_ms(args.timeout_ms);
+    if let Some(x) = args.placement { builder.add_placement(x); }
+    if let Some(x) = args.id { builder.add_id(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn id(&self) -> Option<&'a ObjectId> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<ObjectId>(Claim::VT_ID, None)}
+  }
+  #[inline]
+  pub fn placement(&self) -> Option<&'a Placement> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<Placement>(Claim::VT_PLACEMENT, None)}
+  }
+  #[inline]
+  pub fn timeout_ms(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Claim::VT_TIMEOUT_MS, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for Claim<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<ObjectId>("id", Self::VT_ID, false)?
+     .visit_field::<Placement>("placement", Self::VT_PLACEMENT, false)?
+     .visit_field::<u64>("timeout_ms", Self::VT_TIMEOUT_MS, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ClaimArgs<'a> {
+    pub id: Option<&'a ObjectId>,
+    pub placement: Option<&'a Placement>,
+    pub timeout_ms: u64,
+}
+impl<'a> Default for ClaimArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    ClaimArgs {
+      id: None,
+      placement: None,
+      timeout_ms: 0,
+    }
+  }
+}
+
+pub struct ClaimBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ClaimBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_id(&mut self, id: &ObjectId) {
+    self.fbb_.push_slot_always::<&ObjectId>(Claim::VT_ID, id);
+  }
+  #[inline]
+  pub fn add_placement(&mut self, placement: &Placement) {
+    self.fbb_.push_slot_always::<&Placement>(Claim::VT_PLACEMENT, placement);
+  }
+  #[inline]
+  pub fn add_timeout_ms(&mut self, timeout_ms: u64) {
+    self.fbb_.push_slot::<u64>(Claim::VT_TIMEOUT_MS, timeout_ms, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ClaimBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    ClaimBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Claim<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Claim<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Claim");
+      ds.field("id", &self.id());
+      ds.field("placement", &self.placement());
+      ds.field("timeout_ms", &self.timeout_ms());
+      ds.finish()
+  }
+}
 pub enum RequestFrameOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2691,6 +2825,21 @@ impl<'a> RequestFrame<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn request_as_claim(&self) -> Option<Claim<'a>> {
+    if self.request_type() == Request::Claim {
+      self.request().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Claim::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for RequestFrame<'_> {
@@ -2716,6 +2865,7 @@ impl ::flatbuffers::Verifiable for RequestFrame<'_> {
           Request::Reserve => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Reserve>>("Request::Reserve", pos),
           Request::Publish => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Publish>>("Request::Publish", pos),
           Request::Redeliver => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Redeliver>>("Request::Redeliver", pos),
+          Request::Claim => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Claim>>("Request::Claim", pos),
           _ => Ok(()),
         }
      })?
@@ -2875,6 +3025,13 @@ impl ::core::fmt::Debug for RequestFrame<'_> {
             ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
           }
         },
+        Request::Claim => {
+          if let Some(x) = self.request_as_claim() {
+            ds.field("request", &x)
+          } else {
+            ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
         _ => {
           let x: Option<()> = None;
           ds.field("request", &x)
@@ -2903,6 +3060,7 @@ impl<'a> Hello<'a> {
   pub const VT_ARENA_SIZE: ::flatbuffers::VOffsetT = 6;
   pub const VT_CLIENT_ID: ::flatbuffers::VOffsetT = 8;
   pub const VT_POPULATE: ::flatbuffers::VOffsetT = 10;
+  pub const VT_ARENA_ID: ::flatbuffers::VOffsetT = 12;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2914,6 +3072,7 @@ impl<'a> Hello<'a> {
     args: &'args HelloArgs
   ) -> ::flatbuffers::WIPOffset<Hello<'bldr>> {
     let mut builder = HelloBuilder::new(_fbb);
+    builder.add_arena_id(args.arena_id);
     builder.add_client_id(args.client_id);
     builder.add_arena_size(args.arena_size);
     builder.add_version(args.version);
@@ -2950,6 +3109,13 @@ impl<'a> Hello<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<bool>(Hello::VT_POPULATE, Some(false)).unwrap()}
   }
+  #[inline]
+  pub fn arena_id(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Hello::VT_ARENA_ID, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Hello<'_> {
@@ -2962,6 +3128,7 @@ impl ::flatbuffers::Verifiable for Hello<'_> {
      .visit_field::<u64>("arena_size", Self::VT_ARENA_SIZE, false)?
      .visit_field::<u64>("client_id", Self::VT_CLIENT_ID, false)?
      .visit_field::<bool>("populate", Self::VT_POPULATE, false)?
+     .visit_field::<u64>("arena_id", Self::VT_ARENA_ID, false)?
      .finish();
     Ok(())
   }
@@ -2971,6 +3138,7 @@ pub struct HelloArgs {
     pub arena_size: u64,
     pub client_id: u64,
     pub populate: bool,
+    pub arena_id: u64,
 }
 impl<'a> Default for HelloArgs {
   #[inline]
@@ -2980,6 +3148,7 @@ impl<'a> Default for HelloArgs {
       arena_size: 0,
       client_id: 0,
       populate: false,
+      arena_id: 0,
     }
   }
 }
@@ -3006,6 +3175,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HelloBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<bool>(Hello::VT_POPULATE, populate, false);
   }
   #[inline]
+  pub fn add_arena_id(&mut self, arena_id: u64) {
+    self.fbb_.push_slot::<u64>(Hello::VT_ARENA_ID, arena_id, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> HelloBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     HelloBuilder {
@@ -3027,6 +3200,7 @@ impl ::core::fmt::Debug for Hello<'_> {
       ds.field("arena_size", &self.arena_size());
       ds.field("client_id", &self.client_id());
       ds.field("populate", &self.populate());
+      ds.field("arena_id", &self.arena_id());
       ds.finish()
   }
 }

@@ -36,11 +36,15 @@ pub struct Shared {
     /// How long a connection polls for its next request before sleeping.
     spin: Duration,
     next_client: AtomicU64,
+    /// Sent in every Hello (see `Hello::arena_id`).
+    arena_id: u64,
 }
 
 impl Shared {
     pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool, frame_timeout: Duration, spin: Duration) -> Shared {
-        Shared { table: Mutex::new(table), arena, populate, frame_timeout, spin, next_client: AtomicU64::new(1) }
+        let id = hprm_store::ObjectId::random();
+        let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
+        Shared { table: Mutex::new(table), arena, populate, frame_timeout, spin, next_client: AtomicU64::new(1), arena_id }
     }
 
     /// The table. Never hold the guard across an await.
@@ -170,7 +174,7 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
 }
 
 async fn greet(stream: &UnixStream, client: ClientId, shared: &Shared) -> io::Result<()> {
-    let hello = Hello { version: VERSION, arena_size: shared.arena.size(), client_id: client, populate: shared.populate };
+    let hello = Hello { version: VERSION, arena_size: shared.arena.size(), client_id: client, populate: shared.populate, arena_id: shared.arena_id };
     let frame = Encoder::default().reply(0, &Reply::Hello(hello)).to_vec();
     let sent = loop {
         stream.writable().await?;
@@ -321,8 +325,19 @@ async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shar
                     },
                 };
                 // No reply: the client disconnected, and the table cleaned up.
-                if let (Some(reply), true) = (reply, seq != 0) {
-                    let _ = write_reply(&writer, seq, &reply).await;
+                // A request sent without waiting (a claim) hears only of
+                // its failure, to report late.
+                match reply {
+                    Some(reply) if seq != 0 => {
+                        let _ = write_reply(&writer, seq, &reply).await;
+                    }
+                    Some(reply @ Reply::Error(_)) => {
+                        if let Reply::Error(e) = &reply {
+                            tracing::warn!(client, error = %e.message, "request without reply failed");
+                        }
+                        let _ = write_reply(&writer, 0, &reply).await;
+                    }
+                    _ => {}
                 }
             });
         }

@@ -19,6 +19,16 @@
 //!   (recorded in its client's `refs`), so they cannot vanish before it
 //!   completes; on cancel they are dropped again.
 //! - Every allocator block belongs to exactly one entry.
+//! - A claim (a reference taken one-way by a client that knows the
+//!   object's placement from a message) is a get of one object that sends
+//!   no reply on success: it takes its reference at once when the object is
+//!   sealed, or waits like a get. A release that overtakes its own claim
+//!   (the claim still waiting for a seal in flight on the creator's
+//!   connection) is remembered in `early_releases` and applied when the
+//!   claim completes, so the reference is never left behind. So is a
+//!   redeliver that overtakes it (`deferred_redeliveries`: a receiver that
+//!   echoes what it has only claimed). The release that ends a refused
+//!   claim is absorbed (`failed_claims`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -91,6 +101,16 @@ struct ClientRecord {
     waits: usize,
     /// Blocks reserved for this client's small objects, by offset.
     reserved: HashMap<u64, Block>,
+    /// Releases that arrived while this client's claim of the object was
+    /// still waiting (see the module docs): applied when the claim completes.
+    early_releases: HashMap<ObjectId, u32>,
+    /// Claims refused (forged placement, never sealed) whose release is
+    /// still to come: it is absorbed, as the client cannot know the claim
+    /// failed before it hears of it.
+    failed_claims: HashMap<ObjectId, u32>,
+    /// Redeliveries of an object sent while this client's claim of it was
+    /// still waiting: applied, in order, when the claim completes.
+    deferred_redeliveries: HashMap<ObjectId, u32>,
 }
 
 struct GetWaiter {
@@ -98,6 +118,9 @@ struct GetWaiter {
     ids: Vec<ObjectId>,
     found: Vec<Option<Placement>>,
     remaining: usize,
+    /// For a claim (one object): the placement the client was told, which
+    /// the object must have. `None` for a get.
+    claim: Option<Placement>,
     tx: oneshot::Sender<Reply>,
 }
 
@@ -177,8 +200,9 @@ impl ObjectTable {
                 return self.create(client, *id, *data_size, metadata, *deliveries, *wait_for_space);
             }
             Request::Get { ids, timeout } => return self.get(client, ids, *timeout),
+            Request::Claim { id, placement, timeout } => return self.claim(client, *id, *placement, *timeout),
             Request::Seal { id } => self.seal(client, *id),
-            Request::Redeliver { id, deliveries } => self.redeliver(*id, *deliveries),
+            Request::Redeliver { id, deliveries } => self.redeliver(client, *id, *deliveries),
             Request::Abort { id } => self.abort(client, *id),
             Request::Release { id } => self.release(client, *id),
             Request::Contains { id } => Reply::Presence(self.objects.get(id).is_some_and(Entry::visible)),
@@ -397,8 +421,15 @@ impl ObjectTable {
 
     /// `deliveries` more receivers for a sealed object: it stays pinned
     /// until they release it (or the TTL, restarted now, runs out).
-    fn redeliver(&mut self, id: ObjectId, deliveries: u32) -> Reply {
+    fn redeliver(&mut self, client: ClientId, id: ObjectId, deliveries: u32) -> Reply {
         let ttl = self.config.delivery_ttl;
+        if !self.objects.get(&id).is_some_and(|e| e.sealed) && self.has_waiting_claim(client, id) {
+            // Sent on right after being claimed, before the creator's seal
+            // landed: applied when the claim completes, in the client's order.
+            let n = self.clients.entry(client).or_default().deferred_redeliveries.entry(id).or_insert(0);
+            *n = n.saturating_add(deliveries);
+            return Reply::Done;
+        }
         let Some(e) = self.objects.get_mut(&id) else {
             return err(ErrorCode::NotFound, format!("object {id} does not exist; only an object still held (or awaiting deliveries) can be sent on"));
         };
@@ -473,7 +504,7 @@ impl ObjectTable {
                 }
             }
         }
-        self.gets.insert(wait, GetWaiter { client, ids: ids.to_vec(), found, remaining, tx });
+        self.gets.insert(wait, GetWaiter { client, ids: ids.to_vec(), found, remaining, claim: None, tx });
         if timeout == Some(Duration::ZERO) {
             let reply = self.cancel(wait).unwrap_or_else(|| err(ErrorCode::Internal, "get vanished".into()));
             return Outcome::Reply(reply);
@@ -481,11 +512,102 @@ impl ObjectTable {
         Outcome::Wait { wait, rx, timeout }
     }
 
+    /// Takes a reference on `id` for a client that already maps it at
+    /// `expect` (from a message's descriptor), without a reply on success.
+    /// A sealed object (or one being deleted, whose bytes live while
+    /// referenced) is referenced at once; an unknown or unsealed one is
+    /// waited for like a get (its creator's seal or publish may still be in
+    /// flight on another connection).
+    fn claim(&mut self, client: ClientId, id: ObjectId, expect: Placement, timeout: Option<Duration>) -> Outcome {
+        if let Some(e) = self.objects.get(&id).filter(|e| e.sealed) {
+            if e.placement != expect {
+                let reply = Self::misplaced(id, e.placement, expect);
+                self.claim_failed(client, id);
+                return Outcome::Reply(reply);
+            }
+            self.add_ref(client, id);
+            return Outcome::Reply(Reply::Done);
+        }
+        if let Err(e) = self.begin_wait(client) {
+            return Outcome::Reply(Reply::Error(e));
+        }
+        let (tx, rx) = oneshot::channel();
+        let wait = self.next_wait_id();
+        self.gets_by_object.entry(id).or_default().push(wait);
+        self.gets.insert(wait, GetWaiter { client, ids: vec![id], found: vec![None], remaining: 1, claim: Some(expect), tx });
+        if timeout == Some(Duration::ZERO) {
+            let reply = self.cancel(wait).unwrap_or_else(|| err(ErrorCode::Internal, "claim vanished".into()));
+            return Outcome::Reply(reply);
+        }
+        Outcome::Wait { wait, rx, timeout }
+    }
+
+    fn misplaced(id: ObjectId, actual: Placement, expect: Placement) -> Reply {
+        err(
+            ErrorCode::InvalidArgument,
+            format!("claim of object {id} at {expect:?}: the object lies at {actual:?}; the message that referenced it was forged or corrupted"),
+        )
+    }
+
+    /// Completes a waiting claim of `id` (sealed now at `placement`).
+    fn complete_claim(&mut self, w: GetWaiter, id: ObjectId, placement: Placement) {
+        self.end_wait(w.client);
+        let expect = w.claim.unwrap_or(placement);
+        if placement != expect {
+            self.claim_failed(w.client, id);
+            let _ = w.tx.send(Self::misplaced(id, placement, expect));
+            return;
+        }
+        let early = self.take_early_release(w.client, id);
+        self.add_ref(w.client, id);
+        let deferred = self.clients.get_mut(&w.client).and_then(|c| c.deferred_redeliveries.remove(&id));
+        if let Some(n) = deferred {
+            // Cannot fail: the object is sealed and referenced.
+            self.redeliver(w.client, id, n);
+        }
+        if early {
+            // The client is already done with it: its release settles now.
+            self.drop_ref(w.client, id, true);
+        }
+        let _ = w.tx.send(Reply::Done);
+    }
+
+    /// A claim of `client` failed: its release (come already, or to come)
+    /// has nothing to release.
+    fn claim_failed(&mut self, client: ClientId, id: ObjectId) {
+        if let Some(n) = self.clients.get_mut(&client).and_then(|c| c.deferred_redeliveries.remove(&id)) {
+            tracing::warn!(%id, client, deliveries = n, "dropping the redelivery of an object whose claim failed");
+        }
+        if !self.take_early_release(client, id) {
+            *self.clients.entry(client).or_default().failed_claims.entry(id).or_insert(0) += 1;
+        }
+    }
+
+    fn take_early_release(&mut self, client: ClientId, id: ObjectId) -> bool {
+        let Some(c) = self.clients.get_mut(&client) else { return false };
+        match c.early_releases.get_mut(&id) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                c.early_releases.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Gives waiting gets their share of a just-sealed object.
     fn wake_gets(&mut self, id: ObjectId, placement: Placement) {
         let Some(waits) = self.gets_by_object.remove(&id) else { return };
         for wait in waits {
             let Some(w) = self.gets.get_mut(&wait) else { continue };
+            if w.claim.is_some() {
+                let w = self.gets.remove(&wait).expect("waiter present");
+                self.complete_claim(w, id, placement);
+                continue;
+            }
             let client = w.client;
             let mut taken = 0;
             for i in 0..w.ids.len() {
@@ -516,6 +638,21 @@ impl ObjectTable {
     pub fn cancel(&mut self, wait: WaitId) -> Option<Reply> {
         if let Some(w) = self.gets.remove(&wait) {
             self.end_wait(w.client);
+            if w.claim.is_some() {
+                let id = w.ids[0];
+                if let Some(ws) = self.gets_by_object.get_mut(&id) {
+                    ws.retain(|x| *x != wait);
+                    if ws.is_empty() {
+                        self.gets_by_object.remove(&id);
+                    }
+                }
+                // The delivery is left to the TTL.
+                self.claim_failed(w.client, id);
+                return Some(err(
+                    ErrorCode::Timeout,
+                    format!("claim of object {id}: not sealed in time; its sender failed, or the message that referenced it was forged"),
+                ));
+            }
             let mut missing = Vec::new();
             for (id, p) in w.ids.iter().zip(&w.found) {
                 match p {
@@ -547,12 +684,42 @@ impl ObjectTable {
 
     fn release(&mut self, client: ClientId, id: ObjectId) -> Reply {
         let held = self.clients.get(&client).and_then(|c| c.refs.get(&id)).copied().unwrap_or(0);
+        if held == 0 && self.claim_waiting(client, id) {
+            // The release overtook the claim it ends (see the module docs).
+            *self.clients.entry(client).or_default().early_releases.entry(id).or_insert(0) += 1;
+            return Reply::Done;
+        }
+        if held == 0 {
+            if let Some(c) = self.clients.get_mut(&client) {
+                if let Some(n) = c.failed_claims.get_mut(&id) {
+                    *n -= 1;
+                    if *n == 0 {
+                        c.failed_claims.remove(&id);
+                    }
+                    return Reply::Done;
+                }
+            }
+        }
         if held == 0 {
             return err(ErrorCode::NotReferenced, format!("object {id} is not referenced by this client; release only what get returned"));
         }
         self.drop_ref(client, id, true);
         self.retry_creates();
         Reply::Done
+    }
+
+    fn has_waiting_claim(&self, client: ClientId, id: ObjectId) -> bool {
+        let Some(waits) = self.gets_by_object.get(&id) else { return false };
+        waits.iter().any(|w| self.gets.get(w).is_some_and(|g| g.client == client && g.claim.is_some()))
+    }
+
+    /// Whether `client` has more claims of `id` waiting than releases that
+    /// already overtook them.
+    fn claim_waiting(&self, client: ClientId, id: ObjectId) -> bool {
+        let Some(waits) = self.gets_by_object.get(&id) else { return false };
+        let claims = waits.iter().filter(|w| self.gets.get(w).is_some_and(|g| g.client == client && g.claim.is_some())).count();
+        let early = self.clients.get(&client).and_then(|c| c.early_releases.get(&id)).copied().unwrap_or(0) as usize;
+        claims > early
     }
 
     fn delete(&mut self, id: ObjectId) -> Reply {
@@ -1113,5 +1280,46 @@ mod tests {
         assert_eq!(t.stats().bytes_reserved, 409_600);
         t.disconnect(2);
         assert_eq!(t.stats().bytes_in_use, 0);
+    }
+
+    #[test]
+    fn claims_reference_at_once_wait_for_seals_and_absorb_their_releases() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        let Reply::Created(p) = create(&mut t, 1, id, 1000, 2) else { panic!("create") };
+        let claim = |t: &mut ObjectTable, c: ClientId, p: Placement| t.handle(c, &Request::Claim { id, placement: p, timeout: None });
+        // Before the seal: client 2's claim waits, and its release overtakes it.
+        let Outcome::Wait { rx: mut waiting, .. } = claim(&mut t, 2, p) else { panic!("the claim waits for the seal") };
+        assert_eq!(reply(t.handle(2, &Request::Release { id })), Reply::Done);
+        assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
+        assert_eq!(waiting.try_recv().unwrap(), Reply::Done);
+        let s = t.stats();
+        assert_eq!((s.objects_referenced, s.pending_deliveries, s.waiting_gets), (0, 1, 0), "taken and settled at once");
+        // A claim overtaken by a redeliver (an echo) and the release: both
+        // applied, in order, when the seal lands.
+        let echoed = ObjectId::random();
+        let Reply::Created(pe) = create(&mut t, 1, echoed, 1000, 1) else { panic!("create") };
+        let Outcome::Wait { rx: mut waiting, .. } = t.handle(6, &Request::Claim { id: echoed, placement: pe, timeout: None }) else { panic!("waits") };
+        assert_eq!(reply(t.handle(6, &Request::Redeliver { id: echoed, deliveries: 3 })), Reply::Done);
+        assert_eq!(reply(t.handle(6, &Request::Release { id: echoed })), Reply::Done);
+        assert_eq!(reply(t.handle(1, &Request::Seal { id: echoed })), Reply::Done);
+        assert_eq!(waiting.try_recv().unwrap(), Reply::Done);
+        let info = t.list().into_iter().find(|i| i.id == echoed).unwrap();
+        assert_eq!((info.ref_count, info.pending_deliveries), (0, 3), "1 delivery settled, 3 announced");
+        // Sealed: client 3's claim references at once.
+        assert_eq!(reply(claim(&mut t, 3, p)), Reply::Done);
+        assert_eq!(t.stats().objects_referenced, 1);
+        // A forged placement is refused, and the release that follows absorbed.
+        let forged = Placement { data_offset: p.data_offset + 64, ..p };
+        assert_eq!(code(&reply(claim(&mut t, 4, forged))), Some(ErrorCode::InvalidArgument));
+        assert_eq!(reply(t.handle(4, &Request::Release { id })), Reply::Done);
+        assert_eq!(code(&reply(t.handle(4, &Request::Release { id }))), Some(ErrorCode::NotReferenced), "absorbed once only");
+        assert_eq!(reply(t.handle(3, &Request::Release { id })), Reply::Done);
+        let info = t.list().into_iter().find(|i| i.id == id).unwrap();
+        assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
+        // A claim of an object that never comes gives its wait back.
+        let ghost = ObjectId::random();
+        assert_eq!(code(&reply(t.handle(5, &Request::Claim { id: ghost, placement: p, timeout: Some(Duration::ZERO) }))), Some(ErrorCode::Timeout));
+        assert_eq!(t.stats().waiting_gets, 0);
     }
 }
