@@ -180,7 +180,7 @@ def judge_serialization(report) -> dict:
         text += "."
         why.append(text)
     for x, what in ((alloc, "An array the producer made in the store (Codec.alloc_array, as ctx.alloc_array in a reaction; filled untimed, "
-                            "as the producer fills any array; its first encode seals it and takes it back from the store, one round trip)"),
+                            "as the producer fills any array; its first encode seals it and keeps it, one-way messages only)"),
                     (relay, "An array that is already in the store (one a receiver sends on)")):
         if x:
             ok = x["ser_mbps"] >= oob["ser_mbps"]
@@ -200,7 +200,7 @@ def judge_serialization(report) -> dict:
             f"HPRM's {fmt(h['de']['median_us'])} µs; in one process its serialize + deserialize comes to {fmt(inband['roundtrip_mbps'])} MB/s "
             f"against HPRM's {fmt(h['roundtrip_mbps'])} MB/s.")
     why.append(f"Deserialize {size_label(size)}: HPRM {fmt(h['de']['median_us'])} µs (a read-only view of the store) vs pickle-5 "
-               f"out-of-band {fmt(oob['de']['median_us'])} µs (a view of the producer's own buffers); HPRM's includes a store round trip.")
+               f"out-of-band {fmt(oob['de']['median_us'])} µs (a view of the producer's own buffers); HPRM's maps the object at the offset the payload carries and claims it one-way.")
     return {"name": name, "met": met, "line": line, "why": why}
 
 
