@@ -146,10 +146,12 @@ def check_received(kind, values):
         samples.assert_same(samples.plain(samples.make(kind, index_of(kind, v))), v, kind)
 
 
-def test_ros_to_hprm_exact_contents(procs, tmp_path, topics):
-    kinds = ["string", "twist", "image", "image_hd", "cloud", "imu", "floats"]
+def record_from_ros(procs, tmp_path, topics, kinds, period):
+    """An rclpy publisher per kind (every `period(kind)` s), 3 messages of
+    each recorded by an HPRM federate through the bridge and checked field
+    by field; returns them by kind."""
     for kind in kinds:
-        ros_node(procs, "pub", kind, f"{topics}/{kind}", 0.3 if kind == "image_hd" else 0.1)
+        ros_node(procs, "pub", kind, f"{topics}/{kind}", period(kind))
     config = write_config(tmp_path, [(f"{topics}/{k}", k, "ros->hprm", k) for k in kinds])
     p, out = program(procs, tmp_path, config, "--record", *kinds, "--count", 3)
     finish(p)
@@ -157,6 +159,12 @@ def test_ros_to_hprm_exact_contents(procs, tmp_path, topics):
     for kind in kinds:
         assert len(got[kind]) == 3
         check_received(kind, got[kind])
+    return got
+
+
+def test_ros_to_hprm_exact_contents(procs, tmp_path, topics):
+    kinds = ["string", "twist", "image", "image_hd", "cloud", "imu", "floats"]
+    got = record_from_ros(procs, tmp_path, topics, kinds, lambda kind: 0.3 if kind == "image_hd" else 0.1)
     # Numpy-compatible buffers, shaped and typed by the message's fields.
     for kind, shape in [("image", (480, 640, 3)), ("image_hd", (1080, 1920, 3))]:
         d = got[kind][0]["data"]
@@ -173,16 +181,7 @@ def test_ros_to_hprm_bulk_types(procs, tmp_path, topics):
     # Over the store threshold but for "shorts": out-of-band, copied once
     # from the ROS message into the store (the Rust unit test
     # bulk_data_is_copied_once_into_the_store shows the single copy).
-    kinds = ["compressed", "bytes", "doubles", "shorts"]
-    for kind in kinds:
-        ros_node(procs, "pub", kind, f"{topics}/{kind}", 0.2)
-    config = write_config(tmp_path, [(f"{topics}/{k}", k, "ros->hprm", k) for k in kinds])
-    p, out = program(procs, tmp_path, config, "--record", *kinds, "--count", 3)
-    finish(p)
-    got = pickle.load(open(out, "rb"))
-    for kind in kinds:
-        assert len(got[kind]) == 3
-        check_received(kind, got[kind])
+    got = record_from_ros(procs, tmp_path, topics, ["compressed", "bytes", "doubles", "shorts"], lambda kind: 0.2)
     d = got["compressed"][0]["data"]
     assert (d.dtype, d.shape) == (np.uint8, (samples.JPEG_BYTES,))
     for kind, (dtype, shape) in samples.ARRAYS.items():
