@@ -1101,20 +1101,32 @@ mod tests {
         let loaner = Loaner { encoder: encoder.clone(), deliveries: 1, ready: Some(std::sync::Arc::new(|| true)) };
         let decoder = Decoder::new(StoreLink::new(Some(store.socket.clone())), DEFAULT_GET_TIMEOUT);
         // Nothing evicts in this test: the store holds every object made.
-        let objects = || admin.list().unwrap().len();
+        // Seals travel one-way (store protocol 2): wait until the daemon
+        // lists what it was sent, then check that nothing more arrives.
+        let objects = |expect: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let n = admin.list().unwrap().len();
+                if n >= expect || std::time::Instant::now() > deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    return admin.list().unwrap().len();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
         for (name, (dtype, shape), convert) in every_native_type(DEFAULT_THRESHOLD) {
-            let before = objects();
+            let before = objects(0);
             // The one copy: native message -> a store object loaned for
             // the port's receivers.
             let v = convert(&loaner);
             let b = data(&v);
             let id = b.object_id().unwrap_or_else(|| panic!("{name}: the data is not a store object"));
             assert_eq!((b.dtype(), b.shape()), (&dtype, &shape[..]), "{name}");
-            assert_eq!(objects(), before + 1, "{name}");
+            assert_eq!(objects(before + 1), before + 1, "{name}");
             // None after: the message refers to that object.
             let payload = encoder.encode(&v, 1).unwrap();
             assert_eq!(Decoder::references(&payload).unwrap(), vec![id], "{name}");
-            assert_eq!(objects(), before + 1, "{name}: the encoder copied the data");
+            assert_eq!(objects(before + 1), before + 1, "{name}: the encoder copied the data");
             let received: Value = decoder.decode(&payload).unwrap();
             assert_eq!(received, v, "{name}");
         }
