@@ -26,7 +26,8 @@ pub struct RunOptions {
     pub fast: bool,
     /// Threads that run independent reactions of one level in parallel.
     pub workers: usize,
-    /// How long the scheduler polls its inbox before sleeping.
+    /// How long the scheduler polls its inbox before sleeping
+    /// ([`DEFAULT_SPIN`]; zero never polls).
     pub spin: Duration,
     /// How to reach downstream peers on this host (decentralized).
     pub peer_transport: crate::peer::PeerTransport,
@@ -42,6 +43,12 @@ pub struct RunOptions {
     pub runtime_dir: Option<PathBuf>,
 }
 
+/// How long a scheduler polls its inbox (yielding its CPU to anything
+/// ready to run) before it sleeps: longer than a centralized round trip
+/// through the RTI on a loaded 2-CPU machine, so that a reply seldom has to
+/// wake a sleeping thread.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
 impl RunOptions {
     /// Options for federate `name` with defaults: no RTI, no store, real time.
     pub fn new(name: impl Into<String>) -> RunOptions {
@@ -51,7 +58,7 @@ impl RunOptions {
             store: None,
             fast: false,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
-            spin: Duration::from_micros(50),
+            spin: DEFAULT_SPIN,
             peer_transport: crate::peer::PeerTransport::default(),
             handle_signals: false,
             coordination: None,

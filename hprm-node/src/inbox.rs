@@ -7,7 +7,11 @@
 //! input's status). The scheduler first polls for a short while before
 //! sleeping on the condition variable: on virtualised machines a blocking
 //! wake-up costs tens of microseconds, more than a small message's whole
-//! trip, and most waits for a reply are shorter than that.
+//! trip, and most waits for a reply are shorter than that. It polls with
+//! `sched_yield`, so its CPU stays awake (waking a thread there is cheap)
+//! yet goes at once to any other thread that is ready to run: the chain
+//! of a centralized message (sender, RTI, receiver's reader, receiver) has
+//! more threads than a small machine has CPUs.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,7 +86,10 @@ impl Inbox {
             if self.nonempty.load(Ordering::Acquire) {
                 return self.drain(out);
             }
-            std::hint::spin_loop();
+            // Yield, not a bare spin: the threads this one waits for (a
+            // socket reader, the RTI, a peer) may be queued on this very
+            // CPU, and a spinner would hold them off until its budget ends.
+            std::thread::yield_now();
         }
         let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         loop {

@@ -48,7 +48,7 @@ pub mod trace;
 
 pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};
-pub use federate::{run_federate, RunOptions};
+pub use federate::{run_federate, RunOptions, DEFAULT_SPIN};
 pub use hprm_rti::tag::{Delay, Tag};
 pub use program::{Coordination, DecodeFn, EncodeFn, FederateId, PortValue, Program, ReactionId, ReactorId, TriggerId, Value};
 pub use reactor::{Input, LogicalAction, Output, PhysicalAction, ReactionBuilder, ReactorBuilder, Shutdown, Startup, Timer};

@@ -93,6 +93,24 @@ impl Transport {
             Transport::Rti(w) | Transport::Peers { rti: w, .. } => Some(w),
         }
     }
+
+    /// Writes everything queued. A downstream peer whose connection broke
+    /// loses its messages and is dropped; the others go on.
+    fn flush(&mut self) -> Result<(), NodeError> {
+        if let Transport::Peers { peers, .. } = self {
+            peers.retain(|fed, w| match w.flush() {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
+                    false
+                }
+            });
+        }
+        match self.rti() {
+            Some(w) => w.flush().map_err(|e| NodeError::RtiLost(format!("sending to the RTI: {e}"))),
+            None => Ok(()),
+        }
+    }
 }
 
 pub(crate) struct Options {
@@ -500,9 +518,7 @@ impl Scheduler {
                         std::time::Instant::now() + Duration::from_nanos(wait)
                     });
                     let deadline = self.watchdog_tick(deadline);
-                    let mut items = std::mem::take(&mut self.pending);
-                    self.inbox.wait(deadline, &mut items);
-                    self.pending = items;
+                    self.wait(deadline)?;
                 }
             }
         }
@@ -581,7 +597,7 @@ impl Scheduler {
     fn ready(&mut self, g: Tag) -> Result<Ready, NodeError> {
         if g == FOREVER {
             if self.mode == Mode::Centralized && self.last_net != FOREVER {
-                self.send_rti(&Message::NextEventTag(FOREVER))?;
+                self.queue_rti(&Message::NextEventTag(FOREVER))?;
                 if let Some(t) = crate::trace::tracer() {
                     t.sent(FOREVER, false);
                 }
@@ -609,7 +625,7 @@ impl Scheduler {
                             return Ok(Ready::Wait(Some(at)));
                         }
                     }
-                    self.send_rti(&Message::NextEventTag(g))?;
+                    self.queue_rti(&Message::NextEventTag(g))?;
                     if let Some(t) = crate::trace::tracer() {
                         t.sent(g, false);
                     }
@@ -649,10 +665,32 @@ impl Scheduler {
         Ok(Ready::Now)
     }
 
+    /// Sends `msg` to the RTI at once, behind whatever is queued.
     fn send_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
         if let Some(w) = self.transport.rti() {
             w.send(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// Queues `msg` for the RTI: it leaves with the next flush, which
+    /// comes before this thread runs a reaction or waits (`wait`,
+    /// `run_level`). Nothing the RTI or a peer could act on is held back
+    /// longer than this federate's own bookkeeping, yet the tagged
+    /// messages, LTC and NET of a tag go out in one write.
+    fn queue_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
+        if let Some(w) = self.transport.rti() {
+            w.queue(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Flushes what is queued, then waits for the inbox (see [`Inbox::wait`]).
+    fn wait(&mut self, deadline: Option<std::time::Instant>) -> Result<(), NodeError> {
+        self.transport.flush()?;
+        let mut items = std::mem::take(&mut self.pending);
+        self.inbox.wait(deadline, &mut items);
+        self.pending = items;
         Ok(())
     }
 
@@ -828,7 +866,7 @@ impl Scheduler {
             r?;
         }
         if self.mode == Mode::Centralized {
-            self.send_rti(&Message::LatestTagConfirmed(g))?;
+            self.queue_rti(&Message::LatestTagConfirmed(g))?;
             if let Some(t) = crate::trace::tracer() {
                 t.sent(g, true);
             }
@@ -859,9 +897,7 @@ impl Scheduler {
                 return Ok(());
             }
             let deadline = self.watchdog_tick(None);
-            let mut items = std::mem::take(&mut self.pending);
-            self.inbox.wait(deadline, &mut items);
-            self.pending = items;
+            self.wait(deadline)?;
         }
     }
 
@@ -884,6 +920,7 @@ impl Scheduler {
         }
         rs.sort_unstable();
         rs.dedup();
+        self.transport.flush()?;
         let view = TagView {
             tag: g,
             start: self.start.time,
@@ -1016,13 +1053,15 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Queues `msg` for federate `fed` (see [`Self::queue_rti`] for when
+    /// it leaves).
     fn send_to(&mut self, fed: u16, msg: &Message) -> Result<(), NodeError> {
         match &mut self.transport {
             Transport::Alone => Ok(()),
-            Transport::Rti(w) => w.send(msg).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
+            Transport::Rti(w) => w.queue(msg).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
             Transport::Peers { peers, .. } => match peers.get_mut(&fed) {
                 Some(w) => {
-                    if let Err(e) = w.send(msg) {
+                    if let Err(e) = w.queue(msg) {
                         // A downstream peer that went away loses its messages; the others go on.
                         tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
                         peers.remove(&fed);

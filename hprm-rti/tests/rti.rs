@@ -69,6 +69,16 @@ impl Rti {
         self.log.lock().unwrap().clone()
     }
 
+    /// Waits (up to 5 s) until the log holds `text`: it arrives through a
+    /// pipe, possibly after what the RTI sent on its sockets.
+    fn wait_log(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.log().contains(text) {
+            assert!(Instant::now() < deadline, "no {text:?} in the log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn wait(&mut self, within: Duration) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
@@ -236,12 +246,7 @@ fn bad_joins_are_rejected_with_the_reason() {
     bad.send(&Message::Resign);
     assert_eq!(bad.recv(), Message::Reject(RejectReason::UnexpectedMessage));
     let _one = Fed::join(rti.addr, 1, &[], &[]);
-    // The log arrives through a pipe: give it a moment.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !rti.log().contains("handshake failed") {
-        assert!(Instant::now() < deadline, "no 'handshake failed' in the log:\n{}", rti.log());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    rti.wait_log("handshake failed");
 }
 
 #[test]
@@ -318,7 +323,45 @@ fn an_oversized_relay_payload_closes_only_its_sender() {
     assert!(f[0].closed(), "the sender is disconnected");
     // Its downstream is released as if it had failed.
     assert_eq!(f[1].recv(), Message::TagAdvanceGrant(FOREVER));
-    assert!(rti.log().contains("object store"), "{}", rti.log());
+    rti.wait_log("object store");
+}
+
+#[test]
+fn a_federate_that_does_not_read_holds_up_no_one_and_loses_nothing() {
+    // 0 -> 1 and 0 -> 2. Federate 1 reads nothing while 0 sends it far more
+    // than the sockets buffer: its outbox stalls, and the RTI goes on
+    // serving 2. Then 1 reads everything, in order.
+    let rti = Rti::start(3, &["--clock-sync", "off", "--fast"]);
+    let (mut f, s) = start(&rti, 3, &[(0, 1, Delay::None), (0, 2, Delay::None)]);
+    let payload = |i: usize| -> Vec<u8> { (0..60_000).map(|k| (i * 7 + k) as u8).collect() };
+    const N: usize = 400; // 24 MB
+    let mut sender = f.remove(0);
+    let writer = std::thread::spawn(move || {
+        for i in 0..N {
+            sender.send(&Message::TaggedMessage { port: 0, fed: 1, tag: t(s + i as i64, 0), payload: payload(i) });
+        }
+        sender.send(&Message::TaggedMessage { port: 1, fed: 2, tag: t(s + N as i64, 0), payload: b"to 2".to_vec() });
+        sender
+    });
+    let mut two = f.remove(1);
+    assert_eq!(
+        two.recv(),
+        Message::TaggedMessage { port: 1, fed: 2, tag: t(s + N as i64, 0), payload: b"to 2".to_vec() },
+        "2 is served while 1 reads nothing"
+    );
+    let _sender = writer.join().unwrap();
+    let one = &mut f[0];
+    for i in 0..N {
+        match one.recv() {
+            Message::TaggedMessage { port: 0, fed: 1, tag, payload: p } => {
+                assert_eq!(tag, t(s + i as i64, 0), "message {i} in order");
+                assert!(p == payload(i), "message {i} intact");
+            }
+            other => panic!("message {i}: got {other:?}"),
+        }
+    }
+    let mut rti = rti;
+    assert!(rti.child.try_wait().unwrap().is_none(), "the RTI is still up:\n{}", rti.log());
 }
 
 #[test]
@@ -482,7 +525,7 @@ fn authentication_admits_holders_of_the_key_only() {
     i.send(&Message::FedResponse { hmac: hprm_rti::auth::fed_response(&key, &rti_nonce) });
     i.send(&Message::FedIds { fed: 0, federation: FEDERATION.to_vec() });
     assert_eq!(i.recv(), Message::Reject(RejectReason::UnexpectedMessage));
-    assert!(rti.log().contains("HMAC mismatch"), "{}", rti.log());
+    rti.wait_log("HMAC mismatch");
     let _ = std::fs::remove_dir_all(&dir);
     // An unreadable or empty key file stops the RTI at start.
     let out = Command::new(RTI_BIN).args(["--federates", "1", "--auth-key-file", "/nonexistent/key"]).output().unwrap();

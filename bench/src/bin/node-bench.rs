@@ -1065,8 +1065,9 @@ impl Read for Polled<'_> {
     }
 }
 
-/// Polling budget of the polling floors: what hprm-node's scheduler spins
-/// on its inbox (`RunOptions::spin`), and the store's client and daemon.
+/// Polling budget of the polling floors: what the store's client and
+/// daemon spin (hprm-node's scheduler polls its inbox for
+/// `hprm_node::DEFAULT_SPIN`, yielding its CPU as it goes).
 const FLOOR_POLL: Duration = Duration::from_micros(50);
 
 /// Ping-pong of `size`-byte payloads with a fresh server process: round
@@ -1777,8 +1778,9 @@ impl Report {
             }
             if !small.is_empty() {
                 why.push(format!(
-                    "at {} (in-band) a message wakes two threads where the floor wakes one: the peer's reader thread (blocked in read, as the floor's) hands the message to the scheduler thread, which polls its inbox for 50 µs and then sleeps; each wake-up costs tens of µs on this virtualised 2-CPU machine{}",
+                    "at {} (in-band) a message wakes two threads where the floor wakes one: the peer's reader thread (blocked in read, as the floor's) hands the message to the scheduler thread, which polls its inbox for {} µs and then sleeps; each wake-up costs tens of µs on this virtualised 2-CPU machine{}",
                     small.iter().map(|v| size_label(v.size)).collect::<Vec<_>>().join(", "),
+                    hprm_node::DEFAULT_SPIN.as_micros(),
                     if polling { ", and the polling floor pays none" } else { "" }
                 ));
             }

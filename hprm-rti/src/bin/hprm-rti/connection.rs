@@ -15,9 +15,9 @@ use hprm_rti::wire::{decode, encode, Limits, Message, RejectReason, WireError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
 use crate::federation::{Federation, Left};
+use crate::outbox::Outbox;
 
 /// How long a federate may take for each step of the handshake.
 const HANDSHAKE_STEP: Duration = Duration::from_secs(30);
@@ -59,11 +59,18 @@ enum ReadError {
 }
 
 impl Reader {
+    /// The next message if the last read brought it whole; reads nothing.
+    fn buffered(&mut self) -> Result<Option<Message>, ReadError> {
+        Ok(decode(&self.buf, &self.limits)?.map(|(msg, n)| {
+            self.buf.drain(..n);
+            msg
+        }))
+    }
+
     /// The next message; `Closed` at end of stream.
     async fn next(&mut self) -> Result<Message, ReadError> {
         loop {
-            if let Some((msg, n)) = decode(&self.buf, &self.limits)? {
-                self.buf.drain(..n);
+            if let Some(msg) = self.buffered()? {
                 return Ok(msg);
             }
             let mut chunk = [0u8; 16 << 10];
@@ -146,9 +153,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federati
         IpAddr::V4(ip) => Some(ip),
         IpAddr::V6(ip) => ip.to_ipv4_mapped(),
     };
-    let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_queue(rx, wr, fed));
-    federation.join(fed, joined.upstreams, joined.downstreams, tx, ip);
+    let out = Outbox::new(fed, wr);
+    let writer = tokio::spawn(out.clone().run());
+    federation.join(fed, joined.upstreams, joined.downstreams, out, ip);
     if let Some(port) = joined.clock_sync_port {
         federation.set_clock_sync_udp(fed, SocketAddr::new(peer.ip(), port));
     }
@@ -161,8 +168,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federati
             federation.rejoin_deadline(fed, failure);
         });
     }
-    // `leave` closed the queue: the writer sends what is left and shuts its
-    // side down; draining ours lets the federate close cleanly.
+    // `leave` closed the outbox: the writer task writes what is left and
+    // ends; the socket's write side shuts when the outbox is dropped.
+    // Draining ours lets the federate close cleanly.
     let _ = writer.await;
     let _ = tokio::time::timeout(Duration::from_secs(5), async { while reader.next().await.is_ok() {} }).await;
 }
@@ -271,7 +279,17 @@ async fn authenticate(reader: &mut Reader, wr: &mut OwnedWriteHalf, key: &[u8]) 
 /// failed (FAILED, or gone without RESIGN, or a protocol error).
 async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation) -> bool {
     loop {
-        let msg = match reader.next().await {
+        // What the handled messages queued leaves now, before the wait for
+        // more: in one write per destination.
+        let msg = match reader.buffered() {
+            Ok(Some(msg)) => Ok(msg),
+            Ok(None) => {
+                federation.flush();
+                reader.next().await
+            }
+            Err(e) => Err(e),
+        };
+        let msg = match msg {
             Ok(msg) => msg,
             Err(ReadError::Closed) => {
                 tracing::warn!(fed, "federate disconnected without resigning; treating it as failed");
@@ -303,14 +321,4 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation) 
             other => tracing::warn!(fed, "ignoring unexpected message from federate {fed}: {other:?}"),
         }
     }
-}
-
-async fn write_queue(mut rx: mpsc::UnboundedReceiver<Vec<u8>>, mut wr: OwnedWriteHalf, fed: FedId) {
-    while let Some(bytes) = rx.recv().await {
-        if let Err(e) = wr.write_all(&bytes).await {
-            tracing::warn!(fed, error = %e, "cannot write to federate");
-            return;
-        }
-    }
-    let _ = wr.shutdown().await;
 }

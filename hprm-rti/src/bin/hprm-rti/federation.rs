@@ -2,32 +2,33 @@
 //! outbound queue, start-time agreement, the stop protocol, and restartable
 //! federates that fail and rejoin.
 //!
-//! Every handler runs under one mutex and only *enqueues* what it sends (an
-//! O(1) push per message; the socket writes happen in per-federate writer
-//! tasks), so relaying never does I/O behind the lock. Enqueueing under the
-//! lock is what keeps the protocol's ordering: a tagged message forwarded to
-//! a federate is queued before any grant computed after it was recorded, so
-//! the federate can never be granted past a message it has not received.
+//! Every handler runs under one mutex and only *enqueues* what it sends
+//! (appends to the destination's [`Outbox`]), so relaying never does I/O
+//! behind the lock. Enqueueing under the lock is what keeps the protocol's
+//! ordering: a tagged message forwarded to a federate is queued before any
+//! grant computed after it was recorded, so the federate can never be
+//! granted past a message it has not received. The writes happen at
+//! [`Federation::flush`], which the connection tasks call once they have
+//! handled what they read; methods called from elsewhere flush themselves.
 
 use std::net::Ipv4Addr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hprm_rti::grant::{Coordinator, FedId, Grant, NodeState, Notice, Relay, Upstream};
 use hprm_rti::tag::{Instant, Tag, NEVER};
-use hprm_rti::wire::{encode, Message, RejectReason};
-use tokio::sync::{mpsc, watch};
+use hprm_rti::wire::{Message, RejectReason};
+use tokio::sync::watch;
+
+use crate::outbox::{Dirty, Outbox};
 
 /// Added to the latest proposed start time, so that every federate hears
 /// the start time before it comes (LF's DELAY_START). `--start-delay`
 /// overrides it; `--fast` makes it zero.
 pub const DELAY_START: Instant = 1_000_000_000;
 
-/// Bytes queued for a federate's socket.
-pub type Outbound = mpsc::UnboundedSender<Vec<u8>>;
-
 #[derive(Default)]
 struct Slot {
-    out: Option<Outbound>,
+    out: Option<Arc<Outbox>>,
     ip: Option<Ipv4Addr>,
     /// Port of its P2P server (ADDRESS_ADVERTISEMENT), -1 until known.
     server_port: i32,
@@ -82,6 +83,8 @@ struct Inner {
     start: Option<Instant>,
     /// Grants sent, with `--trace`.
     trace: Option<crate::trace::GrantTrace>,
+    /// Outboxes with something queued (shared with [`Federation::dirty`]).
+    dirty: Arc<Dirty>,
 }
 
 /// How the RTI ended: whether some federate failed.
@@ -99,19 +102,16 @@ pub struct Federation {
     start_delay: Instant,
     pub restarts: Restarts,
     inner: Mutex<Inner>,
+    /// Flushed without the federation's lock.
+    dirty: Arc<Dirty>,
     outcome: watch::Sender<Outcome>,
-}
-
-fn bytes(msg: &Message) -> Vec<u8> {
-    let mut b = Vec::with_capacity(16);
-    encode(msg, &mut b);
-    b
 }
 
 impl Federation {
     pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool, trace: bool, restarts: Restarts) -> Federation {
         let mut coord = Coordinator::new(size);
         coord.set_dnet(dnet);
+        let dirty = Arc::new(Dirty::default());
         let inner = Inner {
             coord,
             slots: (0..size).map(|f| Slot { server_port: -1, restartable: restarts.federates.contains(&f), ..Slot::default() }).collect(),
@@ -122,8 +122,15 @@ impl Federation {
             failed: false,
             start: None,
             trace: trace.then(crate::trace::GrantTrace::new),
+            dirty: dirty.clone(),
         };
-        Federation { id: id.as_bytes().to_vec(), size, start_delay, restarts, inner: Mutex::new(inner), outcome: watch::channel(Outcome::Running).0 }
+        Federation { id: id.as_bytes().to_vec(), size, start_delay, restarts, inner: Mutex::new(inner), dirty, outcome: watch::channel(Outcome::Running).0 }
+    }
+
+    /// Writes what handlers queued (see the module doc). Connection tasks
+    /// call it before they wait for more input.
+    pub fn flush(&self) {
+        self.dirty.flush();
     }
 
     /// Writes the grants sent so far (`--trace`).
@@ -196,7 +203,7 @@ impl Federation {
     }
 
     /// Completes the handshake: neighbours known, queue open.
-    pub fn join(&self, fed: FedId, upstreams: Vec<Upstream>, downstreams: Vec<FedId>, out: Outbound, ip: Option<Ipv4Addr>) {
+    pub fn join(&self, fed: FedId, upstreams: Vec<Upstream>, downstreams: Vec<FedId>, out: Arc<Outbox>, ip: Option<Ipv4Addr>) {
         let mut inner = self.lock();
         inner.coord.set_neighbors(fed, upstreams, downstreams);
         let slot = &mut inner.slots[usize::from(fed)];
@@ -391,12 +398,17 @@ impl Federation {
     /// A restartable one that fails after the start is suspended instead:
     /// its downstream waits for it to rejoin.
     pub fn leave(&self, fed: FedId, failed: bool) -> Left {
+        let left = self.leave_locked(fed, failed);
+        self.flush();
+        left
+    }
+
+    fn leave_locked(&self, fed: FedId, failed: bool) -> Left {
         let mut inner = self.lock();
         let (started, stopping) = (inner.start.is_some(), inner.stop.in_progress);
         let slot = &mut inner.slots[usize::from(fed)];
-        if slot.out.take().is_none() {
-            return Left::Gone;
-        }
+        let Some(out) = slot.out.take() else { return Left::Gone };
+        out.close();
         if failed && slot.restartable && started && !stopping {
             slot.failures += 1;
             slot.rejoining = false;
@@ -412,13 +424,16 @@ impl Federation {
     /// A suspended federate's time to rejoin is up: if it has not, the
     /// federation goes on without it, as after a failure.
     pub fn rejoin_deadline(&self, fed: FedId, failure: u32) {
-        let mut inner = self.lock();
-        let slot = &inner.slots[usize::from(fed)];
-        if inner.coord.state(fed) != NodeState::Restarting || slot.failures != failure || slot.rejoining {
-            return;
+        {
+            let mut inner = self.lock();
+            let slot = &inner.slots[usize::from(fed)];
+            if inner.coord.state(fed) != NodeState::Restarting || slot.failures != failure || slot.rejoining {
+                return;
+            }
+            tracing::error!(fed, "federate {fed} did not rejoin within {:?}; the federation goes on without it", self.restarts.timeout);
+            self.give_up(&mut inner, fed);
         }
-        tracing::error!(fed, "federate {fed} did not rejoin within {:?}; the federation goes on without it", self.restarts.timeout);
-        self.give_up(&mut inner, fed);
+        self.flush();
     }
 
     /// Ends the wait for a suspended federate: it counts as failed.
@@ -444,22 +459,26 @@ impl Federation {
 
     /// Tells every connected federate that the RTI is going away.
     pub fn fail_all(&self) -> usize {
-        let inner = self.lock();
         let mut told = 0;
-        for f in 0..self.size {
-            if inner.slots[usize::from(f)].out.is_some() {
-                send(&inner, f, &Message::Failed);
-                told += 1;
+        {
+            let inner = self.lock();
+            for f in 0..self.size {
+                if inner.slots[usize::from(f)].out.is_some() {
+                    send(&inner, f, &Message::Failed);
+                    told += 1;
+                }
             }
         }
+        self.flush();
         told
     }
 }
 
 fn send(inner: &Inner, fed: FedId, msg: &Message) {
     if let Some(out) = &inner.slots[usize::from(fed)].out {
-        // A closed queue means the federate is leaving; `leave` cleans up.
-        let _ = out.send(bytes(msg));
+        if out.push(msg) {
+            inner.dirty.add(out);
+        }
     }
 }
 

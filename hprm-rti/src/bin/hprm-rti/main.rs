@@ -5,11 +5,13 @@
 //! centralized coordination, advance only when granted (`hprm_rti::grant`).
 //! Small tagged messages between federates are relayed through the RTI;
 //! large payloads travel through the object store instead. `federation`
-//! holds the shared state, `connection` one federate's protocol.
+//! holds the shared state, `connection` one federate's protocol, `outbox`
+//! what is queued for one federate and how it is written.
 
 mod clock_sync;
 mod connection;
 mod federation;
+mod outbox;
 mod trace;
 
 use std::sync::Arc;
