@@ -240,7 +240,8 @@ pub(crate) fn read_reply(mut stream: &UnixStream, frames: &mut FrameBuffer, spin
             match recv(stream.as_raw_fd(), frames.spare(), MsgFlags::MSG_DONTWAIT) {
                 Ok(0) => return Err(ReadError::Closed),
                 Ok(n) => frames.commit(n),
-                Err(Errno::EAGAIN) | Err(Errno::EINTR) if Instant::now() < deadline => std::hint::spin_loop(),
+                // Yield, not a bare spin: the daemon may be queued on this CPU.
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) if Instant::now() < deadline => std::thread::yield_now(),
                 Err(Errno::EAGAIN) | Err(Errno::EINTR) => spin_until = None,
                 Err(e) => return Err(ReadError::Io(e.into())),
             }

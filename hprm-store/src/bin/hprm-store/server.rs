@@ -278,7 +278,9 @@ fn spin_read(rd: &tokio::net::unix::OwnedReadHalf, frames: &mut FrameBuffer, bud
                 if Instant::now() >= deadline {
                     return Ok(None);
                 }
-                std::hint::spin_loop();
+                // Yield, not a bare spin: the clients this daemon waits for
+                // may be queued on this CPU.
+                std::thread::yield_now();
             }
             Err(e) => return Err(e.into()),
         }
