@@ -1813,7 +1813,7 @@ impl Report {
                 .map(|&(s, e, rt, _)| format!("{} {}{} µs vs {} µs", size_label(s), if e < 0.0 { "-" } else { "+" }, fmt_us(e.abs()), fmt_us(rt)))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let model = extra.iter().map(|&(s, _, rt, ow)| format!("{} {} µs", size_label(s), fmt_us(rt + ow))).collect::<Vec<_>>().join(", ");
+            let model = extra.iter().map(|&(s, _, _, ow)| format!("{} {} µs", size_label(s), fmt_us(ow))).collect::<Vec<_>>().join(", ");
             targets.push(Target {
                 name: "centralized",
                 pass: Some(pass),
@@ -1822,7 +1822,7 @@ impl Report {
                     pass_miss(pass)
                 ),
                 why: (!pass).then(|| format!(
-                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer), and the receiver may process the message's tag only once the RTI grants it: it learns of the event when the message arrives, sends NET, and waits for TAG, a full RTI round trip after the relay. Relay hop plus round trip at the floor's cost would be {model}; the rest is the RTI's own wake-ups (it is one more process on the same CPUs) and its processing of every NET and LTC."
+                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer). The sender's message, LTC and NET leave in one write; the RTI forwards the message and, having the LTC, the grant of its tag in one write to the receiver, so no round trip waits, but the hop wakes a third process on the same two CPUs. One more hop at the floor's one-way cost would be {model}; the rest is the RTI's wake-up when its CPU had gone idle."
                 )),
             });
         }
