@@ -1031,10 +1031,9 @@ impl Scheduler {
                     Some(p) => {
                         self.board.sent();
                         let tag = if d.physical { g } else { g.delayed(d.delay) };
-                        match self.mode {
-                            Mode::Decentralized { .. } => Message::P2pTaggedMessage { port: d.port, fed: d.fed, tag, payload: p.clone() },
-                            _ => Message::TaggedMessage { port: d.port, fed: d.fed, tag, payload: p.clone() },
-                        }
+                        let p2p = matches!(self.mode, Mode::Decentralized { .. });
+                        self.send_tagged(d.fed, p2p, d.port, tag, p)?;
+                        continue;
                     }
                     None => {
                         let needed = match self.mode {
@@ -1056,12 +1055,23 @@ impl Scheduler {
     /// Queues `msg` for federate `fed` (see [`Self::queue_rti`] for when
     /// it leaves).
     fn send_to(&mut self, fed: u16, msg: &Message) -> Result<(), NodeError> {
+        self.queue_for(fed, |w| w.queue(msg))
+    }
+
+    /// Queues a tagged message for federate `fed`, its payload borrowed:
+    /// an output with several receivers encodes its value once.
+    fn send_tagged(&mut self, fed: u16, p2p: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<(), NodeError> {
+        self.queue_for(fed, |w| w.queue_tagged(p2p, port, fed, tag, payload))
+    }
+
+    /// Runs `queue` on the writer that reaches federate `fed`.
+    fn queue_for(&mut self, fed: u16, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
         match &mut self.transport {
             Transport::Alone => Ok(()),
-            Transport::Rti(w) => w.queue(msg).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
+            Transport::Rti(w) => queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
             Transport::Peers { peers, .. } => match peers.get_mut(&fed) {
                 Some(w) => {
-                    if let Err(e) = w.queue(msg) {
+                    if let Err(e) = queue(w) {
                         // A downstream peer that went away loses its messages; the others go on.
                         tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
                         peers.remove(&fed);

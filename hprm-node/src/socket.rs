@@ -120,6 +120,16 @@ impl FrameWriter {
         Ok(())
     }
 
+    /// Queues a tagged message (`p2p`: to a peer, else through the RTI)
+    /// whose payload stays where it is: one copy, into the frame buffer.
+    pub fn queue_tagged(&mut self, p2p: bool, port: u16, fed: u16, tag: hprm_rti::tag::Tag, payload: &[u8]) -> io::Result<()> {
+        wire::encode_tagged(p2p, port, fed, tag, payload, &mut self.buf);
+        if self.buf.len() >= FRAME_CAPACITY {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Writes what is queued. On an error the queue is dropped: the
     /// connection is broken and the caller gives it up.
     pub fn flush(&mut self) -> io::Result<()> {

@@ -188,6 +188,16 @@ fn put_ids(out: &mut Vec<u8>, kind: u8, fed: FedId, federation: &[u8]) {
     out.extend_from_slice(&federation[..len]);
 }
 
+/// Appends a TAGGED_MESSAGE (`p2p` false: through the RTI) or a
+/// P2P_TAGGED_MESSAGE for a borrowed payload: the same bytes as
+/// [`encode`] of the [`Message`], without the copy of the payload that
+/// building one takes, for a sender that sends one payload to several
+/// receivers.
+pub fn encode_tagged(p2p: bool, port: u16, fed: FedId, tag: Tag, payload: &[u8], out: &mut Vec<u8>) {
+    let kind = if p2p { kind::P2P_TAGGED_MESSAGE } else { kind::TAGGED_MESSAGE };
+    put_payload_message(out, kind, port, fed, Some(tag), payload);
+}
+
 fn put_payload_message(out: &mut Vec<u8>, kind: u8, port: u16, fed: FedId, tag: Option<Tag>, payload: &[u8]) {
     out.push(kind);
     out.extend_from_slice(&port.to_le_bytes());
@@ -509,6 +519,20 @@ mod tests {
             Message::UdpPort(0xFFFF),
             Message::Ack,
         ]
+    }
+
+    #[test]
+    fn borrowed_payloads_encode_as_their_messages() {
+        let t = Tag::new(42, 7);
+        for (p2p, msg) in [
+            (false, Message::TaggedMessage { port: 3, fed: 1, tag: t, payload: vec![5; 300] }),
+            (true, Message::P2pTaggedMessage { port: 3, fed: 1, tag: t, payload: vec![5; 300] }),
+        ] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            encode(&msg, &mut a);
+            encode_tagged(p2p, 3, 1, t, &[5; 300], &mut b);
+            assert_eq!(a, b);
+        }
     }
 
     #[test]
