@@ -41,8 +41,10 @@ step "installing the Python SDK into .venv (hprm-py/install.sh) and running its 
 hprm-py/install.sh "$PWD/.venv"
 # The driving example (examples/python/driving) and its benchmark run ONNX
 # models (built at test time, random weights) on onnxruntime's CPU provider;
-# the benchmarks' smoke tests draw their plots with matplotlib.
-.venv/bin/pip install -q onnx onnxruntime matplotlib
+# the benchmarks' smoke tests draw their plots with matplotlib. hprm-py's
+# torch tests send tensors (on the CPU); PyPI's torch pulls its CUDA
+# libraries too (about 3 GB, a minute to install).
+.venv/bin/pip install -q onnx onnxruntime matplotlib torch
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/py bench/pipeline examples/python/driving 2>&1 | tee "$pylog"

@@ -20,6 +20,7 @@
 //! | `list`, `tuple` | array | `list`: MessagePack has no tuple (Rust tuples and tuple structs are arrays too) |
 //! | `dict` keyed by `str`, `int`, `bytes`, `bool`, `float`, `None` (other keys, e.g. tuples: the whole dict is pickled) | map | `dict`; array keys (Rust tuples) come back as tuples |
 //! | `numpy.ndarray` of a plain dtype: bool, ints, floats, complex, datetime64/timedelta64, `S`, `U`, unstructured `V`; any shape (0-d, empty), any layout | ext 1: `dtype.str`, shape, the bytes in C order (a non-contiguous array is made contiguous first: one copy); inline under the threshold, else in the store | an `ndarray` of the same dtype and shape: inline ones as private writable arrays; stored ones as read-only arrays over the store object (zero copy), private writable copies with `copy=True` |
+//! | `torch.Tensor` (and its subclasses from torch, e.g. `Parameter`) of a dtype numpy has: bool, ints, floats up to 64 bits, complex; strided, any shape, on any device | ext 6: the data of ext 1 for the numpy array over the tensor's memory (`hprm._torch.to_numpy`: detached, a CUDA/MPS tensor copied to the CPU first, a non-contiguous one made contiguous: one copy); inline under the threshold, else in the store | a CPU `torch.Tensor` (no grad) of the same dtype and shape over the received array: zero copy when stored, and writable (torch has no read-only tensors: do not write to it, it is the memory every receiver shares; `copy=True` gives a private one); the numpy array if torch is not installed. bfloat16, float8, sparse, quantized tensors are pickled (ext 3, in-band: one copy) |
 //! | numpy scalars: bool, ints, floats up to 64 bits, `str_`, `bytes_` | bool, int, float, str, bin | `bool`, `int`, `float`, `str`, `bytes` |
 //! | anything else: other classes, subclasses of the types above, sets, structured and record arrays, object arrays, ints over 64 bits, other numpy scalars | ext 3: pickle protocol 5, whose out-of-band buffers (numpy data) are ext 1 values, each in the store when large | the unpickled object, its arrays read-only views over the store unless `copy=True` |
 //!
@@ -34,6 +35,8 @@
 //! them is garbage-collected. A received array sent on whole (an echo, a
 //! relay) travels by reference, as in Rust: the same object, its new
 //! receivers announced to the store (redeliver); a part of one is copied.
+//! A received tensor keeps its array (attribute `_hprm_source`), so it is
+//! sent on by reference too while it still views that array whole.
 //!
 //! The GIL is released around every store round trip and large copy into
 //! the store; Python objects are only touched with it held.
@@ -53,7 +56,7 @@ use hprm_node::payload::conformance::Sample;
 use hprm_node::payload::msgpack::Writer;
 use hprm_node::payload::{
     Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink, DEFAULT_GET_TIMEOUT,
-    DEFAULT_THRESHOLD, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
+    DEFAULT_THRESHOLD, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR,
 };
 use hprm_store::{Object, ObjectId};
 use pyo3::exceptions::{PyException, PyValueError};
@@ -92,6 +95,8 @@ static ASCONTIGUOUS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static FROMBUFFER: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static TO_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static FROM_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static TO_NUMPY: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static FROM_NUMPY: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static DUMPS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 
@@ -209,11 +214,24 @@ impl<'py> Walk<'py> {
                 self.value(out, value, depth + 1)?;
             }
         } else if v.get_type().is(imported_type(self.py, &NDARRAY, "numpy", "ndarray")?) {
-            self.array(out, v)?;
+            self.array(out, v, EXT_BUFFER)?;
         } else if v.is_instance(imported_type(self.py, &GENERIC, "numpy", "generic")?)? {
             self.numpy_scalar(out, v)?;
-        } else if !self.arrow(out, v)? {
-            return self.pickle(out, v);
+        } else {
+            // Only torch's and pyarrow's own types are worth a look (and an
+            // import of their helper); the module name says it cheaply.
+            let module = v.get_type().getattr(intern!(self.py, "__module__"))?;
+            let module = module.downcast::<PyString>().ok().and_then(|m| m.to_str().ok()).unwrap_or_default();
+            let sent = if module.starts_with("torch") {
+                self.tensor(out, v)?
+            } else if module.starts_with("pyarrow") {
+                self.arrow(out, v)?
+            } else {
+                false
+            };
+            if !sent {
+                return self.pickle(out, v);
+            }
         }
         Ok(())
     }
@@ -295,13 +313,9 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
         placed.map_err(payload_error)
     }
 
-    /// A pyarrow table, batch or array as one Arrow IPC stream (ext 5);
-    /// false for anything else.
+    /// A pyarrow table, batch or array (`v`'s type is one of pyarrow's) as
+    /// one Arrow IPC stream (ext 5); false for anything else.
     fn arrow(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<bool> {
-        let module: String = v.get_type().getattr(intern!(self.py, "__module__"))?.extract()?;
-        if !module.starts_with("pyarrow") {
-            return Ok(false);
-        }
         let stream = imported(self.py, &TO_IPC, "hprm._arrow", "to_ipc")?.call1((v,))?;
         if stream.is_none() {
             return Ok(false);
@@ -313,7 +327,22 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
         Ok(true)
     }
 
-    fn array(&mut self, out: &mut Vec<u8>, array: &Bound<'py, PyAny>) -> PyResult<()> {
+    /// A torch tensor (`v`'s type is one of torch's) as the numpy array
+    /// over its memory, written as ext 6 (see `hprm._torch`); false for
+    /// anything else, and for tensors numpy cannot hold (bfloat16, sparse,
+    /// ...), which torch pickles.
+    fn tensor(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<bool> {
+        let array = imported(self.py, &TO_NUMPY, "hprm._torch", "to_numpy")?.call1((v,))?;
+        if array.is_none() {
+            return Ok(false);
+        }
+        self.array(out, &array, EXT_TENSOR)?;
+        Ok(true)
+    }
+
+    /// A numpy array as `ext`: ext 1 (an array), or ext 6 (a torch tensor's
+    /// array, given back as a tensor).
+    fn array(&mut self, out: &mut Vec<u8>, array: &Bound<'py, PyAny>, ext: i8) -> PyResult<()> {
         let py = self.py;
         let dtype = array.getattr(intern!(py, "dtype"))?;
         let Some(dtype) = plain_dtype(&dtype)? else { return self.pickle(out, array) };
@@ -326,7 +355,10 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
             imported(py, &ASCONTIGUOUS, "numpy", "ascontiguousarray")?.call1((array,))?
         };
         let buffer = RawBuffer::get(&source)?;
-        if let Some(loaned) = Self::whole_loan(&source, buffer.bytes())? {
+        // A loan is written as ext 1 (`write_value_buffer`); a tensor's array
+        // never views one (its base is the tensor).
+        let loaned = if ext == EXT_BUFFER { Self::whole_loan(&source, buffer.bytes())? } else { None };
+        if let Some(loaned) = loaned {
             // Allocated in the store by `ctx.alloc_array`: sent by reference
             // (unless reinterpreted as another dtype or shape: then copied).
             let finished = loaned.get().finish()?;
@@ -339,10 +371,10 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
             // A received array sent on (an echo, a relay): the same object,
             // with its new receivers announced to the store; no copy.
             let session = &mut self.session;
-            session.write_stored(out, EXT_BUFFER, &dtype, &shape, object).map_err(payload_error)?;
+            session.write_stored(out, ext, &dtype, &shape, object).map_err(payload_error)?;
             return Ok(());
         }
-        if self.place(out, EXT_BUFFER, &dtype, &shape, buffer.bytes())?.is_some() {
+        if self.place(out, ext, &dtype, &shape, buffer.bytes())?.is_some() {
             self.held.push(Held::Export(buffer));
         }
         Ok(())
@@ -590,18 +622,24 @@ impl<'py> Build<'py> {
                 let stream = self.byte_string(data)?;
                 imported(self.py, &FROM_IPC, "hprm._arrow", "from_ipc")?.call1((stream,))?
             }
+            Token::Ext(EXT_TENSOR, data) => {
+                // An array like ext 1 (a private copy with `copy`), then a
+                // tensor over it; the array where torch is missing.
+                let array = self.array(data)?;
+                imported(self.py, &FROM_NUMPY, "hprm._torch", "from_numpy")?.call1((array,))?
+            }
             Token::Ext(EXT_PICKLED, data) => self.unpickle(data)?,
             Token::Ext(EXT_SPILLED, _) => return Err(malformed("a spilled-message reference (ext 2) inside a message")),
             Token::Ext(other, _) => {
                 return Err(PayloadError::new_err(format!(
-                    "the message holds a MessagePack extension of type {other}, which Python does not read (1 to 4 are HPRM's); \
+                    "the message holds a MessagePack extension of type {other}, which Python does not read (1 to 6 are HPRM's); \
                      it was written for a Rust type with extensions of its own"
                 )))
             }
         })
     }
 
-    /// Ext 1: a numpy array.
+    /// Ext 1 (and ext 6's data): a numpy array.
     fn array(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         let d = BufferDescriptor::decode(data).map_err(payload_error)?;

@@ -27,7 +27,7 @@ use hprm_store::{Object, ObjectId};
 use serde::de::DeserializeOwned;
 
 use super::buffer::Stored;
-use super::descriptor::{At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
+use super::descriptor::{At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR};
 use super::msgpack::{Item, Reader};
 use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 use super::scoped::Installed;
@@ -250,7 +250,7 @@ impl Scan {
                 Item::Leaf => 0,
                 Item::Array(n) => u64::from(n),
                 Item::Map(n) => 2 * u64::from(n),
-                Item::Ext(EXT_BUFFER | EXT_BYTES | EXT_ARROW, data) => {
+                Item::Ext(EXT_BUFFER | EXT_BYTES | EXT_ARROW | EXT_TENSOR, data) => {
                     let d = DescriptorRef::parse(data)?;
                     if let LocationRef::Store(id, at) = d.location {
                         if seen.insert(id) {
@@ -331,8 +331,9 @@ pub(crate) fn buffer_from_ext(ty: i8, data: &[u8]) -> Result<Buffer, String> {
 
 fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
     match ty {
-        // A byte string, or an Arrow IPC stream, is a buffer to Rust.
-        EXT_BUFFER | EXT_BYTES | EXT_ARROW => {}
+        // A byte string, an Arrow IPC stream or a torch tensor is a buffer
+        // to Rust.
+        EXT_BUFFER | EXT_BYTES | EXT_ARROW | EXT_TENSOR => {}
         EXT_PICKLED => return Err(PayloadError::Pickled { len: data.len() }),
         EXT_SPILLED => return Err(PayloadError::malformed("a spilled-message reference (ext 2) where a buffer was expected")),
         other => return Err(PayloadError::malformed(format!("extension type {other} where a buffer (type {EXT_BUFFER}) was expected"))),

@@ -1,5 +1,5 @@
 //! The codec's extension values: [`BufferDescriptor`] (ext 1, and ext 4
-//! for byte strings) and [`SpilledMessage`] (ext 2), their exact bytes, and
+//! for byte strings, 5 for Arrow streams, 6 for torch tensors) and [`SpilledMessage`] (ext 2), their exact bytes, and
 //! their validation.
 //!
 //! The layouts are specified in the [module docs](super#wire-format); this
@@ -27,6 +27,12 @@ pub const EXT_BYTES: i8 = 4;
 /// `|u1`, holding the stream. Rust reads it as a [`super::Buffer`] of the
 /// stream's bytes; Python gives back the pyarrow object, zero-copy.
 pub const EXT_ARROW: i8 = 5;
+/// MessagePack extension type of a torch tensor: exactly the data of an
+/// ext 1 value (any plain dtype). The type only tells a Python receiver to
+/// give back a `torch.Tensor` (over the same bytes, zero-copy when stored)
+/// rather than a numpy array; Rust reads it as a [`super::Buffer`] like
+/// ext 1.
+pub const EXT_TENSOR: i8 = 6;
 
 /// Most dimensions a descriptor may have (numpy's own limit is 64).
 pub const MAX_DIMS: usize = 64;

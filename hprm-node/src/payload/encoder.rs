@@ -23,7 +23,7 @@ use hprm_store::{CreateOptions, Object, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
-use super::descriptor::{contiguous_len, shape_error, At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES};
+use super::descriptor::{contiguous_len, shape_error, At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR};
 use super::msgpack::Writer;
 use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 use super::scoped::Installed;
@@ -341,9 +341,10 @@ impl EncodeSession {
     /// Appends to `out` the extension value of one C-contiguous buffer of
     /// `shape` elements of `dtype`: its bytes inline when under the
     /// threshold, else copied once into a new store object created with the
-    /// session's deliveries. `ext` is [`EXT_BUFFER`] (an array) or
-    /// [`EXT_BYTES`] (a byte string: `dtype` must be `|u1` and `shape` one
-    /// dimension). Returns the store object, if the bytes went there.
+    /// session's deliveries. `ext` is [`EXT_BUFFER`] (an array),
+    /// [`EXT_TENSOR`] (a torch tensor, any dtype like an array), or
+    /// [`EXT_BYTES`] or [`EXT_ARROW`] (a byte string: `dtype` must be `|u1`
+    /// and `shape` one dimension). Returns the store object, if the bytes went there.
     ///
     /// `stable` says that `bytes` belong to the value being encoded and stay
     /// where they are until [`EncodeSession::finish`] (not a temporary
@@ -362,7 +363,7 @@ impl EncodeSession {
         stable: bool,
     ) -> Result<Option<ObjectId>, PayloadError> {
         match ext {
-            EXT_BUFFER => {}
+            EXT_BUFFER | EXT_TENSOR => {}
             EXT_BYTES | EXT_ARROW if *dtype == Dtype::U8 && shape.len() == 1 => {}
             EXT_BYTES | EXT_ARROW => {
                 return Err(PayloadError::Serialize {
@@ -415,7 +416,7 @@ impl EncodeSession {
     /// store told of the new receivers at [`EncodeSession::finish`], as
     /// [`Encoder::encode`] does for a received `Buffer`.
     pub fn write_stored(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>) -> Result<ObjectId, PayloadError> {
-        if ext != EXT_BUFFER && ext != EXT_BYTES {
+        if !matches!(ext, EXT_BUFFER | EXT_BYTES | EXT_TENSOR) {
             return Err(PayloadError::Serialize { message: format!("extension type {ext} is not a buffer type") });
         }
         let id = object.id();

@@ -134,6 +134,13 @@
 //! Python receivers get that pyarrow object back over the received bytes
 //! (zero-copy when stored); Rust reads the stream's bytes as a [`Buffer`].
 //!
+//! **Ext type 6, torch tensor.** Exactly the data of ext 1 (any plain
+//! dtype, the tensor's shape, C-contiguous): a Python `torch.Tensor` whose
+//! dtype numpy has (others, like bfloat16, go pickled as ext 3). The type
+//! only tells a Python receiver to give back a `torch.Tensor` over the
+//! bytes (zero-copy when stored) rather than a numpy array; Rust reads it
+//! exactly as ext 1 (a [`Buffer`]).
+//!
 //! **Ext type 2, spilled message.** When the encoded message exceeds
 //! [`MAX_INLINE`] bytes, it is written into one store object (created with
 //! the same deliveries), and the payload is instead this single ext value,
@@ -163,7 +170,7 @@
 //! connection before the message, so the bytes are complete and stay put.
 //! An offset outside the arena or unaligned is refused at once; one that
 //! is not the object's (a forged message) is refused by the store, and
-//! reported late. Any extension type other than 1–4 belongs to the
+//! reported late. Any extension type other than 1–6 belongs to the
 //! value's own types and is left to them.
 
 mod buffer;
@@ -183,7 +190,7 @@ use std::time::Duration;
 
 pub use buffer::Buffer;
 pub use decoder::Decoder;
-pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, MAX_DIMS};
+pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR, MAX_DIMS};
 pub use dtype::{Dtype, Element};
 pub use encoder::{EncodeSession, Encoder, Loan};
 pub use error::PayloadError;

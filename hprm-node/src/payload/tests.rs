@@ -381,6 +381,39 @@ fn byte_strings_are_buffers_to_rust() {
 }
 
 #[test]
+fn torch_tensors_are_buffers_to_rust() {
+    // Python writes a tensor as ext 6 over ext 1's data, any plain dtype.
+    let values: Vec<u8> = [1.5f32, -2.0, 3.25, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut session = Encoder::default().session(1);
+    let mut message = Vec::new();
+    session.write_buffer(&mut message, EXT_TENSOR, &Dtype::F32, &[2, 2], &values, false).unwrap();
+    let bytes = session.finish(message).unwrap();
+    let descriptor = BufferDescriptor { dtype: Dtype::F32, shape: vec![2, 2], strides: None, nbytes: 16, location: Location::Inline(values.clone()) }.encode().unwrap();
+    assert_eq!(bytes, ext_payload(EXT_TENSOR, &descriptor), "an ext 6 of ext 1's data");
+    let b: Buffer = Decoder::default().decode(&bytes).unwrap();
+    assert_eq!((b.dtype(), b.shape(), b.bytes()), (&Dtype::F32, &[2usize, 2][..], &values[..]));
+    assert_eq!(b.to_vec::<f32>().unwrap(), [1.5, -2.0, 3.25, 0.0]);
+    // Inside a struct, and through oob like ext 1.
+    #[derive(Deserialize)]
+    struct Ranges {
+        #[serde(with = "oob")]
+        ranges: Vec<f32>,
+    }
+    let mut message = vec![0x81, 0xa6, b'r', b'a', b'n', b'g', b'e', b's'];
+    let mut session = Encoder::default().session(1);
+    session.write_buffer(&mut message, EXT_TENSOR, &Dtype::F32, &[4], &values, false).unwrap();
+    let r: Ranges = Decoder::default().decode(&session.finish(message).unwrap()).unwrap();
+    assert_eq!(r.ranges, [1.5, -2.0, 3.25, 0.0]);
+    // Its store references are found like ext 1's.
+    let id = hprm_store::ObjectId::from_bytes([6; 20]);
+    let stored = BufferDescriptor { dtype: Dtype::F32, shape: vec![20_000], strides: None, nbytes: 80_000, location: Location::Store(id) };
+    assert_eq!(Decoder::references(&ext_payload(EXT_TENSOR, &stored.encode().unwrap())).unwrap(), [id]);
+    // Shape and length must agree, as for any descriptor.
+    let mut session = Encoder::default().session(1);
+    assert!(matches!(session.write_buffer(&mut Vec::new(), EXT_TENSOR, &Dtype::F32, &[2], &[0; 4], false), Err(PayloadError::Shape { .. })));
+}
+
+#[test]
 fn references_are_found_in_buffers_byte_strings_and_pickles() {
     let id = |n: u8| hprm_store::ObjectId::from_bytes([n; 20]);
     let stored = |n: u8| BufferDescriptor { dtype: Dtype::U8, shape: vec![70_000], strides: None, nbytes: 70_000, location: Location::Store(id(n)) };
