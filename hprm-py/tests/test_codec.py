@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from hprm import _native
+from support import codecs, settled
 
 Codec = _native.Codec
 PayloadError = _native.PayloadError
@@ -23,10 +24,6 @@ SharedBuffer = _native.SharedBuffer
 THRESHOLD = 65536
 MIB = 1 << 20
 
-
-def codecs(store, n=2, **kwargs):
-    """`n` codecs with connections of their own, as separate processes have."""
-    return [Codec(store.socket, **kwargs) for _ in range(n)]
 
 
 def same_array(got, sent):
@@ -54,14 +51,6 @@ def shared_buffer_of(obj):
     found = [b for b in bases(obj) if isinstance(b, SharedBuffer)]
     return found[0] if found else None
 
-
-def settled(codec, eventually):
-    """The store's objects once every reference is released and every
-    delivery settled (a receiver claims its reference with a one-way
-    message, so "no reference" alone may only mean "not claimed yet")."""
-    eventually(lambda: all(o["ref_count"] == 0 and o["pending_deliveries"] == 0 for o in codec.store_objects()),
-               what="every reference released, every delivery settled")
-    return codec.store_objects()
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hprm import _native  # noqa: E402
+from support import codecs, settled  # noqa: E402
 
 Codec = _native.Codec
 SharedBuffer = _native.SharedBuffer
@@ -23,10 +24,6 @@ SharedBuffer = _native.SharedBuffer
 MIB = 1 << 20
 PROGRAMS = Path(__file__).parent / "programs"
 
-
-def codecs(store, n=2, **kwargs):
-    """`n` codecs with connections of their own, as separate processes have."""
-    return [Codec(store.socket, **kwargs) for _ in range(n)]
 
 
 def same_tensor(got, sent):
@@ -56,12 +53,6 @@ def inside_the_store(tensor):
     address = tensor.data_ptr()
     return start <= address and address + tensor.numel() * tensor.element_size() <= end
 
-
-def settled(codec, eventually):
-    """The store's objects once every reference is released and every delivery settled."""
-    eventually(lambda: all(o["ref_count"] == 0 and o["pending_deliveries"] == 0 for o in codec.store_objects()),
-               what="every reference released, every delivery settled")
-    return codec.store_objects()
 
 
 def sample(dtype, n):
@@ -308,7 +299,7 @@ def test_without_torch_a_receiver_gets_the_array(store):
     assert r.stdout.split() == ["ndarray", "int32", "(100000,)", str(sum(range(100_000))), "False"]
 
 
-def test_rust_reads_what_python_writes(store):
+def test_rust_reads_what_python_writes(store, eventually):
     from hprm._native import _rust_decode_buffer
 
     [sender] = codecs(store, 1)
@@ -317,12 +308,13 @@ def test_rust_reads_what_python_writes(store):
         got_dtype, shape, raw, shared = _rust_decode_buffer(data, store.socket)
         assert (got_dtype, tuple(shape), shared) == (dtype, tuple(sent.shape), sent.numel() * sent.element_size() >= 65536)
         assert bytes(raw) == sent.contiguous().numpy().tobytes()
-    # (Settlement is not checked here: the helper's store connection is
-    # closed right after its one-way claim, which races; test_codec.py
-    # covers deliveries of Rust receivers.)
+    # The reader's connection closes right after its one-way claim, which
+    # may reach the daemon before the sender's seal: the daemon settles
+    # the delivery of a claim left waiting by a consumer that went away.
+    assert all(o["pending_deliveries"] == 0 for o in settled(sender, eventually))
 
 
-def test_rust_reads_tensors_in_its_own_struct(store):
+def test_rust_reads_tensors_in_its_own_struct(store, eventually):
     """The conformance sample with its buffers sent as tensors: Rust's
     `Buffer` and `oob` fields read them as they read arrays."""
     [sender] = codecs(store, 1)
@@ -343,6 +335,7 @@ def test_rust_reads_tensors_in_its_own_struct(store):
     check = _native._rust_decode_check(sender.encode(sample), store.socket)
     assert check["equal"], (check["differs"], check["debug"][:2000])
     assert sorted(check["shared"]) == ["pixels", "raw"]
+    assert all(o["pending_deliveries"] == 0 for o in settled(sender, eventually))
 
 
 def test_federates_send_tensors(daemons_built):

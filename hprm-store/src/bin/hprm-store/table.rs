@@ -848,8 +848,16 @@ impl ObjectTable {
         self.subscribers.remove(&client);
         let waits: Vec<WaitId> = self.gets.iter().filter(|(_, w)| w.client == client).map(|(k, _)| *k).collect();
         for wait in waits {
+            let claimed = self.gets.get(&wait).and_then(|w| w.claim.is_some().then(|| w.ids[0]));
             // Drops the references the waiter holds too.
             self.cancel(wait);
+            // A consumer that claimed an object before its seal landed and
+            // went away has collected its delivery, as one that got it
+            // would have: settle it, rather than leave it to the TTL. (Of
+            // an object not even created yet nothing is known: the TTL.)
+            if let Some(e) = claimed.and_then(|id| self.objects.get_mut(&id)) {
+                e.pending_deliveries = e.pending_deliveries.saturating_sub(1);
+            }
         }
         self.creates.retain(|c| c.client != client);
         let Some(record) = self.clients.remove(&client) else { return };
@@ -1316,6 +1324,16 @@ mod tests {
         assert_eq!(code(&reply(t.handle(4, &Request::Release { id }))), Some(ErrorCode::NotReferenced), "absorbed once only");
         assert_eq!(reply(t.handle(3, &Request::Release { id })), Reply::Done);
         let info = t.list().into_iter().find(|i| i.id == id).unwrap();
+        assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
+        // A consumer that claims before the seal, releases and disconnects
+        // has collected its delivery: nothing is left for the TTL.
+        let gone = ObjectId::random();
+        let Reply::Created(pg) = create(&mut t, 1, gone, 1000, 1) else { panic!("create") };
+        let Outcome::Wait { .. } = t.handle(7, &Request::Claim { id: gone, placement: pg, timeout: None }) else { panic!("waits") };
+        assert_eq!(reply(t.handle(7, &Request::Release { id: gone })), Reply::Done);
+        t.disconnect(7);
+        assert_eq!(reply(t.handle(1, &Request::Seal { id: gone })), Reply::Done);
+        let info = t.list().into_iter().find(|i| i.id == gone).unwrap();
         assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
         // A claim of an object that never comes gives its wait back.
         let ghost = ObjectId::random();
