@@ -37,6 +37,12 @@ cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 
+# No free-threaded interpreter (3.13t) is available on these machines, so
+# the extension is compiled against pyo3's configuration of one instead: it
+# checks that the package keeps building for free-threaded CPython.
+step "checking that the Python extension builds for free-threaded CPython (pyo3 with Py_GIL_DISABLED)"
+(cd hprm-py && PYO3_CONFIG_FILE="$PWD/pyo3-free-threaded.cfg" CARGO_TARGET_DIR="$PWD/../target/free-threaded" cargo check --quiet)
+
 step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
 hprm-py/install.sh "$PWD/.venv"
 # The driving example (examples/python/driving) and its benchmark run ONNX
