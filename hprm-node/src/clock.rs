@@ -22,9 +22,13 @@ impl Clock {
     }
 
     /// Adds `delta` ns to the offset (positive: this clock was behind).
-    #[allow(dead_code)]
     pub fn adjust(&self, delta: i64) {
         self.offset.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// The offset added to the system clock (ns).
+    pub fn offset(&self) -> i64 {
+        self.offset.load(Ordering::Relaxed)
     }
 }
 

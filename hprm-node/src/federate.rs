@@ -92,6 +92,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         crate::signal::forward_to(inbox.clone())?;
     }
     let clock = Arc::new(Clock::default());
+    let clock_sync = Arc::new(crate::clock_sync::SyncStats::default());
+    let clock_sync_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let store = StoreLink::new(opts.store.clone());
     let encoder = Encoder::new(store.clone(), program.threshold);
     let decoder = Decoder::new(store, Duration::from_secs(10));
@@ -160,6 +162,10 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 tracing::info!(federate = %opts.federate, offset_ns = offset, "clock synchronized with the RTI");
                 clock.adjust(offset);
             }
+            if let Some(udp) = session.udp.take() {
+                crate::clock_sync::spawn(udp, idx(fed), clock.clone(), clock_sync_stop.clone(), clock_sync.clone())
+                    .map_err(|e| NodeError::io("starting the clock synchronization thread", e))?;
+            }
             rti::spawn_reader(session.reader, session.addr, rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
             let transport = match peers {
                 Some(peers) => Transport::Peers { rti: session.writer, peers },
@@ -198,7 +204,11 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     // units ordered after this one may start now.
     hprm_sd_notify::ready(&format!("federate {} of {federation}: running from start time {start}", opts.federate));
     crate::signal::mark_running();
-    let report = sched.run();
+    let mut report = sched.run();
+    clock_sync_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(r) = &mut report {
+        r.clock_sync_rounds = clock_sync.rounds.load(std::sync::atomic::Ordering::Relaxed);
+    }
     drop(observed);
     crate::trace::finish();
     hprm_sd_notify::stopping(&match &report {

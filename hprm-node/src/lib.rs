@@ -26,6 +26,7 @@
 //! arithmetic.
 
 mod clock;
+mod clock_sync;
 mod context;
 pub mod deploy;
 mod error;

@@ -49,6 +49,9 @@ pub(crate) struct RtiSession {
     pub addr: String,
     fed: u16,
     clock: ClockSamples,
+    /// Where the RTI's runtime clock synchronization rounds arrive, when
+    /// this federate asked for clock synchronization.
+    pub udp: Option<std::net::UdpSocket>,
 }
 
 /// Offsets measured by the initial clock synchronization (T1/T3/T4).
@@ -129,9 +132,18 @@ pub(crate) fn join(cfg: &RtiConfig, fed: u16, name: &str, upstreams: &[(u16, Del
         other => return Err(protocol(addr, format!("expected ACK to FED_IDS, got {other:?}"))),
     }
     send(&mut writer, addr, &Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() })?;
-    // 0: initial synchronization only; 0xFFFF: none.
-    send(&mut writer, addr, &Message::UdpPort(if cfg.clock_sync { 0 } else { 0xFFFF }))?;
-    let mut session = RtiSession { writer, reader, addr: addr.to_string(), fed, clock: ClockSamples::default() };
+    // A port: initial synchronization, and runtime rounds there if the RTI
+    // runs them (`--clock-sync on`); 0xFFFF: none.
+    let udp = match cfg.clock_sync {
+        true => Some(crate::clock_sync::bind().map_err(|e| NodeError::io("binding the clock synchronization socket", e))?),
+        false => None,
+    };
+    let port = match &udp {
+        Some(s) => s.local_addr().map_err(|e| NodeError::io("reading the clock synchronization port", e))?.port(),
+        None => 0xFFFF,
+    };
+    send(&mut writer, addr, &Message::UdpPort(port))?;
+    let mut session = RtiSession { writer, reader, addr: addr.to_string(), fed, clock: ClockSamples::default(), udp };
     if cfg.clock_sync {
         session.synchronize_clock()?;
     }

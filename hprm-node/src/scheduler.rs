@@ -63,6 +63,9 @@ pub struct RunReport {
     pub problems: Vec<String>,
     /// Downstream peers reached over a Unix socket (decentralized).
     pub peers_over_unix: usize,
+    /// Runtime clock synchronization rounds with the RTI whose estimate was
+    /// kept (`RtiConfig::clock_sync` and the RTI's `--clock-sync on`).
+    pub clock_sync_rounds: u64,
 }
 
 /// How many error messages a [`RunReport`] keeps.

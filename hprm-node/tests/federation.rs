@@ -784,6 +784,39 @@ fn clock_sync_and_authentication_with_the_rti() {
     assert!(err.to_string().contains("did not authenticate"), "{err}");
 }
 
+/// Runtime clock synchronization (RTI `--clock-sync on`): federates that
+/// ask for clock synchronization answer the RTI's UDP rounds all run long
+/// and keep their estimates. On one host the RTI's clock is this clock, so
+/// the offset they converge to is near zero.
+#[test]
+fn runtime_clock_sync_rounds_with_the_rti() {
+    let rti = support::RtiDaemon::start(2, &["--id", "pair", "--clock-sync", "on", "--clock-sync-port", "0", "--clock-sync-period-ms", "5", "--start-delay-ms", "100"]);
+    let program = || {
+        let mut p = Program::new("pair");
+        p.timeout(400 * MS);
+        for name in ["a", "b"] {
+            let f = p.federate(name);
+            let mut r = p.reactor(f, "r", ());
+            let t = r.timer("t", Duration::ZERO, 50 * MS);
+            r.reaction("tick").trigger(t).body(|_, _| {});
+        }
+        p
+    };
+    let run = |fed: &'static str| {
+        let mut o = rti_options(fed, &rti, "pair");
+        if let Some(c) = o.rti.as_mut() {
+            c.clock_sync = true;
+        }
+        std::thread::spawn(move || run_federate(program(), o))
+    };
+    let (a, b) = (run("a"), run("b"));
+    for (name, h) in [("a", a), ("b", b)] {
+        let report = h.join().expect("no panic").unwrap_or_else(|e| panic!("{name} runs: {e}"));
+        // About 80 rounds of 5 ms in 400 ms; a loaded machine drops some.
+        assert!(report.clock_sync_rounds >= 10, "{name}: {} rounds kept\n{}", report.clock_sync_rounds, rti.log());
+    }
+}
+
 #[test]
 fn a_wrong_federation_id_is_rejected_with_a_reason() {
     let rti = support::RtiDaemon::start(2, &["--id", "pair"]);
