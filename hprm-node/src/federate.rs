@@ -98,7 +98,13 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let encoder = Encoder::new(store.clone(), program.threshold);
     let decoder = Decoder::new(store, Duration::from_secs(10));
 
+    let decentralized = matches!(program.coordination, Coordination::Decentralized { .. });
     let mut inputs: Vec<Option<NetworkInput>> = program.connections.iter().map(|_| None).collect();
+    // The federates this one exchanges messages with directly, over peer
+    // connections: every neighbour in decentralized coordination; in
+    // centralized, those of physical connections only (as in LF: the RTI
+    // relays logical connections, whose tags it must account for, while a
+    // physical connection's receiver stamps values with its own time).
     let mut inbound: Vec<u16> = Vec::new();
     let mut outbound: Vec<u16> = Vec::new();
     for (wire, c) in program.connections.iter().enumerate() {
@@ -106,13 +112,16 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         if a == b {
             continue;
         }
+        let direct = decentralized || c.physical;
         if b == fed {
             if let TriggerKind::Input { decode, .. } = program.triggers[c.to.index()].kind {
                 inputs[wire] = Some(NetworkInput { input: c.to, decode, sender: program.port_path(c.from), receiver: program.port_path(c.to) });
             }
-            inbound.push(idx(a));
+            if direct {
+                inbound.push(idx(a));
+            }
         }
-        if a == fed {
+        if a == fed && direct {
             outbound.push(idx(b));
         }
     }
@@ -135,7 +144,6 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             (Transport::Alone, clock.now(), None)
         }
         Some(cfg) => {
-            let decentralized = matches!(program.coordination, Coordination::Decentralized { .. });
             // Decentralized federates tell the RTI no neighbours: it only starts and stops them.
             let (ups, downs) = if decentralized {
                 (Vec::new(), Vec::new())
@@ -143,14 +151,14 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 (program.upstreams(fed).into_iter().map(|(f, d)| (idx(f), d)).collect(), program.downstreams(fed).into_iter().map(idx).collect())
             };
             let mut session = rti::join(cfg, idx(fed), &opts.federate, &ups, &downs)?;
+            if !inbound.is_empty() {
+                let names = program.federates.iter().map(|f| f.name.clone()).collect();
+                let (port, file) = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
+                unix_socket = file;
+                session.advertise(port)?;
+            }
             let mut peers = None;
-            if decentralized {
-                if !inbound.is_empty() {
-                    let names = program.federates.iter().map(|f| f.name.clone()).collect();
-                    let (port, file) = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
-                    unix_socket = file;
-                    session.advertise(port)?;
-                }
+            if decentralized || !outbound.is_empty() {
                 let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
                 peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.peer_transport, cfg.connect_timeout)?);
             }

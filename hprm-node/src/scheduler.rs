@@ -534,7 +534,10 @@ impl Scheduler {
         }
         match self.mode {
             Mode::Alone => false,
-            Mode::Centralized => self.upstreams > 0 && self.granted < FOREVER,
+            Mode::Centralized => {
+                (self.upstreams > 0 && self.granted < FOREVER)
+                    || self.net_inputs.iter().any(|i| self.physical_input[i.index()] && self.input_peer[i.index()].is_some_and(|p| !self.closed_peers.contains(&p)))
+            }
             Mode::Decentralized { .. } => self.net_inputs.iter().any(|i| self.input_peer[i.index()].is_some_and(|p| !self.closed_peers.contains(&p))),
         }
     }
@@ -1034,8 +1037,8 @@ impl Scheduler {
                     Some(p) => {
                         self.board.sent();
                         let tag = if d.physical { g } else { g.delayed(d.delay) };
-                        let p2p = matches!(self.mode, Mode::Decentralized { .. });
-                        self.send_tagged(d.fed, p2p, d.port, tag, p)?;
+                        let direct = matches!(self.mode, Mode::Decentralized { .. }) || d.physical;
+                        self.send_tagged(d.fed, direct, d.port, tag, p)?;
                         continue;
                     }
                     None => {
@@ -1049,29 +1052,42 @@ impl Scheduler {
                         Message::PortAbsent { port: d.port, fed: d.fed, tag: g.delayed_strict(d.delay) }
                     }
                 };
-                self.send_to(d.fed, &msg)?;
+                self.send_to(d.fed, matches!(self.mode, Mode::Decentralized { .. }), &msg)?;
             }
         }
         Ok(())
     }
 
-    /// Queues `msg` for federate `fed` (see [`Self::queue_rti`] for when
-    /// it leaves).
-    fn send_to(&mut self, fed: u16, msg: &Message) -> Result<(), NodeError> {
-        self.queue_for(fed, |w| w.queue(msg))
+    /// Queues `msg` for federate `fed`, over its peer connection
+    /// (`direct`) or through the RTI (see [`Self::queue_rti`] for when it
+    /// leaves).
+    fn send_to(&mut self, fed: u16, direct: bool, msg: &Message) -> Result<(), NodeError> {
+        self.queue_for(fed, direct, |w| w.queue(msg))
     }
 
     /// Queues a tagged message for federate `fed`, its payload borrowed:
-    /// an output with several receivers encodes its value once.
-    fn send_tagged(&mut self, fed: u16, p2p: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<(), NodeError> {
-        self.queue_for(fed, |w| w.queue_tagged(p2p, port, fed, tag, payload))
+    /// an output with several receivers encodes its value once. `direct`:
+    /// over the peer connection (decentralized, or a physical connection),
+    /// else through the RTI.
+    fn send_tagged(&mut self, fed: u16, direct: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<(), NodeError> {
+        self.queue_for(fed, direct, |w| w.queue_tagged(direct, port, fed, tag, payload))
     }
 
-    /// Runs `queue` on the writer that reaches federate `fed`.
-    fn queue_for(&mut self, fed: u16, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
+    /// Runs `queue` on the writer that reaches federate `fed`: its peer
+    /// connection (`direct`) or the RTI's.
+    fn queue_for(&mut self, fed: u16, direct: bool, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
+        let rti = match &mut self.transport {
+            Transport::Alone => return Ok(()),
+            Transport::Rti(w) => w,
+            Transport::Peers { rti, .. } if !direct => rti,
+            Transport::Peers { .. } => return self.queue_for_peer(fed, queue),
+        };
+        queue(rti).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}")))
+    }
+
+    fn queue_for_peer(&mut self, fed: u16, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
         match &mut self.transport {
-            Transport::Alone => Ok(()),
-            Transport::Rti(w) => queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
+            Transport::Alone | Transport::Rti(_) => Ok(()),
             Transport::Peers { peers, .. } => match peers.get_mut(&fed) {
                 Some(w) => {
                     if let Err(e) = queue(w) {

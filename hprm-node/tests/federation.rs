@@ -464,6 +464,45 @@ fn zero_delay_cycle() -> Program {
     p
 }
 
+/// A source sends each count over a physical connection and over a
+/// logical one (centralized): the RTI relays the logical values, the
+/// physical ones go over a peer connection, stamped by the sink's clock.
+fn physical_and_logical() -> Program {
+    let mut p = Program::new("physical");
+    p.timeout(100 * MS);
+    let src = p.federate("source");
+    let (fast, slow) = {
+        let mut r = p.reactor(src, "counter", 0u64);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let fast = r.output::<u64>("fast");
+        let slow = r.output::<u64>("slow");
+        r.reaction("emit").trigger(t).effect(fast).effect(slow).body(move |n, ctx| {
+            *n += 1;
+            ctx.set(fast, *n);
+            ctx.set(slow, *n);
+        });
+        (fast, slow)
+    };
+    let sink = p.federate("sink");
+    let (phys, logical) = {
+        let mut r = p.reactor(sink, "printer", ());
+        let phys = r.input::<u64>("phys");
+        let logical = r.input::<u64>("logical");
+        r.reaction("phys").trigger(phys).body(move |_, ctx| {
+            let v = *ctx.get(phys).expect("triggered by phys");
+            record(ctx, format!("phys {v}"));
+        });
+        r.reaction("logical").trigger(logical).body(move |_, ctx| {
+            let v = *ctx.get(logical).expect("triggered by logical");
+            record(ctx, format!("logical {v}"));
+        });
+        (phys, logical)
+    };
+    p.connect_physical(fast, phys);
+    p.connect(slow, logical);
+    p
+}
+
 fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" => count(Coordination::Centralized),
@@ -480,6 +519,7 @@ fn scenario(name: &str) -> Program {
         "vanish" => source_victim_sink("vanish", "victim", 500 * MS, false),
         "mismatch" => mismatch(),
         "zdc" => zero_delay_cycle(),
+        "physical" => physical_and_logical(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -580,6 +620,20 @@ fn distributed_count_decentralized_over_tcp() {
     let run = launch("count-decentralized-tcp", false, &[("HPRM_PEER_TRANSPORT", "tcp")]);
     check_count(&run);
     assert!(run.lines("source", "peers over unix").is_empty());
+}
+
+#[test]
+fn physical_connections_go_peer_to_peer_in_centralized_coordination() {
+    let run = launch("physical", false, &[]);
+    assert_all_ok(&run);
+    let value = |l: &&str| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()).expect("a count");
+    let logical: Vec<u64> = run.lines("sink", "logical").iter().map(value).collect();
+    assert_eq!(logical, (1..=11).collect::<Vec<_>>(), "every logical value, relayed by the RTI: {:#?}", run.traces);
+    // Physical values take the sink's time of arrival: the last ones may
+    // land after the stop tag; those that arrived come in order.
+    let phys: Vec<u64> = run.lines("sink", "phys").iter().map(value).collect();
+    assert!(phys.len() >= 8 && phys.windows(2).all(|w| w[0] < w[1]) && phys[0] == 1, "{phys:?}");
+    assert_eq!(run.lines("source", "peers over unix"), ["peers over unix 1"], "the physical connection is a peer connection: {:#?}", run.traces);
 }
 
 #[test]
