@@ -48,24 +48,40 @@ pub(crate) enum Incoming {
 
 /// A queue with a condition variable and a lock-free "non-empty" flag for
 /// polling.
+///
+/// Invariant: `Queue::sleeping` changes only under the mutex, set by the
+/// scheduler just before it waits on `ready` (which releases the mutex
+/// atomically). A pusher reads it under the same mutex after pushing, so it
+/// either sees the scheduler asleep and wakes it, or pushed before the
+/// scheduler looked and the scheduler finds the item. A scheduler that is
+/// polling costs pushers no wake-up system call.
 pub(crate) struct Inbox {
-    items: Mutex<VecDeque<Incoming>>,
+    queue: Mutex<Queue>,
     ready: Condvar,
     nonempty: AtomicBool,
     spin: Duration,
 }
 
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Incoming>,
+    sleeping: bool,
+}
+
 impl Inbox {
     pub fn new(spin: Duration) -> Inbox {
-        Inbox { items: Mutex::new(VecDeque::new()), ready: Condvar::new(), nonempty: AtomicBool::new(false), spin }
+        Inbox { queue: Mutex::new(Queue::default()), ready: Condvar::new(), nonempty: AtomicBool::new(false), spin }
     }
 
     pub fn push(&self, item: Incoming) {
-        let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        q.push_back(item);
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        q.items.push_back(item);
         self.nonempty.store(true, Ordering::Release);
+        let wake = q.sleeping;
         drop(q);
-        self.ready.notify_one();
+        if wake {
+            self.ready.notify_one();
+        }
     }
 
     /// Moves every item into `out` without waiting.
@@ -73,8 +89,8 @@ impl Inbox {
         if !self.nonempty.load(Ordering::Acquire) {
             return;
         }
-        let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        out.append(&mut q);
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        out.append(&mut q.items);
         self.nonempty.store(false, Ordering::Release);
     }
 
@@ -91,23 +107,56 @@ impl Inbox {
             // CPU, and a spinner would hold them off until its budget ends.
             std::thread::yield_now();
         }
-        let mut q = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if !q.is_empty() {
-                out.append(&mut q);
+            if !q.items.is_empty() {
+                out.append(&mut q.items);
                 self.nonempty.store(false, Ordering::Release);
                 return;
             }
+            q.sleeping = true;
             match deadline {
                 None => q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
+                        q.sleeping = false;
                         return;
                     }
                     q = self.ready.wait_timeout(q, d - now).unwrap_or_else(PoisonError::into_inner).0;
                 }
             }
+            q.sleeping = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_sleeping_waiter_is_woken_and_a_deadline_ends_a_wait() {
+        // No polling: the waiter sleeps at once, so only the wake-up can end it.
+        let inbox = Arc::new(Inbox::new(Duration::ZERO));
+        let pusher = {
+            let inbox = inbox.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                inbox.push(Incoming::Signal);
+            })
+        };
+        let mut out = VecDeque::new();
+        inbox.wait(None, &mut out);
+        assert!(matches!(out.pop_front(), Some(Incoming::Signal)));
+        pusher.join().unwrap();
+        let start = Instant::now();
+        inbox.wait(Some(start + Duration::from_millis(20)), &mut out);
+        assert!(out.is_empty() && start.elapsed() >= Duration::from_millis(20));
+        // An item pushed while nobody waits is there for the next wait.
+        inbox.push(Incoming::Signal);
+        inbox.wait(None, &mut out);
+        assert_eq!(out.len(), 1);
     }
 }
