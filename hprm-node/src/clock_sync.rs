@@ -20,7 +20,7 @@
 //! [`RtiConfig::clock_sync`]: crate::RtiConfig::clock_sync
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,15 +43,25 @@ const ATTENUATION: i64 = 10;
 /// the thread looks at its stop flag while idle.
 const WAIT: Duration = Duration::from_millis(100);
 
-/// What runtime synchronization did so far.
-#[derive(Debug, Default)]
-pub(crate) struct SyncStats {
+/// The thread answering the RTI's rounds; it stops when this is dropped
+/// (within [`WAIT`]), however the federate ends.
+pub(crate) struct RuntimeSync {
+    stop: Arc<AtomicBool>,
     /// Rounds whose estimate was kept.
-    pub rounds: AtomicU64,
-    /// Rounds dropped by the coded probe, or left incomplete.
-    pub dropped: AtomicU64,
-    /// The last estimate of the RTI's clock minus the system clock (ns).
-    pub estimate: AtomicI64,
+    rounds: Arc<AtomicU64>,
+}
+
+impl RuntimeSync {
+    /// Rounds whose estimate was kept so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for RuntimeSync {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Binds the socket the RTI sends its T1 rounds to (any port, every
@@ -85,8 +95,10 @@ pub(crate) fn adjustment(current: i64, estimates: &[i64]) -> i64 {
     ((mean - i128::from(current)) / i128::from(ATTENUATION)) as i64
 }
 
-/// Answers the RTI's rounds on `socket` until `stop` is set.
-pub(crate) fn spawn(socket: UdpSocket, fed: u16, clock: Arc<Clock>, stop: Arc<AtomicBool>, stats: Arc<SyncStats>) -> std::io::Result<std::thread::JoinHandle<()>> {
+/// Answers the RTI's rounds on `socket` until the returned handle is dropped.
+pub(crate) fn spawn(socket: UdpSocket, fed: u16, clock: Arc<Clock>) -> std::io::Result<RuntimeSync> {
+    let handle = RuntimeSync { stop: Arc::new(AtomicBool::new(false)), rounds: Arc::new(AtomicU64::new(0)) };
+    let (stop, rounds) = (handle.stop.clone(), handle.rounds.clone());
     std::thread::Builder::new().name("hprm-clock-sync".into()).spawn(move || {
         let mut kept = Vec::with_capacity(ROUNDS_PER_ADJUSTMENT);
         let mut buf = [0u8; 64];
@@ -107,11 +119,10 @@ pub(crate) fn spawn(socket: UdpSocket, fed: u16, clock: Arc<Clock>, stop: Arc<At
                 estimate(t1, r1, r3, t4, (t4, r4), (probe, r5))
             })();
             let Some(e) = round else {
-                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("clock sync: round dropped (delayed, or incomplete)");
                 continue;
             };
-            stats.rounds.fetch_add(1, Ordering::Relaxed);
-            stats.estimate.store(e, Ordering::Relaxed);
+            rounds.fetch_add(1, Ordering::Relaxed);
             kept.push(e);
             if kept.len() == ROUNDS_PER_ADJUSTMENT {
                 let delta = adjustment(clock.offset(), &kept);
@@ -120,7 +131,8 @@ pub(crate) fn spawn(socket: UdpSocket, fed: u16, clock: Arc<Clock>, stop: Arc<At
                 kept.clear();
             }
         }
-    })
+    })?;
+    Ok(handle)
 }
 
 /// The next protocol datagram, its sender and when it arrived; `None` on a

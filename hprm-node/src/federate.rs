@@ -92,8 +92,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         crate::signal::forward_to(inbox.clone())?;
     }
     let clock = Arc::new(Clock::default());
-    let clock_sync = Arc::new(crate::clock_sync::SyncStats::default());
-    let clock_sync_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clock_sync = None;
     let store = StoreLink::new(opts.store.clone());
     let encoder = Encoder::new(store.clone(), program.threshold);
     let decoder = Decoder::new(store, Duration::from_secs(10));
@@ -171,8 +170,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 clock.adjust(offset);
             }
             if let Some(udp) = session.udp.take() {
-                crate::clock_sync::spawn(udp, idx(fed), clock.clone(), clock_sync_stop.clone(), clock_sync.clone())
-                    .map_err(|e| NodeError::io("starting the clock synchronization thread", e))?;
+                clock_sync = Some(crate::clock_sync::spawn(udp, idx(fed), clock.clone()).map_err(|e| NodeError::io("starting the clock synchronization thread", e))?);
             }
             rti::spawn_reader(session.reader, session.addr, rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
             let transport = match peers {
@@ -213,9 +211,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     hprm_sd_notify::ready(&format!("federate {} of {federation}: running from start time {start}", opts.federate));
     crate::signal::mark_running();
     let mut report = sched.run();
-    clock_sync_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Ok(r) = &mut report {
-        r.clock_sync_rounds = clock_sync.rounds.load(std::sync::atomic::Ordering::Relaxed);
+    if let (Ok(r), Some(sync)) = (&mut report, clock_sync.take()) {
+        r.clock_sync_rounds = sync.rounds();
     }
     drop(observed);
     crate::trace::finish();

@@ -1076,29 +1076,19 @@ impl Scheduler {
     /// Runs `queue` on the writer that reaches federate `fed`: its peer
     /// connection (`direct`) or the RTI's.
     fn queue_for(&mut self, fed: u16, direct: bool, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
-        let rti = match &mut self.transport {
-            Transport::Alone => return Ok(()),
-            Transport::Rti(w) => w,
-            Transport::Peers { rti, .. } if !direct => rti,
-            Transport::Peers { .. } => return self.queue_for_peer(fed, queue),
-        };
-        queue(rti).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}")))
-    }
-
-    fn queue_for_peer(&mut self, fed: u16, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
         match &mut self.transport {
-            Transport::Alone | Transport::Rti(_) => Ok(()),
-            Transport::Peers { peers, .. } => match peers.get_mut(&fed) {
-                Some(w) => {
+            Transport::Alone => Ok(()),
+            Transport::Peers { peers, .. } if direct => {
+                if let Some(w) = peers.get_mut(&fed) {
                     if let Err(e) = queue(w) {
                         // A downstream peer that went away loses its messages; the others go on.
                         tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
                         peers.remove(&fed);
                     }
-                    Ok(())
                 }
-                None => Ok(()),
-            },
+                Ok(())
+            }
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
         }
     }
 
