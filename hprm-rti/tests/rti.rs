@@ -365,6 +365,17 @@ fn a_federate_that_does_not_read_holds_up_no_one_and_loses_nothing() {
 }
 
 #[test]
+fn a_message_past_the_end_of_a_resigned_federate_is_dropped_quietly() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::After(10))]);
+    f[1].send(&Message::Resign);
+    rti.wait_log("federate resigned");
+    f[0].send(&Message::TaggedMessage { port: 0, fed: 1, tag: t(s + 10, 0), payload: b"late".to_vec() });
+    rti.wait_log("after the end of a federate that has finished");
+    assert!(!rti.log().contains("not connected"), "no warning for it:\n{}", rti.log());
+}
+
+#[test]
 fn a_zero_delay_cycle_gets_provisional_grants() {
     let rti = Rti::start(2, &["--clock-sync", "off"]);
     let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None), (1, 0, Delay::None)]);

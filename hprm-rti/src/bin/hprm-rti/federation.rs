@@ -43,6 +43,8 @@ struct Slot {
     /// How many times it failed while restartable: tells a rejoin deadline
     /// which failure it was set for.
     failures: u32,
+    /// Resigned (ended cleanly, past its last tag).
+    resigned: bool,
 }
 
 /// Which federates may fail and come back, and how long they have.
@@ -275,6 +277,11 @@ impl Federation {
             Relay::Drop if inner.coord.state(*dest) == NodeState::Restarting => {
                 tracing::debug!(from, dest, port, %tag, "message for a federate down for a restart; dropped")
             }
+            // A federate that resigned processed every tag up to its stop:
+            // this one is later (an `after` delay past the last tag).
+            Relay::Drop if inner.slots[usize::from(*dest)].resigned => {
+                tracing::debug!(from, dest, port, %tag, "message tagged after the end of a federate that has finished; dropped")
+            }
             Relay::Drop => tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected (or for its incarnation before a restart); dropped"),
             Relay::Forward(notices) => {
                 send(&inner, *dest, msg);
@@ -446,6 +453,7 @@ impl Federation {
     fn depart(&self, inner: &mut Inner, fed: FedId, failed: bool) {
         let notices = inner.coord.resign(fed);
         deliver(inner, &notices);
+        inner.slots[usize::from(fed)].resigned = !failed;
         inner.left += 1;
         inner.failed |= failed;
         if inner.stop.in_progress {
