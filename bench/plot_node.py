@@ -34,10 +34,15 @@ def plot_small(report, path):
     sizes = sorted({r["size"] for r in rows} | {f["size"] for f in floors})
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.8), sharey=True)
     for ax, key, title in [(axes[0], "one_way", "one-way p50"), (axes[1], "rtt", "round trip p50")]:
-        for coord, style, color in [("decentralized", "o-", "tab:blue"), ("decentralized_unix", "D-", "tab:purple"), ("centralized", "s-", "tab:red")]:
+        for coord, style, color in [("decentralized", "o-", "tab:blue"), ("decentralized_unix", "D-", "tab:purple"), ("centralized", "s-", "tab:red"), ("centralized_unix", "P-", "tab:orange")]:
             pts = [(r["size"], r[key]["median_us"]) for r in rows if r["coordination"] == coord and r.get(key)]
             if pts:
-                name = {"decentralized_unix": "decentralized, Unix-socket peers", "decentralized": "decentralized, TCP peers"}.get(coord, coord)
+                name = {
+                    "decentralized_unix": "decentralized, Unix-socket peers",
+                    "decentralized": "decentralized, TCP peers",
+                    "centralized": "centralized, TCP to the RTI",
+                    "centralized_unix": "centralized, Unix socket to the RTI",
+                }[coord]
                 ax.plot(*zip(*sorted(pts)), style, color=color, label=f"hprm {name}", linewidth=2)
         for transport, polling, style, color in [
             ("tcp", False, "^--", "tab:gray"),

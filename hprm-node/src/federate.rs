@@ -29,8 +29,8 @@ pub struct RunOptions {
     /// How long the scheduler polls its inbox before sleeping
     /// ([`DEFAULT_SPIN`]; zero never polls).
     pub spin: Duration,
-    /// How to reach downstream peers on this host (decentralized).
-    pub peer_transport: crate::peer::PeerTransport,
+    /// How to reach the RTI and downstream peers on this host.
+    pub local_transport: crate::socket::LocalTransport,
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
@@ -59,7 +59,7 @@ impl RunOptions {
             fast: false,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
             spin: DEFAULT_SPIN,
-            peer_transport: crate::peer::PeerTransport::default(),
+            local_transport: crate::socket::LocalTransport::default(),
             handle_signals: false,
             coordination: None,
             runtime_dir: None,
@@ -149,7 +149,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             } else {
                 (program.upstreams(fed).into_iter().map(|(f, d)| (idx(f), d)).collect(), program.downstreams(fed).into_iter().map(idx).collect())
             };
-            let mut session = rti::join(cfg, idx(fed), &opts.federate, &ups, &downs)?;
+            let mut session = rti::join(cfg, opts.local_transport, idx(fed), &opts.federate, &ups, &downs)?;
             if !inbound.is_empty() {
                 let names = program.federates.iter().map(|f| f.name.clone()).collect();
                 let (port, file) = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
@@ -159,7 +159,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             let mut peers = None;
             if decentralized || !outbound.is_empty() {
                 let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
-                peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.peer_transport, cfg.connect_timeout)?);
+                peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.local_transport, cfg.connect_timeout)?);
             }
             let (start, resume) = session.start_time(clock.now())?;
             if let Some(r) = resume {

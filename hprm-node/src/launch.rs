@@ -238,11 +238,13 @@ fn start_store(dir: &Path, memory: &str, extra: &[String], log: &LogSink) -> Res
 }
 
 /// Starts `hprm-rti` on a free port; returns it with its address.
-fn start_rti(n: usize, id: &str, extra: &[String], log: &LogSink) -> Result<(Daemon, String), NodeError> {
+fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) -> Result<(Daemon, String), NodeError> {
     let mut child = Command::new(find_binary("hprm-rti")?)
         .args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
         .args(extra)
         .env("NO_COLOR", "1")
+        // Its Unix socket goes where the federates look for it.
+        .env("HPRM_RUNTIME_DIR", dir)
         // The address comes from its "listening on" log line: keep that line.
         .env("RUST_LOG", rti_log_filter())
         .stdout(Stdio::null())
@@ -341,7 +343,7 @@ impl Launch {
             std::fs::create_dir_all(&trace_parts).map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
-        let (rti, addr) = start_rti(n, &m.name, &rti_args, &LogSink::new("hprm-rti", n + 1, self)?)?;
+        let (rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
         let env = ChildEnv { dir: dir.path(), manifest: &manifest, rti: &addr, store: &socket, federation: &m.name, coordination: &m, trace };
         let mut children = Vec::new();
@@ -533,7 +535,7 @@ impl Drop for TempDir {
 
 /// Federate options from the environment a launcher sets (`HPRM_FEDERATE`,
 /// `HPRM_RTI`, `HPRM_STORE`, `HPRM_FEDERATION`, `HPRM_FAST`, `HPRM_AUTH_KEY_FILE`, `HPRM_CLOCK_SYNC`,
-/// `HPRM_PEER_TRANSPORT`, `HPRM_COORDINATION` = `centralized` or `decentralized:STP`), or `None`
+/// `HPRM_LOCAL_TRANSPORT`, `HPRM_COORDINATION` = `centralized` or `decentralized:STP`), or `None`
 /// when `HPRM_FEDERATE` is unset.
 pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     let name = std::env::var("HPRM_FEDERATE").ok()?;
@@ -552,11 +554,11 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);
     o.runtime_dir = std::env::var_os("HPRM_RUNTIME_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
-    if let Ok(t) = std::env::var("HPRM_PEER_TRANSPORT") {
+    if let Ok(t) = std::env::var("HPRM_LOCAL_TRANSPORT") {
         match t.as_str() {
-            "unix" => o.peer_transport = crate::peer::PeerTransport::Unix,
-            "tcp" => o.peer_transport = crate::peer::PeerTransport::Tcp,
-            other => tracing::warn!("HPRM_PEER_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.peer_transport),
+            "unix" => o.local_transport = crate::socket::LocalTransport::Unix,
+            "tcp" => o.local_transport = crate::socket::LocalTransport::Tcp,
+            other => tracing::warn!("HPRM_LOCAL_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.local_transport),
         }
     }
     if let Ok(c) = std::env::var("HPRM_COORDINATION") {

@@ -53,6 +53,6 @@ pub use federate::{run_federate, RunOptions, DEFAULT_SPIN};
 pub use hprm_rti::tag::{Delay, Tag};
 pub use program::{Coordination, DecodeFn, EncodeFn, FederateId, PortValue, Program, ReactionId, ReactorId, TriggerId, Value};
 pub use reactor::{Input, LogicalAction, Output, PhysicalAction, ReactionBuilder, ReactorBuilder, Shutdown, Startup, Timer};
-pub use peer::PeerTransport;
+pub use socket::LocalTransport;
 pub use rti::RtiConfig;
 pub use scheduler::RunReport;

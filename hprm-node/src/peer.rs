@@ -6,12 +6,11 @@
 //! REJECT for a wrong federation). After that, tagged messages and
 //! port-absent notices flow directly, never through the RTI.
 //!
-//! On one host, a Unix domain socket may be cheaper than loopback TCP
-//! ([`PeerTransport`]). The listener then also binds a Unix socket whose
-//! path follows from the advertised TCP port ([`unix_path`]: ports are
-//! unique on a host while bound), so the LF address exchange stays as it
-//! is; a sender that chose Unix and finds the peer on its own host tries
-//! that path first and falls back to TCP.
+//! On one host, a Unix domain socket is cheaper than loopback TCP
+//! ([`LocalTransport`]). The listener also binds a Unix socket whose path
+//! follows from the advertised TCP port (`hprm_rti::endpoint`), so the LF
+//! address exchange stays as it is; a sender that finds the peer on its
+//! own host tries that path first and falls back to TCP.
 
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
@@ -20,34 +19,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hprm_rti::endpoint::{self, Server};
 use hprm_rti::wire::{Message, RejectReason};
 
 use crate::error::NodeError;
 use crate::inbox::Incoming;
 use crate::rti::{Receiving, RtiSession};
-use crate::socket::{tune, FrameReader, FrameWriter, ReadError, Stream};
-
-/// How a federate reaches its downstream peers on the same host.
-///
-/// Unix sockets are the default: on the benchmark machine they measured
-/// faster than loopback TCP (8-byte one-way p50 10.5 µs against 15.1 µs,
-/// 207k against 118k messages/s; `bench/results/node-*.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PeerTransport {
-    /// Loopback TCP, like peers on other hosts.
-    Tcp,
-    /// A Unix domain socket (falls back to TCP for peers on other hosts).
-    #[default]
-    Unix,
-}
-
-/// The Unix socket of the peer server advertised at TCP `port`: under
-/// `$HPRM_RUNTIME_DIR` (the launcher's private directory), else the
-/// system's temporary directory.
-pub(crate) fn unix_path(port: u16) -> PathBuf {
-    let dir = std::env::var_os("HPRM_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
-    dir.join(format!("hprm-peer-{port}.sock"))
-}
+use crate::socket::{tune, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
 
 /// Removes the Unix socket file when the federate ends.
 pub(crate) struct UnixSocketFile(PathBuf);
@@ -64,7 +42,7 @@ impl Drop for UnixSocketFile {
 pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, names: Vec<String>) -> Result<(u16, Option<UnixSocketFile>), NodeError> {
     let listener = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| NodeError::io("opening the peer-to-peer server", e))?;
     let port = listener.local_addr().map_err(|e| NodeError::io("reading the peer-to-peer server address", e))?.port();
-    let path = unix_path(port);
+    let path = endpoint::unix_socket(Server::Peer, port);
     let _ = std::fs::remove_file(&path);
     let unix = match UnixListener::bind(&path) {
         Ok(l) => Some(l),
@@ -157,16 +135,16 @@ pub(crate) fn connect_all(
     me: u16,
     federation: &str,
     peers: &[(u16, String)],
-    transport: PeerTransport,
+    transport: LocalTransport,
     timeout: Duration,
 ) -> Result<HashMap<u16, FrameWriter>, NodeError> {
     let mut out = HashMap::new();
     for (fed, name) in peers {
         let addr = rti.query(*fed, name, timeout)?;
-        let local = addr.ip().is_unspecified() || addr.ip().is_loopback();
+        let local = endpoint::is_local(addr.ip());
         let addr = if addr.ip().is_unspecified() { std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
         let peer_err = |detail: String| NodeError::Peer { peer: name.clone(), detail };
-        let unix = (transport == PeerTransport::Unix && local).then(|| UnixStream::connect(unix_path(addr.port())).ok()).flatten();
+        let unix = (transport == LocalTransport::Unix && local).then(|| UnixStream::connect(endpoint::unix_socket(Server::Peer, addr.port())).ok()).flatten();
         let stream = match unix {
             Some(s) => Stream::Unix(s),
             None => {

@@ -7,16 +7,18 @@
 //! so an HPRM federate can join an LF RTI and the other way round.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hprm_rti::endpoint::{self, Server};
 use hprm_rti::tag::{Delay, Tag};
 use hprm_rti::wire::{Message, RejectReason};
 
 use crate::error::NodeError;
 use crate::inbox::{Incoming, Inbox};
 use crate::program::{DecodeFn, TriggerId};
-use crate::socket::{tune, FrameReader, FrameWriter, ReadError, Stream};
+use crate::socket::{tune, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
 use crate::payload::Decoder;
 
 /// How to reach the RTI.
@@ -81,14 +83,17 @@ fn send(writer: &mut FrameWriter, addr: &str, msg: &Message) -> Result<(), NodeE
     writer.send(msg).map_err(|e| NodeError::io(format!("sending to the RTI at {addr}"), e))
 }
 
-/// Connects, retrying while the RTI is not listening yet.
-fn dial(addr: &str, timeout: Duration) -> Result<TcpStream, NodeError> {
+/// Connects, retrying while the RTI is not listening yet: to its Unix
+/// socket when it runs on this host (and `transport` says so), else over
+/// TCP. The RTI binds TCP first, so a federate that comes early may get TCP;
+/// that is slower, not wrong.
+fn dial(addr: &str, transport: LocalTransport, timeout: Duration) -> Result<Stream, NodeError> {
     let deadline = Instant::now() + timeout;
     loop {
         let attempt = addr.to_socket_addrs().and_then(|mut a| {
             a.next().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the address resolves to nothing"))
         });
-        let err = match attempt.and_then(|sa: SocketAddr| TcpStream::connect_timeout(&sa, Duration::from_secs(2))) {
+        let err = match attempt.and_then(|sa: SocketAddr| connect(sa, transport)) {
             Ok(s) => return Ok(s),
             Err(e) => e,
         };
@@ -99,16 +104,27 @@ fn dial(addr: &str, timeout: Duration) -> Result<TcpStream, NodeError> {
     }
 }
 
+fn connect(sa: SocketAddr, transport: LocalTransport) -> std::io::Result<Stream> {
+    if transport == LocalTransport::Unix && endpoint::is_local(sa.ip()) {
+        if let Ok(s) = UnixStream::connect(endpoint::unix_socket(Server::Rti, sa.port())) {
+            return Ok(Stream::Unix(s));
+        }
+    }
+    let sa = if sa.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], sa.port())) } else { sa };
+    let s = TcpStream::connect_timeout(&sa, Duration::from_secs(2))?;
+    tune(&s)?;
+    Ok(Stream::Tcp(s))
+}
+
 /// Steps 1–5 of the federate's start-up: connect, authenticate, FED_IDS,
 /// NEIGHBOR_STRUCTURE, UDP_PORT (no clock synchronization: federates on
 /// the RTI's host share its clock).
-pub(crate) fn join(cfg: &RtiConfig, fed: u16, name: &str, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Result<RtiSession, NodeError> {
+pub(crate) fn join(cfg: &RtiConfig, transport: LocalTransport, fed: u16, name: &str, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Result<RtiSession, NodeError> {
     let addr = cfg.addr.as_str();
-    let stream = dial(addr, cfg.connect_timeout)?;
-    tune(&stream).map_err(|e| NodeError::io("configuring the RTI socket", e))?;
+    let stream = dial(addr, transport, cfg.connect_timeout)?;
     let read_half = stream.try_clone().map_err(|e| NodeError::io("cloning the RTI socket", e))?;
-    let mut writer = FrameWriter::new(Stream::Tcp(stream));
-    let mut reader = FrameReader::new(Stream::Tcp(read_half));
+    let mut writer = FrameWriter::new(stream);
+    let mut reader = FrameReader::new(read_half);
     if let Some(key) = &cfg.auth_key {
         let nonce = hprm_rti::auth::nonce();
         send(&mut writer, addr, &Message::FedNonce { fed, nonce })?;

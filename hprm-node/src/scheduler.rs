@@ -63,6 +63,9 @@ pub struct RunReport {
     pub problems: Vec<String>,
     /// Downstream peers reached over a Unix socket (decentralized).
     pub peers_over_unix: usize,
+    /// The RTI was reached over its Unix socket (`LocalTransport::Unix`,
+    /// the RTI on this host).
+    pub rti_over_unix: bool,
     /// Runtime clock synchronization rounds with the RTI whose estimate was
     /// kept (`RtiConfig::clock_sync` and the RTI's `--clock-sync on`).
     pub clock_sync_rounds: u64,
@@ -287,6 +290,10 @@ impl Scheduler {
             Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::socket::Stream::Unix(_))).count(),
             _ => 0,
         };
+        let rti_over_unix = match &transport {
+            Transport::Alone => false,
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => matches!(w.stream(), crate::socket::Stream::Unix(_)),
+        };
 
         let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
         let mut meta = HashMap::new();
@@ -442,7 +449,7 @@ impl Scheduler {
             fatal: None,
             resigned: false,
             pending: VecDeque::new(),
-            report: RunReport { federate: name, peers_over_unix, ..RunReport::default() },
+            report: RunReport { federate: name, peers_over_unix, rti_over_unix, ..RunReport::default() },
             unit: Arc::new(()),
             board: Arc::default(),
             tap: None,

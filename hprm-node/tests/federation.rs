@@ -505,7 +505,7 @@ fn physical_and_logical() -> Program {
 
 fn scenario(name: &str) -> Program {
     match name {
-        "count-centralized" => count(Coordination::Centralized),
+        "count-centralized" | "count-centralized-tcp" => count(Coordination::Centralized),
         "count-decentralized" | "count-decentralized-unix" | "count-decentralized-tcp" => count(Coordination::Decentralized { stp: 20 * MS }),
         "feedback" => feedback(Coordination::Centralized),
         "feedback-decentralized" => feedback(Coordination::Decentralized { stp: 200 * MS }),
@@ -532,6 +532,9 @@ fn federate_child() {
         let mut lines: Vec<String> = r.problems.iter().map(|p| format!("problem {p}")).collect();
         if r.peers_over_unix > 0 {
             lines.push(format!("peers over unix {}", r.peers_over_unix));
+        }
+        if r.rti_over_unix {
+            lines.push("rti over unix".into());
         }
         lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
         lines
@@ -600,7 +603,17 @@ fn check_count(run: &Run) {
 
 #[test]
 fn distributed_count_centralized() {
-    check_count(&launch("count-centralized", true, &[]));
+    let run = launch("count-centralized", true, &[]);
+    check_count(&run);
+    // The launcher's RTI runs on this host: federates reach it over its Unix socket.
+    assert_eq!(run.lines("sink", "rti over unix"), ["rti over unix"], "{:#?}", run.traces);
+}
+
+#[test]
+fn distributed_count_centralized_over_tcp() {
+    let run = launch("count-centralized-tcp", true, &[("HPRM_LOCAL_TRANSPORT", "tcp")]);
+    check_count(&run);
+    assert!(run.lines("sink", "rti over unix").is_empty(), "{:#?}", run.traces);
 }
 
 #[test]
@@ -610,16 +623,17 @@ fn distributed_count_decentralized() {
 
 #[test]
 fn distributed_count_decentralized_over_unix_sockets() {
-    let run = launch("count-decentralized-unix", false, &[("HPRM_PEER_TRANSPORT", "unix")]);
+    let run = launch("count-decentralized-unix", false, &[("HPRM_LOCAL_TRANSPORT", "unix")]);
     check_count(&run);
     assert_eq!(run.lines("source", "peers over unix"), vec!["peers over unix 1"]);
 }
 
 #[test]
 fn distributed_count_decentralized_over_tcp() {
-    let run = launch("count-decentralized-tcp", false, &[("HPRM_PEER_TRANSPORT", "tcp")]);
+    let run = launch("count-decentralized-tcp", false, &[("HPRM_LOCAL_TRANSPORT", "tcp")]);
     check_count(&run);
     assert!(run.lines("source", "peers over unix").is_empty());
+    assert!(run.lines("source", "rti over unix").is_empty());
 }
 
 #[test]

@@ -14,13 +14,17 @@
 //! - [`wire`]: the message set and byte layouts of LF's federated protocol,
 //!   with an incremental decoder that bounds what a peer can make it allocate.
 //! - [`auth`]: HMAC-SHA256 authentication of federates.
+//! - [`endpoint`]: the Unix sockets beside the TCP ports, for clients on
+//!   the server's host.
 //!
 //! The protocol it follows is described in `docs/lf-federated-protocol.md`.
-//! The `hprm-rti` daemon (`src/bin/hprm-rti/`) serves it over TCP:
+//! The `hprm-rti` daemon (`src/bin/hprm-rti/`) serves it over TCP (and a
+//! Unix socket for federates on its host):
 //! handshake, initial clock synchronization, start-time agreement,
 //! centralized grants, relaying of small tagged messages, the stop protocol.
 
 pub mod auth;
+pub mod endpoint;
 pub mod grant;
 pub mod tag;
 pub mod wire;

@@ -1,7 +1,9 @@
-//! The RTI daemon against federates speaking the protocol over real TCP.
+//! The RTI daemon against federates speaking the protocol over real TCP
+//! (and its Unix socket).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,14 +18,26 @@ struct Rti {
     child: Child,
     addr: SocketAddr,
     log: Arc<Mutex<String>>,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Rti {
+    /// An RTI whose Unix socket lies in a directory of its own (a killed
+    /// RTI leaves its socket file behind).
     fn start(federates: u16, extra: &[&str]) -> Rti {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rti = Rti::start_in(federates, extra, dir.path());
+        rti._dir = Some(dir);
+        rti
+    }
+
+    /// An RTI whose Unix socket lies in `runtime_dir`.
+    fn start_in(federates: u16, extra: &[&str], runtime_dir: &std::path::Path) -> Rti {
         let mut child = Command::new(RTI_BIN)
             .args(["--port", "0", "--bind", "127.0.0.1", "--federates", &federates.to_string(), "--id", "test-federation"])
             .args(extra)
             .env("RUST_LOG", "debug")
+            .env("HPRM_RUNTIME_DIR", runtime_dir)
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn hprm-rti");
@@ -62,7 +76,7 @@ impl Rti {
                 panic!("hprm-rti did not print a usable address:\n{}", log.lock().unwrap());
             }
         };
-        Rti { child, addr, log }
+        Rti { child, addr, log, _dir: None }
     }
 
     fn log(&self) -> String {
@@ -101,7 +115,7 @@ impl Drop for Rti {
 /// A federate speaking the protocol by hand. DNETs are optional hints
 /// (a federate may ignore them), so `recv` sets them aside in `dnets`.
 struct Fed {
-    s: TcpStream,
+    s: Conn,
     buf: Vec<u8>,
     dnets: Vec<Tag>,
 }
@@ -110,7 +124,13 @@ impl Fed {
     fn connect(addr: SocketAddr) -> Fed {
         let s = TcpStream::connect(addr).unwrap();
         s.set_nodelay(true).unwrap();
-        Fed { s, buf: Vec::new(), dnets: Vec::new() }
+        Fed { s: Conn::Tcp(s), buf: Vec::new(), dnets: Vec::new() }
+    }
+
+    /// FED_IDS and the rest, as [`Fed::join`], over the RTI's Unix socket.
+    fn join_unix(path: &std::path::Path, fed: u16, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Fed {
+        let s = UnixStream::connect(path).unwrap_or_else(|e| panic!("no RTI socket at {}: {e}", path.display()));
+        Fed { s: Conn::Unix(s), buf: Vec::new(), dnets: Vec::new() }.identify(fed, upstreams, downstreams)
     }
 
     fn send(&mut self, m: &Message) {
@@ -166,12 +186,52 @@ impl Fed {
 
     /// FED_IDS → ACK, NEIGHBOR_STRUCTURE, UDP_PORT (no clock sync).
     fn join(addr: SocketAddr, fed: u16, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Fed {
-        let mut f = Fed::connect(addr);
-        f.send(&Message::FedIds { fed, federation: FEDERATION.to_vec() });
-        assert_eq!(f.recv(), Message::Ack);
-        f.send(&Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() });
-        f.send(&Message::UdpPort(0xFFFF));
-        f
+        Fed::connect(addr).identify(fed, upstreams, downstreams)
+    }
+
+    fn identify(mut self, fed: u16, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Fed {
+        self.send(&Message::FedIds { fed, federation: FEDERATION.to_vec() });
+        assert_eq!(self.recv(), Message::Ack);
+        self.send(&Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() });
+        self.send(&Message::UdpPort(0xFFFF));
+        self
+    }
+}
+
+/// A connection to the RTI: TCP, or its Unix socket.
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.set_read_timeout(t),
+            Conn::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -604,4 +664,52 @@ fn random_bytes_to_the_rti_port_close_only_their_connection() {
     let mut f = Fed::join(rti.addr, 0, &[], &[]);
     f.send(&Message::Timestamp(7));
     assert_eq!(f.recv(), Message::Timestamp(7 + 1_000_000_000));
+}
+
+#[test]
+fn federates_on_the_rtis_host_may_join_over_its_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rti = Rti::start_in(2, &["--clock-sync", "off"], dir.path());
+    let path = hprm_rti::endpoint::unix_socket(hprm_rti::endpoint::Server::Rti, rti.addr.port());
+    let path = dir.path().join(path.file_name().unwrap());
+    // Junk on the Unix socket closes only its connection, as on TCP.
+    for len in [1usize, 7, 200] {
+        let mut s = UnixStream::connect(&path).unwrap();
+        let _ = s.write_all(&vec![0xA5; len]);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.len() <= 2, "at most a REJECT before closing, got {rest:?}");
+    }
+    // Federate 0 over the Unix socket, federate 1 over TCP, in one federation.
+    let mut f0 = Fed::join_unix(&path, 0, &[], &[1]);
+    let mut f1 = Fed::join(rti.addr, 1, &[(0, Delay::None)], &[]);
+    f0.send(&Message::Timestamp(5));
+    f1.send(&Message::Timestamp(6));
+    let s = match (f0.recv(), f1.recv()) {
+        (Message::Timestamp(a), Message::Timestamp(b)) if a == b => a,
+        other => panic!("expected one start time, got {other:?}"),
+    };
+    rti.wait_log("the local socket");
+    // Other federates reach a federate that came over the Unix socket at
+    // this host's loopback address.
+    f0.send(&Message::AddressAdvertisement(40_001));
+    std::thread::sleep(Duration::from_millis(100));
+    f1.send(&Message::AddressQuery(0));
+    assert_eq!(f1.recv(), Message::AddressQueryReply { port: 40_001, addr: [127, 0, 0, 1] });
+    // A message relayed from the Unix side to the TCP side.
+    f0.send(&Message::NextEventTag(t(s, 0)));
+    f1.send(&Message::NextEventTag(t(s, 0)));
+    let msg = Message::TaggedMessage { port: 3, fed: 1, tag: t(s, 0), payload: b"over unix".to_vec() };
+    f0.send(&msg);
+    assert_eq!(f1.recv(), msg);
+    f0.send(&Message::Resign);
+    f1.send(&Message::Resign);
+    assert!(rti.wait(Duration::from_secs(10)).success(), "{}", rti.log());
+    assert!(!path.exists(), "the RTI removes its socket when it ends");
+
+    // --no-unix-socket: TCP only.
+    let rti = Rti::start_in(1, &["--no-unix-socket"], dir.path());
+    assert!(!dir.path().join(format!("hprm-rti-{}.sock", rti.addr.port())).exists());
 }

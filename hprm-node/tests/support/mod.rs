@@ -301,7 +301,16 @@ impl RtiDaemon {
 }
 
 impl Drop for RtiDaemon {
+    /// SIGTERM first, so that the daemon removes its Unix socket (in the
+    /// shared temporary directory); SIGKILL if it does not end in 2 s.
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

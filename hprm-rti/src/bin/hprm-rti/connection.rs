@@ -12,12 +12,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hprm_rti::grant::{FedId, Upstream};
 use hprm_rti::wire::{decode, encode, Limits, Message, RejectReason, WireError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
+use crate::stream::{Origin, ReadHalf, WriteHalf};
 
 /// How long a federate may take for each step of the handshake.
 const HANDSHAKE_STEP: Duration = Duration::from_secs(30);
@@ -41,7 +39,7 @@ pub enum ClockSync {
 
 /// Reads whole protocol messages from a socket.
 struct Reader {
-    rd: OwnedReadHalf,
+    rd: ReadHalf,
     buf: Vec<u8>,
     limits: Limits,
 }
@@ -87,7 +85,7 @@ impl Reader {
     }
 }
 
-async fn write(wr: &mut OwnedWriteHalf, msg: &Message) -> std::io::Result<()> {
+async fn write(wr: &mut WriteHalf, msg: &Message) -> std::io::Result<()> {
     let mut b = Vec::with_capacity(16);
     encode(msg, &mut b);
     wr.write_all(&b).await
@@ -126,9 +124,7 @@ pub struct Admission {
 }
 
 /// Serves one federate from accept to departure.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, federation: Arc<Federation>, admission: Admission) {
-    let _ = stream.set_nodelay(true);
-    let (rd, mut wr) = stream.into_split();
+pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation: Arc<Federation>, admission: Admission) {
     let mut reader = Reader { rd, buf: Vec::with_capacity(16 << 10), limits: Limits::default() };
     let mut admitted = None;
     let joined = handshake(&mut reader, &mut wr, &federation, &admission, &mut admitted).await;
@@ -181,7 +177,7 @@ fn unexpected(step: &str, got: &Message) -> Refused {
 
 async fn handshake(
     reader: &mut Reader,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut WriteHalf,
     federation: &Federation,
     admission: &Admission,
     admitted: &mut Option<FedId>,
@@ -250,7 +246,7 @@ async fn handshake(
 
 /// The HMAC exchange that must precede FED_IDS when the RTI has a key.
 /// Returns the federate id the federate authenticated as.
-async fn authenticate(reader: &mut Reader, wr: &mut OwnedWriteHalf, key: &[u8]) -> Result<FedId, Refused> {
+async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Result<FedId, Refused> {
     use hprm_rti::auth;
     let (fed, fed_nonce) = match reader.next_within(HANDSHAKE_STEP).await? {
         Message::FedNonce { fed, nonce } => (fed, nonce),

@@ -1,24 +1,27 @@
 //! `hprm-rti`: the coordinator of a federation (Lingua Franca's RTI).
 //!
-//! Federates connect over TCP, identify themselves, describe their
+//! Federates connect over TCP (or, on the RTI's host, its Unix socket:
+//! `hprm_rti::endpoint`), identify themselves, describe their
 //! upstream and downstream neighbours, agree on a start time, and then, in
 //! centralized coordination, advance only when granted (`hprm_rti::grant`).
 //! Small tagged messages between federates are relayed through the RTI;
 //! large payloads travel through the object store instead. `federation`
 //! holds the shared state, `connection` one federate's protocol, `outbox`
-//! what is queued for one federate and how it is written.
+//! what is queued for one federate and how it is written, `stream` the
+//! two kinds of connection.
 
 mod clock_sync;
 mod connection;
 mod federation;
 mod outbox;
+mod stream;
 mod trace;
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 
 use connection::ClockSync;
 use federation::{Federation, Outcome};
@@ -33,6 +36,12 @@ struct Cli {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     bind: std::net::IpAddr,
+    /// Listen on no Unix socket, only on TCP. By default the RTI also
+    /// listens on `hprm-rti-PORT.sock` under `$HPRM_RUNTIME_DIR` (else the
+    /// temporary directory), which federates on this host use instead of
+    /// loopback TCP (fewer microseconds per message).
+    #[arg(long)]
+    no_unix_socket: bool,
     /// Number of federates in the federation.
     #[arg(long, short = 'n', value_parser = clap::value_parser!(u16).range(1..))]
     federates: u16,
@@ -131,6 +140,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let addr = std::net::SocketAddr::new(cli.bind, cli.port);
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
+        let (unix, _unix_file) = match cli.no_unix_socket {
+            true => (None, None),
+            false => bind_unix(local.port()).unzip(),
+        };
         let start_delay = if cli.fast { 0 } else { i64::try_from(cli.start_delay_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX) };
         let restarts = federation::Restarts {
             federates: cli.restartable.clone(),
@@ -153,18 +166,28 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             tokio::spawn(watchdog_loop(federation.clone(), watchdog, local));
         }
         hprm_sd_notify::ready(&format!("listening on {local} for {} federates of {}", cli.federates, cli.id));
+        if let Some(listener) = unix {
+            let (federation, admission) = (federation.clone(), admission.clone());
+            tokio::spawn(async move {
+                loop {
+                    match listener.accept().await {
+                        Ok((s, _)) => {
+                            tokio::spawn(connection::serve(stream::unix(s), stream::Origin::Local, federation.clone(), admission.clone()));
+                        }
+                        Err(e) => accept_failed(e).await,
+                    }
+                }
+            });
+        }
         let accept = {
             let federation = federation.clone();
             async move {
                 loop {
                     match listener.accept().await {
-                        Ok((stream, peer)) => {
-                            tokio::spawn(connection::serve(stream, peer, federation.clone(), admission.clone()));
+                        Ok((s, peer)) => {
+                            tokio::spawn(connection::serve(stream::tcp(s), stream::Origin::Tcp(peer), federation.clone(), admission.clone()));
                         }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        }
+                        Err(e) => accept_failed(e).await,
                     }
                 }
             }
@@ -206,6 +229,38 @@ async fn watchdog_loop(federation: Arc<Federation>, mut watchdog: hprm_sd_notify
             hprm_sd_notify::status(&format!("listening on {local}: {joined} of {} federates joined, {left} left", federation.size));
             shown = Some(progress);
         }
+    }
+}
+
+async fn accept_failed(e: std::io::Error) {
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+}
+
+/// Binds the Unix socket of the RTI on TCP `port`; `None` (logged) when it
+/// cannot, and federates then use TCP. A file left there by an RTI that
+/// died on this port is replaced: the port is ours now.
+fn bind_unix(port: u16) -> Option<(UnixListener, SocketFile)> {
+    let path = hprm_rti::endpoint::unix_socket(hprm_rti::endpoint::Server::Rti, port);
+    let _ = std::fs::remove_file(&path);
+    match UnixListener::bind(&path) {
+        Ok(l) => {
+            tracing::debug!(path = %path.display(), "federates on this host may connect to the Unix socket");
+            Some((l, SocketFile(path)))
+        }
+        Err(e) => {
+            tracing::info!(path = %path.display(), "no Unix socket ({e}); federates on this host use TCP");
+            None
+        }
+    }
+}
+
+/// The RTI's Unix socket file, removed when the RTI ends.
+struct SocketFile(std::path::PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -21,13 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hprm_rti::grant::FedId;
 use hprm_rti::wire::{encode, Message};
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
+
+use crate::stream::WriteHalf;
 
 /// One federate's queue of encoded messages and its socket's write half.
 pub struct Outbox {
     fed: FedId,
-    wr: OwnedWriteHalf,
+    wr: WriteHalf,
     state: Mutex<State>,
     /// Wakes the writer task: the outbox stalled or closed.
     wake: Notify,
@@ -56,7 +57,7 @@ enum Drained {
 
 impl Outbox {
     /// The outbox of federate `fed`; spawn [`Outbox::run`] next to it.
-    pub fn new(fed: FedId, wr: OwnedWriteHalf) -> Arc<Outbox> {
+    pub fn new(fed: FedId, wr: WriteHalf) -> Arc<Outbox> {
         Arc::new(Outbox { fed, wr, state: Mutex::new(State::default()), wake: Notify::new() })
     }
 

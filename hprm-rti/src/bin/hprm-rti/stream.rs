@@ -1,0 +1,97 @@
+//! A federate's connection, over TCP or over the RTI's Unix socket
+//! (federates on the RTI's host), split into its two halves: the
+//! connection task reads, the federate's [`crate::outbox::Outbox`] writes.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{tcp, unix, TcpStream, UnixStream};
+
+pub enum ReadHalf {
+    Tcp(tcp::OwnedReadHalf),
+    Unix(unix::OwnedReadHalf),
+}
+
+/// Dropping it shuts the write side (FIN), for either kind.
+pub enum WriteHalf {
+    Tcp(tcp::OwnedWriteHalf),
+    Unix(unix::OwnedWriteHalf),
+}
+
+/// Where a connection comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin {
+    Tcp(SocketAddr),
+    /// The RTI's Unix socket: a process on this host.
+    Local,
+}
+
+impl Origin {
+    /// The address other federates reach this federate's host at.
+    pub fn ip(self) -> IpAddr {
+        match self {
+            Origin::Tcp(a) => a.ip(),
+            Origin::Local => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Tcp(a) => a.fmt(f),
+            Origin::Local => f.write_str("the local socket"),
+        }
+    }
+}
+
+pub fn tcp(stream: TcpStream) -> (ReadHalf, WriteHalf) {
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    (ReadHalf::Tcp(rd), WriteHalf::Tcp(wr))
+}
+
+pub fn unix(stream: UnixStream) -> (ReadHalf, WriteHalf) {
+    let (rd, wr) = stream.into_split();
+    (ReadHalf::Unix(rd), WriteHalf::Unix(wr))
+}
+
+impl ReadHalf {
+    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ReadHalf::Tcp(r) => r.read(buf).await,
+            ReadHalf::Unix(r) => r.read(buf).await,
+        }
+    }
+}
+
+impl WriteHalf {
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            WriteHalf::Tcp(w) => w.try_write(buf),
+            WriteHalf::Unix(w) => w.try_write(buf),
+        }
+    }
+
+    pub async fn writable(&self) -> io::Result<()> {
+        match self {
+            WriteHalf::Tcp(w) => w.writable().await,
+            WriteHalf::Unix(w) => w.writable().await,
+        }
+    }
+
+    pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            WriteHalf::Tcp(w) => w.write_all(buf).await,
+            WriteHalf::Unix(w) => w.write_all(buf).await,
+        }
+    }
+
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        match self {
+            WriteHalf::Tcp(w) => w.shutdown().await,
+            WriteHalf::Unix(w) => w.shutdown().await,
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Where a server's Unix socket lies on its own host.
+//!
+//! The RTI and each federate's peer server listen on TCP, as LF's do, and
+//! also on a Unix domain socket: on one host it costs less per message than
+//! loopback TCP. The socket's path follows from the TCP port ([`unix_socket`];
+//! ports are unique on a host while bound), so addresses are exchanged as
+//! `host:port` exactly as in LF, and a client that finds the server on its
+//! own host ([`is_local`]) tries the path first and falls back to TCP.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Which kind of server a Unix socket belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// `hprm-rti`.
+    Rti,
+    /// A federate's peer-to-peer server (decentralized coordination and
+    /// physical connections).
+    Peer,
+}
+
+/// The Unix socket of the `server` whose TCP port is `port`: under
+/// `$HPRM_RUNTIME_DIR` (a launcher's private directory, set for every
+/// process it starts), else the system's temporary directory.
+pub fn unix_socket(server: Server, port: u16) -> PathBuf {
+    let dir = std::env::var_os("HPRM_RUNTIME_DIR").filter(|d| !d.is_empty()).map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let kind = match server {
+        Server::Rti => "rti",
+        Server::Peer => "peer",
+    };
+    dir.join(format!("hprm-{kind}-{port}.sock"))
+}
+
+/// Whether a server at `ip` is on this host as far as an address can tell:
+/// loopback, or the unspecified address a server bound to all interfaces
+/// advertises.
+pub fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || ip.is_unspecified()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_of_one_port_get_distinct_sockets() {
+        assert_ne!(unix_socket(Server::Rti, 15045), unix_socket(Server::Peer, 15045));
+        assert_ne!(unix_socket(Server::Rti, 15045), unix_socket(Server::Rti, 15046));
+        assert!(unix_socket(Server::Rti, 15045).to_string_lossy().ends_with("hprm-rti-15045.sock"));
+    }
+
+    #[test]
+    fn loopback_and_unspecified_addresses_are_local() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        assert!(is_local("::1".parse().unwrap()));
+        assert!(is_local("0.0.0.0".parse().unwrap()));
+        assert!(!is_local("192.168.1.20".parse().unwrap()));
+    }
+}
