@@ -5,6 +5,8 @@
 # of the package, so they land in the venv's bin/ where the launcher finds
 # them).
 #   hprm-py/install.sh [VENV]      (default: .venv at the repository root)
+# HPRM_PYTHON picks the interpreter the environment is made from (default
+# python3), e.g. a free-threaded python3.13t.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${1:-$root/.venv}"
@@ -18,9 +20,15 @@ mkdir -p "$root/hprm-py/hprm.data/scripts"
 cp "$CARGO_TARGET_DIR/release/hprm-store" "$CARGO_TARGET_DIR/release/hprm-rti" "$CARGO_TARGET_DIR/release/hprm" "$root/hprm-py/hprm.data/scripts/"
 
 echo "==> virtual environment $venv"
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+[ -x "$venv/bin/python" ] || "${HPRM_PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip >/dev/null
-"$venv/bin/pip" install -q maturin numpy pytest pyarrow mypy
+# On free-threaded CPython, numpy and pyarrow have wheels for older
+# releases only (--prefer-binary takes those rather than building the
+# newest from source), and mypy's compiled dependencies none at all: mypy
+# only checks the stubs, which the default interpreter's run covers.
+tools="mypy"
+"$venv/bin/python" -c 'import sysconfig, sys; sys.exit(not sysconfig.get_config_var("Py_GIL_DISABLED"))' && tools=""
+"$venv/bin/pip" install -q --prefer-binary maturin numpy pytest pyarrow $tools
 
 echo "==> building and installing the hprm wheel (maturin, release)"
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"

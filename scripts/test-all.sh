@@ -37,12 +37,6 @@ cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 
-# No free-threaded interpreter (3.13t) is available on these machines, so
-# the extension is compiled against pyo3's configuration of one instead: it
-# checks that the package keeps building for free-threaded CPython.
-step "checking that the Python extension builds for free-threaded CPython (pyo3 with Py_GIL_DISABLED)"
-(cd hprm-py && PYO3_CONFIG_FILE="$PWD/pyo3-free-threaded.cfg" CARGO_TARGET_DIR="$PWD/../target/free-threaded" cargo check --quiet)
-
 step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
 hprm-py/install.sh "$PWD/.venv"
 # The driving example (examples/python/driving) and its benchmark run ONNX
@@ -55,9 +49,14 @@ pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/py bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
 
+step "free-threaded CPython (scripts/free-threaded.sh): 3.13t built from Debian's source, the SDK installed on it, its tests with the GIL off"
+ftlog=$(mktemp)
+trap 'rm -f "$log" "$pylog" "$ftlog"' EXIT
+scripts/free-threaded.sh 2>&1 | tee "$ftlog"
+
 step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
 r2log=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$r2log"' EXIT
+trap 'rm -f "$log" "$pylog" "$ftlog" "$r2log"' EXIT
 ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
 
 step "summary"
@@ -65,7 +64,11 @@ step "summary"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "rust: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 # pytest ends with one line like "12 passed, 1 skipped in 3.2s".
-awk '/ passed| failed/ { p = f = s = 0; for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p = $i; if ($(i+1) ~ /^failed/) f = $i; if ($(i+1) ~ /^skipped/) s = $i } }
-     END { printf "python: %d passed, %d failed, %d skipped\n", p, f, s }' "$pylog"
+pytest_summary() {
+  awk -v label="$1" '/ passed| failed/ { p = f = s = 0; for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p = $i; if ($(i+1) ~ /^failed/) f = $i; if ($(i+1) ~ /^skipped/) s = $i } }
+       END { printf "%s: %d passed, %d failed, %d skipped\n", label, p, f, s }' "$2"
+}
+pytest_summary python "$pylog"
+pytest_summary "python 3.13t (GIL off)" "$ftlog"
 # ros2-bridge/test.sh prints its own summary line.
 grep '^ros2-bridge:' "$r2log" | tail -1

@@ -18,7 +18,14 @@ mod codec;
 mod runtime;
 mod view;
 
-#[pymodule]
+// Safe without the GIL (free-threaded CPython, 3.13t; tested by
+// `scripts/free-threaded.sh`): the classes threads share (`Codec`,
+// `SharedBuffer`, `LoanView`, `PhysicalScheduler`) are frozen or keep their
+// state behind their own locks; the program being declared and a
+// reaction's context are `unsendable`, pinned to their thread; and a
+// reactor's Python state is only touched by its reactions, which the
+// runtime never runs two at a time.
+#[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     codec::register(m)?;
     view::register(m)?;

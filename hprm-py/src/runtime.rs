@@ -476,7 +476,7 @@ impl Context {
 }
 
 /// Schedules a physical action from any Python thread.
-#[pyclass]
+#[pyclass(frozen)]
 pub struct PhysicalScheduler(hprm_node::PhysicalScheduler<PyVal>);
 
 #[pymethods]
