@@ -124,6 +124,13 @@ fn install_script_installs_templates_that_pass_verify() {
     let store = std::fs::read_to_string(units.join("hprm-store.service")).expect("store unit");
     assert!(store.contains(&format!("ExecStart={}/hprm-store ", bin.display())), "{store}");
     assert!(root.path().join("etc/hprm/store.conf").is_file());
+    // The RTI and the federates of a host put their Unix sockets where the
+    // others look for them: in the store's runtime directory, writable to them.
+    assert!(store.contains("RuntimeDirectory=hprm\n"), "{store}");
+    for unit in ["hprm-rti@.service", "hprm-federate@.service"] {
+        let text = std::fs::read_to_string(units.join(unit)).expect("unit");
+        assert!(text.contains(" HPRM_SOCKET_DIR=/run/hprm\n") && text.contains("ReadWritePaths=-/run/hprm\n"), "{unit}: {text}");
+    }
 
     // An administrator's store.conf survives a reinstall.
     std::fs::write(root.path().join("etc/hprm/store.conf"), "HPRM_STORE_MEMORY=3G\n").expect("edit");

@@ -21,15 +21,26 @@ pub enum Server {
 }
 
 /// The Unix socket of the `server` whose TCP port is `port`: under
-/// `$HPRM_RUNTIME_DIR` (a launcher's private directory, set for every
-/// process it starts), else the system's temporary directory.
+/// `$HPRM_SOCKET_DIR` (the systemd units set `/run/hprm`, which every
+/// unit shares), else `$HPRM_RUNTIME_DIR` (a launcher's private directory,
+/// set for every process it starts), else the system's temporary
+/// directory. Servers and clients of one host must agree on it; one that
+/// looks elsewhere finds no socket and uses TCP.
 pub fn unix_socket(server: Server, port: u16) -> PathBuf {
-    let dir = std::env::var_os("HPRM_RUNTIME_DIR").filter(|d| !d.is_empty()).map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = socket_dir(|v| std::env::var_os(v));
     let kind = match server {
         Server::Rti => "rti",
         Server::Peer => "peer",
     };
     dir.join(format!("hprm-{kind}-{port}.sock"))
+}
+
+fn socket_dir(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    ["HPRM_SOCKET_DIR", "HPRM_RUNTIME_DIR"]
+        .iter()
+        .find_map(|v| var(v).filter(|d| !d.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// Whether a server at `ip` is on this host as far as an address can tell:
@@ -48,6 +59,14 @@ mod tests {
         assert_ne!(unix_socket(Server::Rti, 15045), unix_socket(Server::Peer, 15045));
         assert_ne!(unix_socket(Server::Rti, 15045), unix_socket(Server::Rti, 15046));
         assert!(unix_socket(Server::Rti, 15045).to_string_lossy().ends_with("hprm-rti-15045.sock"));
+    }
+
+    #[test]
+    fn the_socket_directory_is_the_first_one_set() {
+        let env = |set: &'static [(&'static str, &'static str)]| move |v: &str| set.iter().find(|(k, _)| *k == v).map(|(_, d)| d.into());
+        assert_eq!(socket_dir(env(&[("HPRM_SOCKET_DIR", "/run/hprm"), ("HPRM_RUNTIME_DIR", "/tmp/x")])), PathBuf::from("/run/hprm"));
+        assert_eq!(socket_dir(env(&[("HPRM_SOCKET_DIR", ""), ("HPRM_RUNTIME_DIR", "/tmp/x")])), PathBuf::from("/tmp/x"));
+        assert_eq!(socket_dir(env(&[])), std::env::temp_dir());
     }
 
     #[test]

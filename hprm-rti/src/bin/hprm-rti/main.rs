@@ -37,9 +37,9 @@ struct Cli {
     #[arg(long, default_value = "0.0.0.0")]
     bind: std::net::IpAddr,
     /// Listen on no Unix socket, only on TCP. By default the RTI also
-    /// listens on `hprm-rti-PORT.sock` under `$HPRM_RUNTIME_DIR` (else the
-    /// temporary directory), which federates on this host use instead of
-    /// loopback TCP (fewer microseconds per message).
+    /// listens on `hprm-rti-PORT.sock` in `$HPRM_SOCKET_DIR`, else
+    /// `$HPRM_RUNTIME_DIR`, else the temporary directory, which federates on
+    /// this host use instead of loopback TCP (fewer microseconds per message).
     #[arg(long)]
     no_unix_socket: bool,
     /// Number of federates in the federation.
