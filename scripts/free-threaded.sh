@@ -5,12 +5,14 @@
 # verified) and keeps it for the next run; the SDK then goes into a venv
 # made from it (hprm-py/install.sh with HPRM_PYTHON).
 #   scripts/free-threaded.sh [DIR]   (default: target/python3.13t)
+# Exit status 3: the source could not be downloaded (nothing was tested);
+# CPYTHON_SOURCE_URL and CPYTHON_SOURCE_SHA256 point it at another copy.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/target/python3.13t}"
 version=3.13.5
-sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
-url="http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_${version}.orig.tar.xz"
+sha256="${CPYTHON_SOURCE_SHA256:-93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640}"
+url="${CPYTHON_SOURCE_URL:-http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_${version}.orig.tar.xz}"
 python="$dir/bin/python3.13t"
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -19,9 +21,12 @@ if ! [ -x "$python" ]; then
   step "building CPython $version with --disable-gil into $dir (a few minutes)"
   src="$(mktemp -d)"
   trap 'rm -rf "$src"' EXIT
-  python3 - "$url" "$src/python.tar.xz" <<'PY'
+  python3 - "$url" "$src/python.tar.xz" <<'PY' || exit 3
 import sys, urllib.request
-urllib.request.urlretrieve(sys.argv[1], sys.argv[2])
+try:
+    urllib.request.urlretrieve(sys.argv[1], sys.argv[2])
+except OSError as e:
+    sys.exit(f"cannot download the CPython source {sys.argv[1]}: {e}; set CPYTHON_SOURCE_URL (and CPYTHON_SOURCE_SHA256) to another copy of a 3.13 source tarball")
 PY
   echo "$sha256  $src/python.tar.xz" | sha256sum --check --quiet \
     || { echo "the CPython source from $url does not match its checksum; not building it" >&2; exit 1; }
