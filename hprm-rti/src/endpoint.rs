@@ -50,6 +50,17 @@ pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified()
 }
 
+/// Whether a server listening on `bind` may take its port's Unix socket.
+/// On the unspecified address the port is the server's on every
+/// interface, and on the main loopback address it is where clients of this
+/// host ([`is_local`]) reach it. A server on any other address shares its
+/// port number with whatever listens on the other addresses, so it takes
+/// no socket (its clients use TCP) and never displaces one that belongs to
+/// another server.
+pub fn owns_unix_socket(bind: IpAddr) -> bool {
+    bind.is_unspecified() || bind == IpAddr::from([127, 0, 0, 1]) || bind == IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +78,13 @@ mod tests {
         assert_eq!(socket_dir(env(&[("HPRM_SOCKET_DIR", "/run/hprm"), ("HPRM_RUNTIME_DIR", "/tmp/x")])), PathBuf::from("/run/hprm"));
         assert_eq!(socket_dir(env(&[("HPRM_SOCKET_DIR", ""), ("HPRM_RUNTIME_DIR", "/tmp/x")])), PathBuf::from("/tmp/x"));
         assert_eq!(socket_dir(env(&[])), std::env::temp_dir());
+    }
+
+    #[test]
+    fn only_servers_on_all_interfaces_or_the_main_loopback_take_a_socket() {
+        for (bind, owns) in [("0.0.0.0", true), ("::", true), ("127.0.0.1", true), ("::1", true), ("127.0.0.2", false), ("192.168.1.20", false)] {
+            assert_eq!(owns_unix_socket(bind.parse().unwrap()), owns, "{bind}");
+        }
     }
 
     #[test]

@@ -33,8 +33,11 @@ impl Rti {
 
     /// An RTI whose Unix socket lies in `runtime_dir`.
     fn start_in(federates: u16, extra: &[&str], runtime_dir: &std::path::Path) -> Rti {
+        // `--bind` in `extra` replaces the default (a flag given twice is an error).
+        let bind = if extra.contains(&"--bind") { &[][..] } else { &["--bind", "127.0.0.1"][..] };
         let mut child = Command::new(RTI_BIN)
-            .args(["--port", "0", "--bind", "127.0.0.1", "--federates", &federates.to_string(), "--id", "test-federation"])
+            .args(["--port", "0", "--federates", &federates.to_string(), "--id", "test-federation"])
+            .args(bind)
             .args(extra)
             .env("RUST_LOG", "debug")
             .env("HPRM_RUNTIME_DIR", runtime_dir)
@@ -711,5 +714,10 @@ fn federates_on_the_rtis_host_may_join_over_its_unix_socket() {
 
     // --no-unix-socket: TCP only.
     let rti = Rti::start_in(1, &["--no-unix-socket"], dir.path());
+    assert!(!dir.path().join(format!("hprm-rti-{}.sock", rti.addr.port())).exists());
+    // Bound to one address other than localhost, the RTI shares its port
+    // number with whatever listens on the other addresses: no socket.
+    let rti = Rti::start_in(1, &["--bind", "127.0.0.2"], dir.path());
+    assert_eq!(rti.addr.ip(), std::net::IpAddr::from([127, 0, 0, 2]));
     assert!(!dir.path().join(format!("hprm-rti-{}.sock", rti.addr.port())).exists());
 }

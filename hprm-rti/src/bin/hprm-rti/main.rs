@@ -36,10 +36,11 @@ struct Cli {
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     bind: std::net::IpAddr,
-    /// Listen on no Unix socket, only on TCP. By default the RTI also
-    /// listens on `hprm-rti-PORT.sock` in `$HPRM_SOCKET_DIR`, else
-    /// `$HPRM_RUNTIME_DIR`, else the temporary directory, which federates on
-    /// this host use instead of loopback TCP (fewer microseconds per message).
+    /// Listen on no Unix socket, only on TCP. By default an RTI bound to
+    /// 0.0.0.0, :: or localhost also listens on `hprm-rti-PORT.sock` in
+    /// `$HPRM_SOCKET_DIR`, else `$HPRM_RUNTIME_DIR`, else the temporary
+    /// directory, which federates on this host use instead of loopback TCP
+    /// (fewer microseconds per message).
     #[arg(long)]
     no_unix_socket: bool,
     /// Number of federates in the federation.
@@ -140,7 +141,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let addr = std::net::SocketAddr::new(cli.bind, cli.port);
         let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}; is another RTI running there? pick another --port"))?;
         let local = listener.local_addr().context("cannot read the listening address")?;
-        let (unix, _unix_file) = match cli.no_unix_socket {
+        let (unix, _unix_file) = match cli.no_unix_socket || !hprm_rti::endpoint::owns_unix_socket(cli.bind) {
             true => (None, None),
             false => bind_unix(local.port()).unzip(),
         };
