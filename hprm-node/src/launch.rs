@@ -114,7 +114,7 @@ impl LaunchReport {
             .zip(&self.stopped)
             // A federate the launcher stopped before it could take the signal
             // (still starting up) did not fail: it was told to go.
-            .filter(|(((_, s), _), stopped)| !s.success() && !(**stopped && s.signal() == Some(libc::SIGTERM)))
+            .filter(|(((_, s), _), stopped)| !(s.success() || **stopped && s.signal() == Some(libc::SIGTERM)))
             .map(|(x, _)| x)
             // The last line: a Rust federate's `error: ...`, a Python traceback's exception.
             .map(|((n, s), words)| match words.iter().rev().find(|l| !l.trim().is_empty()) {

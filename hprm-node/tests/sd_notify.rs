@@ -96,7 +96,7 @@ impl Proc {
 }
 
 fn status_of(messages: &[String]) -> String {
-    messages.iter().flat_map(|m| m.lines()).filter_map(|l| l.strip_prefix("STATUS=")).last().unwrap_or_default().to_string()
+    messages.iter().flat_map(|m| m.lines()).filter_map(|l| l.strip_prefix("STATUS=")).next_back().unwrap_or_default().to_string()
 }
 
 #[test]

@@ -359,7 +359,7 @@ impl SpilledMessage {
         self.to_payload_at(None)
     }
 
-    pub(crate) fn to_payload_at(&self, at: Option<At>) -> Vec<u8> {
+    pub(crate) fn to_payload_at(self, at: Option<At>) -> Vec<u8> {
         let data = self.encode_at(at);
         let mut out = Vec::with_capacity(data.len() + 3);
         Writer(&mut out).ext_header(EXT_SPILLED, data.len());
