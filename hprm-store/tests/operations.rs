@@ -239,6 +239,9 @@ fn a_small_duplicate_is_reported_late() {
     let b = d.client();
     let id = ObjectId::random();
     a.put(id, b"first", b"").unwrap();
+    // a's publish is one-way too: without the sync, b's could reach the
+    // daemon first (another connection), and a would hold the duplicate.
+    a.sync().unwrap();
     // Small objects are placed without a round trip: the duplicate is only
     // found when published, and b learns it from sync (or a later call).
     b.put(id, b"second", b"").unwrap();
