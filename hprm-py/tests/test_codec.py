@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+import hprm
 from hprm import _native
 from support import codecs, settled
 
@@ -269,6 +270,10 @@ def test_large_arrays_are_zero_copy_views_of_the_store(store, eventually):
     assert view is not None, bases(got)
     [obj] = sender.store_objects()
     assert view.object_id == obj["id"] and view.nbytes == sent.nbytes == obj["size"]
+    # The public helper finds the same object, through a slice too; a
+    # private array lies in none.
+    assert hprm.store_object_id(got) == hprm.store_object_id(got[3:, ::2]) == obj["id"]
+    assert hprm.store_object_id(sent) is None
     # The data pointer is inside the store's shared mapping: the memfd arena.
     address = got.__array_interface__["data"][0]
     start, end = view.mapping

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import hprm  # noqa: E402
 from hprm import _native  # noqa: E402
 from support import codecs, settled  # noqa: E402
 
@@ -160,6 +161,7 @@ def test_large_tensors_are_zero_copy_views_of_the_store(store, eventually):
     assert view is not None
     [obj] = sender.store_objects()
     assert view.object_id == obj["id"] and view.nbytes == sent.numel() * 4 == obj["size"]
+    assert hprm.store_object_id(got) == obj["id"] and hprm.store_object_id(sent) is None
     # The tensor's data pointer is the store object's bytes in the shared mapping.
     start, end = view.mapping
     assert got.data_ptr() == view.address and start <= got.data_ptr() and got.data_ptr() + view.nbytes <= end

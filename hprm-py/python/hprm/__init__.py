@@ -73,10 +73,22 @@ __all__ = [
     "Tag",
     "duration_ns",
     "external",
+    "store_object_id",
 ]
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "sec": 1_000_000_000, "min": 60_000_000_000}
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s|sec|min)\s*$")
+
+
+def store_object_id(value: Any) -> str | None:
+    """The id (hex) of the store object a numpy array, torch tensor or
+    buffer lies in: one received over a port, or made by
+    ``ctx.alloc_array``; None for private memory. For checking that data
+    travels without copies (``hprm store list --socket S`` lists the objects)."""
+    a = getattr(value, "_hprm_source", value)
+    while a is not None and not hasattr(a, "object_id"):
+        a = a.obj if isinstance(a, memoryview) else getattr(a, "base", None)
+    return None if a is None else a.object_id
 
 
 def duration_ns(d: Any) -> int:

@@ -14,13 +14,6 @@ MODE = sys.argv[1] if len(sys.argv) > 1 else "centralized"
 FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 
 
-def _object_id(a):
-    """The store object under an array (None for a private one)."""
-    while a is not None and not hasattr(a, "object_id"):
-        a = getattr(a, "base", None) if not isinstance(a, memoryview) else a.obj
-    return None if a is None else a.object_id
-
-
 class Camera(hprm.Reactor):
     frame = hprm.Output()
 
@@ -33,7 +26,7 @@ class Camera(hprm.Reactor):
         self.seq += 1
         img = ctx.alloc_array((480, 640, 3), np.uint8)  # in the store: sent without a copy
         img[:] = self.seq
-        print(f"captured seq={self.seq} object={_object_id(img)}", flush=True)
+        print(f"captured seq={self.seq} object={hprm.store_object_id(img)}", flush=True)
         ctx.set(self.frame, {"rgb": img, "seq": self.seq, "stamp": ctx.logical_time})
 
 
@@ -46,7 +39,7 @@ class Detector(hprm.Reactor):
         f = self.frame.value
         img = f["rgb"]
         ok = img.shape == (480, 640, 3) and not img.flags.writeable and int(img[0, 0, 0]) == f["seq"] % 256
-        print(f"received seq={f['seq']} object={_object_id(img)}", flush=True)
+        print(f"received seq={f['seq']} object={hprm.store_object_id(img)}", flush=True)
         ctx.set(self.boxes, {"seq": f["seq"], "boxes": np.arange(8, dtype=np.float32).reshape(2, 4) * f["seq"], "zero_copy_ok": ok})
 
     @detect.deadline_handler

@@ -13,14 +13,6 @@ import hprm
 FRAMES = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
 
-def _object_id(t):
-    """The store object under a received tensor (None for a private one)."""
-    a = getattr(t, "_hprm_source", None)
-    while a is not None and not hasattr(a, "object_id"):
-        a = getattr(a, "base", None) if not isinstance(a, memoryview) else a.obj
-    return None if a is None else a.object_id
-
-
 class Camera(hprm.Reactor):
     frame = hprm.Output()
 
@@ -44,7 +36,7 @@ class Detector(hprm.Reactor):
         img, small, seq = f["img"], f["small"], f["seq"]
         want = torch.arange(480 * 640 * 3, dtype=torch.float32).reshape(480, 640, 3) * seq
         exact = isinstance(img, torch.Tensor) and img.dtype == torch.float32 and torch.equal(img, want) and torch.equal(small, torch.tensor([seq, -seq], dtype=torch.int16))
-        print(f"received seq={seq} exact={exact} stored={_object_id(img) is not None} small_stored={_object_id(small) is not None}", flush=True)
+        print(f"received seq={seq} exact={exact} stored={hprm.store_object_id(img) is not None} small_stored={hprm.store_object_id(small) is not None}", flush=True)
 
 
 prog = hprm.Program("torch-frames", stp="50ms", timeout=f"{20 * (FRAMES - 1)}ms")
