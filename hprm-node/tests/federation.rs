@@ -805,12 +805,17 @@ fn fifty_jittered_runs_give_identical_traces() {
 
 /// A program of two federates whose `a` runs until stopped.
 fn pair() -> Program {
+    ticking_pair(50 * MS, 10 * MS)
+}
+
+/// Federates `a` and `b`, each with a timer of `period`, for `timeout`.
+fn ticking_pair(timeout: Duration, period: Duration) -> Program {
     let mut p = Program::new("pair");
-    p.timeout(50 * MS);
+    p.timeout(timeout);
     for name in ["a", "b"] {
         let f = p.federate(name);
         let mut r = p.reactor(f, "r", ());
-        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let t = r.timer("t", Duration::ZERO, period);
         r.reaction("tick").trigger(t).body(|_, _| {});
     }
     p
@@ -859,17 +864,7 @@ fn clock_sync_and_authentication_with_the_rti() {
 #[test]
 fn runtime_clock_sync_rounds_with_the_rti() {
     let rti = support::RtiDaemon::start(2, &["--id", "pair", "--clock-sync", "on", "--clock-sync-port", "0", "--clock-sync-period-ms", "5", "--start-delay-ms", "100"]);
-    let program = || {
-        let mut p = Program::new("pair");
-        p.timeout(400 * MS);
-        for name in ["a", "b"] {
-            let f = p.federate(name);
-            let mut r = p.reactor(f, "r", ());
-            let t = r.timer("t", Duration::ZERO, 50 * MS);
-            r.reaction("tick").trigger(t).body(|_, _| {});
-        }
-        p
-    };
+    let program = || ticking_pair(400 * MS, 50 * MS);
     let run = |fed: &'static str| {
         let mut o = rti_options(fed, &rti, "pair");
         if let Some(c) = o.rti.as_mut() {
