@@ -13,8 +13,8 @@
 //! own host tries that path first and falls back to TCP.
 
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +25,7 @@ use hprm_rti::wire::{Message, RejectReason};
 use crate::error::NodeError;
 use crate::inbox::Incoming;
 use crate::rti::{Receiving, RtiSession};
-use crate::socket::{tune, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
+use crate::socket::{connect, tune, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
 
 /// Removes the Unix socket file when the federate ends.
 pub(crate) struct UnixSocketFile(PathBuf);
@@ -141,18 +141,8 @@ pub(crate) fn connect_all(
     let mut out = HashMap::new();
     for (fed, name) in peers {
         let addr = rti.query(*fed, name, timeout)?;
-        let local = endpoint::is_local(addr.ip());
-        let addr = if addr.ip().is_unspecified() { std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
         let peer_err = |detail: String| NodeError::Peer { peer: name.clone(), detail };
-        let unix = (transport == LocalTransport::Unix && local).then(|| UnixStream::connect(endpoint::unix_socket(Server::Peer, addr.port())).ok()).flatten();
-        let stream = match unix {
-            Some(s) => Stream::Unix(s),
-            None => {
-                let s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| peer_err(format!("{addr}: {e}")))?;
-                tune(&s).map_err(|e| peer_err(e.to_string()))?;
-                Stream::Tcp(s)
-            }
-        };
+        let stream = connect(Server::Peer, addr, transport, timeout).map_err(|e| peer_err(format!("{addr}: {e}")))?;
         let mut reader = FrameReader::new(stream.try_clone().map_err(|e| peer_err(e.to_string()))?);
         let mut writer = FrameWriter::new(stream);
         writer.send(&Message::P2pSendingFedId { fed: me, federation: federation.as_bytes().to_vec() }).map_err(|e| peer_err(e.to_string()))?;

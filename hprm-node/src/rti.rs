@@ -6,19 +6,18 @@
 //! reactor-c federates use (hprm-rti/docs/lf-federated-protocol.md §2.3),
 //! so an HPRM federate can join an LF RTI and the other way round.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hprm_rti::endpoint::{self, Server};
+use hprm_rti::endpoint::Server;
 use hprm_rti::tag::{Delay, Tag};
 use hprm_rti::wire::{Message, RejectReason};
 
 use crate::error::NodeError;
 use crate::inbox::{Incoming, Inbox};
 use crate::program::{DecodeFn, TriggerId};
-use crate::socket::{tune, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
+use crate::socket::{connect, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
 use crate::payload::Decoder;
 
 /// How to reach the RTI.
@@ -93,7 +92,7 @@ fn dial(addr: &str, transport: LocalTransport, timeout: Duration) -> Result<Stre
         let attempt = addr.to_socket_addrs().and_then(|mut a| {
             a.next().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the address resolves to nothing"))
         });
-        let err = match attempt.and_then(|sa: SocketAddr| connect(sa, transport)) {
+        let err = match attempt.and_then(|sa: SocketAddr| connect(Server::Rti, sa, transport, Duration::from_secs(2))) {
             Ok(s) => return Ok(s),
             Err(e) => e,
         };
@@ -102,18 +101,6 @@ fn dial(addr: &str, transport: LocalTransport, timeout: Duration) -> Result<Stre
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn connect(sa: SocketAddr, transport: LocalTransport) -> std::io::Result<Stream> {
-    if transport == LocalTransport::Unix && endpoint::is_local(sa.ip()) {
-        if let Ok(s) = UnixStream::connect(endpoint::unix_socket(Server::Rti, sa.port())) {
-            return Ok(Stream::Unix(s));
-        }
-    }
-    let sa = if sa.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], sa.port())) } else { sa };
-    let s = TcpStream::connect_timeout(&sa, Duration::from_secs(2))?;
-    tune(&s)?;
-    Ok(Stream::Tcp(s))
 }
 
 /// Steps 1–5 of the federate's start-up: connect, authenticate, FED_IDS,

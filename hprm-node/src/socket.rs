@@ -8,10 +8,11 @@
 //! handshake precedes a payload.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use hprm_rti::endpoint::{self, Server};
 use hprm_rti::wire::{self, Limits, Message};
 
 /// Room for the largest message: payload limit plus the biggest header.
@@ -46,6 +47,21 @@ pub enum LocalTransport {
     /// else TCP.
     #[default]
     Unix,
+}
+
+/// Connects to `server` at `addr`: its Unix socket when `transport` says
+/// so and the address is this host's (`hprm_rti::endpoint`), else tuned
+/// TCP (an unspecified address meaning this host's loopback).
+pub(crate) fn connect(server: Server, addr: SocketAddr, transport: LocalTransport, timeout: Duration) -> io::Result<Stream> {
+    if transport == LocalTransport::Unix && endpoint::is_local(addr.ip()) {
+        if let Ok(s) = UnixStream::connect(endpoint::unix_socket(server, addr.port())) {
+            return Ok(Stream::Unix(s));
+        }
+    }
+    let addr = if addr.ip().is_unspecified() { SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
+    let s = TcpStream::connect_timeout(&addr, timeout)?;
+    tune(&s)?;
+    Ok(Stream::Tcp(s))
 }
 
 /// A connection to the RTI or a peer: TCP, or a Unix socket on the same
