@@ -238,8 +238,12 @@ def test_services_both_ways(procs, tmp_path, topics):
     p.stop()
     responses = pickle.load(open(out, "rb"))["set_resp"][:3]
     # Requests alternate data=True/False from k=1; the server echoes them.
-    assert [r["success"] for r in responses] == [True, False, True]
-    assert [r["message"] for r in responses] == ["got True", "got False", "got True"]
+    # One sent before discovery found the server goes unanswered (it flaked
+    # once so: the first response answered k=2), so the responses alternate
+    # from either value, each echoing its own request.
+    success = [r["success"] for r in responses]
+    assert success in ([True, False, True], [False, True, False]), success
+    assert [r["message"] for r in responses] == [f"got {v}" for v in success]
     calls = pickle.load(open(tmp_path / "calls.pkl", "rb"))
     # Answered by the HPRM reaction, in order (a request retried after a
     # lost response skips a number).
