@@ -35,6 +35,7 @@ STYLE = {
     "hprm_cold": dict(color="tab:blue", marker="o", linestyle=":", alpha=0.7),
     "hprm_relay": dict(color="tab:cyan", marker="o", linestyle="-"),
     "hprm_alloc": dict(color="navy", marker="o", linestyle="-"),
+    "hprm_born": dict(color="navy", marker="s", linestyle=":"),
     "plasma_put": dict(color="tab:orange", marker="s", linestyle="-"),
     "plasma_create": dict(color="tab:orange", marker="s", linestyle="--"),
     "shm": dict(color="tab:red", marker="^", linestyle="-"),
@@ -45,7 +46,7 @@ STYLE = {
     "memcpy": dict(color="tab:gray", marker="", linestyle="--"),
 }
 WRITE_ORDER = ["hprm", "plasma_put", "plasma_create", "shm", "hprm_cold", "memcpy"]
-SER_ORDER = ["hprm", "hprm_alloc", "hprm_relay", "pickle_inband", "pickle_oob", "rclpy", "rclpy_naive", "memcpy"]
+SER_ORDER = ["hprm", "hprm_born", "hprm_alloc", "hprm_relay", "pickle_inband", "pickle_oob", "rclpy", "rclpy_naive", "memcpy"]
 
 
 def size_label(n):

@@ -797,6 +797,19 @@ class HprmAllocSer(HprmSer):
         return out
 
 
+class HprmBornSer(HprmSer):
+    """The producer computes its array inside a reaction (here: a copy of
+    the input, untimed, in a Codec.store_memory() scope, which every
+    reaction runs in): numpy allocates it in the store, so the encode seals
+    it and sends it by reference: no copy at either end."""
+
+    key, label, scaling = "hprm_born", "HPRM, array computed in a reaction (born in the store)", False
+
+    def prepare_round(self, arr):
+        with self.codec.store_memory():
+            return arr.copy()
+
+
 class PickleInband(SerSystem):
     key, label = "pickle_inband", "pickle 5 in-band"
 
@@ -1132,6 +1145,8 @@ def run(mode: str, out_dir: Path, skip=(), store_bin=None, sizes=None, ser_size=
             sers = [HprmSer(codec), HprmRelaySer(codec)]
             if hasattr(codec, "alloc_array"):  # newer SDKs
                 sers.append(HprmAllocSer(codec))
+            if hasattr(codec, "store_memory"):  # newer SDKs
+                sers.append(HprmBornSer(codec))
             if "pickle" in ok:
                 sers += [PickleInband(), PickleOutOfBand()]
             if "rclpy" in ok:

@@ -20,7 +20,7 @@ MB = 1_000_000
 O1_FACTOR = 2.0
 
 WRITE_ORDER = ["hprm", "plasma_put", "plasma_create", "shm", "hprm_cold", "memcpy"]
-SER_ORDER = ["hprm", "hprm_alloc", "hprm_relay", "pickle_inband", "pickle_oob", "rclpy", "rclpy_naive"]
+SER_ORDER = ["hprm", "hprm_born", "hprm_alloc", "hprm_relay", "pickle_inband", "pickle_oob", "rclpy", "rclpy_naive"]
 
 
 def fmt(x: float | None) -> str:
@@ -163,6 +163,10 @@ def judge_serialization(report) -> dict:
     line = (f"{name}: {'MET' if met else 'MISSED'} — serialize {size_label(size)}: HPRM encode of a private array {fmt(h['ser_mbps'])} MB/s "
             f"({fmt(h['ser']['median_us'])} µs) vs pickle-5 out-of-band {fmt(oob['ser_mbps'])} MB/s ({fmt(oob['ser']['median_us'])} µs); "
             f"serialize + deserialize: {fmt(h['roundtrip_mbps'])} vs {fmt(oob['roundtrip_mbps'])} MB/s")
+    born = ser.get("hprm_born")
+    if born:
+        line += (f". An array computed in a reaction (born in the store): {fmt(born['ser_mbps'])} MB/s ({fmt(born['ser']['median_us'])} µs), "
+                 f"{'at or above' if born['ser_mbps'] >= oob['ser_mbps'] else 'below'} pickle-5 out-of-band")
     alloc = ser.get("hprm_alloc")
     if alloc:
         line += (f". An array made in the store (alloc_array): {fmt(alloc['ser_mbps'])} MB/s ({fmt(alloc['ser']['median_us'])} µs), "
@@ -179,7 +183,10 @@ def judge_serialization(report) -> dict:
                      "whose output another process can read)")
         text += "."
         why.append(text)
-    for x, what in ((alloc, "An array the producer made in the store (Codec.alloc_array, as ctx.alloc_array in a reaction; filled untimed, "
+    for x, what in ((born, "An array the producer computed in a reaction (numpy allocates arrays of the threshold or more in the store "
+                           "there; made untimed, as the producer makes any array; its first encode seals it with its receivers, "
+                           "one write of one-way messages)"),
+                    (alloc, "An array the producer made in the store (Codec.alloc_array, as ctx.alloc_array in a reaction; filled untimed, "
                             "as the producer fills any array; its first encode seals it and keeps it, one-way messages only)"),
                     (relay, "An array that is already in the store (one a receiver sends on)")):
         if x:

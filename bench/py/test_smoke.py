@@ -99,6 +99,11 @@ def test_hprm_alloc_array_serialization(codec):
     check_ser(results, ["hprm_alloc"])
 
 
+def test_hprm_born_in_the_store_serialization(codec):
+    results = pb.measure_serialization([pb.HprmBornSer(codec)], SIZE, 0, 1, 1)
+    check_ser(results, ["hprm_born"])
+
+
 def test_hprm_decode_is_a_read_only_view_of_the_store(codec):
     arr = pb.make_array(SIZE)
     got = codec.decode(codec.encode(arr, 1))
@@ -125,7 +130,7 @@ def test_whole_run_hprm_only_writes_report(tmp_path):
     saved = json.loads(Path(f"{stem}.json").read_text())
     md = Path(f"{stem}.md").read_text()
     assert set(saved["write_delay"]["systems"]) == {"hprm", "hprm_cold", "memcpy", "hprm_rt"}
-    assert set(saved["serialization"]["systems"]) - {"hprm_alloc"} == {"hprm", "hprm_relay", "memcpy"}
+    assert set(saved["serialization"]["systems"]) - {"hprm_alloc", "hprm_born"} == {"hprm", "hprm_relay", "memcpy"}
     assert set(saved["skipped"]) == set(pb.BASELINES)
     targets = {t["name"]: t for t in saved["targets"]}
     assert len(targets) == 3

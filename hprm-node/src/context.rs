@@ -117,6 +117,12 @@ impl<'a> Ctx<'a> {
         self.view.encoder.loan(dtype, shape, deliveries)
     }
 
+    /// The federate's encoder: its store and out-of-band threshold (what a
+    /// language binding allocating large values in the store needs).
+    pub fn encoder(&self) -> &Encoder {
+        self.view.encoder
+    }
+
     /// [`Ctx::loan`] of `len` bytes (dtype `|u1`, one dimension).
     pub fn loan_bytes<T>(&mut self, output: Output<T>, len: usize) -> Result<Loan, PayloadError> {
         self.loan(output, Dtype::U8, &[len])

@@ -65,6 +65,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple, PyType};
 use pyo3::{create_exception, ffi, intern};
 
+use crate::store_memory::Sending;
 use crate::view::{LoanView, SharedBuffer};
 
 create_exception!(
@@ -364,6 +365,23 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
             let finished = loaned.get().finish()?;
             if *finished.dtype() == dtype && finished.shape() == shape.as_slice() {
                 self.session.write_value_buffer(out, &finished).map_err(payload_error)?;
+                return Ok(());
+            }
+        }
+        if buffer.bytes().len() >= self.threshold {
+            let deliveries = self.session.deliveries();
+            let born = crate::store_memory::seal_for_sending(buffer.bytes(), deliveries).map_err(|source| payload_error(CodecError::Store { op: "seal", source }))?;
+            if let Some(sending) = born {
+                // Made in the store by numpy inside a reaction: sent by
+                // reference. Sealed now, so the array that was sent becomes
+                // read-only, as received ones are.
+                let session = &mut self.session;
+                match sending {
+                    Sending::Sealed(object) => session.write_announced(out, ext, &dtype, &shape, object),
+                    Sending::Again(object) => session.write_stored(out, ext, &dtype, &shape, object),
+                }
+                .map_err(payload_error)?;
+                source.getattr(intern!(py, "flags"))?.setattr(intern!(py, "writeable"), false)?;
                 return Ok(());
             }
         }
@@ -976,6 +994,15 @@ impl Codec {
         flat.call_method1(intern!(py, "reshape"), (PyTuple::new(py, &shape)?,))
     }
 
+    /// `store_memory()`: a context manager inside which numpy, on this
+    /// thread, allocates every array of `threshold` bytes or more in the
+    /// store, so that `encode` sends it by reference (see
+    /// `store_memory.rs`); what every reaction runs in. A no-op without a
+    /// store.
+    fn store_memory(&self) -> StoreMemory {
+        StoreMemory { store: self.encoder.store().clone(), threshold: self.encoder.threshold(), scope: None }
+    }
+
     /// `decode(data, copy=False)`: the value of a payload (any bytes-like).
     /// Large arrays are read-only views over the store unless `copy`.
     #[pyo3(signature = (data, copy = false))]
@@ -1069,6 +1096,42 @@ impl Codec {
     }
 }
 
+/// The context manager of [`Codec::store_memory`]; pinned to the thread
+/// that made it (a scope is per thread).
+#[pyclass(module = "hprm._native", unsendable)]
+pub struct StoreMemory {
+    store: StoreLink,
+    threshold: usize,
+    scope: Option<crate::store_memory::Scope>,
+}
+
+#[pymethods]
+impl StoreMemory {
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        if slf.scope.is_some() {
+            return Err(PyValueError::new_err("this store_memory() scope is already open; open a new one with codec.store_memory()"));
+        }
+        let scope = crate::store_memory::Scope::enter(slf.py(), &slf.store, slf.threshold)?;
+        slf.scope = scope;
+        Ok(slf)
+    }
+
+    fn __exit__(&mut self, py: Python<'_>, _ty: PyObject, _value: PyObject, _tb: PyObject) -> PyResult<bool> {
+        if let Some(scope) = self.scope.take() {
+            scope.exit(py)?;
+        }
+        Ok(false)
+    }
+}
+
+/// `_store_object_at(address, nbytes) -> str | None`: the id of the store
+/// object holding the `nbytes` at `address` when numpy allocated them in
+/// the store (an array made inside a reaction); for `hprm.store_object_id`.
+#[pyfunction]
+fn _store_object_at(address: usize, nbytes: usize) -> Option<String> {
+    crate::store_memory::object_at(address, nbytes).map(|id| id.to_string())
+}
+
 /// `_rust_encode_example(store_socket=None, deliveries=1, threshold=65536)
 /// -> bytes`: hprm_node's conformance `Sample` encoded by the Rust encoder
 /// (see `hprm_node::payload::conformance` for its contents).
@@ -1124,6 +1187,8 @@ fn _rust_decode_buffer<'py>(py: Python<'py>, data: &[u8], store_socket: Option<P
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PayloadError", m.py().get_type::<PayloadError>())?;
     m.add_class::<Codec>()?;
+    m.add_class::<StoreMemory>()?;
+    m.add_function(wrap_pyfunction!(_store_object_at, m)?)?;
     m.add_function(wrap_pyfunction!(_rust_encode_example, m)?)?;
     m.add_function(wrap_pyfunction!(_rust_decode_check, m)?)?;
     m.add_function(wrap_pyfunction!(_rust_decode_buffer, m)?)?;

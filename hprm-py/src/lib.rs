@@ -10,12 +10,15 @@
 //!   rest), the same wire format as `hprm_node::payload`.
 //! - `view`: read-only Python buffers over store objects, the base of the
 //!   zero-copy numpy arrays receivers get.
+//! - `store_memory`: numpy's memory handler inside reactions, so large
+//!   arrays a reaction makes are born in the store and sent without a copy.
 //! - `runtime`: programs of Python reactors, run by `hprm_node`.
 
 use pyo3::prelude::*;
 
 mod codec;
 mod runtime;
+mod store_memory;
 mod view;
 
 // Safe without the GIL (free-threaded CPython, 3.13t; tested by

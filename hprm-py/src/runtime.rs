@@ -75,6 +75,15 @@ enum OnError {
     Continue,
 }
 
+/// How the program's reactions are run.
+#[derive(Clone, Copy)]
+struct Policy {
+    on_error: OnError,
+    /// Whether large arrays made in a reaction are born in the store
+    /// (`crate::store_memory`).
+    store_arrays: bool,
+}
+
 /// A program being declared from Python.
 #[pyclass(unsendable)]
 pub struct NativeProgram {
@@ -82,7 +91,7 @@ pub struct NativeProgram {
     federates: Vec<hprm_node::FederateId>,
     reactors: Vec<ReactorId>,
     handles: Vec<Handle>,
-    on_error: OnError,
+    policy: Policy,
 }
 
 impl NativeProgram {
@@ -112,8 +121,8 @@ fn ns(d: i64) -> Duration {
 impl NativeProgram {
     /// `coordination`: "centralized" or "decentralized" (then `stp_ns`).
     #[new]
-    #[pyo3(signature = (name, coordination="centralized", stp_ns=0, threshold=65536, timeout_ns=None, on_error="stop"))]
-    fn new(name: &str, coordination: &str, stp_ns: i64, threshold: usize, timeout_ns: Option<i64>, on_error: &str) -> PyResult<NativeProgram> {
+    #[pyo3(signature = (name, coordination="centralized", stp_ns=0, threshold=65536, timeout_ns=None, on_error="stop", store_arrays=true))]
+    fn new(name: &str, coordination: &str, stp_ns: i64, threshold: usize, timeout_ns: Option<i64>, on_error: &str, store_arrays: bool) -> PyResult<NativeProgram> {
         let mut p = Program::new(name);
         match coordination {
             "centralized" => {}
@@ -131,7 +140,7 @@ impl NativeProgram {
             "continue" => OnError::Continue,
             other => return Err(PyValueError::new_err(format!("on_error {other:?} is neither \"stop\" nor \"continue\""))),
         };
-        Ok(NativeProgram { program: Some(p), federates: Vec::new(), reactors: Vec::new(), handles: Vec::new(), on_error })
+        Ok(NativeProgram { program: Some(p), federates: Vec::new(), reactors: Vec::new(), handles: Vec::new(), policy: Policy { on_error, store_arrays } })
     }
 
     fn federate(&mut self, name: &str) -> PyResult<usize> {
@@ -219,7 +228,7 @@ impl NativeProgram {
         let triggers: Vec<Handle> = triggers.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
         let sources: Vec<Handle> = sources.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
         let effects: Vec<Handle> = effects.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
-        let on_error = self.on_error;
+        let policy = self.policy;
         let handles = Arc::new(self.handles.clone());
         let reaction = name.to_string();
         let mut rb = self.program()?.reactor_mut::<PyObject>(r);
@@ -239,12 +248,12 @@ impl NativeProgram {
         }
         if let Some(d) = deadline_ns {
             let handler = deadline_handler.ok_or_else(|| PyValueError::new_err(format!("reaction {reaction} has a deadline but no deadline handler")))?;
-            b = b.deadline(ns(d), invoker(handler, handles.clone(), on_error));
+            b = b.deadline(ns(d), invoker(handler, handles.clone(), policy));
         }
         if let Some(t) = tardy_handler {
-            b = b.tardy(invoker(t, handles.clone(), on_error));
+            b = b.tardy(invoker(t, handles.clone(), policy));
         }
-        b.body(invoker(body, handles, on_error));
+        b.body(invoker(body, handles, policy));
         Ok(())
     }
 
@@ -354,23 +363,33 @@ impl NativeProgram {
 }
 
 /// Wraps a Python callable as a reaction body.
-fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, on_error: OnError) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
+fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, policy: Policy) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
     move |instance: &mut PyObject, ctx: &mut Ctx<'_>| {
         let outcome = Python::with_gil(|py| -> Result<(), String> {
+            let scope = if policy.store_arrays {
+                let encoder = ctx.encoder();
+                crate::store_memory::Scope::enter(py, encoder.store(), encoder.threshold()).map_err(|e| e.to_string())?
+            } else {
+                None
+            };
             // SAFETY: the pointer is valid for this call only; `Context`
             // refuses every use once `invalidate` ran below.
+            #[allow(clippy::unnecessary_cast)] // erases the lifetime
             let ptr = ctx as *mut Ctx<'_> as *mut Ctx<'static>;
             let c = Py::new(py, Context { ctx: ptr, handles: handles.clone() }).map_err(|e| e.to_string())?;
             let r = f.call1(py, (instance.clone_ref(py), c.clone_ref(py)));
             c.borrow_mut(py).ctx = std::ptr::null_mut();
+            if let Some(scope) = scope {
+                scope.exit(py).map_err(|e| e.to_string())?;
+            }
             r.map(|_| ()).map_err(|e| {
                 let tb = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
                 format!("{tb}{e}")
             })
         });
         if let Err(msg) = outcome {
-            let at = format!("{}", ctx.federate());
-            match on_error {
+            let at = ctx.federate().to_string();
+            match policy.on_error {
                 OnError::Stop => panic!("{msg}"),
                 OnError::Continue => tracing::error!(federate = %at, "a Python reaction raised; going on (on_error=\"continue\"):\n{msg}"),
             }
@@ -443,7 +462,7 @@ impl Context {
 
     fn intended_tag(&mut self, py: Python<'_>, h: usize) -> PyResult<Option<Py<PyTuple>>> {
         let Handle::Input(i) = self.handle(h)? else { return Ok(None) };
-        Ok(self.ctx()?.intended_tag(i).map(|t| PyTuple::new(py, [t.time, i64::from(t.microstep)]).map(|t| t.unbind())).transpose()?)
+        self.ctx()?.intended_tag(i).map(|t| PyTuple::new(py, [t.time, i64::from(t.microstep)]).map(|t| t.unbind())).transpose()
     }
 
     /// (time ns, microstep) of the current tag.

@@ -693,6 +693,78 @@ def test_alloc_array_is_written_in_the_store_and_sent_by_reference(store, eventu
 
 
 # ---------------------------------------------------------------------------
+# Arrays born in the store (numpy's memory handler, as in every reaction)
+
+
+def test_arrays_made_in_a_store_memory_scope_are_born_in_the_store(store, eventually):
+    producer, receiver = codecs(store, 2)
+    with producer.store_memory():
+        frame = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)  # 1 MiB: malloc
+        zeros = np.zeros((512, 512))  # 2 MiB: calloc, must read as zeros
+        small = np.ones(100)  # under the threshold: private
+    private = np.arange(256 * 1024, dtype=np.float32)  # outside the scope: private
+    born = {o["id"]: o for o in producer.store_objects()}
+    assert len(born) == 2 and all(not o["sealed"] for o in born.values()), born
+    assert hprm.store_object_id(frame) in born and hprm.store_object_id(zeros) in born
+    assert hprm.store_object_id(frame[3:5]) == hprm.store_object_id(frame), "a view lies in the same object"
+    assert hprm.store_object_id(small) is None and hprm.store_object_id(private) is None
+    assert not zeros.any() and frame[255, 1023] == 256 * 1024 - 1
+    # Sent whole: by reference, sealed with its receivers; no other object.
+    data = producer.encode({"frame": frame, "n": 7}, deliveries=1)
+    assert not frame.flags.writeable, "a sent array is sealed, so read-only"
+    with pytest.raises(ValueError):
+        frame[0, 0] = 1
+    got = receiver.decode(data)
+    same_array(got["frame"], np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024))
+    assert shared_buffer_of(got["frame"]).object_id == hprm.store_object_id(frame)
+    assert {o["id"] for o in producer.store_objects()} == set(born)
+    # Sent again (an object sealed earlier): the same object, one more delivery.
+    again = receiver.decode(producer.encode([frame, frame], deliveries=1))
+    assert {shared_buffer_of(a).object_id for a in again} == {hprm.store_object_id(frame)}
+    # A part of a born array is copied, like a part of any array.
+    part = receiver.decode(producer.encode(zeros[:300], deliveries=1))
+    assert shared_buffer_of(part).object_id not in born and zeros.flags.writeable
+    # Freed: the unsent one is aborted, the sent one settles once every
+    # receiver let go; nothing stays pinned.
+    del frame, zeros, got, again, part
+    gc.collect()
+    left = settled(producer, eventually)
+    assert all(o["sealed"] for o in left), left
+    assert hprm.store_object_id(small) is None
+
+
+def test_born_arrays_resize_and_free_on_any_thread(store, eventually):
+    (producer,) = codecs(store, 1)
+    with producer.store_memory():
+        a = np.arange(100_000, dtype=np.int64)  # 800 KB
+        a.resize(200_000, refcheck=False)  # realloc: a new object, the old one freed
+    assert (a[:100_000] == np.arange(100_000)).all() and hprm.store_object_id(a) is not None
+    eventually(lambda: len(producer.store_objects()) == 1, what="the object before the resize aborted")
+    holder = [a]
+    del a
+    t = threading.Thread(target=holder.clear)  # numpy frees it on this thread
+    t.start()
+    t.join()
+    gc.collect()
+    eventually(lambda: producer.store_objects() == [], what="the array freed on another thread aborted")
+
+
+def test_a_full_store_leaves_arrays_private(store_bin, tmp_path):
+    from conftest import Store
+
+    small = Store(store_bin, tmp_path, memory="4M")
+    try:
+        (producer,) = codecs(small, 1)
+        with producer.store_memory():
+            fits = np.ones(1 << 20, np.uint8)
+            too_big = np.ones(8 << 20, np.uint8)  # more than the arena: malloc, as without a scope
+        assert hprm.store_object_id(fits) is not None and hprm.store_object_id(too_big) is None
+        assert too_big.sum() == 8 << 20
+    finally:
+        small.stop()
+
+
+# ---------------------------------------------------------------------------
 # pyarrow: Arrow IPC streams (ext 5)
 
 

@@ -28,6 +28,24 @@ def test_a_pipeline_of_python_federates(mode, daemons_built):
     captured = {l.split("seq=")[1].split()[0]: l.split("object=")[1] for l in r.stderr.splitlines() if l.startswith("[camera] captured")}
     received = {l.split("seq=")[1].split()[0]: l.split("object=")[1] for l in r.stderr.splitlines() if l.startswith("[detector] received")}
     assert len(received) == 5 and all(received[s] == captured[s] != "None" for s in received), r.stderr
+    # The mask the detector computes with numpy is born in the store and
+    # reaches the planner as the same object.
+    made, got = ids(r.stderr, "[detector] mask"), ids(r.stderr, "[planner] mask received")
+    assert len(got) == 4 and all(got[s] == made[s] != "None" for s in got), r.stderr
+    assert all(l.endswith("all=True") for l in r.stderr.splitlines() if l.startswith("[planner] mask received")), r.stderr
+
+
+def ids(stderr, prefix):
+    """{seq: object id} of the lines starting with `prefix`."""
+    return {l.split("seq=")[1].split()[0]: l.split("object=")[1].split()[0] for l in stderr.splitlines() if l.startswith(prefix)}
+
+
+def test_store_arrays_false_keeps_arrays_private(daemons_built):
+    r = launch("pipeline.py", "centralized", 3, "private")
+    assert r.returncode == 0, r.stderr
+    made, got = ids(r.stderr, "[detector] mask"), ids(r.stderr, "[planner] mask received")
+    # Private where made, copied into the store when sent.
+    assert len(got) == 2 and all(made[s] == "None" != got[s] for s in got), r.stderr
 
 
 def test_a_program_mixing_rust_and_python_federates(daemons_built):

@@ -126,6 +126,50 @@ fn an_echo_of_a_claimed_object_waits_for_the_seal_with_its_claim() {
 }
 
 #[test]
+fn seal_and_send_counts_its_receivers_before_claims_waiting_for_the_seal_complete() {
+    let d = Daemon::start("16M", &[]);
+    let producer = d.light_client();
+    // Both sizes: one created in the daemon, one in a reserved block
+    // (published one-way with all its deliveries).
+    for size in [200_000u64, 65_536] {
+        let id = ObjectId::random();
+        // Created with the producer's own delivery only: its receivers are
+        // not known until it is sent.
+        let mut obj = producer.create_with(id, size, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+        obj.data_mut().fill(7);
+        let p = obj.placement();
+        // Two receivers claim it before it is sealed (their claims wait) and
+        // let go at once, which they may well do before the producer's claim.
+        let receivers: Vec<_> = (0..2).map(|_| d.light_client()).collect();
+        let threads: Vec<_> = receivers
+            .iter()
+            .map(|r| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    let view = r.claim(id, p, Duration::from_secs(10)).unwrap();
+                    assert!(view.data().iter().all(|&b| b == 7));
+                    drop(view);
+                    r.sync().unwrap();
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let mine = obj.seal_and_send(2).unwrap();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(mine.data().iter().all(|&b| b == 7), "the producer still reads what it sent");
+        drop(mine);
+        producer.sync().unwrap();
+        // Nothing lost to the race: no delivery left pinned until the TTL.
+        eventually(Duration::from_secs(5), "every delivery settled", || {
+            let s = producer.stats().unwrap();
+            (s.objects_referenced, s.pending_deliveries, s.waiting_gets) == (0, 0, 0)
+        });
+    }
+}
+
+#[test]
 fn forged_placements_are_clear_errors_never_out_of_bounds_reads() {
     let d = Daemon::start("4M", &[]);
     let sender = d.light_client();

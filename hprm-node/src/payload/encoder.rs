@@ -416,6 +416,19 @@ impl EncodeSession {
     /// store told of the new receivers at [`EncodeSession::finish`], as
     /// [`Encoder::encode`] does for a received `Buffer`.
     pub fn write_stored(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>) -> Result<ObjectId, PayloadError> {
+        self.write_reference(out, ext, dtype, shape, object, true)
+    }
+
+    /// Writes a buffer that is a whole store object whose receivers for
+    /// this message the caller has already announced to the store (it
+    /// sealed the object with them: `ObjectMut::seal_and_send` with
+    /// [`EncodeSession::deliveries`]). A later write of the same object in
+    /// this message announces nothing either.
+    pub fn write_announced(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>) -> Result<ObjectId, PayloadError> {
+        self.write_reference(out, ext, dtype, shape, object, false)
+    }
+
+    fn write_reference(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>, redeliver: bool) -> Result<ObjectId, PayloadError> {
         if !matches!(ext, EXT_BUFFER | EXT_BYTES | EXT_TENSOR) {
             return Err(PayloadError::Serialize { message: format!("extension type {ext} is not a buffer type") });
         }
@@ -425,7 +438,9 @@ impl EncodeSession {
         let key = (object.data().as_ptr() as usize, object.data().len());
         if !self.seen.iter().any(|(k, ..)| *k == key) {
             self.seen.push((key, id, at));
-            self.context.redelivered.push(SentOn::Object(object));
+            if redeliver {
+                self.context.redelivered.push(SentOn::Object(object));
+            }
         }
         let location = LocationRef::Store(id, Some(at));
         let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes, location };
@@ -434,6 +449,11 @@ impl EncodeSession {
         Writer(out).ext_header(ext, data.len());
         out.extend_from_slice(&data);
         Ok(id)
+    }
+
+    /// The receivers this message goes to.
+    pub fn deliveries(&self) -> u32 {
+        self.context.deliveries
     }
 
     /// Ends the encode with the complete `message`: spills it into the

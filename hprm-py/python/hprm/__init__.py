@@ -82,13 +82,19 @@ _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s|sec|min)\s*$")
 
 def store_object_id(value: Any) -> str | None:
     """The id (hex) of the store object a numpy array, torch tensor or
-    buffer lies in: one received over a port, or made by
-    ``ctx.alloc_array``; None for private memory. For checking that data
-    travels without copies (``hprm store list --socket S`` lists the objects)."""
+    buffer lies in: one received over a port, made by ``ctx.alloc_array``,
+    or made by numpy inside a reaction (``Program(store_arrays=True)``);
+    None for private memory. For checking that data travels without copies
+    (``hprm store list --socket S`` lists the objects)."""
     a = getattr(value, "_hprm_source", value)
     while a is not None and not hasattr(a, "object_id"):
         a = a.obj if isinstance(a, memoryview) else getattr(a, "base", None)
-    return None if a is None else a.object_id
+    if a is not None:
+        return a.object_id
+    interface = getattr(value, "__array_interface__", None)
+    if interface is None or not interface.get("data"):
+        return None
+    return _native._store_object_at(interface["data"][0], max(getattr(value, "nbytes", 1), 1))
 
 
 def duration_ns(d: Any) -> int:
@@ -454,9 +460,22 @@ class Program:
     ``timeout`` stops the program at start + timeout. ``threshold``: buffers
     of at least this many bytes go out-of-band. ``on_error``: what a
     raising reaction does: "stop" its federate (default) or "continue".
+    ``store_arrays``: numpy arrays of at least ``threshold`` bytes made
+    inside a reaction are allocated in the store, so sending one costs no
+    copy; a sent one becomes read-only (default; False keeps every array
+    private, and sending copies it).
     """
 
-    def __init__(self, name: str, coordination: str = "centralized", stp: Any = "20ms", timeout: Any = None, threshold: int = 65536, on_error: str = "stop") -> None:
+    def __init__(
+        self,
+        name: str,
+        coordination: str = "centralized",
+        stp: Any = "20ms",
+        timeout: Any = None,
+        threshold: int = 65536,
+        on_error: str = "stop",
+        store_arrays: bool = True,
+    ) -> None:
         self.name = name
         self._native = _native.NativeProgram(
             name,
@@ -465,6 +484,7 @@ class Program:
             threshold=threshold,
             timeout_ns=None if timeout is None else duration_ns(timeout),
             on_error=on_error,
+            store_arrays=store_arrays,
         )
         self.federates: list[_FederateRef] = []
 

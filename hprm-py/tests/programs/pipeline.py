@@ -1,7 +1,9 @@
 """A camera -> detector -> planner pipeline of Python federates; prints one
 line per planned frame (checked by test_federation.py).
 
-Usage: python pipeline.py [centralized|decentralized] [frames]
+Usage: python pipeline.py [centralized|decentralized] [frames] [born|private]
+(private: Program(store_arrays=False), arrays made in reactions stay
+private and are copied when sent)
 """
 
 import sys
@@ -12,6 +14,7 @@ import hprm
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "centralized"
 FRAMES = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+STORE_ARRAYS = (sys.argv[3] if len(sys.argv) > 3 else "born") == "born"
 
 
 class Camera(hprm.Reactor):
@@ -40,7 +43,11 @@ class Detector(hprm.Reactor):
         img = f["rgb"]
         ok = img.shape == (480, 640, 3) and not img.flags.writeable and int(img[0, 0, 0]) == f["seq"] % 256
         print(f"received seq={f['seq']} object={hprm.store_object_id(img)}", flush=True)
-        ctx.set(self.boxes, {"seq": f["seq"], "boxes": np.arange(8, dtype=np.float32).reshape(2, 4) * f["seq"], "zero_copy_ok": ok})
+        # Computed here (300 KB): numpy makes it in the store, so it is sent
+        # without a copy too (unless store_arrays=False).
+        mask = img[..., 0] == f["seq"] % 256
+        print(f"mask seq={f['seq']} object={hprm.store_object_id(mask)}", flush=True)
+        ctx.set(self.boxes, {"seq": f["seq"], "boxes": np.arange(8, dtype=np.float32).reshape(2, 4) * f["seq"], "zero_copy_ok": ok, "mask": mask})
 
     @detect.deadline_handler
     def late(self, ctx):
@@ -53,6 +60,7 @@ class Planner(hprm.Reactor):
     @hprm.reaction(triggers="boxes")
     def plan(self, ctx):
         b = self.boxes.value
+        print(f"mask received seq={b['seq']} object={hprm.store_object_id(b['mask'])} all={bool(b['mask'].all())}", flush=True)
         print(f"planned seq={b['seq']} at={ctx.elapsed // 1_000_000}ms sum={float(b['boxes'].sum())} ok={b['zero_copy_ok']}", flush=True)
 
 
@@ -61,6 +69,7 @@ prog = hprm.Program(
     coordination=MODE,
     stp="50ms",
     timeout=f"{20 * (FRAMES - 1)}ms",
+    store_arrays=STORE_ARRAYS,
 )
 cam = prog.federate("camera", Camera)
 det = prog.federate("detector", Detector)

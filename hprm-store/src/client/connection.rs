@@ -103,6 +103,24 @@ impl Connection {
         self.send(0, req).map_err(|reason| self.mark_broken(op, reason))
     }
 
+    /// Posts `reqs` in order, in one write: one wake-up of the daemon for
+    /// a sequence of one-way requests (a seal and what follows it).
+    pub(crate) fn post_all(&self, reqs: &[Request<'_>]) -> Result<()> {
+        let Some(first) = reqs.first() else { return Ok(()) };
+        let op = first.name();
+        if let Some(reason) = &lock(&self.state).broken {
+            return Err(Error::Disconnected { op, reason: reason.clone() });
+        }
+        let mut frames = Vec::new();
+        {
+            let mut enc = lock(&self.encoder);
+            for req in reqs {
+                frames.extend_from_slice(enc.request(0, req));
+            }
+        }
+        send_all(&self.stream, &frames).map_err(|e| self.mark_broken(op, e.to_string()))
+    }
+
     /// Like [`Connection::call`] but hands back error replies as replies
     /// (for `get`, whose timeout reply carries the missing ids).
     pub(crate) fn call_raw(&self, req: &Request<'_>) -> Result<Reply> {

@@ -149,32 +149,53 @@ impl ObjectMut {
     /// is broken.
     pub fn seal(mut self) -> Result<()> {
         self.finished = true;
-        let p = self.placement;
+        self.inner.conn.post_all(&self.seal_requests(0))
+    }
+
+    /// The requests that seal this object with `deliveries` more receivers
+    /// than it was created with, in order. Normally a redeliver (if any)
+    /// then the seal: the daemon counts receivers an unsealed object's
+    /// creator announces, and counting them before the seal wakes the
+    /// claims waiting for it means no receiver's release can overtake
+    /// them. For a small object in a reserved block, one publish (create
+    /// and seal at once: the daemon learns of it only now) carrying all
+    /// its deliveries.
+    fn seal_requests(&self, deliveries: u32) -> Vec<Request<'static>> {
+        let (id, p) = (self.id, self.placement);
         match self.reserved {
-            // Create and seal at once: the daemon learns of it only now.
-            Some((_, deliveries)) => self.inner.conn.post(&Request::Publish {
-                id: self.id,
+            Some((_, created_with)) => vec![Request::Publish {
+                id,
                 offset: p.data_offset,
                 data_size: p.data_size,
                 metadata_size: p.metadata_size,
-                deliveries,
-            }),
-            None => self.inner.conn.post(&Request::Seal { id: self.id }),
+                deliveries: created_with.saturating_add(deliveries),
+            }],
+            None if deliveries == 0 => vec![Request::Seal { id }],
+            None => vec![Request::Redeliver { id, deliveries }, Request::Seal { id }],
         }
     }
 
     /// Seals the object and keeps a reference on it, as if this client had
     /// then got it, without waiting for any reply: the seal (or publish)
-    /// and a claim of the object go out one-way, in that order, on this
-    /// connection, so the claim always finds the object sealed. The
-    /// returned `Object` releases its reference (settling one delivery)
-    /// when dropped. For a producer that goes on reading what it wrote (a
-    /// loan sent on by reference).
+    /// and a claim of the object go out one-way, in that order, in one
+    /// write on this connection, so the claim always finds the object
+    /// sealed. The returned `Object` releases its reference (settling one
+    /// delivery) when dropped. For a producer that goes on reading what it
+    /// wrote (a loan sent on by reference).
     pub fn seal_and_keep(self) -> Result<Object> {
-        let (inner, id, placement) = (self.inner.clone(), self.id, self.placement);
-        self.seal()?;
-        inner.conn.post(&Request::Claim { id, placement, timeout: Some(std::time::Duration::ZERO) })?;
-        Ok(Object::new(inner, id, placement))
+        self.seal_and_send(0)
+    }
+
+    /// [`ObjectMut::seal_and_keep`] for a producer that sends the object by
+    /// reference as it seals it: `deliveries` more receivers are announced
+    /// in the same write, counted before the seal (see `seal_requests`).
+    pub fn seal_and_send(mut self, deliveries: u32) -> Result<Object> {
+        self.finished = true;
+        let (id, placement) = (self.id, self.placement);
+        let mut requests = self.seal_requests(deliveries);
+        requests.push(Request::Claim { id, placement, timeout: Some(std::time::Duration::ZERO) });
+        self.inner.conn.post_all(&requests)?;
+        Ok(Object::new(self.inner.clone(), id, placement))
     }
 
     /// Gives the object up; its memory returns to the arena.

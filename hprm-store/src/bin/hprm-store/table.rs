@@ -419,8 +419,9 @@ impl ObjectTable {
         Reply::Done
     }
 
-    /// `deliveries` more receivers for a sealed object: it stays pinned
-    /// until they release it (or the TTL, restarted now, runs out).
+    /// `deliveries` more receivers for a sealed object (or one its creator
+    /// is about to seal): it stays pinned until they release it (or the
+    /// TTL, restarted now, runs out).
     fn redeliver(&mut self, client: ClientId, id: ObjectId, deliveries: u32) -> Reply {
         let ttl = self.config.delivery_ttl;
         if !self.objects.get(&id).is_some_and(|e| e.sealed) && self.has_waiting_claim(client, id) {
@@ -433,6 +434,14 @@ impl ObjectTable {
         let Some(e) = self.objects.get_mut(&id) else {
             return err(ErrorCode::NotFound, format!("object {id} does not exist; only an object still held (or awaiting deliveries) can be sent on"));
         };
+        if !e.sealed && e.creator == client && !e.delete_pending {
+            // Its creator announcing receivers before the seal, in the same
+            // write (`ObjectMut::seal_and_send`): counted before the seal
+            // wakes any waiting claim, so no receiver's release can come
+            // first and be lost. The seal starts the TTL.
+            e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
+            return Reply::Done;
+        }
         if !e.sealed || e.delete_pending {
             let why = if e.sealed { "is being deleted" } else { "is not sealed yet" };
             return err(ErrorCode::NotSealed, format!("object {id} {why}; only sealed objects can be sent on"));
@@ -1140,6 +1149,39 @@ mod tests {
         assert_eq!(t.lru.len(), 1);
         let missing = ObjectId::random();
         assert_eq!(code(&reply(t.handle(2, &Request::Redeliver { id: missing, deliveries: 1 }))), Some(ErrorCode::NotFound));
+    }
+
+    #[test]
+    fn receivers_its_creator_announces_before_the_seal_are_counted_first() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        // Created with the producer's own delivery; two receivers' claims
+        // already wait when the producer seals and sends it (redeliver,
+        // seal, claim: one write).
+        assert!(matches!(create(&mut t, 1, id, 1000, 1), Reply::Created(_)));
+        let placement = t.objects[&id].placement;
+        let waits: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|c| match t.handle(c, &Request::Claim { id, placement, timeout: None }) {
+                Outcome::Wait { rx, .. } => rx,
+                Outcome::Reply(r) => panic!("a claim of an unsealed object must wait, got {r:?}"),
+            })
+            .collect();
+        assert_eq!(code(&reply(t.handle(4, &Request::Redeliver { id, deliveries: 2 }))), Some(ErrorCode::NotSealed), "only its creator");
+        assert_eq!(reply(t.handle(1, &Request::Redeliver { id, deliveries: 2 })), Reply::Done);
+        assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
+        for mut rx in waits {
+            assert_eq!(rx.try_recv().ok(), Some(Reply::Done));
+        }
+        // The receivers' releases land before the producer's claim.
+        for c in [2, 3] {
+            assert_eq!(reply(t.handle(c, &Request::Release { id })), Reply::Done);
+        }
+        assert_eq!(t.stats().pending_deliveries, 1, "the producer's own delivery is still due");
+        assert!(matches!(t.handle(1, &Request::Claim { id, placement, timeout: Some(Duration::ZERO) }), Outcome::Reply(Reply::Done)));
+        t.handle(1, &Request::Release { id });
+        assert_eq!(t.stats().pending_deliveries, 0);
+        assert_eq!(t.lru.len(), 1, "evictable once everyone let go");
     }
 
     #[test]
