@@ -186,7 +186,7 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
     rti.push_str(&env_line("HPRM_RTI_BIND", &opts.rti_bind));
     // As the launcher runs it: HPRM federates send every NET anyway, and
     // federates on one host share its clock.
-    let mut rti_args = "--disable-dnet --clock-sync off".to_string();
+    let mut rti_args = "--clock-sync off".to_string();
     // systemd restarts these federates (Restart=on-failure): the RTI takes them back.
     let restartable: Vec<String> = manifest.federates.iter().enumerate().filter(|(_, f)| f.restart == RestartPolicy::OnFailure).map(|(i, _)| i.to_string()).collect();
     if !restartable.is_empty() {
@@ -381,7 +381,7 @@ mod tests {
 
         let rti = get(&d, "etc/hprm/my-robot/rti.conf");
         assert!(rti.contains("HPRM_FEDERATES=\"2\"\n") && rti.contains("HPRM_FEDERATION=\"my-robot\"\n") && rti.contains("HPRM_RTI_PORT=\"15045\"\n"), "{rti}");
-        assert!(rti.contains("HPRM_RTI_ARGS=\"--disable-dnet --clock-sync off --restartable 0\"\n"), "the camera restarts: {rti}");
+        assert!(rti.contains("HPRM_RTI_ARGS=\"--clock-sync off --restartable 0\"\n"), "the camera restarts: {rti}");
         let env = get(&d, "etc/hprm/my-robot/plan ner.env");
         assert!(env.contains("HPRM_FEDERATE=\"plan ner\"\n") && env.contains("HPRM_RTI=\"127.0.0.1:15045\"\n"), "{env}");
         assert!(env.contains("HPRM_MANIFEST=\"/etc/hprm/my-robot/manifest.json\"\n") && env.contains("PYTHONPATH=\"/opt/robot/lib\"\n") && !env.contains("GONE"), "{env}");

@@ -32,6 +32,8 @@ pub(crate) enum Incoming {
     Grant(Tag),
     /// PTAG from the RTI.
     ProvisionalGrant(Tag),
+    /// DNET from the RTI: no downstream federate needs a NET below it.
+    DownstreamNext(Tag),
     /// The RTI relays another federate's stop request.
     StopRequest(Tag),
     /// The RTI fixed the stop tag.

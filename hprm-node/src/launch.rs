@@ -327,8 +327,7 @@ impl Launch {
         let n = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
         let (_store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
-        // HPRM federates send every NET anyway: DNETs would only cost the RTI writes.
-        let mut rti_args = vec!["--disable-dnet".to_string()];
+        let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
             rti_args.push("--fast".into());

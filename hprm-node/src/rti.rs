@@ -336,8 +336,7 @@ pub(crate) fn spawn_reader(mut reader: FrameReader, addr: String, rx: Arc<Receiv
                     rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()));
                     return;
                 }
-                // DNET only lets a federate skip NETs; sending them all is always safe.
-                Message::DownstreamNextEventTag(_) => {}
+                Message::DownstreamNextEventTag(t) => rx.inbox.push(Incoming::DownstreamNext(t)),
                 other => tracing::warn!(?other, "unexpected message from the RTI; ignored"),
             }
         }

@@ -69,6 +69,10 @@ pub struct RunReport {
     /// Runtime clock synchronization rounds with the RTI whose estimate was
     /// kept (`RtiConfig::clock_sync` and the RTI's `--clock-sync on`).
     pub clock_sync_rounds: u64,
+    /// NETs sent to the RTI (centralized), and NETs skipped because the
+    /// RTI's DNET said no downstream federate needed them.
+    pub nets_sent: u64,
+    pub nets_skipped: u64,
 }
 
 /// How many error messages a [`RunReport`] keeps.
@@ -254,6 +258,16 @@ pub(crate) struct Scheduler {
     /// The highest NET ever sent: the RTI may have granted downstream
     /// federates every tag before it.
     promised: Tag,
+    /// The RTI's last DNET (downstream next event tag): NETs up to it
+    /// concern no downstream federate, so they may be skipped (reactor-c's
+    /// rules, `net_needed`). NEVER until the first DNET; lowered to the tag
+    /// of every message this federate sends, whose receiver may now have
+    /// an earlier event than the RTI knew when it computed the DNET.
+    last_dnet: Tag,
+    received_any_dnet: bool,
+    /// A NET skipped for the DNET, sent after all if a later DNET falls
+    /// below it; NEVER when the last NET was sent.
+    skipped_net: Tag,
     known: Vec<Tag>,
     closed_peers: Vec<u16>,
     fatal: Option<NodeError>,
@@ -444,6 +458,9 @@ impl Scheduler {
             provisional: None,
             last_net: NEVER,
             promised: NEVER,
+            last_dnet: NEVER,
+            received_any_dnet: false,
+            skipped_net: NEVER,
             known,
             closed_peers: Vec::new(),
             fatal: None,
@@ -638,12 +655,12 @@ impl Scheduler {
                             return Ok(Ready::Wait(Some(at)));
                         }
                     }
-                    self.queue_rti(&Message::NextEventTag(g))?;
-                    if let Some(t) = crate::trace::tracer() {
-                        t.sent(g, false);
+                    if self.net_needed(g) {
+                        self.send_net(g)?;
+                    } else if self.skipped_net != g {
+                        self.skipped_net = g;
+                        self.report.nets_skipped += 1;
                     }
-                    self.last_net = g;
-                    self.promised = self.promised.max(g);
                 }
                 if self.upstreams > 0 && g > self.granted && self.provisional != Some(g) {
                     return Ok(Ready::Wait(None));
@@ -676,6 +693,33 @@ impl Scheduler {
             return Ok(Ready::Wait(Some(g.time)));
         }
         Ok(Ready::Now)
+    }
+
+    /// Whether NET(g) must go to the RTI, given the last DNET (reactor-c's
+    /// `lf_send_next_event_tag`): a federate still waiting for a grant to
+    /// g from upstream always sends it; otherwise only a NET above the
+    /// DNET matters to anyone downstream. Already granted g, it sends
+    /// while it has no DNET yet, or when the DNET is below g and no lower
+    /// than the NET the RTI holds.
+    fn net_needed(&self, g: Tag) -> bool {
+        if self.granted >= g {
+            !self.received_any_dnet || (self.last_dnet < g && self.last_dnet >= self.last_net)
+        } else {
+            self.last_dnet < g || (self.upstreams > 0 && self.granted < g)
+        }
+    }
+
+    /// Queues NET(g) for the RTI.
+    fn send_net(&mut self, g: Tag) -> Result<(), NodeError> {
+        self.queue_rti(&Message::NextEventTag(g))?;
+        if let Some(t) = crate::trace::tracer() {
+            t.sent(g, false);
+        }
+        self.last_net = g;
+        self.promised = self.promised.max(g);
+        self.skipped_net = NEVER;
+        self.report.nets_sent += 1;
+        Ok(())
     }
 
     /// Sends `msg` to the RTI at once, behind whatever is queued.
@@ -755,6 +799,16 @@ impl Scheduler {
                 if self.provisional.is_some_and(|p| p <= t) {
                     self.provisional = None;
                 }
+            }
+            Incoming::DownstreamNext(t) => {
+                self.received_any_dnet = true;
+                // A downstream federate needs the NET skipped last after all.
+                if t < self.skipped_net {
+                    if let Err(e) = self.send_net(self.skipped_net) {
+                        self.fatal.get_or_insert(e);
+                    }
+                }
+                self.last_dnet = t;
             }
             Incoming::ProvisionalGrant(t) => {
                 // PTAG(t) grants every tag before t outright, and t itself
@@ -1077,6 +1131,7 @@ impl Scheduler {
     /// over the peer connection (decentralized, or a physical connection),
     /// else through the RTI.
     fn send_tagged(&mut self, fed: u16, direct: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<(), NodeError> {
+        self.last_dnet = self.last_dnet.min(tag);
         self.queue_for(fed, direct, |w| w.queue_tagged(direct, port, fed, tag, payload))
     }
 

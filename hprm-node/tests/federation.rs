@@ -65,16 +65,50 @@ fn count(coordination: Coordination) -> Program {
         out
     };
     let sink = p.federate("sink");
-    let inp = {
-        let mut r = p.reactor(sink, "printer", ());
-        let i = r.input::<u64>("in");
-        r.reaction("print").trigger(i).body(move |_, ctx| {
-            let v = *ctx.get(i).expect("triggered by in");
-            record(ctx, format!("got {v}"));
-        });
-        i
-    };
+    let inp = printer(&mut p, sink);
     p.connect_after(out, inp, 5 * MS);
+    p
+}
+
+/// A reactor in `fed` that records "got N" for every u64 on its input.
+fn printer(p: &mut Program, fed: hprm_node::FederateId) -> hprm_node::Input<u64> {
+    let mut r = p.reactor(fed, "printer", ());
+    let i = r.input::<u64>("in");
+    r.reaction("print").trigger(i).body(move |_, ctx| {
+        let v = *ctx.get(i).expect("triggered by in");
+        record(ctx, format!("got {v}"));
+    });
+    i
+}
+
+/// A source whose timer ticks every millisecond but that sends once (at
+/// its 50th tick, 20 ms later), to a sink whose own timer ticks every 30
+/// ms: the sink's next event is its timer, so the source's NETs up to 20
+/// ms before it concern nobody, and the RTI's DNETs let it skip them.
+fn sparse() -> Program {
+    let mut p = Program::new("sparse");
+    p.timeout(100 * MS);
+    let src = p.federate("source");
+    let out = {
+        let mut r = p.reactor(src, "ticker", 0u64);
+        let t = r.timer("t", Duration::ZERO, MS);
+        let out = r.output::<u64>("out");
+        r.reaction("tick").trigger(t).effect(out).body(move |n, ctx| {
+            *n += 1;
+            if *n == 50 {
+                ctx.set(out, *n);
+            }
+        });
+        out
+    };
+    let sink = p.federate("sink");
+    {
+        let mut r = p.reactor(sink, "clock", ());
+        let t = r.timer("t", Duration::ZERO, 30 * MS);
+        r.reaction("tick").trigger(t).body(move |_, ctx| record(ctx, "tick"));
+    }
+    let inp = printer(&mut p, sink);
+    p.connect_after(out, inp, 20 * MS);
     p
 }
 
@@ -520,6 +554,7 @@ fn scenario(name: &str) -> Program {
         "mismatch" => mismatch(),
         "zdc" => zero_delay_cycle(),
         "physical" => physical_and_logical(),
+        "sparse" | "sparse-no-dnet" => sparse(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -537,6 +572,7 @@ fn federate_child() {
             lines.push("rti over unix".into());
         }
         lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
+        lines.push(format!("nets sent {} skipped {}", r.nets_sent, r.nets_skipped));
         lines
     });
 }
@@ -576,7 +612,11 @@ fn launch(name: &str, fast: bool, extra_env: &[(&str, &str)]) -> Run {
         timeout: Some(Duration::from_secs(60)),
         prefix_logs: true,
         // Local processes hear the start time in far less than LF's 1 s.
-        rti_args: if fast { Vec::new() } else { vec!["--start-delay-ms".into(), "200".into()] },
+        rti_args: match (fast, name.ends_with("-no-dnet")) {
+            (true, false) => Vec::new(),
+            (true, true) => vec!["--disable-dnet".into()],
+            (false, dnet) => ["--start-delay-ms", "200"].into_iter().chain(dnet.then_some("--disable-dnet")).map(String::from).collect(),
+        },
         ..Launch::default()
     };
     let report = launcher.run(&scenario(name)).expect("launch");
@@ -614,6 +654,29 @@ fn distributed_count_centralized_over_tcp() {
     let run = launch("count-centralized-tcp", true, &[("HPRM_LOCAL_TRANSPORT", "tcp")]);
     check_count(&run);
     assert!(run.lines("sink", "rti over unix").is_empty(), "{:#?}", run.traces);
+}
+
+#[test]
+fn dnets_let_a_source_skip_the_nets_nobody_downstream_needs() {
+    let nets = |run: &Run| -> (u64, u64) {
+        let line = run.lines("source", "nets sent");
+        let words: Vec<&str> = line.first().expect("a nets line").split_whitespace().collect();
+        (words[words.len() - 3].parse().expect("sent"), words[words.len() - 1].parse().expect("skipped"))
+    };
+    let expect = ["0 0 sink tick", "30000 0 sink tick", "60000 0 sink tick", "69000 0 sink got 50", "90000 0 sink tick"];
+    // Real time: in fast mode the source, waiting for nothing, would be
+    // done before the first DNET reached it.
+    let with = launch("sparse", false, &[]);
+    let without = launch("sparse-no-dnet", false, &[]);
+    for run in [&with, &without] {
+        assert_all_ok(run);
+        // The same events at the same tags either way.
+        assert_eq!(run.lines("sink", " sink "), expect, "{:#?}", run.traces);
+    }
+    let (sent_with, skipped_with) = nets(&with);
+    let (sent_without, skipped_without) = nets(&without);
+    assert_eq!(skipped_without, 0, "no DNET, no skipping");
+    assert!(skipped_with > 0 && sent_with < sent_without, "with DNETs: {sent_with} sent, {skipped_with} skipped; without: {sent_without} sent");
 }
 
 #[test]
