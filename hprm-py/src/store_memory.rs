@@ -22,7 +22,8 @@
 //! - [`Born::Writing`]: never sent. The process owns the unsealed object
 //!   (created with one delivery, for the producer's own reference below);
 //!   numpy writes it freely. Freed, it is aborted (one-way) and its block
-//!   returns to the arena.
+//!   returns to the arena; freed inside a scope, it is first kept as a
+//!   spare for the next allocation of its size ([`SPARE`]).
 //! - [`Born::Sealed`]: sent at least once. The first send sealed it and
 //!   took the producer's reference and announced its receivers, in one
 //!   write to the store ([`ObjectMut::seal_and_send`]); every later send
@@ -70,6 +71,20 @@ struct Entry {
 /// Every born allocation alive, by address.
 static BORN: Mutex<BTreeMap<usize, Entry>> = Mutex::new(BTreeMap::new());
 
+/// Unsent objects freed inside a scope, kept for the next allocation of
+/// the same size (a reaction's temporaries: `a * 2 + b` frees one array of
+/// a size it allocates again at once) instead of an abort now and a create
+/// round trip then. Emptied (aborted) when the outermost scope of a thread
+/// closes, so nothing stays pinned between reactions.
+static SPARE: Mutex<Vec<(usize, ObjectMut)>> = Mutex::new(Vec::new());
+
+/// Most objects kept in [`SPARE`].
+const MAX_SPARE: usize = 4;
+
+fn spare() -> MutexGuard<'static, Vec<(usize, ObjectMut)>> {
+    SPARE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 fn born() -> MutexGuard<'static, BTreeMap<usize, Entry>> {
     BORN.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -85,18 +100,31 @@ thread_local! {
     static TARGET: RefCell<Option<Target>> = const { RefCell::new(None) };
 }
 
-/// A store object for `size` bytes, if this thread is in a scope, the size
-/// is at or over its threshold, and the store has room.
+/// Whether a scope is open on this thread.
+fn in_scope() -> bool {
+    TARGET.with(|t| t.try_borrow().map(|t| t.is_some()).unwrap_or(false))
+}
+
+/// A store object for `size` bytes (a spare one of that size if there is
+/// one), if this thread is in a scope, the size is at or over its
+/// threshold, and the store has room.
 fn allocate_in_store(size: usize, zeroed: bool) -> Option<*mut c_void> {
     let target = TARGET.with(|t| t.try_borrow().ok().and_then(|t| t.clone()))?;
     if size == 0 || size < target.threshold {
         return None;
     }
     let client = target.store.client().ok()??;
-    // One delivery: the producer's own reference, taken at the first send
-    // and released when numpy frees the array.
-    let opts = CreateOptions { deliveries: 1, wait_for_space: Duration::ZERO };
-    let mut object = client.create_with(ObjectId::random(), size as u64, b"", &opts).ok()?;
+    let reused = {
+        let mut spare = spare();
+        let at = spare.iter().position(|(len, o)| *len == size && o.arena_id() == client.arena_id());
+        at.map(|i| spare.swap_remove(i).1)
+    };
+    let mut object = match reused {
+        Some(object) => object,
+        // One delivery: the producer's own reference, taken at the first
+        // send and released when numpy frees the array.
+        None => client.create_with(ObjectId::random(), size as u64, b"", &CreateOptions { deliveries: 1, wait_for_space: Duration::ZERO }).ok()?,
+    };
     let data = object.data_mut();
     if zeroed {
         data.fill(0);
@@ -150,6 +178,15 @@ unsafe extern "C" fn handler_realloc(ctx: *mut c_void, ptr: *mut c_void, new_siz
 unsafe extern "C" fn handler_free(_ctx: *mut c_void, ptr: *mut c_void, _size: usize) {
     let entry = born().remove(&(ptr as usize));
     match entry {
+        Some(Entry { born: Born::Writing(object), len }) if in_scope() => {
+            let mut spare = spare();
+            if spare.len() < MAX_SPARE {
+                spare.push((len, object));
+            } else {
+                drop(spare);
+                drop(object);
+            }
+        }
         // Dropped outside the lock: an abort or a release, both one-way.
         Some(entry) => drop(entry),
         // SAFETY: `ptr` came from this handler and is not born: libc's.
@@ -283,7 +320,13 @@ impl Scope {
 
     fn restore(&mut self, py: Python<'_>) -> PyResult<()> {
         let Some(previous) = self.previous_handler.take() else { return Ok(()) };
+        let outermost = self.previous_target.is_none();
         TARGET.with(|t| *t.borrow_mut() = self.previous_target.take());
+        if outermost {
+            // Aborted outside the lock (one-way each).
+            let kept = std::mem::take(&mut *spare());
+            drop(kept);
+        }
         let Some(numpy) = numpy(py)? else { return Ok(()) };
         // SAFETY: `previous` is the handler capsule numpy gave back.
         let replaced = unsafe { (numpy.set_handler)(previous.as_ptr()) };

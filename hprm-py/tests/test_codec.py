@@ -749,6 +749,26 @@ def test_born_arrays_resize_and_free_on_any_thread(store, eventually):
     eventually(lambda: producer.store_objects() == [], what="the array freed on another thread aborted")
 
 
+def test_temporaries_reuse_their_objects_until_the_scope_closes(store, eventually):
+    (producer,) = codecs(store, 1)
+    x = np.arange(200_000, dtype=np.float64)
+    with producer.store_memory():
+        t = x * 2
+        first = hprm.store_object_id(t)
+        del t  # kept as a spare, not aborted
+        y = x + 1  # the same size: the same object, no create round trip
+        same = hprm.store_object_id(y) == first
+        del y
+        z = np.zeros_like(x)  # calloc over a reused object still reads zeros
+        assert hprm.store_object_id(z) == first
+        assert len(producer.store_objects()) == 1
+    assert same and not z.any()
+    # The scope closed: spares are aborted; z, alive, stays until freed.
+    assert [o["id"] for o in producer.store_objects()] == [first]
+    del z
+    eventually(lambda: producer.store_objects() == [], what="every object aborted")
+
+
 def test_a_full_store_leaves_arrays_private(store_bin, tmp_path):
     from conftest import Store
 
