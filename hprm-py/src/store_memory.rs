@@ -102,14 +102,16 @@ thread_local! {
 
 /// Whether a scope is open on this thread.
 fn in_scope() -> bool {
-    TARGET.with(|t| t.try_borrow().map(|t| t.is_some()).unwrap_or(false))
+    // `try_with`: numpy may free arrays while this thread's locals are
+    // being destroyed (thread exit), and a panic cannot cross numpy's C.
+    TARGET.try_with(|t| t.try_borrow().map(|t| t.is_some()).unwrap_or(false)).unwrap_or(false)
 }
 
 /// A store object for `size` bytes (a spare one of that size if there is
 /// one), if this thread is in a scope, the size is at or over its
 /// threshold, and the store has room.
 fn allocate_in_store(size: usize, zeroed: bool) -> Option<*mut c_void> {
-    let target = TARGET.with(|t| t.try_borrow().ok().and_then(|t| t.clone()))?;
+    let target = TARGET.try_with(|t| t.try_borrow().ok().and_then(|t| t.clone())).ok().flatten()?;
     if size == 0 || size < target.threshold {
         return None;
     }
