@@ -107,6 +107,10 @@ impl Connection {
     /// a sequence of one-way requests (a seal and what follows it).
     pub(crate) fn post_all(&self, reqs: &[Request<'_>]) -> Result<()> {
         let Some(first) = reqs.first() else { return Ok(()) };
+        if reqs.len() == 1 {
+            // The common seal: straight from the encoder's buffer.
+            return self.post(first);
+        }
         let op = first.name();
         if let Some(reason) = &lock(&self.state).broken {
             return Err(Error::Disconnected { op, reason: reason.clone() });
