@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::arena::ArenaError;
+use crate::outbox::OutboxError;
 use crate::id::ObjectId;
 use crate::protocol::handshake::HandshakeError;
 use crate::protocol::message::ErrorCode;
@@ -19,6 +20,8 @@ pub enum Error {
     Handshake { path: PathBuf, source: HandshakeError },
     #[error(transparent)]
     Arena(#[from] ArenaError),
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
     /// The daemon refused the request; `message` says why, naming the object.
     #[error("{op} refused by hprm-store: {message}")]
     Rejected { op: &'static str, code: ErrorCode, message: String },

@@ -13,6 +13,9 @@
 //!   the SCM_RIGHTS handshake that hands over the arena.
 //! - [`arena`]: making (memfd / unnamed file, reserved with fallocate) and
 //!   mapping the shared region.
+//! - [`outbox`]: each client's queue of one-way requests (seal, claim,
+//!   release, ...) in shared memory, which the daemon reads when they can
+//!   matter instead of being woken for each.
 //! - [`allocator`]: best-fit placement of objects inside the arena.
 //! - [`id`], [`bytesize`]: object ids and human byte sizes.
 //! - [`realtime`]: SCHED_FIFO priority and CPU affinity for the threads of
@@ -45,6 +48,7 @@ pub mod bytesize;
 pub mod client;
 mod error;
 pub mod id;
+pub mod outbox;
 pub mod protocol;
 pub mod realtime;
 

@@ -199,9 +199,12 @@ fn forged_placements_are_clear_errors_never_out_of_bounds_reads() {
         Err(Error::Earlier { code: ErrorCode::InvalidArgument, message }) => assert!(message.contains("forged"), "{message}"),
         other => panic!("expected the refused claim reported, got {other:?}"),
     }
-    // An object that never comes: the claim times out, reported late.
+    // An object that never comes: the claim times out, reported late. Its
+    // wait starts when the daemon reads the claim from the outbox, which
+    // the next frame makes it do.
     let ghost = ObjectId::random();
     drop(receiver.claim(ghost, p, Duration::from_millis(50)).unwrap());
+    receiver.sync().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     match receiver.sync() {
         Err(Error::Earlier { code: ErrorCode::Timeout, .. }) => {}

@@ -40,9 +40,12 @@ fn nothing_is_left_in_dev_shm_however_the_daemon_exits() {
                 store.put(ObjectId::random(), &[1u8; 1 << 20], b"").unwrap();
             }
             assert_eq!(dev_shm(), before, "no name in /dev/shm while running (dir {dir:?})");
+            let outbox = |t: &String| t.contains("hprm-store-outbox");
             let arena_fds: Vec<String> =
-                fd_targets(d.pid()).into_iter().filter(|t| t.contains("hprm-store-arena") || t.contains("(deleted)")).collect();
+                fd_targets(d.pid()).into_iter().filter(|t| (t.contains("hprm-store-arena") || t.contains("(deleted)")) && !outbox(t)).collect();
             assert_eq!(arena_fds.len(), 1, "the arena is one unnamed file: {:?}", fd_targets(d.pid()));
+            // Each connection's outbox goes with the connection.
+            common::eventually(Duration::from_secs(5), "the closed connection's outbox is gone", || !fd_targets(d.pid()).iter().any(outbox));
             d.signal(sig);
             let status = d.wait_exit(Duration::from_secs(10));
             if sig == Signal::SIGTERM {

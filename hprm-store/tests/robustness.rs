@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{eventually, pattern, worker, Daemon, Worker};
 use hprm_store::protocol::frame::{parse_header, HEADER_LEN, MAX_REPLY_BODY, VERSION};
+use hprm_store::outbox::OutboxWriter;
 use hprm_store::protocol::message::{decode_reply, Encoder, Reply, Request};
 use hprm_store::{ErrorCode, ObjectId};
 use rand::rngs::SmallRng;
@@ -71,8 +72,17 @@ fn child() {
 fn raw_connection(d: &Daemon) -> UnixStream {
     let s = UnixStream::connect(&d.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let (_hello, _fd) = hprm_store::protocol::handshake::recv_hello(&s).unwrap();
+    let _greeting = hprm_store::protocol::handshake::recv_hello(&s).unwrap();
     s
+}
+
+/// A raw connection and its outbox, mapped as the client library does.
+fn raw_connection_with_outbox(d: &Daemon) -> (UnixStream, OutboxWriter) {
+    let s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let greeting = hprm_store::protocol::handshake::recv_hello(&s).unwrap();
+    let outbox = OutboxWriter::map(greeting.outbox.expect("the daemon hands over an outbox"), greeting.hello.outbox_size).unwrap();
+    (s, outbox)
 }
 
 /// Everything the daemon sends until it closes the connection.
@@ -185,6 +195,52 @@ fn garbage_and_truncated_frames_close_only_their_connection() {
         s.clients == 1 && s.bytes_in_use == 0
     });
     assert!(!d.log().contains("panicked"), "{}", d.log());
+}
+
+#[test]
+fn garbage_in_an_outbox_closes_only_its_connection() {
+    let mut d = Daemon::start("64M", &[]);
+    let (stop, watcher) = bystander(&d);
+    let mut rng = SmallRng::seed_from_u64(0x0B0C);
+    let mut enc = Encoder::default();
+    let flush = enc.request(0, &Request::Flush).to_vec();
+    // Random bytes as an entry, then a Flush so the daemon reads them now.
+    for _ in 0..20 {
+        let (s, mut outbox) = raw_connection_with_outbox(&d);
+        let len = rng.gen_range(8..2048);
+        let junk: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        assert!(outbox.push(0, &junk));
+        (&s).write_all(&flush).unwrap();
+        let replies = replies_until_close(&s);
+        assert_eq!(error_code(&replies), Some(ErrorCode::Malformed), "{replies:?}");
+    }
+    // A request that wants a reply has no place in the outbox.
+    let (s, mut outbox) = raw_connection_with_outbox(&d);
+    assert!(outbox.push(0, enc.request(7, &Request::Stats)));
+    (&s).write_all(&flush).unwrap();
+    let replies = replies_until_close(&s);
+    let Some(Reply::Error(e)) = replies.last() else { panic!("{replies:?}") };
+    assert!(e.message.contains("only requests without a reply"), "{}", e.message);
+    // A well-formed post the daemon refuses is reported like one sent over
+    // the socket (seq 0), before the reply to the next request, and the
+    // connection stays open.
+    let (s, mut outbox) = raw_connection_with_outbox(&d);
+    let unknown = ObjectId::random();
+    assert!(outbox.push(0, enc.request(0, &Request::Release { id: unknown })));
+    (&s).write_all(enc.request(9, &Request::Stats)).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let replies = replies_until_close(&s);
+    assert!(matches!(&replies[..], [Reply::Error(e), Reply::Stats(_)] if e.message.contains(&unknown.to_string())), "{replies:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    let cycles = watcher.join().expect("the bystander never saw an error");
+    assert!(cycles > 0);
+    assert!(d.alive(), "the daemon survived:\n{}", d.log());
+    let store = d.light_client();
+    eventually(Duration::from_secs(5), "every hostile connection is cleaned up", || {
+        let s = store.stats().unwrap();
+        s.clients == 1 && s.bytes_in_use == 0
+    });
 }
 
 #[test]

@@ -6,6 +6,11 @@
 //! socket itself, parking replies meant for other callers in `replies` and
 //! waking them. With one thread the reply is read by the thread that wants
 //! it (no hand-off, no extra wake-up); with many, at most one reads at a time.
+//!
+//! Requests sent without a reply go to the outbox when the daemon gave us
+//! one (`crate::outbox`): no system call, no wake-up of the daemon. Every
+//! send, either way, happens under the one `tx` lock, so the count of
+//! socket frames each outbox entry records is exact.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -18,6 +23,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{recv, send, MsgFlags};
 
 use crate::error::{Error, Result};
+use crate::outbox::OutboxWriter;
 use crate::protocol::frame::{FrameBuffer, FrameError, MAX_REPLY_BODY};
 use crate::protocol::message::{decode_reply, DecodeError, Encoder, ErrorReply, Reply, Request};
 
@@ -25,11 +31,42 @@ pub(crate) struct Connection {
     stream: UnixStream,
     /// How long a leader polls for a reply before sleeping in `read`.
     spin: Duration,
-    encoder: Mutex<Encoder>,
+    tx: Mutex<Tx>,
     /// Held by the leader only, so uncontended.
     frames: Mutex<FrameBuffer>,
     state: Mutex<State>,
     cv: Condvar,
+}
+
+/// Everything that sends.
+struct Tx {
+    encoder: Encoder,
+    /// Frames written to the socket so far (the `after` of an outbox entry).
+    sent: u64,
+    outbox: Option<OutboxWriter>,
+}
+
+impl Tx {
+    /// Writes the frame of `req` to the socket.
+    fn send(&mut self, stream: &UnixStream, seq: u64, req: &Request<'_>) -> std::io::Result<()> {
+        self.sent += 1;
+        send_all(stream, self.encoder.request(seq, req))
+    }
+
+    /// Appends the one-way `req` to the outbox; false if there is no
+    /// outbox or no room in it.
+    fn push(&mut self, req: &Request<'_>) -> bool {
+        let Tx { encoder, sent, outbox } = self;
+        outbox.as_mut().is_some_and(|o| o.push(*sent, encoder.request(0, req)))
+    }
+
+    /// After pushes: tells the daemon to read them now if it asked to be told.
+    fn flush_if_wanted(&mut self, stream: &UnixStream) -> std::io::Result<()> {
+        if self.outbox.as_ref().is_some_and(OutboxWriter::wake_wanted) {
+            self.send(stream, 0, &Request::Flush)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -66,11 +103,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Connection {
-    pub(crate) fn new(stream: UnixStream, spin: Duration) -> Connection {
+    pub(crate) fn new(stream: UnixStream, spin: Duration, outbox: Option<OutboxWriter>) -> Connection {
         Connection {
             stream,
             spin,
-            encoder: Mutex::new(Encoder::default()),
+            tx: Mutex::new(Tx { encoder: Encoder::default(), sent: 0, outbox }),
             frames: Mutex::new(FrameBuffer::new(MAX_REPLY_BODY)),
             state: Mutex::new(State { next_seq: 1, ..State::default() }),
             cv: Condvar::new(),
@@ -96,33 +133,34 @@ impl Connection {
     /// could act on (release and abort on drop). Fails only if the
     /// connection is broken.
     pub(crate) fn post(&self, req: &Request<'_>) -> Result<()> {
-        let op = req.name();
-        if let Some(reason) = &lock(&self.state).broken {
-            return Err(Error::Disconnected { op, reason: reason.clone() });
-        }
-        self.send(0, req).map_err(|reason| self.mark_broken(op, reason))
+        self.post_all(std::slice::from_ref(req))
     }
 
-    /// Posts `reqs` in order, in one write: one wake-up of the daemon for
-    /// a sequence of one-way requests (a seal and what follows it).
+    /// Posts `reqs` in order: to the outbox while it has room, otherwise in
+    /// one write to the socket (one wake-up of the daemon for a seal and
+    /// what follows it).
     pub(crate) fn post_all(&self, reqs: &[Request<'_>]) -> Result<()> {
         let Some(first) = reqs.first() else { return Ok(()) };
-        if reqs.len() == 1 {
-            // The common seal: straight from the encoder's buffer.
-            return self.post(first);
-        }
         let op = first.name();
         if let Some(reason) = &lock(&self.state).broken {
             return Err(Error::Disconnected { op, reason: reason.clone() });
         }
-        let mut frames = Vec::new();
-        {
-            let mut enc = lock(&self.encoder);
-            for req in reqs {
-                frames.extend_from_slice(enc.request(0, req));
+        let mut tx = lock(&self.tx);
+        let pushed = reqs.iter().take_while(|req| tx.push(req)).count();
+        let sent = match &reqs[pushed..] {
+            [] => tx.flush_if_wanted(&self.stream),
+            [one] => tx.send(&self.stream, 0, one),
+            rest => {
+                let mut frames = Vec::new();
+                for req in rest {
+                    frames.extend_from_slice(tx.encoder.request(0, req));
+                }
+                tx.sent += rest.len() as u64;
+                send_all(&self.stream, &frames)
             }
-        }
-        send_all(&self.stream, &frames).map_err(|e| self.mark_broken(op, e.to_string()))
+        };
+        drop(tx);
+        sent.map_err(|e| self.mark_broken(op, e.to_string()))
     }
 
     /// Like [`Connection::call`] but hands back error replies as replies
@@ -143,8 +181,7 @@ impl Connection {
     }
 
     fn send(&self, seq: u64, req: &Request<'_>) -> Result<(), String> {
-        let mut enc = lock(&self.encoder);
-        send_all(&self.stream, enc.request(seq, req)).map_err(|e| e.to_string())
+        lock(&self.tx).send(&self.stream, seq, req).map_err(|e| e.to_string())
     }
 
     fn mark_broken(&self, op: &'static str, reason: String) -> Error {

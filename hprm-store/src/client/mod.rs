@@ -31,7 +31,8 @@ use crate::arena::Arena;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::protocol::frame::VERSION;
-use crate::protocol::handshake::recv_hello;
+use crate::outbox::OutboxWriter;
+use crate::protocol::handshake::{recv_hello, Greeting};
 use crate::protocol::message::{ObjectInfo, Placement, Reply, Request, Stats};
 use connection::Connection;
 
@@ -47,6 +48,9 @@ pub struct ConnectOptions {
     /// dominates small-request latency on busy or virtualised machines, at
     /// the price of up to this much CPU time per request.
     pub spin: Option<Duration>,
+    /// Send every request over the socket, even when the daemon offers an
+    /// outbox (`crate::outbox`) for the one-way ones. For comparisons.
+    pub socket_only: bool,
 }
 
 /// Default of [`ConnectOptions::spin`].
@@ -165,15 +169,20 @@ impl StoreClient {
     /// Connects with options.
     pub fn connect_with(path: impl AsRef<Path>, opts: &ConnectOptions) -> Result<StoreClient> {
         let path = path.as_ref().to_path_buf();
-        let (stream, hello, fd) = handshake(&path)?;
+        let (stream, greeting) = handshake(&path)?;
+        let hello = greeting.hello;
         if hello.version != VERSION {
             return Err(Error::Protocol { op: "connect", detail: format!("daemon speaks protocol {}, this client {VERSION}", hello.version) });
         }
-        let arena = Arena::map_fd(fd, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
+        let arena = Arena::map_fd(greeting.arena, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
+        let outbox = match greeting.outbox {
+            Some(fd) if !opts.socket_only => Some(OutboxWriter::map(fd, hello.outbox_size)?),
+            _ => None,
+        };
         tracing::debug!(path = %path.display(), client_id = hello.client_id, arena = hello.arena_size, "connected to hprm-store");
         let spin = opts.spin.unwrap_or(DEFAULT_SPIN);
         let inner =
-            Inner { conn: Connection::new(stream, spin), arena, client_id: hello.client_id, arena_id: hello.arena_id, path, pool: Mutex::default() };
+            Inner { conn: Connection::new(stream, spin, outbox), arena, client_id: hello.client_id, arena_id: hello.arena_id, path, pool: Mutex::default() };
         Ok(StoreClient { inner: Arc::new(inner) })
     }
 
@@ -283,7 +292,8 @@ impl StoreClient {
     /// handled, the reference is this client's like one from `get`: the
     /// daemon drops it if the client dies. The daemon checks the claim: an
     /// object that does not exist, lies elsewhere (a forged or corrupted
-    /// descriptor) or is not sealed within `timeout` is reported late, as
+    /// descriptor) or is not sealed within `timeout` of the daemon reading the
+    /// claim (from the outbox: see `crate::outbox`) is reported late, as
     /// [`Error::Earlier`] from a later call or [`StoreClient::sync`].
     ///
     /// Fails now, with [`Error::InvalidArgument`] and nothing mapped, if
@@ -397,10 +407,10 @@ impl StoreClient {
     }
 }
 
-pub(crate) fn handshake(path: &Path) -> Result<(UnixStream, crate::protocol::message::Hello, std::os::fd::OwnedFd)> {
+pub(crate) fn handshake(path: &Path) -> Result<(UnixStream, Greeting)> {
     let stream = UnixStream::connect(path).map_err(|source| Error::Connect { path: path.to_path_buf(), source })?;
-    let (hello, fd) = recv_hello(&stream).map_err(|source| Error::Handshake { path: path.to_path_buf(), source })?;
-    Ok((stream, hello, fd))
+    let greeting = recv_hello(&stream).map_err(|source| Error::Handshake { path: path.to_path_buf(), source })?;
+    Ok((stream, greeting))
 }
 
 fn unexpected(op: &'static str, reply: &Reply) -> Error {

@@ -20,8 +20,8 @@ pub struct Subscription {
 
 impl Subscription {
     pub(super) fn open(path: &Path) -> Result<Subscription> {
-        // The descriptor of this connection's Hello is not needed: dropped.
-        let (stream, _hello, _fd) = handshake(path)?;
+        // The descriptors of this connection's Hello are not needed: dropped.
+        let (stream, _greeting) = handshake(path)?;
         let mut sub = Subscription { stream, frames: FrameBuffer::new(MAX_REPLY_BODY) };
         let mut enc = Encoder::default();
         super::connection::send_all(&sub.stream, enc.request(1, &Request::Subscribe))

@@ -15,8 +15,9 @@
 
 /// Protocol version carried by every frame. Bump on any incompatible change
 /// to the header or the schema. 2: Claim (a one-way reference on an object
-/// whose placement the client learnt from a message).
-pub const VERSION: u16 = 2;
+/// whose placement the client learnt from a message). 3: the outbox (one-way
+/// requests through shared memory, `crate::outbox`) and Flush.
+pub const VERSION: u16 = 3;
 
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 8;

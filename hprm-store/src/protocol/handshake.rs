@@ -1,8 +1,9 @@
 //! The first frame of every connection: the daemon's Hello, with the arena's
-//! file descriptor attached (SCM_RIGHTS) to its first byte.
+//! file descriptor and the client's outbox's (`crate::outbox`) attached
+//! (SCM_RIGHTS) to its first byte.
 //!
-//! The descriptor is passed exactly once per connection; a client maps it
-//! once and keeps the mapping for the connection's lifetime.
+//! The descriptors are passed exactly once per connection; a client maps
+//! them once and keeps the mappings for the connection's lifetime.
 
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -29,36 +30,42 @@ pub enum HandshakeError {
 }
 
 /// Sends as much of the encoded Hello `frame` as the socket takes, with
-/// `arena` attached. Returns the bytes sent; the caller sends the rest as
-/// plain data (the descriptor rides with the first byte only).
-pub fn send_hello(sock: BorrowedFd<'_>, frame: &[u8], arena: BorrowedFd<'_>) -> io::Result<usize> {
-    let fds = [arena.as_raw_fd()];
+/// `arena` (and `outbox`, if any) attached. Returns the bytes sent; the
+/// caller sends the rest as plain data (the descriptors ride with the
+/// first byte only).
+pub fn send_hello(sock: BorrowedFd<'_>, frame: &[u8], arena: BorrowedFd<'_>, outbox: Option<BorrowedFd<'_>>) -> io::Result<usize> {
+    let fds: Vec<RawFd> = std::iter::once(arena).chain(outbox).map(|fd| fd.as_raw_fd()).collect();
     let cmsg = [ControlMessage::ScmRights(&fds)];
     let sent = sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(frame)], &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
     Ok(sent)
 }
 
-/// Reads the Hello frame from a blocking socket and takes the descriptor.
-pub fn recv_hello(sock: &UnixStream) -> Result<(Hello, OwnedFd), HandshakeError> {
+/// What came with the Hello.
+pub struct Greeting {
+    pub hello: Hello,
+    pub arena: OwnedFd,
+    /// The client's outbox, when the daemon made one (`Hello::outbox_size`).
+    pub outbox: Option<OwnedFd>,
+}
+
+/// Reads the Hello frame from a blocking socket and takes the descriptors.
+pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     let mut header = [0u8; HEADER_LEN];
-    let mut cmsg_buf = nix::cmsg_space!([RawFd; 1]);
-    let (got, fd) = {
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; 2]);
+    let (got, mut fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
         let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_buf), MsgFlags::MSG_CMSG_CLOEXEC).map_err(io::Error::from)?;
-        let mut fd = None;
+        let mut fds = Vec::new();
         for cmsg in msg.cmsgs().map_err(io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                for raw in fds {
+            if let ControlMessageOwned::ScmRights(raws) = cmsg {
+                for raw in raws {
                     // SAFETY: the kernel just installed `raw` in our table for
                     // us; nothing else owns it. Extra descriptors are closed.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
+                    fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
                 }
             }
         }
-        (msg.bytes, fd)
+        (msg.bytes, fds.into_iter())
     };
     if got == 0 {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the daemon closed the connection before greeting").into());
@@ -70,6 +77,7 @@ pub fn recv_hello(sock: &UnixStream) -> Result<(Hello, OwnedFd), HandshakeError>
     reader.read_exact(&mut body)?;
     let (_, reply) = decode_reply(&body)?;
     let Reply::Hello(hello) = reply else { return Err(HandshakeError::NotHello) };
-    let fd = fd.ok_or(HandshakeError::NoDescriptor)?;
-    Ok((hello, fd))
+    let arena = fds.next().ok_or(HandshakeError::NoDescriptor)?;
+    let outbox = if hello.outbox_size > 0 { Some(fds.next().ok_or(HandshakeError::NoDescriptor)?) } else { None };
+    Ok(Greeting { hello, arena, outbox })
 }

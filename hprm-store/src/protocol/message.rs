@@ -49,6 +49,8 @@ pub enum Request<'a> {
     /// (from a message's descriptor); sent one-way. `timeout: None` waits
     /// forever for an object not sealed yet.
     Claim { id: ObjectId, placement: Placement, timeout: Option<Duration> },
+    /// Read this client's outbox now (see `crate::outbox`); one-way.
+    Flush,
 }
 
 impl Request<'_> {
@@ -67,6 +69,7 @@ impl Request<'_> {
             Request::Evict { .. } => "evict",
             Request::Subscribe => "subscribe",
             Request::Stats => "stats",
+            Request::Flush => "flush",
             Request::Reserve { .. } => "reserve",
             Request::Publish { .. } => "publish",
             Request::Claim { .. } => "claim",
@@ -131,6 +134,9 @@ pub struct Hello {
     /// with another arena's id (a message from a federate using another
     /// store) must not be mapped here.
     pub arena_id: u64,
+    /// Bytes of the client's outbox, whose descriptor travels after the
+    /// arena's; 0: none (every request goes over the socket).
+    pub outbox_size: u64,
 }
 
 /// An object handed to a client by `get`.
@@ -315,6 +321,7 @@ impl Encoder {
             Request::Evict { bytes } => (wire::Request::Evict, wire::Evict::create(fbb, &wire::EvictArgs { bytes: *bytes }).as_union_value()),
             Request::Subscribe => (wire::Request::Subscribe, wire::Subscribe::create(fbb, &wire::SubscribeArgs {}).as_union_value()),
             Request::Stats => (wire::Request::Stats, wire::Stats::create(fbb, &wire::StatsArgs {}).as_union_value()),
+            Request::Flush => (wire::Request::Flush, wire::Flush::create(fbb, &wire::FlushArgs {}).as_union_value()),
             Request::Reserve { block_len, count } => (
                 wire::Request::Reserve,
                 wire::Reserve::create(fbb, &wire::ReserveArgs { block_len: *block_len, count: *count }).as_union_value(),
@@ -354,7 +361,7 @@ impl Encoder {
         let fbb = &mut self.fbb;
         let (kind, body): (wire::Reply, WIPOffset<flatbuffers::UnionWIPOffset>) = match reply {
             Reply::Hello(h) => {
-                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate, arena_id: h.arena_id };
+                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate, arena_id: h.arena_id, outbox_size: h.outbox_size };
                 (wire::Reply::Hello, wire::Hello::create(fbb, &args).as_union_value())
             }
             Reply::Created(p) => {
@@ -492,6 +499,7 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         wire::Request::Evict => Request::Evict { bytes: frame.request_as_evict().ok_or(missing)?.bytes() },
         wire::Request::Subscribe => Request::Subscribe,
         wire::Request::Stats => Request::Stats,
+        wire::Request::Flush => Request::Flush,
         wire::Request::Reserve => {
             let r = frame.request_as_reserve().ok_or(missing)?;
             Request::Reserve { block_len: r.block_len(), count: r.count() }
@@ -532,6 +540,7 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
                 client_id: h.client_id(),
                 populate: h.populate(),
                 arena_id: h.arena_id(),
+                outbox_size: h.outbox_size(),
             })
         }
         wire::Reply::Created => Reply::Created(placement(frame.reply_as_created().ok_or(missing)?.placement())?),
@@ -648,6 +657,7 @@ mod tests {
                 timeout: Some(Duration::from_secs(2)),
             },
             Request::Claim { id, placement: Placement::default(), timeout: None },
+            Request::Flush,
         ];
         let mut enc = Encoder::default();
         for (seq, req) in reqs.iter().enumerate() {
@@ -663,7 +673,7 @@ mod tests {
         let id = ObjectId::random();
         let p = Placement { data_offset: 64, data_size: 10, metadata_offset: 74, metadata_size: 3 };
         let replies = [
-            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true, arena_id: 0xfeed }),
+            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true, arena_id: 0xfeed, outbox_size: 64 << 10 }),
             Reply::Created(p),
             Reply::Done,
             Reply::Objects(vec![ObjectRef { id, placement: p }]),

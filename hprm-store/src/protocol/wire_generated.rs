@@ -316,10 +316,10 @@ impl ::flatbuffers::SimpleToVerifyInSlice for NotificationKind {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_REQUEST: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_REQUEST: u8 = 15;
+pub const ENUM_MAX_REQUEST: u8 = 16;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_REQUEST: [Request; 16] = [
+pub const ENUM_VALUES_REQUEST: [Request; 17] = [
   Request::NONE,
   Request::Create,
   Request::Seal,
@@ -336,6 +336,7 @@ pub const ENUM_VALUES_REQUEST: [Request; 16] = [
   Request::Publish,
   Request::Redeliver,
   Request::Claim,
+  Request::Flush,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -359,9 +360,10 @@ impl Request {
   pub const Publish: Self = Self(13);
   pub const Redeliver: Self = Self(14);
   pub const Claim: Self = Self(15);
+  pub const Flush: Self = Self(16);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 15;
+  pub const ENUM_MAX: u8 = 16;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Create,
@@ -379,6 +381,7 @@ impl Request {
     Self::Publish,
     Self::Redeliver,
     Self::Claim,
+    Self::Flush,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -399,6 +402,7 @@ impl Request {
       Self::Publish => Some("Publish"),
       Self::Redeliver => Some("Redeliver"),
       Self::Claim => Some("Claim"),
+      Self::Flush => Some("Flush"),
       _ => None,
     }
   }
@@ -2557,6 +2561,84 @@ impl ::core::fmt::Debug for Claim<'_> {
       ds.finish()
   }
 }
+pub enum FlushOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Flush<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Flush<'a> {
+  type Inner = Flush<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Flush<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Flush { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args FlushArgs
+  ) -> ::flatbuffers::WIPOffset<Flush<'bldr>> {
+    let mut builder = FlushBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for Flush<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct FlushArgs {
+}
+impl<'a> Default for FlushArgs {
+  #[inline]
+  fn default() -> Self {
+    FlushArgs {
+    }
+  }
+}
+
+pub struct FlushBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FlushBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> FlushBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    FlushBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Flush<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Flush<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Flush");
+      ds.finish()
+  }
+}
 pub enum RequestFrameOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2840,6 +2922,21 @@ impl<'a> RequestFrame<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn request_as_flush(&self) -> Option<Flush<'a>> {
+    if self.request_type() == Request::Flush {
+      self.request().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Flush::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for RequestFrame<'_> {
@@ -2866,6 +2963,7 @@ impl ::flatbuffers::Verifiable for RequestFrame<'_> {
           Request::Publish => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Publish>>("Request::Publish", pos),
           Request::Redeliver => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Redeliver>>("Request::Redeliver", pos),
           Request::Claim => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Claim>>("Request::Claim", pos),
+          Request::Flush => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Flush>>("Request::Flush", pos),
           _ => Ok(()),
         }
      })?
@@ -3032,6 +3130,13 @@ impl ::core::fmt::Debug for RequestFrame<'_> {
             ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
           }
         },
+        Request::Flush => {
+          if let Some(x) = self.request_as_flush() {
+            ds.field("request", &x)
+          } else {
+            ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
         _ => {
           let x: Option<()> = None;
           ds.field("request", &x)
@@ -3061,6 +3166,7 @@ impl<'a> Hello<'a> {
   pub const VT_CLIENT_ID: ::flatbuffers::VOffsetT = 8;
   pub const VT_POPULATE: ::flatbuffers::VOffsetT = 10;
   pub const VT_ARENA_ID: ::flatbuffers::VOffsetT = 12;
+  pub const VT_OUTBOX_SIZE: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3072,6 +3178,7 @@ impl<'a> Hello<'a> {
     args: &'args HelloArgs
   ) -> ::flatbuffers::WIPOffset<Hello<'bldr>> {
     let mut builder = HelloBuilder::new(_fbb);
+    builder.add_outbox_size(args.outbox_size);
     builder.add_arena_id(args.arena_id);
     builder.add_client_id(args.client_id);
     builder.add_arena_size(args.arena_size);
@@ -3116,6 +3223,13 @@ impl<'a> Hello<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(Hello::VT_ARENA_ID, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn outbox_size(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Hello::VT_OUTBOX_SIZE, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Hello<'_> {
@@ -3129,6 +3243,7 @@ impl ::flatbuffers::Verifiable for Hello<'_> {
      .visit_field::<u64>("client_id", Self::VT_CLIENT_ID, false)?
      .visit_field::<bool>("populate", Self::VT_POPULATE, false)?
      .visit_field::<u64>("arena_id", Self::VT_ARENA_ID, false)?
+     .visit_field::<u64>("outbox_size", Self::VT_OUTBOX_SIZE, false)?
      .finish();
     Ok(())
   }
@@ -3139,6 +3254,7 @@ pub struct HelloArgs {
     pub client_id: u64,
     pub populate: bool,
     pub arena_id: u64,
+    pub outbox_size: u64,
 }
 impl<'a> Default for HelloArgs {
   #[inline]
@@ -3149,6 +3265,7 @@ impl<'a> Default for HelloArgs {
       client_id: 0,
       populate: false,
       arena_id: 0,
+      outbox_size: 0,
     }
   }
 }
@@ -3179,6 +3296,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HelloBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<u64>(Hello::VT_ARENA_ID, arena_id, 0);
   }
   #[inline]
+  pub fn add_outbox_size(&mut self, outbox_size: u64) {
+    self.fbb_.push_slot::<u64>(Hello::VT_OUTBOX_SIZE, outbox_size, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> HelloBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     HelloBuilder {
@@ -3201,6 +3322,7 @@ impl ::core::fmt::Debug for Hello<'_> {
       ds.field("client_id", &self.client_id());
       ds.field("populate", &self.populate());
       ds.field("arena_id", &self.arena_id());
+      ds.field("outbox_size", &self.outbox_size());
       ds.finish()
   }
 }

@@ -7,6 +7,7 @@
 //! systemd `Type=notify` unit it reports readiness and pings the watchdog
 //! (`hprm_sd_notify`).
 
+mod outboxes;
 mod server;
 mod table;
 
@@ -72,6 +73,13 @@ struct ServeArgs {
     /// this much CPU time after each burst of requests.
     #[arg(long, default_value = "50us", value_parser = parse_duration)]
     spin: Duration,
+    /// Bytes of each connection's outbox: the shared-memory queue its one-way
+    /// requests (seal, claim, release, ...) go through instead of the
+    /// socket, read when they can matter rather than waking the daemon for
+    /// each. A power of two from 4KiB to 16MiB; 0 sends everything over
+    /// the socket.
+    #[arg(long, default_value = "64KiB")]
+    outbox: ByteSize,
     /// Run the daemon's threads at this SCHED_FIFO priority (1-99), so that
     /// ordinary processes cannot preempt request handling. Needs root or
     /// CAP_SYS_NICE. Polling (--spin) is bounded, so the CPU is given back.
@@ -175,7 +183,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let arena = Arena::create(&ArenaOptions { size: memory.0, dir: args.dir, hugepages: args.hugepages, populate: args.populate })?;
         let arena = Arc::new(arena);
         let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
-        let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout, args.spin));
+        if args.outbox.0 > 0 {
+            // Refused here, once, rather than for every connection.
+            hprm_store::outbox::OutboxReader::create(args.outbox.0).context("bad --outbox")?;
+        }
+        let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout, args.spin, args.outbox.0));
         let listener = server::bind(&socket, args.mode)?;
         tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");
         tokio::spawn(server::expire_loop(shared.clone(), args.delivery_ttl));

@@ -1,8 +1,10 @@
 //! Accepting clients and serving their connections.
 //!
-//! Each connection is one task: it sends Hello with the arena descriptor,
-//! then reads frames into a pre-allocated buffer and answers each request
-//! from the object table. Requests that wait (get, create with a wait for
+//! Each connection is one task: it sends Hello with the arena descriptor and
+//! the descriptor of the connection's outbox, then reads frames into a
+//! pre-allocated buffer and answers each request from the object table
+//! (through [`Served`], which reads the outboxes first). It also acts on
+//! what its client posted to the outbox when another task read it. Requests that wait (get, create with a wait for
 //! space) are answered by a task of their own, so later requests on the same
 //! connection are not held up. Anything wrong with a frame (bad header,
 //! oversized, undecodable, stalled halfway) gets one error reply and the
@@ -17,18 +19,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use hprm_store::arena::Arena;
+use hprm_store::outbox::OutboxReader;
 use hprm_store::protocol::frame::{FrameBuffer, FrameError, MAX_REQUEST_BODY, VERSION};
 use hprm_store::protocol::handshake::send_hello;
 use hprm_store::protocol::message::{decode_request, Encoder, ErrorCode, Hello, Reply, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
+use crate::outboxes::{Posted, Served};
 use crate::table::{ClientId, ObjectTable, Outcome, SUBSCRIBER_QUEUE};
 
 pub struct Shared {
-    table: Mutex<ObjectTable>,
+    served: Mutex<Served>,
     arena: Arc<Arena>,
     populate: bool,
     /// How long a client may take to finish sending a frame it has started.
@@ -38,20 +42,23 @@ pub struct Shared {
     next_client: AtomicU64,
     /// Sent in every Hello (see `Hello::arena_id`).
     arena_id: u64,
+    /// Ring bytes of each connection's outbox; 0: none.
+    outbox: u64,
 }
 
 impl Shared {
-    pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool, frame_timeout: Duration, spin: Duration) -> Shared {
+    pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool, frame_timeout: Duration, spin: Duration, outbox: u64) -> Shared {
         let id = hprm_store::ObjectId::random();
         let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
-        Shared { table: Mutex::new(table), arena, populate, frame_timeout, spin, next_client: AtomicU64::new(1), arena_id }
+        let served = Mutex::new(Served::new(table));
+        Shared { served, arena, populate, frame_timeout, spin, next_client: AtomicU64::new(1), arena_id, outbox }
     }
 
-    /// The table. Never hold the guard across an await.
-    pub fn table(&self) -> MutexGuard<'_, ObjectTable> {
+    /// The table and the outboxes. Never hold the guard across an await.
+    pub fn served(&self) -> MutexGuard<'_, Served> {
         // Table operations do not panic on any input; should one panic on a
         // bug, its half-done update is still better served than a dead daemon.
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        self.served.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -116,13 +123,14 @@ pub async fn accept_loop(listener: &UnixListener, shared: Arc<Shared>) {
     }
 }
 
-/// Expires undelivered deliveries past their TTL.
+/// Expires undelivered deliveries past their TTL, and reads the outboxes
+/// (so posts never wait longer than a tick for a quiet daemon).
 pub async fn expire_loop(shared: Arc<Shared>, ttl: Duration) {
     let mut tick = tokio::time::interval((ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        shared.table().expire_deliveries(Instant::now());
+        shared.served().expire(Instant::now());
     }
 }
 
@@ -135,7 +143,7 @@ pub async fn watchdog_loop(shared: Arc<Shared>, mut watchdog: hprm_sd_notify::Wa
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        drop(shared.table());
+        drop(shared.served());
         watchdog.ping();
     }
 }
@@ -154,15 +162,19 @@ async fn write_reply(writer: &SharedWriter, seq: u64, reply: &Reply) -> io::Resu
 }
 
 async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
-    if let Err(e) = greet(&stream, client, &shared).await {
+    let outbox = (shared.outbox > 0)
+        .then(|| OutboxReader::create(shared.outbox))
+        .and_then(|made| made.inspect_err(|e| tracing::warn!(client, error = %e, "serving this client without an outbox")).ok());
+    if let Err(e) = greet(&stream, client, &shared, outbox.as_ref()).await {
         tracing::debug!(client, error = %e, "client left before the greeting");
         return;
     }
-    shared.table().connect(client);
+    let notify = Arc::new(Notify::new());
+    shared.served().connect(client, outbox, notify.clone());
     tracing::debug!(client, "client connected");
     let (rd, wr) = stream.into_split();
     let writer = Arc::new(tokio::sync::Mutex::new(Writer { half: wr, enc: Encoder::default() }));
-    match read_loop(rd, client, &shared, &writer).await {
+    match read_loop(rd, client, &shared, &writer, &notify).await {
         Ok(()) => tracing::debug!(client, "client disconnected"),
         Err(reason) => {
             tracing::warn!(client, %reason, "closing client connection");
@@ -170,15 +182,17 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
         }
     }
     let _ = writer.lock().await.half.shutdown().await;
-    shared.table().disconnect(client);
+    shared.served().disconnect(client);
 }
 
-async fn greet(stream: &UnixStream, client: ClientId, shared: &Shared) -> io::Result<()> {
-    let hello = Hello { version: VERSION, arena_size: shared.arena.size(), client_id: client, populate: shared.populate, arena_id: shared.arena_id };
+async fn greet(stream: &UnixStream, client: ClientId, shared: &Shared, outbox: Option<&OutboxReader>) -> io::Result<()> {
+    let outbox_size = outbox.map_or(0, OutboxReader::capacity);
+    let hello =
+        Hello { version: VERSION, arena_size: shared.arena.size(), client_id: client, populate: shared.populate, arena_id: shared.arena_id, outbox_size };
     let frame = Encoder::default().reply(0, &Reply::Hello(hello)).to_vec();
     let sent = loop {
         stream.writable().await?;
-        match stream.try_io(Interest::WRITABLE, || send_hello(stream.as_fd(), &frame, shared.arena.fd())) {
+        match stream.try_io(Interest::WRITABLE, || send_hello(stream.as_fd(), &frame, shared.arena.fd(), outbox.map(OutboxReader::fd))) {
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
@@ -207,6 +221,8 @@ enum Closing {
     Stalled(Duration),
     #[error("connection error: {0}")]
     Io(#[from] io::Error),
+    #[error("{0}")]
+    Outbox(String),
 }
 
 impl Closing {
@@ -220,7 +236,13 @@ impl Closing {
     }
 }
 
-async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, client: ClientId, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+async fn read_loop(
+    mut rd: tokio::net::unix::OwnedReadHalf,
+    client: ClientId,
+    shared: &Arc<Shared>,
+    writer: &SharedWriter,
+    posted: &Notify,
+) -> Result<(), Closing> {
     let mut frames = FrameBuffer::new(MAX_REQUEST_BODY);
     loop {
         while let Some(len) = frames.poll()? {
@@ -230,15 +252,30 @@ async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, client: ClientId, sh
         }
         let n = if let Some(n) = spin_read(&rd, &mut frames, shared.spin)? {
             n
-        } else if frames.is_mid_frame() {
-            let limit = shared.frame_timeout;
-            let n = tokio::time::timeout(limit, rd.read(frames.spare())).await.map_err(|_| Closing::Stalled(limit))??;
-            frames.commit(n);
-            n
         } else {
-            let n = rd.read(frames.spare()).await?;
-            frames.commit(n);
-            n
+            let limit = shared.frame_timeout;
+            let mid_frame = frames.is_mid_frame();
+            let read = async {
+                if mid_frame {
+                    tokio::time::timeout(limit, rd.read(frames.spare())).await.map_err(|_| Closing::Stalled(limit))?.map_err(Closing::from)
+                } else {
+                    rd.read(frames.spare()).await.map_err(Closing::from)
+                }
+            };
+            // Both branches are cancel-safe: a read that loses the race
+            // has taken no bytes.
+            tokio::select! {
+                n = read => {
+                    let n = n?;
+                    frames.commit(n);
+                    n
+                }
+                () = posted.notified() => {
+                    let posts = shared.served().take_posted(client).map_err(Closing::Outbox)?;
+                    act_on_posts(client, posts, shared, writer).await?;
+                    continue;
+                }
+            }
         };
         if n == 0 {
             if frames.is_mid_frame() {
@@ -290,12 +327,36 @@ fn spin_read(rd: &tokio::net::unix::OwnedReadHalf, frames: &mut FrameBuffer, bud
 async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
     if let Request::Subscribe = req {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        shared.table().subscribe(client, tx);
+        let posts = {
+            let mut served = shared.served();
+            served.subscribe(client, tx);
+            served.take_posted(client).map_err(Closing::Outbox)?
+        };
+        act_on_posts(client, posts, shared, writer).await?;
         write_reply(writer, seq, &Reply::Done).await?;
         tokio::spawn(forward_notifications(rx, writer.clone()));
         return Ok(());
     }
-    let outcome = shared.table().handle(client, req);
+    let (posts, outcome) = {
+        let mut served = shared.served();
+        let outcome = served.handle_frame(client, req);
+        (served.take_posted(client).map_err(Closing::Outbox)?, outcome)
+    };
+    // What the client posted before this frame, then the frame.
+    act_on_posts(client, posts, shared, writer).await?;
+    respond(client, seq, req.name(), outcome, shared, writer).await
+}
+
+/// Acts on the outcomes of `client`'s posts that need its connection.
+async fn act_on_posts(client: ClientId, posts: Vec<Posted>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+    for Posted { op, outcome } in posts {
+        respond(client, 0, op, outcome, shared, writer).await?;
+    }
+    Ok(())
+}
+
+/// Answers a request (`seq` 0: one that wants no reply) with its outcome.
+async fn respond(client: ClientId, seq: u64, op: &'static str, outcome: Outcome, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
     match outcome {
         Outcome::Reply(reply) => {
             if seq != 0 {
@@ -303,7 +364,7 @@ async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shar
             } else if let Reply::Error(e) = &reply {
                 // The client did not wait for this one (seal, publish, release,
                 // abort): tell it anyway; it reports the error on its next call.
-                tracing::warn!(client, op = req.name(), error = %e.message, "request without reply failed");
+                tracing::warn!(client, op, error = %e.message, "request without reply failed");
                 write_reply(writer, 0, &reply).await?;
             }
         }
@@ -318,7 +379,7 @@ async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shar
                         // wait (cancel answers) or it completed it just now
                         // (its reply is on the channel).
                         Err(_) => {
-                            let cancelled = shared.table().cancel(wait);
+                            let cancelled = shared.served().cancel(wait);
                             match cancelled {
                                 Some(r) => Some(r),
                                 None => rx.await.ok(),

@@ -219,6 +219,8 @@ impl ObjectTable {
                 self.publish(client, *id, *offset, *data_size, *metadata_size, *deliveries)
             }
             Request::Subscribe => err(ErrorCode::Internal, "subscribe is handled by the connection".into()),
+            // The connection read the outbox before handing over any request.
+            Request::Flush => Reply::Done,
         };
         Outcome::Reply(reply)
     }
@@ -792,6 +794,13 @@ impl ObjectTable {
         self.evicted_bytes += len;
         tracing::debug!(%id, bytes = len, "evicted");
         Some(len)
+    }
+
+    /// Whether anyone waits for what a client's one-way request could
+    /// bring: a get or claim of an object not sealed yet, a create waiting
+    /// for space, a subscriber (which wants seals as they happen).
+    pub fn awaits_posts(&self) -> bool {
+        !self.gets.is_empty() || !self.creates.is_empty() || !self.subscribers.is_empty()
     }
 
     pub fn stats(&self) -> Stats {

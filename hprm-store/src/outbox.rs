@@ -1,0 +1,420 @@
+//! The outbox: each client's queue of one-way requests, in shared memory.
+//!
+//! Seal, redeliver, claim, release, abort and publish need no reply, and a
+//! client sends one or more of them for every message it passes on. Over
+//! the socket each would wake the daemon: on a virtualised machine that
+//! wake-up (tens of microseconds) costs more than everything else a zero-copy
+//! send does. So the client appends them to its outbox instead, a
+//! single-producer single-consumer byte ring the daemon makes per
+//! connection and hands over with the arena, and the daemon reads it when
+//! what the posts carry can matter to anyone:
+//!
+//! - before it handles any frame from any client (so a claim, get, create
+//!   or stats request sees every post made before it was sent: a receiver
+//!   learns of an object only after its producer's seal was posted);
+//! - when someone waits for what a post may bring (a get or claim of an
+//!   unsealed object, a create waiting for space, a subscriber): the daemon
+//!   then sets the outbox's *wake word*, and a client that finds it set
+//!   after posting sends a `Flush` over the socket;
+//! - on its expiry tick, and when the client disconnects (before the
+//!   table cleans up after it).
+//!
+//! **Order.** Per client, requests take effect in the order they were sent,
+//! whichever way each went: every entry records how many socket frames the
+//! client had sent before it (`after`), and the daemon takes an entry only
+//! once it has handled that many of the client's frames; it reads the
+//! outbox before handling each frame. A client that finds its outbox full
+//! simply sends over the socket.
+//!
+//! **Wake-ups.** The wake word and the ring's tail are a Dekker pair: the
+//! daemon stores the word, then reads the outbox again; the client stores
+//! the tail, then reads the word (both with a SeqCst fence between). So
+//! either the daemon sees the post or the client sees the word.
+//!
+//! **Trust.** The daemon creates the memory (a sealed memfd: the client can
+//! neither shrink nor grow it, so reading it never faults) and copies each
+//! entry out before validating and decoding it, as it would a socket frame;
+//! an outbox whose indices or entries make no sense closes that client's
+//! connection with an error, as a malformed frame does.
+//!
+//! Layout (all integers little-endian, at the offsets below):
+//!
+//! ```text
+//! 0       u64  tail: bytes ever appended (written by the client)
+//! 64      u64  head: bytes ever taken (written by the daemon)
+//! 128     u32  wake: 1 while the daemon wants a Flush after each post
+//! 4096    ring of `capacity` bytes (a power of two), entries at 8-byte
+//!         boundaries, wrapping at the end:
+//!           u32 frame length, u32 reserved (0), u64 after, frame, padding
+//! ```
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::protocol::frame::{HEADER_LEN, MAX_REQUEST_BODY};
+
+const TAIL: usize = 0;
+const HEAD: usize = 64;
+const WAKE: usize = 128;
+/// Offset of the ring: one page of control words before it.
+pub const RING: u64 = 4096;
+const ENTRY_HEADER: u64 = 16;
+
+/// Default ring size of a connection's outbox (`hprm-store --outbox`).
+pub const DEFAULT_CAPACITY: u64 = 64 << 10;
+
+/// Smallest and largest ring sizes the daemon makes and a client accepts.
+pub const MIN_CAPACITY: u64 = 4 << 10;
+pub const MAX_CAPACITY: u64 = 16 << 20;
+
+/// Bytes an entry for a frame of `len` bytes takes in the ring.
+fn entry_len(len: u64) -> u64 {
+    (ENTRY_HEADER + len).next_multiple_of(8)
+}
+
+/// Why an outbox cannot be made or mapped, or what is wrong with one.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    #[error("an outbox of {0} bytes is not a power of two between {MIN_CAPACITY} and {MAX_CAPACITY}")]
+    BadCapacity(u64),
+    #[error("cannot make the outbox: {0}")]
+    Create(io::Error),
+    #[error("cannot map the outbox: {0}")]
+    Map(io::Error),
+    #[error("the outbox descriptor holds {actual} bytes but the daemon announced a ring of {announced}; the daemon and client disagree, restart the client")]
+    SizeMismatch { actual: u64, announced: u64 },
+    /// The client broke the layout: its connection is closed.
+    #[error("malformed outbox: {0}")]
+    Corrupt(String),
+}
+
+/// The shared mapping and the atomics inside it.
+struct Ring {
+    map: MmapRaw,
+    capacity: u64,
+}
+
+// SAFETY: only raw pointers into the mapping are handed out; the protocol
+// (one writer of the ring's free space and the tail, one of the head and the
+// wake word) decides who touches which bytes.
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    fn map(file: &File, capacity: u64) -> Result<Ring, OutboxError> {
+        check_capacity(capacity)?;
+        let map = MmapOptions::new().len((RING + capacity) as usize).map_raw(file).map_err(OutboxError::Map)?;
+        Ok(Ring { map, capacity })
+    }
+
+    fn word64(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is one of the 8-aligned control offsets inside the
+        // first page of a page-aligned mapping; the mapping lives as long
+        // as `self`.
+        unsafe { &*(self.map.as_mut_ptr().add(at) as *const AtomicU64) }
+    }
+
+    fn wake(&self) -> &AtomicU32 {
+        // SAFETY: as in `word64`.
+        unsafe { &*(self.map.as_mut_ptr().add(WAKE) as *const AtomicU32) }
+    }
+
+    /// Copies `buf.len()` bytes into the ring at position `pos` (taken
+    /// modulo the capacity), wrapping at the end.
+    ///
+    /// # Safety
+    /// The caller owns those bytes of the ring (free space, for the writer).
+    unsafe fn write_at(&self, pos: u64, buf: &[u8]) {
+        let at = pos % self.capacity;
+        let first = buf.len().min((self.capacity - at) as usize);
+        // SAFETY: both parts lie inside the ring (at < capacity, first <=
+        // capacity - at, and the rest <= at since len <= capacity).
+        unsafe {
+            let ring = self.map.as_mut_ptr().add(RING as usize);
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), ring.add(at as usize), first);
+            std::ptr::copy_nonoverlapping(buf.as_ptr().add(first), ring, buf.len() - first);
+        }
+    }
+
+    /// Copies bytes out of the ring at `pos` into `buf`, wrapping.
+    ///
+    /// # Safety
+    /// `buf.len() <= capacity`. The bytes may be changed concurrently by a
+    /// misbehaving client; the copy is what gets validated.
+    unsafe fn read_at(&self, pos: u64, buf: &mut [u8]) {
+        let at = pos % self.capacity;
+        let first = buf.len().min((self.capacity - at) as usize);
+        // SAFETY: as in `write_at`.
+        unsafe {
+            let ring = self.map.as_mut_ptr().add(RING as usize);
+            std::ptr::copy_nonoverlapping(ring.add(at as usize), buf.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(ring, buf.as_mut_ptr().add(first), buf.len() - first);
+        }
+    }
+}
+
+fn check_capacity(capacity: u64) -> Result<(), OutboxError> {
+    if capacity.is_power_of_two() && (MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
+        Ok(())
+    } else {
+        Err(OutboxError::BadCapacity(capacity))
+    }
+}
+
+/// The client's end: appends entries and reads the wake word. Not
+/// thread-safe by itself: the connection holds it under the lock that also
+/// orders its socket writes (the `after` of an entry must count every frame
+/// sent before it).
+pub struct OutboxWriter {
+    ring: Ring,
+    /// Our copy of the tail (only we write it).
+    tail: u64,
+    _file: File,
+}
+
+impl OutboxWriter {
+    /// Maps the outbox the daemon handed over with its Hello.
+    pub fn map(fd: OwnedFd, capacity: u64) -> Result<OutboxWriter, OutboxError> {
+        let file = File::from(fd);
+        let actual = file.metadata().map_err(OutboxError::Map)?.len();
+        if actual != RING + capacity {
+            return Err(OutboxError::SizeMismatch { actual, announced: capacity });
+        }
+        let ring = Ring::map(&file, capacity)?;
+        let tail = ring.word64(TAIL).load(Ordering::Relaxed);
+        Ok(OutboxWriter { ring, tail, _file: file })
+    }
+
+    /// Appends `frame` (one encoded request frame), sent after `after`
+    /// socket frames. False if it does not fit now: send it over the
+    /// socket instead.
+    pub fn push(&mut self, after: u64, frame: &[u8]) -> bool {
+        let need = entry_len(frame.len() as u64);
+        let head = self.ring.word64(HEAD).load(Ordering::Acquire);
+        let used = self.tail.wrapping_sub(head);
+        if used > self.ring.capacity || need > self.ring.capacity - used {
+            return false;
+        }
+        let mut header = [0u8; ENTRY_HEADER as usize];
+        header[..4].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        header[8..].copy_from_slice(&after.to_le_bytes());
+        // SAFETY: [tail, tail + need) is free space (checked above), which
+        // only the writer touches until the tail is published.
+        unsafe {
+            self.ring.write_at(self.tail, &header);
+            self.ring.write_at(self.tail + ENTRY_HEADER, frame);
+        }
+        self.tail += need;
+        self.ring.word64(TAIL).store(self.tail, Ordering::Release);
+        true
+    }
+
+    /// Whether the daemon wants a `Flush` now. Call after the pushes.
+    pub fn wake_wanted(&self) -> bool {
+        // The client's half of the Dekker pair (module docs): the tail
+        // store above must be ordered before this load.
+        fence(Ordering::SeqCst);
+        self.ring.wake().load(Ordering::Relaxed) != 0
+    }
+}
+
+/// The daemon's end: owns the memory, takes entries, sets the wake word.
+pub struct OutboxReader {
+    ring: Ring,
+    file: File,
+    /// Our copy of the head (only we write it).
+    head: u64,
+    wake: bool,
+}
+
+impl OutboxReader {
+    /// Makes an outbox with a ring of `capacity` bytes: an anonymous memfd
+    /// sealed at its size.
+    pub fn create(capacity: u64) -> Result<OutboxReader, OutboxError> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+        const NAME: &CStr = c"hprm-store-outbox";
+        check_capacity(capacity)?;
+        let create = |e: nix::errno::Errno| OutboxError::Create(e.into());
+        let fd = memfd_create(NAME, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING).map_err(create)?;
+        let file = File::from(fd);
+        file.set_len(RING + capacity).map_err(OutboxError::Create)?;
+        // Sealed against shrinking, so that no client can make the daemon's
+        // reads of it fault.
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(create)?;
+        let ring = Ring::map(&file, capacity)?;
+        Ok(OutboxReader { ring, file, head: 0, wake: false })
+    }
+
+    /// The descriptor to hand to the client.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// Ring bytes, as announced in the Hello.
+    pub fn capacity(&self) -> u64 {
+        self.ring.capacity
+    }
+
+    /// Whether the client has appended anything not taken yet.
+    pub fn has_entries(&self) -> bool {
+        self.ring.word64(TAIL).load(Ordering::Acquire) != self.head
+    }
+
+    /// Takes the next entry into `frame` (cleared first) if there is one
+    /// and it was sent after no more than `handled` socket frames of the
+    /// client. Ok(false): nothing to take now.
+    pub fn take(&mut self, handled: u64, frame: &mut Vec<u8>) -> Result<bool, OutboxError> {
+        let tail = self.ring.word64(TAIL).load(Ordering::Acquire);
+        let avail = tail.wrapping_sub(self.head);
+        if avail == 0 {
+            return Ok(false);
+        }
+        let corrupt = |what: String| Err(OutboxError::Corrupt(what));
+        if avail > self.ring.capacity || avail % 8 != 0 || avail < ENTRY_HEADER {
+            return corrupt(format!("the tail ({tail}) is {avail} bytes past the head ({}) in a ring of {}", self.head, self.ring.capacity));
+        }
+        let mut header = [0u8; ENTRY_HEADER as usize];
+        // SAFETY: 16 <= capacity.
+        unsafe { self.ring.read_at(self.head, &mut header) };
+        let len = u64::from(u32::from_le_bytes(header[..4].try_into().expect("4 bytes")));
+        let reserved = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        let after = u64::from_le_bytes(header[8..].try_into().expect("8 bytes"));
+        if reserved != 0 {
+            return corrupt(format!("entry at {} has reserved bits set ({reserved:#x})", self.head));
+        }
+        if len < HEADER_LEN as u64 || len > (HEADER_LEN + MAX_REQUEST_BODY) as u64 || entry_len(len) > avail {
+            return corrupt(format!("entry at {} claims a frame of {len} bytes with {avail} bytes in the ring", self.head));
+        }
+        if after > handled {
+            return Ok(false);
+        }
+        frame.clear();
+        frame.resize(len as usize, 0);
+        // SAFETY: len <= avail <= capacity.
+        unsafe { self.ring.read_at(self.head + ENTRY_HEADER, frame) };
+        self.head += entry_len(len);
+        self.ring.word64(HEAD).store(self.head, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Sets or clears the wake word. Setting it returns true: the caller
+    /// must then read the outbox again (the daemon's half of the Dekker
+    /// pair in the module docs).
+    pub fn set_wake(&mut self, on: bool) -> bool {
+        if self.wake == on {
+            return false;
+        }
+        self.wake = on;
+        self.ring.wake().store(u32::from(on), Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        on
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(capacity: u64) -> (OutboxReader, OutboxWriter) {
+        let r = OutboxReader::create(capacity).unwrap();
+        let w = OutboxWriter::map(r.fd().try_clone_to_owned().unwrap(), capacity).unwrap();
+        (r, w)
+    }
+
+    fn frame(n: usize, fill: u8) -> Vec<u8> {
+        vec![fill; n.max(HEADER_LEN)]
+    }
+
+    #[test]
+    fn entries_come_out_in_order_across_the_wrap() {
+        let (mut r, mut w) = pair(MIN_CAPACITY);
+        let mut out = Vec::new();
+        // 300 entries of odd sizes through a 4 KiB ring: wraps many times.
+        for i in 0..300u64 {
+            let f = frame(9 + (i as usize * 37) % 700, i as u8);
+            assert!(w.push(i, &f));
+            assert!(r.take(i, &mut out).unwrap());
+            assert_eq!(out, f);
+            assert!(!r.take(i, &mut out).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_full_ring_refuses_until_the_daemon_takes() {
+        let (mut r, mut w) = pair(MIN_CAPACITY);
+        let f = frame(1000, 7);
+        let mut pushed = 0;
+        while w.push(0, &f) {
+            pushed += 1;
+        }
+        assert_eq!(pushed, MIN_CAPACITY / entry_len(1000));
+        let mut out = Vec::new();
+        assert!(r.take(0, &mut out).unwrap());
+        assert!(w.push(0, &f));
+        assert!(!w.push(0, &frame(MIN_CAPACITY as usize, 1)), "larger than the ring");
+    }
+
+    #[test]
+    fn an_entry_waits_for_the_socket_frames_sent_before_it() {
+        let (mut r, mut w) = pair(MIN_CAPACITY);
+        let mut out = Vec::new();
+        assert!(w.push(3, &frame(20, 1)));
+        assert!(!r.take(2, &mut out).unwrap());
+        assert!(r.has_entries());
+        assert!(r.take(3, &mut out).unwrap());
+        assert!(!r.has_entries());
+    }
+
+    #[test]
+    fn the_wake_word_reaches_the_client() {
+        let (mut r, w) = pair(MIN_CAPACITY);
+        assert!(!w.wake_wanted());
+        assert!(r.set_wake(true));
+        assert!(!r.set_wake(true), "unchanged: no second read needed");
+        assert!(w.wake_wanted());
+        assert!(!r.set_wake(false));
+        assert!(!w.wake_wanted());
+    }
+
+    #[test]
+    fn nonsense_from_the_client_is_an_error() {
+        let (mut r, w) = pair(MIN_CAPACITY);
+        let mut out = Vec::new();
+        // A tail beyond the ring.
+        w.ring.word64(TAIL).store(MIN_CAPACITY + 8, Ordering::Release);
+        assert!(matches!(r.take(u64::MAX, &mut out), Err(OutboxError::Corrupt(_))));
+        // A length beyond what was appended.
+        let (mut r, mut w) = pair(MIN_CAPACITY);
+        assert!(w.push(0, &frame(16, 0)));
+        unsafe { w.ring.write_at(0, &4000u32.to_le_bytes()) };
+        let err = r.take(0, &mut out).unwrap_err();
+        assert!(err.to_string().contains("claims a frame of 4000 bytes"), "{err}");
+        // Reserved bits.
+        let (mut r, mut w) = pair(MIN_CAPACITY);
+        assert!(w.push(0, &frame(16, 0)));
+        unsafe { w.ring.write_at(4, &1u32.to_le_bytes()) };
+        assert!(matches!(r.take(0, &mut out), Err(OutboxError::Corrupt(_))));
+    }
+
+    #[test]
+    fn the_client_cannot_shrink_the_memory() {
+        let r = OutboxReader::create(MIN_CAPACITY).unwrap();
+        let f = File::from(r.fd().try_clone_to_owned().unwrap());
+        assert!(f.set_len(0).is_err());
+    }
+
+    #[test]
+    fn capacities_are_checked() {
+        assert!(matches!(OutboxReader::create(5000), Err(OutboxError::BadCapacity(5000))));
+        let r = OutboxReader::create(MIN_CAPACITY).unwrap();
+        let fd = r.fd().try_clone_to_owned().unwrap();
+        assert!(matches!(OutboxWriter::map(fd, 2 * MIN_CAPACITY), Err(OutboxError::SizeMismatch { .. })));
+    }
+}
