@@ -172,9 +172,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             tokio::spawn(async move {
                 loop {
                     match listener.accept().await {
-                        Ok((s, _)) => {
-                            tokio::spawn(connection::serve(stream::unix(s), stream::Origin::Local, federation.clone(), admission.clone()));
-                        }
+                        Ok((s, _)) => match stream::unix(s) {
+                            Ok(halves) => {
+                                tokio::spawn(connection::serve(halves, stream::Origin::Local, federation.clone(), admission.clone()));
+                            }
+                            Err(e) => tracing::warn!(error = %e, "cannot serve a connection on the local socket; it is closed"),
+                        },
                         Err(e) => accept_failed(e).await,
                     }
                 }
