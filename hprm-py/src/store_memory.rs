@@ -351,8 +351,8 @@ impl Drop for Scope {
 
 /// A born allocation being sent.
 pub enum Sending {
-    /// Sealed just now, its receivers announced with the seal (one write
-    /// to the store: seal, the producer's claim, redeliver).
+    /// Sealed just now, its receivers announced with the seal (redeliver,
+    /// seal, the producer's claim, posted in that order to the outbox).
     Sealed(Arc<Object>),
     /// Sealed by an earlier send: its receivers are still to announce.
     Again(Arc<Object>),

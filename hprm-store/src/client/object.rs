@@ -177,9 +177,9 @@ impl ObjectMut {
 
     /// Seals the object and keeps a reference on it, as if this client had
     /// then got it, without waiting for any reply: the seal (or publish)
-    /// and a claim of the object go out one-way, in that order, in one
-    /// write on this connection, so the claim always finds the object
-    /// sealed. The returned `Object` releases its reference (settling one
+    /// and a claim of the object are posted, in that order, on this
+    /// connection (to its outbox, or in one write to the socket), so the
+    /// claim always finds the object sealed. The returned `Object` releases its reference (settling one
     /// delivery) when dropped. For a producer that goes on reading what it
     /// wrote (a loan sent on by reference).
     pub fn seal_and_keep(self) -> Result<Object> {
@@ -188,7 +188,7 @@ impl ObjectMut {
 
     /// [`ObjectMut::seal_and_keep`] for a producer that sends the object by
     /// reference as it seals it: `deliveries` more receivers are announced
-    /// in the same write, counted before the seal (see `seal_requests`).
+    /// in the same post, counted before the seal (see `seal_requests`).
     pub fn seal_and_send(mut self, deliveries: u32) -> Result<Object> {
         self.finished = true;
         let (id, placement) = (self.id, self.placement);

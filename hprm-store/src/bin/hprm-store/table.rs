@@ -1166,7 +1166,7 @@ mod tests {
         let id = ObjectId::random();
         // Created with the producer's own delivery; two receivers' claims
         // already wait when the producer seals and sends it (redeliver,
-        // seal, claim: one write).
+        // seal, claim, in that order on its connection).
         assert!(matches!(create(&mut t, 1, id, 1000, 1), Reply::Created(_)));
         let placement = t.objects[&id].placement;
         let waits: Vec<_> = [2, 3]
