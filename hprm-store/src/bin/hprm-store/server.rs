@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use hprm_local_socket::LocalSocket;
 use hprm_store::arena::Arena;
 use hprm_store::outbox::OutboxReader;
 use hprm_store::protocol::frame::{FrameBuffer, FrameError, MAX_REQUEST_BODY, VERSION};
 use hprm_store::protocol::handshake::send_hello;
 use hprm_store::protocol::message::{decode_request, Encoder, ErrorCode, Hello, Reply, Request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::Interest;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Notify};
 
@@ -149,7 +149,7 @@ pub async fn watchdog_loop(shared: Arc<Shared>, mut watchdog: hprm_sd_notify::Wa
 }
 
 struct Writer {
-    half: OwnedWriteHalf,
+    socket: Arc<LocalSocket>,
     enc: Encoder,
 }
 
@@ -157,8 +157,8 @@ type SharedWriter = Arc<tokio::sync::Mutex<Writer>>;
 
 async fn write_reply(writer: &SharedWriter, seq: u64, reply: &Reply) -> io::Result<()> {
     let mut w = writer.lock().await;
-    let Writer { half, enc } = &mut *w;
-    half.write_all(enc.reply(seq, reply)).await
+    let Writer { socket, enc } = &mut *w;
+    socket.write_all(enc.reply(seq, reply)).await
 }
 
 async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
@@ -172,16 +172,25 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
     let notify = Arc::new(Notify::new());
     shared.served().connect(client, outbox, notify.clone());
     tracing::debug!(client, "client connected");
-    let (rd, wr) = stream.into_split();
-    let writer = Arc::new(tokio::sync::Mutex::new(Writer { half: wr, enc: Encoder::default() }));
-    match read_loop(rd, client, &shared, &writer, &notify).await {
+    // Registered for reading only: a client reading a reply must not wake
+    // a daemon thread (see hprm_local_socket).
+    let socket = match LocalSocket::new(stream) {
+        Ok(socket) => Arc::new(socket),
+        Err(e) => {
+            tracing::warn!(client, error = %e, "cannot serve this client's connection; closing it");
+            shared.served().disconnect(client);
+            return;
+        }
+    };
+    let writer = Arc::new(tokio::sync::Mutex::new(Writer { socket: socket.clone(), enc: Encoder::default() }));
+    match read_loop(&socket, client, &shared, &writer, &notify).await {
         Ok(()) => tracing::debug!(client, "client disconnected"),
         Err(reason) => {
             tracing::warn!(client, %reason, "closing client connection");
             let _ = write_reply(&writer, 0, &reason.reply()).await;
         }
     }
-    let _ = writer.lock().await.half.shutdown().await;
+    let _ = socket.shutdown_write();
     shared.served().disconnect(client);
 }
 
@@ -237,7 +246,7 @@ impl Closing {
 }
 
 async fn read_loop(
-    mut rd: tokio::net::unix::OwnedReadHalf,
+    rd: &LocalSocket,
     client: ClientId,
     shared: &Arc<Shared>,
     writer: &SharedWriter,
@@ -250,7 +259,7 @@ async fn read_loop(
             handle(client, seq, &req, shared, writer).await?;
             frames.pop(len);
         }
-        let n = if let Some(n) = spin_read(&rd, &mut frames, shared.spin)? {
+        let n = if let Some(n) = spin_read(rd, &mut frames, shared.spin)? {
             n
         } else {
             let limit = shared.frame_timeout;
@@ -296,14 +305,14 @@ async fn read_loop(
 /// readiness the reactor last saw, which does not change while we spin.
 /// Returns `Some(n)` for `n` bytes read (0: end of stream), `None` if nothing
 /// came in time.
-fn spin_read(rd: &tokio::net::unix::OwnedReadHalf, frames: &mut FrameBuffer, budget: Duration) -> io::Result<Option<usize>> {
+fn spin_read(rd: &LocalSocket, frames: &mut FrameBuffer, budget: Duration) -> io::Result<Option<usize>> {
     use nix::errno::Errno;
     use nix::sys::socket::{recv, MsgFlags};
     use std::os::fd::AsRawFd;
     if budget.is_zero() {
         return Ok(None);
     }
-    let fd = rd.as_ref().as_raw_fd();
+    let fd = rd.as_raw_fd();
     let deadline = Instant::now() + budget;
     loop {
         match recv(fd, frames.spare(), MsgFlags::MSG_DONTWAIT) {
@@ -421,7 +430,7 @@ async fn forward_notifications(mut rx: mpsc::Receiver<hprm_store::Notification>,
         format!("subscription fell more than {SUBSCRIBER_QUEUE} notifications behind and was ended; read faster or resubscribe"),
     );
     let mut w = writer.lock().await;
-    let Writer { half, enc } = &mut *w;
-    let _ = half.write_all(enc.reply(0, &lagged)).await;
-    let _ = half.shutdown().await;
+    let Writer { socket, enc } = &mut *w;
+    let _ = socket.write_all(enc.reply(0, &lagged)).await;
+    let _ = socket.shutdown_write();
 }
