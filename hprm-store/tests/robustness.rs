@@ -134,10 +134,25 @@ fn bystander(d: &Daemon) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
     (stop, handle)
 }
 
+/// Ends the bystander, which must never have seen an error, and checks that
+/// the daemon survived and cleaned up after every hostile connection.
+fn all_clear(d: &mut Daemon, (stop, watcher): (Arc<AtomicBool>, std::thread::JoinHandle<u64>)) {
+    stop.store(true, Ordering::Relaxed);
+    let cycles = watcher.join().expect("the bystander never saw an error");
+    assert!(cycles > 0);
+    assert!(d.alive(), "the daemon survived:\n{}", d.log());
+    let store = d.light_client();
+    eventually(Duration::from_secs(5), "every hostile connection is cleaned up", || {
+        let s = store.stats().unwrap();
+        s.clients == 1 && s.bytes_in_use == 0
+    });
+    assert!(!d.log().contains("panicked"), "{}", d.log());
+}
+
 #[test]
 fn garbage_and_truncated_frames_close_only_their_connection() {
     let mut d = Daemon::start("64M", &["--frame-timeout", "300ms"]);
-    let (stop, watcher) = bystander(&d);
+    let watching = bystander(&d);
     let mut rng = SmallRng::seed_from_u64(0xBAD_F00D);
 
     // Random bytes.
@@ -185,22 +200,13 @@ fn garbage_and_truncated_frames_close_only_their_connection() {
     assert!(n > HEADER_LEN);
     drop(s);
 
-    stop.store(true, Ordering::Relaxed);
-    let cycles = watcher.join().expect("the bystander never saw an error");
-    assert!(cycles > 0);
-    assert!(d.alive(), "the daemon survived:\n{}", d.log());
-    let store = d.light_client();
-    eventually(Duration::from_secs(5), "every hostile connection is cleaned up", || {
-        let s = store.stats().unwrap();
-        s.clients == 1 && s.bytes_in_use == 0
-    });
-    assert!(!d.log().contains("panicked"), "{}", d.log());
+    all_clear(&mut d, watching);
 }
 
 #[test]
 fn garbage_in_an_outbox_closes_only_its_connection() {
     let mut d = Daemon::start("64M", &[]);
-    let (stop, watcher) = bystander(&d);
+    let watching = bystander(&d);
     let mut rng = SmallRng::seed_from_u64(0x0B0C);
     let mut enc = Encoder::default();
     let flush = enc.request(0, &Request::Flush).to_vec();
@@ -232,15 +238,7 @@ fn garbage_in_an_outbox_closes_only_its_connection() {
     let replies = replies_until_close(&s);
     assert!(matches!(&replies[..], [Reply::Error(e), Reply::Stats(_)] if e.message.contains(&unknown.to_string())), "{replies:?}");
 
-    stop.store(true, Ordering::Relaxed);
-    let cycles = watcher.join().expect("the bystander never saw an error");
-    assert!(cycles > 0);
-    assert!(d.alive(), "the daemon survived:\n{}", d.log());
-    let store = d.light_client();
-    eventually(Duration::from_secs(5), "every hostile connection is cleaned up", || {
-        let s = store.stats().unwrap();
-        s.clients == 1 && s.bytes_in_use == 0
-    });
+    all_clear(&mut d, watching);
 }
 
 #[test]
