@@ -80,3 +80,37 @@ fn posts_and_socket_frames_take_effect_in_the_order_sent() {
         assert!(socket_only.contains(*id).unwrap());
     }
 }
+
+#[test]
+fn threads_sharing_a_connection_post_in_a_consistent_order() {
+    // Four threads on one connection publish, claim and release, each of
+    // its own objects, through a small outbox (so pushes and socket
+    // fallbacks interleave between threads): every entry must count the
+    // socket frames sent before it, whoever sent them.
+    let d = Daemon::start("64M", &["--outbox", "4KiB"]);
+    let store = d.light_client();
+    let per_thread = 300usize;
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let store = store.clone();
+            scope.spawn(move || {
+                for i in 0..per_thread {
+                    let id = ObjectId::random();
+                    let size = 64 + (i % 50) * 16;
+                    let mut obj = store.create_with(id, size as u64, &[t], &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+                    obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), size));
+                    let p = obj.placement();
+                    obj.seal().unwrap();
+                    let got = store.claim(id, p, Duration::from_secs(10)).unwrap();
+                    assert_eq!(got.data(), &pattern(id.as_bytes(), size)[..]);
+                    if i % 97 == 0 {
+                        store.sync().unwrap();
+                    }
+                }
+            });
+        }
+    });
+    store.sync().expect("no post was refused");
+    let s = d.light_client().stats().unwrap();
+    assert_eq!((s.objects_sealed, s.objects_referenced, s.pending_deliveries), (4 * per_thread as u64, 0, 0), "{s:?}");
+}
