@@ -301,6 +301,8 @@ impl Receiving {
 
 /// Reads the RTI's messages until the connection ends.
 pub(crate) fn spawn_reader(mut reader: FrameReader, addr: String, rx: Arc<Receiving>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // The scheduler writes this connection while this thread reads it.
+    reader.sleep_in_poll();
     std::thread::Builder::new().name("hprm-rti-reader".into()).spawn(move || {
         let peer = format!("the RTI at {addr}");
         loop {

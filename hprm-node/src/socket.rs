@@ -9,6 +9,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -90,6 +91,24 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Blocks in poll(2) until a Unix socket has something to read (data,
+    /// its end, or an error); returns at once for TCP (see
+    /// [`FrameReader::sleep_in_poll`]).
+    fn wait_readable(&self) -> io::Result<()> {
+        let Stream::Unix(s) = self else { return Ok(()) };
+        let mut pfd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        loop {
+            // SAFETY: one valid pollfd, alive for the duration of the call.
+            if unsafe { libc::poll(&mut pfd, 1, -1) } >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
     }
 }
@@ -199,11 +218,31 @@ pub(crate) struct FrameReader {
     start: usize,
     end: usize,
     limits: Limits,
+    sleep_in_poll: bool,
 }
 
 impl FrameReader {
     pub fn new(stream: Stream) -> FrameReader {
-        FrameReader { stream, buf: vec![0; 2 * FRAME_CAPACITY].into_boxed_slice(), start: 0, end: 0, limits: Limits::default() }
+        FrameReader {
+            stream,
+            buf: vec![0; 2 * FRAME_CAPACITY].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            limits: Limits::default(),
+            sleep_in_poll: false,
+        }
+    }
+
+    /// For a thread that reads a connection for good (no read timeout)
+    /// while another thread writes it, as the RTI reader does: sleep in
+    /// poll(2) for readability instead of in read(2). A thread asleep in
+    /// read on a Unix socket is woken each time the *peer* reads what this
+    /// side wrote (the socket tells every sleeper it is writable again);
+    /// poll wakes only for what it asked for. Without it, every NET, LTC
+    /// and message the RTI reads wakes the federate's reader for nothing,
+    /// on the CPUs the federate needs. One more system call per read.
+    pub fn sleep_in_poll(&mut self) {
+        self.sleep_in_poll = true;
     }
 
     /// The next message; `Err(Closed)` at a clean end of stream.
@@ -223,6 +262,9 @@ impl FrameReader {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
+            }
+            if self.sleep_in_poll {
+                self.stream.wait_readable()?;
             }
             match self.stream.read(&mut self.buf[self.end..]) {
                 Ok(0) if self.start == self.end => return Err(ReadError::Closed),
@@ -279,5 +321,38 @@ mod tests {
         w.send(&Message::Resign).unwrap();
         assert_eq!(r.next().unwrap(), ltc);
         assert_eq!(r.next().unwrap(), Message::Resign);
+    }
+
+    #[test]
+    fn a_reader_sleeping_in_poll_is_not_woken_when_the_peer_reads() {
+        fn switches(tid: i32) -> u64 {
+            let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+            status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap()
+        }
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut reader = FrameReader::new(Stream::Unix(ours.try_clone().unwrap()));
+        reader.sleep_in_poll();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            // "PID/task/TID"
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            tx.send(me.file_name().unwrap().to_str().unwrap().parse::<i32>().unwrap()).unwrap();
+            reader.next().unwrap()
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let before = switches(tid);
+        let mut got = [0u8; 8];
+        for _ in 0..100 {
+            // What the scheduler writes on this connection, read by the peer.
+            (&ours).write_all(b"NET").unwrap();
+            (&theirs).read_exact(&mut got[..3]).unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        let woken = switches(tid) - before;
+        // Asleep in read(2) instead, the thread is woken by every one.
+        assert!(woken < 10, "the reader was woken {woken} times by 100 reads on the other side");
+        FrameWriter::new(Stream::Unix(theirs)).send(&Message::Ack).unwrap();
+        assert_eq!(thread.join().unwrap(), Message::Ack);
     }
 }
