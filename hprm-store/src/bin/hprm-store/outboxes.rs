@@ -53,6 +53,47 @@ struct ClientOutbox {
     notify: Arc<Notify>,
 }
 
+impl ClientOutbox {
+    /// Reads up to entries sent after more than `bound` socket frames
+    /// (default: the frames handled), carrying each out on `table` for
+    /// `client`; `entry` is scratch. True if anything was read.
+    fn read(&mut self, client: ClientId, bound: Option<u64>, table: &mut ObjectTable, entry: &mut Vec<u8>) -> bool {
+        if self.broken.is_some() {
+            return false;
+        }
+        let bound = bound.unwrap_or(self.handled);
+        let mut any = false;
+        let mut woke = false;
+        loop {
+            match self.reader.take(bound, entry) {
+                Ok(false) => break,
+                Ok(true) => any = true,
+                Err(e) => {
+                    self.broken = Some(e.to_string());
+                    break;
+                }
+            }
+            let req = match decode_post(entry) {
+                Ok(req) => req,
+                Err(reason) => {
+                    self.broken = Some(format!("malformed outbox entry: {reason}"));
+                    break;
+                }
+            };
+            let outcome = table.handle(client, &req);
+            let quiet = matches!(outcome, Outcome::Reply(ref r) if !matches!(r, Reply::Error(_)));
+            if !quiet {
+                self.posted.push(Posted { op: req.name(), outcome });
+                woke = true;
+            }
+        }
+        if woke || self.broken.is_some() {
+            self.notify.notify_one();
+        }
+        any
+    }
+}
+
 /// The object table and the outboxes, behind the daemon's lock.
 pub struct Served {
     pub table: ObjectTable,
@@ -134,51 +175,21 @@ impl Served {
 
     /// Reads every outbox as far as it may be read. True if anything was.
     fn read_all(&mut self) -> bool {
-        let clients: Vec<ClientId> = self.outboxes.iter().filter(|(_, o)| o.broken.is_none() && o.reader.has_entries()).map(|(&c, _)| c).collect();
         let mut any = false;
-        for client in clients {
-            any |= self.read(client, None);
+        for (&client, o) in &mut self.outboxes {
+            if o.reader.has_entries() {
+                any |= o.read(client, None, &mut self.table, &mut self.entry);
+            }
         }
         any
     }
 
-    /// Reads `client`'s outbox up to entries sent after more than `bound`
-    /// socket frames (default: the frames handled). True if anything was read.
+    /// Reads `client`'s outbox (see [`ClientOutbox::read`]).
     fn read(&mut self, client: ClientId, bound: Option<u64>) -> bool {
-        let Some(o) = self.outboxes.get_mut(&client) else { return false };
-        if o.broken.is_some() {
-            return false;
+        match self.outboxes.get_mut(&client) {
+            Some(o) => o.read(client, bound, &mut self.table, &mut self.entry),
+            None => false,
         }
-        let bound = bound.unwrap_or(o.handled);
-        let mut any = false;
-        let mut woke = false;
-        loop {
-            match o.reader.take(bound, &mut self.entry) {
-                Ok(false) => break,
-                Ok(true) => any = true,
-                Err(e) => {
-                    o.broken = Some(e.to_string());
-                    break;
-                }
-            }
-            let req = match decode_post(&self.entry) {
-                Ok(req) => req,
-                Err(reason) => {
-                    o.broken = Some(format!("malformed outbox entry: {reason}"));
-                    break;
-                }
-            };
-            let outcome = self.table.handle(client, &req);
-            let quiet = matches!(outcome, Outcome::Reply(ref r) if !matches!(r, Reply::Error(_)));
-            if !quiet {
-                o.posted.push(Posted { op: req.name(), outcome });
-                woke = true;
-            }
-        }
-        if woke || o.broken.is_some() {
-            o.notify.notify_one();
-        }
-        any
     }
 
     /// Sets the wake words while the table awaits anything a post could
