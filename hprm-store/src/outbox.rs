@@ -158,7 +158,8 @@ impl Ring {
     }
 }
 
-fn check_capacity(capacity: u64) -> Result<(), OutboxError> {
+/// Whether a ring of `capacity` bytes may be made (`hprm-store --outbox`).
+pub fn check_capacity(capacity: u64) -> Result<(), OutboxError> {
     if capacity.is_power_of_two() && (MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
         Ok(())
     } else {

@@ -179,9 +179,9 @@ impl ObjectMut {
     /// then got it, without waiting for any reply: the seal (or publish)
     /// and a claim of the object are posted, in that order, on this
     /// connection (to its outbox, or in one write to the socket), so the
-    /// claim always finds the object sealed. The returned `Object` releases its reference (settling one
-    /// delivery) when dropped. For a producer that goes on reading what it
-    /// wrote (a loan sent on by reference).
+    /// claim always finds the object sealed. The returned `Object` releases
+    /// its reference (settling one delivery) when dropped. For a producer
+    /// that goes on reading what it wrote (a loan sent on by reference).
     pub fn seal_and_keep(self) -> Result<Object> {
         self.seal_and_send(0)
     }

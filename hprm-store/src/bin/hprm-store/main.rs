@@ -185,7 +185,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
         if args.outbox.0 > 0 {
             // Refused here, once, rather than for every connection.
-            hprm_store::outbox::OutboxReader::create(args.outbox.0).context("bad --outbox")?;
+            hprm_store::outbox::check_capacity(args.outbox.0).context("bad --outbox")?;
         }
         let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout, args.spin, args.outbox.0));
         let listener = server::bind(&socket, args.mode)?;
