@@ -10,17 +10,21 @@
 //! trip, and most waits for a reply are shorter than that. It polls with
 //! `sched_yield`, so its CPU stays awake (waking a thread there is cheap)
 //! yet goes at once to any other thread that is ready to run: the chain
-//! of a centralized message (sender, RTI, receiver's reader, receiver) has
-//! more threads than a small machine has CPUs.
+//! of a centralized message (sender, RTI, receiver) has more threads than
+//! a small machine has CPUs. While it polls, and between tags, it also
+//! reads the federate's connections itself ([`Source`]), so a message
+//! that arrives then wakes no thread at all; when it goes to sleep it
+//! hands them back to their reader threads.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use hprm_rti::tag::Tag;
 
 use crate::program::{TriggerId, Value};
+use crate::source::{Source, TAKEOVER};
 
 /// One item for the scheduler.
 pub(crate) enum Incoming {
@@ -62,7 +66,19 @@ pub(crate) struct Inbox {
     ready: Condvar,
     nonempty: AtomicBool,
     spin: Duration,
+    /// The connections the scheduler reads while it polls. Weak: a source
+    /// holds the inbox (through `Receiving`), and lives as long as its
+    /// reader thread.
+    sources: Mutex<Vec<Weak<Source>>>,
+    /// When the scheduler last read `sources` (ns since `epoch`), or
+    /// [`NOT_POLLING`]: their reader threads stay away from the sockets
+    /// for [`TAKEOVER`] after it.
+    polled_at: AtomicU64,
+    epoch: Instant,
 }
+
+/// `Inbox::polled_at` while the scheduler sleeps (or has not polled yet).
+const NOT_POLLING: u64 = u64::MAX;
 
 #[derive(Default)]
 struct Queue {
@@ -72,7 +88,63 @@ struct Queue {
 
 impl Inbox {
     pub fn new(spin: Duration) -> Inbox {
-        Inbox { queue: Mutex::new(Queue::default()), ready: Condvar::new(), nonempty: AtomicBool::new(false), spin }
+        Inbox {
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            nonempty: AtomicBool::new(false),
+            spin,
+            sources: Mutex::new(Vec::new()),
+            polled_at: AtomicU64::new(NOT_POLLING),
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn add_source(&self, source: &Arc<Source>) {
+        self.sources.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(source));
+    }
+
+    /// For reader threads: `Some(how long to stay away)` while the
+    /// scheduler reads the sockets itself.
+    pub fn scheduler_polls(&self) -> Option<Duration> {
+        let at = self.polled_at.load(Ordering::SeqCst);
+        if at == NOT_POLLING {
+            return None;
+        }
+        let age = Duration::from_nanos(self.now_ns().saturating_sub(at));
+        TAKEOVER.checked_sub(age).filter(|d| !d.is_zero())
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Reads every source that has something (the scheduler's part).
+    fn poll_sources(&self) {
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        if sources.is_empty() {
+            return;
+        }
+        self.polled_at.store(self.now_ns(), Ordering::SeqCst);
+        sources.retain(|s| match s.upgrade() {
+            Some(s) => {
+                s.poll();
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Gives the sockets back to the reader threads before the scheduler
+    /// sleeps.
+    fn hand_over(&self) {
+        if self.polled_at.swap(NOT_POLLING, Ordering::SeqCst) == NOT_POLLING {
+            return;
+        }
+        // Pairs with the fence in `Source::serve` (see there).
+        fence(Ordering::SeqCst);
+        for s in self.sources.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(Weak::upgrade) {
+            s.wake_reader();
+        }
     }
 
     pub fn push(&self, item: Incoming) {
@@ -86,8 +158,14 @@ impl Inbox {
         }
     }
 
-    /// Moves every item into `out` without waiting.
+    /// Moves every item into `out` without waiting, after reading what the
+    /// sources have.
     pub fn drain(&self, out: &mut VecDeque<Incoming>) {
+        self.poll_sources();
+        self.take(out);
+    }
+
+    fn take(&self, out: &mut VecDeque<Incoming>) {
         if !self.nonempty.load(Ordering::Acquire) {
             return;
         }
@@ -101,14 +179,16 @@ impl Inbox {
     pub fn wait(&self, deadline: Option<Instant>, out: &mut VecDeque<Incoming>) {
         let spin_until = Instant::now() + self.spin;
         while Instant::now() < spin_until && deadline.map_or(true, |d| Instant::now() < d) {
+            self.poll_sources();
             if self.nonempty.load(Ordering::Acquire) {
-                return self.drain(out);
+                return self.take(out);
             }
             // Yield, not a bare spin: the threads this one waits for (a
             // socket reader, the RTI, a peer) may be queued on this very
             // CPU, and a spinner would hold them off until its budget ends.
             std::thread::yield_now();
         }
+        self.hand_over();
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if !q.items.is_empty() {

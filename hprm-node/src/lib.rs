@@ -43,6 +43,7 @@ mod rti;
 mod scheduler;
 mod signal;
 mod socket;
+mod source;
 pub mod status;
 pub mod tap;
 pub mod trace;

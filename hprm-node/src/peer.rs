@@ -23,9 +23,9 @@ use hprm_rti::endpoint::{self, Server};
 use hprm_rti::wire::{Message, RejectReason};
 
 use crate::error::NodeError;
-use crate::inbox::Incoming;
 use crate::rti::{Receiving, RtiSession};
-use crate::socket::{connect, tune, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
+use crate::socket::{connect, tune, FrameReader, FrameWriter, LocalTransport, Stream};
+use crate::source::{Peer, Source};
 
 /// Removes the Unix socket file when the federate ends.
 pub(crate) struct UnixSocketFile(PathBuf);
@@ -37,7 +37,7 @@ impl Drop for UnixSocketFile {
 }
 
 /// Listens for upstream peers (TCP, and a Unix socket beside it) and
-/// serves each on its own reader thread. Returns the port to advertise
+/// serves each as a [`Source`]. Returns the port to advertise
 /// and the Unix socket file to remove at the end.
 pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, names: Vec<String>) -> Result<(u16, Option<UnixSocketFile>), NodeError> {
     let listener = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| NodeError::io("opening the peer-to-peer server", e))?;
@@ -58,9 +58,10 @@ pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, na
         move |stream: Stream, from: String, federation: &str, names: &[String], rx: &Arc<Receiving>| match admit(stream, federation, names) {
             Ok((fed, reader)) => {
                 admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let rx = rx.clone();
                 let name = names.get(usize::from(fed)).cloned().unwrap_or_default();
-                let _ = std::thread::Builder::new().name(format!("hprm-peer-{name}")).spawn(move || serve(reader, fed, name, rx));
+                if let Err(e) = Source::start(reader, Peer::Federate { fed, name }, rx.clone()) {
+                    tracing::error!(%from, "cannot start a reader for a peer connection: {e}");
+                }
             }
             Err(e) => tracing::warn!(%from, "refused a peer connection: {e}"),
         }
@@ -110,23 +111,6 @@ fn admit(stream: Stream, federation: &str, names: &[String]) -> Result<(u16, Fra
         Ok(other) => Err(format!("expected P2P_SENDING_FED_ID, got {other:?}")),
         Err(e) => Err(e.to_string()),
     }
-}
-
-fn serve(mut reader: FrameReader, fed: u16, name: String, rx: Arc<Receiving>) {
-    let peer = format!("federate {name}");
-    loop {
-        match reader.next() {
-            Ok(Message::P2pTaggedMessage { port, tag, payload, .. }) => rx.deliver(port, tag, &payload, &peer),
-            Ok(Message::PortAbsent { port, tag, .. }) => rx.absent(port, tag),
-            Ok(Message::Resign) | Err(ReadError::Closed) => break,
-            Ok(other) => tracing::warn!(?other, "unexpected peer message from {peer}; ignored"),
-            Err(e) => {
-                tracing::error!("peer connection from {peer} broke: {e}");
-                break;
-            }
-        }
-    }
-    rx.inbox.push(Incoming::PeerClosed(fed));
 }
 
 /// Connects to each downstream peer (address from the RTI) and identifies.

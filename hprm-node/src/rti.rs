@@ -18,6 +18,7 @@ use crate::error::NodeError;
 use crate::inbox::{Incoming, Inbox};
 use crate::program::{DecodeFn, TriggerId};
 use crate::socket::{connect, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
+use crate::source::{Peer, Source};
 use crate::payload::Decoder;
 
 /// How to reach the RTI.
@@ -299,48 +300,8 @@ impl Receiving {
     }
 }
 
-/// Reads the RTI's messages until the connection ends.
-pub(crate) fn spawn_reader(mut reader: FrameReader, addr: String, rx: Arc<Receiving>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    // The scheduler writes this connection while this thread reads it.
-    reader.sleep_in_poll();
-    std::thread::Builder::new().name("hprm-rti-reader".into()).spawn(move || {
-        let peer = format!("the RTI at {addr}");
-        loop {
-            let msg = match reader.next() {
-                Ok(m) => m,
-                Err(ReadError::Closed) => {
-                    rx.inbox.push(Incoming::RtiLost("the RTI closed the connection".into()));
-                    return;
-                }
-                Err(e) => {
-                    rx.inbox.push(Incoming::RtiLost(e.to_string()));
-                    return;
-                }
-            };
-            match msg {
-                Message::TaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &peer),
-                Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
-                Message::TagAdvanceGrant(t) => {
-                    if let Some(tr) = crate::trace::tracer() {
-                        tr.grant(t, false);
-                    }
-                    rx.inbox.push(Incoming::Grant(t))
-                }
-                Message::ProvisionalTagAdvanceGrant(t) => {
-                    if let Some(tr) = crate::trace::tracer() {
-                        tr.grant(t, true);
-                    }
-                    rx.inbox.push(Incoming::ProvisionalGrant(t))
-                }
-                Message::StopRequest(t) => rx.inbox.push(Incoming::StopRequest(t)),
-                Message::StopGranted(t) => rx.inbox.push(Incoming::StopGranted(t)),
-                Message::Failed => {
-                    rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()));
-                    return;
-                }
-                Message::DownstreamNextEventTag(t) => rx.inbox.push(Incoming::DownstreamNext(t)),
-                other => tracing::warn!(?other, "unexpected message from the RTI; ignored"),
-            }
-        }
-    })
+/// Reads the RTI's messages until the connection ends (see
+/// [`crate::source`]).
+pub(crate) fn spawn_reader(reader: FrameReader, addr: String, rx: Arc<Receiving>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    Source::start(reader, Peer::Rti { addr }, rx)
 }

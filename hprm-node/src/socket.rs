@@ -9,7 +9,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -94,21 +94,42 @@ impl Stream {
         }
     }
 
-    /// Blocks in poll(2) until a Unix socket has something to read (data,
-    /// its end, or an error); returns at once for TCP (see
-    /// [`FrameReader::sleep_in_poll`]).
-    fn wait_readable(&self) -> io::Result<()> {
-        let Stream::Unix(s) = self else { return Ok(()) };
-        let mut pfd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        loop {
-            // SAFETY: one valid pollfd, alive for the duration of the call.
-            if unsafe { libc::poll(&mut pfd, 1, -1) } >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// One read that does not block (`MSG_DONTWAIT`), whatever the
+    /// socket's mode: `WouldBlock` when nothing is there.
+    fn recv_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of its length for the call.
+        let n = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Blocks in poll(2) until `fd` has something to read (data, its end, or
+/// an error).
+///
+/// Threads that wait for a connection for good sleep here, never in
+/// read(2): a thread asleep in read on a Unix socket is woken each time
+/// the *peer* reads what this side wrote (the socket tells every sleeper
+/// it is writable again), while poll wakes only for what it asked for.
+pub(crate) fn wait_readable(fd: RawFd) -> io::Result<()> {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd, alive for the duration of the call.
+        if unsafe { libc::poll(&mut pfd, 1, -1) } >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }
@@ -212,67 +233,91 @@ pub(crate) enum ReadError {
 
 /// Reads messages through one buffer filled by the largest reads the
 /// socket allows.
+///
+/// [`next`](FrameReader::next) blocks (handshakes, with a read timeout);
+/// [`try_next`](FrameReader::try_next) never does, so that the reader
+/// thread and the polling scheduler can share a connection
+/// (`crate::source`): whoever holds the reader takes what is there.
 pub(crate) struct FrameReader {
     stream: Stream,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
     limits: Limits,
-    sleep_in_poll: bool,
 }
 
 impl FrameReader {
     pub fn new(stream: Stream) -> FrameReader {
-        FrameReader {
-            stream,
-            buf: vec![0; 2 * FRAME_CAPACITY].into_boxed_slice(),
-            start: 0,
-            end: 0,
-            limits: Limits::default(),
-            sleep_in_poll: false,
-        }
+        FrameReader { stream, buf: vec![0; 2 * FRAME_CAPACITY].into_boxed_slice(), start: 0, end: 0, limits: Limits::default() }
     }
 
-    /// For a thread that reads a connection for good (no read timeout)
-    /// while another thread writes it, as the RTI reader does: sleep in
-    /// poll(2) for readability instead of in read(2). A thread asleep in
-    /// read on a Unix socket is woken each time the *peer* reads what this
-    /// side wrote (the socket tells every sleeper it is writable again);
-    /// poll wakes only for what it asked for. Without it, every NET, LTC
-    /// and message the RTI reads wakes the federate's reader for nothing,
-    /// on the CPUs the federate needs. One more system call per read.
-    pub fn sleep_in_poll(&mut self) {
-        self.sleep_in_poll = true;
+    pub fn raw_fd(&self) -> RawFd {
+        self.stream.raw_fd()
     }
 
     /// The next message; `Err(Closed)` at a clean end of stream.
     pub fn next(&mut self) -> Result<Message, ReadError> {
         loop {
-            if let Some((msg, n)) = wire::decode(&self.buf[self.start..self.end], &self.limits)? {
-                self.start += n;
-                if self.start == self.end {
-                    self.start = 0;
-                    self.end = 0;
-                }
+            if let Some(msg) = self.buffered()? {
                 return Ok(msg);
             }
-            if self.end == self.buf.len() {
-                // Move the partial message to the front; a message always
-                // fits in half the buffer, so room appears.
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.sleep_in_poll {
-                self.stream.wait_readable()?;
-            }
             match self.stream.read(&mut self.buf[self.end..]) {
-                Ok(0) if self.start == self.end => return Err(ReadError::Closed),
-                Ok(0) => return Err(ReadError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed in the middle of a message"))),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+                // A read timeout ran out.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e.into()),
+                r => self.took(r)?,
+            };
+        }
+    }
+
+    /// The next message if one is buffered or the socket has it now;
+    /// `Ok(None)` when it has nothing more (a partial message stays
+    /// buffered for the next call).
+    pub fn try_next(&mut self) -> Result<Option<Message>, ReadError> {
+        loop {
+            if let Some(msg) = self.buffered()? {
+                return Ok(Some(msg));
             }
+            let r = self.stream.recv_now(&mut self.buf[self.end..]);
+            if !self.took(r)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// A complete message from the buffer, if there is one; else makes
+    /// room behind the partial one.
+    fn buffered(&mut self) -> Result<Option<Message>, ReadError> {
+        if let Some((msg, n)) = wire::decode(&self.buf[self.start..self.end], &self.limits)? {
+            self.start += n;
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            return Ok(Some(msg));
+        }
+        if self.end == self.buf.len() {
+            // Move the partial message to the front; a message always
+            // fits in half the buffer, so room appears.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        Ok(None)
+    }
+
+    /// Accounts for one read into the buffer's free end: `Ok(false)` if it
+    /// would have blocked.
+    fn took(&mut self, r: io::Result<usize>) -> Result<bool, ReadError> {
+        match r {
+            Ok(0) if self.start == self.end => Err(ReadError::Closed),
+            Ok(0) => Err(ReadError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed in the middle of a message"))),
+            Ok(n) => {
+                self.end += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -321,38 +366,5 @@ mod tests {
         w.send(&Message::Resign).unwrap();
         assert_eq!(r.next().unwrap(), ltc);
         assert_eq!(r.next().unwrap(), Message::Resign);
-    }
-
-    #[test]
-    fn a_reader_sleeping_in_poll_is_not_woken_when_the_peer_reads() {
-        fn switches(tid: i32) -> u64 {
-            let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-            status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap()
-        }
-        let (ours, theirs) = UnixStream::pair().unwrap();
-        let mut reader = FrameReader::new(Stream::Unix(ours.try_clone().unwrap()));
-        reader.sleep_in_poll();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            // "PID/task/TID"
-            let me = std::fs::read_link("/proc/thread-self").unwrap();
-            tx.send(me.file_name().unwrap().to_str().unwrap().parse::<i32>().unwrap()).unwrap();
-            reader.next().unwrap()
-        });
-        let tid = rx.recv().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        let before = switches(tid);
-        let mut got = [0u8; 8];
-        for _ in 0..100 {
-            // What the scheduler writes on this connection, read by the peer.
-            (&ours).write_all(b"NET").unwrap();
-            (&theirs).read_exact(&mut got[..3]).unwrap();
-            std::thread::sleep(Duration::from_micros(300));
-        }
-        let woken = switches(tid) - before;
-        // Asleep in read(2) instead, the thread is woken by every one.
-        assert!(woken < 10, "the reader was woken {woken} times by 100 reads on the other side");
-        FrameWriter::new(Stream::Unix(theirs)).send(&Message::Ack).unwrap();
-        assert_eq!(thread.join().unwrap(), Message::Ack);
     }
 }

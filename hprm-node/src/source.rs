@@ -1,0 +1,338 @@
+//! Connections that bring messages to a federate (from its upstream peers
+//! and from the RTI), read by the scheduler itself while it polls.
+//!
+//! A message read by a reader thread costs two thread wake-ups before it
+//! is handled (the reader's, then the scheduler's hand-off), where a raw
+//! socket ping-pong pays one; on a virtualised 2-CPU machine each costs
+//! several microseconds, more than the rest of a small message's trip. So
+//! a connection is a [`Source`] shared by two readers:
+//!
+//! - **The scheduler, while it polls** its inbox ([`Inbox::wait`]'s spin,
+//!   and between tags): it takes whatever each socket has with a read
+//!   that does not block. A message that arrives then is read by the very
+//!   thread that handles it, with no wake-up at all.
+//! - **The connection's reader thread, the rest of the time:** when the
+//!   scheduler goes to sleep it hands the sockets over ([`Inbox`] unparks
+//!   the readers), and if it has not polled for [`TAKEOVER`] (a long
+//!   reaction, a blocked write) the readers take over by themselves. So
+//!   sockets are always drained, and two federates that write to each
+//!   other cannot deadlock on full socket buffers.
+//!
+//! Invariant: a reader thread sleeps in poll(2) on its socket only while
+//! the scheduler is not polling; while it polls, the thread is parked
+//! apart from the socket, so arrivals do not wake it. Whoever holds
+//! [`Source::reader`] reads; the other skips (the scheduler) or waits for
+//! it (the thread). Either way messages reach the scheduler through the
+//! same [`Receiving`] calls, in the order they were read.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
+
+use hprm_rti::wire::Message;
+
+use crate::inbox::Incoming;
+use crate::rti::Receiving;
+use crate::socket::{wait_readable, FrameReader, ReadError};
+
+/// How long the scheduler may go without polling before reader threads
+/// take its sockets back: far above a poll loop's period (microseconds),
+/// far below what a sender with a full socket would notice.
+pub(crate) const TAKEOVER: Duration = Duration::from_millis(2);
+
+/// Who is at the other end, which decides what its messages mean.
+pub(crate) enum Peer {
+    /// An upstream federate (decentralized, or a physical connection).
+    Federate { fed: u16, name: String },
+    /// The RTI.
+    Rti { addr: String },
+}
+
+/// One inbound connection (see the module documentation).
+pub(crate) struct Source {
+    /// The socket, for poll(2) without taking `reader`. It stays open as
+    /// long as `reader`, which owns it, and so as long as this value.
+    fd: RawFd,
+    reader: Mutex<FrameReader>,
+    peer: Peer,
+    rx: Arc<Receiving>,
+    /// The connection ended (closed, broken, or the peer resigned) and its
+    /// end was reported; nobody reads it again.
+    ended: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+impl Source {
+    /// Registers the connection with the scheduler's inbox and starts its
+    /// reader thread.
+    pub fn start(reader: FrameReader, peer: Peer, rx: Arc<Receiving>) -> std::io::Result<JoinHandle<()>> {
+        let name = match &peer {
+            Peer::Federate { name, .. } => format!("hprm-peer-{name}"),
+            Peer::Rti { .. } => "hprm-rti-reader".to_string(),
+        };
+        let source = Arc::new(Source { fd: reader.raw_fd(), reader: Mutex::new(reader), peer, rx, ended: AtomicBool::new(false), thread: OnceLock::new() });
+        source.rx.inbox.add_source(&source);
+        let s = source.clone();
+        std::thread::Builder::new().name(name).spawn(move || s.serve())
+    }
+
+    /// The scheduler's read: everything the socket has now, unless the
+    /// reader thread is at it.
+    pub fn poll(&self) {
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut reader) = self.reader.try_lock() {
+            self.pump(&mut reader);
+        }
+    }
+
+    /// Tells a parked reader thread to look again (the scheduler stopped
+    /// polling).
+    pub fn wake_reader(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    fn serve(&self) {
+        let _ = self.thread.set(std::thread::current());
+        // Pairs with the fence in `Inbox::hand_over`: either the scheduler
+        // sees this thread (and unparks it) or this thread sees that the
+        // scheduler stopped polling.
+        fence(Ordering::SeqCst);
+        while !self.ended.load(Ordering::Acquire) {
+            if let Some(wait) = self.rx.inbox.scheduler_polls() {
+                std::thread::park_timeout(wait);
+                continue;
+            }
+            if let Err(e) = wait_readable(self.fd) {
+                let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+                return self.end(&mut reader, Ending::Broke(ReadError::Io(e)));
+            }
+            let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+            self.pump(&mut reader);
+        }
+    }
+
+    /// Reads and handles messages until the socket has no more now.
+    /// Called with `reader` held, which orders everything it hands on.
+    fn pump(&self, reader: &mut FrameReader) {
+        // Checked under the lock: the other reader may have seen the end.
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        loop {
+            match reader.try_next() {
+                Ok(Some(msg)) => {
+                    if let Err(ending) = self.handle(msg) {
+                        return self.end(reader, ending);
+                    }
+                }
+                Ok(None) => return,
+                Err(ReadError::Closed) => return self.end(reader, Ending::Closed),
+                Err(e) => return self.end(reader, Ending::Broke(e)),
+            }
+        }
+    }
+
+    /// Hands one message on, unless it ends the connection.
+    fn handle(&self, msg: Message) -> Result<(), Ending> {
+        let rx = &self.rx;
+        match &self.peer {
+            Peer::Federate { name, .. } => match msg {
+                Message::P2pTaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &format!("federate {name}")),
+                Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
+                Message::Resign => return Err(Ending::Closed),
+                other => tracing::warn!(?other, "unexpected peer message from federate {name}; ignored"),
+            },
+            Peer::Rti { addr } => match msg {
+                Message::TaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &format!("the RTI at {addr}")),
+                Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
+                Message::TagAdvanceGrant(t) => {
+                    if let Some(tr) = crate::trace::tracer() {
+                        tr.grant(t, false);
+                    }
+                    rx.inbox.push(Incoming::Grant(t))
+                }
+                Message::ProvisionalTagAdvanceGrant(t) => {
+                    if let Some(tr) = crate::trace::tracer() {
+                        tr.grant(t, true);
+                    }
+                    rx.inbox.push(Incoming::ProvisionalGrant(t))
+                }
+                Message::StopRequest(t) => rx.inbox.push(Incoming::StopRequest(t)),
+                Message::StopGranted(t) => rx.inbox.push(Incoming::StopGranted(t)),
+                Message::Failed => return Err(Ending::RtiFailed),
+                Message::DownstreamNextEventTag(t) => rx.inbox.push(Incoming::DownstreamNext(t)),
+                other => tracing::warn!(?other, "unexpected message from the RTI; ignored"),
+            },
+        }
+        Ok(())
+    }
+
+    /// Reports the end of the connection, once. Takes the reader to show
+    /// it is held: the end is handed on after every message read before it.
+    fn end(&self, _reader: &mut FrameReader, why: Ending) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match (&self.peer, why) {
+            (Peer::Federate { fed, name }, why) => {
+                if let Ending::Broke(e) = why {
+                    tracing::error!("peer connection from federate {name} broke: {e}");
+                }
+                self.rx.inbox.push(Incoming::PeerClosed(*fed));
+            }
+            (Peer::Rti { .. }, Ending::Closed) => self.rx.inbox.push(Incoming::RtiLost("the RTI closed the connection".into())),
+            (Peer::Rti { .. }, Ending::RtiFailed) => self.rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into())),
+            (Peer::Rti { .. }, Ending::Broke(e)) => self.rx.inbox.push(Incoming::RtiLost(e.to_string())),
+        }
+        // A parked reader thread is to see the end and exit.
+        self.wake_reader();
+    }
+}
+
+/// Why a connection ended.
+enum Ending {
+    /// A clean end of stream, or the peer resigned.
+    Closed,
+    /// The RTI sent FAILED.
+    RtiFailed,
+    Broke(ReadError),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::os::unix::net::UnixStream;
+    use std::time::Instant;
+
+    use hprm_rti::tag::Tag;
+
+    use super::*;
+    use crate::inbox::Inbox;
+    use crate::payload::{Decoder, StoreLink};
+    use crate::socket::{FrameWriter, Stream};
+
+    /// A source for RTI messages (grants need no program) on one end of a
+    /// socket pair; the other end is returned for writing.
+    fn rti_source(spin: Duration) -> (Arc<Inbox>, FrameWriter, JoinHandle<()>) {
+        let inbox = Arc::new(Inbox::new(spin));
+        let rx = Arc::new(Receiving { inputs: Vec::new(), decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)), inbox: inbox.clone() });
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let thread = Source::start(FrameReader::new(Stream::Unix(ours)), Peer::Rti { addr: "test".into() }, rx).unwrap();
+        (inbox, FrameWriter::new(Stream::Unix(theirs)), thread)
+    }
+
+    fn voluntary_switches(thread: &JoinHandle<()>) -> u64 {
+        let me = std::process::id();
+        // The kernel knows threads by id; find the reader's by its name.
+        let name = thread.thread().name().unwrap().to_string();
+        let tasks = std::fs::read_dir(format!("/proc/{me}/task")).unwrap();
+        for task in tasks.flatten() {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            if status.lines().next() == Some(&format!("Name:\t{name}")[..]) {
+                return status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap();
+            }
+        }
+        panic!("no thread named {name}");
+    }
+
+    fn grants(items: &mut VecDeque<Incoming>) -> Vec<i64> {
+        items.drain(..).map(|i| if let Incoming::Grant(t) = i { t.time } else { panic!("expected a grant") }).collect()
+    }
+
+    #[test]
+    fn a_polling_scheduler_reads_the_socket_itself_and_the_reader_thread_sleeps() {
+        let (inbox, writer, thread) = rti_source(Duration::from_millis(100));
+        let writer = std::thread::spawn(move || {
+            let mut writer = writer;
+            std::thread::sleep(Duration::from_millis(20));
+            for i in 0..100 {
+                writer.send(&Message::TagAdvanceGrant(Tag::new(i, 0))).unwrap();
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            writer
+        });
+        let mut got = Vec::new();
+        let mut items = VecDeque::new();
+        // The first wait finds the reader thread asleep on the socket.
+        inbox.wait(None, &mut items);
+        got.extend(grants(&mut items));
+        let before = voluntary_switches(&thread);
+        while got.len() < 100 {
+            inbox.wait(None, &mut items);
+            got.extend(grants(&mut items));
+        }
+        let woken = voluntary_switches(&thread) - before;
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        // 30 ms of messages: the parked reader looks every TAKEOVER (2 ms);
+        // asleep on the socket it would be woken by every message.
+        assert!(woken < 50, "the reader thread was woken {woken} times for 100 messages");
+        drop(writer.join().unwrap());
+        thread.join().unwrap();
+        inbox.wait(None, &mut items);
+        assert!(matches!(items.pop_front(), Some(Incoming::RtiLost(_))));
+    }
+
+    #[test]
+    fn a_busy_scheduler_leaves_the_socket_to_the_reader_thread_and_the_end_comes_last_once() {
+        let (inbox, mut writer, thread) = rti_source(Duration::from_millis(1));
+        let mut items = VecDeque::new();
+        // The scheduler polls once, then runs a long reaction: no polling.
+        inbox.drain(&mut items);
+        for i in 0..5000 {
+            writer.queue(&Message::TagAdvanceGrant(Tag::new(i, 0))).unwrap();
+        }
+        writer.flush().unwrap();
+        drop(writer);
+        // The reader thread takes over within TAKEOVER, reads it all and
+        // sees the end, though nobody polls.
+        let start = Instant::now();
+        thread.join().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        inbox.drain(&mut items);
+        let end = items.pop_back();
+        assert!(matches!(end, Some(Incoming::RtiLost(ref why)) if why.contains("closed")), "the end is reported last");
+        assert_eq!(grants(&mut items), (0..5000).collect::<Vec<_>>());
+        inbox.wait(Some(Instant::now() + Duration::from_millis(20)), &mut items);
+        assert!(items.is_empty(), "the end is reported once");
+    }
+
+    #[test]
+    fn scheduler_and_reader_thread_taking_turns_lose_nothing_and_keep_the_order() {
+        // A short spin: the scheduler keeps handing the socket over and
+        // taking it back while messages stream in.
+        let (inbox, writer, thread) = rti_source(Duration::from_micros(30));
+        let writer = std::thread::spawn(move || {
+            let mut writer = writer;
+            for i in 0..20_000 {
+                writer.queue(&Message::TagAdvanceGrant(Tag::new(i, 0))).unwrap();
+                if i % 7 == 0 {
+                    writer.flush().unwrap();
+                }
+                if i % 500 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            writer.flush().unwrap();
+        });
+        let mut got = Vec::new();
+        let mut items = VecDeque::new();
+        loop {
+            inbox.wait(Some(Instant::now() + Duration::from_micros(100)), &mut items);
+            if let Some(Incoming::RtiLost(_)) = items.back() {
+                items.pop_back();
+                got.extend(grants(&mut items));
+                break;
+            }
+            got.extend(grants(&mut items));
+        }
+        writer.join().unwrap();
+        thread.join().unwrap();
+        assert_eq!(got, (0..20_000).collect::<Vec<_>>());
+    }
+}
