@@ -50,6 +50,11 @@ impl LocalSocket {
         }
     }
 
+    /// Reads what is there now (`WouldBlock` if nothing), without waiting.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.fd.get_ref().read(buf)
+    }
+
     /// Writes what the socket takes now (`WouldBlock` if nothing).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         self.fd.get_ref().write(buf)

@@ -1,6 +1,6 @@
 //! The federate side of the RTI protocol: connect, authenticate, identify,
-//! describe neighbours, agree on the start time; then a reader thread that
-//! turns the RTI's messages into [`Incoming`] items.
+//! describe neighbours, agree on the start time; then the connection is a
+//! [`Source`]: the RTI's messages become [`Incoming`] items.
 //!
 //! The handshake runs synchronously on the caller's thread, in the order
 //! reactor-c federates use (hprm-rti/docs/lf-federated-protocol.md §2.3),
@@ -270,7 +270,7 @@ pub(crate) struct NetworkInput {
     pub receiver: String,
 }
 
-/// What reader threads need to turn payloads into port values.
+/// What a [`Source`]'s readers need to turn payloads into port values.
 pub(crate) struct Receiving {
     /// By wire port id (a connection's index in the program, the same in
     /// every process that builds it): the network inputs of this federate.

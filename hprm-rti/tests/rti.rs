@@ -721,3 +721,49 @@ fn federates_on_the_rtis_host_may_join_over_its_unix_socket() {
     assert_eq!(rti.addr.ip(), std::net::IpAddr::from([127, 0, 0, 2]));
     assert!(!dir.path().join(format!("hprm-rti-{}.sock", rti.addr.port())).exists());
 }
+
+/// Voluntary context switches (sleeps) of all of `pid`'s threads.
+/// (Switches out of `sched_yield` are not voluntary.)
+fn sleeps(pid: u32) -> u64 {
+    let mut n = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        n += status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    }
+    n
+}
+
+/// Relays 200 messages 300 µs apart between federates on the RTI's Unix
+/// socket; returns how often the RTI's threads slept meanwhile.
+fn sleeps_while_relaying(spin_us: &str) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let rti = Rti::start_in(2, &["--clock-sync", "off", "--spin-us", spin_us], dir.path());
+    let path = hprm_rti::endpoint::unix_socket(hprm_rti::endpoint::Server::Rti, rti.addr.port());
+    let path = dir.path().join(path.file_name().unwrap());
+    let mut f0 = Fed::join_unix(&path, 0, &[], &[1]);
+    let mut f1 = Fed::join_unix(&path, 1, &[(0, Delay::After(1_000_000))], &[]);
+    f0.send(&Message::Timestamp(5));
+    f1.send(&Message::Timestamp(6));
+    let s = match (f0.recv(), f1.recv()) {
+        (Message::Timestamp(a), Message::Timestamp(b)) if a == b => a,
+        other => panic!("expected one start time, got {other:?}"),
+    };
+    let pid = rti.child.id();
+    let before = sleeps(pid);
+    for i in 0..200 {
+        let msg = Message::TaggedMessage { port: 0, fed: 1, tag: t(s + i, 0), payload: vec![7; 8] };
+        f0.send(&msg);
+        assert_eq!(f1.recv(), msg);
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    sleeps(pid) - before
+}
+
+#[test]
+fn a_polling_rti_relays_without_sleeping_between_messages() {
+    // Polling for a second after each message: no sleep between them.
+    let polling = sleeps_while_relaying("1000000");
+    // Not polling: a thread sleeps in the reactor before each one.
+    let sleeping = sleeps_while_relaying("0");
+    assert!(polling < 50 && sleeping >= 150, "RTI threads slept {polling} times for 200 messages while polling, {sleeping} times without");
+}

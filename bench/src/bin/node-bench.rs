@@ -1783,10 +1783,10 @@ impl Report {
             }
             if !small.is_empty() {
                 why.push(format!(
-                    "at {} (in-band) a message wakes two threads where the floor wakes one: the peer's reader thread (blocked in read, as the floor's) hands the message to the scheduler thread, which polls its inbox for {} µs and then sleeps; each wake-up costs tens of µs on this virtualised 2-CPU machine{}",
+                    "at {} (in-band) the socket costs what the floor's does (the receiving scheduler reads it itself while it polls, for {} µs after its last work; a reader thread woken as the floor's is when it sleeps); the rest is the runtime's own work per message on both sides: encoding and decoding the value, the event queue, the reaction{}",
                     small.iter().map(|v| size_label(v.size)).collect::<Vec<_>>().join(", "),
                     hprm_node::DEFAULT_SPIN.as_micros(),
-                    if polling { ", and the polling floor pays none" } else { "" }
+                    if polling { ", where the polling floor does nothing but write and read" } else { "" }
                 ));
             }
             targets.push(Target {

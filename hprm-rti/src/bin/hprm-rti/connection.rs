@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hprm_rti::grant::{FedId, Upstream};
 use hprm_rti::wire::{decode, encode, Limits, Message, RejectReason, WireError};
@@ -80,8 +80,61 @@ impl Reader {
         }
     }
 
+    /// The next message, polling the socket for up to `spin` before
+    /// waiting for it in the reactor.
+    ///
+    /// Why: a federate's next message (its reply, its next NET) often
+    /// follows within microseconds, and on a virtualised machine waking
+    /// a worker asleep in the reactor costs more than that. Between reads
+    /// the poller yields its CPU to any thread ready to run there (the
+    /// federates need the CPUs more) and lets the runtime run other
+    /// connections' tasks and poll the reactor.
+    async fn next_polling(&mut self, spin: Duration) -> Result<Message, ReadError> {
+        let until = Instant::now() + spin;
+        let mut chunk = [0u8; 16 << 10];
+        while Instant::now() < until {
+            match self.rd.try_read(&mut chunk) {
+                Ok(0) => return Err(ReadError::Closed),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if let Some(msg) = self.buffered()? {
+                        return Ok(msg);
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+            std::thread::yield_now();
+            Requeue(false).await;
+        }
+        self.next().await
+    }
+
     async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
         tokio::time::timeout(limit, self.next()).await.map_err(|_| ReadError::Timeout(limit))?
+    }
+}
+
+/// Lets the runtime run other tasks once, then resumes.
+///
+/// Not `tokio::task::yield_now`: a task that yields that way is queued
+/// behind a notification to another worker, so a polling task would wake
+/// the other worker (asleep in the reactor) again and again. Waking itself
+/// puts the task in its worker's next-task slot, with no notification.
+struct Requeue(bool);
+
+impl std::future::Future for Requeue {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
@@ -115,12 +168,15 @@ enum Refused {
     Write(#[from] std::io::Error),
 }
 
-/// How the RTI admits federates.
+/// How the RTI admits federates, and serves them once admitted.
 #[derive(Debug, Clone)]
 pub struct Admission {
     pub clock_sync: ClockSync,
     /// Shared key for HMAC authentication; `None`: no authentication.
     pub auth_key: Option<Arc<Vec<u8>>>,
+    /// How long a connection task polls its socket after handling what
+    /// it read, before it waits in the reactor (`--spin-us`).
+    pub spin: Duration,
 }
 
 /// Serves one federate from accept to departure.
@@ -156,7 +212,7 @@ pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation
         federation.set_clock_sync_udp(fed, SocketAddr::new(peer.ip(), port));
     }
     tracing::info!(fed, %peer, "federate joined");
-    let failed = message_loop(&mut reader, fed, &federation).await;
+    let failed = message_loop(&mut reader, fed, &federation, admission.spin).await;
     if let Left::Suspended { failure } = federation.leave(fed, failed) {
         let federation = federation.clone();
         tokio::spawn(async move {
@@ -273,7 +329,7 @@ async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Re
 
 /// Handles a joined federate's messages until it leaves. Returns whether it
 /// failed (FAILED, or gone without RESIGN, or a protocol error).
-async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation) -> bool {
+async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, spin: Duration) -> bool {
     loop {
         // What the handled messages queued leaves now, before the wait for
         // more: in one write per destination.
@@ -281,7 +337,7 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation) 
             Ok(Some(msg)) => Ok(msg),
             Ok(None) => {
                 federation.flush();
-                reader.next().await
+                reader.next_polling(spin).await
             }
             Err(e) => Err(e),
         };

@@ -80,6 +80,25 @@ impl ReadHalf {
             ReadHalf::Unix(s) => s.read(buf).await,
         }
     }
+
+    /// Reads what is there now (`WouldBlock` if nothing), without waiting.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            // Not `OwnedReadHalf::try_read`: that reads only once the
+            // reactor has reported the socket readable, which a poller
+            // must not wait for.
+            ReadHalf::Tcp(r) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: `buf` is valid for writes of its length for the call.
+                let n = unsafe { libc::recv(r.as_ref().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(n as usize)
+            }
+            ReadHalf::Unix(s) => s.try_read(buf),
+        }
+    }
 }
 
 impl WriteHalf {
