@@ -231,6 +231,13 @@ pub(crate) enum ReadError {
     Wire(#[from] wire::WireError),
 }
 
+/// A message read by [`FrameReader::try_next`].
+pub(crate) enum Frame<'a> {
+    /// A tagged message, its payload borrowed from the read buffer.
+    Tagged(wire::Tagged<'a>),
+    Other(Message),
+}
+
 /// Reads messages through one buffer filled by the largest reads the
 /// socket allows.
 ///
@@ -271,11 +278,23 @@ impl FrameReader {
 
     /// The next message if one is buffered or the socket has it now;
     /// `Ok(None)` when it has nothing more (a partial message stays
-    /// buffered for the next call).
-    pub fn try_next(&mut self) -> Result<Option<Message>, ReadError> {
+    /// buffered for the next call). A tagged message comes with its payload
+    /// still in the read buffer: the receiver decodes the value from there,
+    /// with no copy in between.
+    pub fn try_next(&mut self) -> Result<Option<Frame<'_>>, ReadError> {
         loop {
+            let start = self.start;
+            if let Some((_, n)) = wire::decode_tagged(&self.buf[start..self.end], &self.limits)? {
+                self.consumed(n);
+                // Decoded again for a borrow that may leave the loop; the
+                // bytes stay where they are until the next call.
+                return match wire::decode_tagged(&self.buf[start..start + n], &self.limits)? {
+                    Some((tagged, _)) => Ok(Some(Frame::Tagged(tagged))),
+                    None => Err(ReadError::Io(io::Error::other("a tagged message decoded once did not decode again"))),
+                };
+            }
             if let Some(msg) = self.buffered()? {
-                return Ok(Some(msg));
+                return Ok(Some(Frame::Other(msg)));
             }
             let r = self.stream.recv_now(&mut self.buf[self.end..]);
             if !self.took(r)? {
@@ -284,15 +303,19 @@ impl FrameReader {
         }
     }
 
+    fn consumed(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
     /// A complete message from the buffer, if there is one; else makes
     /// room behind the partial one.
     fn buffered(&mut self) -> Result<Option<Message>, ReadError> {
         if let Some((msg, n)) = wire::decode(&self.buf[self.start..self.end], &self.limits)? {
-            self.start += n;
-            if self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            }
+            self.consumed(n);
             return Ok(Some(msg));
         }
         if self.end == self.buf.len() {

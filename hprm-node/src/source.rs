@@ -35,7 +35,7 @@ use hprm_rti::wire::Message;
 
 use crate::inbox::Incoming;
 use crate::rti::Receiving;
-use crate::socket::{wait_readable, FrameReader, ReadError};
+use crate::socket::{wait_readable, Frame, FrameReader, ReadError};
 
 /// How long the scheduler may go without polling before reader threads
 /// take its sockets back: far above a poll loop's period (microseconds),
@@ -57,6 +57,8 @@ pub(crate) struct Source {
     fd: RawFd,
     reader: Mutex<FrameReader>,
     peer: Peer,
+    /// `peer` in messages: "federate NAME", "the RTI at ADDR".
+    label: String,
     rx: Arc<Receiving>,
     /// The connection ended (closed, broken, or the peer resigned) and its
     /// end was reported; nobody reads it again.
@@ -68,11 +70,11 @@ impl Source {
     /// Registers the connection with the scheduler's inbox and starts its
     /// reader thread.
     pub fn start(reader: FrameReader, peer: Peer, rx: Arc<Receiving>) -> std::io::Result<JoinHandle<()>> {
-        let name = match &peer {
-            Peer::Federate { name, .. } => format!("hprm-peer-{name}"),
-            Peer::Rti { .. } => "hprm-rti-reader".to_string(),
+        let (name, label) = match &peer {
+            Peer::Federate { name, .. } => (format!("hprm-peer-{name}"), format!("federate {name}")),
+            Peer::Rti { addr } => ("hprm-rti-reader".to_string(), format!("the RTI at {addr}")),
         };
-        let source = Arc::new(Source { fd: reader.raw_fd(), reader: Mutex::new(reader), peer, rx, ended: AtomicBool::new(false), thread: OnceLock::new() });
+        let source = Arc::new(Source { fd: reader.raw_fd(), reader: Mutex::new(reader), peer, label, rx, ended: AtomicBool::new(false), thread: OnceLock::new() });
         source.rx.inbox.add_source(&source);
         let s = source.clone();
         std::thread::Builder::new().name(name).spawn(move || s.serve())
@@ -126,8 +128,8 @@ impl Source {
         }
         loop {
             match reader.try_next() {
-                Ok(Some(msg)) => {
-                    if let Err(ending) = self.handle(msg) {
+                Ok(Some(frame)) => {
+                    if let Err(ending) = self.handle(frame) {
                         return self.end(reader, ending);
                     }
                 }
@@ -139,17 +141,27 @@ impl Source {
     }
 
     /// Hands one message on, unless it ends the connection.
-    fn handle(&self, msg: Message) -> Result<(), Ending> {
+    fn handle(&self, frame: Frame<'_>) -> Result<(), Ending> {
         let rx = &self.rx;
+        let msg = match (frame, &self.peer) {
+            // Peers send P2P_TAGGED_MESSAGE, the RTI relays TAGGED_MESSAGE.
+            (Frame::Tagged(m), peer) if m.p2p == matches!(peer, Peer::Federate { .. }) => {
+                rx.deliver(m.port, m.tag, m.payload, &self.label);
+                return Ok(());
+            }
+            (Frame::Tagged(m), _) => {
+                tracing::warn!(p2p = m.p2p, port = m.port, tag = %m.tag, "unexpected kind of tagged message from {}; ignored", self.label);
+                return Ok(());
+            }
+            (Frame::Other(msg), _) => msg,
+        };
         match &self.peer {
-            Peer::Federate { name, .. } => match msg {
-                Message::P2pTaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &format!("federate {name}")),
+            Peer::Federate { .. } => match msg {
                 Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
                 Message::Resign => return Err(Ending::Closed),
-                other => tracing::warn!(?other, "unexpected peer message from federate {name}; ignored"),
+                other => tracing::warn!(?other, "unexpected peer message from {}; ignored", self.label),
             },
-            Peer::Rti { addr } => match msg {
-                Message::TaggedMessage { port, tag, payload, .. } => rx.deliver(port, tag, &payload, &format!("the RTI at {addr}")),
+            Peer::Rti { .. } => match msg {
                 Message::PortAbsent { port, tag, .. } => rx.absent(port, tag),
                 Message::TagAdvanceGrant(t) => {
                     if let Some(tr) = crate::trace::tracer() {
@@ -167,7 +179,7 @@ impl Source {
                 Message::StopGranted(t) => rx.inbox.push(Incoming::StopGranted(t)),
                 Message::Failed => return Err(Ending::RtiFailed),
                 Message::DownstreamNextEventTag(t) => rx.inbox.push(Incoming::DownstreamNext(t)),
-                other => tracing::warn!(?other, "unexpected message from the RTI; ignored"),
+                other => tracing::warn!(?other, "unexpected message from {}; ignored", self.label),
             },
         }
         Ok(())

@@ -334,6 +334,56 @@ impl Fields<'_> {
     }
 }
 
+/// A TAGGED_MESSAGE or P2P_TAGGED_MESSAGE whose payload is borrowed from
+/// the buffer it was decoded from ([`decode_tagged`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tagged<'a> {
+    /// P2P_TAGGED_MESSAGE (from a peer), else TAGGED_MESSAGE (through the RTI).
+    pub p2p: bool,
+    pub port: u16,
+    pub fed: FedId,
+    pub tag: Tag,
+    pub payload: &'a [u8],
+}
+
+/// Decodes the first message in `buf` if it is a tagged message, as
+/// [`decode`] would, but borrowing its payload instead of copying it out:
+/// the counterpart of [`encode_tagged`], for a receiver that only reads the
+/// payload. `Ok(None)`: not complete yet, or of another type (for
+/// [`decode`]).
+pub fn decode_tagged<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Tagged<'a>, usize)>, WireError> {
+    let Some(&k) = buf.first() else { return Ok(None) };
+    if k != kind::TAGGED_MESSAGE && k != kind::P2P_TAGGED_MESSAGE {
+        return Ok(None);
+    }
+    Ok(payload_message(k, &buf[1..], limits)?.and_then(|(port, fed, tag, payload, n)| Some((Tagged { p2p: k == kind::P2P_TAGGED_MESSAGE, port, fed, tag: tag?, payload }, n))))
+}
+
+/// The fields of a message with a payload (`k`: TAGGED_MESSAGE,
+/// P2P_TAGGED_MESSAGE or P2P_MESSAGE; `body`: what follows the type byte)
+/// and the bytes the whole message takes; `Ok(None)` until it is complete.
+#[allow(clippy::type_complexity)]
+fn payload_message<'a>(k: u8, body: &'a [u8], limits: &Limits) -> Result<Option<(u16, FedId, Option<Tag>, &'a [u8], usize)>, WireError> {
+    // Judge the length as soon as it is in, before waiting for more.
+    if body.len() < 8 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([body[4], body[5], body[6], body[7]]) as usize;
+    if len > limits.max_payload {
+        return Err(WireError::PayloadTooLarge { len, max: limits.max_payload });
+    }
+    let header = if k == kind::P2P_MESSAGE { 8 } else { 8 + TAG_LEN };
+    if body.len() < header + len {
+        return Ok(None);
+    }
+    let mut f = Fields(&body[..header]);
+    let port = f.u16();
+    let fed = f.u16();
+    f.u32();
+    let tag = (k != kind::P2P_MESSAGE).then(|| f.tag());
+    Ok(Some((port, fed, tag, &body[header..header + len], 1 + header + len)))
+}
+
 /// Decodes the first message in `buf`. `Ok(None)`: the message is not
 /// complete yet (read more and call again); `Ok(Some((msg, n)))`: `n` bytes
 /// were consumed. An error means the stream cannot be followed any further.
@@ -422,31 +472,15 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<Option<(Message, usize)>, W
             let msg = if k == FED_IDS { Message::FedIds { fed, federation } } else { Message::P2pSendingFedId { fed, federation } };
             Ok(Some((msg, 4 + n)))
         }
-        TAGGED_MESSAGE | P2P_TAGGED_MESSAGE | P2P_MESSAGE => {
-            // Judge the length as soon as it is in, before waiting for more.
-            if body.len() < 8 {
-                return Ok(None);
-            }
-            let len = u32::from_le_bytes([body[4], body[5], body[6], body[7]]) as usize;
-            if len > limits.max_payload {
-                return Err(WireError::PayloadTooLarge { len, max: limits.max_payload });
-            }
-            let header = if k == P2P_MESSAGE { 8 } else { 8 + TAG_LEN };
-            if body.len() < header + len {
-                return Ok(None);
-            }
-            let mut f = Fields(&body[..header]);
-            let port = f.u16();
-            let fed = f.u16();
-            f.u32();
-            let payload = body[header..header + len].to_vec();
-            let msg = match k {
-                TAGGED_MESSAGE => Message::TaggedMessage { port, fed, tag: f.tag(), payload },
-                P2P_TAGGED_MESSAGE => Message::P2pTaggedMessage { port, fed, tag: f.tag(), payload },
+        TAGGED_MESSAGE | P2P_TAGGED_MESSAGE | P2P_MESSAGE => Ok(payload_message(k, body, limits)?.map(|(port, fed, tag, payload, n)| {
+            let payload = payload.to_vec();
+            let msg = match (k, tag) {
+                (TAGGED_MESSAGE, Some(tag)) => Message::TaggedMessage { port, fed, tag, payload },
+                (P2P_TAGGED_MESSAGE, Some(tag)) => Message::P2pTaggedMessage { port, fed, tag, payload },
                 _ => Message::P2pMessage { port, fed, payload },
             };
-            Ok(Some((msg, 1 + header + len)))
-        }
+            (msg, n)
+        })),
         NEIGHBOR_STRUCTURE => {
             if body.len() < 8 {
                 return Ok(None);
@@ -533,6 +567,38 @@ mod tests {
             encode_tagged(p2p, 3, 1, t, &[5; 300], &mut b);
             assert_eq!(a, b);
         }
+    }
+
+    #[test]
+    fn tagged_messages_decode_borrowed_as_they_decode_owned() {
+        let limits = Limits::default();
+        let mut stream = Vec::new();
+        for m in all_messages() {
+            encode(&m, &mut stream);
+        }
+        // At every split, decode_tagged sees a tagged message exactly when
+        // decode does, with the same fields, and nothing else.
+        for split in 0..=stream.len() {
+            let mut pos = 0;
+            while let Some((m, n)) = decode(&stream[pos..split], &limits).unwrap() {
+                let borrowed = decode_tagged(&stream[pos..split], &limits).unwrap();
+                match (&m, borrowed) {
+                    (Message::TaggedMessage { port, fed, tag, payload }, Some((t, k))) => assert_eq!((t.p2p, t.port, t.fed, t.tag, t.payload, k), (false, *port, *fed, *tag, &payload[..], n)),
+                    (Message::P2pTaggedMessage { port, fed, tag, payload }, Some((t, k))) => assert_eq!((t.p2p, t.port, t.fed, t.tag, t.payload, k), (true, *port, *fed, *tag, &payload[..], n)),
+                    (Message::TaggedMessage { .. } | Message::P2pTaggedMessage { .. }, None) => panic!("{m:?} not decoded borrowed"),
+                    (_, Some(t)) => panic!("{m:?} decoded as tagged: {t:?}"),
+                    (_, None) => {}
+                }
+                pos += n;
+            }
+            if let Ok(Some((t, _))) = decode_tagged(&stream[pos..split], &limits) {
+                panic!("an incomplete message decoded as {t:?}");
+            }
+        }
+        // The payload limit holds for it too.
+        let mut big = Vec::new();
+        encode_tagged(true, 1, 2, Tag::new(0, 0), &vec![0; 100], &mut big);
+        assert!(matches!(decode_tagged(&big, &Limits { max_payload: 99, ..Limits::default() }), Err(WireError::PayloadTooLarge { len: 100, max: 99 })));
     }
 
     #[test]

@@ -378,6 +378,39 @@ fn tagged_messages_are_relayed_and_hold_the_destination() {
 }
 
 #[test]
+fn messages_arriving_in_pieces_are_relayed_whole_and_in_order() {
+    let rti = Rti::start(2, &["--clock-sync", "off"]);
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::After(1_000))]);
+    // Largest-payload messages with a NET between them, written in
+    // irregular pieces: messages straddle every read and the RTI's buffer
+    // has to move what is partial to make room.
+    let msgs: Vec<Message> = (0..6).map(|i| Message::TaggedMessage { port: 1, fed: 1, tag: t(s + i, 0), payload: (0..65_536u32).map(|b| (b * 7 + i as u32) as u8).collect() }).collect();
+    let mut stream = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        encode(m, &mut stream);
+        encode(&Message::NextEventTag(t(s + i as i64, 0)), &mut stream);
+    }
+    let writer = std::thread::spawn({
+        let mut s = f.remove(0);
+        move || {
+            use rand::{Rng, SeedableRng};
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+            let mut rest = &stream[..];
+            while !rest.is_empty() {
+                let n = rng.gen_range(1..=20_000).min(rest.len());
+                s.s.write_all(&rest[..n]).unwrap();
+                rest = &rest[n..];
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            s
+        }
+    });
+    let got: Vec<Message> = std::iter::from_fn(|| f[0].recv_timeout(Duration::from_secs(10))).filter(|m| matches!(m, Message::TaggedMessage { .. })).take(msgs.len()).collect();
+    assert!(got == msgs, "relayed messages differ from those sent");
+    drop(writer.join().unwrap());
+}
+
+#[test]
 fn an_oversized_relay_payload_closes_only_its_sender() {
     let rti = Rti::start(2, &["--clock-sync", "off"]);
     let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hprm_rti::grant::{FedId, Upstream};
-use hprm_rti::wire::{decode, encode, Limits, Message, RejectReason, WireError};
+use hprm_rti::wire::{decode, decode_tagged, encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
@@ -37,12 +37,20 @@ pub enum ClockSync {
     On,
 }
 
-/// Reads whole protocol messages from a socket.
+/// Reads whole protocol messages from a socket, straight into one buffer
+/// (`buf[start..end]` holds what is read and not yet decoded).
 struct Reader {
     rd: ReadHalf,
     buf: Vec<u8>,
+    start: usize,
+    end: usize,
     limits: Limits,
 }
+
+/// A connection's read buffer to begin with: two of the largest relayed
+/// frames, so that one always fits behind a partial one. It grows only for
+/// a message larger than that, which the limits bound.
+const READ_BUFFER: usize = 2 * ((64 << 10) + 64);
 
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
@@ -57,12 +65,51 @@ enum ReadError {
 }
 
 impl Reader {
+    fn new(rd: ReadHalf) -> Reader {
+        Reader { rd, buf: vec![0; READ_BUFFER], start: 0, end: 0, limits: Limits::default() }
+    }
+
+    fn unread(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    fn consumed(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
     /// The next message if the last read brought it whole; reads nothing.
     fn buffered(&mut self) -> Result<Option<Message>, ReadError> {
-        Ok(decode(&self.buf, &self.limits)?.map(|(msg, n)| {
-            self.buf.drain(..n);
-            msg
-        }))
+        let Some((msg, n)) = decode(self.unread(), &self.limits)? else { return Ok(None) };
+        self.consumed(n);
+        Ok(Some(msg))
+    }
+
+    /// Room behind what is unread: moves it to the front, or grows the
+    /// buffer if it fills it all.
+    fn make_room(&mut self) {
+        if self.end < self.buf.len() {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        } else {
+            self.buf.resize(2 * self.buf.len(), 0);
+        }
+    }
+
+    /// Counts `n` bytes read behind `end`.
+    fn took(&mut self, n: usize) -> Result<(), ReadError> {
+        if n == 0 {
+            return Err(ReadError::Closed);
+        }
+        self.end += n;
+        Ok(())
     }
 
     /// The next message; `Closed` at end of stream.
@@ -71,17 +118,19 @@ impl Reader {
             if let Some(msg) = self.buffered()? {
                 return Ok(msg);
             }
-            let mut chunk = [0u8; 16 << 10];
-            let n = self.rd.read(&mut chunk).await?;
-            if n == 0 {
-                return Err(ReadError::Closed);
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
+            self.fill().await?;
         }
     }
 
-    /// The next message, polling the socket for up to `spin` before
-    /// waiting for it in the reactor.
+    /// Reads once, waiting for something to read.
+    async fn fill(&mut self) -> Result<(), ReadError> {
+        self.make_room();
+        let n = self.rd.read(&mut self.buf[self.end..]).await?;
+        self.took(n)
+    }
+
+    /// Reads once, polling the socket for up to `spin` before waiting for
+    /// it in the reactor.
     ///
     /// Why: a federate's next message (its reply, its next NET) often
     /// follows within microseconds, and on a virtualised machine waking
@@ -89,19 +138,12 @@ impl Reader {
     /// the poller yields its CPU to any thread ready to run there (the
     /// federates need the CPUs more) and lets the runtime run other
     /// connections' tasks and poll the reactor.
-    async fn next_polling(&mut self, spin: Duration) -> Result<Message, ReadError> {
+    async fn fill_polling(&mut self, spin: Duration) -> Result<(), ReadError> {
         let until = Instant::now() + spin;
-        let mut chunk = [0u8; 16 << 10];
         while Instant::now() < until {
-            match self.rd.try_read(&mut chunk) {
-                Ok(0) => return Err(ReadError::Closed),
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    if let Some(msg) = self.buffered()? {
-                        return Ok(msg);
-                    }
-                    continue;
-                }
+            self.make_room();
+            match self.rd.try_read(&mut self.buf[self.end..]) {
+                Ok(n) => return self.took(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
@@ -109,7 +151,7 @@ impl Reader {
             std::thread::yield_now();
             Requeue(false).await;
         }
-        self.next().await
+        self.fill().await
     }
 
     async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
@@ -181,7 +223,7 @@ pub struct Admission {
 
 /// Serves one federate from accept to departure.
 pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation: Arc<Federation>, admission: Admission) {
-    let mut reader = Reader { rd, buf: Vec::with_capacity(16 << 10), limits: Limits::default() };
+    let mut reader = Reader::new(rd);
     let mut admitted = None;
     let joined = handshake(&mut reader, &mut wr, &federation, &admission, &mut admitted).await;
     let joined = match joined {
@@ -330,33 +372,45 @@ async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Re
 /// Handles a joined federate's messages until it leaves. Returns whether it
 /// failed (FAILED, or gone without RESIGN, or a protocol error).
 async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, spin: Duration) -> bool {
+    match handle_messages(reader, fed, federation, spin).await {
+        Ok(failed) => failed,
+        Err(ReadError::Closed) => {
+            tracing::warn!(fed, "federate disconnected without resigning; treating it as failed");
+            true
+        }
+        Err(e) => {
+            tracing::error!(fed, "closing federate {fed}: {e}");
+            true
+        }
+    }
+}
+
+/// [`message_loop`] up to the end of the connection: `Ok(failed)` when the
+/// federate resigned or reported failure.
+async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, spin: Duration) -> Result<bool, ReadError> {
     loop {
-        // What the handled messages queued leaves now, before the wait for
-        // more: in one write per destination.
-        let msg = match reader.buffered() {
-            Ok(Some(msg)) => Ok(msg),
-            Ok(None) => {
-                federation.flush();
-                reader.next_polling(spin).await
+        // A tagged message is relayed from the read buffer: its payload is
+        // copied once, into the destination's outbox.
+        if let Some((m, n)) = decode_tagged(reader.unread(), &reader.limits)? {
+            if m.p2p {
+                tracing::warn!(fed, "ignoring a peer-to-peer message from federate {fed}: P2P_TAGGED_MESSAGE goes to a peer, not to the RTI");
+            } else {
+                federation.relay_tagged(fed, &m);
             }
-            Err(e) => Err(e),
-        };
-        let msg = match msg {
-            Ok(msg) => msg,
-            Err(ReadError::Closed) => {
-                tracing::warn!(fed, "federate disconnected without resigning; treating it as failed");
-                return true;
-            }
-            Err(e) => {
-                tracing::error!(fed, "closing federate {fed}: {e}");
-                return true;
-            }
+            reader.consumed(n);
+            continue;
+        }
+        let Some(msg) = reader.buffered()? else {
+            // What the handled messages queued leaves now, before the wait
+            // for more: in one write per destination.
+            federation.flush();
+            reader.fill_polling(spin).await?;
+            continue;
         };
         match msg {
             Message::Timestamp(t) => federation.propose_start(fed, t),
             Message::NextEventTag(t) => federation.next_event_tag(fed, t),
             Message::LatestTagConfirmed(t) => federation.latest_tag_confirmed(fed, t),
-            msg @ Message::TaggedMessage { .. } => federation.relay_tagged(fed, &msg),
             msg @ Message::PortAbsent { .. } => federation.relay_port_absent(fed, &msg),
             Message::StopRequest(t) => federation.stop_request(fed, t),
             Message::StopRequestReply(t) => federation.stop_reply(fed, t),
@@ -364,11 +418,11 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, 
             Message::AddressAdvertisement(port) => federation.address_advertisement(fed, port),
             Message::Resign => {
                 tracing::info!(fed, "federate resigned");
-                return false;
+                return Ok(false);
             }
             Message::Failed => {
                 tracing::warn!(fed, "federate reported failure");
-                return true;
+                return Ok(true);
             }
             other => tracing::warn!(fed, "ignoring unexpected message from federate {fed}: {other:?}"),
         }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hprm_rti::grant::{Coordinator, FedId, Grant, NodeState, Notice, Relay, Upstream};
 use hprm_rti::tag::{Instant, Tag, NEVER};
-use hprm_rti::wire::{Message, RejectReason};
+use hprm_rti::wire::{encode, encode_tagged, Message, RejectReason, Tagged};
 use tokio::sync::watch;
 
 use crate::outbox::{Dirty, Outbox};
@@ -264,8 +264,8 @@ impl Federation {
     }
 
     /// Relays a tagged message (forwarded byte for byte) and accounts for it.
-    pub fn relay_tagged(&self, from: FedId, msg: &Message) {
-        let Message::TaggedMessage { port, fed: dest, tag, .. } = msg else { return };
+    pub fn relay_tagged(&self, from: FedId, msg: &Tagged<'_>) {
+        let Tagged { port, fed: dest, tag, .. } = msg;
         if *dest >= self.size {
             tracing::error!(from, dest, port, "message for federate {dest}, which does not exist; dropped");
             return;
@@ -284,12 +284,12 @@ impl Federation {
             }
             Relay::Drop => tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected (or for its incarnation before a restart); dropped"),
             Relay::Forward(notices) => {
-                send(&inner, *dest, msg);
+                send_tagged(&inner, msg);
                 deliver(&inner, &notices);
             }
             Relay::Tardy(notices) => {
                 tracing::warn!(from, dest, port, %tag, "message arrives after its destination completed that tag (STP violation); forwarded");
-                send(&inner, *dest, msg);
+                send_tagged(&inner, msg);
                 deliver(&inner, &notices);
             }
         }
@@ -483,8 +483,18 @@ impl Federation {
 }
 
 fn send(inner: &Inner, fed: FedId, msg: &Message) {
+    push(inner, fed, |buf| encode(msg, buf));
+}
+
+/// Relays a TAGGED_MESSAGE as it came (to `msg.fed`), its payload copied
+/// once, from the sender's read buffer into the destination's outbox.
+fn send_tagged(inner: &Inner, msg: &Tagged<'_>) {
+    push(inner, msg.fed, |buf| encode_tagged(false, msg.port, msg.fed, msg.tag, msg.payload, buf));
+}
+
+fn push(inner: &Inner, fed: FedId, encode: impl FnOnce(&mut Vec<u8>)) {
     if let Some(out) = &inner.slots[usize::from(fed)].out {
-        if out.push(msg) {
+        if out.push(encode) {
             inner.dirty.add(out);
         }
     }

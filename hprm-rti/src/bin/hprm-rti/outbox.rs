@@ -20,7 +20,6 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hprm_rti::grant::FedId;
-use hprm_rti::wire::{encode, Message};
 use tokio::sync::Notify;
 
 use crate::stream::WriteHalf;
@@ -65,14 +64,15 @@ impl Outbox {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Appends `msg`. Returns whether the outbox must be put on the list
-    /// of outboxes to flush (it was not on it, and no writer task owns it).
-    pub fn push(&self, msg: &Message) -> bool {
+    /// Appends a message (`encode` appends its bytes). Returns whether the
+    /// outbox must be put on the list of outboxes to flush (it was not on
+    /// it, and no writer task owns it).
+    pub fn push(&self, encode: impl FnOnce(&mut Vec<u8>)) -> bool {
         let mut st = self.lock();
         if st.closed || st.broken {
             return false;
         }
-        encode(msg, &mut st.buf);
+        encode(&mut st.buf);
         let list = !st.listed && !st.stalled;
         st.listed |= list;
         list
