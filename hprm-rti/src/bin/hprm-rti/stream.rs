@@ -89,8 +89,18 @@ impl ReadHalf {
             // must not wait for.
             ReadHalf::Tcp(r) => {
                 use std::os::fd::AsRawFd;
+                let fd = r.as_ref().as_raw_fd();
+                // Look before reading: a TCP read takes the socket's lock,
+                // which the relays to this federate (another task, maybe
+                // another thread) take to write, and a writer that finds it
+                // taken sleeps. poll(2) looks without the lock.
+                let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd, alive for the duration of the call.
+                if unsafe { libc::poll(&mut pfd, 1, 0) } == 0 {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
                 // SAFETY: `buf` is valid for writes of its length for the call.
-                let n = unsafe { libc::recv(r.as_ref().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+                let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
                 if n < 0 {
                     return Err(io::Error::last_os_error());
                 }
