@@ -14,7 +14,9 @@
 //!   a safe-to-process offset (decentralized), real-time or fast.
 //! - `rti` and `peer` speak the federated protocol of `hprm-rti` (LF's
 //!   reactor-c message set) over tuned sockets with pre-allocated frame
-//!   buffers (`socket`).
+//!   buffers (`socket`). Their messages reach the scheduler's `inbox`
+//!   through `source`: read by the scheduler itself while it polls, by a
+//!   reader thread per connection while it sleeps or is busy.
 //! - [`payload`] turns port values into MessagePack with large buffers
 //!   out-of-band in the shared-memory object store (`hprm-store`).
 //! - [`run_federate`] runs one federate; [`launch`] starts a whole

@@ -1832,7 +1832,7 @@ impl Report {
                 pass: Some(pass),
                 line: format!("target: {head}: {} — {detail}", pass_miss(pass)),
                 why: (!pass).then(|| format!(
-                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer). The sender's message, LTC and NET leave in one write; the RTI forwards the message and, having the LTC, the grant of its tag in one write to the receiver, so no round trip waits, but the hop wakes a third process on the same two CPUs. One more hop at the floor's one-way cost would be {model}; the rest is the RTI's wake-up when its CPU had gone idle."
+                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer). The sender's message, LTC and NET leave in one write; the RTI forwards the message and, having the LTC, the grant of its tag in one write to the receiver, so no round trip waits, but the hop adds a third process on the same two CPUs: the RTI polls its connections for a while after each message (no wake-up while the exchange goes on), sharing a CPU with a polling federate, and a TCP hop costs two more system calls and a pass through the loopback stack. One more hop at the floor's one-way cost would be {model}."
                 )),
             });
         }
