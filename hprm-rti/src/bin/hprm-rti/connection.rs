@@ -15,6 +15,7 @@ use hprm_rti::wire::{decode, decode_tagged, encode, Limits, Message, RejectReaso
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
+use crate::polling::Polling;
 use crate::stream::{Origin, ReadHalf, WriteHalf};
 
 /// How long a federate may take for each step of the handshake.
@@ -129,8 +130,8 @@ impl Reader {
         self.took(n)
     }
 
-    /// Reads once, polling the socket for up to `spin` before waiting for
-    /// it in the reactor.
+    /// Reads once, polling the socket for up to `polling.spin()` before
+    /// waiting for it in the reactor, if it gets a turn (`crate::polling`).
     ///
     /// Why: a federate's next message (its reply, its next NET) often
     /// follows within microseconds, and on a virtualised machine waking
@@ -138,8 +139,9 @@ impl Reader {
     /// the poller yields its CPU to any thread ready to run there (the
     /// federates need the CPUs more) and lets the runtime run other
     /// connections' tasks and poll the reactor.
-    async fn fill_polling(&mut self, spin: Duration) -> Result<(), ReadError> {
-        let until = Instant::now() + spin;
+    async fn fill_polling(&mut self, polling: &Polling) -> Result<(), ReadError> {
+        let Some(_turn) = polling.turn() else { return self.fill().await };
+        let until = Instant::now() + polling.spin();
         while Instant::now() < until {
             self.make_room();
             match self.rd.try_read(&mut self.buf[self.end..]) {
@@ -216,9 +218,9 @@ pub struct Admission {
     pub clock_sync: ClockSync,
     /// Shared key for HMAC authentication; `None`: no authentication.
     pub auth_key: Option<Arc<Vec<u8>>>,
-    /// How long a connection task polls its socket after handling what
-    /// it read, before it waits in the reactor (`--spin-us`).
-    pub spin: Duration,
+    /// How connection tasks poll their sockets after handling what they
+    /// read, before they wait in the reactor (`--spin-us`).
+    pub polling: Arc<Polling>,
 }
 
 /// Serves one federate from accept to departure.
@@ -254,7 +256,7 @@ pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation
         federation.set_clock_sync_udp(fed, SocketAddr::new(peer.ip(), port));
     }
     tracing::info!(fed, %peer, "federate joined");
-    let failed = message_loop(&mut reader, fed, &federation, admission.spin).await;
+    let failed = message_loop(&mut reader, fed, &federation, &admission.polling).await;
     if let Left::Suspended { failure } = federation.leave(fed, failed) {
         let federation = federation.clone();
         tokio::spawn(async move {
@@ -371,8 +373,8 @@ async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Re
 
 /// Handles a joined federate's messages until it leaves. Returns whether it
 /// failed (FAILED, or gone without RESIGN, or a protocol error).
-async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, spin: Duration) -> bool {
-    match handle_messages(reader, fed, federation, spin).await {
+async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Polling) -> bool {
+    match handle_messages(reader, fed, federation, polling).await {
         Ok(failed) => failed,
         Err(ReadError::Closed) => {
             tracing::warn!(fed, "federate disconnected without resigning; treating it as failed");
@@ -387,7 +389,7 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, 
 
 /// [`message_loop`] up to the end of the connection: `Ok(failed)` when the
 /// federate resigned or reported failure.
-async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, spin: Duration) -> Result<bool, ReadError> {
+async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Polling) -> Result<bool, ReadError> {
     loop {
         // A tagged message is relayed from the read buffer: its payload is
         // copied once, into the destination's outbox.
@@ -404,7 +406,7 @@ async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federatio
             // What the handled messages queued leaves now, before the wait
             // for more: in one write per destination.
             federation.flush();
-            reader.fill_polling(spin).await?;
+            reader.fill_polling(polling).await?;
             continue;
         };
         match msg {
