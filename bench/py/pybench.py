@@ -733,8 +733,14 @@ class SerSystem:
         pass
 
     def prepare_round(self, arr):
-        """Untimed, before each serialization: what `ser` is given."""
-        return arr
+        """Untimed, before each serialization: what `ser` is given. A new
+        array every round, as a producer computes one per message, so that
+        every system's timed call starts as a real send does, right after
+        the bytes were written, with the caches that leaves. (Handing back
+        `arr` itself once favoured the systems that did: their input stayed
+        where the last round left it, while a born array had just been
+        written.)"""
+        return arr.copy()
 
     def settle(self):
         """Untimed, between a serialization and the deserialization timed

@@ -346,7 +346,9 @@ def render(report) -> str:
           "out-of-band: `dumps(buffer_callback=...)` keeps the array's buffer as a PickleBuffer, `loads(buffers=...)` views it (no copy, "
           "and nothing another process could read). ROS 2: numpy -> `std_msgs/Float32MultiArray` (data as `array.array('f')` filled from the "
           "array's bytes) -> `serialize_message`, and `deserialize_message` -> `np.frombuffer` over the message's data; the naive variant "
-          f"assigns the ndarray to `msg.data` (the setter converts element by element). {plan['ser_rounds']} rounds after "
+          f"assigns the ndarray to `msg.data` (the setter converts element by element). Every system is handed a new array each round, "
+          "made untimed just before (a producer computes one per message), so every timed call starts right after the bytes were written. "
+          f"{plan['ser_rounds']} rounds after "
           f"{plan['ser_warmup']} warm-up ({plan['slow_rounds']} for the naive rclpy variant). Ratios: the system's median time / HPRM's "
           "(above 1: HPRM is faster).\n")
         w("| system | serialize µs median | p99 | deserialize µs median | p99 | serialize MB/s | deserialize MB/s | ser+de MB/s | ser time / HPRM's | de time / HPRM's |")
