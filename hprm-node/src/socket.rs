@@ -14,6 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use hprm_rti::endpoint::{self, Server};
+use hprm_rti::frames::{Frame, FrameBuffer};
 use hprm_rti::wire::{self, Limits, Message};
 
 /// Room for the largest message: payload limit plus the biggest header.
@@ -231,15 +232,8 @@ pub(crate) enum ReadError {
     Wire(#[from] wire::WireError),
 }
 
-/// A message read by [`FrameReader::try_next`].
-pub(crate) enum Frame<'a> {
-    /// A tagged message, its payload borrowed from the read buffer.
-    Tagged(wire::Tagged<'a>),
-    Other(Message),
-}
-
-/// Reads messages through one buffer filled by the largest reads the
-/// socket allows.
+/// Reads messages through a [`FrameBuffer`] filled by the largest reads
+/// the socket allows.
 ///
 /// [`next`](FrameReader::next) blocks (handshakes, with a read timeout);
 /// [`try_next`](FrameReader::try_next) never does, so that the reader
@@ -247,28 +241,25 @@ pub(crate) enum Frame<'a> {
 /// (`crate::source`): whoever holds the reader takes what is there.
 pub(crate) struct FrameReader {
     stream: Stream,
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    limits: Limits,
+    frames: FrameBuffer,
 }
 
 impl FrameReader {
     pub fn new(stream: Stream) -> FrameReader {
-        FrameReader { stream, buf: vec![0; 2 * FRAME_CAPACITY].into_boxed_slice(), start: 0, end: 0, limits: Limits::default() }
+        FrameReader { stream, frames: FrameBuffer::new(2 * FRAME_CAPACITY, Limits::default()) }
     }
 
     pub fn raw_fd(&self) -> RawFd {
         self.stream.raw_fd()
     }
 
-    /// The next message; `Err(Closed)` at a clean end of stream.
+    /// The next message, owned; `Err(Closed)` at a clean end of stream.
     pub fn next(&mut self) -> Result<Message, ReadError> {
         loop {
-            if let Some(msg) = self.buffered()? {
-                return Ok(msg);
+            if let Some(frame) = self.frames.next()? {
+                return Ok(frame.into_message());
             }
-            match self.stream.read(&mut self.buf[self.end..]) {
+            match self.stream.read(self.frames.spare()) {
                 // A read timeout ran out.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e.into()),
                 r => self.took(r)?,
@@ -283,59 +274,26 @@ impl FrameReader {
     /// with no copy in between.
     pub fn try_next(&mut self) -> Result<Option<Frame<'_>>, ReadError> {
         loop {
-            let start = self.start;
-            if let Some((_, n)) = wire::decode_tagged(&self.buf[start..self.end], &self.limits)? {
-                self.consumed(n);
-                // Decoded again for a borrow that may leave the loop; the
-                // bytes stay where they are until the next call.
-                return match wire::decode_tagged(&self.buf[start..start + n], &self.limits)? {
-                    Some((tagged, _)) => Ok(Some(Frame::Tagged(tagged))),
-                    None => Err(ReadError::Io(io::Error::other("a tagged message decoded once did not decode again"))),
-                };
+            // Asked first without taking it, so that the borrow a frame
+            // holds is not live across the read below.
+            if self.frames.next_is_ready()? {
+                return Ok(self.frames.next()?);
             }
-            if let Some(msg) = self.buffered()? {
-                return Ok(Some(Frame::Other(msg)));
-            }
-            let r = self.stream.recv_now(&mut self.buf[self.end..]);
+            let r = self.stream.recv_now(self.frames.spare());
             if !self.took(r)? {
                 return Ok(None);
             }
         }
     }
 
-    fn consumed(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// A complete message from the buffer, if there is one; else makes
-    /// room behind the partial one.
-    fn buffered(&mut self) -> Result<Option<Message>, ReadError> {
-        if let Some((msg, n)) = wire::decode(&self.buf[self.start..self.end], &self.limits)? {
-            self.consumed(n);
-            return Ok(Some(msg));
-        }
-        if self.end == self.buf.len() {
-            // Move the partial message to the front; a message always
-            // fits in half the buffer, so room appears.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        Ok(None)
-    }
-
-    /// Accounts for one read into the buffer's free end: `Ok(false)` if it
-    /// would have blocked.
+    /// Accounts for one read into the buffer's spare room: `Ok(false)` if
+    /// it would have blocked.
     fn took(&mut self, r: io::Result<usize>) -> Result<bool, ReadError> {
         match r {
-            Ok(0) if self.start == self.end => Err(ReadError::Closed),
+            Ok(0) if !self.frames.is_partial() => Err(ReadError::Closed),
             Ok(0) => Err(ReadError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed in the middle of a message"))),
             Ok(n) => {
-                self.end += n;
+                self.frames.filled(n);
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),

@@ -31,11 +31,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
+use hprm_rti::frames::Frame;
 use hprm_rti::wire::Message;
 
 use crate::inbox::Incoming;
 use crate::rti::Receiving;
-use crate::socket::{wait_readable, Frame, FrameReader, ReadError};
+use crate::socket::{wait_readable, FrameReader, ReadError};
 
 /// How long the scheduler may go without polling before reader threads
 /// take its sockets back: far above a poll loop's period (microseconds),

@@ -13,6 +13,8 @@
 //!   ([`grant::Coordinator`]) from NET/LTC/message events to TAG/PTAG/DNET notices.
 //! - [`wire`]: the message set and byte layouts of LF's federated protocol,
 //!   with an incremental decoder that bounds what a peer can make it allocate.
+//! - [`frames`]: the receiving end of a stream ([`frames::FrameBuffer`]):
+//!   reads land in one buffer, messages are decoded where they lie.
 //! - [`auth`]: HMAC-SHA256 authentication of federates.
 //! - [`endpoint`]: the Unix sockets beside the TCP ports, for clients on
 //!   the server's host.
@@ -25,6 +27,7 @@
 
 pub mod auth;
 pub mod endpoint;
+pub mod frames;
 pub mod grant;
 pub mod tag;
 pub mod wire;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hprm_rti::grant::{FedId, Upstream};
-use hprm_rti::wire::{decode, decode_tagged, encode, Limits, Message, RejectReason, WireError};
+use hprm_rti::frames::{Frame, FrameBuffer};
+use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
@@ -38,19 +39,15 @@ pub enum ClockSync {
     On,
 }
 
-/// Reads whole protocol messages from a socket, straight into one buffer
-/// (`buf[start..end]` holds what is read and not yet decoded).
+/// Reads whole protocol messages from a socket, straight into its
+/// [`FrameBuffer`].
 struct Reader {
     rd: ReadHalf,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    limits: Limits,
+    frames: FrameBuffer,
 }
 
 /// A connection's read buffer to begin with: two of the largest relayed
-/// frames, so that one always fits behind a partial one. It grows only for
-/// a message larger than that, which the limits bound.
+/// frames, so that one always fits behind a partial one.
 const READ_BUFFER: usize = 2 * ((64 << 10) + 64);
 
 #[derive(Debug, thiserror::Error)]
@@ -67,57 +64,24 @@ enum ReadError {
 
 impl Reader {
     fn new(rd: ReadHalf) -> Reader {
-        Reader { rd, buf: vec![0; READ_BUFFER], start: 0, end: 0, limits: Limits::default() }
+        Reader { rd, frames: FrameBuffer::new(READ_BUFFER, Limits::default()) }
     }
 
-    fn unread(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    fn consumed(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// The next message if the last read brought it whole; reads nothing.
-    fn buffered(&mut self) -> Result<Option<Message>, ReadError> {
-        let Some((msg, n)) = decode(self.unread(), &self.limits)? else { return Ok(None) };
-        self.consumed(n);
-        Ok(Some(msg))
-    }
-
-    /// Room behind what is unread: moves it to the front, or grows the
-    /// buffer if it fills it all.
-    fn make_room(&mut self) {
-        if self.end < self.buf.len() {
-            return;
-        }
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        } else {
-            self.buf.resize(2 * self.buf.len(), 0);
-        }
-    }
-
-    /// Counts `n` bytes read behind `end`.
+    /// Counts `n` bytes read into the buffer's spare room.
     fn took(&mut self, n: usize) -> Result<(), ReadError> {
         if n == 0 {
             return Err(ReadError::Closed);
         }
-        self.end += n;
+        self.frames.filled(n);
         Ok(())
     }
 
-    /// The next message; `Closed` at end of stream.
+    /// The next message, owned (for the handshake); `Closed` at end of
+    /// stream.
     async fn next(&mut self) -> Result<Message, ReadError> {
         loop {
-            if let Some(msg) = self.buffered()? {
-                return Ok(msg);
+            if let Some(frame) = self.frames.next()? {
+                return Ok(frame.into_message());
             }
             self.fill().await?;
         }
@@ -125,26 +89,20 @@ impl Reader {
 
     /// Reads once, waiting for something to read.
     async fn fill(&mut self) -> Result<(), ReadError> {
-        self.make_room();
-        let n = self.rd.read(&mut self.buf[self.end..]).await?;
+        let n = self.rd.read(self.frames.spare()).await?;
         self.took(n)
     }
 
     /// Reads once, polling the socket for up to `polling.spin()` before
-    /// waiting for it in the reactor, if it gets a turn (`crate::polling`).
-    ///
-    /// Why: a federate's next message (its reply, its next NET) often
-    /// follows within microseconds, and on a virtualised machine waking
-    /// a worker asleep in the reactor costs more than that. Between reads
-    /// the poller yields its CPU to any thread ready to run there (the
-    /// federates need the CPUs more) and lets the runtime run other
-    /// connections' tasks and poll the reactor.
+    /// waiting for it in the reactor, if it gets a turn (why, and how many
+    /// at once: `crate::polling`). Between reads the poller yields its CPU
+    /// to any thread ready to run there (the federates need the CPUs
+    /// more) and lets the runtime run other tasks and poll the reactor.
     async fn fill_polling(&mut self, polling: &Polling) -> Result<(), ReadError> {
         let Some(_turn) = polling.turn() else { return self.fill().await };
         let until = Instant::now() + polling.spin();
         while Instant::now() < until {
-            self.make_room();
-            match self.rd.try_read(&mut self.buf[self.end..]) {
+            match self.rd.try_read(self.frames.spare()) {
                 Ok(n) => return self.took(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -391,23 +349,25 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, 
 /// federate resigned or reported failure.
 async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Polling) -> Result<bool, ReadError> {
     loop {
-        // A tagged message is relayed from the read buffer: its payload is
-        // copied once, into the destination's outbox.
-        if let Some((m, n)) = decode_tagged(reader.unread(), &reader.limits)? {
-            if m.p2p {
-                tracing::warn!(fed, "ignoring a peer-to-peer message from federate {fed}: P2P_TAGGED_MESSAGE goes to a peer, not to the RTI");
-            } else {
+        let msg = match reader.frames.next()? {
+            // Relayed from the read buffer: the payload is copied once, into
+            // the destination's outbox.
+            Some(Frame::Tagged(m)) if !m.p2p => {
                 federation.relay_tagged(fed, &m);
+                continue;
             }
-            reader.consumed(n);
-            continue;
-        }
-        let Some(msg) = reader.buffered()? else {
-            // What the handled messages queued leaves now, before the wait
-            // for more: in one write per destination.
-            federation.flush();
-            reader.fill_polling(polling).await?;
-            continue;
+            Some(Frame::Tagged(_)) => {
+                tracing::warn!(fed, "ignoring a peer-to-peer message from federate {fed}: P2P_TAGGED_MESSAGE goes to a peer, not to the RTI");
+                continue;
+            }
+            Some(Frame::Other(msg)) => msg,
+            None => {
+                // What the handled messages queued leaves now, before the
+                // wait for more: in one write per destination.
+                federation.flush();
+                reader.fill_polling(polling).await?;
+                continue;
+            }
         };
         match msg {
             Message::Timestamp(t) => federation.propose_start(fed, t),
