@@ -555,6 +555,15 @@ mod tests {
         ]
     }
 
+    /// [`all_messages`], one after the other as on a stream.
+    fn all_messages_encoded() -> Vec<u8> {
+        let mut stream = Vec::new();
+        for m in all_messages() {
+            encode(&m, &mut stream);
+        }
+        stream
+    }
+
     #[test]
     fn borrowed_payloads_encode_as_their_messages() {
         let t = Tag::new(42, 7);
@@ -572,10 +581,7 @@ mod tests {
     #[test]
     fn tagged_messages_decode_borrowed_as_they_decode_owned() {
         let limits = Limits::default();
-        let mut stream = Vec::new();
-        for m in all_messages() {
-            encode(&m, &mut stream);
-        }
+        let stream = all_messages_encoded();
         // At every split, decode_tagged sees a tagged message exactly when
         // decode does, with the same fields, and nothing else.
         for split in 0..=stream.len() {
@@ -604,10 +610,7 @@ mod tests {
     #[test]
     fn every_message_round_trips_at_any_split() {
         let limits = Limits::default();
-        let mut stream = Vec::new();
-        for m in all_messages() {
-            encode(&m, &mut stream);
-        }
+        let stream = all_messages_encoded();
         // Decoding a prefix never errs and never yields a wrong message.
         for split in 0..stream.len() {
             let mut pos = 0;
