@@ -7,12 +7,12 @@
 //! several microseconds, more than the rest of a small message's trip. So
 //! a connection is a [`Source`] shared by two readers:
 //!
-//! - **The scheduler, while it polls** its inbox ([`Inbox::wait`]'s spin,
+//! - **The scheduler, while it polls** its inbox (`Inbox::wait`'s spin,
 //!   and between tags): it takes whatever each socket has with a read
 //!   that does not block. A message that arrives then is read by the very
 //!   thread that handles it, with no wake-up at all.
 //! - **The connection's reader thread, the rest of the time:** when the
-//!   scheduler goes to sleep it hands the sockets over ([`Inbox`] unparks
+//!   scheduler goes to sleep it hands the sockets over (`Inbox` unparks
 //!   the readers), and if it has not polled for [`TAKEOVER`] (a long
 //!   reaction, a blocked write) the readers take over by themselves. So
 //!   sockets are always drained, and two federates that write to each
@@ -21,7 +21,7 @@
 //! Invariant: a reader thread sleeps in poll(2) on its socket only while
 //! the scheduler is not polling; while it polls, the thread is parked
 //! apart from the socket, so arrivals do not wake it. Whoever holds
-//! [`Source::reader`] reads; the other skips (the scheduler) or waits for
+//! `Source::reader` reads; the other skips (the scheduler) or waits for
 //! it (the thread). Either way messages reach the scheduler through the
 //! same [`Receiving`] calls, in the order they were read.
 
