@@ -109,34 +109,13 @@ impl Reader {
                 Err(e) => return Err(e.into()),
             }
             std::thread::yield_now();
-            Requeue(false).await;
+            tokio::task::yield_now().await;
         }
         self.fill().await
     }
 
     async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
         tokio::time::timeout(limit, self.next()).await.map_err(|_| ReadError::Timeout(limit))?
-    }
-}
-
-/// Lets the runtime run other tasks once, then resumes.
-///
-/// Not `tokio::task::yield_now`: a task that yields that way is queued
-/// behind a notification to another worker, so a polling task would wake
-/// the other worker (asleep in the reactor) again and again. Waking itself
-/// puts the task in its worker's next-task slot, with no notification.
-struct Requeue(bool);
-
-impl std::future::Future for Requeue {
-    type Output = ();
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
     }
 }
 
