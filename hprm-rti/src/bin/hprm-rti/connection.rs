@@ -109,13 +109,38 @@ impl Reader {
                 Err(e) => return Err(e.into()),
             }
             std::thread::yield_now();
-            tokio::task::yield_now().await;
+            Requeue(false).await;
         }
         self.fill().await
     }
 
     async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
         tokio::time::timeout(limit, self.next()).await.map_err(|_| ReadError::Timeout(limit))?
+    }
+}
+
+/// Lets the runtime run other tasks once, then resumes.
+///
+/// Not `tokio::task::yield_now`: that defers the task until its worker has
+/// looked for tasks to steal and polled the reactor (a zero-timeout
+/// `epoll_wait` per turn of a polling loop), and the worker then calls a
+/// sleeping one whenever two tasks wait. Waking itself puts the task in its
+/// worker's next-task slot. Ad hoc, six full `node-bench --only rate`
+/// runs of each: 8-byte messages through the RTI's Unix socket at 149k/s
+/// on average against 129k/s with `yield_now`; the RTI's sleeps were the
+/// same (none) either way.
+struct Requeue(bool);
+
+impl std::future::Future for Requeue {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
