@@ -6,7 +6,8 @@ Reads a node-DATE.json written by `node-bench` and writes, next to it:
 - node-DATE-small.png: small-message latency against payload size, log-log,
   one-way and round trip (p50): hprm-node federates, decentralized and
   centralized, beside the raw socket floors of the same run (TCP and Unix
-  socket ping-pong between two processes, blocking and polling reads).
+  socket ping-pong between two processes, blocking and polling reads), and,
+  among the round trips, a message through a real hprm-rti and back.
 - node-DATE-broadcast.png: broadcast-and-gather latency (p50, p99 as
   markers) against payload size, log-log, echo and fresh replies, both
   coordinations, with one memcpy of the payload and the 3x-memcpy target.
@@ -54,6 +55,12 @@ def plot_small(report, path):
             if pts:
                 name = {"tcp": "TCP", "uds": "Unix socket"}[transport]
                 ax.plot(*zip(*sorted(pts)), style, color=color, alpha=0.8, label=f"{name} floor, {'polling' if polling else 'blocking'}")
+        if key == "rtt":
+            for transport, polling, style, color in [("tcp", False, "x-.", "tab:brown"), ("uds", False, "+-.", "tab:pink")]:
+                pts = [(r["size"], r["rtt"]["median_us"]) for r in report["floors"].get("rti_round_trip", []) if r["transport"] == transport and r["polling"] == polling]
+                if pts:
+                    name = {"tcp": "TCP", "uds": "Unix socket"}[transport]
+                    ax.plot(*zip(*sorted(pts)), style, color=color, alpha=0.8, label=f"RTI round trip, {name}, blocking")
         size_axis(ax, sizes, "payload size")
         ax.set_title(title)
     axes[0].set_ylabel("µs (log scale)")

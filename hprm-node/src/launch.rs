@@ -158,11 +158,53 @@ impl Drop for Daemon {
     }
 }
 
-/// Where one process's output goes: stderr behind a `[name]` prefix, an
-/// optional log file, and the last few lines (kept to say why it failed).
+/// An `hprm-rti` started on its own, outside a launch: tools and
+/// benchmarks that speak the RTI protocol themselves (`node-bench`
+/// measures a round trip through it). Its Unix socket lies in the
+/// runtime directory it was given; it is killed when dropped.
+pub struct StandaloneRti {
+    _daemon: Daemon,
+    addr: String,
+    runtime_dir: PathBuf,
+    log: LogSink,
+}
+
+impl StandaloneRti {
+    /// Starts `hprm-rti --federates N --id ID` and `extra` on a free port of
+    /// 127.0.0.1, with `HPRM_RUNTIME_DIR=runtime_dir`. Its log is kept, not
+    /// printed ([`StandaloneRti::last_words`]).
+    pub fn start(federates: usize, id: &str, extra: &[String], runtime_dir: &Path) -> Result<StandaloneRti, NodeError> {
+        let log = LogSink { prefix: "[hprm-rti]".into(), echo: false, file: None, tail: Arc::default() };
+        let (daemon, addr) = start_rti(federates, id, extra, runtime_dir, &log)?;
+        Ok(StandaloneRti { _daemon: daemon, addr, runtime_dir: runtime_dir.to_path_buf(), log })
+    }
+
+    /// Its TCP address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Its Unix socket (in the runtime directory it was given), for
+    /// clients on this host.
+    pub fn unix_socket(&self) -> Result<PathBuf, NodeError> {
+        let port = self.addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).ok_or_else(|| NodeError::Launch(format!("hprm-rti reported an address without a port: {}", self.addr)))?;
+        let path = hprm_rti::endpoint::unix_socket(hprm_rti::endpoint::Server::Rti, port);
+        Ok(self.runtime_dir.join(path.file_name().unwrap_or(path.as_os_str())))
+    }
+
+    /// Its last lines of log, to say why a conversation with it failed.
+    pub fn last_words(&self) -> Vec<String> {
+        self.log.last_words()
+    }
+}
+
+/// Where one process's output goes: stderr behind a `[name]` prefix (when
+/// `echo`), an optional log file, and the last few lines (kept to say why
+/// it failed).
 #[derive(Clone)]
 struct LogSink {
     prefix: String,
+    echo: bool,
     file: Option<Arc<Mutex<std::fs::File>>>,
     tail: Arc<Mutex<VecDeque<String>>>,
 }
@@ -185,7 +227,7 @@ impl LogSink {
             }
             None => None,
         };
-        Ok(LogSink { prefix, file, tail: Arc::default() })
+        Ok(LogSink { prefix, echo: true, file, tail: Arc::default() })
     }
 
     /// Copies a child's output here, line by line, on a thread of its own.
@@ -193,7 +235,9 @@ impl LogSink {
         let sink = self.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                eprintln!("{} {line}", sink.prefix);
+                if sink.echo {
+                    eprintln!("{} {line}", sink.prefix);
+                }
                 if let Some(f) = &sink.file {
                     let _ = writeln!(f.lock().unwrap_or_else(PoisonError::into_inner), "{line}");
                 }
@@ -263,7 +307,9 @@ fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) ->
         while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
             let text = line.trim_end().to_string();
             line.clear();
-            eprintln!("{} {text}", log.prefix);
+            if log.echo {
+                eprintln!("{} {text}", log.prefix);
+            }
             if let Some(addr) = text.split("listening on ").nth(1) {
                 let _ = tx.send(addr.split_whitespace().next().unwrap_or_default().to_string());
                 log.relay(lines);

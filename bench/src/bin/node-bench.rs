@@ -59,9 +59,11 @@ use hprm_bench::date::{utc_date, utc_timestamp};
 use hprm_bench::machine::{workspace_revision, Machine};
 use hprm_bench::report::{fmt_us, pass_miss, size_label, thousands, write_files};
 use hprm_bench::summary::{dec4, median, Counted};
-use hprm_node::launch::{find_binary, options_from_env, Launch};
+use hprm_node::launch::{find_binary, options_from_env, Launch, StandaloneRti};
 use hprm_node::payload::{Buffer, Dtype};
 use hprm_node::{run_federate, Coordination, Ctx, Input, Output, Program};
+use hprm_rti::frames::{Frame as RtiFrame, FrameBuffer};
+use hprm_rti::wire::{encode, encode_tagged, Limits, Message};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -850,7 +852,7 @@ fn floor_server(transport: Transport, path: Option<&Path>, poll: Duration) -> Re
 /// polling first for `poll`.
 fn serve(conn: &Conn, poll: Duration) -> Result<ServerOut> {
     // Reads as large as the socket gives, like hprm-node's frame reader.
-    let mut reader = BufReader::with_capacity(256 << 10, Polled { conn, poll });
+    let mut reader = BufReader::with_capacity(256 << 10, Polled { conn, poll, yielding: false });
     let mut writer = conn;
     let mut frame = Vec::new();
     let mut out = ServerOut::default();
@@ -1031,6 +1033,12 @@ impl Pooled {
         self.tardy += tardy;
     }
 
+    /// Round trips only (the RTI round trip): the pass's median is theirs.
+    fn add_round_trips(&mut self, rtt: &[i64]) {
+        self.rtt.extend_from_slice(rtt);
+        self.pass_medians.push(Counted::of_ns(rtt).median_us);
+    }
+
     /// A pass that failed: its median is NaN, so that passes stay aligned
     /// between paths (target ratios pair them).
     fn failed(&mut self, error: String) {
@@ -1048,6 +1056,9 @@ impl Pooled {
 struct Polled<'a> {
     conn: &'a Conn,
     poll: Duration,
+    /// Between reads, give up the CPU (`sched_yield`) as hprm-node's
+    /// scheduler does, rather than spin on it as the polling floors do.
+    yielding: bool,
 }
 
 impl Read for Polled<'_> {
@@ -1059,7 +1070,13 @@ impl Read for Polled<'_> {
             loop {
                 match recv(self.conn.fd(), buf, MsgFlags::MSG_DONTWAIT) {
                     Ok(n) => return Ok(n),
-                    Err(Errno::EAGAIN) | Err(Errno::EINTR) if Instant::now() < deadline => std::hint::spin_loop(),
+                    Err(Errno::EAGAIN) | Err(Errno::EINTR) if Instant::now() < deadline => {
+                        if self.yielding {
+                            std::thread::yield_now()
+                        } else {
+                            std::hint::spin_loop()
+                        }
+                    }
                     Err(Errno::EAGAIN) | Err(Errno::EINTR) => break,
                     Err(e) => return Err(e.into()),
                 }
@@ -1081,7 +1098,7 @@ const FLOOR_POLL: Duration = Duration::from_micros(50);
 fn floor_ping_pong(exe: &Path, transport: Transport, poll: Duration, size: usize, rounds: u64, warmup: u64) -> Result<(Vec<i64>, Vec<i64>)> {
     let server = FloorServer::start(exe, transport, poll)?;
     let conn = Conn::open(transport, &server.addr)?;
-    let mut reader = BufReader::with_capacity(256 << 10, Polled { conn: &conn, poll });
+    let mut reader = BufReader::with_capacity(256 << 10, Polled { conn: &conn, poll, yielding: false });
     let mut writer = &conn;
     let mut frame = vec![0xA5u8; HEADER + size];
     let mut reply = vec![0u8; HEADER + size];
@@ -1123,6 +1140,98 @@ fn floor_stream(exe: &Path, transport: Transport, messages: u64, warmup: u64) ->
     conn.close()?;
     let out = server.finish()?;
     Ok(RateRow::from_span(format!("{} floor", transport.label()), out.stream_mark, out.stream_last, out.stream_count, messages))
+}
+
+/// The RTI round trips measured beside each size's floors: over TCP and
+/// the Unix socket, blocking and polling as a federate does.
+const RTI_KINDS: [(Transport, Duration); 4] = [(Transport::Tcp, Duration::ZERO), (Transport::Uds, Duration::ZERO), (Transport::Tcp, hprm_node::DEFAULT_SPIN), (Transport::Uds, hprm_node::DEFAULT_SPIN)];
+
+/// The RTI round trip's payload at sizes at or over the out-of-band
+/// threshold: such a buffer goes through the store, and the RTI relays a
+/// message about this long (the value's other fields and a buffer
+/// descriptor). The RTI refuses relays of more than 64 KiB anyway.
+const REFERENCE_PAYLOAD: usize = 64;
+
+/// The federation id of the RTI round trip's one-federate federation.
+const RTI_FEDERATION: &str = "node-bench-rti";
+
+/// One RTI round trip, the yardstick of the centralized target: a
+/// one-federate federation on a fresh `hprm-rti` (its defaults, fast
+/// mode), whose federate, spoken by hand, sends itself TAGGED_MESSAGEs of
+/// `size` payload bytes (what a value of that size puts in the message:
+/// [`REFERENCE_PAYLOAD`] from the out-of-band threshold on) through the
+/// RTI over `transport` and waits for
+/// each to come back: one message to the RTI and one from it, through the
+/// RTI's relay path. With a zero `poll` it blocks in its reads as the
+/// blocking floors do; otherwise it polls for `poll` first, yielding its
+/// CPU between reads, as hprm-node's scheduler waits for its inbox.
+/// Returns the round trips (ns) by the client's clock.
+fn rti_round_trip(transport: Transport, poll: Duration, size: usize, rounds: u64, warmup: u64) -> Result<Vec<i64>> {
+    let dir = tempfile::Builder::new().prefix("node-bench-rti.").tempdir().context("cannot create a temporary directory")?;
+    let rti = StandaloneRti::start(1, RTI_FEDERATION, &["--fast".into()], dir.path()).map_err(|e| anyhow!("{e}"))?;
+    let talk = || -> Result<Vec<i64>> {
+        let addr = match transport {
+            Transport::Tcp => rti.addr().to_string(),
+            Transport::Uds => rti.unix_socket().map_err(|e| anyhow!("{e}"))?.display().to_string(),
+        };
+        let conn = Conn::open(transport, &addr)?;
+        let mut reader = Polled { conn: &conn, poll, yielding: true };
+        let mut frames = FrameBuffer::new(256 << 10, Limits::default());
+        let mut out = Vec::with_capacity(size + 64);
+        let mut say = |msgs: &[Message]| -> Result<()> {
+            out.clear();
+            msgs.iter().for_each(|m| encode(m, &mut out));
+            (&conn).write_all(&out).context("cannot write to the RTI")
+        };
+        say(&[Message::FedIds { fed: 0, federation: RTI_FEDERATION.as_bytes().to_vec() }])?;
+        match next_frame(&mut frames, &mut reader)?.into_message() {
+            Message::Ack => {}
+            other => bail!("the RTI answered the join with {other:?}"),
+        }
+        say(&[Message::NeighborStructure { upstreams: Vec::new(), downstreams: Vec::new() }, Message::UdpPort(u16::MAX), Message::Timestamp(now_ns())])?;
+        let start = match next_frame(&mut frames, &mut reader)?.into_message() {
+            Message::Timestamp(t) => t,
+            other => bail!("the RTI answered the start-time proposal with {other:?}"),
+        };
+        let in_band = if size >= hprm_node::payload::DEFAULT_THRESHOLD { REFERENCE_PAYLOAD } else { size };
+        let mut payload = vec![0xA5u8; in_band.max(8)];
+        let mut frame = Vec::with_capacity(payload.len() + 64);
+        let mut rtt = Vec::with_capacity(rounds as usize);
+        for i in 0..warmup + rounds {
+            let stamp = now_ns();
+            payload[..8].copy_from_slice(&stamp.to_le_bytes());
+            frame.clear();
+            let microstep = u32::try_from(i).context("too many rounds")?;
+            encode_tagged(false, 0, 0, hprm_node::Tag::new(start, microstep), &payload, &mut frame);
+            (&conn).write_all(&frame).context("cannot write to the RTI")?;
+            // Grants and other notices the RTI may add are not waited for.
+            loop {
+                match next_frame(&mut frames, &mut reader)? {
+                    RtiFrame::Tagged(t) if t.payload.len() == payload.len() && t.payload[..8] == stamp.to_le_bytes() => break,
+                    RtiFrame::Tagged(t) => bail!("the RTI relayed a message of {} bytes, stamp {:?}, for the one of {} sent", t.payload.len(), &t.payload[..t.payload.len().min(8)], payload.len()),
+                    RtiFrame::Other(_) => {}
+                }
+            }
+            if i >= warmup {
+                rtt.push(now_ns() - stamp);
+            }
+        }
+        say(&[Message::Resign])?;
+        Ok(rtt)
+    };
+    talk().map_err(|e| anyhow!("{e:#}; hprm-rti's log ends:\n{}", rti.last_words().join("\n")))
+}
+
+/// The next whole message from the RTI, reading as needed.
+fn next_frame<'b>(frames: &'b mut FrameBuffer, reader: &mut impl Read) -> Result<RtiFrame<'b>> {
+    while !frames.next_is_ready()? {
+        let n = reader.read(frames.spare()).context("cannot read from the RTI")?;
+        if n == 0 {
+            bail!("the RTI closed the connection");
+        }
+        frames.filled(n);
+    }
+    frames.next()?.context("a message was ready and then was not")
 }
 
 fn memcpy_floor(size: usize, reps: usize) -> Counted {
@@ -1273,6 +1382,7 @@ impl Coordinator {
         let kinds = [(Transport::Tcp, Duration::ZERO), (Transport::Uds, Duration::ZERO), (Transport::Tcp, FLOOR_POLL), (Transport::Uds, FLOOR_POLL)];
         let mut floor_samples: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
         let mut node_samples: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
+        let mut rti_samples: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
         let coords = COORDS;
         // A discarded ping-pong first: after a quiet spell the first
         // wake-ups of a virtual CPU are slower (the hypervisor stops
@@ -1300,6 +1410,25 @@ impl Coordinator {
                         }
                         Err(e) => {
                             eprintln!("  {:>9} {} floor failed: {e:#}", size_label(size), transport.label());
+                            pooled.failed(format!("{e:#}"));
+                        }
+                    }
+                }
+                for (k, &(transport, poll)) in RTI_KINDS.iter().enumerate() {
+                    let pooled = rti_samples.entry((size, k)).or_default();
+                    match rti_round_trip(transport, poll, size, p.small_rounds, p.small_warmup) {
+                        Ok(rtt) => {
+                            eprintln!(
+                                "  {:>9} {:<13} RTI round trip, {}: {} µs",
+                                size_label(size),
+                                transport.label(),
+                                if poll.is_zero() { "blocking" } else { "polling " },
+                                fmt_us(Counted::of_ns(&rtt).median_us)
+                            );
+                            pooled.add_round_trips(&rtt);
+                        }
+                        Err(e) => {
+                            eprintln!("  {:>9} {} RTI round trip failed: {e:#}", size_label(size), transport.label());
                             pooled.failed(format!("{e:#}"));
                         }
                     }
@@ -1346,6 +1475,13 @@ impl Coordinator {
                 rtt: Counted::of_ns(&pooled.rtt),
                 pass_medians_us: pooled.pass_medians,
             });
+        }
+        for ((size, k), pooled) in rti_samples {
+            let (transport, poll) = RTI_KINDS[k];
+            if pooled.rtt.is_empty() {
+                continue;
+            }
+            floors.rti_round_trip.push(RtiRow { transport, polling: !poll.is_zero(), size, label: size_label(size), rtt: Counted::of_ns(&pooled.rtt), pass_medians_us: pooled.pass_medians });
         }
         node_samples
             .into_iter()
@@ -1609,6 +1745,22 @@ struct FloorRow {
     pass_medians_us: Vec<f64>,
 }
 
+/// A round trip through a real `hprm-rti` ([`rti_round_trip`]).
+#[derive(Debug, Serialize)]
+struct RtiRow {
+    transport: Transport,
+    /// The client polls (yielding) for `hprm_node::DEFAULT_SPIN` before
+    /// blocking, as hprm-node's scheduler does.
+    polling: bool,
+    /// The small-message size measured (see `rti_round_trip` for what
+    /// the TAGGED_MESSAGE then carries).
+    size: usize,
+    label: String,
+    rtt: Counted,
+    /// Round-trip p50 of each pass.
+    pass_medians_us: Vec<f64>,
+}
+
 #[derive(Debug, Serialize)]
 struct MemcpyRow {
     size: usize,
@@ -1619,6 +1771,8 @@ struct MemcpyRow {
 #[derive(Debug, Default, Serialize)]
 struct Floors {
     ping_pong: Vec<FloorRow>,
+    /// One-federate federations relaying to themselves through the RTI.
+    rti_round_trip: Vec<RtiRow>,
     poll_us: u64,
     memcpy: Vec<MemcpyRow>,
 }
@@ -1732,6 +1886,10 @@ impl Report {
         self.small.iter().find(|r| r.size == size && r.coordination == coord)
     }
 
+    fn rti_round_trip(&self, t: Transport, polling: bool, size: usize) -> Option<&RtiRow> {
+        self.floors.rti_round_trip.iter().find(|r| r.transport == t && r.polling == polling && r.size == size)
+    }
+
     fn floor(&self, t: Transport, polling: bool, size: usize) -> Option<&FloorRow> {
         self.floors.ping_pong.iter().find(|r| r.transport == t && r.polling == polling && r.size == size)
     }
@@ -1798,41 +1956,97 @@ impl Report {
         }
 
         // 2. Centralized adds at most one RTI round trip: the extra
-        // one-way latency over decentralized, against the floor's round
-        // trip of the same size and transport (a message to the RTI and
-        // back): over TCP, and over Unix sockets (the default on one host).
+        // one-way latency of a centralized message over a decentralized one
+        // (same size, same transport), against a round trip through a real
+        // hprm-rti measured in the same run (`rti_round_trip`: a message to
+        // the RTI and back, read as the blocking floors read): over TCP,
+        // and over Unix sockets (the default on one host). Beside it, for
+        // reference, the stricter raw socket round trip: a relay with no
+        // process of its own to run.
+        struct Extra {
+            size: usize,
+            /// Centralized one-way p50 minus decentralized, µs.
+            extra: f64,
+            rti: Option<f64>,
+            rti_polling: Option<f64>,
+            floor_rtt: Option<f64>,
+            floor_one_way: Option<f64>,
+        }
+        let sign = |e: f64| format!("{}{}", if e < 0.0 { "-" } else { "+" }, fmt_us(e.abs()));
         let judged = [
-            (Coord::Centralized, Coord::Decentralized, "centralized", "TCP: blocking TCP floor round trip"),
-            (Coord::CentralizedUnix, Coord::DecentralizedUnix, "centralized_unix", "Unix sockets: blocking Unix socket floor round trip"),
+            (Coord::Centralized, Coord::Decentralized, "centralized", "centralized_floor", "TCP"),
+            (Coord::CentralizedUnix, Coord::DecentralizedUnix, "centralized_unix", "centralized_unix_floor", "Unix sockets"),
         ];
-        for (central, peer, name, what) in judged {
-            let extra: Vec<(usize, f64, f64, f64)> = sizes
+        for (central, peer, name, reference, what) in judged {
+            let t = central.transport();
+            let extra: Vec<Extra> = sizes
                 .iter()
                 .filter_map(|&s| {
                     let cen = self.small_row(s, central)?.one_way?;
                     let dec = self.small_row(s, peer)?.one_way?;
-                    let floor = self.floor(central.transport(), false, s)?;
-                    Some((s, cen.median_us - dec.median_us, floor.rtt.median_us, floor.one_way.median_us))
+                    let floor = self.floor(t, false, s);
+                    Some(Extra {
+                        size: s,
+                        extra: cen.median_us - dec.median_us,
+                        rti: self.rti_round_trip(t, false, s).map(|r| r.rtt.median_us),
+                        rti_polling: self.rti_round_trip(t, true, s).map(|r| r.rtt.median_us),
+                        floor_rtt: floor.map(|f| f.rtt.median_us),
+                        floor_one_way: floor.map(|f| f.one_way.median_us),
+                    })
                 })
                 .collect();
-            let head = format!("centralized one-way p50 at most one RTI round trip over decentralized ({what}, same size)");
-            if extra.is_empty() {
+            let head = format!("centralized one-way p50 at most one RTI round trip over decentralized ({what}; the round trip through hprm-rti measured in this run, blocking reads, same size)");
+            let measured: Vec<&Extra> = extra.iter().filter(|e| e.rti.is_some()).collect();
+            if measured.is_empty() {
                 targets.push(Target { name, pass: None, line: format!("target: {head}: not measured"), why: None });
+            } else {
+                let pass = measured.iter().all(|e| e.rti.is_some_and(|rt| e.extra <= rt));
+                let detail = measured
+                    .iter()
+                    .map(|e| {
+                        let polling = e.rti_polling.map_or(String::new(), |p| format!(", {} µs polling", fmt_us(p)));
+                        format!("{} {} µs vs {} µs{polling}", size_label(e.size), sign(e.extra), fmt_us(e.rti.unwrap_or(f64::NAN)))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let misses: Vec<&&Extra> = measured.iter().filter(|e| e.rti.is_some_and(|rt| e.extra > rt)).collect();
+                targets.push(Target {
+                    name,
+                    pass: Some(pass),
+                    line: format!("target: {head}: {} — {detail}", pass_miss(pass)),
+                    why: (!pass).then(|| format!(
+                        "at {} a centralized message took longer over the RTI than a message to the RTI and back; it makes the same hop (sender -> RTI -> receiver), its message, LTC and NET leave in one write and the RTI forwards it with the grant of its tag in one write, so no round trip waits, but the RTI shares two CPUs with two polling federates rather than with one client.",
+                        misses.iter().map(|e| size_label(e.size)).collect::<Vec<_>>().join(", ")
+                    )),
+                });
+            }
+
+            let head = format!("centralized one-way p50 at most one raw socket round trip over decentralized ({what}: the blocking floor's round trip, no RTI process in it; for reference)");
+            let floored: Vec<&Extra> = extra.iter().filter(|e| e.floor_rtt.is_some()).collect();
+            if floored.is_empty() {
+                targets.push(Target { name: reference, pass: None, line: format!("target: {head}: not measured"), why: None });
                 continue;
             }
-            let pass = extra.iter().all(|&(_, e, rt, _)| e <= rt);
-            let detail = extra
+            let pass = floored.iter().all(|e| e.floor_rtt.is_some_and(|rt| e.extra <= rt));
+            let detail = floored.iter().map(|e| format!("{} {} µs vs {} µs", size_label(e.size), sign(e.extra), fmt_us(e.floor_rtt.unwrap_or(f64::NAN)))).collect::<Vec<_>>().join(", ");
+            let model = floored
                 .iter()
-                .map(|&(s, e, rt, _)| format!("{} {}{} µs vs {} µs", size_label(s), if e < 0.0 { "-" } else { "+" }, fmt_us(e.abs()), fmt_us(rt)))
+                .map(|e| {
+                    let rti = match (e.rti, e.floor_rtt) {
+                        (Some(rti), Some(floor)) => format!(" (the RTI round trip {} µs, {} µs on the floor's)", fmt_us(rti), sign(rti - floor)),
+                        _ => String::new(),
+                    };
+                    format!("{} {} µs{rti}", size_label(e.size), fmt_us(e.floor_one_way.unwrap_or(f64::NAN)))
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
-            let model = extra.iter().map(|&(s, _, _, ow)| format!("{} {} µs", size_label(s), fmt_us(ow))).collect::<Vec<_>>().join(", ");
             targets.push(Target {
-                name,
+                name: reference,
                 pass: Some(pass),
                 line: format!("target: {head}: {} — {detail}", pass_miss(pass)),
                 why: (!pass).then(|| format!(
-                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer). The sender's message, LTC and NET leave in one write; the RTI forwards the message and, having the LTC, the grant of its tag in one write to the receiver, so no round trip waits, but the hop adds a third process on the same two CPUs: the RTI polls its connections for a while after each message (no wake-up while the exchange goes on), sharing a CPU with a polling federate, and a TCP hop costs two more system calls and a pass through the loopback stack. One more hop at the floor's one-way cost would be {model}."
+                    "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer), and the RTI is a process of its own on the same two CPUs as the two federates: it polls its connections for a while after each message (no wake-up while the exchange goes on), but shares a CPU with a polling federate{}. The floor's round trip has no such process in it. One more hop at the floor's one-way cost would be {model}.",
+                    if t == Transport::Tcp { ", and a TCP hop costs two more system calls and a pass through the loopback stack" } else { "" }
                 )),
             });
         }
@@ -1923,7 +2137,7 @@ impl Report {
             self.seconds
         ));
         line(format!(
-            "Setup: every program launched by `hprm_node::launch::Launch` (its own hprm-store{}, its own hprm-rti, one process per federate), fast mode; decentralized STP {} ms; Rust federates. Floors run in the same invocation, next to the hprm runs of the same size: socket ping-pong between two processes (TCP_NODELAY; blocking reads, and polling ones), a framed stream for the rate, memcpy between pre-touched heap buffers.",
+            "Setup: every program launched by `hprm_node::launch::Launch` (its own hprm-store{}, its own hprm-rti, one process per federate), fast mode; decentralized STP {} ms; Rust federates. Floors run in the same invocation, next to the hprm runs of the same size: socket ping-pong between two processes (TCP_NODELAY; blocking reads, and polling ones), a framed stream for the rate, memcpy between pre-touched heap buffers. Beside them, the RTI round trip: a one-federate federation on its own hprm-rti, whose federate sends itself each size through the RTI and waits for it.",
             if self.setup.store_populate { " with `--populate`" } else { "" },
             self.setup.stp_ms
         ));
@@ -1959,12 +2173,15 @@ impl Report {
             ));
             line(String::new());
             line(format!(
-                "ping sends a value holding a `Buffer` of the size, pong echoes it, the echo starts the next round a microstep later. Buffers of {} bytes and more go through the store (64 KiB here), smaller ones in the message. Floors: the same sizes echoed between two processes, one write per message; *blocking* reads as hprm-node's socket readers do, or *polling* (non-blocking reads for up to {} µs first, on both ends, as hprm-node's scheduler polls its inbox). Paths: *decentralized* peers over loopback TCP (as across hosts), *decentralized-unix* peers over Unix domain sockets (hprm-node's default on one host), *centralized* through the RTI over TCP, *centralized-unix* through the RTI over its Unix socket (the default on the RTI's host). Ratios: hprm one-way p50 / the one-way p50 of the floor of the same transport (TCP, or Unix sockets for the -unix paths).",
+                "ping sends a value holding a `Buffer` of the size, pong echoes it, the echo starts the next round a microstep later. Buffers of {} bytes and more go through the store (64 KiB here), smaller ones in the message. Floors: the same sizes echoed between two processes, one write per message; *blocking* reads as hprm-node's socket readers do, or *polling* (non-blocking reads for up to {} µs first, on both ends, as hprm-node's scheduler polls its inbox). *RTI round trip*: a one-federate federation on its own hprm-rti (its defaults), whose federate sends itself a TAGGED_MESSAGE with a payload of the size ({} bytes from {} bytes on: what the RTI relays when the buffer goes through the store) through the RTI and waits for it to come back, reading *blocking*, or *polling* as hprm-node's scheduler does (non-blocking reads for up to {} µs, yielding the CPU between them); its by-pass column gives round-trip p50s. Paths: *decentralized* peers over loopback TCP (as across hosts), *decentralized-unix* peers over Unix domain sockets (hprm-node's default on one host), *centralized* through the RTI over TCP, *centralized-unix* through the RTI over its Unix socket (the default on the RTI's host). Ratios: hprm one-way p50 / the one-way p50 of the floor of the same transport (TCP, or Unix sockets for the -unix paths).",
                 thousands(self.setup.out_of_band_threshold as f64),
-                self.floors.poll_us
+                self.floors.poll_us,
+                REFERENCE_PAYLOAD,
+                thousands(self.setup.out_of_band_threshold as f64),
+                hprm_node::DEFAULT_SPIN.as_micros()
             ));
             line(String::new());
-            line("| size | path | one-way p50 | one-way p99 | one-way p50 by pass | round trip p50 | round trip p99 | one-way / floor blocking | one-way / floor polling |".into());
+            line("| size | path | one-way p50 | one-way p99 | p50 by pass | round trip p50 | round trip p99 | one-way / floor blocking | one-way / floor polling |".into());
             line("|---:|---|---:|---:|---:|---:|---:|---:|---:|".into());
             for &s in &self.plan.small_sizes {
                 for (t, polling) in [(Transport::Tcp, false), (Transport::Uds, false), (Transport::Tcp, true), (Transport::Uds, true)] {
@@ -1979,6 +2196,19 @@ impl Report {
                             pass_range(&f.pass_medians_us),
                             fmt_us(f.rtt.median_us),
                             fmt_us(f.rtt.p99_us)
+                        ));
+                    }
+                }
+                for (t, polling) in [(Transport::Tcp, false), (Transport::Uds, false), (Transport::Tcp, true), (Transport::Uds, true)] {
+                    if let Some(r) = self.rti_round_trip(t, polling, s) {
+                        line(format!(
+                            "| {} | RTI round trip, {}, {} | | | {} | {} | {} | | |",
+                            r.label,
+                            t.label(),
+                            if polling { "polling" } else { "blocking" },
+                            pass_range(&r.pass_medians_us),
+                            fmt_us(r.rtt.median_us),
+                            fmt_us(r.rtt.p99_us)
                         ));
                     }
                 }
@@ -2186,6 +2416,19 @@ mod tests {
         let mut f = [0u8; HEADER];
         put_header(&mut f, 65536, F_STREAM | F_MARK, -5);
         assert_eq!(parse_header(&f), (65536, F_STREAM | F_MARK, -5));
+    }
+
+    /// Through a real hprm-rti (cargo builds it beside the test binary for
+    /// `cargo test --workspace`), blocking and polling, both transports.
+    #[test]
+    fn rti_round_trips_come_back_whole() {
+        for (transport, poll) in RTI_KINDS {
+            for size in [8, 70_000] {
+                let rtt = rti_round_trip(transport, poll, size, 30, 5).unwrap_or_else(|e| panic!("{} {size}: {e:#}", transport.label()));
+                assert_eq!(rtt.len(), 30);
+                assert!(rtt.iter().all(|&t| t > 0), "{rtt:?}");
+            }
+        }
     }
 
     #[test]
