@@ -1,49 +1,134 @@
-//! # hprm-local-socket: Unix stream sockets that do not wake their daemon
+//! # hprm-local-socket: daemon-side sockets that do not wake their daemon
 //!
-//! [`LocalSocket`] is the server side of a Unix stream connection for
-//! HPRM's tokio daemons (`hprm-store` serving its clients, `hprm-rti`
-//! serving federates on its host). It differs from tokio's `UnixStream` in
-//! one way: it is registered with the reactor for *readability only*.
+//! [`Socket`] is the server side of a stream connection for HPRM's tokio
+//! daemons: [`LocalSocket`] over a Unix socket (`hprm-store` serving its
+//! clients, `hprm-rti` serving federates on its host), [`TcpSocket`] over
+//! TCP (`hprm-rti` serving federates anywhere). It differs from tokio's
+//! `UnixStream` and `TcpStream` in one way: it is registered with the
+//! reactor only while a task waits on it, and then only for what that task
+//! waits for.
 //!
-//! Why: a Unix stream socket signals "writable" to its peer's waiters every
-//! time the peer consumes data, whether or not any buffer was ever full
-//! (TCP does so only after a writer found its buffer full). tokio registers
-//! every `UnixStream` for writability too, edge-triggered, so each reply or
-//! grant a client reads wakes whichever daemon thread sleeps in the reactor:
-//! one needless wake-up per message, on a machine whose CPUs the clients
-//! need. A daemon rarely waits to write, so writes here are plain
-//! non-blocking system calls; when the socket is full, [`LocalSocket::writable`]
-//! registers a second descriptor of the socket for writability for that one
-//! wait.
+//! Why: a socket registered with the reactor (edge-triggered, as tokio
+//! registers every socket) wakes whichever daemon thread sleeps in the
+//! reactor at every event, whether or not any task waits for it:
+//! - *readable*: every message that arrives signals it. A daemon task that
+//!   polls the socket with non-blocking reads (both daemons do, for a while
+//!   after each message, as the next one often follows within
+//!   microseconds) reads the message itself, and the reactor's thread,
+//!   woken for it, finds nothing to do;
+//! - *writable*: a Unix stream socket signals it to its peer's waiters
+//!   every time the peer consumes data, whether or not any buffer was ever
+//!   full (TCP does so only after a writer found its buffer full). So each
+//!   reply or grant a client reads would wake a daemon thread.
+//!
+//! One needless wake-up per message, on a machine whose CPUs the clients
+//! need (ad hoc, a client sending itself 8-byte messages through
+//! `hprm-rti`'s Unix socket: about one RTI thread wake-up per round trip
+//! and a 9-11 µs median round trip while registered for reading, none and
+//! 5 µs registered only to wait). So reads and writes here are plain
+//! non-blocking system calls. A task that must wait to read registers the
+//! socket for readability for that one wait ([`Socket::read`]); a task
+//! that must wait to write registers a second descriptor of the socket for
+//! writability ([`Socket::writable`]). An edge-triggered registration
+//! reports a socket that is ready already at once, so nothing that arrived
+//! before the registration is missed.
 
 use std::io::{self, Read, Write};
-use std::net::Shutdown;
+use std::net::{Shutdown, TcpStream as StdTcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::net::UnixStream;
 
-/// A Unix stream connection registered for readability only. Shared by
-/// reference between a reading task and writers (`Arc<LocalSocket>`).
-pub struct LocalSocket {
-    fd: AsyncFd<StdUnixStream>,
+/// A Unix stream connection (see [`Socket`]).
+pub type LocalSocket = Socket<StdUnixStream>;
+
+/// A TCP connection (see [`Socket`]).
+pub type TcpSocket = Socket<StdTcpStream>;
+
+/// A stream connection registered with the reactor only while a task waits
+/// on it. Shared by reference between a reading task and writers
+/// (`Arc<Socket<_>>`); at most one task reads at a time.
+pub struct Socket<S> {
+    /// Non-blocking.
+    stream: S,
+}
+
+/// The std stream sockets a [`Socket`] is made of.
+pub trait Stream: AsFd + Sized {
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_now(&self, buf: &[u8]) -> io::Result<usize>;
+    fn duplicate(&self) -> io::Result<Self>;
+    fn shut(&self, how: Shutdown) -> io::Result<()>;
+}
+
+impl Stream for StdUnixStream {
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+    fn write_now(&self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+    fn duplicate(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn shut(&self, how: Shutdown) -> io::Result<()> {
+        self.shutdown(how)
+    }
+}
+
+impl Stream for StdTcpStream {
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+    fn write_now(&self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+    fn duplicate(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn shut(&self, how: Shutdown) -> io::Result<()> {
+        self.shutdown(how)
+    }
 }
 
 impl LocalSocket {
-    /// Takes `stream` out of tokio's registration (it stays non-blocking)
-    /// and registers it again for reading only. Call within a runtime.
-    pub fn new(stream: UnixStream) -> io::Result<LocalSocket> {
-        Ok(LocalSocket { fd: register(stream.into_std()?, Interest::READABLE)? })
+    /// Takes `stream` out of tokio's registration (it stays non-blocking).
+    /// Call within a runtime.
+    pub fn new(stream: tokio::net::UnixStream) -> io::Result<LocalSocket> {
+        Ok(Socket { stream: stream.into_std()? })
+    }
+}
+
+impl TcpSocket {
+    /// Takes `stream` out of tokio's registration (it stays non-blocking).
+    /// Call within a runtime.
+    pub fn new(stream: tokio::net::TcpStream) -> io::Result<TcpSocket> {
+        Ok(Socket { stream: stream.into_std()? })
     }
 
+    /// The underlying socket, for options and system calls of its own.
+    pub fn get_ref(&self) -> &StdTcpStream {
+        &self.stream
+    }
+}
+
+impl<S: Stream> Socket<S> {
     /// Reads what is there, waiting for something if nothing is; 0 at the
-    /// end of the stream. Cancel-safe.
+    /// end of the stream. Cancel-safe. One reader at a time: a second one
+    /// waiting at once gets an error (the socket is registered already).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.try_read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            done => return done,
+        }
+        // Registered for this wait only; dropping it (the read is done, or
+        // the future is cancelled) takes the registration back.
+        let waiting = register(self.stream.as_fd(), Interest::READABLE)?;
         loop {
-            let mut ready = self.fd.readable().await?;
-            match ready.try_io(|fd| fd.get_ref().read(buf)) {
+            let mut ready = waiting.readable().await?;
+            match ready.try_io(|_| self.stream.read_now(buf)) {
                 Ok(result) => return result,
                 Err(_would_block) => continue,
             }
@@ -52,22 +137,21 @@ impl LocalSocket {
 
     /// Reads what is there now (`WouldBlock` if nothing), without waiting.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.get_ref().read(buf)
+        self.stream.read_now(buf)
     }
 
     /// Writes what the socket takes now (`WouldBlock` if nothing).
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.fd.get_ref().write(buf)
+        self.stream.write_now(buf)
     }
 
     /// Waits until the socket takes more bytes.
     pub async fn writable(&self) -> io::Result<()> {
         // Another descriptor of the same socket: epoll keys registrations
-        // by descriptor, so this one can ask for writability while the
-        // reading one keeps asking for readability only. An edge-triggered
-        // registration reports a socket that is writable already at once.
-        let dup = register(self.fd.get_ref().try_clone()?, Interest::WRITABLE)?;
-        let _ready = dup.writable().await?;
+        // by descriptor, so a reader may wait for readability meanwhile.
+        let dup = self.stream.duplicate()?;
+        let waiting = register(dup.as_fd(), Interest::WRITABLE)?;
+        let _ready = waiting.writable().await?;
         Ok(())
     }
 
@@ -87,32 +171,34 @@ impl LocalSocket {
 
     /// Shuts the write side (the peer reads the end of the stream).
     pub fn shutdown_write(&self) -> io::Result<()> {
-        self.fd.get_ref().shutdown(Shutdown::Write)
+        self.stream.shut(Shutdown::Write)
     }
 }
 
-impl AsFd for LocalSocket {
+impl<S: AsFd> AsFd for Socket<S> {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.get_ref().as_fd()
+        self.stream.as_fd()
     }
 }
 
-impl AsRawFd for LocalSocket {
+impl<S: AsFd> AsRawFd for Socket<S> {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.get_ref().as_raw_fd()
+        self.stream.as_fd().as_raw_fd()
     }
 }
 
-fn register(socket: StdUnixStream, interest: Interest) -> io::Result<AsyncFd<StdUnixStream>> {
-    // SAFETY: a std UnixStream owns its descriptor and returns the same one
-    // for its whole life; the AsyncFd owns the stream, so the descriptor
-    // stays open (and the same file) for as long as it is registered.
-    Ok(unsafe { AsyncFd::register_with_interest(socket, interest) }?)
+/// Registers `fd` with the current reactor for `interest`, until the
+/// returned handle is dropped.
+fn register(fd: BorrowedFd<'_>, interest: Interest) -> io::Result<AsyncFd<BorrowedFd<'_>>> {
+    // SAFETY: the borrow keeps the descriptor open, and the same file, for
+    // as long as the AsyncFd (which holds the borrow) is registered.
+    Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::net::UnixStream;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -158,6 +244,45 @@ mod tests {
         assert!(woken < 10, "the daemon's thread was woken {woken} times by 100 reads on the other side");
         (&theirs).write_all(b"end").unwrap();
         assert_eq!(daemon.join().unwrap(), 3);
+    }
+
+    #[test]
+    fn messages_arriving_while_nobody_waits_wake_no_daemon_thread() {
+        let (ours, theirs) = StdUnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        // The daemon's side: a runtime thread asleep in the reactor while
+        // the messages arrive (as a polling task's runtime is: that task
+        // reads them itself), which then reads them all.
+        let daemon = std::thread::spawn(move || {
+            runtime().block_on(async move {
+                let socket = LocalSocket::new(UnixStream::from_std(ours).unwrap()).unwrap();
+                let me = std::fs::read_link("/proc/thread-self").unwrap();
+                tx.send(me.file_name().unwrap().to_str().unwrap().parse::<i32>().unwrap()).unwrap();
+                done_rx.await.unwrap();
+                let mut got = Vec::new();
+                let mut buf = [0u8; 64];
+                while got.len() < 500 {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                }
+                got
+            })
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let before = switches(tid);
+        for _ in 0..100 {
+            (&theirs).write_all(b"grant").unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        let woken = switches(tid) - before;
+        // Registered for reading all along (as tokio's UnixStream is), the
+        // daemon's thread is woken by about every message.
+        assert!(woken < 10, "the daemon's thread was woken {woken} times by 100 messages nobody waited for");
+        done_tx.send(()).unwrap();
+        assert_eq!(daemon.join().unwrap(), b"grant".repeat(100));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
-use crate::polling::Polling;
+use crate::polling::{Polling, RUNTIME_SLICE};
 use crate::stream::{Origin, ReadHalf, WriteHalf};
 
 /// How long a federate may take for each step of the handshake.
@@ -100,16 +100,25 @@ impl Reader {
     /// more) and lets the runtime run other tasks and poll the reactor.
     async fn fill_polling(&mut self, polling: &Polling) -> Result<(), ReadError> {
         let Some(_turn) = polling.turn() else { return self.fill().await };
-        let until = Instant::now() + polling.spin();
-        while Instant::now() < until {
+        let start = Instant::now();
+        let (until, mut slice_end) = (start + polling.spin(), start + RUNTIME_SLICE);
+        loop {
             match self.rd.try_read(self.frames.spare()) {
                 Ok(n) => return self.took(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
             }
-            std::thread::yield_now();
-            Requeue(false).await;
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            if now >= slice_end {
+                Requeue(false).await;
+                slice_end = Instant::now() + RUNTIME_SLICE;
+            } else {
+                std::thread::yield_now();
+            }
         }
         self.fill().await
     }

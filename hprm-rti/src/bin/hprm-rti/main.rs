@@ -197,9 +197,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             async move {
                 loop {
                     match listener.accept().await {
-                        Ok((s, peer)) => {
-                            tokio::spawn(connection::serve(stream::tcp(s), stream::Origin::Tcp(peer), federation.clone(), admission.clone()));
-                        }
+                        Ok((s, peer)) => match stream::tcp(s) {
+                            Ok(halves) => {
+                                tokio::spawn(connection::serve(halves, stream::Origin::Tcp(peer), federation.clone(), admission.clone()));
+                            }
+                            Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection; it is closed"),
+                        },
                         Err(e) => accept_failed(e).await,
                     }
                 }

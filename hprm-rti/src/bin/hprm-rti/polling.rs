@@ -20,6 +20,15 @@ use std::time::Duration;
 /// RTI (the sender's connection, and the receiver's, whose reply follows).
 pub const MAX_POLLING: usize = 2;
 
+/// How long a poller keeps its worker thread before it gives the runtime a
+/// turn (other tasks of that worker, the reactor). Between reads inside a
+/// slice it only yields its CPU (`sched_yield`). Each turn given to the
+/// runtime is a yield in tokio's terms: the task goes to the back of its
+/// worker's queue and the worker calls a sleeping one to steal work, a
+/// wake-up on the CPU a federate is likely polling on; a turn after every
+/// read cost about one such wake-up per message relayed.
+pub const RUNTIME_SLICE: Duration = Duration::from_micros(25);
+
 #[derive(Debug)]
 pub struct Polling {
     spin: Duration,
