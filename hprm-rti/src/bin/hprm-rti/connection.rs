@@ -97,7 +97,8 @@ impl Reader {
     /// waiting for it in the reactor, if it gets a turn (why, and how many
     /// at once: `crate::polling`). Between reads the poller yields its CPU
     /// to any thread ready to run there (the federates need the CPUs
-    /// more) and lets the runtime run other tasks and poll the reactor.
+    /// more), and every `RUNTIME_SLICE` it lets the runtime run other tasks
+    /// and poll the reactor.
     async fn fill_polling(&mut self, polling: &Polling) -> Result<(), ReadError> {
         let Some(_turn) = polling.turn() else { return self.fill().await };
         let start = Instant::now();
@@ -132,12 +133,13 @@ impl Reader {
 ///
 /// Not `tokio::task::yield_now`: that defers the task until its worker has
 /// looked for tasks to steal and polled the reactor (a zero-timeout
-/// `epoll_wait` per turn of a polling loop), and the worker then calls a
-/// sleeping one whenever two tasks wait. Waking itself puts the task in its
-/// worker's next-task slot. Ad hoc, six full `node-bench --only rate`
-/// runs of each: 8-byte messages through the RTI's Unix socket at 149k/s
-/// on average against 129k/s with `yield_now`; the RTI's sleeps were the
-/// same (none) either way.
+/// `epoll_wait` per turn). A task that wakes itself is rescheduled as a
+/// yield too (to the back of its worker's queue), and the worker then
+/// calls a sleeping worker to steal work: a wake-up, which is why the
+/// poller takes this turn only once per `RUNTIME_SLICE`. Ad hoc, six full
+/// `node-bench --only rate` runs of each (when the turn came after every
+/// read): 8-byte messages through the RTI's Unix socket at 149k/s on
+/// average against 129k/s with `yield_now`.
 struct Requeue(bool);
 
 impl std::future::Future for Requeue {
