@@ -7,6 +7,8 @@
 //! `--federate` it runs that one federate. Daemon binaries (`hprm-store`,
 //! `hprm-rti`) are looked up in `$HPRM_BIN_DIR`, next to the running
 //! binary (and its parent, for cargo's `deps/`), then on `PATH`.
+//! [`StandaloneRti`] starts an RTI alone, for tools that speak its
+//! protocol themselves (`node-bench`'s RTI round trip).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -172,8 +172,9 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
     let notify = Arc::new(Notify::new());
     shared.served().connect(client, outbox, notify.clone());
     tracing::debug!(client, "client connected");
-    // Registered for reading only: a client reading a reply must not wake
-    // a daemon thread (see hprm_local_socket).
+    // Registered with the reactor only while the task waits on it: a
+    // client reading a reply, or a request read while the task polls, must
+    // not wake a daemon thread (see hprm_local_socket).
     let socket = match LocalSocket::new(stream) {
         Ok(socket) => Arc::new(socket),
         Err(e) => {
