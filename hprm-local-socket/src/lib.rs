@@ -63,35 +63,27 @@ pub trait Stream: AsFd + Sized {
     fn shut(&self, how: Shutdown) -> io::Result<()>;
 }
 
-impl Stream for StdUnixStream {
-    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        (&*self).read(buf)
-    }
-    fn write_now(&self, buf: &[u8]) -> io::Result<usize> {
-        (&*self).write(buf)
-    }
-    fn duplicate(&self) -> io::Result<Self> {
-        self.try_clone()
-    }
-    fn shut(&self, how: Shutdown) -> io::Result<()> {
-        self.shutdown(how)
-    }
+/// Both std stream sockets read and write through `&self` alike.
+macro_rules! impl_stream {
+    ($($socket:ty),*) => {$(
+        impl Stream for $socket {
+            fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+                (&*self).read(buf)
+            }
+            fn write_now(&self, buf: &[u8]) -> io::Result<usize> {
+                (&*self).write(buf)
+            }
+            fn duplicate(&self) -> io::Result<Self> {
+                self.try_clone()
+            }
+            fn shut(&self, how: Shutdown) -> io::Result<()> {
+                self.shutdown(how)
+            }
+        }
+    )*};
 }
 
-impl Stream for StdTcpStream {
-    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        (&*self).read(buf)
-    }
-    fn write_now(&self, buf: &[u8]) -> io::Result<usize> {
-        (&*self).write(buf)
-    }
-    fn duplicate(&self) -> io::Result<Self> {
-        self.try_clone()
-    }
-    fn shut(&self, how: Shutdown) -> io::Result<()> {
-        self.shutdown(how)
-    }
-}
+impl_stream!(StdUnixStream, StdTcpStream);
 
 impl LocalSocket {
     /// Takes `stream` out of tokio's registration (it stays non-blocking).
