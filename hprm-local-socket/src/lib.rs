@@ -99,11 +99,6 @@ impl TcpSocket {
     pub fn new(stream: tokio::net::TcpStream) -> io::Result<TcpSocket> {
         Ok(Socket { stream: stream.into_std()? })
     }
-
-    /// The underlying socket, for options and system calls of its own.
-    pub fn get_ref(&self) -> &StdTcpStream {
-        &self.stream
-    }
 }
 
 impl<S: Stream> Socket<S> {
