@@ -22,10 +22,12 @@
 //!   reply or grant a client reads would wake a daemon thread.
 //!
 //! One needless wake-up per message, on a machine whose CPUs the clients
-//! need (ad hoc, a client sending itself 8-byte messages through
-//! `hprm-rti`'s Unix socket: about one RTI thread wake-up per round trip
-//! and a 9-11 µs median round trip while registered for reading, none and
-//! 5 µs registered only to wait). So reads and writes here are plain
+//! need: a client sending itself messages through `hprm-rti` woke an RTI
+//! thread about once per round trip while the RTI polled (counted with
+//! `perf stat`), and none once the socket was registered only to wait;
+//! `node-bench`'s RTI round trip over the Unix socket, client polling, went
+//! from 18-33 µs to 8-15 µs with this and the RTI's less frequent turns to
+//! its runtime (quick runs, two of each). So reads and writes here are plain
 //! non-blocking system calls. A task that must wait to read registers the
 //! socket for readability for that one wait ([`Socket::read`]); a task
 //! that must wait to write registers a second descriptor of the socket for
