@@ -16,7 +16,7 @@ use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
-use crate::polling::{Polling, RUNTIME_SLICE};
+use crate::polling::{Look, Polling, Role, Spinner, Woken, RUNTIME_SLICE};
 use crate::stream::{Origin, ReadHalf, WriteHalf};
 
 /// How long a federate may take for each step of the handshake.
@@ -44,6 +44,8 @@ pub enum ClockSync {
 struct Reader {
     rd: ReadHalf,
     frames: FrameBuffer,
+    /// The role of spinner, between reads while this connection holds it.
+    spinner: Option<Spinner>,
 }
 
 /// A connection's read buffer to begin with: two of the largest relayed
@@ -64,7 +66,7 @@ enum ReadError {
 
 impl Reader {
     fn new(rd: ReadHalf) -> Reader {
-        Reader { rd, frames: FrameBuffer::new(READ_BUFFER, Limits::default()) }
+        Reader { rd, frames: FrameBuffer::new(READ_BUFFER, Limits::default()), spinner: None }
     }
 
     /// Counts `n` bytes read into the buffer's spare room.
@@ -93,65 +95,109 @@ impl Reader {
         self.took(n)
     }
 
-    /// Reads once, polling the socket for up to `polling.spin()` before
-    /// waiting for it in the reactor, if it gets a turn (why, and how many
-    /// at once: `crate::polling`). Between reads the poller yields its CPU
-    /// to any thread ready to run there (the federates need the CPUs
-    /// more), and every `RUNTIME_SLICE` it lets the runtime run other tasks
-    /// and poll the reactor.
-    async fn fill_polling(&mut self, polling: &Polling) -> Result<(), ReadError> {
-        let Some(_turn) = polling.turn() else { return self.fill().await };
+    /// Reads once, polling for up to `polling.spin()` before waiting in
+    /// the reactor: as the spinner, or as a watcher the spinner wakes (see
+    /// `crate::polling`). The spinner keeps the role across the handling of
+    /// what it read (no await there), until it hands it off, its time is
+    /// up, or [`Reader::stop_polling`]. Between looks it yields its CPU to
+    /// any thread ready to run there (the federates need the CPUs more);
+    /// it gives the runtime a turn when it woke watchers whose time was up,
+    /// and at least every `RUNTIME_SLICE`.
+    async fn fill_polling(&mut self, polling: &Arc<Polling>) -> Result<(), ReadError> {
         let start = Instant::now();
         let (until, mut slice_end) = (start + polling.spin(), start + RUNTIME_SLICE);
+        let mut watch = None;
         loop {
-            match self.rd.try_read(self.frames.spare()) {
-                Ok(n) => return self.took(n),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
+            if let Some(w) = watch.take() {
+                match w.await {
+                    Woken::Spinner(s) => self.spinner = Some(s),
+                    Woken::Ready => {}
+                    Woken::Retry if Instant::now() >= until => return self.fill_watched(polling).await,
+                    Woken::Retry => continue,
+                }
+                if self.read_now()? {
+                    return Ok(());
+                }
+                continue;
             }
+            let spinner = match self.spinner.take() {
+                Some(s) => s,
+                None => match polling.enter(self.rd.as_raw_fd(), until) {
+                    None => return self.fill().await,
+                    Some(Role::Watch(w)) => {
+                        watch = Some(w);
+                        continue;
+                    }
+                    Some(Role::Spin(s)) => s,
+                },
+            };
             let now = Instant::now();
             if now >= until {
-                break;
+                drop(spinner);
+                return self.fill_watched(polling).await;
             }
-            if now >= slice_end {
-                Requeue(false).await;
-                slice_end = Instant::now() + RUNTIME_SLICE;
-            } else {
-                std::thread::yield_now();
+            match spinner.look(until) {
+                Look::Own(s) => {
+                    self.spinner = Some(s);
+                    if self.read_now()? {
+                        return Ok(());
+                    }
+                }
+                Look::HandedOff(w) => watch = Some(w),
+                Look::Idle(s) => {
+                    let turn = s.expire(now) || now >= slice_end;
+                    self.spinner = Some(s);
+                    if turn {
+                        tokio::task::yield_now().await;
+                        slice_end = Instant::now() + RUNTIME_SLICE;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
             }
         }
-        self.fill().await
+    }
+
+    /// Reads once, waiting in the reactor and, while there is a spinner,
+    /// watched by it as well: a worker that spins may keep the reactor
+    /// from running (see `crate::polling`).
+    async fn fill_watched(&mut self, polling: &Arc<Polling>) -> Result<(), ReadError> {
+        loop {
+            let Some(watch) = polling.watch(self.rd.as_raw_fd()) else { return self.fill().await };
+            let woken = tokio::select! {
+                biased;
+                n = self.rd.read(self.frames.spare()) => Err(n),
+                w = watch => Ok(w),
+            };
+            match woken {
+                Err(n) => return self.took(n?),
+                Ok(Woken::Spinner(s)) => self.spinner = Some(s),
+                Ok(Woken::Ready) => {}
+                Ok(Woken::Retry) => continue,
+            }
+            if self.read_now()? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads what is there now: whether anything was.
+    fn read_now(&mut self) -> Result<bool, ReadError> {
+        match self.rd.try_read(self.frames.spare()) {
+            Ok(n) => self.took(n).map(|()| true),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives up the role of spinner, if it holds it: for a connection that
+    /// reads no more messages through [`Reader::fill_polling`].
+    fn stop_polling(&mut self) {
+        self.spinner = None;
     }
 
     async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
         tokio::time::timeout(limit, self.next()).await.map_err(|_| ReadError::Timeout(limit))?
-    }
-}
-
-/// Lets the runtime run other tasks once, then resumes.
-///
-/// Not `tokio::task::yield_now`: that defers the task until its worker has
-/// looked for tasks to steal and polled the reactor (a zero-timeout
-/// `epoll_wait` per turn). A task that wakes itself is rescheduled as a
-/// yield too (to the back of its worker's queue), and the worker then
-/// calls a sleeping worker to steal work: a wake-up, which is why the
-/// poller takes this turn only once per `RUNTIME_SLICE`. Ad hoc, six full
-/// `node-bench --only rate` runs of each (when the turn came after every
-/// read): 8-byte messages through the RTI's Unix socket at 149k/s on
-/// average against 129k/s with `yield_now`.
-struct Requeue(bool);
-
-impl std::future::Future for Requeue {
-    type Output = ();
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
     }
 }
 
@@ -230,6 +276,7 @@ pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation
     }
     tracing::info!(fed, %peer, "federate joined");
     let failed = message_loop(&mut reader, fed, &federation, &admission.polling).await;
+    reader.stop_polling();
     if let Left::Suspended { failure } = federation.leave(fed, failed) {
         let federation = federation.clone();
         tokio::spawn(async move {
@@ -346,7 +393,7 @@ async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Re
 
 /// Handles a joined federate's messages until it leaves. Returns whether it
 /// failed (FAILED, or gone without RESIGN, or a protocol error).
-async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Polling) -> bool {
+async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Arc<Polling>) -> bool {
     match handle_messages(reader, fed, federation, polling).await {
         Ok(failed) => failed,
         Err(ReadError::Closed) => {
@@ -362,7 +409,7 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, 
 
 /// [`message_loop`] up to the end of the connection: `Ok(failed)` when the
 /// federate resigned or reported failure.
-async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Polling) -> Result<bool, ReadError> {
+async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Arc<Polling>) -> Result<bool, ReadError> {
     loop {
         let msg = match reader.frames.next()? {
             // Relayed from the read buffer: the payload is copied once, into
@@ -378,8 +425,12 @@ async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federatio
             Some(Frame::Other(msg)) => msg,
             None => {
                 // What the handled messages queued leaves now, before the
-                // wait for more: in one write per destination.
-                federation.flush();
+                // wait for more: in one write per destination. A writer it
+                // woke (a federate not reading) runs on this worker only
+                // when this task lets it (see `crate::polling`).
+                if federation.flush() {
+                    tokio::task::yield_now().await;
+                }
                 reader.fill_polling(polling).await?;
                 continue;
             }

@@ -130,9 +130,10 @@ impl Federation {
     }
 
     /// Writes what handlers queued (see the module doc). Connection tasks
-    /// call it before they wait for more input.
-    pub fn flush(&self) {
-        self.dirty.flush();
+    /// call it before they wait for more input. Whether it woke an
+    /// outbox's writer task (a federate that does not read fast enough).
+    pub fn flush(&self) -> bool {
+        self.dirty.flush()
     }
 
     /// Writes the grants sent so far (`--trace`).

@@ -99,8 +99,9 @@ struct Cli {
     /// its last message before the RTI waits for the next one in the
     /// kernel (0: never poll). Polling saves the wake-up of a sleeping
     /// thread per message, which on virtualised machines costs more than
-    /// the rest of a relay, at the price of CPU time just after activity;
-    /// federates poll their inbox for as long by default.
+    /// the rest of a relay, at the price of CPU time just after activity
+    /// (one RTI thread polls for every connection); federates poll their
+    /// inbox for as long by default.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     spin_us: u64,
 }

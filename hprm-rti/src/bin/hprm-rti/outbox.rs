@@ -79,17 +79,19 @@ impl Outbox {
     }
 
     /// Writes what is queued without blocking; hands the rest to the
-    /// writer task if the socket is full.
-    pub fn flush(&self) {
+    /// writer task if the socket is full, and then says so (true).
+    pub fn flush(&self) -> bool {
         let mut st = self.lock();
         st.listed = false;
         if st.stalled || st.broken {
-            return;
+            return false;
         }
         if let Drained::WouldBlock = self.drain(&mut st) {
             st.stalled = true;
             self.wake.notify_one();
+            return true;
         }
+        false
     }
 
     /// The federate left: what is queued is still written, then the
@@ -168,11 +170,9 @@ impl Dirty {
         self.list.lock().unwrap_or_else(PoisonError::into_inner).push(out.clone());
     }
 
-    /// Flushes every listed outbox.
-    pub fn flush(&self) {
+    /// Flushes every listed outbox; whether any woke its writer.
+    pub fn flush(&self) -> bool {
         let list = std::mem::take(&mut *self.list.lock().unwrap_or_else(PoisonError::into_inner));
-        for out in list {
-            out.flush();
-        }
+        list.iter().fold(false, |woke, out| out.flush() | woke)
     }
 }

@@ -81,22 +81,23 @@ impl ReadHalf {
     }
 
     /// Reads what is there now (`WouldBlock` if nothing), without waiting.
+    /// For a socket that poll(2) found readable: a TCP read takes the
+    /// socket's lock, which the relays to this federate (other tasks,
+    /// maybe on other threads) take to write, and a writer that finds it
+    /// taken sleeps; poll(2) looks without the lock.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            ReadHalf::Tcp(s) => {
-                use std::os::fd::AsRawFd;
-                // Look before reading: a TCP read takes the socket's lock,
-                // which the relays to this federate (another task, maybe
-                // another thread) take to write, and a writer that finds it
-                // taken sleeps. poll(2) looks without the lock.
-                let mut pfd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd, alive for the duration of the call.
-                if unsafe { libc::poll(&mut pfd, 1, 0) } == 0 {
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                s.try_read(buf)
-            }
+            ReadHalf::Tcp(s) => s.try_read(buf),
             ReadHalf::Unix(s) => s.try_read(buf),
+        }
+    }
+
+    /// The socket, for poll(2).
+    pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            ReadHalf::Tcp(s) => s.as_raw_fd(),
+            ReadHalf::Unix(s) => s.as_raw_fd(),
         }
     }
 }
