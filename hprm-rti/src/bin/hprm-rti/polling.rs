@@ -84,7 +84,8 @@ struct Watched {
     /// When it stops polling and waits in the reactor; `None`: it waits
     /// in the reactor already (see [`Polling::watch`]).
     until: Option<Instant>,
-    waker: Waker,
+    /// `None` until the watch is first polled.
+    waker: Option<Waker>,
     woken: Arc<AtomicU8>,
 }
 
@@ -165,7 +166,7 @@ impl Polling {
         let id = set.next_id;
         set.next_id += 1;
         let woken = Arc::new(AtomicU8::new(WAITING));
-        set.watched.push(Watched { id, fd, until, waker: Waker::noop().clone(), woken: woken.clone() });
+        set.watched.push(Watched { id, fd, until, waker: None, woken: woken.clone() });
         Watch { polling: self.clone(), id, fd, woken, taken: false }
     }
 
@@ -174,25 +175,26 @@ impl Polling {
     fn release(&self) {
         let mut set = self.lock();
         set.spinner = false;
-        let wakers = retry(&mut set, |w| w.until.is_some());
+        let (_, wakers) = retry(&mut set, |w| w.until.is_some());
         drop(set);
         wakers.into_iter().for_each(Waker::wake);
     }
 }
 
-/// Takes the watchers `which` picks out of the set, marked to retry; wake
-/// them after the lock is released.
-fn retry(set: &mut Set, which: impl Fn(&Watched) -> bool) -> Vec<Waker> {
-    let mut wakers = Vec::new();
+/// Takes the watchers `which` picks out of the set, marked to retry: how
+/// many, and the wakers to wake after the lock is released.
+fn retry(set: &mut Set, which: impl Fn(&Watched) -> bool) -> (usize, Vec<Waker>) {
+    let (mut n, mut wakers) = (0, Vec::new());
     set.watched.retain_mut(|w| {
         if !which(w) {
             return true;
         }
         w.woken.store(RETRY, Ordering::Release);
-        wakers.push(std::mem::replace(&mut w.waker, Waker::noop().clone()));
+        n += 1;
+        wakers.extend(w.waker.take());
         false
     });
-    wakers
+    (n, wakers)
 }
 
 /// The connection task that polls for everyone; gives the role up when
@@ -253,17 +255,18 @@ impl Spinner {
     fn hand_off(&mut self, until: Instant) -> Option<Watch> {
         let polling = self.polling.clone();
         let mut set = polling.lock();
-        let mut wakers = Vec::new();
+        let (mut woken, mut wakers) = (0, Vec::new());
         for (pfd, id) in self.fds[1..].iter().zip(&self.ids) {
             if pfd.revents == 0 {
                 continue;
             }
             let Some(i) = set.watched.iter().position(|w| w.id == *id) else { continue };
             let w = set.watched.swap_remove(i);
-            w.woken.store(if wakers.is_empty() { SPIN } else { READY }, Ordering::Release);
-            wakers.push(w.waker);
+            w.woken.store(if woken == 0 { SPIN } else { READY }, Ordering::Release);
+            woken += 1;
+            wakers.extend(w.waker);
         }
-        if wakers.is_empty() {
+        if woken == 0 {
             return None;
         }
         let watch = polling.watch_locked(&mut set, self.fd, Some(until));
@@ -276,10 +279,9 @@ impl Spinner {
     /// Wakes the watchers whose time is up, to wait in the reactor; whether
     /// there were any (they need a turn of the runtime).
     pub fn expire(&self, now: Instant) -> bool {
-        let wakers = retry(&mut self.polling.lock(), |w| w.until.is_some_and(|u| u <= now));
-        let woke = !wakers.is_empty();
+        let (woken, wakers) = retry(&mut self.polling.lock(), |w| w.until.is_some_and(|u| u <= now));
         wakers.into_iter().for_each(Waker::wake);
-        woke
+        woken > 0
     }
 }
 
@@ -320,7 +322,10 @@ impl Future for Watch {
             RETRY => Poll::Ready(Woken::Retry),
             _ => {
                 if let Some(w) = set.watched.iter_mut().find(|w| w.id == self.id) {
-                    w.waker.clone_from(cx.waker());
+                    match &mut w.waker {
+                        Some(waker) => waker.clone_from(cx.waker()),
+                        None => w.waker = Some(cx.waker().clone()),
+                    }
                 }
                 Poll::Pending
             }
@@ -348,6 +353,27 @@ mod tests {
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
+    fn polling() -> Arc<Polling> {
+        Arc::new(Polling::new(Duration::from_micros(200)))
+    }
+
+    /// A connected pair: a connection's socket, and its federate's end.
+    fn pair() -> (UnixStream, UnixStream) {
+        UnixStream::pair().expect("socketpair")
+    }
+
+    /// A spinner's connection, and another one: each a socket and its
+    /// federate's end.
+    struct Two {
+        p: Arc<Polling>,
+        own: (UnixStream, UnixStream),
+        other: (UnixStream, UnixStream),
+    }
+
+    fn two() -> Two {
+        Two { p: polling(), own: pair(), other: pair() }
+    }
+
     fn later() -> Instant {
         Instant::now() + Duration::from_secs(60)
     }
@@ -366,10 +392,24 @@ mod tests {
         }
     }
 
+    fn own_data(look: Look) -> Spinner {
+        match look {
+            Look::Own(s) => s,
+            _ => panic!("expected its own socket to have data"),
+        }
+    }
+
+    fn handed_off(look: Look) -> Watch {
+        match look {
+            Look::HandedOff(w) => w,
+            _ => panic!("expected a ready watcher to take over"),
+        }
+    }
+
     #[test]
     fn one_spinner_the_others_watch_and_none_when_off() {
-        let p = Arc::new(Polling::new(Duration::from_micros(200)));
-        let (a, _a) = UnixStream::pair().expect("socketpair");
+        let p = polling();
+        let (a, _a) = pair();
         let s = spinner(p.enter(a.as_raw_fd(), later()));
         let _w = watch(p.enter(a.as_raw_fd(), later()));
         let _w2 = watch(p.enter(a.as_raw_fd(), later()));
@@ -380,9 +420,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_spinner_sees_its_own_socket_first_then_hands_off_to_a_ready_watcher() {
-        let p = Arc::new(Polling::new(Duration::from_micros(200)));
-        let (own, mut own_peer) = UnixStream::pair().expect("socketpair");
-        let (other, mut other_peer) = UnixStream::pair().expect("socketpair");
+        let Two { p, own: (own, mut own_peer), other: (other, mut other_peer) } = two();
         let s = spinner(p.enter(own.as_raw_fd(), later()));
         let w = watch(p.enter(other.as_raw_fd(), later()));
         let s = match s.look(later()) {
@@ -391,36 +429,20 @@ mod tests {
         };
         own_peer.write_all(b"x").expect("write");
         other_peer.write_all(b"y").expect("write");
-        let s = match s.look(later()) {
-            Look::Own(s) => s,
-            _ => panic!("its own socket comes first"),
-        };
+        let s = own_data(s.look(later()));
         // It had data: now the others first.
-        let old = match s.look(later()) {
-            Look::HandedOff(old) => old,
-            _ => panic!("a ready watcher takes over"),
-        };
-        let new = match w.await {
-            Woken::Spinner(s) => s,
-            _ => panic!("the woken watcher is the spinner"),
-        };
+        let old = handed_off(s.look(later()));
+        let Woken::Spinner(new) = w.await else { panic!("the woken watcher is the spinner") };
         // Both sockets still have data: its own first, then the old
         // spinner's turn.
-        let new = match new.look(later()) {
-            Look::Own(s) => s,
-            _ => panic!("its own socket comes first"),
-        };
-        let _new = match new.look(later()) {
-            Look::HandedOff(w) => w,
-            _ => panic!("hands back to the old spinner"),
-        };
+        let _new = handed_off(own_data(new.look(later())).look(later()));
         assert!(matches!(old.await, Woken::Spinner(_)));
     }
 
     #[tokio::test]
     async fn watchers_are_retried_when_the_spinner_leaves_or_their_time_is_up() {
-        let p = Arc::new(Polling::new(Duration::from_micros(200)));
-        let (a, _a) = UnixStream::pair().expect("socketpair");
+        let p = polling();
+        let (a, _a) = pair();
         let s = spinner(p.enter(a.as_raw_fd(), later()));
         let expired = watch(p.enter(a.as_raw_fd(), Instant::now()));
         let w = watch(p.enter(a.as_raw_fd(), later()));
@@ -434,36 +456,31 @@ mod tests {
 
     #[tokio::test]
     async fn a_watcher_in_the_reactor_stays_when_the_spinner_leaves_and_is_handed_the_role_on_data() {
-        let p = Arc::new(Polling::new(Duration::from_micros(200)));
-        let (own, _own_peer) = UnixStream::pair().expect("socketpair");
-        let (other, mut other_peer) = UnixStream::pair().expect("socketpair");
+        let Two { p, own: (own, _own_peer), other: (other, mut other_peer) } = two();
         let s = spinner(p.enter(own.as_raw_fd(), later()));
         let mut w = p.watch(other.as_raw_fd()).expect("polling is on");
         drop(s);
-        let mut cx = Context::from_waker(Waker::noop());
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: Arc<Self>) {}
+        }
+        let noop = Waker::from(Arc::new(Noop));
+        let mut cx = Context::from_waker(&noop);
         assert!(Pin::new(&mut w).poll(&mut cx).is_pending(), "the reactor wakes it, not the spinner leaving");
         let s = spinner(p.enter(own.as_raw_fd(), later()));
         other_peer.write_all(b"y").expect("write");
-        let _old = match s.look(later()) {
-            Look::HandedOff(old) => old,
-            _ => panic!("a ready watcher takes over"),
-        };
+        let _old = handed_off(s.look(later()));
         assert!(matches!(w.await, Woken::Spinner(_)));
         assert!(Arc::new(Polling::new(Duration::ZERO)).watch(other.as_raw_fd()).is_none());
     }
 
     #[tokio::test]
     async fn a_watcher_gone_before_taking_the_role_passes_it_on() {
-        let p = Arc::new(Polling::new(Duration::from_micros(200)));
-        let (own, _own_peer) = UnixStream::pair().expect("socketpair");
-        let (other, mut other_peer) = UnixStream::pair().expect("socketpair");
+        let Two { p, own: (own, _own_peer), other: (other, mut other_peer) } = two();
         let s = spinner(p.enter(own.as_raw_fd(), later()));
         let w = watch(p.enter(other.as_raw_fd(), later()));
         other_peer.write_all(b"y").expect("write");
-        let old = match s.look(later()) {
-            Look::HandedOff(old) => old,
-            _ => panic!("a ready watcher takes over"),
-        };
+        let old = handed_off(s.look(later()));
         drop(w);
         assert!(matches!(old.await, Woken::Retry));
     }
