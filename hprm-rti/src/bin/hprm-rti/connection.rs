@@ -16,7 +16,7 @@ use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
-use crate::polling::{Look, Polling, Role, Spinner, Woken, RUNTIME_SLICE};
+use crate::polling::{Look, Polling, Role, Spinner, Woken};
 use crate::stream::{Origin, ReadHalf, WriteHalf};
 
 /// How long a federate may take for each step of the handshake.
@@ -102,10 +102,11 @@ impl Reader {
     /// up, or [`Reader::stop_polling`]. Between looks it yields its CPU to
     /// any thread ready to run there (the federates need the CPUs more);
     /// it gives the runtime a turn when it woke watchers whose time was up,
-    /// and at least every `RUNTIME_SLICE`.
+    /// and at least every few milliseconds it holds the role
+    /// (`Spinner::turn_due`: a connection that always has data never waits
+    /// otherwise).
     async fn fill_polling(&mut self, polling: &Arc<Polling>) -> Result<(), ReadError> {
-        let start = Instant::now();
-        let (until, mut slice_end) = (start + polling.spin(), start + RUNTIME_SLICE);
+        let until = Instant::now() + polling.spin();
         let mut watch = None;
         loop {
             if let Some(w) = watch.take() {
@@ -120,7 +121,7 @@ impl Reader {
                 }
                 continue;
             }
-            let spinner = match self.spinner.take() {
+            let mut spinner = match self.spinner.take() {
                 Some(s) => s,
                 None => match polling.enter(self.rd.as_raw_fd(), until) {
                     None => return self.fill().await,
@@ -136,6 +137,11 @@ impl Reader {
                 drop(spinner);
                 return self.fill_watched(polling).await;
             }
+            if spinner.turn_due(now) {
+                self.spinner = Some(spinner);
+                tokio::task::yield_now().await;
+                continue;
+            }
             match spinner.look(until) {
                 Look::Own(s) => {
                     self.spinner = Some(s);
@@ -145,11 +151,10 @@ impl Reader {
                 }
                 Look::HandedOff(w) => watch = Some(w),
                 Look::Idle(s) => {
-                    let turn = s.expire(now) || now >= slice_end;
+                    let woke = s.expire(now);
                     self.spinner = Some(s);
-                    if turn {
+                    if woke {
                         tokio::task::yield_now().await;
-                        slice_end = Instant::now() + RUNTIME_SLICE;
                     } else {
                         std::thread::yield_now();
                     }
@@ -178,6 +183,9 @@ impl Reader {
             if self.read_now()? {
                 return Ok(());
             }
+            // Nothing after all: back to the reactor, but not holding the
+            // role, which would leave the watchers without a spinner.
+            self.spinner = None;
         }
     }
 

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 /// backstop against a wake-up that list misses; with a turn every 25 µs
 /// the RTI's threads slept 1,611 times while relaying 200 messages 300 µs
 /// apart (its test, `a_polling_rti_relays_without_sleeping_between_messages`).
-pub const RUNTIME_SLICE: Duration = Duration::from_millis(10);
+const RUNTIME_SLICE: Duration = Duration::from_millis(10);
 
 #[derive(Debug)]
 pub struct Polling {
@@ -210,11 +210,13 @@ pub struct Spinner {
     holds: bool,
     /// Whether its own socket had data at the last look.
     had_data: bool,
+    /// When it next gives the runtime a turn, at the latest.
+    turn_at: Instant,
 }
 
 impl Spinner {
     fn new(polling: Arc<Polling>, fd: RawFd) -> Spinner {
-        Spinner { polling, fd, fds: Vec::new(), ids: Vec::new(), holds: true, had_data: false }
+        Spinner { polling, fd, fds: Vec::new(), ids: Vec::new(), holds: true, had_data: false, turn_at: Instant::now() + RUNTIME_SLICE }
     }
 
     /// One look at its own socket and the watched ones, without waiting.
@@ -274,6 +276,16 @@ impl Spinner {
         drop(set);
         wakers.into_iter().for_each(Waker::wake);
         Some(watch)
+    }
+
+    /// Whether it has held the role for `RUNTIME_SLICE` since its last
+    /// turn; if so, the next turn is counted from `now`.
+    pub fn turn_due(&mut self, now: Instant) -> bool {
+        let due = now >= self.turn_at;
+        if due {
+            self.turn_at = now + RUNTIME_SLICE;
+        }
+        due
     }
 
     /// Wakes the watchers whose time is up, to wait in the reactor; whether
@@ -407,14 +419,18 @@ mod tests {
     }
 
     #[test]
-    fn one_spinner_the_others_watch_and_none_when_off() {
+    fn one_spinner_the_others_watch_it_turns_every_slice_and_none_when_off() {
         let p = polling();
         let (a, _a) = pair();
         let s = spinner(p.enter(a.as_raw_fd(), later()));
         let _w = watch(p.enter(a.as_raw_fd(), later()));
         let _w2 = watch(p.enter(a.as_raw_fd(), later()));
         drop(s);
-        assert!(matches!(p.enter(a.as_raw_fd(), later()), Some(Role::Spin(_))));
+        let mut s = spinner(p.enter(a.as_raw_fd(), later()));
+        let now = Instant::now();
+        assert!(!s.turn_due(now));
+        assert!(s.turn_due(now + RUNTIME_SLICE));
+        assert!(!s.turn_due(now + RUNTIME_SLICE), "the next turn counts from the last");
         assert!(Arc::new(Polling::new(Duration::ZERO)).enter(a.as_raw_fd(), later()).is_none());
     }
 
