@@ -322,25 +322,27 @@ impl Future for Watch {
         // `woken` changes only under the lock, with the entry's removal: a
         // watcher that finds its entry is still waiting, and its new waker
         // will be the one woken.
-        let polling = self.polling.clone();
-        let mut set = polling.lock();
-        match self.woken.load(Ordering::Acquire) {
-            SPIN => {
-                drop(set);
-                self.taken = true;
-                Poll::Ready(Woken::Spinner(Spinner::new(polling, self.fd)))
-            }
-            READY => Poll::Ready(Woken::Ready),
-            RETRY => Poll::Ready(Woken::Retry),
-            _ => {
+        let woken = {
+            let mut set = self.polling.lock();
+            let woken = self.woken.load(Ordering::Acquire);
+            if woken == WAITING {
                 if let Some(w) = set.watched.iter_mut().find(|w| w.id == self.id) {
                     match &mut w.waker {
                         Some(waker) => waker.clone_from(cx.waker()),
                         None => w.waker = Some(cx.waker().clone()),
                     }
                 }
-                Poll::Pending
             }
+            woken
+        };
+        match woken {
+            SPIN => {
+                self.taken = true;
+                Poll::Ready(Woken::Spinner(Spinner::new(self.polling.clone(), self.fd)))
+            }
+            READY => Poll::Ready(Woken::Ready),
+            RETRY => Poll::Ready(Woken::Retry),
+            _ => Poll::Pending,
         }
     }
 }
