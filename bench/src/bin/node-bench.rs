@@ -35,6 +35,8 @@
 //! same program from the JSON spec in `HPRM_BENCH_SPEC`; `node-bench
 //! floor-server` is the far end of the socket floors. Federates hand their
 //! samples back as JSON files in a per-launch temporary directory.
+//! `node-bench compare --rti-a A --rti-b B` puts two `hprm-rti` builds side
+//! by side on one workload, launches alternating between them.
 //!
 //! Output: progress on stderr; the markdown report on stdout and in
 //! `OUT/node-YYYY-MM-DD.md` (UTC), the data in `OUT/node-YYYY-MM-DD.json`
@@ -147,6 +149,32 @@ enum Role {
         #[arg(long, default_value_t = 0)]
         poll_us: u64,
     },
+    /// Compares two hprm-rti builds on one workload. Launches alternate
+    /// between them (A, B, A, B, ...), so that the machine's slow and fast
+    /// spells hit both alike; each side's figure is the median over its
+    /// launches of each launch's p50 (the rate: of each launch's rate).
+    /// Progress on stderr, the comparison on stdout.
+    Compare {
+        /// The first hprm-rti binary (say, a build of main).
+        #[arg(long)]
+        rti_a: PathBuf,
+        /// The second hprm-rti binary.
+        #[arg(long)]
+        rti_b: PathBuf,
+        #[arg(long, value_enum, default_value = "small")]
+        workload: Workload,
+        #[arg(long, value_enum, default_value = "centralized-unix")]
+        coord: Coord,
+        /// Payload bytes (the rate's messages are 8 bytes whatever this says).
+        #[arg(long, default_value_t = 8)]
+        size: usize,
+        /// Launches of each build.
+        #[arg(long, default_value_t = 12)]
+        launches: usize,
+        /// Measured rounds (messages, for the rate) per launch.
+        #[arg(long, default_value_t = 2000)]
+        rounds: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize, Deserialize)]
@@ -179,7 +207,7 @@ impl Transport {
 /// Coordination, and how federates reach the RTI and each other: loopback
 /// TCP (as across hosts), or Unix domain sockets (hprm-node's default on
 /// one host, `HPRM_LOCAL_TRANSPORT=unix`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Coord {
     /// Through the RTI, over TCP.
@@ -308,6 +336,9 @@ fn main() -> ExitCode {
         Some(Role::Federate) => ("node-bench federate", federate_role()),
         Some(Role::FloorServer { transport, ref path, poll_us }) => {
             ("node-bench floor-server", floor_server(transport, path.as_deref(), Duration::from_micros(poll_us)))
+        }
+        Some(Role::Compare { ref rti_a, ref rti_b, workload, coord, size, launches, rounds }) => {
+            ("node-bench compare", compare([rti_a, rti_b], workload, coord, size, launches, rounds))
         }
     };
     match result {
@@ -1273,9 +1304,12 @@ struct Coordinator {
 /// takes the binary from `$HPRM_BIN_DIR` first: a directory holding a
 /// wrapper that adds `--populate` (and the real `hprm-rti`) is how the
 /// benchmark's stores pre-fault their arenas.
-fn populate_wrapper() -> Result<tempfile::TempDir> {
+fn populate_wrapper(rti: Option<&Path>) -> Result<tempfile::TempDir> {
     let store = find_binary("hprm-store").map_err(|e| anyhow!("{e}"))?;
-    let rti = find_binary("hprm-rti").map_err(|e| anyhow!("{e}"))?;
+    let rti = match rti {
+        Some(rti) => rti.canonicalize().with_context(|| format!("no hprm-rti binary at {}", rti.display()))?,
+        None => find_binary("hprm-rti").map_err(|e| anyhow!("{e}"))?,
+    };
     let dir = tempfile::Builder::new().prefix("node-bench-bin.").tempdir().context("cannot create a temporary directory")?;
     let quoted = store.display().to_string().replace('\'', r"'\''");
     let wrapper = dir.path().join("hprm-store");
@@ -1285,6 +1319,61 @@ fn populate_wrapper() -> Result<tempfile::TempDir> {
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).context("cannot make the store wrapper executable")?;
     std::os::unix::fs::symlink(&rti, dir.path().join("hprm-rti")).context("cannot link hprm-rti")?;
     Ok(dir)
+}
+
+/// `node-bench compare`: see [`Role::Compare`].
+fn compare(rtis: [&PathBuf; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64) -> Result<()> {
+    if launches == 0 || rounds == 0 {
+        bail!("--launches and --rounds must be at least 1");
+    }
+    if size == 0 || u32::try_from(size).is_err() {
+        bail!("--size must be between 1 byte and 4 GiB");
+    }
+    let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
+    let mut sides = Vec::new();
+    for rti in rtis {
+        sides.push(Coordinator { exe: exe.clone(), plan: Plan::quick(), bin_dir: Some(populate_wrapper(Some(rti))?), keep_runs: false });
+    }
+    let (what, unit) = match workload {
+        Workload::Small => ("one-way p50", "µs"),
+        Workload::Rate => ("messages per second", "msg/s"),
+        Workload::Broadcast => ("round p50, the send to the last echo", "µs"),
+    };
+    let size = if workload == Workload::Rate { RATE_SIZE } else { size };
+    eprintln!("node-bench compare: {workload:?} over {}, {size} B, {rounds} rounds, {launches} launches of each build; {what}", coord.label());
+    let mut figures = [Vec::new(), Vec::new()];
+    for i in 1..=launches {
+        for (side, co) in sides.iter().enumerate() {
+            let warmup = rounds / 10;
+            let l = co.launch(co.spec(workload, coord, size, rounds, warmup, Variant::Echo))?;
+            let figure = match workload {
+                Workload::Small => median_us(l.series("pong", "one_way")?),
+                Workload::Broadcast => median_us(l.series("source", "latency")?),
+                Workload::Rate => {
+                    let s = l.series("sink", "sink_span")?;
+                    let &[mark, last, count] = s else { bail!("the sink's span has {} fields, not 3", s.len()) };
+                    RateRow::from_span(String::new(), mark, last, u64::try_from(count).unwrap_or(0), rounds).msgs_per_s
+                }
+            };
+            eprintln!("  launch {i}/{launches}, {}: {figure:.1} {unit}", ["A", "B"][side]);
+            figures[side].push(figure);
+        }
+    }
+    println!("{workload:?} over {}, {size} B, {launches} interleaved launches of each ({what}, {unit}):", coord.label());
+    let mut medians = [0.0; 2];
+    for (side, (v, rti)) in figures.iter_mut().zip(rtis).enumerate() {
+        medians[side] = median(v);
+        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+        println!("  {}: median {:.1}, quartiles {:.1}-{:.1}, range {:.1}-{:.1}  ({})", ["A", "B"][side], medians[side], q(0.25), q(0.75), v[0], v[v.len() - 1], rti.display());
+    }
+    println!("  B / A: {:.2}x", medians[1] / medians[0]);
+    Ok(())
+}
+
+/// The median of nanosecond samples, in µs.
+fn median_us(ns: &[i64]) -> f64 {
+    let mut v: Vec<f64> = ns.iter().map(|&n| n as f64 / 1000.0).collect();
+    median(&mut v)
 }
 
 /// A launch's directory: removed when dropped, unless kept.
@@ -1656,7 +1745,7 @@ fn coordinator(cli: &Cli) -> Result<()> {
     let mut machine = MachineWithLoad::probe();
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let only: Vec<Workload> = if cli.only.is_empty() { vec![Workload::Small, Workload::Rate, Workload::Broadcast] } else { cli.only.clone() };
-    let bin_dir = if cli.no_populate { None } else { Some(populate_wrapper()?) };
+    let bin_dir = if cli.no_populate { None } else { Some(populate_wrapper(None)?) };
     // Without a wrapper, Launch finds the daemons itself; check early.
     for name in ["hprm-store", "hprm-rti"] {
         find_binary(name).map_err(|e| anyhow!("{e}"))?;
@@ -2416,6 +2505,18 @@ mod tests {
         assert_eq!(paired_ratio(&[10.0, 30.0, 8.0], &[5.0, 10.0, 8.0]), 2.0);
         assert!(paired_ratio(&[], &[]).is_nan());
         assert_eq!(pass_range(&[3.0, f64::NAN, 1.5]), "1.50–3.00");
+    }
+
+    #[test]
+    fn compare_defaults_parse_and_bad_input_is_refused_before_any_launch() {
+        let cli = Cli::try_parse_from(["node-bench", "compare", "--rti-a", "a", "--rti-b", "b"]).expect("the defaults parse");
+        let Some(Role::Compare { workload, coord, size, launches, .. }) = cli.role else { panic!("expected compare: {cli:?}") };
+        assert_eq!((workload, coord, size, launches), (Workload::Small, Coord::CentralizedUnix, 8, 12));
+        let missing = PathBuf::from("/no/such/hprm-rti");
+        let err = compare([&missing, &missing], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("no such binary");
+        assert!(format!("{err:#}").contains("no hprm-rti binary at /no/such/hprm-rti"), "{err:#}");
+        let err = compare([&missing, &missing], Workload::Small, Coord::CentralizedUnix, 8, 0, 10).expect_err("no launches");
+        assert!(err.to_string().contains("--launches"), "{err:#}");
     }
 
     #[test]
