@@ -20,11 +20,12 @@
 //! watched socket has data, the spinner hands its role to that task and
 //! becomes a watcher itself: the task it woke runs next on the same
 //! worker (tokio's LIFO slot), no thread is woken, and only one RTI thread
-//! ever polls. Against a poller per connection, at most two (interleaved
-//! launches, ad hoc): 1 KB broadcast round to four receivers over the
-//! Unix socket 345-377 -> 139-150 µs (TCP 407-421 -> 280-296 µs), a
-//! two-federate exchange within the noise, sustained 8-byte messages 14%
-//! fewer (two connections' relays no longer run at once).
+//! ever polls. Against a poller per connection, at most two (`node-bench
+//! compare`, launches alternating between the builds): 1 KB broadcast
+//! round to four receivers over the Unix socket 377 -> 170 µs (TCP 397 ->
+//! 201 µs), a two-federate exchange level at 8 B and 1.05x at 64 KiB,
+//! sustained 8-byte messages 0.97x (two connections' relays no longer run
+//! at once).
 //!
 //! Connections waiting in the reactor are watched as well
 //! ([`Polling::watch`]): the spinner keeps its worker from the reactor
