@@ -94,7 +94,19 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Kills the daemon; when the test is failing, first shows whether the
+    /// daemon was still running and the end of its log (debug level, so
+    /// long), which the temp dir takes along.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(200)..].join("\n");
+            match self.child.try_wait() {
+                Ok(Some(status)) => eprintln!("hprm-store had exited ({status}); the end of its log:\n{tail}"),
+                _ => eprintln!("hprm-store was still running; the end of its log:\n{tail}"),
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
