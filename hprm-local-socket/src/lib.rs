@@ -34,6 +34,11 @@
 //! writability ([`Socket::writable`]). An edge-triggered registration
 //! reports a socket that is ready already at once, so nothing that arrived
 //! before the registration is missed.
+//!
+//! How long a connection task polls its socket before it waits in the
+//! reactor, and which task polls, is [`polling`]'s business: one task at a
+//! time polls for all of a daemon's connections ([`Polling`], read through
+//! each connection's [`Poller`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream as StdTcpStream};
@@ -42,6 +47,10 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+
+pub mod polling;
+
+pub use polling::{Polled, Poller, Polling};
 
 /// A Unix stream connection (see [`Socket`]).
 pub type LocalSocket = Socket<StdUnixStream>;

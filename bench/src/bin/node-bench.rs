@@ -149,18 +149,26 @@ enum Role {
         #[arg(long, default_value_t = 0)]
         poll_us: u64,
     },
-    /// Compares two hprm-rti builds on one workload. Launches alternate
-    /// between them (A, B, A, B, ...), so that the machine's slow and fast
-    /// spells hit both alike; each side's figure is the median over its
-    /// launches of each launch's p50 (the rate: of each launch's rate).
-    /// Progress on stderr, the comparison on stdout.
+    /// Compares two builds of the daemons (hprm-rti, hprm-store, or both)
+    /// on one workload. Launches alternate between them (A, B, A, B, ...),
+    /// so that the machine's slow and fast spells hit both alike; each
+    /// side's figure is the median over its launches of each launch's p50
+    /// (the rate: of each launch's rate). A daemon not given is the one
+    /// beside this program, for both sides. Progress on stderr, the
+    /// comparison on stdout.
     Compare {
-        /// The first hprm-rti binary (say, a build of main).
+        /// Side A's hprm-rti binary (say, a build of main).
         #[arg(long)]
-        rti_a: PathBuf,
-        /// The second hprm-rti binary.
+        rti_a: Option<PathBuf>,
+        /// Side B's hprm-rti binary.
         #[arg(long)]
-        rti_b: PathBuf,
+        rti_b: Option<PathBuf>,
+        /// Side A's hprm-store binary.
+        #[arg(long)]
+        store_a: Option<PathBuf>,
+        /// Side B's hprm-store binary.
+        #[arg(long)]
+        store_b: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "small")]
         workload: Workload,
         #[arg(long, value_enum, default_value = "centralized-unix")]
@@ -337,8 +345,9 @@ fn main() -> ExitCode {
         Some(Role::FloorServer { transport, ref path, poll_us }) => {
             ("node-bench floor-server", floor_server(transport, path.as_deref(), Duration::from_micros(poll_us)))
         }
-        Some(Role::Compare { ref rti_a, ref rti_b, workload, coord, size, launches, rounds }) => {
-            ("node-bench compare", compare([rti_a, rti_b], workload, coord, size, launches, rounds))
+        Some(Role::Compare { ref rti_a, ref rti_b, ref store_a, ref store_b, workload, coord, size, launches, rounds }) => {
+            let sides = [Daemons { rti: rti_a.as_deref(), store: store_a.as_deref() }, Daemons { rti: rti_b.as_deref(), store: store_b.as_deref() }];
+            ("node-bench compare", compare(sides, workload, coord, size, launches, rounds))
         }
     };
     match result {
@@ -1300,14 +1309,33 @@ struct Coordinator {
     keep_runs: bool,
 }
 
+/// The daemon binaries a launch runs; `None`: the one beside this program.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Daemons<'a> {
+    rti: Option<&'a Path>,
+    store: Option<&'a Path>,
+}
+
+impl Daemons<'_> {
+    /// What the comparison's output names this side by.
+    fn label(&self) -> String {
+        let name = |p: Option<&Path>, default: &str| p.map_or_else(|| format!("{default} beside node-bench"), |p| p.display().to_string());
+        format!("{}, {}", name(self.rti, "hprm-rti"), name(self.store, "hprm-store"))
+    }
+}
+
 /// `Launch` starts `hprm-store` with only `--socket` and `--memory`, and
 /// takes the binary from `$HPRM_BIN_DIR` first: a directory holding a
 /// wrapper that adds `--populate` (and the real `hprm-rti`) is how the
 /// benchmark's stores pre-fault their arenas.
-fn populate_wrapper(rti: Option<&Path>) -> Result<tempfile::TempDir> {
-    let store = find_binary("hprm-store").map_err(|e| anyhow!("{e}"))?;
-    let rti = match rti {
-        Some(rti) => rti.canonicalize().with_context(|| format!("no hprm-rti binary at {}", rti.display()))?,
+fn populate_wrapper(daemons: Daemons) -> Result<tempfile::TempDir> {
+    let given = |p: &Path, name: &str| p.canonicalize().with_context(|| format!("no {name} binary at {}", p.display()));
+    let store = match daemons.store {
+        Some(store) => given(store, "hprm-store")?,
+        None => find_binary("hprm-store").map_err(|e| anyhow!("{e}"))?,
+    };
+    let rti = match daemons.rti {
+        Some(rti) => given(rti, "hprm-rti")?,
         None => find_binary("hprm-rti").map_err(|e| anyhow!("{e}"))?,
     };
     let dir = tempfile::Builder::new().prefix("node-bench-bin.").tempdir().context("cannot create a temporary directory")?;
@@ -1322,7 +1350,10 @@ fn populate_wrapper(rti: Option<&Path>) -> Result<tempfile::TempDir> {
 }
 
 /// `node-bench compare`: see [`Role::Compare`].
-fn compare(rtis: [&PathBuf; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64) -> Result<()> {
+fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64) -> Result<()> {
+    if daemons[0] == daemons[1] {
+        bail!("both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, or both");
+    }
     if launches == 0 || rounds == 0 {
         bail!("--launches and --rounds must be at least 1");
     }
@@ -1331,8 +1362,8 @@ fn compare(rtis: [&PathBuf; 2], workload: Workload, coord: Coord, size: usize, l
     }
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let mut sides = Vec::new();
-    for rti in rtis {
-        sides.push(Coordinator { exe: exe.clone(), plan: Plan::quick(), bin_dir: Some(populate_wrapper(Some(rti))?), keep_runs: false });
+    for side in daemons {
+        sides.push(Coordinator { exe: exe.clone(), plan: Plan::quick(), bin_dir: Some(populate_wrapper(side)?), keep_runs: false });
     }
     let (what, unit) = match workload {
         Workload::Small => ("one-way p50", "µs"),
@@ -1361,10 +1392,10 @@ fn compare(rtis: [&PathBuf; 2], workload: Workload, coord: Coord, size: usize, l
     }
     println!("{workload:?} over {}, {size} B, {launches} interleaved launches of each ({what}, {unit}):", coord.label());
     let mut medians = [0.0; 2];
-    for (side, (v, rti)) in figures.iter_mut().zip(rtis).enumerate() {
+    for (side, (v, bins)) in figures.iter_mut().zip(daemons).enumerate() {
         medians[side] = median(v);
         let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-        println!("  {}: median {:.1}, quartiles {:.1}-{:.1}, range {:.1}-{:.1}  ({})", ["A", "B"][side], medians[side], q(0.25), q(0.75), v[0], v[v.len() - 1], rti.display());
+        println!("  {}: median {:.1}, quartiles {:.1}-{:.1}, range {:.1}-{:.1}  ({})", ["A", "B"][side], medians[side], q(0.25), q(0.75), v[0], v[v.len() - 1], bins.label());
     }
     println!("  B / A: {:.2}x", medians[1] / medians[0]);
     Ok(())
@@ -1745,7 +1776,7 @@ fn coordinator(cli: &Cli) -> Result<()> {
     let mut machine = MachineWithLoad::probe();
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let only: Vec<Workload> = if cli.only.is_empty() { vec![Workload::Small, Workload::Rate, Workload::Broadcast] } else { cli.only.clone() };
-    let bin_dir = if cli.no_populate { None } else { Some(populate_wrapper(None)?) };
+    let bin_dir = if cli.no_populate { None } else { Some(populate_wrapper(Daemons::default())?) };
     // Without a wrapper, Launch finds the daemons itself; check early.
     for name in ["hprm-store", "hprm-rti"] {
         find_binary(name).map_err(|e| anyhow!("{e}"))?;
@@ -2510,13 +2541,16 @@ mod tests {
     #[test]
     fn compare_defaults_parse_and_bad_input_is_refused_before_any_launch() {
         let cli = Cli::try_parse_from(["node-bench", "compare", "--rti-a", "a", "--rti-b", "b"]).expect("the defaults parse");
-        let Some(Role::Compare { workload, coord, size, launches, .. }) = cli.role else { panic!("expected compare: {cli:?}") };
-        assert_eq!((workload, coord, size, launches), (Workload::Small, Coord::CentralizedUnix, 8, 12));
-        let missing = PathBuf::from("/no/such/hprm-rti");
-        let err = compare([&missing, &missing], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("no such binary");
+        let Some(Role::Compare { workload, coord, size, launches, store_a, .. }) = cli.role else { panic!("expected compare: {cli:?}") };
+        assert_eq!((workload, coord, size, launches, store_a), (Workload::Small, Coord::CentralizedUnix, 8, 12, None));
+        let (missing, other) = (PathBuf::from("/no/such/hprm-rti"), PathBuf::from("/no/such/hprm-store"));
+        let side = |rti: &Path, store| Daemons { rti: Some(rti), store };
+        let err = compare([side(&missing, None), side(&missing, Some(&other))], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("no such binary");
         assert!(format!("{err:#}").contains("no hprm-rti binary at /no/such/hprm-rti"), "{err:#}");
-        let err = compare([&missing, &missing], Workload::Small, Coord::CentralizedUnix, 8, 0, 10).expect_err("no launches");
+        let err = compare([side(&missing, None), side(&missing, Some(&other))], Workload::Small, Coord::CentralizedUnix, 8, 0, 10).expect_err("no launches");
         assert!(err.to_string().contains("--launches"), "{err:#}");
+        let err = compare([side(&missing, None), side(&missing, None)], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("nothing differs");
+        assert!(err.to_string().contains("the same daemons"), "{err:#}");
     }
 
     #[test]

@@ -8,15 +8,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use hprm_local_socket::{Polled, Poller, Polling};
 use hprm_rti::grant::{FedId, Upstream};
 use hprm_rti::frames::{Frame, FrameBuffer};
 use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
 use crate::outbox::Outbox;
-use crate::polling::{Look, Polling, Role, Spinner, Woken};
 use crate::stream::{Origin, ReadHalf, WriteHalf};
 
 /// How long a federate may take for each step of the handshake.
@@ -44,8 +44,8 @@ pub enum ClockSync {
 struct Reader {
     rd: ReadHalf,
     frames: FrameBuffer,
-    /// The role of spinner, between reads while this connection holds it.
-    spinner: Option<Spinner>,
+    /// Polls the socket after each message, with the other connections.
+    poller: Poller,
 }
 
 /// A connection's read buffer to begin with: two of the largest relayed
@@ -65,8 +65,8 @@ enum ReadError {
 }
 
 impl Reader {
-    fn new(rd: ReadHalf) -> Reader {
-        Reader { rd, frames: FrameBuffer::new(READ_BUFFER, Limits::default()), spinner: None }
+    fn new(rd: ReadHalf, polling: Arc<Polling>) -> Reader {
+        Reader { rd, frames: FrameBuffer::new(READ_BUFFER, Limits::default()), poller: Poller::new(polling) }
     }
 
     /// Counts `n` bytes read into the buffer's spare room.
@@ -95,113 +95,13 @@ impl Reader {
         self.took(n)
     }
 
-    /// Reads once, polling for up to `polling.spin()` before waiting in
-    /// the reactor: as the spinner, or as a watcher the spinner wakes (see
-    /// `crate::polling`). The spinner keeps the role across the handling of
-    /// what it read (no await there), until it hands it off, its time is
-    /// up, or [`Reader::stop_polling`]. Between looks it yields its CPU to
-    /// any thread ready to run there (the federates need the CPUs more);
-    /// it gives the runtime a turn when it woke watchers whose time was up,
-    /// and at least every few milliseconds it holds the role
-    /// (`Spinner::turn_due`: a connection that always has data never waits
-    /// otherwise).
-    async fn fill_polling(&mut self, polling: &Arc<Polling>) -> Result<(), ReadError> {
-        let until = Instant::now() + polling.spin();
-        let mut watch = None;
-        loop {
-            if let Some(w) = watch.take() {
-                match w.await {
-                    Woken::Spinner(s) => self.spinner = Some(s),
-                    Woken::Ready => {}
-                    Woken::Retry if Instant::now() >= until => return self.fill_watched(polling).await,
-                    Woken::Retry => continue,
-                }
-                if self.read_now()? {
-                    return Ok(());
-                }
-                continue;
-            }
-            let mut spinner = match self.spinner.take() {
-                Some(s) => s,
-                None => match polling.enter(self.rd.as_raw_fd(), until) {
-                    None => return self.fill().await,
-                    Some(Role::Watch(w)) => {
-                        watch = Some(w);
-                        continue;
-                    }
-                    Some(Role::Spin(s)) => s,
-                },
-            };
-            let now = Instant::now();
-            if now >= until {
-                drop(spinner);
-                return self.fill_watched(polling).await;
-            }
-            if spinner.turn_due(now) {
-                self.spinner = Some(spinner);
-                tokio::task::yield_now().await;
-                continue;
-            }
-            match spinner.look(until) {
-                Look::Own(s) => {
-                    self.spinner = Some(s);
-                    if self.read_now()? {
-                        return Ok(());
-                    }
-                }
-                Look::HandedOff(w) => watch = Some(w),
-                Look::Idle(s) => {
-                    let woke = s.expire(now);
-                    self.spinner = Some(s);
-                    if woke {
-                        tokio::task::yield_now().await;
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reads once, waiting in the reactor and, while there is a spinner,
-    /// watched by it as well: a worker that spins may keep the reactor
-    /// from running (see `crate::polling`).
-    async fn fill_watched(&mut self, polling: &Arc<Polling>) -> Result<(), ReadError> {
-        loop {
-            let Some(watch) = polling.watch(self.rd.as_raw_fd()) else { return self.fill().await };
-            let woken = tokio::select! {
-                biased;
-                n = self.rd.read(self.frames.spare()) => Err(n),
-                w = watch => Ok(w),
-            };
-            match woken {
-                Err(n) => return self.took(n?),
-                Ok(Woken::Spinner(s)) => self.spinner = Some(s),
-                Ok(Woken::Ready) => {}
-                Ok(Woken::Retry) => continue,
-            }
-            if self.read_now()? {
-                return Ok(());
-            }
-            // Nothing after all: back to the reactor, but not holding the
-            // role, which would leave the watchers without a spinner.
-            self.spinner = None;
-        }
-    }
-
-    /// Reads what is there now: whether anything was.
-    fn read_now(&mut self) -> Result<bool, ReadError> {
-        match self.rd.try_read(self.frames.spare()) {
-            Ok(n) => self.took(n).map(|()| true),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Gives up the role of spinner, if it holds it: for a connection that
-    /// reads no more messages through [`Reader::fill_polling`].
-    fn stop_polling(&mut self) {
-        self.spinner = None;
+    /// Reads once, polling for a while before waiting in the reactor (see
+    /// `hprm_local_socket::polling`). The role of spinner, if this
+    /// connection gets it, stays with it across the handling of what it
+    /// read (no await there but the runtime turns it takes on purpose).
+    async fn fill_polling(&mut self) -> Result<(), ReadError> {
+        let n = self.poller.read(&self.rd, self.frames.spare()).await?;
+        self.took(n)
     }
 
     async fn next_within(&mut self, limit: Duration) -> Result<Message, ReadError> {
@@ -252,7 +152,7 @@ pub struct Admission {
 
 /// Serves one federate from accept to departure.
 pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation: Arc<Federation>, admission: Admission) {
-    let mut reader = Reader::new(rd);
+    let mut reader = Reader::new(rd, admission.polling.clone());
     let mut admitted = None;
     let joined = handshake(&mut reader, &mut wr, &federation, &admission, &mut admitted).await;
     let joined = match joined {
@@ -283,8 +183,8 @@ pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation
         federation.set_clock_sync_udp(fed, SocketAddr::new(peer.ip(), port));
     }
     tracing::info!(fed, %peer, "federate joined");
-    let failed = message_loop(&mut reader, fed, &federation, &admission.polling).await;
-    reader.stop_polling();
+    let failed = message_loop(&mut reader, fed, &federation).await;
+    reader.poller.stop();
     if let Left::Suspended { failure } = federation.leave(fed, failed) {
         let federation = federation.clone();
         tokio::spawn(async move {
@@ -401,8 +301,8 @@ async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Re
 
 /// Handles a joined federate's messages until it leaves. Returns whether it
 /// failed (FAILED, or gone without RESIGN, or a protocol error).
-async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Arc<Polling>) -> bool {
-    match handle_messages(reader, fed, federation, polling).await {
+async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation) -> bool {
+    match handle_messages(reader, fed, federation).await {
         Ok(failed) => failed,
         Err(ReadError::Closed) => {
             tracing::warn!(fed, "federate disconnected without resigning; treating it as failed");
@@ -417,7 +317,7 @@ async fn message_loop(reader: &mut Reader, fed: FedId, federation: &Federation, 
 
 /// [`message_loop`] up to the end of the connection: `Ok(failed)` when the
 /// federate resigned or reported failure.
-async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation, polling: &Arc<Polling>) -> Result<bool, ReadError> {
+async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federation) -> Result<bool, ReadError> {
     loop {
         let msg = match reader.frames.next()? {
             // Relayed from the read buffer: the payload is copied once, into
@@ -435,11 +335,11 @@ async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federatio
                 // What the handled messages queued leaves now, before the
                 // wait for more: in one write per destination. A writer it
                 // woke (a federate not reading) runs on this worker only
-                // when this task lets it (see `crate::polling`).
+                // when this task lets it (see `hprm_local_socket::polling`).
                 if federation.flush() {
                     tokio::task::yield_now().await;
                 }
-                reader.fill_polling(polling).await?;
+                reader.fill_polling().await?;
                 continue;
             }
         };

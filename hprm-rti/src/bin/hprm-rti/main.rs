@@ -14,7 +14,6 @@ mod clock_sync;
 mod connection;
 mod federation;
 mod outbox;
-mod polling;
 mod stream;
 mod trace;
 
@@ -142,7 +141,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         None => None,
     };
-    let admission = connection::Admission { clock_sync: cli.clock_sync, auth_key, polling: Arc::new(polling::Polling::new(std::time::Duration::from_micros(cli.spin_us))) };
+    let admission = connection::Admission { clock_sync: cli.clock_sync, auth_key, polling: Arc::new(hprm_local_socket::Polling::new(std::time::Duration::from_micros(cli.spin_us))) };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};

@@ -72,29 +72,28 @@ pub fn unix(stream: UnixStream) -> io::Result<(ReadHalf, WriteHalf)> {
     Ok((ReadHalf::Unix(socket.clone()), WriteHalf::Unix(Writer(socket))))
 }
 
-impl ReadHalf {
-    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            ReadHalf::Tcp(s) => s.read(buf).await,
-            ReadHalf::Unix(s) => s.read(buf).await,
-        }
-    }
-
-    /// Reads what is there now (`WouldBlock` if nothing), without waiting.
+impl hprm_local_socket::Polled for ReadHalf {
     /// For a socket that poll(2) found readable: a TCP read takes the
     /// socket's lock, which the relays to this federate (other tasks,
     /// maybe on other threads) take to write, and a writer that finds it
     /// taken sleeps; poll(2) looks without the lock.
-    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             ReadHalf::Tcp(s) => s.try_read(buf),
             ReadHalf::Unix(s) => s.try_read(buf),
         }
     }
 
-    /// The socket, for poll(2).
-    pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
+    async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ReadHalf::Tcp(s) => s.read(buf).await,
+            ReadHalf::Unix(s) => s.read(buf).await,
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for ReadHalf {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
         match self {
             ReadHalf::Tcp(s) => s.as_raw_fd(),
             ReadHalf::Unix(s) => s.as_raw_fd(),

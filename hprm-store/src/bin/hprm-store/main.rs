@@ -70,7 +70,8 @@ struct ServeArgs {
     /// How long each connection keeps polling for its client's next request
     /// before sleeping (e.g. 50us; 0 never polls). Polling saves a wake-up
     /// per request for clients working back to back, at the price of up to
-    /// this much CPU time after each burst of requests.
+    /// this much CPU time after each burst of requests; one daemon thread
+    /// polls for all connections.
     #[arg(long, default_value = "50us", value_parser = parse_duration)]
     spin: Duration,
     /// Bytes of each connection's outbox: the shared-memory queue its one-way

@@ -3,7 +3,13 @@
 //! Each connection is one task: it sends Hello with the arena descriptor and
 //! the descriptor of the connection's outbox, then reads frames into a
 //! pre-allocated buffer and answers each request from the object table
-//! (through [`Served`], which reads the outboxes first). It also acts on
+//! (through [`Served`], which reads the outboxes first). After each burst
+//! of requests it polls for the next one for up to `--spin` before it
+//! sleeps in the reactor: a client working back to back (create, seal,
+//! get, release) sends it within microseconds, and a wake-up costs more
+//! than that on a virtualised or loaded machine. One connection task at a
+//! time polls, for all of them (`hprm_local_socket::polling`), so the
+//! daemon takes at most one CPU from its clients while it polls. It also acts on
 //! what its client posted to the outbox when another task read it. Requests that wait (get, create with a wait for
 //! space) are answered by a task of their own, so later requests on the same
 //! connection are not held up. Anything wrong with a frame (bad header,
@@ -18,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use hprm_local_socket::LocalSocket;
+use hprm_local_socket::{LocalSocket, Poller, Polling};
 use hprm_store::arena::Arena;
 use hprm_store::outbox::OutboxReader;
 use hprm_store::protocol::frame::{FrameBuffer, FrameError, MAX_REQUEST_BODY, VERSION};
@@ -37,8 +43,9 @@ pub struct Shared {
     populate: bool,
     /// How long a client may take to finish sending a frame it has started.
     frame_timeout: Duration,
-    /// How long a connection polls for its next request before sleeping.
-    spin: Duration,
+    /// How connection tasks poll for their next request before sleeping
+    /// (`--spin`): one of them at a time, for all.
+    polling: Arc<Polling>,
     next_client: AtomicU64,
     /// Sent in every Hello (see `Hello::arena_id`).
     arena_id: u64,
@@ -51,7 +58,7 @@ impl Shared {
         let id = hprm_store::ObjectId::random();
         let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
         let served = Mutex::new(Served::new(table));
-        Shared { served, arena, populate, frame_timeout, spin, next_client: AtomicU64::new(1), arena_id, outbox }
+        Shared { served, arena, populate, frame_timeout, polling: Arc::new(Polling::new(spin)), next_client: AtomicU64::new(1), arena_id, outbox }
     }
 
     /// The table and the outboxes. Never hold the guard across an await.
@@ -254,38 +261,35 @@ async fn read_loop(
     posted: &Notify,
 ) -> Result<(), Closing> {
     let mut frames = FrameBuffer::new(MAX_REQUEST_BODY);
+    let mut poller = Poller::new(shared.polling.clone());
     loop {
         while let Some(len) = frames.poll()? {
             let (seq, req) = decode_request(frames.body(len)).map_err(|e| Closing::Decode(e.to_string()))?;
-            handle(client, seq, &req, shared, writer).await?;
+            poller.unless_suspended(handle(client, seq, &req, shared, writer)).await?;
             frames.pop(len);
         }
-        let n = if let Some(n) = spin_read(rd, &mut frames, shared.spin)? {
-            n
-        } else {
-            let limit = shared.frame_timeout;
-            let mid_frame = frames.is_mid_frame();
-            let read = async {
-                if mid_frame {
-                    tokio::time::timeout(limit, rd.read(frames.spare())).await.map_err(|_| Closing::Stalled(limit))?.map_err(Closing::from)
-                } else {
-                    rd.read(frames.spare()).await.map_err(Closing::from)
-                }
-            };
-            // Both branches are cancel-safe: a read that loses the race
-            // has taken no bytes.
-            tokio::select! {
-                n = read => {
-                    let n = n?;
-                    frames.commit(n);
-                    n
-                }
-                () = posted.notified() => {
-                    let posts = shared.served().take_posted(client).map_err(Closing::Outbox)?;
-                    act_on_posts(client, posts, shared, writer).await?;
-                    continue;
-                }
+        turn_if_woken(shared).await;
+        let limit = shared.frame_timeout;
+        let mid_frame = frames.is_mid_frame();
+        let read = async {
+            if mid_frame {
+                tokio::time::timeout(limit, poller.read(rd, frames.spare())).await.map_err(|_| Closing::Stalled(limit))?.map_err(Closing::from)
+            } else {
+                poller.read(rd, frames.spare()).await.map_err(Closing::from)
             }
+        };
+        // Both branches are cancel-safe: a read that loses the race has
+        // taken no bytes. The poller looks for posts only when it stops
+        // polling, at most `--spin` after the last request.
+        let read = tokio::select! {
+            n = read => Some(n?),
+            () = posted.notified() => None,
+        };
+        let Some(n) = read else {
+            let posts = shared.served().take_posted(client).map_err(Closing::Outbox)?;
+            poller.unless_suspended(act_on_posts(client, posts, shared, writer)).await?;
+            turn_if_woken(shared).await;
+            continue;
         };
         if n == 0 {
             if frames.is_mid_frame() {
@@ -293,44 +297,17 @@ async fn read_loop(
             }
             return Ok(());
         }
+        frames.commit(n);
     }
 }
 
-/// Polls the socket for up to `budget` before the caller sleeps in the
-/// reactor. A client working back to back (create, seal, get, release)
-/// sends its next request within microseconds of a reply; catching it here
-/// saves a sleep and a wake-up, which costs tens of microseconds on a
-/// virtualised or loaded machine, more than the request itself.
-///
-/// Reads the descriptor directly: tokio's `try_read` would only consult the
-/// readiness the reactor last saw, which does not change while we spin.
-/// Returns `Some(n)` for `n` bytes read (0: end of stream), `None` if nothing
-/// came in time.
-fn spin_read(rd: &LocalSocket, frames: &mut FrameBuffer, budget: Duration) -> io::Result<Option<usize>> {
-    use nix::errno::Errno;
-    use nix::sys::socket::{recv, MsgFlags};
-    use std::os::fd::AsRawFd;
-    if budget.is_zero() {
-        return Ok(None);
-    }
-    let fd = rd.as_raw_fd();
-    let deadline = Instant::now() + budget;
-    loop {
-        match recv(fd, frames.spare(), MsgFlags::MSG_DONTWAIT) {
-            Ok(n) => {
-                frames.commit(n);
-                return Ok(Some(n));
-            }
-            Err(Errno::EAGAIN) | Err(Errno::EINTR) => {
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                // Yield, not a bare spin: the clients this daemon waits for
-                // may be queued on this CPU.
-                std::thread::yield_now();
-            }
-            Err(e) => return Err(e.into()),
-        }
+/// Gives the runtime a turn if handling a request woke a task (see
+/// `ObjectTable::take_woken`), which would otherwise wait while this task
+/// polls. Only then: every turn wakes the daemon's other worker.
+async fn turn_if_woken(shared: &Shared) {
+    let woken = shared.served().take_woken();
+    if woken {
+        tokio::task::yield_now().await;
     }
 }
 

@@ -161,6 +161,9 @@ pub struct ObjectTable {
     evictions: u64,
     evicted_bytes: u64,
     expired_deliveries: u64,
+    /// Whether a waiting request was answered, or a subscriber notified,
+    /// since [`ObjectTable::take_woken`]: a task was woken (see there).
+    woken: bool,
 }
 
 fn err(code: ErrorCode, message: String) -> Reply {
@@ -186,7 +189,25 @@ impl ObjectTable {
             evictions: 0,
             evicted_bytes: 0,
             expired_deliveries: 0,
+            woken: false,
         }
+    }
+
+    /// Whether the table woke a task (answered a waiting request, notified
+    /// a subscriber) since the last call. A task woken from a daemon
+    /// worker waits in that worker's LIFO slot, which no other worker
+    /// takes from, until the waking task suspends; a connection task that
+    /// polls next must first give the runtime a turn.
+    pub fn take_woken(&mut self) -> bool {
+        std::mem::take(&mut self.woken)
+    }
+
+    /// Answers a waiting request.
+    fn answer(&mut self, tx: oneshot::Sender<Reply>, reply: Reply) {
+        self.woken = true;
+        // The waiter is gone only if its connection closed; `disconnect`
+        // then cleans up after it.
+        let _ = tx.send(reply);
     }
 
     pub fn connect(&mut self, client: ClientId) {
@@ -553,6 +574,12 @@ impl ObjectTable {
         Outcome::Wait { wait, rx, timeout }
     }
 
+    /// Whether `req` is a claim that would wait: its object is not sealed
+    /// (yet).
+    pub fn would_wait(&self, req: &Request<'_>) -> bool {
+        matches!(req, Request::Claim { id, .. } if !self.objects.get(id).is_some_and(|e| e.sealed))
+    }
+
     fn misplaced(id: ObjectId, actual: Placement, expect: Placement) -> Reply {
         err(
             ErrorCode::InvalidArgument,
@@ -566,7 +593,7 @@ impl ObjectTable {
         let expect = w.claim.unwrap_or(placement);
         if placement != expect {
             self.claim_failed(w.client, id);
-            let _ = w.tx.send(Self::misplaced(id, placement, expect));
+            self.answer(w.tx, Self::misplaced(id, placement, expect));
             return;
         }
         let early = self.take_early_release(w.client, id);
@@ -580,7 +607,7 @@ impl ObjectTable {
             // The client is already done with it: its release settles now.
             self.drop_ref(w.client, id, true);
         }
-        let _ = w.tx.send(Reply::Done);
+        self.answer(w.tx, Reply::Done);
     }
 
     /// A claim of `client` failed: its release (come already, or to come)
@@ -638,7 +665,7 @@ impl ObjectTable {
                 let objects = w.ids.iter().zip(w.found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
                 // The receiver is gone only if its connection closed; its
                 // references are then dropped by `disconnect`.
-                let _ = w.tx.send(Reply::Objects(objects));
+                self.answer(w.tx, Reply::Objects(objects));
             }
         }
     }
@@ -973,7 +1000,7 @@ impl ObjectTable {
             if self.objects.contains_key(&c.id) {
                 let c = self.creates.remove(i).expect("index in range");
                 self.end_wait(c.client);
-                let _ = c.tx.send(err(ErrorCode::AlreadyExists, format!("object {} was created by another client while waiting for space", c.id)));
+                self.answer(c.tx, err(ErrorCode::AlreadyExists, format!("object {} was created by another client while waiting for space", c.id)));
                 continue;
             }
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
@@ -982,7 +1009,7 @@ impl ObjectTable {
                     let c = self.creates.remove(i).expect("index in range");
                     self.end_wait(c.client);
                     let reply = self.place(c.client, c.id, block, c.data_size, &c.metadata, c.deliveries);
-                    let _ = c.tx.send(reply);
+                    self.answer(c.tx, reply);
                 }
                 None => i += 1,
             }
@@ -995,8 +1022,12 @@ impl ObjectTable {
         }
         // A subscriber whose queue is full is cut off (its connection then
         // reports Lagged) rather than slowing everyone else down.
+        let woken = &mut self.woken;
         self.subscribers.retain(|client, tx| match tx.try_send(n) {
-            Ok(()) => true,
+            Ok(()) => {
+                *woken = true;
+                true
+            }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tracing::warn!(client, "subscriber fell {SUBSCRIBER_QUEUE} notifications behind; cutting it off");
                 false

@@ -1,31 +1,31 @@
-//! How connection tasks poll their sockets after a message, and for how
-//! long (`--spin-us`): one spinner watches them all.
+//! How a daemon's connection tasks poll their sockets after a message, and
+//! for how long: one spinner polls for them all.
 //!
-//! After handling what a federate sent, its connection task looks for the
-//! next message for a while before it waits in the reactor: the next
-//! message of an exchange (a reply, the next NET) often follows within
+//! After handling what a client sent, a connection task looks for the next
+//! message for a while before it waits in the reactor: the next message of
+//! an exchange (a reply, the next request) often follows within
 //! microseconds, and waking a worker asleep in the reactor costs more than
 //! that on a virtualised machine. But a polling thread is one more thread
-//! that wants a CPU, on machines where the federates poll too: with every
-//! busy connection polling from its own worker, federates waited for CPUs
-//! (broadcast to 4 receivers over the RTI: 1 KB round p50 about 220 µs
-//! without polling, 350-530 µs with every connection polling; ad hoc), and
-//! with two (one exchange between two federates: four polling threads on
-//! a two-CPU machine) the latency followed where the kernel happened to
-//! put them (one-way p50 13-90 µs by placement; ad hoc).
+//! that wants a CPU, on machines where the clients poll too. In `hprm-rti`,
+//! with every busy connection polling from its own worker, federates
+//! waited for CPUs (broadcast to 4 receivers over the RTI: 1 KB round p50
+//! about 220 µs without polling, 350-530 µs with every connection polling;
+//! ad hoc), and with two (one exchange between two federates: four polling
+//! threads on a two-CPU machine) the latency followed where the kernel
+//! happened to put them (one-way p50 13-90 µs by placement; ad hoc).
 //!
 //! So one connection task at a time is the [`Spinner`]: it polls its own
 //! socket and those of the others that want to poll, which wait as
 //! [`Watch`]es (parked tasks, their sockets not in the reactor). When a
 //! watched socket has data, the spinner hands its role to that task and
 //! becomes a watcher itself: the task it woke runs next on the same
-//! worker (tokio's LIFO slot), no thread is woken, and only one RTI thread
-//! ever polls. Against a poller per connection, at most two (`node-bench
-//! compare`, launches alternating between the builds): 1 KB broadcast
-//! round to four receivers over the Unix socket 377 -> 170 µs (TCP 397 ->
-//! 201 µs), a two-federate exchange level at 8 B and 1.05x at 64 KiB,
-//! sustained 8-byte messages 0.97x (two connections' relays no longer run
-//! at once).
+//! worker (tokio's LIFO slot), no thread is woken, and only one daemon
+//! thread ever polls. In `hprm-rti`, against a poller per connection, at
+//! most two (`node-bench compare`, launches alternating between the
+//! builds): 1 KB broadcast round to four receivers over the Unix socket
+//! 377 -> 170 µs (TCP 397 -> 201 µs), a two-federate exchange level at 8 B
+//! and 1.05x at 64 KiB, sustained 8-byte messages 0.97x (two connections'
+//! relays no longer run at once).
 //!
 //! Connections waiting in the reactor are watched as well
 //! ([`Polling::watch`]): the spinner keeps its worker from the reactor
@@ -35,6 +35,12 @@
 //! until polling ended, 200 µs, in about half the launches of a
 //! two-federate exchange before they were watched (ad hoc).
 //!
+//! A connection task reads through its [`Poller`], which plays whichever
+//! role it is given. The role outlives a read: the task keeps it while it
+//! handles what it read, provided that handling does not suspend
+//! ([`Poller::unless_suspended`]); a spinner parked in an await would
+//! leave the watchers waiting for a look that does not come.
+//!
 //! Invariant: `Set::spinner` is true exactly while one [`Spinner`] holds
 //! the role, or a woken [`Watch`] was handed it and has not yet turned it
 //! into one (or dropped it, which releases it). Whoever releases the role
@@ -42,29 +48,36 @@
 //! without a spinner; watchers in the reactor stay, the reactor wakes them.
 
 use std::future::Future;
-use std::os::fd::RawFd;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::{Socket, Stream};
+
 /// How long the spinner keeps its worker thread, at most, before it gives
-/// the runtime a turn. Every turn wakes the RTI's other worker (asleep in
-/// the reactor while this one spins): in tokio a task that yields, or any
-/// worker that finds work after it looked for some, calls a sleeping
-/// worker to help, and that is a wake-up on a CPU a federate likely polls
+/// the runtime a turn. Every turn wakes the daemon's other worker (asleep
+/// in the reactor while this one spins): in tokio a task that yields, or
+/// any worker that finds work after it looked for some, calls a sleeping
+/// worker to help, and that is a wake-up on a CPU a client likely polls
 /// on. So the spinner takes a turn when it knows of work for its worker:
 /// after it woke watchers without handing off ([`Spinner::expire`]), and
-/// after a flush woke a stalled outbox's writer (see `connection`); the
-/// tasks it wakes then wait in its worker's LIFO slot, which no other
-/// worker steals from. Everything else reaches the other worker (the
-/// reactor, timers, tasks woken from other threads). This slice is a
-/// backstop against a wake-up that list misses; with a turn every 25 µs
-/// the RTI's threads slept 1,611 times while relaying 200 messages 300 µs
-/// apart (its test, `a_polling_rti_relays_without_sleeping_between_messages`).
+/// when its daemon knows it woke a task (`hprm-rti`, after a flush woke a
+/// stalled outbox's writer); the tasks it wakes then wait in its worker's
+/// LIFO slot, which no other worker steals from. Everything else reaches
+/// the other worker (the reactor, timers, tasks woken from other threads).
+/// This slice is a backstop against a wake-up that list misses; with a
+/// turn every 25 µs the RTI's threads slept 1,611 times while relaying 200
+/// messages 300 µs apart (its test,
+/// `a_polling_rti_relays_without_sleeping_between_messages`).
 const RUNTIME_SLICE: Duration = Duration::from_millis(10);
 
+/// The polling of one daemon's connections: who spins, who watches, and
+/// for how long a connection polls after a message. Shared by the
+/// connections' [`Poller`]s.
 #[derive(Debug)]
 pub struct Polling {
     spin: Duration,
@@ -97,13 +110,13 @@ const READY: u8 = 2;
 const RETRY: u8 = 3;
 
 /// How a connection task polls.
-pub enum Role {
+enum Role {
     Spin(Spinner),
     Watch(Watch),
 }
 
 /// Why a [`Watch`] ended.
-pub enum Woken {
+enum Woken {
     /// Its socket has data, and the role of spinner is now its.
     Spinner(Spinner),
     /// Its socket has data (the spinner stays where it is).
@@ -114,7 +127,7 @@ pub enum Woken {
 }
 
 /// What one look of the spinner found.
-pub enum Look {
+enum Look {
     /// Its own socket has data.
     Own(Spinner),
     /// Nothing.
@@ -140,7 +153,7 @@ impl Polling {
 
     /// Polls socket `fd` until `until`: as the spinner if there is none,
     /// else as a watcher. `None` when polling is off.
-    pub fn enter(self: &Arc<Self>, fd: RawFd, until: Instant) -> Option<Role> {
+    fn enter(self: &Arc<Self>, fd: RawFd, until: Instant) -> Option<Role> {
         if self.spin.is_zero() {
             return None;
         }
@@ -156,7 +169,7 @@ impl Polling {
     /// meanwhile: the spinner may keep the reactor from running (see the
     /// module doc), and sees the socket sooner anyway. Stays watched until
     /// woken or dropped. `None` when polling is off.
-    pub fn watch(self: &Arc<Self>, fd: RawFd) -> Option<Watch> {
+    fn watch(self: &Arc<Self>, fd: RawFd) -> Option<Watch> {
         if self.spin.is_zero() {
             return None;
         }
@@ -182,6 +195,170 @@ impl Polling {
     }
 }
 
+/// A socket a [`Poller`] reads: plain non-blocking reads, and a read that
+/// waits in the reactor.
+pub trait Polled: AsRawFd {
+    /// Reads what is there now (`WouldBlock` if nothing), without waiting.
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Reads what is there, waiting for something if nothing is; 0 at the
+    /// end of the stream. Cancel-safe.
+    fn read(&self, buf: &mut [u8]) -> impl Future<Output = io::Result<usize>> + Send;
+}
+
+impl<S: Stream + Sync> Polled for Socket<S> {
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        Socket::try_read(self, buf)
+    }
+
+    fn read(&self, buf: &mut [u8]) -> impl Future<Output = io::Result<usize>> + Send {
+        Socket::read(self, buf)
+    }
+}
+
+/// One connection task's part in the [`Polling`]: reads its socket as the
+/// spinner or as a watcher, and keeps the role of spinner between reads
+/// until it hands it off, its time is up, or it is dropped or stopped.
+pub struct Poller {
+    polling: Arc<Polling>,
+    /// The role of spinner, between reads while this connection holds it.
+    spinner: Option<Spinner>,
+}
+
+impl Poller {
+    pub fn new(polling: Arc<Polling>) -> Poller {
+        Poller { polling, spinner: None }
+    }
+
+    /// Reads once into `buf` (0: end of stream), polling for up to
+    /// `Polling`'s spin before waiting in the reactor: as the spinner, or
+    /// as a watcher the spinner wakes. Between looks the spinner yields
+    /// its CPU to any thread ready to run there (the clients need the CPUs
+    /// more); it gives the runtime a turn when it woke watchers whose time
+    /// was up, and at least every `RUNTIME_SLICE` it holds the role (a
+    /// connection that always has data never waits otherwise).
+    /// Cancel-safe: a read that is dropped has taken no bytes, and the
+    /// role stays with this poller or goes on to another.
+    pub async fn read<R: Polled + ?Sized>(&mut self, socket: &R, buf: &mut [u8]) -> io::Result<usize> {
+        let until = Instant::now() + self.polling.spin;
+        let mut watch = None;
+        loop {
+            if let Some(w) = watch.take() {
+                match w.await {
+                    Woken::Spinner(s) => self.spinner = Some(s),
+                    Woken::Ready => {}
+                    Woken::Retry if Instant::now() >= until => return self.read_watched(socket, buf).await,
+                    Woken::Retry => continue,
+                }
+                if let Some(n) = read_now(socket, buf)? {
+                    return Ok(n);
+                }
+                continue;
+            }
+            let mut spinner = match self.spinner.take() {
+                Some(s) => s,
+                None => match self.polling.enter(socket.as_raw_fd(), until) {
+                    None => return socket.read(buf).await,
+                    Some(Role::Watch(w)) => {
+                        watch = Some(w);
+                        continue;
+                    }
+                    Some(Role::Spin(s)) => s,
+                },
+            };
+            let now = Instant::now();
+            if now >= until {
+                drop(spinner);
+                return self.read_watched(socket, buf).await;
+            }
+            if spinner.turn_due(now) {
+                self.spinner = Some(spinner);
+                tokio::task::yield_now().await;
+                continue;
+            }
+            match spinner.look(until) {
+                Look::Own(s) => {
+                    self.spinner = Some(s);
+                    if let Some(n) = read_now(socket, buf)? {
+                        return Ok(n);
+                    }
+                }
+                Look::HandedOff(w) => watch = Some(w),
+                Look::Idle(s) => {
+                    let woke = s.expire(now);
+                    self.spinner = Some(s);
+                    if woke {
+                        tokio::task::yield_now().await;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads once, waiting in the reactor and, while there is a spinner,
+    /// watched by it as well: a worker that spins may keep the reactor
+    /// from running (see the module doc).
+    async fn read_watched<R: Polled + ?Sized>(&mut self, socket: &R, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let Some(watch) = self.polling.watch(socket.as_raw_fd()) else { return socket.read(buf).await };
+            let woken = tokio::select! {
+                biased;
+                n = socket.read(buf) => return n,
+                w = watch => w,
+            };
+            match woken {
+                Woken::Spinner(s) => self.spinner = Some(s),
+                Woken::Ready => {}
+                Woken::Retry => continue,
+            }
+            if let Some(n) = read_now(socket, buf)? {
+                return Ok(n);
+            }
+            // Nothing after all: back to the reactor, but not holding the
+            // role, which would leave the watchers without a spinner.
+            self.spinner = None;
+        }
+    }
+
+    /// Runs `work` (the handling of what was read), keeping the role of
+    /// spinner only while `work` does not suspend: the first time it does
+    /// (a reply waits for room in a full socket, a lock is taken), the
+    /// role is given up, so the watchers do not wait on a task that is
+    /// itself waiting.
+    pub async fn unless_suspended<F: Future>(&mut self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            let done = work.as_mut().poll(cx);
+            if done.is_pending() {
+                self.spinner = None;
+            }
+            done
+        })
+        .await
+    }
+
+    /// Gives up the role of spinner, if it holds it: for a connection that
+    /// reads no more through [`Poller::read`] for now.
+    pub fn stop(&mut self) {
+        self.spinner = None;
+    }
+
+    /// Whether it holds the role of spinner.
+    pub fn spins(&self) -> bool {
+        self.spinner.is_some()
+    }
+}
+
+/// Reads what is there now: `None` if nothing is.
+fn read_now<R: Polled + ?Sized>(socket: &R, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    match socket.try_read(buf) {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Takes the watchers `which` picks out of the set, marked to retry: how
 /// many, and the wakers to wake after the lock is released.
 fn retry(set: &mut Set, which: impl Fn(&Watched) -> bool) -> (usize, Vec<Waker>) {
@@ -200,7 +377,7 @@ fn retry(set: &mut Set, which: impl Fn(&Watched) -> bool) -> (usize, Vec<Waker>)
 
 /// The connection task that polls for everyone; gives the role up when
 /// dropped.
-pub struct Spinner {
+struct Spinner {
     polling: Arc<Polling>,
     fd: RawFd,
     /// Scratch for each look: this socket, then the watched ones in the
@@ -224,7 +401,7 @@ impl Spinner {
     /// Its own socket comes first, except right after it had data: a
     /// connection that always has data (a sender at full rate) must not
     /// keep the others waiting.
-    pub fn look(mut self, until: Instant) -> Look {
+    fn look(mut self, until: Instant) -> Look {
         self.fds.clear();
         self.ids.clear();
         self.fds.push(libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 });
@@ -281,7 +458,7 @@ impl Spinner {
 
     /// Whether it has held the role for `RUNTIME_SLICE` since its last
     /// turn; if so, the next turn is counted from `now`.
-    pub fn turn_due(&mut self, now: Instant) -> bool {
+    fn turn_due(&mut self, now: Instant) -> bool {
         let due = now >= self.turn_at;
         if due {
             self.turn_at = now + RUNTIME_SLICE;
@@ -291,7 +468,7 @@ impl Spinner {
 
     /// Wakes the watchers whose time is up, to wait in the reactor; whether
     /// there were any (they need a turn of the runtime).
-    pub fn expire(&self, now: Instant) -> bool {
+    fn expire(&self, now: Instant) -> bool {
         let (woken, wakers) = retry(&mut self.polling.lock(), |w| w.until.is_some_and(|u| u <= now));
         wakers.into_iter().for_each(Waker::wake);
         woken > 0
@@ -307,7 +484,7 @@ impl Drop for Spinner {
 }
 
 /// A connection task waiting for the spinner to see data on its socket.
-pub struct Watch {
+struct Watch {
     polling: Arc<Polling>,
     id: u64,
     fd: RawFd,
@@ -502,5 +679,56 @@ mod tests {
         let old = handed_off(s.look(later()));
         drop(w);
         assert!(matches!(old.await, Woken::Retry));
+    }
+    fn socket(s: UnixStream) -> crate::LocalSocket {
+        s.set_nonblocking(true).expect("non-blocking");
+        crate::LocalSocket::new(tokio::net::UnixStream::from_std(s).expect("register")).expect("deregister")
+    }
+
+    #[tokio::test]
+    async fn a_poller_keeps_the_role_across_handling_that_does_not_suspend_and_gives_it_up_when_it_does() {
+        let Two { p, own: (own, mut own_peer), other: (other, _other_peer) } = two();
+        let own = socket(own);
+        let mut poller = Poller::new(p.clone());
+        own_peer.write_all(b"request").expect("write");
+        let mut buf = [0u8; 16];
+        assert_eq!(poller.read(&own, &mut buf).await.expect("read"), 7);
+        assert!(poller.spins(), "it read as the spinner, and keeps the role");
+        poller.unless_suspended(async {}).await;
+        assert!(poller.spins());
+        let w = watch(p.enter(other.as_raw_fd(), later()));
+        poller.unless_suspended(tokio::task::yield_now()).await;
+        assert!(!poller.spins(), "handling that suspended gave the role up");
+        assert!(matches!(w.await, Woken::Retry), "and the watcher was told to take it");
+    }
+
+    #[tokio::test]
+    async fn pollers_of_two_connections_read_both_whoever_spins() {
+        let Two { p, own: (a, mut a_peer), other: (b, mut b_peer) } = two();
+        let (a, b) = (socket(a), socket(b));
+        let reader = |s: crate::LocalSocket, p: Arc<Polling>| async move {
+            let mut poller = Poller::new(p);
+            let (mut got, mut buf) = (Vec::new(), [0u8; 64]);
+            while got.len() < 300 {
+                let n = poller.read(&s, &mut buf).await.expect("read");
+                got.extend_from_slice(&buf[..n]);
+            }
+            got
+        };
+        let ra = tokio::spawn(reader(a, p.clone()));
+        let rb = tokio::spawn(reader(b, p.clone()));
+        let writer = std::thread::spawn(move || {
+            for _ in 0..100 {
+                a_peer.write_all(b"abc").expect("write");
+                std::thread::sleep(Duration::from_micros(50));
+                b_peer.write_all(b"xyz").expect("write");
+            }
+        });
+        // A reader left without a spinner would wait forever.
+        let within = |r| tokio::time::timeout(Duration::from_secs(10), r);
+        assert_eq!(within(ra).await.expect("a's reader in time").expect("a's reader"), b"abc".repeat(100));
+        assert_eq!(within(rb).await.expect("b's reader in time").expect("b's reader"), b"xyz".repeat(100));
+        writer.join().expect("writer");
+        assert!(!p.lock().spinner, "no spinner is left once the pollers are gone");
     }
 }
