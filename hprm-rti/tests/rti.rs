@@ -766,9 +766,26 @@ fn sleeps(pid: u32) -> u64 {
     n
 }
 
-/// Relays 200 messages 300 µs apart between federates on the RTI's Unix
-/// socket; returns how often the RTI's threads slept meanwhile.
-fn sleeps_while_relaying(spin_us: &str) -> u64 {
+/// CPU time the process `pid` has used so far, in clock ticks (10 ms).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses: state is field 3, utime and
+    // stime fields 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// What relaying cost the RTI's threads: how often they slept, and their
+/// CPU time in clock ticks.
+struct Relaying {
+    sleeps: u64,
+    cpu_ticks: u64,
+}
+
+/// Relays `count` messages `gap` apart between federates on the RTI's Unix
+/// socket, the RTI polling for `spin_us` after each message.
+fn relaying(spin_us: &str, count: i64, gap: Duration) -> Relaying {
     let dir = tempfile::tempdir().unwrap();
     let rti = Rti::start_in(2, &["--clock-sync", "off", "--spin-us", spin_us], dir.path());
     let path = hprm_rti::endpoint::unix_socket(hprm_rti::endpoint::Server::Rti, rti.addr.port());
@@ -782,21 +799,29 @@ fn sleeps_while_relaying(spin_us: &str) -> u64 {
         other => panic!("expected one start time, got {other:?}"),
     };
     let pid = rti.child.id();
-    let before = sleeps(pid);
-    for i in 0..200 {
+    let (sleeps_before, cpu_before) = (sleeps(pid), cpu_ticks(pid));
+    for i in 0..count {
         let msg = Message::TaggedMessage { port: 0, fed: 1, tag: t(s + i, 0), payload: vec![7; 8] };
         f0.send(&msg);
         assert_eq!(f1.recv(), msg);
-        std::thread::sleep(Duration::from_micros(300));
+        std::thread::sleep(gap);
     }
-    sleeps(pid) - before
+    Relaying { sleeps: sleeps(pid) - sleeps_before, cpu_ticks: cpu_ticks(pid) - cpu_before }
 }
 
 #[test]
 fn a_polling_rti_relays_without_sleeping_between_messages() {
     // Polling for a second after each message: no sleep between them.
-    let polling = sleeps_while_relaying("1000000");
+    let polling = relaying("1000000", 200, Duration::from_micros(300)).sleeps;
     // Not polling: a thread sleeps in the reactor before each one.
-    let sleeping = sleeps_while_relaying("0");
+    let sleeping = relaying("0", 200, Duration::from_micros(300)).sleeps;
     assert!(polling < 50 && sleeping >= 150, "RTI threads slept {polling} times for 200 messages while polling, {sleeping} times without");
+}
+
+#[test]
+fn a_connection_whose_messages_come_further_apart_than_the_spin_mostly_stops_polling() {
+    // Polling 2 ms after each of 100 messages 4 ms apart would take 200 ms
+    // of CPU, and catch none of them; polling one read in eight takes 25.
+    let cost = relaying("2000", 100, Duration::from_millis(4));
+    assert!(cost.cpu_ticks < 8, "the RTI used {} ms of CPU relaying 100 messages 4 ms apart with a 2 ms spin", cost.cpu_ticks * 10);
 }

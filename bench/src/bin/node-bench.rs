@@ -2544,12 +2544,13 @@ mod tests {
         let Some(Role::Compare { workload, coord, size, launches, store_a, .. }) = cli.role else { panic!("expected compare: {cli:?}") };
         assert_eq!((workload, coord, size, launches, store_a), (Workload::Small, Coord::CentralizedUnix, 8, 12, None));
         let (missing, other) = (PathBuf::from("/no/such/hprm-rti"), PathBuf::from("/no/such/hprm-store"));
-        let side = |rti: &Path, store| Daemons { rti: Some(rti), store };
-        let err = compare([side(&missing, None), side(&missing, Some(&other))], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("no such binary");
+        let a = Daemons { rti: Some(&missing), store: None };
+        let b = Daemons { rti: Some(&missing), store: Some(&other) };
+        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("no such binary");
         assert!(format!("{err:#}").contains("no hprm-rti binary at /no/such/hprm-rti"), "{err:#}");
-        let err = compare([side(&missing, None), side(&missing, Some(&other))], Workload::Small, Coord::CentralizedUnix, 8, 0, 10).expect_err("no launches");
+        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 0, 10).expect_err("no launches");
         assert!(err.to_string().contains("--launches"), "{err:#}");
-        let err = compare([side(&missing, None), side(&missing, None)], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("nothing differs");
+        let err = compare([a, a], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("nothing differs");
         assert!(err.to_string().contains("the same daemons"), "{err:#}");
     }
 

@@ -116,10 +116,9 @@ impl Connection {
 
     /// Sends `req` and waits for its reply. Error replies become errors.
     pub(crate) fn call(&self, req: &Request<'_>) -> Result<Reply> {
-        match self.call_raw(req)? {
-            Reply::Error(e) => Err(Error::Rejected { op: req.name(), code: e.code, message: e.message }),
-            reply => Ok(reply),
-        }
+        self.check(req.name())?;
+        let seq = self.start(req)?;
+        self.finish(seq, req.name())
     }
 
     /// The oldest error of a request sent without a reply that has been read
@@ -166,18 +165,45 @@ impl Connection {
     /// Like [`Connection::call`] but hands back error replies as replies
     /// (for `get`, whose timeout reply carries the missing ids).
     pub(crate) fn call_raw(&self, req: &Request<'_>) -> Result<Reply> {
+        self.check(req.name())?;
+        let seq = self.start(req)?;
+        self.wait(seq, req.name())
+    }
+
+    /// Before a call: fails if the connection is broken, or with the oldest
+    /// unreported error of a request sent without a reply.
+    fn check(&self, op: &'static str) -> Result<()> {
+        let mut st = lock(&self.state);
+        if let Some(reason) = &st.broken {
+            return Err(Error::Disconnected { op, reason: reason.clone() });
+        }
+        st.take_earlier()
+    }
+
+    /// Sends `req` and returns its seq without waiting for the reply, which
+    /// [`Connection::finish`] takes. Errors of earlier requests are left
+    /// for the next call to report.
+    pub(crate) fn start(&self, req: &Request<'_>) -> Result<u64> {
         let op = req.name();
         let seq = {
             let mut st = lock(&self.state);
             if let Some(reason) = &st.broken {
                 return Err(Error::Disconnected { op, reason: reason.clone() });
             }
-            st.take_earlier()?;
             st.next_seq += 1;
             st.next_seq - 1
         };
         self.send(seq, req).map_err(|reason| self.mark_broken(op, reason))?;
-        self.wait(seq, op)
+        Ok(seq)
+    }
+
+    /// The reply to the `op` request [`Connection::start`] sent as `seq`.
+    /// Error replies become errors.
+    pub(crate) fn finish(&self, seq: u64, op: &'static str) -> Result<Reply> {
+        match self.wait(seq, op)? {
+            Reply::Error(e) => Err(Error::Rejected { op, code: e.code, message: e.message }),
+            reply => Ok(reply),
+        }
     }
 
     fn send(&self, seq: u64, req: &Request<'_>) -> Result<(), String> {
