@@ -307,6 +307,15 @@ mod tests {
         (served, writers)
     }
 
+    /// An object client 1 created over its socket, to be delivered
+    /// `deliveries` times: its id and where it lies.
+    fn created(served: &mut Served, deliveries: u32) -> (ObjectId, hprm_store::protocol::message::Placement) {
+        let id = ObjectId::random();
+        let create = Request::Create { id, data_size: 1000, metadata: b"", deliveries, wait_for_space: Duration::ZERO };
+        let Outcome::Reply(Reply::Created(placement)) = served.handle_frame(1, &create) else { panic!("created") };
+        (id, placement)
+    }
+
     #[test]
     fn claims_read_with_the_seal_they_wait_for_do_not_wait_whatever_the_order() {
         // A producer (client 1) seals an object it created and sends the
@@ -314,9 +323,7 @@ mod tests {
         // read at once. The map puts some receivers' outboxes before the
         // producer's (all eight after it: 1 in 9).
         let (mut served, mut outboxes) = served(9);
-        let id = ObjectId::random();
-        let create = Request::Create { id, data_size: 1000, metadata: b"", deliveries: 8, wait_for_space: Duration::ZERO };
-        let Outcome::Reply(Reply::Created(placement)) = served.handle_frame(1, &create) else { panic!("created") };
+        let (id, placement) = created(&mut served, 8);
         let mut enc = Encoder::default();
         assert!(outboxes[0].push(1, enc.request(0, &Request::Seal { id })));
         for receiver in &mut outboxes[1..] {
@@ -336,9 +343,7 @@ mod tests {
     #[test]
     fn a_claim_whose_seal_is_not_there_still_waits_and_its_client_is_told() {
         let (mut served, mut outboxes) = served(2);
-        let id = ObjectId::random();
-        let create = Request::Create { id, data_size: 1000, metadata: b"", deliveries: 1, wait_for_space: Duration::ZERO };
-        let Outcome::Reply(Reply::Created(placement)) = served.handle_frame(1, &create) else { panic!("created") };
+        let (id, placement) = created(&mut served, 1);
         let mut enc = Encoder::default();
         assert!(outboxes[1].push(0, enc.request(0, &Request::Claim { id, placement, timeout: None })));
         served.expire(Instant::now());

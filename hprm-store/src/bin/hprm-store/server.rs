@@ -5,12 +5,13 @@
 //! pre-allocated buffer and answers each request from the object table
 //! (through [`Served`], which reads the outboxes first). After each burst
 //! of requests it polls for the next one for up to `--spin` before it
-//! sleeps in the reactor: a client working back to back (create, seal,
-//! get, release) sends it within microseconds, and a wake-up costs more
-//! than that on a virtualised or loaded machine. One connection task at a
-//! time polls, for all of them (`hprm_local_socket::polling`), so the
-//! daemon takes at most one CPU from its clients while it polls. It also acts on
-//! what its client posted to the outbox when another task read it. Requests that wait (get, create with a wait for
+//! sleeps in the reactor (while its requests come that close): a client
+//! working back to back (create, seal, get, release) sends it within
+//! microseconds, and a wake-up costs more than that on a virtualised or
+//! loaded machine. One connection task at a time polls, for all of them
+//! (`hprm_local_socket::polling`), so the daemon takes at most one CPU
+//! from its clients while it polls. It also acts on what its client
+//! posted to the outbox when another task read it. Requests that wait (get, create with a wait for
 //! space) are answered by a task of their own, so later requests on the same
 //! connection are not held up. Anything wrong with a frame (bad header,
 //! oversized, undecodable, stalled halfway) gets one error reply and the
