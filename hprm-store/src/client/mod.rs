@@ -13,7 +13,7 @@
 //! message. The price: an id that already exists is reported late, as
 //! [`Error::Earlier`] from [`StoreClient::sync`] or a later call, not by
 //! `create`. The next Reserve of a class goes out while the pool still has
-//! blocks (see [`Pool`]), so no create waits for one.
+//! blocks (see `Pool`), so no create waits for one.
 
 mod connection;
 mod object;
