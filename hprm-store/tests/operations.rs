@@ -295,6 +295,45 @@ fn small_objects_live_in_reserved_blocks() {
 }
 
 #[test]
+fn a_reserve_sent_ahead_into_a_full_arena_is_asked_again_when_its_blocks_are_needed() {
+    let d = Daemon::start("4M", &[]);
+    let store = d.client();
+    let batch = hprm_store::client::RESERVE_BATCH as usize;
+    // Pinned (a delivery pending), so that no create evicts them.
+    let pinned = CreateOptions { deliveries: 1, ..CreateOptions::default() };
+    let small = |i: usize| {
+        let id = ObjectId::random();
+        store.put_with(id, &pattern(id.as_bytes(), 10 + i), b"", &pinned).map(|()| id)
+    };
+    // The first batch of 64-byte blocks, one used.
+    let mut ids = vec![small(0).unwrap()];
+    // Another client fills the rest of the arena with objects it does not
+    // seal (sealed ones would be evicted to make room).
+    let hog = d.light_client();
+    let mut held = Vec::new();
+    for size in [256 << 10, 16 << 10, 1 << 10, 64] {
+        while let Ok(object) = hog.create(ObjectId::random(), size, b"") {
+            held.push(object);
+        }
+    }
+    // Down to a quarter of the batch: the Reserve that goes ahead finds
+    // the arena full and is refused.
+    for i in 1..batch - batch / 4 {
+        ids.push(small(i).expect("a block of the first batch"));
+    }
+    // Memory comes free before the pool runs out.
+    drop((held, hog));
+    eventually(Duration::from_secs(5), "the hog's objects and blocks are freed", || store.stats().unwrap().bytes_in_use < 64 << 10);
+    // The creates past the first batch reserve again, and succeed.
+    for i in batch - batch / 4..batch + 3 {
+        ids.push(small(i).unwrap_or_else(|e| panic!("small object {i} with memory free: {e}")));
+    }
+    for id in ids {
+        assert!(store.contains(id).unwrap());
+    }
+}
+
+#[test]
 fn an_unsealed_object_dropped_is_aborted() {
     let d = Daemon::start("16M", &[]);
     let store = d.client();

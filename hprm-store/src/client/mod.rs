@@ -222,14 +222,25 @@ impl Inner {
             }
             return Ok(offset);
         }
-        let reply = match pool.reserving[class].take() {
+        let ahead = match pool.reserving[class].take() {
             Some(seq) => {
                 drop(pool);
-                self.conn.finish(seq, "reserve")?
+                match self.conn.finish(seq, "reserve") {
+                    // Refused when it was sent (the arena was full then):
+                    // ask again, now that the blocks are needed.
+                    Err(Error::Rejected { .. }) => None,
+                    reply => Some(reply?),
+                }
             }
             None => {
-                let reserve = pool.reserve(class, self.arena.size());
                 drop(pool);
+                None
+            }
+        };
+        let reply = match ahead {
+            Some(reply) => reply,
+            None => {
+                let reserve = self.pool().reserve(class, self.arena.size());
                 self.conn.call(&reserve)?
             }
         };

@@ -273,7 +273,7 @@ impl ObjectTable {
             return Outcome::Reply(self.place(client, id, block, data_size, metadata, deliveries));
         }
         if wait.is_zero() {
-            return Outcome::Reply(self.out_of_memory(id, len));
+            return Outcome::Reply(self.out_of_memory(&format!("object {id}"), len));
         }
         if let Err(e) = self.begin_wait(client) {
             return Outcome::Reply(Reply::Error(e));
@@ -284,12 +284,13 @@ impl ObjectTable {
         Outcome::Wait { wait: wait_id, rx, timeout: Some(wait) }
     }
 
-    fn out_of_memory(&self, id: ObjectId, len: u64) -> Reply {
+    /// Why `what` (an object, blocks to reserve) of `len` bytes found no room.
+    fn out_of_memory(&self, what: &str, len: u64) -> Reply {
         let pinned = self.objects.values().filter(|e| !e.evictable()).count();
         err(
             ErrorCode::OutOfMemory,
             format!(
-                "no room for object {id} ({}): {} of {} in use by {pinned} objects that cannot be evicted (unsealed, referenced, or awaiting deliveries), largest free block {}; release objects, create with fewer deliveries, wait for space, or start hprm-store with a larger --memory",
+                "no room for {what} ({}): {} of {} in use by {pinned} objects that cannot be evicted (unsealed, referenced, or awaiting deliveries), largest free block {}; release objects, create with fewer deliveries, wait for space, or start hprm-store with a larger --memory",
                 ByteSize(len),
                 ByteSize(self.allocator.in_use()),
                 ByteSize(self.allocator.capacity()),
@@ -368,7 +369,7 @@ impl ObjectTable {
             }
         }
         if offsets.is_empty() {
-            return self.out_of_memory(ObjectId::from_bytes([0; ObjectId::LEN]), block_len);
+            return self.out_of_memory("a reserved block", block_len);
         }
         Reply::Reserved { block_len, offsets }
     }
@@ -715,7 +716,7 @@ impl ObjectTable {
             let c = self.creates.remove(pos).expect("position is valid");
             self.end_wait(c.client);
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
-            return Some(self.out_of_memory(c.id, len));
+            return Some(self.out_of_memory(&format!("object {}", c.id), len));
         }
         None
     }
