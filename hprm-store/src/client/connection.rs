@@ -116,8 +116,7 @@ impl Connection {
 
     /// Sends `req` and waits for its reply. Error replies become errors.
     pub(crate) fn call(&self, req: &Request<'_>) -> Result<Reply> {
-        self.check(req.name())?;
-        let seq = self.start(req)?;
+        let seq = self.send_request(req, true)?;
         self.finish(seq, req.name())
     }
 
@@ -165,30 +164,29 @@ impl Connection {
     /// Like [`Connection::call`] but hands back error replies as replies
     /// (for `get`, whose timeout reply carries the missing ids).
     pub(crate) fn call_raw(&self, req: &Request<'_>) -> Result<Reply> {
-        self.check(req.name())?;
-        let seq = self.start(req)?;
+        let seq = self.send_request(req, true)?;
         self.wait(seq, req.name())
-    }
-
-    /// Before a call: fails if the connection is broken, or with the oldest
-    /// unreported error of a request sent without a reply.
-    fn check(&self, op: &'static str) -> Result<()> {
-        let mut st = lock(&self.state);
-        if let Some(reason) = &st.broken {
-            return Err(Error::Disconnected { op, reason: reason.clone() });
-        }
-        st.take_earlier()
     }
 
     /// Sends `req` and returns its seq without waiting for the reply, which
     /// [`Connection::finish`] takes. Errors of earlier requests are left
     /// for the next call to report.
     pub(crate) fn start(&self, req: &Request<'_>) -> Result<u64> {
+        self.send_request(req, false)
+    }
+
+    /// Sends `req` under a new seq, unless the connection is broken or
+    /// (`report_earlier`) an earlier request sent without a reply failed:
+    /// then that error, oldest first.
+    fn send_request(&self, req: &Request<'_>, report_earlier: bool) -> Result<u64> {
         let op = req.name();
         let seq = {
             let mut st = lock(&self.state);
             if let Some(reason) = &st.broken {
                 return Err(Error::Disconnected { op, reason: reason.clone() });
+            }
+            if report_earlier {
+                st.take_earlier()?;
             }
             st.next_seq += 1;
             st.next_seq - 1

@@ -222,24 +222,14 @@ impl Inner {
             }
             return Ok(offset);
         }
-        let ahead = match pool.reserving[class].take() {
-            Some(seq) => {
-                drop(pool);
-                match self.conn.finish(seq, "reserve") {
-                    // Refused when it was sent (the arena was full then):
-                    // ask again, now that the blocks are needed.
-                    Err(Error::Rejected { .. }) => None,
-                    reply => Some(reply?),
-                }
-            }
-            None => {
-                drop(pool);
-                None
-            }
-        };
-        let reply = match ahead {
-            Some(reply) => reply,
-            None => {
+        let ahead = pool.reserving[class].take();
+        drop(pool);
+        let reply = match ahead.map(|seq| self.conn.finish(seq, "reserve")) {
+            Some(Ok(reply)) => reply,
+            Some(Err(e)) if !matches!(e, Error::Rejected { .. }) => return Err(e),
+            // None sent ahead, or refused when it was sent (the arena was
+            // full then): ask now, when the blocks are needed.
+            _ => {
                 let reserve = self.pool().reserve(class, self.arena.size());
                 self.conn.call(&reserve)?
             }

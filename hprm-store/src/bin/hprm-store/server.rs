@@ -264,12 +264,19 @@ async fn read_loop(
     let mut frames = FrameBuffer::new(MAX_REQUEST_BODY);
     let mut poller = Poller::new(shared.polling.clone());
     loop {
+        let mut woken = false;
         while let Some(len) = frames.poll()? {
             let (seq, req) = decode_request(frames.body(len)).map_err(|e| Closing::Decode(e.to_string()))?;
-            poller.unless_suspended(handle(client, seq, &req, shared, writer)).await?;
+            woken |= poller.unless_suspended(handle(client, seq, &req, shared, writer)).await?;
             frames.pop(len);
         }
-        turn_if_woken(shared).await;
+        // A task the handling woke waits in this worker's LIFO slot, which
+        // no other worker takes from, until this task suspends: give it its
+        // turn before polling. Only then: every turn wakes the daemon's
+        // other worker.
+        if woken {
+            tokio::task::yield_now().await;
+        }
         let limit = shared.frame_timeout;
         let mid_frame = frames.is_mid_frame();
         let read = async {
@@ -289,7 +296,6 @@ async fn read_loop(
         let Some(n) = read else {
             let posts = shared.served().take_posted(client).map_err(Closing::Outbox)?;
             poller.unless_suspended(act_on_posts(client, posts, shared, writer)).await?;
-            turn_if_woken(shared).await;
             continue;
         };
         if n == 0 {
@@ -302,37 +308,30 @@ async fn read_loop(
     }
 }
 
-/// Gives the runtime a turn if handling a request woke a task (see
-/// `ObjectTable::take_woken`), which would otherwise wait while this task
-/// polls. Only then: every turn wakes the daemon's other worker.
-async fn turn_if_woken(shared: &Shared) {
-    let woken = shared.served().take_woken();
-    if woken {
-        tokio::task::yield_now().await;
-    }
-}
-
-async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+/// Handles one request; whether that woke a task (see
+/// `ObjectTable::take_woken`).
+async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<bool, Closing> {
     if let Request::Subscribe = req {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        let posts = {
+        let (posts, woken) = {
             let mut served = shared.served();
             served.subscribe(client, tx);
-            served.take_posted(client).map_err(Closing::Outbox)?
+            (served.take_posted(client).map_err(Closing::Outbox)?, served.take_woken())
         };
         act_on_posts(client, posts, shared, writer).await?;
         write_reply(writer, seq, &Reply::Done).await?;
         tokio::spawn(forward_notifications(rx, writer.clone()));
-        return Ok(());
+        return Ok(woken);
     }
-    let (posts, outcome) = {
+    let (posts, outcome, woken) = {
         let mut served = shared.served();
         let outcome = served.handle_frame(client, req);
-        (served.take_posted(client).map_err(Closing::Outbox)?, outcome)
+        (served.take_posted(client).map_err(Closing::Outbox)?, outcome, served.take_woken())
     };
     // What the client posted before this frame, then the frame.
     act_on_posts(client, posts, shared, writer).await?;
-    respond(client, seq, req.name(), outcome, shared, writer).await
+    respond(client, seq, req.name(), outcome, shared, writer).await?;
+    Ok(woken)
 }
 
 /// Acts on the outcomes of `client`'s posts that need its connection.
