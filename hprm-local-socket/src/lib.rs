@@ -50,7 +50,7 @@ use tokio::io::Interest;
 
 pub mod polling;
 
-pub use polling::{Polled, Poller, Polling};
+pub use polling::{IdleWork, Polled, Poller, Polling};
 
 /// A Unix stream connection (see [`Socket`]).
 pub type LocalSocket = Socket<StdUnixStream>;

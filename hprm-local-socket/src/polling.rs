@@ -78,10 +78,24 @@ const RUNTIME_SLICE: Duration = Duration::from_millis(10);
 /// The polling of one daemon's connections: who spins, who watches, and
 /// for how long a connection polls after a message. Shared by the
 /// connections' [`Poller`]s.
-#[derive(Debug)]
 pub struct Polling {
     spin: Duration,
     set: Mutex<Set>,
+    idle: Option<IdleWork>,
+}
+
+/// Work a daemon gives its spinner, which is the one thread sure to be
+/// awake while the daemon polls: done after each look that finds nothing
+/// (`stopping` false), and when the role of spinner is given up
+/// (`stopping` true: maybe nobody polls for a while). Returns whether it
+/// woke a task, which then needs a turn of the runtime. `hprm-rti` writes
+/// the DNETs it held back for company with it.
+pub type IdleWork = Box<dyn Fn(bool) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for Polling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Polling").field("spin", &self.spin).field("set", &self.set).field("idle_work", &self.idle.is_some()).finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -139,7 +153,16 @@ enum Look {
 
 impl Polling {
     pub fn new(spin: Duration) -> Polling {
-        Polling { spin, set: Mutex::new(Set::default()) }
+        Polling { spin, set: Mutex::new(Set::default()), idle: None }
+    }
+
+    /// A polling whose spinner also does `work` (see [`IdleWork`]).
+    pub fn with_idle_work(spin: Duration, work: IdleWork) -> Polling {
+        Polling { idle: Some(work), ..Polling::new(spin) }
+    }
+
+    fn idle_work(&self, stopping: bool) -> bool {
+        self.idle.as_ref().is_some_and(|work| work(stopping))
     }
 
     /// How long a connection polls after its last message.
@@ -187,6 +210,7 @@ impl Polling {
     /// Gives the role up and wakes every watcher that only polls, to take
     /// it (or to wait in the reactor, if their time is up).
     fn release(&self) {
+        self.idle_work(true);
         let mut set = self.lock();
         set.spinner = false;
         let (_, wakers) = retry(&mut set, |w| w.until.is_some());
@@ -323,7 +347,7 @@ impl Poller {
                 }
                 Look::HandedOff(w) => watch = Some(w),
                 Look::Idle(s) => {
-                    let woke = s.expire(now);
+                    let woke = s.expire(now) | self.polling.idle_work(false);
                     self.spinner = Some(s);
                     if woke {
                         tokio::task::yield_now().await;
@@ -386,6 +410,12 @@ impl Poller {
     /// Whether it holds the role of spinner.
     pub fn spins(&self) -> bool {
         self.spinner.is_some()
+    }
+
+    /// Whether its next [`Poller::read`] polls (as the spinner, or watched
+    /// by one) before it waits in the reactor.
+    pub fn polls_next(&self) -> bool {
+        !self.polling.spin.is_zero() && (self.pays || self.skipped >= PROBE_EVERY)
     }
 }
 

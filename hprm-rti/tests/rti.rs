@@ -360,6 +360,58 @@ fn dnet_can_be_disabled() {
     assert!(f[0].dnets.is_empty(), "{:?}", f[0].dnets);
 }
 
+/// The DNET of `grants_follow_nets_across_a_delayed_connection`: federate
+/// 1's NET asks federate 0 (no upstreams, so no grants) for NETs from
+/// `s + 40 ms` on. Returns when federate 1 sent that NET.
+fn dnet_for_federate_0(rti: &Rti) -> (Vec<Fed>, i64, Instant) {
+    let ms = 1_000_000;
+    let (mut f, s) = start(rti, 2, &[(0, 1, Delay::After(10 * ms))]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    f[1].send(&Message::NextEventTag(t(s, 0)));
+    assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 10 * ms - 1, u32::MAX)));
+    let sent = Instant::now();
+    f[1].send(&Message::NextEventTag(t(s + 50 * ms, 0)));
+    (f, s, sent)
+}
+
+#[test]
+fn a_dnet_waits_for_the_next_message_to_its_federate_and_rides_with_it() {
+    let ms = 1_000_000;
+    // Polling and the hold outlast the test: only company sends the DNET.
+    let rti = Rti::start(2, &["--clock-sync", "off", "--spin-us", "1000000", "--dnet-hold-us", "1000000"]);
+    let (mut f, s, _) = dnet_for_federate_0(&rti);
+    assert_eq!(f[0].recv_timeout(Duration::from_millis(150)), None);
+    assert!(f[0].dnets.is_empty(), "the DNET is held: {:?}", f[0].dnets);
+    f[1].send(&Message::StopRequest(t(s + 60 * ms, 0)));
+    assert_eq!(f[0].recv(), Message::StopRequest(t(s + 60 * ms, 0)));
+    assert_eq!(f[0].dnets, vec![t(s + 40 * ms, u32::MAX)], "the DNET came first, with the stop request");
+}
+
+#[test]
+fn a_held_dnet_goes_alone_when_its_hold_is_over() {
+    let rti = Rti::start(2, &["--clock-sync", "off", "--spin-us", "1000000", "--dnet-hold-us", "20000"]);
+    let (mut f, s, sent) = dnet_for_federate_0(&rti);
+    let deadline = sent + Duration::from_millis(900);
+    while f[0].dnets.is_empty() && Instant::now() < deadline {
+        assert_eq!(f[0].recv_timeout(Duration::from_millis(10)), None);
+    }
+    // Written by the spinner after the 20 ms hold, long before polling ends.
+    assert_eq!(f[0].dnets, vec![t(s + 40_000_000, u32::MAX)]);
+    assert!(sent.elapsed() >= Duration::from_millis(20), "held for the hold: {:?}", sent.elapsed());
+}
+
+#[test]
+fn held_dnets_go_when_the_rti_stops_polling() {
+    let rti = Rti::start(2, &["--clock-sync", "off", "--spin-us", "20000", "--dnet-hold-us", "1000000"]);
+    let (mut f, s, sent) = dnet_for_federate_0(&rti);
+    let deadline = sent + Duration::from_millis(800);
+    while f[0].dnets.is_empty() && Instant::now() < deadline {
+        assert_eq!(f[0].recv_timeout(Duration::from_millis(10)), None);
+    }
+    // The hold (1 s) is not over: the spinner wrote it as it stopped.
+    assert_eq!(f[0].dnets, vec![t(s + 40_000_000, u32::MAX)]);
+}
+
 #[test]
 fn tagged_messages_are_relayed_and_hold_the_destination() {
     let rti = Rti::start(2, &["--clock-sync", "off"]);

@@ -2149,7 +2149,7 @@ impl Report {
                 let missed = measured.iter().filter(|&&(_, _, ratio)| ratio > 1.0).map(|(e, _, _)| size_label(e.size)).collect::<Vec<_>>().join(", ");
                 let why = match yardstick {
                     Yardstick::Rti | Yardstick::RtiPolling => format!(
-                        "at {missed} a centralized message took longer over the RTI than a message to the RTI and back. It makes the same two hops (sender -> RTI -> receiver); its message, LTC and NET leave in one write, and the RTI forwards it with the grant of its tag in one write, so no round trip waits. But the RTI then handles the LTC and NET too (a DNET back to the sender, a second write), and it shares two CPUs with two polling federates, where the round trip's RTI has one client and a CPU to itself."
+                        "at {missed} a centralized message took longer over the RTI than a message to the RTI and back. It makes the same two hops (sender -> RTI -> receiver); its message, LTC and NET leave in one write, and the RTI forwards it with the grant of its tag in one write, so no round trip waits. But the RTI then handles the LTC and NET too, and it shares two CPUs with two polling federates, where the round trip's RTI has one client and a CPU to itself."
                     ),
                     Yardstick::Floor => {
                         let model = measured

@@ -333,10 +333,12 @@ async fn handle_messages(reader: &mut Reader, fed: FedId, federation: &Federatio
             Some(Frame::Other(msg)) => msg,
             None => {
                 // What the handled messages queued leaves now, before the
-                // wait for more: in one write per destination. A writer it
-                // woke (a federate not reading) runs on this worker only
-                // when this task lets it (see `hprm_local_socket::polling`).
-                if federation.flush() {
+                // wait for more: in one write per destination, but for
+                // DNETs with no company, which may wait while this task
+                // polls (see `outbox`). A writer it woke (a federate not
+                // reading) runs on this worker only when this task lets it
+                // (see `hprm_local_socket::polling`).
+                if federation.flush_burst(reader.poller.polls_next()) {
                     tokio::task::yield_now().await;
                 }
                 reader.fill_polling().await?;

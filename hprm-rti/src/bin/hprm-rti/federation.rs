@@ -110,10 +110,12 @@ pub struct Federation {
 }
 
 impl Federation {
-    pub fn new(id: &str, size: u16, start_delay: Instant, dnet: bool, trace: bool, restarts: Restarts) -> Federation {
+    /// `dnet_hold`: how long a DNET may wait for a message to ride with
+    /// (see `outbox`); `None`: no DNETs at all.
+    pub fn new(id: &str, size: u16, start_delay: Instant, dnet_hold: Option<std::time::Duration>, trace: bool, restarts: Restarts) -> Federation {
         let mut coord = Coordinator::new(size);
-        coord.set_dnet(dnet);
-        let dirty = Arc::new(Dirty::default());
+        coord.set_dnet(dnet_hold.is_some());
+        let dirty = Arc::new(Dirty::new(dnet_hold.unwrap_or_default()));
         let inner = Inner {
             coord,
             slots: (0..size).map(|f| Slot { server_port: -1, restartable: restarts.federates.contains(&f), ..Slot::default() }).collect(),
@@ -133,7 +135,22 @@ impl Federation {
     /// call it before they wait for more input. Whether it woke an
     /// outbox's writer task (a federate that does not read fast enough).
     pub fn flush(&self) -> bool {
-        self.dirty.flush()
+        self.dirty.flush(false)
+    }
+
+    /// [`Federation::flush`] after a connection task handled a burst of
+    /// messages. `polls`: the task polls next (as the spinner, or watched
+    /// by one), so DNETs with nothing to ride with may be held: the
+    /// spinner's [`Federation::idle`] writes them.
+    pub fn flush_burst(&self, polls: bool) -> bool {
+        self.dirty.flush(polls)
+    }
+
+    /// The polling spinner's idle work: writes held DNETs whose hold is
+    /// over, or all of them when it stops polling (`stopping`). Whether it
+    /// woke a writer task.
+    pub fn idle(&self, stopping: bool) -> bool {
+        self.dirty.flush_held(std::time::Instant::now(), stopping)
     }
 
     /// Writes the grants sent so far (`--trace`).
@@ -501,6 +518,15 @@ fn push(inner: &Inner, fed: FedId, encode: impl FnOnce(&mut Vec<u8>)) {
     }
 }
 
+/// As [`push`], for a hint that may wait for company (see `outbox`).
+fn push_hint(inner: &Inner, fed: FedId, encode: impl FnOnce(&mut Vec<u8>)) {
+    if let Some(out) = &inner.slots[usize::from(fed)].out {
+        if out.push_hint(encode) {
+            inner.dirty.add(out);
+        }
+    }
+}
+
 fn deliver(inner: &Inner, notices: &[Notice]) {
     for n in notices {
         let msg = match n.grant {
@@ -512,6 +538,9 @@ fn deliver(inner: &Inner, notices: &[Notice]) {
         if let Some(t) = &inner.trace {
             t.record(n.to, &n.grant);
         }
-        send(inner, n.to, &msg);
+        match n.grant {
+            Grant::DownstreamNext(_) => push_hint(inner, n.to, |buf| encode(&msg, buf)),
+            Grant::Tag(_) | Grant::Provisional(_) => send(inner, n.to, &msg),
+        }
     }
 }

@@ -78,6 +78,14 @@ struct Cli {
     /// send all their NETs (always safe; LF's `--disable_dnet`).
     #[arg(long, short = 'd')]
     disable_dnet: bool,
+    /// How long, in microseconds, a DNET may wait for a message to the
+    /// same federate to ride with before it is written alone (0: never
+    /// wait). A DNET written alone costs the RTI a write and, over TCP,
+    /// the federate an extra acknowledgement of the reply that follows it.
+    /// Held DNETs are written by the polling connection, so they wait only
+    /// while the RTI polls (`--spin-us`).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    dnet_hold_us: u64,
     /// Record every grant sent (TAG, PTAG) and write them, when the RTI
     /// ends, to this file as Chrome trace JSON (ui.perfetto.dev).
     #[arg(long, value_name = "FILE")]
@@ -141,7 +149,6 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         None => None,
     };
-    let admission = connection::Admission { clock_sync: cli.clock_sync, auth_key, polling: Arc::new(hprm_local_socket::Polling::new(std::time::Duration::from_micros(cli.spin_us))) };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -160,7 +167,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             timeout: std::time::Duration::from_millis(cli.rejoin_timeout_ms),
             fast: cli.fast,
         };
-        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, !cli.disable_dnet, cli.trace.is_some(), restarts));
+        let dnet_hold = (!cli.disable_dnet).then_some(std::time::Duration::from_micros(cli.dnet_hold_us));
+        let federation = Arc::new(Federation::new(&cli.id, cli.federates, start_delay, dnet_hold, cli.trace.is_some(), restarts));
+        let idle_work: hprm_local_socket::IdleWork = {
+            let federation = federation.clone();
+            Box::new(move |stopping| federation.idle(stopping))
+        };
+        let polling = Arc::new(hprm_local_socket::Polling::with_idle_work(std::time::Duration::from_micros(cli.spin_us), idle_work));
+        let admission = connection::Admission { clock_sync: cli.clock_sync, auth_key, polling };
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);
             let udp = tokio::net::UdpSocket::bind(udp_addr)
