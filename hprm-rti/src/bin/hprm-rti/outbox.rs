@@ -25,10 +25,11 @@
 //! microseconds later. Written alone, the DNET is one more write for the
 //! RTI and one more read for the federate, and its segment and the reply's
 //! arriving unacknowledged make the federate's TCP acknowledge the reply
-//! at once, by a segment of its own (two TCP segments per relayed message
-//! instead of one). Held, an 8-byte exchange over TCP ran at 20-21 µs
-//! one-way in every launch, against 19-33 µs (half the launches over 26)
-//! without (ad hoc; `node-bench compare` in the README). A DNET only lets
+//! at once, by a segment of its own (a round trip of two federates took 8
+//! TCP segments, 4 with DNETs held), and about half the launches of such
+//! an exchange ran slow. Held: 8-byte one-way over TCP 27.0 -> 21.2 µs, the launches'
+//! quartiles 21.5-29.5 -> 19.2-23.3 µs (`node-bench compare`, 16 launches
+//! a side; the README's RTI section has the rest). A DNET only lets
 //! a federate leave out NETs nobody needs, so a late one costs at most a
 //! NET sent in vain or one sent late, as a slower network would; and
 //! every hold ends: the polling spinner writes held outboxes once their
