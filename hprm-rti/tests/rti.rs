@@ -374,6 +374,19 @@ fn dnet_for_federate_0(rti: &Rti) -> (Vec<Fed>, i64, Instant) {
     (f, s, sent)
 }
 
+/// The DNET of [`dnet_for_federate_0`] with nothing to ride with, on an
+/// RTI with these `--spin-us` and `--dnet-hold-us`: the DNETs federate 0
+/// got within `limit` (nothing else may come), the federation's start
+/// time, and how long after the NET that asked for it it came.
+fn lone_dnet(spin_us: &str, hold_us: &str, limit: Duration) -> (Vec<Tag>, i64, Duration) {
+    let rti = Rti::start(2, &["--clock-sync", "off", "--spin-us", spin_us, "--dnet-hold-us", hold_us]);
+    let (mut f, s, sent) = dnet_for_federate_0(&rti);
+    while f[0].dnets.is_empty() && sent.elapsed() < limit {
+        assert_eq!(f[0].recv_timeout(Duration::from_millis(10)), None);
+    }
+    (f[0].dnets.clone(), s, sent.elapsed())
+}
+
 #[test]
 fn a_dnet_waits_for_the_next_message_to_its_federate_and_rides_with_it() {
     let ms = 1_000_000;
@@ -389,27 +402,17 @@ fn a_dnet_waits_for_the_next_message_to_its_federate_and_rides_with_it() {
 
 #[test]
 fn a_held_dnet_goes_alone_when_its_hold_is_over() {
-    let rti = Rti::start(2, &["--clock-sync", "off", "--spin-us", "1000000", "--dnet-hold-us", "20000"]);
-    let (mut f, s, sent) = dnet_for_federate_0(&rti);
-    let deadline = sent + Duration::from_millis(900);
-    while f[0].dnets.is_empty() && Instant::now() < deadline {
-        assert_eq!(f[0].recv_timeout(Duration::from_millis(10)), None);
-    }
+    let (dnets, s, after) = lone_dnet("1000000", "20000", Duration::from_millis(900));
     // Written by the spinner after the 20 ms hold, long before polling ends.
-    assert_eq!(f[0].dnets, vec![t(s + 40_000_000, u32::MAX)]);
-    assert!(sent.elapsed() >= Duration::from_millis(20), "held for the hold: {:?}", sent.elapsed());
+    assert_eq!(dnets, vec![t(s + 40_000_000, u32::MAX)]);
+    assert!(after >= Duration::from_millis(20), "held for the hold: {after:?}");
 }
 
 #[test]
 fn held_dnets_go_when_the_rti_stops_polling() {
-    let rti = Rti::start(2, &["--clock-sync", "off", "--spin-us", "20000", "--dnet-hold-us", "1000000"]);
-    let (mut f, s, sent) = dnet_for_federate_0(&rti);
-    let deadline = sent + Duration::from_millis(800);
-    while f[0].dnets.is_empty() && Instant::now() < deadline {
-        assert_eq!(f[0].recv_timeout(Duration::from_millis(10)), None);
-    }
+    let (dnets, s, _) = lone_dnet("20000", "1000000", Duration::from_millis(800));
     // The hold (1 s) is not over: the spinner wrote it as it stopped.
-    assert_eq!(f[0].dnets, vec![t(s + 40_000_000, u32::MAX)]);
+    assert_eq!(dnets, vec![t(s + 40_000_000, u32::MAX)]);
 }
 
 #[test]
