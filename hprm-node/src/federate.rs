@@ -67,7 +67,20 @@ impl RunOptions {
     }
 }
 
-/// Runs one federate of `program` to its end.
+/// Closes the federate's connections when [`run_federate`] returns,
+/// however it returns: after that, nothing of the runtime runs the
+/// program's code (`Inbox::close_sources`).
+struct ClosingSources(Arc<Inbox>);
+
+impl Drop for ClosingSources {
+    fn drop(&mut self) {
+        self.0.close_sources();
+    }
+}
+
+/// Runs one federate of `program` to its end. When it returns, no thread it
+/// started runs the program's code any more (reactions, decoders): a
+/// message that arrives later is dropped.
 pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport, NodeError> {
     if let Some(c) = opts.coordination {
         program.coordination = c;
@@ -88,6 +101,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         }
     }
     let inbox = Arc::new(Inbox::new(opts.spin));
+    let _closing = ClosingSources(inbox.clone());
     if opts.handle_signals {
         crate::signal::forward_to(inbox.clone())?;
     }

@@ -66,10 +66,10 @@ pub(crate) struct Inbox {
     ready: Condvar,
     nonempty: AtomicBool,
     spin: Duration,
-    /// The connections the scheduler reads while it polls. Weak: a source
-    /// holds the inbox (through `Receiving`), and lives as long as its
-    /// reader thread.
-    sources: Mutex<Vec<Weak<Source>>>,
+    /// The connections the scheduler reads while it polls, or `None` once
+    /// they are closed ([`Inbox::close_sources`]). Weak: a source holds the
+    /// inbox (through `Receiving`), and lives as long as its reader thread.
+    sources: Mutex<Option<Vec<Weak<Source>>>>,
     /// When the scheduler last read `sources` (ns since `epoch`), or
     /// [`NOT_POLLING`]: their reader threads stay away from the sockets
     /// for [`TAKEOVER`] after it.
@@ -93,14 +93,33 @@ impl Inbox {
             ready: Condvar::new(),
             nonempty: AtomicBool::new(false),
             spin,
-            sources: Mutex::new(Vec::new()),
+            sources: Mutex::new(Some(Vec::new())),
             polled_at: AtomicU64::new(NOT_POLLING),
             epoch: Instant::now(),
         }
     }
 
+    /// Registers a connection; one that comes after [`Inbox::close_sources`]
+    /// (a late peer) is closed at once.
     pub fn add_source(&self, source: &Arc<Source>) {
-        self.sources.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(source));
+        match &mut *self.sources.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(sources) => sources.push(Arc::downgrade(source)),
+            None => source.close(),
+        }
+    }
+
+    /// Closes every connection for good, once the federate has finished.
+    /// When this returns, no message is handled any more, so no decoder
+    /// runs: the program's decoders are its own code (a Python federate's
+    /// takes the GIL, which a finalizing interpreter must not be asked for),
+    /// and nothing of the runtime may call them after `run_federate`
+    /// returned. Messages still on their way are dropped, as they would be
+    /// by a federate process that exited.
+    pub fn close_sources(&self) {
+        let sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner).take();
+        for s in sources.into_iter().flatten().filter_map(|s| s.upgrade()) {
+            s.close();
+        }
     }
 
     /// For reader threads: `Some(how long to stay away)` while the
@@ -121,9 +140,9 @@ impl Inbox {
     /// Reads every source that has something (the scheduler's part).
     fn poll_sources(&self) {
         let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
-        if sources.is_empty() {
+        let Some(sources) = sources.as_mut().filter(|s| !s.is_empty()) else {
             return;
-        }
+        };
         self.polled_at.store(self.now_ns(), Ordering::SeqCst);
         sources.retain(|s| match s.upgrade() {
             Some(s) => {
@@ -142,7 +161,7 @@ impl Inbox {
         }
         // Pairs with the fence in `Source::serve` (see there).
         fence(Ordering::SeqCst);
-        for s in self.sources.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(Weak::upgrade) {
+        for s in self.sources.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten().filter_map(Weak::upgrade) {
             s.wake_reader();
         }
     }

@@ -100,6 +100,21 @@ impl Source {
         }
     }
 
+    /// Stops reading for good (see `Inbox::close_sources`). When it
+    /// returns, a message being handled has been handled, and no other
+    /// will be: `pump` checks `ended` under `reader` before each message.
+    pub fn close(&self) {
+        self.ended.store(true, Ordering::Release);
+        // A reader thread asleep in poll(2) wakes to the end of input, sees
+        // `ended` and exits. Only the reading half: writes on this socket
+        // (the RTI's, whose writer shares it) are not cut short.
+        // SAFETY: `fd` is open as long as `self` (see the field); shutdown
+        // takes no memory.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RD) };
+        self.wake_reader();
+        drop(self.reader.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
     fn serve(&self) {
         let _ = self.thread.set(std::thread::current());
         // Pairs with the fence in `Inbox::hand_over`: either the scheduler
@@ -123,11 +138,12 @@ impl Source {
     /// Reads and handles messages until the socket has no more now.
     /// Called with `reader` held, which orders everything it hands on.
     fn pump(&self, reader: &mut FrameReader) {
-        // Checked under the lock: the other reader may have seen the end.
-        if self.ended.load(Ordering::Acquire) {
-            return;
-        }
         loop {
+            // Checked under the lock, before each message: the other reader
+            // may have seen the end, or `close` may be waiting.
+            if self.ended.load(Ordering::Acquire) {
+                return;
+            }
             match reader.try_next() {
                 Ok(Some(frame)) => {
                     if let Err(ending) = self.handle(frame) {
@@ -313,6 +329,40 @@ mod tests {
         assert_eq!(grants(&mut items), (0..5000).collect::<Vec<_>>());
         inbox.wait(Some(Instant::now() + Duration::from_millis(20)), &mut items);
         assert!(items.is_empty(), "the end is reported once");
+    }
+
+    fn exits_soon(thread: &JoinHandle<()>) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        thread.is_finished()
+    }
+
+    #[test]
+    fn closed_sources_hand_on_nothing_more_and_their_reader_threads_exit() {
+        let (inbox, mut writer, thread) = rti_source(Duration::from_millis(1));
+        writer.send(&Message::TagAdvanceGrant(Tag::new(1, 0))).unwrap();
+        let mut items = VecDeque::new();
+        inbox.wait(None, &mut items);
+        assert_eq!(grants(&mut items), vec![1]);
+        // Past TAKEOVER the reader thread is back asleep in poll(2).
+        std::thread::sleep(5 * TAKEOVER);
+        inbox.close_sources();
+        // The peer neither writes nor closes, yet the reader thread exits.
+        assert!(exits_soon(&thread), "the reader thread is still there");
+        let _ = writer.send(&Message::TagAdvanceGrant(Tag::new(2, 0)));
+        inbox.wait(Some(Instant::now() + Duration::from_millis(20)), &mut items);
+        assert!(items.is_empty(), "nothing is handed on after the close, not even the end of the connection");
+        // A connection that comes later (a late peer) is closed at once.
+        let rx = Arc::new(Receiving { inputs: Vec::new(), decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)), inbox: inbox.clone() });
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut late = FrameWriter::new(Stream::Unix(theirs));
+        late.send(&Message::TagAdvanceGrant(Tag::new(3, 0))).unwrap();
+        let thread = Source::start(FrameReader::new(Stream::Unix(ours)), Peer::Rti { addr: "late".into() }, rx).unwrap();
+        assert!(exits_soon(&thread), "the late reader thread is still there");
+        inbox.wait(Some(Instant::now() + Duration::from_millis(20)), &mut items);
+        assert!(items.is_empty(), "a late connection hands on nothing");
     }
 
     #[test]

@@ -949,6 +949,63 @@ fn runtime_clock_sync_rounds_with_the_rti() {
     }
 }
 
+/// A message that reaches a federate after it finished is dropped, never
+/// decoded: when `run_federate` returns, no thread of the runtime runs the
+/// program's code. (A Python federate's decoder takes the GIL; asked for it
+/// while the interpreter finalizes, CPython crashes.)
+#[test]
+fn a_finished_federate_decodes_no_late_message() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    use hprm_node::payload::{Decoder, PayloadError};
+    use hprm_node::Value;
+
+    static SENT: AtomicUsize = AtomicUsize::new(0);
+    static RETURNED: AtomicBool = AtomicBool::new(false);
+    static DECODED_AFTER: AtomicUsize = AtomicUsize::new(0);
+    fn decode(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
+        if RETURNED.load(SeqCst) {
+            DECODED_AFTER.fetch_add(1, SeqCst);
+        }
+        dec.decode::<u64>(bytes).map(|v| Arc::new(v) as Value)
+    }
+    // Decentralized with no STP: the receiver finishes at the stop tag
+    // without waiting, while the sender's reaction there is still asleep.
+    let program = || {
+        let mut p = Program::new("late");
+        p.coordination(Coordination::Decentralized { stp: Duration::ZERO }).timeout(20 * MS);
+        let s = p.federate("sender");
+        let out = {
+            let mut r = p.reactor(s, "s", ());
+            let t = r.timer("t", 20 * MS, Duration::ZERO);
+            let out = r.output::<u64>("out");
+            r.reaction("late").trigger(t).effect(out).body(move |_, ctx| {
+                std::thread::sleep(300 * MS);
+                SENT.fetch_add(1, SeqCst);
+                ctx.set(out, 1);
+            });
+            out
+        };
+        let f = p.federate("receiver");
+        let mut r = p.reactor(f, "r", ());
+        let inp = r.input_with::<u64>("in", decode);
+        r.reaction("got").trigger(inp).body(|_, _| {});
+        p.connect(out, inp);
+        p
+    };
+    let rti = support::RtiDaemon::start(2, &["--id", "late"]);
+    let opts = rti_options("sender", &rti, "late");
+    let sender = std::thread::spawn(move || run_federate(program(), opts));
+    run_federate(program(), rti_options("receiver", &rti, "late")).expect("the receiver runs");
+    RETURNED.store(true, SeqCst);
+    sender.join().expect("no panic").expect("the sender runs");
+    assert_eq!(SENT.load(SeqCst), 1, "the sender sent its message after the receiver finished");
+    // A reader thread still at the socket would decode it within microseconds.
+    std::thread::sleep(200 * MS);
+    assert_eq!(DECODED_AFTER.load(SeqCst), 0, "a message was decoded after run_federate returned");
+}
+
 #[test]
 fn a_wrong_federation_id_is_rejected_with_a_reason() {
     let rti = support::RtiDaemon::start(2, &["--id", "pair"]);

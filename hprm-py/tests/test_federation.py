@@ -71,6 +71,17 @@ def test_tardy_handlers_run_in_python(daemons_built):
         assert line == f"tardy {n} intended={20 * (n - 1)}ms", line
 
 
+@pytest.mark.parametrize("late_ms", [1, 3, 6])
+def test_a_message_that_comes_after_its_receiver_finished_is_dropped(late_ms, daemons_built):
+    """A peer reader thread of the receiver once decoded it while the
+    interpreter was exiting: a panic in pyo3 ("not initialized"), or a
+    SIGSEGV midway through finalization. The delays span that window."""
+    r = launch("late.py", late_ms)
+    assert r.returncode == 0, r.stderr
+    assert "panicked" not in r.stderr, r.stderr
+    assert "[receiver] got" not in r.stderr, "the message came late; it must not be handled"
+
+
 def test_the_hprm_command_launches_a_program(daemons_built):
     hprm = Path(sys.executable).parent / "hprm"
     assert hprm.exists(), "the package installs the hprm command"
