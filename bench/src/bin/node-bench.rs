@@ -123,8 +123,8 @@ struct Cli {
     keep_runs: bool,
     /// Start the stores without `--populate` (by default the benchmark's
     /// stores pre-fault their arena, as a robot's store would run, so no
-    /// write into an object pays a page fault).
-    #[arg(long)]
+    /// write into an object pays a page fault). For `compare` too.
+    #[arg(long, global = true)]
     no_populate: bool,
 }
 
@@ -347,7 +347,7 @@ fn main() -> ExitCode {
         }
         Some(Role::Compare { ref rti_a, ref rti_b, ref store_a, ref store_b, workload, coord, size, launches, rounds }) => {
             let sides = [Daemons { rti: rti_a.as_deref(), store: store_a.as_deref() }, Daemons { rti: rti_b.as_deref(), store: store_b.as_deref() }];
-            ("node-bench compare", compare(sides, workload, coord, size, launches, rounds))
+            ("node-bench compare", compare(sides, workload, coord, size, launches, rounds, !cli.no_populate))
         }
     };
     match result {
@@ -1304,7 +1304,8 @@ struct Coordinator {
     exe: PathBuf,
     plan: Plan,
     /// `HPRM_BIN_DIR` for the launches: a directory whose `hprm-store`
-    /// adds `--populate` (see `populate_wrapper`), or none.
+    /// adds `--populate`, or runs some build as it is (see `bin_dir`); or
+    /// none.
     bin_dir: Option<tempfile::TempDir>,
     keep_runs: bool,
 }
@@ -1327,8 +1328,9 @@ impl Daemons<'_> {
 /// `Launch` starts `hprm-store` with only `--socket` and `--memory`, and
 /// takes the binary from `$HPRM_BIN_DIR` first: a directory holding a
 /// wrapper that adds `--populate` (and the real `hprm-rti`) is how the
-/// benchmark's stores pre-fault their arenas.
-fn populate_wrapper(daemons: Daemons) -> Result<tempfile::TempDir> {
+/// benchmark's stores pre-fault their arenas; one holding links to given
+/// builds is how `compare` runs them.
+fn bin_dir(daemons: Daemons, populate: bool) -> Result<tempfile::TempDir> {
     let given = |p: &Path, name: &str| p.canonicalize().with_context(|| format!("no {name} binary at {}", p.display()));
     let store = match daemons.store {
         Some(store) => given(store, "hprm-store")?,
@@ -1339,18 +1341,22 @@ fn populate_wrapper(daemons: Daemons) -> Result<tempfile::TempDir> {
         None => find_binary("hprm-rti").map_err(|e| anyhow!("{e}"))?,
     };
     let dir = tempfile::Builder::new().prefix("node-bench-bin.").tempdir().context("cannot create a temporary directory")?;
-    let quoted = store.display().to_string().replace('\'', r"'\''");
-    let wrapper = dir.path().join("hprm-store");
-    // exec: the launcher's kill reaches the daemon itself.
-    std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{quoted}' \"$@\" --populate\n")).context("cannot write the store wrapper")?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).context("cannot make the store wrapper executable")?;
+    if populate {
+        let quoted = store.display().to_string().replace('\'', r"'\''");
+        let wrapper = dir.path().join("hprm-store");
+        // exec: the launcher's kill reaches the daemon itself.
+        std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{quoted}' \"$@\" --populate\n")).context("cannot write the store wrapper")?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).context("cannot make the store wrapper executable")?;
+    } else {
+        std::os::unix::fs::symlink(&store, dir.path().join("hprm-store")).context("cannot link hprm-store")?;
+    }
     std::os::unix::fs::symlink(&rti, dir.path().join("hprm-rti")).context("cannot link hprm-rti")?;
     Ok(dir)
 }
 
 /// `node-bench compare`: see [`Role::Compare`].
-fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64) -> Result<()> {
+fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64, populate: bool) -> Result<()> {
     if daemons[0] == daemons[1] {
         bail!("both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, or both");
     }
@@ -1363,7 +1369,7 @@ fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize,
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let mut sides = Vec::new();
     for side in daemons {
-        sides.push(Coordinator { exe: exe.clone(), plan: Plan::quick(), bin_dir: Some(populate_wrapper(side)?), keep_runs: false });
+        sides.push(Coordinator { exe: exe.clone(), plan: Plan::quick(), bin_dir: Some(bin_dir(side, populate)?), keep_runs: false });
     }
     let (what, unit) = match workload {
         Workload::Small => ("one-way p50", "µs"),
@@ -1390,7 +1396,8 @@ fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize,
             figures[side].push(figure);
         }
     }
-    println!("{workload:?} over {}, {size} B, {launches} interleaved launches of each ({what}, {unit}):", coord.label());
+    let stores = if populate { "stores populated" } else { "stores not populated" };
+    println!("{workload:?} over {}, {size} B, {launches} interleaved launches of each, {stores} ({what}, {unit}):", coord.label());
     let mut medians = [0.0; 2];
     for (side, (v, bins)) in figures.iter_mut().zip(daemons).enumerate() {
         medians[side] = median(v);
@@ -1776,7 +1783,7 @@ fn coordinator(cli: &Cli) -> Result<()> {
     let mut machine = MachineWithLoad::probe();
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let only: Vec<Workload> = if cli.only.is_empty() { vec![Workload::Small, Workload::Rate, Workload::Broadcast] } else { cli.only.clone() };
-    let bin_dir = if cli.no_populate { None } else { Some(populate_wrapper(Daemons::default())?) };
+    let bin_dir = if cli.no_populate { None } else { Some(bin_dir(Daemons::default(), true)?) };
     // Without a wrapper, Launch finds the daemons itself; check early.
     for name in ["hprm-store", "hprm-rti"] {
         find_binary(name).map_err(|e| anyhow!("{e}"))?;
@@ -2546,11 +2553,11 @@ mod tests {
         let (missing, other) = (PathBuf::from("/no/such/hprm-rti"), PathBuf::from("/no/such/hprm-store"));
         let a = Daemons { rti: Some(&missing), store: None };
         let b = Daemons { rti: Some(&missing), store: Some(&other) };
-        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("no such binary");
+        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 1, 10, true).expect_err("no such binary");
         assert!(format!("{err:#}").contains("no hprm-rti binary at /no/such/hprm-rti"), "{err:#}");
-        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 0, 10).expect_err("no launches");
+        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 0, 10, true).expect_err("no launches");
         assert!(err.to_string().contains("--launches"), "{err:#}");
-        let err = compare([a, a], Workload::Small, Coord::CentralizedUnix, 8, 1, 10).expect_err("nothing differs");
+        let err = compare([a, a], Workload::Small, Coord::CentralizedUnix, 8, 1, 10, true).expect_err("nothing differs");
         assert!(err.to_string().contains("the same daemons"), "{err:#}");
     }
 
