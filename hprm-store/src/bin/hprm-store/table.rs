@@ -15,9 +15,6 @@
 //!   pending deliveries, not marked for deletion. Only objects in `lru` are
 //!   ever evicted, so live data (unsealed, referenced, or awaited by
 //!   consumers) never is.
-//! - A message (an object sent with deliveries) does not stay in `lru`
-//!   past the call in which it became evictable: [`ObjectTable::reap`]
-//!   removes it then (see there why).
 //! - A waiting get holds references on the objects it has found so far
 //!   (recorded in its client's `refs`), so they cannot vanish before it
 //!   completes; on cancel they are dropped again.
@@ -83,10 +80,6 @@ struct Entry {
     delete_pending: bool,
     /// `Some(t)` iff the object is in `lru` under key `t`.
     lru_tick: Option<u64>,
-    /// It was sent with deliveries (at creation, or redelivered): a
-    /// message, freed once they settle ([`ObjectTable::reap`]). Without
-    /// any it is a plain object, kept as cache until evicted.
-    message: bool,
     created_at: Instant,
 }
 
@@ -171,9 +164,6 @@ pub struct ObjectTable {
     /// Whether a waiting request was answered, or a subscriber notified,
     /// since [`ObjectTable::take_woken`]: a task was woken (see there).
     woken: bool,
-    /// Messages that became evictable during the current call, for
-    /// [`ObjectTable::reap`] at its end.
-    settled: Vec<ObjectId>,
 }
 
 fn err(code: ErrorCode, message: String) -> Reply {
@@ -200,7 +190,6 @@ impl ObjectTable {
             evicted_bytes: 0,
             expired_deliveries: 0,
             woken: false,
-            settled: Vec::new(),
         }
     }
 
@@ -227,12 +216,6 @@ impl ObjectTable {
 
     /// Carries out one request. `Subscribe` is handled by [`ObjectTable::subscribe`].
     pub fn handle(&mut self, client: ClientId, req: &Request<'_>) -> Outcome {
-        let outcome = self.carry_out(client, req);
-        self.reap();
-        outcome
-    }
-
-    fn carry_out(&mut self, client: ClientId, req: &Request<'_>) -> Outcome {
         let reply = match req {
             Request::Create { id, data_size, metadata, deliveries, wait_for_space } => {
                 return self.create(client, *id, *data_size, metadata, *deliveries, *wait_for_space);
@@ -359,7 +342,6 @@ impl ObjectTable {
                 delivery_deadline: None,
                 delete_pending: false,
                 lru_tick: None,
-                message: deliveries > 0,
                 created_at: Instant::now(),
             },
         );
@@ -425,7 +407,6 @@ impl ObjectTable {
                 delivery_deadline,
                 delete_pending: false,
                 lru_tick: None,
-                message: deliveries > 0,
                 created_at: Instant::now(),
             },
         );
@@ -483,7 +464,6 @@ impl ObjectTable {
             // wakes any waiting claim, so no receiver's release can come
             // first and be lost. The seal starts the TTL.
             e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
-            e.message |= deliveries > 0;
             return Reply::Done;
         }
         if !e.sealed || e.delete_pending {
@@ -494,7 +474,6 @@ impl ObjectTable {
             return Reply::Done;
         }
         e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
-        e.message = true;
         let d = Instant::now() + ttl;
         // An older deadline entry is skipped by the sweep: it no longer matches.
         e.delivery_deadline = Some(d);
@@ -560,7 +539,7 @@ impl ObjectTable {
         }
         self.gets.insert(wait, GetWaiter { client, ids: ids.to_vec(), found, remaining, claim: None, tx });
         if timeout == Some(Duration::ZERO) {
-            let reply = self.cancel_wait(wait).unwrap_or_else(|| err(ErrorCode::Internal, "get vanished".into()));
+            let reply = self.cancel(wait).unwrap_or_else(|| err(ErrorCode::Internal, "get vanished".into()));
             return Outcome::Reply(reply);
         }
         Outcome::Wait { wait, rx, timeout }
@@ -590,7 +569,7 @@ impl ObjectTable {
         self.gets_by_object.entry(id).or_default().push(wait);
         self.gets.insert(wait, GetWaiter { client, ids: vec![id], found: vec![None], remaining: 1, claim: Some(expect), tx });
         if timeout == Some(Duration::ZERO) {
-            let reply = self.cancel_wait(wait).unwrap_or_else(|| err(ErrorCode::Internal, "claim vanished".into()));
+            let reply = self.cancel(wait).unwrap_or_else(|| err(ErrorCode::Internal, "claim vanished".into()));
             return Outcome::Reply(reply);
         }
         Outcome::Wait { wait, rx, timeout }
@@ -696,12 +675,6 @@ impl ObjectTable {
     /// or `None` if the request completed meanwhile (its reply is then on
     /// the channel).
     pub fn cancel(&mut self, wait: WaitId) -> Option<Reply> {
-        let reply = self.cancel_wait(wait);
-        self.reap();
-        reply
-    }
-
-    fn cancel_wait(&mut self, wait: WaitId) -> Option<Reply> {
         if let Some(w) = self.gets.remove(&wait) {
             self.end_wait(w.client);
             if w.claim.is_some() {
@@ -912,7 +885,6 @@ impl ObjectTable {
         if count > 0 {
             self.retry_creates();
         }
-        self.reap();
         count
     }
 
@@ -924,7 +896,7 @@ impl ObjectTable {
         for wait in waits {
             let claimed = self.gets.get(&wait).and_then(|w| w.claim.is_some().then(|| w.ids[0]));
             // Drops the references the waiter holds too.
-            self.cancel_wait(wait);
+            self.cancel(wait);
             // A consumer that claimed an object before its seal landed and
             // went away has collected its delivery, as one that got it
             // would have: settle it, rather than leave it to the TTL. (Of
@@ -951,7 +923,6 @@ impl ObjectTable {
             self.after_unref(id);
         }
         self.retry_creates();
-        self.reap();
     }
 
     fn add_ref(&mut self, client: ClientId, id: ObjectId) {
@@ -1000,44 +971,12 @@ impl ObjectTable {
                 self.tick += 1;
                 e.lru_tick = Some(self.tick);
                 self.lru.insert(self.tick, id);
-                if e.message {
-                    self.settled.push(id);
-                }
             }
             (false, Some(t)) => {
                 e.lru_tick = None;
                 self.lru.remove(&t);
             }
             _ => {}
-        }
-    }
-
-    /// Removes the messages that became evictable during this call: every
-    /// delivery they were sent with has settled (released, or its TTL ran
-    /// out) and nobody holds them, so nobody is to read them again. Kept as
-    /// cache, as plain objects are, they would push each new message into
-    /// arena pages no process has touched yet (a page fault per 4 KiB in
-    /// every process that writes or reads it, until the whole arena has
-    /// been used once; ad hoc, 64 KiB messages took twice as long), where
-    /// the block just freed is warm in every mapping and cache. Done at the
-    /// end of a call rather than where the last delivery settles, so that
-    /// no step of the call (a seal waking several waiters) finds an object
-    /// removed under it; as calls hold the table's lock, no client can
-    /// tell the difference.
-    fn reap(&mut self) {
-        if self.settled.is_empty() {
-            return;
-        }
-        let mut freed = false;
-        for id in std::mem::take(&mut self.settled) {
-            // It may have been taken again (a get) since it settled.
-            if self.objects.get(&id).is_some_and(|e| e.message && e.evictable()) {
-                self.remove(id);
-                freed = true;
-            }
-        }
-        if freed {
-            self.retry_creates();
         }
     }
 
@@ -1229,33 +1168,7 @@ mod tests {
         assert_eq!(t.expire_deliveries(Instant::now()), 0);
         assert_eq!(t.expire_deliveries(Instant::now() + Duration::from_secs(61)), 2);
         assert_eq!(t.stats().pending_deliveries, 0);
-        assert!(!t.objects.contains_key(&id) && t.lru.is_empty(), "freed once the TTL settled the rest");
-        assert_eq!(t.stats().bytes_in_use, 0);
-    }
-
-    #[test]
-    fn a_message_is_freed_when_its_last_delivery_settles_and_its_block_goes_to_the_next() {
-        let mut t = table(1 << 20);
-        let (a, b, plain) = (ObjectId::random(), ObjectId::random(), ObjectId::random());
-        put(&mut t, a, 64 << 10, 2);
-        let block = t.objects[&a].block;
-        for c in [2, 3] {
-            assert!(matches!(get(&mut t, c, a), Reply::Objects(_)));
-        }
-        t.handle(2, &Request::Release { id: a });
-        assert!(t.objects.contains_key(&a), "one delivery is still due");
-        t.handle(3, &Request::Release { id: a });
-        assert!(!t.objects.contains_key(&a) && t.lru.is_empty());
-        assert_eq!(t.stats().bytes_in_use, 0);
-        // The next message lands where the last one was: pages already
-        // touched, rather than fresh ones further on.
-        put(&mut t, b, 64 << 10, 1);
-        assert_eq!(t.objects[&b].block, block);
-        // A plain object (no deliveries) stays as cache once let go.
-        put(&mut t, plain, 1000, 0);
-        assert!(matches!(get(&mut t, 2, plain), Reply::Objects(_)));
-        t.handle(2, &Request::Release { id: plain });
-        assert!(t.objects.contains_key(&plain) && t.lru.len() == 1);
+        assert_eq!(t.lru.len(), 1, "evictable once the TTL settled the rest");
     }
 
     #[test]
@@ -1274,7 +1187,7 @@ mod tests {
             t.handle(c, &Request::Release { id });
         }
         assert_eq!(t.stats().pending_deliveries, 0);
-        assert!(!t.objects.contains_key(&id), "freed once the new receivers let go");
+        assert_eq!(t.lru.len(), 1);
         let missing = ObjectId::random();
         assert_eq!(code(&reply(t.handle(2, &Request::Redeliver { id: missing, deliveries: 1 }))), Some(ErrorCode::NotFound));
     }
@@ -1309,7 +1222,7 @@ mod tests {
         assert!(matches!(t.handle(1, &Request::Claim { id, placement, timeout: Some(Duration::ZERO) }), Outcome::Reply(Reply::Done)));
         t.handle(1, &Request::Release { id });
         assert_eq!(t.stats().pending_deliveries, 0);
-        assert!(!t.objects.contains_key(&id), "freed once everyone let go");
+        assert_eq!(t.lru.len(), 1, "evictable once everyone let go");
     }
 
     #[test]
@@ -1350,9 +1263,9 @@ mod tests {
         assert!(matches!(get(&mut t, 2, a), Reply::Objects(_)));
         t.disconnect(2);
         assert!(!t.objects.contains_key(&b));
-        // Its delivery settled by the departure, the message is freed.
-        assert!(!t.objects.contains_key(&a));
-        assert_eq!(t.stats().bytes_in_use, 0);
+        assert_eq!(t.objects[&a].refs, 0);
+        assert_eq!(t.objects[&a].pending_deliveries, 0);
+        assert_eq!(t.stats().bytes_in_use, block_len(1001).unwrap());
     }
 
     #[test]
@@ -1493,7 +1406,8 @@ mod tests {
         assert_eq!(reply(t.handle(4, &Request::Release { id })), Reply::Done);
         assert_eq!(code(&reply(t.handle(4, &Request::Release { id }))), Some(ErrorCode::NotReferenced), "absorbed once only");
         assert_eq!(reply(t.handle(3, &Request::Release { id })), Reply::Done);
-        assert!(!t.objects.contains_key(&id), "every delivery settled: freed");
+        let info = t.list().into_iter().find(|i| i.id == id).unwrap();
+        assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
         // A consumer that claims before the seal, releases and disconnects
         // has collected its delivery: nothing is left for the TTL.
         let gone = ObjectId::random();
@@ -1502,7 +1416,8 @@ mod tests {
         assert_eq!(reply(t.handle(7, &Request::Release { id: gone })), Reply::Done);
         t.disconnect(7);
         assert_eq!(reply(t.handle(1, &Request::Seal { id: gone })), Reply::Done);
-        assert!(!t.objects.contains_key(&gone), "freed as it is sealed");
+        let info = t.list().into_iter().find(|i| i.id == gone).unwrap();
+        assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
         // A claim of an object that never comes gives its wait back.
         let ghost = ObjectId::random();
         assert_eq!(code(&reply(t.handle(5, &Request::Claim { id: ghost, placement: p, timeout: Some(Duration::ZERO) }))), Some(ErrorCode::Timeout));
