@@ -50,17 +50,12 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         ..Launch::default()
     };
     let report = launch.run_manifest(&manifest)?;
-    let failed = report.failed();
-    if failed.is_empty() {
-        let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
-        eprintln!("hprm: program {} finished: {} federates exited cleanly{restarts}", manifest.name, report.federates.len());
-        Ok(0)
-    } else {
-        let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
-        eprintln!("hprm: program {} failed{restarts}; federates that failed:", manifest.name);
-        for f in &failed {
-            eprintln!("  - {f}");
+    match report.failure_summary(&manifest.name) {
+        None => {
+            let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
+            eprintln!("hprm: program {} finished: {} federates exited cleanly{restarts}", manifest.name, report.federates.len());
         }
-        Ok(1)
+        Some(summary) => eprintln!("hprm: {summary}"),
     }
+    Ok(report.exit_code())
 }

@@ -45,12 +45,15 @@ pub struct Ctx<'a> {
     pub(crate) reaction: ReactionId,
     pub(crate) effects: &'a [TriggerId],
     pub(crate) out: Vec<Effect>,
-    pub(crate) misuse: Vec<String>,
+    /// Effects the reaction did not declare: what it tried, and on what.
+    pub(crate) misuse: Vec<(&'static str, TriggerId)>,
+    /// Set by [`Ctx::fail`].
+    pub(crate) failure: Option<String>,
 }
 
 impl<'a> Ctx<'a> {
     pub(crate) fn new(view: &'a TagView<'a>, reaction: ReactionId, effects: &'a [TriggerId]) -> Ctx<'a> {
-        Ctx { view, reaction, effects, out: Vec::new(), misuse: Vec::new() }
+        Ctx { view, reaction, effects, out: Vec::new(), misuse: Vec::new(), failure: None }
     }
 
     fn value<T: 'static>(&self, id: TriggerId) -> Option<&T> {
@@ -84,12 +87,22 @@ impl<'a> Ctx<'a> {
         self.view.tardy.get(input.id.index()).copied().flatten()
     }
 
-    fn declared(&mut self, id: TriggerId, what: &str) -> bool {
+    fn declared(&mut self, id: TriggerId, what: &'static str) -> bool {
         if self.effects.contains(&id) {
             return true;
         }
-        self.misuse.push(format!("{what} {} that it does not declare as an effect; add `.effect(...)` to the reaction", id.0));
+        self.misuse.push((what, id));
         false
+    }
+
+    /// Fails the reaction: once it returns, its effects are dropped and
+    /// the federate stops with [`NodeError::ReactionFailed`](crate::NodeError::ReactionFailed)
+    /// carrying `message` (the first call's). For language bindings whose
+    /// reactions fail with a value (a Python exception) rather than a
+    /// panic, so that no panic message or backtrace is printed for an
+    /// error the binding already reported in its own words.
+    pub fn fail(&mut self, message: impl Into<String>) {
+        self.failure.get_or_insert_with(|| message.into());
     }
 
     /// Sets `output` at this tag (the last set of a tag wins).

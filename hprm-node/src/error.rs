@@ -42,6 +42,9 @@ pub enum NodeError {
     Peer { peer: String, detail: String },
     #[error("reaction {reaction} panicked: {message}")]
     ReactionPanicked { reaction: String, message: String },
+    /// A reaction called [`Ctx::fail`](crate::Ctx::fail).
+    #[error("reaction {reaction} failed: {message}")]
+    ReactionFailed { reaction: String, message: String },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
     #[error("{0}")]

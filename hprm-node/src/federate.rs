@@ -102,9 +102,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     }
     let inbox = Arc::new(Inbox::new(opts.spin));
     let _closing = ClosingSources(inbox.clone());
-    if opts.handle_signals {
-        crate::signal::forward_to(inbox.clone())?;
-    }
+    // Held for the run: signals stop this federate only while it runs.
+    let _signals = opts.handle_signals.then(|| crate::signal::forward_to(inbox.clone())).transpose()?;
     let clock = Arc::new(Clock::default());
     let mut clock_sync = None;
     let store = StoreLink::new(opts.store.clone());

@@ -92,6 +92,40 @@ pub struct LaunchReport {
     /// By federate: how many times it was restarted after a failure
     /// (`restart = "on-failure"`).
     pub restarts: Vec<u32>,
+    /// The daemons that exited while federates still ran (`hprm-store
+    /// (signal: 9 (SIGKILL))`); the launcher then stopped the program.
+    pub lost: Vec<String>,
+}
+
+/// How a launcher's process exits, as `hprm launch`, a Python program's
+/// `Program.launch()` and a Rust program's `Program::main` report it.
+pub mod exit_code {
+    /// Every federate exited cleanly.
+    pub const CLEAN: i32 = 0;
+    /// A federate failed (a reaction raised or panicked, it crashed, or a
+    /// second signal ended it at once).
+    pub const FEDERATE_FAILED: i32 = 1;
+    /// The program never ran: it is not valid, a flag is wrong, or a
+    /// daemon could not be started.
+    pub const BAD_PROGRAM: i32 = 2;
+    /// A daemon (`hprm-store` or `hprm-rti`) died during the run.
+    pub const DAEMON_LOST: i32 = 3;
+}
+
+/// The daemons that have died: the store (which never exits on its own
+/// while a launch holds it) or the RTI killed by a signal (it exits by
+/// itself, with a status, once every federate has left).
+fn lost_daemons(store: &mut Daemon, rti: &mut Daemon) -> Vec<String> {
+    let mut lost = Vec::new();
+    if let Ok(Some(s)) = store.0.try_wait() {
+        lost.push(format!("hprm-store ({s})"));
+    }
+    if let Ok(Some(s)) = rti.0.try_wait() {
+        if s.signal().is_some() {
+            lost.push(format!("hprm-rti ({s})"));
+        }
+    }
+    lost
 }
 
 impl LaunchReport {
@@ -115,16 +149,63 @@ impl LaunchReport {
             .zip(&self.last_words)
             .zip(&self.stopped)
             // A federate the launcher stopped before it could take the signal
-            // (still starting up) did not fail: it was told to go.
-            .filter(|(((_, s), _), stopped)| !(s.success() || **stopped && s.signal() == Some(libc::SIGTERM)))
+            // (still starting up) did not fail: it was told to go. One that
+            // had already failed (its error line is out) and then met the
+            // launcher's SIGTERM on its way out did.
+            .filter(|(((_, s), words), stopped)| {
+                let told_to_go = **stopped && s.signal() == Some(libc::SIGTERM) && !words.iter().any(|l| l.trim_start().starts_with("error:"));
+                !(s.success() || told_to_go)
+            })
             .map(|(x, _)| x)
-            // The last line: a Rust federate's `error: ...`, a Python traceback's exception.
-            .map(|((n, s), words)| match words.iter().rev().find(|l| !l.trim().is_empty()) {
-                Some(why) => format!("{n} ({s}): {}", why.trim()),
+            .map(|((n, s), words)| match why_failed(n, words) {
+                Some(why) => format!("{n} ({s}): {why}"),
                 None => format!("{n} ({s})"),
             })
             .collect()
     }
+
+    /// The exit code a launcher reports this run with (see [`exit_code`]).
+    pub fn exit_code(&self) -> i32 {
+        if !self.lost.is_empty() {
+            exit_code::DAEMON_LOST
+        } else if self.failed().is_empty() {
+            exit_code::CLEAN
+        } else {
+            exit_code::FEDERATE_FAILED
+        }
+    }
+
+    /// What a launcher prints when the run did not end cleanly: which
+    /// daemon died, and every failed federate with its error, one a line.
+    pub fn failure_summary(&self, program: &str) -> Option<String> {
+        let failed = self.failed();
+        if failed.is_empty() && self.lost.is_empty() {
+            return None;
+        }
+        let restarts = self.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
+        let mut out = format!("program {program} failed{restarts}");
+        if !self.lost.is_empty() {
+            out.push_str(&format!(": {} exited during the run", self.lost.join(" and ")));
+        }
+        if !failed.is_empty() {
+            out.push_str("; federates that failed:");
+            for f in &failed {
+                out.push_str(&format!("\n  - {f}"));
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Why federate `name` failed, from its last lines: its last `error:`
+/// line (a Rust federate's `Program::main`, a Python federate's reaction
+/// error) without the `error: federate NAME:` its own process prefixed,
+/// else its last line (a Python traceback's exception line).
+fn why_failed(name: &str, words: &[String]) -> Option<String> {
+    let own = format!("error: federate {name}: ");
+    let line = words.iter().rev().find(|l| l.trim_start().starts_with("error:")).or_else(|| words.iter().rev().find(|l| !l.trim().is_empty()))?;
+    let line = line.trim();
+    Some(line.strip_prefix(&own).unwrap_or(line).to_string())
 }
 
 /// A daemon binary: `$HPRM_BIN_DIR`, next to this executable (or one
@@ -363,18 +444,16 @@ impl Launch {
                 return Err(NodeError::Launch(format!("cannot write the trace to {}: the directory {} does not exist", out.display(), parent.display())));
             }
         }
-        // Before any thread starts: threads inherit the signal mask.
         let pids = Arc::new(Mutex::new(Vec::new()));
-        if self.handle_signals {
-            crate::signal::forward_to_children(pids.clone())?;
-        }
+        // Held for the launch: a signal stops this launch's federates.
+        let _signals = self.handle_signals.then(|| crate::signal::forward_to_children(pids.clone())).transpose()?;
         let dir = tempfile_dir()?;
         // Every federate gets the graph, so a process without the program's code can join it.
         let manifest = dir.path().join("manifest.json");
         std::fs::write(&manifest, m.to_json()).map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
         let n = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
-        let (_store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
+        let (mut store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
         let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
@@ -390,7 +469,7 @@ impl Launch {
             std::fs::create_dir_all(&trace_parts).map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
-        let (rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
+        let (mut rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
         let env = ChildEnv { dir: dir.path(), manifest: &manifest, rti: &addr, store: &socket, federation: &m.name, coordination: &m, trace };
         let mut children = Vec::new();
@@ -406,7 +485,24 @@ impl Launch {
         let mut stopping = false;
         let mut stopped = vec![false; n];
         let mut restarts = vec![0u32; n];
+        let mut lost: Vec<String> = Vec::new();
         while done.iter().any(Option::is_none) {
+            if lost.is_empty() {
+                lost = lost_daemons(&mut store, &mut rti);
+                if !lost.is_empty() {
+                    tracing::error!("{} exited during the run; the program cannot go on without it: stopping the federates", lost.join(" and "));
+                    stopping = true;
+                    for (j, (child, _)) in children.iter().enumerate() {
+                        if done[j].is_none() {
+                            stopped[j] = true;
+                            if let Ok(pid) = i32::try_from(child.id()) {
+                                // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
+                                unsafe { libc::kill(pid, libc::SIGTERM) };
+                            }
+                        }
+                    }
+                }
+            }
             for i in 0..n {
                 if done[i].is_some() {
                     continue;
@@ -459,7 +555,6 @@ impl Launch {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let mut rti = rti;
         let rti_status = wait_timeout(&mut rti.0, Duration::from_secs(5));
         if let Some(out) = &self.trace {
             let names: Vec<String> = m.federates.iter().map(|f| f.name.clone()).collect();
@@ -468,7 +563,7 @@ impl Launch {
         }
         let last_words = children.iter().map(|(_, log)| log.last_words()).collect();
         let federates = m.federates.iter().map(|f| f.name.clone()).zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
-        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts })
+        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts, lost })
     }
 
     /// Writes what `hprm ps` lists: the program and its federates' pids.
@@ -693,15 +788,17 @@ impl Program {
                     handle_signals: true,
                     ..Launch::default()
                 };
+                let name = self.name.clone();
                 match launch.run(&self) {
-                    Ok(r) if r.failed().is_empty() => 0,
                     Ok(r) => {
-                        eprintln!("error: federates failed: {}", r.failed().join(", "));
-                        1
+                        if let Some(summary) = r.failure_summary(&name) {
+                            eprintln!("error: {summary}");
+                        }
+                        r.exit_code()
                     }
                     Err(e) => {
                         eprintln!("error: {e}");
-                        1
+                        exit_code::BAD_PROGRAM
                     }
                 }
             }

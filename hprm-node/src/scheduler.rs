@@ -1026,10 +1026,11 @@ impl Scheduler {
             match o.ran {
                 Ran::Deadline => self.report.deadline_misses += 1,
                 Ran::Panicked(message) => return Err(NodeError::ReactionPanicked { reaction: self.meta[r].path.clone(), message }),
+                Ran::Failed(message) => return Err(NodeError::ReactionFailed { reaction: self.meta[r].path.clone(), message }),
                 Ran::Body | Ran::Tardy => {}
             }
-            for m in o.misuse {
-                tracing::error!(reaction = %self.meta[r].path, "{m}");
+            for (what, id) in o.misuse {
+                tracing::error!(reaction = %self.meta[r].path, "{what} {} that it does not declare as an effect; add `.effect(...)` to the reaction", self.program.port_path(id));
             }
             for e in o.effects {
                 self.apply(g, e);
@@ -1179,12 +1180,14 @@ enum Ran {
     Deadline,
     Tardy,
     Panicked(String),
+    /// The reaction called `Ctx::fail`.
+    Failed(String),
 }
 
 struct Outcome {
     ran: Ran,
     effects: Vec<Effect>,
-    misuse: Vec<String>,
+    misuse: Vec<(&'static str, TriggerId)>,
 }
 
 impl Outcome {
@@ -1209,7 +1212,10 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
     let state = &mut *rt.state;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(state, &mut ctx)));
     match result {
-        Ok(()) => Outcome { ran, effects: ctx.out, misuse: ctx.misuse },
+        Ok(()) => match ctx.failure {
+            Some(message) => Outcome { ran: Ran::Failed(message), effects: Vec::new(), misuse: ctx.misuse },
+            None => Outcome { ran, effects: ctx.out, misuse: ctx.misuse },
+        },
         Err(p) => {
             let message = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a non-string panic".into());
             Outcome::panicked(&message)

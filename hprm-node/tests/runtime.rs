@@ -229,6 +229,31 @@ fn a_panicking_reaction_fails_the_federate_with_its_name() {
 }
 
 #[test]
+fn a_reaction_that_fails_stops_the_federate_with_its_message_and_no_effect() {
+    let mut p = Program::new("fail");
+    let f = p.federate("f");
+    let mut r = p.reactor(f, "r", ());
+    let s = r.startup();
+    let a = r.logical_action::<u32>("again", Duration::ZERO);
+    let ran = Arc::new(Mutex::new(0));
+    let ran2 = ran.clone();
+    r.reaction("again").trigger(a).body(move |_, _| *ran2.lock().unwrap() += 1);
+    r.reaction("boom").trigger(s).effect(a).body(move |_, ctx| {
+        ctx.schedule(a, Duration::ZERO, 1);
+        ctx.fail("ValueError: sensor unplugged");
+        ctx.fail("a second failure is not the one reported");
+    });
+    match run_federate(p, fast("f")) {
+        Err(NodeError::ReactionFailed { reaction, message }) => {
+            assert_eq!(reaction, "f.r.boom");
+            assert_eq!(message, "ValueError: sensor unplugged");
+        }
+        other => panic!("expected ReactionFailed, got {other:?}"),
+    }
+    assert_eq!(*ran.lock().unwrap(), 0, "the failed reaction's effects were applied");
+}
+
+#[test]
 fn program_errors_are_all_reported_at_once() {
     let mut p = Program::new("broken");
     let f = p.federate("f");

@@ -90,7 +90,11 @@ pub struct NativeProgram {
     program: Option<Program>,
     federates: Vec<hprm_node::FederateId>,
     reactors: Vec<ReactorId>,
+    /// `federate.reactor` of each reactor, for messages.
+    reactor_paths: Vec<String>,
     handles: Vec<Handle>,
+    /// Each handle's name as the Python class declares it.
+    names: Vec<String>,
     policy: Policy,
 }
 
@@ -107,8 +111,9 @@ impl NativeProgram {
         self.handles.get(h).copied().ok_or_else(|| PyValueError::new_err(format!("no port, timer or action {h}")))
     }
 
-    fn push(&mut self, h: Handle) -> usize {
+    fn push(&mut self, h: Handle, name: &str) -> usize {
         self.handles.push(h);
+        self.names.push(name.to_string());
         self.handles.len() - 1
     }
 }
@@ -140,7 +145,7 @@ impl NativeProgram {
             "continue" => OnError::Continue,
             other => return Err(PyValueError::new_err(format!("on_error {other:?} is neither \"stop\" nor \"continue\""))),
         };
-        Ok(NativeProgram { program: Some(p), federates: Vec::new(), reactors: Vec::new(), handles: Vec::new(), policy: Policy { on_error, store_arrays } })
+        Ok(NativeProgram { program: Some(p), federates: Vec::new(), reactors: Vec::new(), reactor_paths: Vec::new(), handles: Vec::new(), names: Vec::new(), policy: Policy { on_error, store_arrays } })
     }
 
     fn federate(&mut self, name: &str) -> PyResult<usize> {
@@ -162,50 +167,52 @@ impl NativeProgram {
     fn reactor(&mut self, fed: usize, name: &str, instance: PyObject) -> PyResult<usize> {
         let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
         let id = self.program()?.reactor(fid, name, instance).id();
+        let federate = self.program()?.federate_names().get(fed).map(|f| f.to_string()).unwrap_or_default();
         self.reactors.push(id);
+        self.reactor_paths.push(format!("{federate}.{name}"));
         Ok(self.reactors.len() - 1)
     }
 
     fn input(&mut self, reactor: usize, name: &str) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).input_with::<PyVal>(name, decode_port);
-        Ok(self.push(Handle::Input(h)))
+        Ok(self.push(Handle::Input(h), name))
     }
 
     fn output(&mut self, reactor: usize, name: &str) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).output_with::<PyVal>(name, encode_port);
-        Ok(self.push(Handle::Output(h)))
+        Ok(self.push(Handle::Output(h), name))
     }
 
     fn timer(&mut self, reactor: usize, name: &str, offset_ns: i64, period_ns: i64) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).timer(name, ns(offset_ns), ns(period_ns));
-        Ok(self.push(Handle::Timer(h)))
+        Ok(self.push(Handle::Timer(h), name))
     }
 
     fn logical_action(&mut self, reactor: usize, name: &str, min_delay_ns: i64) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).logical_action::<PyVal>(name, ns(min_delay_ns));
-        Ok(self.push(Handle::Logical(h)))
+        Ok(self.push(Handle::Logical(h), name))
     }
 
     fn physical_action(&mut self, reactor: usize, name: &str, min_delay_ns: i64) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).physical_action::<PyVal>(name, ns(min_delay_ns));
-        Ok(self.push(Handle::Physical(h)))
+        Ok(self.push(Handle::Physical(h), name))
     }
 
     fn startup(&mut self, reactor: usize) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).startup();
-        Ok(self.push(Handle::Startup(h)))
+        Ok(self.push(Handle::Startup(h), "startup"))
     }
 
     fn shutdown(&mut self, reactor: usize) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
         let h = self.program()?.reactor_mut::<PyObject>(r).shutdown();
-        Ok(self.push(Handle::Shutdown(h)))
+        Ok(self.push(Handle::Shutdown(h), "shutdown"))
     }
 
     /// A reaction: `body(instance, ctx)`, optional deadline handler and
@@ -227,6 +234,11 @@ impl NativeProgram {
         let r = self.reactor_id(reactor)?;
         let triggers: Vec<Handle> = triggers.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
         let sources: Vec<Handle> = sources.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
+        let declared = Arc::new(Declared {
+            reaction: format!("{}.{name}", self.reactor_paths.get(reactor).map_or("?", String::as_str)),
+            names: self.names.clone(),
+            effects: effects.clone(),
+        });
         let effects: Vec<Handle> = effects.into_iter().map(|h| self.handle(h)).collect::<PyResult<_>>()?;
         let policy = self.policy;
         let handles = Arc::new(self.handles.clone());
@@ -248,12 +260,12 @@ impl NativeProgram {
         }
         if let Some(d) = deadline_ns {
             let handler = deadline_handler.ok_or_else(|| PyValueError::new_err(format!("reaction {reaction} has a deadline but no deadline handler")))?;
-            b = b.deadline(ns(d), invoker(handler, handles.clone(), policy));
+            b = b.deadline(ns(d), invoker(handler, handles.clone(), declared.clone(), policy));
         }
         if let Some(t) = tardy_handler {
-            b = b.tardy(invoker(t, handles.clone(), policy));
+            b = b.tardy(invoker(t, handles.clone(), declared.clone(), policy));
         }
-        b.body(invoker(body, handles, policy));
+        b.body(invoker(body, handles, declared, policy));
         Ok(())
     }
 
@@ -324,7 +336,8 @@ impl NativeProgram {
     /// script with its arguments) or, for the federates named in
     /// `commands`, that command (e.g. a Rust federate binary), with a store
     /// (started with `store_args` besides its socket and memory, e.g.
-    /// `--populate`) and an RTI. Returns the names of federates that failed.
+    /// `--populate`) and an RTI. Returns the exit code the launcher exits
+    /// with (`hprm_node::launch::exit_code`) and what went wrong, if anything.
     #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn launch(
@@ -337,7 +350,7 @@ impl NativeProgram {
         commands: std::collections::HashMap<String, Vec<String>>,
         trace: Option<std::path::PathBuf>,
         store_args: Vec<String>,
-    ) -> PyResult<Vec<String>> {
+    ) -> PyResult<(i32, Option<String>)> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
         }
@@ -357,18 +370,51 @@ impl NativeProgram {
             store_args,
             ..hprm_node::launch::Launch::default()
         };
+        let name = program.name().to_string();
         let report = py.allow_threads(move || launch.run(&program)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        Ok(report.failed())
+        Ok((report.exit_code(), report.failure_summary(&name)))
+    }
+}
+
+/// What a reaction declared, for checking its effects and naming it.
+struct Declared {
+    /// `federate.reactor.reaction`.
+    reaction: String,
+    /// Every handle's Python name (see [`NativeProgram`]).
+    names: Vec<String>,
+    /// The handles the reaction may set or schedule.
+    effects: Vec<usize>,
+}
+
+impl Declared {
+    /// Refuses an effect the reaction did not declare, naming it as the
+    /// Python class does and saying how to declare it.
+    fn check_effect(&self, h: usize, what: &str) -> PyResult<()> {
+        if self.effects.contains(&h) {
+            return Ok(());
+        }
+        let name = self.names.get(h).map_or("?", String::as_str);
+        Err(PyValueError::new_err(format!(
+            "reaction {} {what} {name:?}, which it does not declare as an effect; add it to the reaction's effects: @hprm.reaction(..., effects=[..., {name:?}])",
+            self.reaction
+        )))
     }
 }
 
 /// Wraps a Python callable as a reaction body.
-fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, policy: Policy) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
+///
+/// A Python exception is reported here, in Python's words: its traceback
+/// once, headed by the federate and reaction, and the federate then fails
+/// through `Ctx::fail` with the exception's line. A panic would print
+/// Rust's panic message (and, with `RUST_BACKTRACE`, a Rust backtrace)
+/// for what is a Python error.
+fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, declared: Arc<Declared>, policy: Policy) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
     move |instance: &mut PyObject, ctx: &mut Ctx<'_>| {
-        let outcome = Python::with_gil(|py| -> Result<(), String> {
+        let outcome = Python::with_gil(|py| -> Result<(), (String, String)> {
+            let internal = |e: PyErr| describe(py, &e);
             let scope = if policy.store_arrays {
                 let encoder = ctx.encoder();
-                crate::store_memory::Scope::enter(py, encoder.store(), encoder.threshold()).map_err(|e| e.to_string())?
+                crate::store_memory::Scope::enter(py, encoder.store(), encoder.threshold()).map_err(|e| (String::new(), e.to_string()))?
             } else {
                 None
             };
@@ -376,25 +422,39 @@ fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, policy: Policy) -> impl FnMut
             // refuses every use once `invalidate` ran below.
             #[allow(clippy::unnecessary_cast)] // erases the lifetime
             let ptr = ctx as *mut Ctx<'_> as *mut Ctx<'static>;
-            let c = Py::new(py, Context { ctx: ptr, handles: handles.clone() }).map_err(|e| e.to_string())?;
+            let c = Py::new(py, Context { ctx: ptr, handles: handles.clone(), declared: declared.clone() }).map_err(internal)?;
             let r = f.call1(py, (instance.clone_ref(py), c.clone_ref(py)));
             c.borrow_mut(py).ctx = std::ptr::null_mut();
             if let Some(scope) = scope {
-                scope.exit(py).map_err(|e| e.to_string())?;
+                scope.exit(py).map_err(internal)?;
             }
-            r.map(|_| ()).map_err(|e| {
-                let tb = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
-                format!("{tb}{e}")
-            })
+            r.map(|_| ()).map_err(|e| describe(py, &e))
         });
-        if let Err(msg) = outcome {
-            let at = ctx.federate().to_string();
+        if let Err((traceback, line)) = outcome {
+            let federate = ctx.federate().to_string();
             match policy.on_error {
-                OnError::Stop => panic!("{msg}"),
-                OnError::Continue => tracing::error!(federate = %at, "a Python reaction raised; going on (on_error=\"continue\"):\n{msg}"),
+                OnError::Stop => {
+                    eprintln!("federate {federate}, reaction {} raised:\n{}", declared.reaction, traceback.trim_end());
+                    ctx.fail(line);
+                }
+                OnError::Continue => eprintln!("federate {federate}, reaction {} raised; going on (on_error=\"continue\"):\n{}", declared.reaction, traceback.trim_end()),
             }
         }
     }
+}
+
+/// A reaction's exception as (its Python traceback, its one line), as
+/// `hprm._errors.describe` formats them.
+fn describe(py: Python<'_>, e: &PyErr) -> (String, String) {
+    let described = py
+        .import("hprm._errors")
+        .and_then(|m| m.getattr("describe"))
+        .and_then(|d| d.call1((e.value(py),)))
+        .and_then(|t| t.extract::<(String, String)>());
+    described.unwrap_or_else(|_| {
+        let tb = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
+        (format!("{tb}{e}"), e.to_string())
+    })
 }
 
 /// What a Python reaction sees: valid only during the reaction's call.
@@ -402,6 +462,7 @@ fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, policy: Policy) -> impl FnMut
 pub struct Context {
     ctx: *mut Ctx<'static>,
     handles: Arc<Vec<Handle>>,
+    declared: Arc<Declared>,
 }
 
 impl Context {
@@ -438,6 +499,7 @@ impl Context {
 
     fn set(&mut self, h: usize, value: PyObject) -> PyResult<()> {
         let Handle::Output(o) = self.handle(h)? else { return Err(PyValueError::new_err("set takes an output")) };
+        self.declared.check_effect(h, "sets output")?;
         self.ctx()?.set(o, PyVal(value));
         Ok(())
     }
@@ -445,6 +507,7 @@ impl Context {
     #[pyo3(signature = (h, value=None, delay_ns=0))]
     fn schedule(&mut self, py: Python<'_>, h: usize, value: Option<PyObject>, delay_ns: i64) -> PyResult<()> {
         let Handle::Logical(a) = self.handle(h)? else { return Err(PyValueError::new_err("schedule takes a logical action")) };
+        self.declared.check_effect(h, "schedules action")?;
         self.ctx()?.schedule(a, ns(delay_ns), PyVal(value.unwrap_or_else(|| py.None())));
         Ok(())
     }

@@ -118,17 +118,20 @@ class Raiser(hprm.Reactor):
             raise ValueError("sensor unplugged")
 
 
-def test_a_raising_reaction_stops_its_federate_with_names_and_traceback():
+def test_a_raising_reaction_stops_its_federate_with_names_and_traceback(capfd, monkeypatch):
+    monkeypatch.setenv("RUST_BACKTRACE", "1")
     log = []
     prog = hprm.Program("raise", timeout="10ms")
     prog.federate("f", Raiser, log)
     with pytest.raises(RuntimeError) as e:
         run(prog)
-    msg = str(e.value)
-    assert "reaction f.f.boom panicked" in msg
-    assert "ValueError: sensor unplugged" in msg
-    assert "in boom" in msg  # the traceback
+    assert str(e.value) == "reaction f.f.boom failed: ValueError: sensor unplugged"
     assert len(log) == 2
+    err = capfd.readouterr().err
+    # One Python traceback, headed by federate and reaction; no Rust panic.
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert "federate f, reaction f.f.boom raised:" in err and 'in boom\n    raise ValueError("sensor unplugged")' in err, err
+    assert "panicked" not in err and "stack backtrace" not in err and "hprm/__init__.py" not in err, err
 
 
 def test_on_error_continue_logs_and_goes_on():
@@ -181,11 +184,25 @@ def test_bad_declarations_are_reported():
     with pytest.raises(ValueError, match="cannot read '5 parsecs' as a duration"):
         hprm.duration_ns("5 parsecs")
 
+    # Refused where the mistake is made, not at launch.
     prog = hprm.Program("dup")
-    prog.federate("f", Counter)
-    prog.federate("f", Counter)
-    with pytest.raises(ValueError, match='two federates are named "f"'):
-        prog.validate()
+    f = prog.federate("f", Counter)
+    with pytest.raises(ValueError, match="program dup already has a federate named 'f'"):
+        prog.federate("f", Counter)
+    with pytest.raises(ValueError, match="federate f already has a reactor named 'f'"):
+        f.reactor("f", Counter)
+    g = prog.federate("g")
+    a = g.reactor("a", Recorder, [])
+    b = g.reactor("b", Recorder, [])
+    with pytest.raises(ValueError, match="is an input"):
+        prog.connect(a.inp, b.inp)
+    prog.connect(f.out, a.inp)
+    with pytest.raises(ValueError, match="input g.a.inp is already connected from f.f.out"):
+        prog.connect(f.out, a.inp)
+    with pytest.raises(TypeError, match="connect takes ports"):
+        prog.connect("f.out", b.inp)
+    with pytest.raises(ValueError, match="restart_on_failure needs centralized coordination"):
+        hprm.Program("d", coordination="decentralized").federate("x").restart_on_failure()
 
 
 def test_ports_are_only_usable_inside_reactions():

@@ -410,17 +410,19 @@ class _ReactorRef:
         self.instance = instance
         self.name = name
         self._ports: dict[str, int] = {}
+        self._kinds: dict[str, str] = {}
 
     def __getattr__(self, name: str) -> "_PortRef":
         ports = self.__dict__.get("_ports", {})
         if name in ports:
-            return _PortRef(ports[name], f"{self.name}.{name}")
+            return _PortRef(ports[name], f"{self.name}.{name}", self.__dict__["_kinds"][name])
         raise AttributeError(f"reactor {self.__dict__.get('name')} has no port {name!r}")
 
 
 class _PortRef(NamedTuple):
     index: int
     path: str
+    kind: str = ""
 
 
 class _FederateRef:
@@ -432,6 +434,8 @@ class _FederateRef:
 
     def reactor(self, name: str, cls: type, *args: Any, **kwargs: Any) -> _ReactorRef:
         """Adds a reactor of class ``cls`` (constructed with the arguments)."""
+        if any(r.name == f"{self.name}.{name}" for r in self.reactors):
+            raise ValueError(f"federate {self.name} already has a reactor named {name!r}; reactor names must be unique within a federate")
         r = self._program._add_reactor(self, name, cls, args, kwargs)
         self.reactors.append(r)
         return r
@@ -442,6 +446,8 @@ class _FederateRef:
         the program. Centralized coordination only: while it is down its
         downstream waits; it resumes after every tag granted downstream of
         it, with fresh state, and its startup reactions run again."""
+        if self._program._coordination != "centralized":
+            raise ValueError(f"federate {self.name}: restart_on_failure needs centralized coordination (decentralized federates connect to each other directly and cannot take a restarted peer back)")
         self._program._native.restart_on_failure(self._index, max_restarts)
         return self
 
@@ -487,10 +493,16 @@ class Program:
             store_arrays=store_arrays,
         )
         self.federates: list[_FederateRef] = []
+        self._coordination = coordination
+        self._connected: dict[int, str] = {}
 
     def federate(self, name: str, cls: type | None = None, *args: Any, **kwargs: Any) -> _FederateRef:
         """Adds a federate (one process). With ``cls``, also its one reactor
         (named like the federate), constructed with the arguments."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a federate's name is a non-empty string, not {name!r}")
+        if any(f.name == name for f in self.federates):
+            raise ValueError(f"program {self.name} already has a federate named {name!r}; federate names must be unique")
         f = _FederateRef(self, self._native.federate(name), name)
         self.federates.append(f)
         if cls is not None:
@@ -515,6 +527,7 @@ class Program:
                     continue
                 bound[attr] = _BoundPort(instance, names[attr], attr)
                 r._ports[attr] = names[attr]
+                r._kinds[attr] = "input" if isinstance(v, Input) else "output"
         instance.__dict__["_hprm_bound"] = bound
         physical = []
         for attr, v in list(vars(instance).items()):
@@ -561,6 +574,14 @@ class Program:
         """Connects an output to an input: with no ``after``, at the same tag;
         ``after="0ms"``, one microstep later; ``after="5ms"``, 5 ms later;
         ``physical=True``, stamped with the receiver's physical time."""
+        for port, kind, role in ((source, "output", "from"), (target, "input", "to")):
+            if not isinstance(port, _PortRef):
+                raise TypeError(f"connect takes ports of the program's reactors (e.g. prog.connect(camera.out, detector.inp)), not {port!r}")
+            if port.kind != kind:
+                raise ValueError(f"connect goes from an output to an input, but {port.path} (the {role} side) is an {port.kind}")
+        if target.index in self._connected:
+            raise ValueError(f"input {target.path} is already connected from {self._connected[target.index]}; an input takes one connection")
+        self._connected[target.index] = source.path
         self._native.connect(source.index, target.index, None if after is None else duration_ns(after), physical)
 
     def manifest(self) -> dict:
@@ -617,7 +638,7 @@ class Program:
             return
         argv = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
         trace = trace or os.environ.get("HPRM_LAUNCH_TRACE") or None
-        failed = self._native.launch(
+        code, summary = self._native.launch(
             argv,
             fast=fast,
             timeout_s=None if timeout is None else duration_ns(timeout) / 1e9,
@@ -626,6 +647,7 @@ class Program:
             trace=None if trace is None else os.path.abspath(trace),
             store_args=[str(a) for a in (store_args or [])],
         )
-        if failed:
-            print(f"error: federates failed: {', '.join(failed)}", file=sys.stderr)
-            sys.exit(1)
+        if summary:
+            print(f"error: {summary}", file=sys.stderr)
+        if code:
+            sys.exit(code)
