@@ -4,6 +4,7 @@ federate named at the end, and no Rust panic text whatever RUST_BACKTRACE
 says. Real launches: a store, an RTI, one process per federate."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,7 @@ def test_a_killed_store_stops_the_program_saying_so(daemons_built, tmp_path):
     assert p.returncode == 3, out
     assert "hprm-store (signal: 9 (SIGKILL)) exited during the run" in out, out
     assert children(p.pid) == {}, "federates outlived their launcher"
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _is_store_of(pid, launcher):

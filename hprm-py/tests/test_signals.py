@@ -11,6 +11,7 @@ times: which thread gets a signal varies from run to run.
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,3 +171,4 @@ def test_a_second_ctrl_c_stops_at_once(daemons_built):
     assert p.returncode != 0, out
     assert children(p.pid) == {}, "federates outlived their launcher"
     assert "source shutdown after" in out, out
+    shutil.rmtree(runtime, ignore_errors=True)
