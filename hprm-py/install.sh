@@ -13,7 +13,7 @@ venv="${1:-$root/.venv}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 echo "==> building the daemons and the hprm command (release)"
-cargo build --release --manifest-path "$root/Cargo.toml" -p hprm-store -p hprm-rti -p hprm-cli
+cargo build --locked --release --manifest-path "$root/Cargo.toml" -p hprm-store -p hprm-rti -p hprm-cli
 
 echo "==> staging them into the wheel (hprm-py/hprm.data/scripts)"
 mkdir -p "$root/hprm-py/hprm.data/scripts"

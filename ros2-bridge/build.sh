@@ -32,6 +32,6 @@ unset LD_PRELOAD
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}"
 say "building (release); a cold build generates the ROS 2 bindings and takes several minutes"
 start=$SECONDS
-cargo build --release --manifest-path "$here/Cargo.toml" >&2
+cargo build --locked --release --manifest-path "$here/Cargo.toml" >&2
 say "built in $((SECONDS - start)) s"
 echo "$CARGO_TARGET_DIR/release/hprm-ros2-bridge"

@@ -31,7 +31,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
 say "Rust unit tests (config, value tree, conversions)"
-cargo test --release --manifest-path "$here/Cargo.toml" 2>&1 | tee -a "$log" || rc=1
+cargo test --locked --release --manifest-path "$here/Cargo.toml" 2>&1 | tee -a "$log" || rc=1
 say "pytest: rclpy nodes <-> hprm-ros2-bridge <-> HPRM Python federates"
 HPRM_ROS2_BRIDGE="$bridge" "$venv/bin/python" -m pytest -q "$here/tests" 2>&1 | tee -a "$log" || rc=1
 # One "test result" line per cargo test binary, one pytest summary line.

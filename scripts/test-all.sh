@@ -4,7 +4,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step is timed; the run ends with a table of how long each took.
+steps=()
+step_started=$SECONDS
+step_name=""
+end_step() {
+  [ -n "$step_name" ] && steps+=("$(printf '%6ss  %s' "$((SECONDS - step_started))" "$step_name")")
+  step_name=""
+}
+step() {
+  end_step
+  step_name="$1"
+  step_started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
+timings() {
+  end_step
+  printf '\n==> how long each step took (%s s in all)\n' "$SECONDS"
+  printf '%s\n' "${steps[@]}"
+}
 
 # Graphviz's dot: hprm graph renders SVG/PNG with it. systemd-analyze (Debian
 # package systemd): the deploy tests verify the generated units with it.
@@ -29,11 +47,11 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
-cargo test --workspace --all-targets 2>&1 | tee -a "$log"
-cargo test --workspace --doc 2>&1 | tee -a "$log"
+cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
+cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
-cargo build --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
+cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 
@@ -80,3 +98,4 @@ else
 fi
 # ros2-bridge/test.sh prints its own summary line.
 grep '^ros2-bridge:' "$r2log" | tail -1
+timings
