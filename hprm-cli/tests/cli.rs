@@ -23,8 +23,10 @@ fn manifests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests")
 }
 
-/// Each broken manifest starts with `# expect: LINE: MESSAGE`; `hprm check`
-/// must report MESSAGE at FILE:LINE and fail.
+/// Each broken manifest starts with `# expect: LINE: MESSAGE` (LINE is
+/// `LINE:COLUMN` for a problem about one value); `hprm check` must report
+/// MESSAGE at FILE:LINE and fail. An optional second line `# problems: N`:
+/// exactly N problems, no follow-on errors.
 #[test]
 fn check_reports_every_broken_manifest_with_its_location() {
     let mut n = 0;
@@ -44,9 +46,13 @@ fn check_reports_every_broken_manifest_with_its_location() {
         // TOML syntax errors are located by the TOML parser itself.
         let by_parser = format!("TOML parse error at line {line}");
         assert!(all.contains(&located) || (all.contains(&by_parser) && all.contains(message)), "{}: expected `{located}` in:\n{all}", path.display());
+        if let Some(n) = text_of.lines().nth(1).and_then(|l| l.strip_prefix("# problems: ")) {
+            let plural = if n == "1" { "" } else { "s" };
+            assert!(all.contains(&format!(": {n} problem{plural} found")), "{}: expected {n} problem{plural} in:\n{all}", path.display());
+        }
         n += 1;
     }
-    assert!(n >= 8, "only {n} broken manifests found");
+    assert!(n >= 9, "only {n} broken manifests found");
 }
 
 #[test]
