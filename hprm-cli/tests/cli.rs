@@ -114,6 +114,29 @@ fn launch_runs_a_rust_program_end_to_end() {
     }
 }
 
+/// Colour only on a terminal: with stderr in a pipe, no escape code in any
+/// log (hprm's, the daemons', the federates'), even without NO_COLOR; with
+/// `--color always`, the prefixes and the federates' own log lines are
+/// coloured (HPRM_COLOR reaches the processes hprm starts).
+#[test]
+fn logs_are_coloured_only_on_a_terminal_or_when_asked() {
+    let run = |color: &[&str]| {
+        let out = hprm().env_remove("NO_COLOR").env_remove("HPRM_COLOR").env("RUST_LOG", "info").args(color).arg("launch").arg(support::program("perception")).args(["--seconds", "1", "--fps", "5"]).output().expect("run");
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let piped = run(&[]);
+    assert!(piped.contains("[planner]") && piped.contains(" INFO "), "{piped}");
+    assert!(!piped.contains("\x1b["), "escape codes in a pipe:\n{piped}");
+    let never = run(&["--color", "never"]);
+    assert!(!never.contains("\x1b["), "{never}");
+    let always = run(&["--color", "always"]);
+    assert!(always.contains("\x1b["), "{always}");
+    // A federate's tracing line: its level is coloured, not only the prefix.
+    let planner = always.lines().find(|l| l.contains("[planner]") && l.contains("INFO")).unwrap_or_else(|| panic!("no INFO line of the planner:\n{always}"));
+    assert!(planner.matches("\x1b[").count() > 2, "{planner:?}");
+}
+
 #[test]
 fn launch_with_decentralized_override_runs_the_same_program() {
     let out = hprm().args(["launch", "--fast", "--coordination", "decentralized", "--stp", "30ms"]).arg(support::program("perception")).args(["--seconds", "1", "--fps", "10"]).output().expect("run");

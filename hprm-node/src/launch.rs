@@ -52,7 +52,7 @@ pub struct Launch {
     pub handle_signals: bool,
     /// Also write each federate's (and daemon's) output to `DIR/NAME.log`.
     pub log_dir: Option<PathBuf>,
-    /// Colour the `[name]` prefixes (a terminal without NO_COLOR).
+    /// Colour the `[name]` prefixes (see [`crate::log::ansi`]).
     pub color: bool,
     /// Overrides the program's coordination (`hprm launch --coordination`).
     pub coordination: Option<Coordination>,
@@ -633,6 +633,7 @@ impl Program {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
             .with_writer(std::io::stderr)
+            .with_ansi(crate::log::ansi())
             .try_init();
         if let Some(path) = std::env::var_os("HPRM_DESCRIBE") {
             // `hprm` asks for the program's graph: write it, run nothing.
@@ -691,6 +692,7 @@ impl Program {
                     timeout: flag("--timeout").and_then(|s| s.parse::<f64>().ok()).map(Duration::from_secs_f64),
                     trace: flag("--trace").map(PathBuf::from),
                     handle_signals: true,
+                    color: crate::log::ansi(),
                     ..Launch::default()
                 };
                 match launch.run(&self) {
