@@ -374,7 +374,7 @@ impl Launch {
         std::fs::write(&manifest, m.to_json()).map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
         let n = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
-        let (_store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
+        let (store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
         let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
@@ -391,6 +391,7 @@ impl Launch {
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
         let (rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
+        let daemons = (crate::status::StoreProcess { pid: store.0.id(), socket: socket.clone() }, crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() });
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
         let env = ChildEnv { dir: dir.path(), manifest: &manifest, rti: &addr, store: &socket, federation: &m.name, coordination: &m, trace };
         let mut children = Vec::new();
@@ -400,7 +401,7 @@ impl Launch {
             children.push((child, log));
         }
         let started_ns = crate::clock::system_now();
-        self.record_launch(&m, &children, dir.path(), started_ns);
+        self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; n];
         let mut stopping = false;
@@ -427,7 +428,7 @@ impl Launch {
                             Ok(child) => {
                                 let old = std::mem::replace(&mut children[i].0, child).id();
                                 pids.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| *p != old);
-                                self.record_launch(&m, &children, dir.path(), started_ns);
+                                self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
                                 continue;
                             }
                             Err(e) => tracing::error!(federate = %f.name, "cannot restart it: {e}"),
@@ -471,14 +472,17 @@ impl Launch {
         Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts })
     }
 
-    /// Writes what `hprm ps` lists: the program and its federates' pids.
-    fn record_launch(&self, m: &Manifest, children: &[(Child, LogSink)], dir: &Path, started_ns: i64) {
+    /// Writes what `hprm ps` lists: the program, its federates' pids, and
+    /// the store and RTI it started.
+    fn record_launch(&self, m: &Manifest, children: &[(Child, LogSink)], daemons: &(crate::status::StoreProcess, crate::status::RtiProcess), dir: &Path, started_ns: i64) {
         let info = crate::status::LaunchInfo {
             program: m.name.clone(),
             pid: std::process::id(),
             started_ns,
             runtime_dir: dir.to_path_buf(),
             federates: m.federates.iter().zip(children).map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() }).collect(),
+            store: Some(daemons.0.clone()),
+            rti: Some(daemons.1.clone()),
         };
         if let Err(e) = crate::status::write_launch(dir, &info) {
             tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.join(crate::status::LAUNCH_FILE).display());
