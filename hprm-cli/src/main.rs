@@ -28,8 +28,8 @@ use crate::source::Source;
 struct Cli {
     /// Colour in logs: `auto` (only on a terminal, and not with NO_COLOR
     /// set), `always` or `never`; also for the processes `hprm` starts.
-    #[arg(long, global = true, value_enum, default_value_t = ColorArg::Auto, value_name = "WHEN")]
-    color: ColorArg,
+    #[arg(long, global = true, value_enum, value_name = "WHEN")]
+    color: Option<ColorArg>,
     #[command(subcommand)]
     command: Command,
 }
@@ -135,10 +135,13 @@ fn main() -> ExitCode {
     // Through the environment, so that `hprm_node::log::ansi` (the one
     // place that decides) sees it here and in every process `hprm` starts.
     // Set before any thread exists.
-    match cli.color {
-        ColorArg::Auto => {}
-        ColorArg::Always => std::env::set_var("HPRM_COLOR", "always"),
-        ColorArg::Never => std::env::set_var("HPRM_COLOR", "never"),
+    // Without the flag, an HPRM_COLOR already in the environment holds.
+    if let Some(c) = cli.color {
+        std::env::set_var("HPRM_COLOR", match c {
+            ColorArg::Auto => "auto",
+            ColorArg::Always => "always",
+            ColorArg::Never => "never",
+        });
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
