@@ -4,12 +4,13 @@ use anyhow::Result;
 
 use crate::source::Source;
 
-/// Prints each problem as `FILE:LINE: message`; returns how many there are.
+/// Prints each problem as `FILE:LINE: message` (`FILE:LINE:COLUMN:` when it
+/// is about one value); returns how many there are.
 pub fn run(source: &Source) -> Result<usize> {
-    let mut problems: Vec<_> = source.manifest().check().into_iter().map(|p| (p.location, p.message)).collect();
-    problems.extend(source.launch_problems());
-    for (loc, msg) in &problems {
-        eprintln!("{}: {msg}", source.locate(*loc));
+    let mut problems: Vec<_> = source.manifest().check().into_iter().map(|p| (p.location, p.field, p.message)).collect();
+    problems.extend(source.launch_problems().into_iter().map(|(l, m)| (l, None, m)));
+    for (loc, field, msg) in &problems {
+        eprintln!("{}: {msg}", source.locate_field(*loc, *field));
     }
     let m = source.manifest();
     if problems.is_empty() {

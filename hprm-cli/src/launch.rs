@@ -4,7 +4,6 @@
 //! Rust program binary or `Program.launch()` in Python uses); this module
 //! turns the command line and the program's [`Source`] into one.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ pub struct Options {
 
 /// Runs the program to its end; the exit code for `hprm`.
 pub fn run(source: Source, opts: Options) -> Result<i32> {
-    let mut problems: Vec<String> = source.manifest().check().into_iter().map(|p| format!("{}: {}", source.locate(p.location), p.message)).collect();
+    let mut problems: Vec<String> = source.manifest().check().into_iter().map(|p| format!("{}: {}", source.locate_field(p.location, p.field), p.message)).collect();
     problems.extend(source.launch_problems().into_iter().map(|(l, m)| format!("{}: {m}", source.locate(l))));
     if !problems.is_empty() {
         bail!("the program has problems (see `hprm check`):\n  {}", problems.join("\n  "));
@@ -43,7 +42,7 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         timeout: opts.timeout,
         log_dir: opts.log_dir,
         coordination: opts.coordination,
-        color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        color: hprm_node::log::ansi(),
         federate_command: Some(Box::new(move |name: &str| commands.federate_command(name))),
         handle_signals: true,
         trace: opts.trace,

@@ -26,8 +26,19 @@ use crate::source::Source;
 #[derive(Parser)]
 #[command(name = "hprm", version, about = "HPRM: deterministic, zero-copy robotic middleware", propagate_version = true)]
 struct Cli {
+    /// Colour in logs: `auto` (only on a terminal, and not with NO_COLOR
+    /// set), `always` or `never`; also for the processes `hprm` starts.
+    #[arg(long, global = true, value_enum, value_name = "WHEN")]
+    color: Option<ColorArg>,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ColorArg {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Subcommand)]
@@ -120,12 +131,25 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Through the environment, so that `hprm_node::log::ansi` (the one
+    // place that decides) sees it here and in every process `hprm` starts.
+    // Set before any thread exists.
+    // Without the flag, an HPRM_COLOR already in the environment holds.
+    if let Some(c) = cli.color {
+        std::env::set_var("HPRM_COLOR", match c {
+            ColorArg::Auto => "auto",
+            ColorArg::Always => "always",
+            ColorArg::Never => "never",
+        });
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(hprm_node::log::ansi())
         .try_init();
-    match run(Cli::parse()) {
+    match run(cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,6 +1,7 @@
 //! `hprm ps`: the programs launched on this machine that are still
 //! running, each federate with its process, current tag, how far logical
-//! time lags behind physical time, and messages per second.
+//! time lags behind physical time, and messages per second; and each
+//! program's store (pid, socket) and RTI (pid, host:port).
 //!
 //! Launchers write `launch.json` and federates `status-<name>.json` into
 //! the program's runtime directory (`hprm_node::status`); this only reads
@@ -86,6 +87,14 @@ fn table(programs: &[Running], now: i64) -> String {
         let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
+    }
+    // The daemons under the table, one line per program: a socket path is
+    // too long for a column.
+    for p in programs {
+        let daemon = |pid: u32, at: String| format!("pid {}{} at {at}", pid, if status::alive(pid) { "" } else { " (exited)" });
+        let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
+        let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
+        out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
     }
     out
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use hprm_node::manifest::{Location, Manifest};
+use hprm_node::manifest::{Field, Location, Manifest};
 
 /// Where a program comes from.
 #[derive(Debug, Clone)]
@@ -84,8 +84,19 @@ impl Source {
     /// `FILE:LINE` for a problem at `loc` (the line of its table in a
     /// TOML manifest; the file alone otherwise).
     pub fn locate(&self, loc: Location) -> String {
+        self.locate_field(loc, None)
+    }
+
+    /// `FILE:LINE:COLUMN` of the value `field` of the table at `loc` in a
+    /// TOML manifest, when the problem is about one value and the file has
+    /// it; else as [`Source::locate`].
+    pub fn locate_field(&self, loc: Location, field: Option<Field>) -> String {
         let file = self.path().display();
-        match self.toml.as_deref().and_then(|t| toml_line(t, loc)) {
+        let Some(text) = self.toml.as_deref() else { return format!("{file}") };
+        if let Some((line, column)) = field.and_then(|f| toml_value_position(text, loc, f)) {
+            return format!("{file}:{line}:{column}");
+        }
+        match toml_line(text, loc) {
             Some(line) => format!("{file}:{line}"),
             None => format!("{file}"),
         }
@@ -185,6 +196,29 @@ fn describe(cmd: &mut Command, path: &Path) -> Result<Manifest> {
     Manifest::from_json(&text).with_context(|| format!("{} wrote a manifest that does not parse", path.display()))
 }
 
+/// Line and column (from 1) of the value `field` names in the table at
+/// `loc`, found through the parsed document's spans; none when it is not
+/// written in the file (a default).
+fn toml_value_position(text: &str, loc: Location, field: Field) -> Option<(usize, usize)> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let root = doc.as_item();
+    let table = match loc {
+        Location::Program => root,
+        Location::Federate { index } => root.get("federate")?.get(index)?,
+        Location::Reactor { federate, reactor } => root.get("federate")?.get(federate)?.get("reactor")?.get(reactor)?,
+        Location::Connection { index } => root.get("connection")?.get(index)?,
+    };
+    let value = match field {
+        Field::Key(key) => table.get(key)?,
+        Field::Entry { array, index, key } => table.get(array)?.get(index)?.get(key)?,
+    };
+    let start = value.span()?.start;
+    let before = text.get(..start)?;
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    Some((line, column))
+}
+
 /// The line of the table a location points at in a TOML manifest.
 fn toml_line(text: &str, loc: Location) -> Option<usize> {
     let header = |l: &str, name: &str| l.trim_start().strip_prefix("[[").and_then(|r| r.split("]]").next()).is_some_and(|h| h.trim() == name);
@@ -215,6 +249,31 @@ fn toml_line(text: &str, loc: Location) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `text`'s problems, located as `hprm check` prints them (without
+    /// the file name).
+    fn located(text: &str) -> Vec<String> {
+        let m: Manifest = toml::from_str(text).expect("parses");
+        let src = Source { kind: Kind::Toml(PathBuf::from("m.toml")), args: vec![], manifest: m, toml: Some(text.into()) };
+        src.manifest().check().into_iter().map(|p| format!("{}: {}", src.locate_field(p.location, p.field), p.message)).collect()
+    }
+
+    #[test]
+    fn bad_durations_point_at_their_value() {
+        let t = "name = \"x\"\ncoordination = \"centralized\"\ntimeout = \"abc\"\n[[federate]]\nname = \"a\"\n[[federate.reactor]]\nname = \"r\"\noutputs = [\"o\"]\ntimer = [{ name = \"t\", period = \"1 parsec\" }]\n[[federate]]\nname = \"b\"\n[[federate.reactor]]\nname = \"r\"\ninputs = [\"i\"]\n[[federate.reactor.action]]\nname = \"act\"\n  min_delay = \"soon\"\n[[connection]]\nfrom = \"a.o\"\n\nto = \"b.i\"\nafter   = \"5 parsecs\"\n";
+        let p = located(t);
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p[0].starts_with("m.toml:3:11: timeout: \"abc\" is not a duration"), "{p:?}");
+        assert!(p[1].starts_with("m.toml:9:33: a.r, timer t: \"1 parsec\""), "{p:?}");
+        assert!(p[2].starts_with("m.toml:17:15: b.r, action act: \"soon\""), "{p:?}");
+        assert!(p[3].starts_with("m.toml:22:11: after: \"5 parsecs\""), "{p:?}");
+    }
+
+    #[test]
+    fn a_duplicate_federate_is_located_at_its_name_and_alone() {
+        let t = "name = \"x\"\n[[federate]]\nname = \"a\"\n[[federate.reactor]]\nname = \"r\"\noutputs = [\"o\"]\n[[federate]]\nname = \"a\"\n[[federate.reactor]]\nname = \"s\"\ninputs = [\"i\"]\n[[connection]]\nfrom = \"a.o\"\nto = \"a.i\"\n";
+        assert_eq!(located(t), vec!["m.toml:8:8: two federates are named \"a\"; federate names must be unique".to_string()]);
+    }
 
     #[test]
     fn locations_map_to_table_lines() {

@@ -23,8 +23,10 @@ fn manifests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/manifests")
 }
 
-/// Each broken manifest starts with `# expect: LINE: MESSAGE`; `hprm check`
-/// must report MESSAGE at FILE:LINE and fail.
+/// Each broken manifest starts with `# expect: LINE: MESSAGE` (LINE is
+/// `LINE:COLUMN` for a problem about one value); `hprm check` must report
+/// MESSAGE at FILE:LINE and fail. An optional second line `# problems: N`:
+/// exactly N problems, no follow-on errors.
 #[test]
 fn check_reports_every_broken_manifest_with_its_location() {
     let mut n = 0;
@@ -44,9 +46,13 @@ fn check_reports_every_broken_manifest_with_its_location() {
         // TOML syntax errors are located by the TOML parser itself.
         let by_parser = format!("TOML parse error at line {line}");
         assert!(all.contains(&located) || (all.contains(&by_parser) && all.contains(message)), "{}: expected `{located}` in:\n{all}", path.display());
+        if let Some(n) = text_of.lines().nth(1).and_then(|l| l.strip_prefix("# problems: ")) {
+            let plural = if n == "1" { "" } else { "s" };
+            assert!(all.contains(&format!(": {n} problem{plural} found")), "{}: expected {n} problem{plural} in:\n{all}", path.display());
+        }
         n += 1;
     }
-    assert!(n >= 8, "only {n} broken manifests found");
+    assert!(n >= 9, "only {n} broken manifests found");
 }
 
 #[test]
@@ -106,6 +112,29 @@ fn launch_runs_a_rust_program_end_to_end() {
     for f in ["camera.log", "detector.log", "hprm-rti.log", "hprm-store.log"] {
         assert!(logs.path().join(f).is_file(), "{f} missing");
     }
+}
+
+/// Colour only on a terminal: with stderr in a pipe, no escape code in any
+/// log (hprm's, the daemons', the federates'), even without NO_COLOR; with
+/// `--color always`, the prefixes and the federates' own log lines are
+/// coloured (HPRM_COLOR reaches the processes hprm starts).
+#[test]
+fn logs_are_coloured_only_on_a_terminal_or_when_asked() {
+    let run = |color: &[&str]| {
+        let out = hprm().env_remove("NO_COLOR").env_remove("HPRM_COLOR").env("RUST_LOG", "info").args(color).arg("launch").arg(support::program("perception")).args(["--seconds", "1", "--fps", "5"]).output().expect("run");
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let piped = run(&[]);
+    assert!(piped.contains("[planner]") && piped.contains(" INFO "), "{piped}");
+    assert!(!piped.contains("\x1b["), "escape codes in a pipe:\n{piped}");
+    let never = run(&["--color", "never"]);
+    assert!(!never.contains("\x1b["), "{never}");
+    let always = run(&["--color", "always"]);
+    assert!(always.contains("\x1b["), "{always}");
+    // A federate's tracing line: its level is coloured, not only the prefix.
+    let planner = always.lines().find(|l| l.contains("[planner]") && l.contains("INFO")).unwrap_or_else(|| panic!("no INFO line of the planner:\n{always}"));
+    assert!(planner.matches("\x1b[").count() > 2, "{planner:?}");
 }
 
 #[test]

@@ -83,6 +83,31 @@ fn ps_lists_the_program_and_every_federate_with_an_advancing_tag() {
     });
     let table = stdout(&run_hprm(&["ps"], runtime.path()));
     assert!(table.contains("PROGRAM") && table.contains("counter") && table.contains("source") && table.contains("sink"), "{table}");
+    // The program's own store and RTI: live processes of those daemons,
+    // at the socket and address the federates were given.
+    let launch = &v[0]["launch"];
+    let runtime_dir = PathBuf::from(launch["runtime_dir"].as_str().expect("runtime_dir"));
+    let cmdline = |pid: u64| std::fs::read(format!("/proc/{pid}/cmdline")).map(|b| String::from_utf8_lossy(&b).replace('\0', " ")).unwrap_or_default();
+    let store_pid = launch["store"]["pid"].as_u64().expect("store pid");
+    let socket = PathBuf::from(launch["store"]["socket"].as_str().expect("store socket"));
+    assert_eq!(socket, runtime_dir.join("store.sock"), "{launch}");
+    assert!(cmdline(store_pid).contains("hprm-store") && cmdline(store_pid).contains(&format!("--socket {}", socket.display())), "{launch}: {}", cmdline(store_pid));
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok(), "the store accepts clients at {}", socket.display());
+    let rti_pid = launch["rti"]["pid"].as_u64().expect("rti pid");
+    let addr = launch["rti"]["addr"].as_str().expect("rti addr");
+    assert!(cmdline(rti_pid).contains("hprm-rti") && cmdline(rti_pid).contains("--id counter"), "{launch}: {}", cmdline(rti_pid));
+    let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).expect("host:port");
+    assert!(addr.starts_with("127.0.0.1:") && port != 0, "{addr}");
+    // That port is the RTI's: a TCP socket of that process listens on it.
+    let listening = std::fs::read_dir(format!("/proc/{rti_pid}/fd")).expect("the RTI's fds").filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok()).collect::<Vec<_>>();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let rti_listens = tcp.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // local address `0100007F:PORT`, state 0A (listen), inode.
+        f.len() > 9 && f[1].ends_with(&format!(":{port:04X}")) && f[3] == "0A" && f[9].parse::<u64>().is_ok_and(|i| listening.contains(&i))
+    });
+    assert!(rti_listens, "no socket of the RTI (pid {rti_pid}) listens on {addr}");
+    assert!(table.contains(&format!("counter: store pid {store_pid} at {}; rti pid {rti_pid} at {addr}", socket.display())), "{table}");
     // SAFETY: kill(2) on a child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     finish(child, Duration::from_secs(30));

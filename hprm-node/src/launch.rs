@@ -52,7 +52,7 @@ pub struct Launch {
     pub handle_signals: bool,
     /// Also write each federate's (and daemon's) output to `DIR/NAME.log`.
     pub log_dir: Option<PathBuf>,
-    /// Colour the `[name]` prefixes (a terminal without NO_COLOR).
+    /// Colour the `[name]` prefixes (see [`crate::log::ansi`]).
     pub color: bool,
     /// Overrides the program's coordination (`hprm launch --coordination`).
     pub coordination: Option<Coordination>,
@@ -470,6 +470,7 @@ impl Launch {
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
         let (mut rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
+        let daemons = (crate::status::StoreProcess { pid: store.0.id(), socket: socket.clone() }, crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() });
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
         let env = ChildEnv { dir: dir.path(), manifest: &manifest, rti: &addr, store: &socket, federation: &m.name, coordination: &m, trace };
         let mut children = Vec::new();
@@ -479,7 +480,7 @@ impl Launch {
             children.push((child, log));
         }
         let started_ns = crate::clock::system_now();
-        self.record_launch(&m, &children, dir.path(), started_ns);
+        self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; n];
         let mut stopping = false;
@@ -523,7 +524,7 @@ impl Launch {
                             Ok(child) => {
                                 let old = std::mem::replace(&mut children[i].0, child).id();
                                 pids.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| *p != old);
-                                self.record_launch(&m, &children, dir.path(), started_ns);
+                                self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
                                 continue;
                             }
                             Err(e) => tracing::error!(federate = %f.name, "cannot restart it: {e}"),
@@ -566,14 +567,17 @@ impl Launch {
         Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts, lost })
     }
 
-    /// Writes what `hprm ps` lists: the program and its federates' pids.
-    fn record_launch(&self, m: &Manifest, children: &[(Child, LogSink)], dir: &Path, started_ns: i64) {
+    /// Writes what `hprm ps` lists: the program, its federates' pids, and
+    /// the store and RTI it started.
+    fn record_launch(&self, m: &Manifest, children: &[(Child, LogSink)], daemons: &(crate::status::StoreProcess, crate::status::RtiProcess), dir: &Path, started_ns: i64) {
         let info = crate::status::LaunchInfo {
             program: m.name.clone(),
             pid: std::process::id(),
             started_ns,
             runtime_dir: dir.to_path_buf(),
             federates: m.federates.iter().zip(children).map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() }).collect(),
+            store: Some(daemons.0.clone()),
+            rti: Some(daemons.1.clone()),
         };
         if let Err(e) = crate::status::write_launch(dir, &info) {
             tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.join(crate::status::LAUNCH_FILE).display());
@@ -728,6 +732,7 @@ impl Program {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
             .with_writer(std::io::stderr)
+            .with_ansi(crate::log::ansi())
             .try_init();
         if let Some(path) = std::env::var_os("HPRM_DESCRIBE") {
             // `hprm` asks for the program's graph: write it, run nothing.
@@ -786,6 +791,7 @@ impl Program {
                     timeout: flag("--timeout").and_then(|s| s.parse::<f64>().ok()).map(Duration::from_secs_f64),
                     trace: flag("--trace").map(PathBuf::from),
                     handle_signals: true,
+                    color: crate::log::ansi(),
                     ..Launch::default()
                 };
                 let name = self.name.clone();

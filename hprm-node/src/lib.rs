@@ -36,6 +36,10 @@ mod federate;
 mod inbox;
 pub mod launch;
 mod level;
+/// How HPRM processes log: [`log::ansi`] decides whether a log may use colour.
+pub mod log {
+    pub use hprm_sd_notify::{ansi, ansi_for};
+}
 pub mod manifest;
 pub mod payload;
 mod peer;

@@ -105,13 +105,14 @@ impl Transport {
     }
 
     /// Writes everything queued. A downstream peer whose connection broke
-    /// loses its messages and is dropped; the others go on.
-    fn flush(&mut self) -> Result<(), NodeError> {
+    /// loses its messages and is dropped; the others go on. `ending`: see
+    /// [`peer_broke`].
+    fn flush(&mut self, ending: bool) -> Result<(), NodeError> {
         if let Transport::Peers { peers, .. } = self {
             peers.retain(|fed, w| match w.flush() {
                 Ok(()) => true,
                 Err(e) => {
-                    tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
+                    peer_broke(*fed, &e, ending);
                     false
                 }
             });
@@ -744,7 +745,8 @@ impl Scheduler {
 
     /// Flushes what is queued, then waits for the inbox (see [`Inbox::wait`]).
     fn wait(&mut self, deadline: Option<std::time::Instant>) -> Result<(), NodeError> {
-        self.transport.flush()?;
+        let ending = self.ending();
+        self.transport.flush(ending)?;
         let mut items = std::mem::take(&mut self.pending);
         self.inbox.wait(deadline, &mut items);
         self.pending = items;
@@ -987,7 +989,8 @@ impl Scheduler {
         }
         rs.sort_unstable();
         rs.dedup();
-        self.transport.flush()?;
+        let ending = self.ending();
+        self.transport.flush(ending)?;
         let view = TagView {
             tag: g,
             start: self.start.time,
@@ -1139,13 +1142,14 @@ impl Scheduler {
     /// Runs `queue` on the writer that reaches federate `fed`: its peer
     /// connection (`direct`) or the RTI's.
     fn queue_for(&mut self, fed: u16, direct: bool, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
+        let ending = self.ending();
         match &mut self.transport {
             Transport::Alone => Ok(()),
             Transport::Peers { peers, .. } if direct => {
                 if let Some(w) = peers.get_mut(&fed) {
                     if let Err(e) = queue(w) {
                         // A downstream peer that went away loses its messages; the others go on.
-                        tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
+                        peer_broke(fed, &e, ending);
                         peers.remove(&fed);
                     }
                 }
@@ -1153,6 +1157,14 @@ impl Scheduler {
             }
             Transport::Rti(w) | Transport::Peers { rti: w, .. } => queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
         }
+    }
+
+    /// Whether this federate is at its last tag (or done): a downstream
+    /// peer may then have completed that tag and left already (in
+    /// decentralized coordination nothing makes it wait for this one), so
+    /// its connection breaking is the normal end, not news.
+    fn ending(&self) -> bool {
+        self.resigned || self.current >= self.stop_tag
     }
 
     /// Resigns (or reports failure) and closes the connections.
@@ -1172,6 +1184,18 @@ impl Scheduler {
         if self.report.tardy > 0 {
             tracing::warn!(federate = %self.name, tardy = self.report.tardy, "tardy messages (STP violations) this run; raise the STP offset if they are unexpected");
         }
+    }
+}
+
+/// Logs that the connection to downstream peer `fed` broke: at debug level
+/// when the peer may have left because the program is `ending` (a reset or
+/// broken pipe from a peer that finished), else as a warning: a peer gone
+/// in the middle of the run loses messages.
+fn peer_broke(fed: u16, e: &std::io::Error, ending: bool) {
+    if ending {
+        tracing::debug!(peer = fed, "peer connection closed at the end of the run: {e}; its last messages are dropped");
+    } else {
+        tracing::warn!(peer = fed, "peer connection broke: {e}; its messages are dropped");
     }
 }
 

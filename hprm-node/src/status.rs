@@ -35,6 +35,27 @@ pub struct LaunchInfo {
     pub started_ns: i64,
     pub runtime_dir: PathBuf,
     pub federates: Vec<FederateProcess>,
+    /// The object store the launcher started for the program (absent in
+    /// files of launchers older than this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreProcess>,
+    /// The RTI the launcher started for the program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rti: Option<RtiProcess>,
+}
+
+/// A program's `hprm-store`: its process and the socket clients connect to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreProcess {
+    pub pid: u32,
+    pub socket: PathBuf,
+}
+
+/// A program's `hprm-rti`: its process and the `host:port` federates join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RtiProcess {
+    pub pid: u32,
+    pub addr: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -19,6 +19,13 @@
 //! `Type=notify`) nothing is sent and nothing fails. A process that cannot
 //! reach the socket logs one warning and carries on: systemd then reports
 //! the start as timed out, which is where an operator looks.
+//!
+//! - [`ansi`]: whether the process's log may use ANSI colour. It lives here
+//!   because it is the other half of "where does this process report to"
+//!   (a terminal, or the journal, a pipe, a file), and because this crate is
+//!   the one light dependency that both daemons and `hprm-node` (so `hprm`,
+//!   every federate and the Python SDK) already have: one decision for every
+//!   binary, without a new dependency edge.
 
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -163,9 +170,43 @@ impl Watchdog {
     }
 }
 
+/// Whether this process's log (on stderr) may use ANSI colour.
+///
+/// `HPRM_COLOR=always|never` (what `hprm --color` sets, for itself and the
+/// processes it starts) decides when set; otherwise colour only when stderr
+/// is a terminal and `NO_COLOR` is unset or empty (<https://no-color.org>):
+/// escape codes in a journal, a pipe or a `--log-dir` file are noise.
+pub fn ansi() -> bool {
+    use std::io::IsTerminal;
+    ansi_for(std::env::var("HPRM_COLOR").ok().as_deref(), std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()), std::io::stderr().is_terminal())
+}
+
+/// [`ansi`]'s decision from its inputs: `HPRM_COLOR`'s value, whether
+/// `NO_COLOR` is set to something, whether stderr is a terminal.
+pub fn ansi_for(choice: Option<&str>, no_color: bool, terminal: bool) -> bool {
+    match choice.map(str::trim) {
+        Some("always") => true,
+        Some("never") => false,
+        // "auto", empty or unknown: what the environment says.
+        _ => terminal && !no_color,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color_unless_forced() {
+        assert!(ansi_for(None, false, true));
+        assert!(!ansi_for(None, false, false), "not a terminal");
+        assert!(!ansi_for(None, true, true), "NO_COLOR");
+        assert!(!ansi_for(Some("auto"), true, true));
+        assert!(ansi_for(Some("auto"), false, true));
+        assert!(ansi_for(Some("always"), true, false), "--color always wins over NO_COLOR and a pipe");
+        assert!(!ansi_for(Some("never"), false, true));
+        assert!(!ansi_for(Some("bogus"), false, false));
+    }
 
     // The environment is per process: one test changes it, in sequence.
     #[test]

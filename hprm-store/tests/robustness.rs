@@ -342,3 +342,27 @@ fn a_client_cannot_pile_up_waiting_requests() {
     stop.store(true, Ordering::Relaxed);
     assert!(watcher.join().expect("the bystander never saw an error") > 0);
 }
+
+/// A client that leaves between requests with a reply still unread resets
+/// its connection (Linux reports ECONNRESET to the daemon's next read, not
+/// an end of file). That is a client leaving, as at the end of every
+/// program whose federates exit with replies or notifications unread: the
+/// daemon logs it at debug level, with no warning. (A client gone in the
+/// middle of a frame still warns: see the truncated frames above.)
+#[test]
+fn a_client_leaving_with_a_reply_unread_is_not_a_warning() {
+    use std::os::fd::AsRawFd;
+    let d = Daemon::start("16M", &[]);
+    let s = raw_connection(&d);
+    (&s).write_all(&Encoder::default().request(1, &Request::Stats).to_vec()).unwrap();
+    // Leave once the reply has arrived, unread: that makes the close a reset.
+    let mut fd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd of a socket this test owns, for the call's duration.
+    let ready = unsafe { libc::poll(&mut fd, 1, 10_000) };
+    assert_eq!(ready, 1, "the daemon replies to Stats");
+    drop(s);
+    eventually(Duration::from_secs(10), "the daemon sees the client leave", || d.log().contains("client disconnected"));
+    let log = d.log();
+    assert!(log.contains("client left between requests") && log.contains("Connection reset by peer"), "the close was a reset:\n{log}");
+    assert!(!log.contains("WARN"), "a client leaving is no warning:\n{log}");
+}

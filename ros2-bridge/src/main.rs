@@ -54,6 +54,7 @@ fn main() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(hprm_node::log::ansi())
         .try_init();
     if let Err(e) = run(Args::parse()) {
         eprintln!("hprm-ros2-bridge: error: {e:#}");

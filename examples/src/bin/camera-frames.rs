@@ -49,7 +49,7 @@ struct Args {
 }
 
 fn main() {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into())).init();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into())).with_ansi(hprm_node::log::ansi()).init();
     let args = Args::parse();
     let result = match &args.consume {
         Some(socket) => consume(socket, args.frames),

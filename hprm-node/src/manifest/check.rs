@@ -27,11 +27,39 @@ pub enum Location {
     Connection { index: usize },
 }
 
+/// The one value a problem is about, inside the table its [`Location`]
+/// names: where `hprm check` points (line and column of the value in a
+/// TOML manifest) rather than at the table's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// A key of the located table itself (`after`, `timeout`, `name`).
+    Key(&'static str),
+    /// Key `key` of the `index`th entry of the located table's array
+    /// `array` (`timer`, `action`, `reaction`).
+    Entry { array: &'static str, index: usize, key: &'static str },
+}
+
 /// One problem of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub location: Location,
+    /// The value at fault, when it is one value.
+    pub field: Option<Field>,
     pub message: String,
+}
+
+/// The problems found so far.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, location: Location, message: String) {
+        self.0.push(Problem { location, field: None, message });
+    }
+
+    fn add_at(&mut self, location: Location, field: Field, message: String) {
+        self.0.push(Problem { location, field: Some(field), message });
+    }
 }
 
 impl fmt::Display for Problem {
@@ -87,81 +115,80 @@ pub(crate) fn split_path(path: &str) -> Option<(&str, Option<&str>, &str)> {
 impl Manifest {
     /// Every problem of the manifest; empty when it is valid.
     pub fn check(&self) -> Vec<Problem> {
-        let mut out = Vec::new();
-        let mut add = |location, message: String| out.push(Problem { location, message });
+        let mut out = Problems::default();
         if !valid_name(&self.name) {
-            add(Location::Program, format!("program name {:?} is not valid; use letters, digits, '_' and '-'", self.name));
+            out.add_at(Location::Program, Field::Key("name"), format!("program name {:?} is not valid; use letters, digits, '_' and '-'", self.name));
         }
         if self.federates.is_empty() {
-            add(Location::Program, "the program has no federates; add a [[federate]] table".into());
+            out.add(Location::Program, "the program has no federates; add a [[federate]] table".into());
         }
         for (what, d) in [("stp", &self.stp), ("timeout", &self.timeout)] {
             if let Some(e) = d.as_deref().and_then(|d| parse_duration(d).err()) {
-                add(Location::Program, format!("{what}: {e}"));
+                out.add_at(Location::Program, Field::Key(what), format!("{what}: {e}"));
             }
         }
         if self.stp.is_some() && self.coordination == CoordinationMode::Centralized {
-            add(Location::Program, "stp is set, but coordination is centralized, which waits for grants, not an STP; remove stp or set coordination = \"decentralized\"".into());
+            out.add_at(Location::Program, Field::Key("stp"), "stp is set, but coordination is centralized, which waits for grants, not an STP; remove stp or set coordination = \"decentralized\"".into());
         }
 
         let mut seen = HashSet::new();
         for (fi, f) in self.federates.iter().enumerate() {
             let at = Location::Federate { index: fi };
             if !valid_name(&f.name) {
-                add(at, format!("federate name {:?} is not valid; use letters, digits, '_' and '-'", f.name));
+                out.add_at(at, Field::Key("name"), format!("federate name {:?} is not valid; use letters, digits, '_' and '-'", f.name));
             }
             if !seen.insert(f.name.as_str()) {
-                add(at, format!("two federates are named {:?}; federate names must be unique", f.name));
+                out.add_at(at, Field::Key("name"), format!("two federates are named {:?}; federate names must be unique", f.name));
             }
             if f.reactors.is_empty() {
-                add(at, format!("federate {} has no reactors; add a [[federate.reactor]] table", f.name));
+                out.add(at, format!("federate {} has no reactors; add a [[federate.reactor]] table", f.name));
             }
             if f.command.is_some() && f.module.is_some() {
-                add(at, format!("federate {} has both a command and a module; give one", f.name));
+                out.add_at(at, Field::Key("module"), format!("federate {} has both a command and a module; give one", f.name));
             }
             if f.restart == super::RestartPolicy::OnFailure && self.coordination == CoordinationMode::Decentralized {
-                add(at, format!("federate {}: restart = \"on-failure\" needs centralized coordination (decentralized federates connect to each other directly and cannot take a restarted peer back); use restart = \"stop\" or coordination = \"centralized\"", f.name));
+                out.add_at(at, Field::Key("restart"), format!("federate {}: restart = \"on-failure\" needs centralized coordination (decentralized federates connect to each other directly and cannot take a restarted peer back); use restart = \"stop\" or coordination = \"centralized\"", f.name));
             }
             if f.max_restarts.is_some() && f.restart == super::RestartPolicy::Stop {
-                add(at, format!("federate {}: max_restarts is set, but restart = \"stop\"; set restart = \"on-failure\" or remove max_restarts", f.name));
+                out.add_at(at, Field::Key("max_restarts"), format!("federate {}: max_restarts is set, but restart = \"stop\"; set restart = \"on-failure\" or remove max_restarts", f.name));
             }
             if f.command.as_ref().is_some_and(Vec::is_empty) {
-                add(at, format!("federate {}: command is empty; give the program and its arguments, e.g. [\"./target/release/camera\"]", f.name));
+                out.add_at(at, Field::Key("command"), format!("federate {}: command is empty; give the program and its arguments, e.g. [\"./target/release/camera\"]", f.name));
             }
             let mut reactors = HashSet::new();
             for (ri, r) in f.reactors.iter().enumerate() {
                 let at = Location::Reactor { federate: fi, reactor: ri };
                 let path = format!("{}.{}", f.name, r.name);
                 if !valid_name(&r.name) {
-                    add(at, format!("reactor name {:?} in federate {} is not valid; use letters, digits, '_' and '-'", r.name, f.name));
+                    out.add_at(at, Field::Key("name"), format!("reactor name {:?} in federate {} is not valid; use letters, digits, '_' and '-'", r.name, f.name));
                 }
                 if !reactors.insert(r.name.as_str()) {
-                    add(at, format!("two reactors of federate {} are named {:?}", f.name, r.name));
+                    out.add_at(at, Field::Key("name"), format!("two reactors of federate {} are named {:?}", f.name, r.name));
                 }
                 if f.module.is_some() && r.class.is_none() {
-                    add(at, format!("reactor {path}: its federate runs Python module {:?}, so the reactor needs a class", f.module.as_deref().unwrap_or_default()));
+                    out.add(at, format!("reactor {path}: its federate runs Python module {:?}, so the reactor needs a class", f.module.as_deref().unwrap_or_default()));
                 }
                 let names = reactor_names(r);
                 let mut taken = HashSet::new();
                 for (n, _, _) in &names {
                     if !valid_name(n) {
-                        add(at, format!("{path}: {n:?} is not a valid port, timer or action name"));
+                        out.add(at, format!("{path}: {n:?} is not a valid port, timer or action name"));
                     } else if *n == "startup" || *n == "shutdown" {
-                        add(at, format!("{path}: {n:?} is a built-in trigger; name the port, timer or action otherwise"));
+                        out.add(at, format!("{path}: {n:?} is a built-in trigger; name the port, timer or action otherwise"));
                     } else if !taken.insert(*n) {
-                        add(at, format!("{path} declares {n:?} twice; names of ports, timers and actions must be unique"));
+                        out.add(at, format!("{path} declares {n:?} twice; names of ports, timers and actions must be unique"));
                     }
                 }
-                for t in &r.timers {
-                    for d in [&t.offset, &t.period] {
+                for (ti, t) in r.timers.iter().enumerate() {
+                    for (key, d) in [("offset", &t.offset), ("period", &t.period)] {
                         if let Err(e) = parse_duration(d) {
-                            add(at, format!("{path}, timer {}: {e}", t.name));
+                            out.add_at(at, Field::Entry { array: "timer", index: ti, key }, format!("{path}, timer {}: {e}", t.name));
                         }
                     }
                 }
-                for a in &r.actions {
+                for (ai, a) in r.actions.iter().enumerate() {
                     if let Err(e) = parse_duration(&a.min_delay) {
-                        add(at, format!("{path}, action {}: {e}", a.name));
+                        out.add_at(at, Field::Entry { array: "action", index: ai, key: "min_delay" }, format!("{path}, action {}: {e}", a.name));
                     }
                 }
                 let kind = |n: &str| match n {
@@ -169,24 +196,25 @@ impl Manifest {
                     "shutdown" => Some(Kind::Shutdown),
                     _ => names.iter().find(|(m, _, _)| *m == n).map(|(_, k, _)| *k),
                 };
-                for rx in &r.reactions {
-                    let mut check = |list: &[String], what: &str, ok: &dyn Fn(Kind) -> bool| {
+                for (xi, rx) in r.reactions.iter().enumerate() {
+                    let mut check = |list: &[String], key: &'static str, what: &str, ok: &dyn Fn(Kind) -> bool| {
+                        let field = Field::Entry { array: "reaction", index: xi, key };
                         for n in list {
                             match kind(n) {
-                                None => add(at, format!("reaction {path}.{} names {n:?} as {what}, but the reactor has no such port, timer or action", rx.name)),
-                                Some(k) if !ok(k) => add(at, format!("reaction {path}.{} names {n:?} ({}) as {what}; {}", rx.name, article(k), allowed(what))),
+                                None => out.add_at(at, field, format!("reaction {path}.{} names {n:?} as {what}, but the reactor has no such port, timer or action", rx.name)),
+                                Some(k) if !ok(k) => out.add_at(at, field, format!("reaction {path}.{} names {n:?} ({}) as {what}; {}", rx.name, article(k), allowed(what))),
                                 Some(_) => {}
                             }
                         }
                     };
-                    check(&rx.triggers, "a trigger", &|k| k != Kind::Output);
-                    check(&rx.sources, "a source", &|k| k == Kind::Input);
-                    check(&rx.effects, "an effect", &|k| matches!(k, Kind::Output | Kind::LogicalAction));
+                    check(&rx.triggers, "triggers", "a trigger", &|k| k != Kind::Output);
+                    check(&rx.sources, "sources", "a source", &|k| k == Kind::Input);
+                    check(&rx.effects, "effects", "an effect", &|k| matches!(k, Kind::Output | Kind::LogicalAction));
                     if rx.triggers.is_empty() {
-                        add(at, format!("reaction {path}.{} has no trigger; it would never run", rx.name));
+                        out.add_at(at, Field::Entry { array: "reaction", index: xi, key: "name" }, format!("reaction {path}.{} has no trigger; it would never run", rx.name));
                     }
                     if let Some(e) = rx.deadline.as_deref().and_then(|d| parse_duration(d).err()) {
-                        add(at, format!("reaction {path}.{}, deadline: {e}", rx.name));
+                        out.add_at(at, Field::Entry { array: "reaction", index: xi, key: "deadline" }, format!("reaction {path}.{}, deadline: {e}", rx.name));
                     }
                 }
             }
@@ -201,29 +229,39 @@ impl Manifest {
         let mut fed_by: HashMap<PortRef<'_>, usize> = HashMap::new();
         for (ci, c) in self.connections.iter().enumerate() {
             let at = Location::Connection { index: ci };
-            let ends = [(&c.from, Kind::Output, "from"), (&c.to, Kind::Input, "to")].map(|(path, want, key)| match self.resolve(path, &fed_index) {
-                Err(e) => {
-                    add(at, format!("{key} = {path:?}: {e}"));
-                    None
+            let ends = [(&c.from, Kind::Output, "from"), (&c.to, Kind::Input, "to")].map(|(path, want, key)| {
+                let resolved = self.resolve(path, &fed_index);
+                // A federate (or reactor) named twice is reported once, at
+                // its second definition. Paths resolve against the first;
+                // one that does not fit it may have meant the second, so
+                // its failure is a consequence of the duplicate, not news.
+                if !matches!(resolved, Ok((_, kind, _)) if kind == want) && self.names_a_duplicate(path) {
+                    return None;
                 }
-                Ok((_, kind, _)) if kind != want => {
-                    add(at, format!("{key} = {path:?} is {}, not {}; a connection goes from an output to an input", article(kind), article(want)));
-                    None
+                match resolved {
+                    Err(e) => {
+                        out.add_at(at, Field::Key(key), format!("{key} = {path:?}: {e}"));
+                        None
+                    }
+                    Ok((_, kind, _)) if kind != want => {
+                        out.add_at(at, Field::Key(key), format!("{key} = {path:?} is {}, not {}; a connection goes from an output to an input", article(kind), article(want)));
+                        None
+                    }
+                    Ok((p, _, ty)) => Some((p, ty)),
                 }
-                Ok((p, _, ty)) => Some((p, ty)),
             });
             if let Some(e) = c.after.as_deref().and_then(|d| parse_duration(d).err()) {
-                add(at, format!("after: {e}"));
+                out.add_at(at, Field::Key("after"), format!("after: {e}"));
             }
             match ends {
                 [Some((from, ft)), Some((to, tt))] => {
                     if let (Some(a), Some(b)) = (ft, tt) {
                         if a != b {
-                            add(at, format!("{} carries {a:?} but {} expects {b:?}; connect ports of the same type", c.from, c.to));
+                            out.add(at, format!("{} carries {a:?} but {} expects {b:?}; connect ports of the same type", c.from, c.to));
                         }
                     }
                     if let Some(prev) = fed_by.insert(to, ci) {
-                        add(at, format!("input {} is connected twice (also by connection #{}, from {}); an input takes one connection", c.to, prev + 1, self.connections[prev].from));
+                        out.add_at(at, Field::Key("to"), format!("input {} is connected twice (also by connection #{}, from {}); an input takes one connection", c.to, prev + 1, self.connections[prev].from));
                     }
                     resolved.push(Some((from, to)));
                 }
@@ -269,12 +307,12 @@ impl Manifest {
             let at = Location::Connection { index: first_conn };
             let text = cycle.iter().map(|(p, _)| self.path_of(*p)).chain(cycle.first().map(|(p, _)| self.path_of(*p))).collect::<Vec<_>>().join(" -> ");
             if feds.len() == 1 {
-                add(at, format!("causality loop: {text} has no delay, so no order of reactions satisfies it; put `after` on one of its connections"));
+                out.add(at, format!("causality loop: {text} has no delay, so no order of reactions satisfies it; put `after` on one of its connections"));
             } else if self.coordination == CoordinationMode::Decentralized {
-                add(at, format!("zero-delay cycle across federates in decentralized mode: {text}; decentralized federates cannot resolve it (nothing grants a provisional tag): put `after` on one of its connections, or use centralized coordination"));
+                out.add(at, format!("zero-delay cycle across federates in decentralized mode: {text}; decentralized federates cannot resolve it (nothing grants a provisional tag): put `after` on one of its connections, or use centralized coordination"));
             }
         }
-        out
+        out.0
     }
 
     /// A port by path, with its kind and declared type.
@@ -292,6 +330,15 @@ impl Manifest {
         let (name, kind, ty) =
             names.iter().find(|(n, _, _)| *n == p).ok_or_else(|| format!("reactor {f}.{} has no port {p:?}; its ports are {}", reactor.name, list(names.iter().filter(|(_, k, _)| matches!(k, Kind::Input | Kind::Output)).map(|(n, _, _)| *n))))?;
         Ok((PortRef { federate: fi, reactor: ri, name }, *kind, *ty))
+    }
+
+    /// Whether `path` names a federate defined twice, or a reactor defined
+    /// twice in (the first definition of) its federate.
+    fn names_a_duplicate(&self, path: &str) -> bool {
+        let Some((f, r, _)) = split_path(path) else { return false };
+        let mut feds = self.federates.iter().filter(|x| x.name == f);
+        let Some(first) = feds.next() else { return false };
+        feds.next().is_some() || r.is_some_and(|r| first.reactors.iter().filter(|x| x.name == r).count() > 1)
     }
 
     fn path_of(&self, p: PortRef<'_>) -> String {
@@ -481,6 +528,41 @@ mod tests {
         assert!(p.iter().any(|(l, m)| *l == Location::Reactor { federate: 0, reactor: 0 } && m.contains("declares \"o\" twice")), "{p:?}");
         assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 0 } && m.contains("carries \"image\" but b.i expects \"imu\"")), "{p:?}");
         assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("connected twice (also by connection #1")), "{p:?}");
+    }
+
+    #[test]
+    fn a_duplicate_federate_is_reported_once_without_follow_on_errors() {
+        // The second `a` is what `b.o -> a.i` meant; its reactor differs
+        // from the first's. Only the duplicate is news.
+        let m = manifest(
+            vec![federate("a", vec![reactor("r", &[], &["o"])]), federate("a", vec![reactor("s", &["i"], &[])]), federate("b", vec![reactor("r", &["i"], &["o"])])],
+            vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None), conn("b.o", "a.s.i", None)],
+        );
+        let p: Vec<Problem> = m.check();
+        assert_eq!(p, vec![Problem { location: Location::Federate { index: 1 }, field: Some(Field::Key("name")), message: "two federates are named \"a\"; federate names must be unique".into() }]);
+        // A reference to a name defined once is still checked.
+        let mut m = m;
+        m.connections.push(conn("b.o", "nope.i", None));
+        let p = messages(&m);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[1].0 == Location::Connection { index: 3 } && p[1].1.contains("no federate \"nope\""), "{p:?}");
+    }
+
+    #[test]
+    fn bad_durations_name_their_key() {
+        let mut a = reactor("r", &[], &["o"]);
+        a.timers.push(crate::manifest::TimerSpec { name: "t".into(), offset: "0s".into(), period: "abc".into() });
+        let mut m = manifest(vec![federate("a", vec![a]), federate("b", vec![reactor("r", &["i"], &[])])], vec![conn("a.o", "b.i", Some("5 parsecs"))]);
+        m.timeout = Some("abc".into());
+        let fields: Vec<_> = m.check().into_iter().map(|p| (p.location, p.field)).collect();
+        assert_eq!(
+            fields,
+            vec![
+                (Location::Program, Some(Field::Key("timeout"))),
+                (Location::Reactor { federate: 0, reactor: 0 }, Some(Field::Entry { array: "timer", index: 0, key: "period" })),
+                (Location::Connection { index: 0 }, Some(Field::Key("after"))),
+            ]
+        );
     }
 
     #[test]

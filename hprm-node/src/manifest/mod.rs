@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use check::{Location, Problem};
+pub use check::{Field, Location, Problem};
 
 /// A program's graph. Field names are the TOML manifest's keys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

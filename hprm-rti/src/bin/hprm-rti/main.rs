@@ -117,6 +117,7 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(hprm_sd_notify::ansi())
         .init();
     let cli = Cli::parse();
     let code = match run(cli) {

@@ -254,6 +254,12 @@ impl Closing {
     }
 }
 
+/// Whether a read error means the peer closed its end (reset or aborted
+/// rather than shut down in order).
+fn client_left(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe)
+}
+
 async fn read_loop(
     rd: &LocalSocket,
     client: ClientId,
@@ -283,7 +289,17 @@ async fn read_loop(
             if mid_frame {
                 tokio::time::timeout(limit, poller.read(rd, frames.spare())).await.map_err(|_| Closing::Stalled(limit))?.map_err(Closing::from)
             } else {
-                poller.read(rd, frames.spare()).await.map_err(Closing::from)
+                match poller.read(rd, frames.spare()).await {
+                    // Between frames a client may leave at any time. One
+                    // that exits with replies or notifications unread
+                    // resets the connection instead of closing it: as
+                    // clean as an end of file (debug, not a warning).
+                    Err(e) if client_left(&e) => {
+                        tracing::debug!(client, error = %e, "client left between requests");
+                        Ok(0)
+                    }
+                    r => r.map_err(Closing::from),
+                }
             }
         };
         // Both branches are cancel-safe: a read that loses the race has
