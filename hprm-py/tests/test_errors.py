@@ -4,6 +4,7 @@ federate named at the end, and no Rust panic text whatever RUST_BACKTRACE
 says. Real launches: a store, an RTI, one process per federate."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,9 +39,11 @@ def test_writing_into_a_received_array_fails_both_receivers_in_pythons_words(dae
     # The end names every failed federate with its error, one a line.
     tail = err.splitlines()[-3:]
     assert tail[0] == "error: program raising failed; federates that failed:", err
-    assert sorted(tail[1:]) == [
-        "  - left (exit status: 1): reaction left.left.scale failed: ValueError: output array is read-only",
-        "  - right (exit status: 1): reaction right.right.scale failed: ValueError: output array is read-only",
+    # (A federate failing just as the launcher stops the others may meet
+    # its SIGTERM on the way out: the status varies, the reason does not.)
+    assert sorted(re.sub(r" \((exit status: 1|signal: 15 \(SIGTERM\))\):", ":", l) for l in tail[1:]) == [
+        "  - left: reaction left.left.scale failed: ValueError: output array is read-only",
+        "  - right: reaction right.right.scale failed: ValueError: output array is read-only",
     ], err
 
 

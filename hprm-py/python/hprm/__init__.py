@@ -458,6 +458,18 @@ class _FederateRef:
         raise AttributeError(f"federate {self.__dict__.get('name')} has no port {name!r}")
 
 
+def _fail_federate(name: str, e: BaseException) -> None:
+    """Exits a launched federate that failed, with its error line. The
+    launcher, seeing another federate fail, may send SIGTERM meanwhile: this
+    one is on its way out with its own status, which the stop must not
+    replace (the launcher names it by that status and this line)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"error: federate {name}: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
 class Program:
     """Federates of reactors and their connections.
 
@@ -630,8 +642,7 @@ class Program:
             try:
                 self.run(fast=fast)
             except RuntimeError as e:
-                print(f"error: federate {os.environ['HPRM_FEDERATE']}: {e}", file=sys.stderr)
-                sys.exit(1)
+                _fail_federate(os.environ["HPRM_FEDERATE"], e)
             sys.exit(0)
         if len(self.federates) == 1 and not commands:
             self.run(fast=fast)

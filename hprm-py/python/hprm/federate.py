@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from . import Input, Output, Program, Reactor, external
+from . import Input, Output, Program, Reactor, _fail_federate, external
 
 
 def _port_names(decls: list[str]) -> list[str]:
@@ -110,8 +110,7 @@ def main() -> None:
     try:
         prog.run(fast=os.environ.get("HPRM_FAST") == "1")
     except RuntimeError as e:
-        print(f"error: federate {local}: {e}", file=sys.stderr)
-        sys.exit(1)
+        _fail_federate(local, e)
 
 
 if __name__ == "__main__":
