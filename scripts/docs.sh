@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 MDBOOK_VERSION=0.5.4
 LYCHEE_VERSION=0.24.2
-tools=${HPRM_TOOLS:-$HOME/.cache/hprm-tools}
+tools=${HPRM_TOOLS:-${HOME:-/tmp}/.cache/hprm-tools}
 mkdir -p "$tools"
 
 mdbook="$tools/bin/mdbook"
