@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs HPRM for systemd: the daemons (hprm-store, hprm-rti, and hprm when
 # built), the unit templates of deploy/, an example /etc/hprm/store.conf
-# (never overwriting one that exists), the README, and the system user
+# (never overwriting one that exists), the README with the deployment and
+# troubleshooting pages of docs/, and the system user
 # `hprm` the units run as. Then, per program: hprm deploy --systemd DIR PROGRAM.
 #
 #   deploy/install.sh [--prefix ROOT] [--bin-dir DIR] [--from DIR] [--dry-run]
@@ -78,6 +79,7 @@ else
 fi
 run install -d "$prefix/usr/local/share/doc/hprm"
 run install -m 0644 README.md "$prefix/usr/local/share/doc/hprm/README.md"
+run install -m 0644 docs/src/deployment.md docs/src/troubleshooting.md "$prefix/usr/local/share/doc/hprm/"
 
 if [ -z "$prefix" ]; then
     if ! getent passwd hprm >/dev/null; then

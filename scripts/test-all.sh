@@ -43,6 +43,9 @@ fi
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
 hprm-store/schema/regen.sh --check
 
+step "building the book (docs/, mdBook) and checking the documentation's links offline (scripts/docs.sh)"
+scripts/docs.sh
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

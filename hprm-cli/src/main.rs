@@ -1,7 +1,7 @@
 //! # hprm: the command line of HPRM
 //!
-//! One binary to run, check, draw and inspect programs (the README's
-//! "The hprm command" lists every subcommand). A PROGRAM is a
+//! One binary to run, check, draw and inspect programs (docs/src/cli.md,
+//! "The hprm command", lists every subcommand). A PROGRAM is a
 //! Python file, a TOML manifest or a program binary; [`source`] turns any
 //! of them into a `hprm_node::manifest::Manifest` and the commands that
 //! run its federates. Each subcommand is a module named after it.

@@ -598,7 +598,7 @@ class Program:
 
     def manifest(self) -> dict:
         """The program's graph as data: what ``hprm check``, ``hprm graph``
-        and ``hprm launch`` read (see the README's "Manifests")."""
+        and ``hprm launch`` read (see docs/src/cli.md, "Manifests")."""
         import json
 
         return json.loads(self._native.manifest())

@@ -29,7 +29,7 @@
 //! TCP segments, 4 with DNETs held), and about half the launches of such
 //! an exchange ran slow. Held: 8-byte one-way over TCP 27.0 -> 21.2 µs, the launches'
 //! quartiles 21.5-29.5 -> 19.2-23.3 µs (`node-bench compare`, 16 launches
-//! a side; the README's RTI section has the rest). A DNET only lets
+//! a side; docs/src/rti.md has the rest). A DNET only lets
 //! a federate leave out NETs nobody needs, so a late one costs at most a
 //! NET sent in vain or one sent late, as a slower network would; and
 //! every hold ends: the polling spinner writes held outboxes once their
