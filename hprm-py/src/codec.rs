@@ -53,7 +53,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_node::payload::conformance::Sample;
-use hprm_node::payload::msgpack::Writer;
+use hprm_node::payload::msgpack::{Reader, Token, Writer};
 use hprm_node::payload::{
     Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink, DEFAULT_GET_TIMEOUT,
     DEFAULT_THRESHOLD, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR,
@@ -600,7 +600,7 @@ impl<'py> Build<'py> {
         if depth > 1100 {
             return Err(malformed("values nested too deep"));
         }
-        Ok(match r.token()? {
+        Ok(match r.token().map_err(payload_error)? {
             Token::Nil => py.None().into_bound(py),
             Token::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
             Token::Int(i) => i.into_pyobject(py)?.into_any(),
@@ -741,12 +741,12 @@ impl<'py> Build<'py> {
     fn unpickle(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         let mut r = Reader::new(data);
-        let (Token::Array(2), Token::Bin(pickled), Token::Array(n)) = (r.token()?, r.token()?, r.token()?) else {
+        let (Token::Array(2), Token::Bin(pickled), Token::Array(n)) = (r.token().map_err(payload_error)?, r.token().map_err(payload_error)?, r.token().map_err(payload_error)?) else {
             return Err(malformed("a pickled object (ext 3) that is not [bin, [buffers]]"));
         };
         let buffers = PyList::empty(py);
         for _ in 0..n {
-            let Token::Ext(EXT_BUFFER, d) = r.token()? else {
+            let Token::Ext(EXT_BUFFER, d) = r.token().map_err(payload_error)? else {
                 return Err(malformed("a pickle's out-of-band buffer that is not a buffer descriptor (ext 1)"));
             };
             let d = BufferDescriptor::decode(d).map_err(payload_error)?;
@@ -763,132 +763,6 @@ impl<'py> Build<'py> {
             ));
             err.set_cause(py, Some(e));
             err
-        })
-    }
-}
-
-/// One MessagePack value header (a leaf whole, or a container's length).
-enum Token<'a> {
-    Nil,
-    Bool(bool),
-    Int(i64),
-    Uint(u64),
-    Float(f64),
-    Str(&'a [u8]),
-    Bin(&'a [u8]),
-    Array(usize),
-    Map(usize),
-    Ext(i8, &'a [u8]),
-}
-
-/// A bounds-checked cursor over MessagePack bytes (messages were validated
-/// by `Decoder::references`, but nothing here trusts that).
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, pos: 0 }
-    }
-
-    fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    fn take(&mut self, n: usize) -> PyResult<&'a [u8]> {
-        if n > self.remaining() {
-            return Err(malformed(format!("truncated: {n} bytes needed at byte {}, the message has {}", self.pos, self.buf.len())));
-        }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    fn be<const N: usize>(&mut self) -> PyResult<[u8; N]> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    fn len8(&mut self) -> PyResult<usize> {
-        Ok(usize::from(self.be::<1>()?[0]))
-    }
-
-    fn len16(&mut self) -> PyResult<usize> {
-        Ok(usize::from(u16::from_be_bytes(self.be()?)))
-    }
-
-    fn len32(&mut self) -> PyResult<usize> {
-        Ok(u32::from_be_bytes(self.be()?) as usize)
-    }
-
-    fn token(&mut self) -> PyResult<Token<'a>> {
-        let m = self.be::<1>()?[0];
-        Ok(match m {
-            0x00..=0x7f => Token::Int(i64::from(m)),
-            0xe0..=0xff => Token::Int(i64::from(m as i8)),
-            0x80..=0x8f => Token::Map(usize::from(m & 0x0f)),
-            0x90..=0x9f => Token::Array(usize::from(m & 0x0f)),
-            0xa0..=0xbf => Token::Str(self.take(usize::from(m & 0x1f))?),
-            0xc0 => Token::Nil,
-            0xc2 => Token::Bool(false),
-            0xc3 => Token::Bool(true),
-            0xc4 => {
-                let n = self.len8()?;
-                Token::Bin(self.take(n)?)
-            }
-            0xc5 => {
-                let n = self.len16()?;
-                Token::Bin(self.take(n)?)
-            }
-            0xc6 => {
-                let n = self.len32()?;
-                Token::Bin(self.take(n)?)
-            }
-            0xc7..=0xc9 | 0xd4..=0xd8 => {
-                let n = match m {
-                    0xd4 => 1,
-                    0xd5 => 2,
-                    0xd6 => 4,
-                    0xd7 => 8,
-                    0xd8 => 16,
-                    0xc7 => self.len8()?,
-                    0xc8 => self.len16()?,
-                    _ => self.len32()?,
-                };
-                let ty = self.be::<1>()?[0] as i8;
-                Token::Ext(ty, self.take(n)?)
-            }
-            0xca => Token::Float(f64::from(f32::from_be_bytes(self.be()?))),
-            0xcb => Token::Float(f64::from_be_bytes(self.be()?)),
-            0xcc => Token::Int(i64::from(self.be::<1>()?[0])),
-            0xcd => Token::Int(i64::from(u16::from_be_bytes(self.be()?))),
-            0xce => Token::Int(i64::from(u32::from_be_bytes(self.be()?))),
-            0xcf => Token::Uint(u64::from_be_bytes(self.be()?)),
-            0xd0 => Token::Int(i64::from(self.be::<1>()?[0] as i8)),
-            0xd1 => Token::Int(i64::from(i16::from_be_bytes(self.be()?))),
-            0xd2 => Token::Int(i64::from(i32::from_be_bytes(self.be()?))),
-            0xd3 => Token::Int(i64::from_be_bytes(self.be()?)),
-            0xd9 => {
-                let n = self.len8()?;
-                Token::Str(self.take(n)?)
-            }
-            0xda => {
-                let n = self.len16()?;
-                Token::Str(self.take(n)?)
-            }
-            0xdb => {
-                let n = self.len32()?;
-                Token::Str(self.take(n)?)
-            }
-            0xdc => Token::Array(self.len16()?),
-            0xdd => Token::Array(self.len32()?),
-            0xde => Token::Map(self.len16()?),
-            0xdf => Token::Map(self.len32()?),
-            // 0xc1 is never used.
-            _ => return Err(malformed(format!("byte 0x{m:02x} at {} is not a MessagePack marker", self.pos - 1))),
         })
     }
 }

@@ -1,149 +1,67 @@
-//! Just enough MessagePack, by hand, for the codec's own structures: the
-//! contents of its extension values (written byte-exactly, as the wire
-//! format specifies) and the walk over a received message that finds them.
+//! MessagePack for the codec's own structures, on `rmp`: the contents of
+//! its extension values (written byte-exactly, as the wire format
+//! specifies), the walk over a received message that finds them, and the
+//! token reader the Python SDK builds its values from.
 //!
-//! Everything else in a payload is written and read by rmp-serde. Reading
-//! never panics and never trusts a length: every read is bounds-checked
-//! against the input, so truncated or hostile bytes give
-//! [`PayloadError::Malformed`].
+//! `rmp` is the one source of the format: [`Writer`] calls its encoders,
+//! which write the smallest form (as msgpack-python does, so both SDKs
+//! write identical bytes), and [`Reader`] classifies every byte with its
+//! [`Marker`] table. What `rmp` does not offer is a zero-copy reader over a
+//! slice that never trusts a length, so that part is here: every read is
+//! bounds-checked against the input, and truncated or hostile bytes give
+//! [`PayloadError::Malformed`], never a panic.
+//!
+//! Everything else in a payload (a Rust port's value) is written and read
+//! by rmp-serde.
+
+use rmp::Marker;
 
 use super::PayloadError;
 
-/// Appends MessagePack values to a `Vec<u8>`, always in the smallest form
-/// (as msgpack-python does, so both SDKs write identical bytes).
+/// Appends MessagePack values to a `Vec<u8>`, always in the smallest form.
 ///
 /// Lengths are `u32` on the wire; callers check that what they write fits
 /// (see [`fits_u32`]). Public for language bindings, which write the same
-/// format by hand (the Python SDK's serializer).
+/// format value by value (the Python SDK's serializer).
 pub struct Writer<'a>(pub &'a mut Vec<u8>);
 
+// rmp's encoders return `Result`s for writers that can fail; a `Vec` grows
+// instead, so every result below is discarded.
 impl Writer<'_> {
     pub fn nil(&mut self) {
-        self.0.push(0xc0);
+        let _ = rmp::encode::write_nil(self.0);
     }
 
     pub fn uint(&mut self, v: u64) {
-        let out = &mut *self.0;
-        match v {
-            0..=0x7f => out.push(v as u8),
-            0x80..=0xff => out.extend_from_slice(&[0xcc, v as u8]),
-            0x100..=0xffff => {
-                out.push(0xcd);
-                out.extend_from_slice(&(v as u16).to_be_bytes());
-            }
-            0x1_0000..=0xffff_ffff => {
-                out.push(0xce);
-                out.extend_from_slice(&(v as u32).to_be_bytes());
-            }
-            _ => {
-                out.push(0xcf);
-                out.extend_from_slice(&v.to_be_bytes());
-            }
-        }
+        let _ = rmp::encode::write_uint(self.0, v);
     }
 
     pub fn int(&mut self, v: i64) {
-        if v >= 0 {
-            return self.uint(v as u64);
-        }
-        let out = &mut *self.0;
-        if v >= -32 {
-            out.push(v as i8 as u8);
-        } else if v >= i64::from(i8::MIN) {
-            out.extend_from_slice(&[0xd0, v as i8 as u8]);
-        } else if v >= i64::from(i16::MIN) {
-            out.push(0xd1);
-            out.extend_from_slice(&(v as i16).to_be_bytes());
-        } else if v >= i64::from(i32::MIN) {
-            out.push(0xd2);
-            out.extend_from_slice(&(v as i32).to_be_bytes());
-        } else {
-            out.push(0xd3);
-            out.extend_from_slice(&v.to_be_bytes());
-        }
+        let _ = rmp::encode::write_sint(self.0, v);
     }
 
     pub fn array_len(&mut self, len: u32) {
-        self.container_len(len, [0x90, 0xdc, 0xdd]);
+        let _ = rmp::encode::write_array_len(self.0, len);
     }
 
     pub fn map_len(&mut self, len: u32) {
-        self.container_len(len, [0x80, 0xde, 0xdf]);
+        let _ = rmp::encode::write_map_len(self.0, len);
     }
 
-    /// A container header: `markers` are the fix, 16-bit and 32-bit forms.
-    fn container_len(&mut self, len: u32, [fix, m16, m32]: [u8; 3]) {
-        let out = &mut *self.0;
-        match len {
-            0..=15 => out.push(fix | len as u8),
-            16..=0xffff => {
-                out.push(m16);
-                out.extend_from_slice(&(len as u16).to_be_bytes());
-            }
-            _ => {
-                out.push(m32);
-                out.extend_from_slice(&len.to_be_bytes());
-            }
-        }
-    }
-
+    /// `s.len()` must fit in a `u32`.
     pub fn str(&mut self, s: &str) {
-        let out = &mut *self.0;
-        let len = s.len();
-        match len {
-            0..=31 => out.push(0xa0 | len as u8),
-            32..=0xff => out.extend_from_slice(&[0xd9, len as u8]),
-            0x100..=0xffff => {
-                out.push(0xda);
-                out.extend_from_slice(&(len as u16).to_be_bytes());
-            }
-            _ => {
-                out.push(0xdb);
-                out.extend_from_slice(&(len as u32).to_be_bytes());
-            }
-        }
-        out.extend_from_slice(s.as_bytes());
+        let _ = rmp::encode::write_str(self.0, s);
     }
 
     /// `data.len()` must fit in a `u32`.
     pub fn bin(&mut self, data: &[u8]) {
-        let out = &mut *self.0;
-        let len = data.len();
-        match len {
-            0..=0xff => out.extend_from_slice(&[0xc4, len as u8]),
-            0x100..=0xffff => {
-                out.push(0xc5);
-                out.extend_from_slice(&(len as u16).to_be_bytes());
-            }
-            _ => {
-                out.push(0xc6);
-                out.extend_from_slice(&(len as u32).to_be_bytes());
-            }
-        }
-        out.extend_from_slice(data);
+        let _ = rmp::encode::write_bin(self.0, data);
     }
 
     /// The header of an extension value of `len` data bytes (which must fit
     /// in a `u32`); the data follows.
     pub fn ext_header(&mut self, ty: i8, len: usize) {
-        let out = &mut *self.0;
-        match len {
-            1 => out.push(0xd4),
-            2 => out.push(0xd5),
-            4 => out.push(0xd6),
-            8 => out.push(0xd7),
-            16 => out.push(0xd8),
-            0..=0xff => out.extend_from_slice(&[0xc7, len as u8]),
-            0x100..=0xffff => {
-                out.push(0xc8);
-                out.extend_from_slice(&(len as u16).to_be_bytes());
-            }
-            _ => {
-                out.push(0xc9);
-                out.extend_from_slice(&(len as u32).to_be_bytes());
-            }
-        }
-        out.push(ty as u8);
+        let _ = rmp::encode::write_ext_meta(self.0, len as u32, ty);
     }
 }
 
@@ -152,11 +70,32 @@ pub fn fits_u32(len: usize) -> bool {
     u32::try_from(len).is_ok()
 }
 
+/// One MessagePack value as read: a scalar whole, a string's or binary's
+/// bytes (borrowed, not validated), a container's length (its elements
+/// follow), or an extension's type and data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Token<'a> {
+    Nil,
+    Bool(bool),
+    /// Every integer that fits an `i64` (all but `u64` above `i64::MAX`).
+    Int(i64),
+    /// An unsigned 64-bit integer above `i64::MAX`.
+    Uint(u64),
+    Float(f64),
+    /// UTF-8 by the format's rules, not checked here.
+    Str(&'a [u8]),
+    Bin(&'a [u8]),
+    Array(usize),
+    /// `n` key/value pairs: `2n` values follow.
+    Map(usize),
+    Ext(i8, &'a [u8]),
+}
+
 /// One step of a walk over a MessagePack value tree: a leaf is consumed
 /// whole; a container's elements follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Item<'a> {
-    /// nil, bool, int, float, str or bin (its bytes skipped).
+    /// nil, bool, int, float, str or bin.
     Leaf,
     Array(u32),
     /// `n` key/value pairs: `2n` values follow.
@@ -165,7 +104,7 @@ pub(crate) enum Item<'a> {
 }
 
 /// A bounds-checked cursor over MessagePack bytes.
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
@@ -184,10 +123,7 @@ impl<'a> Reader<'a> {
         PayloadError::malformed(format!("truncated: {what} at byte {} runs past the end ({} bytes)", self.pos, self.buf.len()))
     }
 
-    fn unexpected(&self, marker: u8, what: &str) -> PayloadError {
-        PayloadError::malformed(format!("expected {what} at byte {}, found MessagePack marker 0x{marker:02x}", self.pos.saturating_sub(1)))
-    }
-
+    /// The next byte, not consumed.
     pub fn peek(&self) -> Option<u8> {
         self.buf.get(self.pos).copied()
     }
@@ -227,6 +163,96 @@ impl<'a> Reader<'a> {
         Ok(u32::from_be_bytes(self.be(what)?) as usize)
     }
 
+    /// The next value's token; see [`Token`].
+    pub fn token(&mut self) -> Result<Token<'a>, PayloadError> {
+        const WHAT: &str = "a value";
+        let m = self.byte(WHAT)?;
+        Ok(match Marker::from_u8(m) {
+            Marker::FixPos(v) => Token::Int(i64::from(v)),
+            Marker::FixNeg(v) => Token::Int(i64::from(v)),
+            Marker::FixMap(n) => Token::Map(usize::from(n)),
+            Marker::FixArray(n) => Token::Array(usize::from(n)),
+            Marker::FixStr(n) => Token::Str(self.take(usize::from(n), WHAT)?),
+            Marker::Null => Token::Nil,
+            Marker::False => Token::Bool(false),
+            Marker::True => Token::Bool(true),
+            Marker::Bin8 => {
+                let n = self.len8(WHAT)?;
+                Token::Bin(self.take(n, WHAT)?)
+            }
+            Marker::Bin16 => {
+                let n = self.len16(WHAT)?;
+                Token::Bin(self.take(n, WHAT)?)
+            }
+            Marker::Bin32 => {
+                let n = self.len32(WHAT)?;
+                Token::Bin(self.take(n, WHAT)?)
+            }
+            Marker::Str8 => {
+                let n = self.len8(WHAT)?;
+                Token::Str(self.take(n, WHAT)?)
+            }
+            Marker::Str16 => {
+                let n = self.len16(WHAT)?;
+                Token::Str(self.take(n, WHAT)?)
+            }
+            Marker::Str32 => {
+                let n = self.len32(WHAT)?;
+                Token::Str(self.take(n, WHAT)?)
+            }
+            Marker::F32 => Token::Float(f64::from(f32::from_be_bytes(self.be(WHAT)?))),
+            Marker::F64 => Token::Float(f64::from_be_bytes(self.be(WHAT)?)),
+            Marker::U8 => Token::Int(i64::from(self.byte(WHAT)?)),
+            Marker::U16 => Token::Int(i64::from(u16::from_be_bytes(self.be(WHAT)?))),
+            Marker::U32 => Token::Int(i64::from(u32::from_be_bytes(self.be(WHAT)?))),
+            Marker::U64 => {
+                let v = u64::from_be_bytes(self.be(WHAT)?);
+                i64::try_from(v).map_or(Token::Uint(v), Token::Int)
+            }
+            Marker::I8 => Token::Int(i64::from(self.byte(WHAT)? as i8)),
+            Marker::I16 => Token::Int(i64::from(i16::from_be_bytes(self.be(WHAT)?))),
+            Marker::I32 => Token::Int(i64::from(i32::from_be_bytes(self.be(WHAT)?))),
+            Marker::I64 => Token::Int(i64::from_be_bytes(self.be(WHAT)?)),
+            Marker::Array16 => Token::Array(self.len16(WHAT)?),
+            Marker::Array32 => Token::Array(self.len32(WHAT)?),
+            Marker::Map16 => Token::Map(self.len16(WHAT)?),
+            Marker::Map32 => Token::Map(self.len32(WHAT)?),
+            Marker::FixExt1 => self.ext_data(1)?,
+            Marker::FixExt2 => self.ext_data(2)?,
+            Marker::FixExt4 => self.ext_data(4)?,
+            Marker::FixExt8 => self.ext_data(8)?,
+            Marker::FixExt16 => self.ext_data(16)?,
+            Marker::Ext8 => {
+                let n = self.len8("an extension")?;
+                self.ext_data(n)?
+            }
+            Marker::Ext16 => {
+                let n = self.len16("an extension")?;
+                self.ext_data(n)?
+            }
+            Marker::Ext32 => {
+                let n = self.len32("an extension")?;
+                self.ext_data(n)?
+            }
+            Marker::Reserved => return Err(PayloadError::malformed(format!("byte 0x{m:02x} at {} is not a MessagePack marker", self.pos - 1))),
+        })
+    }
+
+    fn ext_data(&mut self, len: usize) -> Result<Token<'a>, PayloadError> {
+        let ty = self.byte("an extension type")? as i8;
+        Ok(Token::Ext(ty, self.take(len, "an extension's data")?))
+    }
+
+    /// The next token, which must be of the kind `what` names.
+    fn expect<T>(&mut self, what: &str, want: impl FnOnce(Token<'a>) -> Option<T>) -> Result<T, PayloadError> {
+        let at = self.pos;
+        let token = self.token().map_err(|e| match e {
+            PayloadError::Malformed { detail } if detail.starts_with("truncated") => self.truncated(what),
+            other => other,
+        })?;
+        want(token).ok_or_else(|| PayloadError::malformed(format!("expected {what} at byte {at}, found MessagePack marker 0x{:02x}", self.buf[at])))
+    }
+
     /// Consumes a nil if one is next.
     pub fn nil(&mut self) -> bool {
         if self.peek() == Some(0xc0) {
@@ -237,115 +263,57 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Any integer, as an `i128` (holds every MessagePack integer).
-    fn integer(&mut self, what: &str) -> Result<i128, PayloadError> {
-        let m = self.byte(what)?;
-        Ok(match m {
-            0x00..=0x7f => i128::from(m),
-            0xe0..=0xff => i128::from(m as i8),
-            0xcc => i128::from(self.byte(what)?),
-            0xcd => i128::from(u16::from_be_bytes(self.be(what)?)),
-            0xce => i128::from(u32::from_be_bytes(self.be(what)?)),
-            0xcf => i128::from(u64::from_be_bytes(self.be(what)?)),
-            0xd0 => i128::from(self.byte(what)? as i8),
-            0xd1 => i128::from(i16::from_be_bytes(self.be(what)?)),
-            0xd2 => i128::from(i32::from_be_bytes(self.be(what)?)),
-            0xd3 => i128::from(i64::from_be_bytes(self.be(what)?)),
-            _ => return Err(self.unexpected(m, what)),
-        })
-    }
-
     /// A non-negative integer (in any integer encoding).
     pub fn uint(&mut self, what: &str) -> Result<u64, PayloadError> {
-        let v = self.integer(what)?;
-        u64::try_from(v).map_err(|_| PayloadError::malformed(format!("{what} is {v}, expected a non-negative integer")))
-    }
-
-    pub fn int(&mut self, what: &str) -> Result<i64, PayloadError> {
-        let v = self.integer(what)?;
-        i64::try_from(v).map_err(|_| PayloadError::malformed(format!("{what} is {v}, out of the 64-bit signed range")))
-    }
-
-    pub fn array_len(&mut self, what: &str) -> Result<usize, PayloadError> {
-        let m = self.byte(what)?;
-        match m {
-            0x90..=0x9f => Ok(usize::from(m & 0x0f)),
-            0xdc => self.len16(what),
-            0xdd => self.len32(what),
-            _ => Err(self.unexpected(m, what)),
+        match self.expect(what, |t| match t {
+            Token::Int(i) => Some(Err(i)),
+            Token::Uint(u) => Some(Ok(u)),
+            _ => None,
+        })? {
+            Ok(u) => Ok(u),
+            Err(i) => u64::try_from(i).map_err(|_| PayloadError::malformed(format!("{what} is {i}, expected a non-negative integer"))),
         }
     }
 
+    pub fn int(&mut self, what: &str) -> Result<i64, PayloadError> {
+        match self.expect(what, |t| match t {
+            Token::Int(i) => Some(Ok(i)),
+            Token::Uint(u) => Some(Err(u)),
+            _ => None,
+        })? {
+            Ok(i) => Ok(i),
+            Err(u) => Err(PayloadError::malformed(format!("{what} is {u}, out of the 64-bit signed range"))),
+        }
+    }
+
+    pub fn array_len(&mut self, what: &str) -> Result<usize, PayloadError> {
+        self.expect(what, |t| if let Token::Array(n) = t { Some(n) } else { None })
+    }
+
     pub fn str(&mut self, what: &str) -> Result<&'a str, PayloadError> {
-        let m = self.byte(what)?;
-        let len = match m {
-            0xa0..=0xbf => usize::from(m & 0x1f),
-            0xd9 => self.len8(what)?,
-            0xda => self.len16(what)?,
-            0xdb => self.len32(what)?,
-            _ => return Err(self.unexpected(m, what)),
-        };
-        let bytes = self.take(len, what)?;
+        let bytes = self.expect(what, |t| if let Token::Str(b) = t { Some(b) } else { None })?;
         std::str::from_utf8(bytes).map_err(|_| PayloadError::malformed(format!("{what} is not valid UTF-8")))
     }
 
     pub fn bin(&mut self, what: &str) -> Result<&'a [u8], PayloadError> {
-        let m = self.byte(what)?;
-        let len = match m {
-            0xc4 => self.len8(what)?,
-            0xc5 => self.len16(what)?,
-            0xc6 => self.len32(what)?,
-            _ => return Err(self.unexpected(m, what)),
-        };
-        self.take(len, what)
+        self.expect(what, |t| if let Token::Bin(b) = t { Some(b) } else { None })
     }
 
     /// The next value's header; see [`Item`].
-    pub fn item(&mut self) -> Result<Item<'a>, PayloadError> {
-        const WHAT: &str = "a value";
-        let m = self.byte(WHAT)?;
-        let skip = match m {
-            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 0,
-            0x80..=0x8f => return Ok(Item::Map(u32::from(m & 0x0f))),
-            0x90..=0x9f => return Ok(Item::Array(u32::from(m & 0x0f))),
-            0xa0..=0xbf => usize::from(m & 0x1f),
-            0xc4 | 0xd9 => self.len8(WHAT)?,
-            0xc5 | 0xda => self.len16(WHAT)?,
-            0xc6 | 0xdb => self.len32(WHAT)?,
-            0xcc | 0xd0 => 1,
-            0xcd | 0xd1 => 2,
-            0xca | 0xce | 0xd2 => 4,
-            0xcb | 0xcf | 0xd3 => 8,
-            0xdc => return Ok(Item::Array(u16::from_be_bytes(self.be(WHAT)?).into())),
-            0xdd => return Ok(Item::Array(u32::from_be_bytes(self.be(WHAT)?))),
-            0xde => return Ok(Item::Map(u16::from_be_bytes(self.be(WHAT)?).into())),
-            0xdf => return Ok(Item::Map(u32::from_be_bytes(self.be(WHAT)?))),
-            0xd4..=0xd8 | 0xc7..=0xc9 => {
-                let len = match m {
-                    0xd4 => 1,
-                    0xd5 => 2,
-                    0xd6 => 4,
-                    0xd7 => 8,
-                    0xd8 => 16,
-                    0xc7 => self.len8("an extension")?,
-                    0xc8 => self.len16("an extension")?,
-                    _ => self.len32("an extension")?,
-                };
-                let ty = self.byte("an extension type")? as i8;
-                return Ok(Item::Ext(ty, self.take(len, "an extension's data")?));
-            }
-            // 0xc1 is never used.
-            _ => return Err(PayloadError::malformed(format!("byte 0x{m:02x} at {} is not a MessagePack marker", self.pos - 1))),
-        };
-        self.take(skip, WHAT)?;
-        Ok(Item::Leaf)
+    pub(crate) fn item(&mut self) -> Result<Item<'a>, PayloadError> {
+        Ok(match self.token()? {
+            Token::Array(n) => Item::Array(n as u32),
+            Token::Map(n) => Item::Map(n as u32),
+            Token::Ext(ty, data) => Item::Ext(ty, data),
+            Token::Nil | Token::Bool(_) | Token::Int(_) | Token::Uint(_) | Token::Float(_) | Token::Str(_) | Token::Bin(_) => Item::Leaf,
+        })
     }
 
     /// Reads a whole extension value as the next value, if it is one.
     pub fn ext(&mut self) -> Result<Option<(i8, &'a [u8])>, PayloadError> {
         let start = self.pos;
-        match self.item()? {
-            Item::Ext(ty, data) => Ok(Some((ty, data))),
+        match self.token()? {
+            Token::Ext(ty, data) => Ok(Some((ty, data))),
             _ => {
                 self.pos = start;
                 Ok(None)
