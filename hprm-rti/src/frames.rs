@@ -51,6 +51,9 @@ impl FrameBuffer {
 
     /// The next message, if it has arrived whole. An error means the stream
     /// is not the protocol and cannot be followed any further.
+    // Not `Iterator::next`: a frame borrows the buffer (a lending iterator,
+    // which `Iterator` cannot express).
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Frame<'_>>, WireError> {
         // Fields are updated one by one, not through a method, so that
         // the borrow of `buf` a tagged frame holds can be returned.

@@ -603,7 +603,7 @@ mod tests {
         }
         // The payload limit holds for it too.
         let mut big = Vec::new();
-        encode_tagged(true, 1, 2, Tag::new(0, 0), &vec![0; 100], &mut big);
+        encode_tagged(true, 1, 2, Tag::new(0, 0), &[0; 100], &mut big);
         assert!(matches!(decode_tagged(&big, &Limits { max_payload: 99, ..Limits::default() }), Err(WireError::PayloadTooLarge { len: 100, max: 99 })));
     }
 

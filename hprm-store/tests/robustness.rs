@@ -354,7 +354,7 @@ fn a_client_leaving_with_a_reply_unread_is_not_a_warning() {
     use std::os::fd::AsRawFd;
     let d = Daemon::start("16M", &[]);
     let s = raw_connection(&d);
-    (&s).write_all(&Encoder::default().request(1, &Request::Stats).to_vec()).unwrap();
+    (&s).write_all(Encoder::default().request(1, &Request::Stats)).unwrap();
     // Leave once the reply has arrived, unread: that makes the close a reset.
     let mut fd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: one pollfd of a socket this test owns, for the call's duration.

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The project's habits, checked: formatting (rustfmt.toml), clippy with
+# warnings as errors, no unused dependency (cargo machete), and ruff on the
+# Python code (ruff.toml). Run by scripts/test-all.sh; on its own:
+#   scripts/lint.sh            (check)
+#   scripts/lint.sh --fix      (format the Rust and Python code, apply ruff's safe fixes)
+# Tools not shipped with Rust (cargo-machete, ruff) go into a cache outside
+# the clone, ${HPRM_TOOLS:-$HOME/.cache/hprm-tools}, pinned.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MACHETE_VERSION=0.9.2
+RUFF_VERSION=0.17.6
+tools=${HPRM_TOOLS:-${HOME:-/tmp}/.cache/hprm-tools}
+mkdir -p "$tools"
+fix=0
+[ "${1:-}" = --fix ] && fix=1
+
+say() { printf '[lint] %s\n' "$*"; }
+
+# hprm-py and ros2-bridge are Cargo projects of their own (outside the
+# workspace); rustfmt reads their crate roots directly, so formatting them
+# needs neither Python nor ROS 2.
+rust_roots=(hprm-py/src/lib.rs ros2-bridge/src/main.rs)
+if [ $fix = 1 ]; then
+  say "formatting the Rust code"
+  cargo fmt --all
+  rustfmt --edition 2021 "${rust_roots[@]}"
+else
+  say "rustfmt --check (rustfmt.toml)"
+  cargo fmt --all --check
+  rustfmt --edition 2021 --check "${rust_roots[@]}"
+fi
+
+say "clippy, warnings as errors: the workspace and the Python extension"
+cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
+cargo clippy --locked --manifest-path hprm-py/Cargo.toml --all-targets --quiet -- -D warnings
+
+machete="$tools/bin/cargo-machete"
+if ! [ -x "$machete" ] || ! "$machete" --version 2>/dev/null | grep -q "$MACHETE_VERSION"; then
+  say "installing cargo-machete $MACHETE_VERSION into $tools (cargo install; a minute the first time)"
+  cargo install cargo-machete --locked --version "$MACHETE_VERSION" --root "$tools" --quiet \
+    || { echo "missing: cargo-machete $MACHETE_VERSION (cargo install failed; needs crates.io)" >&2; exit 1; }
+fi
+say "cargo machete: no unused dependency in any Cargo project"
+"$machete" . hprm-py ros2-bridge
+
+ruff="$tools/ruff-venv/bin/ruff"
+if ! [ -x "$ruff" ] || ! "$ruff" --version 2>/dev/null | grep -q "$RUFF_VERSION"; then
+  say "installing ruff $RUFF_VERSION into $tools/ruff-venv"
+  { python3 -m venv "$tools/ruff-venv" && "$tools/ruff-venv/bin/pip" install -q "ruff==$RUFF_VERSION"; } \
+    || { echo "missing: ruff $RUFF_VERSION (pip install failed; needs PyPI)" >&2; exit 1; }
+fi
+if [ $fix = 1 ]; then
+  say "ruff: applying safe fixes"
+  "$ruff" check --fix .
+else
+  say "ruff check (ruff.toml)"
+  "$ruff" check .
+fi
+say "all checks passed"
