@@ -58,9 +58,27 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::protocol::frame::{HEADER_LEN, MAX_REQUEST_BODY};
 
-const TAIL: usize = 0;
-const HEAD: usize = 64;
-const WAKE: usize = 128;
+/// The control words at the start of the mapping (the layout above), each
+/// on its own cache line: the client writes `tail`, the daemon `head` and
+/// `wake`, and a line written by one side is never the other's to write.
+#[repr(C, align(64))]
+struct Control {
+    tail: AtomicU64,
+    _tail_line: [u8; 56],
+    head: AtomicU64,
+    _head_line: [u8; 56],
+    wake: AtomicU32,
+}
+
+// The layout is a contract between processes (client and daemon may be
+// different builds): these offsets are the ones the module docs give.
+const _: () = {
+    assert!(std::mem::offset_of!(Control, tail) == 0);
+    assert!(std::mem::offset_of!(Control, head) == 64);
+    assert!(std::mem::offset_of!(Control, wake) == 128);
+    assert!(std::mem::size_of::<Control>() as u64 <= RING);
+};
+
 /// Offset of the ring: one page of control words before it.
 pub const RING: u64 = 4096;
 const ENTRY_HEADER: u64 = 16;
@@ -112,16 +130,12 @@ impl Ring {
         Ok(Ring { map, capacity })
     }
 
-    fn word64(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is one of the 8-aligned control offsets inside the
-        // first page of a page-aligned mapping; the mapping lives as long
-        // as `self`.
-        unsafe { &*(self.map.as_mut_ptr().add(at) as *const AtomicU64) }
-    }
-
-    fn wake(&self) -> &AtomicU32 {
-        // SAFETY: as in `word64`.
-        unsafe { &*(self.map.as_mut_ptr().add(WAKE) as *const AtomicU32) }
+    fn control(&self) -> &Control {
+        // SAFETY: the mapping is page-aligned (so aligned for `Control`)
+        // and at least RING >= size_of::<Control>() bytes long; it lives as
+        // long as `self`. Every field is an atomic or padding, so the other
+        // process writing it concurrently is no data race.
+        unsafe { &*(self.map.as_mut_ptr() as *const Control) }
     }
 
     /// Copies `buf.len()` bytes into the ring at position `pos` (taken
@@ -187,7 +201,7 @@ impl OutboxWriter {
             return Err(OutboxError::SizeMismatch { actual, announced: capacity });
         }
         let ring = Ring::map(&file, capacity)?;
-        let tail = ring.word64(TAIL).load(Ordering::Relaxed);
+        let tail = ring.control().tail.load(Ordering::Relaxed);
         Ok(OutboxWriter { ring, tail, _file: file })
     }
 
@@ -196,7 +210,7 @@ impl OutboxWriter {
     /// socket instead.
     pub fn push(&mut self, after: u64, frame: &[u8]) -> bool {
         let need = entry_len(frame.len() as u64);
-        let head = self.ring.word64(HEAD).load(Ordering::Acquire);
+        let head = self.ring.control().head.load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.ring.capacity || need > self.ring.capacity - used {
             return false;
@@ -211,7 +225,7 @@ impl OutboxWriter {
             self.ring.write_at(self.tail + ENTRY_HEADER, frame);
         }
         self.tail += need;
-        self.ring.word64(TAIL).store(self.tail, Ordering::Release);
+        self.ring.control().tail.store(self.tail, Ordering::Release);
         true
     }
 
@@ -220,7 +234,7 @@ impl OutboxWriter {
         // The client's half of the Dekker pair (module docs): the tail
         // store above must be ordered before this load.
         fence(Ordering::SeqCst);
-        self.ring.wake().load(Ordering::Relaxed) != 0
+        self.ring.control().wake.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -265,14 +279,14 @@ impl OutboxReader {
 
     /// Whether the client has appended anything not taken yet.
     pub fn has_entries(&self) -> bool {
-        self.ring.word64(TAIL).load(Ordering::Acquire) != self.head
+        self.ring.control().tail.load(Ordering::Acquire) != self.head
     }
 
     /// Takes the next entry into `frame` (cleared first) if there is one
     /// and it was sent after no more than `handled` socket frames of the
     /// client. Ok(false): nothing to take now.
     pub fn take(&mut self, handled: u64, frame: &mut Vec<u8>) -> Result<bool, OutboxError> {
-        let tail = self.ring.word64(TAIL).load(Ordering::Acquire);
+        let tail = self.ring.control().tail.load(Ordering::Acquire);
         let avail = tail.wrapping_sub(self.head);
         if avail == 0 {
             return Ok(false);
@@ -301,7 +315,7 @@ impl OutboxReader {
         // SAFETY: len <= avail <= capacity.
         unsafe { self.ring.read_at(self.head + ENTRY_HEADER, frame) };
         self.head += entry_len(len);
-        self.ring.word64(HEAD).store(self.head, Ordering::Release);
+        self.ring.control().head.store(self.head, Ordering::Release);
         Ok(true)
     }
 
@@ -313,7 +327,7 @@ impl OutboxReader {
             return false;
         }
         self.wake = on;
-        self.ring.wake().store(u32::from(on), Ordering::Relaxed);
+        self.ring.control().wake.store(u32::from(on), Ordering::Relaxed);
         fence(Ordering::SeqCst);
         on
     }
@@ -389,7 +403,7 @@ mod tests {
         let (mut r, w) = pair(MIN_CAPACITY);
         let mut out = Vec::new();
         // A tail beyond the ring.
-        w.ring.word64(TAIL).store(MIN_CAPACITY + 8, Ordering::Release);
+        w.ring.control().tail.store(MIN_CAPACITY + 8, Ordering::Release);
         assert!(matches!(r.take(u64::MAX, &mut out), Err(OutboxError::Corrupt(_))));
         // A length beyond what was appended.
         let (mut r, mut w) = pair(MIN_CAPACITY);
