@@ -22,12 +22,10 @@
 //!   reply or grant a client reads would wake a daemon thread.
 //!
 //! One needless wake-up per message, on a machine whose CPUs the clients
-//! need: a client sending itself messages through `hprm-rti` woke an RTI
-//! thread about once per round trip while the RTI polled (counted with
-//! `perf stat`), and none once the socket was registered only to wait;
-//! `node-bench`'s RTI round trip over the Unix socket, client polling, went
-//! from 18-33 µs to 8-15 µs with this and the RTI's less frequent turns to
-//! its runtime (quick runs, two of each). So reads and writes here are plain
+//! need: an RTI thread was woken about once per round trip while the RTI
+//! polled, and none once the socket was registered only to wait, which
+//! about halved the RTI round trip (figures in
+//! `bench/results/design-measurements.md`). So reads and writes here are plain
 //! non-blocking system calls. A task that must wait to read registers the
 //! socket for readability for that one wait ([`Socket::read`]); a task
 //! that must wait to write registers a second descriptor of the socket for

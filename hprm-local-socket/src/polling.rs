@@ -8,11 +8,10 @@
 //! that on a virtualised machine. But a polling thread is one more thread
 //! that wants a CPU, on machines where the clients poll too. In `hprm-rti`,
 //! with every busy connection polling from its own worker, federates
-//! waited for CPUs (broadcast to 4 receivers over the RTI: 1 KB round p50
-//! about 220 µs without polling, 350-530 µs with every connection polling;
-//! ad hoc), and with two (one exchange between two federates: four polling
-//! threads on a two-CPU machine) the latency followed where the kernel
-//! happened to put them (one-way p50 13-90 µs by placement; ad hoc).
+//! waited for CPUs (a broadcast round took longer with polling than
+//! without), and with two (one exchange between two federates: four
+//! polling threads on a two-CPU machine) the latency followed where the
+//! kernel happened to put them.
 //!
 //! So one connection task at a time is the [`Spinner`]: it polls its own
 //! socket and those of the others that want to poll, which wait as
@@ -20,20 +19,21 @@
 //! watched socket has data, the spinner hands its role to that task and
 //! becomes a watcher itself: the task it woke runs next on the same
 //! worker (tokio's LIFO slot), no thread is woken, and only one daemon
-//! thread ever polls. In `hprm-rti`, against a poller per connection, at
-//! most two (`node-bench compare`, launches alternating between the
-//! builds): 1 KB broadcast round to four receivers over the Unix socket
-//! 377 -> 170 µs (TCP 397 -> 201 µs), a two-federate exchange level at 8 B
-//! and 1.05x at 64 KiB, sustained 8-byte messages 0.97x (two connections'
-//! relays no longer run at once).
+//! thread ever polls. In `hprm-rti`, against a poller per connection, that
+//! halved the broadcast round and left two-federate exchanges level
+//! (sustained relays slightly slower: two connections' relays no longer
+//! run at once).
 //!
 //! Connections waiting in the reactor are watched as well
 //! ([`Polling::watch`]): the spinner keeps its worker from the reactor
 //! between turns, and the other worker is not always there to take it
 //! (a worker that parks while another holds the reactor sleeps on a
-//! condition variable instead, and stays there). Their messages waited
-//! until polling ended, 200 µs, in about half the launches of a
-//! two-federate exchange before they were watched (ad hoc).
+//! condition variable instead, and stays there). Before they were watched,
+//! their messages often waited until polling ended.
+//!
+//! The figures behind each of these choices are in
+//! `bench/results/design-measurements.md` ("One spinner polls for all of a
+//! daemon's connections").
 //!
 //! A connection task reads through its [`Poller`], which plays whichever
 //! role it is given. The role outlives a read: the task keeps it while it
@@ -69,10 +69,9 @@ use crate::{Socket, Stream};
 /// stalled outbox's writer); the tasks it wakes then wait in its worker's
 /// LIFO slot, which no other worker steals from. Everything else reaches
 /// the other worker (the reactor, timers, tasks woken from other threads).
-/// This slice is a backstop against a wake-up that list misses; with a
-/// turn every 25 µs the RTI's threads slept 1,611 times while relaying 200
-/// messages 300 µs apart (its test,
-/// `a_polling_rti_relays_without_sleeping_between_messages`).
+/// This slice is a backstop against a wake-up that list misses; a much
+/// shorter one made the RTI's threads sleep between relayed messages (its
+/// test, `a_polling_rti_relays_without_sleeping_between_messages`).
 const RUNTIME_SLICE: Duration = Duration::from_millis(10);
 
 /// The polling of one daemon's connections: who spins, who watches, and
@@ -252,13 +251,10 @@ const PROBE_EVERY: u32 = 8;
 /// the spin. A connection whose messages come further apart (a federate
 /// with a slow timer, a store client that reserves blocks ahead) would
 /// poll for the whole spin after each and then sleep anyway, taking a CPU
-/// from the processes that do the work for nothing: relaying 100 messages
-/// 4 ms apart with a 2 ms spin took 220 ms of the RTI's CPU, and under
-/// 80 ms with this (`hprm-rti`'s test
-/// `a_connection_whose_messages_come_further_apart_than_the_spin_mostly_stops_polling`).
-/// Latency did not move where messages come close (64 KiB ping-pong
-/// through the RTI and the store: 28.6 / 28.3 µs one-way without and
-/// with, 20 interleaved launches each, ad hoc).
+/// from the processes that do the work for nothing (`hprm-rti`'s test
+/// `a_connection_whose_messages_come_further_apart_than_the_spin_mostly_stops_polling`
+/// bounds the CPU it takes); latency did not move where messages come
+/// close (figures in `bench/results/design-measurements.md`).
 pub struct Poller {
     polling: Arc<Polling>,
     /// The role of spinner, between reads while this connection holds it.

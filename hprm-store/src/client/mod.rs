@@ -161,13 +161,12 @@ pub(crate) struct Inner {
 /// and at the daemon's pace: an idle daemon sleeps, and waking it costs
 /// tens of microseconds on a virtualised machine. With 64 KiB objects (4
 /// blocks per Reserve) that was every fourth message of `node-bench`'s
-/// ping-pong: 49 µs one-way against 16 µs for the others peer to peer, 84
-/// against 26 through the RTI (ad hoc, one launch each). So once a class
+/// ping-pong, about three times slower than the others. So once a class
 /// is down to a quarter of its batch, the next Reserve is sent without
 /// waiting for its reply, which the create that empties the pool then
 /// finds read or on its way. Sending it still wakes the daemon, on a CPU
-/// the message in flight wants (that message took 63-79 µs, ad hoc): so a
-/// class in steady use also reserves more at a time.
+/// the message in flight wants: so a class in steady use also reserves
+/// more at a time. (Figures: `bench/results/design-measurements.md`.)
 #[derive(Default)]
 struct Pool {
     free: [Vec<u64>; SMALL_CLASSES.len()],

@@ -25,11 +25,9 @@
 //! microseconds later. Written alone, the DNET is one more write for the
 //! RTI and one more read for the federate, and its segment and the reply's
 //! arriving unacknowledged make the federate's TCP acknowledge the reply
-//! at once, by a segment of its own (a round trip of two federates took 8
-//! TCP segments, 4 with DNETs held), and about half the launches of such
-//! an exchange ran slow. Held: 8-byte one-way over TCP 27.0 -> 21.2 µs, the launches'
-//! quartiles 21.5-29.5 -> 19.2-23.3 µs (`node-bench compare`, 16 launches
-//! a side; docs/src/rti.md has the rest). A DNET only lets
+//! at once, by a segment of its own (held DNETs halve the segments of a
+//! round trip), and about half the launches of such an exchange ran slow
+//! (figures in `bench/results/design-measurements.md`). A DNET only lets
 //! a federate leave out NETs nobody needs, so a late one costs at most a
 //! NET sent in vain or one sent late, as a slower network would; and
 //! every hold ends: the polling spinner writes held outboxes once their
