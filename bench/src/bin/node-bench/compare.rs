@@ -5,15 +5,14 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use hprm_bench::summary::median;
 use hprm_node::launch::find_binary;
 
 use crate::cli::{Coord, Plan, Variant, Workload};
 use crate::coordinator::Coordinator;
-use crate::RATE_SIZE;
 use crate::results::RateRow;
-use anyhow::Context;
+use crate::RATE_SIZE;
 
 /// The daemon binaries a launch runs; `None`: the one beside this program.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use hprm_bench::date::{utc_date, utc_timestamp};
 use hprm_bench::machine::workspace_revision;
 use hprm_bench::report::{fmt_us, size_label, thousands, write_files};
@@ -16,10 +16,9 @@ use hprm_node::launch::find_binary;
 use crate::cli::{COORDS, Cli, Coord, Plan, Transport, Variant, Workload};
 use crate::compare::{bin_dir, Daemons};
 use crate::floors::{floor_ping_pong, floor_stream, memcpy_floor, FLOOR_POLL, Pooled};
-use crate::{RATE_SIZE, RECEIVERS, STP};
 use crate::results::{loadavg, BroadcastRow, FloorRow, Floors, MachineWithLoad, MemcpyRow, RateRow, Report, RtiRow, Setup, SmallRow, Units};
 use crate::rti_round_trip::{rti_round_trip, RTI_KINDS};
-use anyhow::Context;
+use crate::{RATE_SIZE, RECEIVERS, STP};
 
 pub(crate) struct Coordinator {
     pub(crate) exe: PathBuf,

@@ -4,22 +4,20 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use hprm_bench::summary::Counted;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::Transport;
-use crate::RATE_SIZE;
 use crate::results::RateRow;
-use std::io::BufRead;
-use anyhow::Context;
+use crate::RATE_SIZE;
 
 /// Frame header of the floors: payload length (u32), flags (u32), send
 /// stamp (i64 ns since the epoch), little-endian.

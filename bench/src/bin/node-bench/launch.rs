@@ -8,16 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::cli::{Coord, Variant, Workload};
 use crate::coordinator::Coordinator;
-use crate::{LAUNCH_TIMEOUT, SPEC_ENV};
 use crate::programs::Spec;
 use crate::roles::FedOut;
-use anyhow::Context;
+use crate::{LAUNCH_TIMEOUT, SPEC_ENV};
 
 /// A launch's directory: removed when dropped, unless kept.
 enum KeptDir {

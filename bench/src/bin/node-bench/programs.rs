@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use hprm_node::{Ctx, Input, Output, Program};
 use hprm_node::payload::{Buffer, Dtype};
+use hprm_node::{Ctx, Input, Output, Program};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{Coord, Variant, Workload};

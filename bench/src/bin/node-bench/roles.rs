@@ -5,17 +5,16 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
 
-use anyhow::{anyhow, bail, Result};
-use hprm_node::run_federate;
+use anyhow::{anyhow, bail, Context, Result};
 use hprm_node::launch::{options_from_env, Launch};
+use hprm_node::run_federate;
 use serde::{Deserialize, Serialize};
 
-use crate::{LAUNCH_TIMEOUT, LOG_ENV, SPEC_ENV};
 use crate::programs::{build_program, CHECK_FAILURES, SERIES, Spec};
-use anyhow::Context;
+use crate::{LAUNCH_TIMEOUT, LOG_ENV, SPEC_ENV};
 
 fn spec_from_env() -> Result<Spec> {
     let json = std::env::var(SPEC_ENV).with_context(|| format!("{SPEC_ENV} is not set: this role is started by node-bench itself"))?;

@@ -2,19 +2,16 @@
 //! spoken by hand that sends itself tagged messages through a fresh
 //! `hprm-rti`, speaking its protocol directly.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use hprm_node::launch::StandaloneRti;
-use hprm_rti::frames::FrameBuffer;
-use hprm_rti::frames::Frame as RtiFrame;
+use hprm_rti::frames::{Frame as RtiFrame, FrameBuffer};
 use hprm_rti::wire::{encode, encode_tagged, Limits, Message};
 
 use crate::cli::Transport;
 use crate::floors::{now_ns, Conn, Polled};
-use std::io::Write;
-use anyhow::Context;
 
 /// The RTI round trips measured beside each size's floors: over TCP and
 /// the Unix socket, blocking and polling as a federate does.

@@ -6,8 +6,8 @@ use hprm_bench::report::{fmt_us, pass_miss, size_label, thousands};
 use hprm_bench::summary::median;
 
 use crate::cli::{Coord, Transport, Variant};
-use crate::{BROADCAST_TARGET, BROADCAST_TARGET_SIZE, ONE_WAY_TARGET};
 use crate::results::{BroadcastRow, FloorRow, Report, RtiRow, SmallRow, Target};
+use crate::{BROADCAST_TARGET, BROADCAST_TARGET_SIZE, ONE_WAY_TARGET};
 
 impl Report {
     pub(crate) fn small_row(&self, size: usize, coord: Coord) -> Option<&SmallRow> {

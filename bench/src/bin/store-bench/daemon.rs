@@ -7,13 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use hprm_store::StoreClient;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::ARENA;
-use anyhow::Context;
 
 pub(crate) fn find_store_bin(flag: Option<PathBuf>) -> Result<PathBuf> {
     let path = match flag {

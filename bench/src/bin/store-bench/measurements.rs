@@ -5,15 +5,14 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use hprm_bench::report::{fmt_us, size_label, thousands};
 use hprm_bench::summary::{dec4, median, Summary};
 use hprm_store::{Deletion, ObjectId, StoreClient};
 
-use crate::{BANDWIDTH_SIZES, GET_TIMEOUT, LATENCY_SIZES, Plan, SMALL_SIZE};
 use crate::results::{BandwidthRow, LatencyRow, RoundTrips, SmallLoop};
 use crate::socket_floor::{socket_ping_pong, REPLIES_PER_CYCLE};
-use anyhow::Context;
+use crate::{BANDWIDTH_SIZES, GET_TIMEOUT, LATENCY_SIZES, Plan, SMALL_SIZE};
 
 pub(crate) struct Bench<'a> {
     client: &'a StoreClient,

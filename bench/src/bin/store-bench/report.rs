@@ -4,8 +4,8 @@
 use hprm_bench::report::{fmt_us, pass_miss, thousands};
 use hprm_bench::summary::median;
 
-use crate::{CYCLES_TARGET, WRITE_TARGET};
 use crate::results::{CyclesTarget, Report, SizeRatio, Targets, WriteTarget};
+use crate::{CYCLES_TARGET, WRITE_TARGET};
 
 impl Report {
     pub(crate) fn judge(&self) -> Targets {

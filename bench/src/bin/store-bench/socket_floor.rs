@@ -4,10 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::SMALL_SIZE;
-use anyhow::Context;
 
 /// Times `n` 64-byte ping-pongs over a Unix socket pair with an echo thread.
 /// A small cycle waits for one reply, the get's: a small create takes a
