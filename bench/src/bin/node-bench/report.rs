@@ -28,7 +28,12 @@ impl Report {
             self.seconds
         ));
         line(format!(
-            "Setup: every program launched by `hprm_node::launch::Launch` (its own hprm-store{}, its own hprm-rti, one process per federate), fast mode; decentralized STP {} ms; Rust federates. Floors run in the same invocation, next to the hprm runs of the same size: socket ping-pong between two processes (TCP_NODELAY; blocking reads, and polling ones), a framed stream for the rate, memcpy between pre-touched heap buffers. Beside them, the RTI round trip: a one-federate federation on its own hprm-rti, whose federate sends itself each size through the RTI and waits for it.",
+            "Setup: every program launched by `hprm_node::launch::Launch` (its own hprm-store{}, its own hprm-rti, one \
+             process per federate), fast mode; decentralized STP {} ms; Rust federates. Floors run in the same \
+             invocation, next to the hprm runs of the same size: socket ping-pong between two processes (TCP_NODELAY; \
+             blocking reads, and polling ones), a framed stream for the rate, memcpy between pre-touched heap buffers. \
+             Beside them, the RTI round trip: a one-federate federation on its own hprm-rti, whose federate sends \
+             itself each size through the RTI and waits for it.",
             if self.setup.store_populate { " with `--populate`" } else { "" },
             self.setup.stp_ms
         ));
@@ -50,7 +55,9 @@ impl Report {
         let cpus = m.host.nproc.unwrap_or(1) as f64;
         if busiest >= cpus {
             line(format!(
-                "- The machine was busy during this run (1-minute load average up to {busiest:.1} on {cpus:.0} CPUs): paths that poll (hprm-node's scheduler, the polling floors) lose their CPU whenever another process wants it, and their figures suffer most."
+                "- The machine was busy during this run (1-minute load average up to {busiest:.1} on {cpus:.0} CPUs): \
+                 paths that poll (hprm-node's scheduler, the polling floors) lose their CPU whenever another process \
+                 wants it, and their figures suffer most."
             ));
         }
         if self.targets.iter().any(|t| t.why.is_some()) || busiest >= cpus {
@@ -64,7 +71,20 @@ impl Report {
             ));
             line(String::new());
             line(format!(
-                "ping sends a value holding a `Buffer` of the size, pong echoes it, the echo starts the next round a microstep later. Buffers of {} bytes and more go through the store (64 KiB here), smaller ones in the message. Floors: the same sizes echoed between two processes, one write per message; *blocking* reads as hprm-node's socket readers do, or *polling* (non-blocking reads for up to {} µs first, on both ends, as hprm-node's scheduler polls its inbox). *RTI round trip*: a one-federate federation on its own hprm-rti (its defaults), whose federate sends itself a TAGGED_MESSAGE with a payload of the size ({} bytes from {} bytes on: what the RTI relays when the buffer goes through the store) through the RTI and waits for it to come back, reading *blocking*, or *polling* as hprm-node's scheduler does (non-blocking reads for up to {} µs, yielding the CPU between them); its by-pass column gives round-trip p50s. Paths: *decentralized* peers over loopback TCP (as across hosts), *decentralized-unix* peers over Unix domain sockets (hprm-node's default on one host), *centralized* through the RTI over TCP, *centralized-unix* through the RTI over its Unix socket (the default on the RTI's host). Ratios: hprm one-way p50 / the one-way p50 of the floor of the same transport (TCP, or Unix sockets for the -unix paths).",
+                "ping sends a value holding a `Buffer` of the size, pong echoes it, the echo starts the next round a \
+                 microstep later. Buffers of {} bytes and more go through the store (64 KiB here), smaller ones in the \
+                 message. Floors: the same sizes echoed between two processes, one write per message; *blocking* reads \
+                 as hprm-node's socket readers do, or *polling* (non-blocking reads for up to {} µs first, on both \
+                 ends, as hprm-node's scheduler polls its inbox). *RTI round trip*: a one-federate federation on its \
+                 own hprm-rti (its defaults), whose federate sends itself a TAGGED_MESSAGE with a payload of the size \
+                 ({} bytes from {} bytes on: what the RTI relays when the buffer goes through the store) through the \
+                 RTI and waits for it to come back, reading *blocking*, or *polling* as hprm-node's scheduler does \
+                 (non-blocking reads for up to {} µs, yielding the CPU between them); its by-pass column gives \
+                 round-trip p50s. Paths: *decentralized* peers over loopback TCP (as across hosts), \
+                 *decentralized-unix* peers over Unix domain sockets (hprm-node's default on one host), *centralized* \
+                 through the RTI over TCP, *centralized-unix* through the RTI over its Unix socket (the default on the \
+                 RTI's host). Ratios: hprm one-way p50 / the one-way p50 of the floor of the same transport (TCP, or \
+                 Unix sockets for the -unix paths).",
                 thousands(self.setup.out_of_band_threshold as f64),
                 self.floors.poll_us,
                 REFERENCE_PAYLOAD,
@@ -128,7 +148,12 @@ impl Report {
             line(String::new());
             let tardy: u64 = self.small.iter().map(|r| r.tardy).sum();
             line(format!(
-                "{} passes, samples pooled: each pass runs every size's floors and hprm runs back to back, so background load hits both alike. The per-pass medians show how bimodal this machine is: a blocking wake-up of an idle virtual CPU costs about 25 µs more than one of a busy CPU, and pollers lose their CPU when something else (a build) wants it; hprm-node's scheduler polls its inbox, which keeps its CPU out of the idle state. Tardy messages in these runs: {tardy} (expected 0: every message's tag is later than its receiver's current tag).",
+                "{} passes, samples pooled: each pass runs every size's floors and hprm runs back to back, so \
+                 background load hits both alike. The per-pass medians show how bimodal this machine is: a blocking \
+                 wake-up of an idle virtual CPU costs about 25 µs more than one of a busy CPU, and pollers lose their \
+                 CPU when something else (a build) wants it; hprm-node's scheduler polls its inbox, which keeps its CPU \
+                 out of the idle state. Tardy messages in these runs: {tardy} (expected 0: every message's tag is later \
+                 than its receiver's current tag).",
                 self.plan.small_passes
             ));
             line(String::new());
@@ -142,7 +167,9 @@ impl Report {
                 thousands(self.plan.rate_warmup as f64)
             ));
             line(String::new());
-            line("hprm: the source sets its output and reschedules itself one microstep later, as fast as the runtime allows; rate at the sink, first to last measured message. Floors: the same number of framed writes, one per message.".into());
+            line("hprm: the source sets its output and reschedules itself one microstep later, as fast as the runtime \
+                  allows; rate at the sink, first to last measured message. Floors: the same number of framed writes, \
+                  one per message.".into());
             line(String::new());
             line("| path | messages | seconds | messages/s | tardy |".into());
             line("|---|---:|---:|---:|---:|".into());
@@ -162,7 +189,11 @@ impl Report {
                 self.setup.receivers, self.plan.broadcast_rounds, self.plan.broadcast_warmup
             ));
             line(String::new());
-            line("The source loans a uint8 buffer from the store, fills it, stamps and sends it to every receiver (one store object, 4 deliveries); each receiver replies, *echo*: the buffer it got, sent on as it is (by reference or copied, as the runtime does it), *fresh*: a new buffer it loans and fills. Latency: source's send to the last reply processed, by the source's clock. memcpy: one copy of the size between pre-touched heap buffers, measured just before that size's runs.".into());
+            line("The source loans a uint8 buffer from the store, fills it, stamps and sends it to every receiver (one \
+                  store object, 4 deliveries); each receiver replies, *echo*: the buffer it got, sent on as it is (by \
+                  reference or copied, as the runtime does it), *fresh*: a new buffer it loans and fills. Latency: \
+                  source's send to the last reply processed, by the source's clock. memcpy: one copy of the size \
+                  between pre-touched heap buffers, measured just before that size's runs.".into());
             line(String::new());
             line("| size | memcpy p50 | echo decentralized p50 (p99) | echo centralized p50 (p99) | fresh decentralized p50 (p99) | fresh centralized p50 (p99) |".into());
             line("|---:|---:|---:|---:|---:|---:|".into());
@@ -184,7 +215,9 @@ impl Report {
                 ));
             }
             line(String::new());
-            line("Where the time goes (p50 µs after the source's send): receivers' reactions start (all four pooled), their replies are set (echo: at once; fresh: after loaning and filling), the first reply and the last are processed by the source.".into());
+            line("Where the time goes (p50 µs after the source's send): receivers' reactions start (all four pooled), \
+                  their replies are set (echo: at once; fresh: after loaning and filling), the first reply and the last \
+                  are processed by the source.".into());
             line(String::new());
             line("| size | variant | coordination | receivers start | replies set | first reply back | last reply back (the figure) |".into());
             line("|---:|---|---|---:|---:|---:|---:|".into());
@@ -206,7 +239,10 @@ impl Report {
             let rounds: u64 = self.broadcast.iter().filter(|r| r.coordination == Coord::Decentralized && r.error.is_none()).count() as u64
                 * (self.plan.broadcast_rounds + self.plan.broadcast_warmup);
             line(format!(
-                "Decentralized runs: {tardy} replies processed tardy in {rounds} rounds. In fast mode every tag of the round chain has the start time, so after the first tag physical time is past tag + STP and the source processes each reply as it arrives rather than waiting for all four at one tag; it counts replies across tags."
+                "Decentralized runs: {tardy} replies processed tardy in {rounds} rounds. In fast mode every tag of the \
+                 round chain has the start time, so after the first tag physical time is past tag + STP and the source \
+                 processes each reply as it arrives rather than waiting for all four at one tag; it counts replies \
+                 across tags."
             ));
             line(String::new());
         }

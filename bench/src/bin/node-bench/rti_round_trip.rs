@@ -15,7 +15,12 @@ use crate::floors::{now_ns, Conn, Polled};
 
 /// The RTI round trips measured beside each size's floors: over TCP and
 /// the Unix socket, blocking and polling as a federate does.
-pub(crate) const RTI_KINDS: [(Transport, Duration); 4] = [(Transport::Tcp, Duration::ZERO), (Transport::Uds, Duration::ZERO), (Transport::Tcp, hprm_node::DEFAULT_SPIN), (Transport::Uds, hprm_node::DEFAULT_SPIN)];
+pub(crate) const RTI_KINDS: [(Transport, Duration); 4] = [
+    (Transport::Tcp, Duration::ZERO),
+    (Transport::Uds, Duration::ZERO),
+    (Transport::Tcp, hprm_node::DEFAULT_SPIN),
+    (Transport::Uds, hprm_node::DEFAULT_SPIN),
+];
 
 /// The RTI round trip's payload at sizes at or over the out-of-band
 /// threshold: such a buffer goes through the store, and the RTI relays a

@@ -61,7 +61,11 @@ impl Report {
             let (big, small): (Vec<&Versus>, Vec<&Versus>) = ratios.iter().filter(|v| v.ratio > ONE_WAY_TARGET).partition(|v| v.size >= threshold);
             if !big.is_empty() {
                 why.push(format!(
-                    "at {} the buffer is at or over the {}-byte out-of-band threshold, so it goes through the store: the sender copies it into a block reserved in advance and publishes it with a one-way message, the receiver maps it from its descriptor and claims it with another; no round trip waits, but each one-way message wakes the store daemon, a process the socket floor does not have, and the copy is the floor's twice over ({})",
+                    "at {} the buffer is at or over the {}-byte out-of-band threshold, so it goes through the store: \
+                     the sender copies it into a block reserved in advance and publishes it with a one-way message, the \
+                     receiver maps it from its descriptor and claims it with another; no round trip waits, but each \
+                     one-way message wakes the store daemon, a process the socket floor does not have, and the copy is \
+                     the floor's twice over ({})",
                     big.iter().map(|v| size_label(v.size)).collect::<Vec<_>>().join(", "),
                     thousands(threshold as f64),
                     big.iter().map(|v| format!("{} µs against {} µs", fmt_us(v.node), fmt_us(v.floor))).collect::<Vec<_>>().join(", ")
@@ -69,7 +73,10 @@ impl Report {
             }
             if !small.is_empty() {
                 why.push(format!(
-                    "at {} (in-band) the socket costs what the floor's does (the receiving scheduler reads it itself while it polls, for {} µs after its last work; a reader thread woken as the floor's is when it sleeps); the rest is the runtime's own work per message on both sides: encoding and decoding the value, the event queue, the reaction{}",
+                    "at {} (in-band) the socket costs what the floor's does (the receiving scheduler reads it itself \
+                     while it polls, for {} µs after its last work; a reader thread woken as the floor's is when it \
+                     sleeps); the rest is the runtime's own work per message on both sides: encoding and decoding the \
+                     value, the event queue, the reaction{}",
                     small.iter().map(|v| size_label(v.size)).collect::<Vec<_>>().join(", "),
                     hprm_node::DEFAULT_SPIN.as_micros(),
                     if polling { ", where the polling floor does nothing but write and read" } else { "" }
@@ -133,23 +140,43 @@ impl Report {
                 .collect();
             for (k, (yardstick, name)) in [Yardstick::Rti, Yardstick::RtiPolling, Yardstick::Floor].into_iter().zip(names).enumerate() {
                 let head = match yardstick {
-                    Yardstick::Rti => format!("centralized one-way p50 at most one RTI round trip over decentralized ({what}: a message through hprm-rti and back, measured in this run with blocking reads, same size)"),
-                    Yardstick::RtiPolling => format!("centralized one-way p50 at most one RTI round trip over decentralized ({what}: the same round trip read by polling, as a federate's scheduler waits; for reference)"),
-                    Yardstick::Floor => format!("centralized one-way p50 at most one raw socket round trip over decentralized ({what}: the blocking floor's round trip, no RTI process in it; for reference)"),
+                    Yardstick::Rti => format!(
+                        "centralized one-way p50 at most one RTI round trip over decentralized ({what}: a message \
+                         through hprm-rti and back, measured in this run with blocking reads, same size)"
+                    ),
+                    Yardstick::RtiPolling => format!(
+                        "centralized one-way p50 at most one RTI round trip over decentralized ({what}: the same round \
+                         trip read by polling, as a federate's scheduler waits; for reference)"
+                    ),
+                    Yardstick::Floor => format!(
+                        "centralized one-way p50 at most one raw socket round trip over decentralized ({what}: the \
+                         blocking floor's round trip, no RTI process in it; for reference)"
+                    ),
                 };
                 // Judged within each pass, as the decentralized target is:
                 // the machine's slow and fast spells then hit both sides.
-                let measured: Vec<(&Extra, f64, f64)> = extra.iter().filter_map(|e| e.yardsticks[k].as_ref().map(|(p50, passes)| (e, *p50, paired_ratio(&e.extra_passes, passes)))).collect();
+                let measured: Vec<(&Extra, f64, f64)> = extra
+                    .iter()
+                    .filter_map(|e| e.yardsticks[k].as_ref().map(|(p50, passes)| (e, *p50, paired_ratio(&e.extra_passes, passes))))
+                    .collect();
                 if measured.is_empty() {
                     targets.push(Target { name, pass: None, line: format!("target: {head}: not measured"), why: None });
                     continue;
                 }
                 let pass = measured.iter().all(|&(_, _, ratio)| ratio <= 1.0);
-                let detail = measured.iter().map(|&(e, rt, ratio)| format!("{} {} µs vs {} µs ({ratio:.2}x)", size_label(e.size), sign(e.extra), fmt_us(rt))).collect::<Vec<_>>().join(", ");
+                let detail = measured
+                    .iter()
+                    .map(|&(e, rt, ratio)| format!("{} {} µs vs {} µs ({ratio:.2}x)", size_label(e.size), sign(e.extra), fmt_us(rt)))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let missed = measured.iter().filter(|&&(_, _, ratio)| ratio > 1.0).map(|(e, _, _)| size_label(e.size)).collect::<Vec<_>>().join(", ");
                 let why = match yardstick {
                     Yardstick::Rti | Yardstick::RtiPolling => format!(
-                        "at {missed} a centralized message took longer over the RTI than a message to the RTI and back. It makes the same two hops (sender -> RTI -> receiver); its message, LTC and NET leave in one write, and the RTI forwards it with the grant of its tag in one write, so no round trip waits. But the RTI then handles the LTC and NET too, and it shares two CPUs with two polling federates, where the round trip's RTI has one client and a CPU to itself."
+                        "at {missed} a centralized message took longer over the RTI than a message to the RTI and back. \
+                         It makes the same two hops (sender -> RTI -> receiver); its message, LTC and NET leave in one \
+                         write, and the RTI forwards it with the grant of its tag in one write, so no round trip waits. \
+                         But the RTI then handles the LTC and NET too, and it shares two CPUs with two polling \
+                         federates, where the round trip's RTI has one client and a CPU to itself."
                     ),
                     Yardstick::Floor => {
                         let model = measured
@@ -164,7 +191,11 @@ impl Report {
                             .collect::<Vec<_>>()
                             .join(", ");
                         format!(
-                            "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop more than peer to peer), and the RTI is a process of its own on the same two CPUs as the two federates: it polls its connections for a while after each message (no wake-up while the exchange goes on), but shares a CPU with a polling federate{}. The floor's round trip has no such process in it. One more hop at the floor's one-way cost would be {model}.",
+                            "a centralized message is relayed by the RTI (sender -> RTI -> receiver: one socket hop \
+                             more than peer to peer), and the RTI is a process of its own on the same two CPUs as the \
+                             two federates: it polls its connections for a while after each message (no wake-up while \
+                             the exchange goes on), but shares a CPU with a polling federate{}. The floor's round trip \
+                             has no such process in it. One more hop at the floor's one-way cost would be {model}.",
                             if t == Transport::Tcp { ", and a TCP hop costs two more system calls and a pass through the loopback stack" } else { "" }
                         )
                     }
@@ -208,9 +239,19 @@ impl Report {
                         "each of the {} receivers sends back the buffer it got; {} passed between the replies being set and the last reaching the source, {}",
                         self.setup.receivers,
                         fmt_us(l.median_us - rp.median_us),
-                        if l.median_us - rp.median_us > r.memcpy_us { "more than one memcpy of the buffer: the buffers are copied on the way back" } else { "less than one memcpy of the buffer: they travel back by reference" }
+                        if l.median_us - rp.median_us > r.memcpy_us {
+                            "more than one memcpy of the buffer: the buffers are copied on the way back"
+                        } else {
+                            "less than one memcpy of the buffer: they travel back by reference"
+                        }
                     ),
-                    Variant::Fresh => format!("each of the {} receivers loans and fills a new {} buffer: {} buffers written on {} CPUs", self.setup.receivers, r.label, self.setup.receivers, self.machine.host.nproc.unwrap_or(1)),
+                    Variant::Fresh => format!(
+                        "each of the {} receivers loans and fills a new {} buffer: {} buffers written on {} CPUs",
+                        self.setup.receivers,
+                        r.label,
+                        self.setup.receivers,
+                        self.machine.host.nproc.unwrap_or(1)
+                    ),
                 };
                 // The smallest size of the same path: the round's fixed cost.
                 let fixed = self
@@ -218,7 +259,17 @@ impl Report {
                     .iter()
                     .filter(|o| o.variant == r.variant && o.coordination == r.coordination && o.size < r.size)
                     .min_by_key(|o| o.size)
-                    .and_then(|o| o.latency.as_ref().map(|l| format!("; the same round with {} takes {} µs, the fixed cost of waking the source and four receiver processes (each a socket read, a store get and a scheduler hand-off) on {} CPUs", o.label, fmt_us(l.median_us), self.machine.host.nproc.unwrap_or(1))))
+                    .and_then(|o| {
+                        o.latency.as_ref().map(|l| {
+                            format!(
+                                "; the same round with {} takes {} µs, the fixed cost of waking the source and four \
+                                 receiver processes (each a socket read, a store get and a scheduler hand-off) on {} CPUs",
+                                o.label,
+                                fmt_us(l.median_us),
+                                self.machine.host.nproc.unwrap_or(1)
+                            )
+                        })
+                    })
                     .unwrap_or_default();
                 why.push(format!(
                     "{} {}: {work}; receivers' reactions started {} µs after the send (p50), replies were set at {} µs, the first reached the source at {} µs and the last at {} µs{fixed}",

@@ -78,7 +78,13 @@ impl Report {
             let c = &self.small_ops.create_seal_get_release;
             let waits = f64::from(rt.replies_per_cycle) * rt.store_contains.median_us;
             line(format!(
-                "Why the cycle target is missed: a cycle waits for {} reply (the get), and a store round trip costs {} µs here against {} µs for a bare Unix socket polled the same way, so the wait takes {} µs of a {} µs median cycle; the rest is the two one-way sends (publish, release) and the client's own work. The median alone would meet the target; the mean cycle ({} µs) does not because of scheduling tails (p99 {} µs): on this 2-CPU machine client and daemon compete with everything else for the two CPUs unless they run at real-time priority, as a robot's data path does (compare the `--realtime` run, where the tails are gone).",
+                "Why the cycle target is missed: a cycle waits for {} reply (the get), and a store round trip costs {} \
+                 µs here against {} µs for a bare Unix socket polled the same way, so the wait takes {} µs of a {} µs \
+                 median cycle; the rest is the two one-way sends (publish, release) and the client's own work. The \
+                 median alone would meet the target; the mean cycle ({} µs) does not because of scheduling tails (p99 \
+                 {} µs): on this 2-CPU machine client and daemon compete with everything else for the two CPUs unless \
+                 they run at real-time priority, as a robot's data path does (compare the `--realtime` run, where the \
+                 tails are gone).",
                 rt.replies_per_cycle,
                 fmt_us(rt.store_contains.median_us),
                 fmt_us(rt.raw_socket_polling.median_us),
@@ -91,7 +97,9 @@ impl Report {
         }
         line("## (a) Latency by object size".into());
         line(String::new());
-        line("create+write+seal: create, copy the bytes in from a heap buffer, seal (of which copy: the copy alone). get+read: get, then sum every u64 word of the object. memcpy and heap read: the same copy into, and the same sum over, a heap buffer (the baselines).".into());
+        line("create+write+seal: create, copy the bytes in from a heap buffer, seal (of which copy: the copy alone). \
+              get+read: get, then sum every u64 word of the object. memcpy and heap read: the same copy into, and the \
+              same sum over, a heap buffer (the baselines).".into());
         line(String::new());
         line("| size | create+write+seal median µs | p99 µs | of which copy µs | get+read median µs | p99 µs | memcpy median µs | heap read median µs |".into());
         line("|---:|---:|---:|---:|---:|---:|---:|---:|".into());
@@ -127,7 +135,11 @@ impl Report {
         line(String::new());
         let rt = &self.small_ops.round_trips;
         line(format!(
-            "Round trips, for scale (median of {}): store `contains()` {} µs (p99 {}); bare Unix-socket ping-pong between two threads {} µs (p99 {}) blocking, {} µs (p99 {}) polling first as the store does. A cycle waits for {} reply (the get; a small create uses a block reserved in advance, one round trip per 32 objects, and seal and release are one-way), so even at the polling bare-socket round trip one client could do at most {} cycles/s.",
+            "Round trips, for scale (median of {}): store `contains()` {} µs (p99 {}); bare Unix-socket ping-pong \
+             between two threads {} µs (p99 {}) blocking, {} µs (p99 {}) polling first as the store does. A cycle waits \
+             for {} reply (the get; a small create uses a block reserved in advance, one round trip per 32 objects, and \
+             seal and release are one-way), so even at the polling bare-socket round trip one client could do at most \
+             {} cycles/s.",
             thousands(rt.samples as f64),
             fmt_us(rt.store_contains.median_us),
             fmt_us(rt.store_contains.p99_us),
@@ -141,7 +153,9 @@ impl Report {
         line(String::new());
         line("## (c) Large-write bandwidth, store vs memcpy".into());
         line(String::new());
-        line("store: create + copy_from_slice into the object + seal; memcpy: the same copy into a pre-touched heap buffer; alternated rep by rep. Ratio: median over reps of store/memcpy bandwidth within the rep (min–max in brackets).".into());
+        line("store: create + copy_from_slice into the object + seal; memcpy: the same copy into a pre-touched heap \
+              buffer; alternated rep by rep. Ratio: median over reps of store/memcpy bandwidth within the rep (min–max \
+              in brackets).".into());
         line(String::new());
         line("| size | store GB/s | memcpy GB/s | store/memcpy |".into());
         line("|---:|---:|---:|---:|".into());
