@@ -40,7 +40,7 @@
 //!
 //! Output: progress on stderr; the markdown report on stdout and in
 //! `OUT/node-YYYY-MM-DD.md` (UTC), the data in `OUT/node-YYYY-MM-DD.json`
-//! (`bench/plot_node.py` draws it). Missed targets are reported, not
+//! (`bench/node/plot.py` draws it). Missed targets are reported, not
 //! failed: a benchmark that misses is a measurement, not a crash.
 
 mod cli;

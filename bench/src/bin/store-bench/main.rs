@@ -27,7 +27,7 @@
 //!
 //! Output: progress on stderr; the markdown report on stdout and in
 //! `OUT/store-YYYY-MM-DD.md` (UTC date), the same data with machine info in
-//! `OUT/store-YYYY-MM-DD.json` (`bench/plot_store.py` draws it). Targets that
+//! `OUT/store-YYYY-MM-DD.json` (`bench/store/plot.py` draws it). Targets that
 //! are missed are reported as MISS; the program still exits 0, because a
 //! benchmark that fails is a measurement, not a crash.
 
