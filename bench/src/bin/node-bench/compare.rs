@@ -59,7 +59,7 @@ pub(crate) fn bin_dir(daemons: Daemons, populate: bool) -> Result<tempfile::Temp
     Ok(dir)
 }
 
-/// `node-bench compare`: see [`Role::Compare`].
+/// `node-bench compare`: see [`Role::Compare`](crate::cli::Role::Compare).
 pub(crate) fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64, populate: bool) -> Result<()> {
     if daemons[0] == daemons[1] {
         bail!("both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, or both");

@@ -1,7 +1,7 @@
 //! `node-bench`: what the federate runtime (`hprm-node`) costs, measured
 //! against raw sockets and memcpy in the same run, on the same machine.
 //!
-//! Every figure comes from real processes: each benchmark is a [`Program`]
+//! Every figure comes from real processes: each benchmark is a [`Program`](hprm_node::Program)
 //! launched with `hprm_node::launch::Launch` (its own `hprm-store`, its own
 //! `hprm-rti`, one process per federate, fast mode), and the floors beside
 //! it are two-process socket ping-pongs and a memcpy made in the same

@@ -23,7 +23,7 @@ pub(crate) struct FloorRow {
     pub(crate) rtt_pass_medians_us: Vec<f64>,
 }
 
-/// A round trip through a real `hprm-rti` ([`rti_round_trip`]).
+/// A round trip through a real `hprm-rti` ([`rti_round_trip`](crate::rti_round_trip::rti_round_trip)).
 #[derive(Debug, Serialize)]
 pub(crate) struct RtiRow {
     pub(crate) transport: Transport,
