@@ -124,12 +124,12 @@ fi
 
 workloads=$(echo "$only" | tr ',' '\n' | grep -v '^pipeline$' | paste -sd, || true)
 if [ -n "$workloads" ]; then
-    step "workloads $workloads: bench/py/suite.py $mode"
+    step "workloads $workloads: bench/suite/suite.py $mode"
     args=("$mode" --only "$workloads" --out "$results")
     [ -n "$node_json" ] && args+=(--node-json "$node_json")
     [ -n "$pipeline_md" ] && args+=(--pipeline-md "$pipeline_md")
     [ -n "$skip" ] && args+=(--skip "$skip")
-    "$py" "$bench_dir/py/suite.py" "${args[@]}" >/dev/null
+    "$py" "$bench_dir/suite/suite.py" "${args[@]}" >/dev/null
     step "report: $results/$date$([ "$mode" = --quick ] && echo -quick).md"
 fi
 # Fast DDS leaves the shared-memory segments of participants that were

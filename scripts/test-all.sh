@@ -68,7 +68,7 @@ hprm-py/install.sh "$PWD/.venv"
 .venv/bin/pip install -q onnx onnxruntime matplotlib torch
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests bench/py bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
 
 step "free-threaded CPython (scripts/free-threaded.sh): 3.13t built from Debian's source, the SDK installed on it, its tests with the GIL off"
 ftlog=$(mktemp)

@@ -390,7 +390,7 @@ def why_missed(rep: dict) -> str:
 
 
 def plot(rep: dict, path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "bench" / "common"))
     from plotting import plt, save  # noqa: PLC0415
 
     names = [n for n in SYSTEMS if n in rep["results"]]

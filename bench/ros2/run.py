@@ -10,7 +10,7 @@ whose Python federate receives the image as a numpy array from the store.
   bench/ros2/run.py BRIDGE [--quick] [--out DIR]
 
 Writes DIR/ros2-bridge-DATE.{json,md,png} (default bench/results). Run it
-through bench/run-ros2.sh, which prepares the environment.
+through bench/ros2/run.sh, which prepares the environment.
 """
 
 import argparse
@@ -25,7 +25,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))  # plotting.py
 
 SIZES = [1_000, 1_000_000, 6_220_800]  # 6 220 800 = 1920 x 1080 rgb8
 WARMUP = 3

@@ -5,7 +5,7 @@
 # HPRM vs pickle in-band / out-of-band vs ROS 2 rclpy), then draws their
 # figures.
 #
-#   bench/run-python.sh [--quick|--full] [--no-install] [pybench.py flags, e.g. --skip rclpy]
+#   bench/python/run.sh [--quick|--full] [--no-install] [pybench.py flags, e.g. --skip rclpy]
 #
 # Results land in bench/results/python-DATE.{md,json} and
 # python-DATE-{write-delay,serialization,deserialization}.png (DATE in UTC).
@@ -32,7 +32,7 @@ for a in "$@"; do
     esac
 done
 
-bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root=$(dirname "$bench_dir")
 results="$bench_dir/results"
 venv="${HPRM_PYBENCH_VENV:-$bench_dir/.venv/py-bench}"
@@ -73,22 +73,22 @@ if [ "$install" = 1 ]; then
 
     step "installing the hprm SDK and its daemons (hprm-py/install.sh)"
     if ! "$root/hprm-py/install.sh" "$venv"; then
-        echo "run-python.sh: hprm-py/install.sh failed (see above); the benchmark needs the hprm SDK" >&2
+        echo "bench/python/run.sh: hprm-py/install.sh failed (see above); the benchmark needs the hprm SDK" >&2
         exit 1
     fi
     step "set-up took $((SECONDS - started)) s"
 elif [ ! -x "$venv/bin/python" ]; then
-    echo "run-python.sh: --no-install, but there is no venv at $venv; run once without --no-install" >&2
+    echo "bench/python/run.sh: --no-install, but there is no venv at $venv; run once without --no-install" >&2
     exit 1
 fi
 
-step "running bench/py/pybench.py $mode ${args[*]:-}"
+step "running bench/python/pybench.py $mode ${args[*]:-}"
 bench_started=$SECONDS
 # Progress goes to stderr; stdout is the path of the JSON written (the
 # default --out is bench/results; a later --out among the flags wins).
-json=$("$venv/bin/python" "$bench_dir/py/pybench.py" "$mode" --out "$results" ${args[@]+"${args[@]}"})
+json=$("$venv/bin/python" "$bench_dir/python/pybench.py" "$mode" --out "$results" ${args[@]+"${args[@]}"})
 step "benchmark took $((SECONDS - bench_started)) s"
 
 step "plotting $json"
-"$venv/bin/python" "$bench_dir/plot_python.py" "$json"
+"$venv/bin/python" "$bench_dir/python/plot.py" "$json"
 step "done in $((SECONDS - started)) s: ${json%.json}.md"

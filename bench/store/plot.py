@@ -12,12 +12,16 @@ Reads a store-DATE.json written by `store-bench` and writes, next to it:
 - store-DATE-bandwidth.png: large-write bandwidth, store vs memcpy, per
   object size, each store bar labelled with its store/memcpy ratio.
 
-Usage: plot_store.py bench/results/store-DATE.json
+Usage: bench/store/plot.py bench/results/store-DATE.json
 """
 
+import sys
 from pathlib import Path
 
-from plotting import main as plot_main, plt, save, size_axis
+# bench/common/plotting.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+
+from plotting import main as plot_main, plt, save, size_axis  # noqa: E402
 
 
 def machine_line(report):
@@ -80,4 +84,4 @@ def figures(report, stem):
 
 
 if __name__ == "__main__":
-    plot_main("plot_store.py", __doc__.splitlines()[0], "store", figures)
+    plot_main("bench/store/plot.py", __doc__.splitlines()[0], "store", figures)

@@ -2,9 +2,9 @@
 # ROS 2 bridge benchmark: ROS 2 -> hprm-ros2-bridge -> HPRM vs ROS 2 -> ROS 2,
 # 1 KB / 1 MB / 6 MB images. Prepares ROS 2 (pip, .venv-ros2), the bridge and
 # the hprm SDK in that venv, then runs bench/ros2/run.py.
-#   bench/run-ros2.sh [--quick]
+#   bench/ros2/run.sh [--quick]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="${HPRM_ROS2_VENV:-$root/.venv-ros2}"
 bridge=$("$root/ros2-bridge/build.sh" "$venv")
 "$venv/bin/python" -c 'import hprm' 2>/dev/null || "$root/hprm-py/install.sh" "$venv" >&2

@@ -17,8 +17,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from broadcast_bench import HERE, System, run_program
-from pybench import BenchError, log, summarize
+# The workloads' directories beside this one (bench/README.md: the layout).
+BENCH = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(BENCH / "broadcast"), str(BENCH / "python")]
+
+from broadcast_bench import System, run_program  # noqa: E402
+from pybench import BenchError, log, summarize  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 PLANS = {
     # 64 KB (64,000 bytes: in the message) and 64 KiB (65,536: at the

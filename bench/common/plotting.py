@@ -1,4 +1,6 @@
-"""What the benchmark plot scripts (plot_node.py, plot_store.py) share.
+"""What the benchmark plot scripts (bench/node/plot.py, bench/store/plot.py,
+bench/python/plot.py) and the suites' figures (bench/suite/suite.py,
+bench/pipeline/run.py, bench/ros2/run.py) share.
 
 Imports matplotlib with the file-only Agg backend (no display on build
 machines), and provides the size labels and log-log size axes of their

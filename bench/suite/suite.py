@@ -3,7 +3,7 @@
 BENCHMARKS.md, one report. bench/run.sh sets up the venv and calls this
 (and the driving pipeline, workload 5, which writes its own files).
 
-    python bench/py/suite.py [--quick|--full] [--only broadcast,small] \
+    python bench/suite/suite.py [--quick|--full] [--only broadcast,small] \
         [--out DIR] [--node-json node-DATE.json] [--skip ros2,dora,...]
 
 Writes DIR/STEM.json, DIR/STEM.md and DIR/STEM-{broadcast-echo,
@@ -26,10 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-import broadcast_bench
-import small_bench
-from pybench import BenchError, loadavg, log, machine_info, versions
-from pyreport import fmt
+# The workloads' directories beside this one (bench/README.md: the layout).
+BENCH = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(BENCH / d) for d in ("broadcast", "small", "python", "common")]
+
+import broadcast_bench  # noqa: E402
+import small_bench  # noqa: E402
+from pybench import BenchError, loadavg, log, machine_info, versions  # noqa: E402
+from pyreport import fmt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KB, MB = 1_000, 1_000_000
@@ -442,7 +446,6 @@ def render_small(report) -> list[str]:
 
 
 def plot(report, stem: Path) -> list[Path]:
-    sys.path.insert(0, str(ROOT / "bench"))
     from plotting import plt, save, size_axis  # noqa: PLC0415
 
     written = []

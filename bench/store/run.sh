@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the object-store benchmark, then draws its figures.
 #
-#   bench/run-store.sh [--quick|--full]
+#   bench/store/run.sh [--quick|--full]
 #
 # Results land in bench/results/store-DATE.{md,json} and
 # store-DATE-{latency,bandwidth}.png (DATE in UTC). Works from any directory.
@@ -16,7 +16,7 @@ esac
 
 # Sets bench_dir, root and results and changes to the workspace root;
 # defines build_release and plot.
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common/rust-bench.sh"
 
 build_release "hprm-store and store-bench" hprm-store hprm-bench
 
@@ -35,4 +35,4 @@ else
     echo "==> skipping the --realtime run: it needs root or CAP_SYS_NICE" >&2
 fi
 
-plot plot_store.py "${jsons[@]}"
+plot store/plot.py "${jsons[@]}"

@@ -1,4 +1,4 @@
-"""Smoke test of the side-by-side benchmark harness (bench/py/suite.py and
+"""Smoke test of the side-by-side benchmark harness (bench/suite/suite.py and
 its workloads: broadcast_bench.py, small_bench.py), so that it cannot rot
 between benchmark runs: the same programs bench/run.sh runs, with tiny
 sizes and one round.
@@ -9,18 +9,23 @@ Each baseline (ROS 2 rclpy, ROS 2 + shared memory, dora-rs, iceoryx2) has
 its own test, skipped with the reason when it is not installed; the Unix
 socket floor and the memcpy floor always run.
 
-    python -m pytest bench/py/test_broadcast_smoke.py
+    python -m pytest bench/suite/test_broadcast_smoke.py
 """
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-import broadcast_bench as bb
-import small_bench as sb
-import suite
+# The workloads' directories beside this one (bench/README.md: the layout).
+BENCH = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(BENCH / d) for d in ("broadcast", "small", "python", "common")]
+
+import broadcast_bench as bb  # noqa: E402
+import small_bench as sb  # noqa: E402
+import suite  # noqa: E402
 
 # Under and over the 64 KiB out-of-band threshold: inline and through the store.
 SIZES = [1_000, 100_000]

@@ -13,12 +13,16 @@ Reads a node-DATE.json written by `node-bench` and writes, next to it:
   coordinations, with one memcpy of the payload and the 3x-memcpy target.
 - node-DATE-rate.png: sustained messages per second, hprm vs the floors.
 
-A workload the run skipped gets no figure. Usage: plot_node.py bench/results/node-DATE.json
+A workload the run skipped gets no figure. Usage: bench/node/plot.py bench/results/node-DATE.json
 """
 
+import sys
 from pathlib import Path
 
-from plotting import main as plot_main, plt, save, size_axis
+# bench/common/plotting.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+
+from plotting import main as plot_main, plt, save, size_axis  # noqa: E402
 
 
 def machine_line(report):
@@ -128,4 +132,4 @@ def figures(report, stem):
 
 
 if __name__ == "__main__":
-    plot_main("plot_node.py", __doc__.splitlines()[0], "node", figures)
+    plot_main("bench/node/plot.py", __doc__.splitlines()[0], "node", figures)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the federate-runtime benchmark, then draws its figures.
 #
-#   bench/run-node.sh [--quick|--full] [more node-bench flags, e.g. --only small]
+#   bench/node/run.sh [--quick|--full] [more node-bench flags, e.g. --only small]
 #
 # Results land in bench/results/node-DATE.{md,json} and
 # node-DATE-{small,broadcast,rate}.png (DATE in UTC). Works from any directory.
@@ -17,7 +17,7 @@ esac
 
 # Sets bench_dir, root and results and changes to the workspace root;
 # defines build_release and plot.
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common/rust-bench.sh"
 
 build_release "hprm-store, hprm-rti and node-bench" hprm-store hprm-rti hprm-bench
 
@@ -27,4 +27,4 @@ echo "==> running node-bench $mode $*" >&2
 # The benchmark names its files by date; the newest JSON is the one just written.
 json=$(ls -t "$results"/node-*.json | head -n 1)
 
-plot plot_node.py "$json"
+plot node/plot.py "$json"

@@ -30,7 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pybench import BenchError, log, summarize
+# The workloads' directories beside this one (bench/README.md: the layout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from pybench import BenchError, log, summarize  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KB, MB = 1_000, 1_000_000

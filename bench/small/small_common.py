@@ -16,10 +16,15 @@ Each program writes ``{"points": [{"size": N, "one_way_ns": [...],
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from broadcast_common import fail, write_result  # noqa: F401  (re-exported for the programs)
+# The workloads' directories beside this one (bench/README.md: the layout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broadcast"))
+
+from broadcast_common import fail, write_result  # noqa: E402, F401  (re-exported for the programs)
 
 # A ping that gets no echo within this long is a stuck system.
 ECHO_TIMEOUT_S = 10.0

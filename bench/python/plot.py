@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws the figures of one Python benchmark run (bench/py/pybench.py).
+"""Draws the figures of one Python benchmark run (bench/python/pybench.py).
 
 Reads a python-DATE.json and writes, next to it:
 
@@ -14,7 +14,7 @@ Reads a python-DATE.json and writes, next to it:
   log-log: HPRM's zero-copy decode stays flat (O(1)), decoders that copy
   climb with the size.
 
-Usage: plot_python.py bench/results/python-DATE.json
+Usage: bench/python/plot.py bench/results/python-DATE.json
 """
 
 import sys
@@ -164,11 +164,13 @@ def figures(report, stem):
     if report.get("deserialization_scaling", {}).get("systems"):
         outputs.append((plot_deserialization, Path(f"{stem}-deserialization.png")))
     if not outputs:
-        sys.exit(f"plot_python.py: {stem}.json holds no figures to plot")
+        sys.exit(f"bench/python/plot.py: {stem}.json holds no figures to plot")
     return outputs
 
 
 if __name__ == "__main__":
+    # bench/common/plotting.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
     import plotting
 
-    plotting.main("plot_python.py", __doc__.splitlines()[0], "python", figures)
+    plotting.main("bench/python/plot.py", __doc__.splitlines()[0], "python", figures)

@@ -1,4 +1,4 @@
-"""Smoke test of the Python benchmark harness (bench/py/pybench.py), so that
+"""Smoke test of the Python benchmark harness (bench/python/pybench.py), so that
 it cannot rot between benchmark runs: the same functions the benchmark runs,
 with tiny arrays (100 KB: over the codec's 64 KiB threshold, so they still
 go through the store) and one round.
@@ -10,7 +10,7 @@ baseline (Plasma from pyarrow 11, ROS 2 rclpy) has its own test, skipped
 with the reason when it is not installed; the standard library's
 shared_memory and pickle always run.
 
-    python -m pytest bench/py
+    python -m pytest bench/python
 """
 
 import importlib.util
@@ -153,7 +153,7 @@ def test_whole_run_hprm_only_writes_report(tmp_path):
 
 
 def load_plot_python():
-    path = Path(__file__).resolve().parents[1] / "plot_python.py"
+    path = Path(__file__).resolve().parent / "plot.py"
     spec = importlib.util.spec_from_file_location("plot_python", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -162,7 +162,7 @@ def load_plot_python():
 
 def test_plot_needs_matplotlib():
     if importlib.util.find_spec("matplotlib") is None:
-        pytest.skip("matplotlib is not installed here (bench/run-python.sh installs it); the plots are not drawn")
+        pytest.skip("matplotlib is not installed here (bench/python/run.sh installs it); the plots are not drawn")
     assert load_plot_python().STYLE["hprm"]
 
 

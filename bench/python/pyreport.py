@@ -411,8 +411,8 @@ def render(report) -> str:
           f"{after.get('expired_deliveries', '?')} expired; daemon exit code after SIGTERM: {after.get('exit_code_after_sigterm', '?')}.\n")
 
     w("## Reproduce\n")
-    w(f"`bench/run-python.sh --{plan['mode']}` (sets up its venv: the hprm SDK, numpy<2, pyarrow 11, ROS 2 from PyPI, matplotlib; "
-      "runs `bench/py/pybench.py`, then `bench/plot_python.py`).")
+    w(f"`bench/python/run.sh --{plan['mode']}` (sets up its venv: the hprm SDK, numpy<2, pyarrow 11, ROS 2 from PyPI, matplotlib; "
+      "runs `bench/python/pybench.py`, then `bench/python/plot.py`).")
     return "\n".join(out) + "\n"
 
 

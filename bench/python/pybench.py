@@ -18,15 +18,15 @@
    deserialize_message -> numpy). Plus deserialization time at 1, 5 and
    50 MB, to show which decoders are O(1) in the array size.
 
-Usage (bench/run-python.sh sets up the venv and calls this, then plots):
+Usage (bench/python/run.sh sets up the venv and calls this, then plots):
 
-    python bench/py/pybench.py [--quick|--full] [--out DIR] [--skip plasma,rclpy,...]
+    python bench/python/pybench.py [--quick|--full] [--out DIR] [--skip plasma,rclpy,...]
 
 Writes DIR/python-DATE.json and DIR/python-DATE.md (DATE in UTC). A
 baseline that cannot be imported or fails is reported as skipped, with the
 reason, and the run goes on; a failure of HPRM itself fails the run.
 
-The functions here are also what bench/py/test_smoke.py runs, with tiny
+The functions here are also what bench/python/test_smoke.py runs, with tiny
 sizes and one round, so that the harness cannot rot unnoticed.
 """
 
@@ -1237,7 +1237,7 @@ def main(argv=None):
         sys.exit(f"pybench: {e}")
     for t in report["targets"]:
         log(f"target: {t['line']}")
-    print(report["json_path"])  # for bench/run-python.sh: all else goes to stderr
+    print(report["json_path"])  # for bench/python/run.sh: all else goes to stderr
 
 
 if __name__ == "__main__":

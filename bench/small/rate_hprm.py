@@ -15,12 +15,18 @@ small_peers.py for the baselines, which write the same).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import hprm
-from broadcast_common import write_result
+
+# The workloads' directories beside this one (bench/README.md: the layout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broadcast"))
+
+from broadcast_common import write_result  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True)

@@ -1,8 +1,8 @@
-# What bench/run-node.sh and bench/run-store.sh share; sourced by them, not
+# What bench/node/run.sh and bench/store/run.sh share; sourced by them, not
 # run. Sets bench_dir, root and results (bench/results), changes to the
 # workspace root, and defines build_release and plot.
 
-bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root=$(dirname "$bench_dir")
 results="$bench_dir/results"
 cd "$root"
