@@ -18,12 +18,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use hprm_rti::tag::Tag;
 
 use crate::program::{TriggerId, Value};
+use crate::sync::{Condvar, Mutex};
 use crate::source::{Source, TAKEOVER};
 
 /// One item for the scheduler.
@@ -102,7 +103,7 @@ impl Inbox {
     /// Registers a connection; one that comes after [`Inbox::close_sources`]
     /// (a late peer) is closed at once.
     pub fn add_source(&self, source: &Arc<Source>) {
-        match &mut *self.sources.lock().unwrap_or_else(PoisonError::into_inner) {
+        match &mut *self.sources.lock() {
             Some(sources) => sources.push(Arc::downgrade(source)),
             None => source.close(),
         }
@@ -116,7 +117,7 @@ impl Inbox {
     /// returned. Messages still on their way are dropped, as they would be
     /// by a federate process that exited.
     pub fn close_sources(&self) {
-        let sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let sources = self.sources.lock().take();
         for s in sources.into_iter().flatten().filter_map(|s| s.upgrade()) {
             s.close();
         }
@@ -139,7 +140,7 @@ impl Inbox {
 
     /// Reads every source that has something (the scheduler's part).
     fn poll_sources(&self) {
-        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sources = self.sources.lock();
         let Some(sources) = sources.as_mut().filter(|s| !s.is_empty()) else {
             return;
         };
@@ -161,13 +162,13 @@ impl Inbox {
         }
         // Pairs with the fence in `Source::serve` (see there).
         fence(Ordering::SeqCst);
-        for s in self.sources.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten().filter_map(Weak::upgrade) {
+        for s in self.sources.lock().iter().flatten().filter_map(Weak::upgrade) {
             s.wake_reader();
         }
     }
 
     pub fn push(&self, item: Incoming) {
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock();
         q.items.push_back(item);
         self.nonempty.store(true, Ordering::Release);
         let wake = q.sleeping;
@@ -188,7 +189,7 @@ impl Inbox {
         if !self.nonempty.load(Ordering::Acquire) {
             return;
         }
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock();
         out.append(&mut q.items);
         self.nonempty.store(false, Ordering::Release);
     }
@@ -208,7 +209,7 @@ impl Inbox {
             std::thread::yield_now();
         }
         self.hand_over();
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock();
         loop {
             if !q.items.is_empty() {
                 out.append(&mut q.items);
@@ -217,14 +218,14 @@ impl Inbox {
             }
             q.sleeping = true;
             match deadline {
-                None => q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner),
+                None => q = self.ready.wait(q),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         q.sleeping = false;
                         return;
                     }
-                    q = self.ready.wait_timeout(q, d - now).unwrap_or_else(PoisonError::into_inner).0;
+                    q = self.ready.wait_timeout(q, d - now).0;
                 }
             }
             q.sleeping = false;

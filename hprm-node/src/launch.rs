@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::error::NodeError;
@@ -23,6 +23,7 @@ use crate::federate::{run_federate, RunOptions};
 use crate::manifest::{CoordinationMode, Manifest, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use crate::program::{Coordination, Program};
 use crate::rti::RtiConfig;
+use crate::sync::Mutex;
 
 /// Builds the command that runs one federate, given its name.
 pub type FederateCommand = Box<dyn Fn(&str) -> Command + Send + Sync>;
@@ -322,9 +323,9 @@ impl LogSink {
                     eprintln!("{} {line}", sink.prefix);
                 }
                 if let Some(f) = &sink.file {
-                    let _ = writeln!(f.lock().unwrap_or_else(PoisonError::into_inner), "{line}");
+                    let _ = writeln!(f.lock(), "{line}");
                 }
-                let mut tail = sink.tail.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut tail = sink.tail.lock();
                 if tail.len() == TAIL_LINES {
                     tail.pop_front();
                 }
@@ -334,7 +335,7 @@ impl LogSink {
     }
 
     fn last_words(&self) -> Vec<String> {
-        self.tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+        self.tail.lock().iter().cloned().collect()
     }
 }
 
@@ -523,7 +524,7 @@ impl Launch {
                         match self.spawn_federate(&f.name, &env, &children[i].1, &pids) {
                             Ok(child) => {
                                 let old = std::mem::replace(&mut children[i].0, child).id();
-                                pids.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| *p != old);
+                                pids.lock().retain(|p| *p != old);
                                 self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
                                 continue;
                             }
@@ -620,7 +621,7 @@ impl Launch {
         }
         crate::signal::detach(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| NodeError::io(format!("starting federate {name} ({cmd:?})"), e))?;
-        pids.lock().unwrap_or_else(PoisonError::into_inner).push(child.id());
+        pids.lock().push(child.id());
         if self.prefix_logs {
             if let Some(o) = child.stdout.take() {
                 log.relay(o);

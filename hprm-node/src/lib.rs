@@ -50,6 +50,7 @@ mod scheduler;
 mod signal;
 mod socket;
 mod source;
+mod sync;
 pub mod status;
 pub mod tap;
 pub mod trace;

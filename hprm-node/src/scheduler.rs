@@ -23,7 +23,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::{Delay, Tag, FOREVER, NEVER};
@@ -34,6 +34,7 @@ use crate::context::{Ctx, Effect, TagView};
 use crate::error::NodeError;
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::Encoder;
+use crate::sync::Mutex;
 use crate::program::{duration_ns, Body, Coordination, FederateId, Program, ReactionId, TriggerId, TriggerKind, Value};
 use crate::socket::FrameWriter;
 
@@ -1223,7 +1224,7 @@ impl Outcome {
 /// Runs one reaction (or its deadline or tardy handler) against `view`.
 fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>], view: &TagView<'_>) -> Outcome {
     let Some(cell) = reactors[m.reactor].as_ref() else { return Outcome::panicked("reaction of another federate") };
-    let mut guard = cell.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut guard = cell.lock();
     let rt = &mut *guard;
     let Some(h) = rt.reactions.get_mut(&r) else { return Outcome::panicked("reaction without a body") };
     let tardy = m.triggers.iter().any(|t| view.tardy.get(t.index()).copied().flatten().is_some() && view.values[t.index()].is_some());

@@ -31,11 +31,12 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::NodeError;
 use crate::inbox::{Inbox, Incoming};
+use crate::sync::Mutex;
 
 /// The signals this module handles.
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
@@ -107,7 +108,7 @@ enum Role {
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        let mut l = listeners().lock().unwrap_or_else(PoisonError::into_inner);
+        let mut l = listeners().lock();
         match &self.0 {
             Role::Federate => l.federate = None,
             Role::Launch(p) => l.launches.retain(|q| !Arc::ptr_eq(p, q)),
@@ -144,7 +145,7 @@ pub(crate) fn forward_to_children(pids: Pids) -> Result<Listening, NodeError> {
 
 fn register(add: impl FnOnce(&mut Listeners)) -> Result<(), NodeError> {
     let read = pipe()?;
-    let mut l = listeners().lock().unwrap_or_else(PoisonError::into_inner);
+    let mut l = listeners().lock();
     if l.replaced.is_none() {
         l.replaced = Some(install()?);
     }
@@ -258,12 +259,12 @@ fn dispatcher(read: RawFd) -> Result<(), NodeError> {
 
 /// What a signal means to whoever listens now.
 fn act(sig: libc::c_int) {
-    let mut l = listeners().lock().unwrap_or_else(PoisonError::into_inner);
+    let mut l = listeners().lock();
     if !l.launches.is_empty() {
         tracing::info!(signal = sig, "stopping the program");
         STOPPING.store(true, Ordering::SeqCst);
         for pids in &l.launches {
-            for &pid in pids.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            for &pid in pids.lock().iter() {
                 if let Ok(pid) = i32::try_from(pid) {
                     // SAFETY: kill(2) with a pid a running launch spawned.
                     unsafe { libc::kill(pid, libc::SIGTERM) };

@@ -27,7 +27,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
@@ -35,6 +35,7 @@ use hprm_rti::frames::Frame;
 use hprm_rti::wire::Message;
 
 use crate::inbox::Incoming;
+use crate::sync::Mutex;
 use crate::rti::Receiving;
 use crate::socket::{wait_readable, FrameReader, ReadError};
 
@@ -87,7 +88,7 @@ impl Source {
         if self.ended.load(Ordering::Acquire) {
             return;
         }
-        if let Ok(mut reader) = self.reader.try_lock() {
+        if let Some(mut reader) = self.reader.try_lock() {
             self.pump(&mut reader);
         }
     }
@@ -112,7 +113,7 @@ impl Source {
         // takes no memory.
         unsafe { libc::shutdown(self.fd, libc::SHUT_RD) };
         self.wake_reader();
-        drop(self.reader.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(self.reader.lock());
     }
 
     fn serve(&self) {
@@ -127,10 +128,10 @@ impl Source {
                 continue;
             }
             if let Err(e) = wait_readable(self.fd) {
-                let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut reader = self.reader.lock();
                 return self.end(&mut reader, Ending::Broke(ReadError::Io(e)));
             }
-            let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut reader = self.reader.lock();
             self.pump(&mut reader);
         }
     }

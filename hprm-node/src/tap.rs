@@ -24,13 +24,14 @@ use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::Tag;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::program::TriggerId;
+use crate::sync::Mutex;
 
 /// Bytes before the payload in each tapped message.
 pub const HEADER: usize = 20;
@@ -88,7 +89,7 @@ impl TapHub {
 
     #[cold]
     fn publish_to_taps(&self, out: TriggerId, tag: Tag, payload: &[u8]) {
-        let mut subs = self.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut subs = self.subscribers.lock();
         let before = subs.len();
         subs.retain_mut(|s| {
             if s.out != out {
@@ -188,7 +189,7 @@ fn attach(hub: &TapHub, socket: Socket, federate: &str, ports: &[(TriggerId, Str
             // Room for bursts; when even that is full, messages are dropped.
             let _ = socket.set_send_buffer_size(1 << 20);
             tracing::info!(port = %path, "tap attached");
-            hub.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Subscriber { out, socket, dropped: 0 });
+            hub.subscribers.lock().push(Subscriber { out, socket, dropped: 0 });
             hub.active.fetch_add(1, Ordering::Relaxed);
             return;
         }
