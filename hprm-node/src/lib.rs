@@ -21,8 +21,8 @@
 //!   out-of-band in the shared-memory object store (`hprm-store`).
 //! - [`run_federate`] runs one federate; [`launch`] starts a whole
 //!   program (store, RTI, one process per federate), which is what a
-//!   program binary's `main` does via [`Program::main`]; [`deploy`] writes
-//!   the systemd units and configuration that run one under systemd.
+//!   program binary's `main` does via [`Program::main`]. (The systemd
+//!   units that run one as services are `hprm-cli`'s: `hprm deploy`.)
 //!
 //! Tags and delays come from `hprm_rti::tag`, the one place for their
 //! arithmetic.
@@ -30,7 +30,6 @@
 mod clock;
 mod clock_sync;
 mod context;
-pub mod deploy;
 mod error;
 mod federate;
 mod inbox;
