@@ -12,9 +12,13 @@
 //! yet goes at once to any other thread that is ready to run: the chain
 //! of a centralized message (sender, RTI, receiver) has more threads than
 //! a small machine has CPUs. While it polls, and between tags, it also
-//! reads the federate's connections itself ([`Source`]), so a message
-//! that arrives then wakes no thread at all; when it goes to sleep it
-//! hands them back to their reader threads.
+//! reads the federate's connections itself ([`PolledSource`]), so a
+//! message that arrives then wakes no thread at all; when it goes to sleep
+//! it hands them back to their reader threads.
+//!
+//! Layers: the inbox knows its sources only through [`PolledSource`],
+//! which the network's connections (`net::source`) implement; the network
+//! is above the inbox, and the inbox needs nothing but ids and values.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -23,9 +27,27 @@ use std::time::{Duration, Instant};
 
 use hprm_rti::tag::Tag;
 
-use crate::program::{TriggerId, Value};
+use crate::ids::{TriggerId, Value};
 use crate::sync::{Condvar, Mutex};
-use crate::source::{Source, TAKEOVER};
+
+/// How long the scheduler may go without polling before reader threads
+/// take its sockets back: far above a poll loop's period (microseconds),
+/// far below what a sender with a full socket would notice.
+pub(crate) const TAKEOVER: Duration = Duration::from_millis(2);
+
+/// A connection the scheduler reads while it polls its inbox, and a reader
+/// thread the rest of the time (`net::source::Source`).
+///
+/// Contract: `poll` reads what the connection has now without blocking
+/// and pushes it into the inbox (it does nothing while the reader thread
+/// is at it); `wake_reader` tells a parked reader thread to look again
+/// (the scheduler stopped polling); `close` stops reading for good, and
+/// when it returns no item from this connection is pushed any more.
+pub(crate) trait PolledSource: Send + Sync {
+    fn poll(&self);
+    fn wake_reader(&self);
+    fn close(&self);
+}
 
 /// One item for the scheduler.
 pub(crate) enum Incoming {
@@ -70,7 +92,7 @@ pub(crate) struct Inbox {
     /// The connections the scheduler reads while it polls, or `None` once
     /// they are closed ([`Inbox::close_sources`]). Weak: a source holds the
     /// inbox (through `Receiving`), and lives as long as its reader thread.
-    sources: Mutex<Option<Vec<Weak<Source>>>>,
+    sources: Mutex<Option<Vec<Weak<dyn PolledSource>>>>,
     /// When the scheduler last read `sources` (ns since `epoch`), or
     /// [`NOT_POLLING`]: their reader threads stay away from the sockets
     /// for [`TAKEOVER`] after it.
@@ -102,9 +124,12 @@ impl Inbox {
 
     /// Registers a connection; one that comes after [`Inbox::close_sources`]
     /// (a late peer) is closed at once.
-    pub fn add_source(&self, source: &Arc<Source>) {
+    pub fn add_source<S: PolledSource + 'static>(&self, source: &Arc<S>) {
         match &mut *self.sources.lock() {
-            Some(sources) => sources.push(Arc::downgrade(source)),
+            Some(sources) => {
+                let weak: Weak<S> = Arc::downgrade(source);
+                sources.push(weak)
+            }
             None => source.close(),
         }
     }

@@ -22,7 +22,7 @@ use crate::error::NodeError;
 use crate::federate::{run_federate, RunOptions};
 use crate::manifest::{CoordinationMode, Manifest, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use crate::program::{Coordination, Program};
-use crate::rti::RtiConfig;
+use crate::net::rti::RtiConfig;
 use crate::sync::Mutex;
 
 /// Builds the command that runs one federate, given its name.
@@ -703,8 +703,8 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
     if let Ok(t) = std::env::var("HPRM_LOCAL_TRANSPORT") {
         match t.as_str() {
-            "unix" => o.local_transport = crate::socket::LocalTransport::Unix,
-            "tcp" => o.local_transport = crate::socket::LocalTransport::Tcp,
+            "unix" => o.local_transport = crate::net::socket::LocalTransport::Unix,
+            "tcp" => o.local_transport = crate::net::socket::LocalTransport::Tcp,
             other => tracing::warn!("HPRM_LOCAL_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.local_transport),
         }
     }

@@ -30,13 +30,14 @@ use hprm_rti::tag::{Delay, Tag, FOREVER, NEVER};
 use hprm_rti::wire::Message;
 
 use crate::clock::Clock;
-use crate::context::{Ctx, Effect, TagView};
+use crate::context::{Body, Ctx, Effect, TagView};
 use crate::error::NodeError;
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::Encoder;
 use crate::sync::Mutex;
-use crate::program::{duration_ns, Body, Coordination, FederateId, Program, ReactionId, TriggerId, TriggerKind, Value};
-use crate::socket::FrameWriter;
+use crate::ids::{duration_ns, FederateId, ReactionId, TriggerId, Value};
+use crate::program::{Coordination, Program, TriggerKind};
+use crate::net::socket::FrameWriter;
 
 /// While idle, a centralized federate whose events can come from physical
 /// time (physical actions, physical connections into it) and that has
@@ -303,12 +304,12 @@ impl Scheduler {
         };
         let name = program.federate_name(fed).to_string();
         let peers_over_unix = match &transport {
-            Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::socket::Stream::Unix(_))).count(),
+            Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::net::socket::Stream::Unix(_))).count(),
             _ => 0,
         };
         let rti_over_unix = match &transport {
             Transport::Alone => false,
-            Transport::Rti(w) | Transport::Peers { rti: w, .. } => matches!(w.stream(), crate::socket::Stream::Unix(_)),
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => matches!(w.stream(), crate::net::socket::Stream::Unix(_)),
         };
 
         let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();

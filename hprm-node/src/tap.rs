@@ -30,7 +30,7 @@ use std::time::Duration;
 use hprm_rti::tag::Tag;
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::program::TriggerId;
+use crate::ids::TriggerId;
 use crate::sync::Mutex;
 
 /// Bytes before the payload in each tapped message.

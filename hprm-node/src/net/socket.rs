@@ -238,7 +238,7 @@ pub(crate) enum ReadError {
 /// [`next`](FrameReader::next) blocks (handshakes, with a read timeout);
 /// [`try_next`](FrameReader::try_next) never does, so that the reader
 /// thread and the polling scheduler can share a connection
-/// (`crate::source`): whoever holds the reader takes what is there.
+/// (`crate::net::source`): whoever holds the reader takes what is there.
 pub(crate) struct FrameReader {
     stream: Stream,
     frames: FrameBuffer,
