@@ -18,6 +18,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use crate::error::NodeError;
 use crate::federate::{run_federate, RunOptions};
 use crate::manifest::{CoordinationMode, Manifest, RestartPolicy, DEFAULT_MAX_RESTARTS};
@@ -154,7 +157,7 @@ impl LaunchReport {
             // had already failed (its error line is out) and then met the
             // launcher's SIGTERM on its way out did.
             .filter(|(((_, s), words), stopped)| {
-                let told_to_go = **stopped && s.signal() == Some(libc::SIGTERM) && !words.iter().any(|l| l.trim_start().starts_with("error:"));
+                let told_to_go = **stopped && s.signal() == Some(Signal::SIGTERM as i32) && !words.iter().any(|l| l.trim_start().starts_with("error:"));
                 !(s.success() || told_to_go)
             })
             .map(|(x, _)| x)
@@ -498,8 +501,8 @@ impl Launch {
                         if done[j].is_none() {
                             stopped[j] = true;
                             if let Ok(pid) = i32::try_from(child.id()) {
-                                // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
-                                unsafe { libc::kill(pid, libc::SIGTERM) };
+                                // A child not yet reaped: its pid is still ours.
+                                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
                             }
                         }
                     }
@@ -541,8 +544,8 @@ impl Launch {
                     if done[j].is_none() {
                         stopped[j] = true;
                         if let Ok(pid) = i32::try_from(child.id()) {
-                            // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
-                            unsafe { libc::kill(pid, libc::SIGTERM) };
+                            // A child not yet reaped: its pid is still ours.
+                            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
                         }
                     }
                 }

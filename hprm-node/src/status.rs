@@ -205,13 +205,12 @@ pub fn runtime_base() -> PathBuf {
 
 /// Whether process `pid` exists.
 pub fn alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(pid) = i32::try_from(pid) else { return false };
     if pid <= 0 {
         return false;
     }
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // No signal: only checks that the process exists.
+    matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Ok(()) | Err(nix::errno::Errno::EPERM))
 }
 
 /// A launched program that is still running.

@@ -28,6 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::Tag;
+use nix::errno::Errno;
+use nix::sys::socket::MsgFlags;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::ids::TriggerId;
@@ -99,9 +101,9 @@ impl TapHub {
             header[..8].copy_from_slice(&tag.time.saturating_sub(self.start).to_le_bytes());
             header[8..12].copy_from_slice(&tag.microstep.to_le_bytes());
             header[12..].copy_from_slice(&s.dropped.to_le_bytes());
-            match s.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) {
+            match s.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], (MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL).bits()) {
                 Ok(_) => true,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => {
+                Err(e) if matches!(e.raw_os_error().map(Errno::from_raw), Some(Errno::EAGAIN | Errno::ENOBUFS)) => {
                     s.dropped += 1;
                     true
                 }

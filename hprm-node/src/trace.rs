@@ -128,8 +128,7 @@ impl Tracer {
         if known != 0 {
             return known;
         }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = nix::unistd::gettid().as_raw() as u32;
         let name = std::thread::current().name().unwrap_or("thread").to_string();
         self.lock().threads.push((tid, name));
         TID.with(|c| c.set(tid));

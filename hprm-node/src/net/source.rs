@@ -217,9 +217,8 @@ impl PolledSource for Source {
         // A reader thread asleep in poll(2) wakes to the end of input, sees
         // `ended` and exits. Only the reading half: writes on this socket
         // (the RTI's, whose writer shares it) are not cut short.
-        // SAFETY: `fd` is open as long as `self` (see the field); shutdown
-        // takes no memory.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RD) };
+        // `fd` is open as long as `self` (see the field).
+        let _ = nix::sys::socket::shutdown(self.fd, nix::sys::socket::Shutdown::Read);
         self.wake_reader();
         drop(self.reader.lock());
     }
