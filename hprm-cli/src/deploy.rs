@@ -1,6 +1,6 @@
 //! `hprm deploy --systemd DIR PROGRAM`: the systemd units and `/etc/hprm`
 //! configuration that run a program as services. The files come from
-//! [`hprm_cli::systemd`](hprm_cli::systemd) (templates in the repository's `deploy/`); this
+//! [`hprm_cli::systemd`] (templates in the repository's `deploy/`); this
 //! module resolves PROGRAM, writes them under DIR and prints what to do next.
 
 use std::path::{Path, PathBuf};

@@ -67,11 +67,11 @@ macro_rules! id_type {
 }
 
 id_type!(
-    /// A federate of a [`Program`].
+    /// A federate of a [`Program`](crate::Program).
     FederateId
 );
 id_type!(
-    /// A reactor of a [`Program`].
+    /// A reactor of a [`Program`](crate::Program).
     ReactorId
 );
 id_type!(

@@ -9,7 +9,7 @@
 //! at one tag by these declarations, so an undeclared effect is an error.
 //!
 //! The handles themselves are ids (`ids`), so that the layers below the
-//! builder (a reaction's [`Ctx`](crate::Ctx)) can take them.
+//! builder (a reaction's [`Ctx`]) can take them.
 
 use std::any::Any;
 use std::marker::PhantomData;
@@ -92,7 +92,7 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
     /// Declares an input whose values `decode` makes from payload bytes
     /// (for language bindings: the Python SDK's ports carry Python
     /// objects). Inside a federate values pass as they are; `T` is what
-    /// `decode` puts in the [`Value`](crate::program::Value).
+    /// `decode` puts in the [`Value`](crate::Value).
     pub fn input_with<T: Send + Sync + 'static>(&mut self, name: &str, decode: DecodeFn) -> Input<T> {
         Input::new(self.trigger(name, TriggerKind::Input { decode }))
     }
