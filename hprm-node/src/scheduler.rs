@@ -354,47 +354,8 @@ impl Plan {
         };
         let name = program.federate_name(fed).to_string();
 
-        let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
-        let mut meta = HashMap::new();
-        let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
-        let mut max_level = 0;
-        for &r in &program.federates[fed.index()].reactors.clone() {
-            let rdef = &mut program.reactors[r.index()];
-            let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
-            let rname = rdef.name.clone();
-            let mut hs = HashMap::new();
-            for &rid in &rdef.reactions.clone() {
-                let def = &mut program.reactions[rid.index()];
-                let body = def.body.take().unwrap_or_else(|| Box::new(|_, _| {}));
-                let deadline = def.deadline.take().map(|(d, b)| (duration_ns(d), b));
-                hs.insert(rid, Handlers { body, deadline, tardy: def.tardy.take() });
-                let level = levels.get(&rid).copied().unwrap_or(0);
-                max_level = max_level.max(level);
-                for t in &def.triggers {
-                    triggered[t.index()].push(rid);
-                }
-                let path = format!("{name}.{rname}.{}", def.name);
-                let trace_name = crate::trace::tracer().map_or(0, |t| t.name(&path));
-                meta.insert(rid, ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path, trace_name });
-            }
-            reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
-        }
-
-        let mut local = vec![Vec::new(); n];
-        let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
-        let mut input_peer = vec![None; n];
-        let mut physical_input = vec![false; n];
-        for (wire, c) in program.connections.iter().enumerate() {
-            physical_input[c.to.index()] = c.physical;
-            let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
-            if from_fed == fed && to_fed == fed {
-                local[c.from.index()].push((c.to, c.delay, c.physical));
-            } else if from_fed == fed {
-                remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: wire as u16, delay: c.delay, physical: c.physical });
-            } else if to_fed == fed {
-                input_peer[c.to.index()] = Some(federate_index(from_fed));
-            }
-        }
+        let (reactors, meta, triggered, max_level) = take_reactions(&mut program, fed, &name, &levels);
+        let (local, remote, input_peer, physical_input) = routes(&program, fed, federate_index);
         let fanout = remote.iter().map(|d| d.len() as u32).collect();
 
         // The level after which each network output is final.
@@ -473,6 +434,74 @@ impl Plan {
             unit: Arc::new(()),
         })
     }
+}
+
+/// Takes this federate's reactor states and reaction bodies out of
+/// `program`: the reactors (by reactor id, `None` for other federates'),
+/// each reaction's metadata, the reactions each trigger triggers, and the
+/// highest level.
+#[allow(clippy::type_complexity)]
+fn take_reactions(
+    program: &mut Program,
+    fed: FederateId,
+    name: &str,
+    levels: &HashMap<ReactionId, u32>,
+) -> (Vec<Option<Mutex<ReactorRt>>>, HashMap<ReactionId, ReactionMeta>, Vec<Vec<ReactionId>>, u32) {
+    let n = program.triggers.len();
+    let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
+    let mut meta = HashMap::new();
+    let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
+    let mut max_level = 0;
+    for &r in &program.federates[fed.index()].reactors.clone() {
+        let rdef = &mut program.reactors[r.index()];
+        let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
+        let rname = rdef.name.clone();
+        let mut hs = HashMap::new();
+        for &rid in &rdef.reactions.clone() {
+            let def = &mut program.reactions[rid.index()];
+            let body = def.body.take().unwrap_or_else(|| Box::new(|_, _| {}));
+            let deadline = def.deadline.take().map(|(d, b)| (duration_ns(d), b));
+            hs.insert(rid, Handlers { body, deadline, tardy: def.tardy.take() });
+            let level = levels.get(&rid).copied().unwrap_or(0);
+            max_level = max_level.max(level);
+            for t in &def.triggers {
+                triggered[t.index()].push(rid);
+            }
+            let path = format!("{name}.{rname}.{}", def.name);
+            let trace_name = crate::trace::tracer().map_or(0, |t| t.name(&path));
+            meta.insert(rid, ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path, trace_name });
+        }
+        reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
+    }
+    (reactors, meta, triggered, max_level)
+}
+
+/// Where each port of this federate leads, by trigger: connections inside
+/// the federate (by output), receivers in other federates (by output), the
+/// peer feeding each network input, and which inputs are physical.
+#[allow(clippy::type_complexity)]
+fn routes(
+    program: &Program,
+    fed: FederateId,
+    federate_index: &dyn Fn(FederateId) -> u16,
+) -> (Vec<Vec<(TriggerId, Delay, bool)>>, Vec<Vec<NetDest>>, Vec<Option<u16>>, Vec<bool>) {
+    let n = program.triggers.len();
+    let mut local = vec![Vec::new(); n];
+    let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
+    let mut input_peer = vec![None; n];
+    let mut physical_input = vec![false; n];
+    for (wire, c) in program.connections.iter().enumerate() {
+        physical_input[c.to.index()] = c.physical;
+        let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
+        if from_fed == fed && to_fed == fed {
+            local[c.from.index()].push((c.to, c.delay, c.physical));
+        } else if from_fed == fed {
+            remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: wire as u16, delay: c.delay, physical: c.physical });
+        } else if to_fed == fed {
+            input_peer[c.to.index()] = Some(federate_index(from_fed));
+        }
+    }
+    (local, remote, input_peer, physical_input)
 }
 
 impl TagState {
