@@ -1,12 +1,12 @@
 //! `hprm deploy --systemd DIR PROGRAM`: the systemd units and `/etc/hprm`
 //! configuration that run a program as services. The files come from
-//! `hprm_node::deploy` (templates in the repository's `deploy/`); this
+//! [`hprm_cli::systemd`] (templates in the repository's `deploy/`); this
 //! module resolves PROGRAM, writes them under DIR and prints what to do next.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use hprm_node::deploy::SystemdOptions;
+use hprm_cli::systemd::SystemdOptions;
 
 use crate::source::Source;
 
@@ -17,7 +17,7 @@ pub struct DeployArgs {
     #[arg(long)]
     pub systemd: bool,
     /// Where hprm-store and hprm-rti are installed on the target host.
-    #[arg(long, default_value = hprm_node::deploy::TEMPLATE_BIN_DIR)]
+    #[arg(long, default_value = hprm_cli::systemd::TEMPLATE_BIN_DIR)]
     pub bin_dir: PathBuf,
     /// The RTI's TCP port; give each program on a host its own.
     #[arg(long, default_value_t = 15045)]
@@ -36,7 +36,7 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
         bail!("{}: {problem}", source.locate(loc));
     }
     let settings = SystemdOptions { bin_dir: opts.bin_dir.clone(), rti_port: opts.rti_port, rti_bind: opts.rti_bind.clone() };
-    let deployment = hprm_node::deploy::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
+    let deployment = hprm_cli::systemd::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
     deployment.write(dir).with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;
     print!("{}", deployment.summary(dir));
     Ok(0)

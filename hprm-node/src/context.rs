@@ -6,6 +6,7 @@
 //! level has run, in reaction order, so reactions of one level can run in
 //! parallel and the result does not depend on which finished first.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +15,11 @@ use hprm_rti::tag::{Instant, Tag};
 use crate::clock;
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::{Dtype, Encoder, Loan, PayloadError};
-use crate::program::{duration_ns, ReactionId, TriggerId, Value};
-use crate::reactor::{Input, LogicalAction, Output, PhysicalAction};
+use crate::ids::{duration_ns, Input, LogicalAction, Output, PhysicalAction, ReactionId, TriggerId, Value};
+
+/// A reaction body (also deadline and tardy handlers): the reactor's state
+/// and the reaction's view of the current tag.
+pub(crate) type Body = Box<dyn FnMut(&mut (dyn Any + Send), &mut Ctx<'_>) + Send>;
 
 /// An effect recorded by a reaction.
 pub(crate) enum Effect {

@@ -9,8 +9,10 @@ use crate::clock::Clock;
 use crate::error::NodeError;
 use crate::inbox::Inbox;
 use crate::payload::{Decoder, Encoder, StoreLink};
-use crate::program::{Coordination, FederateId, Program, TriggerKind};
-use crate::rti::{self, NetworkInput, Receiving, RtiConfig};
+use crate::ids::FederateId;
+use crate::program::{Coordination, Program, TriggerKind};
+use crate::net::rti::{self, RtiConfig};
+use crate::net::source::{NetworkInput, Receiving};
 use crate::scheduler::{Options, RunReport, Scheduler, Transport};
 
 /// How to run one federate.
@@ -30,7 +32,7 @@ pub struct RunOptions {
     /// ([`DEFAULT_SPIN`]; zero never polls).
     pub spin: Duration,
     /// How to reach the RTI and downstream peers on this host.
-    pub local_transport: crate::socket::LocalTransport,
+    pub local_transport: crate::net::socket::LocalTransport,
     /// Stop at the next common tag on SIGINT/SIGTERM (for federate
     /// processes; leave off when running federates as threads of a test).
     pub handle_signals: bool,
@@ -59,7 +61,7 @@ impl RunOptions {
             fast: false,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
             spin: DEFAULT_SPIN,
-            local_transport: crate::socket::LocalTransport::default(),
+            local_transport: crate::net::socket::LocalTransport::default(),
             handle_signals: false,
             coordination: None,
             runtime_dir: None,
@@ -94,7 +96,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let idx = |f: FederateId| f.0 as u16;
     crate::trace::init_from_env(&opts.federate);
     // What a tap may watch: outputs that leave this federate.
-    let mut tappable: Vec<(crate::program::TriggerId, String)> = Vec::new();
+    let mut tappable: Vec<(crate::ids::TriggerId, String)> = Vec::new();
     for c in &program.connections {
         if program.federate_of(c.from) == fed && program.federate_of(c.to) != fed && !tappable.iter().any(|(t, _)| *t == c.from) {
             tappable.push((c.from, program.port_path(c.from)));
@@ -165,14 +167,14 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             let mut session = rti::join(cfg, opts.local_transport, idx(fed), &opts.federate, &ups, &downs)?;
             if !inbound.is_empty() {
                 let names = program.federates.iter().map(|f| f.name.clone()).collect();
-                let (port, file) = crate::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
+                let (port, file) = crate::net::peer::listen(inbound.len(), cfg.federation.clone(), rx.clone(), names)?;
                 unix_socket = file;
                 session.advertise(port)?;
             }
             let mut peers = None;
             if decentralized || !outbound.is_empty() {
                 let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
-                peers = Some(crate::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.local_transport, cfg.connect_timeout)?);
+                peers = Some(crate::net::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.local_transport, cfg.connect_timeout)?);
             }
             let (start, resume) = session.start_time(clock.now())?;
             if let Some(r) = resume {
@@ -183,7 +185,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 clock.adjust(offset);
             }
             if let Some(udp) = session.udp.take() {
-                clock_sync = Some(crate::clock_sync::spawn(udp, idx(fed), clock.clone()).map_err(|e| NodeError::io("starting the clock synchronization thread", e))?);
+                clock_sync = Some(crate::net::clock_sync::spawn(udp, idx(fed), clock.clone()).map_err(|e| NodeError::io("starting the clock synchronization thread", e))?);
             }
             rti::spawn_reader(session.reader, session.addr, rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
             let transport = match peers {

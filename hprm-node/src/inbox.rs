@@ -12,19 +12,42 @@
 //! yet goes at once to any other thread that is ready to run: the chain
 //! of a centralized message (sender, RTI, receiver) has more threads than
 //! a small machine has CPUs. While it polls, and between tags, it also
-//! reads the federate's connections itself ([`Source`]), so a message
-//! that arrives then wakes no thread at all; when it goes to sleep it
-//! hands them back to their reader threads.
+//! reads the federate's connections itself ([`PolledSource`]), so a
+//! message that arrives then wakes no thread at all; when it goes to sleep
+//! it hands them back to their reader threads.
+//!
+//! Layers: the inbox knows its sources only through [`PolledSource`],
+//! which the network's connections (`net::source`) implement; the network
+//! is above the inbox, and the inbox needs nothing but ids and values.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use hprm_rti::tag::Tag;
 
-use crate::program::{TriggerId, Value};
-use crate::source::{Source, TAKEOVER};
+use crate::ids::{TriggerId, Value};
+use crate::sync::{Condvar, Mutex};
+
+/// How long the scheduler may go without polling before reader threads
+/// take its sockets back: far above a poll loop's period (microseconds),
+/// far below what a sender with a full socket would notice.
+pub(crate) const TAKEOVER: Duration = Duration::from_millis(2);
+
+/// A connection the scheduler reads while it polls its inbox, and a reader
+/// thread the rest of the time (`net::source::Source`).
+///
+/// Contract: `poll` reads what the connection has now without blocking
+/// and pushes it into the inbox (it does nothing while the reader thread
+/// is at it); `wake_reader` tells a parked reader thread to look again
+/// (the scheduler stopped polling); `close` stops reading for good, and
+/// when it returns no item from this connection is pushed any more.
+pub(crate) trait PolledSource: Send + Sync {
+    fn poll(&self);
+    fn wake_reader(&self);
+    fn close(&self);
+}
 
 /// One item for the scheduler.
 pub(crate) enum Incoming {
@@ -69,7 +92,7 @@ pub(crate) struct Inbox {
     /// The connections the scheduler reads while it polls, or `None` once
     /// they are closed ([`Inbox::close_sources`]). Weak: a source holds the
     /// inbox (through `Receiving`), and lives as long as its reader thread.
-    sources: Mutex<Option<Vec<Weak<Source>>>>,
+    sources: Mutex<Option<Vec<Weak<dyn PolledSource>>>>,
     /// When the scheduler last read `sources` (ns since `epoch`), or
     /// [`NOT_POLLING`]: their reader threads stay away from the sockets
     /// for [`TAKEOVER`] after it.
@@ -101,9 +124,12 @@ impl Inbox {
 
     /// Registers a connection; one that comes after [`Inbox::close_sources`]
     /// (a late peer) is closed at once.
-    pub fn add_source(&self, source: &Arc<Source>) {
-        match &mut *self.sources.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(sources) => sources.push(Arc::downgrade(source)),
+    pub fn add_source<S: PolledSource + 'static>(&self, source: &Arc<S>) {
+        match &mut *self.sources.lock() {
+            Some(sources) => {
+                let weak: Weak<S> = Arc::downgrade(source);
+                sources.push(weak)
+            }
             None => source.close(),
         }
     }
@@ -116,7 +142,7 @@ impl Inbox {
     /// returned. Messages still on their way are dropped, as they would be
     /// by a federate process that exited.
     pub fn close_sources(&self) {
-        let sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let sources = self.sources.lock().take();
         for s in sources.into_iter().flatten().filter_map(|s| s.upgrade()) {
             s.close();
         }
@@ -139,7 +165,7 @@ impl Inbox {
 
     /// Reads every source that has something (the scheduler's part).
     fn poll_sources(&self) {
-        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sources = self.sources.lock();
         let Some(sources) = sources.as_mut().filter(|s| !s.is_empty()) else {
             return;
         };
@@ -161,13 +187,13 @@ impl Inbox {
         }
         // Pairs with the fence in `Source::serve` (see there).
         fence(Ordering::SeqCst);
-        for s in self.sources.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten().filter_map(Weak::upgrade) {
+        for s in self.sources.lock().iter().flatten().filter_map(Weak::upgrade) {
             s.wake_reader();
         }
     }
 
     pub fn push(&self, item: Incoming) {
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock();
         q.items.push_back(item);
         self.nonempty.store(true, Ordering::Release);
         let wake = q.sleeping;
@@ -188,7 +214,7 @@ impl Inbox {
         if !self.nonempty.load(Ordering::Acquire) {
             return;
         }
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock();
         out.append(&mut q.items);
         self.nonempty.store(false, Ordering::Release);
     }
@@ -208,7 +234,7 @@ impl Inbox {
             std::thread::yield_now();
         }
         self.hand_over();
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock();
         loop {
             if !q.items.is_empty() {
                 out.append(&mut q.items);
@@ -217,14 +243,14 @@ impl Inbox {
             }
             q.sleeping = true;
             match deadline {
-                None => q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner),
+                None => q = self.ready.wait(q),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         q.sleeping = false;
                         return;
                     }
-                    q = self.ready.wait_timeout(q, d - now).unwrap_or_else(PoisonError::into_inner).0;
+                    q = self.ready.wait_timeout(q, d - now).0;
                 }
             }
             q.sleeping = false;

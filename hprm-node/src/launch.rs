@@ -15,14 +15,18 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
 use crate::error::NodeError;
 use crate::federate::{run_federate, RunOptions};
 use crate::manifest::{CoordinationMode, Manifest, RestartPolicy, DEFAULT_MAX_RESTARTS};
 use crate::program::{Coordination, Program};
-use crate::rti::RtiConfig;
+use crate::net::rti::RtiConfig;
+use crate::sync::Mutex;
 
 /// Builds the command that runs one federate, given its name.
 pub type FederateCommand = Box<dyn Fn(&str) -> Command + Send + Sync>;
@@ -153,7 +157,7 @@ impl LaunchReport {
             // had already failed (its error line is out) and then met the
             // launcher's SIGTERM on its way out did.
             .filter(|(((_, s), words), stopped)| {
-                let told_to_go = **stopped && s.signal() == Some(libc::SIGTERM) && !words.iter().any(|l| l.trim_start().starts_with("error:"));
+                let told_to_go = **stopped && s.signal() == Some(Signal::SIGTERM as i32) && !words.iter().any(|l| l.trim_start().starts_with("error:"));
                 !(s.success() || told_to_go)
             })
             .map(|(x, _)| x)
@@ -322,9 +326,9 @@ impl LogSink {
                     eprintln!("{} {line}", sink.prefix);
                 }
                 if let Some(f) = &sink.file {
-                    let _ = writeln!(f.lock().unwrap_or_else(PoisonError::into_inner), "{line}");
+                    let _ = writeln!(f.lock(), "{line}");
                 }
-                let mut tail = sink.tail.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut tail = sink.tail.lock();
                 if tail.len() == TAIL_LINES {
                     tail.pop_front();
                 }
@@ -334,7 +338,7 @@ impl LogSink {
     }
 
     fn last_words(&self) -> Vec<String> {
-        self.tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+        self.tail.lock().iter().cloned().collect()
     }
 }
 
@@ -497,8 +501,8 @@ impl Launch {
                         if done[j].is_none() {
                             stopped[j] = true;
                             if let Ok(pid) = i32::try_from(child.id()) {
-                                // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
-                                unsafe { libc::kill(pid, libc::SIGTERM) };
+                                // A child not yet reaped: its pid is still ours.
+                                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
                             }
                         }
                     }
@@ -523,7 +527,7 @@ impl Launch {
                         match self.spawn_federate(&f.name, &env, &children[i].1, &pids) {
                             Ok(child) => {
                                 let old = std::mem::replace(&mut children[i].0, child).id();
-                                pids.lock().unwrap_or_else(PoisonError::into_inner).retain(|p| *p != old);
+                                pids.lock().retain(|p| *p != old);
                                 self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
                                 continue;
                             }
@@ -540,8 +544,8 @@ impl Launch {
                     if done[j].is_none() {
                         stopped[j] = true;
                         if let Ok(pid) = i32::try_from(child.id()) {
-                            // SAFETY: kill(2) on a child not yet reaped (its pid is still ours).
-                            unsafe { libc::kill(pid, libc::SIGTERM) };
+                            // A child not yet reaped: its pid is still ours.
+                            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
                         }
                     }
                 }
@@ -620,7 +624,7 @@ impl Launch {
         }
         crate::signal::detach(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| NodeError::io(format!("starting federate {name} ({cmd:?})"), e))?;
-        pids.lock().unwrap_or_else(PoisonError::into_inner).push(child.id());
+        pids.lock().push(child.id());
         if self.prefix_logs {
             if let Some(o) = child.stdout.take() {
                 log.relay(o);
@@ -702,8 +706,8 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     o.fast = std::env::var("HPRM_FAST").is_ok_and(|v| v == "1");
     if let Ok(t) = std::env::var("HPRM_LOCAL_TRANSPORT") {
         match t.as_str() {
-            "unix" => o.local_transport = crate::socket::LocalTransport::Unix,
-            "tcp" => o.local_transport = crate::socket::LocalTransport::Tcp,
+            "unix" => o.local_transport = crate::net::socket::LocalTransport::Unix,
+            "tcp" => o.local_transport = crate::net::socket::LocalTransport::Tcp,
             other => tracing::warn!("HPRM_LOCAL_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.local_transport),
         }
     }

@@ -21,7 +21,8 @@ use std::collections::HashMap;
 
 use hprm_rti::tag::Delay;
 
-use crate::program::{FederateId, Program, ReactionId};
+use crate::ids::{FederateId, ReactionId, TriggerId};
+use crate::program::Program;
 
 /// The level of every reaction of `fed`, or the causality loop that
 /// prevents ordering them.
@@ -59,7 +60,7 @@ pub(crate) fn levels(p: &Program, fed: FederateId) -> Result<HashMap<ReactionId,
             edges[index[&w[0]]].push(index[&w[1]]);
         }
     }
-    let zero_delay_remote = |from_here: bool, t: crate::program::TriggerId| {
+    let zero_delay_remote = |from_here: bool, t: TriggerId| {
         p.connections.iter().any(|c| {
             let (port, other) = if from_here { (c.from, c.to) } else { (c.to, c.from) };
             port == t && c.delay == Delay::None && !c.physical && p.federate_of(other) != fed

@@ -12,27 +12,57 @@
 //! - `scheduler` is one federate's event loop: tags in order, reactions in
 //!   levels (`level`), coordination with the RTI (centralized) or waits of
 //!   a safe-to-process offset (decentralized), real-time or fast.
-//! - `rti` and `peer` speak the federated protocol of `hprm-rti` (LF's
-//!   reactor-c message set) over tuned sockets with pre-allocated frame
-//!   buffers (`socket`). Their messages reach the scheduler's `inbox`
-//!   through `source`: read by the scheduler itself while it polls, by a
-//!   reader thread per connection while it sleeps or is busy.
+//! - `net::rti` and `net::peer` speak the federated protocol of `hprm-rti`
+//!   (LF's reactor-c message set) over tuned sockets with pre-allocated
+//!   frame buffers (`net::socket`). Their messages reach the scheduler's
+//!   `inbox` through `net::source`: read by the scheduler itself while it
+//!   polls, by a reader thread per connection while it sleeps or is busy.
 //! - [`payload`] turns port values into MessagePack with large buffers
 //!   out-of-band in the shared-memory object store (`hprm-store`).
 //! - [`run_federate`] runs one federate; [`launch`] starts a whole
 //!   program (store, RTI, one process per federate), which is what a
-//!   program binary's `main` does via [`Program::main`]; [`deploy`] writes
-//!   the systemd units and configuration that run one under systemd.
+//!   program binary's `main` does via [`Program::main`]. (The systemd
+//!   units that run one as services are `hprm-cli`'s: `hprm deploy`.)
 //!
 //! Tags and delays come from `hprm_rti::tag`, the one place for their
 //! arithmetic.
+//!
+//! ## Layers
+//!
+//! Modules import in one direction, bottom to top; a module uses its own
+//! layer and lower ones only (`tests/layers.rs` checks every `crate::`
+//! path against this table):
+//!
+//! 0. **Foundations**: `error`, `sync` (locks that do not poison),
+//!    `clock`, `trace`, [`payload`], [`log`].
+//! 1. **Ids and values**: `ids` (program ids, typed handles such as
+//!    [`Input`], [`Value`]) and [`manifest`] (a program as plain data).
+//! 2. **The inbox**: what reaches the scheduler from other threads. It
+//!    knows its connections only through a trait they implement
+//!    (`inbox::PolledSource`), so the network above can feed it.
+//! 3. **A reaction's context**: [`Ctx`] (`context`).
+//! 4. **The graph**: `program`, `level`, `manifest::build`.
+//! 5. **The outside world**: `net/` (`socket`, `source`, `rti`, `peer`,
+//!    `clock_sync`), `signal`, [`status`], [`tap`].
+//! 6. **The scheduler**: one federate's event loop.
+//! 7. **Builders and running**: `reactor` (the [`ReactorBuilder`] and
+//!    `Program::reactor`), `federate` ([`run_federate`]), [`launch`], and
+//!    this root.
+//!
+//! Two places differ from the first sketch of this order (graph, then
+//! inbox, then network, then context and scheduler). The graph holds
+//! reaction bodies, and a body takes a `&mut Ctx`, whose physical-action
+//! handle pushes into the inbox: so `context` and `inbox` sit below the
+//! graph, and nothing in either needs more of a program than ids. And the
+//! builder methods of [`Program`] (`reactor`, `reactor_mut`) live with the
+//! builder in `reactor`, above the graph they fill, while the typed
+//! handles they return are ids, which the context takes.
 
 mod clock;
-mod clock_sync;
 mod context;
-pub mod deploy;
 mod error;
 mod federate;
+mod ids;
 mod inbox;
 pub mod launch;
 mod level;
@@ -41,15 +71,13 @@ pub mod log {
     pub use hprm_sd_notify::{ansi, ansi_for};
 }
 pub mod manifest;
+mod net;
 pub mod payload;
-mod peer;
 mod program;
 mod reactor;
-mod rti;
 mod scheduler;
 mod signal;
-mod socket;
-mod source;
+mod sync;
 pub mod status;
 pub mod tap;
 pub mod trace;
@@ -58,8 +86,9 @@ pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};
 pub use federate::{run_federate, RunOptions, DEFAULT_SPIN};
 pub use hprm_rti::tag::{Delay, Tag};
-pub use program::{Coordination, DecodeFn, EncodeFn, FederateId, PortValue, Program, ReactionId, ReactorId, TriggerId, Value};
-pub use reactor::{Input, LogicalAction, Output, PhysicalAction, ReactionBuilder, ReactorBuilder, Shutdown, Startup, Timer};
-pub use socket::LocalTransport;
-pub use rti::RtiConfig;
+pub use ids::{DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId, Value};
+pub use net::rti::RtiConfig;
+pub use net::socket::LocalTransport;
+pub use program::{Coordination, Program};
+pub use reactor::{ReactionBuilder, ReactorBuilder};
 pub use scheduler::RunReport;

@@ -1,4 +1,5 @@
-//! Programs: federates, their reactors, and the connections between ports.
+//! Programs: federates, their reactors, and the connections between ports
+//! (the graph layer, with `level` and `manifest::build`).
 //!
 //! A [`Program`] is the whole graph. Every process of a federation builds
 //! the same program (it is cheap: reactors are descriptions plus closures
@@ -6,91 +7,25 @@
 //! federate of it. That is what lets each federate know the full graph:
 //! its neighbours, their delays, which of its outputs go where.
 //!
-//! Ids are indices into the program's tables ([`TriggerId`] for every
-//! port, timer, action, startup and shutdown; [`ReactionId`];
-//! [`ReactorId`]; [`FederateId`]). Declaration order is the order of ids,
-//! which is what makes "reactions of one reactor run in declaration order"
-//! and every tie-break in the runtime deterministic.
+//! Ids are indices into the program's tables (`ids`). The builders that
+//! declare reactors (`Program::reactor`, [`ReactorBuilder`]) sit a layer
+//! above, in `reactor`: the graph holds reaction bodies, which take a
+//! [`Ctx`](crate::Ctx), so it is above `context`, and the builder is
+//! above the graph.
+//!
+//! [`ReactorBuilder`]: crate::ReactorBuilder
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::Delay;
 
-use crate::context::Ctx;
+use crate::context::Body;
 use crate::error::ProgramError;
-use crate::payload::{Decoder, Encoder, PayloadError, DEFAULT_THRESHOLD};
-
-/// A value at a port or action for one tag. Shared, so that fan-out inside
-/// a federate costs no copy.
-pub type Value = Arc<dyn Any + Send + Sync>;
-
-/// What a port value must be: shareable between reaction threads, and
-/// serializable, so the same port can be connected inside a federate (no
-/// serialization) or across federates (MessagePack, buffers out-of-band).
-pub trait PortValue: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {}
-impl<T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static> PortValue for T {}
-
-/// A reaction body (also deadline and tardy handlers): the reactor's state
-/// and the reaction's view of the current tag.
-pub(crate) type Body = Box<dyn FnMut(&mut (dyn Any + Send), &mut Ctx<'_>) + Send>;
-
-/// Encodes a port value for the network, for `deliveries` receivers.
-/// Ports declared with [`ReactorBuilder::input`]/[`ReactorBuilder::output`]
-/// use serde; language bindings supply their own
-/// ([`ReactorBuilder::output_with`]).
-///
-/// [`ReactorBuilder::input`]: crate::ReactorBuilder::input
-/// [`ReactorBuilder::output`]: crate::ReactorBuilder::output
-/// [`ReactorBuilder::output_with`]: crate::ReactorBuilder::output_with
-pub type EncodeFn = fn(&Value, &Encoder, u32) -> Result<Vec<u8>, PayloadError>;
-/// Decodes a port value received from the network.
-pub type DecodeFn = fn(&[u8], &Decoder) -> Result<Value, PayloadError>;
-
-pub(crate) fn encode_value<T: PortValue>(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
-    match v.downcast_ref::<T>() {
-        Some(t) => enc.encode(t, deliveries),
-        // The builder ties each port to one T; a mismatch is a bug in this crate.
-        None => unreachable!("port value of the wrong type"),
-    }
-}
-
-pub(crate) fn decode_value<T: PortValue>(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
-    dec.decode::<T>(bytes).map(|t| Arc::new(t) as Value)
-}
-
-macro_rules! id_type {
-    ($(#[$m:meta])* $name:ident) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-        pub struct $name(pub(crate) u32);
-        impl $name {
-            pub(crate) fn index(self) -> usize {
-                self.0 as usize
-            }
-        }
-    };
-}
-
-id_type!(
-    /// A federate of a [`Program`].
-    FederateId
-);
-id_type!(
-    /// A reactor of a [`Program`].
-    ReactorId
-);
-id_type!(
-    /// A port, timer, action, startup or shutdown trigger.
-    TriggerId
-);
-id_type!(
-    /// A reaction.
-    ReactionId
-);
+use crate::ids::{duration_ns, DecodeFn, EncodeFn, FederateId, Input, Output, ReactionId, ReactorId, TriggerId};
+use crate::payload::DEFAULT_THRESHOLD;
 
 /// How federates coordinate (DESIGN.md "Coordination").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,44 +204,21 @@ impl Program {
         }
     }
 
-    /// Adds a reactor with initial `state` to federate `fed`; declare its
-    /// ports, timers, actions and reactions on the returned builder.
-    pub fn reactor<S: Send + 'static>(&mut self, fed: FederateId, name: impl Into<String>, state: S) -> crate::reactor::ReactorBuilder<'_, S> {
-        let name = name.into();
-        let id = ReactorId(self.reactors.len() as u32);
-        match self.federates.get_mut(fed.index()) {
-            Some(f) => f.reactors.push(id),
-            None => self.problems.push(format!("reactor {name:?} added to an unknown federate")),
-        }
-        if self.reactors.iter().any(|r| r.federate == fed && r.name == name) {
-            self.problems.push(format!("two reactors of federate {} are named {name:?}", self.federate_name(fed)));
-        }
-        self.reactors.push(ReactorDef { name, federate: fed, state: Some(Box::new(state)), reactions: Vec::new(), startup: None, shutdown: None });
-        crate::reactor::ReactorBuilder::new(self, id)
-    }
-
-    /// Declares more of reactor `id` (for bindings that declare a reactor
-    /// piece by piece). `S` must be the state type it was created with:
-    /// reactions with bodies for another type panic when they run.
-    pub fn reactor_mut<S: Send + 'static>(&mut self, id: ReactorId) -> crate::reactor::ReactorBuilder<'_, S> {
-        crate::reactor::ReactorBuilder::new(self, id)
-    }
-
     /// Connects `from` to `to` with no delay: the value arrives at the
     /// sender's tag.
-    pub fn connect<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
+    pub fn connect<T>(&mut self, from: Output<T>, to: Input<T>) -> &mut Program {
         self.add_connection(from.id, to.id, Delay::None, false)
     }
 
     /// Connects `from` to `to` with `after d`: a value sent at (t, m)
     /// arrives at (t + d, 0), or at (t, m + 1) when `d` is zero.
-    pub fn connect_after<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>, d: Duration) -> &mut Program {
+    pub fn connect_after<T>(&mut self, from: Output<T>, to: Input<T>, d: Duration) -> &mut Program {
         self.add_connection(from.id, to.id, Delay::After(duration_ns(d)), false)
     }
 
     /// A physical connection (`~>`): the receiver stamps each value with
     /// its own physical time. Not deterministic; for sensors and UIs.
-    pub fn connect_physical<T>(&mut self, from: crate::reactor::Output<T>, to: crate::reactor::Input<T>) -> &mut Program {
+    pub fn connect_physical<T>(&mut self, from: Output<T>, to: Input<T>) -> &mut Program {
         self.add_connection(from.id, to.id, Delay::None, true)
     }
 
@@ -411,7 +323,3 @@ fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// A duration in nanoseconds, saturating.
-pub(crate) fn duration_ns(d: Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
-}

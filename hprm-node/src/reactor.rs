@@ -7,99 +7,46 @@
 //! run), sources (inputs it reads without being triggered) and effects
 //! (outputs it sets, actions it schedules); the runtime orders reactions
 //! at one tag by these declarations, so an undeclared effect is an error.
+//!
+//! The handles themselves are ids (`ids`), so that the layers below the
+//! builder (a reaction's [`Ctx`]) can take them.
 
 use std::any::Any;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::context::Ctx;
-use crate::program::{decode_value, encode_value, Body, DecodeFn, EncodeFn, PortValue, Program, ReactionDef, ReactionId, ReactorId, TriggerDef, TriggerId, TriggerKind};
+use crate::context::{Body, Ctx};
+use crate::ids::{decode_value, encode_value, DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId};
+use crate::program::{Program, ReactionDef, ReactorDef, TriggerDef, TriggerKind};
 
-macro_rules! handle {
-    ($(#[$m:meta])* $name:ident) => {
-        $(#[$m])*
-        pub struct $name<T> {
-            pub(crate) id: TriggerId,
-            _t: PhantomData<fn() -> T>,
+/// Declaring reactors, here rather than in `program`: the builder is a
+/// layer above the graph it fills.
+impl Program {
+    /// Adds a reactor with initial `state` to federate `fed`; declare its
+    /// ports, timers, actions and reactions on the returned builder.
+    pub fn reactor<S: Send + 'static>(&mut self, fed: FederateId, name: impl Into<String>, state: S) -> ReactorBuilder<'_, S> {
+        let name = name.into();
+        let id = ReactorId(self.reactors.len() as u32);
+        match self.federates.get_mut(fed.index()) {
+            Some(f) => f.reactors.push(id),
+            None => self.problems.push(format!("reactor {name:?} added to an unknown federate")),
         }
-        impl<T> Clone for $name<T> {
-            fn clone(&self) -> Self {
-                *self
-            }
+        if self.reactors.iter().any(|r| r.federate == fed && r.name == name) {
+            self.problems.push(format!("two reactors of federate {} are named {name:?}", self.federate_name(fed)));
         }
-        impl<T> Copy for $name<T> {}
-        impl<T> std::fmt::Debug for $name<T> {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, concat!(stringify!($name), "({})"), self.id.0)
-            }
-        }
-        impl<T> $name<T> {
-            fn new(id: TriggerId) -> Self {
-                $name { id, _t: PhantomData }
-            }
-        }
-        impl<T> From<$name<T>> for TriggerId {
-            fn from(h: $name<T>) -> TriggerId {
-                h.id
-            }
-        }
-    };
-}
-
-handle!(
-    /// An input port carrying values of type `T`.
-    Input
-);
-handle!(
-    /// An output port carrying values of type `T`.
-    Output
-);
-handle!(
-    /// A logical action: scheduled by reactions, at least `min_delay` later
-    /// in logical time (one microstep when zero).
-    LogicalAction
-);
-handle!(
-    /// A physical action: scheduled from any thread (a sensor callback, an
-    /// async task) through a [`PhysicalScheduler`](crate::PhysicalScheduler);
-    /// its tag comes from physical time.
-    PhysicalAction
-);
-
-/// A timer: fires at start + offset, then every period (never again when
-/// the period is zero).
-#[derive(Debug, Clone, Copy)]
-pub struct Timer {
-    pub(crate) id: TriggerId,
-}
-
-/// The startup trigger of a reactor: present at the start tag.
-#[derive(Debug, Clone, Copy)]
-pub struct Startup {
-    pub(crate) id: TriggerId,
-}
-
-/// The shutdown trigger of a reactor: present at the stop tag.
-#[derive(Debug, Clone, Copy)]
-pub struct Shutdown {
-    pub(crate) id: TriggerId,
-}
-
-impl From<Timer> for TriggerId {
-    fn from(t: Timer) -> TriggerId {
-        t.id
+        self.reactors.push(ReactorDef { name, federate: fed, state: Some(Box::new(state)), reactions: Vec::new(), startup: None, shutdown: None });
+        ReactorBuilder::new(self, id)
     }
-}
-impl From<Startup> for TriggerId {
-    fn from(t: Startup) -> TriggerId {
-        t.id
+
+    /// Declares more of reactor `id` (for bindings that declare a reactor
+    /// piece by piece). `S` must be the state type it was created with:
+    /// reactions with bodies for another type panic when they run.
+    pub fn reactor_mut<S: Send + 'static>(&mut self, id: ReactorId) -> ReactorBuilder<'_, S> {
+        ReactorBuilder::new(self, id)
     }
+
 }
-impl From<Shutdown> for TriggerId {
-    fn from(t: Shutdown) -> TriggerId {
-        t.id
-    }
-}
+
 
 /// Declares one reactor of a [`Program`]; `S` is its state.
 pub struct ReactorBuilder<'p, S> {
@@ -145,7 +92,7 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
     /// Declares an input whose values `decode` makes from payload bytes
     /// (for language bindings: the Python SDK's ports carry Python
     /// objects). Inside a federate values pass as they are; `T` is what
-    /// `decode` puts in the [`Value`](crate::program::Value).
+    /// `decode` puts in the [`Value`](crate::Value).
     pub fn input_with<T: Send + Sync + 'static>(&mut self, name: &str, decode: DecodeFn) -> Input<T> {
         Input::new(self.trigger(name, TriggerKind::Input { decode }))
     }

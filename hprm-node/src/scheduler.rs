@@ -23,19 +23,21 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::{Delay, Tag, FOREVER, NEVER};
 use hprm_rti::wire::Message;
 
 use crate::clock::Clock;
-use crate::context::{Ctx, Effect, TagView};
+use crate::context::{Body, Ctx, Effect, TagView};
 use crate::error::NodeError;
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::Encoder;
-use crate::program::{duration_ns, Body, Coordination, FederateId, Program, ReactionId, TriggerId, TriggerKind, Value};
-use crate::socket::FrameWriter;
+use crate::sync::Mutex;
+use crate::ids::{duration_ns, FederateId, ReactionId, TriggerId, Value};
+use crate::program::{Coordination, Program, TriggerKind};
+use crate::net::socket::FrameWriter;
 
 /// While idle, a centralized federate whose events can come from physical
 /// time (physical actions, physical connections into it) and that has
@@ -187,17 +189,50 @@ enum Ready {
     Wait(Option<i64>),
 }
 
+/// A federate's scheduler, its state split by role (as tokio's worker
+/// splits its `Core` from what it shares): the [`Plan`] fixed at start,
+/// the [`TagState`] of the tag being processed and the events ahead, the
+/// [`CoordState`] of its coordination with the RTI and its peers, and the
+/// [`StopState`]. The remaining fields are the handles it shares with other
+/// threads (clock, inbox, status board, taps), the encoder, and what the run
+/// reports.
+///
+/// Invariant: one thread owns it and runs its event loop; other threads
+/// reach it only through the inbox.
 pub(crate) struct Scheduler {
+    plan: Plan,
+    tag: TagState,
+    coord: CoordState,
+    stop: StopState,
+
+    clock: Arc<Clock>,
+    inbox: Arc<Inbox>,
+    encoder: Encoder,
+    /// systemd's watchdog, pinged from the loop (taken from [`Options`]).
+    watchdog: Option<hprm_sd_notify::Watchdog>,
+    /// Items drained from the inbox and not handled yet, in arrival order.
+    pending: VecDeque<Incoming>,
+    /// An error met while handling an item, returned by the loop at its top.
+    fatal: Option<NodeError>,
+    report: RunReport,
+    /// What `hprm ps` sees of this federate.
+    board: Arc<crate::status::Board>,
+    tap: Option<Arc<crate::tap::TapHub>>,
+}
+
+/// What is fixed when the federate starts: the program, this federate's
+/// reactions and their levels, and the fan-out of its ports.
+///
+/// Invariant: nothing here changes after [`Plan::new`] (the reactors'
+/// states change, behind their own locks, while their reactions run); the
+/// tables indexed by trigger have one entry per trigger of the program,
+/// those indexed by level `max_level + 1` (`resolve_after`: `+ 2`).
+struct Plan {
     program: Program,
     fed: FederateId,
     name: String,
     mode: Mode,
     opts: Options,
-    clock: Arc<Clock>,
-    inbox: Arc<Inbox>,
-    encoder: Encoder,
-    transport: Transport,
-
     reactors: Vec<Option<Mutex<ReactorRt>>>,
     meta: HashMap<ReactionId, ReactionMeta>,
     max_level: u32,
@@ -229,28 +264,43 @@ pub(crate) struct Scheduler {
     physical_lead: Option<i64>,
     upstreams: usize,
     downstreams: usize,
+    start: Tag,
+    /// The first tag this process may act at: `start`, or the resume tag
+    /// of a restarted federate.
+    first: Tag,
+    /// The value of startup, shutdown and timer events.
+    unit: Value,
+}
 
+/// The tag being processed and the events ahead.
+///
+/// Invariants: `values` and `tardy` are `None` outside a tag; inside one
+/// (`in_tag`), exactly the triggers in `present` have a value. `buckets`
+/// hold, by level, the reactions triggered at the current tag whose level
+/// has not run (`passed_level` is the last level that ran, -1 before the
+/// first). `queue` holds the events ahead, by tag. The vectors are
+/// allocated once and reused from tag to tag: processing a tag allocates
+/// nothing here.
+struct TagState {
     values: Vec<Option<Value>>,
     tardy: Vec<Option<Tag>>,
     present: Vec<TriggerId>,
     buckets: Vec<Vec<ReactionId>>,
     queue: BTreeMap<Tag, Vec<Event>>,
-
-    start: Tag,
-    /// The first tag this process may act at: `start`, or the resume tag
-    /// of a restarted federate.
-    first: Tag,
     current: Tag,
     in_tag: bool,
     passed_level: i64,
-    stop_tag: Tag,
-    stop_barrier: Option<Tag>,
-    stop_handled: bool,
-    advance_target: Option<Tag>,
-    /// Fast decentralized mode: the tag waiting for its inputs, and until
-    /// when (physical time) it waits.
-    stp_wait: Option<(Tag, i64)>,
+}
 
+/// Coordination with the RTI and the peers: grants, NET/LTC, input
+/// statuses, and the connections themselves.
+///
+/// Invariants: `granted` only grows; `promised` is the highest NET ever
+/// sent and `last_net <= promised`; `skipped_net` is NEVER unless the last
+/// NET was skipped for the DNET (`last_dnet`); `known[i]` is the tag up to
+/// which network input `i`'s status is known, and only grows.
+struct CoordState {
+    transport: Transport,
     granted: Tag,
     provisional: Option<Tag>,
     /// The NET the RTI holds for this federate: the last one sent, or
@@ -271,86 +321,41 @@ pub(crate) struct Scheduler {
     skipped_net: Tag,
     known: Vec<Tag>,
     closed_peers: Vec<u16>,
-    fatal: Option<NodeError>,
-    resigned: bool,
-    pending: VecDeque<Incoming>,
-    report: RunReport,
-    unit: Value,
-    /// What `hprm ps` sees of this federate.
-    board: Arc<crate::status::Board>,
-    tap: Option<Arc<crate::tap::TapHub>>,
+    /// With a `physical_lead`: the tag processed at the latest while idle
+    /// (ADVANCE_INTERVAL past physical time), so downstreams can advance.
+    advance_target: Option<Tag>,
+    /// Fast decentralized mode: the tag waiting for its inputs, and until
+    /// when (physical time) it waits.
+    stp_wait: Option<(Tag, i64)>,
 }
 
-impl Scheduler {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        mut program: Program,
-        fed: FederateId,
-        opts: Options,
-        clock: Arc<Clock>,
-        inbox: Arc<Inbox>,
-        encoder: Encoder,
-        transport: Transport,
-        federate_index: &dyn Fn(FederateId) -> u16,
-    ) -> Result<Scheduler, NodeError> {
+/// Stopping.
+///
+/// Invariants: `stop_tag` only decreases (a timeout, then an agreed
+/// stop); no tag past `stop_barrier` is processed while a stop is being
+/// agreed; `resigned` is set once, when the federate leaves.
+struct StopState {
+    stop_tag: Tag,
+    stop_barrier: Option<Tag>,
+    stop_handled: bool,
+    resigned: bool,
+}
+
+impl Plan {
+    /// This federate's part of `program`: its reactions, their levels, and
+    /// where each of its ports leads.
+    fn new(mut program: Program, fed: FederateId, opts: Options, transport: &Transport, federate_index: &dyn Fn(FederateId) -> u16) -> Result<Plan, NodeError> {
         let levels = crate::level::levels(&program, fed).map_err(|e| crate::error::ProgramError { program: program.name.clone(), problems: vec![e] })?;
         let n = program.triggers.len();
-        let mode = match (&transport, program.coordination) {
+        let mode = match (transport, program.coordination) {
             (Transport::Alone, _) => Mode::Alone,
             (_, Coordination::Centralized) => Mode::Centralized,
             (_, Coordination::Decentralized { stp }) => Mode::Decentralized { stp: duration_ns(stp) },
         };
         let name = program.federate_name(fed).to_string();
-        let peers_over_unix = match &transport {
-            Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::socket::Stream::Unix(_))).count(),
-            _ => 0,
-        };
-        let rti_over_unix = match &transport {
-            Transport::Alone => false,
-            Transport::Rti(w) | Transport::Peers { rti: w, .. } => matches!(w.stream(), crate::socket::Stream::Unix(_)),
-        };
 
-        let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
-        let mut meta = HashMap::new();
-        let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
-        let mut max_level = 0;
-        for &r in &program.federates[fed.index()].reactors.clone() {
-            let rdef = &mut program.reactors[r.index()];
-            let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
-            let rname = rdef.name.clone();
-            let mut hs = HashMap::new();
-            for &rid in &rdef.reactions.clone() {
-                let def = &mut program.reactions[rid.index()];
-                let body = def.body.take().unwrap_or_else(|| Box::new(|_, _| {}));
-                let deadline = def.deadline.take().map(|(d, b)| (duration_ns(d), b));
-                hs.insert(rid, Handlers { body, deadline, tardy: def.tardy.take() });
-                let level = levels.get(&rid).copied().unwrap_or(0);
-                max_level = max_level.max(level);
-                for t in &def.triggers {
-                    triggered[t.index()].push(rid);
-                }
-                let path = format!("{name}.{rname}.{}", def.name);
-                let trace_name = crate::trace::tracer().map_or(0, |t| t.name(&path));
-                meta.insert(rid, ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path, trace_name });
-            }
-            reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
-        }
-
-        let mut local = vec![Vec::new(); n];
-        let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
-        let mut input_peer = vec![None; n];
-        let mut physical_input = vec![false; n];
-        for (wire, c) in program.connections.iter().enumerate() {
-            physical_input[c.to.index()] = c.physical;
-            let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
-            if from_fed == fed && to_fed == fed {
-                local[c.from.index()].push((c.to, c.delay, c.physical));
-            } else if from_fed == fed {
-                remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: wire as u16, delay: c.delay, physical: c.physical });
-            } else if to_fed == fed {
-                input_peer[c.to.index()] = Some(federate_index(from_fed));
-            }
-        }
+        let (reactors, meta, triggered, max_level) = take_reactions(&mut program, fed, &name, &levels);
+        let (local, remote, input_peer, physical_input) = routes(&program, fed, federate_index);
         let fanout = remote.iter().map(|d| d.len() as u32).collect();
 
         // The level after which each network output is final.
@@ -400,29 +405,13 @@ impl Scheduler {
             _ => None,
         };
         let start = Tag::new(opts.start, 0);
-        // Nothing reaches an input before its sender's start tag plus the
-        // connection's delay: that much of its status is known at once (so a
-        // federate on a loop does not wait the STP at its first tags).
-        let mut known = vec![NEVER; n];
-        for c in program.connections.iter().filter(|c| program.federate_of(c.to) == fed && program.federate_of(c.from) != fed && !c.physical) {
-            known[c.to.index()] = match c.delay {
-                Delay::After(d) if d > 0 => Tag::new(start.time.saturating_add(d), 0).latest_earlier(),
-                Delay::After(_) => start,
-                Delay::None => NEVER,
-            };
-        }
-        let stop_tag = match program.timeout {
-            Some(t) => Tag::new(opts.start.saturating_add(duration_ns(t)), 0),
-            None => FOREVER,
-        };
-        Ok(Scheduler {
+        let first = opts.resume.map_or(start, |r| r.max(start));
+        Ok(Plan {
+            program,
             fed,
-            name: name.clone(),
+            name,
             mode,
-            clock,
-            inbox,
-            encoder,
-            transport,
+            opts,
             reactors,
             meta,
             max_level,
@@ -440,21 +429,112 @@ impl Scheduler {
             physical_lead,
             upstreams,
             downstreams,
-            values: vec![None; n],
-            tardy: vec![None; n],
+            start,
+            first,
+            unit: Arc::new(()),
+        })
+    }
+}
+
+/// Takes this federate's reactor states and reaction bodies out of
+/// `program`: the reactors (by reactor id, `None` for other federates'),
+/// each reaction's metadata, the reactions each trigger triggers, and the
+/// highest level.
+#[allow(clippy::type_complexity)]
+fn take_reactions(
+    program: &mut Program,
+    fed: FederateId,
+    name: &str,
+    levels: &HashMap<ReactionId, u32>,
+) -> (Vec<Option<Mutex<ReactorRt>>>, HashMap<ReactionId, ReactionMeta>, Vec<Vec<ReactionId>>, u32) {
+    let n = program.triggers.len();
+    let mut reactors: Vec<Option<Mutex<ReactorRt>>> = (0..program.reactors.len()).map(|_| None).collect();
+    let mut meta = HashMap::new();
+    let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
+    let mut max_level = 0;
+    for &r in &program.federates[fed.index()].reactors.clone() {
+        let rdef = &mut program.reactors[r.index()];
+        let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
+        let rname = rdef.name.clone();
+        let mut hs = HashMap::new();
+        for &rid in &rdef.reactions.clone() {
+            let def = &mut program.reactions[rid.index()];
+            let body = def.body.take().unwrap_or_else(|| Box::new(|_, _| {}));
+            let deadline = def.deadline.take().map(|(d, b)| (duration_ns(d), b));
+            hs.insert(rid, Handlers { body, deadline, tardy: def.tardy.take() });
+            let level = levels.get(&rid).copied().unwrap_or(0);
+            max_level = max_level.max(level);
+            for t in &def.triggers {
+                triggered[t.index()].push(rid);
+            }
+            let path = format!("{name}.{rname}.{}", def.name);
+            let trace_name = crate::trace::tracer().map_or(0, |t| t.name(&path));
+            meta.insert(rid, ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path, trace_name });
+        }
+        reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
+    }
+    (reactors, meta, triggered, max_level)
+}
+
+/// Where each port of this federate leads, by trigger: connections inside
+/// the federate (by output), receivers in other federates (by output), the
+/// peer feeding each network input, and which inputs are physical.
+#[allow(clippy::type_complexity)]
+fn routes(
+    program: &Program,
+    fed: FederateId,
+    federate_index: &dyn Fn(FederateId) -> u16,
+) -> (Vec<Vec<(TriggerId, Delay, bool)>>, Vec<Vec<NetDest>>, Vec<Option<u16>>, Vec<bool>) {
+    let n = program.triggers.len();
+    let mut local = vec![Vec::new(); n];
+    let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
+    let mut input_peer = vec![None; n];
+    let mut physical_input = vec![false; n];
+    for (wire, c) in program.connections.iter().enumerate() {
+        physical_input[c.to.index()] = c.physical;
+        let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
+        if from_fed == fed && to_fed == fed {
+            local[c.from.index()].push((c.to, c.delay, c.physical));
+        } else if from_fed == fed {
+            remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: wire as u16, delay: c.delay, physical: c.physical });
+        } else if to_fed == fed {
+            input_peer[c.to.index()] = Some(federate_index(from_fed));
+        }
+    }
+    (local, remote, input_peer, physical_input)
+}
+
+impl TagState {
+    fn new(triggers: usize, max_level: u32) -> TagState {
+        TagState {
+            values: vec![None; triggers],
+            tardy: vec![None; triggers],
             present: Vec::new(),
             buckets: vec![Vec::new(); max_level as usize + 1],
             queue: BTreeMap::new(),
-            start,
-            first: opts.resume.map_or(start, |r| r.max(start)),
             current: NEVER,
             in_tag: false,
             passed_level: -1,
-            stop_tag,
-            stop_barrier: None,
-            stop_handled: false,
-            advance_target: None,
-            stp_wait: None,
+        }
+    }
+}
+
+impl CoordState {
+    fn new(plan: &Plan, transport: Transport) -> CoordState {
+        let (program, fed, start) = (&plan.program, plan.fed, plan.start);
+        // Nothing reaches an input before its sender's start tag plus the
+        // connection's delay: that much of its status is known at once (so a
+        // federate on a loop does not wait the STP at its first tags).
+        let mut known = vec![NEVER; program.triggers.len()];
+        for c in program.connections.iter().filter(|c| program.federate_of(c.to) == fed && program.federate_of(c.from) != fed && !c.physical) {
+            known[c.to.index()] = match c.delay {
+                Delay::After(d) if d > 0 => Tag::new(start.time.saturating_add(d), 0).latest_earlier(),
+                Delay::After(_) => start,
+                Delay::None => NEVER,
+            };
+        }
+        CoordState {
+            transport,
             granted: NEVER,
             provisional: None,
             last_net: NEVER,
@@ -464,15 +544,59 @@ impl Scheduler {
             skipped_net: NEVER,
             known,
             closed_peers: Vec::new(),
-            fatal: None,
-            resigned: false,
+            advance_target: None,
+            stp_wait: None,
+        }
+    }
+}
+
+impl StopState {
+    fn new(plan: &Plan) -> StopState {
+        let stop_tag = match plan.program.timeout {
+            Some(t) => Tag::new(plan.opts.start.saturating_add(duration_ns(t)), 0),
+            None => FOREVER,
+        };
+        StopState { stop_tag, stop_barrier: None, stop_handled: false, resigned: false }
+    }
+}
+
+impl Scheduler {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        program: Program,
+        fed: FederateId,
+        mut opts: Options,
+        clock: Arc<Clock>,
+        inbox: Arc<Inbox>,
+        encoder: Encoder,
+        transport: Transport,
+        federate_index: &dyn Fn(FederateId) -> u16,
+    ) -> Result<Scheduler, NodeError> {
+        let peers_over_unix = match &transport {
+            Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::net::socket::Stream::Unix(_))).count(),
+            _ => 0,
+        };
+        let rti_over_unix = match &transport {
+            Transport::Alone => false,
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => matches!(w.stream(), crate::net::socket::Stream::Unix(_)),
+        };
+        let watchdog = opts.watchdog.take();
+        let plan = Plan::new(program, fed, opts, &transport, federate_index)?;
+        let report = RunReport { federate: plan.name.clone(), peers_over_unix, rti_over_unix, ..RunReport::default() };
+        Ok(Scheduler {
+            tag: TagState::new(plan.program.triggers.len(), plan.max_level),
+            coord: CoordState::new(&plan, transport),
+            stop: StopState::new(&plan),
+            plan,
+            clock,
+            inbox,
+            encoder,
+            watchdog,
             pending: VecDeque::new(),
-            report: RunReport { federate: name, peers_over_unix, rti_over_unix, ..RunReport::default() },
-            unit: Arc::new(()),
+            fatal: None,
+            report,
             board: Arc::default(),
             tap: None,
-            opts,
-            program,
         })
     }
 
@@ -495,18 +619,18 @@ impl Scheduler {
     }
 
     fn schedule_initial(&mut self) {
-        let first = self.first;
-        for i in 0..self.program.triggers.len() {
-            let t = &self.program.triggers[i];
-            if self.program.reactors[t.reactor.index()].federate != self.fed {
+        let first = self.plan.first;
+        for i in 0..self.plan.program.triggers.len() {
+            let t = &self.plan.program.triggers[i];
+            if self.plan.program.reactors[t.reactor.index()].federate != self.plan.fed {
                 continue;
             }
             match t.kind {
-                TriggerKind::Startup => self.push_event(first, TriggerId(i as u32), self.unit.clone(), None),
+                TriggerKind::Startup => self.push_event(first, TriggerId(i as u32), self.plan.unit.clone(), None),
                 TriggerKind::Timer { offset, period } => {
-                    let at = self.start.time.saturating_add(duration_ns(offset));
+                    let at = self.plan.start.time.saturating_add(duration_ns(offset));
                     if let Some(tag) = first_timer_tag(at, duration_ns(period), first) {
-                        self.push_event(tag, TriggerId(i as u32), self.unit.clone(), None);
+                        self.push_event(tag, TriggerId(i as u32), self.plan.unit.clone(), None);
                     }
                 }
                 _ => {}
@@ -515,7 +639,7 @@ impl Scheduler {
     }
 
     fn push_event(&mut self, tag: Tag, trigger: TriggerId, value: Value, tardy: Option<Tag>) {
-        let events = self.queue.entry(tag).or_default();
+        let events = self.tag.queue.entry(tag).or_default();
         // One event per trigger and tag: a later schedule replaces the value (LF semantics).
         if let Some(e) = events.iter_mut().find(|e| e.trigger == trigger) {
             e.value = value;
@@ -536,7 +660,7 @@ impl Scheduler {
             match self.ready(g)? {
                 Ready::Now => {
                     self.process(g)?;
-                    if g >= self.stop_tag {
+                    if g >= self.stop.stop_tag {
                         return Ok(());
                     }
                 }
@@ -554,24 +678,24 @@ impl Scheduler {
 
     /// Whether more events can still reach this federate from outside.
     fn can_receive(&self) -> bool {
-        if self.has_physical_actions {
+        if self.plan.has_physical_actions {
             return true;
         }
-        match self.mode {
+        match self.plan.mode {
             Mode::Alone => false,
             Mode::Centralized => {
-                (self.upstreams > 0 && self.granted < FOREVER)
-                    || self.net_inputs.iter().any(|i| self.physical_input[i.index()] && self.input_peer[i.index()].is_some_and(|p| !self.closed_peers.contains(&p)))
+                (self.plan.upstreams > 0 && self.coord.granted < FOREVER)
+                    || self.plan.net_inputs.iter().any(|i| self.plan.physical_input[i.index()] && self.plan.input_peer[i.index()].is_some_and(|p| !self.coord.closed_peers.contains(&p)))
             }
-            Mode::Decentralized { .. } => self.net_inputs.iter().any(|i| self.input_peer[i.index()].is_some_and(|p| !self.closed_peers.contains(&p))),
+            Mode::Decentralized { .. } => self.plan.net_inputs.iter().any(|i| self.plan.input_peer[i.index()].is_some_and(|p| !self.coord.closed_peers.contains(&p))),
         }
     }
 
     fn after(&self) -> Tag {
-        if self.current == NEVER {
-            self.first
+        if self.tag.current == NEVER {
+            self.plan.first
         } else {
-            self.current.delayed(Delay::After(0))
+            self.tag.current.delayed(Delay::After(0))
         }
     }
 
@@ -595,28 +719,28 @@ impl Scheduler {
     /// so none replaces another's value.
     fn physical_tag(&self, t: i64, trigger: TriggerId) -> Tag {
         let mut tag = Tag::new(t, 0).max(self.after());
-        if self.mode == Mode::Centralized && self.downstreams > 0 && self.promised < FOREVER {
-            tag = tag.max(self.promised);
+        if self.plan.mode == Mode::Centralized && self.plan.downstreams > 0 && self.coord.promised < FOREVER {
+            tag = tag.max(self.coord.promised);
         }
-        while self.queue.get(&tag).is_some_and(|events| events.iter().any(|e| e.trigger == trigger)) {
+        while self.tag.queue.get(&tag).is_some_and(|events| events.iter().any(|e| e.trigger == trigger)) {
             tag = tag.delayed(Delay::After(0));
         }
         tag
     }
 
     fn next_tag(&mut self) -> Tag {
-        if self.queue.is_empty() && self.stop_tag == FOREVER && !self.can_receive() {
+        if self.tag.queue.is_empty() && self.stop.stop_tag == FOREVER && !self.can_receive() {
             // Nothing can happen any more: stop (LF: at the next microstep).
-            self.stop_tag = self.after();
+            self.stop.stop_tag = self.after();
         }
-        let head = self.queue.keys().next().copied().unwrap_or(FOREVER);
-        let mut g = head.min(self.stop_tag);
-        if self.physical_lead.is_some() {
-            let target = match self.advance_target {
-                Some(t) if t > self.current => t,
+        let head = self.tag.queue.keys().next().copied().unwrap_or(FOREVER);
+        let mut g = head.min(self.stop.stop_tag);
+        if self.plan.physical_lead.is_some() {
+            let target = match self.coord.advance_target {
+                Some(t) if t > self.tag.current => t,
                 _ => {
                     let t = Tag::new(self.clock.now().saturating_add(ADVANCE_INTERVAL), 0).max(self.after());
-                    self.advance_target = Some(t);
+                    self.coord.advance_target = Some(t);
                     t
                 }
             };
@@ -627,30 +751,30 @@ impl Scheduler {
 
     fn ready(&mut self, g: Tag) -> Result<Ready, NodeError> {
         if g == FOREVER {
-            if self.mode == Mode::Centralized && self.last_net != FOREVER {
+            if self.plan.mode == Mode::Centralized && self.coord.last_net != FOREVER {
                 self.queue_rti(&Message::NextEventTag(FOREVER))?;
                 if let Some(t) = crate::trace::tracer() {
                     t.sent(FOREVER, false);
                 }
-                self.last_net = FOREVER;
-                self.promised = FOREVER;
+                self.coord.last_net = FOREVER;
+                self.coord.promised = FOREVER;
             }
             return Ok(Ready::Wait(None));
         }
-        if self.stop_barrier.is_some_and(|b| g > b) {
+        if self.stop.stop_barrier.is_some_and(|b| g > b) {
             return Ok(Ready::Wait(None));
         }
-        match self.mode {
+        match self.plan.mode {
             Mode::Alone => {}
             Mode::Centralized => {
-                if self.last_net != g {
+                if self.coord.last_net != g {
                     // NET(g) promises that nothing this federate sends is
                     // earlier than g. Events from physical time take their
                     // tags from it, so that promise holds only once physical
                     // time (plus the lead) reached g: until then the NET
                     // waits, and downstream federates stay at this
                     // federate's last tag (LF's bounded NET).
-                    if let Some(lead) = self.physical_lead {
+                    if let Some(lead) = self.plan.physical_lead {
                         let at = g.time.saturating_sub(lead);
                         if self.clock.now() < at {
                             return Ok(Ready::Wait(Some(at)));
@@ -658,27 +782,27 @@ impl Scheduler {
                     }
                     if self.net_needed(g) {
                         self.send_net(g)?;
-                    } else if self.skipped_net != g {
-                        self.skipped_net = g;
+                    } else if self.coord.skipped_net != g {
+                        self.coord.skipped_net = g;
                         self.report.nets_skipped += 1;
                     }
                 }
-                if self.upstreams > 0 && g > self.granted && self.provisional != Some(g) {
+                if self.plan.upstreams > 0 && g > self.coord.granted && self.coord.provisional != Some(g) {
                     return Ok(Ready::Wait(None));
                 }
             }
             Mode::Decentralized { stp } => {
-                let known = self.net_inputs.iter().all(|i| self.known[i.index()] >= g);
+                let known = self.plan.net_inputs.iter().all(|i| self.coord.known[i.index()] >= g);
                 // Real time: unknown inputs are absent once physical time
                 // passes the tag's time + STP. Fast mode: logical time does
                 // not follow physical time, so wait at most STP of physical
                 // time from when this tag first had to wait.
-                let until = if self.opts.fast {
-                    match self.stp_wait {
+                let until = if self.plan.opts.fast {
+                    match self.coord.stp_wait {
                         Some((t, since)) if t == g => since,
                         _ => {
                             let since = self.clock.now().saturating_add(stp);
-                            self.stp_wait = Some((g, since));
+                            self.coord.stp_wait = Some((g, since));
                             since
                         }
                     }
@@ -690,7 +814,7 @@ impl Scheduler {
                 }
             }
         }
-        if !self.opts.fast && self.clock.now() < g.time {
+        if !self.plan.opts.fast && self.clock.now() < g.time {
             return Ok(Ready::Wait(Some(g.time)));
         }
         Ok(Ready::Now)
@@ -703,10 +827,10 @@ impl Scheduler {
     /// while it has no DNET yet, or when the DNET is below g and no lower
     /// than the NET the RTI holds.
     fn net_needed(&self, g: Tag) -> bool {
-        if self.granted >= g {
-            !self.received_any_dnet || (self.last_dnet < g && self.last_dnet >= self.last_net)
+        if self.coord.granted >= g {
+            !self.coord.received_any_dnet || (self.coord.last_dnet < g && self.coord.last_dnet >= self.coord.last_net)
         } else {
-            self.last_dnet < g || (self.upstreams > 0 && self.granted < g)
+            self.coord.last_dnet < g || (self.plan.upstreams > 0 && self.coord.granted < g)
         }
     }
 
@@ -716,16 +840,16 @@ impl Scheduler {
         if let Some(t) = crate::trace::tracer() {
             t.sent(g, false);
         }
-        self.last_net = g;
-        self.promised = self.promised.max(g);
-        self.skipped_net = NEVER;
+        self.coord.last_net = g;
+        self.coord.promised = self.coord.promised.max(g);
+        self.coord.skipped_net = NEVER;
         self.report.nets_sent += 1;
         Ok(())
     }
 
     /// Sends `msg` to the RTI at once, behind whatever is queued.
     fn send_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
-        if let Some(w) = self.transport.rti() {
+        if let Some(w) = self.coord.transport.rti() {
             w.send(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
         }
         Ok(())
@@ -737,7 +861,7 @@ impl Scheduler {
     /// longer than this federate's own bookkeeping, yet the tagged
     /// messages, LTC and NET of a tag go out in one write.
     fn queue_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
-        if let Some(w) = self.transport.rti() {
+        if let Some(w) = self.coord.transport.rti() {
             w.queue(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
         }
         Ok(())
@@ -746,7 +870,7 @@ impl Scheduler {
     /// Flushes what is queued, then waits for the inbox (see [`Inbox::wait`]).
     fn wait(&mut self, deadline: Option<std::time::Instant>) -> Result<(), NodeError> {
         let ending = self.ending();
-        self.transport.flush(ending)?;
+        self.coord.transport.flush(ending)?;
         let mut items = std::mem::take(&mut self.pending);
         self.inbox.wait(deadline, &mut items);
         self.pending = items;
@@ -768,84 +892,84 @@ impl Scheduler {
                 // Relaying it, the RTI lowered its record of this
                 // federate's NET to its tag; a later NET must be sent
                 // even if it equals the last one.
-                if self.mode == Mode::Centralized && tag < self.last_net {
-                    self.last_net = tag;
+                if self.plan.mode == Mode::Centralized && tag < self.coord.last_net {
+                    self.coord.last_net = tag;
                 }
                 let (tag, value) = match value {
                     Ok(v) => (tag, v),
                     Err(msg) => {
-                        tracing::error!(federate = %self.name, "{msg}; the message is dropped and the input treated as absent");
+                        tracing::error!(federate = %self.plan.name, "{msg}; the message is dropped and the input treated as absent");
                         self.report.decode_errors += 1;
                         self.report.problem(msg);
-                        self.known[port.index()] = self.known[port.index()].max(tag);
+                        self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
                         return;
                     }
                 };
-                let tag = if self.physical_input[port.index()] { self.physical_tag(self.clock.now(), port) } else { tag };
-                self.known[port.index()] = self.known[port.index()].max(tag);
-                let open = tag > self.current || (tag == self.current && self.in_tag && i64::from(self.reader_level[port.index()]) > self.passed_level);
-                if open && tag == self.current && self.in_tag {
+                let tag = if self.plan.physical_input[port.index()] { self.physical_tag(self.clock.now(), port) } else { tag };
+                self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
+                let open = tag > self.tag.current || (tag == self.tag.current && self.tag.in_tag && i64::from(self.plan.reader_level[port.index()]) > self.tag.passed_level);
+                if open && tag == self.tag.current && self.tag.in_tag {
                     self.make_present(port, value, None);
                 } else if open {
                     self.push_event(tag, port, value, None);
                 } else {
                     self.report.tardy += 1;
                     let at = self.after();
-                    tracing::warn!(federate = %self.name, port = %self.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
+                    tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
                     self.push_event(at, port, value, Some(tag));
                 }
             }
-            Incoming::Absent { port, tag } => self.known[port.index()] = self.known[port.index()].max(tag),
+            Incoming::Absent { port, tag } => self.coord.known[port.index()] = self.coord.known[port.index()].max(tag),
             Incoming::Grant(t) => {
-                self.granted = self.granted.max(t);
-                if self.provisional.is_some_and(|p| p <= t) {
-                    self.provisional = None;
+                self.coord.granted = self.coord.granted.max(t);
+                if self.coord.provisional.is_some_and(|p| p <= t) {
+                    self.coord.provisional = None;
                 }
             }
             Incoming::DownstreamNext(t) => {
-                self.received_any_dnet = true;
+                self.coord.received_any_dnet = true;
                 // A downstream federate needs the NET skipped last after all.
-                if t < self.skipped_net {
-                    if let Err(e) = self.send_net(self.skipped_net) {
+                if t < self.coord.skipped_net {
+                    if let Err(e) = self.send_net(self.coord.skipped_net) {
                         self.fatal.get_or_insert(e);
                     }
                 }
-                self.last_dnet = t;
+                self.coord.last_dnet = t;
             }
             Incoming::ProvisionalGrant(t) => {
                 // PTAG(t) grants every tag before t outright, and t itself
                 // provisionally.
-                self.granted = self.granted.max(t.latest_earlier());
-                if t > self.granted {
-                    self.provisional = Some(t);
+                self.coord.granted = self.coord.granted.max(t.latest_earlier());
+                if t > self.coord.granted {
+                    self.coord.provisional = Some(t);
                 }
                 // The RTI sends PTAG(t) around a zero-delay cycle for one
                 // federate's NET: the others may have no event at t, yet
                 // they must process it, so that their outputs at t are
                 // resolved (absent) and t is confirmed; the federate at t
                 // waits for exactly that (LF: a dummy event at the PTAG).
-                if t > self.current && t < FOREVER {
-                    self.queue.entry(t).or_default();
+                if t > self.tag.current && t < FOREVER {
+                    self.tag.queue.entry(t).or_default();
                 }
             }
             Incoming::StopRequest(t) => {
-                if self.stop_handled {
+                if self.stop.stop_handled {
                     return;
                 }
-                self.stop_handled = true;
-                let s = if t <= self.current { self.after() } else { t };
-                self.stop_barrier = Some(s);
+                self.stop.stop_handled = true;
+                let s = if t <= self.tag.current { self.after() } else { t };
+                self.stop.stop_barrier = Some(s);
                 if let Err(e) = self.send_rti(&Message::StopRequestReply(s)) {
                     self.fatal = Some(e);
                 }
             }
             Incoming::StopGranted(t) => {
-                let s = if t <= self.current && self.current != NEVER { self.after() } else { t };
-                self.stop_tag = self.stop_tag.min(s);
-                self.stop_barrier = None;
+                let s = if t <= self.tag.current && self.tag.current != NEVER { self.after() } else { t };
+                self.stop.stop_tag = self.stop.stop_tag.min(s);
+                self.stop.stop_barrier = None;
             }
             Incoming::Physical { action, extra, value } => {
-                let min_delay = match self.program.triggers[action.index()].kind {
+                let min_delay = match self.plan.program.triggers[action.index()].kind {
                     TriggerKind::PhysicalAction { min_delay } => duration_ns(min_delay),
                     _ => 0,
                 };
@@ -854,15 +978,15 @@ impl Scheduler {
                 self.push_event(tag, action, value, None);
             }
             Incoming::PeerClosed(f) => {
-                self.closed_peers.push(f);
-                for i in self.net_inputs.clone() {
-                    if self.input_peer[i.index()] == Some(f) {
-                        self.known[i.index()] = FOREVER;
+                self.coord.closed_peers.push(f);
+                for i in self.plan.net_inputs.clone() {
+                    if self.plan.input_peer[i.index()] == Some(f) {
+                        self.coord.known[i.index()] = FOREVER;
                     }
                 }
             }
             Incoming::RtiLost(why) => {
-                if !self.resigned && self.mode != Mode::Alone && self.fatal.is_none() {
+                if !self.stop.resigned && self.plan.mode != Mode::Alone && self.fatal.is_none() {
                     self.fatal = Some(NodeError::RtiLost(why));
                 }
             }
@@ -871,15 +995,15 @@ impl Scheduler {
     }
 
     fn request_stop(&mut self) {
-        match self.mode {
-            Mode::Alone => self.stop_tag = self.stop_tag.min(self.after()),
+        match self.plan.mode {
+            Mode::Alone => self.stop.stop_tag = self.stop.stop_tag.min(self.after()),
             _ => {
-                if self.stop_handled {
+                if self.stop.stop_handled {
                     return;
                 }
-                self.stop_handled = true;
+                self.stop.stop_handled = true;
                 let s = self.after();
-                self.stop_barrier = Some(s);
+                self.stop.stop_barrier = Some(s);
                 if let Err(e) = self.send_rti(&Message::StopRequest(s)) {
                     self.fatal = Some(e);
                 }
@@ -888,63 +1012,63 @@ impl Scheduler {
     }
 
     fn make_present(&mut self, t: TriggerId, value: Value, tardy: Option<Tag>) {
-        if self.values[t.index()].is_none() {
-            self.present.push(t);
+        if self.tag.values[t.index()].is_none() {
+            self.tag.present.push(t);
         }
-        self.values[t.index()] = Some(value);
-        self.tardy[t.index()] = tardy;
-        for r in &self.triggered[t.index()] {
-            let level = self.meta[r].level as usize;
-            self.buckets[level].push(*r);
+        self.tag.values[t.index()] = Some(value);
+        self.tag.tardy[t.index()] = tardy;
+        for r in &self.plan.triggered[t.index()] {
+            let level = self.plan.meta[r].level as usize;
+            self.tag.buckets[level].push(*r);
         }
     }
 
     fn process(&mut self, g: Tag) -> Result<(), NodeError> {
-        self.current = g;
+        self.tag.current = g;
         self.board.tag(g);
-        self.in_tag = true;
-        self.passed_level = -1;
-        for ev in self.queue.remove(&g).unwrap_or_default() {
-            if let TriggerKind::Timer { period, .. } = self.program.triggers[ev.trigger.index()].kind {
+        self.tag.in_tag = true;
+        self.tag.passed_level = -1;
+        for ev in self.tag.queue.remove(&g).unwrap_or_default() {
+            if let TriggerKind::Timer { period, .. } = self.plan.program.triggers[ev.trigger.index()].kind {
                 if !period.is_zero() {
                     let next = Tag::new(g.time.saturating_add(duration_ns(period)), 0);
-                    self.push_event(next, ev.trigger, self.unit.clone(), None);
+                    self.push_event(next, ev.trigger, self.plan.unit.clone(), None);
                 }
             }
             self.make_present(ev.trigger, ev.value, ev.tardy);
         }
-        if g == self.stop_tag {
-            for i in 0..self.program.triggers.len() {
-                let t = &self.program.triggers[i];
-                if matches!(t.kind, TriggerKind::Shutdown) && self.program.reactors[t.reactor.index()].federate == self.fed {
-                    self.make_present(TriggerId(i as u32), self.unit.clone(), None);
+        if g == self.stop.stop_tag {
+            for i in 0..self.plan.program.triggers.len() {
+                let t = &self.plan.program.triggers[i];
+                if matches!(t.kind, TriggerKind::Shutdown) && self.plan.program.reactors[t.reactor.index()].federate == self.plan.fed {
+                    self.make_present(TriggerId(i as u32), self.plan.unit.clone(), None);
                 }
             }
         }
-        let unwritten = std::mem::take(&mut self.resolve_after[self.max_level as usize + 1]);
+        let unwritten = std::mem::take(&mut self.plan.resolve_after[self.plan.max_level as usize + 1]);
         let r = self.resolve(g, &unwritten);
-        self.resolve_after[self.max_level as usize + 1] = unwritten;
+        self.plan.resolve_after[self.plan.max_level as usize + 1] = unwritten;
         r?;
-        for level in 0..=self.max_level as usize {
+        for level in 0..=self.plan.max_level as usize {
             self.gate_level(g, level)?;
             self.run_level(g, level)?;
-            self.passed_level = level as i64;
-            let outs = std::mem::take(&mut self.resolve_after[level]);
+            self.tag.passed_level = level as i64;
+            let outs = std::mem::take(&mut self.plan.resolve_after[level]);
             let r = self.resolve(g, &outs);
-            self.resolve_after[level] = outs;
+            self.plan.resolve_after[level] = outs;
             r?;
         }
-        if self.mode == Mode::Centralized {
+        if self.plan.mode == Mode::Centralized {
             self.queue_rti(&Message::LatestTagConfirmed(g))?;
             if let Some(t) = crate::trace::tracer() {
                 t.sent(g, true);
             }
         }
-        for t in std::mem::take(&mut self.present) {
-            self.values[t.index()] = None;
-            self.tardy[t.index()] = None;
+        for t in std::mem::take(&mut self.tag.present) {
+            self.tag.values[t.index()] = None;
+            self.tag.tardy[t.index()] = None;
         }
-        self.in_tag = false;
+        self.tag.in_tag = false;
         self.report.tags += 1;
         self.report.final_tag = Some(g);
         Ok(())
@@ -954,7 +1078,7 @@ impl Scheduler {
     /// `level` has a known status at `g` (a message, an absent notice, or a
     /// full grant).
     fn gate_level(&mut self, g: Tag, level: usize) -> Result<(), NodeError> {
-        if self.mode != Mode::Centralized || self.upstreams == 0 {
+        if self.plan.mode != Mode::Centralized || self.plan.upstreams == 0 {
             return Ok(());
         }
         loop {
@@ -962,7 +1086,7 @@ impl Scheduler {
             if let Some(e) = self.fatal.take() {
                 return Err(e);
             }
-            if g <= self.granted || self.gate[level].iter().all(|i| self.known[i.index()] >= g) {
+            if g <= self.coord.granted || self.plan.gate[level].iter().all(|i| self.coord.known[i.index()] >= g) {
                 return Ok(());
             }
             let deadline = self.watchdog_tick(None);
@@ -973,7 +1097,7 @@ impl Scheduler {
     /// Pings systemd's watchdog when due, and brings a wait's `deadline`
     /// forward to the next ping (unchanged without a watchdog).
     fn watchdog_tick(&mut self, deadline: Option<std::time::Instant>) -> Option<std::time::Instant> {
-        match &mut self.opts.watchdog {
+        match &mut self.watchdog {
             Some(w) => {
                 w.tick();
                 Some(w.cap(deadline))
@@ -983,27 +1107,27 @@ impl Scheduler {
     }
 
     fn run_level(&mut self, g: Tag, level: usize) -> Result<(), NodeError> {
-        let mut rs = std::mem::take(&mut self.buckets[level]);
+        let mut rs = std::mem::take(&mut self.tag.buckets[level]);
         if rs.is_empty() {
             return Ok(());
         }
         rs.sort_unstable();
         rs.dedup();
         let ending = self.ending();
-        self.transport.flush(ending)?;
+        self.coord.transport.flush(ending)?;
         let view = TagView {
             tag: g,
-            start: self.start.time,
-            federate: &self.name,
-            values: &self.values,
-            tardy: &self.tardy,
+            start: self.plan.start.time,
+            federate: &self.plan.name,
+            values: &self.tag.values,
+            tardy: &self.tag.tardy,
             encoder: &self.encoder,
-            fanout: &self.fanout,
+            fanout: &self.plan.fanout,
             inbox: &self.inbox,
             clock: &self.clock,
         };
-        let reactors = &self.reactors;
-        let meta = &self.meta;
+        let reactors = &self.plan.reactors;
+        let meta = &self.plan.meta;
         let tracer = crate::trace::tracer();
         let run = |r: ReactionId| match tracer {
             None => execute(r, &meta[&r], reactors, &view),
@@ -1014,7 +1138,7 @@ impl Scheduler {
                 o
             }
         };
-        let outcomes: Vec<Outcome> = if rs.len() > 1 && self.opts.workers > 1 {
+        let outcomes: Vec<Outcome> = if rs.len() > 1 && self.plan.opts.workers > 1 {
             std::thread::scope(|s| {
                 let handles: Vec<_> = rs[1..].iter().map(|&r| s.spawn(move || run(r))).collect();
                 let mut v = vec![run(rs[0])];
@@ -1028,12 +1152,12 @@ impl Scheduler {
             self.report.reactions += 1;
             match o.ran {
                 Ran::Deadline => self.report.deadline_misses += 1,
-                Ran::Panicked(message) => return Err(NodeError::ReactionPanicked { reaction: self.meta[r].path.clone(), message }),
-                Ran::Failed(message) => return Err(NodeError::ReactionFailed { reaction: self.meta[r].path.clone(), message }),
+                Ran::Panicked(message) => return Err(NodeError::ReactionPanicked { reaction: self.plan.meta[r].path.clone(), message }),
+                Ran::Failed(message) => return Err(NodeError::ReactionFailed { reaction: self.plan.meta[r].path.clone(), message }),
                 Ran::Body | Ran::Tardy => {}
             }
             for (what, id) in o.misuse {
-                tracing::error!(reaction = %self.meta[r].path, "{what} {} that it does not declare as an effect; add `.effect(...)` to the reaction", self.program.port_path(id));
+                tracing::error!(reaction = %self.plan.meta[r].path, "{what} {} that it does not declare as an effect; add `.effect(...)` to the reaction", self.plan.program.port_path(id));
             }
             for e in o.effects {
                 self.apply(g, e);
@@ -1045,12 +1169,12 @@ impl Scheduler {
     fn apply(&mut self, g: Tag, e: Effect) {
         match e {
             Effect::Set(out, v) => {
-                if self.values[out.index()].is_none() {
-                    self.present.push(out);
+                if self.tag.values[out.index()].is_none() {
+                    self.tag.present.push(out);
                 }
-                self.values[out.index()] = Some(v.clone());
-                for k in 0..self.local[out.index()].len() {
-                    let (to, delay, physical) = self.local[out.index()][k];
+                self.tag.values[out.index()] = Some(v.clone());
+                for k in 0..self.plan.local[out.index()].len() {
+                    let (to, delay, physical) = self.plan.local[out.index()][k];
                     if physical {
                         let tag = self.physical_tag(self.clock.now(), to);
                         self.push_event(tag, to, v.clone(), None);
@@ -1062,7 +1186,7 @@ impl Scheduler {
                 }
             }
             Effect::Schedule { action, delay, value } => {
-                let min = match self.program.triggers[action.index()].kind {
+                let min = match self.plan.program.triggers[action.index()].kind {
                     TriggerKind::LogicalAction { min_delay } => min_delay,
                     _ => Duration::ZERO,
                 };
@@ -1077,14 +1201,14 @@ impl Scheduler {
     /// a port-absent notice to receivers that may be waiting for it.
     fn resolve(&mut self, g: Tag, outs: &[TriggerId]) -> Result<(), NodeError> {
         for &out in outs {
-            let dests = &self.remote[out.index()];
-            let value = self.values[out.index()].clone();
-            let payload = match (&value, &self.program.triggers[out.index()].kind) {
+            let dests = &self.plan.remote[out.index()];
+            let value = self.tag.values[out.index()].clone();
+            let payload = match (&value, &self.plan.program.triggers[out.index()].kind) {
                 (Some(v), TriggerKind::Output { encode, .. }) => match encode(v, &self.encoder, dests.len() as u32) {
                     Ok(p) => Some(p),
                     Err(e) => {
                         self.report.encode_errors += 1;
-                        let msg = format!("could not send the value of {}: {e}; receivers see the port absent", self.program.port_path(out));
+                        let msg = format!("could not send the value of {}: {e}; receivers see the port absent", self.plan.program.port_path(out));
                         tracing::error!("{msg}");
                         self.report.problem(msg);
                         None
@@ -1096,18 +1220,18 @@ impl Scheduler {
                 tap.publish(out, g, p);
             }
             // By index: `send_to` needs `&mut self` (no per-tag clone of the list).
-            for k in 0..self.remote[out.index()].len() {
-                let d = self.remote[out.index()][k];
+            for k in 0..self.plan.remote[out.index()].len() {
+                let d = self.plan.remote[out.index()][k];
                 let msg = match &payload {
                     Some(p) => {
                         self.board.sent();
                         let tag = if d.physical { g } else { g.delayed(d.delay) };
-                        let direct = matches!(self.mode, Mode::Decentralized { .. }) || d.physical;
+                        let direct = matches!(self.plan.mode, Mode::Decentralized { .. }) || d.physical;
                         self.send_tagged(d.fed, direct, d.port, tag, p)?;
                         continue;
                     }
                     None => {
-                        let needed = match self.mode {
+                        let needed = match self.plan.mode {
                             Mode::Decentralized { .. } => !d.physical,
                             _ => !d.physical && d.delay == Delay::None,
                         };
@@ -1117,7 +1241,7 @@ impl Scheduler {
                         Message::PortAbsent { port: d.port, fed: d.fed, tag: g.delayed_strict(d.delay) }
                     }
                 };
-                self.send_to(d.fed, matches!(self.mode, Mode::Decentralized { .. }), &msg)?;
+                self.send_to(d.fed, matches!(self.plan.mode, Mode::Decentralized { .. }), &msg)?;
             }
         }
         Ok(())
@@ -1135,7 +1259,7 @@ impl Scheduler {
     /// over the peer connection (decentralized, or a physical connection),
     /// else through the RTI.
     fn send_tagged(&mut self, fed: u16, direct: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<(), NodeError> {
-        self.last_dnet = self.last_dnet.min(tag);
+        self.coord.last_dnet = self.coord.last_dnet.min(tag);
         self.queue_for(fed, direct, |w| w.queue_tagged(direct, port, fed, tag, payload))
     }
 
@@ -1143,7 +1267,7 @@ impl Scheduler {
     /// connection (`direct`) or the RTI's.
     fn queue_for(&mut self, fed: u16, direct: bool, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
         let ending = self.ending();
-        match &mut self.transport {
+        match &mut self.coord.transport {
             Transport::Alone => Ok(()),
             Transport::Peers { peers, .. } if direct => {
                 if let Some(w) = peers.get_mut(&fed) {
@@ -1164,25 +1288,25 @@ impl Scheduler {
     /// decentralized coordination nothing makes it wait for this one), so
     /// its connection breaking is the normal end, not news.
     fn ending(&self) -> bool {
-        self.resigned || self.current >= self.stop_tag
+        self.stop.resigned || self.tag.current >= self.stop.stop_tag
     }
 
     /// Resigns (or reports failure) and closes the connections.
     fn leave(&mut self, ok: bool) {
-        self.resigned = true;
+        self.stop.resigned = true;
         let msg = if ok { Message::Resign } else { Message::Failed };
-        if let Transport::Peers { peers, .. } = &mut self.transport {
+        if let Transport::Peers { peers, .. } = &mut self.coord.transport {
             for w in peers.values_mut() {
                 let _ = w.send(&Message::Resign);
                 let _ = w.stream().shutdown(std::net::Shutdown::Write);
             }
         }
-        if let Some(w) = self.transport.rti() {
+        if let Some(w) = self.coord.transport.rti() {
             let _ = w.send(&msg);
             let _ = w.stream().shutdown(std::net::Shutdown::Write);
         }
         if self.report.tardy > 0 {
-            tracing::warn!(federate = %self.name, tardy = self.report.tardy, "tardy messages (STP violations) this run; raise the STP offset if they are unexpected");
+            tracing::warn!(federate = %self.plan.name, tardy = self.report.tardy, "tardy messages (STP violations) this run; raise the STP offset if they are unexpected");
         }
     }
 }
@@ -1223,7 +1347,7 @@ impl Outcome {
 /// Runs one reaction (or its deadline or tardy handler) against `view`.
 fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>], view: &TagView<'_>) -> Outcome {
     let Some(cell) = reactors[m.reactor].as_ref() else { return Outcome::panicked("reaction of another federate") };
-    let mut guard = cell.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut guard = cell.lock();
     let rt = &mut *guard;
     let Some(h) = rt.reactions.get_mut(&r) else { return Outcome::panicked("reaction without a body") };
     let tardy = m.triggers.iter().any(|t| view.tardy.get(t.index()).copied().flatten().is_some() && view.values[t.index()].is_some());

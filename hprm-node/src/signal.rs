@@ -28,17 +28,28 @@
 //! are restored when the last guard drops. A Python process therefore
 //! gets its own SIGINT handling (`KeyboardInterrupt`) back once
 //! `run_federate` or a launch returns.
+//!
+//! System calls go through `nix`, as in the rest of the workspace, except
+//! in [`on_signal`] itself: a signal handler must stay minimal and
+//! async-signal-safe, so it calls `libc::write` and saves errno by hand,
+//! with nothing in between that could allocate or lock.
 
-use std::os::fd::RawFd;
+use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::signal::{kill, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::Pid;
 
 use crate::error::NodeError;
 use crate::inbox::{Inbox, Incoming};
+use crate::sync::Mutex;
 
 /// The signals this module handles.
-const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+const SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGTERM];
 
 /// A signal that follows the first by less than this is the same request
 /// reaching the federate twice, not a second request: under systemd's
@@ -81,14 +92,10 @@ struct Listeners {
     /// The running launches' children.
     launches: Vec<Pids>,
     /// The dispositions the handler replaced, while it is installed.
-    replaced: Option<[libc::sigaction; SIGNALS.len()]>,
+    replaced: Option<[SigAction; SIGNALS.len()]>,
     /// When the federate heard its first signal.
     first: Option<Instant>,
 }
-
-// SAFETY: `libc::sigaction` is plain data (a function pointer, a mask and
-// flags); it is only handed back to sigaction(2).
-unsafe impl Send for Listeners {}
 
 fn listeners() -> &'static Mutex<Listeners> {
     static L: OnceLock<Mutex<Listeners>> = OnceLock::new();
@@ -107,7 +114,7 @@ enum Role {
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        let mut l = listeners().lock().unwrap_or_else(PoisonError::into_inner);
+        let mut l = listeners().lock();
         match &self.0 {
             Role::Federate => l.federate = None,
             Role::Launch(p) => l.launches.retain(|q| !Arc::ptr_eq(p, q)),
@@ -116,7 +123,7 @@ impl Drop for Listening {
             if let Some(replaced) = l.replaced.take() {
                 for (sig, old) in SIGNALS.iter().zip(replaced.iter()) {
                     // SAFETY: restores a disposition sigaction(2) reported.
-                    unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+                    let _ = unsafe { sigaction(*sig, old) };
                 }
             }
         }
@@ -144,7 +151,7 @@ pub(crate) fn forward_to_children(pids: Pids) -> Result<Listening, NodeError> {
 
 fn register(add: impl FnOnce(&mut Listeners)) -> Result<(), NodeError> {
     let read = pipe()?;
-    let mut l = listeners().lock().unwrap_or_else(PoisonError::into_inner);
+    let mut l = listeners().lock();
     if l.replaced.is_none() {
         l.replaced = Some(install()?);
     }
@@ -160,35 +167,28 @@ fn pipe() -> Result<RawFd, NodeError> {
     if let Some(&fd) = READ.get() {
         return Ok(fd);
     }
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2(2) fills the two descriptors of a valid array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(NodeError::io("creating the signal pipe", std::io::Error::last_os_error()));
-    }
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| NodeError::io("creating the signal pipe", e.into()))?;
     // The write end is non-blocking: a handler must never block, and a
     // full pipe already holds more signals than anyone acts on.
-    // SAFETY: fcntl(2) on a descriptor this function just made.
-    unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
-    match READ.set(fds[0]) {
+    let _ = fcntl(std::os::fd::AsRawFd::as_raw_fd(&write), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let read_fd = std::os::fd::AsRawFd::as_raw_fd(&read);
+    match READ.set(read_fd) {
         Ok(()) => {
-            WRITE_FD.store(fds[1], Ordering::SeqCst);
-            Ok(fds[0])
+            // Both ends stay open for the process's life.
+            let _ = read.into_raw_fd();
+            WRITE_FD.store(write.into_raw_fd(), Ordering::SeqCst);
+            Ok(read_fd)
         }
-        Err(_) => {
-            // Another thread made the pipe first: use that one.
-            // SAFETY: closes the descriptors made above, used by no one.
-            unsafe {
-                libc::close(fds[0]);
-                libc::close(fds[1]);
-            }
-            READ.get().copied().ok_or_else(|| NodeError::io("creating the signal pipe", std::io::Error::other("no pipe")))
-        }
+        // Another thread made the pipe first: use that one (dropping the
+        // ends made above closes them).
+        Err(_) => READ.get().copied().ok_or_else(|| NodeError::io("creating the signal pipe", std::io::Error::other("no pipe"))),
     }
 }
 
 /// The handler. Only async-signal-safe calls: an atomic load and write(2);
 /// errno is saved and restored, since the interrupted thread may be about
-/// to read it.
+/// to read it. It calls `libc` directly, not `nix`, on purpose: nothing
+/// but these calls may run in signal context (see the module docs).
 extern "C" fn on_signal(sig: libc::c_int) {
     let fd = WRITE_FD.load(Ordering::Relaxed);
     if fd < 0 {
@@ -206,31 +206,25 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// Installs [`on_signal`] for [`SIGNALS`]; returns what it replaced.
-fn install() -> Result<[libc::sigaction; SIGNALS.len()], NodeError> {
-    // SAFETY: sigaction(2) with an initialised struct whose handler is an
-    // `extern "C" fn(c_int)` (no SA_SIGINFO); SA_RESTART so that the
-    // threads it interrupts resume their system calls.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        action.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
-        let mut replaced: [libc::sigaction; SIGNALS.len()] = std::mem::zeroed();
-        for (i, sig) in SIGNALS.iter().enumerate() {
-            if libc::sigaction(*sig, &action, &mut replaced[i]) != 0 {
-                return Err(NodeError::io("installing the SIGINT/SIGTERM handler", std::io::Error::last_os_error()));
-            }
-        }
-        // A thread of the process may have blocked them (the old scheme
-        // of this module, an embedding application): this one takes them.
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in SIGNALS {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        Ok(replaced)
+fn install() -> Result<[SigAction; SIGNALS.len()], NodeError> {
+    // SA_RESTART so that the threads it interrupts resume their system calls.
+    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::SA_RESTART, SigSet::empty());
+    let err = |e: Errno| NodeError::io("installing the SIGINT/SIGTERM handler", e.into());
+    // SAFETY: the handler only makes async-signal-safe calls (see it).
+    let replaced = unsafe { [sigaction(SIGNALS[0], &action).map_err(err)?, sigaction(SIGNALS[1], &action).map_err(err)?] };
+    // A thread of the process may have blocked them (the old scheme
+    // of this module, an embedding application): this one takes them.
+    let _ = signal_set().thread_unblock();
+    Ok(replaced)
+}
+
+/// [`SIGNALS`] as a set.
+fn signal_set() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in SIGNALS {
+        set.add(sig);
     }
+    set
 }
 
 /// Starts the thread that reads the pipe (once per process).
@@ -241,12 +235,10 @@ fn dispatcher(read: RawFd) -> Result<(), NodeError> {
         result = std::thread::Builder::new()
             .name("hprm-signals".into())
             .spawn(move || loop {
-                let mut byte = 0u8;
-                // SAFETY: read(2) of one byte into a stack variable.
-                match unsafe { libc::read(read, std::ptr::addr_of_mut!(byte).cast(), 1) } {
-                    1 => act(libc::c_int::from(byte)),
-                    0 => return,
-                    _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+                let mut byte = [0u8];
+                match nix::unistd::read(read, &mut byte) {
+                    Ok(1) => act(i32::from(byte[0])),
+                    Err(Errno::EINTR) => {}
                     _ => return,
                 }
             })
@@ -257,16 +249,15 @@ fn dispatcher(read: RawFd) -> Result<(), NodeError> {
 }
 
 /// What a signal means to whoever listens now.
-fn act(sig: libc::c_int) {
-    let mut l = listeners().lock().unwrap_or_else(PoisonError::into_inner);
+fn act(sig: i32) {
+    let mut l = listeners().lock();
     if !l.launches.is_empty() {
         tracing::info!(signal = sig, "stopping the program");
         STOPPING.store(true, Ordering::SeqCst);
         for pids in &l.launches {
-            for &pid in pids.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            for &pid in pids.lock().iter() {
                 if let Ok(pid) = i32::try_from(pid) {
-                    // SAFETY: kill(2) with a pid a running launch spawned.
-                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
                 }
             }
         }
@@ -307,11 +298,8 @@ pub(crate) fn detach(cmd: &mut std::process::Command) {
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            // sigemptyset, sigaddset and pthread_sigmask: all async-signal-safe.
+            let _ = signal_set().thread_unblock();
             Ok(())
         });
     }

@@ -11,13 +11,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::Tag;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
+use crate::sync::{Condvar, Mutex};
 
 /// Name of the launcher's file in a runtime directory.
 pub const LAUNCH_FILE: &str = "launch.json";
@@ -170,8 +171,8 @@ impl Publisher {
                     tracing::warn!("cannot write the status file {}: {e}; `hprm ps` will not see this federate's progress", p.display());
                 }
                 let (lock, cv) = &*s;
-                let stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
-                let (stopped, _) = cv.wait_timeout_while(stopped, STATUS_PERIOD, |stop| !*stop).unwrap_or_else(PoisonError::into_inner);
+                let stopped = lock.lock();
+                let (stopped, _) = cv.wait_timeout_while(stopped, STATUS_PERIOD, |stop| !*stop);
                 if *stopped {
                     return;
                 }
@@ -184,7 +185,7 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         let (lock, cv) = &*self.stop;
-        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        *lock.lock() = true;
         cv.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -204,13 +205,12 @@ pub fn runtime_base() -> PathBuf {
 
 /// Whether process `pid` exists.
 pub fn alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(pid) = i32::try_from(pid) else { return false };
     if pid <= 0 {
         return false;
     }
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // No signal: only checks that the process exists.
+    matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Ok(()) | Err(nix::errno::Errno::EPERM))
 }
 
 /// A launched program that is still running.

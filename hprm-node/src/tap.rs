@@ -24,13 +24,16 @@ use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_rti::tag::Tag;
+use nix::errno::Errno;
+use nix::sys::socket::MsgFlags;
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::program::TriggerId;
+use crate::ids::TriggerId;
+use crate::sync::Mutex;
 
 /// Bytes before the payload in each tapped message.
 pub const HEADER: usize = 20;
@@ -88,7 +91,7 @@ impl TapHub {
 
     #[cold]
     fn publish_to_taps(&self, out: TriggerId, tag: Tag, payload: &[u8]) {
-        let mut subs = self.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut subs = self.subscribers.lock();
         let before = subs.len();
         subs.retain_mut(|s| {
             if s.out != out {
@@ -98,9 +101,9 @@ impl TapHub {
             header[..8].copy_from_slice(&tag.time.saturating_sub(self.start).to_le_bytes());
             header[8..12].copy_from_slice(&tag.microstep.to_le_bytes());
             header[12..].copy_from_slice(&s.dropped.to_le_bytes());
-            match s.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) {
+            match s.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], (MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL).bits()) {
                 Ok(_) => true,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => {
+                Err(e) if matches!(e.raw_os_error().map(Errno::from_raw), Some(Errno::EAGAIN | Errno::ENOBUFS)) => {
                     s.dropped += 1;
                     true
                 }
@@ -188,7 +191,7 @@ fn attach(hub: &TapHub, socket: Socket, federate: &str, ports: &[(TriggerId, Str
             // Room for bursts; when even that is full, messages are dropped.
             let _ = socket.set_send_buffer_size(1 << 20);
             tracing::info!(port = %path, "tap attached");
-            hub.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(Subscriber { out, socket, dropped: 0 });
+            hub.subscribers.lock().push(Subscriber { out, socket, dropped: 0 });
             hub.active.fetch_add(1, Ordering::Relaxed);
             return;
         }

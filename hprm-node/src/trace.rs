@@ -22,12 +22,13 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use hprm_rti::tag::Tag;
 use hprm_store::ObjectId;
 
 use crate::clock::system_now;
+use crate::sync::Mutex;
 
 /// The environment variable naming the directory for trace parts.
 pub const TRACE_ENV: &str = "HPRM_TRACE";
@@ -99,8 +100,8 @@ impl Tracer {
         Tracer { dir, federate: federate.to_string(), epoch: system_now(), recorded: Mutex::new(recorded) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
-        self.recorded.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> crate::sync::MutexGuard<'_, Recorded> {
+        self.recorded.lock()
     }
 
     /// The clock events are stamped with.
@@ -127,8 +128,7 @@ impl Tracer {
         if known != 0 {
             return known;
         }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = nix::unistd::gettid().as_raw() as u32;
         let name = std::thread::current().name().unwrap_or("thread").to_string();
         self.lock().threads.push((tid, name));
         TID.with(|c| c.set(tid));

@@ -14,7 +14,8 @@ use super::check::split_path;
 use super::{format_duration, parse_duration, port_decl, ActionSpec, ConnectionSpec, CoordinationMode, FederateSpec, Manifest, ReactionSpec, ReactorSpec, TimerSpec};
 use crate::error::ProgramError;
 use crate::payload::{Decoder, Encoder, PayloadError};
-use crate::program::{Coordination, FederateId, Program, ReactorId, TriggerId, TriggerKind, Value};
+use crate::ids::{duration_ns, FederateId, ReactorId, TriggerId, Value};
+use crate::program::{Coordination, Program, TriggerKind};
 
 impl Program {
     /// The program's graph as data (for `hprm check`/`graph`/`launch`, and
@@ -144,7 +145,7 @@ impl Program {
                 found
             });
             if let [Some(from), Some(to)] = ends {
-                let delay = c.after.as_deref().map_or(Delay::None, |d| Delay::After(crate::program::duration_ns(dur(d))));
+                let delay = c.after.as_deref().map_or(Delay::None, |d| Delay::After(duration_ns(dur(d))));
                 p.add_connection(from, to, delay, c.physical);
             }
         }

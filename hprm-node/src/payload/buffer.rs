@@ -8,13 +8,14 @@
 //! receiver.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use hprm_store::{Object, ObjectId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::descriptor::{contiguous_len, shape_error};
 use super::{decoder, encoder, Dtype, Element, PayloadError};
+use crate::sync::Mutex;
 
 /// An n-dimensional, C-contiguous buffer of elements of one [`Dtype`]:
 /// camera frames, point clouds, tensors.
@@ -109,7 +110,7 @@ impl Stored {
 
     /// Takes the prepaid deliveries if they are exactly `deliveries`.
     pub(crate) fn take_prepaid(&self, deliveries: u32) -> bool {
-        let mut prepaid = self.prepaid.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut prepaid = self.prepaid.lock();
         match *prepaid {
             Some(d) if d == deliveries => {
                 *prepaid = None;
@@ -130,7 +131,7 @@ impl Stored {
 
     /// Gives back prepaid deliveries taken by an encode that then failed.
     pub(crate) fn restore_prepaid(&self, deliveries: u32) {
-        *self.prepaid.lock().unwrap_or_else(PoisonError::into_inner) = Some(deliveries);
+        *self.prepaid.lock() = Some(deliveries);
     }
 }
 

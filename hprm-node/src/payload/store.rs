@@ -6,11 +6,12 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
 use hprm_store::StoreClient;
 
 use super::PayloadError;
+use crate::sync::Mutex;
 
 /// A shared, lazily connected handle on the store: the socket of an
 /// `hprm-store` daemon (or none). Cloning shares the connection.
@@ -67,7 +68,7 @@ impl StoreLink {
             return Ok(Some(client));
         }
         let Some(path) = &self.inner.path else { return Ok(None) };
-        let _one_at_a_time = self.inner.connecting.lock().unwrap_or_else(PoisonError::into_inner);
+        let _one_at_a_time = self.inner.connecting.lock();
         if let Some(client) = self.inner.client.get() {
             return Ok(Some(client));
         }

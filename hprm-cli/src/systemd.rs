@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::manifest::{Manifest, RestartPolicy};
+use hprm_node::manifest::{Manifest, RestartPolicy};
 
 /// The templates, as in `deploy/`; their daemons live in [`TEMPLATE_BIN_DIR`].
 pub const TEMPLATES: [(&str, &str); 4] = [
@@ -332,7 +332,7 @@ fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::FederateSpec;
+    use hprm_node::manifest::FederateSpec;
 
     fn fed(name: &str, restart: RestartPolicy, max_restarts: Option<u32>) -> FederateSpec {
         FederateSpec { name: name.into(), command: None, module: None, restart, max_restarts, reactors: Vec::new() }

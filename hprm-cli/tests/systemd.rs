@@ -1,6 +1,6 @@
 //! systemd deployment, checked by systemd itself: `systemd-analyze verify`
 //! (Debian package `systemd`; scripts/test-all.sh installs it) on the units
-//! that `hprm_node::deploy` generates for a real program and on the
+//! that `hprm_cli::systemd` generates for a real program and on the
 //! templates that `deploy/install.sh` installs into a temporary root, with
 //! their `ExecStart=` pointing at real built binaries (verify checks that
 //! they exist and are executable).
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use hprm_node::deploy::{systemd, SystemdOptions};
+use hprm_cli::systemd::{systemd, SystemdOptions};
 use hprm_node::{Coordination, Program};
 
 fn repo() -> PathBuf {
@@ -59,8 +59,10 @@ fn program() -> Program {
 }
 
 fn bin_dir() -> PathBuf {
-    let _ = support::rti_bin();
-    support::store_bin().parent().expect("bin dir").to_path_buf()
+    for b in ["hprm-store", "hprm-rti"] {
+        support::program(b);
+    }
+    support::profile_dir()
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The federate side of the RTI protocol: connect, authenticate, identify,
 //! describe neighbours, agree on the start time; then the connection is a
-//! [`Source`]: the RTI's messages become [`Incoming`] items.
+//! [`Source`]: the RTI's messages become [`Incoming`](crate::inbox::Incoming) items.
 //!
 //! The handshake runs synchronously on the caller's thread, in the order
 //! reactor-c federates use (hprm-rti/docs/lf-federated-protocol.md §2.3),
@@ -15,11 +15,8 @@ use hprm_rti::tag::{Delay, Tag};
 use hprm_rti::wire::{Message, RejectReason};
 
 use crate::error::NodeError;
-use crate::inbox::{Incoming, Inbox};
-use crate::program::{DecodeFn, TriggerId};
-use crate::socket::{connect, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
-use crate::source::{Peer, Source};
-use crate::payload::Decoder;
+use crate::net::socket::{connect, FrameReader, FrameWriter, LocalTransport, ReadError, Stream};
+use crate::net::source::{Peer, Receiving, Source};
 
 /// How to reach the RTI.
 #[derive(Debug, Clone)]
@@ -139,7 +136,7 @@ pub(crate) fn join(cfg: &RtiConfig, transport: LocalTransport, fed: u16, name: &
     // A port: initial synchronization, and runtime rounds there if the RTI
     // runs them (`--clock-sync on`); 0xFFFF: none.
     let udp = match cfg.clock_sync {
-        true => Some(crate::clock_sync::bind().map_err(|e| NodeError::io("binding the clock synchronization socket", e))?),
+        true => Some(crate::net::clock_sync::bind().map_err(|e| NodeError::io("binding the clock synchronization socket", e))?),
         false => None,
     };
     let port = match &udp {
@@ -261,47 +258,8 @@ impl RtiSession {
     }
 }
 
-/// A network input of this federate, as messages name it.
-pub(crate) struct NetworkInput {
-    pub input: TriggerId,
-    pub decode: DecodeFn,
-    /// "federate.reactor.port" of the sender and of the receiver, for error reports.
-    pub sender: String,
-    pub receiver: String,
-}
-
-/// What a [`Source`]'s readers need to turn payloads into port values.
-pub(crate) struct Receiving {
-    /// By wire port id (a connection's index in the program, the same in
-    /// every process that builds it): the network inputs of this federate.
-    pub inputs: Vec<Option<NetworkInput>>,
-    pub decoder: Decoder,
-    pub inbox: Arc<Inbox>,
-}
-
-impl Receiving {
-    /// Decodes a tagged message and queues it for the scheduler. A payload
-    /// that cannot be decoded is reported with its sender and port, and
-    /// queued as an error (the scheduler counts it and treats the input as
-    /// absent); the federate goes on.
-    pub fn deliver(&self, port: u16, tag: Tag, payload: &[u8], peer: &str) {
-        let Some(Some(n)) = self.inputs.get(usize::from(port)) else {
-            tracing::error!(port, %tag, "{peer} sent a message for connection {port}, which does not end at this federate; dropped (do all federates run the same program?)");
-            return;
-        };
-        let value = (n.decode)(payload, &self.decoder).map_err(|e| format!("a message from {} to {} at {tag} could not be decoded: {e}", n.sender, n.receiver));
-        self.inbox.push(Incoming::Message { port: n.input, tag, value });
-    }
-
-    pub fn absent(&self, port: u16, tag: Tag) {
-        if let Some(Some(n)) = self.inputs.get(usize::from(port)) {
-            self.inbox.push(Incoming::Absent { port: n.input, tag });
-        }
-    }
-}
-
 /// Reads the RTI's messages until the connection ends (see
-/// [`crate::source`]).
+/// `net::source`).
 pub(crate) fn spawn_reader(reader: FrameReader, addr: String, rx: Arc<Receiving>) -> std::io::Result<std::thread::JoinHandle<()>> {
     Source::start(reader, Peer::Rti { addr }, rx)
 }

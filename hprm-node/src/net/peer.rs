@@ -23,9 +23,9 @@ use hprm_rti::endpoint::{self, Server};
 use hprm_rti::wire::{Message, RejectReason};
 
 use crate::error::NodeError;
-use crate::rti::{Receiving, RtiSession};
-use crate::socket::{connect, tune, FrameReader, FrameWriter, LocalTransport, Stream};
-use crate::source::{Peer, Source};
+use crate::net::rti::RtiSession;
+use crate::net::socket::{connect, tune, FrameReader, FrameWriter, LocalTransport, Stream};
+use crate::net::source::{Peer, Receiving, Source};
 
 /// Removes the Unix socket file when the federate ends.
 pub(crate) struct UnixSocketFile(PathBuf);

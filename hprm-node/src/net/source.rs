@@ -13,7 +13,7 @@
 //!   thread that handles it, with no wake-up at all.
 //! - **The connection's reader thread, the rest of the time:** when the
 //!   scheduler goes to sleep it hands the sockets over (`Inbox` unparks
-//!   the readers), and if it has not polled for [`TAKEOVER`] (a long
+//!   the readers), and if it has not polled for [`TAKEOVER`](crate::inbox::TAKEOVER) (a long
 //!   reaction, a blocked write) the readers take over by themselves. So
 //!   sockets are always drained, and two federates that write to each
 //!   other cannot deadlock on full socket buffers.
@@ -27,21 +27,19 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
-use std::time::Duration;
 
 use hprm_rti::frames::Frame;
 use hprm_rti::wire::Message;
 
-use crate::inbox::Incoming;
-use crate::rti::Receiving;
-use crate::socket::{wait_readable, FrameReader, ReadError};
+use hprm_rti::tag::Tag;
 
-/// How long the scheduler may go without polling before reader threads
-/// take its sockets back: far above a poll loop's period (microseconds),
-/// far below what a sender with a full socket would notice.
-pub(crate) const TAKEOVER: Duration = Duration::from_millis(2);
+use crate::ids::{DecodeFn, TriggerId};
+use crate::inbox::{Inbox, Incoming, PolledSource};
+use crate::net::socket::{wait_readable, FrameReader, ReadError};
+use crate::payload::Decoder;
+use crate::sync::Mutex;
 
 /// Who is at the other end, which decides what its messages mean.
 pub(crate) enum Peer {
@@ -81,40 +79,6 @@ impl Source {
         std::thread::Builder::new().name(name).spawn(move || s.serve())
     }
 
-    /// The scheduler's read: everything the socket has now, unless the
-    /// reader thread is at it.
-    pub fn poll(&self) {
-        if self.ended.load(Ordering::Acquire) {
-            return;
-        }
-        if let Ok(mut reader) = self.reader.try_lock() {
-            self.pump(&mut reader);
-        }
-    }
-
-    /// Tells a parked reader thread to look again (the scheduler stopped
-    /// polling).
-    pub fn wake_reader(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
-    }
-
-    /// Stops reading for good (see `Inbox::close_sources`). When it
-    /// returns, a message being handled has been handled, and no other
-    /// will be: `pump` checks `ended` under `reader` before each message.
-    pub fn close(&self) {
-        self.ended.store(true, Ordering::Release);
-        // A reader thread asleep in poll(2) wakes to the end of input, sees
-        // `ended` and exits. Only the reading half: writes on this socket
-        // (the RTI's, whose writer shares it) are not cut short.
-        // SAFETY: `fd` is open as long as `self` (see the field); shutdown
-        // takes no memory.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RD) };
-        self.wake_reader();
-        drop(self.reader.lock().unwrap_or_else(PoisonError::into_inner));
-    }
-
     fn serve(&self) {
         let _ = self.thread.set(std::thread::current());
         // Pairs with the fence in `Inbox::hand_over`: either the scheduler
@@ -127,10 +91,10 @@ impl Source {
                 continue;
             }
             if let Err(e) = wait_readable(self.fd) {
-                let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut reader = self.reader.lock();
                 return self.end(&mut reader, Ending::Broke(ReadError::Io(e)));
             }
-            let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut reader = self.reader.lock();
             self.pump(&mut reader);
         }
     }
@@ -224,6 +188,81 @@ impl Source {
     }
 }
 
+/// The inbox polls a source through this (see the module documentation).
+impl PolledSource for Source {
+    /// The scheduler's read: everything the socket has now, unless the
+    /// reader thread is at it.
+    fn poll(&self) {
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(mut reader) = self.reader.try_lock() {
+            self.pump(&mut reader);
+        }
+    }
+
+    /// Tells a parked reader thread to look again (the scheduler stopped
+    /// polling).
+    fn wake_reader(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// Stops reading for good (see `Inbox::close_sources`). When it
+    /// returns, a message being handled has been handled, and no other
+    /// will be: `pump` checks `ended` under `reader` before each message.
+    fn close(&self) {
+        self.ended.store(true, Ordering::Release);
+        // A reader thread asleep in poll(2) wakes to the end of input, sees
+        // `ended` and exits. Only the reading half: writes on this socket
+        // (the RTI's, whose writer shares it) are not cut short.
+        // `fd` is open as long as `self` (see the field).
+        let _ = nix::sys::socket::shutdown(self.fd, nix::sys::socket::Shutdown::Read);
+        self.wake_reader();
+        drop(self.reader.lock());
+    }
+}
+
+/// A network input of this federate, as messages name it.
+pub(crate) struct NetworkInput {
+    pub input: TriggerId,
+    pub decode: DecodeFn,
+    /// "federate.reactor.port" of the sender and of the receiver, for error reports.
+    pub sender: String,
+    pub receiver: String,
+}
+
+/// What a [`Source`]'s readers need to turn payloads into port values.
+pub(crate) struct Receiving {
+    /// By wire port id (a connection's index in the program, the same in
+    /// every process that builds it): the network inputs of this federate.
+    pub inputs: Vec<Option<NetworkInput>>,
+    pub decoder: Decoder,
+    pub inbox: Arc<Inbox>,
+}
+
+impl Receiving {
+    /// Decodes a tagged message and queues it for the scheduler. A payload
+    /// that cannot be decoded is reported with its sender and port, and
+    /// queued as an error (the scheduler counts it and treats the input as
+    /// absent); the federate goes on.
+    pub fn deliver(&self, port: u16, tag: Tag, payload: &[u8], peer: &str) {
+        let Some(Some(n)) = self.inputs.get(usize::from(port)) else {
+            tracing::error!(port, %tag, "{peer} sent a message for connection {port}, which does not end at this federate; dropped (do all federates run the same program?)");
+            return;
+        };
+        let value = (n.decode)(payload, &self.decoder).map_err(|e| format!("a message from {} to {} at {tag} could not be decoded: {e}", n.sender, n.receiver));
+        self.inbox.push(Incoming::Message { port: n.input, tag, value });
+    }
+
+    pub fn absent(&self, port: u16, tag: Tag) {
+        if let Some(Some(n)) = self.inputs.get(usize::from(port)) {
+            self.inbox.push(Incoming::Absent { port: n.input, tag });
+        }
+    }
+}
+
 /// Why a connection ended.
 enum Ending {
     /// A clean end of stream, or the peer resigned.
@@ -237,14 +276,12 @@ enum Ending {
 mod tests {
     use std::collections::VecDeque;
     use std::os::unix::net::UnixStream;
-    use std::time::Instant;
-
-    use hprm_rti::tag::Tag;
+    use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::inbox::Inbox;
-    use crate::payload::{Decoder, StoreLink};
-    use crate::socket::{FrameWriter, Stream};
+    use crate::inbox::TAKEOVER;
+    use crate::payload::StoreLink;
+    use crate::net::socket::{FrameWriter, Stream};
 
     /// A source for RTI messages (grants need no program) on one end of a
     /// socket pair; the other end is returned for writing.

@@ -105,12 +105,7 @@ impl Stream {
     /// One read that does not block (`MSG_DONTWAIT`), whatever the
     /// socket's mode: `WouldBlock` when nothing is there.
     fn recv_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for writes of its length for the call.
-        let n = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        nix::sys::socket::recv(self.raw_fd(), buf, nix::sys::socket::MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
     }
 }
 
@@ -122,15 +117,16 @@ impl Stream {
 /// the *peer* reads what this side wrote (the socket tells every sleeper
 /// it is writable again), while poll wakes only for what it asked for.
 pub(crate) fn wait_readable(fd: RawFd) -> io::Result<()> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // SAFETY: the caller keeps `fd` open for the call (a source's socket
+    // lives as long as the source).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
     loop {
-        // SAFETY: one valid pollfd, alive for the duration of the call.
-        if unsafe { libc::poll(&mut pfd, 1, -1) } >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -238,7 +234,7 @@ pub(crate) enum ReadError {
 /// [`next`](FrameReader::next) blocks (handshakes, with a read timeout);
 /// [`try_next`](FrameReader::try_next) never does, so that the reader
 /// thread and the polling scheduler can share a connection
-/// (`crate::source`): whoever holds the reader takes what is there.
+/// (`crate::net::source`): whoever holds the reader takes what is there.
 pub(crate) struct FrameReader {
     stream: Stream,
     frames: FrameBuffer,
