@@ -92,3 +92,17 @@ pub use net::socket::LocalTransport;
 pub use program::{Coordination, Program};
 pub use reactor::{ReactionBuilder, ReactorBuilder};
 pub use scheduler::RunReport;
+
+// The Rust examples of the README and the book are compiled by `cargo test
+// --doc` (their code blocks are `rust,no_run`: they launch programs or
+// reach a running store), so an example that drifts from the API fails
+// the tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/src/runtime.md")]
+struct RuntimePageExamples;
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/src/store.md")]
+struct StorePageExamples;

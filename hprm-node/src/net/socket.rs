@@ -37,10 +37,9 @@ pub(crate) fn tune(stream: &TcpStream) -> io::Result<()> {
 /// downstream peers.
 ///
 /// Unix sockets are the default: on the benchmark machine they measured
-/// faster than loopback TCP (8-byte one-way p50 between peers 10.2 µs
-/// against 13.5 µs, 350k against 243k messages/s; round trips through the
-/// RTI shorter at most sizes; `bench/results/node-*.md`). Servers on other
-/// hosts are reached over TCP either way.
+/// faster than loopback TCP, in latency and in rate (figures in
+/// `bench/results/design-measurements.md`). Servers on other hosts are
+/// reached over TCP either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LocalTransport {
     /// Loopback TCP, as for servers on other hosts.
