@@ -48,6 +48,12 @@ fn main() {
 /// Builds the three binaries (release, the root workspace's Cargo.lock) and
 /// returns the directory they are in.
 fn build_daemons(root: &Path) -> PathBuf {
+    if !root.join("Cargo.lock").is_file() {
+        panic!(
+            "hprm-py builds the daemons from the repository around it, but there is no {}: build from a clone of the repository, or set HPRM_DAEMONS_DIR to a directory holding hprm-store, hprm-rti and hprm",
+            root.join("Cargo.lock").display()
+        );
+    }
     for p in ["Cargo.toml", "Cargo.lock", "hprm-store", "hprm-rti", "hprm-node", "hprm-cli", "hprm-sd-notify", "hprm-local-socket"] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
