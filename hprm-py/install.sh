@@ -3,7 +3,9 @@
 # environment: the `hprm` package (built by maturin), the daemons
 # `hprm-store` and `hprm-rti`, and the `hprm` command (installed as scripts
 # of the package, so they land in the venv's bin/ where the launcher finds
-# them).
+# them), and the test tools. `pip install ./hprm-py` alone builds and
+# bundles the daemons too (hprm-py/build.rs); this script builds them first
+# in the shared target directory, which the package's build then reuses.
 #   hprm-py/install.sh [VENV]      (default: .venv at the repository root)
 # HPRM_PYTHON picks the interpreter the environment is made from (default
 # python3), e.g. a free-threaded python3.13t.
@@ -14,10 +16,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 echo "==> building the daemons and the hprm command (release)"
 cargo build --locked --release --manifest-path "$root/Cargo.toml" -p hprm-store -p hprm-rti -p hprm-cli
-
-echo "==> staging them into the wheel (hprm-py/hprm.data/scripts)"
-mkdir -p "$root/hprm-py/hprm.data/scripts"
-cp "$CARGO_TARGET_DIR/release/hprm-store" "$CARGO_TARGET_DIR/release/hprm-rti" "$CARGO_TARGET_DIR/release/hprm" "$root/hprm-py/hprm.data/scripts/"
+# hprm-py/build.rs bundles these into the wheel instead of building its own.
+export HPRM_DAEMONS_DIR="$CARGO_TARGET_DIR/release"
 
 echo "==> virtual environment $venv"
 [ -x "$venv/bin/python" ] || "${HPRM_PYTHON:-python3}" -m venv "$venv"

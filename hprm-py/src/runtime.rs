@@ -570,7 +570,8 @@ impl PhysicalScheduler {
 }
 
 /// Sends the runtime's logs (`tracing`) to stderr, filtered by RUST_LOG
-/// (default: warnings and errors). Called once at import.
+/// (default: warnings and errors). Called by the first `Program.run` or
+/// `Program.launch` (again, it does nothing).
 #[pyfunction]
 fn init_logging() {
     let _ = tracing_subscriber::fmt()

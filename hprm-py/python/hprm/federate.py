@@ -20,7 +20,8 @@ import os
 import sys
 from typing import Any
 
-from . import Input, Output, Program, Reactor, _fail_federate, external
+from . import Input, Output, Program, Reactor, external
+from ._launch import _fail_federate
 
 
 def _port_names(decls: list[str]) -> list[str]:
@@ -71,8 +72,8 @@ def build(manifest: dict, local: str) -> Program:
         for r in f.get("reactor", []):
             ins, outs = _port_names(r.get("inputs", [])), _port_names(r.get("outputs", []))
             if f["name"] != local:
-                cls = external(inputs=ins, outputs=outs)
-                reactors[(f["name"], r["name"])] = fed.reactor(r["name"], cls)
+                stand_in = external(inputs=ins, outputs=outs)
+                reactors[(f["name"], r["name"])] = fed.reactor(r["name"], stand_in)
                 continue
             if module is None:
                 raise SystemExit(f"error: federate {local} has no module in the manifest; give module = \"file.py\"")

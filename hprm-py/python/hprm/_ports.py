@@ -1,0 +1,144 @@
+"""Ports, timers and actions: what a Reactor declares and its reactions
+read, set and schedule."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
+
+from ._durations import Duration, duration_ns
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from . import _native
+    from ._context import Context
+
+
+class _Port:
+    """A port declared as a class attribute of a Reactor; read on an
+    instance, the port bound to it (``_BoundPort``)."""
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Self: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> _BoundPort: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> Self | _BoundPort:
+        if instance is None:
+            return self
+        bound: _BoundPort = instance.__dict__["_hprm_bound"][self.name]
+        return bound
+
+
+class Input(_Port):
+    """An input port. In a reaction, ``self.port.value`` is its value at the
+    current tag (None when absent) and ``self.port.is_present`` says whether
+    it has one."""
+
+
+class Output(_Port):
+    """An output port: ``ctx.set(self.port, value)`` or ``self.port.set(value)``."""
+
+
+class Timer:
+    """A timer: fires at start + offset, then every period (once when the
+    period is zero). Create it in ``__init__``: ``self.tick = Timer(period="10ms")``."""
+
+    def __init__(self, offset: Duration = 0, period: Duration = 0) -> None:
+        self.offset_ns = duration_ns(offset)
+        self.period_ns = duration_ns(period)
+        self._index: int | None = None
+
+
+class _Present:
+    """Reading a port or action of the reactor `_owner` in a reaction."""
+
+    _owner: Any = None
+    _index: int | None = None
+
+    @property
+    def value(self) -> Any:
+        """The value at the current tag, None when absent."""
+        return _current(self._owner).get(self)
+
+    @property
+    def is_present(self) -> bool:
+        return _current(self._owner).is_present(self)
+
+
+class _Action(_Present):
+    def __init__(self, min_delay: Duration = 0) -> None:
+        self.min_delay_ns = duration_ns(min_delay)
+        self._index: int | None = None
+        self._owner: Any = None
+
+
+class LogicalAction(_Action):
+    """A logical action: ``self.act.schedule(value, delay)`` in a reaction
+    that declares it as an effect; it triggers at the current tag + its min
+    delay + delay (one microstep later when both are zero)."""
+
+    def schedule(self, value: Any = None, delay: Duration = 0) -> None:
+        _current(self._owner).schedule(self, value, delay)
+
+
+class PhysicalAction(_Action):
+    """A physical action: ``self.act.schedule(value)`` from any thread (a
+    sensor callback), once the program has started (from the first reaction
+    of its reactor on, e.g. a startup reaction); its tag comes from physical
+    time."""
+
+    def __init__(self, min_delay: Duration = 0) -> None:
+        super().__init__(min_delay)
+        self._scheduler: _native.PhysicalScheduler | None = None
+
+    def schedule(self, value: Any = None, delay: Duration = 0) -> None:
+        if self._scheduler is None:
+            raise RuntimeError("a physical action can be scheduled once its reactor has run a reaction (e.g. a startup reaction)")
+        self._scheduler.schedule(value, duration_ns(delay))
+
+
+class _BoundPort(_Present):
+    """A port of one reactor instance (``self.port`` in a reaction):
+    ``.value``, ``.is_present``, ``.set(value)``."""
+
+    def __init__(self, owner: Any, index: int, name: str) -> None:
+        self._owner = owner
+        self._index = index
+        self.name = name
+
+    def set(self, value: Any) -> None:
+        _current(self._owner).set(self, value)
+
+
+class _OutputRef:
+    """An output by its index (a reaction's only output, for alloc_array)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: int) -> None:
+        self._index = index
+
+
+_Handle: TypeAlias = _Present | Timer | _OutputRef
+"""What a Context reads, sets or schedules: a reactor's port
+(``self.port``), timer or action."""
+
+
+def _current(owner: Any) -> Context:
+    ctx: Context | None = owner.__dict__.get("_hprm_ctx") if owner is not None else None
+    if ctx is None:
+        raise RuntimeError("ports and actions are read and set only inside a reaction")
+    return ctx
+
+
+def _index(x: object) -> int:
+    i: int | None = getattr(x, "_index", None)
+    if i is None:
+        raise TypeError(f"{x!r} is not a port or action of a reactor in a program")
+    return i

@@ -1,0 +1,89 @@
+"""Reactors and their reactions, as declared in Python."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from ._durations import Duration, duration_ns
+from ._ports import Input, Output, _Port
+
+if TYPE_CHECKING:
+    from ._context import Context
+
+Names: TypeAlias = str | Iterable[str | _Port] | None
+"""Ports, timers and actions a reaction names: a string (comma-separated
+names), or a list of names or declared ports."""
+
+ReactionBody: TypeAlias = "Callable[[Any, Context], Any]"
+"""A reaction's method: ``(self, ctx)``."""
+
+
+class _Reaction:
+    """A reaction declared with the ``reaction`` decorator."""
+
+    def __init__(self, fn: ReactionBody, triggers: list[str], sources: list[str], effects: list[str], deadline: Duration | None) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.triggers = triggers
+        self.sources = sources
+        self.effects = effects
+        self.deadline_ns = None if deadline is None else duration_ns(deadline)
+        self.on_deadline: ReactionBody | None = None
+        self.on_tardy: ReactionBody | None = None
+
+    def deadline_handler(self, fn: ReactionBody) -> ReactionBody:
+        """Decorates the method run instead of the body when the reaction
+        starts later than its tag's time + deadline."""
+        self.on_deadline = fn
+        return fn
+
+    def tardy_handler(self, fn: ReactionBody) -> ReactionBody:
+        """Decorates the method run instead of the body when a triggering
+        input arrived after its tag had passed (decentralized)."""
+        self.on_tardy = fn
+        return fn
+
+    def __call__(self, instance: Any, ctx: Context) -> Any:
+        return self.fn(instance, ctx)
+
+
+def _names(x: Names) -> list[str]:
+    if x is None:
+        return []
+    if isinstance(x, str):
+        return [n.strip() for n in x.split(",") if n.strip()]
+    return [n if isinstance(n, str) else n.name for n in x]
+
+
+def reaction(triggers: Names = None, effects: Names = None, sources: Names = None, deadline: Duration | None = None) -> Callable[[ReactionBody], _Reaction]:
+    """Declares a reaction method ``(self, ctx)``. ``triggers``, ``sources``
+    and ``effects`` name ports, timers and actions of the reactor (a string,
+    comma-separated, or a list); "startup" and "shutdown" are triggers too.
+    ``deadline`` ("30ms") adds a deadline; give its handler with
+    ``@method.deadline_handler``."""
+
+    def wrap(fn: ReactionBody) -> _Reaction:
+        return _Reaction(fn, _names(triggers), _names(sources), _names(effects), deadline)
+
+    return wrap
+
+
+class Reactor:
+    """Base class of reactors: declare ports as class attributes, timers
+    and actions in ``__init__``, reactions with ``@hprm.reaction``. The
+    instance is the reactor's state."""
+
+
+def external(inputs: Iterable[str] = (), outputs: Iterable[str] = (), name: str = "External") -> type[Reactor]:
+    """A Reactor class with just these ports and no reactions: declares a
+    federate that another process implements (a Rust binary, the ROS 2
+    bridge), which builds its side from the manifest the launcher hands it
+    in ``HPRM_MANIFEST``::
+
+        prog.federate("ros", hprm.external(outputs=["image"]))
+        prog.launch(commands={"ros": ["hprm-ros2-bridge", "--config", "bridge.toml"]})
+    """
+    attrs: dict[str, Any] = {i: Input() for i in inputs}
+    attrs.update({o: Output() for o in outputs})
+    return type(name, (Reactor,), attrs)
