@@ -4,12 +4,14 @@
 # from Debian's source of python3.13 (the upstream tarball, checksum
 # verified) and keeps it for the next run; the SDK then goes into a venv
 # made from it (hprm-py/install.sh with HPRM_PYTHON).
-#   scripts/free-threaded.sh [DIR]   (default: target/python3.13t)
+#   scripts/free-threaded.sh [DIR]
+# DIR defaults to a cache outside the clone, shared by every clone on the
+# machine: ${HPRM_TOOLS:-$HOME/.cache/hprm-tools}/python3.13t.
 # Exit status 3: the source could not be downloaded (nothing was tested);
 # CPYTHON_SOURCE_URL and CPYTHON_SOURCE_SHA256 point it at another copy.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="${1:-$root/target/python3.13t}"
+dir="${1:-${HPRM_TOOLS:-${HOME:-/tmp}/.cache/hprm-tools}/python3.13t}"
 version=3.13.5
 sha256="${CPYTHON_SOURCE_SHA256:-93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640}"
 url="${CPYTHON_SOURCE_URL:-http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_${version}.orig.tar.xz}"

@@ -46,6 +46,9 @@ hprm-store/schema/regen.sh --check
 step "building the book (docs/, mdBook) and checking the documentation's links offline (scripts/docs.sh)"
 scripts/docs.sh
 
+step "formatting, clippy (warnings as errors), unused dependencies, ruff (scripts/lint.sh)"
+scripts/lint.sh
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

@@ -102,9 +102,9 @@ def main():
             f.write(f'[[topic]]\ntopic = "{topic}"\ntype = "sensor_msgs/msg/Image"\ndirection = "ros->hprm"\nport = "img"\n')
         # Few messages fit a reliable KeepLast(10) queue at 6 MB: the burst is what the receiver keeps up with.
         count_rate = n_rate if size < 1_000_000 else max(10, n_rate // 4)
-        direct = measure(lambda out: [sys.executable, os.path.join(HERE, "ros_bench_node.py"), "sub", topic, out], size, topic, n_lat, count_rate, tmp, f"direct-{size}")
+        direct = measure(lambda out, topic=topic: [sys.executable, os.path.join(HERE, "ros_bench_node.py"), "sub", topic, out], size, topic, n_lat, count_rate, tmp, f"direct-{size}")
         print(f"{size:>9} B  ROS 2 -> ROS 2           p50 {direct['latency_ms_p50']:8.2f} ms  p99 {direct['latency_ms_p99']:8.2f} ms  {direct['rate_msgs_per_s']:8.1f} msg/s", flush=True)
-        bridged = measure(lambda out: [sys.executable, os.path.join(HERE, "bridge_program.py"), args.bridge, config, out], size, topic, n_lat, count_rate, tmp, f"bridge-{size}")
+        bridged = measure(lambda out, config=config: [sys.executable, os.path.join(HERE, "bridge_program.py"), args.bridge, config, out], size, topic, n_lat, count_rate, tmp, f"bridge-{size}")
         print(f"{size:>9} B  ROS 2 -> bridge -> HPRM  p50 {bridged['latency_ms_p50']:8.2f} ms  p99 {bridged['latency_ms_p99']:8.2f} ms  {bridged['rate_msgs_per_s']:8.1f} msg/s", flush=True)
         rows.append({"size": size, "ros2_direct": direct, "bridge_to_hprm": bridged})
     date = datetime.date.today().isoformat()
@@ -114,7 +114,7 @@ def main():
         json.dump(report, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(f"# ROS 2 -> bridge -> HPRM vs ROS 2 -> ROS 2 ({date}{', quick' if args.quick else ''})\n\n")
-        f.write(f"Python receivers both ways (rclpy callback; HPRM Python reaction with the image as a numpy view of the store). ")
+        f.write("Python receivers both ways (rclpy callback; HPRM Python reaction with the image as a numpy view of the store). ")
         f.write(f"Latency: publish wall clock (header.stamp) to the receiver holding the data, paced at 20 Hz, the first {WARMUP} messages excluded. Rate: a back-to-back burst, messages/s arriving.\n\n")
         f.write("| size | ROS 2 p50 ms | bridge p50 ms | ratio | ROS 2 p99 ms | bridge p99 ms | ROS 2 msg/s | bridge msg/s | received (lat, rate) ROS 2 / bridge |\n|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:

@@ -29,7 +29,9 @@ impl Machine {
             .and_then(|rest| rest.split_once(':'))
             .map(|(_, v)| v.trim().to_string());
         let mem_total_kib = read("/proc/meminfo").and_then(|m| {
-            m.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         });
         Machine {
             nproc: std::thread::available_parallelism().ok().map(|n| n.get()),
@@ -82,7 +84,12 @@ mod tests {
 
     #[test]
     fn describes_what_it_knows() {
-        let m = Machine { nproc: Some(2), cpu_model: None, kernel: Some("Linux version 6.1.0 (gcc) #1 SMP".into()), mem_total_kib: Some(8 * 1048576) };
+        let m = Machine {
+            nproc: Some(2),
+            cpu_model: None,
+            kernel: Some("Linux version 6.1.0 (gcc) #1 SMP".into()),
+            mem_total_kib: Some(8 * 1048576),
+        };
         assert_eq!(m.to_string(), "unknown CPU, 2 CPUs, 8 GiB RAM; Linux version 6.1.0");
         let m = Machine { nproc: None, cpu_model: None, kernel: None, mem_total_kib: None };
         assert_eq!(m.to_string(), "unknown CPU, ? CPUs, ? GiB RAM; unknown kernel");

@@ -38,7 +38,13 @@ impl Summary {
         us.sort_by(f64::total_cmp);
         let n = us.len();
         if n == 0 {
-            return Summary { median_us: f64::NAN, p99_us: f64::NAN, min_us: f64::NAN, max_us: f64::NAN, mean_us: f64::NAN };
+            return Summary {
+                median_us: f64::NAN,
+                p99_us: f64::NAN,
+                min_us: f64::NAN,
+                max_us: f64::NAN,
+                mean_us: f64::NAN,
+            };
         }
         // Nearest rank: the smallest sample with at least 99% at or below it.
         let p99 = us[((0.99 * n as f64).ceil() as usize).clamp(1, n) - 1];

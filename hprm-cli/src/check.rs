@@ -7,7 +7,8 @@ use crate::source::Source;
 /// Prints each problem as `FILE:LINE: message` (`FILE:LINE:COLUMN:` when it
 /// is about one value); returns how many there are.
 pub fn run(source: &Source) -> Result<usize> {
-    let mut problems: Vec<_> = source.manifest().check().into_iter().map(|p| (p.location, p.field, p.message)).collect();
+    let mut problems: Vec<_> =
+        source.manifest().check().into_iter().map(|p| (p.location, p.field, p.message)).collect();
     problems.extend(source.launch_problems().into_iter().map(|(l, m)| (l, None, m)));
     for (loc, field, msg) in &problems {
         eprintln!("{}: {msg}", source.locate_field(*loc, *field));
@@ -24,7 +25,12 @@ pub fn run(source: &Source) -> Result<usize> {
             m.coordination
         );
     } else {
-        eprintln!("{}: {} problem{} found", source.path().display(), problems.len(), if problems.len() == 1 { "" } else { "s" });
+        eprintln!(
+            "{}: {} problem{} found",
+            source.path().display(),
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        );
     }
     Ok(problems.len())
 }

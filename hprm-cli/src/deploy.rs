@@ -35,9 +35,12 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     if let Some((loc, problem)) = source.launch_problems().into_iter().next() {
         bail!("{}: {problem}", source.locate(loc));
     }
-    let settings = SystemdOptions { bin_dir: opts.bin_dir.clone(), rti_port: opts.rti_port, rti_bind: opts.rti_bind.clone() };
+    let settings =
+        SystemdOptions { bin_dir: opts.bin_dir.clone(), rti_port: opts.rti_port, rti_bind: opts.rti_bind.clone() };
     let deployment = hprm_cli::systemd::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
-    deployment.write(dir).with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;
+    deployment
+        .write(dir)
+        .with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;
     print!("{}", deployment.summary(dir));
     Ok(0)
 }

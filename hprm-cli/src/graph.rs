@@ -19,10 +19,16 @@ pub fn dot(m: &Manifest) -> String {
     let mode = format!("{:?}", m.coordination).to_lowercase();
     let stp = m.stp.as_deref().map(|s| format!(", STP {s}")).unwrap_or_default();
     s.push_str(&format!("digraph {} {{\n", quote(&m.name)));
-    s.push_str(&format!("  label={}; labelloc=t; fontname=\"Helvetica\";\n", quote(&format!("{} ({mode}{stp})", m.name))));
+    s.push_str(&format!(
+        "  label={}; labelloc=t; fontname=\"Helvetica\";\n",
+        quote(&format!("{} ({mode}{stp})", m.name))
+    ));
     s.push_str("  rankdir=LR; compound=true; node [shape=plaintext, fontname=\"Helvetica\"]; edge [fontname=\"Helvetica\", fontsize=10];\n");
     for (fi, f) in m.federates.iter().enumerate() {
-        s.push_str(&format!("  subgraph cluster_{fi} {{\n    label={}; style=rounded; color=\"#7f8c8d\";\n", quote(&format!("federate {}", f.name))));
+        s.push_str(&format!(
+            "  subgraph cluster_{fi} {{\n    label={}; style=rounded; color=\"#7f8c8d\";\n",
+            quote(&format!("federate {}", f.name))
+        ));
         for r in &f.reactors {
             s.push_str(&format!("    {} [label=<{}>];\n", quote(&node_id(&f.name, &r.name)), reactor_table(r)));
         }
@@ -38,7 +44,14 @@ pub fn dot(m: &Manifest) -> String {
             attrs.push("style=dashed".into());
             attrs.push("arrowhead=open".into());
         }
-        s.push_str(&format!("  {}:{}:e -> {}:{}:w [{}];\n", quote(&fa), quote(&format!("out_{pa}")), quote(&fb), quote(&format!("in_{pb}")), attrs.join(", ")));
+        s.push_str(&format!(
+            "  {}:{}:e -> {}:{}:w [{}];\n",
+            quote(&fa),
+            quote(&format!("out_{pa}")),
+            quote(&fb),
+            quote(&format!("in_{pb}")),
+            attrs.join(", ")
+        ));
     }
     s.push_str("}\n");
     s
@@ -93,7 +106,9 @@ fn reactor_table(r: &hprm_node::manifest::ReactorSpec) -> String {
             .iter()
             .map(|d| {
                 let (n, ty) = port_decl(d);
-                let ty = ty.map(|t| format!(" <FONT POINT-SIZE=\"9\" COLOR=\"#7f8c8d\">{}</FONT>", html(t))).unwrap_or_default();
+                let ty = ty
+                    .map(|t| format!(" <FONT POINT-SIZE=\"9\" COLOR=\"#7f8c8d\">{}</FONT>", html(t)))
+                    .unwrap_or_default();
                 format!("<TR><TD PORT=\"{side}_{}\" BGCOLOR=\"#ecf0f1\">{}{ty}</TD></TR>", html(n), html(n))
             })
             .collect()
@@ -103,13 +118,26 @@ fn reactor_table(r: &hprm_node::manifest::ReactorSpec) -> String {
         middle.push_str(&format!("<BR/><FONT POINT-SIZE=\"9\">{}</FONT>", html(c)));
     }
     for t in &r.timers {
-        middle.push_str(&format!("<BR/><FONT POINT-SIZE=\"9\">timer {} ({}, {})</FONT>", html(&t.name), html(&t.offset), html(&t.period)));
+        middle.push_str(&format!(
+            "<BR/><FONT POINT-SIZE=\"9\">timer {} ({}, {})</FONT>",
+            html(&t.name),
+            html(&t.offset),
+            html(&t.period)
+        ));
     }
     for a in &r.actions {
-        middle.push_str(&format!("<BR/><FONT POINT-SIZE=\"9\">{} action {}</FONT>", if a.physical { "physical" } else { "logical" }, html(&a.name)));
+        middle.push_str(&format!(
+            "<BR/><FONT POINT-SIZE=\"9\">{} action {}</FONT>",
+            if a.physical { "physical" } else { "logical" },
+            html(&a.name)
+        ));
     }
     if !r.reactions.is_empty() {
-        middle.push_str(&format!("<BR/><FONT POINT-SIZE=\"9\">{} reaction{}</FONT>", r.reactions.len(), if r.reactions.len() == 1 { "" } else { "s" }));
+        middle.push_str(&format!(
+            "<BR/><FONT POINT-SIZE=\"9\">{} reaction{}</FONT>",
+            r.reactions.len(),
+            if r.reactions.len() == 1 { "" } else { "s" }
+        ));
     }
     format!(
         "<TABLE BORDER=\"1\" CELLBORDER=\"1\" CELLSPACING=\"0\" CELLPADDING=\"4\" BGCOLOR=\"white\"><TR><TD BORDER=\"0\"><TABLE BORDER=\"0\" CELLSPACING=\"2\">{}</TABLE></TD><TD BGCOLOR=\"#d6eaf8\">{middle}</TD><TD BORDER=\"0\"><TABLE BORDER=\"0\" CELLSPACING=\"2\">{}</TABLE></TD></TR></TABLE>",

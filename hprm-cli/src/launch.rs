@@ -26,7 +26,12 @@ pub struct Options {
 
 /// Runs the program to its end; the exit code for `hprm`.
 pub fn run(source: Source, opts: Options) -> Result<i32> {
-    let mut problems: Vec<String> = source.manifest().check().into_iter().map(|p| format!("{}: {}", source.locate_field(p.location, p.field), p.message)).collect();
+    let mut problems: Vec<String> = source
+        .manifest()
+        .check()
+        .into_iter()
+        .map(|p| format!("{}: {}", source.locate_field(p.location, p.field), p.message))
+        .collect();
     problems.extend(source.launch_problems().into_iter().map(|(l, m)| format!("{}: {m}", source.locate(l))));
     if !problems.is_empty() {
         bail!("the program has problems (see `hprm check`):\n  {}", problems.join("\n  "));
@@ -52,7 +57,11 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     match report.failure_summary(&manifest.name) {
         None => {
             let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
-            eprintln!("hprm: program {} finished: {} federates exited cleanly{restarts}", manifest.name, report.federates.len());
+            eprintln!(
+                "hprm: program {} finished: {} federates exited cleanly{restarts}",
+                manifest.name,
+                report.federates.len()
+            );
         }
         Some(summary) => eprintln!("hprm: {summary}"),
     }

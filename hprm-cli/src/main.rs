@@ -24,7 +24,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::source::Source;
 
 #[derive(Parser)]
-#[command(name = "hprm", version, about = "HPRM: deterministic, zero-copy robotic middleware", propagate_version = true)]
+#[command(
+    name = "hprm",
+    version,
+    about = "HPRM: deterministic, zero-copy robotic middleware",
+    propagate_version = true
+)]
 struct Cli {
     /// Colour in logs: `auto` (only on a terminal, and not with NO_COLOR
     /// set), `always` or `never`; also for the processes `hprm` starts.
@@ -137,11 +142,14 @@ fn main() -> ExitCode {
     // Set before any thread exists.
     // Without the flag, an HPRM_COLOR already in the environment holds.
     if let Some(c) = cli.color {
-        std::env::set_var("HPRM_COLOR", match c {
-            ColorArg::Auto => "auto",
-            ColorArg::Always => "always",
-            ColorArg::Never => "never",
-        });
+        std::env::set_var(
+            "HPRM_COLOR",
+            match c {
+                ColorArg::Auto => "auto",
+                ColorArg::Always => "always",
+                ColorArg::Never => "never",
+            },
+        );
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -162,9 +170,13 @@ fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Launch { program, coordination, stp, fast, timeout, log_dir, store_memory, trace, args } => {
             let coordination = match (coordination, stp) {
-                (Some(CoordinationArg::Centralized), Some(_)) => anyhow::bail!("--stp applies to decentralized coordination only; drop it or pass --coordination decentralized"),
+                (Some(CoordinationArg::Centralized), Some(_)) => anyhow::bail!(
+                    "--stp applies to decentralized coordination only; drop it or pass --coordination decentralized"
+                ),
                 (Some(CoordinationArg::Centralized), None) => Some(hprm_node::Coordination::Centralized),
-                (Some(CoordinationArg::Decentralized), stp) => Some(hprm_node::Coordination::Decentralized { stp: stp.unwrap_or(std::time::Duration::from_millis(20)) }),
+                (Some(CoordinationArg::Decentralized), stp) => Some(hprm_node::Coordination::Decentralized {
+                    stp: stp.unwrap_or(std::time::Duration::from_millis(20)),
+                }),
                 (None, Some(_)) => anyhow::bail!("--stp needs --coordination decentralized"),
                 (None, None) => None,
             };

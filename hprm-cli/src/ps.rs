@@ -40,7 +40,9 @@ pub fn run(args: &PsArgs) -> anyhow::Result<i32> {
 
 /// The system clock in ns since the epoch (the clock status files use).
 fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// `ns` as a short duration: `850 µs`, `12.3 ms`, `4.20 s`, `3m05s`.
@@ -61,7 +63,8 @@ pub fn human(ns: i64) -> String {
 }
 
 fn table(programs: &[Running], now: i64) -> String {
-    let mut rows = vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S"].map(String::from).to_vec()];
+    let mut rows =
+        vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S"].map(String::from).to_vec()];
     for p in programs {
         let mut first = true;
         for f in &p.federates {
@@ -70,9 +73,20 @@ fn table(programs: &[Running], now: i64) -> String {
             } else {
                 vec![String::new(); 3]
             };
-            let pid = if f.alive { f.pid.to_string() } else if f.pid == 0 { "-".into() } else { format!("{} (exited)", f.pid) };
+            let pid = if f.alive {
+                f.pid.to_string()
+            } else if f.pid == 0 {
+                "-".into()
+            } else {
+                format!("{} (exited)", f.pid)
+            };
             let rest = match &f.status {
-                Some(s) => vec![format!("{}/{}", human(s.tag_ns), s.microstep), human(s.lag_ns), format!("{:.0}", s.messages_in_per_s), format!("{:.0}", s.messages_out_per_s)],
+                Some(s) => vec![
+                    format!("{}/{}", human(s.tag_ns), s.microstep),
+                    human(s.lag_ns),
+                    format!("{:.0}", s.messages_in_per_s),
+                    format!("{:.0}", s.messages_out_per_s),
+                ],
                 None => vec![if f.alive { "starting".into() } else { "-".into() }, "-".into(), "-".into(), "-".into()],
             };
             let mut row = head;
@@ -81,7 +95,8 @@ fn table(programs: &[Running], now: i64) -> String {
             rows.push(row);
         }
     }
-    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for r in rows {
         let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
@@ -91,7 +106,8 @@ fn table(programs: &[Running], now: i64) -> String {
     // The daemons under the table, one line per program: a socket path is
     // too long for a column.
     for p in programs {
-        let daemon = |pid: u32, at: String| format!("pid {}{} at {at}", pid, if status::alive(pid) { "" } else { " (exited)" });
+        let daemon =
+            |pid: u32, at: String| format!("pid {}{} at {at}", pid, if status::alive(pid) { "" } else { " (exited)" });
         let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
         let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));

@@ -52,7 +52,9 @@ impl Source {
         let (kind, manifest, toml) = match ext {
             "toml" => {
                 let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                let m: Manifest = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not a valid manifest: {}", path.display(), e.to_string().trim_end()))?;
+                let m: Manifest = toml::from_str(&text).map_err(|e| {
+                    anyhow::anyhow!("{}: not a valid manifest: {}", path.display(), e.to_string().trim_end())
+                })?;
                 (Kind::Toml(path), m, Some(text))
             }
             "py" => {
@@ -61,7 +63,10 @@ impl Source {
             }
             _ => {
                 if !is_executable(&path) {
-                    bail!("{} is neither a Python file (.py), a TOML manifest (.toml), nor an executable program", path.display());
+                    bail!(
+                        "{} is neither a Python file (.py), a TOML manifest (.toml), nor an executable program",
+                        path.display()
+                    );
                 }
                 let m = describe(Command::new(&path).args(args), &path)?;
                 (Kind::Binary(path), m, None)
@@ -123,7 +128,8 @@ impl Source {
         if let Some(argv) = spec.and_then(|f| f.command.as_ref()).filter(|a| !a.is_empty()) {
             // Relative programs are relative to the manifest (or program) file.
             let prog = Path::new(&argv[0]);
-            let prog = if prog.components().count() > 1 && prog.is_relative() { base.join(prog) } else { prog.to_path_buf() };
+            let prog =
+                if prog.components().count() > 1 && prog.is_relative() { base.join(prog) } else { prog.to_path_buf() };
             let mut c = Command::new(prog);
             c.args(&argv[1..]).current_dir(&base);
             return c;
@@ -161,7 +167,8 @@ fn python_command() -> Command {
     if let Some(p) = std::env::var_os("HPRM_PYTHON") {
         return Command::new(p);
     }
-    let sibling = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("python"))).filter(|p| p.is_file());
+    let sibling =
+        std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("python"))).filter(|p| p.is_file());
     Command::new(sibling.unwrap_or_else(|| PathBuf::from("python3")))
 }
 
@@ -176,7 +183,11 @@ fn describe(cmd: &mut Command, path: &Path) -> Result<Manifest> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let out = dir.join("manifest.json");
     let _ = std::fs::remove_file(&out);
-    let run = cmd.env("HPRM_DESCRIBE", &out).env_remove("HPRM_FEDERATE").output().with_context(|| format!("running {} to read its program", path.display()));
+    let run = cmd
+        .env("HPRM_DESCRIBE", &out)
+        .env_remove("HPRM_FEDERATE")
+        .output()
+        .with_context(|| format!("running {} to read its program", path.display()));
     let text = std::fs::read_to_string(&out);
     let _ = std::fs::remove_dir_all(&dir);
     let run = run?;
@@ -221,7 +232,9 @@ fn toml_value_position(text: &str, loc: Location, field: Field) -> Option<(usize
 
 /// The line of the table a location points at in a TOML manifest.
 fn toml_line(text: &str, loc: Location) -> Option<usize> {
-    let header = |l: &str, name: &str| l.trim_start().strip_prefix("[[").and_then(|r| r.split("]]").next()).is_some_and(|h| h.trim() == name);
+    let header = |l: &str, name: &str| {
+        l.trim_start().strip_prefix("[[").and_then(|r| r.split("]]").next()).is_some_and(|h| h.trim() == name)
+    };
     let (mut fed, mut reactor, mut conn) = (None::<usize>, None::<usize>, None::<usize>);
     for (i, l) in text.lines().enumerate() {
         let line = i + 1;
@@ -254,8 +267,13 @@ mod tests {
     /// the file name).
     fn located(text: &str) -> Vec<String> {
         let m: Manifest = toml::from_str(text).expect("parses");
-        let src = Source { kind: Kind::Toml(PathBuf::from("m.toml")), args: vec![], manifest: m, toml: Some(text.into()) };
-        src.manifest().check().into_iter().map(|p| format!("{}: {}", src.locate_field(p.location, p.field), p.message)).collect()
+        let src =
+            Source { kind: Kind::Toml(PathBuf::from("m.toml")), args: vec![], manifest: m, toml: Some(text.into()) };
+        src.manifest()
+            .check()
+            .into_iter()
+            .map(|p| format!("{}: {}", src.locate_field(p.location, p.field), p.message))
+            .collect()
     }
 
     #[test]
@@ -272,7 +290,10 @@ mod tests {
     #[test]
     fn a_duplicate_federate_is_located_at_its_name_and_alone() {
         let t = "name = \"x\"\n[[federate]]\nname = \"a\"\n[[federate.reactor]]\nname = \"r\"\noutputs = [\"o\"]\n[[federate]]\nname = \"a\"\n[[federate.reactor]]\nname = \"s\"\ninputs = [\"i\"]\n[[connection]]\nfrom = \"a.o\"\nto = \"a.i\"\n";
-        assert_eq!(located(t), vec!["m.toml:8:8: two federates are named \"a\"; federate names must be unique".to_string()]);
+        assert_eq!(
+            located(t),
+            vec!["m.toml:8:8: two federates are named \"a\"; federate names must be unique".to_string()]
+        );
     }
 
     #[test]

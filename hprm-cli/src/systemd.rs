@@ -70,7 +70,9 @@ impl Default for SystemdOptions {
 pub enum DeployError {
     #[error("program {0:?} has no federates; there is nothing to deploy")]
     NoFederates(String),
-    #[error("{what} {name:?} cannot name a directory under /etc/hprm; rename it (no '/', not empty, not starting with '.')")]
+    #[error(
+        "{what} {name:?} cannot name a directory under /etc/hprm; rename it (no '/', not empty, not starting with '.')"
+    )]
     BadName { what: &'static str, name: String },
     #[error("the command of federate {federate} is empty; give it a command (or a module) in the program")]
     EmptyCommand { federate: String },
@@ -126,7 +128,13 @@ impl Deployment {
     pub fn summary(&self, dir: &Path) -> String {
         let mut s = String::new();
         let n = self.federate_units.len();
-        let _ = writeln!(s, "Deployment of program {} ({n} federate{}) written to {}:", self.program, if n == 1 { "" } else { "s" }, dir.display());
+        let _ = writeln!(
+            s,
+            "Deployment of program {} ({n} federate{}) written to {}:",
+            self.program,
+            if n == 1 { "" } else { "s" },
+            dir.display()
+        );
         for f in &self.files {
             let _ = writeln!(s, "  {}", f.path.display());
         }
@@ -139,8 +147,16 @@ impl Deployment {
         for (f, u) in &self.federate_units {
             let _ = writeln!(s, "  {f:<16} '{u}'");
         }
-        let _ = writeln!(s, "Check: systemctl status '{}'; logs: journalctl -u '{}' -u 'hprm-federate@*'", self.target, self.rti_unit);
-        let _ = writeln!(s, "Stop: systemctl stop '{}'; restart the whole program: systemctl restart '{}'", self.target, self.target);
+        let _ = writeln!(
+            s,
+            "Check: systemctl status '{}'; logs: journalctl -u '{}' -u 'hprm-federate@*'",
+            self.target, self.rti_unit
+        );
+        let _ = writeln!(
+            s,
+            "Stop: systemctl stop '{}'; restart the whole program: systemctl restart '{}'",
+            self.target, self.target
+        );
         if let Some(m) = &self.store_memory {
             let _ = writeln!(s, "The program asks for a {m} store: HPRM_STORE_MEMORY in /etc/hprm/store.conf must be at least that (the store is shared by every program on the host).");
         }
@@ -154,7 +170,11 @@ impl Deployment {
 /// The files that deploy `manifest` under systemd; `command` gives the
 /// command that runs each federate (as a launcher would, without the
 /// `HPRM_*` variables, which the units set).
-pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &SystemdOptions) -> Result<Deployment, DeployError> {
+pub fn systemd(
+    manifest: &Manifest,
+    command: &dyn Fn(&str) -> Command,
+    opts: &SystemdOptions,
+) -> Result<Deployment, DeployError> {
     let program = manifest.name.as_str();
     check_name("program name", program)?;
     if manifest.federates.is_empty() {
@@ -174,7 +194,10 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
 
     let bin_dir = opts.bin_dir.to_string_lossy();
     for (name, text) in TEMPLATES {
-        files.push(file(Path::new(UNIT_DIR).join(name), text.replace(&format!("{TEMPLATE_BIN_DIR}/"), &format!("{}/", bin_dir.trim_end_matches('/')))));
+        files.push(file(
+            Path::new(UNIT_DIR).join(name),
+            text.replace(&format!("{TEMPLATE_BIN_DIR}/"), &format!("{}/", bin_dir.trim_end_matches('/'))),
+        ));
     }
 
     let manifest_path = conf_dir.join("manifest.json");
@@ -188,7 +211,13 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
     // federates on one host share its clock.
     let mut rti_args = "--clock-sync off".to_string();
     // systemd restarts these federates (Restart=on-failure): the RTI takes them back.
-    let restartable: Vec<String> = manifest.federates.iter().enumerate().filter(|(_, f)| f.restart == RestartPolicy::OnFailure).map(|(i, _)| i.to_string()).collect();
+    let restartable: Vec<String> = manifest
+        .federates
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.restart == RestartPolicy::OnFailure)
+        .map(|(i, _)| i.to_string())
+        .collect();
     if !restartable.is_empty() {
         rti_args.push_str(&format!(" --restartable {}", restartable.join(",")));
     }
@@ -204,8 +233,13 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
         check_name("federate name", &f.name)?;
         let unit = format!("hprm-federate@{p}-{}.service", unit_escape(&f.name));
         let cmd = command(&f.name);
-        let unrepresentable = |what: &std::ffi::OsStr| DeployError::Unrepresentable { federate: f.name.clone(), what: what.to_string_lossy().into_owned() };
-        let text = |s: &std::ffi::OsStr| s.to_str().filter(|t| !t.contains('\n')).map(str::to_owned).ok_or_else(|| unrepresentable(s));
+        let unrepresentable = |what: &std::ffi::OsStr| DeployError::Unrepresentable {
+            federate: f.name.clone(),
+            what: what.to_string_lossy().into_owned(),
+        };
+        let text = |s: &std::ffi::OsStr| {
+            s.to_str().filter(|t| !t.contains('\n')).map(str::to_owned).ok_or_else(|| unrepresentable(s))
+        };
 
         let mut env = header.clone();
         env.push_str(&env_line("HPRM_FEDERATE", &f.name));
@@ -219,7 +253,10 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
         }
         files.push(file(strip_root(&conf_dir.join(format!("{}.env", f.name))), env));
 
-        let exe = resolve(cmd.get_program()).ok_or_else(|| DeployError::NotFound { federate: f.name.clone(), program: cmd.get_program().to_string_lossy().into_owned() })?;
+        let exe = resolve(cmd.get_program()).ok_or_else(|| DeployError::NotFound {
+            federate: f.name.clone(),
+            program: cmd.get_program().to_string_lossy().into_owned(),
+        })?;
         let mut argv = vec![text(exe.as_os_str())?];
         for a in cmd.get_args() {
             argv.push(text(a)?);
@@ -228,7 +265,8 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
             return Err(DeployError::EmptyCommand { federate: f.name.clone() });
         }
         paths.push(argv[0].clone());
-        let mut drop_in = format!("# Written by `hprm deploy --systemd`: federate {} of program {program}.\n[Unit]\n", f.name);
+        let mut drop_in =
+            format!("# Written by `hprm deploy --systemd`: federate {} of program {program}.\n[Unit]\n", f.name);
         let _ = writeln!(drop_in, "Description=HPRM federate {} of program {program}", f.name);
         let _ = writeln!(drop_in, "Requires={rti_unit}\nAfter={rti_unit}\nPartOf={target}");
         let restart = match f.restart {
@@ -241,7 +279,11 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
                 "on-failure"
             }
         };
-        let _ = writeln!(drop_in, "\n[Service]\nExecStart=\nExecStart={}", argv.iter().map(|a| exec_quote(a)).collect::<Vec<_>>().join(" "));
+        let _ = writeln!(
+            drop_in,
+            "\n[Service]\nExecStart=\nExecStart={}",
+            argv.iter().map(|a| exec_quote(a)).collect::<Vec<_>>().join(" ")
+        );
         if let Some(dir) = cmd.get_current_dir() {
             let dir = text(dir.as_os_str())?;
             let _ = writeln!(drop_in, "WorkingDirectory={}", exec_quote(&dir));
@@ -250,7 +292,9 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
         let _ = writeln!(drop_in, "Restart={restart}");
         let under = |roots: &[&str]| paths.iter().find(|p| roots.iter().any(|r| Path::new(p).starts_with(r))).cloned();
         if let Some(home) = under(&["/home", "/root", "/run/user"]) {
-            drop_in.push_str("# The command lives in a home directory, which the template hides.\nProtectHome=read-only\n");
+            drop_in.push_str(
+                "# The command lives in a home directory, which the template hides.\nProtectHome=read-only\n",
+            );
             notes.push(format!("federate {} runs from {home}; the unit runs as user hprm, which must be able to read it (better: install the program under /opt or /usr/local)", f.name));
         }
         if let Some(tmp) = under(&["/tmp", "/var/tmp"]) {
@@ -268,10 +312,19 @@ pub fn systemd(manifest: &Manifest, command: &dyn Fn(&str) -> Command, opts: &Sy
     files.push(file(Path::new(UNIT_DIR).join(format!("{target}.d")).join(DROP_IN), wants));
     if manifest.federates.iter().all(|f| f.restart == RestartPolicy::Stop) {
         // A new RTI would wait for federates that systemd does not restart.
-        let text = format!("{header}# No federate restarts on failure, so neither does the RTI.\n[Service]\nRestart=no\n");
+        let text =
+            format!("{header}# No federate restarts on failure, so neither does the RTI.\n[Service]\nRestart=no\n");
         files.push(file(Path::new(UNIT_DIR).join(format!("{rti_unit}.d")).join(DROP_IN), text));
     }
-    Ok(Deployment { program: program.into(), files, target, rti_unit, federate_units, notes, store_memory: manifest.store_memory.clone() })
+    Ok(Deployment {
+        program: program.into(),
+        files,
+        target,
+        rti_unit,
+        federate_units,
+        notes,
+        store_memory: manifest.store_memory.clone(),
+    })
 }
 
 fn check_name(what: &'static str, name: &str) -> Result<(), DeployError> {
@@ -346,14 +399,20 @@ mod tests {
             threshold: None,
             timeout: None,
             store_memory: Some("1G".into()),
-            federates: vec![fed("camera", RestartPolicy::OnFailure, Some(3)), fed("plan ner", RestartPolicy::Stop, None)],
+            federates: vec![
+                fed("camera", RestartPolicy::OnFailure, Some(3)),
+                fed("plan ner", RestartPolicy::Stop, None),
+            ],
             connections: Vec::new(),
         }
     }
 
     fn command(name: &str) -> Command {
         let mut c = Command::new("/opt/robot/bin/robot");
-        c.args(["--mode", "50% $HOME \"quoted\""]).env("PYTHONPATH", "/opt/robot/lib").env_remove("GONE").current_dir("/opt/robot");
+        c.args(["--mode", "50% $HOME \"quoted\""])
+            .env("PYTHONPATH", "/opt/robot/lib")
+            .env_remove("GONE")
+            .current_dir("/opt/robot");
         if name == "camera" {
             c.arg("--camera");
         }
@@ -361,7 +420,11 @@ mod tests {
     }
 
     fn get<'a>(d: &'a Deployment, path: &str) -> &'a str {
-        &d.files.iter().find(|f| f.path == Path::new(path)).unwrap_or_else(|| panic!("no {path} in {:#?}", d.files.iter().map(|f| &f.path).collect::<Vec<_>>())).contents
+        &d.files
+            .iter()
+            .find(|f| f.path == Path::new(path))
+            .unwrap_or_else(|| panic!("no {path} in {:#?}", d.files.iter().map(|f| &f.path).collect::<Vec<_>>()))
+            .contents
     }
 
     #[test]
@@ -380,19 +443,45 @@ mod tests {
         assert_eq!(d.federate_units[1].1, "hprm-federate@my\\x2drobot-plan\\x20ner.service");
 
         let rti = get(&d, "etc/hprm/my-robot/rti.conf");
-        assert!(rti.contains("HPRM_FEDERATES=\"2\"\n") && rti.contains("HPRM_FEDERATION=\"my-robot\"\n") && rti.contains("HPRM_RTI_PORT=\"15045\"\n"), "{rti}");
+        assert!(
+            rti.contains("HPRM_FEDERATES=\"2\"\n")
+                && rti.contains("HPRM_FEDERATION=\"my-robot\"\n")
+                && rti.contains("HPRM_RTI_PORT=\"15045\"\n"),
+            "{rti}"
+        );
         assert!(rti.contains("HPRM_RTI_ARGS=\"--clock-sync off --restartable 0\"\n"), "the camera restarts: {rti}");
         let env = get(&d, "etc/hprm/my-robot/plan ner.env");
-        assert!(env.contains("HPRM_FEDERATE=\"plan ner\"\n") && env.contains("HPRM_RTI=\"127.0.0.1:15045\"\n"), "{env}");
-        assert!(env.contains("HPRM_MANIFEST=\"/etc/hprm/my-robot/manifest.json\"\n") && env.contains("PYTHONPATH=\"/opt/robot/lib\"\n") && !env.contains("GONE"), "{env}");
+        assert!(
+            env.contains("HPRM_FEDERATE=\"plan ner\"\n") && env.contains("HPRM_RTI=\"127.0.0.1:15045\"\n"),
+            "{env}"
+        );
+        assert!(
+            env.contains("HPRM_MANIFEST=\"/etc/hprm/my-robot/manifest.json\"\n")
+                && env.contains("PYTHONPATH=\"/opt/robot/lib\"\n")
+                && !env.contains("GONE"),
+            "{env}"
+        );
         assert_eq!(Manifest::from_json(get(&d, "etc/hprm/my-robot/manifest.json")).unwrap(), manifest());
 
         let cam = get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf");
-        assert!(cam.contains("\nExecStart=\nExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\" --camera\n"), "{cam}");
+        assert!(
+            cam.contains(
+                "\nExecStart=\nExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\" --camera\n"
+            ),
+            "{cam}"
+        );
         assert!(cam.contains("Requires=hprm-rti@my\\x2drobot.service\nAfter=hprm-rti@my\\x2drobot.service\nPartOf=hprm@my\\x2drobot.target\n"), "{cam}");
-        assert!(cam.contains("Restart=on-failure\n") && cam.contains("StartLimitBurst=4\n") && cam.contains("WorkingDirectory=/opt/robot\n"), "{cam}");
+        assert!(
+            cam.contains("Restart=on-failure\n")
+                && cam.contains("StartLimitBurst=4\n")
+                && cam.contains("WorkingDirectory=/opt/robot\n"),
+            "{cam}"
+        );
         let planner = get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-plan\\x20ner.service.d/hprm-deploy.conf");
-        assert!(planner.contains("Restart=no\n") && !planner.contains("StartLimit") && !planner.contains("ProtectHome"), "{planner}");
+        assert!(
+            planner.contains("Restart=no\n") && !planner.contains("StartLimit") && !planner.contains("ProtectHome"),
+            "{planner}"
+        );
 
         let target = get(&d, "etc/systemd/system/hprm@my\\x2drobot.target.d/hprm-deploy.conf");
         assert!(target.contains("Wants=hprm-federate@my\\x2drobot-camera.service\nWants=hprm-federate@my\\x2drobot-plan\\x20ner.service\n"), "{target}");
@@ -410,12 +499,14 @@ mod tests {
         m.federates.iter_mut().for_each(|f| f.restart = RestartPolicy::Stop);
         let home = |_: &str| Command::new("/home/ann/robot/run");
         let d = systemd(&m, &home, &SystemdOptions::default()).unwrap();
-        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf").contains("ProtectHome=read-only\n"));
+        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf")
+            .contains("ProtectHome=read-only\n"));
         assert!(d.notes.iter().any(|n| n.contains("/home/ann/robot/run")), "{:?}", d.notes);
         assert!(get(&d, "etc/systemd/system/hprm-rti@my\\x2drobot.service.d/hprm-deploy.conf").contains("Restart=no\n"));
         let tmp = |_: &str| Command::new("/tmp/robot");
         let d = systemd(&m, &tmp, &SystemdOptions::default()).unwrap();
-        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf").contains("PrivateTmp=no\n"));
+        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf")
+            .contains("PrivateTmp=no\n"));
     }
 
     #[test]

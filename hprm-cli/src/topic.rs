@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use hprm_node::payload::{BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED};
+use hprm_node::payload::{
+    BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
+};
 use hprm_node::status::{self, Running};
 use hprm_node::tap::{Next, TapClient, TapMessage};
 
@@ -66,20 +68,34 @@ pub fn run(args: &TopicArgs) -> anyhow::Result<i32> {
 fn find(w: &Watch, federate: &str) -> anyhow::Result<Running> {
     let base = w.runtime_base.clone().unwrap_or_else(status::runtime_base);
     let all = status::scan(&base);
-    let mut hits: Vec<Running> = all.iter().filter(|r| r.federates.iter().any(|f| f.name == federate)).cloned().collect();
+    let mut hits: Vec<Running> =
+        all.iter().filter(|r| r.federates.iter().any(|f| f.name == federate)).cloned().collect();
     if let Some(p) = &w.program {
         hits.retain(|r| r.launch.program == *p || r.launch.pid.to_string() == *p);
     }
     match hits.len() {
         1 => Ok(hits.remove(0)),
-        0 if all.is_empty() => bail!("no HPRM program is running (looked in {}); start one with `hprm launch`", base.display()),
+        0 if all.is_empty() => {
+            bail!("no HPRM program is running (looked in {}); start one with `hprm launch`", base.display())
+        }
         0 => {
-            let feds: Vec<String> = all.iter().flat_map(|r| r.federates.iter().map(move |f| format!("{}.{}", r.launch.program, f.name))).collect();
-            bail!("no running program{} has a federate named {federate:?}; running federates: {}", w.program.as_ref().map(|p| format!(" {p:?}")).unwrap_or_default(), feds.join(", "))
+            let feds: Vec<String> = all
+                .iter()
+                .flat_map(|r| r.federates.iter().map(move |f| format!("{}.{}", r.launch.program, f.name)))
+                .collect();
+            bail!(
+                "no running program{} has a federate named {federate:?}; running federates: {}",
+                w.program.as_ref().map(|p| format!(" {p:?}")).unwrap_or_default(),
+                feds.join(", ")
+            )
         }
         _ => {
-            let progs: Vec<String> = hits.iter().map(|r| format!("{} (pid {})", r.launch.program, r.launch.pid)).collect();
-            bail!("several running programs have a federate named {federate:?}: {}; pick one with --program NAME|PID", progs.join(", "))
+            let progs: Vec<String> =
+                hits.iter().map(|r| format!("{} (pid {})", r.launch.program, r.launch.pid)).collect();
+            bail!(
+                "several running programs have a federate named {federate:?}: {}; pick one with --program NAME|PID",
+                progs.join(", ")
+            )
         }
     }
 }
@@ -93,7 +109,11 @@ fn attach(w: &Watch) -> anyhow::Result<TapClient> {
 }
 
 /// Calls `each` for every tapped message until `--count` or the end.
-fn watch(w: &Watch, tap: &mut TapClient, mut each: impl FnMut(&TapMessage, Instant) -> anyhow::Result<()>) -> anyhow::Result<u64> {
+fn watch(
+    w: &Watch,
+    tap: &mut TapClient,
+    mut each: impl FnMut(&TapMessage, Instant) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
     let mut n = 0;
     while w.count.map_or(true, |c| n < c) {
         match tap.next(Some(Duration::from_millis(500)))? {
@@ -127,7 +147,12 @@ fn echo(w: &Watch) -> anyhow::Result<i32> {
 
 /// ns as seconds with 9 decimals.
 fn seconds(ns: i64) -> String {
-    format!("{}{}.{:09} s", if ns < 0 { "-" } else { "" }, ns.unsigned_abs() / 1_000_000_000, ns.unsigned_abs() % 1_000_000_000)
+    format!(
+        "{}{}.{:09} s",
+        if ns < 0 { "-" } else { "" },
+        ns.unsigned_abs() / 1_000_000_000,
+        ns.unsigned_abs() % 1_000_000_000
+    )
 }
 
 /// Rate over a window of (arrival, tag) pairs.
@@ -153,7 +178,12 @@ fn hz(w: &Watch) -> anyhow::Result<i32> {
     let show = |window: &std::collections::VecDeque<(Instant, i64)>, seen: u64, dropped: u64| {
         let r = rates(window);
         let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
-        println!("average rate: {} msg/s (by tag: {} msg/s)  window: {}  messages: {seen}  dropped: {dropped}", fmt(r.wall), fmt(r.logical), window.len());
+        println!(
+            "average rate: {} msg/s (by tag: {} msg/s)  window: {}  messages: {seen}  dropped: {dropped}",
+            fmt(r.wall),
+            fmt(r.logical),
+            window.len()
+        );
     };
     let mut seen = 0;
     let n = watch(w, &mut tap, |m, at| {
@@ -200,12 +230,22 @@ fn value(out: &mut String, v: &rmpv::Value) {
     use rmpv::Value as V;
     match v {
         V::Nil => out.push_str("null"),
-        V::Boolean(b) => { let _ = write!(out, "{b}"); }
-        V::Integer(i) => { let _ = write!(out, "{i}"); }
-        V::F32(f) => { let _ = write!(out, "{f}"); }
-        V::F64(f) => { let _ = write!(out, "{f}"); }
+        V::Boolean(b) => {
+            let _ = write!(out, "{b}");
+        }
+        V::Integer(i) => {
+            let _ = write!(out, "{i}");
+        }
+        V::F32(f) => {
+            let _ = write!(out, "{f}");
+        }
+        V::F64(f) => {
+            let _ = write!(out, "{f}");
+        }
         V::String(s) => out.push_str(&serde_json::to_string(s.as_str().unwrap_or("<not UTF-8>")).unwrap_or_default()),
-        V::Binary(b) => { let _ = write!(out, "<{} bytes: {}>", b.len(), hex(b)); }
+        V::Binary(b) => {
+            let _ = write!(out, "<{} bytes: {}>", b.len(), hex(b));
+        }
         V::Array(items) => {
             out.push('[');
             for (i, x) in items.iter().take(SHOWN).enumerate() {
@@ -250,18 +290,32 @@ fn ext(out: &mut String, ty: i8, data: &[u8]) {
                 let shape: Vec<String> = d.shape.iter().map(ToString::to_string).collect();
                 let _ = write!(out, "<{kind} {} [{}] {} bytes", d.dtype, shape.join(", "), d.nbytes);
                 match &d.location {
-                    Location::Inline(b) => { let _ = write!(out, " inline: {}>", hex(b)); }
-                    Location::Store(id) => { let _ = write!(out, " in store object {id}>"); }
+                    Location::Inline(b) => {
+                        let _ = write!(out, " inline: {}>", hex(b));
+                    }
+                    Location::Store(id) => {
+                        let _ = write!(out, " in store object {id}>");
+                    }
                 }
             }
-            Err(e) => { let _ = write!(out, "<malformed buffer: {e}>"); }
+            Err(e) => {
+                let _ = write!(out, "<malformed buffer: {e}>");
+            }
         },
         EXT_SPILLED => match SpilledMessage::decode(data) {
-            Ok(s) => { let _ = write!(out, "<message of {} bytes in store object {}>", s.nbytes, s.id); }
-            Err(e) => { let _ = write!(out, "<malformed spilled message: {e}>"); }
+            Ok(s) => {
+                let _ = write!(out, "<message of {} bytes in store object {}>", s.nbytes, s.id);
+            }
+            Err(e) => {
+                let _ = write!(out, "<malformed spilled message: {e}>");
+            }
         },
-        EXT_PICKLED => { let _ = write!(out, "<pickled Python object, {} bytes>", data.len()); }
-        other => { let _ = write!(out, "<ext {other}, {} bytes: {}>", data.len(), hex(data)); }
+        EXT_PICKLED => {
+            let _ = write!(out, "<pickled Python object, {} bytes>", data.len());
+        }
+        other => {
+            let _ = write!(out, "<ext {other}, {} bytes: {}>", data.len(), hex(data));
+        }
     }
 }
 
@@ -281,9 +335,14 @@ mod tests {
     #[test]
     fn values_and_inline_buffers_render_as_text() {
         let pixels = Buffer::from_vec((0u8..20).collect()).with_shape(&[4, 5]).expect("shape");
-        let bytes = Encoder::default().encode(&Frame { stamp: 7, name: "cam".into(), pixels, tags: (0..20).collect() }, 1).expect("encode");
+        let bytes = Encoder::default()
+            .encode(&Frame { stamp: 7, name: "cam".into(), pixels, tags: (0..20).collect() }, 1)
+            .expect("encode");
         let text = render(&bytes);
-        assert!(text.starts_with(r#"{"stamp": 7, "name": "cam", "pixels": <buffer |u1 [4, 5] 20 bytes inline: 00 01 02"#), "{text}");
+        assert!(
+            text.starts_with(r#"{"stamp": 7, "name": "cam", "pixels": <buffer |u1 [4, 5] 20 bytes inline: 00 01 02"#),
+            "{text}"
+        );
         assert!(text.contains("0f ...>") && text.contains("... (4 more)]"), "{text}");
         assert_eq!(render(&Encoder::default().encode(&42u64, 1).expect("encode")), "42");
         assert!(render(&[0x92, 0x01]).starts_with("<undecodable payload of 2 bytes"));

@@ -36,7 +36,11 @@ fn check_reports_every_broken_manifest_with_its_location() {
             continue;
         }
         let text_of = std::fs::read_to_string(&path).expect("read");
-        let expect = text_of.lines().next().and_then(|l| l.strip_prefix("# expect: ")).unwrap_or_else(|| panic!("{} has no `# expect:` line", path.display()));
+        let expect = text_of
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{} has no `# expect:` line", path.display()));
         let (line, message) = expect.split_once(": ").expect("LINE: MESSAGE");
         let out = hprm().arg("check").arg(&path).output().expect("run hprm");
         let all = text(&out);
@@ -45,10 +49,18 @@ fn check_reports_every_broken_manifest_with_its_location() {
         let located = format!("{}:{line}: {message}", canonical.display());
         // TOML syntax errors are located by the TOML parser itself.
         let by_parser = format!("TOML parse error at line {line}");
-        assert!(all.contains(&located) || (all.contains(&by_parser) && all.contains(message)), "{}: expected `{located}` in:\n{all}", path.display());
+        assert!(
+            all.contains(&located) || (all.contains(&by_parser) && all.contains(message)),
+            "{}: expected `{located}` in:\n{all}",
+            path.display()
+        );
         if let Some(n) = text_of.lines().nth(1).and_then(|l| l.strip_prefix("# problems: ")) {
             let plural = if n == "1" { "" } else { "s" };
-            assert!(all.contains(&format!(": {n} problem{plural} found")), "{}: expected {n} problem{plural} in:\n{all}", path.display());
+            assert!(
+                all.contains(&format!(": {n} problem{plural} found")),
+                "{}: expected {n} problem{plural} in:\n{all}",
+                path.display()
+            );
         }
         n += 1;
     }
@@ -59,7 +71,11 @@ fn check_reports_every_broken_manifest_with_its_location() {
 fn check_accepts_a_valid_program_and_names_what_is_missing() {
     let out = hprm().arg("check").arg(support::program("perception")).output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("program perception is valid: 3 federates, 3 reactors, 2 connections"), "{}", text(&out));
+    assert!(
+        text(&out).contains("program perception is valid: 3 federates, 3 reactors, 2 connections"),
+        "{}",
+        text(&out)
+    );
     // A bare name is a binary next to hprm (or on PATH).
     let out = hprm().args(["check", "perception"]).output().expect("run");
     assert!(out.status.success() && text(&out).contains("program perception is valid"), "{}", text(&out));
@@ -68,7 +84,11 @@ fn check_accepts_a_valid_program_and_names_what_is_missing() {
     assert!(text(&out).contains("no such program: no/such/program.py"), "{}", text(&out));
     let not_a_program = manifests().join("..").join("cli.rs");
     let out = hprm().arg("check").arg(&not_a_program).output().expect("run");
-    assert!(text(&out).contains("is neither a Python file (.py), a TOML manifest (.toml), nor an executable program"), "{}", text(&out));
+    assert!(
+        text(&out).contains("is neither a Python file (.py), a TOML manifest (.toml), nor an executable program"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// The DOT parses (Graphviz reads it back in canonical form with every
@@ -80,10 +100,21 @@ fn graph_writes_dot_svg_and_png() {
     let dot = dir.path().join("p.dot");
     let out = hprm().arg("graph").arg(&prog).arg("-o").arg(&dot).output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
-    let canon = Command::new("dot").arg("-Tcanon").arg(&dot).output().expect("Graphviz's dot is needed for this test (apt-get install graphviz)");
+    let canon = Command::new("dot")
+        .arg("-Tcanon")
+        .arg(&dot)
+        .output()
+        .expect("Graphviz's dot is needed for this test (apt-get install graphviz)");
     assert!(canon.status.success(), "dot could not parse the graph: {}", String::from_utf8_lossy(&canon.stderr));
     let canon = String::from_utf8_lossy(&canon.stdout);
-    for needle in ["federate camera", "federate detector", "federate planner", "\"camera.camera\"", "\"detector.detector\"", "after 33333333ns"] {
+    for needle in [
+        "federate camera",
+        "federate detector",
+        "federate planner",
+        "\"camera.camera\"",
+        "\"detector.detector\"",
+        "after 33333333ns",
+    ] {
         assert!(canon.contains(needle), "{needle} missing from:\n{canon}");
     }
     let svg = dir.path().join("p.svg");
@@ -102,7 +133,14 @@ fn graph_writes_dot_svg_and_png() {
 #[test]
 fn launch_runs_a_rust_program_end_to_end() {
     let logs = tempfile::tempdir().expect("tempdir");
-    let out = hprm().arg("launch").arg("--log-dir").arg(logs.path()).arg(support::program("perception")).args(["--seconds", "1", "--fps", "20"]).output().expect("run");
+    let out = hprm()
+        .arg("launch")
+        .arg("--log-dir")
+        .arg(logs.path())
+        .arg(support::program("perception"))
+        .args(["--seconds", "1", "--fps", "20"])
+        .output()
+        .expect("run");
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert!(all.contains("[planner] planned 20 frames"), "{all}");
@@ -121,7 +159,16 @@ fn launch_runs_a_rust_program_end_to_end() {
 #[test]
 fn logs_are_coloured_only_on_a_terminal_or_when_asked() {
     let run = |color: &[&str]| {
-        let out = hprm().env_remove("NO_COLOR").env_remove("HPRM_COLOR").env("RUST_LOG", "info").args(color).arg("launch").arg(support::program("perception")).args(["--seconds", "1", "--fps", "5"]).output().expect("run");
+        let out = hprm()
+            .env_remove("NO_COLOR")
+            .env_remove("HPRM_COLOR")
+            .env("RUST_LOG", "info")
+            .args(color)
+            .arg("launch")
+            .arg(support::program("perception"))
+            .args(["--seconds", "1", "--fps", "5"])
+            .output()
+            .expect("run");
         assert!(out.status.success(), "{}", text(&out));
         text(&out)
     };
@@ -133,13 +180,21 @@ fn logs_are_coloured_only_on_a_terminal_or_when_asked() {
     let always = run(&["--color", "always"]);
     assert!(always.contains("\x1b["), "{always}");
     // A federate's tracing line: its level is coloured, not only the prefix.
-    let planner = always.lines().find(|l| l.contains("[planner]") && l.contains("INFO")).unwrap_or_else(|| panic!("no INFO line of the planner:\n{always}"));
+    let planner = always
+        .lines()
+        .find(|l| l.contains("[planner]") && l.contains("INFO"))
+        .unwrap_or_else(|| panic!("no INFO line of the planner:\n{always}"));
     assert!(planner.matches("\x1b[").count() > 2, "{planner:?}");
 }
 
 #[test]
 fn launch_with_decentralized_override_runs_the_same_program() {
-    let out = hprm().args(["launch", "--fast", "--coordination", "decentralized", "--stp", "30ms"]).arg(support::program("perception")).args(["--seconds", "1", "--fps", "10"]).output().expect("run");
+    let out = hprm()
+        .args(["launch", "--fast", "--coordination", "decentralized", "--stp", "30ms"])
+        .arg(support::program("perception"))
+        .args(["--seconds", "1", "--fps", "10"])
+        .output()
+        .expect("run");
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     // Under load a frame may arrive tardy (decentralized), so the count is not fixed.
@@ -180,7 +235,8 @@ fn sigterm_stops_a_launched_program_cleanly() {
             Err(_) => assert!(Instant::now() < deadline, "the program never started:\n{}", seen.join("\n")),
         }
     }
-    let dirs: Vec<PathBuf> = std::fs::read_dir(runtime.path()).expect("runtime").map(|e| e.expect("entry").path()).collect();
+    let dirs: Vec<PathBuf> =
+        std::fs::read_dir(runtime.path()).expect("runtime").map(|e| e.expect("entry").path()).collect();
     assert_eq!(dirs.len(), 1, "one runtime dir for the launch: {dirs:?}");
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

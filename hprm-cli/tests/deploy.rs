@@ -32,7 +32,14 @@ fn deploy_writes_units_that_systemd_accepts() {
     assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
     assert!(stdout.contains("systemctl enable --now 'hprm@perception.target'"), "{stdout}");
     let units = out.path().join("etc/systemd/system");
-    let names = ["hprm-store.service", "hprm@perception.target", "hprm-rti@perception.service", "hprm-federate@perception-camera.service", "hprm-federate@perception-detector.service", "hprm-federate@perception-planner.service"];
+    let names = [
+        "hprm-store.service",
+        "hprm@perception.target",
+        "hprm-rti@perception.service",
+        "hprm-federate@perception-camera.service",
+        "hprm-federate@perception-detector.service",
+        "hprm-federate@perception-planner.service",
+    ];
     let verify = Command::new("systemd-analyze")
         .arg("verify")
         .args(names.iter().map(|n| units.join(n)))
@@ -43,7 +50,12 @@ fn deploy_writes_units_that_systemd_accepts() {
     let env = std::fs::read_to_string(out.path().join("etc/hprm/perception/camera.env")).expect("camera.env");
     assert!(env.contains("HPRM_FEDERATE=\"camera\"") && env.contains("HPRM_RTI=\"127.0.0.1:15045\""), "{env}");
 
-    let bad = Command::new(env!("CARGO_BIN_EXE_hprm")).args(["deploy"]).arg(out.path()).arg(bin.join("perception")).output().expect("run");
+    let bad = Command::new(env!("CARGO_BIN_EXE_hprm"))
+        .args(["deploy"])
+        .arg(out.path())
+        .arg(bin.join("perception"))
+        .output()
+        .expect("run");
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--systemd"));
 }

@@ -46,8 +46,6 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-
-
 /// `hprm ps --json` as JSON.
 fn ps(runtime: &Path) -> serde_json::Value {
     let o = run_hprm(&["ps", "--json"], runtime);
@@ -82,32 +80,62 @@ fn ps_lists_the_program_and_every_federate_with_an_advancing_tag() {
         (now[0] > before[0] && now[1] > before[1]).then_some(())
     });
     let table = stdout(&run_hprm(&["ps"], runtime.path()));
-    assert!(table.contains("PROGRAM") && table.contains("counter") && table.contains("source") && table.contains("sink"), "{table}");
+    assert!(
+        table.contains("PROGRAM") && table.contains("counter") && table.contains("source") && table.contains("sink"),
+        "{table}"
+    );
     // The program's own store and RTI: live processes of those daemons,
     // at the socket and address the federates were given.
     let launch = &v[0]["launch"];
     let runtime_dir = PathBuf::from(launch["runtime_dir"].as_str().expect("runtime_dir"));
-    let cmdline = |pid: u64| std::fs::read(format!("/proc/{pid}/cmdline")).map(|b| String::from_utf8_lossy(&b).replace('\0', " ")).unwrap_or_default();
+    let cmdline = |pid: u64| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default()
+    };
     let store_pid = launch["store"]["pid"].as_u64().expect("store pid");
     let socket = PathBuf::from(launch["store"]["socket"].as_str().expect("store socket"));
     assert_eq!(socket, runtime_dir.join("store.sock"), "{launch}");
-    assert!(cmdline(store_pid).contains("hprm-store") && cmdline(store_pid).contains(&format!("--socket {}", socket.display())), "{launch}: {}", cmdline(store_pid));
-    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok(), "the store accepts clients at {}", socket.display());
+    assert!(
+        cmdline(store_pid).contains("hprm-store")
+            && cmdline(store_pid).contains(&format!("--socket {}", socket.display())),
+        "{launch}: {}",
+        cmdline(store_pid)
+    );
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "the store accepts clients at {}",
+        socket.display()
+    );
     let rti_pid = launch["rti"]["pid"].as_u64().expect("rti pid");
     let addr = launch["rti"]["addr"].as_str().expect("rti addr");
-    assert!(cmdline(rti_pid).contains("hprm-rti") && cmdline(rti_pid).contains("--id counter"), "{launch}: {}", cmdline(rti_pid));
+    assert!(
+        cmdline(rti_pid).contains("hprm-rti") && cmdline(rti_pid).contains("--id counter"),
+        "{launch}: {}",
+        cmdline(rti_pid)
+    );
     let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).expect("host:port");
     assert!(addr.starts_with("127.0.0.1:") && port != 0, "{addr}");
     // That port is the RTI's: a TCP socket of that process listens on it.
-    let listening = std::fs::read_dir(format!("/proc/{rti_pid}/fd")).expect("the RTI's fds").filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok()).collect::<Vec<_>>();
+    let listening = std::fs::read_dir(format!("/proc/{rti_pid}/fd"))
+        .expect("the RTI's fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok())
+        .collect::<Vec<_>>();
     let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
     let rti_listens = tcp.lines().skip(1).any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         // local address `0100007F:PORT`, state 0A (listen), inode.
-        f.len() > 9 && f[1].ends_with(&format!(":{port:04X}")) && f[3] == "0A" && f[9].parse::<u64>().is_ok_and(|i| listening.contains(&i))
+        f.len() > 9
+            && f[1].ends_with(&format!(":{port:04X}"))
+            && f[3] == "0A"
+            && f[9].parse::<u64>().is_ok_and(|i| listening.contains(&i))
     });
     assert!(rti_listens, "no socket of the RTI (pid {rti_pid}) listens on {addr}");
-    assert!(table.contains(&format!("counter: store pid {store_pid} at {}; rti pid {rti_pid} at {addr}", socket.display())), "{table}");
+    assert!(
+        table.contains(&format!("counter: store pid {store_pid} at {}; rti pid {rti_pid} at {addr}", socket.display())),
+        "{table}"
+    );
     // SAFETY: kill(2) on a child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     finish(child, Duration::from_secs(30));
@@ -146,7 +174,10 @@ fn echo_prints_what_the_port_sends_and_leaves_the_result_unchanged() {
 
     let log = finish(child, Duration::from_secs(60));
     let line = log.lines().find(|l| l.contains("sink: got")).unwrap_or_else(|| panic!("no result line in {log}"));
-    assert!(line.ends_with(&format!("sink: got {} counts, sum {}, 31 frames", ticks + 1, ticks * (ticks + 1) / 2)), "{line}");
+    assert!(
+        line.ends_with(&format!("sink: got {} counts, sum {}, 31 frames", ticks + 1, ticks * (ticks + 1) / 2)),
+        "{line}"
+    );
 }
 
 #[test]
@@ -178,15 +209,22 @@ fn launch_trace_holds_every_reaction_and_the_grants() {
     let log = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{log}");
     assert!(log.contains("sink: got 41 counts, sum 820, 5 frames"), "{log}");
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).expect("trace file")).expect("valid JSON");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("trace file")).expect("valid JSON");
     let events = doc["traceEvents"].as_array().expect("traceEvents");
     let count = |name: &str| events.iter().filter(|e| e["name"] == name && e["ph"] == "X").count();
     assert_eq!((count("source.counter.tick"), count("sink.summer.add"), count("sink.summer.look")), (41, 41, 5));
     assert_eq!((count("store put"), count("store get")), (5, 5));
-    let pids_with_grants: std::collections::HashSet<u64> = events.iter().filter(|e| e["cat"] == "grant").filter_map(|e| e["pid"].as_u64()).collect();
+    let pids_with_grants: std::collections::HashSet<u64> =
+        events.iter().filter(|e| e["cat"] == "grant").filter_map(|e| e["pid"].as_u64()).collect();
     assert_eq!(pids_with_grants.len(), 2, "the RTI sends grants, the sink receives them");
 
-    let bad = Command::new(hprm()).args(["launch", "--trace", "/nonexistent-dir/t.json"]).arg(counter()).env("HPRM_BIN_DIR", support::profile_dir()).output().expect("run");
+    let bad = Command::new(hprm())
+        .args(["launch", "--trace", "/nonexistent-dir/t.json"])
+        .arg(counter())
+        .env("HPRM_BIN_DIR", support::profile_dir())
+        .output()
+        .expect("run");
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && err.contains("/nonexistent-dir") && err.contains("does not exist"), "{err}");
 }

@@ -21,11 +21,9 @@ fn repo() -> PathBuf {
 /// Runs `systemd-analyze verify` on `units` (paths, so that systemd reads
 /// their directory and the drop-ins there); its output, or why it failed.
 fn verify(units: &[PathBuf]) -> Result<(), String> {
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .args(units)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run systemd-analyze ({e}); install the Debian package `systemd` (scripts/test-all.sh does)"));
+    let out = Command::new("systemd-analyze").arg("verify").args(units).output().unwrap_or_else(|e| {
+        panic!("cannot run systemd-analyze ({e}); install the Debian package `systemd` (scripts/test-all.sh does)")
+    });
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     // A warning (an unknown key, a bad value) is a failure too.
     if out.status.success() && text.trim().is_empty() {
@@ -85,7 +83,10 @@ fn generated_units_pass_systemd_analyze_verify() {
     assert!(dir.path().join("etc/hprm/deploy-test/the sink.env").is_file());
     assert_eq!(d.federate_units[1].1, "hprm-federate@deploy\\x2dtest-the\\x20sink.service");
     // The instance names unescape (%I) to the config files written.
-    let out = Command::new("systemd-escape").args(["--unescape", "deploy\\x2dtest-the\\x20sink"]).output().expect("systemd-escape");
+    let out = Command::new("systemd-escape")
+        .args(["--unescape", "deploy\\x2dtest-the\\x20sink"])
+        .output()
+        .expect("systemd-escape");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "deploy-test/the sink", "{out:?}");
 
     // The check can fail: a command that does not exist on this host.
@@ -93,7 +94,8 @@ fn generated_units_pass_systemd_analyze_verify() {
     let d = systemd(&program().manifest(), &missing, &opts).expect("deploy");
     let bad = tempfile::tempdir().expect("tempdir");
     d.write(bad.path()).expect("write");
-    let e = verify(&[bad.path().join("etc/systemd/system").join(&d.federate_units[0].1)]).expect_err("verify must reject a missing command");
+    let e = verify(&[bad.path().join("etc/systemd/system").join(&d.federate_units[0].1)])
+        .expect_err("verify must reject a missing command");
     assert!(e.contains("/nonexistent/robot"), "{e}");
 }
 
@@ -113,7 +115,12 @@ fn install_script_installs_templates_that_pass_verify() {
             .args(extra)
             .output()
             .expect("run deploy/install.sh");
-        assert!(out.status.success(), "install.sh {extra:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "install.sh {extra:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let dry = run(&["--dry-run"]);
@@ -121,7 +128,12 @@ fn install_script_installs_templates_that_pass_verify() {
     assert_eq!(std::fs::read_dir(root.path()).expect("read root").count(), 0, "--dry-run changed nothing");
     run(&[]);
     let units = root.path().join("etc/systemd/system");
-    let instances = ["hprm-store.service", "hprm-rti@example.service", "hprm-federate@example-camera.service", "hprm@example.target"];
+    let instances = [
+        "hprm-store.service",
+        "hprm-rti@example.service",
+        "hprm-federate@example-camera.service",
+        "hprm@example.target",
+    ];
     verify(&instances.iter().map(|n| units.join(n)).collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"));
     let store = std::fs::read_to_string(units.join("hprm-store.service")).expect("store unit");
     assert!(store.contains(&format!("ExecStart={}/hprm-store ", bin.display())), "{store}");
@@ -131,13 +143,19 @@ fn install_script_installs_templates_that_pass_verify() {
     assert!(store.contains("RuntimeDirectory=hprm\n"), "{store}");
     for unit in ["hprm-rti@.service", "hprm-federate@.service"] {
         let text = std::fs::read_to_string(units.join(unit)).expect("unit");
-        assert!(text.contains(" HPRM_SOCKET_DIR=/run/hprm\n") && text.contains("ReadWritePaths=-/run/hprm\n"), "{unit}: {text}");
+        assert!(
+            text.contains(" HPRM_SOCKET_DIR=/run/hprm\n") && text.contains("ReadWritePaths=-/run/hprm\n"),
+            "{unit}: {text}"
+        );
     }
 
     // An administrator's store.conf survives a reinstall.
     std::fs::write(root.path().join("etc/hprm/store.conf"), "HPRM_STORE_MEMORY=3G\n").expect("edit");
     run(&[]);
-    assert_eq!(std::fs::read_to_string(root.path().join("etc/hprm/store.conf")).expect("read"), "HPRM_STORE_MEMORY=3G\n");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("etc/hprm/store.conf")).expect("read"),
+        "HPRM_STORE_MEMORY=3G\n"
+    );
 
     let out = Command::new(&script).args(["--bin-dir", "relative/bin", "--dry-run"]).output().expect("run");
     assert_eq!(out.status.code(), Some(2));

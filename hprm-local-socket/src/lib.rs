@@ -194,14 +194,18 @@ fn register(fd: BorrowedFd<'_>, interest: Interest) -> io::Result<AsyncFd<Borrow
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::net::UnixStream;
     use std::sync::Arc;
     use std::time::Duration;
+    use tokio::net::UnixStream;
 
     /// Voluntary context switches of thread `tid` of this process so far.
     fn switches(tid: i32) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).expect("thread status");
-        status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).expect("a switch count")
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("a switch count")
     }
 
     fn runtime() -> tokio::runtime::Runtime {

@@ -93,7 +93,11 @@ pub type IdleWork = Box<dyn Fn(bool) -> bool + Send + Sync>;
 
 impl std::fmt::Debug for Polling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Polling").field("spin", &self.spin).field("set", &self.set).field("idle_work", &self.idle.is_some()).finish()
+        f.debug_struct("Polling")
+            .field("spin", &self.spin)
+            .field("set", &self.set)
+            .field("idle_work", &self.idle.is_some())
+            .finish()
     }
 }
 
@@ -305,7 +309,9 @@ impl Poller {
                 match w.await {
                     Woken::Spinner(s) => self.spinner = Some(s),
                     Woken::Ready => {}
-                    Woken::Retry if Instant::now() >= until => return Ok((self.read_watched(socket, buf).await?, false)),
+                    Woken::Retry if Instant::now() >= until => {
+                        return Ok((self.read_watched(socket, buf).await?, false))
+                    }
                     Woken::Retry => continue,
                 }
                 if let Some(n) = read_now(socket, buf)? {
@@ -459,7 +465,15 @@ struct Spinner {
 
 impl Spinner {
     fn new(polling: Arc<Polling>, fd: RawFd) -> Spinner {
-        Spinner { polling, fd, fds: Vec::new(), ids: Vec::new(), holds: true, had_data: false, turn_at: Instant::now() + RUNTIME_SLICE }
+        Spinner {
+            polling,
+            fd,
+            fds: Vec::new(),
+            ids: Vec::new(),
+            holds: true,
+            had_data: false,
+            turn_at: Instant::now() + RUNTIME_SLICE,
+        }
     }
 
     /// One look at its own socket and the watched ones, without waiting.

@@ -17,7 +17,8 @@ const PERIOD: Duration = Duration::from_millis(10);
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let ticks = args.iter().position(|a| a == "--ticks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse::<u32>().ok());
+    let ticks =
+        args.iter().position(|a| a == "--ticks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse::<u32>().ok());
     let mut p = Program::new("counter");
     if let Some(n) = ticks {
         p.timeout(PERIOD * n);
@@ -58,7 +59,9 @@ fn main() {
             *frames += 1;
         }
     });
-    k.reaction("bye").trigger(sd).body(|(n, sum, frames), _| println!("sink: got {n} counts, sum {sum}, {frames} frames"));
+    k.reaction("bye")
+        .trigger(sd)
+        .body(|(n, sum, frames), _| println!("sink: got {n} counts, sum {sum}, {frames} frames"));
 
     p.connect(count, c_in);
     p.connect(frame, f_in);

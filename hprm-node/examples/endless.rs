@@ -22,7 +22,12 @@ fn main() {
         r.reaction("hello").trigger(st).body(|_, ctx| println!("{} running", ctx.federate()));
         r.reaction("tick").trigger(t).body(|n, _| *n += 1);
         r.reaction("bye").trigger(sd).body(|n, ctx| {
-            println!("{} shutdown at ({}, {}) after {n} ticks", ctx.federate(), ctx.elapsed().as_micros(), ctx.tag().microstep);
+            println!(
+                "{} shutdown at ({}, {}) after {n} ticks",
+                ctx.federate(),
+                ctx.elapsed().as_micros(),
+                ctx.tag().microstep
+            );
         });
     }
     p.main()

@@ -13,9 +13,9 @@ use std::time::Duration;
 use hprm_rti::tag::{Instant, Tag};
 
 use crate::clock;
+use crate::ids::{duration_ns, Input, LogicalAction, Output, PhysicalAction, ReactionId, TriggerId, Value};
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::{Dtype, Encoder, Loan, PayloadError};
-use crate::ids::{duration_ns, Input, LogicalAction, Output, PhysicalAction, ReactionId, TriggerId, Value};
 
 /// A reaction body (also deadline and tardy handlers): the reactor's state
 /// and the reaction's view of the current tag.

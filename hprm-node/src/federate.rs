@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::NodeError;
-use crate::inbox::Inbox;
-use crate::payload::{Decoder, Encoder, StoreLink};
 use crate::ids::FederateId;
-use crate::program::{Coordination, Program, TriggerKind};
+use crate::inbox::Inbox;
 use crate::net::rti::{self, RtiConfig};
 use crate::net::source::{NetworkInput, Receiving};
+use crate::payload::{Decoder, Encoder, StoreLink};
+use crate::program::{Coordination, Program, TriggerKind};
 use crate::scheduler::{Options, RunReport, Scheduler, Transport};
 
 /// How to run one federate.
@@ -98,7 +98,10 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     // What a tap may watch: outputs that leave this federate.
     let mut tappable: Vec<(crate::ids::TriggerId, String)> = Vec::new();
     for c in &program.connections {
-        if program.federate_of(c.from) == fed && program.federate_of(c.to) != fed && !tappable.iter().any(|(t, _)| *t == c.from) {
+        if program.federate_of(c.from) == fed
+            && program.federate_of(c.to) != fed
+            && !tappable.iter().any(|(t, _)| *t == c.from)
+        {
             tappable.push((c.from, program.port_path(c.from)));
         }
     }
@@ -129,7 +132,12 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         let direct = decentralized || c.physical;
         if b == fed {
             if let TriggerKind::Input { decode, .. } = program.triggers[c.to.index()].kind {
-                inputs[wire] = Some(NetworkInput { input: c.to, decode, sender: program.port_path(c.from), receiver: program.port_path(c.to) });
+                inputs[wire] = Some(NetworkInput {
+                    input: c.to,
+                    decode,
+                    sender: program.port_path(c.from),
+                    receiver: program.port_path(c.to),
+                });
             }
             if direct {
                 inbound.push(idx(a));
@@ -162,7 +170,10 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             let (ups, downs) = if decentralized {
                 (Vec::new(), Vec::new())
             } else {
-                (program.upstreams(fed).into_iter().map(|(f, d)| (idx(f), d)).collect(), program.downstreams(fed).into_iter().map(idx).collect())
+                (
+                    program.upstreams(fed).into_iter().map(|(f, d)| (idx(f), d)).collect(),
+                    program.downstreams(fed).into_iter().map(idx).collect(),
+                )
             };
             let mut session = rti::join(cfg, opts.local_transport, idx(fed), &opts.federate, &ups, &downs)?;
             if !inbound.is_empty() {
@@ -173,8 +184,16 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             }
             let mut peers = None;
             if decentralized || !outbound.is_empty() {
-                let downstream: Vec<(u16, String)> = outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
-                peers = Some(crate::net::peer::connect_all(&mut session, idx(fed), &cfg.federation, &downstream, opts.local_transport, cfg.connect_timeout)?);
+                let downstream: Vec<(u16, String)> =
+                    outbound.iter().map(|&f| (f, program.federates[usize::from(f)].name.clone())).collect();
+                peers = Some(crate::net::peer::connect_all(
+                    &mut session,
+                    idx(fed),
+                    &cfg.federation,
+                    &downstream,
+                    opts.local_transport,
+                    cfg.connect_timeout,
+                )?);
             }
             let (start, resume) = session.start_time(clock.now())?;
             if let Some(r) = resume {
@@ -185,9 +204,13 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 clock.adjust(offset);
             }
             if let Some(udp) = session.udp.take() {
-                clock_sync = Some(crate::net::clock_sync::spawn(udp, idx(fed), clock.clone()).map_err(|e| NodeError::io("starting the clock synchronization thread", e))?);
+                clock_sync = Some(
+                    crate::net::clock_sync::spawn(udp, idx(fed), clock.clone())
+                        .map_err(|e| NodeError::io("starting the clock synchronization thread", e))?,
+                );
             }
-            rti::spawn_reader(session.reader, session.addr, rx.clone()).map_err(|e| NodeError::io("starting the RTI reader", e))?;
+            rti::spawn_reader(session.reader, session.addr, rx.clone())
+                .map_err(|e| NodeError::io("starting the RTI reader", e))?;
             let transport = match peers {
                 Some(peers) => Transport::Peers { rti: session.writer, peers },
                 None => Transport::Rti(session.writer),
@@ -207,7 +230,9 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     if let Some(dir) = &opts.runtime_dir {
         // Observing is never a reason to fail: without it the federate runs unobserved.
         let status = crate::status::Publisher::start(dir, &opts.federate, start, sched.board(), clock)
-            .inspect_err(|e| tracing::warn!("cannot start the status thread: {e}; `hprm ps` will not see this federate's progress"))
+            .inspect_err(|e| {
+                tracing::warn!("cannot start the status thread: {e}; `hprm ps` will not see this federate's progress")
+            })
             .ok();
         let tap = match crate::tap::listen(dir, &opts.federate, tappable, start) {
             Ok((hub, file)) => {
@@ -215,7 +240,10 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 Some(file)
             }
             Err(e) => {
-                tracing::warn!("cannot listen for taps in {}: {e}; `hprm topic` will not reach this federate", dir.display());
+                tracing::warn!(
+                    "cannot listen for taps in {}: {e}; `hprm topic` will not reach this federate",
+                    dir.display()
+                );
                 None
             }
         };

@@ -24,8 +24,8 @@ use nix::unistd::Pid;
 use crate::error::NodeError;
 use crate::federate::{run_federate, RunOptions};
 use crate::manifest::{CoordinationMode, Manifest, RestartPolicy, DEFAULT_MAX_RESTARTS};
-use crate::program::{Coordination, Program};
 use crate::net::rti::RtiConfig;
+use crate::program::{Coordination, Program};
 use crate::sync::Mutex;
 
 /// Builds the command that runs one federate, given its name.
@@ -157,7 +157,9 @@ impl LaunchReport {
             // had already failed (its error line is out) and then met the
             // launcher's SIGTERM on its way out did.
             .filter(|(((_, s), words), stopped)| {
-                let told_to_go = **stopped && s.signal() == Some(Signal::SIGTERM as i32) && !words.iter().any(|l| l.trim_start().starts_with("error:"));
+                let told_to_go = **stopped
+                    && s.signal() == Some(Signal::SIGTERM as i32)
+                    && !words.iter().any(|l| l.trim_start().starts_with("error:"));
                 !(s.success() || told_to_go)
             })
             .map(|(x, _)| x)
@@ -207,7 +209,11 @@ impl LaunchReport {
 /// else its last line (a Python traceback's exception line).
 fn why_failed(name: &str, words: &[String]) -> Option<String> {
     let own = format!("error: federate {name}: ");
-    let line = words.iter().rev().find(|l| l.trim_start().starts_with("error:")).or_else(|| words.iter().rev().find(|l| !l.trim().is_empty()))?;
+    let line = words
+        .iter()
+        .rev()
+        .find(|l| l.trim_start().starts_with("error:"))
+        .or_else(|| words.iter().rev().find(|l| !l.trim().is_empty()))?;
     let line = line.trim();
     Some(line.strip_prefix(&own).unwrap_or(line).to_string())
 }
@@ -274,7 +280,10 @@ impl StandaloneRti {
     /// Its Unix socket (in the runtime directory it was given), for
     /// clients on this host.
     pub fn unix_socket(&self) -> Result<PathBuf, NodeError> {
-        let port = self.addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).ok_or_else(|| NodeError::Launch(format!("hprm-rti reported an address without a port: {}", self.addr)))?;
+        let port =
+            self.addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).ok_or_else(|| {
+                NodeError::Launch(format!("hprm-rti reported an address without a port: {}", self.addr))
+            })?;
         let path = hprm_rti::endpoint::unix_socket(hprm_rti::endpoint::Server::Rti, port);
         Ok(self.runtime_dir.join(path.file_name().unwrap_or(path.as_os_str())))
     }
@@ -304,12 +313,18 @@ const COLORS: [u8; 6] = [36, 33, 35, 32, 34, 31];
 
 impl LogSink {
     fn new(name: &str, index: usize, launch: &Launch) -> Result<LogSink, NodeError> {
-        let prefix = if launch.color { format!("\x1b[{}m[{name}]\x1b[0m", COLORS[index % COLORS.len()]) } else { format!("[{name}]") };
+        let prefix = if launch.color {
+            format!("\x1b[{}m[{name}]\x1b[0m", COLORS[index % COLORS.len()])
+        } else {
+            format!("[{name}]")
+        };
         let file = match &launch.log_dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| NodeError::io(format!("creating the log directory {}", dir.display()), e))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| NodeError::io(format!("creating the log directory {}", dir.display()), e))?;
                 let path = dir.join(format!("{name}.log"));
-                let f = std::fs::File::create(&path).map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
+                let f = std::fs::File::create(&path)
+                    .map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
                 Some(Arc::new(Mutex::new(f)))
             }
             None => None,
@@ -361,7 +376,10 @@ fn start_store(dir: &Path, memory: &str, extra: &[String], log: &LogSink) -> Res
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         if Instant::now() > deadline {
-            return Err(NodeError::Launch(format!("hprm-store did not open {} within 20 s; see its log above", socket.display())));
+            return Err(NodeError::Launch(format!(
+                "hprm-store did not open {} within 20 s; see its log above",
+                socket.display()
+            )));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -404,7 +422,9 @@ fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) ->
             }
         }
     });
-    let addr = rx.recv_timeout(Duration::from_secs(20)).map_err(|_| NodeError::Launch("hprm-rti did not report its address within 20 s; see its log above".into()))?;
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .map_err(|_| NodeError::Launch("hprm-rti did not report its address within 20 s; see its log above".into()))?;
     Ok((daemon, addr))
 }
 
@@ -435,17 +455,28 @@ impl Launch {
         if let Some(c) = self.coordination {
             (m.coordination, m.stp) = match c {
                 Coordination::Centralized => (CoordinationMode::Centralized, None),
-                Coordination::Decentralized { stp } => (CoordinationMode::Decentralized, Some(m.stp.clone().unwrap_or_else(|| crate::manifest::format_duration(stp)))),
+                Coordination::Decentralized { stp } => (
+                    CoordinationMode::Decentralized,
+                    Some(m.stp.clone().unwrap_or_else(|| crate::manifest::format_duration(stp))),
+                ),
             };
         }
         let problems = m.check();
         if !problems.is_empty() {
-            return Err(crate::error::ProgramError { program: m.name.clone(), problems: problems.into_iter().map(|p| p.message).collect() }.into());
+            return Err(crate::error::ProgramError {
+                program: m.name.clone(),
+                problems: problems.into_iter().map(|p| p.message).collect(),
+            }
+            .into());
         }
         if let Some(out) = &self.trace {
             let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
-                return Err(NodeError::Launch(format!("cannot write the trace to {}: the directory {} does not exist", out.display(), parent.display())));
+                return Err(NodeError::Launch(format!(
+                    "cannot write the trace to {}: the directory {} does not exist",
+                    out.display(),
+                    parent.display()
+                )));
             }
         }
         let pids = Arc::new(Mutex::new(Vec::new()));
@@ -454,29 +485,49 @@ impl Launch {
         let dir = tempfile_dir()?;
         // Every federate gets the graph, so a process without the program's code can join it.
         let manifest = dir.path().join("manifest.json");
-        std::fs::write(&manifest, m.to_json()).map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
+        std::fs::write(&manifest, m.to_json())
+            .map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
         let n = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
-        let (mut store, socket) = start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
+        let (mut store, socket) =
+            start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
         let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
             rti_args.push("--fast".into());
         }
-        let restartable: Vec<String> = m.federates.iter().enumerate().filter(|(_, f)| f.restart == RestartPolicy::OnFailure).map(|(i, _)| i.to_string()).collect();
+        let restartable: Vec<String> = m
+            .federates
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.restart == RestartPolicy::OnFailure)
+            .map(|(i, _)| i.to_string())
+            .collect();
         if !restartable.is_empty() {
             rti_args.extend(["--restartable".to_string(), restartable.join(",")]);
         }
         // Each process writes its part of the trace here; merged at the end.
         let trace_parts = dir.path().join("trace");
         if self.trace.is_some() {
-            std::fs::create_dir_all(&trace_parts).map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
+            std::fs::create_dir_all(&trace_parts)
+                .map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
         let (mut rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
-        let daemons = (crate::status::StoreProcess { pid: store.0.id(), socket: socket.clone() }, crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() });
+        let daemons = (
+            crate::status::StoreProcess { pid: store.0.id(), socket: socket.clone() },
+            crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() },
+        );
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
-        let env = ChildEnv { dir: dir.path(), manifest: &manifest, rti: &addr, store: &socket, federation: &m.name, coordination: &m, trace };
+        let env = ChildEnv {
+            dir: dir.path(),
+            manifest: &manifest,
+            rti: &addr,
+            store: &socket,
+            federation: &m.name,
+            coordination: &m,
+            trace,
+        };
         let mut children = Vec::new();
         for (i, f) in m.federates.iter().enumerate() {
             let log = LogSink::new(&f.name, i, self)?;
@@ -495,7 +546,10 @@ impl Launch {
             if lost.is_empty() {
                 lost = lost_daemons(&mut store, &mut rti);
                 if !lost.is_empty() {
-                    tracing::error!("{} exited during the run; the program cannot go on without it: stopping the federates", lost.join(" and "));
+                    tracing::error!(
+                        "{} exited during the run; the program cannot go on without it: stopping the federates",
+                        lost.join(" and ")
+                    );
                     stopping = true;
                     for (j, (child, _)) in children.iter().enumerate() {
                         if done[j].is_none() {
@@ -520,7 +574,8 @@ impl Launch {
                 }
                 if f.restart == RestartPolicy::OnFailure && !crate::signal::stop_requested() {
                     let max = f.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
-                    let why = children[i].1.last_words().into_iter().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+                    let why =
+                        children[i].1.last_words().into_iter().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
                     if restarts[i] < max {
                         restarts[i] += 1;
                         tracing::warn!(federate = %f.name, %status, "federate failed ({}); restarting it ({} of {max} restarts)", why.trim(), restarts[i]);
@@ -563,32 +618,59 @@ impl Launch {
         let rti_status = wait_timeout(&mut rti.0, Duration::from_secs(5));
         if let Some(out) = &self.trace {
             let names: Vec<String> = m.federates.iter().map(|f| f.name.clone()).collect();
-            let events = crate::trace::merge(&trace_parts, &names, out).map_err(|e| NodeError::Launch(e.to_string()))?;
+            let events =
+                crate::trace::merge(&trace_parts, &names, out).map_err(|e| NodeError::Launch(e.to_string()))?;
             tracing::info!(events, "trace written to {} (open it in ui.perfetto.dev)", out.display());
         }
         let last_words = children.iter().map(|(_, log)| log.last_words()).collect();
-        let federates = m.federates.iter().map(|f| f.name.clone()).zip(done.into_iter().map(|s| s.expect("every federate has exited"))).collect();
+        let federates = m
+            .federates
+            .iter()
+            .map(|f| f.name.clone())
+            .zip(done.into_iter().map(|s| s.expect("every federate has exited")))
+            .collect();
         Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts, lost })
     }
 
     /// Writes what `hprm ps` lists: the program, its federates' pids, and
     /// the store and RTI it started.
-    fn record_launch(&self, m: &Manifest, children: &[(Child, LogSink)], daemons: &(crate::status::StoreProcess, crate::status::RtiProcess), dir: &Path, started_ns: i64) {
+    fn record_launch(
+        &self,
+        m: &Manifest,
+        children: &[(Child, LogSink)],
+        daemons: &(crate::status::StoreProcess, crate::status::RtiProcess),
+        dir: &Path,
+        started_ns: i64,
+    ) {
         let info = crate::status::LaunchInfo {
             program: m.name.clone(),
             pid: std::process::id(),
             started_ns,
             runtime_dir: dir.to_path_buf(),
-            federates: m.federates.iter().zip(children).map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() }).collect(),
+            federates: m
+                .federates
+                .iter()
+                .zip(children)
+                .map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() })
+                .collect(),
             store: Some(daemons.0.clone()),
             rti: Some(daemons.1.clone()),
         };
         if let Err(e) = crate::status::write_launch(dir, &info) {
-            tracing::warn!("cannot write {}: {e}; `hprm ps` will not list this program", dir.join(crate::status::LAUNCH_FILE).display());
+            tracing::warn!(
+                "cannot write {}: {e}; `hprm ps` will not list this program",
+                dir.join(crate::status::LAUNCH_FILE).display()
+            );
         }
     }
 
-    fn spawn_federate(&self, name: &str, env: &ChildEnv<'_>, log: &LogSink, pids: &crate::signal::Pids) -> Result<Child, NodeError> {
+    fn spawn_federate(
+        &self,
+        name: &str,
+        env: &ChildEnv<'_>,
+        log: &LogSink,
+        pids: &crate::signal::Pids,
+    ) -> Result<Child, NodeError> {
         let mut cmd = match &self.federate_command {
             Some(f) => f(name),
             None => {
@@ -604,7 +686,10 @@ impl Launch {
             cmd.env("NO_COLOR", "1");
         }
         cmd.env("HPRM_RUNTIME_DIR", env.dir).env("HPRM_MANIFEST", env.manifest);
-        cmd.env("HPRM_FEDERATE", name).env("HPRM_RTI", env.rti).env("HPRM_STORE", env.store).env("HPRM_FEDERATION", env.federation);
+        cmd.env("HPRM_FEDERATE", name)
+            .env("HPRM_RTI", env.rti)
+            .env("HPRM_STORE", env.store)
+            .env("HPRM_FEDERATION", env.federation);
         if self.fast {
             cmd.env("HPRM_FAST", "1");
         }
@@ -664,7 +749,8 @@ fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {
 
 /// A private runtime directory for the daemons' sockets.
 fn tempfile_dir() -> Result<TempDir, NodeError> {
-    let path = crate::status::runtime_base().join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
+    let path =
+        crate::status::runtime_base().join(format!("hprm-{}-{}", std::process::id(), crate::clock::system_now()));
     std::fs::create_dir_all(&path).map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
     Ok(TempDir(path))
 }
@@ -691,7 +777,8 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
     let name = std::env::var("HPRM_FEDERATE").ok()?;
     let mut o = RunOptions::new(name);
     o.rti = std::env::var("HPRM_RTI").ok().map(|addr| {
-        let mut c = RtiConfig::new(addr, std::env::var("HPRM_FEDERATION").unwrap_or_else(|_| program.name().to_string()));
+        let mut c =
+            RtiConfig::new(addr, std::env::var("HPRM_FEDERATION").unwrap_or_else(|_| program.name().to_string()));
         c.auth_key = std::env::var_os("HPRM_AUTH_KEY_FILE").and_then(|f| std::fs::read(f).ok()).map(|mut k| {
             while k.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 k.pop();
@@ -708,17 +795,24 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
         match t.as_str() {
             "unix" => o.local_transport = crate::net::socket::LocalTransport::Unix,
             "tcp" => o.local_transport = crate::net::socket::LocalTransport::Tcp,
-            other => tracing::warn!("HPRM_LOCAL_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}", o.local_transport),
+            other => tracing::warn!(
+                "HPRM_LOCAL_TRANSPORT={other:?} is neither `unix` nor `tcp`; using {:?}",
+                o.local_transport
+            ),
         }
     }
     if let Ok(c) = std::env::var("HPRM_COORDINATION") {
         o.coordination = match c.split_once(':') {
             None if c == "centralized" => Some(Coordination::Centralized),
-            Some(("decentralized", stp)) => crate::manifest::parse_duration(stp).ok().map(|stp| Coordination::Decentralized { stp }),
+            Some(("decentralized", stp)) => {
+                crate::manifest::parse_duration(stp).ok().map(|stp| Coordination::Decentralized { stp })
+            }
             _ => None,
         };
         if o.coordination.is_none() {
-            tracing::warn!("HPRM_COORDINATION={c:?} is neither `centralized` nor `decentralized:STP`; using the program's own");
+            tracing::warn!(
+                "HPRM_COORDINATION={c:?} is neither `centralized` nor `decentralized:STP`; using the program's own"
+            );
         }
     }
     o.handle_signals = true;
@@ -743,7 +837,10 @@ impl Program {
             let code = match std::fs::write(&path, self.manifest().to_json()) {
                 Ok(()) => 0,
                 Err(e) => {
-                    eprintln!("error: cannot write the program's manifest to {} (HPRM_DESCRIBE): {e}", path.to_string_lossy());
+                    eprintln!(
+                        "error: cannot write the program's manifest to {} (HPRM_DESCRIBE): {e}",
+                        path.to_string_lossy()
+                    );
                     1
                 }
             };

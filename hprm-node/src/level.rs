@@ -66,7 +66,9 @@ pub(crate) fn levels(p: &Program, fed: FederateId) -> Result<HashMap<ReactionId,
             port == t && c.delay == Delay::None && !c.physical && p.federate_of(other) != fed
         })
     };
-    let writers: Vec<usize> = (0..reactions.len()).filter(|&i| p.reactions[reactions[i].index()].effects.iter().any(|&e| zero_delay_remote(true, e))).collect();
+    let writers: Vec<usize> = (0..reactions.len())
+        .filter(|&i| p.reactions[reactions[i].index()].effects.iter().any(|&e| zero_delay_remote(true, e)))
+        .collect();
     let readers: Vec<usize> = (0..reactions.len())
         .filter(|&i| {
             let d = &p.reactions[reactions[i].index()];

@@ -77,8 +77,8 @@ mod program;
 mod reactor;
 mod scheduler;
 mod signal;
-mod sync;
 pub mod status;
+mod sync;
 pub mod tap;
 pub mod trace;
 
@@ -86,7 +86,10 @@ pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};
 pub use federate::{run_federate, RunOptions, DEFAULT_SPIN};
 pub use hprm_rti::tag::{Delay, Tag};
-pub use ids::{DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId, Value};
+pub use ids::{
+    DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId,
+    Shutdown, Startup, Timer, TriggerId, Value,
+};
 pub use net::rti::RtiConfig;
 pub use net::socket::LocalTransport;
 pub use program::{Coordination, Program};

@@ -185,7 +185,12 @@ impl Program {
         if !valid_name(&name) {
             self.problems.push(format!("federate name {name:?} is not valid; use letters, digits, '_' and '-'"));
         }
-        self.federates.push(FederateDef { name, reactors: Vec::new(), restart: Default::default(), max_restarts: None });
+        self.federates.push(FederateDef {
+            name,
+            reactors: Vec::new(),
+            restart: Default::default(),
+            max_restarts: None,
+        });
         FederateId(self.federates.len() as u32 - 1)
     }
 
@@ -222,7 +227,13 @@ impl Program {
         self.add_connection(from.id, to.id, Delay::None, true)
     }
 
-    pub(crate) fn add_connection(&mut self, from: TriggerId, to: TriggerId, delay: Delay, physical: bool) -> &mut Program {
+    pub(crate) fn add_connection(
+        &mut self,
+        from: TriggerId,
+        to: TriggerId,
+        delay: Delay,
+        physical: bool,
+    ) -> &mut Program {
         if let Some(c) = self.connections.iter().find(|c| c.to == to) {
             let other = self.port_path(c.from);
             self.problems.push(format!(
@@ -311,8 +322,11 @@ impl Program {
 
     /// Downstream federates of `fed` over logical connections.
     pub(crate) fn downstreams(&self, fed: FederateId) -> Vec<FederateId> {
-        let mut v: Vec<_> =
-            self.network_connections(fed).filter(|c| !c.physical && self.federate_of(c.from) == fed).map(|c| self.federate_of(c.to)).collect();
+        let mut v: Vec<_> = self
+            .network_connections(fed)
+            .filter(|c| !c.physical && self.federate_of(c.from) == fed)
+            .map(|c| self.federate_of(c.to))
+            .collect();
         v.sort();
         v.dedup();
         v
@@ -322,4 +336,3 @@ impl Program {
 fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
-

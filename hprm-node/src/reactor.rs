@@ -16,7 +16,10 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use crate::context::{Body, Ctx};
-use crate::ids::{decode_value, encode_value, DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId};
+use crate::ids::{
+    decode_value, encode_value, DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction,
+    PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId,
+};
 use crate::program::{Program, ReactionDef, ReactorDef, TriggerDef, TriggerKind};
 
 /// Declaring reactors, here rather than in `program`: the builder is a
@@ -24,7 +27,12 @@ use crate::program::{Program, ReactionDef, ReactorDef, TriggerDef, TriggerKind};
 impl Program {
     /// Adds a reactor with initial `state` to federate `fed`; declare its
     /// ports, timers, actions and reactions on the returned builder.
-    pub fn reactor<S: Send + 'static>(&mut self, fed: FederateId, name: impl Into<String>, state: S) -> ReactorBuilder<'_, S> {
+    pub fn reactor<S: Send + 'static>(
+        &mut self,
+        fed: FederateId,
+        name: impl Into<String>,
+        state: S,
+    ) -> ReactorBuilder<'_, S> {
         let name = name.into();
         let id = ReactorId(self.reactors.len() as u32);
         match self.federates.get_mut(fed.index()) {
@@ -34,7 +42,14 @@ impl Program {
         if self.reactors.iter().any(|r| r.federate == fed && r.name == name) {
             self.problems.push(format!("two reactors of federate {} are named {name:?}", self.federate_name(fed)));
         }
-        self.reactors.push(ReactorDef { name, federate: fed, state: Some(Box::new(state)), reactions: Vec::new(), startup: None, shutdown: None });
+        self.reactors.push(ReactorDef {
+            name,
+            federate: fed,
+            state: Some(Box::new(state)),
+            reactions: Vec::new(),
+            startup: None,
+            shutdown: None,
+        });
         ReactorBuilder::new(self, id)
     }
 
@@ -44,9 +59,7 @@ impl Program {
     pub fn reactor_mut<S: Send + 'static>(&mut self, id: ReactorId) -> ReactorBuilder<'_, S> {
         ReactorBuilder::new(self, id)
     }
-
 }
-
 
 /// Declares one reactor of a [`Program`]; `S` is its state.
 pub struct ReactorBuilder<'p, S> {
@@ -70,7 +83,10 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
         let r = &self.program.reactors[self.reactor.index()];
         let taken = self.program.triggers.iter().any(|t| t.reactor == self.reactor && t.name == name);
         if taken {
-            let msg = format!("reactor {} declares {name:?} twice; names of ports, timers and actions must be unique", r.name);
+            let msg = format!(
+                "reactor {} declares {name:?} twice; names of ports, timers and actions must be unique",
+                r.name
+            );
             self.program.problems.push(msg);
         }
         self.program.triggers.push(TriggerDef { name: name.to_string(), reactor: self.reactor, kind });
@@ -177,7 +193,11 @@ impl<S: Send + 'static> ReactionBuilder<'_, '_, S> {
         let p = &*self.reactor.program;
         if p.triggers.get(id.index()).map(|t| t.reactor) != Some(self.reactor.reactor) {
             let r = &p.reactors[self.reactor.reactor.index()].name;
-            let msg = format!("reaction {:?} of reactor {r} names {} as a {what}, but it belongs to another reactor", self.def.name, p.port_path(id));
+            let msg = format!(
+                "reaction {:?} of reactor {r} names {} as a {what}, but it belongs to another reactor",
+                self.def.name,
+                p.port_path(id)
+            );
             self.reactor.program.problems.push(msg);
         }
         id
@@ -208,7 +228,12 @@ impl<S: Send + 'static> ReactionBuilder<'_, '_, S> {
         match self.reactor.program.triggers[id.index()].kind {
             TriggerKind::Output { .. } | TriggerKind::LogicalAction { .. } => {}
             ref k => {
-                let msg = format!("reaction {:?} names {} {} as an effect; effects are outputs and logical actions", self.def.name, k.label(), self.reactor.program.port_path(id));
+                let msg = format!(
+                    "reaction {:?} names {} {} as an effect; effects are outputs and logical actions",
+                    self.def.name,
+                    k.label(),
+                    self.reactor.program.port_path(id)
+                );
                 self.reactor.program.problems.push(msg);
             }
         }
@@ -238,7 +263,11 @@ impl<S: Send + 'static> ReactionBuilder<'_, '_, S> {
         self.def.reactor = reactor;
         self.def.body = Some(erase(f));
         if self.def.triggers.is_empty() {
-            let msg = format!("reaction {:?} of reactor {} has no trigger; it would never run", self.def.name, program.reactors[reactor.index()].name);
+            let msg = format!(
+                "reaction {:?} of reactor {} has no trigger; it would never run",
+                self.def.name,
+                program.reactors[reactor.index()].name
+            );
             program.problems.push(msg);
         }
         program.reactions.push(self.def);

@@ -32,12 +32,12 @@ use hprm_rti::wire::Message;
 use crate::clock::Clock;
 use crate::context::{Body, Ctx, Effect, TagView};
 use crate::error::NodeError;
-use crate::inbox::{Inbox, Incoming};
-use crate::payload::Encoder;
-use crate::sync::Mutex;
 use crate::ids::{duration_ns, FederateId, ReactionId, TriggerId, Value};
-use crate::program::{Coordination, Program, TriggerKind};
+use crate::inbox::{Inbox, Incoming};
 use crate::net::socket::FrameWriter;
+use crate::payload::Encoder;
+use crate::program::{Coordination, Program, TriggerKind};
+use crate::sync::Mutex;
 
 /// While idle, a centralized federate whose events can come from physical
 /// time (physical actions, physical connections into it) and that has
@@ -344,8 +344,15 @@ struct StopState {
 impl Plan {
     /// This federate's part of `program`: its reactions, their levels, and
     /// where each of its ports leads.
-    fn new(mut program: Program, fed: FederateId, opts: Options, transport: &Transport, federate_index: &dyn Fn(FederateId) -> u16) -> Result<Plan, NodeError> {
-        let levels = crate::level::levels(&program, fed).map_err(|e| crate::error::ProgramError { program: program.name.clone(), problems: vec![e] })?;
+    fn new(
+        mut program: Program,
+        fed: FederateId,
+        opts: Options,
+        transport: &Transport,
+        federate_index: &dyn Fn(FederateId) -> u16,
+    ) -> Result<Plan, NodeError> {
+        let levels = crate::level::levels(&program, fed)
+            .map_err(|e| crate::error::ProgramError { program: program.name.clone(), problems: vec![e] })?;
         let n = program.triggers.len();
         let mode = match (transport, program.coordination) {
             (Transport::Alone, _) => Mode::Alone,
@@ -368,7 +375,8 @@ impl Plan {
             let slot = last.map_or(max_level as usize + 1, |l| l as usize);
             resolve_after[slot].push(TriggerId(i as u32));
         }
-        let net_inputs: Vec<TriggerId> = (0..n).filter(|&i| input_peer[i].is_some()).map(|i| TriggerId(i as u32)).collect();
+        let net_inputs: Vec<TriggerId> =
+            (0..n).filter(|&i| input_peer[i].is_some()).map(|i| TriggerId(i as u32)).collect();
         let mut reader_level = vec![u32::MAX; n];
         for (rid, m) in &meta {
             let def = &program.reactions[rid.index()];
@@ -385,10 +393,9 @@ impl Plan {
                 gate[l as usize].push(i);
             }
         }
-        let has_physical_actions = program.federates[fed.index()]
-            .reactors
-            .iter()
-            .any(|r| program.triggers.iter().any(|t| t.reactor == *r && matches!(t.kind, TriggerKind::PhysicalAction { .. })));
+        let has_physical_actions = program.federates[fed.index()].reactors.iter().any(|r| {
+            program.triggers.iter().any(|t| t.reactor == *r && matches!(t.kind, TriggerKind::PhysicalAction { .. }))
+        });
         let upstreams = program.upstreams(fed).len();
         let downstreams = program.downstreams(fed).len();
         let physical_lead = match mode {
@@ -399,7 +406,8 @@ impl Plan {
                         _ => None,
                     })
                 });
-                let connections = program.connections.iter().filter(|c| c.physical && program.federate_of(c.to) == fed).map(|_| 0);
+                let connections =
+                    program.connections.iter().filter(|c| c.physical && program.federate_of(c.to) == fed).map(|_| 0);
                 actions.chain(connections).min()
             }
             _ => None,
@@ -469,7 +477,17 @@ fn take_reactions(
             }
             let path = format!("{name}.{rname}.{}", def.name);
             let trace_name = crate::trace::tracer().map_or(0, |t| t.name(&path));
-            meta.insert(rid, ReactionMeta { reactor: r.index(), level, triggers: def.triggers.clone(), effects: def.effects.clone(), path, trace_name });
+            meta.insert(
+                rid,
+                ReactionMeta {
+                    reactor: r.index(),
+                    level,
+                    triggers: def.triggers.clone(),
+                    effects: def.effects.clone(),
+                    path,
+                    trace_name,
+                },
+            );
         }
         reactors[r.index()] = Some(Mutex::new(ReactorRt { state, reactions: hs }));
     }
@@ -496,7 +514,12 @@ fn routes(
         if from_fed == fed && to_fed == fed {
             local[c.from.index()].push((c.to, c.delay, c.physical));
         } else if from_fed == fed {
-            remote[c.from.index()].push(NetDest { fed: federate_index(to_fed), port: wire as u16, delay: c.delay, physical: c.physical });
+            remote[c.from.index()].push(NetDest {
+                fed: federate_index(to_fed),
+                port: wire as u16,
+                delay: c.delay,
+                physical: c.physical,
+            });
         } else if to_fed == fed {
             input_peer[c.to.index()] = Some(federate_index(from_fed));
         }
@@ -526,7 +549,11 @@ impl CoordState {
         // connection's delay: that much of its status is known at once (so a
         // federate on a loop does not wait the STP at its first tags).
         let mut known = vec![NEVER; program.triggers.len()];
-        for c in program.connections.iter().filter(|c| program.federate_of(c.to) == fed && program.federate_of(c.from) != fed && !c.physical) {
+        for c in program
+            .connections
+            .iter()
+            .filter(|c| program.federate_of(c.to) == fed && program.federate_of(c.from) != fed && !c.physical)
+        {
             known[c.to.index()] = match c.delay {
                 Delay::After(d) if d > 0 => Tag::new(start.time.saturating_add(d), 0).latest_earlier(),
                 Delay::After(_) => start,
@@ -573,12 +600,16 @@ impl Scheduler {
         federate_index: &dyn Fn(FederateId) -> u16,
     ) -> Result<Scheduler, NodeError> {
         let peers_over_unix = match &transport {
-            Transport::Peers { peers, .. } => peers.values().filter(|w| matches!(w.stream(), crate::net::socket::Stream::Unix(_))).count(),
+            Transport::Peers { peers, .. } => {
+                peers.values().filter(|w| matches!(w.stream(), crate::net::socket::Stream::Unix(_))).count()
+            }
             _ => 0,
         };
         let rti_over_unix = match &transport {
             Transport::Alone => false,
-            Transport::Rti(w) | Transport::Peers { rti: w, .. } => matches!(w.stream(), crate::net::socket::Stream::Unix(_)),
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => {
+                matches!(w.stream(), crate::net::socket::Stream::Unix(_))
+            }
         };
         let watchdog = opts.watchdog.take();
         let plan = Plan::new(program, fed, opts, &transport, federate_index)?;
@@ -685,9 +716,16 @@ impl Scheduler {
             Mode::Alone => false,
             Mode::Centralized => {
                 (self.plan.upstreams > 0 && self.coord.granted < FOREVER)
-                    || self.plan.net_inputs.iter().any(|i| self.plan.physical_input[i.index()] && self.plan.input_peer[i.index()].is_some_and(|p| !self.coord.closed_peers.contains(&p)))
+                    || self.plan.net_inputs.iter().any(|i| {
+                        self.plan.physical_input[i.index()]
+                            && self.plan.input_peer[i.index()].is_some_and(|p| !self.coord.closed_peers.contains(&p))
+                    })
             }
-            Mode::Decentralized { .. } => self.plan.net_inputs.iter().any(|i| self.plan.input_peer[i.index()].is_some_and(|p| !self.coord.closed_peers.contains(&p))),
+            Mode::Decentralized { .. } => self
+                .plan
+                .net_inputs
+                .iter()
+                .any(|i| self.plan.input_peer[i.index()].is_some_and(|p| !self.coord.closed_peers.contains(&p))),
         }
     }
 
@@ -905,9 +943,16 @@ impl Scheduler {
                         return;
                     }
                 };
-                let tag = if self.plan.physical_input[port.index()] { self.physical_tag(self.clock.now(), port) } else { tag };
+                let tag = if self.plan.physical_input[port.index()] {
+                    self.physical_tag(self.clock.now(), port)
+                } else {
+                    tag
+                };
                 self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
-                let open = tag > self.tag.current || (tag == self.tag.current && self.tag.in_tag && i64::from(self.plan.reader_level[port.index()]) > self.tag.passed_level);
+                let open = tag > self.tag.current
+                    || (tag == self.tag.current
+                        && self.tag.in_tag
+                        && i64::from(self.plan.reader_level[port.index()]) > self.tag.passed_level);
                 if open && tag == self.tag.current && self.tag.in_tag {
                     self.make_present(port, value, None);
                 } else if open {
@@ -1040,7 +1085,9 @@ impl Scheduler {
         if g == self.stop.stop_tag {
             for i in 0..self.plan.program.triggers.len() {
                 let t = &self.plan.program.triggers[i];
-                if matches!(t.kind, TriggerKind::Shutdown) && self.plan.program.reactors[t.reactor.index()].federate == self.plan.fed {
+                if matches!(t.kind, TriggerKind::Shutdown)
+                    && self.plan.program.reactors[t.reactor.index()].federate == self.plan.fed
+                {
                     self.make_present(TriggerId(i as u32), self.plan.unit.clone(), None);
                 }
             }
@@ -1152,8 +1199,12 @@ impl Scheduler {
             self.report.reactions += 1;
             match o.ran {
                 Ran::Deadline => self.report.deadline_misses += 1,
-                Ran::Panicked(message) => return Err(NodeError::ReactionPanicked { reaction: self.plan.meta[r].path.clone(), message }),
-                Ran::Failed(message) => return Err(NodeError::ReactionFailed { reaction: self.plan.meta[r].path.clone(), message }),
+                Ran::Panicked(message) => {
+                    return Err(NodeError::ReactionPanicked { reaction: self.plan.meta[r].path.clone(), message })
+                }
+                Ran::Failed(message) => {
+                    return Err(NodeError::ReactionFailed { reaction: self.plan.meta[r].path.clone(), message })
+                }
                 Ran::Body | Ran::Tardy => {}
             }
             for (what, id) in o.misuse {
@@ -1208,7 +1259,10 @@ impl Scheduler {
                     Ok(p) => Some(p),
                     Err(e) => {
                         self.report.encode_errors += 1;
-                        let msg = format!("could not send the value of {}: {e}; receivers see the port absent", self.plan.program.port_path(out));
+                        let msg = format!(
+                            "could not send the value of {}: {e}; receivers see the port absent",
+                            self.plan.program.port_path(out)
+                        );
                         tracing::error!("{msg}");
                         self.report.problem(msg);
                         None
@@ -1265,7 +1319,12 @@ impl Scheduler {
 
     /// Runs `queue` on the writer that reaches federate `fed`: its peer
     /// connection (`direct`) or the RTI's.
-    fn queue_for(&mut self, fed: u16, direct: bool, queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>) -> Result<(), NodeError> {
+    fn queue_for(
+        &mut self,
+        fed: u16,
+        direct: bool,
+        queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>,
+    ) -> Result<(), NodeError> {
         let ending = self.ending();
         match &mut self.coord.transport {
             Transport::Alone => Ok(()),
@@ -1279,7 +1338,9 @@ impl Scheduler {
                 }
                 Ok(())
             }
-            Transport::Rti(w) | Transport::Peers { rti: w, .. } => queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}"))),
+            Transport::Rti(w) | Transport::Peers { rti: w, .. } => {
+                queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}")))
+            }
         }
     }
 
@@ -1350,7 +1411,10 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
     let mut guard = cell.lock();
     let rt = &mut *guard;
     let Some(h) = rt.reactions.get_mut(&r) else { return Outcome::panicked("reaction without a body") };
-    let tardy = m.triggers.iter().any(|t| view.tardy.get(t.index()).copied().flatten().is_some() && view.values[t.index()].is_some());
+    let tardy = m
+        .triggers
+        .iter()
+        .any(|t| view.tardy.get(t.index()).copied().flatten().is_some() && view.values[t.index()].is_some());
     let (body, ran): (&mut Body, Ran) = match (&mut h.tardy, &mut h.deadline) {
         (Some(t), _) if tardy => (t, Ran::Tardy),
         (_, Some((d, handler))) if view.clock.now() > view.tag.time.saturating_add(*d) => (handler, Ran::Deadline),
@@ -1365,7 +1429,11 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
             None => Outcome { ran, effects: ctx.out, misuse: ctx.misuse },
         },
         Err(p) => {
-            let message = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a non-string panic".into());
+            let message = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".into());
             Outcome::panicked(&message)
         }
     }
@@ -1401,7 +1469,11 @@ mod tests {
         assert_eq!(first_timer_tag(s + 5, 10, Tag::new(s, 0)), Some(Tag::new(s + 5, 0)), "not resumed: the offset");
         assert_eq!(first_timer_tag(s, 10, Tag::new(s + 31, 0)), Some(Tag::new(s + 40, 0)));
         assert_eq!(first_timer_tag(s, 10, Tag::new(s + 30, 0)), Some(Tag::new(s + 30, 0)), "on a firing: that firing");
-        assert_eq!(first_timer_tag(s, 10, Tag::new(s + 30, 1)), Some(Tag::new(s + 40, 0)), "just after a firing: the next");
+        assert_eq!(
+            first_timer_tag(s, 10, Tag::new(s + 30, 1)),
+            Some(Tag::new(s + 40, 0)),
+            "just after a firing: the next"
+        );
         assert_eq!(first_timer_tag(s, 0, Tag::new(s + 1, 0)), None, "a one-shot timer that passed does not fire");
     }
 }

@@ -167,7 +167,8 @@ fn pipe() -> Result<RawFd, NodeError> {
     if let Some(&fd) = READ.get() {
         return Ok(fd);
     }
-    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| NodeError::io("creating the signal pipe", e.into()))?;
+    let (read, write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| NodeError::io("creating the signal pipe", e.into()))?;
     // The write end is non-blocking: a handler must never block, and a
     // full pipe already holds more signals than anyone acts on.
     let _ = fcntl(std::os::fd::AsRawFd::as_raw_fd(&write), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
@@ -181,7 +182,10 @@ fn pipe() -> Result<RawFd, NodeError> {
         }
         // Another thread made the pipe first: use that one (dropping the
         // ends made above closes them).
-        Err(_) => READ.get().copied().ok_or_else(|| NodeError::io("creating the signal pipe", std::io::Error::other("no pipe"))),
+        Err(_) => READ
+            .get()
+            .copied()
+            .ok_or_else(|| NodeError::io("creating the signal pipe", std::io::Error::other("no pipe"))),
     }
 }
 
@@ -211,7 +215,8 @@ fn install() -> Result<[SigAction; SIGNALS.len()], NodeError> {
     let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::SA_RESTART, SigSet::empty());
     let err = |e: Errno| NodeError::io("installing the SIGINT/SIGTERM handler", e.into());
     // SAFETY: the handler only makes async-signal-safe calls (see it).
-    let replaced = unsafe { [sigaction(SIGNALS[0], &action).map_err(err)?, sigaction(SIGNALS[1], &action).map_err(err)?] };
+    let replaced =
+        unsafe { [sigaction(SIGNALS[0], &action).map_err(err)?, sigaction(SIGNALS[1], &action).map_err(err)?] };
     // A thread of the process may have blocked them (the old scheme
     // of this module, an embedding application): this one takes them.
     let _ = signal_set().thread_unblock();

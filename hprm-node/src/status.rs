@@ -142,7 +142,13 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    pub fn start(dir: &Path, federate: &str, start: i64, board: Arc<Board>, clock: Arc<Clock>) -> std::io::Result<Publisher> {
+    pub fn start(
+        dir: &Path,
+        federate: &str,
+        start: i64,
+        board: Arc<Board>,
+        clock: Arc<Clock>,
+    ) -> std::io::Result<Publisher> {
         let path = status_path(dir, federate);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (p, s, name) = (path.clone(), stop.clone(), federate.to_string());
@@ -150,7 +156,8 @@ impl Publisher {
             let (mut last_in, mut last_out, mut last_at) = (0u64, 0u64, clock.now());
             loop {
                 let now = clock.now();
-                let (msgs_in, msgs_out) = (board.messages_in.load(Ordering::Relaxed), board.messages_out.load(Ordering::Relaxed));
+                let (msgs_in, msgs_out) =
+                    (board.messages_in.load(Ordering::Relaxed), board.messages_out.load(Ordering::Relaxed));
                 let secs = ((now - last_at) as f64 / 1e9).max(1e-9);
                 let tag_time = board.tag_time.load(Ordering::Relaxed);
                 let status = FederateStatus {
@@ -167,8 +174,12 @@ impl Publisher {
                     updated_ns: now,
                 };
                 (last_in, last_out, last_at) = (msgs_in, msgs_out, now);
-                if let Err(e) = serde_json::to_vec(&status).map_err(std::io::Error::other).and_then(|t| replace(&p, &t)) {
-                    tracing::warn!("cannot write the status file {}: {e}; `hprm ps` will not see this federate's progress", p.display());
+                if let Err(e) = serde_json::to_vec(&status).map_err(std::io::Error::other).and_then(|t| replace(&p, &t))
+                {
+                    tracing::warn!(
+                        "cannot write the status file {}: {e}; `hprm ps` will not see this federate's progress",
+                        p.display()
+                    );
                 }
                 let (lock, cv) = &*s;
                 let stopped = lock.lock();
@@ -200,7 +211,10 @@ impl Drop for Publisher {
 /// name take about 60), else the temporary directory.
 pub fn runtime_base() -> PathBuf {
     const MAX_BASE: usize = 44;
-    std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir() && p.as_os_str().len() <= MAX_BASE).unwrap_or_else(std::env::temp_dir)
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir() && p.as_os_str().len() <= MAX_BASE)
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// Whether process `pid` exists.
@@ -247,7 +261,9 @@ pub fn scan(base: &Path) -> Vec<Running> {
                 .federates
                 .iter()
                 .map(|f| {
-                    let status = std::fs::read(status_path(&dir, &f.name)).ok().and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
+                    let status = std::fs::read(status_path(&dir, &f.name))
+                        .ok()
+                        .and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
                     let pid = status.as_ref().map_or(f.pid, |s| s.pid);
                     FederateView { name: f.name.clone(), pid, alive: alive(pid), status }
                 })

@@ -61,7 +61,12 @@ impl Condvar {
 
     /// Waits at most `d` while `condition` holds; the guard, and whether
     /// the time ran out.
-    pub fn wait_timeout_while<'a, T, F: FnMut(&mut T) -> bool>(&self, guard: MutexGuard<'a, T>, d: Duration, condition: F) -> (MutexGuard<'a, T>, bool) {
+    pub fn wait_timeout_while<'a, T, F: FnMut(&mut T) -> bool>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        d: Duration,
+        condition: F,
+    ) -> (MutexGuard<'a, T>, bool) {
         let (g, r) = self.0.wait_timeout_while(guard, d, condition).unwrap_or_else(PoisonError::into_inner);
         (g, r.timed_out())
     }

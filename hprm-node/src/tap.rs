@@ -101,7 +101,10 @@ impl TapHub {
             header[..8].copy_from_slice(&tag.time.saturating_sub(self.start).to_le_bytes());
             header[8..12].copy_from_slice(&tag.microstep.to_le_bytes());
             header[12..].copy_from_slice(&s.dropped.to_le_bytes());
-            match s.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], (MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL).bits()) {
+            match s.socket.send_vectored_with_flags(
+                &[IoSlice::new(&header), IoSlice::new(payload)],
+                (MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL).bits(),
+            ) {
                 Ok(_) => true,
                 Err(e) if matches!(e.raw_os_error().map(Errno::from_raw), Some(Errno::EAGAIN | Errno::ENOBUFS)) => {
                     s.dropped += 1;
@@ -121,7 +124,12 @@ impl TapHub {
 /// Listens for taps of this federate's `ports` (output, `f.r.p` path) on
 /// its socket in `runtime_dir`. The socket file is removed when the
 /// returned guard drops.
-pub(crate) fn listen(runtime_dir: &Path, federate: &str, ports: Vec<(TriggerId, String)>, start: i64) -> std::io::Result<(Arc<TapHub>, SocketFile)> {
+pub(crate) fn listen(
+    runtime_dir: &Path,
+    federate: &str,
+    ports: Vec<(TriggerId, String)>,
+    start: i64,
+) -> std::io::Result<(Arc<TapHub>, SocketFile)> {
     let path = socket_path(runtime_dir, federate);
     let _ = std::fs::remove_file(&path);
     let listener = Socket::new(Domain::UNIX, Type::SEQPACKET, None)?;
@@ -165,7 +173,10 @@ fn resolve(federate: &str, wanted: &str, ports: &[(TriggerId, String)]) -> Resul
             [] => {}
             many => {
                 let names: Vec<&str> = many.iter().map(|(_, p)| p.as_str()).collect();
-                return Err(format!("port {wanted:?} of federate {federate} is ambiguous: it could be {}; name it as REACTOR.PORT", names.join(", ")));
+                return Err(format!(
+                    "port {wanted:?} of federate {federate} is ambiguous: it could be {}; name it as REACTOR.PORT",
+                    names.join(", ")
+                ));
             }
         }
     }
@@ -173,7 +184,10 @@ fn resolve(federate: &str, wanted: &str, ports: &[(TriggerId, String)]) -> Resul
     Err(if names.is_empty() {
         format!("federate {federate} sends nothing to other federates, so it has no port to tap (only outputs connected to another federate can be tapped)")
     } else {
-        format!("federate {federate} has no output {wanted:?} connected to another federate; tappable ports: {}", names.join(", "))
+        format!(
+            "federate {federate} has no output {wanted:?} connected to another federate; tappable ports: {}",
+            names.join(", ")
+        )
     })
 }
 
@@ -183,7 +197,10 @@ fn attach(hub: &TapHub, socket: Socket, federate: &str, ports: &[(TriggerId, Str
     let Ok(n) = socket.recv(&mut buf) else { return };
     // SAFETY: recv initialized the first n bytes.
     let wanted: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
-    let answer = match std::str::from_utf8(&wanted).map_err(|_| "the port name is not UTF-8".to_string()).and_then(|w| resolve(federate, w.trim(), ports)) {
+    let answer = match std::str::from_utf8(&wanted)
+        .map_err(|_| "the port name is not UTF-8".to_string())
+        .and_then(|w| resolve(federate, w.trim(), ports))
+    {
         Ok((out, path)) => {
             if socket.send(serde_json::json!({"ok": true, "port": path}).to_string().as_bytes()).is_err() {
                 return;
@@ -253,14 +270,34 @@ impl TapClient {
         }
         let socket = Socket::new(Domain::UNIX, Type::SEQPACKET, None).map_err(io)?;
         let (addr, _dir) = unix_addr(&path).map_err(io)?;
-        socket.connect(&addr).map_err(|e| if e.kind() == std::io::ErrorKind::ConnectionRefused { TapError::NoSocket { federate: federate.to_string(), path: path.clone() } } else { io(e) })?;
+        socket.connect(&addr).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                TapError::NoSocket { federate: federate.to_string(), path: path.clone() }
+            } else {
+                io(e)
+            }
+        })?;
         socket.send(port.as_bytes()).map_err(io)?;
         socket.set_read_timeout(Some(HANDSHAKE * 2)).map_err(io)?;
-        let mut client = TapClient { socket, federate: federate.to_string(), port: String::new(), buf: vec![MaybeUninit::uninit(); MAX_MESSAGE] };
-        let answer = client.recv()?.ok_or_else(|| TapError::Refused { federate: federate.to_string(), message: "it closed the tap without answering".into() })?;
-        let v: serde_json::Value = serde_json::from_slice(&answer).map_err(|e| TapError::Refused { federate: federate.to_string(), message: format!("unreadable answer: {e}") })?;
+        let mut client = TapClient {
+            socket,
+            federate: federate.to_string(),
+            port: String::new(),
+            buf: vec![MaybeUninit::uninit(); MAX_MESSAGE],
+        };
+        let answer = client.recv()?.ok_or_else(|| TapError::Refused {
+            federate: federate.to_string(),
+            message: "it closed the tap without answering".into(),
+        })?;
+        let v: serde_json::Value = serde_json::from_slice(&answer).map_err(|e| TapError::Refused {
+            federate: federate.to_string(),
+            message: format!("unreadable answer: {e}"),
+        })?;
         if v["ok"] != serde_json::Value::Bool(true) {
-            return Err(TapError::Refused { federate: federate.to_string(), message: v["error"].as_str().unwrap_or("no reason given").to_string() });
+            return Err(TapError::Refused {
+                federate: federate.to_string(),
+                message: v["error"].as_str().unwrap_or("no reason given").to_string(),
+            });
         }
         client.port = v["port"].as_str().unwrap_or(port).to_string();
         Ok(client)
@@ -278,16 +315,27 @@ impl TapClient {
     /// The next message, waiting at most `timeout` (`None`: until one
     /// comes or the federate ends).
     pub fn next(&mut self, timeout: Option<Duration>) -> Result<Next, TapError> {
-        self.socket.set_read_timeout(timeout).map_err(|source| TapError::Io { federate: self.federate.clone(), source })?;
+        self.socket
+            .set_read_timeout(timeout)
+            .map_err(|source| TapError::Io { federate: self.federate.clone(), source })?;
         let data = match self.recv() {
             Ok(Some(d)) => d,
             Ok(None) => return Ok(Next::Closed),
-            Err(TapError::Io { source, .. }) if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return Ok(Next::Timeout),
-            Err(TapError::Io { source, .. }) if source.kind() == std::io::ErrorKind::ConnectionReset => return Ok(Next::Closed),
+            Err(TapError::Io { source, .. })
+                if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                return Ok(Next::Timeout)
+            }
+            Err(TapError::Io { source, .. }) if source.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Ok(Next::Closed)
+            }
             Err(e) => return Err(e),
         };
         if data.len() < HEADER {
-            return Err(TapError::Refused { federate: self.federate.clone(), message: format!("a {}-byte message is shorter than the tap header", data.len()) });
+            return Err(TapError::Refused {
+                federate: self.federate.clone(),
+                message: format!("a {}-byte message is shorter than the tap header", data.len()),
+            });
         }
         let le8 = |r: std::ops::Range<usize>| <[u8; 8]>::try_from(&data[r]).unwrap_or_default();
         Ok(Next::Message(TapMessage {
@@ -305,7 +353,11 @@ mod tests {
 
     #[test]
     fn ports_resolve_by_full_local_or_unique_bare_name() {
-        let ports = vec![(TriggerId(1), "cam.a.image".to_string()), (TriggerId(2), "cam.b.image".to_string()), (TriggerId(3), "cam.a.info".to_string())];
+        let ports = vec![
+            (TriggerId(1), "cam.a.image".to_string()),
+            (TriggerId(2), "cam.b.image".to_string()),
+            (TriggerId(3), "cam.a.info".to_string()),
+        ];
         assert_eq!(resolve("cam", "cam.a.image", &ports).unwrap().0, TriggerId(1));
         assert_eq!(resolve("cam", "b.image", &ports).unwrap().0, TriggerId(2));
         assert_eq!(resolve("cam", "info", &ports).unwrap(), (TriggerId(3), "cam.a.info".to_string()));
@@ -332,7 +384,9 @@ mod tests {
         hub.publish(TriggerId(4), Tag::new(5_000, 0), b"other port");
         hub.publish(TriggerId(3), Tag::new(3_000, 2), b"payload");
         match tap.next(Some(Duration::from_secs(5))).unwrap() {
-            Next::Message(m) => assert_eq!((m.elapsed_ns, m.microstep, m.dropped, m.payload.as_slice()), (2_000, 2, 0, &b"payload"[..])),
+            Next::Message(m) => {
+                assert_eq!((m.elapsed_ns, m.microstep, m.dropped, m.payload.as_slice()), (2_000, 2, 0, &b"payload"[..]))
+            }
             other => panic!("{other:?}"),
         }
         drop(tap);

@@ -61,8 +61,15 @@ enum Kind {
     ProvisionalGrant,
     NextEventTag,
     LatestTagConfirmed,
-    Put { id: ObjectId, bytes: u64 },
-    Get { id: ObjectId, count: u32, bytes: u64 },
+    Put {
+        id: ObjectId,
+        bytes: u64,
+    },
+    Get {
+        id: ObjectId,
+        count: u32,
+        bytes: u64,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -96,7 +103,8 @@ thread_local! {
 
 impl Tracer {
     fn new(dir: PathBuf, federate: &str) -> Tracer {
-        let recorded = Recorded { events: Vec::with_capacity(RESERVED), names: Vec::new(), threads: Vec::new(), start_tag: 0 };
+        let recorded =
+            Recorded { events: Vec::with_capacity(RESERVED), names: Vec::new(), threads: Vec::new(), start_tag: 0 };
         Tracer { dir, federate: federate.to_string(), epoch: system_now(), recorded: Mutex::new(recorded) }
     }
 
@@ -178,16 +186,29 @@ impl Tracer {
             }
         };
         sep(&mut out);
-        let _ = write!(out, r#"{{"name":"process_name","ph":"M","pid":{pid},"tid":0,"args":{{"name":{}}}}}"#, json_str(&self.federate));
+        let _ = write!(
+            out,
+            r#"{{"name":"process_name","ph":"M","pid":{pid},"tid":0,"args":{{"name":{}}}}}"#,
+            json_str(&self.federate)
+        );
         for (tid, name) in &r.threads {
             sep(&mut out);
-            let _ = write!(out, r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":{}}}}}"#, json_str(name));
+            let _ = write!(
+                out,
+                r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},"args":{{"name":{}}}}}"#,
+                json_str(name)
+            );
         }
         let ts = |t: i64| (t - self.epoch) as f64 / 1000.0;
         for e in &r.events {
             sep(&mut out);
             let tag = |out: &mut String| {
-                let _ = write!(out, r#""tag_ns":{},"microstep":{}"#, e.tag.time.saturating_sub(r.start_tag), e.tag.microstep);
+                let _ = write!(
+                    out,
+                    r#""tag_ns":{},"microstep":{}"#,
+                    e.tag.time.saturating_sub(r.start_tag),
+                    e.tag.microstep
+                );
             };
             let (name, cat) = match e.kind {
                 Kind::Reaction(i) => (json_str(r.names.get(i as usize).map_or("?", String::as_str)), "reaction"),
@@ -198,7 +219,8 @@ impl Tracer {
                 Kind::Put { .. } => (json_str("store put"), "store"),
                 Kind::Get { .. } => (json_str("store get"), "store"),
             };
-            let _ = write!(out, r#"{{"name":{name},"cat":"{cat}","pid":{pid},"tid":{},"ts":{:.3},"#, e.tid, ts(e.start));
+            let _ =
+                write!(out, r#"{{"name":{name},"cat":"{cat}","pid":{pid},"tid":{},"ts":{:.3},"#, e.tid, ts(e.start));
             match e.kind {
                 Kind::Reaction(_) => {
                     let _ = write!(out, r#""ph":"X","dur":{:.3},"args":{{"#, (e.end - e.start) as f64 / 1000.0);
@@ -209,10 +231,18 @@ impl Tracer {
                     tag(&mut out);
                 }
                 Kind::Put { id, bytes } => {
-                    let _ = write!(out, r#""ph":"X","dur":{:.3},"args":{{"object":"{id}","bytes":{bytes}"#, (e.end - e.start) as f64 / 1000.0);
+                    let _ = write!(
+                        out,
+                        r#""ph":"X","dur":{:.3},"args":{{"object":"{id}","bytes":{bytes}"#,
+                        (e.end - e.start) as f64 / 1000.0
+                    );
                 }
                 Kind::Get { id, count, bytes } => {
-                    let _ = write!(out, r#""ph":"X","dur":{:.3},"args":{{"object":"{id}","objects":{count},"bytes":{bytes}"#, (e.end - e.start) as f64 / 1000.0);
+                    let _ = write!(
+                        out,
+                        r#""ph":"X","dur":{:.3},"args":{{"object":"{id}","objects":{count},"bytes":{bytes}"#,
+                        (e.end - e.start) as f64 / 1000.0
+                    );
                 }
             }
             out.push_str("}}");
@@ -265,7 +295,11 @@ pub enum MergeError {
 /// a tree of millions of events.
 pub fn merge(dir: &Path, federates: &[String], out: &Path) -> Result<usize, MergeError> {
     let entries = std::fs::read_dir(dir).map_err(|source| MergeError::Read { path: dir.to_path_buf(), source })?;
-    let mut paths: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
     paths.sort();
     let mut parts = Vec::new();
     for path in paths {
@@ -295,7 +329,10 @@ pub fn merge(dir: &Path, federates: &[String], out: &Path) -> Result<usize, Merg
                 if line.trim().is_empty() {
                     continue;
                 }
-                serde_json::from_str::<serde::de::IgnoredAny>(line).map_err(|e| MergeError::Parse { path: part.path.clone(), detail: format!("event {}: {e}", count + 1) })?;
+                serde_json::from_str::<serde::de::IgnoredAny>(line).map_err(|e| MergeError::Parse {
+                    path: part.path.clone(),
+                    detail: format!("event {}: {e}", count + 1),
+                })?;
                 let line = rebase(line, shift);
                 let line = rename_rti_thread(&line, federates);
                 if count > 0 {
@@ -331,7 +368,9 @@ fn rebase(line: &str, shift: f64) -> std::borrow::Cow<'_, str> {
         return line.into();
     }
     let Some(at) = line.find(KEY).map(|i| i + KEY.len()) else { return line.into() };
-    let len = line[at..].find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == 'e' || c == 'E' || c == '+')).unwrap_or(line.len() - at);
+    let len = line[at..]
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == 'e' || c == 'E' || c == '+'))
+        .unwrap_or(line.len() - at);
     let Ok(ts) = line[at..at + len].parse::<f64>() else { return line.into() };
     format!("{}{:.3}{}", &line[..at], ts + shift, &line[at + len..]).into()
 }
@@ -344,9 +383,12 @@ fn rename_rti_thread<'a>(line: &'a str, federates: &[String]) -> std::borrow::Co
     }
     let Some(at) = line.find(&key).map(|i| i + key.len()) else { return line.into() };
     let digits = line[at..].find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
-    let Some(name) = line[at..at + digits].parse::<usize>().ok().and_then(|i| federates.get(i)) else { return line.into() };
+    let Some(name) = line[at..at + digits].parse::<usize>().ok().and_then(|i| federates.get(i)) else {
+        return line.into();
+    };
     let start = at - RTI_THREAD_PREFIX.len();
-    format!("{}{}{}", &line[..start], json_str(&format!("grants to {name}")).trim_matches('"'), &line[at + digits..]).into()
+    format!("{}{}{}", &line[..start], json_str(&format!("grants to {name}")).trim_matches('"'), &line[at + digits..])
+        .into()
 }
 
 /// How `hprm-rti --trace` names the thread of its grants to federate N.
@@ -358,14 +400,26 @@ mod tests {
 
     /// A part as the writers lay it out: one event a line.
     fn part(dir: &Path, name: &str, epoch: i64, events: &[&str]) {
-        std::fs::write(dir.join(name), format!("{PART_HEAD}{}\n],\n\"otherData\":{{\"hprm_epoch_ns\":{epoch}}}}}\n", events.join(",\n"))).unwrap();
+        std::fs::write(
+            dir.join(name),
+            format!("{PART_HEAD}{}\n],\n\"otherData\":{{\"hprm_epoch_ns\":{epoch}}}}}\n", events.join(",\n")),
+        )
+        .unwrap();
     }
 
     #[test]
     fn merge_rebases_parts_on_the_earliest_epoch_and_names_rti_threads() {
         let dir = tempfile::tempdir().unwrap();
         part(dir.path(), "a.json", 1_000_000, &[r#"{"name":"r \"ts\":9","ph":"X","pid":1,"tid":1,"ts":1.5,"dur":2}"#]);
-        part(dir.path(), "hprm-rti.json", 3_000_000, &[r#"{"name":"thread_name","ph":"M","pid":2,"tid":2,"args":{"name":"federate 1"}}"#, r#"{"name":"TAG \"ts\":7","ph":"i","pid":2,"tid":2,"ts":0}"#]);
+        part(
+            dir.path(),
+            "hprm-rti.json",
+            3_000_000,
+            &[
+                r#"{"name":"thread_name","ph":"M","pid":2,"tid":2,"args":{"name":"federate 1"}}"#,
+                r#"{"name":"TAG \"ts\":7","ph":"i","pid":2,"tid":2,"ts":0}"#,
+            ],
+        );
         std::fs::write(dir.path().join("notes.txt"), "not a part").unwrap();
         let out = dir.path().join("out").with_extension("trace");
         assert_eq!(merge(dir.path(), &["src".into(), "sink".into()], &out).unwrap(), 3);
@@ -406,7 +460,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let ev = v["traceEvents"].as_array().unwrap();
         let r = ev.iter().find(|e| e["name"] == "fed.r.react").unwrap();
-        assert_eq!((r["ph"].as_str(), r["args"]["tag_ns"].as_i64(), r["args"]["microstep"].as_u64(), r["dur"].as_f64()), (Some("X"), Some(1000), Some(2), Some(1.5)));
+        assert_eq!(
+            (r["ph"].as_str(), r["args"]["tag_ns"].as_i64(), r["args"]["microstep"].as_u64(), r["dur"].as_f64()),
+            (Some("X"), Some(1000), Some(2), Some(1.5))
+        );
         assert_eq!(ev.iter().find(|e| e["name"] == "PTAG").unwrap()["ph"], "i");
         assert_eq!(ev.iter().find(|e| e["name"] == "store put").unwrap()["args"]["bytes"], 65536);
         assert!(ev.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "fed \"quoted\""));

@@ -165,19 +165,21 @@ fn chain() -> Program {
         let next = r.logical_action::<()>("next", Duration::ZERO);
         let out = r.output::<u64>("out");
         let inp = r.input::<u64>("in");
-        r.reaction("tick").trigger(s).trigger(next).source(inp).effect(out).effect(next).body(move |(n, missing), ctx| {
-            *n += 1;
-            if *n > 1 && ctx.get(inp) != Some(&(*n - 1)) {
-                *missing += 1;
-            }
-            if *n <= ROUNDS {
-                ctx.set(out, *n);
-                ctx.schedule(next, Duration::ZERO, ());
-            } else {
-                record(ctx, format!("done {} missing {missing}", *n - 1));
-                ctx.request_stop();
-            }
-        });
+        r.reaction("tick").trigger(s).trigger(next).source(inp).effect(out).effect(next).body(
+            move |(n, missing), ctx| {
+                *n += 1;
+                if *n > 1 && ctx.get(inp) != Some(&(*n - 1)) {
+                    *missing += 1;
+                }
+                if *n <= ROUNDS {
+                    ctx.set(out, *n);
+                    ctx.schedule(next, Duration::ZERO, ());
+                } else {
+                    record(ctx, format!("done {} missing {missing}", *n - 1));
+                    ctx.request_stop();
+                }
+            },
+        );
         (out, inp)
     };
     let (b_out, b_in) = {
@@ -284,7 +286,10 @@ fn tardy() -> Program {
             .trigger(i)
             .tardy(move |_, ctx| {
                 let intended = ctx.intended_tag(i).expect("tardy inputs carry their intended tag");
-                record(ctx, format!("tardy {} intended {}", ctx.get(i).expect("present"), intended.time - ctx.start_time()));
+                record(
+                    ctx,
+                    format!("tardy {} intended {}", ctx.get(i).expect("present"), intended.time - ctx.start_time()),
+                );
             })
             .body(move |_, ctx| record(ctx, format!("on time {}", ctx.get(i).expect("present"))));
         i
@@ -470,7 +475,9 @@ fn zero_delay_cycle() -> Program {
     let a_in = {
         let mut r = p.reactor(a, "listener", ());
         let i = r.input::<u64>("in");
-        r.reaction("hear").trigger(i).body(move |_, ctx| record(ctx, format!("heard {}", ctx.get(i).expect("present"))));
+        r.reaction("hear")
+            .trigger(i)
+            .body(move |_, ctx| record(ctx, format!("heard {}", ctx.get(i).expect("present"))));
         i
     };
     let a_out = {
@@ -540,7 +547,9 @@ fn physical_and_logical() -> Program {
 fn scenario(name: &str) -> Program {
     match name {
         "count-centralized" | "count-centralized-tcp" => count(Coordination::Centralized),
-        "count-decentralized" | "count-decentralized-unix" | "count-decentralized-tcp" => count(Coordination::Decentralized { stp: 20 * MS }),
+        "count-decentralized" | "count-decentralized-unix" | "count-decentralized-tcp" => {
+            count(Coordination::Decentralized { stp: 20 * MS })
+        }
         "feedback" => feedback(Coordination::Centralized),
         "feedback-decentralized" => feedback(Coordination::Decentralized { stp: 200 * MS }),
         "stop" => stop(),
@@ -571,7 +580,10 @@ fn federate_child() {
         if r.rti_over_unix {
             lines.push("rti over unix".into());
         }
-        lines.push(format!("report tardy {} deadline_misses {} decode_errors {}", r.tardy, r.deadline_misses, r.decode_errors));
+        lines.push(format!(
+            "report tardy {} deadline_misses {} decode_errors {}",
+            r.tardy, r.deadline_misses, r.decode_errors
+        ));
         lines.push(format!("nets sent {} skipped {}", r.nets_sent, r.nets_skipped));
         lines
     });
@@ -585,7 +597,10 @@ struct Run {
 
 impl Run {
     fn trace(&self, fed: &str) -> &[String] {
-        self.traces.get(fed).map(Vec::as_slice).unwrap_or_else(|| panic!("no trace from {fed}; traces: {:?}", self.traces.keys()))
+        self.traces
+            .get(fed)
+            .map(Vec::as_slice)
+            .unwrap_or_else(|| panic!("no trace from {fed}; traces: {:?}", self.traces.keys()))
     }
 
     fn lines(&self, fed: &str, containing: &str) -> Vec<&str> {
@@ -615,7 +630,11 @@ fn launch(name: &str, fast: bool, extra_env: &[(&str, &str)]) -> Run {
         rti_args: match (fast, name.ends_with("-no-dnet")) {
             (true, false) => Vec::new(),
             (true, true) => vec!["--disable-dnet".into()],
-            (false, dnet) => ["--start-delay-ms", "200"].into_iter().chain(dnet.then_some("--disable-dnet")).map(String::from).collect(),
+            (false, dnet) => ["--start-delay-ms", "200"]
+                .into_iter()
+                .chain(dnet.then_some("--disable-dnet"))
+                .map(String::from)
+                .collect(),
         },
         ..Launch::default()
     };
@@ -663,7 +682,8 @@ fn dnets_let_a_source_skip_the_nets_nobody_downstream_needs() {
         let words: Vec<&str> = line.first().expect("a nets line").split_whitespace().collect();
         (words[words.len() - 3].parse().expect("sent"), words[words.len() - 1].parse().expect("skipped"))
     };
-    let expect = ["0 0 sink tick", "30000 0 sink tick", "60000 0 sink tick", "69000 0 sink got 50", "90000 0 sink tick"];
+    let expect =
+        ["0 0 sink tick", "30000 0 sink tick", "60000 0 sink tick", "69000 0 sink got 50", "90000 0 sink tick"];
     // Real time: in fast mode the source, waiting for nothing, would be
     // done before the first DNET reached it.
     let with = launch("sparse", false, &[]);
@@ -676,7 +696,10 @@ fn dnets_let_a_source_skip_the_nets_nobody_downstream_needs() {
     let (sent_with, skipped_with) = nets(&with);
     let (sent_without, skipped_without) = nets(&without);
     assert_eq!(skipped_without, 0, "no DNET, no skipping");
-    assert!(skipped_with > 0 && sent_with < sent_without, "with DNETs: {sent_with} sent, {skipped_with} skipped; without: {sent_without} sent");
+    assert!(
+        skipped_with > 0 && sent_with < sent_without,
+        "with DNETs: {sent_with} sent, {skipped_with} skipped; without: {sent_without} sent"
+    );
 }
 
 #[test]
@@ -710,14 +733,22 @@ fn physical_connections_go_peer_to_peer_in_centralized_coordination() {
     // land after the stop tag; those that arrived come in order.
     let phys: Vec<u64> = run.lines("sink", "phys").iter().map(value).collect();
     assert!(phys.len() >= 8 && phys.windows(2).all(|w| w[0] < w[1]) && phys[0] == 1, "{phys:?}");
-    assert_eq!(run.lines("source", "peers over unix"), ["peers over unix 1"], "the physical connection is a peer connection: {:#?}", run.traces);
+    assert_eq!(
+        run.lines("source", "peers over unix"),
+        ["peers over unix 1"],
+        "the physical connection is a peer connection: {:#?}",
+        run.traces
+    );
 }
 
 #[test]
 fn a_zero_delay_cycle_between_federates_runs_at_one_tag() {
     let run = launch("zdc", true, &[]);
     assert_all_ok(&run);
-    assert_eq!(run.lines("a", "heard"), vec!["0 0 a heard 10", "10000 0 a heard 20", "20000 0 a heard 30", "30000 0 a heard 40"]);
+    assert_eq!(
+        run.lines("a", "heard"),
+        vec!["0 0 a heard 10", "10000 0 a heard 20", "20000 0 a heard 30", "30000 0 a heard 40"]
+    );
 }
 
 fn check_feedback(run: &Run) {
@@ -771,7 +802,10 @@ fn stop_requested_by_one_federate_stops_all_at_one_tag() {
         .iter()
         .map(|l| {
             let mut w = l.split(' ');
-            (w.next().and_then(|x| x.parse().ok()).expect("time"), w.next().and_then(|x| x.parse().ok()).expect("microstep"))
+            (
+                w.next().and_then(|x| x.parse().ok()).expect("time"),
+                w.next().and_then(|x| x.parse().ok()).expect("microstep"),
+            )
         })
         .collect();
     // Requested during the 7th tick (30 ms) for (30 ms, 1); a federate that
@@ -812,7 +846,8 @@ fn decentralized_with_too_small_stp_runs_tardy_handlers() {
         assert_eq!(intended % 20_000_000, 0, "{l}");
     }
     let report = run.lines("receiver", "report")[0];
-    let count: u64 = report.split(" tardy ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).expect("count");
+    let count: u64 =
+        report.split(" tardy ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).expect("count");
     assert_eq!(count as usize, tardy.len(), "{report}");
 }
 
@@ -833,7 +868,10 @@ fn undecodable_messages_are_reported_and_the_receiver_goes_on() {
     assert_eq!(run.lines("receiver", "tick").len(), 4);
     assert!(run.lines("receiver", "report")[0].ends_with("decode_errors 4"), "{:?}", run.trace("receiver"));
     let problem = run.lines("receiver", "problem")[0];
-    assert!(problem.contains("a message from sender.s.out to receiver.r.in at") && problem.contains("could not be decoded"), "{problem}");
+    assert!(
+        problem.contains("a message from sender.s.out to receiver.r.in at") && problem.contains("could not be decoded"),
+        "{problem}"
+    );
 }
 
 #[test]
@@ -860,7 +898,10 @@ fn fifty_jittered_runs_give_identical_traces() {
     // How many NETs DNETs saved depends on when they arrived: not part of
     // the program's behaviour.
     let behaviour = |run: &Run| -> BTreeMap<String, Vec<String>> {
-        run.traces.iter().map(|(fed, lines)| (fed.clone(), lines.iter().filter(|l| !l.contains("nets sent")).cloned().collect())).collect()
+        run.traces
+            .iter()
+            .map(|(fed, lines)| (fed.clone(), lines.iter().filter(|l| !l.contains("nets sent")).cloned().collect()))
+            .collect()
     };
     let expected = behaviour(&first);
     for i in 1..runs {
@@ -903,7 +944,10 @@ fn clock_sync_and_authentication_with_the_rti() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key = dir.path().join("key");
     std::fs::write(&key, "s3cret\n").expect("key file");
-    let rti = support::RtiDaemon::start(2, &["--id", "pair", "--clock-sync", "init", "--auth-key-file", key.to_str().expect("utf-8")]);
+    let rti = support::RtiDaemon::start(
+        2,
+        &["--id", "pair", "--clock-sync", "init", "--auth-key-file", key.to_str().expect("utf-8")],
+    );
     let run = |fed: &'static str, secret: &'static str| {
         let mut o = rti_options(fed, &rti, "pair");
         if let Some(c) = o.rti.as_mut() {
@@ -932,7 +976,21 @@ fn clock_sync_and_authentication_with_the_rti() {
 /// the offset they converge to is near zero.
 #[test]
 fn runtime_clock_sync_rounds_with_the_rti() {
-    let rti = support::RtiDaemon::start(2, &["--id", "pair", "--clock-sync", "on", "--clock-sync-port", "0", "--clock-sync-period-ms", "5", "--start-delay-ms", "100"]);
+    let rti = support::RtiDaemon::start(
+        2,
+        &[
+            "--id",
+            "pair",
+            "--clock-sync",
+            "on",
+            "--clock-sync-port",
+            "0",
+            "--clock-sync-period-ms",
+            "5",
+            "--start-delay-ms",
+            "100",
+        ],
+    );
     let program = || ticking_pair(400 * MS, 50 * MS);
     let run = |fed: &'static str| {
         let mut o = rti_options(fed, &rti, "pair");
@@ -1019,7 +1077,9 @@ fn a_duplicate_federate_id_is_rejected_and_the_first_keeps_its_place() {
     let rti = support::RtiDaemon::start(2, &["--id", "pair"]);
     let opts = rti_options("a", &rti, "pair");
     let first = std::thread::spawn(move || run_federate(pair(), opts));
-    support::eventually(Duration::from_secs(10), "the first federate a joined", || rti.log().contains("federate joined"));
+    support::eventually(Duration::from_secs(10), "the first federate a joined", || {
+        rti.log().contains("federate joined")
+    });
     let err = run_federate(pair(), rti_options("a", &rti, "pair")).expect_err("duplicate must be rejected");
     assert!(err.to_string().contains("duplicate federate id"), "{err}");
     // The first one kept its place: with b, the federation runs to its end.
@@ -1053,7 +1113,10 @@ fn a_vanishing_federate_and_random_bytes_do_not_stop_the_others() {
     let mut rti = support::RtiDaemon::start(3, &["--id", "vanish", "--clock-sync", "off"]);
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = rti.addr().to_string();
-    let mut kids: Vec<_> = ["source", "victim", "sink"].iter().map(|f| spawn_federate("vanish", f, &addr, &store.socket, dir.path())).collect();
+    let mut kids: Vec<_> = ["source", "victim", "sink"]
+        .iter()
+        .map(|f| spawn_federate("vanish", f, &addr, &store.socket, dir.path()))
+        .collect();
     std::thread::sleep(Duration::from_millis(1300));
     let _ = kids[1].kill();
     let mut junk = std::net::TcpStream::connect(rti.addr()).expect("connect to the RTI");
@@ -1093,7 +1156,10 @@ fn sigterm_stops_the_federation_at_one_tag() {
     let exe = std::env::current_exe().expect("test binary");
     let endless = exe.parent().and_then(Path::parent).map(|d| d.join("examples").join("endless")).expect("target dir");
     if !endless.exists() {
-        let status = Command::new(env!("CARGO")).args(["build", "-p", "hprm-node", "--example", "endless"]).status().expect("cargo");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "hprm-node", "--example", "endless"])
+            .status()
+            .expect("cargo");
         assert!(status.success(), "building the endless example failed");
     }
     let store = support::StoreDaemon::start("16m");
@@ -1146,7 +1212,8 @@ fn sigterm_stops_the_federation_at_one_tag() {
     }
     let mut tags = Vec::new();
     for out in &lines {
-        let line = out.iter().find(|l| l.contains("shutdown at")).unwrap_or_else(|| panic!("no shutdown line in {out:?}"));
+        let line =
+            out.iter().find(|l| l.contains("shutdown at")).unwrap_or_else(|| panic!("no shutdown line in {out:?}"));
         tags.push(line.split("shutdown at ").nth(1).and_then(|r| r.split(" after").next()).expect("tag").to_string());
     }
     assert!(tags.iter().all(|t| *t == tags[0]), "{tags:?}");

@@ -46,7 +46,16 @@ const LAYERS: &[(&str, usize)] = &[
     ("lib", 7),
 ];
 
-const NAMES: [&str; 8] = ["foundations", "ids and values", "inbox", "context", "graph", "network and outside world", "scheduler", "builders and running"];
+const NAMES: [&str; 8] = [
+    "foundations",
+    "ids and values",
+    "inbox",
+    "context",
+    "graph",
+    "network and outside world",
+    "scheduler",
+    "builders and running",
+];
 
 /// The layer of a module path, and the table entry that decided it.
 fn layer_of(path: &str) -> Option<(usize, &'static str)> {
@@ -85,7 +94,9 @@ fn code(src: &str) -> String {
     let mut lines = src.lines().peekable();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        if t == "#[cfg(test)]" && lines.peek().is_some_and(|n| n.trim_start().starts_with("mod ") && n.trim_end().ends_with('{')) {
+        if t == "#[cfg(test)]"
+            && lines.peek().is_some_and(|n| n.trim_start().starts_with("mod ") && n.trim_end().ends_with('{'))
+        {
             // Skip to the module's closing brace at its own indentation.
             let open = lines.next().expect("mod line");
             let indent = &open[..open.len() - open.trim_start().len()];
@@ -192,7 +203,10 @@ fn violations(src: &Path) -> Vec<String> {
         let rel = file.strip_prefix(src).expect("under src");
         let module = module_path(rel);
         let Some((mine, _)) = layer_of(&module) else {
-            found.push(format!("{}: module `{module}` is in no layer; add it to LAYERS in hprm-node/tests/layers.rs", rel.display()));
+            found.push(format!(
+                "{}: module `{module}` is in no layer; add it to LAYERS in hprm-node/tests/layers.rs",
+                rel.display()
+            ));
             continue;
         };
         let text = std::fs::read_to_string(file).expect("read");
@@ -200,7 +214,11 @@ fn violations(src: &Path) -> Vec<String> {
         let module_for_super = if rel.ends_with("mod.rs") { format!("{module}::mod") } else { module.clone() };
         for path in references(&code(&text), &module_for_super) {
             // A root item (`crate::Ctx`) is the crate root's: `lib`.
-            let target = if layer_of(path.split("::").next().unwrap_or("")).is_some() { path.clone() } else { "lib".to_string() };
+            let target = if layer_of(path.split("::").next().unwrap_or("")).is_some() {
+                path.clone()
+            } else {
+                "lib".to_string()
+            };
             let (theirs, entry) = layer_of(&target).expect("lib is in a layer");
             if theirs > mine {
                 found.push(format!(

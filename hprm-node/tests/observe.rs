@@ -20,7 +20,10 @@ fn counter() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary");
     let path = exe.parent().and_then(Path::parent).map(|d| d.join("examples").join("counter")).expect("target dir");
     if !path.exists() {
-        let status = Command::new(env!("CARGO")).args(["build", "-p", "hprm-node", "--example", "counter"]).status().expect("cargo");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "hprm-node", "--example", "counter"])
+            .status()
+            .expect("cargo");
         assert!(status.success(), "building the counter example failed");
     }
     path
@@ -43,19 +46,21 @@ fn launch(args: &[&str], runtime: &Path) -> Child {
         .expect("start the counter example")
 }
 
-
 /// The numbers after `key` in the line of `log` that contains `marker`.
 fn number_after(log: &str, marker: &str, key: &str) -> u64 {
     let line = log.lines().find(|l| l.contains(marker)).unwrap_or_else(|| panic!("no line with {marker:?} in:\n{log}"));
     let rest = line.split(key).nth(1).unwrap_or_else(|| panic!("no {key:?} in {line:?}"));
-    rest.trim_start().split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no number after {key:?} in {line:?}"))
+    rest.trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in {line:?}"))
 }
 
 fn sigint(child: &Child) {
     // SAFETY: kill(2) on a child this test spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
 }
-
 
 /// A run with `--trace`: the merged file is Chrome trace JSON whose
 /// reaction events are exactly the reactions the run reports (per
@@ -66,29 +71,43 @@ fn sigint(child: &Child) {
 fn trace_holds_every_reaction_grants_and_store_transfers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("trace.json");
-    let log = finish(launch(&["--fast", "--ticks", "60", "--trace", file.to_str().expect("utf-8")], dir.path()), Duration::from_secs(60));
+    let log = finish(
+        launch(&["--fast", "--ticks", "60", "--trace", file.to_str().expect("utf-8")], dir.path()),
+        Duration::from_secs(60),
+    );
     let sent = number_after(&log, "source: sent", "sent");
     let frames = number_after(&log, "source: sent", "counts,");
     let got = number_after(&log, "sink: got", "got");
     assert_eq!((sent, got, frames), (61, 61, 7), "{log}");
 
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).expect("the trace file")).expect("valid JSON");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("the trace file")).expect("valid JSON");
     let events = doc["traceEvents"].as_array().expect("traceEvents");
     let mut process_names = std::collections::HashMap::new();
     for e in events {
-        assert!(e["pid"].is_u64() && e["tid"].is_u64() && e["name"].is_string() && e["ph"].is_string(), "malformed event {e}");
+        assert!(
+            e["pid"].is_u64() && e["tid"].is_u64() && e["name"].is_string() && e["ph"].is_string(),
+            "malformed event {e}"
+        );
         match e["ph"].as_str() {
             Some("M") => {
                 if e["name"] == "process_name" {
-                    process_names.insert(e["pid"].as_u64().unwrap_or_default(), e["args"]["name"].as_str().unwrap_or_default().to_string());
+                    process_names.insert(
+                        e["pid"].as_u64().unwrap_or_default(),
+                        e["args"]["name"].as_str().unwrap_or_default().to_string(),
+                    );
                 }
             }
-            Some("X") => assert!(e["ts"].as_f64().is_some() && e["dur"].as_f64().is_some_and(|d| d >= 0.0), "complete event without ts/dur: {e}"),
+            Some("X") => assert!(
+                e["ts"].as_f64().is_some() && e["dur"].as_f64().is_some_and(|d| d >= 0.0),
+                "complete event without ts/dur: {e}"
+            ),
             Some("i") => assert!(e["ts"].as_f64().is_some(), "instant event without ts: {e}"),
             other => panic!("unexpected phase {other:?} in {e}"),
         }
     }
-    let named = |pid: &serde_json::Value| process_names.get(&pid.as_u64().unwrap_or_default()).cloned().unwrap_or_default();
+    let named =
+        |pid: &serde_json::Value| process_names.get(&pid.as_u64().unwrap_or_default()).cloned().unwrap_or_default();
     let count = |name: &str, cat: &str| events.iter().filter(|e| e["name"] == name && e["cat"] == cat).count() as u64;
     assert_eq!(count("source.counter.tick", "reaction"), sent);
     assert_eq!(count("sink.summer.add", "reaction"), got);
@@ -98,7 +117,9 @@ fn trace_holds_every_reaction_grants_and_store_transfers() {
         let reported = number_after(&log, &format!("done federate={fed}"), "reactions=");
         let traced = events.iter().filter(|e| e["cat"] == "reaction" && named(&e["pid"]) == fed).count() as u64;
         assert_eq!(traced, reported, "{fed}: reactions in the trace vs its run report");
-        let tag = events.iter().find(|e| e["cat"] == "reaction" && named(&e["pid"]) == fed).expect("a reaction")["args"]["tag_ns"].clone();
+        let tag = events.iter().find(|e| e["cat"] == "reaction" && named(&e["pid"]) == fed).expect("a reaction")
+            ["args"]["tag_ns"]
+            .clone();
         assert!(tag.is_i64(), "reaction args carry the tag: {tag}");
     }
     let grants = |process: &str| events.iter().filter(|e| e["cat"] == "grant" && named(&e["pid"]) == process).count();
@@ -106,7 +127,10 @@ fn trace_holds_every_reaction_grants_and_store_transfers() {
     assert!(count("NET", "coordination") > 0 && count("LTC", "coordination") > 0);
     assert_eq!(count("store put", "store"), frames);
     assert_eq!(count("store get", "store"), frames);
-    assert!(events.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "grants to sink"), "RTI threads named after federates");
+    assert!(
+        events.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "grants to sink"),
+        "RTI threads named after federates"
+    );
 }
 
 /// `hprm ps`'s data: a running program is listed with its launcher, and
@@ -128,13 +152,20 @@ fn status_lists_a_running_program_and_its_federates() {
     for f in &first.federates {
         assert!(f.alive && f.pid != 0 && f.pid != child.id(), "{f:?}");
     }
-    let tag_of = |r: &status::Running, fed: &str| r.federates.iter().find(|f| f.name == fed).and_then(|f| f.status.as_ref()).map(|s| s.tag_ns);
+    let tag_of = |r: &status::Running, fed: &str| {
+        r.federates.iter().find(|f| f.name == fed).and_then(|f| f.status.as_ref()).map(|s| s.tag_ns)
+    };
     let before = (tag_of(&first, "source"), tag_of(&first, "sink"));
     wait_for(Duration::from_secs(10), "every federate's tag advances", || {
         let now = status::scan(runtime.path()).into_iter().next()?;
         (tag_of(&now, "source") > before.0 && tag_of(&now, "sink") > before.1).then_some(())
     });
-    let sink = status::scan(runtime.path()).into_iter().next().and_then(|r| r.federates.into_iter().find(|f| f.name == "sink")).and_then(|f| f.status).expect("sink status");
+    let sink = status::scan(runtime.path())
+        .into_iter()
+        .next()
+        .and_then(|r| r.federates.into_iter().find(|f| f.name == "sink"))
+        .and_then(|f| f.status)
+        .expect("sink status");
     assert!(sink.messages_in > 0, "{sink:?}");
     sigint(&child);
     finish(child, Duration::from_secs(30));
@@ -150,8 +181,11 @@ fn tap_sees_what_a_port_sends_without_changing_the_result() {
     let runtime = tempfile::tempdir().expect("tempdir");
     let ticks = 300u64;
     let child = launch(&["--ticks", &ticks.to_string()], runtime.path());
-    let dir = wait_for(Duration::from_secs(30), "the program's runtime directory", || status::scan(runtime.path()).into_iter().next().map(|r| r.launch.runtime_dir));
-    let mut tap = wait_for(Duration::from_secs(30), "a tap attaches", || TapClient::attach(&dir, "source", "count").ok());
+    let dir = wait_for(Duration::from_secs(30), "the program's runtime directory", || {
+        status::scan(runtime.path()).into_iter().next().map(|r| r.launch.runtime_dir)
+    });
+    let mut tap =
+        wait_for(Duration::from_secs(30), "a tap attaches", || TapClient::attach(&dir, "source", "count").ok());
     assert_eq!(tap.port, "source.counter.count");
     let refused = TapClient::attach(&dir, "source", "nope").err().expect("no such port").to_string();
     assert!(refused.contains("source.counter.count") && refused.contains("source.counter.frame"), "{refused}");

@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use hprm_node::payload::{
-    oob, Buffer, Decoder, Dtype, Encoder, PayloadError, SpilledMessage, StoreLink, DEFAULT_GET_TIMEOUT, DEFAULT_THRESHOLD, MAX_INLINE,
+    oob, Buffer, Decoder, Dtype, Encoder, PayloadError, SpilledMessage, StoreLink, DEFAULT_GET_TIMEOUT,
+    DEFAULT_THRESHOLD, MAX_INLINE,
 };
 use hprm_store::{ObjectId, ObjectInfo, StoreClient};
 use serde::{Deserialize, Serialize};
@@ -131,7 +132,9 @@ fn each_receiver_settles_one_delivery() {
     let encoder = encoder(&store);
     let bytes = encoder.encode(&frame(MIB), 2).unwrap();
     let id = admin.list().unwrap()[0].id;
-    let pending = |admin: &StoreClient| admin.list().unwrap().iter().find(|o| o.id == id).map(|o| (o.ref_count, o.pending_deliveries));
+    let pending = |admin: &StoreClient| {
+        admin.list().unwrap().iter().find(|o| o.id == id).map(|o| (o.ref_count, o.pending_deliveries))
+    };
     assert_eq!(pending(&admin), Some((0, 2)));
 
     // Two receivers, each with its own connection.
@@ -140,7 +143,9 @@ fn each_receiver_settles_one_delivery() {
     let b: Frame = second.decode(&bytes).unwrap();
     assert_eq!(a.pixels.object_id(), Some(id));
     // Each receiver claims its reference one-way: the claims land soon.
-    eventually(Duration::from_secs(5), "both claims land; deliveries settle on release, not on claim", || pending(&admin) == Some((2, 2)));
+    eventually(Duration::from_secs(5), "both claims land; deliveries settle on release, not on claim", || {
+        pending(&admin) == Some((2, 2))
+    });
     drop(a);
     eventually(Duration::from_secs(5), "the first release lands", || pending(&admin) == Some((1, 1)));
     // Still pinned for the second receiver: eviction cannot touch it.
@@ -313,7 +318,6 @@ fn received_buffer_sent_on_travels_by_reference_and_repeats_are_sent_once() {
     assert_clean(&admin);
 }
 
-
 #[test]
 fn oob_vec_fields_go_out_of_band() {
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -327,7 +331,11 @@ fn oob_vec_fields_go_out_of_band() {
     let store = StoreDaemon::start("64M");
     let admin = store.client();
     let (encoder, decoder) = codec(&store);
-    let sent = Cloud { xyz: (0..3 * 50_000).map(|i| i as f32 / 3.0).collect(), intensity: vec![7; 100], frame_id: "lidar".into() };
+    let sent = Cloud {
+        xyz: (0..3 * 50_000).map(|i| i as f32 / 3.0).collect(),
+        intensity: vec![7; 100],
+        frame_id: "lidar".into(),
+    };
     let bytes = encoder.encode(&sent, 1).unwrap();
     assert!(bytes.len() < 400, "{}", bytes.len());
     assert_eq!(admin.list().unwrap()[0].placement.data_size, 3 * 50_000 * 4);
@@ -408,7 +416,6 @@ fn threads_share_one_codec() {
     assert_clean(&admin);
 }
 
-
 /// The payload of one `|u1` buffer of `nbytes` in store object `id`, its
 /// location naming data offset `at` in arena `arena` (wire format 1.1),
 /// written by hand as a forger would.
@@ -456,7 +463,11 @@ fn descriptors_say_where_the_object_lies() {
         t
     };
     assert!(bytes.windows(tail.len()).any(|w| w == tail), "the location is [id, offset, arena]");
-    assert!(bytes.ends_with(&[&[0xcf][..], &admin.arena_id().to_be_bytes()].concat()) || admin.arena_id() < u64::from(u32::MAX), "the arena id ends it");
+    assert!(
+        bytes.ends_with(&[&[0xcf][..], &admin.arena_id().to_be_bytes()].concat())
+            || admin.arena_id() < u64::from(u32::MAX),
+        "the arena id ends it"
+    );
     let got: Frame = decoder.decode(&bytes).unwrap();
     assert_eq!(got, frame(MIB));
     drop(got);
@@ -468,7 +479,9 @@ fn a_placed_buffer_is_mapped_without_waiting_for_a_get() {
     let store = StoreDaemon::start("16M");
     let sender = store.client();
     let id = ObjectId::random();
-    let mut object = sender.create_with(id, MIB as u64, b"", &hprm_store::CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+    let mut object = sender
+        .create_with(id, MIB as u64, b"", &hprm_store::CreateOptions { deliveries: 1, ..Default::default() })
+        .unwrap();
     object.data_mut().fill(0x5a);
     let at = object.placement().data_offset;
     // Not sealed yet: a get would wait for the seal (here: up to 10 s); the

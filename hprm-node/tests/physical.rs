@@ -142,7 +142,10 @@ struct Run {
 
 impl Run {
     fn trace(&self, fed: &str) -> &[String] {
-        self.traces.get(fed).map(Vec::as_slice).unwrap_or_else(|| panic!("no trace from {fed}; traces: {:?}", self.traces.keys()))
+        self.traces
+            .get(fed)
+            .map(Vec::as_slice)
+            .unwrap_or_else(|| panic!("no trace from {fed}; traces: {:?}", self.traces.keys()))
     }
 
     /// `(tag time since the start, microstep, value)` of each line `what V`.
@@ -163,7 +166,12 @@ impl Run {
     /// a federate or logged by the RTI, a shutdown at the timeout.
     fn assert_clean(&self) {
         for (name, status) in &self.report.federates {
-            assert!(status.success(), "federate {name} exited with {status}; traces: {:#?}\nlogs: {:#?}", self.traces, self.logs);
+            assert!(
+                status.success(),
+                "federate {name} exited with {status}; traces: {:#?}\nlogs: {:#?}",
+                self.traces,
+                self.logs
+            );
         }
         assert_eq!(self.report.rti.and_then(|s| s.code()), Some(0), "{:#?}", self.logs);
         for (name, log) in &self.logs {
@@ -197,7 +205,12 @@ fn launch(name: &str) -> Run {
         ..Launch::default()
     };
     let report = launcher.run(&scenario(name)).expect("launch");
-    Run { report, traces: support::child::read_traces(dir.path()), logs: support::child::read_dir(&logs, "log"), _dir: dir }
+    Run {
+        report,
+        traces: support::child::read_traces(dir.path()),
+        logs: support::child::read_dir(&logs, "log"),
+        _dir: dir,
+    }
 }
 
 /// Every value, in order, each at the tag it was sent with (plus `micro`

@@ -17,7 +17,11 @@ fn log() -> Log {
 
 fn push(log: &Log, ctx: &Ctx<'_>, what: impl std::fmt::Display) {
     let t = ctx.tag();
-    log.lock().unwrap_or_else(PoisonError::into_inner).push(format!("{}.{} {what}", ctx.elapsed().as_millis(), t.microstep));
+    log.lock().unwrap_or_else(PoisonError::into_inner).push(format!(
+        "{}.{} {what}",
+        ctx.elapsed().as_millis(),
+        t.microstep
+    ));
 }
 
 fn lines(log: &Log) -> Vec<String> {
@@ -50,7 +54,9 @@ fn connections_deliver_at_the_tags_their_delays_say() {
         let c = s.input::<u32>("five");
         for (name, i) in [("none", a), ("zero", b), ("five", c)] {
             let l = l.clone();
-            s.reaction(name).trigger(i).body(move |_, ctx| push(&l, ctx, format!("{name} {}", ctx.get(i).expect("present"))));
+            s.reaction(name)
+                .trigger(i)
+                .body(move |_, ctx| push(&l, ctx, format!("{name} {}", ctx.get(i).expect("present"))));
         }
         (out, a, b, c)
     };
@@ -70,7 +76,9 @@ fn reactions_run_in_level_order_and_in_parallel_when_independent() {
         let mut r = p.reactor(f, "sink", ());
         let i = r.input::<u64>("in");
         let l = l.clone();
-        r.reaction("print").trigger(i).body(move |_, ctx| push(&l, ctx, format!("sum {}", ctx.get(i).expect("present"))));
+        r.reaction("print")
+            .trigger(i)
+            .body(move |_, ctx| push(&l, ctx, format!("sum {}", ctx.get(i).expect("present"))));
         i
     };
     let mut workers = Vec::new();
@@ -132,7 +140,10 @@ fn logical_actions_timers_shutdown_and_stop_requests() {
         r.reaction("bye").trigger(sd).body(move |n, ctx| push(&l2, ctx, format!("shutdown after {n}")));
     }
     run_federate(p, fast("f")).expect("runs");
-    assert_eq!(lines(&l), vec!["0.0 run 1 value None", "3.0 run 2 value Some(10)", "6.0 run 3 value Some(20)", "6.1 shutdown after 3"]);
+    assert_eq!(
+        lines(&l),
+        vec!["0.0 run 1 value None", "3.0 run 2 value Some(10)", "6.0 run 3 value Some(20)", "6.1 shutdown after 3"]
+    );
 }
 
 #[test]
@@ -269,7 +280,9 @@ fn program_errors_are_all_reported_at_once() {
     };
     p.connect(o1, i).connect(o2, i);
     let err = p.validate().expect_err("invalid").to_string();
-    for needle in ["two federates are named \"f\"", "input f.r.i is connected twice", "has no trigger", "causality loop"] {
+    for needle in
+        ["two federates are named \"f\"", "input f.r.i is connected twice", "has no trigger", "causality loop"]
+    {
         assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
     }
     let err = run_federate(p, fast("f")).expect_err("invalid program must not run");

@@ -52,7 +52,8 @@ impl NotifySocket {
     fn until(&self, line: &str, within: Duration) -> Vec<String> {
         let deadline = Instant::now() + within;
         let mut got = Vec::new();
-        while let Some(m) = self.recv(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))) {
+        while let Some(m) = self.recv(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+        {
             let done = m.lines().any(|l| l == line);
             got.push(m);
             if done {
@@ -96,7 +97,13 @@ impl Proc {
 }
 
 fn status_of(messages: &[String]) -> String {
-    messages.iter().flat_map(|m| m.lines()).filter_map(|l| l.strip_prefix("STATUS=")).next_back().unwrap_or_default().to_string()
+    messages
+        .iter()
+        .flat_map(|m| m.lines())
+        .filter_map(|l| l.strip_prefix("STATUS="))
+        .next_back()
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]
@@ -142,7 +149,11 @@ fn rti_is_ready_once_it_listens_and_pings_its_watchdog() {
     let ready = notify.until("READY=1", WITHIN);
     let status = status_of(&ready);
     // "listening on 127.0.0.1:PORT for 2 federates of notified"
-    let addr = status.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_else(|| panic!("STATUS names the address: {status:?}"));
+    let addr = status
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("STATUS names the address: {status:?}"));
     std::net::TcpStream::connect(addr).expect("the RTI accepts connections once it said READY=1");
     notify.pings(3);
     assert!(status.contains("2 federates of notified"), "{status}");
@@ -220,7 +231,10 @@ fn notify_federate_child() {
 fn federate(name: &str, rti: &support::RtiDaemon, notify: Option<&NotifySocket>) -> Proc {
     let mut c = Command::new(std::env::current_exe().expect("test binary"));
     c.args(["notify_federate_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"]);
-    c.env("HPRM_FEDERATE", name).env("HPRM_RTI", rti.addr().to_string()).env("HPRM_FEDERATION", support::RtiDaemon::FEDERATION).env("RUST_LOG", "warn");
+    c.env("HPRM_FEDERATE", name)
+        .env("HPRM_RTI", rti.addr().to_string())
+        .env("HPRM_FEDERATION", support::RtiDaemon::FEDERATION)
+        .env("RUST_LOG", "warn");
     for v in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
         c.env_remove(v);
     }
@@ -237,7 +251,11 @@ fn federate_is_ready_once_the_start_is_agreed_and_pings_while_it_runs() {
     let mut pulse = federate("pulse", &rti, Some(&notify));
     // pulse has joined and proposed a start; without sink there is none.
     rti.wait_for_line("start time proposed", WITHIN);
-    assert_eq!(notify.recv(Duration::from_millis(300)), None, "a federate is not ready before the start time is agreed");
+    assert_eq!(
+        notify.recv(Duration::from_millis(300)),
+        None,
+        "a federate is not ready before the start time is agreed"
+    );
     let mut sink = federate("sink", &rti, None);
     let ready = notify.until("READY=1", WITHIN);
     // The RTI's log reaches this test through a pipe and a reader thread,

@@ -55,14 +55,16 @@ use std::time::Duration;
 use hprm_node::payload::conformance::Sample;
 use hprm_node::payload::msgpack::{Reader, Token, Writer};
 use hprm_node::payload::{
-    Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink, DEFAULT_GET_TIMEOUT,
-    DEFAULT_THRESHOLD, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR,
+    Buffer, BufferDescriptor, Decoder, Dtype, EncodeSession, Encoder, Location, PayloadError as CodecError, StoreLink,
+    DEFAULT_GET_TIMEOUT, DEFAULT_THRESHOLD, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR,
 };
 use hprm_store::{Object, ObjectId};
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple, PyType,
+};
 use pyo3::{create_exception, ffi, intern};
 
 use crate::store_memory::Sending;
@@ -174,7 +176,8 @@ impl<'py> Walk<'py> {
                 Ok(buffer) => {
                     if buffer.bytes().len() < self.threshold {
                         write_bin(out, buffer.bytes())?;
-                    } else if self.place(out, EXT_BYTES, &Dtype::U8, &[buffer.bytes().len()], buffer.bytes())?.is_some() {
+                    } else if self.place(out, EXT_BYTES, &Dtype::U8, &[buffer.bytes().len()], buffer.bytes())?.is_some()
+                    {
                         self.held.push(Held::Export(buffer));
                     }
                 }
@@ -238,49 +241,49 @@ impl<'py> Walk<'py> {
     }
 
     /// The loan `array` views in full, if its base chain ends at a [`LoanView`].
-fn whole_loan<'a>(array: &'a Bound<'py, PyAny>, bytes: &[u8]) -> PyResult<Option<Bound<'py, LoanView>>> {
-    let py = array.py();
-    let mut base = array.getattr(intern!(py, "base"))?;
-    for _ in 0..8 {
-        if base.is_none() {
-            return Ok(None);
+    fn whole_loan<'a>(array: &'a Bound<'py, PyAny>, bytes: &[u8]) -> PyResult<Option<Bound<'py, LoanView>>> {
+        let py = array.py();
+        let mut base = array.getattr(intern!(py, "base"))?;
+        for _ in 0..8 {
+            if base.is_none() {
+                return Ok(None);
+            }
+            if let Ok(loan) = base.downcast::<LoanView>() {
+                return Ok(loan.get().covers(bytes).then(|| loan.clone()));
+            }
+            base = match base.getattr(intern!(py, "obj")).or_else(|_| base.getattr(intern!(py, "base"))) {
+                Ok(b) => b,
+                Err(_) => return Ok(None),
+            };
         }
-        if let Ok(loan) = base.downcast::<LoanView>() {
-            return Ok(loan.get().covers(bytes).then(|| loan.clone()));
-        }
-        base = match base.getattr(intern!(py, "obj")).or_else(|_| base.getattr(intern!(py, "base"))) {
-            Ok(b) => b,
-            Err(_) => return Ok(None),
-        };
+        Ok(None)
     }
-    Ok(None)
-}
 
-/// The store object `array` views in full, if its base chain ends at a
-/// [`SharedBuffer`] whose bytes are exactly `bytes`.
-fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option<Arc<Object>>> {
-    let py = array.py();
-    let mut base = array.getattr(intern!(py, "base"))?;
-    // numpy collapses view chains; a few steps cover memoryview layers.
-    for _ in 0..8 {
-        if base.is_none() {
-            return Ok(None);
+    /// The store object `array` views in full, if its base chain ends at a
+    /// [`SharedBuffer`] whose bytes are exactly `bytes`.
+    fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option<Arc<Object>>> {
+        let py = array.py();
+        let mut base = array.getattr(intern!(py, "base"))?;
+        // numpy collapses view chains; a few steps cover memoryview layers.
+        for _ in 0..8 {
+            if base.is_none() {
+                return Ok(None);
+            }
+            if let Ok(shared) = base.downcast::<SharedBuffer>() {
+                let shared = shared.get();
+                let data = shared.data();
+                let whole = data.as_ptr() == bytes.as_ptr() && data.len() == bytes.len();
+                return Ok(whole.then(|| shared.object().clone()));
+            }
+            base = match base.getattr(intern!(py, "obj")).or_else(|_| base.getattr(intern!(py, "base"))) {
+                Ok(b) => b,
+                Err(_) => return Ok(None),
+            };
         }
-        if let Ok(shared) = base.downcast::<SharedBuffer>() {
-            let shared = shared.get();
-            let data = shared.data();
-            let whole = data.as_ptr() == bytes.as_ptr() && data.len() == bytes.len();
-            return Ok(whole.then(|| shared.object().clone()));
-        }
-        base = match base.getattr(intern!(py, "obj")).or_else(|_| base.getattr(intern!(py, "base"))) {
-            Ok(b) => b,
-            Err(_) => return Ok(None),
-        };
+        Ok(None)
     }
-    Ok(None)
-}
 
-/// Whether `key` is a map key every reader handles (a scalar).
+    /// Whether `key` is a map key every reader handles (a scalar).
     fn plain_key(&self, key: &Bound<'py, PyAny>) -> bool {
         key.is_none()
             || key.is_exact_instance_of::<PyBool>()
@@ -304,7 +307,14 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
 
     /// Writes one buffer through the session, without the GIL when it goes
     /// to the store (a round trip and a large copy).
-    fn place(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], bytes: &[u8]) -> PyResult<Option<ObjectId>> {
+    fn place(
+        &mut self,
+        out: &mut Vec<u8>,
+        ext: i8,
+        dtype: &Dtype,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> PyResult<Option<ObjectId>> {
         let session = &mut self.session;
         let placed = if bytes.len() >= self.threshold {
             self.py.allow_threads(|| session.write_buffer(out, ext, dtype, shape, bytes, true))
@@ -370,7 +380,8 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
         }
         if buffer.bytes().len() >= self.threshold {
             let deliveries = self.session.deliveries();
-            let born = crate::store_memory::seal_for_sending(buffer.bytes(), deliveries).map_err(|source| payload_error(CodecError::Store { op: "seal", source }))?;
+            let born = crate::store_memory::seal_for_sending(buffer.bytes(), deliveries)
+                .map_err(|source| payload_error(CodecError::Store { op: "seal", source }))?;
             if let Some(sending) = born {
                 // Made in the store by numpy inside a reaction: sent by
                 // reference. Sealed now, so the array that was sent becomes
@@ -456,7 +467,9 @@ fn whole_store_object(array: &Bound<'_, PyAny>, bytes: &[u8]) -> PyResult<Option
             // The raw bytes, one dimension of |u1 (the unpickler gives them
             // back to numpy, which knows dtype and shape).
             let raw = buffer.call_method0(intern!(py, "raw")).map_err(|e| {
-                PayloadError::new_err(format!("pickle produced an out-of-band buffer that is not contiguous ({e}); cannot send it"))
+                PayloadError::new_err(format!(
+                    "pickle produced an out-of-band buffer that is not contiguous ({e}); cannot send it"
+                ))
             })?;
             let raw = RawBuffer::get(&raw)?;
             let len = raw.bytes().len();
@@ -503,7 +516,9 @@ fn write_int(out: &mut Vec<u8>, v: i64) {
 
 /// A length that MessagePack can carry (at most 2^32 - 1).
 fn wire_len(len: usize, what: &str) -> PyResult<u32> {
-    u32::try_from(len).map_err(|_| PayloadError::new_err(format!("{what} of {len} elements or bytes is over MessagePack's 4 GiB limit")))
+    u32::try_from(len).map_err(|_| {
+        PayloadError::new_err(format!("{what} of {len} elements or bytes is over MessagePack's 4 GiB limit"))
+    })
 }
 
 /// An array (`fix` 0x90) or map (0x80) header.
@@ -670,14 +685,19 @@ impl<'py> Build<'py> {
         };
         let ndarray = imported_type(py, &NDARRAY, "numpy", "ndarray")?;
         // numpy checks that shape and strides stay inside the buffer.
-        ndarray.call1((shape, dtype, buffer, 0, strides)).map_err(|e| malformed(format!("buffer of shape {:?} and strides {:?}: {e}", d.shape, d.strides)))
+        ndarray
+            .call1((shape, dtype, buffer, 0, strides))
+            .map_err(|e| malformed(format!("buffer of shape {:?} and strides {:?}: {e}", d.shape, d.strides)))
     }
 
     /// Ext 4: bytes (a read-only memoryview over the store when large).
     fn byte_string(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let d = BufferDescriptor::decode(data).map_err(payload_error)?;
         if d.dtype != Dtype::U8 || d.shape.len() != 1 {
-            return Err(malformed(format!("a byte string (ext 4) of {} with shape {:?}; expected one dimension of |u1", d.dtype, d.shape)));
+            return Err(malformed(format!(
+                "a byte string (ext 4) of {} with shape {:?}; expected one dimension of |u1",
+                d.dtype, d.shape
+            )));
         }
         match d.location {
             Location::Store(id) if !self.copy => {
@@ -708,7 +728,10 @@ impl<'py> Build<'py> {
 
     /// A referenced object, whose length must be the descriptor's.
     fn checked_object(&self, id: ObjectId, nbytes: u64) -> PyResult<Arc<Object>> {
-        let object = self.objects.get(&id).ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
+        let object = self
+            .objects
+            .get(&id)
+            .ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
         let held = object.data().len() as u64;
         if held != nbytes {
             return Err(malformed(format!("object {id} holds {held} bytes, its descriptor says {nbytes}")));
@@ -720,7 +743,10 @@ impl<'py> Build<'py> {
         if let Some(view) = self.views.get(&id) {
             return Ok(view.clone());
         }
-        let object = self.objects.get(&id).ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
+        let object = self
+            .objects
+            .get(&id)
+            .ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
         let view = Bound::new(self.py, SharedBuffer::new(object.clone(), self.arena_size))?;
         self.views.insert(id, view.clone());
         Ok(view)
@@ -741,7 +767,9 @@ impl<'py> Build<'py> {
     fn unpickle(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         let mut r = Reader::new(data);
-        let (Token::Array(2), Token::Bin(pickled), Token::Array(n)) = (r.token().map_err(payload_error)?, r.token().map_err(payload_error)?, r.token().map_err(payload_error)?) else {
+        let (Token::Array(2), Token::Bin(pickled), Token::Array(n)) =
+            (r.token().map_err(payload_error)?, r.token().map_err(payload_error)?, r.token().map_err(payload_error)?)
+        else {
             return Err(malformed("a pickled object (ext 3) that is not [bin, [buffers]]"));
         };
         let buffers = PyList::empty(py);
@@ -784,7 +812,8 @@ impl RawBuffer {
         // it and we own the export until PyBuffer_Release (in Drop).
         let view = unsafe {
             if ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_C_CONTIGUOUS as c_int) == -1 {
-                return Err(PyErr::take(obj.py()).unwrap_or_else(|| PyValueError::new_err("the object does not export a contiguous buffer")));
+                return Err(PyErr::take(obj.py())
+                    .unwrap_or_else(|| PyValueError::new_err("the object does not export a contiguous buffer")));
             }
             Box::from_raw(Box::into_raw(view).cast::<ffi::Py_buffer>())
         };
@@ -809,11 +838,21 @@ impl Drop for RawBuffer {
     }
 }
 
-fn imported<'py>(py: Python<'py>, cell: &'static GILOnceCell<Py<PyAny>>, module: &str, name: &str) -> PyResult<&'py Bound<'py, PyAny>> {
+fn imported<'py>(
+    py: Python<'py>,
+    cell: &'static GILOnceCell<Py<PyAny>>,
+    module: &str,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyAny>> {
     cell.import(py, module, name)
 }
 
-fn imported_type<'py>(py: Python<'py>, cell: &'static GILOnceCell<Py<PyType>>, module: &str, name: &str) -> PyResult<&'py Bound<'py, PyType>> {
+fn imported_type<'py>(
+    py: Python<'py>,
+    cell: &'static GILOnceCell<Py<PyType>>,
+    module: &str,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyType>> {
     cell.import(py, module, name)
 }
 
@@ -838,8 +877,9 @@ impl Codec {
     #[new]
     #[pyo3(signature = (store_socket = None, threshold = DEFAULT_THRESHOLD, get_timeout = DEFAULT_GET_TIMEOUT.as_secs_f64()))]
     fn new(store_socket: Option<PathBuf>, threshold: usize, get_timeout: f64) -> PyResult<Codec> {
-        let timeout = Duration::try_from_secs_f64(get_timeout)
-            .map_err(|_| PyValueError::new_err(format!("get_timeout must be a non-negative number of seconds, not {get_timeout}")))?;
+        let timeout = Duration::try_from_secs_f64(get_timeout).map_err(|_| {
+            PyValueError::new_err(format!("get_timeout must be a non-negative number of seconds, not {get_timeout}"))
+        })?;
         let store = StoreLink::new(store_socket);
         Ok(Codec { encoder: Encoder::new(store.clone(), threshold), decoder: Decoder::new(store, timeout) })
     }
@@ -848,7 +888,12 @@ impl Codec {
     /// receivers (each store object it creates stays pinned until that many
     /// receivers have taken and released it, or the store's delivery TTL).
     #[pyo3(signature = (value, deliveries = 1))]
-    fn encode<'py>(&self, py: Python<'py>, value: &Bound<'py, PyAny>, deliveries: u32) -> PyResult<Bound<'py, PyBytes>> {
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        value: &Bound<'py, PyAny>,
+        deliveries: u32,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = encode(py, value, &self.encoder, deliveries)?;
         Ok(PyBytes::new(py, &bytes))
     }
@@ -858,7 +903,13 @@ impl Codec {
     /// receivers: fill it, and `encode` sends it by reference (no copy).
     /// What `ctx.alloc_array` does inside a reaction.
     #[pyo3(signature = (shape, dtype, deliveries = 1))]
-    fn alloc_array<'py>(&self, py: Python<'py>, shape: Vec<usize>, dtype: &Bound<'py, PyAny>, deliveries: u32) -> PyResult<Bound<'py, PyAny>> {
+    fn alloc_array<'py>(
+        &self,
+        py: Python<'py>,
+        shape: Vec<usize>,
+        dtype: &Bound<'py, PyAny>,
+        deliveries: u32,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let np_dtype = imported_type(py, &DTYPE, "numpy", "dtype")?.call1((dtype,))?;
         let text: String = np_dtype.getattr(intern!(py, "str"))?.extract()?;
         let parsed = Dtype::parse(&text).map_err(payload_error)?;
@@ -903,7 +954,9 @@ impl Codec {
     /// The store's counters (`hprm-store stats`), as a dict.
     fn store_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let client = self.client(py)?;
-        let s = py.allow_threads(|| client.stats()).map_err(|e| PayloadError::new_err(format!("store stats failed: {e}")))?;
+        let s = py
+            .allow_threads(|| client.stats())
+            .map_err(|e| PayloadError::new_err(format!("store stats failed: {e}")))?;
         let d = PyDict::new(py);
         let fields: [(&str, u64); 17] = [
             ("capacity", s.capacity),
@@ -934,7 +987,8 @@ impl Codec {
     /// sealed, ref_count, pending_deliveries, delete_pending, age_ms.
     fn store_objects<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let client = self.client(py)?;
-        let objects = py.allow_threads(|| client.list()).map_err(|e| PayloadError::new_err(format!("store list failed: {e}")))?;
+        let objects =
+            py.allow_threads(|| client.list()).map_err(|e| PayloadError::new_err(format!("store list failed: {e}")))?;
         let list = PyList::empty(py);
         for o in objects {
             let d = PyDict::new(py);
@@ -952,7 +1006,9 @@ impl Codec {
 
     fn __repr__(&self) -> String {
         match self.encoder.store().socket() {
-            Some(s) => format!("Codec(store_socket={:?}, threshold={})", s.display().to_string(), self.encoder.threshold()),
+            Some(s) => {
+                format!("Codec(store_socket={:?}, threshold={})", s.display().to_string(), self.encoder.threshold())
+            }
             None => format!("Codec(store_socket=None, threshold={})", self.encoder.threshold()),
         }
     }
@@ -983,7 +1039,9 @@ pub struct StoreMemory {
 impl StoreMemory {
     fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
         if slf.scope.is_some() {
-            return Err(PyValueError::new_err("this store_memory() scope is already open; open a new one with codec.store_memory()"));
+            return Err(PyValueError::new_err(
+                "this store_memory() scope is already open; open a new one with codec.store_memory()",
+            ));
         }
         let scope = crate::store_memory::Scope::enter(slf.py(), &slf.store, slf.threshold)?;
         slf.scope = scope;
@@ -1011,7 +1069,12 @@ fn _store_object_at(address: usize, nbytes: usize) -> Option<String> {
 /// (see `hprm_node::payload::conformance` for its contents).
 #[pyfunction]
 #[pyo3(signature = (store_socket = None, deliveries = 1, threshold = DEFAULT_THRESHOLD))]
-fn _rust_encode_example<'py>(py: Python<'py>, store_socket: Option<PathBuf>, deliveries: u32, threshold: usize) -> PyResult<Bound<'py, PyBytes>> {
+fn _rust_encode_example<'py>(
+    py: Python<'py>,
+    store_socket: Option<PathBuf>,
+    deliveries: u32,
+    threshold: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
     let encoder = Encoder::new(StoreLink::new(store_socket), threshold);
     let bytes = py.allow_threads(|| encoder.encode(&Sample::new(), deliveries)).map_err(payload_error)?;
     Ok(PyBytes::new(py, &bytes))
@@ -1024,7 +1087,11 @@ fn _rust_encode_example<'py>(py: Python<'py>, store_socket: Option<PathBuf>, del
 /// the store], "debug": str}`.
 #[pyfunction]
 #[pyo3(signature = (data, store_socket = None))]
-fn _rust_decode_check<'py>(py: Python<'py>, data: &[u8], store_socket: Option<PathBuf>) -> PyResult<Bound<'py, PyDict>> {
+fn _rust_decode_check<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    store_socket: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyDict>> {
     let decoder = Decoder::new(StoreLink::new(store_socket), DEFAULT_GET_TIMEOUT);
     let got: Sample = py.allow_threads(|| decoder.decode(data)).map_err(payload_error)?;
     let want = Sample::new();
@@ -1037,8 +1104,11 @@ fn _rust_decode_check<'py>(py: Python<'py>, data: &[u8], store_socket: Option<Pa
         )*};
     }
     compare!(seq, name, gain, pixels, depth, ranges, tags, pose, limits, note, blob, raw);
-    let shared: Vec<&str> =
-        [("pixels", &got.pixels), ("depth", &got.depth), ("raw", &got.raw)].into_iter().filter(|(_, b)| b.is_shared()).map(|(n, _)| n).collect();
+    let shared: Vec<&str> = [("pixels", &got.pixels), ("depth", &got.depth), ("raw", &got.raw)]
+        .into_iter()
+        .filter(|(_, b)| b.is_shared())
+        .map(|(n, _)| n)
+        .collect();
     let d = PyDict::new(py);
     d.set_item("equal", got == want)?;
     d.set_item("differs", differs)?;
@@ -1052,7 +1122,11 @@ fn _rust_decode_check<'py>(py: Python<'py>, data: &[u8], store_socket: Option<Pa
 /// type would.
 #[pyfunction]
 #[pyo3(signature = (data, store_socket = None))]
-fn _rust_decode_buffer<'py>(py: Python<'py>, data: &[u8], store_socket: Option<PathBuf>) -> PyResult<(String, Vec<usize>, Bound<'py, PyBytes>, bool)> {
+fn _rust_decode_buffer<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    store_socket: Option<PathBuf>,
+) -> PyResult<(String, Vec<usize>, Bound<'py, PyBytes>, bool)> {
     let decoder = Decoder::new(StoreLink::new(store_socket), DEFAULT_GET_TIMEOUT);
     let buffer: Buffer = py.allow_threads(|| decoder.decode(data)).map_err(payload_error)?;
     Ok((buffer.dtype().to_string(), buffer.shape().to_vec(), PyBytes::new(py, buffer.bytes()), buffer.is_shared()))

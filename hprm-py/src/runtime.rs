@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hprm_node::payload::{Decoder, Encoder, PayloadError};
-use hprm_node::{Ctx, Input, LogicalAction, Output, PhysicalAction, Program, ReactorId, Shutdown, Startup, Timer, TriggerId, Value};
+use hprm_node::{
+    Ctx, Input, LogicalAction, Output, PhysicalAction, Program, ReactorId, Shutdown, Startup, Timer, TriggerId, Value,
+};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -28,9 +30,12 @@ pub struct PyVal(pub PyObject);
 /// Network encoding of a Python port value (`hprm_node::EncodeFn`).
 fn encode_port(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, PayloadError> {
     let Some(PyVal(obj)) = v.downcast_ref::<PyVal>() else {
-        return Err(PayloadError::Serialize { message: "a Python port holds a value that is not a Python object".into() });
+        return Err(PayloadError::Serialize {
+            message: "a Python port holds a value that is not a Python object".into(),
+        });
     };
-    Python::with_gil(|py| crate::codec::encode(py, obj.bind(py), enc, deliveries)).map_err(|e| PayloadError::Serialize { message: e.to_string() })
+    Python::with_gil(|py| crate::codec::encode(py, obj.bind(py), enc, deliveries))
+        .map_err(|e| PayloadError::Serialize { message: e.to_string() })
 }
 
 /// Network decoding into a Python port value (`hprm_node::DecodeFn`).
@@ -100,7 +105,9 @@ pub struct NativeProgram {
 
 impl NativeProgram {
     fn program(&mut self) -> PyResult<&mut Program> {
-        self.program.as_mut().ok_or_else(|| PyRuntimeError::new_err("this program has already been run; build a new one"))
+        self.program
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err("this program has already been run; build a new one"))
     }
 
     fn reactor_id(&self, r: usize) -> PyResult<ReactorId> {
@@ -127,14 +134,26 @@ impl NativeProgram {
     /// `coordination`: "centralized" or "decentralized" (then `stp_ns`).
     #[new]
     #[pyo3(signature = (name, coordination="centralized", stp_ns=0, threshold=65536, timeout_ns=None, on_error="stop", store_arrays=true))]
-    fn new(name: &str, coordination: &str, stp_ns: i64, threshold: usize, timeout_ns: Option<i64>, on_error: &str, store_arrays: bool) -> PyResult<NativeProgram> {
+    fn new(
+        name: &str,
+        coordination: &str,
+        stp_ns: i64,
+        threshold: usize,
+        timeout_ns: Option<i64>,
+        on_error: &str,
+        store_arrays: bool,
+    ) -> PyResult<NativeProgram> {
         let mut p = Program::new(name);
         match coordination {
             "centralized" => {}
             "decentralized" => {
                 p.coordination(hprm_node::Coordination::Decentralized { stp: ns(stp_ns) });
             }
-            other => return Err(PyValueError::new_err(format!("coordination {other:?} is neither \"centralized\" nor \"decentralized\""))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "coordination {other:?} is neither \"centralized\" nor \"decentralized\""
+                )))
+            }
         }
         p.threshold(threshold);
         if let Some(t) = timeout_ns {
@@ -143,9 +162,19 @@ impl NativeProgram {
         let on_error = match on_error {
             "stop" => OnError::Stop,
             "continue" => OnError::Continue,
-            other => return Err(PyValueError::new_err(format!("on_error {other:?} is neither \"stop\" nor \"continue\""))),
+            other => {
+                return Err(PyValueError::new_err(format!("on_error {other:?} is neither \"stop\" nor \"continue\"")))
+            }
         };
-        Ok(NativeProgram { program: Some(p), federates: Vec::new(), reactors: Vec::new(), reactor_paths: Vec::new(), handles: Vec::new(), names: Vec::new(), policy: Policy { on_error, store_arrays } })
+        Ok(NativeProgram {
+            program: Some(p),
+            federates: Vec::new(),
+            reactors: Vec::new(),
+            reactor_paths: Vec::new(),
+            handles: Vec::new(),
+            names: Vec::new(),
+            policy: Policy { on_error, store_arrays },
+        })
     }
 
     fn federate(&mut self, name: &str) -> PyResult<usize> {
@@ -259,7 +288,9 @@ impl NativeProgram {
             b = b.effect(e.id());
         }
         if let Some(d) = deadline_ns {
-            let handler = deadline_handler.ok_or_else(|| PyValueError::new_err(format!("reaction {reaction} has a deadline but no deadline handler")))?;
+            let handler = deadline_handler.ok_or_else(|| {
+                PyValueError::new_err(format!("reaction {reaction} has a deadline but no deadline handler"))
+            })?;
             b = b.deadline(ns(d), invoker(handler, handles.clone(), declared.clone(), policy));
         }
         if let Some(t) = tardy_handler {
@@ -301,7 +332,8 @@ impl NativeProgram {
     /// is None. Returns a dict summarising the run.
     #[pyo3(signature = (federate=None, fast=false))]
     fn run_federate(&mut self, py: Python<'_>, federate: Option<String>, fast: bool) -> PyResult<PyObject> {
-        let program = self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
+        let program =
+            self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
         let mut opts = match hprm_node::launch::options_from_env(&program) {
             Some(o) => o,
             None => {
@@ -354,7 +386,8 @@ impl NativeProgram {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
         }
-        let program = self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
+        let program =
+            self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
         let launch = hprm_node::launch::Launch {
             fast,
             store_memory,
@@ -371,7 +404,8 @@ impl NativeProgram {
             ..hprm_node::launch::Launch::default()
         };
         let name = program.name().to_string();
-        let report = py.allow_threads(move || launch.run(&program)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let report =
+            py.allow_threads(move || launch.run(&program)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         Ok((report.exit_code(), report.failure_summary(&name)))
     }
 }
@@ -408,13 +442,19 @@ impl Declared {
 /// through `Ctx::fail` with the exception's line. A panic would print
 /// Rust's panic message (and, with `RUST_BACKTRACE`, a Rust backtrace)
 /// for what is a Python error.
-fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, declared: Arc<Declared>, policy: Policy) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
+fn invoker(
+    f: PyObject,
+    handles: Arc<Vec<Handle>>,
+    declared: Arc<Declared>,
+    policy: Policy,
+) -> impl FnMut(&mut PyObject, &mut Ctx<'_>) + Send + 'static {
     move |instance: &mut PyObject, ctx: &mut Ctx<'_>| {
         let outcome = Python::with_gil(|py| -> Result<(), (String, String)> {
             let internal = |e: PyErr| describe(py, &e);
             let scope = if policy.store_arrays {
                 let encoder = ctx.encoder();
-                crate::store_memory::Scope::enter(py, encoder.store(), encoder.threshold()).map_err(|e| (String::new(), e.to_string()))?
+                crate::store_memory::Scope::enter(py, encoder.store(), encoder.threshold())
+                    .map_err(|e| (String::new(), e.to_string()))?
             } else {
                 None
             };
@@ -422,7 +462,8 @@ fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, declared: Arc<Declared>, poli
             // refuses every use once `invalidate` ran below.
             #[allow(clippy::unnecessary_cast)] // erases the lifetime
             let ptr = ctx as *mut Ctx<'_> as *mut Ctx<'static>;
-            let c = Py::new(py, Context { ctx: ptr, handles: handles.clone(), declared: declared.clone() }).map_err(internal)?;
+            let c = Py::new(py, Context { ctx: ptr, handles: handles.clone(), declared: declared.clone() })
+                .map_err(internal)?;
             let r = f.call1(py, (instance.clone_ref(py), c.clone_ref(py)));
             c.borrow_mut(py).ctx = std::ptr::null_mut();
             if let Some(scope) = scope {
@@ -437,7 +478,11 @@ fn invoker(f: PyObject, handles: Arc<Vec<Handle>>, declared: Arc<Declared>, poli
                     eprintln!("federate {federate}, reaction {} raised:\n{}", declared.reaction, traceback.trim_end());
                     ctx.fail(line);
                 }
-                OnError::Continue => eprintln!("federate {federate}, reaction {} raised; going on (on_error=\"continue\"):\n{}", declared.reaction, traceback.trim_end()),
+                OnError::Continue => eprintln!(
+                    "federate {federate}, reaction {} raised; going on (on_error=\"continue\"):\n{}",
+                    declared.reaction,
+                    traceback.trim_end()
+                ),
             }
         }
     }
@@ -469,7 +514,11 @@ impl Context {
     fn ctx(&mut self) -> PyResult<&mut Ctx<'static>> {
         // SAFETY: non-null only while the reaction that created this
         // context runs, on this thread (the class is unsendable).
-        unsafe { self.ctx.as_mut() }.ok_or_else(|| PyRuntimeError::new_err("this ctx belongs to a reaction that has returned; use ctx only inside the reaction"))
+        unsafe { self.ctx.as_mut() }.ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "this ctx belongs to a reaction that has returned; use ctx only inside the reaction",
+            )
+        })
     }
 
     fn handle(&self, h: usize) -> PyResult<Handle> {
@@ -506,7 +555,9 @@ impl Context {
 
     #[pyo3(signature = (h, value=None, delay_ns=0))]
     fn schedule(&mut self, py: Python<'_>, h: usize, value: Option<PyObject>, delay_ns: i64) -> PyResult<()> {
-        let Handle::Logical(a) = self.handle(h)? else { return Err(PyValueError::new_err("schedule takes a logical action")) };
+        let Handle::Logical(a) = self.handle(h)? else {
+            return Err(PyValueError::new_err("schedule takes a logical action"));
+        };
         self.declared.check_effect(h, "schedules action")?;
         self.ctx()?.schedule(a, ns(delay_ns), PyVal(value.unwrap_or_else(|| py.None())));
         Ok(())
@@ -525,7 +576,10 @@ impl Context {
 
     fn intended_tag(&mut self, py: Python<'_>, h: usize) -> PyResult<Option<Py<PyTuple>>> {
         let Handle::Input(i) = self.handle(h)? else { return Ok(None) };
-        self.ctx()?.intended_tag(i).map(|t| PyTuple::new(py, [t.time, i64::from(t.microstep)]).map(|t| t.unbind())).transpose()
+        self.ctx()?
+            .intended_tag(i)
+            .map(|t| PyTuple::new(py, [t.time, i64::from(t.microstep)]).map(|t| t.unbind()))
+            .transpose()
     }
 
     /// (time ns, microstep) of the current tag.
@@ -550,7 +604,9 @@ impl Context {
     /// (with the output's fan-out as delivery count); `hprm.Context.alloc_array`
     /// makes the numpy array over it.
     fn loan(&mut self, h: usize, dtype: &str, shape: Vec<usize>) -> PyResult<crate::view::LoanView> {
-        let Handle::Output(o) = self.handle(h)? else { return Err(PyValueError::new_err("alloc_array takes an output")) };
+        let Handle::Output(o) = self.handle(h)? else {
+            return Err(PyValueError::new_err("alloc_array takes an output"));
+        };
         let dtype = hprm_node::payload::Dtype::parse(dtype).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let loan = self.ctx()?.loan(o, dtype, &shape).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         Ok(crate::view::LoanView::new(loan))

@@ -125,7 +125,14 @@ fn allocate_in_store(size: usize, zeroed: bool) -> Option<*mut c_void> {
         Some(object) => object,
         // One delivery: the producer's own reference, taken at the first
         // send and released when numpy frees the array.
-        None => client.create_with(ObjectId::random(), size as u64, b"", &CreateOptions { deliveries: 1, wait_for_space: Duration::ZERO }).ok()?,
+        None => client
+            .create_with(
+                ObjectId::random(),
+                size as u64,
+                b"",
+                &CreateOptions { deliveries: 1, wait_for_space: Duration::ZERO },
+            )
+            .ok()?,
     };
     let data = object.data_mut();
     if zeroed {
@@ -230,7 +237,13 @@ const fn handler_name() -> [u8; 127] {
 static HANDLER: Handler = Handler {
     name: handler_name(),
     version: 1,
-    allocator: Allocator { ctx: 0, malloc: handler_malloc, calloc: handler_calloc, realloc: handler_realloc, free: handler_free },
+    allocator: Allocator {
+        ctx: 0,
+        malloc: handler_malloc,
+        calloc: handler_calloc,
+        realloc: handler_realloc,
+        free: handler_free,
+    },
 };
 
 /// The name numpy requires of a handler capsule.
@@ -264,7 +277,8 @@ fn numpy(py: Python<'_>) -> PyResult<Option<&Numpy>> {
     }
     NUMPY
         .get_or_try_init(py, || {
-            let module = py.import("numpy._core._multiarray_umath").or_else(|_| py.import("numpy.core._multiarray_umath"))?;
+            let module =
+                py.import("numpy._core._multiarray_umath").or_else(|_| py.import("numpy.core._multiarray_umath"))?;
             let version: String = py.import("numpy")?.getattr("__version__")?.extract()?;
             let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
             if (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < (1, 22) {
@@ -275,14 +289,23 @@ fn numpy(py: Python<'_>) -> PyResult<Option<&Numpy>> {
             // (unnamed); the table is static for the life of the process.
             let table = unsafe { ffi::PyCapsule_GetPointer(api.as_ptr(), std::ptr::null()) } as *const *const c_void;
             if table.is_null() {
-                return Err(PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err("numpy's _ARRAY_API capsule is empty")));
+                return Err(
+                    PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err("numpy's _ARRAY_API capsule is empty"))
+                );
             }
             // SAFETY: entry 304 of numpy's table (>= 1.22, checked above) is
             // `PyObject *PyDataMem_SetHandler(PyObject *)`.
-            let set_handler: SetHandler = unsafe { std::mem::transmute::<*const c_void, SetHandler>(*table.add(SET_HANDLER)) };
+            let set_handler: SetHandler =
+                unsafe { std::mem::transmute::<*const c_void, SetHandler>(*table.add(SET_HANDLER)) };
             // SAFETY: HANDLER is a static that outlives every capsule user;
             // numpy only reads it.
-            let capsule = unsafe { ffi::PyCapsule_New(std::ptr::addr_of!(HANDLER) as *mut c_void, CAPSULE_NAME.as_ptr() as *const c_char, None) };
+            let capsule = unsafe {
+                ffi::PyCapsule_New(
+                    std::ptr::addr_of!(HANDLER) as *mut c_void,
+                    CAPSULE_NAME.as_ptr() as *const c_char,
+                    None,
+                )
+            };
             // SAFETY: a new reference, or null with an exception set.
             let capsule = unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.unbind();
             Ok(Some(Numpy { set_handler, capsule }))

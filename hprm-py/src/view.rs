@@ -74,10 +74,19 @@ impl SharedBuffer {
         // export is released. It refuses PyBUF_WRITABLE (readonly = 1)
         // with BufferError.
         let done = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, data.len() as ffi::Py_ssize_t, 1, flags)
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                data.as_ptr() as *mut c_void,
+                data.len() as ffi::Py_ssize_t,
+                1,
+                flags,
+            )
         };
         if done == -1 {
-            return Err(PyErr::take(slf.py()).unwrap_or_else(|| PyBufferError::new_err("cannot export the store object")));
+            return Err(
+                PyErr::take(slf.py()).unwrap_or_else(|| PyBufferError::new_err("cannot export the store object"))
+            );
         }
         Ok(())
     }
@@ -159,13 +168,17 @@ impl LoanView {
                     *state = LoanState::Sent(buffer.clone());
                     Ok(buffer)
                 }
-                Err(e) => Err(PyBufferError::new_err(format!("the array allocated in the store could not be finished: {e}"))),
+                Err(e) => {
+                    Err(PyBufferError::new_err(format!("the array allocated in the store could not be finished: {e}")))
+                }
             },
             LoanState::Sent(buffer) => {
                 *state = LoanState::Sent(buffer.clone());
                 Ok(buffer)
             }
-            LoanState::Failed => Err(PyBufferError::new_err("the array allocated in the store was lost when sending it failed")),
+            LoanState::Failed => {
+                Err(PyBufferError::new_err("the array allocated in the store was lost when sending it failed"))
+            }
         }
     }
 
@@ -185,7 +198,9 @@ impl LoanView {
         let me = slf.get();
         // SAFETY: as for SharedBuffer; the memory belongs to the loan (then
         // the finished buffer) held by `slf`, which the export keeps alive.
-        let done = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), me.ptr as *mut c_void, me.len as ffi::Py_ssize_t, 0, flags) };
+        let done = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), me.ptr as *mut c_void, me.len as ffi::Py_ssize_t, 0, flags)
+        };
         if done == -1 {
             return Err(PyErr::take(slf.py()).unwrap_or_else(|| PyBufferError::new_err("cannot export the loan")));
         }

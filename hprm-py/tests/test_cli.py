@@ -7,10 +7,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import pytest
 
 HERE = Path(__file__).parent
 PROGRAMS = HERE / "programs"

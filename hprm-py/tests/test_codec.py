@@ -7,7 +7,6 @@ import collections
 import decimal
 import gc
 import math
-import pickle
 import threading
 import time
 

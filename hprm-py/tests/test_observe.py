@@ -35,7 +35,10 @@ def test_a_python_program_traces_every_reaction(daemons_built, tmp_path):
     r = run("pipeline.py", "centralized", 5, env={"HPRM_LAUNCH_TRACE": str(trace)})
     assert r.returncode == 0, r.stderr
     events = json.loads(trace.read_text())["traceEvents"]
-    count = lambda name: sum(1 for e in events if e.get("cat") == "reaction" and e["name"] == name)
+
+    def count(name):
+        return sum(1 for e in events if e.get("cat") == "reaction" and e["name"] == name)
+
     lines = r.stderr.splitlines()
     assert count("camera.camera.capture") == sum(l.startswith("[camera] captured") for l in lines) == 5
     assert count("detector.detector.detect") == sum(l.startswith("[detector] received") for l in lines) == 5

@@ -3,7 +3,6 @@ package type-checks as its users would see it (py.typed)."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -74,15 +74,30 @@ mod tests {
 
     #[test]
     fn the_socket_directory_is_the_first_one_set() {
-        let env = |set: &'static [(&'static str, &'static str)]| move |v: &str| set.iter().find(|(k, _)| *k == v).map(|(_, d)| d.into());
-        assert_eq!(socket_dir(env(&[("HPRM_SOCKET_DIR", "/run/hprm"), ("HPRM_RUNTIME_DIR", "/tmp/x")])), PathBuf::from("/run/hprm"));
-        assert_eq!(socket_dir(env(&[("HPRM_SOCKET_DIR", ""), ("HPRM_RUNTIME_DIR", "/tmp/x")])), PathBuf::from("/tmp/x"));
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |v: &str| set.iter().find(|(k, _)| *k == v).map(|(_, d)| d.into())
+        };
+        assert_eq!(
+            socket_dir(env(&[("HPRM_SOCKET_DIR", "/run/hprm"), ("HPRM_RUNTIME_DIR", "/tmp/x")])),
+            PathBuf::from("/run/hprm")
+        );
+        assert_eq!(
+            socket_dir(env(&[("HPRM_SOCKET_DIR", ""), ("HPRM_RUNTIME_DIR", "/tmp/x")])),
+            PathBuf::from("/tmp/x")
+        );
         assert_eq!(socket_dir(env(&[])), std::env::temp_dir());
     }
 
     #[test]
     fn only_servers_on_all_interfaces_or_the_main_loopback_take_a_socket() {
-        for (bind, owns) in [("0.0.0.0", true), ("::", true), ("127.0.0.1", true), ("::1", true), ("127.0.0.2", false), ("192.168.1.20", false)] {
+        for (bind, owns) in [
+            ("0.0.0.0", true),
+            ("::", true),
+            ("127.0.0.1", true),
+            ("::1", true),
+            ("127.0.0.2", false),
+            ("192.168.1.20", false),
+        ] {
             assert_eq!(owns_unix_socket(bind.parse().unwrap()), owns, "{bind}");
         }
     }

@@ -23,8 +23,12 @@ impl Frame<'_> {
     /// The message as an owned [`Message`] (copies a tagged payload).
     pub fn into_message(self) -> Message {
         match self {
-            Frame::Tagged(t) if t.p2p => Message::P2pTaggedMessage { port: t.port, fed: t.fed, tag: t.tag, payload: t.payload.to_vec() },
-            Frame::Tagged(t) => Message::TaggedMessage { port: t.port, fed: t.fed, tag: t.tag, payload: t.payload.to_vec() },
+            Frame::Tagged(t) if t.p2p => {
+                Message::P2pTaggedMessage { port: t.port, fed: t.fed, tag: t.tag, payload: t.payload.to_vec() }
+            }
+            Frame::Tagged(t) => {
+                Message::TaggedMessage { port: t.port, fed: t.fed, tag: t.tag, payload: t.payload.to_vec() }
+            }
             Frame::Other(m) => m,
         }
     }
@@ -104,7 +108,6 @@ impl FrameBuffer {
     pub fn is_partial(&self) -> bool {
         self.start < self.end
     }
-
 }
 
 /// `start..end` once `n` bytes are taken from its front (see the
@@ -142,7 +145,10 @@ mod tests {
             let (mut got, mut pos) = (Vec::new(), 0);
             while got.len() < sent.len() {
                 while let Some(f) = frames.next().unwrap() {
-                    assert_eq!(matches!(f, Frame::Tagged(_)), matches!(sent[got.len()], Message::TaggedMessage { .. } | Message::P2pTaggedMessage { .. }));
+                    assert_eq!(
+                        matches!(f, Frame::Tagged(_)),
+                        matches!(sent[got.len()], Message::TaggedMessage { .. } | Message::P2pTaggedMessage { .. })
+                    );
                     got.push(f.into_message());
                 }
                 let spare = frames.spare();

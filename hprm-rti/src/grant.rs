@@ -135,7 +135,13 @@ pub struct Coordinator {
 impl Coordinator {
     /// A federation of `n` federates, none connected yet.
     pub fn new(n: u16) -> Coordinator {
-        Coordinator { nodes: vec![Node::new(); usize::from(n)], start_time: 0, min_delays: None, notices: Vec::new(), dnet: true }
+        Coordinator {
+            nodes: vec![Node::new(); usize::from(n)],
+            start_time: 0,
+            min_delays: None,
+            notices: Vec::new(),
+            dnet: true,
+        }
     }
 
     /// Whether to send DNETs (on by default, as in LF; `--disable-dnet`).
@@ -226,7 +232,8 @@ impl Coordinator {
     /// `dest` confirms that tag, its recorded NET stays at or below it.
     pub fn tagged_message(&mut self, dest: FedId, tag: Tag) -> Relay {
         let d = usize::from(dest);
-        if matches!(self.nodes[d].state, NodeState::NotConnected | NodeState::Restarting) || tag < self.nodes[d].resumed {
+        if matches!(self.nodes[d].state, NodeState::NotConnected | NodeState::Restarting) || tag < self.nodes[d].resumed
+        {
             return Relay::Drop;
         }
         let tardy = self.nodes[d].completed >= tag;
@@ -338,7 +345,9 @@ impl Coordinator {
         }
         if self.dnet {
             for u in (0..n).filter(|&u| u != f) {
-                if self.matrix()[u * n + f] == FOREVER || matches!(self.nodes[u].state, NodeState::NotConnected | NodeState::Restarting) {
+                if self.matrix()[u * n + f] == FOREVER
+                    || matches!(self.nodes[u].state, NodeState::NotConnected | NodeState::Restarting)
+                {
                     continue;
                 }
                 let dnet = self.downstream_next_event(u, f);
@@ -364,7 +373,11 @@ impl Coordinator {
         let result = if self.nodes[u].last_dnet >= candidate {
             candidate
         } else {
-            (0..n).filter(|&j| j != u && m[u * n + j] != FOREVER).map(|j| dnet_candidate(self.nodes[j].next_event, m[u * n + j])).min().unwrap_or(FOREVER)
+            (0..n)
+                .filter(|&j| j != u && m[u * n + j] != FOREVER)
+                .map(|j| dnet_candidate(self.nodes[j].next_event, m[u * n + j]))
+                .min()
+                .unwrap_or(FOREVER)
         };
         if result.time < self.start_time {
             NEVER
@@ -395,7 +408,11 @@ impl Coordinator {
         let t_d = self.eimt(fed);
         let t_d_strict = self.eimt_strict(fed);
         let node = &self.nodes[e];
-        if t_d > node.next_event && node.next_event > NEVER && t_d >= node.last_provisionally_granted && t_d > node.last_granted {
+        if t_d > node.next_event
+            && node.next_event > NEVER
+            && t_d >= node.last_provisionally_granted
+            && t_d > node.last_granted
+        {
             return Some(Grant::Tag(t_d.latest_earlier()));
         }
         let (next, ptag, granted) = (node.next_event, node.last_provisionally_granted, node.last_granted);
@@ -468,7 +485,10 @@ impl Coordinator {
 
     fn notify_tag(&mut self, fed: FedId, tag: Tag) {
         let node = &mut self.nodes[usize::from(fed)];
-        if matches!(node.state, NodeState::NotConnected | NodeState::Restarting) || tag <= node.last_granted || tag < node.last_provisionally_granted {
+        if matches!(node.state, NodeState::NotConnected | NodeState::Restarting)
+            || tag <= node.last_granted
+            || tag < node.last_provisionally_granted
+        {
             return;
         }
         node.last_granted = tag;
@@ -479,7 +499,10 @@ impl Coordinator {
     /// in the cycle can resolve their outputs as absent at that tag.
     fn notify_ptag(&mut self, fed: FedId, tag: Tag) {
         let node = &mut self.nodes[usize::from(fed)];
-        if matches!(node.state, NodeState::NotConnected | NodeState::Restarting) || tag <= node.last_granted || tag <= node.last_provisionally_granted {
+        if matches!(node.state, NodeState::NotConnected | NodeState::Restarting)
+            || tag <= node.last_granted
+            || tag <= node.last_provisionally_granted
+        {
             return;
         }
         node.last_provisionally_granted = tag;
@@ -585,7 +608,8 @@ mod tests {
                     None => ups.push(Upstream { id: from, delay }),
                 }
             }
-            let mut downs: Vec<FedId> = connections.iter().filter(|(from, _, _)| *from == fed).map(|(_, to, _)| *to).collect();
+            let mut downs: Vec<FedId> =
+                connections.iter().filter(|(from, _, _)| *from == fed).map(|(_, to, _)| *to).collect();
             downs.dedup();
             c.set_neighbors(fed, ups, downs);
             c.set_state(fed, NodeState::Granted);
@@ -741,7 +765,10 @@ mod tests {
     #[test]
     fn several_federates_with_mixed_delays() {
         // A diamond: 0 -(after 5)-> 1 -(after 0)-> 3 and 0 -> 2 -(after 10)-> 3.
-        let mut c = federation(4, &[(0, 1, Delay::After(5)), (0, 2, Delay::None), (1, 3, Delay::After(0)), (2, 3, Delay::After(10))]);
+        let mut c = federation(
+            4,
+            &[(0, 1, Delay::After(5)), (0, 2, Delay::None), (1, 3, Delay::After(0)), (2, 3, Delay::After(10))],
+        );
         assert_eq!(c.min_delay(0, 3), tag(5, 1), "via 1: 5 ns then one microstep");
         c.next_event_tag(0, tag(S, 0));
         c.next_event_tag(2, tag(S, 0));

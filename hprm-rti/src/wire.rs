@@ -108,12 +108,20 @@ impl RejectReason {
 pub enum Message {
     Reject(RejectReason),
     /// Federate → RTI, first message: who it is and which federation.
-    FedIds { fed: FedId, federation: Vec<u8> },
+    FedIds {
+        fed: FedId,
+        federation: Vec<u8>,
+    },
     /// Federate → RTI: its clock; RTI → federate: the agreed start time.
     Timestamp(Instant),
     Resign,
     /// A message for `port` of federate `fed` at `tag`.
-    TaggedMessage { port: u16, fed: FedId, tag: Tag, payload: Vec<u8> },
+    TaggedMessage {
+        port: u16,
+        fed: FedId,
+        tag: Tag,
+        payload: Vec<u8>,
+    },
     NextEventTag(Tag),
     TagAdvanceGrant(Tag),
     ProvisionalTagAdvanceGrant(Tag),
@@ -123,26 +131,56 @@ pub enum Message {
     StopGranted(Tag),
     AddressQuery(FedId),
     /// `port` −1: not known yet. `addr`: IPv4, network byte order.
-    AddressQueryReply { port: i32, addr: [u8; 4] },
+    AddressQueryReply {
+        port: i32,
+        addr: [u8; 4],
+    },
     AddressAdvertisement(i32),
-    P2pSendingFedId { fed: FedId, federation: Vec<u8> },
-    P2pMessage { port: u16, fed: FedId, payload: Vec<u8> },
-    P2pTaggedMessage { port: u16, fed: FedId, tag: Tag, payload: Vec<u8> },
+    P2pSendingFedId {
+        fed: FedId,
+        federation: Vec<u8>,
+    },
+    P2pMessage {
+        port: u16,
+        fed: FedId,
+        payload: Vec<u8>,
+    },
+    P2pTaggedMessage {
+        port: u16,
+        fed: FedId,
+        tag: Tag,
+        payload: Vec<u8>,
+    },
     ClockSyncT1(Instant),
     ClockSyncT3(FedId),
     ClockSyncT4(Instant),
     ClockSyncCodedProbe(Instant),
-    PortAbsent { port: u16, fed: FedId, tag: Tag },
-    NeighborStructure { upstreams: Vec<(FedId, Delay)>, downstreams: Vec<FedId> },
+    PortAbsent {
+        port: u16,
+        fed: FedId,
+        tag: Tag,
+    },
+    NeighborStructure {
+        upstreams: Vec<(FedId, Delay)>,
+        downstreams: Vec<FedId>,
+    },
     Failed,
     DownstreamNextEventTag(Tag),
     /// HPRM: RTI → a federate that rejoins a running federation after a
     /// restart, just before TIMESTAMP (the original start time): resume at
     /// this tag.
     Resume(Tag),
-    FedNonce { fed: FedId, nonce: [u8; NONCE_LEN] },
-    RtiResponse { nonce: [u8; NONCE_LEN], hmac: [u8; HMAC_LEN] },
-    FedResponse { hmac: [u8; HMAC_LEN] },
+    FedNonce {
+        fed: FedId,
+        nonce: [u8; NONCE_LEN],
+    },
+    RtiResponse {
+        nonce: [u8; NONCE_LEN],
+        hmac: [u8; HMAC_LEN],
+    },
+    FedResponse {
+        hmac: [u8; HMAC_LEN],
+    },
     /// Federate → RTI: 0xFFFF no clock sync, 0 initial only, else its UDP port.
     UdpPort(u16),
     Ack,
@@ -167,7 +205,9 @@ impl Default for Limits {
 /// A byte stream that is not this protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("unknown message type {0}; the peer does not speak the Lingua Franca federated protocol this RTI implements")]
+    #[error(
+        "unknown message type {0}; the peer does not speak the Lingua Franca federated protocol this RTI implements"
+    )]
     UnknownType(u8),
     #[error("a message payload of {len} bytes is over the {max}-byte limit for messages relayed through the RTI; send large data through the object store (only its reference travels)")]
     PayloadTooLarge { len: usize, max: usize },
@@ -226,7 +266,9 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         Message::FedIds { fed, federation } => put_ids(out, FED_IDS, *fed, federation),
         Message::Timestamp(t) => timed(out, TIMESTAMP, *t),
         Message::Resign => out.push(RESIGN),
-        Message::TaggedMessage { port, fed, tag, payload } => put_payload_message(out, TAGGED_MESSAGE, *port, *fed, Some(*tag), payload),
+        Message::TaggedMessage { port, fed, tag, payload } => {
+            put_payload_message(out, TAGGED_MESSAGE, *port, *fed, Some(*tag), payload)
+        }
         Message::NextEventTag(t) => tagged(out, NEXT_EVENT_TAG, *t),
         Message::TagAdvanceGrant(t) => tagged(out, TAG_ADVANCE_GRANT, *t),
         Message::ProvisionalTagAdvanceGrant(t) => tagged(out, PROVISIONAL_TAG_ADVANCE_GRANT, *t),
@@ -356,14 +398,20 @@ pub fn decode_tagged<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Tagge
     if k != kind::TAGGED_MESSAGE && k != kind::P2P_TAGGED_MESSAGE {
         return Ok(None);
     }
-    Ok(payload_message(k, &buf[1..], limits)?.and_then(|(port, fed, tag, payload, n)| Some((Tagged { p2p: k == kind::P2P_TAGGED_MESSAGE, port, fed, tag: tag?, payload }, n))))
+    Ok(payload_message(k, &buf[1..], limits)?.and_then(|(port, fed, tag, payload, n)| {
+        Some((Tagged { p2p: k == kind::P2P_TAGGED_MESSAGE, port, fed, tag: tag?, payload }, n))
+    }))
 }
 
 /// The fields of a message with a payload (`k`: TAGGED_MESSAGE,
 /// P2P_TAGGED_MESSAGE or P2P_MESSAGE; `body`: what follows the type byte)
 /// and the bytes the whole message takes; `Ok(None)` until it is complete.
 #[allow(clippy::type_complexity)]
-fn payload_message<'a>(k: u8, body: &'a [u8], limits: &Limits) -> Result<Option<(u16, FedId, Option<Tag>, &'a [u8], usize)>, WireError> {
+fn payload_message<'a>(
+    k: u8,
+    body: &'a [u8],
+    limits: &Limits,
+) -> Result<Option<(u16, FedId, Option<Tag>, &'a [u8], usize)>, WireError> {
     // Judge the length as soon as it is in, before waiting for more.
     if body.len() < 8 {
         return Ok(None);
@@ -396,8 +444,15 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<Option<(Message, usize)>, W
         REJECT => Some(1),
         TIMESTAMP | CLOCK_SYNC_T1 | CLOCK_SYNC_T4 | CLOCK_SYNC_CODED_PROBE => Some(8),
         RESIGN | FAILED | ACK => Some(0),
-        NEXT_EVENT_TAG | TAG_ADVANCE_GRANT | PROVISIONAL_TAG_ADVANCE_GRANT | LATEST_TAG_CONFIRMED | STOP_REQUEST
-        | STOP_REQUEST_REPLY | STOP_GRANTED | DOWNSTREAM_NEXT_EVENT_TAG | RESUME => Some(TAG_LEN),
+        NEXT_EVENT_TAG
+        | TAG_ADVANCE_GRANT
+        | PROVISIONAL_TAG_ADVANCE_GRANT
+        | LATEST_TAG_CONFIRMED
+        | STOP_REQUEST
+        | STOP_REQUEST_REPLY
+        | STOP_GRANTED
+        | DOWNSTREAM_NEXT_EVENT_TAG
+        | RESUME => Some(TAG_LEN),
         ADDRESS_QUERY | CLOCK_SYNC_T3 | UDP_PORT => Some(2),
         ADDRESS_QUERY_REPLY => Some(8),
         ADDRESS_ADVERTISEMENT => Some(4),
@@ -469,18 +524,24 @@ pub fn decode(buf: &[u8], limits: &Limits) -> Result<Option<(Message, usize)>, W
             let fed = f.u16();
             f.take::<1>();
             let federation = f.bytes(n);
-            let msg = if k == FED_IDS { Message::FedIds { fed, federation } } else { Message::P2pSendingFedId { fed, federation } };
+            let msg = if k == FED_IDS {
+                Message::FedIds { fed, federation }
+            } else {
+                Message::P2pSendingFedId { fed, federation }
+            };
             Ok(Some((msg, 4 + n)))
         }
-        TAGGED_MESSAGE | P2P_TAGGED_MESSAGE | P2P_MESSAGE => Ok(payload_message(k, body, limits)?.map(|(port, fed, tag, payload, n)| {
-            let payload = payload.to_vec();
-            let msg = match (k, tag) {
-                (TAGGED_MESSAGE, Some(tag)) => Message::TaggedMessage { port, fed, tag, payload },
-                (P2P_TAGGED_MESSAGE, Some(tag)) => Message::P2pTaggedMessage { port, fed, tag, payload },
-                _ => Message::P2pMessage { port, fed, payload },
-            };
-            (msg, n)
-        })),
+        TAGGED_MESSAGE | P2P_TAGGED_MESSAGE | P2P_MESSAGE => {
+            Ok(payload_message(k, body, limits)?.map(|(port, fed, tag, payload, n)| {
+                let payload = payload.to_vec();
+                let msg = match (k, tag) {
+                    (TAGGED_MESSAGE, Some(tag)) => Message::TaggedMessage { port, fed, tag, payload },
+                    (P2P_TAGGED_MESSAGE, Some(tag)) => Message::P2pTaggedMessage { port, fed, tag, payload },
+                    _ => Message::P2pMessage { port, fed, payload },
+                };
+                (msg, n)
+            }))
+        }
         NEIGHBOR_STRUCTURE => {
             if body.len() < 8 {
                 return Ok(None);
@@ -543,7 +604,10 @@ mod tests {
             Message::ClockSyncT4(6),
             Message::ClockSyncCodedProbe(7),
             Message::PortAbsent { port: 4, fed: 5, tag: t },
-            Message::NeighborStructure { upstreams: vec![(0, Delay::None), (2, Delay::After(0)), (4, Delay::After(10))], downstreams: vec![1, 3] },
+            Message::NeighborStructure {
+                upstreams: vec![(0, Delay::None), (2, Delay::After(0)), (4, Delay::After(10))],
+                downstreams: vec![1, 3],
+            },
             Message::Failed,
             Message::DownstreamNextEventTag(t),
             Message::Resume(t),
@@ -589,9 +653,17 @@ mod tests {
             while let Some((m, n)) = decode(&stream[pos..split], &limits).unwrap() {
                 let borrowed = decode_tagged(&stream[pos..split], &limits).unwrap();
                 match (&m, borrowed) {
-                    (Message::TaggedMessage { port, fed, tag, payload }, Some((t, k))) => assert_eq!((t.p2p, t.port, t.fed, t.tag, t.payload, k), (false, *port, *fed, *tag, &payload[..], n)),
-                    (Message::P2pTaggedMessage { port, fed, tag, payload }, Some((t, k))) => assert_eq!((t.p2p, t.port, t.fed, t.tag, t.payload, k), (true, *port, *fed, *tag, &payload[..], n)),
-                    (Message::TaggedMessage { .. } | Message::P2pTaggedMessage { .. }, None) => panic!("{m:?} not decoded borrowed"),
+                    (Message::TaggedMessage { port, fed, tag, payload }, Some((t, k))) => assert_eq!(
+                        (t.p2p, t.port, t.fed, t.tag, t.payload, k),
+                        (false, *port, *fed, *tag, &payload[..], n)
+                    ),
+                    (Message::P2pTaggedMessage { port, fed, tag, payload }, Some((t, k))) => assert_eq!(
+                        (t.p2p, t.port, t.fed, t.tag, t.payload, k),
+                        (true, *port, *fed, *tag, &payload[..], n)
+                    ),
+                    (Message::TaggedMessage { .. } | Message::P2pTaggedMessage { .. }, None) => {
+                        panic!("{m:?} not decoded borrowed")
+                    }
                     (_, Some(t)) => panic!("{m:?} decoded as tagged: {t:?}"),
                     (_, None) => {}
                 }
@@ -604,7 +676,10 @@ mod tests {
         // The payload limit holds for it too.
         let mut big = Vec::new();
         encode_tagged(true, 1, 2, Tag::new(0, 0), &[0; 100], &mut big);
-        assert!(matches!(decode_tagged(&big, &Limits { max_payload: 99, ..Limits::default() }), Err(WireError::PayloadTooLarge { len: 100, max: 99 })));
+        assert!(matches!(
+            decode_tagged(&big, &Limits { max_payload: 99, ..Limits::default() }),
+            Err(WireError::PayloadTooLarge { len: 100, max: 99 })
+        ));
     }
 
     #[test]
@@ -657,7 +732,11 @@ mod tests {
         expected.extend_from_slice(&[2, 0]);
         assert_eq!(b, expected);
 
-        for (m, len) in [(Message::UdpPort(1), 3), (Message::ClockSyncT3(1), 3), (Message::PortAbsent { port: 0, fed: 0, tag: NEVER }, 17)] {
+        for (m, len) in [
+            (Message::UdpPort(1), 3),
+            (Message::ClockSyncT3(1), 3),
+            (Message::PortAbsent { port: 0, fed: 0, tag: NEVER }, 17),
+        ] {
             b.clear();
             encode(&m, &mut b);
             assert_eq!(b.len(), len, "{m:?}");

@@ -164,7 +164,9 @@ impl Fed {
             match self.s.read(&mut chunk) {
                 Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return None,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    return None
+                }
                 Err(e) => panic!("read: {e}"),
             }
         }
@@ -439,7 +441,14 @@ fn messages_arriving_in_pieces_are_relayed_whole_and_in_order() {
     // Largest-payload messages with a NET between them, written in
     // irregular pieces: messages straddle every read and the RTI's buffer
     // has to move what is partial to make room.
-    let msgs: Vec<Message> = (0..6).map(|i| Message::TaggedMessage { port: 1, fed: 1, tag: t(s + i, 0), payload: (0..65_536u32).map(|b| (b * 7 + i as u32) as u8).collect() }).collect();
+    let msgs: Vec<Message> = (0..6)
+        .map(|i| Message::TaggedMessage {
+            port: 1,
+            fed: 1,
+            tag: t(s + i, 0),
+            payload: (0..65_536u32).map(|b| (b * 7 + i as u32) as u8).collect(),
+        })
+        .collect();
     let mut stream = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         encode(m, &mut stream);
@@ -460,7 +469,10 @@ fn messages_arriving_in_pieces_are_relayed_whole_and_in_order() {
             s
         }
     });
-    let got: Vec<Message> = std::iter::from_fn(|| f[0].recv_timeout(Duration::from_secs(10))).filter(|m| matches!(m, Message::TaggedMessage { .. })).take(msgs.len()).collect();
+    let got: Vec<Message> = std::iter::from_fn(|| f[0].recv_timeout(Duration::from_secs(10)))
+        .filter(|m| matches!(m, Message::TaggedMessage { .. }))
+        .take(msgs.len())
+        .collect();
     assert!(got == msgs, "relayed messages differ from those sent");
     drop(writer.join().unwrap());
 }
@@ -578,8 +590,8 @@ fn a_restartable_federate_holds_its_downstream_and_rejoins() {
         assert!(matches!(m, Message::TagAdvanceGrant(g) if g < t(s + 10, 0)), "{m:?}");
     }
     drop(f.remove(0)); // fails without RESIGN
-    // Held at 0's last NET, not released with TAG(FOREVER) as a failed
-    // federate's downstream is.
+                       // Held at 0's last NET, not released with TAG(FOREVER) as a failed
+                       // federate's downstream is.
     assert_eq!(f[0].recv_timeout(Duration::from_millis(300)), None);
     // Its id is free again for a new incarnation, once.
     let mut again = Fed::join(rti.addr, 0, &[], &[1]);
@@ -617,7 +629,11 @@ fn a_restartable_federate_that_does_not_return_in_time_is_given_up() {
     assert_eq!(rti.wait(Duration::from_secs(10)).code(), Some(1), "a federate failed for good: exit 1");
     assert!(rti.log().contains("did not rejoin within"), "{}", rti.log());
     let out = Command::new(RTI_BIN).args(["--federates", "2", "--restartable", "0,2"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--restartable names federate 2, but the federation has 2"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--restartable names federate 2, but the federation has 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -648,7 +664,8 @@ fn bad_flags_say_what_is_wrong() {
     }
     let rti = Rti::start(1, &[]);
     let port = rti.addr.port().to_string();
-    let out = Command::new(RTI_BIN).args(["--federates", "1", "--bind", "127.0.0.1", "--port", &port]).output().unwrap();
+    let out =
+        Command::new(RTI_BIN).args(["--federates", "1", "--bind", "127.0.0.1", "--port", &port]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -816,7 +833,11 @@ fn sleeps(pid: u32) -> u64 {
     let mut n = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
         let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        n += status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+        n += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
     }
     n
 }
@@ -870,7 +891,10 @@ fn a_polling_rti_relays_without_sleeping_between_messages() {
     let polling = relaying("1000000", 200, Duration::from_micros(300)).sleeps;
     // Not polling: a thread sleeps in the reactor before each one.
     let sleeping = relaying("0", 200, Duration::from_micros(300)).sleeps;
-    assert!(polling < 50 && sleeping >= 150, "RTI threads slept {polling} times for 200 messages while polling, {sleeping} times without");
+    assert!(
+        polling < 50 && sleeping >= 150,
+        "RTI threads slept {polling} times for 200 messages while polling, {sleeping} times without"
+    );
 }
 
 #[test]
@@ -878,5 +902,9 @@ fn a_connection_whose_messages_come_further_apart_than_the_spin_mostly_stops_pol
     // Polling 2 ms after each of 100 messages 4 ms apart would take 200 ms
     // of CPU, and catch none of them; polling one read in eight takes 25.
     let cost = relaying("2000", 100, Duration::from_millis(4));
-    assert!(cost.cpu_ticks < 8, "the RTI used {} ms of CPU relaying 100 messages 4 ms apart with a 2 ms spin", cost.cpu_ticks * 10);
+    assert!(
+        cost.cpu_ticks < 8,
+        "the RTI used {} ms of CPU relaying 100 messages 4 ms apart with a 2 ms spin",
+        cost.cpu_ticks * 10
+    );
 }

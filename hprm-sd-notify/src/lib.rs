@@ -123,7 +123,9 @@ impl Watchdog {
         let usec = match usec.trim().parse::<u64>() {
             Ok(u) if u > 0 => u,
             _ => {
-                tracing::warn!("WATCHDOG_USEC={usec:?} is not a positive number of microseconds; sending no watchdog pings");
+                tracing::warn!(
+                    "WATCHDOG_USEC={usec:?} is not a positive number of microseconds; sending no watchdog pings"
+                );
                 return None;
             }
         };
@@ -178,7 +180,11 @@ impl Watchdog {
 /// escape codes in a journal, a pipe or a `--log-dir` file are noise.
 pub fn ansi() -> bool {
     use std::io::IsTerminal;
-    ansi_for(std::env::var("HPRM_COLOR").ok().as_deref(), std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()), std::io::stderr().is_terminal())
+    ansi_for(
+        std::env::var("HPRM_COLOR").ok().as_deref(),
+        std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+        std::io::stderr().is_terminal(),
+    )
 }
 
 /// [`ansi`]'s decision from its inputs: `HPRM_COLOR`'s value, whether

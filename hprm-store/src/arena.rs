@@ -84,13 +84,15 @@ impl Arena {
                 check_room_in_dir(dir, size, &place)?;
                 // O_TMPFILE where the filesystem has it; otherwise create and
                 // unlink at once. Either way no name outlives this call.
-                let file = tempfile::tempfile_in(dir).map_err(|source| ArenaError::Create { place: place.clone(), source })?;
+                let file =
+                    tempfile::tempfile_in(dir).map_err(|source| ArenaError::Create { place: place.clone(), source })?;
                 (file, place)
             }
             None => {
                 let place = "memory (memfd)".to_string();
                 check_room_in_memory(size, &place)?;
-                let file = create_memfd(opts.hugepages).map_err(|source| ArenaError::Create { place: place.clone(), source })?;
+                let file = create_memfd(opts.hugepages)
+                    .map_err(|source| ArenaError::Create { place: place.clone(), source })?;
                 (file, place)
             }
         };
@@ -107,7 +109,8 @@ impl Arena {
     /// Maps an arena received from the daemon (the client's side).
     pub fn map_fd(fd: OwnedFd, announced_size: u64, populate: bool) -> Result<Arena, ArenaError> {
         let file = File::from(fd);
-        let actual = file.metadata().map_err(|source| ArenaError::Map { size: ByteSize(announced_size), source })?.len();
+        let actual =
+            file.metadata().map_err(|source| ArenaError::Map { size: ByteSize(announced_size), source })?.len();
         if actual < announced_size || announced_size == 0 {
             return Err(ArenaError::SizeMismatch { actual, announced: announced_size });
         }
@@ -168,10 +171,15 @@ fn create_memfd(hugepages: bool) -> io::Result<File> {
 }
 
 fn check_room_in_dir(dir: &Path, size: u64, place: &str) -> Result<(), ArenaError> {
-    let vfs = nix::sys::statvfs::statvfs(dir).map_err(|errno| ArenaError::Create { place: place.to_owned(), source: errno.into() })?;
+    let vfs = nix::sys::statvfs::statvfs(dir)
+        .map_err(|errno| ArenaError::Create { place: place.to_owned(), source: errno.into() })?;
     let available = vfs.blocks_available() as u64 * vfs.fragment_size() as u64;
     if available < size {
-        return Err(ArenaError::NotEnoughRoom { requested: ByteSize(size), available: ByteSize(available), place: place.to_owned() });
+        return Err(ArenaError::NotEnoughRoom {
+            requested: ByteSize(size),
+            available: ByteSize(available),
+            place: place.to_owned(),
+        });
     }
     Ok(())
 }
@@ -212,15 +220,26 @@ mod tests {
     #[test]
     fn dir_arena_leaves_no_name() {
         let dir = tempfile::tempdir().unwrap();
-        let _a = Arena::create(&ArenaOptions { size: 1 << 20, dir: Some(dir.path().into()), hugepages: false, populate: false }).unwrap();
+        let _a = Arena::create(&ArenaOptions {
+            size: 1 << 20,
+            dir: Some(dir.path().into()),
+            hugepages: false,
+            populate: false,
+        })
+        .unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
     fn refuses_more_than_the_directory_holds() {
         let dir = tempfile::tempdir().unwrap();
-        let err = Arena::create(&ArenaOptions { size: u64::MAX / 2, dir: Some(dir.path().into()), hugepages: false, populate: false })
-            .unwrap_err();
+        let err = Arena::create(&ArenaOptions {
+            size: u64::MAX / 2,
+            dir: Some(dir.path().into()),
+            hugepages: false,
+            populate: false,
+        })
+        .unwrap_err();
         assert!(matches!(err, ArenaError::NotEnoughRoom { .. }), "{err}");
         assert!(err.to_string().contains("--memory"));
     }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::arena::ArenaError;
-use crate::outbox::OutboxError;
 use crate::id::ObjectId;
+use crate::outbox::OutboxError;
 use crate::protocol::handshake::HandshakeError;
 use crate::protocol::message::ErrorCode;
 

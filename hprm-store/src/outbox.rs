@@ -256,7 +256,8 @@ impl OutboxReader {
         const NAME: &CStr = c"hprm-store-outbox";
         check_capacity(capacity)?;
         let create = |e: nix::errno::Errno| OutboxError::Create(e.into());
-        let fd = memfd_create(NAME, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING).map_err(create)?;
+        let fd =
+            memfd_create(NAME, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING).map_err(create)?;
         let file = File::from(fd);
         file.set_len(RING + capacity).map_err(OutboxError::Create)?;
         // Sealed against shrinking, so that no client can make the daemon's
@@ -293,7 +294,10 @@ impl OutboxReader {
         }
         let corrupt = |what: String| Err(OutboxError::Corrupt(what));
         if avail > self.ring.capacity || avail % 8 != 0 || avail < ENTRY_HEADER {
-            return corrupt(format!("the tail ({tail}) is {avail} bytes past the head ({}) in a ring of {}", self.head, self.ring.capacity));
+            return corrupt(format!(
+                "the tail ({tail}) is {avail} bytes past the head ({}) in a ring of {}",
+                self.head, self.ring.capacity
+            ));
         }
         let mut header = [0u8; ENTRY_HEADER as usize];
         // SAFETY: 16 <= capacity.
@@ -305,7 +309,10 @@ impl OutboxReader {
             return corrupt(format!("entry at {} has reserved bits set ({reserved:#x})", self.head));
         }
         if len < HEADER_LEN as u64 || len > (HEADER_LEN + MAX_REQUEST_BODY) as u64 || entry_len(len) > avail {
-            return corrupt(format!("entry at {} claims a frame of {len} bytes with {avail} bytes in the ring", self.head));
+            return corrupt(format!(
+                "entry at {} claims a frame of {len} bytes with {avail} bytes in the ring",
+                self.head
+            ));
         }
         if after > handled {
             return Ok(false);

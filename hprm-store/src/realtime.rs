@@ -30,7 +30,9 @@ impl FromStr for CpuList {
         let mut cpus = Vec::new();
         for part in s.split(',') {
             let (lo, hi) = match part.split_once('-') {
-                Some((a, b)) => (a.trim().parse::<usize>().map_err(|_| err())?, b.trim().parse::<usize>().map_err(|_| err())?),
+                Some((a, b)) => {
+                    (a.trim().parse::<usize>().map_err(|_| err())?, b.trim().parse::<usize>().map_err(|_| err())?)
+                }
                 None => {
                     let n = part.trim().parse::<usize>().map_err(|_| err())?;
                     (n, n)

@@ -26,7 +26,8 @@ fn child() {
             let id: ObjectId = args[0].parse().unwrap();
             let offset: u64 = args[1].parse().unwrap();
             let size: u64 = args[2].parse().unwrap();
-            let p = Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: 0 };
+            let p =
+                Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: 0 };
             let held = store.claim(id, p, CLAIM_TIMEOUT).unwrap();
             assert!(held.data() == &pattern(id.as_bytes(), size as usize)[..]);
             store.sync().unwrap();
@@ -61,7 +62,11 @@ fn a_claim_maps_without_a_get_and_its_release_settles_the_delivery() {
     a.sync().unwrap();
     b.sync().unwrap();
     let s = sender.stats().unwrap();
-    assert_eq!((s.objects_referenced, s.pending_deliveries), (1, 2), "both claims hold a reference, no delivery settled yet");
+    assert_eq!(
+        (s.objects_referenced, s.pending_deliveries),
+        (1, 2),
+        "both claims hold a reference, no delivery settled yet"
+    );
     let listed = sender.list().unwrap();
     assert_eq!(listed[0].ref_count, 2);
     drop(va);
@@ -135,7 +140,8 @@ fn seal_and_send_counts_its_receivers_before_claims_waiting_for_the_seal_complet
         let id = ObjectId::random();
         // Created with the producer's own delivery only: its receivers are
         // not known until it is sent.
-        let mut obj = producer.create_with(id, size, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+        let mut obj =
+            producer.create_with(id, size, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
         obj.data_mut().fill(7);
         let p = obj.placement();
         // Two receivers claim it before it is sealed (their claims wait) and
@@ -180,9 +186,19 @@ fn forged_placements_are_clear_errors_never_out_of_bounds_reads() {
     // a seal would be refused whenever the seal comes).
     sender.sync().unwrap();
     let forged = [
-        Placement { data_offset: arena - 64, data_size: 70_000, metadata_offset: arena - 64 + 70_000, metadata_size: 0 },
+        Placement {
+            data_offset: arena - 64,
+            data_size: 70_000,
+            metadata_offset: arena - 64 + 70_000,
+            metadata_size: 0,
+        },
         Placement { data_offset: u64::MAX - 63, data_size: 128, metadata_offset: 64, metadata_size: 0 },
-        Placement { data_offset: p.data_offset + 1, data_size: 10, metadata_offset: p.data_offset + 11, metadata_size: 0 },
+        Placement {
+            data_offset: p.data_offset + 1,
+            data_size: 10,
+            metadata_offset: p.data_offset + 11,
+            metadata_size: 0,
+        },
         Placement { data_offset: 0, data_size: 10, metadata_offset: 0, metadata_size: 0 },
     ];
     for f in forged {
@@ -193,10 +209,17 @@ fn forged_placements_are_clear_errors_never_out_of_bounds_reads() {
     }
     // Inside the arena but not where the object is: the daemon refuses the
     // claim (reported late) and holds no reference for it.
-    let elsewhere = Placement { data_offset: p.data_offset + 128 * 1024, data_size: 1000, metadata_offset: p.data_offset + 128 * 1024 + 1000, metadata_size: 0 };
+    let elsewhere = Placement {
+        data_offset: p.data_offset + 128 * 1024,
+        data_size: 1000,
+        metadata_offset: p.data_offset + 128 * 1024 + 1000,
+        metadata_size: 0,
+    };
     drop(receiver.claim(id, elsewhere, CLAIM_TIMEOUT).unwrap());
     match receiver.sync() {
-        Err(Error::Earlier { code: ErrorCode::InvalidArgument, message }) => assert!(message.contains("forged"), "{message}"),
+        Err(Error::Earlier { code: ErrorCode::InvalidArgument, message }) => {
+            assert!(message.contains("forged"), "{message}")
+        }
         other => panic!("expected the refused claim reported, got {other:?}"),
     }
     // An object that never comes: the claim times out, reported late. Its
@@ -211,7 +234,11 @@ fn forged_placements_are_clear_errors_never_out_of_bounds_reads() {
         other => panic!("expected the unsealed claim reported, got {other:?}"),
     }
     let s = sender.stats().unwrap();
-    assert_eq!((s.objects_referenced, s.waiting_gets, s.pending_deliveries), (0, 0, 1), "nothing held for the refused claims");
+    assert_eq!(
+        (s.objects_referenced, s.waiting_gets, s.pending_deliveries),
+        (0, 0, 1),
+        "nothing held for the refused claims"
+    );
     assert!(d.log().find("panicked").is_none());
 }
 
@@ -220,7 +247,11 @@ fn a_crashed_receivers_claimed_reference_is_released() {
     let d = Daemon::start("16M", &[]);
     let sender = d.light_client();
     let (id, p) = publish(&sender, 300_000, 1);
-    let mut victim = Worker::spawn("claim-and-hang", &d.socket, &[id.to_string(), p.data_offset.to_string(), p.data_size.to_string()]);
+    let mut victim = Worker::spawn(
+        "claim-and-hang",
+        &d.socket,
+        &[id.to_string(), p.data_offset.to_string(), p.data_size.to_string()],
+    );
     victim.expect_line("CLAIMED");
     let s = sender.stats().unwrap();
     assert_eq!((s.objects_referenced, s.pending_deliveries), (1, 1));
@@ -280,6 +311,8 @@ fn many_claimed_messages_leave_nothing_behind() {
     drop(sender);
     drop(receivers);
     let s = d.light_client().stats().unwrap();
-    eventually(Duration::from_secs(5), "the reserved blocks return with their client", || d.light_client().stats().unwrap().bytes_in_use == 0);
+    eventually(Duration::from_secs(5), "the reserved blocks return with their client", || {
+        d.light_client().stats().unwrap().bytes_in_use == 0
+    });
     let _ = s;
 }

@@ -41,11 +41,15 @@ fn nothing_is_left_in_dev_shm_however_the_daemon_exits() {
             }
             assert_eq!(dev_shm(), before, "no name in /dev/shm while running (dir {dir:?})");
             let outbox = |t: &String| t.contains("hprm-store-outbox");
-            let arena_fds: Vec<String> =
-                fd_targets(d.pid()).into_iter().filter(|t| (t.contains("hprm-store-arena") || t.contains("(deleted)")) && !outbox(t)).collect();
+            let arena_fds: Vec<String> = fd_targets(d.pid())
+                .into_iter()
+                .filter(|t| (t.contains("hprm-store-arena") || t.contains("(deleted)")) && !outbox(t))
+                .collect();
             assert_eq!(arena_fds.len(), 1, "the arena is one unnamed file: {:?}", fd_targets(d.pid()));
             // Each connection's outbox goes with the connection.
-            common::eventually(Duration::from_secs(5), "the closed connection's outbox is gone", || !fd_targets(d.pid()).iter().any(outbox));
+            common::eventually(Duration::from_secs(5), "the closed connection's outbox is gone", || {
+                !fd_targets(d.pid()).iter().any(outbox)
+            });
             d.signal(sig);
             let status = d.wait_exit(Duration::from_secs(10));
             if sig == Signal::SIGTERM {
@@ -65,7 +69,8 @@ fn a_stale_socket_of_a_killed_daemon_is_replaced() {
     d.wait_exit(Duration::from_secs(10));
     assert!(d.socket.exists(), "SIGKILL leaves the socket file");
     let socket = d.socket.to_str().unwrap().to_owned();
-    let mut again = Command::new(STORE_BIN).args(["--socket", &socket, "--memory", "8M"]).stderr(Stdio::null()).spawn().unwrap();
+    let mut again =
+        Command::new(STORE_BIN).args(["--socket", &socket, "--memory", "8M"]).stderr(Stdio::null()).spawn().unwrap();
     common::eventually(Duration::from_secs(10), "the new daemon serves the old path", || {
         hprm_store::StoreClient::connect(&socket).is_ok()
     });
@@ -166,11 +171,17 @@ fn tells_systemd_when_ready() {
 /// Starts a daemon whose flags may legitimately be refused on this machine
 /// (huge pages, real-time priority): `Ok` with the running daemon and a
 /// client, or `Err` with its exit status and what it printed.
-fn start_or_refuse(flags: &[&str]) -> Result<(std::process::Child, hprm_store::StoreClient, tempfile::TempDir), (std::process::ExitStatus, String)> {
+fn start_or_refuse(
+    flags: &[&str],
+) -> Result<(std::process::Child, hprm_store::StoreClient, tempfile::TempDir), (std::process::ExitStatus, String)> {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
-    let mut child =
-        Command::new(STORE_BIN).args(["--socket", socket.to_str().unwrap(), "--memory", "4M"]).args(flags).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(STORE_BIN)
+        .args(["--socket", socket.to_str().unwrap(), "--memory", "4M"])
+        .args(flags)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let started = common::eventually_result(Duration::from_secs(10), || {
         if let Some(status) = child.try_wait().unwrap() {
             return Some(Err(status));

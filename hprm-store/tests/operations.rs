@@ -126,7 +126,9 @@ fn pinned_objects_are_never_evicted_and_full_means_out_of_memory() {
     let referenced = ObjectId::random();
     let awaited = ObjectId::random();
     store.put(referenced, &vec![1u8; 1500 << 10], b"").unwrap();
-    store.put_with(awaited, &vec![2u8; 1500 << 10], b"", &CreateOptions { deliveries: 2, ..Default::default() }).unwrap();
+    store
+        .put_with(awaited, &vec![2u8; 1500 << 10], b"", &CreateOptions { deliveries: 2, ..Default::default() })
+        .unwrap();
     let held = reader.get_one(referenced, Duration::from_secs(1)).unwrap();
     let writing = store.create(ObjectId::random(), 900 << 10, b"").unwrap(); // unsealed: pinned too
     let id = ObjectId::random();
@@ -182,7 +184,9 @@ fn deliveries_pin_until_released_and_ttl_reclaims_the_rest() {
     for c in &consumers {
         drop(c.get_one(id, Duration::from_secs(1)).unwrap());
     }
-    eventually(Duration::from_secs(5), "three releases settle three deliveries", || publisher.stats().unwrap().pending_deliveries == 1);
+    eventually(Duration::from_secs(5), "three releases settle three deliveries", || {
+        publisher.stats().unwrap().pending_deliveries == 1
+    });
     assert_eq!(publisher.evict(u64::MAX).unwrap().objects, 0, "still awaited: not evictable");
     // The fourth consumer never comes: the TTL gives up on it.
     eventually(Duration::from_secs(10), "the TTL expires the last delivery", || {
@@ -275,7 +279,10 @@ fn small_objects_live_in_reserved_blocks() {
     (0..ahead as usize).for_each(&mut put);
     let reserved = store.stats().unwrap().bytes_reserved;
     let left = |total: u64, used: u64| (total - used) * 64;
-    assert!([left(2 * batch, ahead), left(3 * batch, ahead)].contains(&reserved), "{reserved} bytes reserved after {ahead} of {batch}");
+    assert!(
+        [left(2 * batch, ahead), left(3 * batch, ahead)].contains(&reserved),
+        "{reserved} bytes reserved after {ahead} of {batch}"
+    );
     (ahead as usize..batch as usize + 3).for_each(&mut put);
     for (id, data) in &ids {
         let got = reader.get_one(*id, Duration::from_secs(5)).unwrap();
@@ -283,7 +290,11 @@ fn small_objects_live_in_reserved_blocks() {
     }
     let s = store.stats().unwrap();
     assert_eq!(s.objects_sealed, batch + 3);
-    assert_eq!(s.bytes_reserved, reserved - 3 * 64 - (batch - ahead) * 64, "no more reserved: the pool did not run out");
+    assert_eq!(
+        s.bytes_reserved,
+        reserved - 3 * 64 - (batch - ahead) * 64,
+        "no more reserved: the pool did not run out"
+    );
     // Aborting a small object just returns its block.
     let unused = store.create(ObjectId::random(), 20, b"").unwrap();
     unused.abort().unwrap();
@@ -291,7 +302,9 @@ fn small_objects_live_in_reserved_blocks() {
     assert_eq!(store.stats().unwrap().bytes_reserved, s.bytes_reserved);
     // The daemon takes back what the client reserved when it leaves.
     drop(store);
-    eventually(Duration::from_secs(5), "reservations go with their client", || reader.stats().unwrap().bytes_reserved == 0);
+    eventually(Duration::from_secs(5), "reservations go with their client", || {
+        reader.stats().unwrap().bytes_reserved == 0
+    });
 }
 
 #[test]
@@ -323,7 +336,9 @@ fn a_reserve_sent_ahead_into_a_full_arena_is_asked_again_when_its_blocks_are_nee
     }
     // Memory comes free before the pool runs out.
     drop((held, hog));
-    eventually(Duration::from_secs(5), "the hog's objects and blocks are freed", || store.stats().unwrap().bytes_in_use < 64 << 10);
+    eventually(Duration::from_secs(5), "the hog's objects and blocks are freed", || {
+        store.stats().unwrap().bytes_in_use < 64 << 10
+    });
     // The creates past the first batch reserve again, and succeed.
     for i in batch - batch / 4..batch + 3 {
         ids.push(small(i).unwrap_or_else(|e| panic!("small object {i} with memory free: {e}")));

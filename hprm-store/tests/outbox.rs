@@ -32,8 +32,12 @@ fn a_waiting_get_sets_the_wake_word_and_the_creators_seal_completes_it() {
         let mut obj = creator.create(id, size as u64, b"").unwrap();
         obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), size));
         let getter = d.light_client();
-        let waiter = std::thread::spawn(move || getter.get(&[id], Duration::from_secs(60)).map(|o| o[0].data() == &pattern(id.as_bytes(), size)[..]));
-        eventually(Duration::from_secs(10), "the daemon asks every outbox for a flush while the get waits", || watched.wake_wanted());
+        let waiter = std::thread::spawn(move || {
+            getter.get(&[id], Duration::from_secs(60)).map(|o| o[0].data() == &pattern(id.as_bytes(), size)[..])
+        });
+        eventually(Duration::from_secs(10), "the daemon asks every outbox for a flush while the get waits", || {
+            watched.wake_wanted()
+        });
         // Posted to the creator's outbox; the wake word makes it flush.
         obj.seal().unwrap();
         assert!(waiter.join().unwrap().unwrap(), "the waiter got the object's bytes");
@@ -48,7 +52,11 @@ fn posts_and_socket_frames_take_effect_in_the_order_sent() {
     // the outbox.
     let d = Daemon::start("64M", &["--outbox", "4KiB"]);
     let store = d.light_client();
-    let socket_only = StoreClient::connect_with(&d.socket, &ConnectOptions { socket_only: true, populate: Some(false), ..Default::default() }).unwrap();
+    let socket_only = StoreClient::connect_with(
+        &d.socket,
+        &ConnectOptions { socket_only: true, populate: Some(false), ..Default::default() },
+    )
+    .unwrap();
     let mut ids = Vec::new();
     for round in 0..20 {
         let mut placements = Vec::new();
@@ -56,7 +64,9 @@ fn posts_and_socket_frames_take_effect_in_the_order_sent() {
             // Small objects: published one-way (in a reserved block).
             let id = ObjectId::random();
             let size = 100 + i * 10;
-            let mut obj = store.create_with(id, size as u64, b"m", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+            let mut obj = store
+                .create_with(id, size as u64, b"m", &CreateOptions { deliveries: 1, ..Default::default() })
+                .unwrap();
             obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), size));
             placements.push((id, obj.placement()));
             obj.seal().unwrap();
@@ -97,7 +107,9 @@ fn threads_sharing_a_connection_post_in_a_consistent_order() {
                 for i in 0..per_thread {
                     let id = ObjectId::random();
                     let size = 64 + (i % 50) * 16;
-                    let mut obj = store.create_with(id, size as u64, &[t], &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+                    let mut obj = store
+                        .create_with(id, size as u64, &[t], &CreateOptions { deliveries: 1, ..Default::default() })
+                        .unwrap();
                     obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), size));
                     let p = obj.placement();
                     obj.seal().unwrap();

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, pattern, worker, Daemon, Worker};
-use hprm_store::protocol::frame::{parse_header, HEADER_LEN, MAX_REPLY_BODY, VERSION};
 use hprm_store::outbox::OutboxWriter;
+use hprm_store::protocol::frame::{parse_header, HEADER_LEN, MAX_REPLY_BODY, VERSION};
 use hprm_store::protocol::message::{decode_reply, Encoder, Reply, Request};
 use hprm_store::{ErrorCode, ObjectId};
 use rand::rngs::SmallRng;
@@ -81,7 +81,9 @@ fn raw_connection_with_outbox(d: &Daemon) -> (UnixStream, OutboxWriter) {
     let s = UnixStream::connect(&d.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let greeting = hprm_store::protocol::handshake::recv_hello(&s).unwrap();
-    let outbox = OutboxWriter::map(greeting.outbox.expect("the daemon hands over an outbox"), greeting.hello.outbox_size).unwrap();
+    let outbox =
+        OutboxWriter::map(greeting.outbox.expect("the daemon hands over an outbox"), greeting.hello.outbox_size)
+            .unwrap();
     (s, outbox)
 }
 
@@ -246,7 +248,10 @@ fn garbage_in_an_outbox_closes_only_its_connection() {
     (&s).write_all(enc.request(9, &Request::Stats)).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let replies = replies_until_close(&s);
-    assert!(matches!(&replies[..], [Reply::Error(e), Reply::Stats(_)] if e.message.contains(&unknown.to_string())), "{replies:?}");
+    assert!(
+        matches!(&replies[..], [Reply::Error(e), Reply::Stats(_)] if e.message.contains(&unknown.to_string())),
+        "{replies:?}"
+    );
 
     all_clear(&mut d, watching);
 }
@@ -265,7 +270,9 @@ fn kill_9_of_a_client_returns_its_memory() {
     assert_eq!(during.objects_created, 1);
     assert!(during.bytes_in_use >= before.bytes_in_use + (4 << 20));
     victim.kill9();
-    eventually(Duration::from_secs(10), "the daemon notices the dead client", || store.stats().unwrap().clients == before.clients);
+    eventually(Duration::from_secs(10), "the daemon notices the dead client", || {
+        store.stats().unwrap().clients == before.clients
+    });
     let after = store.stats().unwrap();
     assert_eq!(after.bytes_in_use, before.bytes_in_use, "the unsealed object was aborted");
     assert_eq!((after.objects_referenced, after.objects_created), (0, 0));
@@ -277,8 +284,9 @@ fn kill_9_of_a_client_returns_its_memory() {
 fn concurrent_client_processes_exchange_objects_intact() {
     let d = Daemon::start("256M", &[]);
     const WORKERS: u8 = 4;
-    let workers: Vec<Worker> =
-        (0..WORKERS).map(|w| Worker::spawn("exchange", &d.socket, &[w.to_string(), WORKERS.to_string(), "100".into()])).collect();
+    let workers: Vec<Worker> = (0..WORKERS)
+        .map(|w| Worker::spawn("exchange", &d.socket, &[w.to_string(), WORKERS.to_string(), "100".into()]))
+        .collect();
     for mut w in workers {
         w.expect_line("EXCHANGED");
         let (status, out) = w.finish();
@@ -319,7 +327,9 @@ fn a_client_cannot_pile_up_waiting_requests() {
     let mut frames = Vec::new();
     for seq in 1..=limit + 1 {
         let ids = [ObjectId::random()];
-        frames.extend_from_slice(enc.request(seq, &Request::Get { ids: std::borrow::Cow::Borrowed(&ids), timeout: None }));
+        frames.extend_from_slice(
+            enc.request(seq, &Request::Get { ids: std::borrow::Cow::Borrowed(&ids), timeout: None }),
+        );
     }
     (&s).write_all(&frames).unwrap();
     // The one over the limit is refused at once; the others keep waiting.
@@ -338,7 +348,9 @@ fn a_client_cannot_pile_up_waiting_requests() {
     let store = d.light_client();
     assert_eq!(store.stats().unwrap().waiting_gets, limit);
     drop(s);
-    eventually(Duration::from_secs(5), "the waits go with their connection", || store.stats().unwrap().waiting_gets == 0);
+    eventually(Duration::from_secs(5), "the waits go with their connection", || {
+        store.stats().unwrap().waiting_gets == 0
+    });
     stop.store(true, Ordering::Relaxed);
     assert!(watcher.join().expect("the bystander never saw an error") > 0);
 }
@@ -363,6 +375,9 @@ fn a_client_leaving_with_a_reply_unread_is_not_a_warning() {
     drop(s);
     eventually(Duration::from_secs(10), "the daemon sees the client leave", || d.log().contains("client disconnected"));
     let log = d.log();
-    assert!(log.contains("client left between requests") && log.contains("Connection reset by peer"), "the close was a reset:\n{log}");
+    assert!(
+        log.contains("client left between requests") && log.contains("Connection reset by peer"),
+        "the close was a reset:\n{log}"
+    );
     assert!(!log.contains("WARN"), "a client leaving is no warning:\n{log}");
 }

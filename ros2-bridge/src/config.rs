@@ -187,7 +187,10 @@ impl Config {
 
     /// Parses and checks `text`; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax { path: path.into(), message: e.message().trim().replace('\n', "; ") + &location(text, e.span()) })?;
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.into(),
+            message: e.message().trim().replace('\n', "; ") + &location(text, e.span()),
+        })?;
         config.check().map_err(|what| ConfigError::Invalid { path: path.into(), what })?;
         Ok(config)
     }
@@ -273,7 +276,10 @@ fn check_type_name(what: &str, name: &str, kind: &str) -> Result<(), String> {
     if parts.len() == 3 && parts[1] == kind && !parts[0].is_empty() && !parts[2].is_empty() {
         Ok(())
     } else {
-        Err(format!("{what}: type {name:?} must be written package/{kind}/Name, e.g. {}", if kind == "msg" { "sensor_msgs/msg/Image" } else { "std_srvs/srv/Trigger" }))
+        Err(format!(
+            "{what}: type {name:?} must be written package/{kind}/Name, e.g. {}",
+            if kind == "msg" { "sensor_msgs/msg/Image" } else { "std_srvs/srv/Trigger" }
+        ))
     }
 }
 
@@ -317,7 +323,10 @@ response = "reset_done"
         assert_eq!(c.ros.node, "bridge");
         assert_eq!(c.ros.namespace, "/");
         assert_eq!(c.topics.len(), 2);
-        assert_eq!(c.topics[0].qos, Qos { reliability: Reliability::BestEffort, durability: Durability::Volatile, depth: 2 });
+        assert_eq!(
+            c.topics[0].qos,
+            Qos { reliability: Reliability::BestEffort, durability: Durability::Volatile, depth: 2 }
+        );
         assert_eq!(c.topics[0].time, TimeSource::Header);
         assert_eq!(c.topics[1].qos, Qos::default());
         assert_eq!(c.topics[1].time, TimeSource::Arrival);
@@ -334,13 +343,18 @@ response = "reset_done"
 
     #[test]
     fn refuses_bad_configs_with_a_sentence() {
-        let e = error("[[topic]]\ntopic = \"/a\"\ntype = \"std_msgs/msg/String\"\ndirection = \"sideways\"\nport = \"a\"\n");
+        let e = error(
+            "[[topic]]\ntopic = \"/a\"\ntype = \"std_msgs/msg/String\"\ndirection = \"sideways\"\nport = \"a\"\n",
+        );
         assert!(e.contains("unknown variant `sideways`") && e.contains("line 4"), "{e}");
-        let e = error("[[topic]]\ntopic = \"/a\"\ntype = \"std_msgs/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\n");
+        let e =
+            error("[[topic]]\ntopic = \"/a\"\ntype = \"std_msgs/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\n");
         assert!(e.contains("package/msg/Name"), "{e}");
         let e = error("[[topic]]\ntopic = \"/a\"\ntype = \"std_msgs/msg/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\n[[topic]]\ntopic = \"/b\"\ntype = \"std_msgs/msg/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\n");
         assert!(e.contains("used twice"), "{e}");
-        let e = error("[[topic]]\ntopic = \"/1a\"\ntype = \"std_msgs/msg/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\n");
+        let e = error(
+            "[[topic]]\ntopic = \"/1a\"\ntype = \"std_msgs/msg/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\n",
+        );
         assert!(e.contains("not a valid ROS 2 name"), "{e}");
         let e = error("[[topic]]\ntopic = \"/a\"\ntype = \"std_msgs/msg/String\"\ndirection = \"ros->hprm\"\nport = \"a\"\nqos = { reliability = \"sometimes\" }\n");
         assert!(e.contains("sometimes"), "{e}");

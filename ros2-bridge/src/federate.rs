@@ -60,14 +60,20 @@ pub fn check_ports(manifest: &Manifest, name: &str, config: &Config) -> Result<(
     }
     let wanted = config.ports();
     for PortUse { name: port, output } in &wanted {
-        let io = |o: bool| if o { "an output (ros->hprm, a service request served or a response received)" } else { "an input (hprm->ros, a service call or a response)" };
+        let io = |o: bool| {
+            if o {
+                "an output (ros->hprm, a service request served or a response received)"
+            } else {
+                "an input (hprm->ros, a service call or a response)"
+            }
+        };
         match declared.get(port.as_str()) {
             None => {
                 return Err(FederateError::Ports(format!(
-                    "the config maps port {port:?}, which federate {name:?} does not declare; declare it as {} (ports: {})",
-                    io(*output),
-                    sorted(declared.keys().copied())
-                )))
+                "the config maps port {port:?}, which federate {name:?} does not declare; declare it as {} (ports: {})",
+                io(*output),
+                sorted(declared.keys().copied())
+            )))
             }
             Some((o, _)) if o != output => {
                 return Err(FederateError::Ports(format!("port {port:?} of federate {name:?} must be {}", io(*output))))
@@ -77,7 +83,10 @@ pub fn check_ports(manifest: &Manifest, name: &str, config: &Config) -> Result<(
     }
     let unmapped: Vec<&str> = declared.keys().copied().filter(|p| !wanted.iter().any(|w| w.name == *p)).collect();
     if !unmapped.is_empty() {
-        return Err(FederateError::Ports(format!("federate {name:?} declares port(s) {} that no [[topic]] or [[service]] of the config maps", sorted(unmapped.into_iter()))));
+        return Err(FederateError::Ports(format!(
+            "federate {name:?} declares port(s) {} that no [[topic]] or [[service]] of the config maps",
+            sorted(unmapped.into_iter())
+        )));
     }
     Ok(())
 }

@@ -104,13 +104,23 @@ impl GraphProbe {
         unsafe {
             let mut allocator = rcutils_get_default_allocator();
             let mut array = rmw_get_zero_initialized_topic_endpoint_info_array();
-            let ret = rcl_get_subscriptions_info_by_topic(self.node.as_ref(), &mut allocator, c_topic.as_ptr(), false, &mut array);
+            let ret = rcl_get_subscriptions_info_by_topic(
+                self.node.as_ref(),
+                &mut allocator,
+                c_topic.as_ptr(),
+                false,
+                &mut array,
+            );
             if ret != RCL_RET_OK as rcl_ret_t {
                 let e = rcl_error("rcl_get_subscriptions_info_by_topic", ret);
                 rmw_topic_endpoint_info_array_fini(&mut array, &mut allocator);
                 return Err(e);
             }
-            let infos = if array.info_array.is_null() { &[][..] } else { std::slice::from_raw_parts(array.info_array, array.size) };
+            let infos = if array.info_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(array.info_array, array.size)
+            };
             let endpoints = infos
                 .iter()
                 .map(|i| Endpoint {

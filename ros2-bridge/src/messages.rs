@@ -76,13 +76,19 @@ impl Loaner {
     /// the threshold, else owned.
     pub fn buffer(&self, name: &str, dtype: Dtype, shape: &[usize], bytes: &[u8]) -> Result<Buffer, ConvertError> {
         let err = |e: hprm_node::payload::PayloadError| ConvertError::shape(name, e.to_string());
-        if bytes.len() < self.encoder.threshold() || self.deliveries == 0 || !self.ready.as_ref().is_some_and(|ready| ready()) {
+        if bytes.len() < self.encoder.threshold()
+            || self.deliveries == 0
+            || !self.ready.as_ref().is_some_and(|ready| ready())
+        {
             return Buffer::from_bytes(dtype, shape, bytes.to_vec()).map_err(err);
         }
         let mut loan = self.encoder.loan(dtype, shape, self.deliveries).map_err(err)?;
         let target = loan.as_mut_bytes();
         if target.len() != bytes.len() {
-            return Err(ConvertError::shape(name, format!("{} data bytes for a {}-byte buffer", bytes.len(), target.len())));
+            return Err(ConvertError::shape(
+                name,
+                format!("{} data bytes for a {}-byte buffer", bytes.len(), target.len()),
+            ));
         }
         target.copy_from_slice(bytes);
         tracing::trace!(id = %loan.id(), nbytes = bytes.len(), "bulk data copied into the store");
@@ -101,8 +107,20 @@ pub trait MessageSupport: Send + Sync {
     /// node goes away.
     /// With `loaner`, bulk data goes straight into the store (types that
     /// support it).
-    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, sink: Sink, loaner: Option<Loaner>) -> Result<LocalTask, r2r::Error>;
-    fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error>;
+    fn subscribe(
+        &self,
+        node: &mut r2r::Node,
+        topic: &str,
+        qos: QosProfile,
+        sink: Sink,
+        loaner: Option<Loaner>,
+    ) -> Result<LocalTask, r2r::Error>;
+    fn publisher(
+        &self,
+        node: &mut r2r::Node,
+        topic: &str,
+        qos: QosProfile,
+    ) -> Result<Box<dyn ValuePublisher>, r2r::Error>;
 }
 
 /// A message type with a Rust struct in r2r; `to_value`/`from_value`
@@ -181,13 +199,18 @@ fn overlay(name: &str, path: &str, base: &mut Json, v: Json) -> Result<(), Conve
                     Some(slot) => overlay(name, &here, slot, x)?,
                     None => {
                         let known: Vec<&str> = b.keys().map(String::as_str).collect();
-                        return Err(ConvertError::shape(name, format!("{here:?} is not a field (fields: {})", known.join(", "))));
+                        return Err(ConvertError::shape(
+                            name,
+                            format!("{here:?} is not a field (fields: {})", known.join(", ")),
+                        ));
                     }
                 }
             }
             Ok(())
         }
-        (_, Json::Object(_)) if !path.is_empty() => Err(ConvertError::shape(name, format!("{path:?} is not a message, it cannot take a dict"))),
+        (_, Json::Object(_)) if !path.is_empty() => {
+            Err(ConvertError::shape(name, format!("{path:?} is not a message, it cannot take a dict")))
+        }
         (slot, v) => {
             *slot = v;
             Ok(())
@@ -251,14 +274,23 @@ fn buffer_to_json(b: &Buffer) -> Json {
         .or_else(|| list::<i16>(b))
         .or_else(|| list::<u16>(b))
         .or_else(|| list::<i8>(b))
-        .or_else(|| (b.dtype() == &Dtype::BOOL).then(|| Json::Array(b.bytes().iter().map(|&x| Json::Bool(x != 0)).collect())))
+        .or_else(|| {
+            (b.dtype() == &Dtype::BOOL).then(|| Json::Array(b.bytes().iter().map(|&x| Json::Bool(x != 0)).collect()))
+        })
         .unwrap_or_else(|| Json::Array(b.bytes().iter().map(|&x| x.into()).collect()))
 }
 
 /// Element type and shape of an image's data, from its encoding, size and
 /// step (`sensor_msgs/image_encodings.hpp`). Unknown encodings, and rows
 /// with padding, give `|u1` of `[height, step]`.
-pub fn image_layout(encoding: &str, height: usize, width: usize, step: usize, bigendian: bool, nbytes: usize) -> (Dtype, Vec<usize>) {
+pub fn image_layout(
+    encoding: &str,
+    height: usize,
+    width: usize,
+    step: usize,
+    bigendian: bool,
+    nbytes: usize,
+) -> (Dtype, Vec<usize>) {
     let order = if bigendian { '>' } else { '<' };
     let known = image_pixel(encoding).and_then(|(kind, size, channels)| {
         let dtype = Dtype::parse(&if size == 1 { format!("|{kind}1") } else { format!("{order}{kind}{size}") }).ok()?;
@@ -358,7 +390,11 @@ pub fn cloud_layout(c: &r2r::sensor_msgs::msg::PointCloud2, nbytes: usize) -> (D
     let (h, w, ps, rs, n) = (c.height as usize, c.width as usize, c.point_step as usize, c.row_step as usize, nbytes);
     let order = if c.is_bigendian { '>' } else { '<' };
     let common = c.fields.first().and_then(|f| point_field(f.datatype)).filter(|&(kind, size)| {
-        c.fields.iter().all(|f| point_field(f.datatype) == Some((kind, size)) && f.offset as usize % size == 0 && f.count <= 1) && ps % size == 0 && ps > 0
+        c.fields
+            .iter()
+            .all(|f| point_field(f.datatype) == Some((kind, size)) && f.offset as usize % size == 0 && f.count <= 1)
+            && ps % size == 0
+            && ps > 0
     });
     if let Some((kind, size)) = common {
         if rs == w * ps && n == h * rs {
@@ -399,7 +435,9 @@ fn bulk_bytes(name: &str, field: &str, v: Option<Value>) -> Result<(Vec<u8>, Opt
             .collect::<Option<Vec<u8>>>()
             .map(|b| (b, None))
             .ok_or_else(|| ConvertError::shape(name, format!("{field} must be an array, bytes or a list of 0..=255"))),
-        Some(other) => Err(ConvertError::shape(name, format!("{field} must be an array or bytes, not {}", other.kind()))),
+        Some(other) => {
+            Err(ConvertError::shape(name, format!("{field} must be an array or bytes, not {}", other.kind())))
+        }
     }
 }
 
@@ -409,12 +447,16 @@ fn elements<T: Element + DeserializeOwned>(name: &str, field: &str, v: Option<Va
     match v {
         None | Some(Value::Nil) => Ok(Vec::new()),
         Some(Value::Buffer(b)) => b.to_vec::<T>().ok_or_else(|| {
-            ConvertError::shape(name, format!("{field} is an array of {}, the message needs {}", b.dtype().as_str(), T::DTYPE.as_str()))
+            ConvertError::shape(
+                name,
+                format!("{field} is an array of {}, the message needs {}", b.dtype().as_str(), T::DTYPE.as_str()),
+            )
         }),
-        Some(v @ Value::List(_)) => {
-            serde_json::from_value(value_to_json(v)).map_err(|source| ConvertError::Fields { type_name: name.into(), source })
+        Some(v @ Value::List(_)) => serde_json::from_value(value_to_json(v))
+            .map_err(|source| ConvertError::Fields { type_name: name.into(), source }),
+        Some(other) => {
+            Err(ConvertError::shape(name, format!("{field} must be an array or a list, not {}", other.kind())))
         }
-        Some(other) => Err(ConvertError::shape(name, format!("{field} must be an array or a list, not {}", other.kind()))),
     }
 }
 
@@ -473,8 +515,16 @@ impl Bridged for r2r::sensor_msgs::msg::Image {
 
     fn to_value(mut self) -> Result<Value, ConvertError> {
         let data = std::mem::take(&mut self.data);
-        let (dtype, shape) = image_layout(&self.encoding, self.height as usize, self.width as usize, self.step as usize, self.is_bigendian != 0, data.len());
-        let buffer = Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
+        let (dtype, shape) = image_layout(
+            &self.encoding,
+            self.height as usize,
+            self.width as usize,
+            self.step as usize,
+            self.is_bigendian != 0,
+            data.len(),
+        );
+        let buffer =
+            Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
         let mut v = json_to_value(to_json(Self::NAME, &self)?);
         v.set("data", Value::Buffer(buffer));
         Ok(v)
@@ -495,7 +545,14 @@ impl Bridged for r2r::sensor_msgs::msg::Image {
         };
         // Safety: as above.
         let data = unsafe { native_bytes(c.data.data, c.data.size) };
-        let (dtype, shape) = image_layout(&meta.encoding, meta.height as usize, meta.width as usize, meta.step as usize, meta.is_bigendian != 0, data.len());
+        let (dtype, shape) = image_layout(
+            &meta.encoding,
+            meta.height as usize,
+            meta.width as usize,
+            meta.step as usize,
+            meta.is_bigendian != 0,
+            data.len(),
+        );
         let buffer = loaner.buffer(Self::NAME, dtype, &shape, data)?;
         let mut v = json_to_value(to_json(Self::NAME, &meta)?);
         v.set("data", Value::Buffer(buffer));
@@ -515,7 +572,16 @@ impl Bridged for r2r::sensor_msgs::msg::Image {
         }
         let mut msg: Self = from_json(Self::NAME, v)?;
         if data.len() != msg.height as usize * msg.step as usize {
-            return Err(ConvertError::shape(Self::NAME, format!("data holds {} bytes, height {} x step {} needs {}", data.len(), msg.height, msg.step, msg.height as usize * msg.step as usize)));
+            return Err(ConvertError::shape(
+                Self::NAME,
+                format!(
+                    "data holds {} bytes, height {} x step {} needs {}",
+                    data.len(),
+                    msg.height,
+                    msg.step,
+                    msg.height as usize * msg.step as usize
+                ),
+            ));
         }
         msg.data = data;
         Ok(msg)
@@ -563,7 +629,8 @@ impl Bridged for r2r::sensor_msgs::msg::PointCloud2 {
     fn to_value(mut self) -> Result<Value, ConvertError> {
         let data = std::mem::take(&mut self.data);
         let (dtype, shape) = cloud_layout(&self, data.len());
-        let buffer = Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
+        let buffer =
+            Buffer::from_bytes(dtype, &shape, data).map_err(|e| ConvertError::shape(Self::NAME, e.to_string()))?;
         let mut v = json_to_value(to_json(Self::NAME, &self)?);
         v.set("data", Value::Buffer(buffer));
         Ok(v)
@@ -577,7 +644,10 @@ impl Bridged for r2r::sensor_msgs::msg::PointCloud2 {
             height: c.height,
             width: c.width,
             // Safety: fields of the native message `c` borrows.
-            fields: unsafe { native_slice(c.fields.data, c.fields.size) }.iter().map(r2r::sensor_msgs::msg::PointField::from_native).collect(),
+            fields: unsafe { native_slice(c.fields.data, c.fields.size) }
+                .iter()
+                .map(r2r::sensor_msgs::msg::PointField::from_native)
+                .collect(),
             is_bigendian: c.is_bigendian,
             point_step: c.point_step,
             row_step: c.row_step,
@@ -608,7 +678,16 @@ impl Bridged for r2r::sensor_msgs::msg::PointCloud2 {
         }
         let mut msg: Self = from_json(Self::NAME, v)?;
         if data.len() != msg.height as usize * msg.row_step as usize {
-            return Err(ConvertError::shape(Self::NAME, format!("data holds {} bytes, height {} x row_step {} needs {}", data.len(), msg.height, msg.row_step, msg.height as usize * msg.row_step as usize)));
+            return Err(ConvertError::shape(
+                Self::NAME,
+                format!(
+                    "data holds {} bytes, height {} x row_step {} needs {}",
+                    data.len(),
+                    msg.height,
+                    msg.row_step,
+                    msg.height as usize * msg.row_step as usize
+                ),
+            ));
         }
         msg.data = data;
         Ok(msg)
@@ -721,7 +800,14 @@ impl<T: Bridged> ValuePublisher for TypedPublisher<T> {
 }
 
 impl<T: Bridged> MessageSupport for Typed<T> {
-    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink, loaner: Option<Loaner>) -> Result<LocalTask, r2r::Error> {
+    fn subscribe(
+        &self,
+        node: &mut r2r::Node,
+        topic: &str,
+        qos: QosProfile,
+        mut sink: Sink,
+        loaner: Option<Loaner>,
+    ) -> Result<LocalTask, r2r::Error> {
         if let (true, Some(loaner)) = (T::NATIVE, loaner) {
             let stream = node.subscribe_native::<T>(topic, qos)?;
             let task = stream.for_each(move |msg| {
@@ -737,7 +823,12 @@ impl<T: Bridged> MessageSupport for Typed<T> {
         })))
     }
 
-    fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
+    fn publisher(
+        &self,
+        node: &mut r2r::Node,
+        topic: &str,
+        qos: QosProfile,
+    ) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
         Ok(Box::new(TypedPublisher(node.create_publisher::<T>(topic, qos)?)))
     }
 }
@@ -770,12 +861,21 @@ unsafe impl Sync for UntypedPublisher {}
 
 impl ValuePublisher for UntypedPublisher {
     fn publish(&self, v: Value) -> Result<(), ConvertError> {
-        self.0.publish(value_to_json(v)).map_err(|e| ConvertError::Ros(format!("publishing {}: {e} (send a dict with exactly the message's fields)", self.1)))
+        self.0.publish(value_to_json(v)).map_err(|e| {
+            ConvertError::Ros(format!("publishing {}: {e} (send a dict with exactly the message's fields)", self.1))
+        })
     }
 }
 
 impl MessageSupport for Untyped {
-    fn subscribe(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile, mut sink: Sink, _loaner: Option<Loaner>) -> Result<LocalTask, r2r::Error> {
+    fn subscribe(
+        &self,
+        node: &mut r2r::Node,
+        topic: &str,
+        qos: QosProfile,
+        mut sink: Sink,
+        _loaner: Option<Loaner>,
+    ) -> Result<LocalTask, r2r::Error> {
         let stream = node.subscribe_untyped(topic, &self.0, qos)?;
         let name = self.0.clone();
         Ok(Box::pin(stream.for_each(move |msg| {
@@ -784,7 +884,12 @@ impl MessageSupport for Untyped {
         })))
     }
 
-    fn publisher(&self, node: &mut r2r::Node, topic: &str, qos: QosProfile) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
+    fn publisher(
+        &self,
+        node: &mut r2r::Node,
+        topic: &str,
+        qos: QosProfile,
+    ) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
         Ok(Box::new(UntypedPublisher(node.create_publisher_untyped(topic, &self.0, qos)?, self.0.clone())))
     }
 }
@@ -821,7 +926,11 @@ typed_table! {
 /// The support of `name`: its Rust struct, else the generic path when r2r
 /// was built with the type; `None` when the bridge cannot carry it.
 pub fn support(name: &str) -> Option<Box<dyn MessageSupport>> {
-    typed(name).or_else(|| r2r::WrappedNativeMsgUntyped::new_from(name).ok().map(|_| Box::new(Untyped(name.to_string())) as Box<dyn MessageSupport>))
+    typed(name).or_else(|| {
+        r2r::WrappedNativeMsgUntyped::new_from(name)
+            .ok()
+            .map(|_| Box::new(Untyped(name.to_string())) as Box<dyn MessageSupport>)
+    })
 }
 
 /// `header.stamp` of a received value, in ns since the epoch.
@@ -878,11 +987,23 @@ mod tests {
     fn image_from_an_array_and_a_little_metadata() {
         let b = Buffer::from_vec((0..60u8).collect()).with_shape(&[4, 5, 3]).unwrap();
         let v = Value::Map(vec![
-            ("header".into(), Value::Map(vec![("frame_id".into(), Value::Str("cam".into())), ("stamp".into(), Value::Map(vec![("sec".into(), Value::Int(12)), ("nanosec".into(), Value::UInt(34))]))])),
+            (
+                "header".into(),
+                Value::Map(vec![
+                    ("frame_id".into(), Value::Str("cam".into())),
+                    (
+                        "stamp".into(),
+                        Value::Map(vec![("sec".into(), Value::Int(12)), ("nanosec".into(), Value::UInt(34))]),
+                    ),
+                ]),
+            ),
             ("data".into(), Value::Buffer(b)),
         ]);
         assert_eq!(Image::from_value(v).unwrap(), image());
-        let bad = Value::Map(vec![("height".into(), Value::UInt(3)), ("data".into(), Value::Buffer(Buffer::from_vec(vec![0; 60]).with_shape(&[4, 5, 3]).unwrap()))]);
+        let bad = Value::Map(vec![
+            ("height".into(), Value::UInt(3)),
+            ("data".into(), Value::Buffer(Buffer::from_vec(vec![0; 60]).with_shape(&[4, 5, 3]).unwrap())),
+        ]);
         let e = Image::from_value(bad).unwrap_err().to_string();
         assert!(e.contains("data holds 60 bytes, height 3 x step 15 needs 45"), "{e}");
         let e = Image::from_value(Value::Map(vec![("hieght".into(), Value::UInt(3))])).unwrap_err().to_string();
@@ -925,7 +1046,10 @@ mod tests {
         assert_eq!((b.dtype(), b.shape()), (&Dtype::F32, &[2usize, 3][..]));
         assert_eq!(Float32MultiArray::from_value(v).unwrap(), m);
         // An array alone: layout from its shape.
-        let only = Value::Map(vec![("data".into(), Value::Buffer(Buffer::from_elements(m.data.clone()).with_shape(&[2, 3]).unwrap()))]);
+        let only = Value::Map(vec![(
+            "data".into(),
+            Value::Buffer(Buffer::from_elements(m.data.clone()).with_shape(&[2, 3]).unwrap()),
+        )]);
         let back = Float32MultiArray::from_value(only).unwrap();
         assert_eq!(back.layout.dim.iter().map(|d| (d.size, d.stride)).collect::<Vec<_>>(), vec![(2, 6), (3, 3)]);
         let wrong = Value::Map(vec![("data".into(), Value::Buffer(Buffer::from_elements(vec![1.0f64])))]);
@@ -983,10 +1107,15 @@ mod tests {
             (T::NAME, (dtype, shape), Box::new(move |loaner: &Loaner| native(&msg, loaner)))
         }
         let side = (nbytes as f64 / 3.0).sqrt().ceil() as u32;
-        let mut img = Image { height: side, width: side, encoding: "rgb8".into(), step: 3 * side, ..Default::default() };
+        let mut img =
+            Image { height: side, width: side, encoding: "rgb8".into(), step: 3 * side, ..Default::default() };
         img.header.frame_id = "cam".into();
         img.data = (0..img.height * img.step).map(|i| (i % 251) as u8).collect();
-        let jpeg = r2r::sensor_msgs::msg::CompressedImage { format: "jpeg".into(), data: (0..nbytes).map(|i| (i % 253) as u8).collect(), ..Default::default() };
+        let jpeg = r2r::sensor_msgs::msg::CompressedImage {
+            format: "jpeg".into(),
+            data: (0..nbytes).map(|i| (i % 253) as u8).collect(),
+            ..Default::default()
+        };
         let points = nbytes.div_ceil(16) as u32;
         let field = |name: &str, offset| PointField { name: name.into(), offset, datatype: 7, count: 1 };
         let cloud = PointCloud2 {
@@ -1017,8 +1146,16 @@ mod tests {
             })*};
         }
         arrays!(
-            Float32MultiArray(f32), Float64MultiArray(f64), Int8MultiArray(i8), Int16MultiArray(i16), Int32MultiArray(i32),
-            Int64MultiArray(i64), UInt8MultiArray(u8), UInt16MultiArray(u16), UInt32MultiArray(u32), UInt64MultiArray(u64),
+            Float32MultiArray(f32),
+            Float64MultiArray(f64),
+            Int8MultiArray(i8),
+            Int16MultiArray(i16),
+            Int32MultiArray(i32),
+            Int64MultiArray(i64),
+            UInt8MultiArray(u8),
+            UInt16MultiArray(u16),
+            UInt32MultiArray(u32),
+            UInt64MultiArray(u64),
             ByteMultiArray(u8)
         );
         cases
@@ -1035,8 +1172,18 @@ mod tests {
             assert!(!b.is_shared(), "{name}: under the threshold, in-band");
         }
         // The odd cloud: bytes by row, as the typed path gives.
-        let mut mixed = PointCloud2 { height: 2, width: 2, point_step: 5, row_step: 10, data: (0..20).collect(), ..Default::default() };
-        mixed.fields = vec![PointField { name: "x".into(), offset: 0, datatype: 7, count: 1 }, PointField { name: "i".into(), offset: 4, datatype: 2, count: 1 }];
+        let mut mixed = PointCloud2 {
+            height: 2,
+            width: 2,
+            point_step: 5,
+            row_step: 10,
+            data: (0..20).collect(),
+            ..Default::default()
+        };
+        mixed.fields = vec![
+            PointField { name: "x".into(), offset: 0, datatype: 7, count: 1 },
+            PointField { name: "i".into(), offset: 4, datatype: 2, count: 1 },
+        ];
         let b = data(&native(&mixed, &inband())).clone();
         assert_eq!((b.dtype(), b.shape()), (&Dtype::U8, &[2usize, 10][..]));
         // A layout that does not describe the data: one dimension.
@@ -1078,7 +1225,11 @@ mod tests {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             while std::os::unix::net::UnixStream::connect(&store.socket).is_err() {
                 assert!(store.child.try_wait().unwrap().is_none(), "{} exited at start", bin.display());
-                assert!(std::time::Instant::now() < deadline, "{} did not accept connections within 30 s", bin.display());
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{} did not accept connections within 30 s",
+                    bin.display()
+                );
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             store

@@ -33,7 +33,9 @@ use crate::value::Value;
 pub enum RosError {
     #[error("topic {topic:?}: message type {type_name:?} is not one this bridge was built with; install its package into the ROS 2 prefix and rebuild the bridge (ros2-bridge/build.sh), or fix the type name")]
     UnknownType { topic: String, type_name: String },
-    #[error("service {service:?}: service type {type_name:?} is not supported; the bridge serves and calls {supported}")]
+    #[error(
+        "service {service:?}: service type {type_name:?} is not supported; the bridge serves and calls {supported}"
+    )]
     UnknownService { service: String, type_name: String, supported: String },
     #[error("cannot start ROS 2 ({what}): {source}; source the environment that ros2-bridge/setup-ros2.sh prints")]
     Start { what: String, source: r2r::Error },
@@ -91,7 +93,9 @@ impl Outlet {
                 let next = pending.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
                 match next {
                     Some(r) => r.respond(v),
-                    None => Err(ConvertError::Ros("a service response with no request waiting for one; respond once per request".into())),
+                    None => Err(ConvertError::Ros(
+                        "a service response with no request waiting for one; respond once per request".into(),
+                    )),
                 }
             }
         }
@@ -125,10 +129,14 @@ pub fn qos_profile(q: &Qos) -> QosProfile {
 /// `offered` (DDS request/offer rules), if it does not.
 pub fn incompatible(want: &Qos, offered: &QosProfile) -> Option<String> {
     if want.reliability == Reliability::Reliable && offered.reliability == ReliabilityPolicy::BestEffort {
-        return Some("it publishes best_effort and the bridge asks reliable; set qos.reliability = \"best_effort\"".into());
+        return Some(
+            "it publishes best_effort and the bridge asks reliable; set qos.reliability = \"best_effort\"".into(),
+        );
     }
     if want.durability == Durability::TransientLocal && offered.durability == DurabilityPolicy::Volatile {
-        return Some("it publishes volatile and the bridge asks transient_local; set qos.durability = \"volatile\"".into());
+        return Some(
+            "it publishes volatile and the bridge asks transient_local; set qos.durability = \"volatile\"".into(),
+        );
     }
     None
 }
@@ -137,10 +145,15 @@ pub fn incompatible(want: &Qos, offered: &QosProfile) -> Option<String> {
 /// publisher offering `offer` (DDS request/offer rules), if it does not.
 pub fn incompatible_offer(offer: &Qos, wanted: &QosProfile) -> Option<String> {
     if wanted.reliability == ReliabilityPolicy::Reliable && offer.reliability == Reliability::BestEffort {
-        return Some("it asks reliable and the bridge publishes best_effort; set qos.reliability = \"reliable\"".into());
+        return Some(
+            "it asks reliable and the bridge publishes best_effort; set qos.reliability = \"reliable\"".into(),
+        );
     }
     if wanted.durability == DurabilityPolicy::TransientLocal && offer.durability == Durability::Volatile {
-        return Some("it asks transient_local and the bridge publishes volatile; set qos.durability = \"transient_local\"".into());
+        return Some(
+            "it asks transient_local and the bridge publishes volatile; set qos.durability = \"transient_local\""
+                .into(),
+        );
     }
     None
 }
@@ -154,11 +167,18 @@ impl RosSide {
     /// Sets up every mapping of `config` and starts spinning. `discovery`
     /// is how long to let the graph settle before checking the publishers
     /// and subscriptions already on it.
-    pub fn start(config: &Config, discovery: Duration, mut loaners: HashMap<String, messages::Loaner>) -> Result<RosSide, RosError> {
+    pub fn start(
+        config: &Config,
+        discovery: Duration,
+        mut loaners: HashMap<String, messages::Loaner>,
+    ) -> Result<RosSide, RosError> {
         // Types first: they need no ROS context.
         let mut topic_support: Vec<Box<dyn MessageSupport>> = Vec::new();
         for t in &config.topics {
-            topic_support.push(messages::support(&t.msg_type).ok_or_else(|| RosError::UnknownType { topic: t.topic.clone(), type_name: t.msg_type.clone() })?);
+            topic_support.push(
+                messages::support(&t.msg_type)
+                    .ok_or_else(|| RosError::UnknownType { topic: t.topic.clone(), type_name: t.msg_type.clone() })?,
+            );
         }
         let mut service_support: Vec<Box<dyn ServiceSupport>> = Vec::new();
         for s in &config.services {
@@ -189,7 +209,10 @@ impl RosSide {
         let mut outlets = HashMap::new();
         let mut callers = Vec::new();
         for (t, support) in config.topics.iter().zip(&topic_support) {
-            let mapping = |source: r2r::Error| RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("r2r refused it: {source}") };
+            let mapping = |source: r2r::Error| RosError::Mapping {
+                name: format!("topic {:?}", t.topic),
+                what: format!("r2r refused it: {source}"),
+            };
             let qos = qos_profile(&t.qos);
             match t.direction {
                 Direction::RosToHprm => {
@@ -214,12 +237,18 @@ impl RosSide {
                     inlets.insert(t.port.clone(), inlet);
                 }
                 Direction::HprmToRos => {
-                    outlets.insert(t.port.clone(), Outlet::Topic(support.publisher(&mut node, &t.topic, qos).map_err(mapping)?));
+                    outlets.insert(
+                        t.port.clone(),
+                        Outlet::Topic(support.publisher(&mut node, &t.topic, qos).map_err(mapping)?),
+                    );
                 }
             }
         }
         for (s, support) in config.services.iter().zip(service_support) {
-            let mapping = |source: r2r::Error| RosError::Mapping { name: format!("service {:?}", s.service), what: format!("r2r refused the service: {source}") };
+            let mapping = |source: r2r::Error| RosError::Mapping {
+                name: format!("service {:?}", s.service),
+                what: format!("r2r refused the service: {source}"),
+            };
             match s.role {
                 Role::Client => {
                     let inlet = Inlet::default();
@@ -232,7 +261,8 @@ impl RosSide {
                 Role::Server => {
                     let inlet = Inlet::default();
                     let pending = Arc::new(Mutex::new(VecDeque::new()));
-                    let (to, port, queue, name) = (inlet.clone(), s.request.clone(), pending.clone(), s.service.clone());
+                    let (to, port, queue, name) =
+                        (inlet.clone(), s.request.clone(), pending.clone(), s.service.clone());
                     let sink = Box::new(move |req: Result<(Value, Box<dyn Responder>), ConvertError>| match req {
                         // Responses pair with requests in order: queue only
                         // requests that reach HPRM (unanswered ones time
@@ -241,7 +271,9 @@ impl RosSide {
                             queue.lock().unwrap_or_else(PoisonError::into_inner).push_back(responder);
                             to.deliver(&port, v, Duration::ZERO);
                         }
-                        Ok(_) => tracing::warn!(service = %name, "a request arrived before the federate started; not answered"),
+                        Ok(_) => {
+                            tracing::warn!(service = %name, "a request arrived before the federate started; not answered")
+                        }
                         Err(e) => tracing::warn!(service = %name, "dropped a request: {e}"),
                     });
                     tasks.push(support.serve(&mut node, &s.service, sink).map_err(mapping)?);
@@ -257,25 +289,33 @@ impl RosSide {
             node.spin_once(Duration::from_millis(20));
         }
         for t in config.topics.iter().filter(|t| t.direction == Direction::RosToHprm) {
-            let publishers = node.get_publishers_info_by_topic(&resolve(&config.ros.namespace, &t.topic), false).unwrap_or_default();
+            let publishers =
+                node.get_publishers_info_by_topic(&resolve(&config.ros.namespace, &t.topic), false).unwrap_or_default();
             tracing::debug!(topic = %t.topic, publishers = publishers.len(), "publishers already on the graph");
             for p in publishers {
                 let who = format!("publisher {}", endpoint_node(&p.node_namespace, &p.node_name));
                 if p.topic_type != t.msg_type {
-                    return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("{who} publishes {}, the config says {}; fix `type`", p.topic_type, t.msg_type) });
+                    return Err(RosError::Mapping {
+                        name: format!("topic {:?}", t.topic),
+                        what: format!("{who} publishes {}, the config says {}; fix `type`", p.topic_type, t.msg_type),
+                    });
                 }
                 if let Some(why) = incompatible(&t.qos, &p.qos_profile) {
-                    return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("QoS mismatch with {who}: {why}") });
+                    return Err(RosError::Mapping {
+                        name: format!("topic {:?}", t.topic),
+                        what: format!("QoS mismatch with {who}: {why}"),
+                    });
                 }
             }
         }
         if let Some(probe) = probe {
             let bridge = endpoint_node(&config.ros.namespace, &config.ros.node);
             for t in config.topics.iter().filter(|t| t.direction == Direction::HprmToRos) {
-                let subscriptions = probe.subscriptions(&resolve(&config.ros.namespace, &t.topic)).unwrap_or_else(|e| {
-                    tracing::warn!(topic = %t.topic, "cannot list the subscriptions: {e}");
-                    Vec::new()
-                });
+                let subscriptions =
+                    probe.subscriptions(&resolve(&config.ros.namespace, &t.topic)).unwrap_or_else(|e| {
+                        tracing::warn!(topic = %t.topic, "cannot list the subscriptions: {e}");
+                        Vec::new()
+                    });
                 tracing::debug!(topic = %t.topic, subscriptions = subscriptions.len(), "subscriptions already on the graph");
                 for s in subscriptions {
                     let who = endpoint_node(&s.node_namespace, &s.node_name);
@@ -285,10 +325,19 @@ impl RosSide {
                         continue;
                     }
                     if s.topic_type != t.msg_type {
-                        return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("subscriber {who} takes {}, the config says {}; fix `type`", s.topic_type, t.msg_type) });
+                        return Err(RosError::Mapping {
+                            name: format!("topic {:?}", t.topic),
+                            what: format!(
+                                "subscriber {who} takes {}, the config says {}; fix `type`",
+                                s.topic_type, t.msg_type
+                            ),
+                        });
                     }
                     if let Some(why) = incompatible_offer(&t.qos, &s.qos) {
-                        return Err(RosError::Mapping { name: format!("topic {:?}", t.topic), what: format!("QoS mismatch with subscriber {who}: {why}") });
+                        return Err(RosError::Mapping {
+                            name: format!("topic {:?}", t.topic),
+                            what: format!("QoS mismatch with subscriber {who}: {why}"),
+                        });
                     }
                 }
             }
@@ -398,7 +447,10 @@ mod tests {
         assert_eq!(incompatible_offer(&qos(Reliability::Reliable, Durability::Volatile), &reliable), None);
         let latched = profile(ReliabilityPolicy::Reliable, DurabilityPolicy::TransientLocal);
         let why = incompatible_offer(&qos(Reliability::Reliable, Durability::Volatile), &latched).unwrap();
-        assert!(why.contains("it asks transient_local") && why.contains("set qos.durability = \"transient_local\""), "{why}");
+        assert!(
+            why.contains("it asks transient_local") && why.contains("set qos.durability = \"transient_local\""),
+            "{why}"
+        );
         assert_eq!(incompatible_offer(&qos(Reliability::Reliable, Durability::TransientLocal), &latched), None);
         // A best-effort, volatile subscriber takes anything.
         let modest = profile(ReliabilityPolicy::BestEffort, DurabilityPolicy::Volatile);

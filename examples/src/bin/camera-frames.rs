@@ -49,7 +49,10 @@ struct Args {
 }
 
 fn main() {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into())).with_ansi(hprm_node::log::ansi()).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_ansi(hprm_node::log::ansi())
+        .init();
     let args = Args::parse();
     let result = match &args.consume {
         Some(socket) => consume(socket, args.frames),
@@ -123,13 +126,24 @@ fn run(args: &Args) -> Result<()> {
         }
     };
     let total = u64::from(args.fps) * u64::from(args.seconds);
-    println!("camera-frames: store at {}, {} consumers, {total} frames of {WIDTH}x{HEIGHT} rgb8 ({}) at {} fps", socket.display(), args.consumers, ByteSize(FRAME_BYTES as u64), args.fps);
+    println!(
+        "camera-frames: store at {}, {} consumers, {total} frames of {WIDTH}x{HEIGHT} rgb8 ({}) at {} fps",
+        socket.display(),
+        args.consumers,
+        ByteSize(FRAME_BYTES as u64),
+        args.fps
+    );
 
     let store = StoreClient::connect(&socket)?;
     let exe = std::env::current_exe()?;
     let mut consumers = Vec::new();
     for _ in 0..args.consumers {
-        let child = Command::new(&exe).arg("--consume").arg(&socket).args(["--frames", &total.to_string()]).stdout(Stdio::piped()).spawn()?;
+        let child = Command::new(&exe)
+            .arg("--consume")
+            .arg(&socket)
+            .args(["--frames", &total.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()?;
         consumers.push(Reaped(child));
     }
     // Consumers subscribe before the first frame: wait until they have.
@@ -200,7 +214,9 @@ fn consume(socket: &Path, frames: u64) -> Result<()> {
     let mut latencies = Vec::with_capacity(frames as usize);
     let mut checked = 0u64;
     while checked < frames {
-        let Some(n) = sub.recv_timeout(Duration::from_secs(10))? else { bail!("no frame for 10 s after {checked} frames") };
+        let Some(n) = sub.recv_timeout(Duration::from_secs(10))? else {
+            bail!("no frame for 10 s after {checked} frames")
+        };
         let Notification::Sealed { id, .. } = n else { continue };
         let frame = store.get_one(id, Duration::from_secs(1))?;
         let data = frame.data();
@@ -216,6 +232,10 @@ fn consume(socket: &Path, frames: u64) -> Result<()> {
     }
     latencies.sort_unstable();
     let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
-    println!("{checked} frames checked in place (0 copies), capture-to-view latency p50 {:.0} us, p99 {:.0} us", pct(0.5), pct(0.99));
+    println!(
+        "{checked} frames checked in place (0 copies), capture-to-view latency p50 {:.0} us, p99 {:.0} us",
+        pct(0.5),
+        pct(0.99)
+    );
     Ok(())
 }

@@ -115,7 +115,13 @@ fn program(args: &Args) -> Program {
             let latency = ctx.physical_time() - d.captured_ns;
             *total += latency;
             if d.seq % 10 == 1 {
-                println!("frame {:>4}: mean {:6.2}, capture→plan {:.2} ms, tag +{:?}", d.seq, d.mean, latency as f64 / 1e6, ctx.elapsed());
+                println!(
+                    "frame {:>4}: mean {:6.2}, capture→plan {:.2} ms, tag +{:?}",
+                    d.seq,
+                    d.mean,
+                    latency as f64 / 1e6,
+                    ctx.elapsed()
+                );
             }
         });
         r.reaction("summary").trigger(done).body(|(n, total), _| {

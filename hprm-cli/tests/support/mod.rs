@@ -25,7 +25,22 @@ static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
 fn build() -> Result<(), String> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    cmd.args(["build", "-p", "hprm-store", "-p", "hprm-rti", "-p", "hprm-examples", "--bins", "-p", "hprm-node", "--example", "endless", "--example", "counter"]);
+    cmd.args([
+        "build",
+        "-p",
+        "hprm-store",
+        "-p",
+        "hprm-rti",
+        "-p",
+        "hprm-examples",
+        "--bins",
+        "-p",
+        "hprm-node",
+        "--example",
+        "endless",
+        "--example",
+        "counter",
+    ]);
     if profile_dir().ends_with("release") {
         cmd.arg("--release");
     }
@@ -40,7 +55,10 @@ fn build() -> Result<(), String> {
 /// A program the tests run (`perception`, `hprm-store`, `endless`, ...),
 /// built if missing.
 pub fn program(name: &str) -> PathBuf {
-    let rel = PROGRAMS.iter().find(|p| p.rsplit('/').next() == Some(name)).unwrap_or_else(|| panic!("{name} is not one of the test programs {PROGRAMS:?}"));
+    let rel = PROGRAMS
+        .iter()
+        .find(|p| p.rsplit('/').next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} is not one of the test programs {PROGRAMS:?}"));
     let path = profile_dir().join(rel);
     if !PROGRAMS.iter().all(|p| profile_dir().join(p).is_file()) {
         if let Err(e) = BUILT.get_or_init(build) {

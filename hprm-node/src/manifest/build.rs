@@ -11,10 +11,13 @@ use std::time::Duration;
 use hprm_rti::tag::Delay;
 
 use super::check::split_path;
-use super::{format_duration, parse_duration, port_decl, ActionSpec, ConnectionSpec, CoordinationMode, FederateSpec, Manifest, ReactionSpec, ReactorSpec, TimerSpec};
+use super::{
+    format_duration, parse_duration, port_decl, ActionSpec, ConnectionSpec, CoordinationMode, FederateSpec, Manifest,
+    ReactionSpec, ReactorSpec, TimerSpec,
+};
 use crate::error::ProgramError;
-use crate::payload::{Decoder, Encoder, PayloadError};
 use crate::ids::{duration_ns, FederateId, ReactorId, TriggerId, Value};
+use crate::payload::{Decoder, Encoder, PayloadError};
 use crate::program::{Coordination, Program, TriggerKind};
 
 impl Program {
@@ -70,9 +73,17 @@ impl Program {
             match &t.kind {
                 TriggerKind::Input { .. } => spec.inputs.push(name),
                 TriggerKind::Output { .. } => spec.outputs.push(name),
-                TriggerKind::Timer { offset, period } => spec.timers.push(TimerSpec { name, offset: format_duration(*offset), period: format_duration(*period) }),
-                TriggerKind::LogicalAction { min_delay } => spec.actions.push(ActionSpec { name, physical: false, min_delay: format_duration(*min_delay) }),
-                TriggerKind::PhysicalAction { min_delay } => spec.actions.push(ActionSpec { name, physical: true, min_delay: format_duration(*min_delay) }),
+                TriggerKind::Timer { offset, period } => spec.timers.push(TimerSpec {
+                    name,
+                    offset: format_duration(*offset),
+                    period: format_duration(*period),
+                }),
+                TriggerKind::LogicalAction { min_delay } => {
+                    spec.actions.push(ActionSpec { name, physical: false, min_delay: format_duration(*min_delay) })
+                }
+                TriggerKind::PhysicalAction { min_delay } => {
+                    spec.actions.push(ActionSpec { name, physical: true, min_delay: format_duration(*min_delay) })
+                }
                 TriggerKind::Startup | TriggerKind::Shutdown => {}
             }
         }
@@ -82,7 +93,13 @@ impl Program {
             .iter()
             .map(|&x| {
                 let rx = &self.reactions[x.index()];
-                ReactionSpec { name: rx.name.clone(), triggers: names(&rx.triggers), sources: names(&rx.sources), effects: names(&rx.effects), deadline: rx.deadline.as_ref().map(|(d, _)| format_duration(*d)) }
+                ReactionSpec {
+                    name: rx.name.clone(),
+                    triggers: names(&rx.triggers),
+                    sources: names(&rx.sources),
+                    effects: names(&rx.effects),
+                    deadline: rx.deadline.as_ref().map(|(d, _)| format_duration(*d)),
+                }
             })
             .collect();
         spec
@@ -95,20 +112,29 @@ impl Program {
     /// federate's reactors become port-only stubs. Then connections are
     /// wired by path. Any problem of the manifest, a port the callback did
     /// not declare, or a problem of the result is an error.
-    pub fn from_manifest(m: &Manifest, local: &str, mut build: impl FnMut(&mut Program, FederateId, &ReactorSpec) -> Result<ReactorId, ProgramError>) -> Result<Program, ProgramError> {
+    pub fn from_manifest(
+        m: &Manifest,
+        local: &str,
+        mut build: impl FnMut(&mut Program, FederateId, &ReactorSpec) -> Result<ReactorId, ProgramError>,
+    ) -> Result<Program, ProgramError> {
         let invalid = |problems: Vec<String>| ProgramError { program: m.name.clone(), problems };
         let problems = m.check();
         if !problems.is_empty() {
             return Err(invalid(problems.into_iter().map(|p| p.message).collect()));
         }
         if m.federate(local).is_none() {
-            return Err(invalid(vec![format!("the manifest has no federate {local:?}; its federates are {}", m.federates.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "))]));
+            return Err(invalid(vec![format!(
+                "the manifest has no federate {local:?}; its federates are {}",
+                m.federates.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")
+            )]));
         }
         // Checked above: every duration parses.
         let dur = |s: &str| parse_duration(s).unwrap_or_default();
         let mut p = Program::new(m.name.clone());
         if m.coordination == CoordinationMode::Decentralized {
-            p.coordination(Coordination::Decentralized { stp: m.stp.as_deref().map(dur).unwrap_or(Duration::from_millis(20)) });
+            p.coordination(Coordination::Decentralized {
+                stp: m.stp.as_deref().map(dur).unwrap_or(Duration::from_millis(20)),
+            });
         }
         if let Some(t) = m.threshold {
             p.threshold(usize::try_from(t).unwrap_or(usize::MAX));
@@ -140,7 +166,9 @@ impl Program {
             let ends = [&c.from, &c.to].map(|path| {
                 let found = p.port_by_path(path);
                 if found.is_none() {
-                    missing.push(format!("the manifest connects {path}, but federate {local}'s code declares no such port"));
+                    missing.push(format!(
+                        "the manifest connects {path}, but federate {local}'s code declares no such port"
+                    ));
                 }
                 found
             });
@@ -168,7 +196,11 @@ impl Program {
         };
         self.triggers
             .iter()
-            .position(|t| t.reactor == reactor && t.name == port && matches!(t.kind, TriggerKind::Input { .. } | TriggerKind::Output { .. }))
+            .position(|t| {
+                t.reactor == reactor
+                    && t.name == port
+                    && matches!(t.kind, TriggerKind::Input { .. } | TriggerKind::Output { .. })
+            })
             .map(|i| TriggerId(i as u32))
     }
 }
@@ -176,7 +208,10 @@ impl Program {
 /// Ports of other federates are never encoded or decoded in this process:
 /// their values live in their own federate.
 fn stub_decode(_: &[u8], _: &Decoder) -> Result<Value, PayloadError> {
-    Err(PayloadError::Mismatch { type_name: "a port of another federate", message: "this process does not run that federate".into() })
+    Err(PayloadError::Mismatch {
+        type_name: "a port of another federate",
+        message: "this process does not run that federate".into(),
+    })
 }
 
 fn stub_encode(_: &Value, _: &Encoder, _: u32) -> Result<Vec<u8>, PayloadError> {
@@ -221,7 +256,15 @@ mod tests {
         assert_eq!(src.outputs, vec!["out", "raw"]);
         assert_eq!(src.timers, vec![TimerSpec { name: "tick".into(), offset: "0ms".into(), period: "10ms".into() }]);
         assert_eq!(src.reactions[0].effects, vec!["out", "raw"]);
-        assert_eq!(m.connections[0], ConnectionSpec { from: "a.src.out".into(), to: "b.dst.inp".into(), after: Some("2ms".into()), physical: false });
+        assert_eq!(
+            m.connections[0],
+            ConnectionSpec {
+                from: "a.src.out".into(),
+                to: "b.dst.inp".into(),
+                after: Some("2ms".into()),
+                physical: false
+            }
+        );
         assert!(m.connections[1].physical);
         // The JSON form reads back the same.
         assert_eq!(Manifest::from_json(&m.to_json()).unwrap(), m);
@@ -247,9 +290,14 @@ mod tests {
     #[test]
     fn a_local_federate_missing_a_port_is_an_error() {
         let m = program().manifest();
-        let e = Program::from_manifest(&m, "b", |p, fed, spec| Ok(p.reactor(fed, spec.name.clone(), ()).id())).unwrap_err();
-        assert!(e.to_string().contains("the manifest connects b.dst.inp, but federate b's code declares no such port"), "{e}");
-        let e = Program::from_manifest(&m, "zz", |p, fed, spec| Ok(p.reactor(fed, spec.name.clone(), ()).id())).unwrap_err();
+        let e =
+            Program::from_manifest(&m, "b", |p, fed, spec| Ok(p.reactor(fed, spec.name.clone(), ()).id())).unwrap_err();
+        assert!(
+            e.to_string().contains("the manifest connects b.dst.inp, but federate b's code declares no such port"),
+            "{e}"
+        );
+        let e = Program::from_manifest(&m, "zz", |p, fed, spec| Ok(p.reactor(fed, spec.name.clone(), ()).id()))
+            .unwrap_err();
         assert!(e.to_string().contains("no federate \"zz\"; its federates are a, b"), "{e}");
     }
 }

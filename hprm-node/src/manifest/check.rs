@@ -98,7 +98,11 @@ pub(crate) fn reactor_names(r: &ReactorSpec) -> Vec<(&str, Kind, Option<&str>)> 
     v.extend(r.inputs.iter().map(|d| port_decl(d)).map(|(n, t)| (n, Kind::Input, t)));
     v.extend(r.outputs.iter().map(|d| port_decl(d)).map(|(n, t)| (n, Kind::Output, t)));
     v.extend(r.timers.iter().map(|t| (t.name.as_str(), Kind::Timer, None)));
-    v.extend(r.actions.iter().map(|a| (a.name.as_str(), if a.physical { Kind::PhysicalAction } else { Kind::LogicalAction }, None)));
+    v.extend(
+        r.actions
+            .iter()
+            .map(|a| (a.name.as_str(), if a.physical { Kind::PhysicalAction } else { Kind::LogicalAction }, None)),
+    );
     v
 }
 
@@ -117,7 +121,11 @@ impl Manifest {
     pub fn check(&self) -> Vec<Problem> {
         let mut out = Problems::default();
         if !valid_name(&self.name) {
-            out.add_at(Location::Program, Field::Key("name"), format!("program name {:?} is not valid; use letters, digits, '_' and '-'", self.name));
+            out.add_at(
+                Location::Program,
+                Field::Key("name"),
+                format!("program name {:?} is not valid; use letters, digits, '_' and '-'", self.name),
+            );
         }
         if self.federates.is_empty() {
             out.add(Location::Program, "the program has no federates; add a [[federate]] table".into());
@@ -135,16 +143,28 @@ impl Manifest {
         for (fi, f) in self.federates.iter().enumerate() {
             let at = Location::Federate { index: fi };
             if !valid_name(&f.name) {
-                out.add_at(at, Field::Key("name"), format!("federate name {:?} is not valid; use letters, digits, '_' and '-'", f.name));
+                out.add_at(
+                    at,
+                    Field::Key("name"),
+                    format!("federate name {:?} is not valid; use letters, digits, '_' and '-'", f.name),
+                );
             }
             if !seen.insert(f.name.as_str()) {
-                out.add_at(at, Field::Key("name"), format!("two federates are named {:?}; federate names must be unique", f.name));
+                out.add_at(
+                    at,
+                    Field::Key("name"),
+                    format!("two federates are named {:?}; federate names must be unique", f.name),
+                );
             }
             if f.reactors.is_empty() {
                 out.add(at, format!("federate {} has no reactors; add a [[federate.reactor]] table", f.name));
             }
             if f.command.is_some() && f.module.is_some() {
-                out.add_at(at, Field::Key("module"), format!("federate {} has both a command and a module; give one", f.name));
+                out.add_at(
+                    at,
+                    Field::Key("module"),
+                    format!("federate {} has both a command and a module; give one", f.name),
+                );
             }
             if f.restart == super::RestartPolicy::OnFailure && self.coordination == CoordinationMode::Decentralized {
                 out.add_at(at, Field::Key("restart"), format!("federate {}: restart = \"on-failure\" needs centralized coordination (decentralized federates connect to each other directly and cannot take a restarted peer back); use restart = \"stop\" or coordination = \"centralized\"", f.name));
@@ -160,13 +180,30 @@ impl Manifest {
                 let at = Location::Reactor { federate: fi, reactor: ri };
                 let path = format!("{}.{}", f.name, r.name);
                 if !valid_name(&r.name) {
-                    out.add_at(at, Field::Key("name"), format!("reactor name {:?} in federate {} is not valid; use letters, digits, '_' and '-'", r.name, f.name));
+                    out.add_at(
+                        at,
+                        Field::Key("name"),
+                        format!(
+                            "reactor name {:?} in federate {} is not valid; use letters, digits, '_' and '-'",
+                            r.name, f.name
+                        ),
+                    );
                 }
                 if !reactors.insert(r.name.as_str()) {
-                    out.add_at(at, Field::Key("name"), format!("two reactors of federate {} are named {:?}", f.name, r.name));
+                    out.add_at(
+                        at,
+                        Field::Key("name"),
+                        format!("two reactors of federate {} are named {:?}", f.name, r.name),
+                    );
                 }
                 if f.module.is_some() && r.class.is_none() {
-                    out.add(at, format!("reactor {path}: its federate runs Python module {:?}, so the reactor needs a class", f.module.as_deref().unwrap_or_default()));
+                    out.add(
+                        at,
+                        format!(
+                            "reactor {path}: its federate runs Python module {:?}, so the reactor needs a class",
+                            f.module.as_deref().unwrap_or_default()
+                        ),
+                    );
                 }
                 let names = reactor_names(r);
                 let mut taken = HashSet::new();
@@ -174,21 +211,35 @@ impl Manifest {
                     if !valid_name(n) {
                         out.add(at, format!("{path}: {n:?} is not a valid port, timer or action name"));
                     } else if *n == "startup" || *n == "shutdown" {
-                        out.add(at, format!("{path}: {n:?} is a built-in trigger; name the port, timer or action otherwise"));
+                        out.add(
+                            at,
+                            format!("{path}: {n:?} is a built-in trigger; name the port, timer or action otherwise"),
+                        );
                     } else if !taken.insert(*n) {
-                        out.add(at, format!("{path} declares {n:?} twice; names of ports, timers and actions must be unique"));
+                        out.add(
+                            at,
+                            format!("{path} declares {n:?} twice; names of ports, timers and actions must be unique"),
+                        );
                     }
                 }
                 for (ti, t) in r.timers.iter().enumerate() {
                     for (key, d) in [("offset", &t.offset), ("period", &t.period)] {
                         if let Err(e) = parse_duration(d) {
-                            out.add_at(at, Field::Entry { array: "timer", index: ti, key }, format!("{path}, timer {}: {e}", t.name));
+                            out.add_at(
+                                at,
+                                Field::Entry { array: "timer", index: ti, key },
+                                format!("{path}, timer {}: {e}", t.name),
+                            );
                         }
                     }
                 }
                 for (ai, a) in r.actions.iter().enumerate() {
                     if let Err(e) = parse_duration(&a.min_delay) {
-                        out.add_at(at, Field::Entry { array: "action", index: ai, key: "min_delay" }, format!("{path}, action {}: {e}", a.name));
+                        out.add_at(
+                            at,
+                            Field::Entry { array: "action", index: ai, key: "min_delay" },
+                            format!("{path}, action {}: {e}", a.name),
+                        );
                     }
                 }
                 let kind = |n: &str| match n {
@@ -211,10 +262,18 @@ impl Manifest {
                     check(&rx.sources, "sources", "a source", &|k| k == Kind::Input);
                     check(&rx.effects, "effects", "an effect", &|k| matches!(k, Kind::Output | Kind::LogicalAction));
                     if rx.triggers.is_empty() {
-                        out.add_at(at, Field::Entry { array: "reaction", index: xi, key: "name" }, format!("reaction {path}.{} has no trigger; it would never run", rx.name));
+                        out.add_at(
+                            at,
+                            Field::Entry { array: "reaction", index: xi, key: "name" },
+                            format!("reaction {path}.{} has no trigger; it would never run", rx.name),
+                        );
                     }
                     if let Some(e) = rx.deadline.as_deref().and_then(|d| parse_duration(d).err()) {
-                        out.add_at(at, Field::Entry { array: "reaction", index: xi, key: "deadline" }, format!("reaction {path}.{}, deadline: {e}", rx.name));
+                        out.add_at(
+                            at,
+                            Field::Entry { array: "reaction", index: xi, key: "deadline" },
+                            format!("reaction {path}.{}, deadline: {e}", rx.name),
+                        );
                     }
                 }
             }
@@ -244,7 +303,15 @@ impl Manifest {
                         None
                     }
                     Ok((_, kind, _)) if kind != want => {
-                        out.add_at(at, Field::Key(key), format!("{key} = {path:?} is {}, not {}; a connection goes from an output to an input", article(kind), article(want)));
+                        out.add_at(
+                            at,
+                            Field::Key(key),
+                            format!(
+                                "{key} = {path:?} is {}, not {}; a connection goes from an output to an input",
+                                article(kind),
+                                article(want)
+                            ),
+                        );
                         None
                     }
                     Ok((p, _, ty)) => Some((p, ty)),
@@ -257,7 +324,13 @@ impl Manifest {
                 [Some((from, ft)), Some((to, tt))] => {
                     if let (Some(a), Some(b)) = (ft, tt) {
                         if a != b {
-                            out.add(at, format!("{} carries {a:?} but {} expects {b:?}; connect ports of the same type", c.from, c.to));
+                            out.add(
+                                at,
+                                format!(
+                                    "{} carries {a:?} but {} expects {b:?}; connect ports of the same type",
+                                    c.from, c.to
+                                ),
+                            );
                         }
                     }
                     if let Some(prev) = fed_by.insert(to, ci) {
@@ -305,7 +378,12 @@ impl Manifest {
             let feds: HashSet<usize> = cycle.iter().map(|(p, _)| p.federate).collect();
             let first_conn = cycle.iter().find_map(|(_, c)| *c).unwrap_or(0);
             let at = Location::Connection { index: first_conn };
-            let text = cycle.iter().map(|(p, _)| self.path_of(*p)).chain(cycle.first().map(|(p, _)| self.path_of(*p))).collect::<Vec<_>>().join(" -> ");
+            let text = cycle
+                .iter()
+                .map(|(p, _)| self.path_of(*p))
+                .chain(cycle.first().map(|(p, _)| self.path_of(*p)))
+                .collect::<Vec<_>>()
+                .join(" -> ");
             if feds.len() == 1 {
                 out.add(at, format!("causality loop: {text} has no delay, so no order of reactions satisfies it; put `after` on one of its connections"));
             } else if self.coordination == CoordinationMode::Decentralized {
@@ -316,19 +394,39 @@ impl Manifest {
     }
 
     /// A port by path, with its kind and declared type.
-    fn resolve<'m>(&'m self, path: &'m str, feds: &HashMap<&str, usize>) -> Result<(PortRef<'m>, Kind, Option<&'m str>), String> {
-        let (f, r, p) = split_path(path).ok_or("a port is written federate.reactor.port (or federate.port when the federate has one reactor)")?;
-        let &fi = feds.get(f).ok_or_else(|| format!("there is no federate {f:?}; the federates are {}", list(self.federates.iter().map(|f| f.name.as_str()))))?;
+    fn resolve<'m>(
+        &'m self,
+        path: &'m str,
+        feds: &HashMap<&str, usize>,
+    ) -> Result<(PortRef<'m>, Kind, Option<&'m str>), String> {
+        let (f, r, p) = split_path(path)
+            .ok_or("a port is written federate.reactor.port (or federate.port when the federate has one reactor)")?;
+        let &fi = feds.get(f).ok_or_else(|| {
+            format!(
+                "there is no federate {f:?}; the federates are {}",
+                list(self.federates.iter().map(|f| f.name.as_str()))
+            )
+        })?;
         let fed = &self.federates[fi];
         let ri = match r {
-            Some(r) => fed.reactors.iter().position(|x| x.name == r).ok_or_else(|| format!("federate {f} has no reactor {r:?}; its reactors are {}", list(fed.reactors.iter().map(|r| r.name.as_str()))))?,
+            Some(r) => fed.reactors.iter().position(|x| x.name == r).ok_or_else(|| {
+                format!(
+                    "federate {f} has no reactor {r:?}; its reactors are {}",
+                    list(fed.reactors.iter().map(|r| r.name.as_str()))
+                )
+            })?,
             None if fed.reactors.len() == 1 => 0,
             None => return Err(format!("federate {f} has {} reactors; name one: {f}.REACTOR.{p}", fed.reactors.len())),
         };
         let reactor = &fed.reactors[ri];
         let names = reactor_names(reactor);
-        let (name, kind, ty) =
-            names.iter().find(|(n, _, _)| *n == p).ok_or_else(|| format!("reactor {f}.{} has no port {p:?}; its ports are {}", reactor.name, list(names.iter().filter(|(_, k, _)| matches!(k, Kind::Input | Kind::Output)).map(|(n, _, _)| *n))))?;
+        let (name, kind, ty) = names.iter().find(|(n, _, _)| *n == p).ok_or_else(|| {
+            format!(
+                "reactor {f}.{} has no port {p:?}; its ports are {}",
+                reactor.name,
+                list(names.iter().filter(|(_, k, _)| matches!(k, Kind::Input | Kind::Output)).map(|(n, _, _)| *n))
+            )
+        })?;
         Ok((PortRef { federate: fi, reactor: ri, name }, *kind, *ty))
     }
 
@@ -377,12 +475,17 @@ fn list<'a>(names: impl Iterator<Item = &'a str>) -> String {
 
 /// One cycle per strongly connected component that has one (Tarjan's
 /// algorithm, then a path around the component), in a stable order.
-fn cycles<'m>(edges: &HashMap<PortRef<'m>, Vec<(PortRef<'m>, Option<usize>)>>) -> Vec<Vec<(PortRef<'m>, Option<usize>)>> {
+fn cycles<'m>(
+    edges: &HashMap<PortRef<'m>, Vec<(PortRef<'m>, Option<usize>)>>,
+) -> Vec<Vec<(PortRef<'m>, Option<usize>)>> {
     let mut nodes: Vec<PortRef<'m>> = edges.keys().copied().chain(edges.values().flatten().map(|(n, _)| *n)).collect();
     nodes.sort_by(|a, b| (a.federate, a.reactor, a.name).cmp(&(b.federate, b.reactor, b.name)));
     nodes.dedup();
     let idx: HashMap<PortRef<'m>, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-    let succ: Vec<Vec<(usize, Option<usize>)>> = nodes.iter().map(|n| edges.get(n).map(|v| v.iter().map(|(m, c)| (idx[m], *c)).collect()).unwrap_or_default()).collect();
+    let succ: Vec<Vec<(usize, Option<usize>)>> = nodes
+        .iter()
+        .map(|n| edges.get(n).map(|v| v.iter().map(|(m, c)| (idx[m], *c)).collect()).unwrap_or_default())
+        .collect();
 
     // Tarjan, iterative.
     let n = nodes.len();
@@ -475,11 +578,23 @@ mod tests {
     use crate::manifest::{ConnectionSpec, FederateSpec, ReactionSpec};
 
     fn reactor(name: &str, inputs: &[&str], outputs: &[&str]) -> ReactorSpec {
-        ReactorSpec { name: name.into(), inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: outputs.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+        ReactorSpec {
+            name: name.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
     }
 
     fn federate(name: &str, reactors: Vec<ReactorSpec>) -> FederateSpec {
-        FederateSpec { name: name.into(), command: None, module: None, restart: Default::default(), max_restarts: None, reactors }
+        FederateSpec {
+            name: name.into(),
+            command: None,
+            module: None,
+            restart: Default::default(),
+            max_restarts: None,
+            reactors,
+        }
     }
 
     fn conn(from: &str, to: &str, after: Option<&str>) -> ConnectionSpec {
@@ -487,7 +602,16 @@ mod tests {
     }
 
     fn manifest(federates: Vec<FederateSpec>, connections: Vec<ConnectionSpec>) -> Manifest {
-        Manifest { name: "m".into(), coordination: CoordinationMode::Centralized, stp: None, threshold: None, timeout: None, store_memory: None, federates, connections }
+        Manifest {
+            name: "m".into(),
+            coordination: CoordinationMode::Centralized,
+            stp: None,
+            threshold: None,
+            timeout: None,
+            store_memory: None,
+            federates,
+            connections,
+        }
     }
 
     fn messages(m: &Manifest) -> Vec<(Location, String)> {
@@ -497,7 +621,10 @@ mod tests {
     #[test]
     fn a_pipeline_is_valid() {
         let m = manifest(
-            vec![federate("cam", vec![reactor("cam", &[], &["frame: image"])]), federate("det", vec![reactor("det", &["frame: image"], &["boxes"])])],
+            vec![
+                federate("cam", vec![reactor("cam", &[], &["frame: image"])]),
+                federate("det", vec![reactor("det", &["frame: image"], &["boxes"])]),
+            ],
             vec![conn("cam.frame", "det.det.frame", None)],
         );
         assert_eq!(messages(&m), vec![]);
@@ -507,27 +634,65 @@ mod tests {
     fn unknown_and_misdirected_ports_are_located() {
         let m = manifest(
             vec![federate("a", vec![reactor("r", &["i"], &["o"])]), federate("b", vec![reactor("r", &["i"], &["o"])])],
-            vec![conn("a.nope", "b.i", None), conn("a.i", "b.o", None), conn("x.o", "b.i", None), conn("a.o", "b.i", Some("5 parsecs"))],
+            vec![
+                conn("a.nope", "b.i", None),
+                conn("a.i", "b.o", None),
+                conn("x.o", "b.i", None),
+                conn("a.o", "b.i", Some("5 parsecs")),
+            ],
         );
         let p = messages(&m);
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 0 } && m.contains("no port \"nope\"") && m.contains("its ports are i, o")), "{p:?}");
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("is an input, not an output")), "{p:?}");
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("is an output, not an input")), "{p:?}");
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 2 } && m.contains("no federate \"x\"")), "{p:?}");
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 3 } && m.contains("after: \"5 parsecs\" is not a duration")), "{p:?}");
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 0 }
+                && m.contains("no port \"nope\"")
+                && m.contains("its ports are i, o")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("is an input, not an output")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("is an output, not an input")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 2 } && m.contains("no federate \"x\"")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 3 }
+                && m.contains("after: \"5 parsecs\" is not a duration")),
+            "{p:?}"
+        );
     }
 
     #[test]
     fn duplicates_types_and_double_connections() {
         let m = manifest(
-            vec![federate("a", vec![reactor("r", &[], &["o: image", "o"])]), federate("a", vec![]), federate("b", vec![reactor("r", &["i: imu"], &[])])],
+            vec![
+                federate("a", vec![reactor("r", &[], &["o: image", "o"])]),
+                federate("a", vec![]),
+                federate("b", vec![reactor("r", &["i: imu"], &[])]),
+            ],
             vec![conn("a.o", "b.i", None), conn("a.o", "b.i", None)],
         );
         let p = messages(&m);
-        assert!(p.iter().any(|(l, m)| *l == Location::Federate { index: 1 } && m.contains("two federates are named \"a\"")), "{p:?}");
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Federate { index: 1 } && m.contains("two federates are named \"a\"")),
+            "{p:?}"
+        );
         assert!(p.iter().any(|(l, m)| *l == Location::Reactor { federate: 0, reactor: 0 } && m.contains("declares \"o\" twice")), "{p:?}");
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 0 } && m.contains("carries \"image\" but b.i expects \"imu\"")), "{p:?}");
-        assert!(p.iter().any(|(l, m)| *l == Location::Connection { index: 1 } && m.contains("connected twice (also by connection #1")), "{p:?}");
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 0 }
+                && m.contains("carries \"image\" but b.i expects \"imu\"")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Connection { index: 1 }
+                && m.contains("connected twice (also by connection #1")),
+            "{p:?}"
+        );
     }
 
     #[test]
@@ -535,11 +700,22 @@ mod tests {
         // The second `a` is what `b.o -> a.i` meant; its reactor differs
         // from the first's. Only the duplicate is news.
         let m = manifest(
-            vec![federate("a", vec![reactor("r", &[], &["o"])]), federate("a", vec![reactor("s", &["i"], &[])]), federate("b", vec![reactor("r", &["i"], &["o"])])],
+            vec![
+                federate("a", vec![reactor("r", &[], &["o"])]),
+                federate("a", vec![reactor("s", &["i"], &[])]),
+                federate("b", vec![reactor("r", &["i"], &["o"])]),
+            ],
             vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None), conn("b.o", "a.s.i", None)],
         );
         let p: Vec<Problem> = m.check();
-        assert_eq!(p, vec![Problem { location: Location::Federate { index: 1 }, field: Some(Field::Key("name")), message: "two federates are named \"a\"; federate names must be unique".into() }]);
+        assert_eq!(
+            p,
+            vec![Problem {
+                location: Location::Federate { index: 1 },
+                field: Some(Field::Key("name")),
+                message: "two federates are named \"a\"; federate names must be unique".into()
+            }]
+        );
         // A reference to a name defined once is still checked.
         let mut m = m;
         m.connections.push(conn("b.o", "nope.i", None));
@@ -552,14 +728,20 @@ mod tests {
     fn bad_durations_name_their_key() {
         let mut a = reactor("r", &[], &["o"]);
         a.timers.push(crate::manifest::TimerSpec { name: "t".into(), offset: "0s".into(), period: "abc".into() });
-        let mut m = manifest(vec![federate("a", vec![a]), federate("b", vec![reactor("r", &["i"], &[])])], vec![conn("a.o", "b.i", Some("5 parsecs"))]);
+        let mut m = manifest(
+            vec![federate("a", vec![a]), federate("b", vec![reactor("r", &["i"], &[])])],
+            vec![conn("a.o", "b.i", Some("5 parsecs"))],
+        );
         m.timeout = Some("abc".into());
         let fields: Vec<_> = m.check().into_iter().map(|p| (p.location, p.field)).collect();
         assert_eq!(
             fields,
             vec![
                 (Location::Program, Some(Field::Key("timeout"))),
-                (Location::Reactor { federate: 0, reactor: 0 }, Some(Field::Entry { array: "timer", index: 0, key: "period" })),
+                (
+                    Location::Reactor { federate: 0, reactor: 0 },
+                    Some(Field::Entry { array: "timer", index: 0, key: "period" })
+                ),
                 (Location::Connection { index: 0 }, Some(Field::Key("after"))),
             ]
         );
@@ -567,13 +749,19 @@ mod tests {
 
     #[test]
     fn zero_delay_cycles_are_errors_in_decentralized_mode_only() {
-        let feds = || vec![federate("a", vec![reactor("r", &["i"], &["o"])]), federate("b", vec![reactor("r", &["i"], &["o"])])];
+        let feds = || {
+            vec![federate("a", vec![reactor("r", &["i"], &["o"])]), federate("b", vec![reactor("r", &["i"], &["o"])])]
+        };
         let mut m = manifest(feds(), vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None)]);
         assert_eq!(messages(&m), vec![]);
         m.coordination = CoordinationMode::Decentralized;
         let p = messages(&m);
         assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].1.contains("zero-delay cycle across federates") && p[0].1.contains("a.r.i -> a.r.o -> b.r.i -> b.r.o -> a.r.i"), "{p:?}");
+        assert!(
+            p[0].1.contains("zero-delay cycle across federates")
+                && p[0].1.contains("a.r.i -> a.r.o -> b.r.i -> b.r.o -> a.r.i"),
+            "{p:?}"
+        );
         m.connections[1].after = Some("0ms".into());
         assert_eq!(messages(&m), vec![]);
     }
@@ -583,19 +771,47 @@ mod tests {
         let mut a = reactor("r", &["i"], &["o"]);
         // `o` comes from a timer only: the input does not reach it.
         a.timers.push(crate::manifest::TimerSpec { name: "t".into(), offset: "0s".into(), period: "10ms".into() });
-        a.reactions = vec![ReactionSpec { name: "tick".into(), triggers: vec!["t".into()], sources: vec![], effects: vec!["o".into()], deadline: None }, ReactionSpec { name: "take".into(), triggers: vec!["i".into()], sources: vec![], effects: vec![], deadline: None }];
-        let mut m = manifest(vec![federate("a", vec![a]), federate("b", vec![reactor("r", &["i"], &["o"])])], vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None)]);
+        a.reactions = vec![
+            ReactionSpec {
+                name: "tick".into(),
+                triggers: vec!["t".into()],
+                sources: vec![],
+                effects: vec!["o".into()],
+                deadline: None,
+            },
+            ReactionSpec {
+                name: "take".into(),
+                triggers: vec!["i".into()],
+                sources: vec![],
+                effects: vec![],
+                deadline: None,
+            },
+        ];
+        let mut m = manifest(
+            vec![federate("a", vec![a]), federate("b", vec![reactor("r", &["i"], &["o"])])],
+            vec![conn("a.o", "b.i", None), conn("b.o", "a.i", None)],
+        );
         m.coordination = CoordinationMode::Decentralized;
         assert_eq!(messages(&m), vec![]);
         m.federates[0].reactors[0].reactions[0].effects.push("nothing".into());
         let p = messages(&m);
-        assert!(p.iter().any(|(l, m)| *l == Location::Reactor { federate: 0, reactor: 0 } && m.contains("names \"nothing\" as an effect")), "{p:?}");
+        assert!(
+            p.iter().any(|(l, m)| *l == Location::Reactor { federate: 0, reactor: 0 }
+                && m.contains("names \"nothing\" as an effect")),
+            "{p:?}"
+        );
     }
 
     #[test]
     fn a_loop_inside_one_federate_is_a_causality_loop() {
-        let m = manifest(vec![federate("a", vec![reactor("x", &["i"], &["o"]), reactor("y", &["i"], &["o"])])], vec![conn("a.x.o", "a.y.i", None), conn("a.y.o", "a.x.i", None)]);
+        let m = manifest(
+            vec![federate("a", vec![reactor("x", &["i"], &["o"]), reactor("y", &["i"], &["o"])])],
+            vec![conn("a.x.o", "a.y.i", None), conn("a.y.o", "a.x.i", None)],
+        );
         let p = messages(&m);
-        assert!(p.len() == 1 && p[0].1.starts_with("causality loop: a.x.i -> a.x.o -> a.y.i -> a.y.o -> a.x.i"), "{p:?}");
+        assert!(
+            p.len() == 1 && p[0].1.starts_with("causality loop: a.x.i -> a.x.o -> a.y.i -> a.y.o -> a.x.i"),
+            "{p:?}"
+        );
     }
 }

@@ -200,8 +200,11 @@ impl Manifest {
     /// The manifest in `$HPRM_MANIFEST`, when a launcher set it.
     pub fn from_env() -> Result<Option<Manifest>, String> {
         let Some(path) = std::env::var_os("HPRM_MANIFEST") else { return Ok(None) };
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read the manifest {} named by HPRM_MANIFEST: {e}", path.to_string_lossy()))?;
-        Manifest::from_json(&text).map(Some).map_err(|e| format!("the manifest {} named by HPRM_MANIFEST is not valid: {e}", path.to_string_lossy()))
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the manifest {} named by HPRM_MANIFEST: {e}", path.to_string_lossy()))?;
+        Manifest::from_json(&text)
+            .map(Some)
+            .map_err(|e| format!("the manifest {} named by HPRM_MANIFEST is not valid: {e}", path.to_string_lossy()))
     }
 
     /// The federate named `name`.
@@ -258,7 +261,13 @@ mod tests {
 
     #[test]
     fn durations_read_and_write_back() {
-        for (s, d) in [("5ms", Duration::from_millis(5)), ("2.5 s", Duration::from_millis(2500)), ("100us", Duration::from_micros(100)), ("7ns", Duration::from_nanos(7)), ("1min", Duration::from_secs(60))] {
+        for (s, d) in [
+            ("5ms", Duration::from_millis(5)),
+            ("2.5 s", Duration::from_millis(2500)),
+            ("100us", Duration::from_micros(100)),
+            ("7ns", Duration::from_nanos(7)),
+            ("1min", Duration::from_secs(60)),
+        ] {
             assert_eq!(parse_duration(s).unwrap(), d, "{s}");
             assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
         }

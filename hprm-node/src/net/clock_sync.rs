@@ -77,7 +77,14 @@ pub(crate) fn bind() -> std::io::Result<UdpSocket> {
 /// here, `t4` received by the RTI), and T4 and the probe (sent by the RTI
 /// at `t4_sent`, `probe_sent`; received here at `r4`, `r5`); `None` when the
 /// probe says the round was delayed.
-pub(crate) fn estimate(t1: i64, r1: i64, r3: i64, t4: i64, (t4_sent, r4): (i64, i64), (probe_sent, r5): (i64, i64)) -> Option<i64> {
+pub(crate) fn estimate(
+    t1: i64,
+    r1: i64,
+    r3: i64,
+    t4: i64,
+    (t4_sent, r4): (i64, i64),
+    (probe_sent, r5): (i64, i64),
+) -> Option<i64> {
     let spread = (r5 - r4) - (probe_sent - t4_sent);
     if spread.abs() > GUARD {
         return None;
@@ -127,7 +134,12 @@ pub(crate) fn spawn(socket: UdpSocket, fed: u16, clock: Arc<Clock>) -> std::io::
             if kept.len() == ROUNDS_PER_ADJUSTMENT {
                 let delta = adjustment(clock.offset(), &kept);
                 clock.adjust(delta);
-                tracing::debug!(estimate_ns = e, adjusted_ns = delta, offset_ns = clock.offset(), "clock sync: offset adjusted");
+                tracing::debug!(
+                    estimate_ns = e,
+                    adjusted_ns = delta,
+                    offset_ns = clock.offset(),
+                    "clock sync: offset adjusted"
+                );
                 kept.clear();
             }
         }

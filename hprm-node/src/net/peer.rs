@@ -39,8 +39,14 @@ impl Drop for UnixSocketFile {
 /// Listens for upstream peers (TCP, and a Unix socket beside it) and
 /// serves each as a [`Source`]. Returns the port to advertise
 /// and the Unix socket file to remove at the end.
-pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, names: Vec<String>) -> Result<(u16, Option<UnixSocketFile>), NodeError> {
-    let listener = TcpListener::bind(("0.0.0.0", 0)).map_err(|e| NodeError::io("opening the peer-to-peer server", e))?;
+pub(crate) fn listen(
+    expected: usize,
+    federation: String,
+    rx: Arc<Receiving>,
+    names: Vec<String>,
+) -> Result<(u16, Option<UnixSocketFile>), NodeError> {
+    let listener =
+        TcpListener::bind(("0.0.0.0", 0)).map_err(|e| NodeError::io("opening the peer-to-peer server", e))?;
     let port = listener.local_addr().map_err(|e| NodeError::io("reading the peer-to-peer server address", e))?.port();
     let path = endpoint::unix_socket(Server::Peer, port);
     let _ = std::fs::remove_file(&path);
@@ -55,7 +61,9 @@ pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, na
     let admitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let accept = {
         let admitted = admitted.clone();
-        move |stream: Stream, from: String, federation: &str, names: &[String], rx: &Arc<Receiving>| match admit(stream, federation, names) {
+        move |stream: Stream, from: String, federation: &str, names: &[String], rx: &Arc<Receiving>| match admit(
+            stream, federation, names,
+        ) {
             Ok((fed, reader)) => {
                 admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let name = names.get(usize::from(fed)).cloned().unwrap_or_default();
@@ -67,7 +75,8 @@ pub(crate) fn listen(expected: usize, federation: String, rx: Arc<Receiving>, na
         }
     };
     if let Some(unix) = unix {
-        let (accept, federation, names, rx, admitted) = (accept.clone(), federation.clone(), names.clone(), rx.clone(), admitted.clone());
+        let (accept, federation, names, rx, admitted) =
+            (accept.clone(), federation.clone(), names.clone(), rx.clone(), admitted.clone());
         std::thread::Builder::new()
             .name("hprm-peer-accept-unix".into())
             .spawn(move || {
@@ -99,7 +108,9 @@ fn admit(stream: Stream, federation: &str, names: &[String]) -> Result<(u16, Fra
     let mut reader = FrameReader::new(stream.try_clone().map_err(|e| e.to_string())?);
     let mut writer = FrameWriter::new(stream);
     match reader.next() {
-        Ok(Message::P2pSendingFedId { fed, federation: f }) if f == federation.as_bytes() && usize::from(fed) < names.len() => {
+        Ok(Message::P2pSendingFedId { fed, federation: f })
+            if f == federation.as_bytes() && usize::from(fed) < names.len() =>
+        {
             writer.send(&Message::Ack).map_err(|e| e.to_string())?;
             writer.stream().set_read_timeout(None).map_err(|e| e.to_string())?;
             Ok((fed, reader))
@@ -129,7 +140,9 @@ pub(crate) fn connect_all(
         let stream = connect(Server::Peer, addr, transport, timeout).map_err(|e| peer_err(format!("{addr}: {e}")))?;
         let mut reader = FrameReader::new(stream.try_clone().map_err(|e| peer_err(e.to_string()))?);
         let mut writer = FrameWriter::new(stream);
-        writer.send(&Message::P2pSendingFedId { fed: me, federation: federation.as_bytes().to_vec() }).map_err(|e| peer_err(e.to_string()))?;
+        writer
+            .send(&Message::P2pSendingFedId { fed: me, federation: federation.as_bytes().to_vec() })
+            .map_err(|e| peer_err(e.to_string()))?;
         match reader.next() {
             Ok(Message::Ack) => {}
             Ok(Message::Reject(r)) => return Err(peer_err(format!("it refused the connection ({r:?})"))),

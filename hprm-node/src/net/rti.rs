@@ -37,7 +37,13 @@ pub struct RtiConfig {
 impl RtiConfig {
     /// Defaults: 30 s to connect, no authentication, no clock sync.
     pub fn new(addr: impl Into<String>, federation: impl Into<String>) -> RtiConfig {
-        RtiConfig { addr: addr.into(), federation: federation.into(), auth_key: None, connect_timeout: Duration::from_secs(30), clock_sync: false }
+        RtiConfig {
+            addr: addr.into(),
+            federation: federation.into(),
+            auth_key: None,
+            connect_timeout: Duration::from_secs(30),
+            clock_sync: false,
+        }
     }
 }
 
@@ -104,7 +110,14 @@ fn dial(addr: &str, transport: LocalTransport, timeout: Duration) -> Result<Stre
 /// Steps 1–5 of the federate's start-up: connect, authenticate, FED_IDS,
 /// NEIGHBOR_STRUCTURE, UDP_PORT (no clock synchronization: federates on
 /// the RTI's host share its clock).
-pub(crate) fn join(cfg: &RtiConfig, transport: LocalTransport, fed: u16, name: &str, upstreams: &[(u16, Delay)], downstreams: &[u16]) -> Result<RtiSession, NodeError> {
+pub(crate) fn join(
+    cfg: &RtiConfig,
+    transport: LocalTransport,
+    fed: u16,
+    name: &str,
+    upstreams: &[(u16, Delay)],
+    downstreams: &[u16],
+) -> Result<RtiSession, NodeError> {
     let addr = cfg.addr.as_str();
     let stream = dial(addr, transport, cfg.connect_timeout)?;
     let read_half = stream.try_clone().map_err(|e| NodeError::io("cloning the RTI socket", e))?;
@@ -132,11 +145,17 @@ pub(crate) fn join(cfg: &RtiConfig, transport: LocalTransport, fed: u16, name: &
         Message::Reject(r) => return Err(rejected(addr, name, r)),
         other => return Err(protocol(addr, format!("expected ACK to FED_IDS, got {other:?}"))),
     }
-    send(&mut writer, addr, &Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() })?;
+    send(
+        &mut writer,
+        addr,
+        &Message::NeighborStructure { upstreams: upstreams.to_vec(), downstreams: downstreams.to_vec() },
+    )?;
     // A port: initial synchronization, and runtime rounds there if the RTI
     // runs them (`--clock-sync on`); 0xFFFF: none.
     let udp = match cfg.clock_sync {
-        true => Some(crate::net::clock_sync::bind().map_err(|e| NodeError::io("binding the clock synchronization socket", e))?),
+        true => Some(
+            crate::net::clock_sync::bind().map_err(|e| NodeError::io("binding the clock synchronization socket", e))?,
+        ),
         false => None,
     };
     let port = match &udp {
@@ -161,11 +180,20 @@ const CLOCK_SYNC_FIRST_WAIT: Duration = Duration::from_secs(2);
 
 fn rejected(addr: &str, name: &str, r: RejectReason) -> NodeError {
     let reason = match r {
-        RejectReason::FederationIdDoesNotMatch => "wrong federation id (this federate's program name or --federation must equal the RTI's --id)".to_string(),
-        RejectReason::FederateIdInUse => "another process already joined as this federate (duplicate federate id); run each federate once".to_string(),
-        RejectReason::FederateIdOutOfRange => "federate id out of range: the RTI was started with fewer --federates than the program has".to_string(),
+        RejectReason::FederationIdDoesNotMatch => {
+            "wrong federation id (this federate's program name or --federation must equal the RTI's --id)".to_string()
+        }
+        RejectReason::FederateIdInUse => {
+            "another process already joined as this federate (duplicate federate id); run each federate once"
+                .to_string()
+        }
+        RejectReason::FederateIdOutOfRange => {
+            "federate id out of range: the RTI was started with fewer --federates than the program has".to_string()
+        }
         RejectReason::HmacDoesNotMatch => "authentication failed: the shared keys differ".to_string(),
-        RejectReason::RtiNotExecutedWithAuth => "this federate authenticates but the RTI runs without --auth-key-file".to_string(),
+        RejectReason::RtiNotExecutedWithAuth => {
+            "this federate authenticates but the RTI runs without --auth-key-file".to_string()
+        }
         other => format!("{other:?}"),
     };
     NodeError::Rejected { addr: addr.to_string(), federate: name.to_string(), reason }
@@ -181,14 +209,18 @@ impl RtiSession {
         let _ = stream.set_read_timeout(None);
         let mut msg = match first {
             Ok(m) => m,
-            Err(ReadError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(ReadError::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
                 tracing::warn!("asked for clock synchronization, but the RTI at {} runs without it (--clock-sync off); using the local clock", self.addr);
                 return Ok(());
             }
             Err(e) => return Err(protocol(&self.addr, format!("{e} during clock synchronization"))),
         };
         for _ in 0..CLOCK_SYNC_EXCHANGES {
-            let Message::ClockSyncT1(t1) = msg else { return Err(protocol(&self.addr, format!("expected CLOCK_SYNC_T1, got {msg:?}"))) };
+            let Message::ClockSyncT1(t1) = msg else {
+                return Err(protocol(&self.addr, format!("expected CLOCK_SYNC_T1, got {msg:?}")));
+            };
             let r1 = crate::clock::system_now();
             send(&mut self.writer, &self.addr, &Message::ClockSyncT3(self.fed))?;
             let r3 = crate::clock::system_now();
@@ -228,14 +260,18 @@ impl RtiSession {
             match self.next("an address query")? {
                 Message::AddressQueryReply { port, addr } if port > 0 => {
                     let ip = std::net::Ipv4Addr::from(addr);
-                    let port = u16::try_from(port).map_err(|_| protocol(&self.addr, format!("address reply with port {port}")))?;
+                    let port = u16::try_from(port)
+                        .map_err(|_| protocol(&self.addr, format!("address reply with port {port}")))?;
                     return Ok(SocketAddr::from((ip, port)));
                 }
                 Message::AddressQueryReply { .. } => {}
                 other => return Err(protocol(&self.addr, format!("expected ADDRESS_QUERY_REPLY, got {other:?}"))),
             }
             if Instant::now() >= deadline {
-                return Err(NodeError::Peer { peer: peer_name.into(), detail: format!("it did not advertise a server within {} s; is it running?", timeout.as_secs()) });
+                return Err(NodeError::Peer {
+                    peer: peer_name.into(),
+                    detail: format!("it did not advertise a server within {} s; is it running?", timeout.as_secs()),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -260,6 +296,10 @@ impl RtiSession {
 
 /// Reads the RTI's messages until the connection ends (see
 /// `net::source`).
-pub(crate) fn spawn_reader(reader: FrameReader, addr: String, rx: Arc<Receiving>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn_reader(
+    reader: FrameReader,
+    addr: String,
+    rx: Arc<Receiving>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     Source::start(reader, Peer::Rti { addr }, rx)
 }

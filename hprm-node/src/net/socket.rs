@@ -53,7 +53,12 @@ pub enum LocalTransport {
 /// Connects to `server` at `addr`: its Unix socket when `transport` says
 /// so and the address is this host's (`hprm_rti::endpoint`), else tuned
 /// TCP (an unspecified address meaning this host's loopback).
-pub(crate) fn connect(server: Server, addr: SocketAddr, transport: LocalTransport, timeout: Duration) -> io::Result<Stream> {
+pub(crate) fn connect(
+    server: Server,
+    addr: SocketAddr,
+    transport: LocalTransport,
+    timeout: Duration,
+) -> io::Result<Stream> {
     if transport == LocalTransport::Unix && endpoint::is_local(addr.ip()) {
         if let Ok(s) = UnixStream::connect(endpoint::unix_socket(server, addr.port())) {
             return Ok(Stream::Unix(s));
@@ -192,7 +197,14 @@ impl FrameWriter {
 
     /// Queues a tagged message (`p2p`: to a peer, else through the RTI)
     /// whose payload stays where it is: one copy, into the frame buffer.
-    pub fn queue_tagged(&mut self, p2p: bool, port: u16, fed: u16, tag: hprm_rti::tag::Tag, payload: &[u8]) -> io::Result<()> {
+    pub fn queue_tagged(
+        &mut self,
+        p2p: bool,
+        port: u16,
+        fed: u16,
+        tag: hprm_rti::tag::Tag,
+        payload: &[u8],
+    ) -> io::Result<()> {
         wire::encode_tagged(p2p, port, fed, tag, payload, &mut self.buf);
         if self.buf.len() >= FRAME_CAPACITY {
             self.flush()?;
@@ -286,7 +298,10 @@ impl FrameReader {
     fn took(&mut self, r: io::Result<usize>) -> Result<bool, ReadError> {
         match r {
             Ok(0) if !self.frames.is_partial() => Err(ReadError::Closed),
-            Ok(0) => Err(ReadError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed in the middle of a message"))),
+            Ok(0) => Err(ReadError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed in the middle of a message",
+            ))),
             Ok(n) => {
                 self.frames.filled(n);
                 Ok(true)

@@ -73,7 +73,15 @@ impl Source {
             Peer::Federate { name, .. } => (format!("hprm-peer-{name}"), format!("federate {name}")),
             Peer::Rti { addr } => ("hprm-rti-reader".to_string(), format!("the RTI at {addr}")),
         };
-        let source = Arc::new(Source { fd: reader.raw_fd(), reader: Mutex::new(reader), peer, label, rx, ended: AtomicBool::new(false), thread: OnceLock::new() });
+        let source = Arc::new(Source {
+            fd: reader.raw_fd(),
+            reader: Mutex::new(reader),
+            peer,
+            label,
+            rx,
+            ended: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        });
         source.rx.inbox.add_source(&source);
         let s = source.clone();
         std::thread::Builder::new().name(name).spawn(move || s.serve())
@@ -179,8 +187,12 @@ impl Source {
                 }
                 self.rx.inbox.push(Incoming::PeerClosed(*fed));
             }
-            (Peer::Rti { .. }, Ending::Closed) => self.rx.inbox.push(Incoming::RtiLost("the RTI closed the connection".into())),
-            (Peer::Rti { .. }, Ending::RtiFailed) => self.rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into())),
+            (Peer::Rti { .. }, Ending::Closed) => {
+                self.rx.inbox.push(Incoming::RtiLost("the RTI closed the connection".into()))
+            }
+            (Peer::Rti { .. }, Ending::RtiFailed) => {
+                self.rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()))
+            }
             (Peer::Rti { .. }, Ending::Broke(e)) => self.rx.inbox.push(Incoming::RtiLost(e.to_string())),
         }
         // A parked reader thread is to see the end and exit.
@@ -252,7 +264,8 @@ impl Receiving {
             tracing::error!(port, %tag, "{peer} sent a message for connection {port}, which does not end at this federate; dropped (do all federates run the same program?)");
             return;
         };
-        let value = (n.decode)(payload, &self.decoder).map_err(|e| format!("a message from {} to {} at {tag} could not be decoded: {e}", n.sender, n.receiver));
+        let value = (n.decode)(payload, &self.decoder)
+            .map_err(|e| format!("a message from {} to {} at {tag} could not be decoded: {e}", n.sender, n.receiver));
         self.inbox.push(Incoming::Message { port: n.input, tag, value });
     }
 
@@ -280,16 +293,21 @@ mod tests {
 
     use super::*;
     use crate::inbox::TAKEOVER;
-    use crate::payload::StoreLink;
     use crate::net::socket::{FrameWriter, Stream};
+    use crate::payload::StoreLink;
 
     /// A source for RTI messages (grants need no program) on one end of a
     /// socket pair; the other end is returned for writing.
     fn rti_source(spin: Duration) -> (Arc<Inbox>, FrameWriter, JoinHandle<()>) {
         let inbox = Arc::new(Inbox::new(spin));
-        let rx = Arc::new(Receiving { inputs: Vec::new(), decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)), inbox: inbox.clone() });
+        let rx = Arc::new(Receiving {
+            inputs: Vec::new(),
+            decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)),
+            inbox: inbox.clone(),
+        });
         let (ours, theirs) = UnixStream::pair().unwrap();
-        let thread = Source::start(FrameReader::new(Stream::Unix(ours)), Peer::Rti { addr: "test".into() }, rx).unwrap();
+        let thread =
+            Source::start(FrameReader::new(Stream::Unix(ours)), Peer::Rti { addr: "test".into() }, rx).unwrap();
         (inbox, FrameWriter::new(Stream::Unix(theirs)), thread)
     }
 
@@ -301,7 +319,11 @@ mod tests {
         for task in tasks.flatten() {
             let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
             if status.lines().next() == Some(&format!("Name:\t{name}")[..]) {
-                return status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap();
+                return status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap();
             }
         }
         panic!("no thread named {name}");
@@ -392,11 +414,16 @@ mod tests {
         inbox.wait(Some(Instant::now() + Duration::from_millis(20)), &mut items);
         assert!(items.is_empty(), "nothing is handed on after the close, not even the end of the connection");
         // A connection that comes later (a late peer) is closed at once.
-        let rx = Arc::new(Receiving { inputs: Vec::new(), decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)), inbox: inbox.clone() });
+        let rx = Arc::new(Receiving {
+            inputs: Vec::new(),
+            decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)),
+            inbox: inbox.clone(),
+        });
         let (ours, theirs) = UnixStream::pair().unwrap();
         let mut late = FrameWriter::new(Stream::Unix(theirs));
         late.send(&Message::TagAdvanceGrant(Tag::new(3, 0))).unwrap();
-        let thread = Source::start(FrameReader::new(Stream::Unix(ours)), Peer::Rti { addr: "late".into() }, rx).unwrap();
+        let thread =
+            Source::start(FrameReader::new(Stream::Unix(ours)), Peer::Rti { addr: "late".into() }, rx).unwrap();
         assert!(exits_soon(&thread), "the late reader thread is still there");
         inbox.wait(Some(Instant::now() + Duration::from_millis(20)), &mut items);
         assert!(items.is_empty(), "a late connection hands on nothing");

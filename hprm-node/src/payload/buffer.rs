@@ -159,7 +159,8 @@ impl Buffer {
         check_shape(&dtype, shape, bytes.len())?;
         // Keep the allocation when it is aligned (allocators align all but
         // the tiniest blocks to 8 or 16), else copy to restore the invariant.
-        let data: Arc<dyn Bytes> = if bytes.as_ptr().align_offset(8) == 0 { Arc::new(bytes) } else { Arc::new(Aligned::copy_of(&bytes)) };
+        let data: Arc<dyn Bytes> =
+            if bytes.as_ptr().align_offset(8) == 0 { Arc::new(bytes) } else { Arc::new(Aligned::copy_of(&bytes)) };
         Ok(Buffer { dtype, shape: shape.into(), data: Data::Owned(data) })
     }
 
@@ -314,7 +315,10 @@ impl View<'_> {
             return ReadableRef { dtype: self.dtype.as_str(), shape: self.shape, data: self.bytes }.serialize(s);
         }
         let ext = encoder::place(self).map_err(serde::ser::Error::custom)?;
-        s.serialize_newtype_struct(rmp_serde::MSGPACK_EXT_STRUCT_NAME, &(super::EXT_BUFFER, serde_bytes::Bytes::new(&ext)))
+        s.serialize_newtype_struct(
+            rmp_serde::MSGPACK_EXT_STRUCT_NAME,
+            &(super::EXT_BUFFER, serde_bytes::Bytes::new(&ext)),
+        )
     }
 }
 
@@ -455,7 +459,14 @@ mod tests {
     fn human_readable_formats_get_a_plain_map() {
         let b = Buffer::from_slice(&[1u16, 2]).with_shape(&[1, 2]).unwrap();
         let json = serde_json::to_string(&b).unwrap();
-        assert_eq!(json, format!(r#"{{"dtype":"{}","shape":[1,2],"data":[{}]}}"#, Dtype::U16, if cfg!(target_endian = "little") { "1,0,2,0" } else { "0,1,0,2" }));
+        assert_eq!(
+            json,
+            format!(
+                r#"{{"dtype":"{}","shape":[1,2],"data":[{}]}}"#,
+                Dtype::U16,
+                if cfg!(target_endian = "little") { "1,0,2,0" } else { "0,1,0,2" }
+            )
+        );
         let back: Buffer = serde_json::from_str(&json).unwrap();
         assert_eq!(back, b);
         let wrong = r#"{"dtype":"<f4","shape":[3],"data":[0,0,0,0]}"#;

@@ -27,10 +27,13 @@ use hprm_store::{Object, ObjectId};
 use serde::de::DeserializeOwned;
 
 use super::buffer::Stored;
-use super::descriptor::{At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR};
+use super::descriptor::{
+    At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
+    EXT_TENSOR,
+};
 use super::msgpack::{Item, Reader};
-use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 use super::scoped::Installed;
+use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 
 /// Deepest nesting of arrays and maps accepted (rmp-serde's own limit).
 const MAX_DEPTH: usize = 1024;
@@ -86,8 +89,12 @@ impl Decoder {
         let object = match at.filter(|at| at.arena == client.arena_id()) {
             // Placed in this store's arena (wire format 1.1): mapped at
             // once, claimed one-way.
-            Some(at) => client.claim(spilled.id, placement(at, spilled.nbytes), self.get_timeout).map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?,
-            None => client.get_one(spilled.id, self.get_timeout).map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?,
+            Some(at) => client
+                .claim(spilled.id, placement(at, spilled.nbytes), self.get_timeout)
+                .map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?,
+            None => client
+                .get_one(spilled.id, self.get_timeout)
+                .map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?,
         };
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(spilled.id, 1, spilled.nbytes, s);
@@ -154,7 +161,12 @@ impl Decoder {
         let installed = Installed::new(&CONTEXT, Context { objects, error: None });
         let result = rmp_serde::from_slice::<T>(bytes);
         let mut context = installed.finish();
-        result.map_err(|e| context.error.take().unwrap_or_else(|| PayloadError::Mismatch { type_name: std::any::type_name::<T>(), message: e.to_string() }))
+        result.map_err(|e| {
+            context.error.take().unwrap_or_else(|| PayloadError::Mismatch {
+                type_name: std::any::type_name::<T>(),
+                message: e.to_string(),
+            })
+        })
     }
 
     /// Takes every referenced object: claimed where the message says where
@@ -186,7 +198,11 @@ impl Decoder {
                     let nbytes = scan.nbytes.get(id).copied().unwrap_or(0);
                     // On error, the objects claimed so far are released
                     // as `objects` drops.
-                    objects.push(client.claim(*id, placement(at, nbytes), self.get_timeout).map_err(|e| PayloadError::from_store("claim", nbytes, e))?);
+                    objects.push(
+                        client
+                            .claim(*id, placement(at, nbytes), self.get_timeout)
+                            .map_err(|e| PayloadError::from_store("claim", nbytes, e))?,
+                    );
                     bytes += nbytes;
                 }
                 None => objects.extend(fetched.next()),
@@ -259,14 +275,20 @@ impl Scan {
                             if let Some(at) = at {
                                 self.placed.insert(id, at);
                             }
-                        } else if at.is_some_and(|at| self.placed.get(&id) != Some(&at) || self.nbytes.get(&id) != Some(&d.nbytes)) {
-                            return Err(PayloadError::malformed(format!("object {id} is referenced at two different places or sizes")));
+                        } else if at.is_some_and(|at| {
+                            self.placed.get(&id) != Some(&at) || self.nbytes.get(&id) != Some(&d.nbytes)
+                        }) {
+                            return Err(PayloadError::malformed(format!(
+                                "object {id} is referenced at two different places or sizes"
+                            )));
                         }
                     }
                     0
                 }
                 Item::Ext(EXT_SPILLED, _) => {
-                    return Err(PayloadError::malformed("a spilled-message reference (ext 2) inside a message; it may only be a whole payload"));
+                    return Err(PayloadError::malformed(
+                        "a spilled-message reference (ext 2) inside a message; it may only be a whole payload",
+                    ));
                 }
                 Item::Ext(EXT_PICKLED, data) => {
                     self.pickled.get_or_insert(data.len());
@@ -295,7 +317,12 @@ impl Scan {
 /// The placement a claim of an object of `nbytes` at `at` states (codec
 /// objects have no metadata).
 fn placement(at: At, nbytes: u64) -> Placement {
-    Placement { data_offset: at.offset, data_size: nbytes, metadata_offset: at.offset.saturating_add(nbytes), metadata_size: 0 }
+    Placement {
+        data_offset: at.offset,
+        data_size: nbytes,
+        metadata_offset: at.offset.saturating_add(nbytes),
+        metadata_size: 0,
+    }
 }
 
 /// The state of one decode, reachable by the buffers it deserializes.
@@ -311,7 +338,6 @@ thread_local! {
     /// The decode in progress on this thread, if any.
     static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
 }
-
 
 /// The [`Buffer`] an extension value (type `ty`, data `data`) stands for;
 /// called by `Buffer`'s `Deserialize`, which can only hand serde the
@@ -335,8 +361,14 @@ fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
         // to Rust.
         EXT_BUFFER | EXT_BYTES | EXT_ARROW | EXT_TENSOR => {}
         EXT_PICKLED => return Err(PayloadError::Pickled { len: data.len() }),
-        EXT_SPILLED => return Err(PayloadError::malformed("a spilled-message reference (ext 2) where a buffer was expected")),
-        other => return Err(PayloadError::malformed(format!("extension type {other} where a buffer (type {EXT_BUFFER}) was expected"))),
+        EXT_SPILLED => {
+            return Err(PayloadError::malformed("a spilled-message reference (ext 2) where a buffer was expected"))
+        }
+        other => {
+            return Err(PayloadError::malformed(format!(
+                "extension type {other} where a buffer (type {EXT_BUFFER}) was expected"
+            )))
+        }
     }
     let d = DescriptorRef::parse(data)?;
     d.require_contiguous()?;
@@ -352,12 +384,16 @@ fn buffer(ty: i8, data: &[u8]) -> Result<Buffer, PayloadError> {
                 Some(Some(stored)) => stored,
                 // The walk found every reference; only a message changed
                 // under us could get here.
-                Some(None) => return Err(PayloadError::malformed(format!("buffer {id} was not among the message's references"))),
+                Some(None) => {
+                    return Err(PayloadError::malformed(format!("buffer {id} was not among the message's references")))
+                }
                 None => return Err(PayloadError::NeedsDecoder { id }),
             };
             let held = stored.object.data().len();
             if held != len {
-                return Err(PayloadError::malformed(format!("object {id} holds {held} bytes, its descriptor says {len}")));
+                return Err(PayloadError::malformed(format!(
+                    "object {id} holds {held} bytes, its descriptor says {len}"
+                )));
             }
             Ok(Buffer::from_stored(d.dtype, d.shape, stored))
         }

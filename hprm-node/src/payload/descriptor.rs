@@ -73,7 +73,13 @@ impl BufferDescriptor {
             Location::Inline(bytes) => LocationRef::Inline(bytes),
             Location::Store(id) => LocationRef::Store(*id, None),
         };
-        let view = DescriptorRef { dtype: self.dtype.clone(), shape: self.shape.clone(), strides: self.strides.clone(), nbytes: self.nbytes, location };
+        let view = DescriptorRef {
+            dtype: self.dtype.clone(),
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            nbytes: self.nbytes,
+            location,
+        };
         view.check()?;
         Ok(view.encode())
     }
@@ -135,11 +141,18 @@ impl<'a> DescriptorRef<'a> {
     /// bytes fit in a MessagePack ext).
     pub fn check(&self) -> Result<(), PayloadError> {
         if self.shape.len() > MAX_DIMS {
-            return Err(PayloadError::malformed(format!("a buffer of {} dimensions (at most {MAX_DIMS})", self.shape.len())));
+            return Err(PayloadError::malformed(format!(
+                "a buffer of {} dimensions (at most {MAX_DIMS})",
+                self.shape.len()
+            )));
         }
         match &self.strides {
             Some(strides) if strides.len() != self.shape.len() => {
-                return Err(PayloadError::malformed(format!("{} strides for {} dimensions", strides.len(), self.shape.len())));
+                return Err(PayloadError::malformed(format!(
+                    "{} strides for {} dimensions",
+                    strides.len(),
+                    self.shape.len()
+                )));
             }
             Some(_) => {}
             None => {
@@ -151,7 +164,11 @@ impl<'a> DescriptorRef<'a> {
         }
         if let LocationRef::Inline(bytes) = self.location {
             if bytes.len() as u64 != self.nbytes {
-                return Err(PayloadError::malformed(format!("a descriptor says {} bytes but carries {} inline", self.nbytes, bytes.len())));
+                return Err(PayloadError::malformed(format!(
+                    "a descriptor says {} bytes but carries {} inline",
+                    self.nbytes,
+                    bytes.len()
+                )));
             }
             // The rest of the descriptor is under 2 KiB (at most MAX_DIMS
             // dimensions and strides of at most 9 bytes each, a dtype of at
@@ -217,7 +234,10 @@ impl<'a> DescriptorRef<'a> {
         let mut shape = Vec::with_capacity(dims);
         for _ in 0..dims {
             let n = r.uint("a dimension")?;
-            shape.push(usize::try_from(n).map_err(|_| PayloadError::malformed(format!("dimension {n} does not fit in memory")))?);
+            shape.push(
+                usize::try_from(n)
+                    .map_err(|_| PayloadError::malformed(format!("dimension {n} does not fit in memory")))?,
+            );
         }
         let strides = if r.nil() {
             None
@@ -238,7 +258,11 @@ impl<'a> DescriptorRef<'a> {
             Some(0x91 | 0x93) => {
                 let n = r.array_len("the location")?;
                 let id = object_id(r.bin("an object id")?)?;
-                let at = if n == 3 { Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? }) } else { None };
+                let at = if n == 3 {
+                    Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? })
+                } else {
+                    None
+                };
                 LocationRef::Store(id, at)
             }
             _ => LocationRef::Inline(r.bin("the inline bytes")?),
@@ -254,7 +278,8 @@ impl<'a> DescriptorRef<'a> {
     /// The byte length as a `usize` (it must fit: inline, it is in memory
     /// already; in the store, a larger object could not be mapped).
     pub fn len(&self) -> Result<usize, PayloadError> {
-        usize::try_from(self.nbytes).map_err(|_| PayloadError::malformed(format!("a {}-byte buffer does not fit in memory", self.nbytes)))
+        usize::try_from(self.nbytes)
+            .map_err(|_| PayloadError::malformed(format!("a {}-byte buffer does not fit in memory", self.nbytes)))
     }
 
     /// Refuses a strided layout unless it is the C-contiguous one, which is
@@ -294,8 +319,9 @@ pub(crate) fn shape_error(dtype: &Dtype, shape: &[usize], nbytes: u64) -> Payloa
 }
 
 fn object_id(bytes: &[u8]) -> Result<ObjectId, PayloadError> {
-    let id: [u8; ObjectId::LEN] =
-        bytes.try_into().map_err(|_| PayloadError::malformed(format!("an object id of {} bytes, expected {}", bytes.len(), ObjectId::LEN)))?;
+    let id: [u8; ObjectId::LEN] = bytes.try_into().map_err(|_| {
+        PayloadError::malformed(format!("an object id of {} bytes, expected {}", bytes.len(), ObjectId::LEN))
+    })?;
     Ok(ObjectId::from_bytes(id))
 }
 
@@ -342,13 +368,22 @@ impl SpilledMessage {
         let mut r = Reader::new(data);
         let fields = r.array_len("a spilled message reference")?;
         if fields != 2 && fields != 4 {
-            return Err(PayloadError::malformed(format!("a spilled message reference has {fields} fields, expected 2 or 4")));
+            return Err(PayloadError::malformed(format!(
+                "a spilled message reference has {fields} fields, expected 2 or 4"
+            )));
         }
         let id = object_id(r.bin("an object id")?)?;
         let nbytes = r.uint("nbytes")?;
-        let at = if fields == 4 { Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? }) } else { None };
+        let at = if fields == 4 {
+            Some(At { offset: r.uint("the object's data offset")?, arena: r.uint("the arena id")? })
+        } else {
+            None
+        };
         if r.remaining() != 0 {
-            return Err(PayloadError::malformed(format!("{} stray bytes after a spilled message reference", r.remaining())));
+            return Err(PayloadError::malformed(format!(
+                "{} stray bytes after a spilled message reference",
+                r.remaining()
+            )));
         }
         Ok((SpilledMessage { id, nbytes }, at))
     }
@@ -390,7 +425,13 @@ mod tests {
 
     #[test]
     fn inline_descriptor_bytes() {
-        let d = BufferDescriptor { dtype: Dtype::U8, shape: vec![3], strides: None, nbytes: 3, location: Location::Inline(vec![1, 2, 3]) };
+        let d = BufferDescriptor {
+            dtype: Dtype::U8,
+            shape: vec![3],
+            strides: None,
+            nbytes: 3,
+            location: Location::Inline(vec![1, 2, 3]),
+        };
         let bytes = d.encode().unwrap();
         #[rustfmt::skip]
         assert_eq!(bytes, [
@@ -414,7 +455,10 @@ mod tests {
             location: Location::Store(ID),
         };
         let bytes = d.encode().unwrap();
-        let mut expected = vec![0x95, 0xa3, b'<', b'f', b'4', 0x93, 0xcd, 0x01, 0xe0, 0xcd, 0x02, 0x80, 0x03, 0xc0, 0xce, 0x00, 0x38, 0x40, 0x00, 0x91, 0xc4, 20];
+        let mut expected = vec![
+            0x95, 0xa3, b'<', b'f', b'4', 0x93, 0xcd, 0x01, 0xe0, 0xcd, 0x02, 0x80, 0x03, 0xc0, 0xce, 0x00, 0x38, 0x40,
+            0x00, 0x91, 0xc4, 20,
+        ];
         expected.extend_from_slice(&[0xab; 20]);
         assert_eq!(bytes, expected);
         assert_eq!(BufferDescriptor::decode(&bytes).unwrap(), d);
@@ -459,13 +503,24 @@ mod tests {
 
     #[test]
     fn refuses_inconsistent_descriptors() {
-        let good = BufferDescriptor { dtype: Dtype::F32, shape: vec![2], strides: None, nbytes: 8, location: Location::Inline(vec![0; 8]) };
+        let good = BufferDescriptor {
+            dtype: Dtype::F32,
+            shape: vec![2],
+            strides: None,
+            nbytes: 8,
+            location: Location::Inline(vec![0; 8]),
+        };
         let bad = [
             BufferDescriptor { shape: vec![3], ..good.clone() },
             BufferDescriptor { nbytes: 9, ..good.clone() },
             BufferDescriptor { location: Location::Inline(vec![0; 7]), ..good.clone() },
             BufferDescriptor { strides: Some(vec![4, 4]), ..good.clone() },
-            BufferDescriptor { shape: vec![1; MAX_DIMS + 1], nbytes: 4, location: Location::Inline(vec![0; 4]), ..good.clone() },
+            BufferDescriptor {
+                shape: vec![1; MAX_DIMS + 1],
+                nbytes: 4,
+                location: Location::Inline(vec![0; 4]),
+                ..good.clone()
+            },
             BufferDescriptor { shape: vec![usize::MAX, usize::MAX], ..good.clone() },
         ];
         for d in bad {

@@ -276,7 +276,23 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_plain_dtype() {
-        for text in ["", "<", "<f", "f4", "|f4", "<O8", "|O", "<f0", "<i4[ns]", "<M8[", "<M8[]", "<x4", "<f4 ", "<f99999999999999999999", "<é4"] {
+        for text in [
+            "",
+            "<",
+            "<f",
+            "f4",
+            "|f4",
+            "<O8",
+            "|O",
+            "<f0",
+            "<i4[ns]",
+            "<M8[",
+            "<M8[]",
+            "<x4",
+            "<f4 ",
+            "<f99999999999999999999",
+            "<é4",
+        ] {
             let e = Dtype::parse(text).expect_err(text);
             assert!(matches!(e, PayloadError::Dtype { .. }), "{text}: {e}");
             assert!(e.to_string().contains("dtype"), "{e}");

@@ -23,10 +23,13 @@ use hprm_store::{CreateOptions, Object, ObjectId, ObjectMut, StoreClient};
 use serde::Serialize;
 
 use super::buffer::{Data, Stored, View};
-use super::descriptor::{contiguous_len, shape_error, At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR};
+use super::descriptor::{
+    contiguous_len, shape_error, At, DescriptorRef, LocationRef, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES,
+    EXT_TENSOR,
+};
 use super::msgpack::Writer;
-use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 use super::scoped::Installed;
+use super::{Buffer, Dtype, Element, PayloadError, StoreLink, DEFAULT_THRESHOLD, MAX_INLINE};
 
 /// Turns values into payload bytes (MessagePack, structs as maps), sending
 /// buffers of `threshold` bytes or more out-of-band through the store and
@@ -139,7 +142,10 @@ impl Encoder {
         if bytes.len() <= self.max_inline {
             return Ok(bytes);
         }
-        let client = self.store.client()?.ok_or(PayloadError::NoStoreForMessage { nbytes: bytes.len(), max: self.max_inline })?;
+        let client = self
+            .store
+            .client()?
+            .ok_or(PayloadError::NoStoreForMessage { nbytes: bytes.len(), max: self.max_inline })?;
         let started = crate::trace::tracer().map(|t| t.now());
         let mut object = context.create(client, bytes.len() as u64, context.deliveries)?;
         object.data_mut().copy_from_slice(&bytes);
@@ -169,7 +175,9 @@ impl Encoder {
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForLoan { nbytes: nbytes as usize })?;
         let opts = CreateOptions { deliveries: deliveries.saturating_add(1), wait_for_space: self.wait_for_space };
         let started = crate::trace::tracer().map(|t| t.now());
-        let object = client.create_with(ObjectId::random(), nbytes, b"", &opts).map_err(|e| PayloadError::from_store("create", nbytes, e))?;
+        let object = client
+            .create_with(ObjectId::random(), nbytes, b"", &opts)
+            .map_err(|e| PayloadError::from_store("create", nbytes, e))?;
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.put(object.id(), nbytes, s);
         }
@@ -210,7 +218,9 @@ struct Context {
 impl Context {
     fn create(&self, client: &StoreClient, nbytes: u64, deliveries: u32) -> Result<ObjectMut, PayloadError> {
         let opts = CreateOptions { deliveries, wait_for_space: self.wait_for_space };
-        client.create_with(ObjectId::random(), nbytes, b"", &opts).map_err(|e| PayloadError::from_store("create", nbytes, e))
+        client
+            .create_with(ObjectId::random(), nbytes, b"", &opts)
+            .map_err(|e| PayloadError::from_store("create", nbytes, e))
     }
 
     /// Where `view`'s bytes go: the one place the policy lives.
@@ -264,7 +274,10 @@ impl Context {
         }
         for object in self.unsealed.drain(..) {
             let id = object.id();
-            object.seal().map_err(|e| PayloadError::from_store("seal", 0, e)).inspect_err(|_| tracing::debug!(%id, "seal failed"))?;
+            object
+                .seal()
+                .map_err(|e| PayloadError::from_store("seal", 0, e))
+                .inspect_err(|_| tracing::debug!(%id, "seal failed"))?;
         }
         Ok(())
     }
@@ -301,7 +314,6 @@ thread_local! {
     static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
 }
 
-
 /// Serializes `view` into the ext 1 data for the current encode: inline or
 /// in the store per the policy. Outside an encode (or if its context is
 /// busy, which cannot happen as nothing re-enters it), inline.
@@ -316,7 +328,13 @@ pub(crate) fn place(view: &View<'_>) -> Result<Vec<u8>, PayloadError> {
             PayloadError::Serialize { message: text }
         })
     })?;
-    let descriptor = DescriptorRef { dtype: view.dtype.clone(), shape: view.shape.to_vec(), strides: None, nbytes: view.bytes.len() as u64, location };
+    let descriptor = DescriptorRef {
+        dtype: view.dtype.clone(),
+        shape: view.shape.to_vec(),
+        strides: None,
+        nbytes: view.bytes.len() as u64,
+        location,
+    };
     descriptor.check()?;
     Ok(descriptor.encode())
 }
@@ -367,10 +385,14 @@ impl EncodeSession {
             EXT_BYTES | EXT_ARROW if *dtype == Dtype::U8 && shape.len() == 1 => {}
             EXT_BYTES | EXT_ARROW => {
                 return Err(PayloadError::Serialize {
-                    message: format!("a byte string (ext {ext}) must be one dimension of |u1, not {shape:?} of {dtype}"),
+                    message: format!(
+                        "a byte string (ext {ext}) must be one dimension of |u1, not {shape:?} of {dtype}"
+                    ),
                 })
             }
-            other => return Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") }),
+            other => {
+                return Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") })
+            }
         }
         let key = (bytes.as_ptr() as usize, bytes.len());
         let known = if stable { self.seen.iter().find(|(k, ..)| *k == key).map(|&(_, id, at)| (id, at)) } else { None };
@@ -385,7 +407,13 @@ impl EncodeSession {
         if let (LocationRef::Store(id, Some(at)), true, None) = (location, stable, known) {
             self.seen.push((key, id, at));
         }
-        let descriptor = DescriptorRef { dtype: dtype.clone(), shape: shape.to_vec(), strides: None, nbytes: bytes.len() as u64, location };
+        let descriptor = DescriptorRef {
+            dtype: dtype.clone(),
+            shape: shape.to_vec(),
+            strides: None,
+            nbytes: bytes.len() as u64,
+            location,
+        };
         descriptor.check()?;
         let data = descriptor.encode();
         Writer(out).ext_header(ext, data.len());
@@ -403,7 +431,13 @@ impl EncodeSession {
             LocationRef::Store(id, _) => Some(id),
             LocationRef::Inline(_) => None,
         };
-        let descriptor = DescriptorRef { dtype: buffer.dtype().clone(), shape: buffer.shape().to_vec(), strides: None, nbytes: buffer.bytes().len() as u64, location };
+        let descriptor = DescriptorRef {
+            dtype: buffer.dtype().clone(),
+            shape: buffer.shape().to_vec(),
+            strides: None,
+            nbytes: buffer.bytes().len() as u64,
+            location,
+        };
         descriptor.check()?;
         let data = descriptor.encode();
         Writer(out).ext_header(EXT_BUFFER, data.len());
@@ -415,7 +449,14 @@ impl EncodeSession {
     /// binding's view of a received buffer): sent on by reference, the
     /// store told of the new receivers at [`EncodeSession::finish`], as
     /// [`Encoder::encode`] does for a received `Buffer`.
-    pub fn write_stored(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>) -> Result<ObjectId, PayloadError> {
+    pub fn write_stored(
+        &mut self,
+        out: &mut Vec<u8>,
+        ext: i8,
+        dtype: &Dtype,
+        shape: &[usize],
+        object: Arc<Object>,
+    ) -> Result<ObjectId, PayloadError> {
         self.write_reference(out, ext, dtype, shape, object, true)
     }
 
@@ -424,11 +465,26 @@ impl EncodeSession {
     /// sealed the object with them: `ObjectMut::seal_and_send` with
     /// [`EncodeSession::deliveries`]). A later write of the same object in
     /// this message announces nothing either.
-    pub fn write_announced(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>) -> Result<ObjectId, PayloadError> {
+    pub fn write_announced(
+        &mut self,
+        out: &mut Vec<u8>,
+        ext: i8,
+        dtype: &Dtype,
+        shape: &[usize],
+        object: Arc<Object>,
+    ) -> Result<ObjectId, PayloadError> {
         self.write_reference(out, ext, dtype, shape, object, false)
     }
 
-    fn write_reference(&mut self, out: &mut Vec<u8>, ext: i8, dtype: &Dtype, shape: &[usize], object: Arc<Object>, redeliver: bool) -> Result<ObjectId, PayloadError> {
+    fn write_reference(
+        &mut self,
+        out: &mut Vec<u8>,
+        ext: i8,
+        dtype: &Dtype,
+        shape: &[usize],
+        object: Arc<Object>,
+        redeliver: bool,
+    ) -> Result<ObjectId, PayloadError> {
         if !matches!(ext, EXT_BUFFER | EXT_BYTES | EXT_TENSOR) {
             return Err(PayloadError::Serialize { message: format!("extension type {ext} is not a buffer type") });
         }

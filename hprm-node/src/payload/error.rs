@@ -76,7 +76,9 @@ pub enum PayloadError {
     #[error("malformed payload: {detail}; are sender and receiver using the same payload format?")]
     Malformed { detail: String },
     /// The bytes are a well-formed payload, but not of the expected type.
-    #[error("the payload does not match the type {type_name}: {message}; do sender and receiver agree on the port's type?")]
+    #[error(
+        "the payload does not match the type {type_name}: {message}; do sender and receiver agree on the port's type?"
+    )]
     Mismatch { type_name: &'static str, message: String },
     /// The value's own `Serialize` implementation failed.
     #[error("cannot serialize the value: {message}")]
@@ -115,7 +117,9 @@ impl PayloadError {
     /// get deserve their own advice.
     pub(crate) fn from_store(op: &'static str, nbytes: u64, source: hprm_store::Error) -> PayloadError {
         match source {
-            hprm_store::Error::Rejected { code: ErrorCode::OutOfMemory, message, .. } => PayloadError::StoreFull { nbytes, message },
+            hprm_store::Error::Rejected { code: ErrorCode::OutOfMemory, message, .. } => {
+                PayloadError::StoreFull { nbytes, message }
+            }
             hprm_store::Error::Timeout { missing, waited } => PayloadError::NotInStore { missing, waited },
             source => PayloadError::Store { op, source },
         }

@@ -190,7 +190,10 @@ use std::time::Duration;
 
 pub use buffer::Buffer;
 pub use decoder::Decoder;
-pub use descriptor::{BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR, MAX_DIMS};
+pub use descriptor::{
+    BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR,
+    MAX_DIMS,
+};
 pub use dtype::{Dtype, Element};
 pub use encoder::{EncodeSession, Encoder, Loan};
 pub use error::PayloadError;

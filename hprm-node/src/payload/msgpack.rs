@@ -120,7 +120,11 @@ impl<'a> Reader<'a> {
     }
 
     fn truncated(&self, what: &str) -> PayloadError {
-        PayloadError::malformed(format!("truncated: {what} at byte {} runs past the end ({} bytes)", self.pos, self.buf.len()))
+        PayloadError::malformed(format!(
+            "truncated: {what} at byte {} runs past the end ({} bytes)",
+            self.pos,
+            self.buf.len()
+        ))
     }
 
     /// The next byte, not consumed.
@@ -234,7 +238,12 @@ impl<'a> Reader<'a> {
                 let n = self.len32("an extension")?;
                 self.ext_data(n)?
             }
-            Marker::Reserved => return Err(PayloadError::malformed(format!("byte 0x{m:02x} at {} is not a MessagePack marker", self.pos - 1))),
+            Marker::Reserved => {
+                return Err(PayloadError::malformed(format!(
+                    "byte 0x{m:02x} at {} is not a MessagePack marker",
+                    self.pos - 1
+                )))
+            }
         })
     }
 
@@ -250,7 +259,12 @@ impl<'a> Reader<'a> {
             PayloadError::Malformed { detail } if detail.starts_with("truncated") => self.truncated(what),
             other => other,
         })?;
-        want(token).ok_or_else(|| PayloadError::malformed(format!("expected {what} at byte {at}, found MessagePack marker 0x{:02x}", self.buf[at])))
+        want(token).ok_or_else(|| {
+            PayloadError::malformed(format!(
+                "expected {what} at byte {at}, found MessagePack marker 0x{:02x}",
+                self.buf[at]
+            ))
+        })
     }
 
     /// Consumes a nil if one is next.
@@ -271,7 +285,8 @@ impl<'a> Reader<'a> {
             _ => None,
         })? {
             Ok(u) => Ok(u),
-            Err(i) => u64::try_from(i).map_err(|_| PayloadError::malformed(format!("{what} is {i}, expected a non-negative integer"))),
+            Err(i) => u64::try_from(i)
+                .map_err(|_| PayloadError::malformed(format!("{what} is {i}, expected a non-negative integer"))),
         }
     }
 
@@ -305,7 +320,13 @@ impl<'a> Reader<'a> {
             Token::Array(n) => Item::Array(n as u32),
             Token::Map(n) => Item::Map(n as u32),
             Token::Ext(ty, data) => Item::Ext(ty, data),
-            Token::Nil | Token::Bool(_) | Token::Int(_) | Token::Uint(_) | Token::Float(_) | Token::Str(_) | Token::Bin(_) => Item::Leaf,
+            Token::Nil
+            | Token::Bool(_)
+            | Token::Int(_)
+            | Token::Uint(_)
+            | Token::Float(_)
+            | Token::Str(_)
+            | Token::Bin(_) => Item::Leaf,
         })
     }
 
@@ -340,7 +361,21 @@ mod tests {
             assert_eq!(written(|w| w.uint(v)), expected, "{v}");
             assert_eq!(Reader::new(&expected).uint("v").unwrap(), v);
         }
-        for v in [0i64, -1, -32, -33, -128, -129, -32768, -32769, i32::MIN as i64, i32::MIN as i64 - 1, i64::MIN, 5, i64::MAX] {
+        for v in [
+            0i64,
+            -1,
+            -32,
+            -33,
+            -128,
+            -129,
+            -32768,
+            -32769,
+            i32::MIN as i64,
+            i32::MIN as i64 - 1,
+            i64::MIN,
+            5,
+            i64::MAX,
+        ] {
             let mut expected = Vec::new();
             rmp::encode::write_sint(&mut expected, v).unwrap();
             assert_eq!(written(|w| w.int(v)), expected, "{v}");

@@ -72,14 +72,18 @@ impl StoreLink {
         if let Some(client) = self.inner.client.get() {
             return Ok(Some(client));
         }
-        let client = StoreClient::connect(path).map_err(|source| PayloadError::Connect { path: path.clone(), source })?;
+        let client =
+            StoreClient::connect(path).map_err(|source| PayloadError::Connect { path: path.clone(), source })?;
         Ok(Some(self.inner.client.get_or_init(|| client)))
     }
 }
 
 impl fmt::Debug for StoreLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreLink").field("socket", &self.inner.path).field("connected", &self.inner.client.get().is_some()).finish()
+        f.debug_struct("StoreLink")
+            .field("socket", &self.inner.path)
+            .field("connected", &self.inner.client.get().is_some())
+            .finish()
     }
 }
 

@@ -125,7 +125,10 @@ fn oob_vec_is_a_buffer_on_the_wire() {
 fn large_buffer_without_a_store_is_refused_clearly() {
     let big = Buffer::from_vec(vec![0; DEFAULT_THRESHOLD]);
     let e = Encoder::default().encode(&big, 1).unwrap_err();
-    assert!(matches!(e, PayloadError::NoStoreForBuffer { nbytes: DEFAULT_THRESHOLD, threshold: DEFAULT_THRESHOLD }), "{e:?}");
+    assert!(
+        matches!(e, PayloadError::NoStoreForBuffer { nbytes: DEFAULT_THRESHOLD, threshold: DEFAULT_THRESHOLD }),
+        "{e:?}"
+    );
     let text = e.to_string();
     assert!(text.contains("hprm-store") && text.contains("threshold"), "{text}");
     // One byte less travels inline, and then the message is too big for a frame.
@@ -150,7 +153,13 @@ fn threshold_is_inclusive_and_configurable() {
 #[test]
 fn store_reference_without_a_store_or_outside_a_decoder() {
     let id = hprm_store::ObjectId::from_bytes([7; 20]);
-    let descriptor = BufferDescriptor { dtype: Dtype::U8, shape: vec![100_000], strides: None, nbytes: 100_000, location: Location::Store(id) };
+    let descriptor = BufferDescriptor {
+        dtype: Dtype::U8,
+        shape: vec![100_000],
+        strides: None,
+        nbytes: 100_000,
+        location: Location::Store(id),
+    };
     let bytes = ext_payload(EXT_BUFFER, &descriptor.encode().unwrap());
     let e = Decoder::default().decode::<Buffer>(&bytes).unwrap_err();
     assert!(matches!(e, PayloadError::NoStoreForReceive { count: 1 }), "{e:?}");
@@ -281,7 +290,8 @@ fn contexts_nest_and_survive_panics() {
     struct Nested;
     impl Serialize for Nested {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let inner = Encoder::default().encode(&Buffer::from_vec(vec![5; 3]), 1).map_err(serde::ser::Error::custom)?;
+            let inner =
+                Encoder::default().encode(&Buffer::from_vec(vec![5; 3]), 1).map_err(serde::ser::Error::custom)?;
             (Buffer::from_vec(vec![1]), serde_bytes::ByteBuf::from(inner), Buffer::from_vec(vec![2])).serialize(s)
         }
     }
@@ -349,7 +359,10 @@ fn a_session_writes_what_encode_writes() {
     assert!(matches!(e, PayloadError::NoStoreForMessage { .. }), "{e:?}");
     // Shape and length must agree, as for any descriptor.
     let mut session = Encoder::default().session(1);
-    assert!(matches!(session.write_buffer(&mut Vec::new(), EXT_BUFFER, &Dtype::F32, &[2], &[0; 4], false), Err(PayloadError::Shape { .. })));
+    assert!(matches!(
+        session.write_buffer(&mut Vec::new(), EXT_BUFFER, &Dtype::F32, &[2], &[0; 4], false),
+        Err(PayloadError::Shape { .. })
+    ));
 }
 
 #[test]
@@ -360,7 +373,18 @@ fn byte_strings_are_buffers_to_rust() {
     let bytes = session.finish(message).unwrap();
     // 16 bytes of descriptor: a fixext 16 of type 4.
     assert_eq!(&bytes[..2], &[0xd8, EXT_BYTES as u8], "an ext 4 of ext 1's data");
-    assert_eq!(&bytes[2..], &BufferDescriptor { dtype: Dtype::U8, shape: vec![5], strides: None, nbytes: 5, location: Location::Inline(b"hello".to_vec()) }.encode().unwrap()[..]);
+    assert_eq!(
+        &bytes[2..],
+        &BufferDescriptor {
+            dtype: Dtype::U8,
+            shape: vec![5],
+            strides: None,
+            nbytes: 5,
+            location: Location::Inline(b"hello".to_vec())
+        }
+        .encode()
+        .unwrap()[..]
+    );
     let b: Buffer = Decoder::default().decode(&bytes).unwrap();
     assert_eq!((b.dtype(), b.shape(), b.bytes()), (&Dtype::U8, &[5usize][..], &b"hello"[..]));
     #[derive(Deserialize)]
@@ -388,7 +412,15 @@ fn torch_tensors_are_buffers_to_rust() {
     let mut message = Vec::new();
     session.write_buffer(&mut message, EXT_TENSOR, &Dtype::F32, &[2, 2], &values, false).unwrap();
     let bytes = session.finish(message).unwrap();
-    let descriptor = BufferDescriptor { dtype: Dtype::F32, shape: vec![2, 2], strides: None, nbytes: 16, location: Location::Inline(values.clone()) }.encode().unwrap();
+    let descriptor = BufferDescriptor {
+        dtype: Dtype::F32,
+        shape: vec![2, 2],
+        strides: None,
+        nbytes: 16,
+        location: Location::Inline(values.clone()),
+    }
+    .encode()
+    .unwrap();
     assert_eq!(bytes, ext_payload(EXT_TENSOR, &descriptor), "an ext 6 of ext 1's data");
     let b: Buffer = Decoder::default().decode(&bytes).unwrap();
     assert_eq!((b.dtype(), b.shape(), b.bytes()), (&Dtype::F32, &[2usize, 2][..], &values[..]));
@@ -406,17 +438,32 @@ fn torch_tensors_are_buffers_to_rust() {
     assert_eq!(r.ranges, [1.5, -2.0, 3.25, 0.0]);
     // Its store references are found like ext 1's.
     let id = hprm_store::ObjectId::from_bytes([6; 20]);
-    let stored = BufferDescriptor { dtype: Dtype::F32, shape: vec![20_000], strides: None, nbytes: 80_000, location: Location::Store(id) };
+    let stored = BufferDescriptor {
+        dtype: Dtype::F32,
+        shape: vec![20_000],
+        strides: None,
+        nbytes: 80_000,
+        location: Location::Store(id),
+    };
     assert_eq!(Decoder::references(&ext_payload(EXT_TENSOR, &stored.encode().unwrap())).unwrap(), [id]);
     // Shape and length must agree, as for any descriptor.
     let mut session = Encoder::default().session(1);
-    assert!(matches!(session.write_buffer(&mut Vec::new(), EXT_TENSOR, &Dtype::F32, &[2], &[0; 4], false), Err(PayloadError::Shape { .. })));
+    assert!(matches!(
+        session.write_buffer(&mut Vec::new(), EXT_TENSOR, &Dtype::F32, &[2], &[0; 4], false),
+        Err(PayloadError::Shape { .. })
+    ));
 }
 
 #[test]
 fn references_are_found_in_buffers_byte_strings_and_pickles() {
     let id = |n: u8| hprm_store::ObjectId::from_bytes([n; 20]);
-    let stored = |n: u8| BufferDescriptor { dtype: Dtype::U8, shape: vec![70_000], strides: None, nbytes: 70_000, location: Location::Store(id(n)) };
+    let stored = |n: u8| BufferDescriptor {
+        dtype: Dtype::U8,
+        shape: vec![70_000],
+        strides: None,
+        nbytes: 70_000,
+        location: Location::Store(id(n)),
+    };
     let mut pickle = Vec::new();
     let mut w = msgpack::Writer(&mut pickle);
     w.array_len(2);

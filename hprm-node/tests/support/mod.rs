@@ -66,7 +66,8 @@ fn daemon_bin(name: &str, env_override: &str) -> PathBuf {
     if let Err(e) = built {
         panic!("{name} is not built and building it failed: {e}");
     }
-    find_bin(name).unwrap_or_else(|| panic!("{name} is still missing after building it; looked in {:?}", profile_dirs()))
+    find_bin(name)
+        .unwrap_or_else(|| panic!("{name} is still missing after building it; looked in {:?}", profile_dirs()))
 }
 
 /// Directories where Cargo puts this test binary's profile's executables:
@@ -92,8 +93,14 @@ fn find_bin(name: &str) -> Option<PathBuf> {
 fn build_daemons() -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .args(["build", "-p", "hprm-store", "-p", "hprm-rti", "--bins"]);
+    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).args([
+        "build",
+        "-p",
+        "hprm-store",
+        "-p",
+        "hprm-rti",
+        "--bins",
+    ]);
     // The profile directory is named after the profile ("debug" is `dev`).
     let profile = profile_dirs().first().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
     match profile.as_deref() {
@@ -281,7 +288,11 @@ impl RtiDaemon {
             if let Some(line) = self.lines().into_iter().find(|l| l.contains(needle)) {
                 return line;
             }
-            assert!(Instant::now() < deadline, "hprm-rti logged no line containing `{needle}` within {within:?}:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "hprm-rti logged no line containing `{needle}` within {within:?}:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -311,7 +311,11 @@ impl ReadError {
 /// to `spin` (the daemon usually answers within microseconds; sleeping in
 /// `read` and being woken costs more than that on a busy or virtualised
 /// machine).
-pub(crate) fn read_reply(mut stream: &UnixStream, frames: &mut FrameBuffer, spin: Duration) -> Result<(u64, Reply), ReadError> {
+pub(crate) fn read_reply(
+    mut stream: &UnixStream,
+    frames: &mut FrameBuffer,
+    spin: Duration,
+) -> Result<(u64, Reply), ReadError> {
     let mut spin_until = (!spin.is_zero()).then(|| Instant::now() + spin);
     loop {
         if let Some(len) = frames.poll()? {

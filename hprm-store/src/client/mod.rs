@@ -31,8 +31,8 @@ pub use subscription::Subscription;
 use crate::arena::Arena;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::protocol::frame::VERSION;
 use crate::outbox::OutboxWriter;
+use crate::protocol::frame::VERSION;
 use crate::protocol::handshake::{recv_hello, Greeting};
 use crate::protocol::message::{ObjectInfo, Placement, Reply, Request, Stats};
 use connection::Connection;
@@ -186,7 +186,9 @@ impl Pool {
         let (first, most) = (reserve_batch(block_len), reserve_batch_max(block_len, arena));
         let now = Instant::now();
         let count = match self.reserved_at[class] {
-            Some(at) if now.duration_since(at) < RESERVE_GROWS_WITHIN => self.batch[class].saturating_mul(2).clamp(first, most),
+            Some(at) if now.duration_since(at) < RESERVE_GROWS_WITHIN => {
+                self.batch[class].saturating_mul(2).clamp(first, most)
+            }
             _ => first,
         };
         self.batch[class] = count;
@@ -236,7 +238,10 @@ impl Inner {
         match reply {
             Reply::Reserved { block_len: got, mut offsets } if got == block_len && !offsets.is_empty() => {
                 if let Some(bad) = offsets.iter().find(|&&o| !self.arena.contains_range(o, block_len)) {
-                    return Err(Error::Protocol { op: "reserve", detail: format!("block at {bad} lies outside the arena") });
+                    return Err(Error::Protocol {
+                        op: "reserve",
+                        detail: format!("block at {bad} lies outside the arena"),
+                    });
                 }
                 let offset = offsets.pop().expect("checked non-empty");
                 self.pool().free[class].extend(offsets);
@@ -259,7 +264,10 @@ impl StoreClient {
         let (stream, greeting) = handshake(&path)?;
         let hello = greeting.hello;
         if hello.version != VERSION {
-            return Err(Error::Protocol { op: "connect", detail: format!("daemon speaks protocol {}, this client {VERSION}", hello.version) });
+            return Err(Error::Protocol {
+                op: "connect",
+                detail: format!("daemon speaks protocol {}, this client {VERSION}", hello.version),
+            });
         }
         let arena = Arena::map_fd(greeting.arena, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
         let outbox = match greeting.outbox {
@@ -268,8 +276,14 @@ impl StoreClient {
         };
         tracing::debug!(path = %path.display(), client_id = hello.client_id, arena = hello.arena_size, "connected to hprm-store");
         let spin = opts.spin.unwrap_or(DEFAULT_SPIN);
-        let inner =
-            Inner { conn: Connection::new(stream, spin, outbox), arena, client_id: hello.client_id, arena_id: hello.arena_id, path, pool: Mutex::default() };
+        let inner = Inner {
+            conn: Connection::new(stream, spin, outbox),
+            arena,
+            client_id: hello.client_id,
+            arena_id: hello.arena_id,
+            path,
+            pool: Mutex::default(),
+        };
         Ok(StoreClient { inner: Arc::new(inner) })
     }
 
@@ -308,17 +322,34 @@ impl StoreClient {
     /// round trip; a duplicate id is then reported late
     /// ([`Error::Earlier`], from [`StoreClient::sync`] or a later call).
     pub fn create_with(&self, id: ObjectId, size: u64, metadata: &[u8], opts: &CreateOptions) -> Result<ObjectMut> {
-        let small = size.checked_add(metadata.len() as u64).and_then(small_class).filter(|_| opts.wait_for_space.is_zero());
+        let small =
+            size.checked_add(metadata.len() as u64).and_then(small_class).filter(|_| opts.wait_for_space.is_zero());
         if let Some(class) = small {
             let offset = self.inner.take_block(class)?;
-            let placement = Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: metadata.len() as u64 };
+            let placement = Placement {
+                data_offset: offset,
+                data_size: size,
+                metadata_offset: offset + size,
+                metadata_size: metadata.len() as u64,
+            };
             // SAFETY: the block is reserved for this client and taken out of
             // its pool, so nothing else writes it; it lies in the arena
             // (checked when reserved) and holds data + metadata (its class).
-            unsafe { self.inner.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len()) };
+            unsafe {
+                self.inner
+                    .arena
+                    .ptr_at(placement.metadata_offset)
+                    .copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
+            };
             return Ok(ObjectMut::new(self.inner.clone(), id, placement, Some((class, opts.deliveries))));
         }
-        let req = Request::Create { id, data_size: size, metadata, deliveries: opts.deliveries, wait_for_space: opts.wait_for_space };
+        let req = Request::Create {
+            id,
+            data_size: size,
+            metadata,
+            deliveries: opts.deliveries,
+            wait_for_space: opts.wait_for_space,
+        };
         match self.inner.conn.call(&req)? {
             Reply::Created(placement) => {
                 self.check_placement("create", &placement)?;
@@ -350,16 +381,22 @@ impl StoreClient {
             Reply::Objects(refs) => {
                 // Wrap every reference first, so that all are released if
                 // one of them turns out to be unusable.
-                let objects: Vec<Object> = refs.into_iter().map(|r| Object::new(self.inner.clone(), r.id, r.placement)).collect();
+                let objects: Vec<Object> =
+                    refs.into_iter().map(|r| Object::new(self.inner.clone(), r.id, r.placement)).collect();
                 if objects.len() != ids.len() {
-                    return Err(Error::Protocol { op: "get", detail: format!("asked for {} objects, got {}", ids.len(), objects.len()) });
+                    return Err(Error::Protocol {
+                        op: "get",
+                        detail: format!("asked for {} objects, got {}", ids.len(), objects.len()),
+                    });
                 }
                 for o in &objects {
                     self.check_placement("get", &o.placement)?;
                 }
                 Ok(objects)
             }
-            Reply::Error(e) if e.code == crate::ErrorCode::Timeout => Err(Error::Timeout { missing: e.missing, waited: timeout }),
+            Reply::Error(e) if e.code == crate::ErrorCode::Timeout => {
+                Err(Error::Timeout { missing: e.missing, waited: timeout })
+            }
             Reply::Error(e) => Err(Error::Rejected { op: "get", code: e.code, message: e.message }),
             other => Err(unexpected("get", &other)),
         }
@@ -486,7 +523,8 @@ impl StoreClient {
 
     fn check_placement(&self, op: &'static str, p: &Placement) -> Result<()> {
         let arena = &self.inner.arena;
-        if arena.contains_range(p.data_offset, p.data_size) && arena.contains_range(p.metadata_offset, p.metadata_size) {
+        if arena.contains_range(p.data_offset, p.data_size) && arena.contains_range(p.metadata_offset, p.metadata_size)
+        {
             Ok(())
         } else {
             Err(Error::Protocol { op, detail: format!("placement {p:?} lies outside the {}-byte arena", arena.size()) })

@@ -39,14 +39,22 @@ impl Object {
         // (`StoreClient::check_placement`) before this value was handed out,
         // and a sealed object's bytes are never written again while a
         // reference (this one) is held.
-        unsafe { std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
+        unsafe {
+            std::slice::from_raw_parts(
+                self.inner.arena.ptr_at(self.placement.data_offset),
+                self.placement.data_size as usize,
+            )
+        }
     }
 
     /// The object's metadata, zero-copy.
     pub fn metadata(&self) -> &[u8] {
         // SAFETY: as for `data`.
         unsafe {
-            std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.metadata_offset), self.placement.metadata_size as usize)
+            std::slice::from_raw_parts(
+                self.inner.arena.ptr_at(self.placement.metadata_offset),
+                self.placement.metadata_size as usize,
+            )
         }
     }
 
@@ -93,7 +101,12 @@ pub struct ObjectMut {
 }
 
 impl ObjectMut {
-    pub(super) fn new(inner: Arc<Inner>, id: ObjectId, placement: Placement, reserved: Option<(usize, u32)>) -> ObjectMut {
+    pub(super) fn new(
+        inner: Arc<Inner>,
+        id: ObjectId,
+        placement: Placement,
+        reserved: Option<(usize, u32)>,
+    ) -> ObjectMut {
         ObjectMut { inner, id, placement, reserved, finished: false }
     }
 
@@ -106,13 +119,23 @@ impl ObjectMut {
         // SAFETY: the placement lies inside the arena (checked at create),
         // the daemon gave this creator sole use of the block until seal, and
         // `&mut self` makes this the only view in this process.
-        unsafe { std::slice::from_raw_parts_mut(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.inner.arena.ptr_at(self.placement.data_offset),
+                self.placement.data_size as usize,
+            )
+        }
     }
 
     /// The data bytes as written so far.
     pub fn data(&self) -> &[u8] {
         // SAFETY: as for `data_mut`, shared.
-        unsafe { std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.data_offset), self.placement.data_size as usize) }
+        unsafe {
+            std::slice::from_raw_parts(
+                self.inner.arena.ptr_at(self.placement.data_offset),
+                self.placement.data_size as usize,
+            )
+        }
     }
 
     /// Where the object lies in the arena: what a receiver that maps it
@@ -130,7 +153,10 @@ impl ObjectMut {
     pub fn metadata(&self) -> &[u8] {
         // SAFETY: as for `data`.
         unsafe {
-            std::slice::from_raw_parts(self.inner.arena.ptr_at(self.placement.metadata_offset), self.placement.metadata_size as usize)
+            std::slice::from_raw_parts(
+                self.inner.arena.ptr_at(self.placement.metadata_offset),
+                self.placement.metadata_size as usize,
+            )
         }
     }
 

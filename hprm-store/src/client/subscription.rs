@@ -35,7 +35,9 @@ impl Subscription {
 
     /// Blocks until the next notification.
     pub fn recv(&mut self) -> Result<Notification> {
-        self.stream.set_read_timeout(None).map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?;
+        self.stream
+            .set_read_timeout(None)
+            .map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?;
         self.next_notification()
     }
 
@@ -46,8 +48,10 @@ impl Subscription {
             .map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?;
         match super::connection::read_reply(&self.stream, &mut self.frames, Duration::ZERO) {
             Err(e) if e.is_timeout() => Ok(None),
-            other => Self::notification(other.map(|(_, r)| r).map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?)
-                .map(Some),
+            other => Self::notification(
+                other.map(|(_, r)| r).map_err(|e| Error::Disconnected { op: "subscription", reason: e.to_string() })?,
+            )
+            .map(Some),
         }
     }
 

@@ -92,7 +92,8 @@ impl FrameBuffer {
         if have < HEADER_LEN {
             return Ok(None);
         }
-        let header: &[u8; HEADER_LEN] = self.buf[self.start..self.start + HEADER_LEN].try_into().expect("slice of HEADER_LEN");
+        let header: &[u8; HEADER_LEN] =
+            self.buf[self.start..self.start + HEADER_LEN].try_into().expect("slice of HEADER_LEN");
         let body_len = parse_header(header, self.max_body)?;
         Ok((have >= HEADER_LEN + body_len).then_some(body_len))
     }
@@ -122,7 +123,8 @@ impl FrameBuffer {
     pub fn spare(&mut self) -> &mut [u8] {
         let have = self.end - self.start;
         let needed = if have >= HEADER_LEN {
-            let header: &[u8; HEADER_LEN] = self.buf[self.start..self.start + HEADER_LEN].try_into().expect("slice of HEADER_LEN");
+            let header: &[u8; HEADER_LEN] =
+                self.buf[self.start..self.start + HEADER_LEN].try_into().expect("slice of HEADER_LEN");
             HEADER_LEN + parse_header(header, self.max_body).unwrap_or(0)
         } else {
             HEADER_LEN

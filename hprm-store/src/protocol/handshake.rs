@@ -33,7 +33,12 @@ pub enum HandshakeError {
 /// `arena` (and `outbox`, if any) attached. Returns the bytes sent; the
 /// caller sends the rest as plain data (the descriptors ride with the
 /// first byte only).
-pub fn send_hello(sock: BorrowedFd<'_>, frame: &[u8], arena: BorrowedFd<'_>, outbox: Option<BorrowedFd<'_>>) -> io::Result<usize> {
+pub fn send_hello(
+    sock: BorrowedFd<'_>,
+    frame: &[u8],
+    arena: BorrowedFd<'_>,
+    outbox: Option<BorrowedFd<'_>>,
+) -> io::Result<usize> {
     let fds: Vec<RawFd> = std::iter::once(arena).chain(outbox).map(|fd| fd.as_raw_fd()).collect();
     let cmsg = [ControlMessage::ScmRights(&fds)];
     let sent = sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(frame)], &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
@@ -54,7 +59,8 @@ pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     let mut cmsg_buf = nix::cmsg_space!([RawFd; 2]);
     let (got, mut fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
-        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_buf), MsgFlags::MSG_CMSG_CLOEXEC).map_err(io::Error::from)?;
+        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_buf), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(io::Error::from)?;
         let mut fds = Vec::new();
         for cmsg in msg.cmsgs().map_err(io::Error::from)? {
             if let ControlMessageOwned::ScmRights(raws) = cmsg {
@@ -68,7 +74,9 @@ pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
         (msg.bytes, fds.into_iter())
     };
     if got == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the daemon closed the connection before greeting").into());
+        return Err(
+            io::Error::new(io::ErrorKind::UnexpectedEof, "the daemon closed the connection before greeting").into()
+        );
     }
     let mut reader = sock;
     reader.read_exact(&mut header[got..])?;

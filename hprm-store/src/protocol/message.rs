@@ -27,28 +27,65 @@ pub struct Placement {
 /// A request from a client.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request<'a> {
-    Create { id: ObjectId, data_size: u64, metadata: &'a [u8], deliveries: u32, wait_for_space: Duration },
-    Seal { id: ObjectId },
-    Abort { id: ObjectId },
+    Create {
+        id: ObjectId,
+        data_size: u64,
+        metadata: &'a [u8],
+        deliveries: u32,
+        wait_for_space: Duration,
+    },
+    Seal {
+        id: ObjectId,
+    },
+    Abort {
+        id: ObjectId,
+    },
     /// `timeout: None` waits forever.
-    Get { ids: Cow<'a, [ObjectId]>, timeout: Option<Duration> },
-    Release { id: ObjectId },
-    Contains { id: ObjectId },
-    Delete { id: ObjectId },
+    Get {
+        ids: Cow<'a, [ObjectId]>,
+        timeout: Option<Duration>,
+    },
+    Release {
+        id: ObjectId,
+    },
+    Contains {
+        id: ObjectId,
+    },
+    Delete {
+        id: ObjectId,
+    },
     List,
-    Evict { bytes: u64 },
+    Evict {
+        bytes: u64,
+    },
     Subscribe,
     Stats,
     /// Blocks for small objects, owned by the client until published.
-    Reserve { block_len: u64, count: u32 },
+    Reserve {
+        block_len: u64,
+        count: u32,
+    },
     /// Create-and-seal of an object already written in a reserved block.
-    Publish { id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32 },
+    Publish {
+        id: ObjectId,
+        offset: u64,
+        data_size: u64,
+        metadata_size: u64,
+        deliveries: u32,
+    },
     /// More pending deliveries for a sealed object (sending it on).
-    Redeliver { id: ObjectId, deliveries: u32 },
+    Redeliver {
+        id: ObjectId,
+        deliveries: u32,
+    },
     /// A reference on an object whose placement the client already knows
     /// (from a message's descriptor); sent one-way. `timeout: None` waits
     /// forever for an object not sealed yet.
-    Claim { id: ObjectId, placement: Placement, timeout: Option<Duration> },
+    Claim {
+        id: ObjectId,
+        placement: Placement,
+        timeout: Option<Duration>,
+    },
     /// Read this client's outbox now (see `crate::outbox`); one-way.
     Flush,
 }
@@ -254,7 +291,12 @@ fn placement_to_wire(p: &Placement) -> wire::Placement {
 }
 
 fn placement_from_wire(p: &wire::Placement) -> Placement {
-    Placement { data_offset: p.data_offset(), data_size: p.data_size(), metadata_offset: p.metadata_offset(), metadata_size: p.metadata_size() }
+    Placement {
+        data_offset: p.data_offset(),
+        data_size: p.data_size(),
+        metadata_offset: p.metadata_offset(),
+        metadata_size: p.metadata_size(),
+    }
 }
 
 fn id_to_wire(id: &ObjectId) -> wire::ObjectId {
@@ -315,16 +357,24 @@ impl Encoder {
                 let wire_ids: Vec<wire::ObjectId> = ids.iter().map(id_to_wire).collect();
                 let ids = fbb.create_vector(&wire_ids);
                 let timeout_ms = timeout.map_or(FOREVER_MS, duration_to_ms);
-                (wire::Request::Get, wire::Get::create(fbb, &wire::GetArgs { ids: Some(ids), timeout_ms }).as_union_value())
+                (
+                    wire::Request::Get,
+                    wire::Get::create(fbb, &wire::GetArgs { ids: Some(ids), timeout_ms }).as_union_value(),
+                )
             }
             Request::List => (wire::Request::List, wire::List::create(fbb, &wire::ListArgs {}).as_union_value()),
-            Request::Evict { bytes } => (wire::Request::Evict, wire::Evict::create(fbb, &wire::EvictArgs { bytes: *bytes }).as_union_value()),
-            Request::Subscribe => (wire::Request::Subscribe, wire::Subscribe::create(fbb, &wire::SubscribeArgs {}).as_union_value()),
+            Request::Evict { bytes } => {
+                (wire::Request::Evict, wire::Evict::create(fbb, &wire::EvictArgs { bytes: *bytes }).as_union_value())
+            }
+            Request::Subscribe => {
+                (wire::Request::Subscribe, wire::Subscribe::create(fbb, &wire::SubscribeArgs {}).as_union_value())
+            }
             Request::Stats => (wire::Request::Stats, wire::Stats::create(fbb, &wire::StatsArgs {}).as_union_value()),
             Request::Flush => (wire::Request::Flush, wire::Flush::create(fbb, &wire::FlushArgs {}).as_union_value()),
             Request::Reserve { block_len, count } => (
                 wire::Request::Reserve,
-                wire::Reserve::create(fbb, &wire::ReserveArgs { block_len: *block_len, count: *count }).as_union_value(),
+                wire::Reserve::create(fbb, &wire::ReserveArgs { block_len: *block_len, count: *count })
+                    .as_union_value(),
             ),
             Request::Publish { id, offset, data_size, metadata_size, deliveries } => {
                 let wid = id_to_wire(id);
@@ -350,7 +400,8 @@ impl Encoder {
                 (wire::Request::Claim, wire::Claim::create(fbb, &args).as_union_value())
             }
         };
-        let root = wire::RequestFrame::create(fbb, &wire::RequestFrameArgs { seq, request_type: kind, request: Some(body) });
+        let root =
+            wire::RequestFrame::create(fbb, &wire::RequestFrameArgs { seq, request_type: kind, request: Some(body) });
         fbb.finish_minimal(root);
         self.frame()
     }
@@ -361,26 +412,43 @@ impl Encoder {
         let fbb = &mut self.fbb;
         let (kind, body): (wire::Reply, WIPOffset<flatbuffers::UnionWIPOffset>) = match reply {
             Reply::Hello(h) => {
-                let args = wire::HelloArgs { version: h.version, arena_size: h.arena_size, client_id: h.client_id, populate: h.populate, arena_id: h.arena_id, outbox_size: h.outbox_size };
+                let args = wire::HelloArgs {
+                    version: h.version,
+                    arena_size: h.arena_size,
+                    client_id: h.client_id,
+                    populate: h.populate,
+                    arena_id: h.arena_id,
+                    outbox_size: h.outbox_size,
+                };
                 (wire::Reply::Hello, wire::Hello::create(fbb, &args).as_union_value())
             }
             Reply::Created(p) => {
                 let wp = placement_to_wire(p);
-                (wire::Reply::Created, wire::Created::create(fbb, &wire::CreatedArgs { placement: Some(&wp) }).as_union_value())
+                (
+                    wire::Reply::Created,
+                    wire::Created::create(fbb, &wire::CreatedArgs { placement: Some(&wp) }).as_union_value(),
+                )
             }
             Reply::Done => (wire::Reply::Done, wire::Done::create(fbb, &wire::DoneArgs {}).as_union_value()),
             Reply::Objects(objects) => {
-                let refs: Vec<wire::ObjectRef> =
-                    objects.iter().map(|o| wire::ObjectRef::new(&id_to_wire(&o.id), &placement_to_wire(&o.placement))).collect();
+                let refs: Vec<wire::ObjectRef> = objects
+                    .iter()
+                    .map(|o| wire::ObjectRef::new(&id_to_wire(&o.id), &placement_to_wire(&o.placement)))
+                    .collect();
                 let objects = fbb.create_vector(&refs);
-                (wire::Reply::Objects, wire::Objects::create(fbb, &wire::ObjectsArgs { objects: Some(objects) }).as_union_value())
+                (
+                    wire::Reply::Objects,
+                    wire::Objects::create(fbb, &wire::ObjectsArgs { objects: Some(objects) }).as_union_value(),
+                )
             }
-            Reply::Presence(present) => {
-                (wire::Reply::Presence, wire::Presence::create(fbb, &wire::PresenceArgs { present: *present }).as_union_value())
-            }
-            Reply::Deleted { deferred } => {
-                (wire::Reply::Deleted, wire::Deleted::create(fbb, &wire::DeletedArgs { deferred: *deferred }).as_union_value())
-            }
+            Reply::Presence(present) => (
+                wire::Reply::Presence,
+                wire::Presence::create(fbb, &wire::PresenceArgs { present: *present }).as_union_value(),
+            ),
+            Reply::Deleted { deferred } => (
+                wire::Reply::Deleted,
+                wire::Deleted::create(fbb, &wire::DeletedArgs { deferred: *deferred }).as_union_value(),
+            ),
             Reply::Listing(infos) => {
                 let tables: Vec<_> = infos
                     .iter()
@@ -400,7 +468,10 @@ impl Encoder {
                     })
                     .collect();
                 let objects = fbb.create_vector(&tables);
-                (wire::Reply::Listing, wire::Listing::create(fbb, &wire::ListingArgs { objects: Some(objects) }).as_union_value())
+                (
+                    wire::Reply::Listing,
+                    wire::Listing::create(fbb, &wire::ListingArgs { objects: Some(objects) }).as_union_value(),
+                )
             }
             Reply::Evicted { objects, bytes } => (
                 wire::Reply::Evicted,
@@ -435,7 +506,9 @@ impl Encoder {
             }
             Reply::Notification(n) => {
                 let (kind, id, data_size, metadata_size) = match n {
-                    Notification::Sealed { id, data_size, metadata_size } => (wire::NotificationKind::Sealed, id, *data_size, *metadata_size),
+                    Notification::Sealed { id, data_size, metadata_size } => {
+                        (wire::NotificationKind::Sealed, id, *data_size, *metadata_size)
+                    }
                     Notification::Deleted { id } => (wire::NotificationKind::Deleted, id, 0, 0),
                 };
                 let id = id_to_wire(id);
@@ -476,19 +549,25 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
                 wait_for_space: Duration::from_millis(u64::from(c.wait_for_space_ms())),
             }
         }
-        wire::Request::Seal => Request::Seal { id: required_id(frame.request_as_seal().ok_or(missing)?.id(), "Seal.id")? },
+        wire::Request::Seal => {
+            Request::Seal { id: required_id(frame.request_as_seal().ok_or(missing)?.id(), "Seal.id")? }
+        }
         wire::Request::Redeliver => {
             let r = frame.request_as_redeliver().ok_or(missing)?;
             Request::Redeliver { id: required_id(r.id(), "Redeliver.id")?, deliveries: r.deliveries() }
         }
-        wire::Request::Abort => Request::Abort { id: required_id(frame.request_as_abort().ok_or(missing)?.id(), "Abort.id")? },
+        wire::Request::Abort => {
+            Request::Abort { id: required_id(frame.request_as_abort().ok_or(missing)?.id(), "Abort.id")? }
+        }
         wire::Request::Release => {
             Request::Release { id: required_id(frame.request_as_release().ok_or(missing)?.id(), "Release.id")? }
         }
         wire::Request::Contains => {
             Request::Contains { id: required_id(frame.request_as_contains().ok_or(missing)?.id(), "Contains.id")? }
         }
-        wire::Request::Delete => Request::Delete { id: required_id(frame.request_as_delete().ok_or(missing)?.id(), "Delete.id")? },
+        wire::Request::Delete => {
+            Request::Delete { id: required_id(frame.request_as_delete().ok_or(missing)?.id(), "Delete.id")? }
+        }
         wire::Request::Get => {
             let g = frame.request_as_get().ok_or(missing)?;
             let ids: Vec<ObjectId> = g.ids().map(|v| v.iter().map(id_from_wire).collect()).unwrap_or_default();
@@ -549,7 +628,11 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
             let o = frame.reply_as_objects().ok_or(missing)?;
             let objects = o
                 .objects()
-                .map(|v| v.iter().map(|r| ObjectRef { id: id_from_wire(r.id()), placement: placement_from_wire(r.placement()) }).collect())
+                .map(|v| {
+                    v.iter()
+                        .map(|r| ObjectRef { id: id_from_wire(r.id()), placement: placement_from_wire(r.placement()) })
+                        .collect()
+                })
                 .unwrap_or_default();
             Reply::Objects(objects)
         }
@@ -607,14 +690,19 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
             let n = frame.reply_as_notification().ok_or(missing)?;
             let id = required_id(n.id(), "Notification.id")?;
             Reply::Notification(match n.kind() {
-                wire::NotificationKind::Sealed => Notification::Sealed { id, data_size: n.data_size(), metadata_size: n.metadata_size() },
+                wire::NotificationKind::Sealed => {
+                    Notification::Sealed { id, data_size: n.data_size(), metadata_size: n.metadata_size() }
+                }
                 wire::NotificationKind::Deleted => Notification::Deleted { id },
                 other => return Err(DecodeError::Unknown { kind: "notification", tag: other.0 }),
             })
         }
         wire::Reply::Reserved => {
             let r = frame.reply_as_reserved().ok_or(missing)?;
-            Reply::Reserved { block_len: r.block_len(), offsets: r.offsets().map(|v| v.iter().collect()).unwrap_or_default() }
+            Reply::Reserved {
+                block_len: r.block_len(),
+                offsets: r.offsets().map(|v| v.iter().collect()).unwrap_or_default(),
+            }
         }
         other => return Err(DecodeError::Unknown { kind: "reply", tag: other.0 }),
     };
@@ -636,7 +724,13 @@ mod tests {
         let id = ObjectId::random();
         let ids = [id, ObjectId::random()];
         let reqs = [
-            Request::Create { id, data_size: 1 << 30, metadata: b"meta", deliveries: 4, wait_for_space: Duration::from_millis(250) },
+            Request::Create {
+                id,
+                data_size: 1 << 30,
+                metadata: b"meta",
+                deliveries: 4,
+                wait_for_space: Duration::from_millis(250),
+            },
             Request::Seal { id },
             Request::Abort { id },
             Request::Get { ids: Cow::Borrowed(&ids), timeout: Some(Duration::from_millis(1500)) },
@@ -673,7 +767,14 @@ mod tests {
         let id = ObjectId::random();
         let p = Placement { data_offset: 64, data_size: 10, metadata_offset: 74, metadata_size: 3 };
         let replies = [
-            Reply::Hello(Hello { version: 1, arena_size: 1 << 20, client_id: 7, populate: true, arena_id: 0xfeed, outbox_size: 64 << 10 }),
+            Reply::Hello(Hello {
+                version: 1,
+                arena_size: 1 << 20,
+                client_id: 7,
+                populate: true,
+                arena_id: 0xfeed,
+                outbox_size: 64 << 10,
+            }),
             Reply::Created(p),
             Reply::Done,
             Reply::Objects(vec![ObjectRef { id, placement: p }]),

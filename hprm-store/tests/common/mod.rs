@@ -65,7 +65,8 @@ impl Daemon {
 
     /// A client that does not pre-fault (for tests that only count).
     pub fn light_client(&self) -> StoreClient {
-        StoreClient::connect_with(&self.socket, &ConnectOptions { populate: Some(false), ..Default::default() }).expect("connect to the daemon")
+        StoreClient::connect_with(&self.socket, &ConnectOptions { populate: Some(false), ..Default::default() })
+            .expect("connect to the daemon")
     }
 
     pub fn alive(&mut self) -> bool {
@@ -164,7 +165,8 @@ impl Worker {
     }
 
     pub fn kill9(&mut self) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+            .expect("kill -9");
         let status = self.child.wait().expect("wait worker");
         assert_eq!(status.signal(), Some(9));
     }

@@ -183,7 +183,8 @@ impl Coord {
 }
 
 /// The paths of the small-message and rate workloads.
-pub(crate) const COORDS: [Coord; 4] = [Coord::Decentralized, Coord::DecentralizedUnix, Coord::Centralized, Coord::CentralizedUnix];
+pub(crate) const COORDS: [Coord; 4] =
+    [Coord::Decentralized, Coord::DecentralizedUnix, Coord::Centralized, Coord::CentralizedUnix];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

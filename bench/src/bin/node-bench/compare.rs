@@ -24,7 +24,9 @@ pub(crate) struct Daemons<'a> {
 impl Daemons<'_> {
     /// What the comparison's output names this side by.
     fn label(&self) -> String {
-        let name = |p: Option<&Path>, default: &str| p.map_or_else(|| format!("{default} beside node-bench"), |p| p.display().to_string());
+        let name = |p: Option<&Path>, default: &str| {
+            p.map_or_else(|| format!("{default} beside node-bench"), |p| p.display().to_string())
+        };
         format!("{}, {}", name(self.rti, "hprm-rti"), name(self.store, "hprm-store"))
     }
 }
@@ -44,14 +46,17 @@ pub(crate) fn bin_dir(daemons: Daemons, populate: bool) -> Result<tempfile::Temp
         Some(rti) => given(rti, "hprm-rti")?,
         None => find_binary("hprm-rti").map_err(|e| anyhow!("{e}"))?,
     };
-    let dir = tempfile::Builder::new().prefix("node-bench-bin.").tempdir().context("cannot create a temporary directory")?;
+    let dir =
+        tempfile::Builder::new().prefix("node-bench-bin.").tempdir().context("cannot create a temporary directory")?;
     if populate {
         let quoted = store.display().to_string().replace('\'', r"'\''");
         let wrapper = dir.path().join("hprm-store");
         // exec: the launcher's kill reaches the daemon itself.
-        std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{quoted}' \"$@\" --populate\n")).context("cannot write the store wrapper")?;
+        std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{quoted}' \"$@\" --populate\n"))
+            .context("cannot write the store wrapper")?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).context("cannot make the store wrapper executable")?;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+            .context("cannot make the store wrapper executable")?;
     } else {
         std::os::unix::fs::symlink(&store, dir.path().join("hprm-store")).context("cannot link hprm-store")?;
     }
@@ -60,7 +65,15 @@ pub(crate) fn bin_dir(daemons: Daemons, populate: bool) -> Result<tempfile::Temp
 }
 
 /// `node-bench compare`: see [`Role::Compare`](crate::cli::Role::Compare).
-pub(crate) fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, size: usize, launches: usize, rounds: u64, populate: bool) -> Result<()> {
+pub(crate) fn compare(
+    daemons: [Daemons; 2],
+    workload: Workload,
+    coord: Coord,
+    size: usize,
+    launches: usize,
+    rounds: u64,
+    populate: bool,
+) -> Result<()> {
     if daemons[0] == daemons[1] {
         bail!("both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, or both");
     }
@@ -73,7 +86,12 @@ pub(crate) fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, s
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
     let mut sides = Vec::new();
     for side in daemons {
-        sides.push(Coordinator { exe: exe.clone(), plan: Plan::quick(), bin_dir: Some(bin_dir(side, populate)?), keep_runs: false });
+        sides.push(Coordinator {
+            exe: exe.clone(),
+            plan: Plan::quick(),
+            bin_dir: Some(bin_dir(side, populate)?),
+            keep_runs: false,
+        });
     }
     let (what, unit) = match workload {
         Workload::Small => ("one-way p50", "µs"),
@@ -101,12 +119,24 @@ pub(crate) fn compare(daemons: [Daemons; 2], workload: Workload, coord: Coord, s
         }
     }
     let stores = if populate { "stores populated" } else { "stores not populated" };
-    println!("{workload:?} over {}, {size} B, {launches} interleaved launches of each, {stores} ({what}, {unit}):", coord.label());
+    println!(
+        "{workload:?} over {}, {size} B, {launches} interleaved launches of each, {stores} ({what}, {unit}):",
+        coord.label()
+    );
     let mut medians = [0.0; 2];
     for (side, (v, bins)) in figures.iter_mut().zip(daemons).enumerate() {
         medians[side] = median(v);
         let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-        println!("  {}: median {:.1}, quartiles {:.1}-{:.1}, range {:.1}-{:.1}  ({})", ["A", "B"][side], medians[side], q(0.25), q(0.75), v[0], v[v.len() - 1], bins.label());
+        println!(
+            "  {}: median {:.1}, quartiles {:.1}-{:.1}, range {:.1}-{:.1}  ({})",
+            ["A", "B"][side],
+            medians[side],
+            q(0.25),
+            q(0.75),
+            v[0],
+            v[v.len() - 1],
+            bins.label()
+        );
     }
     println!("  B / A: {:.2}x", medians[1] / medians[0]);
     Ok(())
@@ -129,8 +159,11 @@ mod tests {
 
     #[test]
     fn compare_defaults_parse_and_bad_input_is_refused_before_any_launch() {
-        let cli = Cli::try_parse_from(["node-bench", "compare", "--rti-a", "a", "--rti-b", "b"]).expect("the defaults parse");
-        let Some(Role::Compare { workload, coord, size, launches, store_a, .. }) = cli.role else { panic!("expected compare: {cli:?}") };
+        let cli =
+            Cli::try_parse_from(["node-bench", "compare", "--rti-a", "a", "--rti-b", "b"]).expect("the defaults parse");
+        let Some(Role::Compare { workload, coord, size, launches, store_a, .. }) = cli.role else {
+            panic!("expected compare: {cli:?}")
+        };
         assert_eq!((workload, coord, size, launches, store_a), (Workload::Small, Coord::CentralizedUnix, 8, 12, None));
         let (missing, other) = (PathBuf::from("/no/such/hprm-rti"), PathBuf::from("/no/such/hprm-store"));
         let a = Daemons { rti: Some(&missing), store: None };
@@ -139,7 +172,8 @@ mod tests {
         assert!(format!("{err:#}").contains("no hprm-rti binary at /no/such/hprm-rti"), "{err:#}");
         let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 0, 10, true).expect_err("no launches");
         assert!(err.to_string().contains("--launches"), "{err:#}");
-        let err = compare([a, a], Workload::Small, Coord::CentralizedUnix, 8, 1, 10, true).expect_err("nothing differs");
+        let err =
+            compare([a, a], Workload::Small, Coord::CentralizedUnix, 8, 1, 10, true).expect_err("nothing differs");
         assert!(err.to_string().contains("the same daemons"), "{err:#}");
     }
 }

@@ -13,10 +13,13 @@ use hprm_bench::report::{fmt_us, size_label, thousands, write_files};
 use hprm_bench::summary::{dec4, Counted};
 use hprm_node::launch::find_binary;
 
-use crate::cli::{COORDS, Cli, Coord, Plan, Transport, Variant, Workload};
+use crate::cli::{Cli, Coord, Plan, Transport, Variant, Workload, COORDS};
 use crate::compare::{bin_dir, Daemons};
-use crate::floors::{floor_ping_pong, floor_stream, memcpy_floor, FLOOR_POLL, Pooled};
-use crate::results::{loadavg, BroadcastRow, FloorRow, Floors, MachineWithLoad, MemcpyRow, RateRow, Report, RtiRow, Setup, SmallRow, Units};
+use crate::floors::{floor_ping_pong, floor_stream, memcpy_floor, Pooled, FLOOR_POLL};
+use crate::results::{
+    loadavg, BroadcastRow, FloorRow, Floors, MachineWithLoad, MemcpyRow, RateRow, Report, RtiRow, Setup, SmallRow,
+    Units,
+};
 use crate::rti_round_trip::{rti_round_trip, RTI_KINDS};
 use crate::{RATE_SIZE, RECEIVERS, STP};
 
@@ -35,7 +38,12 @@ impl Coordinator {
     /// floors then hprm decentralized and centralized; samples pooled.
     fn small(&self, floors: &mut Floors) -> Vec<SmallRow> {
         let p = &self.plan;
-        let kinds = [(Transport::Tcp, Duration::ZERO), (Transport::Uds, Duration::ZERO), (Transport::Tcp, FLOOR_POLL), (Transport::Uds, FLOOR_POLL)];
+        let kinds = [
+            (Transport::Tcp, Duration::ZERO),
+            (Transport::Uds, Duration::ZERO),
+            (Transport::Tcp, FLOOR_POLL),
+            (Transport::Uds, FLOOR_POLL),
+        ];
         let mut floor_samples: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
         let mut node_samples: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
         let mut rti_samples: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
@@ -94,12 +102,20 @@ impl Coordinator {
                     let t = Instant::now();
                     let pooled = node_samples.entry((size, c)).or_default();
                     let result = self.launch(spec).and_then(|l| {
-                        pooled.add(l.series("pong", "one_way")?, l.series("ping", "one_way_back")?, l.series("ping", "rtt")?, l.tardy());
+                        pooled.add(
+                            l.series("pong", "one_way")?,
+                            l.series("ping", "one_way_back")?,
+                            l.series("ping", "rtt")?,
+                            l.tardy(),
+                        );
                         Ok(())
                     });
                     match result {
                         Ok(()) => {
-                            let (one_way, rtt) = (pooled.last_median(), Counted::of_ns(&pooled.rtt[pooled.rtt.len().saturating_sub(p.small_rounds as usize)..]));
+                            let (one_way, rtt) = (
+                                pooled.last_median(),
+                                Counted::of_ns(&pooled.rtt[pooled.rtt.len().saturating_sub(p.small_rounds as usize)..]),
+                            );
                             eprintln!(
                                 "  {:>9} {:<13} hprm: one-way {} µs, round trip {} µs; {:.1} s",
                                 size_label(size),
@@ -138,7 +154,14 @@ impl Coordinator {
             if pooled.rtt.is_empty() {
                 continue;
             }
-            floors.rti_round_trip.push(RtiRow { transport, polling: !poll.is_zero(), size, label: size_label(size), rtt: Counted::of_ns(&pooled.rtt), pass_medians_us: pooled.pass_medians });
+            floors.rti_round_trip.push(RtiRow {
+                transport,
+                polling: !poll.is_zero(),
+                size,
+                label: size_label(size),
+                rtt: Counted::of_ns(&pooled.rtt),
+                pass_medians_us: pooled.pass_medians,
+            });
         }
         node_samples
             .into_iter()
@@ -183,12 +206,24 @@ impl Coordinator {
             });
             match result {
                 Ok(row) => {
-                    eprintln!("  {:<27} {} messages/s; {:.1} s", row.path, thousands(row.msgs_per_s), t.elapsed().as_secs_f64());
+                    eprintln!(
+                        "  {:<27} {} messages/s; {:.1} s",
+                        row.path,
+                        thousands(row.msgs_per_s),
+                        t.elapsed().as_secs_f64()
+                    );
                     rows.push(row);
                 }
                 Err(e) => {
                     eprintln!("  {path} FAILED: {e:#}");
-                    rows.push(RateRow { path, messages: 0, seconds: f64::NAN, msgs_per_s: f64::NAN, tardy: 0, error: Some(format!("{e:#}")) });
+                    rows.push(RateRow {
+                        path,
+                        messages: 0,
+                        seconds: f64::NAN,
+                        msgs_per_s: f64::NAN,
+                        tardy: 0,
+                        error: Some(format!("{e:#}")),
+                    });
                 }
             }
         }
@@ -200,11 +235,17 @@ impl Coordinator {
         let mut rows = Vec::new();
         for &size in &p.broadcast_sizes {
             let memcpy = memcpy_floor(size, p.memcpy_reps);
-            eprintln!("  {:>9} memcpy floor: {} µs (p99 {})", size_label(size), fmt_us(memcpy.median_us), fmt_us(memcpy.p99_us));
+            eprintln!(
+                "  {:>9} memcpy floor: {} µs (p99 {})",
+                size_label(size),
+                fmt_us(memcpy.median_us),
+                fmt_us(memcpy.p99_us)
+            );
             floors.memcpy.push(MemcpyRow { size, label: size_label(size), memcpy });
             for variant in [Variant::Echo, Variant::Fresh] {
                 for coord in [Coord::Decentralized, Coord::Centralized] {
-                    let spec = self.spec(Workload::Broadcast, coord, size, p.broadcast_rounds, p.broadcast_warmup, variant);
+                    let spec =
+                        self.spec(Workload::Broadcast, coord, size, p.broadcast_rounds, p.broadcast_warmup, variant);
                     let t = Instant::now();
                     let result = self.launch(spec).and_then(|l| {
                         // Receivers' timelines, pooled over the four.
@@ -215,7 +256,13 @@ impl Coordinator {
                             replied.extend_from_slice(l.series(&format!("recv{i}"), "replied")?);
                         }
                         let first = Counted::of_ns(l.series("source", "first_reply")?);
-                        Ok((Counted::of_ns(l.series("source", "latency")?), Counted::of_ns(&received), Counted::of_ns(&replied), first, l.tardy()))
+                        Ok((
+                            Counted::of_ns(l.series("source", "latency")?),
+                            Counted::of_ns(&received),
+                            Counted::of_ns(&replied),
+                            first,
+                            l.tardy(),
+                        ))
                     });
                     let mut row = BroadcastRow {
                         size,
@@ -255,7 +302,12 @@ impl Coordinator {
                             row.tardy = tardy;
                         }
                         Err(e) => {
-                            eprintln!("  {:>9} {:<5} {:<13} hprm FAILED: {e:#}", size_label(size), variant.label(), coord.label());
+                            eprintln!(
+                                "  {:>9} {:<5} {:<13} hprm FAILED: {e:#}",
+                                size_label(size),
+                                variant.label(),
+                                coord.label()
+                            );
                             row.error = Some(format!("{e:#}"));
                         }
                     }
@@ -266,7 +318,6 @@ impl Coordinator {
         rows
     }
 }
-
 
 pub(crate) fn coordinator(cli: &Cli) -> Result<()> {
     let mut plan = if cli.full { Plan::full() } else { Plan::quick() };
@@ -282,7 +333,8 @@ pub(crate) fn coordinator(cli: &Cli) -> Result<()> {
     let started = SystemTime::now();
     let mut machine = MachineWithLoad::probe();
     let exe = std::env::current_exe().context("cannot tell where this program is, to run its federates")?;
-    let only: Vec<Workload> = if cli.only.is_empty() { vec![Workload::Small, Workload::Rate, Workload::Broadcast] } else { cli.only.clone() };
+    let only: Vec<Workload> =
+        if cli.only.is_empty() { vec![Workload::Small, Workload::Rate, Workload::Broadcast] } else { cli.only.clone() };
     let bin_dir = if cli.no_populate { None } else { Some(bin_dir(Daemons::default(), true)?) };
     // Without a wrapper, Launch finds the daemons itself; check early.
     for name in ["hprm-store", "hprm-rti"] {
@@ -310,7 +362,11 @@ pub(crate) fn coordinator(cli: &Cli) -> Result<()> {
                 small = co.small(&mut floors);
             }
             Workload::Rate => {
-                eprintln!("sustained rate: {} messages of {RATE_SIZE} B after {} warm-up", thousands(plan.rate_messages as f64), plan.rate_warmup);
+                eprintln!(
+                    "sustained rate: {} messages of {RATE_SIZE} B after {} warm-up",
+                    thousands(plan.rate_messages as f64),
+                    plan.rate_warmup
+                );
                 rate = co.rate();
             }
             Workload::Broadcast => {

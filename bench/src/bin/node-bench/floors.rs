@@ -134,7 +134,10 @@ struct FloorServer {
 
 impl FloorServer {
     fn start(exe: &Path, transport: Transport, poll: Duration) -> Result<FloorServer> {
-        let dir = tempfile::Builder::new().prefix("node-bench-floor.").tempdir().context("cannot create a temporary directory")?;
+        let dir = tempfile::Builder::new()
+            .prefix("node-bench-floor.")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
         let mut cmd = Command::new(exe);
         cmd.arg("floor-server").arg("--transport").arg(match transport {
             Transport::Tcp => "tcp",
@@ -144,7 +147,12 @@ impl FloorServer {
             cmd.arg("--path").arg(dir.path().join("floor.sock"));
         }
         cmd.arg("--poll-us").arg(poll.as_micros().to_string());
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("cannot start the floor server")?;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start the floor server")?;
         let mut stdout = BufReader::new(child.stdout.take().context("the floor server has no stdout")?);
         let mut line = String::new();
         stdout.read_line(&mut line).context("reading the floor server's address")?;
@@ -188,11 +196,14 @@ impl Conn {
     pub(crate) fn open(transport: Transport, addr: &str) -> Result<Conn> {
         Ok(match transport {
             Transport::Tcp => {
-                let s = TcpStream::connect(addr).with_context(|| format!("cannot connect to the floor server at {addr}"))?;
+                let s = TcpStream::connect(addr)
+                    .with_context(|| format!("cannot connect to the floor server at {addr}"))?;
                 s.set_nodelay(true)?;
                 Conn::Tcp(s)
             }
-            Transport::Uds => Conn::Uds(UnixStream::connect(addr).with_context(|| format!("cannot connect to the floor server at {addr}"))?),
+            Transport::Uds => Conn::Uds(
+                UnixStream::connect(addr).with_context(|| format!("cannot connect to the floor server at {addr}"))?,
+            ),
         })
     }
 
@@ -322,7 +333,14 @@ pub(crate) const FLOOR_POLL: Duration = Duration::from_micros(50);
 /// Ping-pong of `size`-byte payloads with a fresh server process: round
 /// trips by the client's clock, one-way by the server's.
 /// Returns the one-way and round-trip samples (ns).
-pub(crate) fn floor_ping_pong(exe: &Path, transport: Transport, poll: Duration, size: usize, rounds: u64, warmup: u64) -> Result<(Vec<i64>, Vec<i64>)> {
+pub(crate) fn floor_ping_pong(
+    exe: &Path,
+    transport: Transport,
+    poll: Duration,
+    size: usize,
+    rounds: u64,
+    warmup: u64,
+) -> Result<(Vec<i64>, Vec<i64>)> {
     let server = FloorServer::start(exe, transport, poll)?;
     let conn = Conn::open(transport, &server.addr)?;
     let mut reader = BufReader::with_capacity(256 << 10, Polled { conn: &conn, poll, yielding: false });
@@ -366,7 +384,13 @@ pub(crate) fn floor_stream(exe: &Path, transport: Transport, messages: u64, warm
     }
     conn.close()?;
     let out = server.finish()?;
-    Ok(RateRow::from_span(format!("{} floor", transport.label()), out.stream_mark, out.stream_last, out.stream_count, messages))
+    Ok(RateRow::from_span(
+        format!("{} floor", transport.label()),
+        out.stream_mark,
+        out.stream_last,
+        out.stream_count,
+        messages,
+    ))
 }
 
 pub(crate) fn memcpy_floor(size: usize, reps: usize) -> Counted {

@@ -40,7 +40,11 @@ pub(crate) struct Launched {
 
 impl Launched {
     pub(crate) fn series(&self, fed: &str, name: &str) -> Result<&[i64]> {
-        self.feds.get(fed).and_then(|f| f.series.get(name)).map(Vec::as_slice).with_context(|| format!("federate {fed} reported no {name} samples"))
+        self.feds
+            .get(fed)
+            .and_then(|f| f.series.get(name))
+            .map(Vec::as_slice)
+            .with_context(|| format!("federate {fed} reported no {name} samples"))
     }
 
     pub(crate) fn tardy(&self) -> u64 {
@@ -52,12 +56,19 @@ impl Coordinator {
     /// Launches `spec`'s program through a `node-bench launch` process and
     /// collects what its federates wrote.
     pub(crate) fn launch(&self, mut spec: Spec) -> Result<Launched> {
-        let dir = tempfile::Builder::new().prefix("node-bench-run.").tempdir().context("cannot create a temporary directory")?;
+        let dir = tempfile::Builder::new()
+            .prefix("node-bench-run.")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
         spec.out = dir.path().to_path_buf();
         let log_path = dir.path().join("launch.log");
         let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("launch").env(SPEC_ENV, serde_json::to_string(&spec)?).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        cmd.arg("launch")
+            .env(SPEC_ENV, serde_json::to_string(&spec)?)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
         if let Some(bin) = &self.bin_dir {
             cmd.env("HPRM_BIN_DIR", bin.path());
         }
@@ -81,8 +92,10 @@ impl Coordinator {
         let mut feds = BTreeMap::new();
         for name in spec.federates() {
             let path = dir.path().join(format!("{name}.json"));
-            let text = std::fs::read(&path).with_context(|| format!("federate {name} left no results; the launch log ends:\n{}", log_tail()))?;
-            let out: FedOut = serde_json::from_slice(&text).with_context(|| format!("{} is not a federate's results", path.display()))?;
+            let text = std::fs::read(&path)
+                .with_context(|| format!("federate {name} left no results; the launch log ends:\n{}", log_tail()))?;
+            let out: FedOut = serde_json::from_slice(&text)
+                .with_context(|| format!("{} is not a federate's results", path.display()))?;
             if let Some(e) = &out.error {
                 bail!("federate {name} failed: {e}");
             }
@@ -100,7 +113,15 @@ impl Coordinator {
         Ok(Launched { feds })
     }
 
-    pub(crate) fn spec(&self, workload: Workload, coord: Coord, size: usize, rounds: u64, warmup: u64, variant: Variant) -> Spec {
+    pub(crate) fn spec(
+        &self,
+        workload: Workload,
+        coord: Coord,
+        size: usize,
+        rounds: u64,
+        warmup: u64,
+        variant: Variant,
+    ) -> Spec {
         // Broadcast: the round's source object and four replies are live
         // at once, and the next round's may be allocated before the last
         // round's are released; 12 sizes leaves room for fragmentation.
@@ -110,7 +131,6 @@ impl Coordinator {
         };
         Spec { workload, coord, size, rounds, warmup, variant, out: PathBuf::new(), store_memory: memory }
     }
-
 }
 
 /// Waits for a launch process; past `limit`, asks it to stop (SIGTERM: it

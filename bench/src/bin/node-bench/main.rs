@@ -97,8 +97,21 @@ fn main() -> ExitCode {
         Some(Role::FloorServer { transport, ref path, poll_us }) => {
             ("node-bench floor-server", floor_server(transport, path.as_deref(), Duration::from_micros(poll_us)))
         }
-        Some(Role::Compare { ref rti_a, ref rti_b, ref store_a, ref store_b, workload, coord, size, launches, rounds }) => {
-            let sides = [Daemons { rti: rti_a.as_deref(), store: store_a.as_deref() }, Daemons { rti: rti_b.as_deref(), store: store_b.as_deref() }];
+        Some(Role::Compare {
+            ref rti_a,
+            ref rti_b,
+            ref store_a,
+            ref store_b,
+            workload,
+            coord,
+            size,
+            launches,
+            rounds,
+        }) => {
+            let sides = [
+                Daemons { rti: rti_a.as_deref(), store: store_a.as_deref() },
+                Daemons { rti: rti_b.as_deref(), store: store_b.as_deref() },
+            ];
             ("node-bench compare", compare(sides, workload, coord, size, launches, rounds, !cli.no_populate))
         }
     };

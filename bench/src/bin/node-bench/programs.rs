@@ -39,7 +39,9 @@ impl Spec {
         match self.workload {
             Workload::Small => vec!["ping".into(), "pong".into()],
             Workload::Rate => vec!["source".into(), "sink".into()],
-            Workload::Broadcast => std::iter::once("source".to_string()).chain((0..RECEIVERS).map(|i| format!("recv{i}"))).collect(),
+            Workload::Broadcast => {
+                std::iter::once("source".to_string()).chain((0..RECEIVERS).map(|i| format!("recv{i}"))).collect()
+            }
         }
     }
 }
@@ -219,7 +221,9 @@ fn rate(spec: &Spec) -> Program {
                 s.last = now;
             }
         });
-        r.reaction("report").trigger(stop).body(|s: &mut Sink, _| publish("sink_span", vec![s.mark, s.last, s.received as i64]));
+        r.reaction("report")
+            .trigger(stop)
+            .body(|s: &mut Sink, _| publish("sink_span", vec![s.mark, s.last, s.received as i64]));
         inp
     };
     p.connect(out, inp);
@@ -266,7 +270,8 @@ fn fill_byte(round: u64, variant: Variant) -> u8 {
 /// full read would add a pass over the data that the workload does not ask for).
 fn spot_check(who: &str, data: &Buffer, size: usize, byte: u8) {
     let bytes = data.bytes();
-    let ok = bytes.len() == size && bytes.first().map_or(true, |&b| b == byte) && bytes.last().map_or(true, |&b| b == byte);
+    let ok =
+        bytes.len() == size && bytes.first().map_or(true, |&b| b == byte) && bytes.last().map_or(true, |&b| b == byte);
     check(ok, || format!("{who}: got {} bytes starting {:?}, expected {size} of {byte}", bytes.len(), bytes.first()));
 }
 
@@ -294,7 +299,11 @@ fn broadcast(spec: &Spec) -> Program {
     let recvs: Vec<_> = (0..RECEIVERS).map(|i| p.federate(format!("recv{i}"))).collect();
 
     let (out, ins) = {
-        let mut r = p.reactor(src, "source", Broadcaster { round: 0, replies: 0, stamp: 0, latency: Vec::new(), first: Vec::new() });
+        let mut r = p.reactor(
+            src,
+            "source",
+            Broadcaster { round: 0, replies: 0, stamp: 0, latency: Vec::new(), first: Vec::new() },
+        );
         let start = r.startup();
         let stop = r.shutdown();
         let out = r.output::<Frame>("out");
@@ -397,7 +406,16 @@ mod tests {
     fn programs_are_valid() {
         for workload in [Workload::Small, Workload::Rate, Workload::Broadcast] {
             for coord in [Coord::Centralized, Coord::Decentralized] {
-                let spec = Spec { workload, coord, size: 8, rounds: 1, warmup: 0, variant: Variant::Fresh, out: PathBuf::new(), store_memory: "64m".into() };
+                let spec = Spec {
+                    workload,
+                    coord,
+                    size: 8,
+                    rounds: 1,
+                    warmup: 0,
+                    variant: Variant::Fresh,
+                    out: PathBuf::new(),
+                    store_memory: "64m".into(),
+                };
                 let p = build_program(&spec);
                 p.validate().unwrap_or_else(|e| panic!("{e}"));
                 assert_eq!(p.federate_names(), spec.federates().iter().map(String::as_str).collect::<Vec<_>>());

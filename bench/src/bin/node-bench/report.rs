@@ -4,7 +4,7 @@
 use hprm_bench::report::{fmt_us, thousands};
 use hprm_bench::summary::Counted;
 
-use crate::cli::{COORDS, Coord, Transport, Variant};
+use crate::cli::{Coord, Transport, Variant, COORDS};
 use crate::results::{FloorRow, Report};
 use crate::rti_round_trip::REFERENCE_PAYLOAD;
 
@@ -50,7 +50,9 @@ impl Report {
         for t in self.targets.iter().filter(|t| t.why.is_some()) {
             line(format!("- Why `{}` is missed: {}", t.name, t.why.as_deref().unwrap_or_default()));
         }
-        let first = |l: &Option<String>| l.as_deref().and_then(|l| l.split_whitespace().next()).and_then(|v| v.parse::<f64>().ok());
+        let first = |l: &Option<String>| {
+            l.as_deref().and_then(|l| l.split_whitespace().next()).and_then(|v| v.parse::<f64>().ok())
+        };
         let busiest = first(&m.loadavg_start).into_iter().chain(first(&m.loadavg_end)).fold(0.0, f64::max);
         let cpus = m.host.nproc.unwrap_or(1) as f64;
         if busiest >= cpus {
@@ -95,7 +97,9 @@ impl Report {
             line("| size | path | one-way p50 | one-way p99 | p50 by pass | round trip p50 | round trip p99 | one-way / floor blocking | one-way / floor polling |".into());
             line("|---:|---|---:|---:|---:|---:|---:|---:|---:|".into());
             for &s in &self.plan.small_sizes {
-                for (t, polling) in [(Transport::Tcp, false), (Transport::Uds, false), (Transport::Tcp, true), (Transport::Uds, true)] {
+                for (t, polling) in
+                    [(Transport::Tcp, false), (Transport::Uds, false), (Transport::Tcp, true), (Transport::Uds, true)]
+                {
                     if let Some(f) = self.floor(t, polling, s) {
                         line(format!(
                             "| {} | {} floor, {} | {} | {} | {} | {} | {} | | |",
@@ -110,7 +114,9 @@ impl Report {
                         ));
                     }
                 }
-                for (t, polling) in [(Transport::Tcp, false), (Transport::Uds, false), (Transport::Tcp, true), (Transport::Uds, true)] {
+                for (t, polling) in
+                    [(Transport::Tcp, false), (Transport::Uds, false), (Transport::Tcp, true), (Transport::Uds, true)]
+                {
                     if let Some(r) = self.rti_round_trip(t, polling, s) {
                         line(format!(
                             "| {} | RTI round trip, {}, {} | | | {} | {} | {} | | |",
@@ -127,7 +133,9 @@ impl Report {
                     let Some(r) = self.small_row(s, c) else { continue };
                     match (&r.one_way, &r.rtt) {
                         (Some(o), Some(rt)) => {
-                            let ratio = |f: Option<&FloorRow>| f.map_or(String::new(), |f| format!("{:.2}x", o.median_us / f.one_way.median_us));
+                            let ratio = |f: Option<&FloorRow>| {
+                                f.map_or(String::new(), |f| format!("{:.2}x", o.median_us / f.one_way.median_us))
+                            };
                             line(format!(
                                 "| {} | hprm {} | {} | {} | {} | {} | {} | {} | {} |",
                                 r.label,
@@ -167,16 +175,25 @@ impl Report {
                 thousands(self.plan.rate_warmup as f64)
             ));
             line(String::new());
-            line("hprm: the source sets its output and reschedules itself one microstep later, as fast as the runtime \
+            line(
+                "hprm: the source sets its output and reschedules itself one microstep later, as fast as the runtime \
                   allows; rate at the sink, first to last measured message. Floors: the same number of framed writes, \
-                  one per message.".into());
+                  one per message."
+                    .into(),
+            );
             line(String::new());
             line("| path | messages | seconds | messages/s | tardy |".into());
             line("|---|---:|---:|---:|---:|".into());
             for r in &self.rate {
                 let tardy = if r.path.starts_with("hprm") { r.tardy.to_string() } else { String::new() };
                 match &r.error {
-                    None => line(format!("| {} | {} | {:.3} | {} | {tardy} |", r.path, thousands(r.messages as f64), r.seconds, thousands(r.msgs_per_s))),
+                    None => line(format!(
+                        "| {} | {} | {:.3} | {} | {tardy} |",
+                        r.path,
+                        thousands(r.messages as f64),
+                        r.seconds,
+                        thousands(r.msgs_per_s)
+                    )),
                     Some(e) => line(format!("| {} | failed: {} | | | |", r.path, e.lines().next().unwrap_or_default())),
                 }
             }
@@ -189,20 +206,26 @@ impl Report {
                 self.setup.receivers, self.plan.broadcast_rounds, self.plan.broadcast_warmup
             ));
             line(String::new());
-            line("The source loans a uint8 buffer from the store, fills it, stamps and sends it to every receiver (one \
+            line(
+                "The source loans a uint8 buffer from the store, fills it, stamps and sends it to every receiver (one \
                   store object, 4 deliveries); each receiver replies, *echo*: the buffer it got, sent on as it is (by \
                   reference or copied, as the runtime does it), *fresh*: a new buffer it loans and fills. Latency: \
                   source's send to the last reply processed, by the source's clock. memcpy: one copy of the size \
-                  between pre-touched heap buffers, measured just before that size's runs.".into());
+                  between pre-touched heap buffers, measured just before that size's runs."
+                    .into(),
+            );
             line(String::new());
             line("| size | memcpy p50 | echo decentralized p50 (p99) | echo centralized p50 (p99) | fresh decentralized p50 (p99) | fresh centralized p50 (p99) |".into());
             line("|---:|---:|---:|---:|---:|---:|".into());
             for mrow in &self.floors.memcpy {
                 let cell = |v: Variant, c: Coord| {
-                    self.broadcast.iter().find(|r| r.size == mrow.size && r.variant == v && r.coordination == c).map_or(String::new(), |r| match (&r.latency, r.ratio_to_memcpy) {
-                        (Some(l), Some(x)) => format!("{} ({}) = {x:.1}x", fmt_us(l.median_us), fmt_us(l.p99_us)),
-                        _ => "failed".into(),
-                    })
+                    self.broadcast.iter().find(|r| r.size == mrow.size && r.variant == v && r.coordination == c).map_or(
+                        String::new(),
+                        |r| match (&r.latency, r.ratio_to_memcpy) {
+                            (Some(l), Some(x)) => format!("{} ({}) = {x:.1}x", fmt_us(l.median_us), fmt_us(l.p99_us)),
+                            _ => "failed".into(),
+                        },
+                    )
                 };
                 line(format!(
                     "| {} | {} | {} | {} | {} | {} |",
@@ -235,9 +258,12 @@ impl Report {
                 ));
             }
             line(String::new());
-            let tardy: u64 = self.broadcast.iter().filter(|r| r.coordination == Coord::Decentralized).map(|r| r.tardy).sum();
-            let rounds: u64 = self.broadcast.iter().filter(|r| r.coordination == Coord::Decentralized && r.error.is_none()).count() as u64
-                * (self.plan.broadcast_rounds + self.plan.broadcast_warmup);
+            let tardy: u64 =
+                self.broadcast.iter().filter(|r| r.coordination == Coord::Decentralized).map(|r| r.tardy).sum();
+            let rounds: u64 =
+                self.broadcast.iter().filter(|r| r.coordination == Coord::Decentralized && r.error.is_none()).count()
+                    as u64
+                    * (self.plan.broadcast_rounds + self.plan.broadcast_warmup);
             line(format!(
                 "Decentralized runs: {tardy} replies processed tardy in {rounds} rounds. In fast mode every tag of the \
                  round chain has the start time, so after the first tag physical time is past tag + STP and the source \
@@ -251,7 +277,11 @@ impl Report {
             .iter()
             .filter_map(|r| r.error.as_ref().map(|e| format!("small {} {}: {e}", r.label, r.coordination.label())))
             .chain(self.rate.iter().filter_map(|r| r.error.as_ref().map(|e| format!("rate {}: {e}", r.path))))
-            .chain(self.broadcast.iter().filter_map(|r| r.error.as_ref().map(|e| format!("broadcast {} {} {}: {e}", r.label, r.variant.label(), r.coordination.label()))))
+            .chain(self.broadcast.iter().filter_map(|r| {
+                r.error
+                    .as_ref()
+                    .map(|e| format!("broadcast {} {} {}: {e}", r.label, r.variant.label(), r.coordination.label()))
+            }))
             .collect();
         if !failed.is_empty() {
             line("## Failures".into());

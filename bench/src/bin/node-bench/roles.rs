@@ -13,11 +13,12 @@ use hprm_node::launch::{options_from_env, Launch};
 use hprm_node::run_federate;
 use serde::{Deserialize, Serialize};
 
-use crate::programs::{build_program, CHECK_FAILURES, SERIES, Spec};
+use crate::programs::{build_program, Spec, CHECK_FAILURES, SERIES};
 use crate::{LAUNCH_TIMEOUT, LOG_ENV, SPEC_ENV};
 
 fn spec_from_env() -> Result<Spec> {
-    let json = std::env::var(SPEC_ENV).with_context(|| format!("{SPEC_ENV} is not set: this role is started by node-bench itself"))?;
+    let json = std::env::var(SPEC_ENV)
+        .with_context(|| format!("{SPEC_ENV} is not set: this role is started by node-bench itself"))?;
     serde_json::from_str(&json).with_context(|| format!("{SPEC_ENV} does not hold a benchmark spec"))
 }
 
@@ -88,7 +89,8 @@ pub(crate) fn federate_role() -> Result<()> {
     init_tracing("warn");
     let spec = spec_from_env()?;
     let program = build_program(&spec);
-    let opts = options_from_env(&program).context("HPRM_FEDERATE is not set: federates are started by `node-bench launch`")?;
+    let opts =
+        options_from_env(&program).context("HPRM_FEDERATE is not set: federates are started by `node-bench launch`")?;
     let name = opts.federate.clone();
     let result = run_federate(program, opts);
     let mut out = FedOut {

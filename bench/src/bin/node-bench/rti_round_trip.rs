@@ -42,8 +42,15 @@ const RTI_FEDERATION: &str = "node-bench-rti";
 /// blocking floors do; otherwise it polls for `poll` first, yielding its
 /// CPU between reads, as hprm-node's scheduler waits for its inbox.
 /// Returns the round trips (ns) by the client's clock.
-pub(crate) fn rti_round_trip(transport: Transport, poll: Duration, size: usize, rounds: u64, warmup: u64) -> Result<Vec<i64>> {
-    let dir = tempfile::Builder::new().prefix("node-bench-rti.").tempdir().context("cannot create a temporary directory")?;
+pub(crate) fn rti_round_trip(
+    transport: Transport,
+    poll: Duration,
+    size: usize,
+    rounds: u64,
+    warmup: u64,
+) -> Result<Vec<i64>> {
+    let dir =
+        tempfile::Builder::new().prefix("node-bench-rti.").tempdir().context("cannot create a temporary directory")?;
     let rti = StandaloneRti::start(1, RTI_FEDERATION, &["--fast".into()], dir.path()).map_err(|e| anyhow!("{e}"))?;
     let talk = || -> Result<Vec<i64>> {
         let addr = match transport {
@@ -64,7 +71,11 @@ pub(crate) fn rti_round_trip(transport: Transport, poll: Duration, size: usize, 
             Message::Ack => {}
             other => bail!("the RTI answered the join with {other:?}"),
         }
-        say(&[Message::NeighborStructure { upstreams: Vec::new(), downstreams: Vec::new() }, Message::UdpPort(u16::MAX), Message::Timestamp(now_ns())])?;
+        say(&[
+            Message::NeighborStructure { upstreams: Vec::new(), downstreams: Vec::new() },
+            Message::UdpPort(u16::MAX),
+            Message::Timestamp(now_ns()),
+        ])?;
         let start = match next_frame(&mut frames, &mut reader)?.into_message() {
             Message::Timestamp(t) => t,
             other => bail!("the RTI answered the start-time proposal with {other:?}"),
@@ -83,8 +94,17 @@ pub(crate) fn rti_round_trip(transport: Transport, poll: Duration, size: usize, 
             // Grants and other notices the RTI may add are not waited for.
             loop {
                 match next_frame(&mut frames, &mut reader)? {
-                    RtiFrame::Tagged(t) if t.payload.len() == payload.len() && t.payload[..8] == stamp.to_le_bytes() => break,
-                    RtiFrame::Tagged(t) => bail!("the RTI relayed a message of {} bytes, stamp {:?}, for the one of {} sent", t.payload.len(), &t.payload[..t.payload.len().min(8)], payload.len()),
+                    RtiFrame::Tagged(t)
+                        if t.payload.len() == payload.len() && t.payload[..8] == stamp.to_le_bytes() =>
+                    {
+                        break
+                    }
+                    RtiFrame::Tagged(t) => bail!(
+                        "the RTI relayed a message of {} bytes, stamp {:?}, for the one of {} sent",
+                        t.payload.len(),
+                        &t.payload[..t.payload.len().min(8)],
+                        payload.len()
+                    ),
                     RtiFrame::Other(_) => {}
                 }
             }
@@ -120,7 +140,8 @@ mod tests {
     fn rti_round_trips_come_back_whole() {
         for (transport, poll) in RTI_KINDS {
             for size in [8, 70_000] {
-                let rtt = rti_round_trip(transport, poll, size, 30, 5).unwrap_or_else(|e| panic!("{} {size}: {e:#}", transport.label()));
+                let rtt = rti_round_trip(transport, poll, size, 30, 5)
+                    .unwrap_or_else(|e| panic!("{} {size}: {e:#}", transport.label()));
                 assert_eq!(rtt.len(), 30);
                 assert!(rtt.iter().all(|&t| t > 0), "{rtt:?}");
             }

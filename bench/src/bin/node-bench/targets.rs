@@ -55,10 +55,13 @@ impl Report {
                 continue;
             }
             let pass = ratios.iter().all(|v| v.ratio <= ONE_WAY_TARGET);
-            let detail = ratios.iter().map(|v| format!("{} {:.2}x", size_label(v.size), v.ratio)).collect::<Vec<_>>().join(", ");
-            let best = ratios.iter().map(|v| format!("{} {:.2}x", size_label(v.size), v.best)).collect::<Vec<_>>().join(", ");
+            let detail =
+                ratios.iter().map(|v| format!("{} {:.2}x", size_label(v.size), v.ratio)).collect::<Vec<_>>().join(", ");
+            let best =
+                ratios.iter().map(|v| format!("{} {:.2}x", size_label(v.size), v.best)).collect::<Vec<_>>().join(", ");
             let mut why = Vec::new();
-            let (big, small): (Vec<&Versus>, Vec<&Versus>) = ratios.iter().filter(|v| v.ratio > ONE_WAY_TARGET).partition(|v| v.size >= threshold);
+            let (big, small): (Vec<&Versus>, Vec<&Versus>) =
+                ratios.iter().filter(|v| v.ratio > ONE_WAY_TARGET).partition(|v| v.size >= threshold);
             if !big.is_empty() {
                 why.push(format!(
                     "at {} the buffer is at or over the {}-byte out-of-band threshold, so it goes through the store: \
@@ -118,8 +121,18 @@ impl Report {
         }
         let sign = |e: f64| format!("{}{}", if e < 0.0 { "-" } else { "+" }, fmt_us(e.abs()));
         let judged = [
-            (Coord::Centralized, Coord::Decentralized, ["centralized", "centralized_polling", "centralized_floor"], "TCP"),
-            (Coord::CentralizedUnix, Coord::DecentralizedUnix, ["centralized_unix", "centralized_unix_polling", "centralized_unix_floor"], "Unix sockets"),
+            (
+                Coord::Centralized,
+                Coord::Decentralized,
+                ["centralized", "centralized_polling", "centralized_floor"],
+                "TCP",
+            ),
+            (
+                Coord::CentralizedUnix,
+                Coord::DecentralizedUnix,
+                ["centralized_unix", "centralized_unix_polling", "centralized_unix_floor"],
+                "Unix sockets",
+            ),
         ];
         for (central, peer, names, what) in judged {
             let t = central.transport();
@@ -128,17 +141,30 @@ impl Report {
                 .filter_map(|&s| {
                     let (cen, dec) = (self.small_row(s, central)?, self.small_row(s, peer)?);
                     let floor = self.floor(t, false, s);
-                    let rti = |polling| self.rti_round_trip(t, polling, s).map(|r| (r.rtt.median_us, r.pass_medians_us.clone()));
+                    let rti = |polling| {
+                        self.rti_round_trip(t, polling, s).map(|r| (r.rtt.median_us, r.pass_medians_us.clone()))
+                    };
                     Some(Extra {
                         size: s,
                         extra: cen.one_way?.median_us - dec.one_way?.median_us,
-                        extra_passes: cen.pass_medians_us.iter().zip(&dec.pass_medians_us).map(|(c, d)| c - d).collect(),
+                        extra_passes: cen
+                            .pass_medians_us
+                            .iter()
+                            .zip(&dec.pass_medians_us)
+                            .map(|(c, d)| c - d)
+                            .collect(),
                         floor_one_way: floor.map(|f| f.one_way.median_us),
-                        yardsticks: [rti(false), rti(true), floor.map(|f| (f.rtt.median_us, f.rtt_pass_medians_us.clone()))],
+                        yardsticks: [
+                            rti(false),
+                            rti(true),
+                            floor.map(|f| (f.rtt.median_us, f.rtt_pass_medians_us.clone())),
+                        ],
                     })
                 })
                 .collect();
-            for (k, (yardstick, name)) in [Yardstick::Rti, Yardstick::RtiPolling, Yardstick::Floor].into_iter().zip(names).enumerate() {
+            for (k, (yardstick, name)) in
+                [Yardstick::Rti, Yardstick::RtiPolling, Yardstick::Floor].into_iter().zip(names).enumerate()
+            {
                 let head = match yardstick {
                     Yardstick::Rti => format!(
                         "centralized one-way p50 at most one RTI round trip over decentralized ({what}: a message \
@@ -157,7 +183,9 @@ impl Report {
                 // the machine's slow and fast spells then hit both sides.
                 let measured: Vec<(&Extra, f64, f64)> = extra
                     .iter()
-                    .filter_map(|e| e.yardsticks[k].as_ref().map(|(p50, passes)| (e, *p50, paired_ratio(&e.extra_passes, passes))))
+                    .filter_map(|e| {
+                        e.yardsticks[k].as_ref().map(|(p50, passes)| (e, *p50, paired_ratio(&e.extra_passes, passes)))
+                    })
                     .collect();
                 if measured.is_empty() {
                     targets.push(Target { name, pass: None, line: format!("target: {head}: not measured"), why: None });
@@ -166,10 +194,17 @@ impl Report {
                 let pass = measured.iter().all(|&(_, _, ratio)| ratio <= 1.0);
                 let detail = measured
                     .iter()
-                    .map(|&(e, rt, ratio)| format!("{} {} µs vs {} µs ({ratio:.2}x)", size_label(e.size), sign(e.extra), fmt_us(rt)))
+                    .map(|&(e, rt, ratio)| {
+                        format!("{} {} µs vs {} µs ({ratio:.2}x)", size_label(e.size), sign(e.extra), fmt_us(rt))
+                    })
                     .collect::<Vec<_>>()
                     .join(", ");
-                let missed = measured.iter().filter(|&&(_, _, ratio)| ratio > 1.0).map(|(e, _, _)| size_label(e.size)).collect::<Vec<_>>().join(", ");
+                let missed = measured
+                    .iter()
+                    .filter(|&&(_, _, ratio)| ratio > 1.0)
+                    .map(|(e, _, _)| size_label(e.size))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let why = match yardstick {
                     Yardstick::Rti | Yardstick::RtiPolling => format!(
                         "at {missed} a centralized message took longer over the RTI than a message to the RTI and back. \
@@ -215,7 +250,10 @@ impl Report {
             targets.push(Target {
                 name: "broadcast",
                 pass: None,
-                line: format!("target: {} broadcast+gather within {BROADCAST_TARGET}x of one memcpy: not measured", size_label(BROADCAST_TARGET_SIZE)),
+                line: format!(
+                    "target: {} broadcast+gather within {BROADCAST_TARGET}x of one memcpy: not measured",
+                    size_label(BROADCAST_TARGET_SIZE)
+                ),
                 why: None,
             });
         } else {
@@ -231,7 +269,10 @@ impl Report {
             let memcpy = rows.first().map_or(f64::NAN, |r| r.memcpy_us);
             let mut why = Vec::new();
             for r in rows.iter().filter(|r| r.ratio_to_memcpy.is_some_and(|x| x > BROADCAST_TARGET)) {
-                let (Some(l), Some(rc), Some(rp), Some(f)) = (&r.latency, &r.received, &r.replied, &r.first_reply) else { continue };
+                let (Some(l), Some(rc), Some(rp), Some(f)) = (&r.latency, &r.received, &r.replied, &r.first_reply)
+                else {
+                    continue;
+                };
                 let work = match r.variant {
                     // Whether a sent-on buffer is copied is the runtime's
                     // choice (it has changed): let the figures say it.
@@ -295,7 +336,6 @@ impl Report {
         }
         targets
     }
-
 }
 
 /// The lowest of the per-pass medians: what a path does when the machine

@@ -18,7 +18,8 @@ pub(crate) fn find_store_bin(flag: Option<PathBuf>) -> Result<PathBuf> {
     let path = match flag {
         Some(p) => p,
         None => {
-            let exe = std::env::current_exe().context("cannot tell where this program is, to find hprm-store beside it; pass --store-bin PATH")?;
+            let exe = std::env::current_exe()
+                .context("cannot tell where this program is, to find hprm-store beside it; pass --store-bin PATH")?;
             exe.with_file_name("hprm-store")
         }
     };
@@ -82,10 +83,16 @@ impl Daemon {
             match StoreClient::connect(&self.socket) {
                 Ok(client) => return Ok(client),
                 // Only "nobody listens yet" is worth waiting out.
-                Err(hprm_store::Error::Connect { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Err(hprm_store::Error::Connect { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 Err(e) => {
-                    return Err(e)
-                        .with_context(|| format!("hprm-store did not accept connections within {timeout:?}; its log:\n{}", self.log_text()))
+                    return Err(e).with_context(|| {
+                        format!(
+                            "hprm-store did not accept connections within {timeout:?}; its log:\n{}",
+                            self.log_text()
+                        )
+                    })
                 }
             }
         }
@@ -101,8 +108,12 @@ impl Daemon {
         let graceful = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break Ok(status),
-                Ok(None) if signalled.is_ok() && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                Ok(None) => break Err(anyhow::anyhow!("hprm-store did not exit within 5 s of SIGTERM ({signalled:?})")),
+                Ok(None) if signalled.is_ok() && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(None) => {
+                    break Err(anyhow::anyhow!("hprm-store did not exit within 5 s of SIGTERM ({signalled:?})"))
+                }
                 Err(e) => break Err(anyhow::Error::new(e).context("cannot wait for hprm-store")),
             }
         };

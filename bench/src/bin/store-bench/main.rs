@@ -116,8 +116,10 @@ struct Plan {
     round_trips: usize,
 }
 
-const QUICK: Plan = Plan { mode: "quick", reps: 20, warmup_reps: 3, loop_seconds: 2.0, warmup_cycles: 2_000, round_trips: 5_000 };
-const FULL: Plan = Plan { mode: "full", reps: 200, warmup_reps: 10, loop_seconds: 10.0, warmup_cycles: 10_000, round_trips: 50_000 };
+const QUICK: Plan =
+    Plan { mode: "quick", reps: 20, warmup_reps: 3, loop_seconds: 2.0, warmup_cycles: 2_000, round_trips: 5_000 };
+const FULL: Plan =
+    Plan { mode: "full", reps: 200, warmup_reps: 10, loop_seconds: 10.0, warmup_cycles: 10_000, round_trips: 50_000 };
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -136,12 +138,21 @@ fn run(cli: Cli) -> Result<()> {
     let (scheduling, daemon_args) = if cli.realtime {
         use hprm_store::realtime::{apply, CpuList};
         apply(Some(REALTIME_PRIORITY), Some(&CpuList(vec![CLIENT_CPU]))).context("cannot set up the --realtime run")?;
-        let args = vec!["--realtime-priority".to_string(), REALTIME_PRIORITY.to_string(), "--cpus".into(), DAEMON_CPU.to_string()];
+        let args = vec![
+            "--realtime-priority".to_string(),
+            REALTIME_PRIORITY.to_string(),
+            "--cpus".into(),
+            DAEMON_CPU.to_string(),
+        ];
         (format!("SCHED_FIFO priority {REALTIME_PRIORITY}, client pinned to CPU {CLIENT_CPU}, daemon to CPU {DAEMON_CPU}"), args)
     } else {
         ("default (CFS, no pinning)".to_string(), Vec::new())
     };
-    eprintln!("store-bench: {} run, scheduling {scheduling}; starting {} (arena {ARENA}, --populate)", plan.mode, store_bin.display());
+    eprintln!(
+        "store-bench: {} run, scheduling {scheduling}; starting {} (arena {ARENA}, --populate)",
+        plan.mode,
+        store_bin.display()
+    );
 
     // Declared before the client so that it is dropped after it: the daemon
     // outlives every connection, also when `?` leaves early.
@@ -188,7 +199,12 @@ fn run(cli: Cli) -> Result<()> {
             workspace_revision: workspace_revision(),
         },
         latency,
-        small_ops: SmallOps { object_bytes: SMALL_SIZE, create_seal_get_release: explicit, put_get_release: put, round_trips },
+        small_ops: SmallOps {
+            object_bytes: SMALL_SIZE,
+            create_seal_get_release: explicit,
+            put_get_release: put,
+            round_trips,
+        },
         bandwidth,
         store_after: StoreAfter { stats: stats_after, deferred_deletes, daemon_exit_code: daemon_exit.code() },
         targets: Targets::default(),

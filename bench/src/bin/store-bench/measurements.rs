@@ -12,7 +12,7 @@ use hprm_store::{Deletion, ObjectId, StoreClient};
 
 use crate::results::{BandwidthRow, LatencyRow, RoundTrips, SmallLoop};
 use crate::socket_floor::{socket_ping_pong, REPLIES_PER_CYCLE};
-use crate::{BANDWIDTH_SIZES, GET_TIMEOUT, LATENCY_SIZES, Plan, SMALL_SIZE};
+use crate::{Plan, BANDWIDTH_SIZES, GET_TIMEOUT, LATENCY_SIZES, SMALL_SIZE};
 
 pub(crate) struct Bench<'a> {
     client: &'a StoreClient,
@@ -67,7 +67,8 @@ impl<'a> Bench<'a> {
     fn write_object(&mut self, size: usize) -> Result<(ObjectId, Duration, Duration)> {
         let id = self.id();
         let t = Instant::now();
-        let mut obj = self.client.create(id, size as u64, b"").with_context(|| format!("create of a {size}-byte object"))?;
+        let mut obj =
+            self.client.create(id, size as u64, b"").with_context(|| format!("create of a {size}-byte object"))?;
         let c = Instant::now();
         obj.data_mut().copy_from_slice(&self.src[..size]);
         let copy = c.elapsed();
@@ -96,8 +97,13 @@ impl<'a> Bench<'a> {
         let n = size as usize;
         let expected = sum_words(&self.src[..n]);
         let reps = self.plan.reps;
-        let (mut write, mut write_copy, mut read, mut copy, mut heap_read) =
-            (Vec::with_capacity(reps), Vec::with_capacity(reps), Vec::with_capacity(reps), Vec::with_capacity(reps), Vec::with_capacity(reps));
+        let (mut write, mut write_copy, mut read, mut copy, mut heap_read) = (
+            Vec::with_capacity(reps),
+            Vec::with_capacity(reps),
+            Vec::with_capacity(reps),
+            Vec::with_capacity(reps),
+            Vec::with_capacity(reps),
+        );
         for rep in 0..self.plan.warmup_reps + reps {
             let (id, w, wc) = self.write_object(n)?;
 
@@ -248,7 +254,8 @@ impl<'a> Bench<'a> {
     pub(crate) fn bandwidth(&mut self, size: u64) -> Result<BandwidthRow> {
         let n = size as usize;
         let reps = self.plan.reps;
-        let (mut store, mut copy, mut ratio) = (Vec::with_capacity(reps), Vec::with_capacity(reps), Vec::with_capacity(reps));
+        let (mut store, mut copy, mut ratio) =
+            (Vec::with_capacity(reps), Vec::with_capacity(reps), Vec::with_capacity(reps));
         for rep in 0..self.plan.warmup_reps + reps {
             // Alternate which goes first, so neither always inherits the
             // other's cache state or a burst of noise.
@@ -289,7 +296,6 @@ impl<'a> Bench<'a> {
         Ok(row)
     }
 }
-
 
 /// Sum of the bytes as native-endian u64 words: touches every byte at memory
 /// speed (the compiler vectorizes it), which a real consumer would do too.

@@ -9,11 +9,13 @@ use crate::{CYCLES_TARGET, WRITE_TARGET};
 
 impl Report {
     pub(crate) fn judge(&self) -> Targets {
-        let per_size: Vec<SizeRatio> = self.bandwidth.iter().map(|b| SizeRatio { label: b.label.clone(), ratio: b.ratio }).collect();
+        let per_size: Vec<SizeRatio> =
+            self.bandwidth.iter().map(|b| SizeRatio { label: b.label.clone(), ratio: b.ratio }).collect();
         let mut ratios: Vec<f64> = per_size.iter().map(|s| s.ratio).collect();
         let ratio = median(&mut ratios);
         let pass = ratio >= WRITE_TARGET;
-        let detail = per_size.iter().map(|s| format!("{} {:.1}%", s.label, s.ratio * 100.0)).collect::<Vec<_>>().join(", ");
+        let detail =
+            per_size.iter().map(|s| format!("{} {:.1}%", s.label, s.ratio * 100.0)).collect::<Vec<_>>().join(", ");
         let line = format!(
             "target: large writes >= {:.0}% of memcpy bandwidth: {} ({:.1}%) — median of {detail}",
             WRITE_TARGET * 100.0,
@@ -32,7 +34,13 @@ impl Report {
             thousands(explicit),
             thousands(put)
         );
-        let small_cycles = CyclesTarget { threshold: CYCLES_TARGET, create_seal_cycles_per_s: explicit, put_cycles_per_s: put, pass, line };
+        let small_cycles = CyclesTarget {
+            threshold: CYCLES_TARGET,
+            create_seal_cycles_per_s: explicit,
+            put_cycles_per_s: put,
+            pass,
+            line,
+        };
         Targets { large_write: Some(large_write), small_cycles: Some(small_cycles) }
     }
 
@@ -68,7 +76,11 @@ impl Report {
         line("## Targets".into());
         line(String::new());
         line("```".into());
-        for t in [self.targets.large_write.as_ref().map(|t| &t.line), self.targets.small_cycles.as_ref().map(|t| &t.line)].into_iter().flatten() {
+        for t in
+            [self.targets.large_write.as_ref().map(|t| &t.line), self.targets.small_cycles.as_ref().map(|t| &t.line)]
+                .into_iter()
+                .flatten()
+        {
             line(t.clone());
         }
         line("```".into());
@@ -97,9 +109,12 @@ impl Report {
         }
         line("## (a) Latency by object size".into());
         line(String::new());
-        line("create+write+seal: create, copy the bytes in from a heap buffer, seal (of which copy: the copy alone). \
+        line(
+            "create+write+seal: create, copy the bytes in from a heap buffer, seal (of which copy: the copy alone). \
               get+read: get, then sum every u64 word of the object. memcpy and heap read: the same copy into, and the \
-              same sum over, a heap buffer (the baselines).".into());
+              same sum over, a heap buffer (the baselines)."
+                .into(),
+        );
         line(String::new());
         line("| size | create+write+seal median µs | p99 µs | of which copy µs | get+read median µs | p99 µs | memcpy median µs | heap read median µs |".into());
         line("|---:|---:|---:|---:|---:|---:|---:|---:|".into());
@@ -153,9 +168,12 @@ impl Report {
         line(String::new());
         line("## (c) Large-write bandwidth, store vs memcpy".into());
         line(String::new());
-        line("store: create + copy_from_slice into the object + seal; memcpy: the same copy into a pre-touched heap \
+        line(
+            "store: create + copy_from_slice into the object + seal; memcpy: the same copy into a pre-touched heap \
               buffer; alternated rep by rep. Ratio: median over reps of store/memcpy bandwidth within the rep (min–max \
-              in brackets).".into());
+              in brackets)."
+                .into(),
+        );
         line(String::new());
         line("| size | store GB/s | memcpy GB/s | store/memcpy |".into());
         line("|---:|---:|---:|---:|".into());

@@ -52,7 +52,11 @@ pub(crate) fn socket_ping_pong(n: usize, poll: Duration, echo_cpu: Option<usize>
 }
 
 /// `read_exact`, polling with non-blocking reads for up to `poll` first.
-fn read_exact_polling(mut sock: &std::os::unix::net::UnixStream, buf: &mut [u8], poll: Duration) -> std::io::Result<()> {
+fn read_exact_polling(
+    mut sock: &std::os::unix::net::UnixStream,
+    buf: &mut [u8],
+    poll: Duration,
+) -> std::io::Result<()> {
     use nix::sys::socket::{recv, MsgFlags};
     use std::io::Read;
     use std::os::fd::AsRawFd;

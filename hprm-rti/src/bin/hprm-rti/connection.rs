@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hprm_local_socket::{Polled, Poller, Polling};
-use hprm_rti::grant::{FedId, Upstream};
 use hprm_rti::frames::{Frame, FrameBuffer};
+use hprm_rti::grant::{FedId, Upstream};
 use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
 
 use crate::federation::{Federation, Left};
@@ -151,7 +151,12 @@ pub struct Admission {
 }
 
 /// Serves one federate from accept to departure.
-pub async fn serve((rd, mut wr): (ReadHalf, WriteHalf), peer: Origin, federation: Arc<Federation>, admission: Admission) {
+pub async fn serve(
+    (rd, mut wr): (ReadHalf, WriteHalf),
+    peer: Origin,
+    federation: Arc<Federation>,
+    admission: Admission,
+) {
     let mut reader = Reader::new(rd, admission.polling.clone());
     let mut admitted = None;
     let joined = handshake(&mut reader, &mut wr, &federation, &admission, &mut admitted).await;
@@ -218,7 +223,10 @@ async fn handshake(
         Message::FedIds { fed, .. } if authenticated.is_some_and(|a| a != fed) => {
             return Err(Refused::Rejected {
                 reason: RejectReason::UnexpectedMessage,
-                why: format!("authenticated as federate {} but identified as federate {fed}", authenticated.unwrap_or_default()),
+                why: format!(
+                    "authenticated as federate {} but identified as federate {fed}",
+                    authenticated.unwrap_or_default()
+                ),
             })
         }
         Message::FedIds { fed, federation: id } => {
@@ -230,7 +238,10 @@ async fn handshake(
             fed
         }
         msg @ (Message::P2pSendingFedId { .. } | Message::P2pTaggedMessage { .. }) => {
-            return Err(Refused::Rejected { reason: RejectReason::WrongServer, why: format!("peer-to-peer message {msg:?} sent to the RTI") })
+            return Err(Refused::Rejected {
+                reason: RejectReason::WrongServer,
+                why: format!("peer-to-peer message {msg:?} sent to the RTI"),
+            })
         }
         Message::FedNonce { .. } => {
             return Err(Refused::Rejected {
@@ -243,10 +254,15 @@ async fn handshake(
     write(wr, &Message::Ack).await?;
     let (upstreams, downstreams) = match reader.next_within(HANDSHAKE_STEP).await? {
         Message::NeighborStructure { upstreams, downstreams } => {
-            if let Some(bad) = upstreams.iter().map(|(id, _)| *id).chain(downstreams.iter().copied()).find(|id| *id >= federation.size) {
+            if let Some(bad) =
+                upstreams.iter().map(|(id, _)| *id).chain(downstreams.iter().copied()).find(|id| *id >= federation.size)
+            {
                 return Err(Refused::Rejected {
                     reason: RejectReason::UnexpectedMessage,
-                    why: format!("federate {fed} names neighbour {bad}, but the federation has {} federates", federation.size),
+                    why: format!(
+                        "federate {fed} names neighbour {bad}, but the federation has {} federates",
+                        federation.size
+                    ),
                 });
             }
             (upstreams.into_iter().map(|(id, delay)| Upstream { id, delay }).collect(), downstreams)
@@ -268,7 +284,8 @@ async fn handshake(
         }
     }
     // UDP_PORT: 0xFFFF none, 0 initial only, else the port for runtime sync.
-    let clock_sync_port = (admission.clock_sync == ClockSync::On && udp_port != 0 && udp_port != NO_CLOCK_SYNC).then_some(udp_port);
+    let clock_sync_port =
+        (admission.clock_sync == ClockSync::On && udp_port != 0 && udp_port != NO_CLOCK_SYNC).then_some(udp_port);
     Ok(Joined { fed, upstreams, downstreams, clock_sync_port })
 }
 
@@ -294,7 +311,9 @@ async fn authenticate(reader: &mut Reader, wr: &mut WriteHalf, key: &[u8]) -> Re
             why: format!("federate {fed} does not know the key (HMAC mismatch)"),
         }),
         // The federate found our HMAC wrong: it holds another key.
-        Message::Reject(reason) => Err(Refused::Rejected { reason, why: format!("federate {fed} rejected the RTI's HMAC: the keys differ") }),
+        Message::Reject(reason) => {
+            Err(Refused::Rejected { reason, why: format!("federate {fed} rejected the RTI's HMAC: the keys differ") })
+        }
         other => Err(unexpected("FED_RESPONSE", &other)),
     }
 }

@@ -112,13 +112,22 @@ pub struct Federation {
 impl Federation {
     /// `dnet_hold`: how long a DNET may wait for a message to ride with
     /// (see `outbox`); `None`: no DNETs at all.
-    pub fn new(id: &str, size: u16, start_delay: Instant, dnet_hold: Option<std::time::Duration>, trace: bool, restarts: Restarts) -> Federation {
+    pub fn new(
+        id: &str,
+        size: u16,
+        start_delay: Instant,
+        dnet_hold: Option<std::time::Duration>,
+        trace: bool,
+        restarts: Restarts,
+    ) -> Federation {
         let mut coord = Coordinator::new(size);
         coord.set_dnet(dnet_hold.is_some());
         let dirty = Arc::new(Dirty::new(dnet_hold.unwrap_or_default()));
         let inner = Inner {
             coord,
-            slots: (0..size).map(|f| Slot { server_port: -1, restartable: restarts.federates.contains(&f), ..Slot::default() }).collect(),
+            slots: (0..size)
+                .map(|f| Slot { server_port: -1, restartable: restarts.federates.contains(&f), ..Slot::default() })
+                .collect(),
             proposals: 0,
             max_proposal: 0,
             stop: Stop { max_tag: NEVER, handling: 0, in_progress: false, granted: false },
@@ -128,7 +137,15 @@ impl Federation {
             trace: trace.then(crate::trace::GrantTrace::new),
             dirty: dirty.clone(),
         };
-        Federation { id: id.as_bytes().to_vec(), size, start_delay, restarts, inner: Mutex::new(inner), dirty, outcome: watch::channel(Outcome::Running).0 }
+        Federation {
+            id: id.as_bytes().to_vec(),
+            size,
+            start_delay,
+            restarts,
+            inner: Mutex::new(inner),
+            dirty,
+            outcome: watch::channel(Outcome::Running).0,
+        }
     }
 
     /// Writes what handlers queued (see the module doc). Connection tasks
@@ -223,7 +240,14 @@ impl Federation {
     }
 
     /// Completes the handshake: neighbours known, queue open.
-    pub fn join(&self, fed: FedId, upstreams: Vec<Upstream>, downstreams: Vec<FedId>, out: Arc<Outbox>, ip: Option<Ipv4Addr>) {
+    pub fn join(
+        &self,
+        fed: FedId,
+        upstreams: Vec<Upstream>,
+        downstreams: Vec<FedId>,
+        out: Arc<Outbox>,
+        ip: Option<Ipv4Addr>,
+    ) {
         let mut inner = self.lock();
         inner.coord.set_neighbors(fed, upstreams, downstreams);
         let slot = &mut inner.slots[usize::from(fed)];
@@ -300,7 +324,9 @@ impl Federation {
             Relay::Drop if inner.slots[usize::from(*dest)].resigned => {
                 tracing::debug!(from, dest, port, %tag, "message tagged after the end of a federate that has finished; dropped")
             }
-            Relay::Drop => tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected (or for its incarnation before a restart); dropped"),
+            Relay::Drop => {
+                tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected (or for its incarnation before a restart); dropped")
+            }
             Relay::Forward(notices) => {
                 send_tagged(&inner, msg);
                 deliver(&inner, &notices);
@@ -383,7 +409,10 @@ impl Federation {
                 // Gone: it cannot reply, and need not. One waiting to be
                 // restarted will not be: its downstream must reach the stop tag.
                 if inner.coord.state(f) == NodeState::Restarting {
-                    tracing::warn!(fed = f, "the federation stops while federate {f} is down for a restart; going on without it");
+                    tracing::warn!(
+                        fed = f,
+                        "the federation stops while federate {f} is down for a restart; going on without it"
+                    );
                     self.give_up(&mut inner, f);
                 }
                 self.mark_stopping(&mut inner, f);
@@ -455,7 +484,11 @@ impl Federation {
             if inner.coord.state(fed) != NodeState::Restarting || slot.failures != failure || slot.rejoining {
                 return;
             }
-            tracing::error!(fed, "federate {fed} did not rejoin within {:?}; the federation goes on without it", self.restarts.timeout);
+            tracing::error!(
+                fed,
+                "federate {fed} did not rejoin within {:?}; the federation goes on without it",
+                self.restarts.timeout
+            );
             self.give_up(&mut inner, fed);
         }
         self.flush();

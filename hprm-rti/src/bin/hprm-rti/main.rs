@@ -132,14 +132,19 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Some(bad) = cli.restartable.iter().find(|f| **f >= cli.federates) {
-        anyhow::bail!("--restartable names federate {bad}, but the federation has {} (ids 0 to {})", cli.federates, cli.federates - 1);
+        anyhow::bail!(
+            "--restartable names federate {bad}, but the federation has {} (ids 0 to {})",
+            cli.federates,
+            cli.federates - 1
+        );
     }
     if cli.id.len() > 255 {
         anyhow::bail!("the federation id is {} bytes long; the protocol carries at most 255", cli.id.len());
     }
     let auth_key = match &cli.auth_key_file {
         Some(path) => {
-            let mut key = std::fs::read(path).with_context(|| format!("cannot read the key file {}", path.display()))?;
+            let mut key =
+                std::fs::read(path).with_context(|| format!("cannot read the key file {}", path.display()))?;
             while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 key.pop();
             }
@@ -150,7 +155,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
     runtime.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
@@ -247,7 +256,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 /// federates, after reading the federation's state under its lock (so a
 /// stalled runtime or a deadlock stops the pings), and keeps the unit's
 /// status line current.
-async fn watchdog_loop(federation: Arc<Federation>, mut watchdog: hprm_sd_notify::Watchdog, local: std::net::SocketAddr) {
+async fn watchdog_loop(
+    federation: Arc<Federation>,
+    mut watchdog: hprm_sd_notify::Watchdog,
+    local: std::net::SocketAddr,
+) {
     let mut tick = tokio::time::interval(watchdog.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut shown = None;
@@ -257,7 +270,10 @@ async fn watchdog_loop(federation: Arc<Federation>, mut watchdog: hprm_sd_notify
         watchdog.ping();
         if shown != Some(progress) {
             let (joined, left) = progress;
-            hprm_sd_notify::status(&format!("listening on {local}: {joined} of {} federates joined, {left} left", federation.size));
+            hprm_sd_notify::status(&format!(
+                "listening on {local}: {joined} of {} federates joined, {left} left",
+                federation.size
+            ));
             shown = Some(progress);
         }
     }

@@ -30,7 +30,9 @@ pub struct GrantTrace {
 /// The system clock, ns since the Unix epoch: the clock federates stamp
 /// their trace events with.
 fn now() -> Instant {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 impl GrantTrace {

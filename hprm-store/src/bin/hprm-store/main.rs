@@ -167,7 +167,9 @@ fn one_sentence(e: &anyhow::Error) -> String {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let (Some(socket), Some(memory)) = (args.socket, args.memory) else { bail!("--socket and --memory are required to serve") };
+    let (Some(socket), Some(memory)) = (args.socket, args.memory) else {
+        bail!("--socket and --memory are required to serve")
+    };
     // On this thread, before the runtime exists: its threads inherit both.
     hprm_store::realtime::apply(args.realtime_priority, args.cpus.as_ref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -182,14 +184,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // seconds, and a stop request in that time must still end cleanly.
         let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-        let arena = Arena::create(&ArenaOptions { size: memory.0, dir: args.dir, hugepages: args.hugepages, populate: args.populate })?;
+        let arena = Arena::create(&ArenaOptions {
+            size: memory.0,
+            dir: args.dir,
+            hugepages: args.hugepages,
+            populate: args.populate,
+        })?;
         let arena = Arc::new(arena);
         let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
         if args.outbox.0 > 0 {
             // Refused here, once, rather than for every connection.
             hprm_store::outbox::check_capacity(args.outbox.0).context("bad --outbox")?;
         }
-        let shared = Arc::new(server::Shared::new(table, arena.clone(), args.populate, args.frame_timeout, args.spin, args.outbox.0));
+        let shared = Arc::new(server::Shared::new(
+            table,
+            arena.clone(),
+            args.populate,
+            args.frame_timeout,
+            args.spin,
+            args.outbox.0,
+        ));
         let listener = server::bind(&socket, args.mode)?;
         tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");
         tokio::spawn(server::expire_loop(shared.clone(), args.delivery_ttl));
@@ -228,8 +242,16 @@ fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
     println!("  capacity            {}", ByteSize(s.capacity));
     println!("  in use              {} ({pct:.1}%)", ByteSize(s.bytes_in_use));
     println!("  largest free block  {}", ByteSize(s.largest_free_block));
-    println!("  objects             {} sealed, {} being written, {} awaiting deletion, {} referenced", s.objects_sealed, s.objects_created, s.objects_delete_pending, s.objects_referenced);
-    println!("  clients             {} ({} subscribed, {} gets waiting)", s.clients.saturating_sub(1), s.subscribers, s.waiting_gets);
+    println!(
+        "  objects             {} sealed, {} being written, {} awaiting deletion, {} referenced",
+        s.objects_sealed, s.objects_created, s.objects_delete_pending, s.objects_referenced
+    );
+    println!(
+        "  clients             {} ({} subscribed, {} gets waiting)",
+        s.clients.saturating_sub(1),
+        s.subscribers,
+        s.waiting_gets
+    );
     println!("  deliveries          {} pending, {} expired by TTL", s.pending_deliveries, s.expired_deliveries);
     println!("  evictions           {} ({})", s.evictions, ByteSize(s.evicted_bytes));
     Ok(())
@@ -241,7 +263,10 @@ fn list(socket: PathBuf, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&objects)?);
         return Ok(());
     }
-    println!("{:<40}  {:>12}  {:>8}  {:<8}  {:>4}  {:>10}  {:>9}", "id", "size", "metadata", "state", "refs", "deliveries", "age");
+    println!(
+        "{:<40}  {:>12}  {:>8}  {:<8}  {:>4}  {:>10}  {:>9}",
+        "id", "size", "metadata", "state", "refs", "deliveries", "age"
+    );
     for o in objects {
         let state = match (o.sealed, o.delete_pending) {
             (false, _) => "writing",

@@ -73,7 +73,14 @@ impl ClientOutbox {
     /// `client`, in order; with `defer_waits`, stops before a claim that
     /// would wait. `woken` is set if it wakes the client's task. True if
     /// anything was carried out.
-    fn read(&mut self, client: ClientId, bound: Option<u64>, table: &mut ObjectTable, defer_waits: bool, woken: &mut bool) -> bool {
+    fn read(
+        &mut self,
+        client: ClientId,
+        bound: Option<u64>,
+        table: &mut ObjectTable,
+        defer_waits: bool,
+        woken: &mut bool,
+    ) -> bool {
         if self.broken.is_some() {
             return false;
         }
@@ -136,7 +143,10 @@ impl Served {
     pub fn connect(&mut self, client: ClientId, outbox: Option<OutboxReader>, notify: Arc<Notify>) {
         self.table.connect(client);
         if let Some(reader) = outbox {
-            self.outboxes.insert(client, ClientOutbox { reader, entry: Vec::new(), handled: 0, posted: Vec::new(), broken: None, notify });
+            self.outboxes.insert(
+                client,
+                ClientOutbox { reader, entry: Vec::new(), handled: 0, posted: Vec::new(), broken: None, notify },
+            );
         }
         self.settle();
     }
@@ -265,15 +275,24 @@ impl Served {
 /// A request read from an outbox: a whole frame, with seq 0, of a kind
 /// that needs no reply.
 fn decode_post(frame: &[u8]) -> Result<Request<'_>, String> {
-    let header: &[u8; HEADER_LEN] = frame.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or("shorter than a frame header")?;
+    let header: &[u8; HEADER_LEN] =
+        frame.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or("shorter than a frame header")?;
     let body_len = parse_header(header, MAX_REQUEST_BODY).map_err(|e| e.to_string())?;
     if body_len != frame.len() - HEADER_LEN {
-        return Err(format!("its header announces {body_len} bytes of body but the entry holds {}", frame.len() - HEADER_LEN));
+        return Err(format!(
+            "its header announces {body_len} bytes of body but the entry holds {}",
+            frame.len() - HEADER_LEN
+        ));
     }
     let (seq, req) = decode_request(&frame[HEADER_LEN..]).map_err(|e| e.to_string())?;
     let one_way = matches!(
         req,
-        Request::Seal { .. } | Request::Abort { .. } | Request::Release { .. } | Request::Publish { .. } | Request::Redeliver { .. } | Request::Claim { .. }
+        Request::Seal { .. }
+            | Request::Abort { .. }
+            | Request::Release { .. }
+            | Request::Publish { .. }
+            | Request::Redeliver { .. }
+            | Request::Claim { .. }
     );
     if seq != 0 || !one_way {
         return Err(format!("a {} with seq {seq}: only requests without a reply (seal, abort, release, publish, redeliver, claim) may be posted", req.name()));
@@ -296,8 +315,10 @@ mod tests {
     /// A table on a real arena, and clients connected with real outboxes,
     /// the writers' ends as a client maps them.
     fn served(clients: ClientId) -> (Served, Vec<OutboxWriter>) {
-        let arena = Arena::create(&ArenaOptions { size: 4 << 20, dir: None, hugepages: false, populate: false }).expect("arena");
-        let mut served = Served::new(ObjectTable::new(Arc::new(arena), TableConfig { delivery_ttl: Duration::from_secs(60) }));
+        let arena = Arena::create(&ArenaOptions { size: 4 << 20, dir: None, hugepages: false, populate: false })
+            .expect("arena");
+        let mut served =
+            Served::new(ObjectTable::new(Arc::new(arena), TableConfig { delivery_ttl: Duration::from_secs(60) }));
         let mut writers = Vec::new();
         for client in 1..=clients {
             let reader = OutboxReader::create(OUTBOX).expect("outbox");
@@ -353,7 +374,9 @@ mod tests {
         // The seal completes it.
         assert!(outboxes[0].push(1, enc.request(0, &Request::Seal { id })));
         served.expire(Instant::now());
-        let Posted { outcome: Outcome::Wait { mut rx, .. }, .. } = posted.into_iter().next().expect("one") else { unreachable!() };
+        let Posted { outcome: Outcome::Wait { mut rx, .. }, .. } = posted.into_iter().next().expect("one") else {
+            unreachable!()
+        };
         assert_eq!(rx.try_recv().expect("answered"), Reply::Done);
         assert!(served.take_woken());
     }

@@ -55,11 +55,27 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(table: ObjectTable, arena: Arc<Arena>, populate: bool, frame_timeout: Duration, spin: Duration, outbox: u64) -> Shared {
+    pub fn new(
+        table: ObjectTable,
+        arena: Arc<Arena>,
+        populate: bool,
+        frame_timeout: Duration,
+        spin: Duration,
+        outbox: u64,
+    ) -> Shared {
         let id = hprm_store::ObjectId::random();
         let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
         let served = Mutex::new(Served::new(table));
-        Shared { served, arena, populate, frame_timeout, polling: Arc::new(Polling::new(spin)), next_client: AtomicU64::new(1), arena_id, outbox }
+        Shared {
+            served,
+            arena,
+            populate,
+            frame_timeout,
+            polling: Arc::new(Polling::new(spin)),
+            next_client: AtomicU64::new(1),
+            arena_id,
+            outbox,
+        }
     }
 
     /// The table and the outboxes. Never hold the guard across an await.
@@ -170,9 +186,9 @@ async fn write_reply(writer: &SharedWriter, seq: u64, reply: &Reply) -> io::Resu
 }
 
 async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
-    let outbox = (shared.outbox > 0)
-        .then(|| OutboxReader::create(shared.outbox))
-        .and_then(|made| made.inspect_err(|e| tracing::warn!(client, error = %e, "serving this client without an outbox")).ok());
+    let outbox = (shared.outbox > 0).then(|| OutboxReader::create(shared.outbox)).and_then(|made| {
+        made.inspect_err(|e| tracing::warn!(client, error = %e, "serving this client without an outbox")).ok()
+    });
     if let Err(e) = greet(&stream, client, &shared, outbox.as_ref()).await {
         tracing::debug!(client, error = %e, "client left before the greeting");
         return;
@@ -203,14 +219,27 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
     shared.served().disconnect(client);
 }
 
-async fn greet(stream: &UnixStream, client: ClientId, shared: &Shared, outbox: Option<&OutboxReader>) -> io::Result<()> {
+async fn greet(
+    stream: &UnixStream,
+    client: ClientId,
+    shared: &Shared,
+    outbox: Option<&OutboxReader>,
+) -> io::Result<()> {
     let outbox_size = outbox.map_or(0, OutboxReader::capacity);
-    let hello =
-        Hello { version: VERSION, arena_size: shared.arena.size(), client_id: client, populate: shared.populate, arena_id: shared.arena_id, outbox_size };
+    let hello = Hello {
+        version: VERSION,
+        arena_size: shared.arena.size(),
+        client_id: client,
+        populate: shared.populate,
+        arena_id: shared.arena_id,
+        outbox_size,
+    };
     let frame = Encoder::default().reply(0, &Reply::Hello(hello)).to_vec();
     let sent = loop {
         stream.writable().await?;
-        match stream.try_io(Interest::WRITABLE, || send_hello(stream.as_fd(), &frame, shared.arena.fd(), outbox.map(OutboxReader::fd))) {
+        match stream.try_io(Interest::WRITABLE, || {
+            send_hello(stream.as_fd(), &frame, shared.arena.fd(), outbox.map(OutboxReader::fd))
+        }) {
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
@@ -287,7 +316,10 @@ async fn read_loop(
         let mid_frame = frames.is_mid_frame();
         let read = async {
             if mid_frame {
-                tokio::time::timeout(limit, poller.read(rd, frames.spare())).await.map_err(|_| Closing::Stalled(limit))?.map_err(Closing::from)
+                tokio::time::timeout(limit, poller.read(rd, frames.spare()))
+                    .await
+                    .map_err(|_| Closing::Stalled(limit))?
+                    .map_err(Closing::from)
             } else {
                 match poller.read(rd, frames.spare()).await {
                     // Between frames a client may leave at any time. One
@@ -326,7 +358,13 @@ async fn read_loop(
 
 /// Handles one request; whether that woke a task (see
 /// `ObjectTable::take_woken`).
-async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<bool, Closing> {
+async fn handle(
+    client: ClientId,
+    seq: u64,
+    req: &Request<'_>,
+    shared: &Arc<Shared>,
+    writer: &SharedWriter,
+) -> Result<bool, Closing> {
     if let Request::Subscribe = req {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
         let (posts, woken) = {
@@ -351,7 +389,12 @@ async fn handle(client: ClientId, seq: u64, req: &Request<'_>, shared: &Arc<Shar
 }
 
 /// Acts on the outcomes of `client`'s posts that need its connection.
-async fn act_on_posts(client: ClientId, posts: Vec<Posted>, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+async fn act_on_posts(
+    client: ClientId,
+    posts: Vec<Posted>,
+    shared: &Arc<Shared>,
+    writer: &SharedWriter,
+) -> Result<(), Closing> {
     for Posted { op, outcome } in posts {
         respond(client, 0, op, outcome, shared, writer).await?;
     }
@@ -359,7 +402,14 @@ async fn act_on_posts(client: ClientId, posts: Vec<Posted>, shared: &Arc<Shared>
 }
 
 /// Answers a request (`seq` 0: one that wants no reply) with its outcome.
-async fn respond(client: ClientId, seq: u64, op: &'static str, outcome: Outcome, shared: &Arc<Shared>, writer: &SharedWriter) -> Result<(), Closing> {
+async fn respond(
+    client: ClientId,
+    seq: u64,
+    op: &'static str,
+    outcome: Outcome,
+    shared: &Arc<Shared>,
+    writer: &SharedWriter,
+) -> Result<(), Closing> {
     match outcome {
         Outcome::Reply(reply) => {
             if seq != 0 {

@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 use hprm_store::allocator::{block_len, Allocator, Block};
 use hprm_store::arena::Arena;
 use hprm_store::bytesize::ByteSize;
-use hprm_store::protocol::message::{ErrorCode, ErrorReply, Notification, ObjectInfo, ObjectRef, Placement, Reply, Request, Stats};
+use hprm_store::protocol::message::{
+    ErrorCode, ErrorReply, Notification, ObjectInfo, ObjectRef, Placement, Reply, Request, Stats,
+};
 use hprm_store::ObjectId;
 use tokio::sync::{mpsc, oneshot};
 
@@ -66,7 +68,11 @@ pub enum Outcome {
     Reply(Reply),
     /// Answer later: the table sends the reply on `rx`, unless the connection
     /// calls [`ObjectTable::cancel`] at `timeout` first.
-    Wait { wait: WaitId, rx: oneshot::Receiver<Reply>, timeout: Option<Duration> },
+    Wait {
+        wait: WaitId,
+        rx: oneshot::Receiver<Reply>,
+        timeout: Option<Duration>,
+    },
 }
 
 struct Entry {
@@ -246,12 +252,23 @@ impl ObjectTable {
         Outcome::Reply(reply)
     }
 
-    fn create(&mut self, client: ClientId, id: ObjectId, data_size: u64, metadata: &[u8], deliveries: u32, wait: Duration) -> Outcome {
+    fn create(
+        &mut self,
+        client: ClientId,
+        id: ObjectId,
+        data_size: u64,
+        metadata: &[u8],
+        deliveries: u32,
+        wait: Duration,
+    ) -> Outcome {
         if let Some(e) = self.objects.get(&id) {
             let state = if e.sealed { "sealed" } else { "still being written" };
             return Outcome::Reply(err(
                 ErrorCode::AlreadyExists,
-                format!("object {id} already exists ({state}, created by client {}); use a fresh id or delete it first", e.creator),
+                format!(
+                    "object {id} already exists ({state}, created by client {}); use a fresh id or delete it first",
+                    e.creator
+                ),
             ));
         }
         let total = data_size.checked_add(metadata.len() as u64);
@@ -280,7 +297,15 @@ impl ObjectTable {
         }
         let (tx, rx) = oneshot::channel();
         let wait_id = self.next_wait_id();
-        self.creates.push_back(CreateWaiter { wait: wait_id, client, id, data_size, metadata: metadata.to_vec(), deliveries, tx });
+        self.creates.push_back(CreateWaiter {
+            wait: wait_id,
+            client,
+            id,
+            data_size,
+            metadata: metadata.to_vec(),
+            deliveries,
+            tx,
+        });
         Outcome::Wait { wait: wait_id, rx, timeout: Some(wait) }
     }
 
@@ -319,7 +344,15 @@ impl ObjectTable {
     }
 
     /// Records a new object in `block` and writes its metadata.
-    fn place(&mut self, client: ClientId, id: ObjectId, block: Block, data_size: u64, metadata: &[u8], deliveries: u32) -> Reply {
+    fn place(
+        &mut self,
+        client: ClientId,
+        id: ObjectId,
+        block: Block,
+        data_size: u64,
+        metadata: &[u8],
+        deliveries: u32,
+    ) -> Reply {
         let placement = Placement {
             data_offset: block.offset,
             data_size,
@@ -329,7 +362,9 @@ impl ObjectTable {
         // SAFETY: `block` was just allocated, so nobody else uses it, and the
         // allocator keeps blocks inside the arena; metadata fits in the block
         // by construction of `len`.
-        unsafe { self.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len()) };
+        unsafe {
+            self.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
+        };
         self.objects.insert(
             id,
             Entry {
@@ -352,7 +387,12 @@ impl ObjectTable {
     /// Allocates up to `count` blocks for `client` to place small objects
     /// in; at least one, or OutOfMemory.
     fn reserve(&mut self, client: ClientId, block_len: u64, count: u32) -> Reply {
-        if block_len == 0 || block_len % hprm_store::allocator::ALIGN != 0 || block_len > MAX_RESERVED_BLOCK || count == 0 || count > MAX_RESERVE_COUNT {
+        if block_len == 0
+            || block_len % hprm_store::allocator::ALIGN != 0
+            || block_len > MAX_RESERVED_BLOCK
+            || count == 0
+            || count > MAX_RESERVE_COUNT
+        {
             return err(
                 ErrorCode::InvalidArgument,
                 format!("cannot reserve {count} blocks of {block_len} bytes: blocks are multiples of 64 bytes up to {MAX_RESERVED_BLOCK}, at most {MAX_RESERVE_COUNT} at once"),
@@ -376,21 +416,42 @@ impl ObjectTable {
 
     /// Turns a reserved block, already written by its client, into a sealed
     /// object. Whatever goes wrong, the block is the client's no longer.
-    fn publish(&mut self, client: ClientId, id: ObjectId, offset: u64, data_size: u64, metadata_size: u64, deliveries: u32) -> Reply {
+    fn publish(
+        &mut self,
+        client: ClientId,
+        id: ObjectId,
+        offset: u64,
+        data_size: u64,
+        metadata_size: u64,
+        deliveries: u32,
+    ) -> Reply {
         let Some(block) = self.clients.get_mut(&client).and_then(|c| c.reserved.remove(&offset)) else {
-            return err(ErrorCode::NotFound, format!("publish of object {id}: offset {offset} is not a block reserved by this client"));
+            return err(
+                ErrorCode::NotFound,
+                format!("publish of object {id}: offset {offset} is not a block reserved by this client"),
+            );
         };
         let fits = data_size.checked_add(metadata_size).is_some_and(|total| total <= block.len);
         if !fits || self.objects.contains_key(&id) {
             self.allocator.free(block);
             self.retry_creates();
             return if fits {
-                err(ErrorCode::AlreadyExists, format!("publish of object {id}: an object with this id already exists; use a fresh id"))
+                err(
+                    ErrorCode::AlreadyExists,
+                    format!("publish of object {id}: an object with this id already exists; use a fresh id"),
+                )
             } else {
-                err(ErrorCode::InvalidArgument, format!("publish of object {id}: {data_size} + {metadata_size} bytes do not fit its {}-byte block", block.len))
+                err(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "publish of object {id}: {data_size} + {metadata_size} bytes do not fit its {}-byte block",
+                        block.len
+                    ),
+                )
             };
         }
-        let placement = Placement { data_offset: offset, data_size, metadata_offset: offset + data_size, metadata_size };
+        let placement =
+            Placement { data_offset: offset, data_size, metadata_offset: offset + data_size, metadata_size };
         let delivery_deadline = (deliveries > 0).then(|| Instant::now() + self.config.delivery_ttl);
         if let Some(d) = delivery_deadline {
             self.deadlines.insert((d, id));
@@ -419,10 +480,16 @@ impl ObjectTable {
     fn seal(&mut self, client: ClientId, id: ObjectId) -> Reply {
         let ttl = self.config.delivery_ttl;
         let Some(e) = self.objects.get_mut(&id) else {
-            return err(ErrorCode::NotFound, format!("object {id} does not exist; it was never created, or was aborted"));
+            return err(
+                ErrorCode::NotFound,
+                format!("object {id} does not exist; it was never created, or was aborted"),
+            );
         };
         if e.creator != client {
-            return err(ErrorCode::NotCreator, format!("object {id} was created by client {}; only its creator may seal it", e.creator));
+            return err(
+                ErrorCode::NotCreator,
+                format!("object {id} was created by client {}; only its creator may seal it", e.creator),
+            );
         }
         if e.sealed {
             return err(ErrorCode::AlreadySealed, format!("object {id} is already sealed"));
@@ -456,7 +523,12 @@ impl ObjectTable {
             return Reply::Done;
         }
         let Some(e) = self.objects.get_mut(&id) else {
-            return err(ErrorCode::NotFound, format!("object {id} does not exist; only an object still held (or awaiting deliveries) can be sent on"));
+            return err(
+                ErrorCode::NotFound,
+                format!(
+                    "object {id} does not exist; only an object still held (or awaiting deliveries) can be sent on"
+                ),
+            );
         };
         if !e.sealed && e.creator == client && !e.delete_pending {
             // Its creator announcing receivers before the seal, in the same
@@ -487,7 +559,10 @@ impl ObjectTable {
             return err(ErrorCode::NotFound, format!("object {id} does not exist; nothing to abort"));
         };
         if e.creator != client {
-            return err(ErrorCode::NotCreator, format!("object {id} was created by client {}; only its creator may abort it", e.creator));
+            return err(
+                ErrorCode::NotCreator,
+                format!("object {id} was created by client {}; only its creator may abort it", e.creator),
+            );
         }
         if e.sealed {
             return err(ErrorCode::AlreadySealed, format!("object {id} is sealed; delete it instead of aborting"));
@@ -516,7 +591,8 @@ impl ObjectTable {
             found.push(placement);
         }
         if remaining == 0 {
-            let objects = ids.iter().zip(found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
+            let objects =
+                ids.iter().zip(found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
             return Outcome::Reply(Reply::Objects(objects));
         }
         if let Err(e) = self.begin_wait(client) {
@@ -567,7 +643,10 @@ impl ObjectTable {
         let (tx, rx) = oneshot::channel();
         let wait = self.next_wait_id();
         self.gets_by_object.entry(id).or_default().push(wait);
-        self.gets.insert(wait, GetWaiter { client, ids: vec![id], found: vec![None], remaining: 1, claim: Some(expect), tx });
+        self.gets.insert(
+            wait,
+            GetWaiter { client, ids: vec![id], found: vec![None], remaining: 1, claim: Some(expect), tx },
+        );
         if timeout == Some(Duration::ZERO) {
             let reply = self.cancel(wait).unwrap_or_else(|| err(ErrorCode::Internal, "claim vanished".into()));
             return Outcome::Reply(reply);
@@ -663,7 +742,12 @@ impl ObjectTable {
             if done {
                 let w = self.gets.remove(&wait).expect("waiter present");
                 self.end_wait(w.client);
-                let objects = w.ids.iter().zip(w.found).map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() }).collect();
+                let objects = w
+                    .ids
+                    .iter()
+                    .zip(w.found)
+                    .map(|(&id, p)| ObjectRef { id, placement: p.unwrap_or_default() })
+                    .collect();
                 // The receiver is gone only if its connection closed; its
                 // references are then dropped by `disconnect`.
                 self.answer(w.tx, Reply::Objects(objects));
@@ -740,7 +824,10 @@ impl ObjectTable {
             }
         }
         if held == 0 {
-            return err(ErrorCode::NotReferenced, format!("object {id} is not referenced by this client; release only what get returned"));
+            return err(
+                ErrorCode::NotReferenced,
+                format!("object {id} is not referenced by this client; release only what get returned"),
+            );
         }
         self.drop_ref(client, id, true);
         self.retry_creates();
@@ -756,7 +843,8 @@ impl ObjectTable {
     /// already overtook them.
     fn claim_waiting(&self, client: ClientId, id: ObjectId) -> bool {
         let Some(waits) = self.gets_by_object.get(&id) else { return false };
-        let claims = waits.iter().filter(|w| self.gets.get(w).is_some_and(|g| g.client == client && g.claim.is_some())).count();
+        let claims =
+            waits.iter().filter(|w| self.gets.get(w).is_some_and(|g| g.client == client && g.claim.is_some())).count();
         let early = self.clients.get(&client).and_then(|c| c.early_releases.get(&id)).copied().unwrap_or(0) as usize;
         claims > early
     }
@@ -766,7 +854,10 @@ impl ObjectTable {
             return err(ErrorCode::NotFound, format!("object {id} does not exist; nothing to delete"));
         };
         if !e.sealed {
-            return err(ErrorCode::NotSealed, format!("object {id} is not sealed yet; its creator must seal or abort it"));
+            return err(
+                ErrorCode::NotSealed,
+                format!("object {id} is not sealed yet; its creator must seal or abort it"),
+            );
         }
         if e.refs > 0 {
             e.delete_pending = true;
@@ -1001,7 +1092,13 @@ impl ObjectTable {
             if self.objects.contains_key(&c.id) {
                 let c = self.creates.remove(i).expect("index in range");
                 self.end_wait(c.client);
-                self.answer(c.tx, err(ErrorCode::AlreadyExists, format!("object {} was created by another client while waiting for space", c.id)));
+                self.answer(
+                    c.tx,
+                    err(
+                        ErrorCode::AlreadyExists,
+                        format!("object {} was created by another client while waiting for space", c.id),
+                    ),
+                );
                 continue;
             }
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
@@ -1091,7 +1188,11 @@ mod tests {
     }
 
     fn create(t: &mut ObjectTable, c: ClientId, id: ObjectId, size: u64, deliveries: u32) -> Reply {
-        t.handle(c, &Request::Create { id, data_size: size, metadata: b"m", deliveries, wait_for_space: Duration::ZERO }).pipe(reply)
+        t.handle(
+            c,
+            &Request::Create { id, data_size: size, metadata: b"m", deliveries, wait_for_space: Duration::ZERO },
+        )
+        .pipe(reply)
     }
 
     fn put(t: &mut ObjectTable, id: ObjectId, size: u64, deliveries: u32) {
@@ -1189,7 +1290,10 @@ mod tests {
         assert_eq!(t.stats().pending_deliveries, 0);
         assert_eq!(t.lru.len(), 1);
         let missing = ObjectId::random();
-        assert_eq!(code(&reply(t.handle(2, &Request::Redeliver { id: missing, deliveries: 1 }))), Some(ErrorCode::NotFound));
+        assert_eq!(
+            code(&reply(t.handle(2, &Request::Redeliver { id: missing, deliveries: 1 }))),
+            Some(ErrorCode::NotFound)
+        );
     }
 
     #[test]
@@ -1208,7 +1312,11 @@ mod tests {
                 Outcome::Reply(r) => panic!("a claim of an unsealed object must wait, got {r:?}"),
             })
             .collect();
-        assert_eq!(code(&reply(t.handle(4, &Request::Redeliver { id, deliveries: 2 }))), Some(ErrorCode::NotSealed), "only its creator");
+        assert_eq!(
+            code(&reply(t.handle(4, &Request::Redeliver { id, deliveries: 2 }))),
+            Some(ErrorCode::NotSealed),
+            "only its creator"
+        );
         assert_eq!(reply(t.handle(1, &Request::Redeliver { id, deliveries: 2 })), Reply::Done);
         assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
         for mut rx in waits {
@@ -1219,7 +1327,10 @@ mod tests {
             assert_eq!(reply(t.handle(c, &Request::Release { id })), Reply::Done);
         }
         assert_eq!(t.stats().pending_deliveries, 1, "the producer's own delivery is still due");
-        assert!(matches!(t.handle(1, &Request::Claim { id, placement, timeout: Some(Duration::ZERO) }), Outcome::Reply(Reply::Done)));
+        assert!(matches!(
+            t.handle(1, &Request::Claim { id, placement, timeout: Some(Duration::ZERO) }),
+            Outcome::Reply(Reply::Done)
+        ));
         t.handle(1, &Request::Release { id });
         assert_eq!(t.stats().pending_deliveries, 0);
         assert_eq!(t.lru.len(), 1, "evictable once everyone let go");
@@ -1229,7 +1340,8 @@ mod tests {
     fn a_waiting_get_completes_on_seal() {
         let mut t = table(1 << 20);
         let id = ObjectId::random();
-        let Outcome::Wait { mut rx, .. } = t.handle(2, &Request::Get { ids: Cow::Owned(vec![id]), timeout: None }) else {
+        let Outcome::Wait { mut rx, .. } = t.handle(2, &Request::Get { ids: Cow::Owned(vec![id]), timeout: None })
+        else {
             panic!("must wait")
         };
         assert!(rx.try_recv().is_err());
@@ -1243,7 +1355,8 @@ mod tests {
         let mut t = table(1 << 20);
         let (a, b) = (ObjectId::random(), ObjectId::random());
         put(&mut t, a, 10, 0);
-        let Outcome::Wait { wait, .. } = t.handle(2, &Request::Get { ids: Cow::Owned(vec![a, b]), timeout: Some(Duration::from_secs(1)) })
+        let Outcome::Wait { wait, .. } =
+            t.handle(2, &Request::Get { ids: Cow::Owned(vec![a, b]), timeout: Some(Duration::from_secs(1)) })
         else {
             panic!("must wait")
         };
@@ -1287,9 +1400,16 @@ mod tests {
         put(&mut t, a, 900 << 10, 0);
         assert!(matches!(get(&mut t, 2, a), Reply::Objects(_)));
         let b = ObjectId::random();
-        let Outcome::Wait { mut rx, .. } =
-            t.handle(1, &Request::Create { id: b, data_size: 500 << 10, metadata: &[], deliveries: 0, wait_for_space: Duration::from_secs(5) })
-        else {
+        let Outcome::Wait { mut rx, .. } = t.handle(
+            1,
+            &Request::Create {
+                id: b,
+                data_size: 500 << 10,
+                metadata: &[],
+                deliveries: 0,
+                wait_for_space: Duration::from_secs(5),
+            },
+        ) else {
             panic!("must wait")
         };
         assert!(rx.try_recv().is_err());
@@ -1310,13 +1430,20 @@ mod tests {
         }
         let present = ObjectId::random();
         put(&mut t, present, 10, 0);
-        let refused = reply(t.handle(2, &Request::Get { ids: Cow::Owned(vec![present, ObjectId::random()]), timeout: None }));
+        let refused =
+            reply(t.handle(2, &Request::Get { ids: Cow::Owned(vec![present, ObjectId::random()]), timeout: None }));
         assert_eq!(code(&refused), Some(ErrorCode::InvalidArgument));
         assert_eq!(t.objects[&present].refs, 0, "a refused get holds nothing");
         // Other clients are not limited by this one.
-        assert!(matches!(t.handle(1, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }), Outcome::Wait { .. }));
+        assert!(matches!(
+            t.handle(1, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }),
+            Outcome::Wait { .. }
+        ));
         t.cancel(waits[0]);
-        assert!(matches!(t.handle(2, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }), Outcome::Wait { .. }));
+        assert!(matches!(
+            t.handle(2, &Request::Get { ids: Cow::Owned(vec![ObjectId::random()]), timeout: None }),
+            Outcome::Wait { .. }
+        ));
     }
 
     fn reserved(t: &mut ObjectTable, c: ClientId, block_len: u64, count: u32) -> Vec<u64> {
@@ -1336,13 +1463,33 @@ mod tests {
         let publish = Request::Publish { id, offset: offsets[1], data_size: 200, metadata_size: 56, deliveries: 1 };
         assert_eq!(reply(t.handle(1, &publish)), Reply::Done);
         assert_eq!(t.stats().bytes_reserved, 768);
-        assert!(matches!(get(&mut t, 2, id), Reply::Objects(o) if o[0].placement.data_offset == offsets[1] && o[0].placement.metadata_offset == offsets[1] + 200));
+        assert!(
+            matches!(get(&mut t, 2, id), Reply::Objects(o) if o[0].placement.data_offset == offsets[1] && o[0].placement.metadata_offset == offsets[1] + 200)
+        );
         assert_eq!(t.stats().pending_deliveries, 1);
         // The block was consumed: publishing into it again is refused.
-        let again = reply(t.handle(1, &Request::Publish { id: ObjectId::random(), offset: offsets[1], data_size: 1, metadata_size: 0, deliveries: 0 }));
+        let again = reply(t.handle(
+            1,
+            &Request::Publish {
+                id: ObjectId::random(),
+                offset: offsets[1],
+                data_size: 1,
+                metadata_size: 0,
+                deliveries: 0,
+            },
+        ));
         assert_eq!(code(&again), Some(ErrorCode::NotFound));
         // Another client cannot publish into this client's blocks.
-        let theirs = reply(t.handle(2, &Request::Publish { id: ObjectId::random(), offset: offsets[0], data_size: 1, metadata_size: 0, deliveries: 0 }));
+        let theirs = reply(t.handle(
+            2,
+            &Request::Publish {
+                id: ObjectId::random(),
+                offset: offsets[0],
+                data_size: 1,
+                metadata_size: 0,
+                deliveries: 0,
+            },
+        ));
         assert_eq!(code(&theirs), Some(ErrorCode::NotFound));
     }
 
@@ -1353,9 +1500,20 @@ mod tests {
         put(&mut t, id, 10, 0);
         let before = t.stats().bytes_in_use;
         let offsets = reserved(&mut t, 1, 128, 2);
-        let dup = reply(t.handle(1, &Request::Publish { id, offset: offsets[0], data_size: 10, metadata_size: 0, deliveries: 0 }));
+        let dup = reply(
+            t.handle(1, &Request::Publish { id, offset: offsets[0], data_size: 10, metadata_size: 0, deliveries: 0 }),
+        );
         assert_eq!(code(&dup), Some(ErrorCode::AlreadyExists));
-        let big = reply(t.handle(1, &Request::Publish { id: ObjectId::random(), offset: offsets[1], data_size: 100, metadata_size: 100, deliveries: 0 }));
+        let big = reply(t.handle(
+            1,
+            &Request::Publish {
+                id: ObjectId::random(),
+                offset: offsets[1],
+                data_size: 100,
+                metadata_size: 100,
+                deliveries: 0,
+            },
+        ));
         assert_eq!(code(&big), Some(ErrorCode::InvalidArgument));
         assert_eq!(t.stats().bytes_in_use, before);
         assert_eq!(t.stats().bytes_reserved, 0);
@@ -1365,7 +1523,11 @@ mod tests {
     fn reservations_are_bounded_and_returned_on_disconnect() {
         let mut t = table(1 << 20);
         for (len, count) in [(0, 1), (100, 1), (128 << 10, 1), (64, 0), (64, 10_000)] {
-            assert_eq!(code(&reply(t.handle(1, &Request::Reserve { block_len: len, count }))), Some(ErrorCode::InvalidArgument), "{len} x {count}");
+            assert_eq!(
+                code(&reply(t.handle(1, &Request::Reserve { block_len: len, count }))),
+                Some(ErrorCode::InvalidArgument),
+                "{len} x {count}"
+            );
         }
         reserved(&mut t, 2, 4096, 100);
         assert_eq!(t.stats().bytes_reserved, 409_600);
@@ -1378,19 +1540,29 @@ mod tests {
         let mut t = table(1 << 20);
         let id = ObjectId::random();
         let Reply::Created(p) = create(&mut t, 1, id, 1000, 2) else { panic!("create") };
-        let claim = |t: &mut ObjectTable, c: ClientId, p: Placement| t.handle(c, &Request::Claim { id, placement: p, timeout: None });
+        let claim = |t: &mut ObjectTable, c: ClientId, p: Placement| {
+            t.handle(c, &Request::Claim { id, placement: p, timeout: None })
+        };
         // Before the seal: client 2's claim waits, and its release overtakes it.
         let Outcome::Wait { rx: mut waiting, .. } = claim(&mut t, 2, p) else { panic!("the claim waits for the seal") };
         assert_eq!(reply(t.handle(2, &Request::Release { id })), Reply::Done);
         assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
         assert_eq!(waiting.try_recv().unwrap(), Reply::Done);
         let s = t.stats();
-        assert_eq!((s.objects_referenced, s.pending_deliveries, s.waiting_gets), (0, 1, 0), "taken and settled at once");
+        assert_eq!(
+            (s.objects_referenced, s.pending_deliveries, s.waiting_gets),
+            (0, 1, 0),
+            "taken and settled at once"
+        );
         // A claim overtaken by a redeliver (an echo) and the release: both
         // applied, in order, when the seal lands.
         let echoed = ObjectId::random();
         let Reply::Created(pe) = create(&mut t, 1, echoed, 1000, 1) else { panic!("create") };
-        let Outcome::Wait { rx: mut waiting, .. } = t.handle(6, &Request::Claim { id: echoed, placement: pe, timeout: None }) else { panic!("waits") };
+        let Outcome::Wait { rx: mut waiting, .. } =
+            t.handle(6, &Request::Claim { id: echoed, placement: pe, timeout: None })
+        else {
+            panic!("waits")
+        };
         assert_eq!(reply(t.handle(6, &Request::Redeliver { id: echoed, deliveries: 3 })), Reply::Done);
         assert_eq!(reply(t.handle(6, &Request::Release { id: echoed })), Reply::Done);
         assert_eq!(reply(t.handle(1, &Request::Seal { id: echoed })), Reply::Done);
@@ -1404,7 +1576,11 @@ mod tests {
         let forged = Placement { data_offset: p.data_offset + 64, ..p };
         assert_eq!(code(&reply(claim(&mut t, 4, forged))), Some(ErrorCode::InvalidArgument));
         assert_eq!(reply(t.handle(4, &Request::Release { id })), Reply::Done);
-        assert_eq!(code(&reply(t.handle(4, &Request::Release { id }))), Some(ErrorCode::NotReferenced), "absorbed once only");
+        assert_eq!(
+            code(&reply(t.handle(4, &Request::Release { id }))),
+            Some(ErrorCode::NotReferenced),
+            "absorbed once only"
+        );
         assert_eq!(reply(t.handle(3, &Request::Release { id })), Reply::Done);
         let info = t.list().into_iter().find(|i| i.id == id).unwrap();
         assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
@@ -1412,7 +1588,9 @@ mod tests {
         // has collected its delivery: nothing is left for the TTL.
         let gone = ObjectId::random();
         let Reply::Created(pg) = create(&mut t, 1, gone, 1000, 1) else { panic!("create") };
-        let Outcome::Wait { .. } = t.handle(7, &Request::Claim { id: gone, placement: pg, timeout: None }) else { panic!("waits") };
+        let Outcome::Wait { .. } = t.handle(7, &Request::Claim { id: gone, placement: pg, timeout: None }) else {
+            panic!("waits")
+        };
         assert_eq!(reply(t.handle(7, &Request::Release { id: gone })), Reply::Done);
         t.disconnect(7);
         assert_eq!(reply(t.handle(1, &Request::Seal { id: gone })), Reply::Done);
@@ -1420,7 +1598,10 @@ mod tests {
         assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
         // A claim of an object that never comes gives its wait back.
         let ghost = ObjectId::random();
-        assert_eq!(code(&reply(t.handle(5, &Request::Claim { id: ghost, placement: p, timeout: Some(Duration::ZERO) }))), Some(ErrorCode::Timeout));
+        assert_eq!(
+            code(&reply(t.handle(5, &Request::Claim { id: ghost, placement: p, timeout: Some(Duration::ZERO) }))),
+            Some(ErrorCode::Timeout)
+        );
         assert_eq!(t.stats().waiting_gets, 0);
     }
 }
