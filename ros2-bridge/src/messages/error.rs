@@ -1,7 +1,5 @@
 //! Why a message could not be converted or carried.
 
-use super::*;
-
 /// A conversion or ROS-side failure, as a sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {

@@ -48,9 +48,10 @@ pub use convert::{json_to_value, plain_from_value, plain_to_value, value_to_json
 pub use error::ConvertError;
 pub use layout::{cloud_layout, image_layout, multiarray_shape};
 pub use loaner::Loaner;
-pub use support::{header_stamp, support, Bridged, LocalTask, MessageSupport, Sink, ValuePublisher};
-// The submodules share one namespace: each reads the others through `super::*`.
+pub use support::{header_stamp, support, Bridged, LocalTask, MessageSupport, ValuePublisher};
+// The submodules share one namespace: each reads the others' helpers
+// through `super::*`.
 use convert::*;
-use kinds::*;
 use layout::*;
-use support::*;
+#[cfg(test)]
+use support::TYPED;
