@@ -116,6 +116,20 @@ pub mod exit_code {
     pub const DAEMON_LOST: i32 = 3;
 }
 
+/// Tells every federate still running to stop (SIGTERM: each stops at
+/// the next common tag) and marks it as stopped by the launcher.
+fn stop_running(children: &[(Child, LogSink)], done: &[Option<ExitStatus>], stopped: &mut [bool]) {
+    for (j, (child, _)) in children.iter().enumerate() {
+        if done[j].is_none() {
+            stopped[j] = true;
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // A child not yet reaped: its pid is still ours.
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+        }
+    }
+}
+
 /// The daemons that have died: the store (which never exits on its own
 /// while a launch holds it) or the RTI killed by a signal (it exits by
 /// itself, with a status, once every federate has left).
@@ -551,15 +565,7 @@ impl Launch {
                         lost.join(" and ")
                     );
                     stopping = true;
-                    for (j, (child, _)) in children.iter().enumerate() {
-                        if done[j].is_none() {
-                            stopped[j] = true;
-                            if let Ok(pid) = i32::try_from(child.id()) {
-                                // A child not yet reaped: its pid is still ours.
-                                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-                            }
-                        }
-                    }
+                    stop_running(&children, &done, &mut stopped);
                 }
             }
             for i in 0..n {
@@ -595,15 +601,7 @@ impl Launch {
                 done[i] = Some(status);
                 tracing::error!(federate = %f.name, %status, "federate failed; stopping the program");
                 stopping = true;
-                for (j, (child, _)) in children.iter().enumerate() {
-                    if done[j].is_none() {
-                        stopped[j] = true;
-                        if let Ok(pid) = i32::try_from(child.id()) {
-                            // A child not yet reaped: its pid is still ours.
-                            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-                        }
-                    }
-                }
+                stop_running(&children, &done, &mut stopped);
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
                 for (i, (child, _)) in children.iter_mut().enumerate() {
