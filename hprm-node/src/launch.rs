@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc};
@@ -374,15 +374,14 @@ impl LogSink {
 /// Starts `hprm-store` on a socket in `dir`; returns once it accepts clients.
 fn start_store(dir: &Path, memory: &str, extra: &[String], log: &LogSink) -> Result<(Daemon, PathBuf), NodeError> {
     let socket = dir.join("store.sock");
-    let mut child = Command::new(find_binary("hprm-store")?)
-        .args(["--socket".as_ref(), socket.as_os_str(), "--memory".as_ref(), memory.as_ref()])
+    let mut cmd = Command::new(find_binary("hprm-store")?);
+    cmd.args(["--socket".as_ref(), socket.as_os_str(), "--memory".as_ref(), memory.as_ref()])
         .args(extra)
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| NodeError::io("starting hprm-store", e))?;
+        .stderr(Stdio::piped());
+    crate::signal::detach(&mut cmd);
+    let mut child = cmd.spawn().map_err(|e| NodeError::io("starting hprm-store", e))?;
     if let Some(err) = child.stderr.take() {
         log.relay(err);
     }
@@ -402,8 +401,8 @@ fn start_store(dir: &Path, memory: &str, extra: &[String], log: &LogSink) -> Res
 
 /// Starts `hprm-rti` on a free port; returns it with its address.
 fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) -> Result<(Daemon, String), NodeError> {
-    let mut child = Command::new(find_binary("hprm-rti")?)
-        .args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
+    let mut cmd = Command::new(find_binary("hprm-rti")?);
+    cmd.args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
         .args(extra)
         .env("NO_COLOR", "1")
         // Its Unix socket goes where the federates look for it.
@@ -411,10 +410,9 @@ fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) ->
         // The address comes from its "listening on" log line: keep that line.
         .env("RUST_LOG", rti_log_filter())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| NodeError::io("starting hprm-rti", e))?;
+        .stderr(Stdio::piped());
+    crate::signal::detach(&mut cmd);
+    let mut child = cmd.spawn().map_err(|e| NodeError::io("starting hprm-rti", e))?;
     let err = child.stderr.take().ok_or_else(|| NodeError::Launch("hprm-rti has no stderr".into()))?;
     let daemon = Daemon(child);
     let (tx, rx) = mpsc::channel();

@@ -295,16 +295,30 @@ fn act(sig: i32) {
     }
 }
 
-/// Makes a child run in its own process group with SIGINT and SIGTERM
-/// unblocked (the mask is inherited across exec).
+/// Makes a launcher's child (a federate or a daemon) run in its own process
+/// group with SIGINT and SIGTERM unblocked (the mask is inherited across
+/// exec), and get SIGTERM when the launcher dies, however it dies: a
+/// launcher killed with SIGKILL (or crashed) leaves no federate, store or
+/// RTI running without it.
+///
+/// The parent-death signal follows the thread that spawned the child; a
+/// launch spawns every child from the thread that runs it, which lives as
+/// long as the launch.
 pub(crate) fn detach(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
+    let launcher = std::process::id();
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             // sigemptyset, sigaddset and pthread_sigmask: all async-signal-safe.
             let _ = signal_set().thread_unblock();
+            // prctl and getppid are system calls. The launcher may have died
+            // between fork and prctl, before the signal was armed: then the
+            // child is another process's already, and must not run.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 || libc::getppid() as u32 != launcher {
+                return Err(std::io::Error::other("the launcher exited while starting this process"));
+            }
             Ok(())
         });
     }

@@ -27,8 +27,9 @@ HPRM = Path(sys.executable).parent / "hprm"
 FEDERATES = ("source", "left", "right")
 
 
-def children(pid):
-    """The federate processes a launcher started: {name: pid}."""
+def children(pid, daemons=False):
+    """The federate processes a launcher started: {name: pid}; with
+    `daemons`, its hprm-store and hprm-rti too."""
     found = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -40,10 +41,25 @@ def children(pid):
             continue
         if ppid != pid:
             continue
+        if daemons:
+            try:
+                exe = (d / "cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            if exe.endswith(("/hprm-store", "/hprm-rti")):
+                found[exe.rsplit("/", 1)[1]] = int(d.name)
         for e in env:
             if e.startswith(b"HPRM_FEDERATE="):
                 found[e.split(b"=", 1)[1].decode()] = int(d.name)
     return found
+
+
+def running(pid):
+    """Whether `pid` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def start(libs, *, via_cli=False, extra=()):
@@ -171,4 +187,23 @@ def test_a_second_ctrl_c_stops_at_once(daemons_built):
     assert p.returncode != 0, out
     assert children(p.pid) == {}, "federates outlived their launcher"
     assert "source shutdown after" in out, out
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_a_launcher_killed_with_sigkill_leaves_nothing_running(daemons_built):
+    # SIGKILL cannot be handled: the launcher's children learn of its death
+    # from the kernel (the parent-death signal), and stop.
+    p, seen, runtime = start(["numpy"])
+    left = children(p.pid, daemons=True)
+    assert {"source", "left", "right", "hprm-store", "hprm-rti"} <= set(left), left
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    deadline = time.monotonic() + 60
+    alive = dict(left)
+    while alive and time.monotonic() < deadline:
+        alive = {n: pid for n, pid in alive.items() if running(pid)}
+        time.sleep(0.2)
+    for pid in alive.values():
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"still running a minute after their launcher died: {sorted(alive)}"
     shutil.rmtree(runtime, ignore_errors=True)
