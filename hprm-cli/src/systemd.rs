@@ -211,15 +211,8 @@ pub fn systemd(
     // federates on one host share its clock.
     let mut rti_args = "--clock-sync off".to_string();
     // systemd restarts these federates (Restart=on-failure): the RTI takes them back.
-    let restartable: Vec<String> = manifest
-        .federates
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.restart == RestartPolicy::OnFailure)
-        .map(|(i, _)| i.to_string())
-        .collect();
-    if !restartable.is_empty() {
-        rti_args.push_str(&format!(" --restartable {}", restartable.join(",")));
+    if let Some(restartable) = manifest.restartable() {
+        rti_args.push_str(&format!(" --restartable {restartable}"));
     }
     rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
     files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));

@@ -508,15 +508,8 @@ impl Launch {
         if self.fast {
             rti_args.push("--fast".into());
         }
-        let restartable: Vec<String> = m
-            .federates
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.restart == RestartPolicy::OnFailure)
-            .map(|(i, _)| i.to_string())
-            .collect();
-        if !restartable.is_empty() {
-            rti_args.extend(["--restartable".to_string(), restartable.join(",")]);
+        if let Some(restartable) = m.restartable() {
+            rti_args.extend(["--restartable".to_string(), restartable]);
         }
         // Each process writes its part of the trace here; merged at the end.
         let trace_parts = dir.path().join("trace");

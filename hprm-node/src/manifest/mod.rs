@@ -211,6 +211,20 @@ impl Manifest {
     pub fn federate(&self, name: &str) -> Option<&FederateSpec> {
         self.federates.iter().find(|f| f.name == name)
     }
+
+    /// The ids of the federates restarted on failure (`restart =
+    /// "on-failure"`), as the RTI's `--restartable` takes them (`0,2`);
+    /// `None` when there are none.
+    pub fn restartable(&self) -> Option<String> {
+        let ids: Vec<String> = self
+            .federates
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.restart == RestartPolicy::OnFailure)
+            .map(|(i, _)| i.to_string())
+            .collect();
+        (!ids.is_empty()).then(|| ids.join(","))
+    }
 }
 
 /// A port declaration's name and optional type: `"frame: image"`.
