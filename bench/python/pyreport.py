@@ -406,7 +406,7 @@ def render(report) -> str:
     after = report.get("hprm_store_after") or {}
     if after:
         w("## HPRM store after the run\n")
-        w(f"{after.get('objects_sealed', '?')} objects sealed (released ones stay until their room is needed), {after.get('bytes_in_use', 0):,} bytes in use, "
+        w(f"{after.get('objects_sealed', '?')} objects sealed (messages are freed once every receiver released them; plain objects stay until their room is needed), {after.get('bytes_in_use', 0):,} bytes in use, "
           f"{after.get('evictions', '?')} evictions, {after.get('pending_deliveries', '?')} deliveries pending, "
           f"{after.get('expired_deliveries', '?')} expired; daemon exit code after SIGTERM: {after.get('exit_code_after_sigterm', '?')}.\n")
 

@@ -1,6 +1,7 @@
 //! `hprm ps`: the programs launched on this machine that are still
 //! running, each federate with its process, current tag, how far logical
-//! time lags behind physical time, and messages per second; and each
+//! time lags behind physical time, messages per second, and messages lost
+//! and late so far (`--json`: by port and kind, `hprm_node::loss`); and each
 //! program's store (pid, socket) and RTI (pid, host:port).
 //!
 //! Launchers write `launch.json` and federates `status-<name>.json` into
@@ -63,8 +64,9 @@ pub fn human(ns: i64) -> String {
 }
 
 fn table(programs: &[Running], now: i64) -> String {
-    let mut rows =
-        vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S"].map(String::from).to_vec()];
+    let mut rows = vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE"]
+        .map(String::from)
+        .to_vec()];
     for p in programs {
         let mut first = true;
         for f in &p.federates {
@@ -86,8 +88,14 @@ fn table(programs: &[Running], now: i64) -> String {
                     human(s.lag_ns),
                     format!("{:.0}", s.messages_in_per_s),
                     format!("{:.0}", s.messages_out_per_s),
+                    s.losses.lost().to_string(),
+                    s.losses.late().to_string(),
                 ],
-                None => vec![if f.alive { "starting".into() } else { "-".into() }, "-".into(), "-".into(), "-".into()],
+                None => {
+                    let mut cells = vec!["-".to_owned(); 6];
+                    cells[0] = if f.alive { "starting" } else { "-" }.into();
+                    cells
+                }
             };
             let mut row = head;
             row.extend([f.name.clone(), pid]);

@@ -84,6 +84,11 @@ fn ps_lists_the_program_and_every_federate_with_an_advancing_tag() {
         table.contains("PROGRAM") && table.contains("counter") && table.contains("source") && table.contains("sink"),
         "{table}"
     );
+    assert!(table.contains("LOST") && table.contains("LATE"), "{table}");
+    // Nothing lost: each federate's losses, by port, are there and empty.
+    for f in ps(runtime.path())[0]["federates"].as_array().expect("federates") {
+        assert_eq!(f["status"]["losses"], serde_json::json!({}), "{f}");
+    }
     // The program's own store and RTI: live processes of those daemons,
     // at the socket and address the federates were given.
     let launch = &v[0]["launch"];

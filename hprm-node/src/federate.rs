@@ -264,5 +264,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         Err(e) => format!("federate {} failed: {e}", opts.federate),
     });
     drop(unix_socket);
+    if let Ok(r) = &report {
+        r.log_done();
+    }
     report
 }

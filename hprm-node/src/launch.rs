@@ -853,10 +853,7 @@ impl Program {
             Some(opts) => {
                 let name = opts.federate.clone();
                 match run_federate(self, opts) {
-                    Ok(report) => {
-                        tracing::info!(federate = %name, tags = report.tags, reactions = report.reactions, tardy = report.tardy, "done");
-                        0
-                    }
+                    Ok(_) => 0,
                     Err(e) => {
                         eprintln!("error: federate {name}: {e}");
                         1

@@ -67,6 +67,7 @@ mod inbox;
 pub mod launch;
 mod level;
 /// How HPRM processes log: [`log::ansi`] decides whether a log may use colour.
+pub mod loss;
 pub mod log {
     pub use hprm_sd_notify::{ansi, ansi_for};
 }

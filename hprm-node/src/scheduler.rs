@@ -34,6 +34,7 @@ use crate::context::{Body, Ctx, Effect, TagView};
 use crate::error::NodeError;
 use crate::ids::{duration_ns, FederateId, ReactionId, TriggerId, Value};
 use crate::inbox::{Inbox, Incoming};
+use crate::loss::{Loss, Losses};
 use crate::net::socket::FrameWriter;
 use crate::payload::Encoder;
 use crate::program::{Coordination, Program, TriggerKind};
@@ -63,6 +64,8 @@ pub struct RunReport {
     pub encode_errors: u64,
     /// The first few of those errors, as logged.
     pub problems: Vec<String>,
+    /// Every message lost or late, by port (`crate::loss`).
+    pub losses: Losses,
     /// Downstream peers reached over a Unix socket (decentralized).
     pub peers_over_unix: usize,
     /// The RTI was reached over its Unix socket (`LocalTransport::Unix`,
@@ -81,6 +84,17 @@ pub struct RunReport {
 const KEPT_PROBLEMS: usize = 16;
 
 impl RunReport {
+    /// The federate's exit summary: one line, a warning if it lost any
+    /// message or got any late, saying which and where.
+    pub fn log_done(&self) {
+        let (name, tags, reactions) = (&self.federate, self.tags, self.reactions);
+        if self.losses.is_empty() {
+            tracing::info!(federate = %name, tags, reactions, "done; {}", self.losses.summary());
+        } else {
+            tracing::warn!(federate = %name, tags, reactions, "done; {}", self.losses.summary());
+        }
+    }
+
     fn problem(&mut self, msg: String) {
         if self.problems.len() < KEPT_PROBLEMS {
             self.problems.push(msg);
@@ -939,6 +953,7 @@ impl Scheduler {
                         tracing::error!(federate = %self.plan.name, "{msg}; the message is dropped and the input treated as absent");
                         self.report.decode_errors += 1;
                         self.report.problem(msg);
+                        self.lose(port, Loss::Undecodable);
                         self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
                         return;
                     }
@@ -959,6 +974,7 @@ impl Scheduler {
                     self.push_event(tag, port, value, None);
                 } else {
                     self.report.tardy += 1;
+                    self.lose(port, Loss::Tardy);
                     let at = self.after();
                     tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
                     self.push_event(at, port, value, Some(tag));
@@ -1248,6 +1264,13 @@ impl Scheduler {
         }
     }
 
+    /// Counts a message of `port` lost or late (see `crate::loss`).
+    fn lose(&mut self, port: TriggerId, loss: Loss) {
+        let path = self.plan.program.port_path(port);
+        self.report.losses.count(&path, loss, 1);
+        self.board.lost(&path, loss, 1);
+    }
+
     /// Sends each of `outs` (final at this point of tag `g`): its value, or
     /// a port-absent notice to receivers that may be waiting for it.
     fn resolve(&mut self, g: Tag, outs: &[TriggerId]) -> Result<(), NodeError> {
@@ -1259,6 +1282,7 @@ impl Scheduler {
                     Ok(p) => Some(p),
                     Err(e) => {
                         self.report.encode_errors += 1;
+                        self.lose(out, Loss::Unsent);
                         let msg = format!(
                             "could not send the value of {}: {e}; receivers see the port absent",
                             self.plan.program.port_path(out)
@@ -1281,7 +1305,9 @@ impl Scheduler {
                         self.board.sent();
                         let tag = if d.physical { g } else { g.delayed(d.delay) };
                         let direct = matches!(self.plan.mode, Mode::Decentralized { .. }) || d.physical;
-                        self.send_tagged(d.fed, direct, d.port, tag, p)?;
+                        if !self.send_tagged(d.fed, direct, d.port, tag, p)? && !self.ending() {
+                            self.lose(out, Loss::PeerLost);
+                        }
                         continue;
                     }
                     None => {
@@ -1305,41 +1331,44 @@ impl Scheduler {
     /// (`direct`) or through the RTI (see [`Self::queue_rti`] for when it
     /// leaves).
     fn send_to(&mut self, fed: u16, direct: bool, msg: &Message) -> Result<(), NodeError> {
-        self.queue_for(fed, direct, |w| w.queue(msg))
+        self.queue_for(fed, direct, |w| w.queue(msg)).map(drop)
     }
 
     /// Queues a tagged message for federate `fed`, its payload borrowed:
     /// an output with several receivers encodes its value once. `direct`:
     /// over the peer connection (decentralized, or a physical connection),
     /// else through the RTI.
-    fn send_tagged(&mut self, fed: u16, direct: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<(), NodeError> {
+    fn send_tagged(&mut self, fed: u16, direct: bool, port: u16, tag: Tag, payload: &[u8]) -> Result<bool, NodeError> {
         self.coord.last_dnet = self.coord.last_dnet.min(tag);
         self.queue_for(fed, direct, |w| w.queue_tagged(direct, port, fed, tag, payload))
     }
 
     /// Runs `queue` on the writer that reaches federate `fed`: its peer
     /// connection (`direct`) or the RTI's.
+    ///
+    /// False if `fed` is a peer whose connection has broken: the message is
+    /// lost (the caller counts it).
     fn queue_for(
         &mut self,
         fed: u16,
         direct: bool,
         queue: impl FnOnce(&mut FrameWriter) -> std::io::Result<()>,
-    ) -> Result<(), NodeError> {
+    ) -> Result<bool, NodeError> {
         let ending = self.ending();
         match &mut self.coord.transport {
-            Transport::Alone => Ok(()),
+            Transport::Alone => Ok(true),
             Transport::Peers { peers, .. } if direct => {
-                if let Some(w) = peers.get_mut(&fed) {
-                    if let Err(e) = queue(w) {
-                        // A downstream peer that went away loses its messages; the others go on.
-                        peer_broke(fed, &e, ending);
-                        peers.remove(&fed);
-                    }
+                let Some(w) = peers.get_mut(&fed) else { return Ok(false) };
+                if let Err(e) = queue(w) {
+                    // A downstream peer that went away loses its messages; the others go on.
+                    peer_broke(fed, &e, ending);
+                    peers.remove(&fed);
+                    return Ok(false);
                 }
-                Ok(())
+                Ok(true)
             }
             Transport::Rti(w) | Transport::Peers { rti: w, .. } => {
-                queue(w).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}")))
+                queue(w).map(|()| true).map_err(|e| NodeError::RtiLost(format!("relaying a message: {e}")))
             }
         }
     }

@@ -18,6 +18,7 @@ use hprm_rti::tag::Tag;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
+use crate::loss::{Loss, Losses};
 use crate::sync::{Condvar, Mutex};
 
 /// Name of the launcher's file in a runtime directory.
@@ -87,6 +88,10 @@ pub struct FederateStatus {
     pub messages_out_per_s: f64,
     /// When this was written, ns since the epoch.
     pub updated_ns: i64,
+    /// Messages lost or late so far, by port (absent in files of federates
+    /// older than this field).
+    #[serde(default)]
+    pub losses: Losses,
 }
 
 /// Counters the scheduler bumps and the status thread reads.
@@ -96,6 +101,8 @@ pub(crate) struct Board {
     microstep: AtomicU32,
     messages_in: AtomicU64,
     messages_out: AtomicU64,
+    /// Rarely written (a loss), so a lock costs nothing that matters.
+    losses: Mutex<Losses>,
 }
 
 impl Board {
@@ -113,6 +120,14 @@ impl Board {
     #[inline]
     pub fn sent(&self) {
         self.messages_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn lost(&self, port: &str, loss: Loss, n: u64) {
+        self.losses.lock().count(port, loss, n);
+    }
+
+    pub fn losses(&self) -> Losses {
+        self.losses.lock().clone()
     }
 }
 
@@ -172,6 +187,7 @@ impl Publisher {
                     messages_in_per_s: (msgs_in - last_in) as f64 / secs,
                     messages_out_per_s: (msgs_out - last_out) as f64 / secs,
                     updated_ns: now,
+                    losses: board.losses(),
                 };
                 (last_in, last_out, last_at) = (msgs_in, msgs_out, now);
                 if let Err(e) = serde_json::to_vec(&status).map_err(std::io::Error::other).and_then(|t| replace(&p, &t))

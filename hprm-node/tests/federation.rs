@@ -585,6 +585,7 @@ fn federate_child() {
             r.tardy, r.deadline_misses, r.decode_errors
         ));
         lines.push(format!("nets sent {} skipped {}", r.nets_sent, r.nets_skipped));
+        lines.push(format!("losses {}", r.losses.summary()));
         lines
     });
 }
@@ -849,6 +850,14 @@ fn decentralized_with_too_small_stp_runs_tardy_handlers() {
     let count: u64 =
         report.split(" tardy ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).expect("count");
     assert_eq!(count as usize, tardy.len(), "{report}");
+    // Counted as late (delivered to the tardy handler), not lost, under the
+    // input they were meant for.
+    let n = tardy.len();
+    assert_eq!(
+        run.lines("receiver", "losses"),
+        [format!("losses 0 messages lost, {n} late: receiver.r.in: {n} tardy")]
+    );
+    assert_eq!(run.lines("slow", "losses"), ["losses no messages lost or late"]);
 }
 
 #[test]
@@ -867,6 +876,7 @@ fn undecodable_messages_are_reported_and_the_receiver_goes_on() {
     assert!(run.lines("receiver", "got a value").is_empty());
     assert_eq!(run.lines("receiver", "tick").len(), 4);
     assert!(run.lines("receiver", "report")[0].ends_with("decode_errors 4"), "{:?}", run.trace("receiver"));
+    assert_eq!(run.lines("receiver", "losses"), ["losses 4 messages lost, 0 late: receiver.r.in: 4 undecodable"]);
     let problem = run.lines("receiver", "problem")[0];
     assert!(
         problem.contains("a message from sender.s.out to receiver.r.in at") && problem.contains("could not be decoded"),

@@ -358,6 +358,15 @@ impl NativeProgram {
                 d.set_item("deadline_misses", r.deadline_misses)?;
                 d.set_item("decode_errors", r.decode_errors)?;
                 d.set_item("problems", r.problems)?;
+                let losses = pyo3::types::PyDict::new(py);
+                for (port, counts) in &r.losses.0 {
+                    let c = pyo3::types::PyDict::new(py);
+                    for loss in hprm_node::loss::Loss::ALL {
+                        c.set_item(loss.name(), counts.get(loss))?;
+                    }
+                    losses.set_item(port, c)?;
+                }
+                d.set_item("losses", losses)?;
                 Ok(d.into_any().unbind())
             }
             Err(e) => Err(PyRuntimeError::new_err(e.to_string())),

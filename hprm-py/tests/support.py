@@ -12,7 +12,9 @@ def codecs(store, n=2, **kwargs):
 def settled(codec, eventually):
     """The store's objects once every reference is released and every
     delivery settled (a receiver claims its reference with a one-way
-    message, so "no reference" alone may only mean "not claimed yet")."""
+    message, so "no reference" alone may only mean "not claimed yet").
+    Messages (objects sent with deliveries) are freed as they settle, so
+    what is left are plain objects, kept as cache."""
     eventually(lambda: all(o["ref_count"] == 0 and o["pending_deliveries"] == 0 for o in codec.store_objects()),
                what="every reference released, every delivery settled")
     return codec.store_objects()

@@ -69,6 +69,11 @@ def test_tardy_handlers_run_in_python(daemons_built):
     for line in tardy:
         n = int(line.split()[1])
         assert line == f"tardy {n} intended={20 * (n - 1)}ms", line
+    # The exit summary counts them, late rather than lost, under their port.
+    done = [l for l in r.stderr.splitlines() if l.startswith("[receiver]") and "messages lost" in l]
+    assert len(done) == 1, r.stderr
+    assert f"done; 0 messages lost, {len(tardy)} late: receiver." in done[0], done[0]
+    assert f".inp: {len(tardy)} tardy" in done[0], done[0]
 
 
 @pytest.mark.parametrize("late_ms", [1, 3, 6])

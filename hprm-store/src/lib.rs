@@ -23,9 +23,10 @@
 //!
 //! Object life cycle: `create` (the creator writes in place) → `seal`
 //! (immutable, visible to `get`) → `get` (or `claim`, with no round trip,
-//! by a consumer told where the object lies)/release by consumers → `delete`, or
-//! LRU eviction once no client references it and every expected delivery
-//! was settled. The daemon itself (object table, eviction, connection
+//! by a consumer told where the object lies)/release by consumers → `delete`;
+//! or, once no client references it and every expected delivery was
+//! settled, freed at once if it was sent with deliveries (a message), else
+//! kept as cache until LRU eviction needs its room. The daemon itself (object table, eviction, connection
 //! handling) lives in `src/bin/hprm-store/`.
 //!
 //! ```no_run

@@ -283,6 +283,19 @@ impl OutboxReader {
         self.ring.control().tail.load(Ordering::Acquire) != self.head
     }
 
+    /// The client's append position: every entry it has posted so far
+    /// lies before it. Positions only grow.
+    pub fn written(&self) -> u64 {
+        self.ring.control().tail.load(Ordering::Acquire)
+    }
+
+    /// Whether every entry before `position` (an earlier
+    /// [`OutboxReader::written`]) has been taken.
+    pub fn taken_past(&self, position: u64) -> bool {
+        // Positions are byte counts that never come near 2^63 apart.
+        self.head.wrapping_sub(position) as i64 >= 0
+    }
+
     /// Takes the next entry into `frame` (cleared first) if there is one
     /// and it was sent after no more than `handled` socket frames of the
     /// client. Ok(false): nothing to take now.

@@ -137,6 +137,15 @@ impl Connection {
     /// Posts `reqs` in order: to the outbox while it has room, otherwise in
     /// one write to the socket (one wake-up of the daemon for a seal and
     /// what follows it).
+    ///
+    /// A claim or redeliver that went over the socket is waited for: the
+    /// call returns once the daemon has read it. Whatever this client does
+    /// next (send the object on to another process, which claims and
+    /// releases it) must not reach the daemon first, through another
+    /// connection, while the claim or redeliver still sits unread in this
+    /// socket: the daemon could free the message under this client. Posts
+    /// in the outbox need no wait; the daemon reads every outbox past what
+    /// was in it before it frees anything (see the daemon's `outboxes.rs`).
     pub(crate) fn post_all(&self, reqs: &[Request<'_>]) -> Result<()> {
         let Some(first) = reqs.first() else { return Ok(()) };
         let op = first.name();
@@ -158,7 +167,14 @@ impl Connection {
             }
         };
         drop(tx);
-        sent.map_err(|e| self.mark_broken(op, e.to_string()))
+        sent.map_err(|e| self.mark_broken(op, e.to_string()))?;
+        if reqs[pushed..].iter().any(|r| matches!(r, Request::Claim { .. } | Request::Redeliver { .. })) {
+            // Any request with a reply will do: replies come in order.
+            let probe = Request::Contains { id: crate::ObjectId::from_bytes([0; crate::ObjectId::LEN]) };
+            let seq = self.start(&probe)?;
+            self.finish(seq, op)?;
+        }
+        Ok(())
     }
 
     /// Like [`Connection::call`] but hands back error replies as replies

@@ -113,7 +113,8 @@ fn small_class(total: u64) -> Option<usize> {
 pub struct CreateOptions {
     /// Consumers expected to `get` and release the object. Until they all
     /// have (or the daemon's delivery TTL expires) the object is pinned: it
-    /// cannot be evicted.
+    /// cannot be evicted. Once they have and nobody holds it, it is freed
+    /// at once (an object with no deliveries stays as cache instead).
     pub deliveries: u32,
     /// When the arena is full of pinned objects, wait up to this long for
     /// space before failing with `OutOfMemory`.

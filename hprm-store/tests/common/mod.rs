@@ -2,10 +2,10 @@
 //! real client processes (this test binary re-executed in a *role*).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use hprm_store::{ConnectOptions, StoreClient};
@@ -127,6 +127,7 @@ pub fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) 
 pub struct Worker {
     pub child: Child,
     stdout: BufReader<ChildStdout>,
+    stdin: Option<ChildStdin>,
 }
 
 impl Worker {
@@ -137,10 +138,19 @@ impl Worker {
             .env("HPRM_TEST_SOCKET", socket)
             .env("HPRM_TEST_ARGS", args.join(" "))
             .stdout(Stdio::piped())
+            .stdin(Stdio::piped())
             .spawn()
             .expect("spawn worker");
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        Worker { child, stdout }
+        let stdin = child.stdin.take();
+        Worker { child, stdout, stdin }
+    }
+
+    /// Writes `line` to the worker's standard input (see [`next_command`]).
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("worker stdin open");
+        writeln!(stdin, "{line}").expect("write to worker");
+        stdin.flush().expect("flush worker stdin");
     }
 
     /// Reads the worker's output until a line starting with `prefix`.
@@ -158,6 +168,7 @@ impl Worker {
 
     /// Waits for the worker and returns all its remaining output.
     pub fn finish(mut self) -> (ExitStatus, String) {
+        drop(self.stdin.take());
         let mut rest = String::new();
         let _ = self.stdout.read_to_string(&mut rest);
         let status = self.child.wait().expect("wait worker");
@@ -180,6 +191,13 @@ pub fn worker() -> Option<(String, StoreClient, Vec<String>)> {
     let args = std::env::var("HPRM_TEST_ARGS").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
     let store = StoreClient::connect(&socket).expect("worker connects");
     Some((role, store, args))
+}
+
+/// In a worker process: the next line the test sent (see [`Worker::send`]).
+pub fn next_command() -> String {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("read a command from the test");
+    line.trim_end().to_owned()
 }
 
 /// Deterministic content for an object: every byte depends on the id's

@@ -92,6 +92,13 @@ struct ServeArgs {
     /// Worker threads serving clients.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
+    /// For tests only: the outboxes of the clients whose ids this file
+    /// lists (one per line; re-read at each read) are read only when their
+    /// own client sends a frame or leaves, never on another client's frame
+    /// or the expiry tick, so that a test can make one client's posts lag
+    /// behind another's as a busy daemon may.
+    #[arg(long, hide = true)]
+    debug_hold_outboxes: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -196,8 +203,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             // Refused here, once, rather than for every connection.
             hprm_store::outbox::check_capacity(args.outbox.0).context("bad --outbox")?;
         }
+        let served = outboxes::Served::new(table).holding_outboxes_of(args.debug_hold_outboxes);
         let shared = Arc::new(server::Shared::new(
-            table,
+            served,
             arena.clone(),
             args.populate,
             args.frame_timeout,

@@ -17,6 +17,11 @@
 //! - a disconnect reads the client's outbox to the end before the table
 //!   cleans up after it (a producer's last seal still lands).
 //!
+//! Messages whose deliveries have all settled are freed only once every
+//! outbox has been read past what its client had posted when they settled
+//! ([`Served::reap_settled`]): a claim posted before the release that
+//! settled its message, but in an outbox read later, must find it.
+//!
 //! After each, [`Served::settle`] sets the outboxes' wake words while the
 //! table has someone waiting (a get or claim of an unsealed object, a create
 //! waiting for space, a subscriber), so posts that may complete them come
@@ -28,7 +33,8 @@
 //! ([`Served::take_posted`]), which it wakes; so only a connection's task
 //! writes to it, in order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -125,6 +131,16 @@ impl ClientOutbox {
     }
 }
 
+/// Messages that settled at one point (a generation of
+/// [`ObjectTable::stamp_settled`]), and how far each outbox not read to its
+/// end then had been written: they are freed once each has been read past
+/// that.
+struct Settling {
+    generation: u64,
+    marks: Vec<(ClientId, u64)>,
+    since: Instant,
+}
+
 /// The object table and the outboxes, behind the daemon's lock.
 pub struct Served {
     pub table: ObjectTable,
@@ -132,11 +148,31 @@ pub struct Served {
     /// Whether a connection's task was woken for its posts since
     /// [`Served::take_woken`].
     woken: bool,
+    /// The last generation given to [`ObjectTable::stamp_settled`].
+    generation: u64,
+    settling: Vec<Settling>,
+    /// The test hook `hprm-store --debug-hold-outboxes FILE`.
+    held: Option<PathBuf>,
 }
 
 impl Served {
     pub fn new(table: ObjectTable) -> Served {
-        Served { table, outboxes: HashMap::new(), woken: false }
+        Served { table, outboxes: HashMap::new(), woken: false, generation: 0, settling: Vec::new(), held: None }
+    }
+
+    /// Reads the outboxes of the clients listed in `file` only on their own
+    /// frames and departure (`hprm-store --debug-hold-outboxes`, for tests).
+    pub fn holding_outboxes_of(mut self, file: Option<PathBuf>) -> Served {
+        self.held = file;
+        self
+    }
+
+    /// The clients whose outboxes `read_all` passes over (the test hook).
+    fn held_clients(&self) -> HashSet<ClientId> {
+        let Some(file) = &self.held else { return HashSet::new() };
+        std::fs::read_to_string(file)
+            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
     }
 
     /// A new connection, with its outbox if it has one.
@@ -226,11 +262,12 @@ impl Served {
     /// waiting claims per round before, the receivers' outboxes coming
     /// before their producer's in the map.)
     fn read_all(&mut self) -> bool {
+        let held = self.held_clients();
         let mut any = false;
         loop {
             let mut progress = false;
             for (&client, o) in &mut self.outboxes {
-                if o.has_entries() {
+                if o.has_entries() && !held.contains(&client) {
                     progress |= o.read(client, None, &mut self.table, true, &mut self.woken);
                 }
             }
@@ -240,11 +277,72 @@ impl Served {
             }
         }
         for (&client, o) in &mut self.outboxes {
-            if o.has_entries() {
+            if o.has_entries() && !held.contains(&client) {
                 any |= o.read(client, None, &mut self.table, false, &mut self.woken);
             }
         }
+        self.reap_settled();
         any
+    }
+
+    /// Frees the messages that settled, once no request posted before they
+    /// did can still be unread.
+    ///
+    /// A delivery count is not tied to receivers, and each client's posts
+    /// are read in its own order, not in the order they happened across
+    /// clients. In an echo, the original sender's claim and release of the
+    /// message coming back can be read before the echoer's own claim and
+    /// redeliver (posted earlier, in an outbox read later): the release then
+    /// settles the delivery that was the echoer's, and the message looks
+    /// done while the echoer still reads it. Freed then, the echoer's claim
+    /// would find nothing (or the next object in its block). So a message
+    /// is freed only once every outbox has been read past the position its
+    /// client had written to when the message settled: whatever was posted
+    /// before has been carried out by then, and a claim among it has taken
+    /// the message back (`ObjectTable::reap` checks). Requests that could
+    /// not be posted go over the socket, and the client waits for the
+    /// daemon to have read them before it goes on (`post_all` in the
+    /// client's connection), so nothing posted before can be elsewhere.
+    /// Usually every outbox has been read to its end and the messages are
+    /// freed in the same call.
+    ///
+    /// An outbox not read past its mark within the delivery TTL (its entries
+    /// wait behind socket frames that never come) no longer holds the
+    /// messages back: as for any consumer that late, the TTL has run out.
+    fn reap_settled(&mut self) {
+        self.generation += 1;
+        if self.table.stamp_settled(self.generation) {
+            let marks = self
+                .outboxes
+                .iter()
+                .filter(|(_, o)| o.broken.is_none() && o.has_entries())
+                .map(|(&client, o)| (client, o.reader.written()))
+                .collect();
+            self.settling.push(Settling { generation: self.generation, marks, since: Instant::now() });
+        }
+        if self.settling.is_empty() {
+            return;
+        }
+        let (outboxes, table) = (&self.outboxes, &mut self.table);
+        let ttl = table.delivery_ttl();
+        self.settling.retain(|s| {
+            let read = s.marks.iter().all(|(client, mark)| {
+                outboxes
+                    .get(client)
+                    .is_none_or(|o| o.broken.is_some() || (o.entry.is_empty() && o.reader.taken_past(*mark)))
+            });
+            if !read && s.since.elapsed() < ttl {
+                return true;
+            }
+            if !read {
+                tracing::warn!(
+                    generation = s.generation,
+                    "an outbox was not read within the delivery TTL; freeing the messages that settled meanwhile"
+                );
+            }
+            table.reap(s.generation);
+            false
+        });
     }
 
     /// Reads `client`'s outbox (see [`ClientOutbox::read`]).
@@ -259,6 +357,9 @@ impl Served {
     /// bring, clears them otherwise. Setting them means reading again: a
     /// client may have posted before it could see the word.
     fn settle(&mut self) {
+        // What the entry point itself settled (a release over the socket,
+        // a departure, an expired TTL).
+        self.reap_settled();
         loop {
             let wanted = self.table.awaits_posts();
             let mut reread = false;
@@ -379,5 +480,52 @@ mod tests {
         };
         assert_eq!(rx.try_recv().expect("answered"), Reply::Done);
         assert!(served.take_woken());
+    }
+
+    #[test]
+    fn a_message_settled_ahead_of_a_claim_posted_before_is_freed_only_after_it() {
+        // The echo race: client 1 sends an object to client 2, which claims
+        // it and sends it back (redeliver); client 1 claims and releases the
+        // echo. Client 2's outbox is held (read only on its own frames), so
+        // client 1's release is read first and settles the delivery count
+        // while client 2's claim is still unread.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let hold = dir.path().join("hold");
+        let (served, mut outboxes) = served(2);
+        let mut served = served.holding_outboxes_of(Some(hold.clone()));
+        std::fs::write(&hold, "2\n").expect("hold client 2");
+        let (id, placement) = created(&mut served, 1);
+        let mut enc = Encoder::default();
+        assert!(outboxes[0].push(1, enc.request(0, &Request::Seal { id })));
+        assert!(outboxes[1].push(0, enc.request(0, &Request::Claim { id, placement, timeout: None })));
+        assert!(outboxes[1].push(0, enc.request(0, &Request::Redeliver { id, deliveries: 1 })));
+        assert!(outboxes[0].push(1, enc.request(0, &Request::Claim { id, placement, timeout: None })));
+        assert!(outboxes[0].push(1, enc.request(0, &Request::Release { id })));
+        served.expire(Instant::now());
+        let s = served.table.stats();
+        assert_eq!((s.pending_deliveries, s.objects_referenced), (0, 0), "client 1's release settled the count");
+        assert_eq!(s.objects_sealed, 1, "but the object waits for client 2's outbox to be read");
+        // Not evictable either: the LRU has only plain objects.
+        assert_eq!(served.handle_frame(1, &Request::Evict { bytes: u64::MAX }).reply_objects(), 0);
+        // Client 2's next frame reads its outbox: its claim takes the object.
+        std::fs::write(&hold, "").expect("release the hold");
+        served.handle_frame(2, &Request::Stats);
+        let s = served.table.stats();
+        assert_eq!((s.objects_sealed, s.objects_referenced, s.pending_deliveries), (1, 1, 1));
+        assert!(served.take_posted(2).expect("outbox fine").is_empty(), "the claim found its object");
+        // Its release settles the echo's delivery: now it is freed.
+        assert!(outboxes[1].push(1, enc.request(0, &Request::Release { id })));
+        served.expire(Instant::now());
+        let s = served.table.stats();
+        assert_eq!((s.objects_sealed, s.bytes_in_use), (0, 0), "{s:?}");
+    }
+
+    impl Outcome {
+        fn reply_objects(self) -> u64 {
+            match self {
+                Outcome::Reply(Reply::Evicted { objects, .. }) => objects,
+                _ => panic!("not an Evicted reply"),
+            }
+        }
     }
 }

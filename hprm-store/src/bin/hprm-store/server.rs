@@ -36,7 +36,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Notify};
 
 use crate::outboxes::{Posted, Served};
-use crate::table::{ClientId, ObjectTable, Outcome, SUBSCRIBER_QUEUE};
+use crate::table::{ClientId, Outcome, SUBSCRIBER_QUEUE};
 
 pub struct Shared {
     served: Mutex<Served>,
@@ -56,7 +56,7 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(
-        table: ObjectTable,
+        served: Served,
         arena: Arc<Arena>,
         populate: bool,
         frame_timeout: Duration,
@@ -65,9 +65,8 @@ impl Shared {
     ) -> Shared {
         let id = hprm_store::ObjectId::random();
         let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
-        let served = Mutex::new(Served::new(table));
         Shared {
-            served,
+            served: Mutex::new(served),
             arena,
             populate,
             frame_timeout,

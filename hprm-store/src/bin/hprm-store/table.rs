@@ -15,6 +15,11 @@
 //!   pending deliveries, not marked for deletion. Only objects in `lru` are
 //!   ever evicted, so live data (unsealed, referenced, or awaited by
 //!   consumers) never is.
+//! - A message (an object sent with deliveries) is never in `lru`: once
+//!   evictable (every delivery settled, nobody holds it) it waits in
+//!   `settled` until [`ObjectTable::reap`] frees it, which the caller does
+//!   only once every request posted before it settled has been carried out
+//!   (see `outboxes.rs`, `Served::reap_settled`, for why that order).
 //! - A waiting get holds references on the objects it has found so far
 //!   (recorded in its client's `refs`), so they cannot vanish before it
 //!   completes; on cancel they are dropped again.
@@ -86,6 +91,13 @@ struct Entry {
     delete_pending: bool,
     /// `Some(t)` iff the object is in `lru` under key `t`.
     lru_tick: Option<u64>,
+    /// The generation of the last [`ObjectTable::stamp_settled`] that found
+    /// it settled: only [`ObjectTable::reap`] of that generation frees it.
+    settled_in: u64,
+    /// It was sent with deliveries (at creation, or redelivered): a
+    /// message, freed once they settle ([`ObjectTable::reap`]). Without
+    /// any it is a plain object, kept as cache until evicted.
+    message: bool,
     created_at: Instant,
 }
 
@@ -170,6 +182,12 @@ pub struct ObjectTable {
     /// Whether a waiting request was answered, or a subscriber notified,
     /// since [`ObjectTable::take_woken`]: a task was woken (see there).
     woken: bool,
+    /// Messages that became evictable since the last
+    /// [`ObjectTable::stamp_settled`] (an id may repeat).
+    settled: Vec<ObjectId>,
+    /// Settled messages by the generation that stamped them, to be freed by
+    /// [`ObjectTable::reap`] of that generation.
+    settling: HashMap<u64, Vec<ObjectId>>,
 }
 
 fn err(code: ErrorCode, message: String) -> Reply {
@@ -196,6 +214,8 @@ impl ObjectTable {
             evicted_bytes: 0,
             expired_deliveries: 0,
             woken: false,
+            settled: Vec::new(),
+            settling: HashMap::new(),
         }
     }
 
@@ -218,6 +238,11 @@ impl ObjectTable {
 
     pub fn connect(&mut self, client: ClientId) {
         self.clients.insert(client, ClientRecord::default());
+    }
+
+    /// How long after seal undelivered deliveries still pin an object.
+    pub fn delivery_ttl(&self) -> Duration {
+        self.config.delivery_ttl
     }
 
     /// Carries out one request. `Subscribe` is handled by [`ObjectTable::subscribe`].
@@ -377,6 +402,8 @@ impl ObjectTable {
                 delivery_deadline: None,
                 delete_pending: false,
                 lru_tick: None,
+                settled_in: 0,
+                message: deliveries > 0,
                 created_at: Instant::now(),
             },
         );
@@ -468,6 +495,8 @@ impl ObjectTable {
                 delivery_deadline,
                 delete_pending: false,
                 lru_tick: None,
+                settled_in: 0,
+                message: deliveries > 0,
                 created_at: Instant::now(),
             },
         );
@@ -536,6 +565,7 @@ impl ObjectTable {
             // wakes any waiting claim, so no receiver's release can come
             // first and be lost. The seal starts the TTL.
             e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
+            e.message |= deliveries > 0;
             return Reply::Done;
         }
         if !e.sealed || e.delete_pending {
@@ -546,6 +576,7 @@ impl ObjectTable {
             return Reply::Done;
         }
         e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
+        e.message = true;
         let d = Instant::now() + ttl;
         // An older deadline entry is skipped by the sweep: it no longer matches.
         e.delivery_deadline = Some(d);
@@ -1057,6 +1088,13 @@ impl ObjectTable {
     /// object entering it becomes the most recently used.
     fn refresh_lru(&mut self, id: ObjectId) {
         let Some(e) = self.objects.get_mut(&id) else { return };
+        if e.message {
+            // Messages are freed by `reap`, never evicted.
+            if e.evictable() {
+                self.settled.push(id);
+            }
+            return;
+        }
         match (e.evictable(), e.lru_tick) {
             (true, None) => {
                 self.tick += 1;
@@ -1068,6 +1106,58 @@ impl ObjectTable {
                 self.lru.remove(&t);
             }
             _ => {}
+        }
+    }
+
+    /// Stamps the messages settled since the last call with `generation`:
+    /// [`ObjectTable::reap`] of that generation frees them. False if there
+    /// were none.
+    pub fn stamp_settled(&mut self, generation: u64) -> bool {
+        if self.settled.is_empty() {
+            return false;
+        }
+        let mut ids = std::mem::take(&mut self.settled);
+        ids.retain(|id| match self.objects.get_mut(id) {
+            Some(e) if e.settled_in != generation => {
+                e.settled_in = generation;
+                true
+            }
+            _ => false,
+        });
+        self.settling.insert(generation, ids);
+        true
+    }
+
+    /// Frees the messages stamped with `generation` that are still settled:
+    /// every delivery they were sent with has settled (released, or its TTL
+    /// ran out) and nobody holds them, so nobody is to read them again.
+    ///
+    /// Why free them rather than keep them as cache, as plain objects are:
+    /// kept, they would push each new message into arena pages no process
+    /// has touched yet (a page fault per 4 KiB in every process that
+    /// writes or reads it, until the whole arena has been used once), where
+    /// the block just freed is warm in every mapping and cache.
+    ///
+    /// The caller decides when: only once every request that any client
+    /// posted before the messages settled has been carried out. A count of
+    /// deliveries is not tied to receivers, so a release can settle a
+    /// delivery meant for a receiver whose claim is still unread in its
+    /// outbox (an echo: the original sender's claim and release read before
+    /// the echoer's claim and redeliver); that claim then takes the message
+    /// back out of `settled`, and its `settled_in` no longer matches once a
+    /// later generation stamps it again.
+    pub fn reap(&mut self, generation: u64) {
+        let Some(ids) = self.settling.remove(&generation) else { return };
+        let mut freed = false;
+        for id in ids {
+            // It may have been taken again (a get, a late claim) since.
+            if self.objects.get(&id).is_some_and(|e| e.message && e.settled_in == generation && e.evictable()) {
+                self.remove(id);
+                freed = true;
+            }
+        }
+        if freed {
+            self.retry_creates();
         }
     }
 
@@ -1173,6 +1263,14 @@ mod tests {
         t
     }
 
+    /// Frees what settled, as `Served` does once the outboxes are read.
+    fn reap(t: &mut ObjectTable) {
+        static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        t.stamp_settled(generation);
+        t.reap(generation);
+    }
+
     fn reply(o: Outcome) -> Reply {
         match o {
             Outcome::Reply(r) => r,
@@ -1269,7 +1367,35 @@ mod tests {
         assert_eq!(t.expire_deliveries(Instant::now()), 0);
         assert_eq!(t.expire_deliveries(Instant::now() + Duration::from_secs(61)), 2);
         assert_eq!(t.stats().pending_deliveries, 0);
-        assert_eq!(t.lru.len(), 1, "evictable once the TTL settled the rest");
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&id) && t.lru.is_empty(), "freed once the TTL settled the rest");
+        assert_eq!(t.stats().bytes_in_use, 0);
+    }
+
+    #[test]
+    fn a_message_is_freed_when_its_last_delivery_settles_and_its_block_goes_to_the_next() {
+        let mut t = table(1 << 20);
+        let (a, b, plain) = (ObjectId::random(), ObjectId::random(), ObjectId::random());
+        put(&mut t, a, 64 << 10, 2);
+        let block = t.objects[&a].block;
+        for c in [2, 3] {
+            assert!(matches!(get(&mut t, c, a), Reply::Objects(_)));
+        }
+        t.handle(2, &Request::Release { id: a });
+        assert!(t.objects.contains_key(&a), "one delivery is still due");
+        t.handle(3, &Request::Release { id: a });
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&a) && t.lru.is_empty());
+        assert_eq!(t.stats().bytes_in_use, 0);
+        // The next message lands where the last one was: pages already
+        // touched, rather than fresh ones further on.
+        put(&mut t, b, 64 << 10, 1);
+        assert_eq!(t.objects[&b].block, block);
+        // A plain object (no deliveries) stays as cache once let go.
+        put(&mut t, plain, 1000, 0);
+        assert!(matches!(get(&mut t, 2, plain), Reply::Objects(_)));
+        t.handle(2, &Request::Release { id: plain });
+        assert!(t.objects.contains_key(&plain) && t.lru.len() == 1);
     }
 
     #[test]
@@ -1288,7 +1414,8 @@ mod tests {
             t.handle(c, &Request::Release { id });
         }
         assert_eq!(t.stats().pending_deliveries, 0);
-        assert_eq!(t.lru.len(), 1);
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&id), "freed once the new receivers let go");
         let missing = ObjectId::random();
         assert_eq!(
             code(&reply(t.handle(2, &Request::Redeliver { id: missing, deliveries: 1 }))),
@@ -1333,7 +1460,8 @@ mod tests {
         ));
         t.handle(1, &Request::Release { id });
         assert_eq!(t.stats().pending_deliveries, 0);
-        assert_eq!(t.lru.len(), 1, "evictable once everyone let go");
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&id), "freed once everyone let go");
     }
 
     #[test]
@@ -1376,9 +1504,10 @@ mod tests {
         assert!(matches!(get(&mut t, 2, a), Reply::Objects(_)));
         t.disconnect(2);
         assert!(!t.objects.contains_key(&b));
-        assert_eq!(t.objects[&a].refs, 0);
-        assert_eq!(t.objects[&a].pending_deliveries, 0);
-        assert_eq!(t.stats().bytes_in_use, block_len(1001).unwrap());
+        // Its delivery settled by the departure, the message is freed.
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&a));
+        assert_eq!(t.stats().bytes_in_use, 0);
     }
 
     #[test]
@@ -1582,8 +1711,8 @@ mod tests {
             "absorbed once only"
         );
         assert_eq!(reply(t.handle(3, &Request::Release { id })), Reply::Done);
-        let info = t.list().into_iter().find(|i| i.id == id).unwrap();
-        assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&id), "every delivery settled: freed");
         // A consumer that claims before the seal, releases and disconnects
         // has collected its delivery: nothing is left for the TTL.
         let gone = ObjectId::random();
@@ -1594,8 +1723,8 @@ mod tests {
         assert_eq!(reply(t.handle(7, &Request::Release { id: gone })), Reply::Done);
         t.disconnect(7);
         assert_eq!(reply(t.handle(1, &Request::Seal { id: gone })), Reply::Done);
-        let info = t.list().into_iter().find(|i| i.id == gone).unwrap();
-        assert_eq!((info.ref_count, info.pending_deliveries), (0, 0));
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&gone), "freed as it is sealed");
         // A claim of an object that never comes gives its wait back.
         let ghost = ObjectId::random();
         assert_eq!(

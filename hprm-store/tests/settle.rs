@@ -1,0 +1,109 @@
+//! Delivery settling against a real daemon and a real client process: a
+//! message is freed once every delivery settled, and not before a claim
+//! posted ahead of the last release has been read, even when the daemon
+//! reads the claimer's outbox after the release (the echo race).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{next_command, pattern, worker, Daemon, Worker};
+use hprm_store::protocol::message::Placement;
+use hprm_store::{CreateOptions, ErrorCode, ObjectId};
+
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(2);
+const MIB: usize = 1 << 20;
+
+#[test]
+#[ignore = "entry point of worker processes, run by the other tests"]
+fn child() {
+    let Some((role, store, args)) = worker() else { return };
+    match role.as_str() {
+        // The echoer: told where a message lies, claims it and sends it
+        // back (redeliver), then, told to, checks what it holds.
+        "echo" => {
+            let id: ObjectId = args[0].parse().unwrap();
+            let offset: u64 = args[1].parse().unwrap();
+            let size: u64 = args[2].parse().unwrap();
+            let p =
+                Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: 0 };
+            println!("CLIENT {}", store.client_id());
+            assert_eq!(next_command(), "echo");
+            let held = store.claim(id, p, CLAIM_TIMEOUT).unwrap();
+            held.redeliver(1).unwrap();
+            println!("ECHOED");
+            assert_eq!(next_command(), "check");
+            // A frame of its own: the daemon reads its outbox now.
+            let synced = store.sync();
+            let intact = held.data() == &pattern(id.as_bytes(), size as usize)[..];
+            println!(
+                "RESULT claim {} bytes {}",
+                if synced.is_ok() { "ok" } else { "failed" },
+                if intact { "intact" } else { "overwritten" }
+            );
+            drop(held);
+            store.sync().unwrap();
+            println!("DONE");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn an_echo_whose_claim_is_read_after_the_last_release_keeps_its_message() {
+    // The daemon reads the echoer's outbox only on the echoer's own frames
+    // (the test hook), so the sender's claim and release of the echo are
+    // read before the echoer's claim and redeliver, which were posted
+    // first: the release settles the message's only counted delivery while
+    // the echoer still holds it. Another client then needs the room.
+    let hold = tempfile::NamedTempFile::new().unwrap();
+    let hold_path = hold.path().to_str().unwrap().to_owned();
+    let d = Daemon::start("4M", &["--debug-hold-outboxes", &hold_path]);
+    let sender = d.light_client();
+    let id = ObjectId::random();
+    let mut obj =
+        sender.create_with(id, MIB as u64, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+    obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), MIB));
+    let p = obj.placement();
+    obj.seal().unwrap();
+
+    let args = [id.to_string(), p.data_offset.to_string(), p.data_size.to_string()];
+    let mut echo = Worker::spawn("echo", &d.socket, &args);
+    let client = echo.expect_line("CLIENT ");
+    std::fs::write(hold.path(), client.trim_start_matches("CLIENT ")).unwrap();
+    echo.send("echo");
+    echo.expect_line("ECHOED");
+
+    // The echo comes back: claimed, read, released; then a frame of the
+    // sender's, so the daemon reads every outbox it may.
+    let back = sender.claim(id, p, CLAIM_TIMEOUT).unwrap();
+    assert!(back.data() == &pattern(id.as_bytes(), MIB)[..]);
+    drop(back);
+    sender.sync().unwrap();
+    let s = sender.stats().unwrap();
+    assert_eq!((s.pending_deliveries, s.objects_referenced), (0, 0), "the sender's release settled the count: {s:?}");
+
+    // Room for 3.5 MiB only if the message goes.
+    let pressure = d.light_client();
+    let squeezed = pressure.create(ObjectId::random(), (3 * MIB + MIB / 2) as u64, b"");
+    let squeezed = match squeezed {
+        Ok(mut big) => {
+            big.data_mut().fill(0xEE);
+            big.seal().unwrap();
+            "created (the message was evicted)".to_owned()
+        }
+        Err(e) => format!("{:?}", e.code()),
+    };
+
+    // The echoer's next frame lets its outbox be read.
+    std::fs::write(hold.path(), "").unwrap();
+    echo.send("check");
+    assert_eq!(echo.expect_line("RESULT "), "RESULT claim ok bytes intact", "the echoer lost its message");
+    echo.expect_line("DONE");
+    assert_eq!(squeezed, format!("{:?}", Some(ErrorCode::OutOfMemory)), "the message was not pinned");
+    let (status, _) = echo.finish();
+    assert!(status.success());
+    // Every delivery (the echoer's, the sender's) settled: freed.
+    let s = sender.stats().unwrap();
+    assert_eq!((s.objects_sealed, s.objects_referenced, s.bytes_in_use), (0, 0, 0), "{s:?}");
+}
