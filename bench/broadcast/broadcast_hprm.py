@@ -29,7 +29,20 @@ import numpy as np
 import hprm
 from broadcast_common import RECEIVERS, ROUND_TIMEOUT_S, fresh_reply, make_payload, mark, parse_args, reply_problem, write_result
 
-ARGS = parse_args(extra=lambda p: p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True))
+
+
+def _args(p):
+    p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True)
+    p.add_argument(
+        "--store",
+        choices=("sized", "default", "default-populated"),
+        default="sized",
+        help="sized: an arena of 12 payloads (at least 256 MiB), pre-faulted (--populate), as a robot's store "
+        "would run; default: what a new user gets (256 MiB, not pre-faulted); default-populated: 256 MiB, pre-faulted",
+    )
+
+
+ARGS = parse_args(extra=_args)
 SIZE, VARIANT, WARMUP, TOTAL = ARGS.size, ARGS.variant, ARGS.warmup, ARGS.warmup + ARGS.rounds
 
 
@@ -144,5 +157,5 @@ for i in range(RECEIVERS):
 if __name__ == "__main__":
     # The round's source object and up to four fresh replies are live at
     # once, plus the previous round's until they are released.
-    mib = max(256, 12 * SIZE // 2**20)
-    prog.launch(fast=True, store_memory=f"{mib}m", store_args=["--populate"])
+    mib = max(256, 12 * SIZE // 2**20) if ARGS.store == "sized" else 256
+    prog.launch(fast=True, store_memory=f"{mib}m", store_args=[] if ARGS.store == "default" else ["--populate"])
