@@ -112,7 +112,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let clock = Arc::new(Clock::default());
     let mut clock_sync = None;
     let store = StoreLink::new(opts.store.clone());
-    let encoder = Encoder::new(store.clone(), program.threshold);
+    let encoder = Encoder::new(store.clone(), program.threshold)
+        .with_wait_for_space(hprm_store::Backpressure::default().wait_for_space());
     let decoder = Decoder::new(store, Duration::from_secs(10));
 
     let decentralized = matches!(program.coordination, Coordination::Decentralized { .. });

@@ -87,6 +87,7 @@ pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};
 pub use federate::{run_federate, RunOptions, DEFAULT_SPIN};
 pub use hprm_rti::tag::{Delay, Tag};
+pub use hprm_store::Backpressure;
 pub use ids::{
     DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId,
     Shutdown, Startup, Timer, TriggerId, Value,

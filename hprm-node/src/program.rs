@@ -21,6 +21,7 @@ use std::fmt;
 use std::time::Duration;
 
 use hprm_rti::tag::Delay;
+use hprm_store::Backpressure;
 
 use crate::context::Body;
 use crate::error::ProgramError;
@@ -121,6 +122,8 @@ pub struct Program {
     pub(crate) triggers: Vec<TriggerDef>,
     pub(crate) reactions: Vec<ReactionDef>,
     pub(crate) connections: Vec<ConnectionDef>,
+    /// Outputs whose backpressure is not the default, by output.
+    pub(crate) backpressure: HashMap<TriggerId, Backpressure>,
     /// Problems found while building, reported all at once by [`Program::validate`].
     pub(crate) problems: Vec<String>,
 }
@@ -148,6 +151,7 @@ impl Program {
             triggers: Vec::new(),
             reactions: Vec::new(),
             connections: Vec::new(),
+            backpressure: HashMap::new(),
             problems: Vec::new(),
         }
     }
@@ -207,6 +211,28 @@ impl Program {
             f.restart = crate::manifest::RestartPolicy::OnFailure;
             f.max_restarts = max_restarts;
         }
+    }
+
+    /// What `out` does when the store has no room for its value or a
+    /// receiver falls behind (default [`Backpressure::default`]: the send
+    /// waits up to 1 s for space). `keep-last-N` bounds each receiver's
+    /// backlog of this output's messages. `drop-oldest` applies to queues of
+    /// messages not yet handed to receivers (links, recorders) and is
+    /// refused for an output: a receiver may already map a sent message.
+    pub fn backpressure<T>(&mut self, out: Output<T>, policy: Backpressure) -> &mut Program {
+        if policy == Backpressure::DropOldest {
+            self.problems.push(format!(
+                "output {} asks for drop-oldest, which applies to queues of messages not yet sent (links, recorders); for an output use keep-last-N (each receiver keeps the newest N)",
+                self.port_path(out.id)
+            ));
+        }
+        self.backpressure.insert(out.id, policy);
+        self
+    }
+
+    /// The backpressure of output `out`.
+    pub(crate) fn backpressure_of(&self, out: TriggerId) -> Backpressure {
+        self.backpressure.get(&out).copied().unwrap_or_default()
     }
 
     /// Connects `from` to `to` with no delay: the value arrives at the

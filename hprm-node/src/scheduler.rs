@@ -222,6 +222,9 @@ pub(crate) struct Scheduler {
     clock: Arc<Clock>,
     inbox: Arc<Inbox>,
     encoder: Encoder,
+    /// For outputs with a backpressure policy of their own: the encoder
+    /// waiting for space as that policy says (`encoder` otherwise).
+    output_encoders: HashMap<TriggerId, Encoder>,
     /// systemd's watchdog, pinged from the loop (taken from [`Options`]).
     watchdog: Option<hprm_sd_notify::Watchdog>,
     /// Items drained from the inbox and not handled yet, in arrival order.
@@ -269,6 +272,9 @@ struct Plan {
     input_peer: Vec<Option<u16>>,
     /// By input: fed by a physical connection (`~>`).
     physical_input: Vec<bool>,
+    /// By input: how many of its messages may wait to be processed
+    /// (`keep-last-N` on the output it is connected to).
+    keep_last: Vec<Option<u32>>,
     has_physical_actions: bool,
     /// Centralized, real-time, with downstream federates, and events that
     /// physical time produces: the least delay from physical time to their
@@ -377,6 +383,7 @@ impl Plan {
 
         let (reactors, meta, triggered, max_level) = take_reactions(&mut program, fed, &name, &levels);
         let (local, remote, input_peer, physical_input) = routes(&program, fed, federate_index);
+        let keep_last = keep_last(&program);
         let fanout = remote.iter().map(|d| d.len() as u32).collect();
 
         // The level after which each network output is final.
@@ -446,6 +453,7 @@ impl Plan {
             reader_level,
             net_inputs,
             input_peer,
+            keep_last,
             physical_input,
             has_physical_actions,
             physical_lead,
@@ -512,6 +520,15 @@ fn take_reactions(
 /// the federate (by output), receivers in other federates (by output), the
 /// peer feeding each network input, and which inputs are physical.
 #[allow(clippy::type_complexity)]
+/// By input, the backlog its connection's `keep-last-N` allows.
+fn keep_last(program: &Program) -> Vec<Option<u32>> {
+    let mut keep = vec![None; program.triggers.len()];
+    for c in &program.connections {
+        keep[c.to.index()] = program.backpressure_of(c.from).keep_last();
+    }
+    keep
+}
+
 fn routes(
     program: &Program,
     fed: FederateId,
@@ -627,6 +644,12 @@ impl Scheduler {
         };
         let watchdog = opts.watchdog.take();
         let plan = Plan::new(program, fed, opts, &transport, federate_index)?;
+        // Outputs whose policy waits for space otherwise than the default.
+        let output_encoders = (0..plan.program.triggers.len())
+            .map(|i| TriggerId(i as u32))
+            .filter(|&t| plan.program.backpressure.contains_key(&t))
+            .map(|t| (t, encoder.clone().with_wait_for_space(plan.program.backpressure_of(t).wait_for_space())))
+            .collect();
         let report = RunReport { federate: plan.name.clone(), peers_over_unix, rti_over_unix, ..RunReport::default() };
         Ok(Scheduler {
             tag: TagState::new(plan.program.triggers.len(), plan.max_level),
@@ -636,6 +659,7 @@ impl Scheduler {
             clock,
             inbox,
             encoder,
+            output_encoders,
             watchdog,
             pending: VecDeque::new(),
             fatal: None,
@@ -680,6 +704,26 @@ impl Scheduler {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Drops the oldest messages of `port` waiting in the event queue until
+    /// at most `n` are left (`keep-last-N`, before the next one is queued),
+    /// counting each.
+    fn keep_newest(&mut self, port: TriggerId, n: u32) {
+        let waiting = self.tag.queue.values().flatten().filter(|e| e.trigger == port).count();
+        for _ in n as usize..waiting {
+            let Some(tag) = self.tag.queue.iter().find(|(_, es)| es.iter().any(|e| e.trigger == port)).map(|(t, _)| *t)
+            else {
+                break;
+            };
+            if let Some(events) = self.tag.queue.get_mut(&tag) {
+                events.retain(|e| e.trigger != port);
+                if events.is_empty() {
+                    self.tag.queue.remove(&tag);
+                }
+            }
+            self.lose(port, Loss::Dropped);
         }
     }
 
@@ -971,6 +1015,9 @@ impl Scheduler {
                 if open && tag == self.tag.current && self.tag.in_tag {
                     self.make_present(port, value, None);
                 } else if open {
+                    if let Some(n) = self.plan.keep_last[port.index()] {
+                        self.keep_newest(port, n - 1);
+                    }
                     self.push_event(tag, port, value, None);
                 } else {
                     self.report.tardy += 1;
@@ -1278,20 +1325,22 @@ impl Scheduler {
             let dests = &self.plan.remote[out.index()];
             let value = self.tag.values[out.index()].clone();
             let payload = match (&value, &self.plan.program.triggers[out.index()].kind) {
-                (Some(v), TriggerKind::Output { encode, .. }) => match encode(v, &self.encoder, dests.len() as u32) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        self.report.encode_errors += 1;
-                        self.lose(out, Loss::Unsent);
-                        let msg = format!(
-                            "could not send the value of {}: {e}; receivers see the port absent",
-                            self.plan.program.port_path(out)
-                        );
-                        tracing::error!("{msg}");
-                        self.report.problem(msg);
-                        None
+                (Some(v), TriggerKind::Output { encode, .. }) => {
+                    match encode(v, self.output_encoders.get(&out).unwrap_or(&self.encoder), dests.len() as u32) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            self.report.encode_errors += 1;
+                            self.lose(out, Loss::Unsent);
+                            let msg = format!(
+                                "could not send the value of {}: {e}; receivers see the port absent",
+                                self.plan.program.port_path(out)
+                            );
+                            tracing::error!("{msg}");
+                            self.report.problem(msg);
+                            None
+                        }
                     }
-                },
+                }
                 _ => None,
             };
             if let (Some(p), Some(tap)) = (&payload, &self.tap) {

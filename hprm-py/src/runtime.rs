@@ -208,9 +208,19 @@ impl NativeProgram {
         Ok(self.push(Handle::Input(h), name))
     }
 
-    fn output(&mut self, reactor: usize, name: &str) -> PyResult<usize> {
+    #[pyo3(signature = (reactor, name, backpressure=None))]
+    fn output(&mut self, reactor: usize, name: &str, backpressure: Option<&str>) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
-        let h = self.program()?.reactor_mut::<PyObject>(r).output_with::<PyVal>(name, encode_port);
+        let policy = backpressure
+            .map(|text| {
+                text.parse::<hprm_node::Backpressure>().map_err(|e| PyValueError::new_err(format!("output {name}: {e}")))
+            })
+            .transpose()?;
+        let program = self.program()?;
+        let h = program.reactor_mut::<PyObject>(r).output_with::<PyVal>(name, encode_port);
+        if let Some(policy) = policy {
+            program.backpressure(h, policy);
+        }
         Ok(self.push(Handle::Output(h), name))
     }
 

@@ -96,3 +96,43 @@ def test_the_hprm_command_launches_a_program(daemons_built):
     assert sum(l.startswith("[planner] planned") for l in r.stderr.splitlines()) == 2, r.stderr
     r = subprocess.run([str(hprm), "launch", "no-such-program.py"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "no such program: no-such-program.py" in r.stderr
+
+
+def _backlog(policy):
+    # At info level, so that a federate that lost nothing says so too.
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="info")
+    r = subprocess.run([sys.executable, str(PROGRAMS / "backlog.py"), policy], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    got = [l.split("] ", 1)[1] for l in r.stderr.splitlines() if l.startswith("[receiver] got")]
+    assert all(l.endswith("intact True") for l in got), got
+    done = {fed: l for l in r.stderr.splitlines() for fed in ("source", "receiver") if l.startswith(f"[{fed}]") and "done; " in l}
+    return [int(l.split()[1]) for l in got], done, r.stderr
+
+
+def test_keep_last_drops_a_slow_receivers_oldest_messages_and_counts_them(daemons_built):
+    got, done, stderr = _backlog("keep-last-2")
+    dropped = 12 - len(got)
+    assert dropped > 0 and got == sorted(got) and got[-1] == 12, stderr
+    assert f"done; {dropped} messages lost, 0 late: receiver." in done["receiver"], done
+    assert f".inp: {dropped} dropped" in done["receiver"], done
+    assert "done; no messages lost or late" in done["source"], done
+
+
+def test_block_waits_for_room_and_loses_nothing(daemons_built):
+    got, done, stderr = _backlog("block:10s")
+    assert got == list(range(1, 13)), stderr
+    assert all("done; no messages lost or late" in l for l in done.values()), done
+
+
+def test_fail_counts_what_the_store_had_no_room_for(daemons_built):
+    got, done, stderr = _backlog("fail")
+    unsent = 12 - len(got)
+    assert unsent > 0, stderr
+    assert f"done; {unsent} messages lost, 0 late: source." in done["source"], done
+    assert f".out: {unsent} unsent" in done["source"], done
+
+
+def test_a_bad_backpressure_policy_is_refused_with_what_to_write(daemons_built):
+    r = launch("backlog.py", "newest")
+    assert r.returncode != 0
+    assert "`newest` is not a backpressure policy" in r.stderr and "keep-last-8" in r.stderr, r.stderr

@@ -17,6 +17,8 @@
 //!   release, ...) in shared memory, which the daemon reads when they can
 //!   matter instead of being woken for each.
 //! - [`allocator`]: best-fit placement of objects inside the arena.
+//! - [`policy`]: [`Backpressure`], what a producer does when the store is
+//!   full or a receiver falls behind: the vocabulary the whole runtime uses.
 //! - [`id`], [`bytesize`]: object ids and human byte sizes.
 //! - [`realtime`]: SCHED_FIFO priority and CPU affinity for the threads of
 //!   HPRM processes (the daemon's `--realtime-priority` and `--cpus`).
@@ -50,10 +52,12 @@ pub mod client;
 mod error;
 pub mod id;
 pub mod outbox;
+pub mod policy;
 pub mod protocol;
 pub mod realtime;
 
 pub use client::{ConnectOptions, CreateOptions, Deletion, Evicted, Object, ObjectMut, StoreClient, Subscription};
 pub use error::{Error, Result};
 pub use id::ObjectId;
+pub use policy::Backpressure;
 pub use protocol::message::{ErrorCode, Notification, ObjectInfo, Placement, Stats};

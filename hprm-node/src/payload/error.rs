@@ -45,8 +45,8 @@ pub enum PayloadError {
     Connect { path: PathBuf, source: hprm_store::Error },
     /// The store has no room for a new object (all of it is live data).
     #[error(
-        "the object store has no room for a {nbytes}-byte object: {message}; give hprm-store more --memory, \
-         or make consumers release what they hold"
+        "the object store has no room for a {nbytes}-byte object: {message} (how long a send waits for room is \
+         its output's backpressure policy, e.g. block:5s)"
     )]
     StoreFull { nbytes: u64, message: String },
     /// Referenced objects did not appear in the store in time.

@@ -42,7 +42,18 @@ class Input(_Port):
 
 
 class Output(_Port):
-    """An output port: ``ctx.set(self.port, value)`` or ``self.port.set(value)``."""
+    """An output port: ``ctx.set(self.port, value)`` or ``self.port.set(value)``.
+
+    ``backpressure``: what a send does when the store has no room for the
+    value or a receiver falls behind. ``"block"`` (the default) waits up to
+    1 s for space (``"block:250ms"``: another bound), then fails;
+    ``"keep-last-N"`` lets each receiver keep only the newest N messages
+    waiting to be processed; ``"fail"`` fails at once. Whatever is given up
+    is counted in the federates' losses (``hprm ps``, the exit summary)."""
+
+    def __init__(self, backpressure: str | None = None) -> None:
+        super().__init__()
+        self.backpressure = backpressure
 
 
 class Timer:

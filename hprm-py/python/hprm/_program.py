@@ -152,7 +152,7 @@ class Program:
                 if isinstance(v, Input):
                     names[attr] = n.input(r._index, attr)
                 elif isinstance(v, Output):
-                    names[attr] = n.output(r._index, attr)
+                    names[attr] = n.output(r._index, attr, v.backpressure)
                 else:
                     continue
                 bound[attr] = _BoundPort(instance, names[attr], attr)
