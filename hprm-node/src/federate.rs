@@ -111,7 +111,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let _signals = opts.handle_signals.then(|| crate::signal::forward_to(inbox.clone())).transpose()?;
     let clock = Arc::new(Clock::default());
     let mut clock_sync = None;
-    let store = StoreLink::new(opts.store.clone());
+    let store = StoreLink::for_program(opts.store.clone(), &program.name);
     let encoder = Encoder::new(store.clone(), program.threshold)
         .with_wait_for_space(hprm_store::Backpressure::default().wait_for_space());
     let decoder = Decoder::new(store, Duration::from_secs(10));

@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use hprm_store::StoreClient;
+use hprm_store::{ConnectOptions, StoreClient};
 
 use super::PayloadError;
 use crate::sync::Mutex;
@@ -22,6 +22,8 @@ pub struct StoreLink {
 
 struct Inner {
     path: Option<PathBuf>,
+    /// The program the connection says it belongs to (the store's quotas).
+    program: Option<String>,
     client: OnceLock<StoreClient>,
     /// Serializes connection attempts, so that threads needing the store at
     /// once open one connection, not one each.
@@ -33,7 +35,22 @@ impl StoreLink {
     /// buffers at or over the threshold and spilled messages are refused
     /// with an error that says so).
     pub fn new(socket: Option<PathBuf>) -> StoreLink {
-        StoreLink { inner: Arc::new(Inner { path: socket, client: OnceLock::new(), connecting: Mutex::new(()) }) }
+        StoreLink {
+            inner: Arc::new(Inner { path: socket, program: None, client: OnceLock::new(), connecting: Mutex::new(()) }),
+        }
+    }
+
+    /// A link whose connection names `program` to the daemon, which charges
+    /// what it creates to that program (`hprm-store --quota`).
+    pub fn for_program(socket: Option<PathBuf>, program: &str) -> StoreLink {
+        StoreLink {
+            inner: Arc::new(Inner {
+                path: socket,
+                program: Some(program.to_owned()),
+                client: OnceLock::new(),
+                connecting: Mutex::new(()),
+            }),
+        }
     }
 
     /// No store: everything must travel in-band.
@@ -72,8 +89,9 @@ impl StoreLink {
         if let Some(client) = self.inner.client.get() {
             return Ok(Some(client));
         }
-        let client =
-            StoreClient::connect(path).map_err(|source| PayloadError::Connect { path: path.clone(), source })?;
+        let opts = ConnectOptions { program: self.inner.program.clone(), ..ConnectOptions::default() };
+        let client = StoreClient::connect_with(path, &opts)
+            .map_err(|source| PayloadError::Connect { path: path.clone(), source })?;
         Ok(Some(self.inner.client.get_or_init(|| client)))
     }
 }

@@ -52,6 +52,10 @@ pub struct ConnectOptions {
     /// Send every request over the socket, even when the daemon offers an
     /// outbox (`crate::outbox`) for the one-way ones. For comparisons.
     pub socket_only: bool,
+    /// The program this client belongs to: the daemon charges what it
+    /// creates to that program and holds it to the program's quota
+    /// (`hprm-store --quota`). hprm-node names the program's name.
+    pub program: Option<String>,
 }
 
 /// Default of [`ConnectOptions::spin`].
@@ -285,7 +289,11 @@ impl StoreClient {
             path,
             pool: Mutex::default(),
         };
-        Ok(StoreClient { inner: Arc::new(inner) })
+        let client = StoreClient { inner: Arc::new(inner) };
+        if let Some(program) = &opts.program {
+            client.inner.conn.call(&Request::Identify { program })?;
+        }
+        Ok(client)
     }
 
     /// The socket this client is connected to.

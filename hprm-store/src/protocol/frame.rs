@@ -16,8 +16,9 @@
 /// Protocol version carried by every frame. Bump on any incompatible change
 /// to the header or the schema. 2: Claim (a one-way reference on an object
 /// whose placement the client learnt from a message). 3: the outbox (one-way
-/// requests through shared memory, `crate::outbox`) and Flush.
-pub const VERSION: u16 = 3;
+/// requests through shared memory, `crate::outbox`) and Flush. 4: Identify
+/// (the client's program, held to its quota) and QuotaExceeded.
+pub const VERSION: u16 = 4;
 
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 8;

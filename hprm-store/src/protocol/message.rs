@@ -88,6 +88,11 @@ pub enum Request<'a> {
     },
     /// Read this client's outbox now (see `crate::outbox`); one-way.
     Flush,
+    /// The program this client belongs to: what it creates is charged to
+    /// that program and held to its quota (`hprm-store --quota`).
+    Identify {
+        program: &'a str,
+    },
 }
 
 impl Request<'_> {
@@ -107,6 +112,7 @@ impl Request<'_> {
             Request::Subscribe => "subscribe",
             Request::Stats => "stats",
             Request::Flush => "flush",
+            Request::Identify { .. } => "identify",
             Request::Reserve { .. } => "reserve",
             Request::Publish { .. } => "publish",
             Request::Claim { .. } => "claim",
@@ -131,9 +137,10 @@ pub enum ErrorCode {
     Timeout,
     Lagged,
     Internal,
+    QuotaExceeded,
 }
 
-const ERROR_CODES: [(ErrorCode, wire::ErrorCode); 14] = [
+const ERROR_CODES: [(ErrorCode, wire::ErrorCode); 15] = [
     (ErrorCode::Malformed, wire::ErrorCode::Malformed),
     (ErrorCode::UnsupportedVersion, wire::ErrorCode::UnsupportedVersion),
     (ErrorCode::FrameTooLarge, wire::ErrorCode::FrameTooLarge),
@@ -148,6 +155,7 @@ const ERROR_CODES: [(ErrorCode, wire::ErrorCode); 14] = [
     (ErrorCode::Timeout, wire::ErrorCode::Timeout),
     (ErrorCode::Lagged, wire::ErrorCode::Lagged),
     (ErrorCode::Internal, wire::ErrorCode::Internal),
+    (ErrorCode::QuotaExceeded, wire::ErrorCode::QuotaExceeded),
 ];
 
 impl ErrorCode {
@@ -371,6 +379,10 @@ impl Encoder {
             }
             Request::Stats => (wire::Request::Stats, wire::Stats::create(fbb, &wire::StatsArgs {}).as_union_value()),
             Request::Flush => (wire::Request::Flush, wire::Flush::create(fbb, &wire::FlushArgs {}).as_union_value()),
+            Request::Identify { program } => {
+                let program = Some(fbb.create_string(program));
+                (wire::Request::Identify, wire::Identify::create(fbb, &wire::IdentifyArgs { program }).as_union_value())
+            }
             Request::Reserve { block_len, count } => (
                 wire::Request::Reserve,
                 wire::Reserve::create(fbb, &wire::ReserveArgs { block_len: *block_len, count: *count })
@@ -579,6 +591,13 @@ pub fn decode_request(body: &[u8]) -> Result<(u64, Request<'_>), DecodeError> {
         wire::Request::Subscribe => Request::Subscribe,
         wire::Request::Stats => Request::Stats,
         wire::Request::Flush => Request::Flush,
+        wire::Request::Identify => Request::Identify {
+            program: frame
+                .request_as_identify()
+                .ok_or(missing)?
+                .program()
+                .ok_or(DecodeError::Missing("Identify.program"))?,
+        },
         wire::Request::Reserve => {
             let r = frame.request_as_reserve().ok_or(missing)?;
             Request::Reserve { block_len: r.block_len(), count: r.count() }
@@ -752,6 +771,7 @@ mod tests {
             },
             Request::Claim { id, placement: Placement::default(), timeout: None },
             Request::Flush,
+            Request::Identify { program: "perception" },
         ];
         let mut enc = Encoder::default();
         for (seq, req) in reqs.iter().enumerate() {

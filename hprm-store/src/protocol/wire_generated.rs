@@ -16,10 +16,10 @@ pub mod wire {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_ERROR_CODE: u16 = 1;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_ERROR_CODE: u16 = 14;
+pub const ENUM_MAX_ERROR_CODE: u16 = 15;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_ERROR_CODE: [ErrorCode; 14] = [
+pub const ENUM_VALUES_ERROR_CODE: [ErrorCode; 15] = [
   ErrorCode::Malformed,
   ErrorCode::UnsupportedVersion,
   ErrorCode::FrameTooLarge,
@@ -34,6 +34,7 @@ pub const ENUM_VALUES_ERROR_CODE: [ErrorCode; 14] = [
   ErrorCode::Timeout,
   ErrorCode::Lagged,
   ErrorCode::Internal,
+  ErrorCode::QuotaExceeded,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -55,9 +56,10 @@ impl ErrorCode {
   pub const Timeout: Self = Self(12);
   pub const Lagged: Self = Self(13);
   pub const Internal: Self = Self(14);
+  pub const QuotaExceeded: Self = Self(15);
 
   pub const ENUM_MIN: u16 = 1;
-  pub const ENUM_MAX: u16 = 14;
+  pub const ENUM_MAX: u16 = 15;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::Malformed,
     Self::UnsupportedVersion,
@@ -73,6 +75,7 @@ impl ErrorCode {
     Self::Timeout,
     Self::Lagged,
     Self::Internal,
+    Self::QuotaExceeded,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -91,6 +94,7 @@ impl ErrorCode {
       Self::Timeout => Some("Timeout"),
       Self::Lagged => Some("Lagged"),
       Self::Internal => Some("Internal"),
+      Self::QuotaExceeded => Some("QuotaExceeded"),
       _ => None,
     }
   }
@@ -316,10 +320,10 @@ impl ::flatbuffers::SimpleToVerifyInSlice for NotificationKind {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_REQUEST: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_REQUEST: u8 = 16;
+pub const ENUM_MAX_REQUEST: u8 = 17;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_REQUEST: [Request; 17] = [
+pub const ENUM_VALUES_REQUEST: [Request; 18] = [
   Request::NONE,
   Request::Create,
   Request::Seal,
@@ -337,6 +341,7 @@ pub const ENUM_VALUES_REQUEST: [Request; 17] = [
   Request::Redeliver,
   Request::Claim,
   Request::Flush,
+  Request::Identify,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -361,9 +366,10 @@ impl Request {
   pub const Redeliver: Self = Self(14);
   pub const Claim: Self = Self(15);
   pub const Flush: Self = Self(16);
+  pub const Identify: Self = Self(17);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 16;
+  pub const ENUM_MAX: u8 = 17;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::NONE,
     Self::Create,
@@ -382,6 +388,7 @@ impl Request {
     Self::Redeliver,
     Self::Claim,
     Self::Flush,
+    Self::Identify,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -403,6 +410,7 @@ impl Request {
       Self::Redeliver => Some("Redeliver"),
       Self::Claim => Some("Claim"),
       Self::Flush => Some("Flush"),
+      Self::Identify => Some("Identify"),
       _ => None,
     }
   }
@@ -2639,6 +2647,102 @@ impl ::core::fmt::Debug for Flush<'_> {
       ds.finish()
   }
 }
+pub enum IdentifyOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct Identify<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for Identify<'a> {
+  type Inner = Identify<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> Identify<'a> {
+  pub const VT_PROGRAM: ::flatbuffers::VOffsetT = 4;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    Identify { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args IdentifyArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<Identify<'bldr>> {
+    let mut builder = IdentifyBuilder::new(_fbb);
+    if let Some(x) = args.program { builder.add_program(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn program(&self) -> Option<&'a str> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(Identify::VT_PROGRAM, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for Identify<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("program", Self::VT_PROGRAM, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct IdentifyArgs<'a> {
+    pub program: Option<::flatbuffers::WIPOffset<&'a str>>,
+}
+impl<'a> Default for IdentifyArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    IdentifyArgs {
+      program: None,
+    }
+  }
+}
+
+pub struct IdentifyBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> IdentifyBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_program(&mut self, program: ::flatbuffers::WIPOffset<&'b  str>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Identify::VT_PROGRAM, program);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> IdentifyBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    IdentifyBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<Identify<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for Identify<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("Identify");
+      ds.field("program", &self.program());
+      ds.finish()
+  }
+}
 pub enum RequestFrameOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -2937,6 +3041,21 @@ impl<'a> RequestFrame<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn request_as_identify(&self) -> Option<Identify<'a>> {
+    if self.request_type() == Request::Identify {
+      self.request().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { Identify::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for RequestFrame<'_> {
@@ -2964,6 +3083,7 @@ impl ::flatbuffers::Verifiable for RequestFrame<'_> {
           Request::Redeliver => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Redeliver>>("Request::Redeliver", pos),
           Request::Claim => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Claim>>("Request::Claim", pos),
           Request::Flush => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Flush>>("Request::Flush", pos),
+          Request::Identify => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<Identify>>("Request::Identify", pos),
           _ => Ok(()),
         }
      })?
@@ -3132,6 +3252,13 @@ impl ::core::fmt::Debug for RequestFrame<'_> {
         },
         Request::Flush => {
           if let Some(x) = self.request_as_flush() {
+            ds.field("request", &x)
+          } else {
+            ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        Request::Identify => {
+          if let Some(x) = self.request_as_identify() {
             ds.field("request", &x)
           } else {
             ds.field("request", &"InvalidFlatbuffer: Union discriminant does not match value.")

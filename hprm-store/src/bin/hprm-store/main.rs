@@ -92,6 +92,16 @@ struct ServeArgs {
     /// Worker threads serving clients.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
+    /// Most bytes one program's objects may take (repeatable), e.g.
+    /// `--quota perception=512M`: a create that would go over waits for
+    /// room as it would in a full arena, or fails with QuotaExceeded. A
+    /// program is what its clients name when they connect (hprm-node names
+    /// the program's name); clients that name none are not limited.
+    #[arg(long, value_parser = parse_quota)]
+    quota: Vec<Quota>,
+    /// The quota of programs that --quota does not list.
+    #[arg(long)]
+    default_quota: Option<ByteSize>,
     /// For tests only: the outboxes of the clients whose ids this file
     /// lists (one per line; re-read at each read) are read only when their
     /// own client sends a frame or leaves, never on another client's frame
@@ -119,6 +129,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `--quota PROGRAM=SIZE`.
+#[derive(Debug, Clone)]
+struct Quota {
+    program: String,
+    bytes: ByteSize,
+}
+
+fn parse_quota(s: &str) -> Result<Quota, String> {
+    let (program, size) =
+        s.split_once('=').ok_or_else(|| format!("`{s}` is not a quota: write PROGRAM=SIZE, e.g. perception=512M"))?;
+    if program.is_empty() {
+        return Err(format!("`{s}` names no program: write PROGRAM=SIZE, e.g. perception=512M"));
+    }
+    let bytes = size.parse::<ByteSize>().map_err(|e| format!("`{s}`: {e}"))?;
+    Ok(Quota { program: program.to_owned(), bytes })
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -198,7 +225,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             populate: args.populate,
         })?;
         let arena = Arc::new(arena);
-        let table = ObjectTable::new(arena.clone(), TableConfig { delivery_ttl: args.delivery_ttl });
+        let quotas = args.quota.iter().map(|q| (q.program.clone(), q.bytes.0)).collect();
+        let config =
+            TableConfig { delivery_ttl: args.delivery_ttl, quotas, default_quota: args.default_quota.map(|q| q.0) };
+        let table = ObjectTable::new(arena.clone(), config);
         if args.outbox.0 > 0 {
             // Refused here, once, rather than for every connection.
             hprm_store::outbox::check_capacity(args.outbox.0).context("bad --outbox")?;

@@ -418,8 +418,10 @@ mod tests {
     fn served(clients: ClientId) -> (Served, Vec<OutboxWriter>) {
         let arena = Arena::create(&ArenaOptions { size: 4 << 20, dir: None, hugepages: false, populate: false })
             .expect("arena");
-        let mut served =
-            Served::new(ObjectTable::new(Arc::new(arena), TableConfig { delivery_ttl: Duration::from_secs(60) }));
+        let mut served = Served::new(ObjectTable::new(
+            Arc::new(arena),
+            TableConfig { delivery_ttl: Duration::from_secs(60), ..TableConfig::default() },
+        ));
         let mut writers = Vec::new();
         for client in 1..=clients {
             let reader = OutboxReader::create(OUTBOX).expect("outbox");

@@ -91,6 +91,8 @@ struct Entry {
     delete_pending: bool,
     /// `Some(t)` iff the object is in `lru` under key `t`.
     lru_tick: Option<u64>,
+    /// The program its creator belongs to, charged for its block.
+    program: Option<Arc<str>>,
     /// The generation of the last [`ObjectTable::stamp_settled`] that found
     /// it settled: only [`ObjectTable::reap`] of that generation frees it.
     settled_in: u64,
@@ -113,6 +115,8 @@ impl Entry {
 
 #[derive(Default)]
 struct ClientRecord {
+    /// The program it said it belongs to (`Identify`).
+    program: Option<Arc<str>>,
     refs: HashMap<ObjectId, u32>,
     unsealed: HashSet<ObjectId>,
     /// Requests of this client waiting in `gets` or `creates`.
@@ -153,10 +157,15 @@ struct CreateWaiter {
 }
 
 /// Settings of the table.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TableConfig {
     /// How long after seal undelivered deliveries still pin an object.
     pub delivery_ttl: Duration,
+    /// Bytes each program's objects may take at most (`--quota`), and the
+    /// limit of programs not listed (`--default-quota`). Clients that do not
+    /// say which program they belong to are not limited.
+    pub quotas: HashMap<String, u64>,
+    pub default_quota: Option<u64>,
 }
 
 pub struct ObjectTable {
@@ -185,6 +194,8 @@ pub struct ObjectTable {
     /// Messages that became evictable since the last
     /// [`ObjectTable::stamp_settled`] (an id may repeat).
     settled: Vec<ObjectId>,
+    /// Bytes of blocks held by each program's objects.
+    usage: HashMap<Arc<str>, u64>,
     /// Settled messages by the generation that stamped them, to be freed by
     /// [`ObjectTable::reap`] of that generation.
     settling: HashMap<u64, Vec<ObjectId>>,
@@ -216,6 +227,7 @@ impl ObjectTable {
             woken: false,
             settled: Vec::new(),
             settling: HashMap::new(),
+            usage: HashMap::new(),
         }
     }
 
@@ -273,6 +285,10 @@ impl ObjectTable {
             Request::Subscribe => err(ErrorCode::Internal, "subscribe is handled by the connection".into()),
             // The connection read the outbox before handing over any request.
             Request::Flush => Reply::Done,
+            Request::Identify { program } => {
+                self.clients.entry(client).or_default().program = Some(Arc::from(*program));
+                Reply::Done
+            }
         };
         Outcome::Reply(reply)
     }
@@ -311,11 +327,18 @@ impl ObjectTable {
                 ))
             }
         };
-        if let Some(block) = self.allocate(len) {
-            return Outcome::Reply(self.place(client, id, block, data_size, metadata, deliveries));
+        let over = self.over_quota(client, len) && !self.evict_own(client, len);
+        if !over {
+            if let Some(block) = self.allocate(len) {
+                return Outcome::Reply(self.place(client, id, block, data_size, metadata, deliveries));
+            }
         }
         if wait.is_zero() {
-            return Outcome::Reply(self.out_of_memory(&format!("object {id}"), len));
+            return Outcome::Reply(if over {
+                self.quota_exceeded(client, id, len)
+            } else {
+                self.out_of_memory(&format!("object {id}"), len)
+            });
         }
         if let Err(e) = self.begin_wait(client) {
             return Outcome::Reply(Reply::Error(e));
@@ -332,6 +355,65 @@ impl ObjectTable {
             tx,
         });
         Outcome::Wait { wait: wait_id, rx, timeout: Some(wait) }
+    }
+
+    /// The quota of `client`'s program, if it has one.
+    fn quota(&self, client: ClientId) -> Option<(Arc<str>, u64)> {
+        let program = self.clients.get(&client)?.program.clone()?;
+        let quota = self.config.quotas.get(&*program).copied().or(self.config.default_quota)?;
+        Some((program, quota))
+    }
+
+    /// Whether `len` more bytes would take `client`'s program over its quota.
+    fn over_quota(&self, client: ClientId, len: u64) -> bool {
+        self.quota(client)
+            .is_some_and(|(p, quota)| self.usage.get(&p).copied().unwrap_or(0).saturating_add(len) > quota)
+    }
+
+    /// Evicts `client`'s program's own cached objects, least recently used
+    /// first, until `len` more bytes fit its quota; false if they cannot.
+    fn evict_own(&mut self, client: ClientId, len: u64) -> bool {
+        let Some((program, quota)) = self.quota(client) else { return true };
+        let used = self.usage.get(&program).copied().unwrap_or(0);
+        let own: Vec<ObjectId> =
+            self.lru.values().filter(|id| self.objects[*id].program.as_deref() == Some(&*program)).copied().collect();
+        let evictable: u64 = own.iter().map(|id| self.objects[id].block.len).sum();
+        if used.saturating_sub(evictable).saturating_add(len) > quota {
+            return false;
+        }
+        for id in own {
+            if !self.over_quota(client, len) {
+                break;
+            }
+            if let Some(t) = self.objects.get_mut(&id).and_then(|e| e.lru_tick.take()) {
+                self.lru.remove(&t);
+            }
+            let freed = self.remove(id);
+            self.evictions += 1;
+            self.evicted_bytes += freed;
+        }
+        !self.over_quota(client, len)
+    }
+
+    fn quota_exceeded(&self, client: ClientId, id: ObjectId, len: u64) -> Reply {
+        let (program, quota) = self.quota(client).unwrap_or_else(|| (Arc::from("?"), 0));
+        let used = self.usage.get(&program).copied().unwrap_or(0);
+        err(
+            ErrorCode::QuotaExceeded,
+            format!(
+                "object {id} ({}) would take program {program} over its quota: {} of {} in use by its objects; release what it holds, wait for space, or raise its quota (hprm-store --quota {program}=SIZE)",
+                ByteSize(len),
+                ByteSize(used),
+                ByteSize(quota)
+            ),
+        )
+    }
+
+    /// Charges `len` bytes to `client`'s program; returns the program.
+    fn charge(&mut self, client: ClientId, len: u64) -> Option<Arc<str>> {
+        let program = self.clients.get(&client)?.program.clone()?;
+        *self.usage.entry(program.clone()).or_insert(0) += len;
+        Some(program)
     }
 
     /// Why `what` (an object, blocks to reserve) of `len` bytes found no room.
@@ -390,6 +472,7 @@ impl ObjectTable {
         unsafe {
             self.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
         };
+        let program = self.charge(client, block.len);
         self.objects.insert(
             id,
             Entry {
@@ -402,6 +485,7 @@ impl ObjectTable {
                 delivery_deadline: None,
                 delete_pending: false,
                 lru_tick: None,
+                program,
                 settled_in: 0,
                 message: deliveries > 0,
                 created_at: Instant::now(),
@@ -483,6 +567,9 @@ impl ObjectTable {
         if let Some(d) = delivery_deadline {
             self.deadlines.insert((d, id));
         }
+        // Charged, not checked: a block already reserved is small, and
+        // refusing it now would only waste it.
+        let program = self.charge(client, block.len);
         self.objects.insert(
             id,
             Entry {
@@ -495,6 +582,7 @@ impl ObjectTable {
                 delivery_deadline,
                 delete_pending: false,
                 lru_tick: None,
+                program,
                 settled_in: 0,
                 message: deliveries > 0,
                 created_at: Instant::now(),
@@ -1167,6 +1255,11 @@ impl ObjectTable {
         if let Some(t) = e.lru_tick {
             self.lru.remove(&t);
         }
+        if let Some(p) = &e.program {
+            if let Some(u) = self.usage.get_mut(p) {
+                *u = u.saturating_sub(e.block.len);
+            }
+        }
         self.allocator.free(e.block);
         if e.sealed {
             self.notify(Notification::Deleted { id });
@@ -1192,6 +1285,10 @@ impl ObjectTable {
                 continue;
             }
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
+            if self.over_quota(c.client, len) && !self.evict_own(c.client, len) {
+                i += 1;
+                continue;
+            }
             match self.allocate(len) {
                 Some(block) => {
                     let c = self.creates.remove(i).expect("index in range");
@@ -1257,7 +1354,10 @@ mod tests {
 
     fn table(size: u64) -> ObjectTable {
         let arena = Arena::create(&ArenaOptions { size, dir: None, hugepages: false, populate: false }).unwrap();
-        let mut t = ObjectTable::new(Arc::new(arena), TableConfig { delivery_ttl: Duration::from_secs(60) });
+        let mut t = ObjectTable::new(
+            Arc::new(arena),
+            TableConfig { delivery_ttl: Duration::from_secs(60), ..TableConfig::default() },
+        );
         t.connect(1);
         t.connect(2);
         t
