@@ -235,6 +235,12 @@ pub struct Stats {
     /// Arena bytes in blocks clients reserved and have not published yet
     /// (counted in `bytes_in_use` too).
     pub bytes_reserved: u64,
+    /// Creates refused for lack of room (after any wait for space): values
+    /// their senders could not send.
+    pub creates_refused: u64,
+    /// Creates refused because they would have taken their program over its
+    /// quota.
+    pub creates_over_quota: u64,
 }
 
 /// An error reply.
@@ -506,6 +512,8 @@ impl Encoder {
                     evictions: s.evictions,
                     evicted_bytes: s.evicted_bytes,
                     bytes_reserved: s.bytes_reserved,
+                    creates_refused: s.creates_refused,
+                    creates_over_quota: s.creates_over_quota,
                 };
                 (wire::Reply::StoreStats, wire::StoreStats::create(fbb, &args).as_union_value())
             }
@@ -695,6 +703,8 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
                 evictions: s.evictions(),
                 evicted_bytes: s.evicted_bytes(),
                 bytes_reserved: s.bytes_reserved(),
+                creates_refused: s.creates_refused(),
+                creates_over_quota: s.creates_over_quota(),
             })
         }
         wire::Reply::Error => {

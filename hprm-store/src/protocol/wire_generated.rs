@@ -4353,6 +4353,8 @@ impl<'a> StoreStats<'a> {
   pub const VT_EVICTIONS: ::flatbuffers::VOffsetT = 28;
   pub const VT_EVICTED_BYTES: ::flatbuffers::VOffsetT = 30;
   pub const VT_BYTES_RESERVED: ::flatbuffers::VOffsetT = 32;
+  pub const VT_CREATES_REFUSED: ::flatbuffers::VOffsetT = 34;
+  pub const VT_CREATES_OVER_QUOTA: ::flatbuffers::VOffsetT = 36;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -4364,6 +4366,8 @@ impl<'a> StoreStats<'a> {
     args: &'args StoreStatsArgs
   ) -> ::flatbuffers::WIPOffset<StoreStats<'bldr>> {
     let mut builder = StoreStatsBuilder::new(_fbb);
+    builder.add_creates_over_quota(args.creates_over_quota);
+    builder.add_creates_refused(args.creates_refused);
     builder.add_bytes_reserved(args.bytes_reserved);
     builder.add_evicted_bytes(args.evicted_bytes);
     builder.add_evictions(args.evictions);
@@ -4488,6 +4492,20 @@ impl<'a> StoreStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(StoreStats::VT_BYTES_RESERVED, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn creates_refused(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_CREATES_REFUSED, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn creates_over_quota(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_CREATES_OVER_QUOTA, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for StoreStats<'_> {
@@ -4511,6 +4529,8 @@ impl ::flatbuffers::Verifiable for StoreStats<'_> {
      .visit_field::<u64>("evictions", Self::VT_EVICTIONS, false)?
      .visit_field::<u64>("evicted_bytes", Self::VT_EVICTED_BYTES, false)?
      .visit_field::<u64>("bytes_reserved", Self::VT_BYTES_RESERVED, false)?
+     .visit_field::<u64>("creates_refused", Self::VT_CREATES_REFUSED, false)?
+     .visit_field::<u64>("creates_over_quota", Self::VT_CREATES_OVER_QUOTA, false)?
      .finish();
     Ok(())
   }
@@ -4531,6 +4551,8 @@ pub struct StoreStatsArgs {
     pub evictions: u64,
     pub evicted_bytes: u64,
     pub bytes_reserved: u64,
+    pub creates_refused: u64,
+    pub creates_over_quota: u64,
 }
 impl<'a> Default for StoreStatsArgs {
   #[inline]
@@ -4551,6 +4573,8 @@ impl<'a> Default for StoreStatsArgs {
       evictions: 0,
       evicted_bytes: 0,
       bytes_reserved: 0,
+      creates_refused: 0,
+      creates_over_quota: 0,
     }
   }
 }
@@ -4621,6 +4645,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StoreStatsBuilder<'a, 'b, A> 
     self.fbb_.push_slot::<u64>(StoreStats::VT_BYTES_RESERVED, bytes_reserved, 0);
   }
   #[inline]
+  pub fn add_creates_refused(&mut self, creates_refused: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_CREATES_REFUSED, creates_refused, 0);
+  }
+  #[inline]
+  pub fn add_creates_over_quota(&mut self, creates_over_quota: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_CREATES_OVER_QUOTA, creates_over_quota, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StoreStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     StoreStatsBuilder {
@@ -4653,6 +4685,8 @@ impl ::core::fmt::Debug for StoreStats<'_> {
       ds.field("evictions", &self.evictions());
       ds.field("evicted_bytes", &self.evicted_bytes());
       ds.field("bytes_reserved", &self.bytes_reserved());
+      ds.field("creates_refused", &self.creates_refused());
+      ds.field("creates_over_quota", &self.creates_over_quota());
       ds.finish()
   }
 }

@@ -292,6 +292,10 @@ fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
     );
     println!("  deliveries          {} pending, {} expired by TTL", s.pending_deliveries, s.expired_deliveries);
     println!("  evictions           {} ({})", s.evictions, ByteSize(s.evicted_bytes));
+    println!(
+        "  creates refused     {} for lack of room, {} over a program's quota",
+        s.creates_refused, s.creates_over_quota
+    );
     Ok(())
 }
 

@@ -188,6 +188,8 @@ pub struct ObjectTable {
     evictions: u64,
     evicted_bytes: u64,
     expired_deliveries: u64,
+    creates_refused: u64,
+    creates_over_quota: u64,
     /// Whether a waiting request was answered, or a subscriber notified,
     /// since [`ObjectTable::take_woken`]: a task was woken (see there).
     woken: bool,
@@ -224,6 +226,8 @@ impl ObjectTable {
             evictions: 0,
             evicted_bytes: 0,
             expired_deliveries: 0,
+            creates_refused: 0,
+            creates_over_quota: 0,
             woken: false,
             settled: Vec::new(),
             settling: HashMap::new(),
@@ -334,11 +338,7 @@ impl ObjectTable {
             }
         }
         if wait.is_zero() {
-            return Outcome::Reply(if over {
-                self.quota_exceeded(client, id, len)
-            } else {
-                self.out_of_memory(&format!("object {id}"), len)
-            });
+            return Outcome::Reply(self.refuse_create(client, id, len, over));
         }
         if let Err(e) = self.begin_wait(client) {
             return Outcome::Reply(Reply::Error(e));
@@ -393,6 +393,18 @@ impl ObjectTable {
             self.evicted_bytes += freed;
         }
         !self.over_quota(client, len)
+    }
+
+    /// Refuses a create of `len` bytes, counted: over its program's quota
+    /// (`over`) or for lack of room.
+    fn refuse_create(&mut self, client: ClientId, id: ObjectId, len: u64, over: bool) -> Reply {
+        if over {
+            self.creates_over_quota += 1;
+            self.quota_exceeded(client, id, len)
+        } else {
+            self.creates_refused += 1;
+            self.out_of_memory(&format!("object {id}"), len)
+        }
     }
 
     fn quota_exceeded(&self, client: ClientId, id: ObjectId, len: u64) -> Reply {
@@ -919,7 +931,8 @@ impl ObjectTable {
             let c = self.creates.remove(pos).expect("position is valid");
             self.end_wait(c.client);
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
-            return Some(self.out_of_memory(&format!("object {}", c.id), len));
+            let over = self.over_quota(c.client, len);
+            return Some(self.refuse_create(c.client, c.id, len, over));
         }
         None
     }
@@ -1052,6 +1065,8 @@ impl ObjectTable {
             expired_deliveries: self.expired_deliveries,
             evictions: self.evictions,
             evicted_bytes: self.evicted_bytes,
+            creates_refused: self.creates_refused,
+            creates_over_quota: self.creates_over_quota,
             bytes_reserved: self.clients.values().flat_map(|c| c.reserved.values()).map(|b| b.len).sum(),
             ..Stats::default()
         };
