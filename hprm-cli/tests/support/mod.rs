@@ -53,17 +53,17 @@ fn build() -> Result<(), String> {
 }
 
 /// A program the tests run (`perception`, `hprm-store`, `endless`, ...),
-/// built if missing.
+/// built or brought up to date first.
 pub fn program(name: &str) -> PathBuf {
     let rel = PROGRAMS
         .iter()
         .find(|p| p.rsplit('/').next() == Some(name))
         .unwrap_or_else(|| panic!("{name} is not one of the test programs {PROGRAMS:?}"));
     let path = profile_dir().join(rel);
-    if !PROGRAMS.iter().all(|p| profile_dir().join(p).is_file()) {
-        if let Err(e) = BUILT.get_or_init(build) {
-            panic!("{name} is not built and building it failed: {e}");
-        }
+    // Built (brought up to date) once per test binary, even when present: a
+    // binary left by an older build may speak an older store protocol.
+    if let Err(e) = BUILT.get_or_init(build) {
+        panic!("building {name} failed: {e}");
     }
     assert!(path.is_file(), "{} is still missing after building it", path.display());
     path
