@@ -208,7 +208,20 @@ impl Connection {
         lock(&self.tx).send(&self.stream, seq, req).map_err(|e| e.to_string())
     }
 
-    fn mark_broken(&self, op: &'static str, reason: String) -> Error {
+    /// The socket to the daemon (for `StoreClient::watch_close`, which
+    /// polls a duplicate of it).
+    pub(crate) fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
+    /// Whether the connection has failed (every call now fails).
+    pub(crate) fn is_broken(&self) -> bool {
+        lock(&self.state).broken.is_some()
+    }
+
+    /// Marks the connection failed for `reason`: every later call fails
+    /// with [`Error::Disconnected`], and callers waiting for a reply wake.
+    pub(crate) fn mark_broken(&self, op: &'static str, reason: String) -> Error {
         let mut st = lock(&self.state);
         st.broken.get_or_insert(reason.clone());
         if st.sleepers > 0 {
