@@ -33,7 +33,7 @@ use crate::clock::Clock;
 use crate::context::{Body, Ctx, Effect, TagView};
 use crate::error::NodeError;
 use crate::ids::{duration_ns, FederateId, ReactionId, TriggerId, Value};
-use crate::inbox::{Inbox, Incoming};
+use crate::inbox::{Inbox, Incoming, Undelivered};
 use crate::net::socket::FrameWriter;
 use crate::payload::Encoder;
 use crate::program::{Coordination, Program, TriggerKind};
@@ -61,6 +61,13 @@ pub struct RunReport {
     /// Messages whose payload could not be decoded (reported and dropped).
     pub decode_errors: u64,
     pub encode_errors: u64,
+    /// Deliveries lost because the object store died: one per receiving
+    /// federate of a value this federate could not send through the store
+    /// (the receivers see the port absent), plus one per received message
+    /// whose objects died with the store before they could be read. Not
+    /// counted in `encode_errors` or `decode_errors`, nor logged one by
+    /// one: the store's death is logged once ([`crate::payload::StoreLink`]).
+    pub store_lost: u64,
     /// The first few of those errors, as logged.
     pub problems: Vec<String>,
     /// Downstream peers reached over a Unix socket (decentralized).
@@ -935,7 +942,14 @@ impl Scheduler {
                 }
                 let (tag, value) = match value {
                     Ok(v) => (tag, v),
-                    Err(msg) => {
+                    Err(Undelivered::StoreLost) => {
+                        // Said once, when the store went away; counted here.
+                        self.report.store_lost += 1;
+                        self.board.store_lost(1);
+                        self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
+                        return;
+                    }
+                    Err(Undelivered::Undecodable(msg)) => {
                         tracing::error!(federate = %self.plan.name, "{msg}; the message is dropped and the input treated as absent");
                         self.report.decode_errors += 1;
                         self.report.problem(msg);
@@ -1257,6 +1271,12 @@ impl Scheduler {
             let payload = match (&value, &self.plan.program.triggers[out.index()].kind) {
                 (Some(v), TriggerKind::Output { encode, .. }) => match encode(v, &self.encoder, dests.len() as u32) {
                     Ok(p) => Some(p),
+                    Err(e) if e.is_store_lost() => {
+                        let lost = dests.len() as u64;
+                        self.report.store_lost += lost;
+                        self.board.store_lost(lost);
+                        None
+                    }
                     Err(e) => {
                         self.report.encode_errors += 1;
                         let msg = format!(

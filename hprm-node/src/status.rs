@@ -85,6 +85,10 @@ pub struct FederateStatus {
     /// Rates over the last status period.
     pub messages_in_per_s: f64,
     pub messages_out_per_s: f64,
+    /// Deliveries lost because the object store died (see
+    /// `RunReport::store_lost`); absent in files of older federates.
+    #[serde(default)]
+    pub store_lost: u64,
     /// When this was written, ns since the epoch.
     pub updated_ns: i64,
 }
@@ -96,6 +100,7 @@ pub(crate) struct Board {
     microstep: AtomicU32,
     messages_in: AtomicU64,
     messages_out: AtomicU64,
+    store_lost: AtomicU64,
 }
 
 impl Board {
@@ -113,6 +118,10 @@ impl Board {
     #[inline]
     pub fn sent(&self) {
         self.messages_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn store_lost(&self, deliveries: u64) {
+        self.store_lost.fetch_add(deliveries, Ordering::Relaxed);
     }
 }
 
@@ -133,6 +142,18 @@ fn status_path(dir: &Path, federate: &str) -> PathBuf {
     dir.join(format!("status-{federate}.json"))
 }
 
+fn ended_path(dir: &Path, federate: &str) -> PathBuf {
+    dir.join(format!("ended-{federate}.json"))
+}
+
+/// A federate's last status, written as it ended (by its last run, when it
+/// was restarted), for its launcher's summary; `None` if it never wrote one
+/// (it was killed, or it ran without a runtime directory). The launcher's
+/// runtime directory goes at the end of the launch, and these files with it.
+pub fn ended(dir: &Path, federate: &str) -> Option<FederateStatus> {
+    serde_json::from_slice(&std::fs::read(ended_path(dir, federate)).ok()?).ok()
+}
+
 /// The thread rewriting a federate's status file; stops and removes the
 /// file when dropped.
 pub(crate) struct Publisher {
@@ -150,6 +171,7 @@ impl Publisher {
         clock: Arc<Clock>,
     ) -> std::io::Result<Publisher> {
         let path = status_path(dir, federate);
+        let ended = ended_path(dir, federate);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (p, s, name) = (path.clone(), stop.clone(), federate.to_string());
         let thread = std::thread::Builder::new().name("hprm-status".into()).spawn(move || {
@@ -171,6 +193,7 @@ impl Publisher {
                     messages_out: msgs_out,
                     messages_in_per_s: (msgs_in - last_in) as f64 / secs,
                     messages_out_per_s: (msgs_out - last_out) as f64 / secs,
+                    store_lost: board.store_lost.load(Ordering::Relaxed),
                     updated_ns: now,
                 };
                 (last_in, last_out, last_at) = (msgs_in, msgs_out, now);
@@ -185,6 +208,20 @@ impl Publisher {
                 let stopped = lock.lock();
                 let (stopped, _) = cv.wait_timeout_while(stopped, STATUS_PERIOD, |stop| !*stop);
                 if *stopped {
+                    // The final counts (the scheduler has stopped), for the
+                    // launcher's summary.
+                    let last = FederateStatus {
+                        store_lost: board.store_lost.load(Ordering::Relaxed),
+                        messages_in: board.messages_in.load(Ordering::Relaxed),
+                        messages_out: board.messages_out.load(Ordering::Relaxed),
+                        updated_ns: clock.now(),
+                        ..status
+                    };
+                    if let Err(e) =
+                        serde_json::to_vec(&last).map_err(std::io::Error::other).and_then(|t| replace(&ended, &t))
+                    {
+                        tracing::warn!("cannot write {}: {e}; the launcher's summary will miss this federate's counts", ended.display());
+                    }
                     return;
                 }
             }

@@ -214,9 +214,9 @@ impl Connection {
         &self.stream
     }
 
-    /// Whether the connection has failed (every call now fails).
-    pub(crate) fn is_broken(&self) -> bool {
-        lock(&self.state).broken.is_some()
+    /// Why the connection failed, once it has (every call now fails).
+    pub(crate) fn broken(&self) -> Option<String> {
+        lock(&self.state).broken.clone()
     }
 
     /// Marks the connection failed for `reason`: every later call fails

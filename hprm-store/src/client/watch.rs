@@ -50,10 +50,10 @@ impl StoreClient {
         Ok(())
     }
 
-    /// Whether this connection has failed (the daemon went away, or a
+    /// Why this connection failed, once it has (the daemon went away, or a
     /// request could not be sent or answered): every call now fails.
-    pub fn is_broken(&self) -> bool {
-        self.inner.conn.is_broken()
+    pub fn broken(&self) -> Option<String> {
+        self.inner.conn.broken()
     }
 }
 
