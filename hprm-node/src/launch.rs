@@ -63,7 +63,18 @@ pub struct Launch {
     /// Write a Chrome/Perfetto trace of the run here: every reaction,
     /// grant and store transfer (see [`crate::trace`]).
     pub trace: Option<PathBuf>,
+    /// Use the store already listening on this socket (a host's store, as
+    /// systemd runs it; a soak test's) instead of starting one; default
+    /// `$HPRM_LAUNCH_STORE` ([`STORE_ENV`]). The launcher does not own it:
+    /// it neither restarts it nor stops it; `store_memory` and `store_args`
+    /// do not apply.
+    pub store: Option<PathBuf>,
 }
+
+/// The environment variable naming a running store for launches to use
+/// ([`Launch::store`]), so that programs launching themselves
+/// (`prog.launch()`) can share one.
+pub const STORE_ENV: &str = "HPRM_LAUNCH_STORE";
 
 impl Default for Launch {
     fn default() -> Launch {
@@ -80,6 +91,7 @@ impl Default for Launch {
             color: false,
             coordination: None,
             trace: None,
+            store: std::env::var_os(STORE_ENV).filter(|s| !s.is_empty()).map(PathBuf::from),
         }
     }
 }
@@ -548,7 +560,22 @@ impl Launch {
         let n = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
         let store_log = LogSink::new("hprm-store", n, self)?;
-        let (mut store, socket) = start_store(dir.path(), &memory, &self.store_args, &store_log)?;
+        // None: the store is not this launch's (`Launch::store`).
+        let (mut store, socket) = match &self.store {
+            Some(socket) => {
+                if let Err(e) = std::os::unix::net::UnixStream::connect(socket) {
+                    return Err(NodeError::Launch(format!(
+                        "no hprm-store listens on {} ({STORE_ENV} or Launch::store): {e}; start it, or leave {STORE_ENV} unset to have the launcher start one",
+                        socket.display()
+                    )));
+                }
+                (None, socket.clone())
+            }
+            None => {
+                let (daemon, socket) = start_store(dir.path(), &memory, &self.store_args, &store_log)?;
+                (Some(daemon), socket)
+            }
+        };
         let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
@@ -566,7 +593,7 @@ impl Launch {
         }
         let (mut rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
         let mut daemons = (
-            crate::status::StoreProcess { pid: store.0.id(), socket: socket.clone() },
+            store.as_ref().map(|d| crate::status::StoreProcess { pid: d.0.id(), socket: socket.clone() }),
             crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() },
         );
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
@@ -599,7 +626,10 @@ impl Launch {
             // died. Federates find out by themselves at once (each logs it
             // once), lose what is in flight, and reconnect once it is back.
             let lost_before = lost.len();
-            let store_died = if lost.is_empty() { store.0.try_wait().ok().flatten() } else { None };
+            let store_died = match &mut store {
+                Some(d) if lost.is_empty() => d.0.try_wait().ok().flatten(),
+                _ => None,
+            };
             if let Some(status) = store_died {
                 let restarted = if store_deaths.len() < STORE_MAX_RESTARTS {
                     store_deaths.push(status.to_string());
@@ -610,8 +640,8 @@ impl Launch {
                     );
                     match start_store(dir.path(), &memory, &self.store_args, &store_log) {
                         Ok((restarted, _)) => {
-                            daemons.0.pid = restarted.0.id();
-                            store = restarted;
+                            daemons.0 = Some(crate::status::StoreProcess { pid: restarted.0.id(), socket: socket.clone() });
+                            store = Some(restarted);
                             self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
                             true
                         }
@@ -712,7 +742,7 @@ impl Launch {
         &self,
         m: &Manifest,
         children: &[(Child, LogSink)],
-        daemons: &(crate::status::StoreProcess, crate::status::RtiProcess),
+        daemons: &(Option<crate::status::StoreProcess>, crate::status::RtiProcess),
         dir: &Path,
         started_ns: i64,
     ) {
@@ -727,7 +757,7 @@ impl Launch {
                 .zip(children)
                 .map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() })
                 .collect(),
-            store: Some(daemons.0.clone()),
+            store: daemons.0.clone(),
             rti: Some(daemons.1.clone()),
         };
         if let Err(e) = crate::status::write_launch(dir, &info) {

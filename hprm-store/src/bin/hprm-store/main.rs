@@ -28,6 +28,7 @@ use table::{ObjectTable, TableConfig};
 ///
 /// Serve: hprm-store --socket PATH --memory SIZE [options]
 /// Inspect a running store: hprm-store stats --socket PATH [--json]
+/// Give back its cache: hprm-store evict --socket PATH
 #[derive(Parser, Debug)]
 #[command(name = "hprm-store", version, args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct Cli {
@@ -112,6 +113,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Evict every object the store may evict (sealed, settled, held by
+    /// nobody), as it would under memory pressure: what stays in use
+    /// afterwards is held (referenced, or awaiting deliveries).
+    Evict {
+        #[arg(long)]
+        socket: PathBuf,
+    },
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -144,6 +152,7 @@ fn main() {
     let result = match cli.command {
         Some(Command::Stats { socket, json }) => stats(socket, json),
         Some(Command::List { socket, json }) => list(socket, json),
+        Some(Command::Evict { socket }) => evict(socket),
         None => serve(cli.serve),
     };
     if let Err(e) = result {
@@ -254,6 +263,12 @@ fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
     );
     println!("  deliveries          {} pending, {} expired by TTL", s.pending_deliveries, s.expired_deliveries);
     println!("  evictions           {} ({})", s.evictions, ByteSize(s.evicted_bytes));
+    Ok(())
+}
+
+fn evict(socket: PathBuf) -> anyhow::Result<()> {
+    let e = connect(&socket)?.evict(u64::MAX)?;
+    println!("evicted {} objects ({})", e.objects, ByteSize(e.bytes));
     Ok(())
 }
 
