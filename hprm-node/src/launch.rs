@@ -640,7 +640,8 @@ impl Launch {
                     );
                     match start_store(dir.path(), &memory, &self.store_args, &store_log) {
                         Ok((restarted, _)) => {
-                            daemons.0 = Some(crate::status::StoreProcess { pid: restarted.0.id(), socket: socket.clone() });
+                            daemons.0 =
+                                Some(crate::status::StoreProcess { pid: restarted.0.id(), socket: socket.clone() });
                             store = Some(restarted);
                             self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
                             true
@@ -728,11 +729,8 @@ impl Launch {
             .map(|f| f.name.clone())
             .zip(done.into_iter().map(|s| s.expect("every federate has exited")))
             .collect();
-        let store_lost = m
-            .federates
-            .iter()
-            .map(|f| crate::status::ended(dir.path(), &f.name).map_or(0, |s| s.store_lost))
-            .collect();
+        let store_lost =
+            m.federates.iter().map(|f| crate::status::ended(dir.path(), &f.name).map_or(0, |s| s.store_lost)).collect();
         Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts, lost, store_deaths, store_lost })
     }
 

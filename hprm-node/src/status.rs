@@ -220,7 +220,10 @@ impl Publisher {
                     if let Err(e) =
                         serde_json::to_vec(&last).map_err(std::io::Error::other).and_then(|t| replace(&ended, &t))
                     {
-                        tracing::warn!("cannot write {}: {e}; the launcher's summary will miss this federate's counts", ended.display());
+                        tracing::warn!(
+                            "cannot write {}: {e}; the launcher's summary will miss this federate's counts",
+                            ended.display()
+                        );
                     }
                     return;
                 }

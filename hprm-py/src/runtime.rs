@@ -53,7 +53,9 @@ fn store_lost_or(py: Python<'_>, e: PyErr) -> Result<PayloadError, PyErr> {
 fn decode_port(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
     Python::with_gil(|py| crate::codec::decode(py, bytes, dec, false).map_err(|e| store_lost_or(py, e)))
         .map(|obj| Arc::new(PyVal(obj)) as Value)
-        .map_err(|e| e.unwrap_or_else(|e| PayloadError::Mismatch { type_name: "a Python value", message: e.to_string() }))
+        .map_err(|e| {
+            e.unwrap_or_else(|e| PayloadError::Mismatch { type_name: "a Python value", message: e.to_string() })
+        })
 }
 
 /// One declared thing, by its index in [`NativeProgram`]'s table.

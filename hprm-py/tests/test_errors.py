@@ -5,7 +5,6 @@ says. Real launches: a store, an RTI, one process per federate."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -319,7 +319,7 @@ fn when_the_daemon_dies_calls_fail_with_disconnected() {
 
 #[test]
 fn a_watched_connection_knows_at_once_that_the_daemon_died() {
-    let mut d = Daemon::start("16M", &[]);
+    let d = Daemon::start("16M", &[]);
     let store = d.light_client();
     let (tx, rx) = std::sync::mpsc::channel();
     store.watch_close(move |why| tx.send(why.to_string()).unwrap()).unwrap();

@@ -115,9 +115,9 @@ impl StoreLink {
                 self.adopt(&mut st, client.clone());
                 Ok(Some(client))
             }
-            Err(source) if st.away_since.is_some() => Err(PayloadError::StoreLost {
-                reason: format!("it is not back yet: {source}"),
-            }),
+            Err(source) if st.away_since.is_some() => {
+                Err(PayloadError::StoreLost { reason: format!("it is not back yet: {source}") })
+            }
             Err(source) => Err(PayloadError::Connect { path: path.clone(), source }),
         }
     }
@@ -151,7 +151,7 @@ impl StoreLink {
     /// says so, once per store (the watch and a failed request may both
     /// find out).
     fn went_away(&self, st: &mut State, arena: u64, why: &str) {
-        if st.client.as_ref().is_none_or(|c| c.arena_id() != arena) {
+        if st.client.as_ref().map_or(true, |c| c.arena_id() != arena) {
             return;
         }
         st.client = None;

@@ -63,7 +63,7 @@ const POLLRDHUP: PollFlags = PollFlags::from_bits_retain(libc::POLLRDHUP);
 /// Whether poll reported anything on `fd` (nix reads revents holding a bit
 /// it does not name, POLLRDHUP, as `None`).
 fn happened(fd: &PollFd<'_>) -> bool {
-    fd.revents().is_none_or(|r| !r.is_empty())
+    fd.revents().map_or(true, |r| !r.is_empty())
 }
 
 fn watch(socket: OwnedFd, stop: OwnedFd, client: Weak<Inner>, on_close: impl FnOnce(&str)) {
