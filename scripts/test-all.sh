@@ -73,9 +73,14 @@ pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
 
+step "soak, one minute (bench/soak/soak.py): the driving pipeline and the 10 MB broadcast against one store; fails unless memory, fds and the store's use stay bounded"
+soakdir=$(mktemp -d)
+trap 'rm -f "$log" "$pylog"; rm -rf "$soakdir"' EXIT
+.venv/bin/python bench/soak/soak.py --minutes 1 --interval 2 --out "$soakdir"
+
 step "free-threaded CPython (scripts/free-threaded.sh): 3.13t built from Debian's source, the SDK installed on it, its tests with the GIL off"
 ftlog=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$ftlog"' EXIT
+trap 'rm -f "$log" "$pylog" "$ftlog"; rm -rf "$soakdir"' EXIT
 # Exit status 3: Debian's copy of the source could not be downloaded; that
 # skips this step (said in the summary) rather than failing the run.
 ft=0
@@ -84,7 +89,7 @@ scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
 
 step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
 r2log=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$ftlog" "$r2log"' EXIT
+trap 'rm -f "$log" "$pylog" "$ftlog" "$r2log"; rm -rf "$soakdir"' EXIT
 ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
 
 step "summary"

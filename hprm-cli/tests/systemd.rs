@@ -138,6 +138,14 @@ fn install_script_installs_templates_that_pass_verify() {
     let store = std::fs::read_to_string(units.join("hprm-store.service")).expect("store unit");
     assert!(store.contains(&format!("ExecStart={}/hprm-store ", bin.display())), "{store}");
     assert!(root.path().join("etc/hprm/store.conf").is_file());
+    // systemd restarts a store that dies, and a federate outlives it (it
+    // reconnects): a Requires= would restart every federate with the store.
+    assert!(store.contains("Restart=on-failure\n"), "{store}");
+    let federate = std::fs::read_to_string(units.join("hprm-federate@.service")).expect("federate unit");
+    assert!(
+        federate.contains("\nWants=hprm-store.service\n") && !federate.contains("Requires=hprm-store"),
+        "{federate}"
+    );
     // The RTI and the federates of a host put their Unix sockets where the
     // others look for them: in the store's runtime directory, writable to them.
     assert!(store.contains("RuntimeDirectory=hprm\n"), "{store}");

@@ -258,6 +258,19 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     if let (Ok(r), Some(sync)) = (&mut report, clock_sync.take()) {
         r.clock_sync_rounds = sync.rounds();
     }
+    if let Ok(r) = &report {
+        let store_lost = r.losses.total(crate::loss::Loss::StoreLost);
+        if store_lost > 0 {
+            // The exit summary's line for it: never silently skipped.
+            tracing::warn!(
+                federate = %opts.federate,
+                store_lost,
+                "{store_lost} deliveries were lost because hprm-store died during the run (values this federate could not send, \
+                 and messages it received whose objects died with the store)"
+            );
+        }
+    }
+    // Stops the status thread, which then writes the final counts.
     drop(observed);
     crate::trace::finish();
     hprm_sd_notify::stopping(&match &report {

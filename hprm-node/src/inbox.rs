@@ -52,7 +52,7 @@ pub(crate) trait PolledSource: Send + Sync {
 /// One item for the scheduler.
 pub(crate) enum Incoming {
     /// A message for one of this federate's inputs.
-    Message { port: TriggerId, tag: Tag, value: Result<Value, String> },
+    Message { port: TriggerId, tag: Tag, value: Result<Value, Undelivered> },
     /// Nothing arrives on `port` at tags up to `tag` from its sender.
     Absent { port: TriggerId, tag: Tag },
     /// TAG from the RTI.
@@ -73,6 +73,17 @@ pub(crate) enum Incoming {
     RtiLost(String),
     /// SIGINT or SIGTERM: stop at the next common tag.
     Signal,
+}
+
+/// Why a message that arrived has no value for its input (the scheduler
+/// counts it and treats the input as absent).
+#[derive(Debug)]
+pub(crate) enum Undelivered {
+    /// Its payload could not be decoded: the error, naming sender and port.
+    Undecodable(String),
+    /// Its objects were lost with a store that died
+    /// ([`crate::payload::PayloadError::StoreLost`]).
+    StoreLost,
 }
 
 /// A queue with a condition variable and a lock-free "non-empty" flag for

@@ -63,7 +63,18 @@ pub struct Launch {
     /// Write a Chrome/Perfetto trace of the run here: every reaction,
     /// grant and store transfer (see [`crate::trace`]).
     pub trace: Option<PathBuf>,
+    /// Use the store already listening on this socket (a host's store, as
+    /// systemd runs it; a soak test's) instead of starting one; default
+    /// `$HPRM_LAUNCH_STORE` ([`STORE_ENV`]). The launcher does not own it:
+    /// it neither restarts it nor stops it; `store_memory` and `store_args`
+    /// do not apply.
+    pub store: Option<PathBuf>,
 }
+
+/// The environment variable naming a running store for launches to use
+/// ([`Launch::store`]), so that programs launching themselves
+/// (`prog.launch()`) can share one.
+pub const STORE_ENV: &str = "HPRM_LAUNCH_STORE";
 
 impl Default for Launch {
     fn default() -> Launch {
@@ -80,6 +91,7 @@ impl Default for Launch {
             color: false,
             coordination: None,
             trace: None,
+            store: std::env::var_os(STORE_ENV).filter(|s| !s.is_empty()).map(PathBuf::from),
         }
     }
 }
@@ -96,10 +108,24 @@ pub struct LaunchReport {
     /// By federate: how many times it was restarted after a failure
     /// (`restart = "on-failure"`).
     pub restarts: Vec<u32>,
-    /// The daemons that exited while federates still ran (`hprm-store
-    /// (signal: 9 (SIGKILL))`); the launcher then stopped the program.
+    /// The daemons that exited while federates still ran and were not
+    /// restarted (`hprm-rti (signal: 9 (SIGKILL))`, or a store that died
+    /// more than [`STORE_MAX_RESTARTS`] times); the launcher then stopped
+    /// the program.
     pub lost: Vec<String>,
+    /// How the store ended each time it died during the run and was
+    /// restarted (`signal: 9 (SIGKILL)`); the federates reconnected.
+    pub store_deaths: Vec<String>,
+    /// By federate: deliveries it lost because the store died
+    /// (`RunReport::losses`, kind `store_lost`, from its final status; 0 when it wrote
+    /// none, e.g. it was killed).
+    pub store_lost: Vec<u64>,
 }
+
+/// How many times a launch restarts a store that dies; one that dies more
+/// often is lost, and the program stopped (a store that cannot stay up,
+/// e.g. killed for memory each time, is not helped by more tries).
+pub const STORE_MAX_RESTARTS: usize = 3;
 
 /// How a launcher's process exits, as `hprm launch`, a Python program's
 /// `Program.launch()` and a Rust program's `Program::main` report it.
@@ -112,7 +138,10 @@ pub mod exit_code {
     /// The program never ran: it is not valid, a flag is wrong, or a
     /// daemon could not be started.
     pub const BAD_PROGRAM: i32 = 2;
-    /// A daemon (`hprm-store` or `hprm-rti`) died during the run.
+    /// A daemon died during the run: the RTI (the launcher stopped the
+    /// program), or the store, which the launcher restarted: the program
+    /// went on, and the values in flight then were lost (the summary counts
+    /// them, per federate).
     pub const DAEMON_LOST: i32 = 3;
 }
 
@@ -130,20 +159,13 @@ fn stop_running(children: &[(Child, LogSink)], done: &[Option<ExitStatus>], stop
     }
 }
 
-/// The daemons that have died: the store (which never exits on its own
-/// while a launch holds it) or the RTI killed by a signal (it exits by
-/// itself, with a status, once every federate has left).
-fn lost_daemons(store: &mut Daemon, rti: &mut Daemon) -> Vec<String> {
-    let mut lost = Vec::new();
-    if let Ok(Some(s)) = store.0.try_wait() {
-        lost.push(format!("hprm-store ({s})"));
+/// Whether the RTI died: killed by a signal (it exits by itself, with a
+/// status, once every federate has left).
+fn rti_lost(rti: &mut Daemon) -> Option<String> {
+    match rti.0.try_wait() {
+        Ok(Some(s)) if s.signal().is_some() => Some(format!("hprm-rti ({s})")),
+        _ => None,
     }
-    if let Ok(Some(s)) = rti.0.try_wait() {
-        if s.signal().is_some() {
-            lost.push(format!("hprm-rti ({s})"));
-        }
-    }
-    lost
 }
 
 impl LaunchReport {
@@ -184,9 +206,39 @@ impl LaunchReport {
             .collect()
     }
 
+    /// What became of the store's deaths: "hprm-store died during the run
+    /// (signal: 9 (SIGKILL)) and was restarted; 12 deliveries were lost
+    /// with it (source 6, sink 6)", or `None` when it never died.
+    pub fn store_summary(&self) -> Option<String> {
+        let deaths = &self.store_deaths;
+        if deaths.is_empty() {
+            return None;
+        }
+        let times = if deaths.len() == 1 { String::new() } else { format!(" {} times", deaths.len()) };
+        let mut out = format!("hprm-store died{times} during the run ({}) and was restarted", deaths.join("; "));
+        let total: u64 = self.store_lost.iter().sum();
+        if total == 0 {
+            out.push_str("; no value was lost with it");
+        } else {
+            let each: Vec<String> = self
+                .federates
+                .iter()
+                .zip(&self.store_lost)
+                .filter(|(_, n)| **n > 0)
+                .map(|((name, _), n)| format!("{name} {n}"))
+                .collect();
+            out.push_str(&format!(
+                "; {total} deliver{} lost with it ({})",
+                if total == 1 { "y was" } else { "ies were" },
+                each.join(", ")
+            ));
+        }
+        Some(out)
+    }
+
     /// The exit code a launcher reports this run with (see [`exit_code`]).
     pub fn exit_code(&self) -> i32 {
-        if !self.lost.is_empty() {
+        if !self.lost.is_empty() || !self.store_deaths.is_empty() {
             exit_code::DAEMON_LOST
         } else if self.failed().is_empty() {
             exit_code::CLEAN
@@ -196,16 +248,22 @@ impl LaunchReport {
     }
 
     /// What a launcher prints when the run did not end cleanly: which
-    /// daemon died, and every failed federate with its error, one a line.
+    /// daemon died (and, for a restarted store, what was lost with it), and
+    /// every failed federate with its error, one a line.
     pub fn failure_summary(&self, program: &str) -> Option<String> {
         let failed = self.failed();
+        let store = self.store_summary();
         if failed.is_empty() && self.lost.is_empty() {
-            return None;
+            // The program went on after the store's restart.
+            return store.map(|s| format!("program {program}: {s}"));
         }
         let restarts = self.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
         let mut out = format!("program {program} failed{restarts}");
         if !self.lost.is_empty() {
             out.push_str(&format!(": {} exited during the run", self.lost.join(" and ")));
+        }
+        if let Some(s) = store {
+            out.push_str(&format!("; {s}"));
         }
         if !failed.is_empty() {
             out.push_str("; federates that failed:");
@@ -501,8 +559,23 @@ impl Launch {
             .map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
         let n = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
-        let (mut store, socket) =
-            start_store(dir.path(), &memory, &self.store_args, &LogSink::new("hprm-store", n, self)?)?;
+        let store_log = LogSink::new("hprm-store", n, self)?;
+        // None: the store is not this launch's (`Launch::store`).
+        let (mut store, socket) = match &self.store {
+            Some(socket) => {
+                if let Err(e) = std::os::unix::net::UnixStream::connect(socket) {
+                    return Err(NodeError::Launch(format!(
+                        "no hprm-store listens on {} ({STORE_ENV} or Launch::store): {e}; start it, or leave {STORE_ENV} unset to have the launcher start one",
+                        socket.display()
+                    )));
+                }
+                (None, socket.clone())
+            }
+            None => {
+                let (daemon, socket) = start_store(dir.path(), &memory, &self.store_args, &store_log)?;
+                (Some(daemon), socket)
+            }
+        };
         let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
         if self.fast {
@@ -519,8 +592,8 @@ impl Launch {
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
         let (mut rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
-        let daemons = (
-            crate::status::StoreProcess { pid: store.0.id(), socket: socket.clone() },
+        let mut daemons = (
+            store.as_ref().map(|d| crate::status::StoreProcess { pid: d.0.id(), socket: socket.clone() }),
             crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() },
         );
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
@@ -547,17 +620,55 @@ impl Launch {
         let mut stopped = vec![false; n];
         let mut restarts = vec![0u32; n];
         let mut lost: Vec<String> = Vec::new();
+        let mut store_deaths: Vec<String> = Vec::new();
         while done.iter().any(Option::is_none) {
-            if lost.is_empty() {
-                lost = lost_daemons(&mut store, &mut rti);
-                if !lost.is_empty() {
+            // The store never exits on its own while a launch holds it: it
+            // died. Federates find out by themselves at once (each logs it
+            // once), lose what is in flight, and reconnect once it is back.
+            let lost_before = lost.len();
+            let store_died = match &mut store {
+                Some(d) if lost.is_empty() => d.0.try_wait().ok().flatten(),
+                _ => None,
+            };
+            if let Some(status) = store_died {
+                let restarted = if store_deaths.len() < STORE_MAX_RESTARTS {
+                    store_deaths.push(status.to_string());
                     tracing::error!(
-                        "{} exited during the run; the program cannot go on without it: stopping the federates",
-                        lost.join(" and ")
+                        "hprm-store died ({status}); restarting it ({} of {STORE_MAX_RESTARTS} restarts): the federates reconnect, \
+                         and the values in flight are lost (each federate counts them: store_lost)",
+                        store_deaths.len()
                     );
-                    stopping = true;
-                    stop_running(&children, &done, &mut stopped);
+                    match start_store(dir.path(), &memory, &self.store_args, &store_log) {
+                        Ok((restarted, _)) => {
+                            daemons.0 =
+                                Some(crate::status::StoreProcess { pid: restarted.0.id(), socket: socket.clone() });
+                            store = Some(restarted);
+                            self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
+                            true
+                        }
+                        Err(e) => {
+                            tracing::error!("cannot restart hprm-store: {e}");
+                            false
+                        }
+                    }
+                } else {
+                    tracing::error!("hprm-store died again ({status}) after {STORE_MAX_RESTARTS} restarts; giving up");
+                    false
+                };
+                if !restarted {
+                    lost.push(format!("hprm-store ({status})"));
                 }
+            }
+            if lost.is_empty() {
+                lost.extend(rti_lost(&mut rti));
+            }
+            if lost.len() > lost_before {
+                tracing::error!(
+                    "{} exited during the run; the program cannot go on without it: stopping the federates",
+                    lost.join(" and ")
+                );
+                stopping = true;
+                stop_running(&children, &done, &mut stopped);
             }
             for i in 0..n {
                 if done[i].is_some() {
@@ -618,7 +729,14 @@ impl Launch {
             .map(|f| f.name.clone())
             .zip(done.into_iter().map(|s| s.expect("every federate has exited")))
             .collect();
-        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts, lost })
+        let store_lost = m
+            .federates
+            .iter()
+            .map(|f| {
+                crate::status::ended(dir.path(), &f.name).map_or(0, |s| s.losses.total(crate::loss::Loss::StoreLost))
+            })
+            .collect();
+        Ok(LaunchReport { federates, rti: rti_status, last_words, stopped, restarts, lost, store_deaths, store_lost })
     }
 
     /// Writes what `hprm ps` lists: the program, its federates' pids, and
@@ -627,7 +745,7 @@ impl Launch {
         &self,
         m: &Manifest,
         children: &[(Child, LogSink)],
-        daemons: &(crate::status::StoreProcess, crate::status::RtiProcess),
+        daemons: &(Option<crate::status::StoreProcess>, crate::status::RtiProcess),
         dir: &Path,
         started_ns: i64,
     ) {
@@ -642,7 +760,7 @@ impl Launch {
                 .zip(children)
                 .map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() })
                 .collect(),
-            store: Some(daemons.0.clone()),
+            store: daemons.0.clone(),
             rti: Some(daemons.1.clone()),
         };
         if let Err(e) = crate::status::write_launch(dir, &info) {

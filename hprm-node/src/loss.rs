@@ -120,6 +120,11 @@ impl Losses {
         *counts.slot(loss) += n;
     }
 
+    /// Messages of one kind, all ports together.
+    pub fn total(&self, loss: Loss) -> u64 {
+        self.0.values().map(|c| c.get(loss)).sum()
+    }
+
     /// Messages lost in all (not counting tardy ones, which were delivered).
     pub fn lost(&self) -> u64 {
         self.0.values().map(LossCounts::lost).sum()

@@ -33,7 +33,7 @@ use crate::clock::Clock;
 use crate::context::{Body, Ctx, Effect, TagView};
 use crate::error::NodeError;
 use crate::ids::{duration_ns, FederateId, ReactionId, TriggerId, Value};
-use crate::inbox::{Inbox, Incoming};
+use crate::inbox::{Inbox, Incoming, Undelivered};
 use crate::loss::{Loss, Losses};
 use crate::net::socket::FrameWriter;
 use crate::payload::Encoder;
@@ -64,7 +64,13 @@ pub struct RunReport {
     pub encode_errors: u64,
     /// The first few of those errors, as logged.
     pub problems: Vec<String>,
-    /// Every message lost or late, by port (`crate::loss`).
+    /// Every message lost or late, by port (`crate::loss`). Deliveries lost
+    /// because the object store died (`Loss::StoreLost`) count one per
+    /// receiving federate of a value this federate could not send through
+    /// the store (the receivers see the port absent), plus one per received
+    /// message whose objects died with the store before they could be read;
+    /// not counted as encode or decode errors, nor logged one by one: the
+    /// store's death is logged once ([`crate::payload::StoreLink`]).
     pub losses: Losses,
     /// Downstream peers reached over a Unix socket (decentralized).
     pub peers_over_unix: usize,
@@ -993,7 +999,13 @@ impl Scheduler {
                 }
                 let (tag, value) = match value {
                     Ok(v) => (tag, v),
-                    Err(msg) => {
+                    Err(Undelivered::StoreLost) => {
+                        // Said once, when the store went away; counted here.
+                        self.lose(port, Loss::StoreLost);
+                        self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
+                        return;
+                    }
+                    Err(Undelivered::Undecodable(msg)) => {
                         tracing::error!(federate = %self.plan.name, "{msg}; the message is dropped and the input treated as absent");
                         self.report.decode_errors += 1;
                         self.report.problem(msg);
@@ -1313,9 +1325,13 @@ impl Scheduler {
 
     /// Counts a message of `port` lost or late (see `crate::loss`).
     fn lose(&mut self, port: TriggerId, loss: Loss) {
+        self.lose_n(port, loss, 1);
+    }
+
+    fn lose_n(&mut self, port: TriggerId, loss: Loss, n: u64) {
         let path = self.plan.program.port_path(port);
-        self.report.losses.count(&path, loss, 1);
-        self.board.lost(&path, loss, 1);
+        self.report.losses.count(&path, loss, n);
+        self.board.lost(&path, loss, n);
     }
 
     /// Sends each of `outs` (final at this point of tag `g`): its value, or
@@ -1328,6 +1344,11 @@ impl Scheduler {
                 (Some(v), TriggerKind::Output { encode, .. }) => {
                     match encode(v, self.output_encoders.get(&out).unwrap_or(&self.encoder), dests.len() as u32) {
                         Ok(p) => Some(p),
+                        Err(e) if e.is_store_lost() => {
+                            let lost = dests.len() as u64;
+                            self.lose_n(out, Loss::StoreLost, lost);
+                            None
+                        }
                         Err(e) => {
                             self.report.encode_errors += 1;
                             self.lose(out, Loss::Unsent);

@@ -148,6 +148,18 @@ fn status_path(dir: &Path, federate: &str) -> PathBuf {
     dir.join(format!("status-{federate}.json"))
 }
 
+fn ended_path(dir: &Path, federate: &str) -> PathBuf {
+    dir.join(format!("ended-{federate}.json"))
+}
+
+/// A federate's last status, written as it ended (by its last run, when it
+/// was restarted), for its launcher's summary; `None` if it never wrote one
+/// (it was killed, or it ran without a runtime directory). The launcher's
+/// runtime directory goes at the end of the launch, and these files with it.
+pub fn ended(dir: &Path, federate: &str) -> Option<FederateStatus> {
+    serde_json::from_slice(&std::fs::read(ended_path(dir, federate)).ok()?).ok()
+}
+
 /// The thread rewriting a federate's status file; stops and removes the
 /// file when dropped.
 pub(crate) struct Publisher {
@@ -165,6 +177,7 @@ impl Publisher {
         clock: Arc<Clock>,
     ) -> std::io::Result<Publisher> {
         let path = status_path(dir, federate);
+        let ended = ended_path(dir, federate);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (p, s, name) = (path.clone(), stop.clone(), federate.to_string());
         let thread = std::thread::Builder::new().name("hprm-status".into()).spawn(move || {
@@ -201,6 +214,23 @@ impl Publisher {
                 let stopped = lock.lock();
                 let (stopped, _) = cv.wait_timeout_while(stopped, STATUS_PERIOD, |stop| !*stop);
                 if *stopped {
+                    // The final counts (the scheduler has stopped), for the
+                    // launcher's summary.
+                    let last = FederateStatus {
+                        losses: board.losses(),
+                        messages_in: board.messages_in.load(Ordering::Relaxed),
+                        messages_out: board.messages_out.load(Ordering::Relaxed),
+                        updated_ns: clock.now(),
+                        ..status
+                    };
+                    if let Err(e) =
+                        serde_json::to_vec(&last).map_err(std::io::Error::other).and_then(|t| replace(&ended, &t))
+                    {
+                        tracing::warn!(
+                            "cannot write {}: {e}; the launcher's summary will miss this federate's counts",
+                            ended.display()
+                        );
+                    }
                     return;
                 }
             }

@@ -77,12 +77,22 @@ create_exception!(
     "A value could not be encoded into a payload, or a payload could not be decoded; the message says what was wrong and what to do."
 );
 
+create_exception!(
+    hprm,
+    StoreLostError,
+    PayloadError,
+    "The object store died (or dropped this process's connection), so the value is lost; the process reconnects by itself once the store is restarted."
+);
+
 /// Deepest nesting of containers encoded (Rust readers accept 1024; this
 /// also bounds the recursion of the walk).
 const MAX_DEPTH: usize = 1000;
 
 /// The error raised for a codec error.
 pub(crate) fn payload_error(e: CodecError) -> PyErr {
+    if e.is_store_lost() {
+        return StoreLostError::new_err(e.to_string());
+    }
     PayloadError::new_err(e.to_string())
 }
 
@@ -1018,7 +1028,7 @@ impl Codec {
     /// The codec's store connection (opened, without the GIL, if need be).
     fn client(&self, py: Python<'_>) -> PyResult<hprm_store::StoreClient> {
         let store = self.encoder.store();
-        match py.allow_threads(|| store.client().map(|c| c.cloned())) {
+        match py.allow_threads(|| store.client()) {
             Ok(Some(client)) => Ok(client),
             Ok(None) => Err(PayloadError::new_err("this codec has no store (Codec(store_socket=...))")),
             Err(e) => Err(payload_error(e)),
@@ -1134,6 +1144,7 @@ fn _rust_decode_buffer<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PayloadError", m.py().get_type::<PayloadError>())?;
+    m.add("StoreLostError", m.py().get_type::<StoreLostError>())?;
     m.add_class::<Codec>()?;
     m.add_class::<StoreMemory>()?;
     m.add_function(wrap_pyfunction!(_store_object_at, m)?)?;

@@ -34,15 +34,28 @@ fn encode_port(v: &Value, enc: &Encoder, deliveries: u32) -> Result<Vec<u8>, Pay
             message: "a Python port holds a value that is not a Python object".into(),
         });
     };
-    Python::with_gil(|py| crate::codec::encode(py, obj.bind(py), enc, deliveries))
-        .map_err(|e| PayloadError::Serialize { message: e.to_string() })
+    Python::with_gil(|py| crate::codec::encode(py, obj.bind(py), enc, deliveries).map_err(|e| store_lost_or(py, e)))
+        .map_err(|e| e.unwrap_or_else(|e| PayloadError::Serialize { message: e.to_string() }))
+}
+
+/// A codec error as the runtime counts it: [`PayloadError::StoreLost`]
+/// when the store died (a value lost, counted, not a failure), else the
+/// Python exception.
+fn store_lost_or(py: Python<'_>, e: PyErr) -> Result<PayloadError, PyErr> {
+    if e.is_instance_of::<crate::codec::StoreLostError>(py) {
+        Ok(PayloadError::StoreLost { reason: e.value(py).to_string() })
+    } else {
+        Err(e)
+    }
 }
 
 /// Network decoding into a Python port value (`hprm_node::DecodeFn`).
 fn decode_port(bytes: &[u8], dec: &Decoder) -> Result<Value, PayloadError> {
-    Python::with_gil(|py| crate::codec::decode(py, bytes, dec, false))
+    Python::with_gil(|py| crate::codec::decode(py, bytes, dec, false).map_err(|e| store_lost_or(py, e)))
         .map(|obj| Arc::new(PyVal(obj)) as Value)
-        .map_err(|e| PayloadError::Mismatch { type_name: "a Python value", message: e.to_string() })
+        .map_err(|e| {
+            e.unwrap_or_else(|e| PayloadError::Mismatch { type_name: "a Python value", message: e.to_string() })
+        })
 }
 
 /// One declared thing, by its index in [`NativeProgram`]'s table.
@@ -367,6 +380,7 @@ impl NativeProgram {
                 d.set_item("tardy", r.tardy)?;
                 d.set_item("deadline_misses", r.deadline_misses)?;
                 d.set_item("decode_errors", r.decode_errors)?;
+                d.set_item("store_lost", r.losses.total(hprm_node::loss::Loss::StoreLost))?;
                 d.set_item("problems", r.problems)?;
                 let losses = pyo3::types::PyDict::new(py);
                 for (port, counts) in &r.losses.0 {

@@ -5,7 +5,6 @@ says. Real launches: a store, an RTI, one process per federate."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,28 +58,3 @@ def test_setting_an_undeclared_output_fails_its_own_federate_naming_the_port(dae
         "error: program raising failed; federates that failed:",
         f"  - source (exit status: 1): reaction source.source.send failed: {why}",
     ], err
-
-
-def test_a_killed_store_stops_the_program_saying_so(daemons_built, tmp_path):
-    import signal as sig
-
-    from test_signals import children, finish, start
-
-    p, seen, runtime = start(["numpy"])
-    store = [pid for pid in (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()) if _is_store_of(pid, p.pid)]
-    assert len(store) == 1, store
-    os.kill(store[0], sig.SIGKILL)
-    out = finish(p, seen)
-    assert p.returncode == 3, out
-    assert "hprm-store (signal: 9 (SIGKILL)) exited during the run" in out, out
-    assert children(p.pid) == {}, "federates outlived their launcher"
-    shutil.rmtree(runtime, ignore_errors=True)
-
-
-def _is_store_of(pid, launcher):
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
-    return int(stat.rsplit(")", 1)[1].split()[1]) == launcher and cmd.endswith(b"hprm-store")

@@ -318,6 +318,42 @@ fn when_the_daemon_dies_calls_fail_with_disconnected() {
 }
 
 #[test]
+fn a_watched_connection_knows_at_once_that_the_daemon_died() {
+    let d = Daemon::start("16M", &[]);
+    let store = d.light_client();
+    let (tx, rx) = std::sync::mpsc::channel();
+    store.watch_close(move |why| tx.send(why.to_string()).unwrap()).unwrap();
+    // Requests and replies do not wake the watch (it would report them).
+    store.put(ObjectId::random(), b"small", b"").unwrap();
+    store.sync().unwrap();
+    assert!(rx.try_recv().is_err() && store.broken().is_none());
+    d.signal(nix::sys::signal::Signal::SIGKILL);
+    // A bound that only a broken watch reaches; it is told long before.
+    let why = rx.recv_timeout(Duration::from_secs(30)).expect("the watch reports the daemon's death");
+    assert_eq!(why, hprm_store::client::DAEMON_CLOSED);
+    assert_eq!(store.broken().as_deref(), Some(hprm_store::client::DAEMON_CLOSED));
+    // A small object needs no round trip: unwatched, its create and seal
+    // would go into the dead daemon's outbox unnoticed.
+    let err = store.put(ObjectId::random(), b"after", b"").unwrap_err();
+    assert!(matches!(err, hprm_store::Error::Disconnected { .. }), "{err}");
+    assert!(err.to_string().contains("exited or was killed"), "{err}");
+}
+
+#[test]
+fn a_watch_lets_its_connection_go_with_the_client() {
+    let d = Daemon::start("16M", &[]);
+    let observer = d.light_client();
+    let watched = d.light_client();
+    watched.watch_close(|why| panic!("the daemon is alive, yet the watch said: {why}")).unwrap();
+    assert_eq!(observer.stats().unwrap().clients, 2);
+    drop(watched);
+    // The watch's duplicate of the socket closes too: the daemon sees the client leave.
+    eventually(Duration::from_secs(10), "the daemon sees the watched client leave", || {
+        observer.stats().unwrap().clients == 1
+    });
+}
+
+#[test]
 fn a_client_cannot_pile_up_waiting_requests() {
     let d = Daemon::start("16M", &[]);
     let (stop, watcher) = bystander(&d);

@@ -53,7 +53,7 @@ class Simulator(hprm.Reactor):
 
     def __init__(self, args):
         self.args = args
-        self.log = StepLog(f"hprm-{args.coordination}", args.warmup, args.steps, args.seed)
+        self.log = StepLog(f"hprm-{args.coordination}", args.warmup, args.steps, args.seed, forever=args.forever)
         self.world = None
 
     @hprm.reaction(triggers="startup", effects="bev, rgb")
@@ -170,6 +170,7 @@ def parse_args(argv=None):
     p.add_argument("--stp", default="5s", help="decentralized: the longest fusion waits for a late input (default 5s)")
     p.add_argument("--report", help="write the per-step record (loop times, stage times, controls) to this JSON file")
     p.add_argument("--carla", metavar="HOST:PORT", help="drive a CARLA server instead of the synthetic simulator")
+    p.add_argument("--forever", action="store_true", help="run until stopped (SIGTERM, Ctrl-C), keeping no per-step record (bench/soak)")
     p.add_argument("--detector-width", type=float, help=f"YOLOv5 width multiple (default {stages.DETECTOR_WIDTH:g}; 0.5 = YOLOv5s)")
     args = p.parse_args(argv)
     if args.detector_width is not None:

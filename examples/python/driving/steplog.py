@@ -23,8 +23,12 @@ PROGRESS_EVERY = 50  # steps between progress lines (stderr)
 
 
 class StepLog:
-    def __init__(self, system: str, warmup: int, steps: int, seed: int) -> None:
+    def __init__(self, system: str, warmup: int, steps: int, seed: int, forever: bool = False) -> None:
         self.system, self.warmup, self.steps, self.seed = system, warmup, steps, seed
+        # forever: never done, and nothing kept per step (a soak must not
+        # see the log itself grow); only the count of steps.
+        self.forever = forever
+        self.counted = 0
         self.arrivals: list[float] = []
         self.controls: list[list[float]] = []
         self.stage_ms: list[dict] = []
@@ -38,7 +42,7 @@ class StepLog:
 
     @property
     def done(self) -> bool:
-        return len(self.controls) >= self.total
+        return not self.forever and len(self.controls) >= self.total
 
     def sending(self) -> None:
         """Marks the step's frames as rendered and about to be sent."""
@@ -48,6 +52,11 @@ class StepLog:
         """Records the control of the current step as it arrives, with the
         stages' compute ms and their (start, done) wall-clock times:
         ``stamps = {"agent": (t0, t1), "detector": (t0, t1), "fusion": (t0, t1)}``."""
+        if self.forever:
+            self.counted += 1
+            if self.counted % PROGRESS_EVERY == 0:
+                print(f"{self.system}: step {self.counted}", file=sys.stderr, flush=True)
+            return
         now = time.time()
         a, d, f = stamps["agent"], stamps["detector"], stamps["fusion"]
         self.hop_ms.append({

@@ -36,7 +36,7 @@ use hprm_rti::wire::Message;
 use hprm_rti::tag::Tag;
 
 use crate::ids::{DecodeFn, TriggerId};
-use crate::inbox::{Inbox, Incoming, PolledSource};
+use crate::inbox::{Inbox, Incoming, PolledSource, Undelivered};
 use crate::net::socket::{wait_readable, FrameReader, ReadError};
 use crate::payload::Decoder;
 use crate::sync::Mutex;
@@ -264,8 +264,16 @@ impl Receiving {
             tracing::error!(port, %tag, "{peer} sent a message for connection {port}, which does not end at this federate; dropped (do all federates run the same program?)");
             return;
         };
-        let value = (n.decode)(payload, &self.decoder)
-            .map_err(|e| format!("a message from {} to {} at {tag} could not be decoded: {e}", n.sender, n.receiver));
+        let value = (n.decode)(payload, &self.decoder).map_err(|e| {
+            if e.is_store_lost() {
+                Undelivered::StoreLost
+            } else {
+                Undelivered::Undecodable(format!(
+                    "a message from {} to {} at {tag} could not be decoded: {e}",
+                    n.sender, n.receiver
+                ))
+            }
+        });
         self.inbox.push(Incoming::Message { port: n.input, tag, value });
     }
 

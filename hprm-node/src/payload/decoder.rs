@@ -84,6 +84,9 @@ impl Decoder {
     /// SDK); [`Decoder::decode`] does this itself.
     pub fn take_spilled(&self, payload: &[u8]) -> Result<Option<Object>, PayloadError> {
         let Some((spilled, at)) = SpilledMessage::from_payload_at(payload)? else { return Ok(None) };
+        if let Some(at) = at {
+            self.check_not_dead(at.arena)?;
+        }
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: 1 })?;
         let started = crate::trace::tracer().map(|t| t.now());
         let object = match at.filter(|at| at.arena == client.arena_id()) {
@@ -180,6 +183,9 @@ impl Decoder {
         if scan.objects.is_empty() {
             return Ok(Vec::new());
         }
+        for at in scan.placed.values() {
+            self.check_not_dead(at.arena)?;
+        }
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: scan.objects.len() })?;
         // Offsets into another store's arena (a sender using another
         // store) mean nothing here: those objects are looked up by id.
@@ -212,6 +218,18 @@ impl Decoder {
             t.get(scan.objects[0], scan.objects.len() as u32, bytes, s);
         }
         Ok(objects)
+    }
+
+    /// Fails with [`PayloadError::StoreLost`] if `arena` belonged to a
+    /// store that died since this node used it: the object is gone with it
+    /// (asking the new store for it would only wait for its timeout).
+    fn check_not_dead(&self, arena: u64) -> Result<(), PayloadError> {
+        if self.store.is_dead_arena(arena) {
+            return Err(PayloadError::StoreLost {
+                reason: "the message references an object of a store that has died since it was sent".into(),
+            });
+        }
+        Ok(())
     }
 }
 

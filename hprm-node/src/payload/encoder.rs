@@ -147,7 +147,7 @@ impl Encoder {
             .client()?
             .ok_or(PayloadError::NoStoreForMessage { nbytes: bytes.len(), max: self.max_inline })?;
         let started = crate::trace::tracer().map(|t| t.now());
-        let mut object = context.create(client, bytes.len() as u64, context.deliveries)?;
+        let mut object = context.create(&client, bytes.len() as u64, context.deliveries)?;
         object.data_mut().copy_from_slice(&bytes);
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.put(object.id(), bytes.len() as u64, s);
@@ -252,7 +252,7 @@ impl Context {
         let store = self.store.clone();
         let client = store.client()?.ok_or(PayloadError::NoStoreForBuffer { nbytes, threshold: self.threshold })?;
         let started = crate::trace::tracer().map(|t| t.now());
-        let mut object = self.create(client, nbytes as u64, self.deliveries)?;
+        let mut object = self.create(&client, nbytes as u64, self.deliveries)?;
         object.data_mut().copy_from_slice(view.bytes);
         let id = object.id();
         let at = At::of_mut(&object);

@@ -43,6 +43,14 @@ pub enum PayloadError {
     /// The store's socket is configured but the daemon cannot be reached.
     #[error("cannot use the object store at {path}: {source}", path = path.display())]
     Connect { path: PathBuf, source: hprm_store::Error },
+    /// The store daemon this node was connected to died (or dropped this
+    /// node's connection): the value is lost. The node reconnects by itself
+    /// once a store listens on the socket again.
+    #[error(
+        "the object store went away ({reason}), so this value is lost; values go through it again once it is restarted \
+         (the launcher and systemd do that; this node reconnects by itself): see the store's log for why it died"
+    )]
+    StoreLost { reason: String },
     /// The store has no room for a new object (all of it is live data).
     #[error(
         "the object store has no room for a {nbytes}-byte object: {message} (how long a send waits for room is \
@@ -108,6 +116,12 @@ pub enum PayloadError {
 }
 
 impl PayloadError {
+    /// Whether the value was lost because the store died
+    /// ([`PayloadError::StoreLost`]).
+    pub fn is_store_lost(&self) -> bool {
+        matches!(self, PayloadError::StoreLost { .. })
+    }
+
     /// Shorthand for [`PayloadError::Malformed`].
     pub(crate) fn malformed(detail: impl Into<String>) -> PayloadError {
         PayloadError::Malformed { detail: detail.into() }
@@ -121,6 +135,7 @@ impl PayloadError {
                 PayloadError::StoreFull { nbytes, message }
             }
             hprm_store::Error::Timeout { missing, waited } => PayloadError::NotInStore { missing, waited },
+            hprm_store::Error::Disconnected { reason, .. } => PayloadError::StoreLost { reason },
             source => PayloadError::Store { op, source },
         }
     }

@@ -46,9 +46,11 @@ from ._reactor import Reactor, external, reaction
 from ._store import store_object_id
 
 PayloadError = _native.PayloadError
+StoreLostError = _native.StoreLostError
 
 __all__ = [
     "PayloadError",
+    "StoreLostError",
     "LaunchFailed",
     "Reactor",
     "Input",

@@ -10,10 +10,14 @@ from collections.abc import Callable
 from os import PathLike
 from typing import Any, final
 
-__all__ = ["PayloadError", "Codec", "_rust_encode_example", "_rust_decode_check", "_rust_decode_buffer", "SharedBuffer", "LoanView", "StoreMemory", "_store_object_at", "init_logging", "NativeProgram", "Context", "PhysicalScheduler"]
+__all__ = ["PayloadError", "StoreLostError", "Codec", "_rust_encode_example", "_rust_decode_check", "_rust_decode_buffer", "SharedBuffer", "LoanView", "StoreMemory", "_store_object_at", "init_logging", "NativeProgram", "Context", "PhysicalScheduler"]
 
 class PayloadError(ValueError):
     """A payload that cannot be encoded or decoded (says what and why)."""
+
+class StoreLostError(PayloadError):
+    """The object store died (or dropped this process's connection), so the
+    value is lost; the process reconnects by itself once the store is back."""
 
 @final
 class Codec:

@@ -224,7 +224,20 @@ impl Connection {
         lock(&self.tx).send(&self.stream, seq, req).map_err(|e| e.to_string())
     }
 
-    fn mark_broken(&self, op: &'static str, reason: String) -> Error {
+    /// The socket to the daemon (for `StoreClient::watch_close`, which
+    /// polls a duplicate of it).
+    pub(crate) fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
+    /// Why the connection failed, once it has (every call now fails).
+    pub(crate) fn broken(&self) -> Option<String> {
+        lock(&self.state).broken.clone()
+    }
+
+    /// Marks the connection failed for `reason`: every later call fails
+    /// with [`Error::Disconnected`], and callers waiting for a reply wake.
+    pub(crate) fn mark_broken(&self, op: &'static str, reason: String) -> Error {
         let mut st = lock(&self.state);
         st.broken.get_or_insert(reason.clone());
         if st.sleepers > 0 {

@@ -18,6 +18,7 @@
 mod connection;
 mod object;
 mod subscription;
+mod watch;
 
 use std::borrow::Cow;
 use std::os::unix::net::UnixStream;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 
 pub use object::{Object, ObjectMut};
 pub use subscription::Subscription;
+pub use watch::DAEMON_CLOSED;
 
 use crate::arena::Arena;
 use crate::error::{Error, Result};
@@ -157,6 +159,9 @@ pub(crate) struct Inner {
     pub(crate) arena_id: u64,
     path: PathBuf,
     pool: Mutex<Pool>,
+    /// Write ends of the pipes that stop this connection's watch threads
+    /// ([`StoreClient::watch_close`]): dropped with the last handle.
+    watch_stops: Mutex<Vec<std::os::fd::OwnedFd>>,
 }
 
 /// The reserved blocks not in use, per size class, the Reserve of each
@@ -288,6 +293,7 @@ impl StoreClient {
             arena_id: hello.arena_id,
             path,
             pool: Mutex::default(),
+            watch_stops: Mutex::default(),
         };
         let client = StoreClient { inner: Arc::new(inner) };
         if let Some(program) = &opts.program {

@@ -28,6 +28,7 @@ use table::{ObjectTable, TableConfig};
 ///
 /// Serve: hprm-store --socket PATH --memory SIZE [options]
 /// Inspect a running store: hprm-store stats --socket PATH [--json]
+/// Give back its cache: hprm-store evict --socket PATH
 #[derive(Parser, Debug)]
 #[command(name = "hprm-store", version, args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct Cli {
@@ -129,6 +130,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Evict every object the store may evict (sealed, settled, held by
+    /// nobody), as it would under memory pressure: what stays in use
+    /// afterwards is held (referenced, or awaiting deliveries).
+    Evict {
+        #[arg(long)]
+        socket: PathBuf,
+    },
 }
 
 /// `--quota PROGRAM=SIZE`.
@@ -178,6 +186,7 @@ fn main() {
     let result = match cli.command {
         Some(Command::Stats { socket, json }) => stats(socket, json),
         Some(Command::List { socket, json }) => list(socket, json),
+        Some(Command::Evict { socket }) => evict(socket),
         None => serve(cli.serve),
     };
     if let Err(e) = result {
@@ -296,6 +305,12 @@ fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
         "  creates refused     {} for lack of room, {} over a program's quota",
         s.creates_refused, s.creates_over_quota
     );
+    Ok(())
+}
+
+fn evict(socket: PathBuf) -> anyhow::Result<()> {
+    let e = connect(&socket)?.evict(u64::MAX)?;
+    println!("evicted {} objects ({})", e.objects, ByteSize(e.bytes));
     Ok(())
 }
 
