@@ -19,7 +19,8 @@
 //! - [`allocator`]: best-fit placement of objects inside the arena.
 //! - [`policy`]: [`Backpressure`], what a producer does when the store is
 //!   full or a receiver falls behind: the vocabulary the whole runtime uses.
-//! - [`id`], [`bytesize`]: object ids and human byte sizes.
+//! - [`id`], [`bytesize`], [`duration`]: object ids, human byte sizes and
+//!   durations.
 //! - [`realtime`]: SCHED_FIFO priority and CPU affinity for the threads of
 //!   HPRM processes (the daemon's `--realtime-priority` and `--cpus`).
 //!
@@ -49,6 +50,7 @@ pub mod allocator;
 pub mod arena;
 pub mod bytesize;
 pub mod client;
+pub mod duration;
 mod error;
 pub mod id;
 pub mod outbox;

@@ -90,9 +90,9 @@ impl FromStr for Backpressure {
             return Ok(Backpressure::KeepLast(n));
         }
         if let Some(d) = t.strip_prefix("block:") {
-            return parse_duration(d)
+            return crate::duration::parse_duration(d)
                 .map(|bound| Backpressure::Block { bound })
-                .ok_or_else(|| bad("block's bound is a number with a unit us, ms, s or m, e.g. block:250ms"));
+                .map_err(|_| bad("block's bound is a number with a unit us, ms, s or m, e.g. block:250ms"));
         }
         match t.as_str() {
             "block" => Ok(Backpressure::default()),
@@ -111,18 +111,6 @@ impl fmt::Display for Backpressure {
             Backpressure::DropOldest => f.write_str("drop-oldest"),
             Backpressure::Fail => f.write_str("fail"),
         }
-    }
-}
-
-fn parse_duration(s: &str) -> Option<Duration> {
-    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-    let n: u64 = s[..digits].parse().ok()?;
-    match &s[digits..] {
-        "us" => Some(Duration::from_micros(n)),
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
-        _ => None,
     }
 }
 

@@ -62,18 +62,18 @@ struct ServeArgs {
     mode: u32,
     /// How long after seal an object stays pinned for consumers that have
     /// not collected it (e.g. 30s, 500ms, 2m).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = hprm_store::duration::parse_duration)]
     delivery_ttl: Duration,
     /// How long a client may take to finish sending a frame it has started
     /// before the daemon gives up on it and closes its connection.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = hprm_store::duration::parse_duration)]
     frame_timeout: Duration,
     /// How long each connection keeps polling for its client's next request
     /// before sleeping (e.g. 50us; 0 never polls). Polling saves a wake-up
     /// per request for clients working back to back, at the price of up to
     /// this much CPU time after each burst of requests; one daemon thread
     /// polls for all connections.
-    #[arg(long, default_value = "50us", value_parser = parse_duration)]
+    #[arg(long, default_value = "50us", value_parser = hprm_store::duration::parse_duration)]
     spin: Duration,
     /// Bytes of each connection's outbox: the shared-memory queue its one-way
     /// requests (seal, claim, release, ...) go through instead of the
@@ -161,19 +161,6 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok()
         .filter(|m| *m <= 0o777)
         .ok_or_else(|| format!("`{s}` is not a permission mode: write octal digits, e.g. 0660"))
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("`{s}` is not a duration: write a number with a unit us, ms, s or m, e.g. 30s");
-    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-    let n: u64 = s[..digits].parse().map_err(|_| err())?;
-    match &s[digits..] {
-        "us" => Ok(Duration::from_micros(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(err()),
-    }
 }
 
 fn main() {
