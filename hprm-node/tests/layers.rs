@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 /// is `manifest`, `lib.rs` is the crate root, `lib`); a module or a path
 /// belongs to the longest entry that is a prefix of it.
 const LAYERS: &[(&str, usize)] = &[
-    // 0. Foundations: errors, locks, physical time, tracing, the payload codec.
+    // 0. Foundations: errors, locks, physical time, tracing, the payload codec, loss counts.
     ("error", 0),
     ("sync", 0),
     ("clock", 0),
     ("trace", 0),
     ("payload", 0),
     ("log", 0),
+    ("loss", 0),
     // 1. Ids and values: program ids, typed handles, `Value`; a manifest (a program as data).
     ("ids", 1),
     ("manifest", 1),

@@ -114,7 +114,7 @@ fn trace_holds_every_reaction_grants_and_store_transfers() {
     assert_eq!(count("sink.summer.look", "reaction"), frames);
     assert_eq!(count("source.counter.bye", "reaction") + count("sink.summer.bye", "reaction"), 2);
     for fed in ["source", "sink"] {
-        let reported = number_after(&log, &format!("done federate={fed}"), "reactions=");
+        let reported = number_after(&log, &format!("lost or late federate={fed} "), "reactions=");
         let traced = events.iter().filter(|e| e["cat"] == "reaction" && named(&e["pid"]) == fed).count() as u64;
         assert_eq!(traced, reported, "{fed}: reactions in the trace vs its run report");
         let tag = events.iter().find(|e| e["cat"] == "reaction" && named(&e["pid"]) == fed).expect("a reaction")
