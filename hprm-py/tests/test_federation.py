@@ -50,8 +50,8 @@ def test_store_arrays_false_keeps_arrays_private(daemons_built):
 
 def test_a_program_mixing_rust_and_python_federates(daemons_built):
     doubler = ROOT / "target" / "release" / "mixed-doubler"
-    if not doubler.exists():
-        subprocess.run(["cargo", "build", "--release", "-p", "hprm-examples", "--bin", "mixed-doubler"], cwd=ROOT, check=True)
+    # Brought up to date even when present: an older build may speak an older store protocol.
+    subprocess.run(["cargo", "build", "--locked", "--release", "-p", "hprm-examples", "--bin", "mixed-doubler"], cwd=ROOT, check=True)
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "mixed.py"), str(doubler)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
