@@ -522,10 +522,6 @@ fn take_reactions(
     (reactors, meta, triggered, max_level)
 }
 
-/// Where each port of this federate leads, by trigger: connections inside
-/// the federate (by output), receivers in other federates (by output), the
-/// peer feeding each network input, and which inputs are physical.
-#[allow(clippy::type_complexity)]
 /// By input, the backlog its connection's `keep-last-N` allows.
 fn keep_last(program: &Program) -> Vec<Option<u32>> {
     let mut keep = vec![None; program.triggers.len()];
@@ -535,6 +531,10 @@ fn keep_last(program: &Program) -> Vec<Option<u32>> {
     keep
 }
 
+/// Where each port of this federate leads, by trigger: connections inside
+/// the federate (by output), receivers in other federates (by output), the
+/// peer feeding each network input, and which inputs are physical.
+#[allow(clippy::type_complexity)]
 fn routes(
     program: &Program,
     fed: FederateId,

@@ -226,7 +226,8 @@ impl NativeProgram {
         let r = self.reactor_id(reactor)?;
         let policy = backpressure
             .map(|text| {
-                text.parse::<hprm_node::Backpressure>().map_err(|e| PyValueError::new_err(format!("output {name}: {e}")))
+                text.parse::<hprm_node::Backpressure>()
+                    .map_err(|e| PyValueError::new_err(format!("output {name}: {e}")))
             })
             .transpose()?;
         let program = self.program()?;

@@ -329,7 +329,7 @@ impl Served {
             let read = s.marks.iter().all(|(client, mark)| {
                 outboxes
                     .get(client)
-                    .is_none_or(|o| o.broken.is_some() || (o.entry.is_empty() && o.reader.taken_past(*mark)))
+                    .map_or(true, |o| o.broken.is_some() || (o.entry.is_empty() && o.reader.taken_past(*mark)))
             });
             if !read && s.since.elapsed() < ttl {
                 return true;
