@@ -72,9 +72,16 @@ def start(libs, *, via_cli=False, extra=()):
     if via_cli:
         argv = [str(HPRM), "launch", str(PROGRAM), ",".join(libs), *extra]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    seen = wait_for_output(p, {"left receiving", "right receiving"}, 180, "the program did not start")
+    return p, seen, runtime
+
+
+def wait_for_output(p, waiting, within_s, failure):
+    """Reads `p`'s output until every string of `waiting` has appeared in
+    it; fails the test with `failure` and the output after `within_s`.
+    Returns the lines read."""
     seen = []
-    waiting = {"left receiving", "right receiving"}
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + within_s
     for line in p.stdout:
         seen.append(line)
         waiting = {w for w in waiting if w not in line}
@@ -82,8 +89,8 @@ def start(libs, *, via_cli=False, extra=()):
             break
     if waiting:
         p.kill()
-        pytest.fail(f"the program did not start (still waiting for {waiting}):\n{''.join(seen)}{p.communicate()[0]}")
-    return p, seen, runtime
+        pytest.fail(f"{failure} (still waiting for {waiting}):\n{''.join(seen)}{p.communicate()[0]}")
+    return seen
 
 
 def finish(p, seen, timeout=60):

@@ -14,12 +14,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import pytest
-
-from test_signals import children, finish
+from test_signals import children, finish, wait_for_output
 
 PROGRAM = Path(__file__).parent / "programs" / "frames.py"
 RECEIVERS = ("left", "right")
@@ -52,16 +49,7 @@ def test_a_killed_store_is_restarted_and_the_program_goes_on_counting_what_was_l
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(runtime), PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, str(PROGRAM), "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, env=env, start_new_session=True)
-    seen, waiting = [], {f"{r} receiving" for r in RECEIVERS}
-    deadline = time.monotonic() + 120
-    for line in p.stdout:
-        seen.append(line)
-        waiting = {w for w in waiting if w not in line}
-        if not waiting or time.monotonic() > deadline:
-            break
-    if waiting:
-        p.kill()
-        pytest.fail(f"frames never flowed (still waiting for {waiting}):\n{''.join(seen)}{p.communicate()[0]}")
+    seen = wait_for_output(p, {f"{r} receiving" for r in RECEIVERS}, 120, "frames never flowed")
     store = store_of(p.pid)
     os.kill(store, signal.SIGKILL)
     out = finish(p, seen)

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, pattern, worker, Daemon, Worker};
+use common::{eventually, pattern, placed, worker, Daemon, Worker};
 use hprm_store::protocol::message::Placement;
 use hprm_store::{CreateOptions, Error, ErrorCode, ObjectId};
 
@@ -23,11 +23,8 @@ fn child() {
         // Claims the object `id` at data offset `offset`, `size` bytes,
         // checks its bytes, then waits to be killed.
         "claim-and-hang" => {
-            let id: ObjectId = args[0].parse().unwrap();
-            let offset: u64 = args[1].parse().unwrap();
-            let size: u64 = args[2].parse().unwrap();
-            let p =
-                Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: 0 };
+            let (id, p) = placed(&args);
+            let size = p.data_size;
             let held = store.claim(id, p, CLAIM_TIMEOUT).unwrap();
             assert!(held.data() == &pattern(id.as_bytes(), size as usize)[..]);
             store.sync().unwrap();

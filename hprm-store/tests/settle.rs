@@ -7,8 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{next_command, pattern, worker, Daemon, Worker};
-use hprm_store::protocol::message::Placement;
+use common::{next_command, pattern, placed, worker, Daemon, Worker};
 use hprm_store::{CreateOptions, ErrorCode, ObjectId};
 
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(2);
@@ -22,11 +21,8 @@ fn child() {
         // The echoer: told where a message lies, claims it and sends it
         // back (redeliver), then, told to, checks what it holds.
         "echo" => {
-            let id: ObjectId = args[0].parse().unwrap();
-            let offset: u64 = args[1].parse().unwrap();
-            let size: u64 = args[2].parse().unwrap();
-            let p =
-                Placement { data_offset: offset, data_size: size, metadata_offset: offset + size, metadata_size: 0 };
+            let (id, p) = placed(&args);
+            let size = p.data_size;
             println!("CLIENT {}", store.client_id());
             assert_eq!(next_command(), "echo");
             let held = store.claim(id, p, CLAIM_TIMEOUT).unwrap();

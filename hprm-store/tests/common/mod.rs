@@ -193,6 +193,23 @@ pub fn worker() -> Option<(String, StoreClient, Vec<String>)> {
     Some((role, store, args))
 }
 
+/// In a worker process: the object its arguments `ID OFFSET SIZE` name
+/// and where it lies (data only, no metadata).
+pub fn placed(args: &[String]) -> (hprm_store::ObjectId, hprm_store::Placement) {
+    let id = args[0].parse().expect("an object id");
+    let offset: u64 = args[1].parse().expect("an offset");
+    let size: u64 = args[2].parse().expect("a size");
+    (
+        id,
+        hprm_store::Placement {
+            data_offset: offset,
+            data_size: size,
+            metadata_offset: offset + size,
+            metadata_size: 0,
+        },
+    )
+}
+
 /// In a worker process: the next line the test sent (see [`Worker::send`]).
 pub fn next_command() -> String {
     let mut line = String::new();
