@@ -381,7 +381,7 @@ mod tests {
     use hprm_node::manifest::FederateSpec;
 
     fn fed(name: &str, restart: RestartPolicy, max_restarts: Option<u32>) -> FederateSpec {
-        FederateSpec { name: name.into(), command: None, module: None, restart, max_restarts, reactors: Vec::new() }
+        FederateSpec { name: name.into(), restart, max_restarts, ..Default::default() }
     }
 
     fn manifest() -> Manifest {

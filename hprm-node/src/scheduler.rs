@@ -185,6 +185,8 @@ struct ReactionMeta {
     path: String,
     /// Its name's index in the trace, when tracing.
     trace_name: u32,
+    /// Its reactor's (index, width) in a bank.
+    bank: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Copy)]
@@ -489,6 +491,7 @@ fn take_reactions(
     let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
     let mut max_level = 0;
     for &r in &program.federates[fed.index()].reactors.clone() {
+        let bank = program.bank_member(r);
         let rdef = &mut program.reactors[r.index()];
         let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
         let rname = rdef.name.clone();
@@ -514,6 +517,7 @@ fn take_reactions(
                     effects: def.effects.clone(),
                     path,
                     trace_name,
+                    bank,
                 },
             );
         }
@@ -1519,7 +1523,7 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
         (_, Some((d, handler))) if view.clock.now() > view.tag.time.saturating_add(*d) => (handler, Ran::Deadline),
         _ => (&mut h.body, Ran::Body),
     };
-    let mut ctx = Ctx::new(view, r, &m.effects);
+    let mut ctx = Ctx::new(view, r, &m.effects, m.bank);
     let state = &mut *rt.state;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(state, &mut ctx)));
     match result {
