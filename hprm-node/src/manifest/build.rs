@@ -103,7 +103,18 @@ impl Program {
                 TriggerKind::Startup | TriggerKind::Shutdown => {}
             }
         }
-        let names = |ids: &[TriggerId]| ids.iter().map(|t| self.triggers[t.index()].name.clone()).collect();
+        // A reaction names a multiport by its base name, once.
+        let names = |ids: &[TriggerId]| {
+            let mut v: Vec<String> = Vec::new();
+            for t in ids {
+                let name = &self.triggers[t.index()].name;
+                let name = split_member(name).map_or(name.as_str(), |(base, _)| base);
+                if !v.iter().any(|n| n == name) {
+                    v.push(name.to_string());
+                }
+            }
+            v
+        };
         spec.reactions = def
             .reactions
             .iter()
