@@ -362,15 +362,16 @@ fn bank_template(program: &str, bank: &str, drop_in: &str, bin_dir: &str) -> Str
             l if l.starts_with("Description=") => format!("Description=HPRM member %i of bank {bank} of program {program}"),
             l if l.starts_with("EnvironmentFile=") => format!("EnvironmentFile=/etc/hprm/{member}.env"),
             l if l.starts_with("RuntimeDirectory=") => format!("RuntimeDirectory=hprm/{program}/{bank}-%i"),
-            l if l.starts_with("ExecStart=") || l.starts_with("RestartPreventExitStatus=") || l.starts_with('#') => {
-                continue
-            }
+            l if l.starts_with("ExecStart=") || l.starts_with('#') => continue,
             l => l.replace("/run/hprm/%I", &format!("/run/hprm/{program}/{bank}-%i")),
         };
         unit.push_str(&line);
         unit.push('\n');
         if line == "[Unit]" {
-            for l in unit_part.lines().filter(|l| !l.starts_with('#') && !l.starts_with("Description=") && *l != "[Unit]") {
+            for l in unit_part
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("Description=") && *l != "[Unit]")
+            {
                 unit.push_str(l);
                 unit.push('\n');
             }
@@ -474,15 +475,15 @@ mod tests {
         let units: Vec<&str> = d.federate_units.iter().map(|(_, u)| u.as_str()).collect();
         assert_eq!(
             units,
-            ["hprm-rollout@0.service", "hprm-rollout@1.service", "hprm-rollout@2.service", "hprm-federate@my-robot-learner.service"]
+            ["hprm-rollout@0.service", "hprm-rollout@1.service", "hprm-rollout@2.service", "hprm-federate@my\\x2drobot-learner.service"]
         );
         let find = |path: &str| d.files.iter().find(|f| f.path == Path::new(path)).map(|f| f.contents.clone());
         let template = find("etc/systemd/system/hprm-rollout@.service").expect("the bank's template");
         assert!(template.contains("EnvironmentFile=/etc/hprm/my-robot/rollout[%i].env"), "{template}");
-        assert!(template.contains("Restart=on-failure") && template.contains("Requires=hprm-rti@my-robot.service"), "{template}");
+        assert!(template.contains("Restart=on-failure") && template.contains("Requires=hprm-rti@my\\x2drobot.service"), "{template}");
         assert!(template.contains("ExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\""), "{template}");
         assert!(find("etc/hprm/my-robot/rollout[2].env").is_some_and(|e| e.contains("HPRM_FEDERATE=\"rollout[2]\"")));
-        let wants = find("etc/systemd/system/hprm@my-robot.target.d/hprm-deploy.conf").unwrap();
+        let wants = find("etc/systemd/system/hprm@my\\x2drobot.target.d/hprm-deploy.conf").unwrap();
         assert!(wants.contains("Wants=hprm-rollout@2.service"), "{wants}");
         // No per-member drop-ins: the template is the members' unit.
         assert!(!d.files.iter().any(|f| f.path.to_string_lossy().contains("hprm-rollout@0.service.d")));
