@@ -36,7 +36,10 @@ pub fn dot(m: &Manifest) -> String {
             Some((bank, _, width)) => format!("bank {bank} ×{width} (processes)"),
             None => format!("federate {}", f.name),
         };
-        s.push_str(&format!("  subgraph cluster_{fi} {{\n    label={}; style=rounded; color=\"#7f8c8d\";\n", quote(&label)));
+        s.push_str(&format!(
+            "  subgraph cluster_{fi} {{\n    label={}; style=rounded; color=\"#7f8c8d\";\n",
+            quote(&label)
+        ));
         let reactors: Vec<&str> = f.reactors.iter().map(|r| r.name.as_str()).collect();
         for r in &f.reactors {
             // A thread bank: its members' reactors are one node.
@@ -228,7 +231,8 @@ mod tests {
 
     #[test]
     fn a_bank_is_one_node_with_its_width() {
-        for (placement, label) in [(Placement::Processes, "bank cam ×4 (processes)"), (Placement::Threads, "cam ×4")] {
+        for (placement, label) in [(Placement::Processes, "bank cam ×4 (processes)"), (Placement::Threads, "cam ×4")]
+        {
             let d = dot(&cameras(placement));
             assert_eq!(d.matches(label).count(), 1, "{d}");
             assert_eq!(d.matches("[label=<").count(), 2, "{d}");

@@ -353,13 +353,17 @@ fn bank_template(program: &str, bank: &str, drop_in: &str, bin_dir: &str) -> Str
     let federate = TEMPLATES.iter().find(|(n, _)| *n == "hprm-federate@.service").map_or("", |(_, t)| *t);
     let federate = federate.replace(&format!("{TEMPLATE_BIN_DIR}/"), &format!("{}/", bin_dir.trim_end_matches('/')));
     let member = format!("{program}/{bank}[%i]");
-    let mut unit = format!("# Written by `hprm deploy --systemd`: the members of process bank {bank} of program {program};
+    let mut unit = format!(
+        "# Written by `hprm deploy --systemd`: the members of process bank {bank} of program {program};
 # the instance is the member's index (hprm-{bank}@3 is {bank}[3]).
-");
+"
+    );
     let (unit_part, service_part) = drop_in.split_once("[Service]").unwrap_or((drop_in, ""));
     for line in federate.lines() {
         let line = match line {
-            l if l.starts_with("Description=") => format!("Description=HPRM member %i of bank {bank} of program {program}"),
+            l if l.starts_with("Description=") => {
+                format!("Description=HPRM member %i of bank {bank} of program {program}")
+            }
             l if l.starts_with("EnvironmentFile=") => format!("EnvironmentFile=/etc/hprm/{member}.env"),
             l if l.starts_with("RuntimeDirectory=") => format!("RuntimeDirectory=hprm/{program}/{bank}-%i"),
             l if l.starts_with("ExecStart=") || l.starts_with('#') => continue,
@@ -475,13 +479,24 @@ mod tests {
         let units: Vec<&str> = d.federate_units.iter().map(|(_, u)| u.as_str()).collect();
         assert_eq!(
             units,
-            ["hprm-rollout@0.service", "hprm-rollout@1.service", "hprm-rollout@2.service", "hprm-federate@my\\x2drobot-learner.service"]
+            [
+                "hprm-rollout@0.service",
+                "hprm-rollout@1.service",
+                "hprm-rollout@2.service",
+                "hprm-federate@my\\x2drobot-learner.service"
+            ]
         );
         let find = |path: &str| d.files.iter().find(|f| f.path == Path::new(path)).map(|f| f.contents.clone());
         let template = find("etc/systemd/system/hprm-rollout@.service").expect("the bank's template");
         assert!(template.contains("EnvironmentFile=/etc/hprm/my-robot/rollout[%i].env"), "{template}");
-        assert!(template.contains("Restart=on-failure") && template.contains("Requires=hprm-rti@my\\x2drobot.service"), "{template}");
-        assert!(template.contains("ExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\""), "{template}");
+        assert!(
+            template.contains("Restart=on-failure") && template.contains("Requires=hprm-rti@my\\x2drobot.service"),
+            "{template}"
+        );
+        assert!(
+            template.contains("ExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\""),
+            "{template}"
+        );
         assert!(find("etc/hprm/my-robot/rollout[2].env").is_some_and(|e| e.contains("HPRM_FEDERATE=\"rollout[2]\"")));
         let wants = find("etc/systemd/system/hprm@my\\x2drobot.target.d/hprm-deploy.conf").unwrap();
         assert!(wants.contains("Wants=hprm-rollout@2.service"), "{wants}");

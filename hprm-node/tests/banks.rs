@@ -121,7 +121,9 @@ fn a_bank_and_the_same_program_by_hand_record_the_same_traces() {
             let sums = &bank["sum"];
             // Jobs at 0, 10, 20, 30 ms; the one at 40 ms (the stop tag) would be summed one microstep past it.
             let want: Vec<String> = (1..=4u64)
-                .map(|n| format!("{} 1 sum got 0:{} 1:{} 2:{}", (n - 1) * 10_000, 10 * n + 100, 10 * n + 101, 10 * n + 102))
+                .map(|n| {
+                    format!("{} 1 sum got 0:{} 1:{} 2:{}", (n - 1) * 10_000, 10 * n + 100, 10 * n + 101, 10 * n + 102)
+                })
                 .chain(["report decode_errors 0".to_string()])
                 .collect();
             assert_eq!(sums, &want, "{placement}{mode}");

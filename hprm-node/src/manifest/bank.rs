@@ -418,7 +418,8 @@ mod tests {
         assert!(p[0].message.contains("cam.frame has width 3 but fusion.frames has width 4"), "{p:?}");
         m.federates[0].width = Some(0);
         let p = m.check();
-        assert!(p.iter().any(|p| p.location == Location::Federate { index: 0 }
-            && p.message.contains("bank cam has width 0")));
+        assert!(p
+            .iter()
+            .any(|p| p.location == Location::Federate { index: 0 } && p.message.contains("bank cam has width 0")));
     }
 }

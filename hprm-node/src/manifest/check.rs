@@ -266,7 +266,12 @@ impl Manifest {
                 let mut taken = HashSet::new();
                 for Declared { name: n, width, .. } in &names {
                     if *width == Some(0) {
-                        out.add(at, format!("{path}: multiport {n:?} has width 0; give it at least one channel, e.g. \"{n}[4]\""));
+                        out.add(
+                            at,
+                            format!(
+                                "{path}: multiport {n:?} has width 0; give it at least one channel, e.g. \"{n}[4]\""
+                            ),
+                        );
                     }
                     if !plain_name(n) {
                         out.add(at, format!("{path}: {n:?} is not a valid port, timer or action name"));

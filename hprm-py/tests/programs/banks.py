@@ -208,7 +208,7 @@ def main():
                 members = [shared.reactor(f"w[{i}]", PoolWorker, seed=i + 1) for i in range(3)]
             else:
                 members = [prog.federate(f"w[{i}]", PoolWorker, seed=i + 1) for i in range(3)]
-            for i, m in enumerate(members):
+            for m in members:
                 prog.connect(task.job, m.job)
             for i, m in enumerate(members):
                 prog.connect(m.done, total.done[i], after="0ms")
