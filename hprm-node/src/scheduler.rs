@@ -1313,11 +1313,25 @@ impl Scheduler {
                 o
             }
         };
-        let outcomes: Vec<Outcome> = if rs.len() > 1 && self.plan.opts.workers > 1 {
+        let workers = self.plan.opts.workers;
+        let outcomes: Vec<Outcome> = if rs.len() > 1 && workers > 1 {
+            // At most `workers` threads, each running a run of the level's
+            // reactions in order (this thread the first): a wide level (a
+            // bank of 16 members as threads) costs a thread start per
+            // worker, not per reaction. Outcomes stay in reaction order.
+            let chunk = rs.len().div_ceil(workers);
             std::thread::scope(|s| {
-                let handles: Vec<_> = rs[1..].iter().map(|&r| s.spawn(move || run(r))).collect();
-                let mut v = vec![run(rs[0])];
-                v.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Outcome::panicked("worker thread"))));
+                let handles: Vec<_> = rs[chunk..]
+                    .chunks(chunk)
+                    .map(|c| (c.len(), s.spawn(move || c.iter().map(|&r| run(r)).collect::<Vec<_>>())))
+                    .collect();
+                let mut v: Vec<Outcome> = rs[..chunk].iter().map(|&r| run(r)).collect();
+                for (n, h) in handles {
+                    match h.join() {
+                        Ok(o) => v.extend(o),
+                        Err(_) => v.extend((0..n).map(|_| Outcome::panicked("worker thread"))),
+                    }
+                }
                 v
             })
         } else {

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,30 @@ def test_check_refuses_a_manifest_whose_widths_differ(tmp_path):
     assert r.returncode != 0
     assert f"{m}:26: connection cam.frame -> fusion.frames: cam.frame has width 4 but fusion.frames has width 3" in r.stderr + r.stdout, r.stderr
     assert f"{m}:20:9: bank none has width 0; a bank needs at least one member" in r.stderr + r.stdout, r.stderr
+
+
+def test_ps_and_topic_name_bank_members(daemons_built, tmp_path):
+    hprm_cmd = Path(daemons_built) / "hprm"
+    if not hprm_cmd.exists():
+        hprm_cmd = Path(sys.executable).parent / "hprm"
+    ticks = 400
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(tmp_path))
+    prog = subprocess.Popen([sys.executable, str(PROGRAMS / "banks.py"), "live", str(ticks)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            echo = subprocess.run([str(hprm_cmd), "topic", "echo", "cam[2].out", "-n", "2"], capture_output=True, text=True, env=env, timeout=60)
+            if echo.returncode == 0:
+                break
+            assert time.monotonic() < deadline, echo.stderr
+            time.sleep(0.2)
+        assert echo.stdout.count('"member": 2') == 2, echo.stdout
+        ps = subprocess.run([str(hprm_cmd), "ps"], capture_output=True, text=True, env=env, timeout=60)
+        assert ps.returncode == 0, ps.stderr
+        for i in range(3):
+            assert f"cam[{i}]" in ps.stdout, ps.stdout
+        _, err = prog.communicate(timeout=60)
+    finally:
+        prog.kill()
+    assert prog.returncode == 0, err
+    assert f"[sink] sink got {3 * ticks}" in err, err

@@ -13,6 +13,9 @@
     banks.py restart
         a process bank of 3 whose member 1 kills itself once; it is
         restarted while the others go on.
+    banks.py live TICKS
+        a process bank of 3 beacons ticking every 10 ms into a sink, in real
+        time (for `hprm ps` and `hprm topic`).
 """
 
 import os
@@ -174,6 +177,39 @@ class Count(hprm.Reactor):
                 print(f"got member={m} k={k}", file=sys.stderr, flush=True)
 
 
+class Beacon(hprm.Reactor):
+    out = hprm.Output()
+
+    def __init__(self, ticks):
+        self.ticks = ticks
+        self.tick = hprm.Timer(period="10ms")
+        self.k = 0
+
+    @hprm.reaction(triggers="tick", effects="out")
+    def emit(self, ctx):
+        self.k += 1
+        if self.k > self.ticks:
+            ctx.request_stop()
+            return
+        ctx.set(self.out, {"member": ctx.bank_index, "k": self.k})
+
+
+class Sink(hprm.Reactor):
+    ins = hprm.Input(width="bank_width_of_source")
+
+    def __init__(self, n):
+        self.bank_width_of_source = n
+        self.got = 0
+
+    @hprm.reaction(triggers="ins")
+    def take(self, ctx):
+        self.got += len(ctx.get(self.ins))
+
+    @hprm.reaction(triggers="shutdown")
+    def report(self, ctx):
+        print(f"sink got {self.got}", file=sys.stderr, flush=True)
+
+
 def main():
     if SCENARIO == "broadcast":
         placement, mode, width, mb, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
@@ -218,6 +254,12 @@ def main():
         bank = prog.bank("flaky", Flaky, 3).restart_on_failure(max_restarts=2)
         count = prog.federate("count", Count)
         prog.connect(bank.out, count.ins)
+        prog.launch()
+    elif SCENARIO == "live":
+        prog = hprm.Program("live")
+        beacons = prog.bank("cam", Beacon, 3, int(sys.argv[2]))
+        sink = prog.federate("sink", Sink, 3)
+        prog.connect(beacons.out, sink.ins)
         prog.launch()
     else:
         raise SystemExit(f"unknown scenario {SCENARIO}")
