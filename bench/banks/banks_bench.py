@@ -35,11 +35,18 @@ p.add_argument("--passes", type=int, default=2, help="HPRM points run this many 
 p.add_argument("--warmup", type=int, default=3)
 p.add_argument("--hprm-python", default=str(ROOT / ".venv" / "bin" / "python"))
 p.add_argument("--ray-python", default=str(ROOT / "bench" / ".venv-ray" / "bin" / "python"))
+p.add_argument(
+    "--ft-python",
+    default=str(ROOT / ".venv-313t" / "bin" / "python"),
+    help="a free-threaded 3.13t venv with the SDK (scripts/free-threaded.sh, or HPRM_PYTHON=python3.13t hprm-py/install.sh .venv-313t); its thread placement is measured when it exists",
+)
 ARGS = p.parse_args()
 
 WIDTHS = [4, 16] if ARGS.quick else [4, 8, 16]
 SIZES = [1_000, 10_000_000, 50_000_000] if ARGS.quick else [1_000, 1_000_000, 10_000_000, 50_000_000]
-SYSTEMS = ["threads", "processes", "hand", "ray"]
+FREE_THREADED = Path(ARGS.ft_python).exists()
+SYSTEMS = ["threads", "processes", "hand", *(["threads-3.13t"] if FREE_THREADED else []), "ray"]
+HPRM_SYSTEMS = [s for s in SYSTEMS if s != "ray"]
 
 
 def run(system: str, width: int, size: int) -> dict:
@@ -48,6 +55,8 @@ def run(system: str, width: int, size: int) -> dict:
         common = ["--width", str(width), "--size", str(size), "--rounds", str(ARGS.rounds), "--warmup", str(ARGS.warmup), "--out", str(out)]
         if system == "ray":
             cmd = [ARGS.ray_python, str(HERE / "banks_ray.py"), *common]
+        elif system == "threads-3.13t":
+            cmd = [ARGS.ft_python, str(HERE / "banks_hprm.py"), "--placement", "threads", *common]
         else:
             cmd = [ARGS.hprm_python, str(HERE / "banks_hprm.py"), "--placement", system, *common]
         env = dict(os.environ, NO_COLOR="1", RUST_LOG="error")
@@ -69,7 +78,7 @@ def main() -> None:
     # HPRM's points run ARGS.passes times, interleaved (threads, processes,
     # hand, then again), so that a slow moment of the host does not land on
     # one placement only; Ray's once (its session start is long).
-    order = [s for _ in range(ARGS.passes) for s in SYSTEMS[:3]] + ["ray"]
+    order = [s for _ in range(ARGS.passes) for s in HPRM_SYSTEMS] + ["ray"]
     total = len(WIDTHS) * len(SIZES) * len(order)
     k = 0
     for width in WIDTHS:
@@ -96,17 +105,22 @@ def main() -> None:
     def med(system, width, size):
         return results.get(f"{system}/{width}/{size}", {}).get("median_ms")
 
-    lines = ["| N | size | threads ms | processes ms | hand-written ms | Ray ms | Ray/threads | Ray/processes | processes/threads | hand/processes |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ft_head = " threads 3.13t ms |" if FREE_THREADED else ""
+    lines = [
+        f"| N | size | threads ms | processes ms | hand-written ms |{ft_head} Ray ms | Ray/threads | Ray/processes | processes/threads | hand/processes |",
+        "|---|---|---|---|---|" + ("---|" if FREE_THREADED else "") + "---|---|---|---|---|",
+    ]
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"  # noqa: E731
+    cell = lambda v: f"{v:.2f}" if v else "failed"  # noqa: E731
     for width in WIDTHS:
         for size in SIZES:
-            t, pr, h, ray = (med(s, width, size) for s in SYSTEMS)
-            ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"  # noqa: E731
-            cell = lambda v: f"{v:.2f}" if v else "failed"  # noqa: E731
-            lines.append(f"| {width} | {label(size)} | {cell(t)} | {cell(pr)} | {cell(h)} | {cell(ray)} | {ratio(ray, t)} | {ratio(ray, pr)} | {ratio(pr, t)} | {ratio(h, pr)} |")
+            t, pr, h, ft, ray = (med(s, width, size) for s in ("threads", "processes", "hand", "threads-3.13t", "ray"))
+            ft_cell = f" {cell(ft)} |" if FREE_THREADED else ""
+            lines.append(f"| {width} | {label(size)} | {cell(t)} | {cell(pr)} | {cell(h)} |{ft_cell} {cell(ray)} | {ratio(ray, t)} | {ratio(ray, pr)} | {ratio(pr, t)} | {ratio(h, pr)} |")
     table = "\n".join(lines)
     print("\n" + table)
 
-    t, pr, h, ray = (med(s, 16, 10_000_000) for s in SYSTEMS)
+    t, pr, h, ray = (med(s, 16, 10_000_000) for s in ("threads", "processes", "hand", "ray"))
     best = min(x for x in (t, pr) if x) if (t or pr) else None
     targets = [
         ("at 16 members and 10 MB, banks at least 15x faster than Ray", ray and best and ray / best >= 15, f"Ray {ray} ms, best bank placement {best} ms: {ray / best:.1f}x" if ray and best else "missing figures"),
@@ -128,7 +142,9 @@ def main() -> None:
         f"{ARGS.rounds} measured rounds after {ARGS.warmup} warm-up rounds ({ARGS.passes} passes of each HPRM point, interleaved, samples pooled; Ray one), median round latency (source sends, every member echoes the array, source has all replies). "
         "HPRM: centralized, fast mode, one store and RTI per launch; threads = members as reactors of one federate, processes = one federate per member, "
         "hand = the same program written as separate federates (before banks). Ray: ray.put once per round, actors ray.get and return it.",
-        "Free-threaded 3.13t was not measured in this run (the SDK was not built for it in this session).",
+        "threads 3.13t: the thread placement on free-threaded CPython 3.13t (the SDK built for it, GIL off)."
+        if FREE_THREADED
+        else "Free-threaded 3.13t was not measured in this run (no 3.13t venv with the SDK at --ft-python).",
         "",
         table,
         "",
