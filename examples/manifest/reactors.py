@@ -39,3 +39,28 @@ class Planner(hprm.Reactor):
     def plan(self, ctx):
         b = self.boxes.value
         print(f"planned seq={b['seq']} mean={b['mean']:.0f}", flush=True)
+
+
+# For banks.toml: a bank of cameras (each knows its bank_index) and a fusion
+# reactor with a 4-wide multiport.
+
+
+class BankCamera(hprm.Reactor):
+    frame = hprm.Output()
+
+    def __init__(self, device):
+        self.device = device
+        self.tick = hprm.Timer(period="50ms")
+
+    @hprm.reaction(triggers="tick", effects="frame")
+    def capture(self, ctx):
+        ctx.set(self.frame, {"camera": self.bank_index, "device": self.device, "rgb": np.full((120, 160, 3), self.bank_index, np.uint8)})
+
+
+class Fusion(hprm.Reactor):
+    frames = hprm.Input(width=4)
+
+    @hprm.reaction(triggers="frames")
+    def fuse(self, ctx):
+        got = ctx.get(self.frames)  # present channels, in camera order
+        print(f"fused t={ctx.elapsed // 1_000_000}ms cameras={[f['camera'] for f in got]} devices={[f['device'] for f in got]}", flush=True)

@@ -3,18 +3,22 @@
 //! In the spirit of Lingua Franca's diagrams: a box per federate, inside it
 //! a node per reactor with its inputs on the left and outputs on the right,
 //! timers and actions listed, and an edge per connection labelled with its
-//! delay (`after 5ms`; dashed for physical `~>`). DOT is written directly;
-//! SVG and PNG are rendered by Graphviz's `dot`.
+//! delay (`after 5ms`; dashed for physical `~>`). A bank is one box or
+//! node with its width (`rollout ×16`), not one per member, and a
+//! multiport one port (`frames[4]`); their connections are drawn once.
+//! DOT is written directly; SVG and PNG are rendered by Graphviz's `dot`.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
+use hprm_node::manifest::bank::{membership, split_member};
 use hprm_node::manifest::{port_decl, Manifest};
 
 /// The program as a Graphviz digraph.
 pub fn dot(m: &Manifest) -> String {
+    let m = &m.expanded();
     let mut s = String::new();
     let mode = format!("{:?}", m.coordination).to_lowercase();
     let stp = m.stp.as_deref().map(|s| format!(", STP {s}")).unwrap_or_default();
@@ -24,16 +28,35 @@ pub fn dot(m: &Manifest) -> String {
         quote(&format!("{} ({mode}{stp})", m.name))
     ));
     s.push_str("  rankdir=LR; compound=true; node [shape=plaintext, fontname=\"Helvetica\"]; edge [fontname=\"Helvetica\", fontsize=10];\n");
+    let federates: Vec<&str> = m.federates.iter().map(|f| f.name.as_str()).collect();
     for (fi, f) in m.federates.iter().enumerate() {
+        // A process bank: its first member stands for all.
+        let label = match membership(&f.name, federates.iter().copied()) {
+            Some((_, i, _)) if i > 0 => continue,
+            Some((bank, _, width)) => format!("bank {bank} ×{width} (processes)"),
+            None => format!("federate {}", f.name),
+        };
         s.push_str(&format!(
             "  subgraph cluster_{fi} {{\n    label={}; style=rounded; color=\"#7f8c8d\";\n",
-            quote(&format!("federate {}", f.name))
+            quote(&label)
         ));
+        let reactors: Vec<&str> = f.reactors.iter().map(|r| r.name.as_str()).collect();
         for r in &f.reactors {
-            s.push_str(&format!("    {} [label=<{}>];\n", quote(&node_id(&f.name, &r.name)), reactor_table(r)));
+            // A thread bank: its members' reactors are one node.
+            let name = match membership(&r.name, reactors.iter().copied()) {
+                Some((_, i, _)) if i > 0 => continue,
+                Some((bank, _, width)) if split_member(&f.name).is_none() => format!("{bank} ×{width}"),
+                _ => group(&r.name).to_string(),
+            };
+            s.push_str(&format!(
+                "    {} [label=<{}>];\n",
+                quote(&node_id(group(&f.name), group(&r.name))),
+                reactor_table(r, &name)
+            ));
         }
         s.push_str("  }\n");
     }
+    let mut drawn = std::collections::HashSet::new();
     for c in &m.connections {
         let (Some((fa, pa)), Some((fb, pb))) = (endpoint(m, &c.from), endpoint(m, &c.to)) else { continue };
         let mut attrs = Vec::new();
@@ -44,14 +67,18 @@ pub fn dot(m: &Manifest) -> String {
             attrs.push("style=dashed".into());
             attrs.push("arrowhead=open".into());
         }
-        s.push_str(&format!(
+        let edge = format!(
             "  {}:{}:e -> {}:{}:w [{}];\n",
             quote(&fa),
             quote(&format!("out_{pa}")),
             quote(&fb),
             quote(&format!("in_{pb}")),
             attrs.join(", ")
-        ));
+        );
+        // A bank's or multiport's connections, one per member, are one edge.
+        if drawn.insert(edge.clone()) {
+            s.push_str(&edge);
+        }
     }
     s.push_str("}\n");
     s
@@ -85,6 +112,12 @@ fn node_id(fed: &str, reactor: &str) -> String {
     format!("{fed}.{reactor}")
 }
 
+/// A member's or channel's bank or multiport (`rollout[3]` -> `rollout`);
+/// other names as they are.
+fn group(name: &str) -> &str {
+    split_member(name).map_or(name, |(base, _)| base)
+}
+
 /// `(node, port)` of `federate.reactor.port` / `federate.port`.
 fn endpoint(m: &Manifest, path: &str) -> Option<(String, String)> {
     let parts: Vec<&str> = path.split('.').collect();
@@ -93,11 +126,11 @@ fn endpoint(m: &Manifest, path: &str) -> Option<(String, String)> {
         [f, r, p] => (*f, *r, *p),
         _ => return None,
     };
-    Some((node_id(f, r), p.to_string()))
+    Some((node_id(group(f), group(r)), group(p).to_string()))
 }
 
 /// An HTML-like label: inputs | reactor (timers, actions, reactions) | outputs.
-fn reactor_table(r: &hprm_node::manifest::ReactorSpec) -> String {
+fn reactor_table(r: &hprm_node::manifest::ReactorSpec, name: &str) -> String {
     let port_rows = |decls: &[String], side: &str| -> String {
         if decls.is_empty() {
             return "<TR><TD BORDER=\"0\"> </TD></TR>".into();
@@ -109,11 +142,11 @@ fn reactor_table(r: &hprm_node::manifest::ReactorSpec) -> String {
                 let ty = ty
                     .map(|t| format!(" <FONT POINT-SIZE=\"9\" COLOR=\"#7f8c8d\">{}</FONT>", html(t)))
                     .unwrap_or_default();
-                format!("<TR><TD PORT=\"{side}_{}\" BGCOLOR=\"#ecf0f1\">{}{ty}</TD></TR>", html(n), html(n))
+                format!("<TR><TD PORT=\"{side}_{}\" BGCOLOR=\"#ecf0f1\">{}{ty}</TD></TR>", html(group(n)), html(n))
             })
             .collect()
     };
-    let mut middle = format!("<B>{}</B>", html(&r.name));
+    let mut middle = format!("<B>{}</B>", html(name));
     if let Some(c) = &r.class {
         middle.push_str(&format!("<BR/><FONT POINT-SIZE=\"9\">{}</FONT>", html(c)));
     }
@@ -152,4 +185,59 @@ fn quote(s: &str) -> String {
 
 fn html(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hprm_node::manifest::{ConnectionSpec, FederateSpec, Placement, ReactorSpec};
+
+    fn cameras(placement: Placement) -> Manifest {
+        let reactor = |name: &str, inputs: Vec<String>, outputs: Vec<String>| ReactorSpec {
+            name: name.into(),
+            inputs,
+            outputs,
+            ..Default::default()
+        };
+        Manifest {
+            name: "m".into(),
+            coordination: Default::default(),
+            stp: None,
+            threshold: None,
+            timeout: None,
+            store_memory: None,
+            federates: vec![
+                FederateSpec {
+                    name: "cam".into(),
+                    width: Some(4),
+                    placement: Some(placement),
+                    reactors: vec![reactor("cam", vec![], vec!["frame".into()])],
+                    ..Default::default()
+                },
+                FederateSpec {
+                    name: "fusion".into(),
+                    reactors: vec![reactor("fusion", vec!["frames[4]".into()], vec![])],
+                    ..Default::default()
+                },
+            ],
+            connections: vec![ConnectionSpec {
+                from: "cam.frame".into(),
+                to: "fusion.frames".into(),
+                after: Some("10ms".into()),
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn a_bank_is_one_node_with_its_width() {
+        for (placement, label) in [(Placement::Processes, "bank cam ×4 (processes)"), (Placement::Threads, "cam ×4")]
+        {
+            let d = dot(&cameras(placement));
+            assert_eq!(d.matches(label).count(), 1, "{d}");
+            assert_eq!(d.matches("[label=<").count(), 2, "{d}");
+            assert_eq!(d.matches(" -> ").count(), 1, "{d}");
+            assert!(d.contains("frames[4]") && d.contains("after 10ms"), "{d}");
+        }
+    }
 }

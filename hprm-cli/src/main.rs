@@ -195,7 +195,8 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Manifest { program, args } => {
             let source = Source::open(&program, &args)?;
-            println!("{}", source.manifest().to_json());
+            // The plain form, what runs: a bank's members written out.
+            println!("{}", source.manifest().expanded().to_json());
             Ok(0)
         }
         Command::Deploy { dir, program, opts, args } => deploy::run(&dir, &program, &args, &opts),

@@ -123,7 +123,9 @@ impl Source {
     /// The command that runs federate `name` (the launcher adds the
     /// `HPRM_*` environment).
     pub fn federate_command(&self, name: &str) -> Command {
-        let spec = self.manifest.federate(name);
+        // A bank member (`rollout[3]`) is a federate of the plain form.
+        let plain = self.manifest.expanded();
+        let spec = plain.federate(name);
         let base = self.path().parent().map(Path::to_path_buf).unwrap_or_default();
         if let Some(argv) = spec.and_then(|f| f.command.as_ref()).filter(|a| !a.is_empty()) {
             // Relative programs are relative to the manifest (or program) file.

@@ -19,15 +19,24 @@
 //!   (`ExecStart=`), restart policy and ordering after its RTI;
 //! - the templates themselves, with the daemons' directory filled in.
 //!
-//! Invariant: everything program-specific is in a drop-in or under
-//! `/etc/hprm/<program>/`; the templates are the same for every program, so
-//! deploying a second program never changes the first.
+//! A process bank (federates `rollout[0]`, `rollout[1]`, .., see
+//! `hprm_node::manifest::bank`) gets one template unit of its own instead
+//! of a drop-in per member, `hprm-<bank>@.service`, whose instance is the
+//! member's index (`systemctl restart hprm-rollout@3` restarts member 3
+//! alone); the program's target wants `hprm-rollout@0` .. `@N-1`.
+//!
+//! Invariant: everything program-specific is in a drop-in, a bank's
+//! template or under `/etc/hprm/<program>/`; the shared templates are the
+//! same for every program, so deploying a second program never changes the
+//! first (a bank's template is named for its bank: two programs deployed on
+//! one host must not both have a bank of one name).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use hprm_node::manifest::bank::split_member;
 use hprm_node::manifest::{Manifest, RestartPolicy};
 
 /// The templates, as in `deploy/`; their daemons live in [`TEMPLATE_BIN_DIR`].
@@ -175,6 +184,8 @@ pub fn systemd(
     command: &dyn Fn(&str) -> Command,
     opts: &SystemdOptions,
 ) -> Result<Deployment, DeployError> {
+    // What runs is the plain form: a bank's members are federates.
+    let manifest = &manifest.expanded();
     let program = manifest.name.as_str();
     check_name("program name", program)?;
     if manifest.federates.is_empty() {
@@ -222,9 +233,14 @@ pub fn systemd(
         other => other,
     };
     let mut federate_units = Vec::new();
+    let mut bank_templates: Vec<String> = Vec::new();
     for f in &manifest.federates {
         check_name("federate name", &f.name)?;
-        let unit = format!("hprm-federate@{p}-{}.service", unit_escape(&f.name));
+        let member = split_member(&f.name);
+        let unit = match member {
+            Some((bank, i)) => format!("hprm-{}@{i}.service", unit_escape(bank)),
+            None => format!("hprm-federate@{p}-{}.service", unit_escape(&f.name)),
+        };
         let cmd = command(&f.name);
         let unrepresentable = |what: &std::ffi::OsStr| DeployError::Unrepresentable {
             federate: f.name.clone(),
@@ -283,6 +299,16 @@ pub fn systemd(
             paths.push(dir);
         }
         let _ = writeln!(drop_in, "Restart={restart}");
+        if let Some((bank, _)) = member {
+            // Every member runs the same command: its env file names it.
+            if !bank_templates.iter().any(|b| b == bank) {
+                bank_templates.push(bank.to_string());
+                let template = bank_template(program, bank, &drop_in, &opts.bin_dir.to_string_lossy());
+                files.push(file(Path::new(UNIT_DIR).join(format!("hprm-{}@.service", unit_escape(bank))), template));
+            }
+            federate_units.push((f.name.clone(), unit));
+            continue;
+        }
         let under = |roots: &[&str]| paths.iter().find(|p| roots.iter().any(|r| Path::new(p).starts_with(r))).cloned();
         if let Some(home) = under(&["/home", "/root", "/run/user"]) {
             drop_in.push_str(
@@ -318,6 +344,50 @@ pub fn systemd(
         notes,
         store_memory: manifest.store_memory.clone(),
     })
+}
+
+/// The template unit of process bank `bank`: the federate template, with
+/// the member's index as its instance and the settings `drop_in` (the first
+/// member's, the same for all but the name) folded in.
+fn bank_template(program: &str, bank: &str, drop_in: &str, bin_dir: &str) -> String {
+    let federate = TEMPLATES.iter().find(|(n, _)| *n == "hprm-federate@.service").map_or("", |(_, t)| *t);
+    let federate = federate.replace(&format!("{TEMPLATE_BIN_DIR}/"), &format!("{}/", bin_dir.trim_end_matches('/')));
+    let member = format!("{program}/{bank}[%i]");
+    let mut unit = format!(
+        "# Written by `hprm deploy --systemd`: the members of process bank {bank} of program {program};
+# the instance is the member's index (hprm-{bank}@3 is {bank}[3]).
+"
+    );
+    let (unit_part, service_part) = drop_in.split_once("[Service]").unwrap_or((drop_in, ""));
+    for line in federate.lines() {
+        let line = match line {
+            l if l.starts_with("Description=") => {
+                format!("Description=HPRM member %i of bank {bank} of program {program}")
+            }
+            l if l.starts_with("EnvironmentFile=") => format!("EnvironmentFile=/etc/hprm/{member}.env"),
+            l if l.starts_with("RuntimeDirectory=") => format!("RuntimeDirectory=hprm/{program}/{bank}-%i"),
+            l if l.starts_with("ExecStart=") || l.starts_with('#') => continue,
+            l => l.replace("/run/hprm/%I", &format!("/run/hprm/{program}/{bank}-%i")),
+        };
+        unit.push_str(&line);
+        unit.push('\n');
+        if line == "[Unit]" {
+            for l in unit_part
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("Description=") && *l != "[Unit]")
+            {
+                unit.push_str(l);
+                unit.push('\n');
+            }
+        }
+        if line == "[Service]" {
+            for l in service_part.lines().filter(|l| !l.is_empty() && *l != "ExecStart=") {
+                unit.push_str(l);
+                unit.push('\n');
+            }
+        }
+    }
+    unit
 }
 
 fn check_name(what: &'static str, name: &str) -> Result<(), DeployError> {
@@ -381,7 +451,7 @@ mod tests {
     use hprm_node::manifest::FederateSpec;
 
     fn fed(name: &str, restart: RestartPolicy, max_restarts: Option<u32>) -> FederateSpec {
-        FederateSpec { name: name.into(), command: None, module: None, restart, max_restarts, reactors: Vec::new() }
+        FederateSpec { name: name.into(), restart, max_restarts, ..Default::default() }
     }
 
     fn manifest() -> Manifest {
@@ -398,6 +468,40 @@ mod tests {
             ],
             connections: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_process_bank_gets_one_template_unit_instanced_by_member() {
+        let mut m = manifest();
+        m.federates = (0..3).map(|i| fed(&format!("rollout[{i}]"), RestartPolicy::OnFailure, None)).collect();
+        m.federates.push(fed("learner", RestartPolicy::Stop, None));
+        let d = systemd(&m, &command, &SystemdOptions::default()).unwrap();
+        let units: Vec<&str> = d.federate_units.iter().map(|(_, u)| u.as_str()).collect();
+        assert_eq!(
+            units,
+            [
+                "hprm-rollout@0.service",
+                "hprm-rollout@1.service",
+                "hprm-rollout@2.service",
+                "hprm-federate@my\\x2drobot-learner.service"
+            ]
+        );
+        let find = |path: &str| d.files.iter().find(|f| f.path == Path::new(path)).map(|f| f.contents.clone());
+        let template = find("etc/systemd/system/hprm-rollout@.service").expect("the bank's template");
+        assert!(template.contains("EnvironmentFile=/etc/hprm/my-robot/rollout[%i].env"), "{template}");
+        assert!(
+            template.contains("Restart=on-failure") && template.contains("Requires=hprm-rti@my\\x2drobot.service"),
+            "{template}"
+        );
+        assert!(
+            template.contains("ExecStart=/opt/robot/bin/robot --mode \"50%% $$HOME \\\"quoted\\\"\""),
+            "{template}"
+        );
+        assert!(find("etc/hprm/my-robot/rollout[2].env").is_some_and(|e| e.contains("HPRM_FEDERATE=\"rollout[2]\"")));
+        let wants = find("etc/systemd/system/hprm@my\\x2drobot.target.d/hprm-deploy.conf").unwrap();
+        assert!(wants.contains("Wants=hprm-rollout@2.service"), "{wants}");
+        // No per-member drop-ins: the template is the members' unit.
+        assert!(!d.files.iter().any(|f| f.path.to_string_lossy().contains("hprm-rollout@0.service.d")));
     }
 
     fn command(name: &str) -> Command {

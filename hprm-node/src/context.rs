@@ -13,7 +13,7 @@ use std::time::Duration;
 use hprm_rti::tag::{Instant, Tag};
 
 use crate::clock;
-use crate::ids::{duration_ns, Input, LogicalAction, Output, PhysicalAction, ReactionId, TriggerId, Value};
+use crate::ids::{duration_ns, Input, LogicalAction, Multiport, Output, PhysicalAction, ReactionId, TriggerId, Value};
 use crate::inbox::{Inbox, Incoming};
 use crate::payload::{Dtype, Encoder, Loan, PayloadError};
 
@@ -53,11 +53,34 @@ pub struct Ctx<'a> {
     pub(crate) misuse: Vec<(&'static str, TriggerId)>,
     /// Set by [`Ctx::fail`].
     pub(crate) failure: Option<String>,
+    /// The reaction's reactor's place in its bank: (index, width).
+    pub(crate) bank: Option<(u32, u32)>,
 }
 
 impl<'a> Ctx<'a> {
-    pub(crate) fn new(view: &'a TagView<'a>, reaction: ReactionId, effects: &'a [TriggerId]) -> Ctx<'a> {
-        Ctx { view, reaction, effects, out: Vec::new(), misuse: Vec::new(), failure: None }
+    pub(crate) fn new(
+        view: &'a TagView<'a>,
+        reaction: ReactionId,
+        effects: &'a [TriggerId],
+        bank: Option<(u32, u32)>,
+    ) -> Ctx<'a> {
+        Ctx { view, reaction, effects, out: Vec::new(), misuse: Vec::new(), failure: None, bank }
+    }
+
+    /// This reactor's index in its bank (LF's `bank_index`); 0 outside a bank.
+    pub fn bank_index(&self) -> u32 {
+        self.bank.map_or(0, |b| b.0)
+    }
+
+    /// The width of this reactor's bank; 1 outside a bank.
+    pub fn bank_width(&self) -> u32 {
+        self.bank.map_or(1, |b| b.1)
+    }
+
+    /// The values present at this tag on a multiport's channels, in
+    /// channel order, each with its channel index.
+    pub fn present<'m, T: Send + Sync + 'static>(&'m self, port: &'m Multiport<Input<T>>) -> Vec<(usize, &'m T)> {
+        port.channels.iter().enumerate().filter_map(|(i, c)| self.get(*c).map(|v| (i, v))).collect()
     }
 
     fn value<T: 'static>(&self, id: TriggerId) -> Option<&T> {

@@ -169,6 +169,49 @@ impl From<Shutdown> for TriggerId {
     }
 }
 
+/// A multiport: one port of width N, as its channels in channel order
+/// (LF's `input[N] frames`). Its channels are ports named `frames[0]`,
+/// `frames[1]`, ..; each is connected and read like a single port, so a
+/// multiport changes nothing at run time. Reading one
+/// ([`Ctx::present`](crate::Ctx::present)) gives the present channels in
+/// channel order, whatever order their messages arrived in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Multiport<P> {
+    pub(crate) channels: Vec<P>,
+}
+
+impl<P: Copy> Multiport<P> {
+    /// Its number of channels.
+    pub fn width(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Channel `i` (panics when `i` is not below the width, like indexing).
+    pub fn channel(&self, i: usize) -> P {
+        self.channels[i]
+    }
+
+    /// The channels, in order.
+    pub fn channels(&self) -> &[P] {
+        &self.channels
+    }
+}
+
+impl<P> std::ops::Index<usize> for Multiport<P> {
+    type Output = P;
+    fn index(&self, i: usize) -> &P {
+        &self.channels[i]
+    }
+}
+
+impl<'a, P> IntoIterator for &'a Multiport<P> {
+    type Item = &'a P;
+    type IntoIter = std::slice::Iter<'a, P>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.channels.iter()
+    }
+}
+
 /// A duration in nanoseconds, saturating.
 pub(crate) fn duration_ns(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)

@@ -539,6 +539,8 @@ impl Launch {
             }
             .into());
         }
+        // What runs is the plain graph: a bank's members are federates.
+        let m = m.expanded();
         if let Some(out) = &self.trace {
             let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {

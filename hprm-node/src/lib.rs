@@ -19,6 +19,9 @@
 //!   polls, by a reader thread per connection while it sleeps or is busy.
 //! - [`payload`] turns port values into MessagePack with large buffers
 //!   out-of-band in the shared-memory object store (`hprm-store`).
+//! - [`Program::bank`] (`bank`) declares N members of one shape, and
+//!   [`Program::connect_ports`] links lists of ports (banks, [`Multiport`]s,
+//!   broadcast): shorter ways to write the same graph.
 //! - [`run_federate`] runs one federate; [`launch`] starts a whole
 //!   program (store, RTI, one process per federate), which is what a
 //!   program binary's `main` does via [`Program::main`]. (The systemd
@@ -46,7 +49,7 @@
 //!    `clock_sync`), `signal`, [`status`], [`tap`].
 //! 6. **The scheduler**: one federate's event loop.
 //! 7. **Builders and running**: `reactor` (the [`ReactorBuilder`] and
-//!    `Program::reactor`), `federate` ([`run_federate`]), [`launch`], and
+//!    `Program::reactor`), `bank` ([`Program::bank`]), `federate` ([`run_federate`]), [`launch`], and
 //!    this root.
 //!
 //! Two places differ from the first sketch of this order (graph, then
@@ -58,6 +61,7 @@
 //! builder in `reactor`, above the graph they fill, while the typed
 //! handles they return are ids, which the context takes.
 
+mod bank;
 mod clock;
 mod context;
 mod error;
@@ -83,14 +87,15 @@ mod sync;
 pub mod tap;
 pub mod trace;
 
+pub use bank::{Bank, Link, Member, Placement};
 pub use context::{Ctx, PhysicalScheduler};
 pub use error::{NodeError, ProgramError};
 pub use federate::{run_federate, RunOptions, DEFAULT_SPIN};
 pub use hprm_rti::tag::{Delay, Tag};
 pub use hprm_store::Backpressure;
 pub use ids::{
-    DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction, PortValue, ReactionId, ReactorId,
-    Shutdown, Startup, Timer, TriggerId, Value,
+    DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Multiport, Output, PhysicalAction, PortValue, ReactionId,
+    ReactorId, Shutdown, Startup, Timer, TriggerId, Value,
 };
 pub use net::rti::RtiConfig;
 pub use net::socket::LocalTransport;

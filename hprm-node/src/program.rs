@@ -186,8 +186,10 @@ impl Program {
         if self.federates.iter().any(|f| f.name == name) {
             self.problems.push(format!("two federates are named {name:?}; federate names must be unique"));
         }
-        if !valid_name(&name) {
-            self.problems.push(format!("federate name {name:?} is not valid; use letters, digits, '_' and '-'"));
+        if !crate::manifest::valid_name(&name) {
+            self.problems.push(format!(
+                "federate name {name:?} is not valid; use letters, digits, '_' and '-' (a bank member: name[i])"
+            ));
         }
         self.federates.push(FederateDef {
             name,
@@ -324,6 +326,20 @@ impl Program {
         format!("{}.{}.{}", self.federate_name(r.federate), r.name, trig.name)
     }
 
+    /// Reactor `r`'s (index, width) in its bank: a thread bank's member is
+    /// a reactor named `name[i]`, a process bank's a federate named so
+    /// (`manifest::bank`: the name is where membership is written).
+    pub(crate) fn bank_member(&self, r: ReactorId) -> Option<(u32, u32)> {
+        use crate::manifest::bank::membership;
+        let def = self.reactors.get(r.index())?;
+        let fed = &self.federates[def.federate.index()];
+        let reactors = fed.reactors.iter().map(|x| self.reactors[x.index()].name.as_str());
+        membership(&def.name, reactors)
+            .filter(|_| crate::manifest::bank::split_member(&fed.name).is_none())
+            .or_else(|| membership(&fed.name, self.federates.iter().map(|f| f.name.as_str())))
+            .map(|(_, i, w)| (i, w))
+    }
+
     /// Connections whose ends are in different federates, with `fed` at one end.
     pub(crate) fn network_connections(&self, fed: FederateId) -> impl Iterator<Item = &ConnectionDef> + '_ {
         self.connections.iter().filter(move |c| {
@@ -357,8 +373,4 @@ impl Program {
         v.dedup();
         v
     }
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }

@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use crate::context::{Body, Ctx};
 use crate::ids::{
-    decode_value, encode_value, DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Output, PhysicalAction,
-    PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId,
+    decode_value, encode_value, DecodeFn, EncodeFn, FederateId, Input, LogicalAction, Multiport, Output,
+    PhysicalAction, PortValue, ReactionId, ReactorId, Shutdown, Startup, Timer, TriggerId,
 };
+use crate::manifest::bank::member_name;
 use crate::program::{Program, ReactionDef, ReactorDef, TriggerDef, TriggerKind};
 
 /// Declaring reactors, here rather than in `program`: the builder is a
@@ -119,6 +120,48 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
         Output::new(self.trigger(name, TriggerKind::Output { encode }))
     }
 
+    /// Declares a multiport input of `width` channels, ports named
+    /// `name[0]`.. (see [`Multiport`]).
+    pub fn input_multiport<T: PortValue>(&mut self, name: &str, width: u32) -> Multiport<Input<T>> {
+        self.input_multiport_with(name, width, decode_value::<T>)
+    }
+
+    /// Declares a multiport output of `width` channels.
+    pub fn output_multiport<T: PortValue>(&mut self, name: &str, width: u32) -> Multiport<Output<T>> {
+        self.output_multiport_with(name, width, encode_value::<T>)
+    }
+
+    /// [`ReactorBuilder::input_multiport`] with a binding's decoder (see
+    /// [`ReactorBuilder::input_with`]).
+    pub fn input_multiport_with<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        width: u32,
+        decode: DecodeFn,
+    ) -> Multiport<Input<T>> {
+        self.check_width(name, width);
+        Multiport { channels: (0..width).map(|i| self.input_with(&member_name(name, i), decode)).collect() }
+    }
+
+    /// [`ReactorBuilder::output_multiport`] with a binding's encoder.
+    pub fn output_multiport_with<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        width: u32,
+        encode: EncodeFn,
+    ) -> Multiport<Output<T>> {
+        self.check_width(name, width);
+        Multiport { channels: (0..width).map(|i| self.output_with(&member_name(name, i), encode)).collect() }
+    }
+
+    fn check_width(&mut self, name: &str, width: u32) {
+        if width == 0 {
+            let r = &self.program.reactors[self.reactor.index()].name;
+            let msg = format!("multiport {r}.{name} has width 0; give it at least one channel");
+            self.program.problems.push(msg);
+        }
+    }
+
     /// Declares a timer.
     pub fn timer(&mut self, name: &str, offset: Duration, period: Duration) -> Timer {
         Timer { id: self.trigger(name, TriggerKind::Timer { offset, period }) }
@@ -212,6 +255,30 @@ impl<S: Send + 'static> ReactionBuilder<'_, '_, S> {
             self.reactor.program.problems.push(msg);
         }
         self.def.triggers.push(id);
+        self
+    }
+
+    /// Runs the reaction when any channel of multiport `m` is present.
+    pub fn trigger_all<T>(mut self, m: &Multiport<Input<T>>) -> Self {
+        for &c in m {
+            self = self.trigger(c);
+        }
+        self
+    }
+
+    /// Lets the reaction read every channel of `m` without being triggered.
+    pub fn source_all<T>(mut self, m: &Multiport<Input<T>>) -> Self {
+        for &c in m {
+            self = self.source(c);
+        }
+        self
+    }
+
+    /// Lets the reaction set every channel of multiport output `m`.
+    pub fn effect_all<T>(mut self, m: &Multiport<Output<T>>) -> Self {
+        for &c in m {
+            self = self.effect(c);
+        }
         self
     }
 

@@ -185,6 +185,8 @@ struct ReactionMeta {
     path: String,
     /// Its name's index in the trace, when tracing.
     trace_name: u32,
+    /// Its reactor's (index, width) in a bank.
+    bank: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Copy)]
@@ -281,6 +283,8 @@ struct Plan {
     /// By input: how many of its messages may wait to be processed
     /// (`keep-last-N` on the output it is connected to).
     keep_last: Vec<Option<u32>>,
+    /// By input: the inputs its messages also go to (`routes`).
+    shared: Vec<Vec<TriggerId>>,
     has_physical_actions: bool,
     /// Centralized, real-time, with downstream federates, and events that
     /// physical time produces: the least delay from physical time to their
@@ -388,7 +392,7 @@ impl Plan {
         let name = program.federate_name(fed).to_string();
 
         let (reactors, meta, triggered, max_level) = take_reactions(&mut program, fed, &name, &levels);
-        let (local, remote, input_peer, physical_input) = routes(&program, fed, federate_index);
+        let Routes { local, remote, input_peer, physical_input, shared } = routes(&program, fed, federate_index);
         let keep_last = keep_last(&program);
         let fanout = remote.iter().map(|d| d.len() as u32).collect();
 
@@ -461,6 +465,7 @@ impl Plan {
             input_peer,
             keep_last,
             physical_input,
+            shared,
             has_physical_actions,
             physical_lead,
             upstreams,
@@ -489,6 +494,7 @@ fn take_reactions(
     let mut triggered: Vec<Vec<ReactionId>> = vec![Vec::new(); n];
     let mut max_level = 0;
     for &r in &program.federates[fed.index()].reactors.clone() {
+        let bank = program.bank_member(r);
         let rdef = &mut program.reactors[r.index()];
         let state = rdef.state.take().unwrap_or_else(|| Box::new(()));
         let rname = rdef.name.clone();
@@ -514,6 +520,7 @@ fn take_reactions(
                     effects: def.effects.clone(),
                     path,
                     trace_name,
+                    bank,
                 },
             );
         }
@@ -531,37 +538,69 @@ fn keep_last(program: &Program) -> Vec<Option<u32>> {
     keep
 }
 
-/// Where each port of this federate leads, by trigger: connections inside
-/// the federate (by output), receivers in other federates (by output), the
-/// peer feeding each network input, and which inputs are physical.
-#[allow(clippy::type_complexity)]
-fn routes(
-    program: &Program,
-    fed: FederateId,
-    federate_index: &dyn Fn(FederateId) -> u16,
-) -> (Vec<Vec<(TriggerId, Delay, bool)>>, Vec<Vec<NetDest>>, Vec<Option<u16>>, Vec<bool>) {
+/// Where each port of this federate leads, by trigger.
+struct Routes {
+    /// By output: connections inside the federate (to, delay, physical).
+    local: Vec<Vec<(TriggerId, Delay, bool)>>,
+    /// By output: receivers in other federates, one per message sent.
+    remote: Vec<Vec<NetDest>>,
+    /// By input: the peer feeding it.
+    input_peer: Vec<Option<u16>>,
+    /// By input: fed by a physical connection.
+    physical_input: Vec<bool>,
+    /// By input: the other inputs of this federate that its messages
+    /// stand for (see [`routes`]).
+    shared: Vec<Vec<TriggerId>>,
+}
+
+/// Where each port of this federate leads: connections inside the
+/// federate (by output), receivers in other federates (by output), the
+/// peer feeding each network input, which inputs are physical.
+///
+/// One output's connections to several inputs of one other federate with
+/// the same delay (a broadcast to a bank whose members are threads of one
+/// federate) carry one message, on the first of them: its receiver
+/// decodes it once and delivers the value to every one of those inputs,
+/// by reference. Sender and receiver group connections alike, from the
+/// graph every process holds (invariant), so no message names the others.
+fn routes(program: &Program, fed: FederateId, federate_index: &dyn Fn(FederateId) -> u16) -> Routes {
     let n = program.triggers.len();
-    let mut local = vec![Vec::new(); n];
-    let mut remote: Vec<Vec<NetDest>> = vec![Vec::new(); n];
-    let mut input_peer = vec![None; n];
-    let mut physical_input = vec![false; n];
+    let mut r = Routes {
+        local: vec![Vec::new(); n],
+        remote: vec![Vec::new(); n],
+        input_peer: vec![None; n],
+        physical_input: vec![false; n],
+        shared: vec![Vec::new(); n],
+    };
+    // (output, receiving federate, delay, physical) -> the first input.
+    let mut first: HashMap<(TriggerId, FederateId, Option<i64>, bool), TriggerId> = HashMap::new();
     for (wire, c) in program.connections.iter().enumerate() {
-        physical_input[c.to.index()] = c.physical;
+        r.physical_input[c.to.index()] = c.physical;
         let (from_fed, to_fed) = (program.federate_of(c.from), program.federate_of(c.to));
         if from_fed == fed && to_fed == fed {
-            local[c.from.index()].push((c.to, c.delay, c.physical));
-        } else if from_fed == fed {
-            remote[c.from.index()].push(NetDest {
+            r.local[c.from.index()].push((c.to, c.delay, c.physical));
+            continue;
+        }
+        let delay = match c.delay {
+            Delay::None => None,
+            Delay::After(d) => Some(d),
+        };
+        let leader = *first.entry((c.from, to_fed, delay, c.physical)).or_insert(c.to);
+        if from_fed == fed && leader == c.to {
+            r.remote[c.from.index()].push(NetDest {
                 fed: federate_index(to_fed),
                 port: wire as u16,
                 delay: c.delay,
                 physical: c.physical,
             });
         } else if to_fed == fed {
-            input_peer[c.to.index()] = Some(federate_index(from_fed));
+            r.input_peer[c.to.index()] = Some(federate_index(from_fed));
+            if leader != c.to {
+                r.shared[leader.index()].push(c.to);
+            }
         }
     }
-    (local, remote, input_peer, physical_input)
+    r
 }
 
 impl TagState {
@@ -997,49 +1036,39 @@ impl Scheduler {
                 if self.plan.mode == Mode::Centralized && tag < self.coord.last_net {
                     self.coord.last_net = tag;
                 }
-                let (tag, value) = match value {
-                    Ok(v) => (tag, v),
+                // The message also stands for the inputs `routes` grouped with its port.
+                let shared = std::mem::take(&mut self.plan.shared[port.index()]);
+                let ports = || std::iter::once(port).chain(shared.iter().copied());
+                match value {
+                    Ok(v) => {
+                        for p in ports() {
+                            self.receive(p, tag, v.clone());
+                        }
+                    }
                     Err(Undelivered::StoreLost) => {
                         // Said once, when the store went away; counted here.
-                        self.lose(port, Loss::StoreLost);
-                        self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
-                        return;
+                        for p in ports() {
+                            self.lose(p, Loss::StoreLost);
+                            self.coord.known[p.index()] = self.coord.known[p.index()].max(tag);
+                        }
                     }
                     Err(Undelivered::Undecodable(msg)) => {
                         tracing::error!(federate = %self.plan.name, "{msg}; the message is dropped and the input treated as absent");
                         self.report.decode_errors += 1;
                         self.report.problem(msg);
-                        self.lose(port, Loss::Undecodable);
-                        self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
-                        return;
+                        for p in ports() {
+                            self.lose(p, Loss::Undecodable);
+                            self.coord.known[p.index()] = self.coord.known[p.index()].max(tag);
+                        }
                     }
-                };
-                let tag = if self.plan.physical_input[port.index()] {
-                    self.physical_tag(self.clock.now(), port)
-                } else {
-                    tag
-                };
-                self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
-                let open = tag > self.tag.current
-                    || (tag == self.tag.current
-                        && self.tag.in_tag
-                        && i64::from(self.plan.reader_level[port.index()]) > self.tag.passed_level);
-                if open && tag == self.tag.current && self.tag.in_tag {
-                    self.make_present(port, value, None);
-                } else if open {
-                    if let Some(n) = self.plan.keep_last[port.index()] {
-                        self.keep_newest(port, n - 1);
-                    }
-                    self.push_event(tag, port, value, None);
-                } else {
-                    self.report.tardy += 1;
-                    self.lose(port, Loss::Tardy);
-                    let at = self.after();
-                    tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
-                    self.push_event(at, port, value, Some(tag));
+                }
+                self.plan.shared[port.index()] = shared;
+            }
+            Incoming::Absent { port, tag } => {
+                for &p in std::iter::once(&port).chain(&self.plan.shared[port.index()]) {
+                    self.coord.known[p.index()] = self.coord.known[p.index()].max(tag);
                 }
             }
-            Incoming::Absent { port, tag } => self.coord.known[port.index()] = self.coord.known[port.index()].max(tag),
             Incoming::Grant(t) => {
                 self.coord.granted = self.coord.granted.max(t);
                 if self.coord.provisional.is_some_and(|p| p <= t) {
@@ -1111,6 +1140,30 @@ impl Scheduler {
                 }
             }
             Incoming::Signal => self.request_stop(),
+        }
+    }
+
+    /// A network message's value for input `port` at `tag`.
+    fn receive(&mut self, port: TriggerId, tag: Tag, value: Value) {
+        let tag = if self.plan.physical_input[port.index()] { self.physical_tag(self.clock.now(), port) } else { tag };
+        self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
+        let open = tag > self.tag.current
+            || (tag == self.tag.current
+                && self.tag.in_tag
+                && i64::from(self.plan.reader_level[port.index()]) > self.tag.passed_level);
+        if open && tag == self.tag.current && self.tag.in_tag {
+            self.make_present(port, value, None);
+        } else if open {
+            if let Some(n) = self.plan.keep_last[port.index()] {
+                self.keep_newest(port, n - 1);
+            }
+            self.push_event(tag, port, value, None);
+        } else {
+            self.report.tardy += 1;
+            self.lose(port, Loss::Tardy);
+            let at = self.after();
+            tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
+            self.push_event(at, port, value, Some(tag));
         }
     }
 
@@ -1260,11 +1313,25 @@ impl Scheduler {
                 o
             }
         };
-        let outcomes: Vec<Outcome> = if rs.len() > 1 && self.plan.opts.workers > 1 {
+        let workers = self.plan.opts.workers;
+        let outcomes: Vec<Outcome> = if rs.len() > 1 && workers > 1 {
+            // At most `workers` threads, each running a run of the level's
+            // reactions in order (this thread the first): a wide level (a
+            // bank of 16 members as threads) costs a thread start per
+            // worker, not per reaction. Outcomes stay in reaction order.
+            let chunk = rs.len().div_ceil(workers);
             std::thread::scope(|s| {
-                let handles: Vec<_> = rs[1..].iter().map(|&r| s.spawn(move || run(r))).collect();
-                let mut v = vec![run(rs[0])];
-                v.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Outcome::panicked("worker thread"))));
+                let handles: Vec<_> = rs[chunk..]
+                    .chunks(chunk)
+                    .map(|c| (c.len(), s.spawn(move || c.iter().map(|&r| run(r)).collect::<Vec<_>>())))
+                    .collect();
+                let mut v: Vec<Outcome> = rs[..chunk].iter().map(|&r| run(r)).collect();
+                for (n, h) in handles {
+                    match h.join() {
+                        Ok(o) => v.extend(o),
+                        Err(_) => v.extend((0..n).map(|_| Outcome::panicked("worker thread"))),
+                    }
+                }
                 v
             })
         } else {
@@ -1519,7 +1586,7 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
         (_, Some((d, handler))) if view.clock.now() > view.tag.time.saturating_add(*d) => (handler, Ran::Deadline),
         _ => (&mut h.body, Ran::Body),
     };
-    let mut ctx = Ctx::new(view, r, &m.effects);
+    let mut ctx = Ctx::new(view, r, &m.effects, m.bank);
     let state = &mut *rt.state;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(state, &mut ctx)));
     match result {

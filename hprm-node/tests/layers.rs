@@ -42,6 +42,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("scheduler", 6),
     // 7. Builders, running a federate, launching a program; the crate root.
     ("reactor", 7),
+    ("bank", 7),
     ("federate", 7),
     ("launch", 7),
     ("lib", 7),

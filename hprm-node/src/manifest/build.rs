@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use hprm_rti::tag::Delay;
 
+use super::bank::{member_name, multiport, split_member};
 use super::check::split_path;
 use super::{
     format_duration, parse_duration, port_decl, ActionSpec, ConnectionSpec, CoordinationMode, FederateSpec, Manifest,
@@ -33,11 +34,10 @@ impl Program {
             .iter()
             .map(|f| FederateSpec {
                 name: f.name.clone(),
-                command: None,
-                module: None,
                 restart: f.restart,
                 max_restarts: f.max_restarts,
                 reactors: f.reactors.iter().map(|&r| self.reactor_spec(r)).collect(),
+                ..Default::default()
             })
             .collect();
         let connections = self
@@ -51,6 +51,7 @@ impl Program {
                     Delay::After(ns) => Some(format_duration(Duration::from_nanos(ns.max(0) as u64))),
                 },
                 physical: c.physical,
+                ..Default::default()
             })
             .collect();
         Manifest {
@@ -68,11 +69,26 @@ impl Program {
     fn reactor_spec(&self, r: ReactorId) -> ReactorSpec {
         let def = &self.reactors[r.index()];
         let mut spec = ReactorSpec { name: def.name.clone(), ..Default::default() };
-        for t in self.triggers.iter().filter(|t| t.reactor == r) {
+        let triggers: Vec<_> = self.triggers.iter().filter(|t| t.reactor == r).collect();
+        // A multiport's channels (`frames[0]`, ..) are declared as one `frames[N]`.
+        let port = |name: &str, input: bool| match split_member(name) {
+            Some((base, 0)) => {
+                let width = triggers
+                    .iter()
+                    .filter(|t| matches!(t.kind, TriggerKind::Input { .. }) == input)
+                    .filter(|t| matches!(t.kind, TriggerKind::Input { .. } | TriggerKind::Output { .. }))
+                    .filter(|t| split_member(&t.name).is_some_and(|(b, _)| b == base))
+                    .count();
+                Some(member_name(base, width as u32))
+            }
+            Some(_) => None,
+            None => Some(name.to_string()),
+        };
+        for t in &triggers {
             let name = t.name.clone();
             match &t.kind {
-                TriggerKind::Input { .. } => spec.inputs.push(name),
-                TriggerKind::Output { .. } => spec.outputs.push(name),
+                TriggerKind::Input { .. } => spec.inputs.extend(port(&name, true)),
+                TriggerKind::Output { .. } => spec.outputs.extend(port(&name, false)),
                 TriggerKind::Timer { offset, period } => spec.timers.push(TimerSpec {
                     name,
                     offset: format_duration(*offset),
@@ -87,7 +103,18 @@ impl Program {
                 TriggerKind::Startup | TriggerKind::Shutdown => {}
             }
         }
-        let names = |ids: &[TriggerId]| ids.iter().map(|t| self.triggers[t.index()].name.clone()).collect();
+        // A reaction names a multiport by its base name, once.
+        let names = |ids: &[TriggerId]| {
+            let mut v: Vec<String> = Vec::new();
+            for t in ids {
+                let name = &self.triggers[t.index()].name;
+                let name = split_member(name).map_or(name.as_str(), |(base, _)| base);
+                if !v.iter().any(|n| n == name) {
+                    v.push(name.to_string());
+                }
+            }
+            v
+        };
         spec.reactions = def
             .reactions
             .iter()
@@ -122,6 +149,7 @@ impl Program {
         if !problems.is_empty() {
             return Err(invalid(problems.into_iter().map(|p| p.message).collect()));
         }
+        let m = &m.expanded();
         if m.federate(local).is_none() {
             return Err(invalid(vec![format!(
                 "the manifest has no federate {local:?}; its federates are {}",
@@ -153,10 +181,16 @@ impl Program {
                 } else {
                     let mut b = p.reactor(fed, r.name.clone(), ());
                     for d in &r.inputs {
-                        b.input_with::<()>(port_decl(d).0, stub_decode);
+                        match multiport(d) {
+                            Some((base, w)) => drop(b.input_multiport_with::<()>(base, w, stub_decode)),
+                            None => drop(b.input_with::<()>(port_decl(d).0, stub_decode)),
+                        }
                     }
                     for d in &r.outputs {
-                        b.output_with::<()>(port_decl(d).0, stub_encode);
+                        match multiport(d) {
+                            Some((base, w)) => drop(b.output_multiport_with::<()>(base, w, stub_encode)),
+                            None => drop(b.output_with::<()>(port_decl(d).0, stub_encode)),
+                        }
                     }
                 }
             }
@@ -262,7 +296,7 @@ mod tests {
                 from: "a.src.out".into(),
                 to: "b.dst.inp".into(),
                 after: Some("2ms".into()),
-                physical: false
+                ..Default::default()
             }
         );
         assert!(m.connections[1].physical);

@@ -12,10 +12,11 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
+use super::bank::split_member;
 use super::{parse_duration, port_decl, CoordinationMode, Manifest, ReactorSpec};
 
 /// Where a problem is: what a user must look at to fix it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Location {
     /// The program's own settings.
     Program,
@@ -30,7 +31,7 @@ pub enum Location {
 /// The one value a problem is about, inside the table its [`Location`]
 /// names: where `hprm check` points (line and column of the value in a
 /// TOML manifest) rather than at the table's header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Field {
     /// A key of the located table itself (`after`, `timeout`, `name`).
     Key(&'static str),
@@ -80,30 +81,69 @@ pub(crate) enum Kind {
     Shutdown,
 }
 
-/// A resolved port: federate and reactor indices, and the port's name.
+/// A resolved port: federate and reactor indices, the port's name, and
+/// for a multiport the channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct PortRef<'m> {
     federate: usize,
     reactor: usize,
     name: &'m str,
+    channel: Option<u32>,
 }
 
-pub(crate) fn valid_name(s: &str) -> bool {
+/// A plain name: letters, digits, `_` and `-`.
+fn plain_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// The names a reactor declares, with what each is.
-pub(crate) fn reactor_names(r: &ReactorSpec) -> Vec<(&str, Kind, Option<&str>)> {
-    let mut v = Vec::new();
-    v.extend(r.inputs.iter().map(|d| port_decl(d)).map(|(n, t)| (n, Kind::Input, t)));
-    v.extend(r.outputs.iter().map(|d| port_decl(d)).map(|(n, t)| (n, Kind::Output, t)));
-    v.extend(r.timers.iter().map(|t| (t.name.as_str(), Kind::Timer, None)));
-    v.extend(
-        r.actions
-            .iter()
-            .map(|a| (a.name.as_str(), if a.physical { Kind::PhysicalAction } else { Kind::LogicalAction }, None)),
-    );
+/// A valid federate, reactor or program name: plain, or a bank member's
+/// (`rollout[3]`, see `bank`).
+pub(crate) fn valid_name(s: &str) -> bool {
+    plain_name(split_member(s).map_or(s, |(base, _)| base))
+}
+
+/// One name a reactor declares: what it is, its declared type, and a
+/// multiport's width.
+pub(crate) struct Declared<'m> {
+    pub name: &'m str,
+    pub kind: Kind,
+    pub ty: Option<&'m str>,
+    pub width: Option<u32>,
+}
+
+/// The names a reactor declares, with what each is (a multiport
+/// `frames[4]` by its base name `frames`).
+pub(crate) fn reactor_names(r: &ReactorSpec) -> Vec<Declared<'_>> {
+    fn port(kind: Kind) -> impl Fn(&String) -> Declared<'_> {
+        move |d| {
+            let (n, ty) = port_decl(d);
+            match split_member(n) {
+                Some((name, w)) => Declared { name, kind, ty, width: Some(w) },
+                None => Declared { name: n, kind, ty, width: None },
+            }
+        }
+    }
+    let mut v: Vec<Declared<'_>> = Vec::new();
+    v.extend(r.inputs.iter().map(port(Kind::Input)));
+    v.extend(r.outputs.iter().map(port(Kind::Output)));
+    v.extend(r.timers.iter().map(|t| Declared { name: &t.name, kind: Kind::Timer, ty: None, width: None }));
+    v.extend(r.actions.iter().map(|a| Declared {
+        name: &a.name,
+        kind: if a.physical { Kind::PhysicalAction } else { Kind::LogicalAction },
+        ty: None,
+        width: None,
+    }));
     v
+}
+
+impl Declared<'_> {
+    /// Each port this declares (every channel of a multiport).
+    fn channels(&self) -> Vec<Option<u32>> {
+        match self.width {
+            Some(w) => (0..w).map(Some).collect(),
+            None => vec![None],
+        }
+    }
 }
 
 /// Splits `federate.reactor.port` / `federate.port`.
@@ -117,8 +157,25 @@ pub(crate) fn split_path(path: &str) -> Option<(&str, Option<&str>, &str)> {
 }
 
 impl Manifest {
-    /// Every problem of the manifest; empty when it is valid.
+    /// Every problem of the manifest; empty when it is valid. A manifest
+    /// with banks or connections naming whole banks or multiports is
+    /// checked as its plain form ([`Manifest::expanded`]); each problem is
+    /// located where the short form has it, once per short-form entry.
     pub fn check(&self) -> Vec<Problem> {
+        let (plain, origins, mut out) = self.expand();
+        let mut seen = HashSet::new();
+        for mut p in plain.check_plain() {
+            let (location, multiplied) = origins.locate(p.location);
+            p.location = location;
+            if !multiplied || seen.insert((location, p.field)) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// [`Manifest::check`] of a plain manifest.
+    fn check_plain(&self) -> Vec<Problem> {
         let mut out = Problems::default();
         if !valid_name(&self.name) {
             out.add_at(
@@ -207,8 +264,16 @@ impl Manifest {
                 }
                 let names = reactor_names(r);
                 let mut taken = HashSet::new();
-                for (n, _, _) in &names {
-                    if !valid_name(n) {
+                for Declared { name: n, width, .. } in &names {
+                    if *width == Some(0) {
+                        out.add(
+                            at,
+                            format!(
+                                "{path}: multiport {n:?} has width 0; give it at least one channel, e.g. \"{n}[4]\""
+                            ),
+                        );
+                    }
+                    if !plain_name(n) {
                         out.add(at, format!("{path}: {n:?} is not a valid port, timer or action name"));
                     } else if *n == "startup" || *n == "shutdown" {
                         out.add(
@@ -245,7 +310,7 @@ impl Manifest {
                 let kind = |n: &str| match n {
                     "startup" => Some(Kind::Startup),
                     "shutdown" => Some(Kind::Shutdown),
-                    _ => names.iter().find(|(m, _, _)| *m == n).map(|(_, k, _)| *k),
+                    _ => names.iter().find(|d| d.name == n).map(|d| d.kind),
                 };
                 for (xi, rx) in r.reactions.iter().enumerate() {
                     let mut check = |list: &[String], key: &'static str, what: &str, ok: &dyn Fn(Kind) -> bool| {
@@ -356,20 +421,28 @@ impl Manifest {
         }
         for (fi, f) in self.federates.iter().enumerate() {
             for (ri, r) in f.reactors.iter().enumerate() {
-                let port = |name| PortRef { federate: fi, reactor: ri, name };
-                let outputs: Vec<&str> = r.outputs.iter().map(|d| port_decl(d).0).collect();
-                for input in r.inputs.iter().map(|d| port_decl(d).0) {
-                    let reached: Vec<&str> = if r.reactions.is_empty() {
+                let port = |name, channel| PortRef { federate: fi, reactor: ri, name, channel };
+                let names = reactor_names(r);
+                let outputs: Vec<&Declared<'_>> = names.iter().filter(|d| d.kind == Kind::Output).collect();
+                for input in names.iter().filter(|d| d.kind == Kind::Input) {
+                    let reached: Vec<&Declared<'_>> = if r.reactions.is_empty() {
                         outputs.clone()
                     } else {
+                        // Reactions name a multiport by its base name: all its channels.
                         r.reactions
                             .iter()
-                            .filter(|rx| rx.triggers.iter().chain(&rx.sources).any(|t| t == input))
-                            .flat_map(|rx| rx.effects.iter().map(String::as_str).filter(|e| outputs.contains(e)))
+                            .filter(|rx| rx.triggers.iter().chain(&rx.sources).any(|t| t == input.name))
+                            .flat_map(|rx| {
+                                rx.effects.iter().filter_map(|e| outputs.iter().find(|o| o.name == e).copied())
+                            })
                             .collect()
                     };
-                    for o in reached {
-                        edges.entry(port(input)).or_default().push((port(o), None));
+                    for ic in input.channels() {
+                        for o in &reached {
+                            for oc in o.channels() {
+                                edges.entry(port(input.name, ic)).or_default().push((port(o.name, oc), None));
+                            }
+                        }
                     }
                 }
             }
@@ -393,7 +466,8 @@ impl Manifest {
         out.0
     }
 
-    /// A port by path, with its kind and declared type.
+    /// A port by path, with its kind and declared type. A multiport's
+    /// channel is `port[i]`; a whole multiport is no one port.
     fn resolve<'m>(
         &'m self,
         path: &'m str,
@@ -420,14 +494,31 @@ impl Manifest {
         };
         let reactor = &fed.reactors[ri];
         let names = reactor_names(reactor);
-        let (name, kind, ty) = names.iter().find(|(n, _, _)| *n == p).ok_or_else(|| {
+        let (base, channel) = match split_member(p) {
+            Some((b, c)) => (b, Some(c)),
+            None => (p, None),
+        };
+        let d = names.iter().find(|d| d.name == base).ok_or_else(|| {
             format!(
-                "reactor {f}.{} has no port {p:?}; its ports are {}",
+                "reactor {f}.{} has no port {base:?}; its ports are {}",
                 reactor.name,
-                list(names.iter().filter(|(_, k, _)| matches!(k, Kind::Input | Kind::Output)).map(|(n, _, _)| *n))
+                list(names.iter().filter(|d| matches!(d.kind, Kind::Input | Kind::Output)).map(|d| d.name))
             )
         })?;
-        Ok((PortRef { federate: fi, reactor: ri, name }, *kind, *ty))
+        match (d.width, channel) {
+            (None, None) => {}
+            (Some(w), Some(c)) if c < w => {}
+            (Some(w), Some(c)) => {
+                return Err(format!("multiport {f}.{}.{base} has width {w}; it has no channel {c}", reactor.name))
+            }
+            (Some(w), None) => {
+                return Err(format!("{f}.{}.{base} is a multiport of width {w}; connect it from a bank or a multiport of width {w}, or name one channel ({base}[0])", reactor.name))
+            }
+            (None, Some(_)) => {
+                return Err(format!("{f}.{}.{base} is not a multiport; it has no channels", reactor.name))
+            }
+        }
+        Ok((PortRef { federate: fi, reactor: ri, name: d.name, channel }, d.kind, d.ty))
     }
 
     /// Whether `path` names a federate defined twice, or a reactor defined
@@ -441,7 +532,11 @@ impl Manifest {
 
     fn path_of(&self, p: PortRef<'_>) -> String {
         let f = &self.federates[p.federate];
-        format!("{}.{}.{}", f.name, f.reactors[p.reactor].name, p.name)
+        let r = &f.reactors[p.reactor].name;
+        match p.channel {
+            Some(c) => format!("{}.{r}.{}[{c}]", f.name, p.name),
+            None => format!("{}.{r}.{}", f.name, p.name),
+        }
     }
 }
 
@@ -587,18 +682,11 @@ mod tests {
     }
 
     fn federate(name: &str, reactors: Vec<ReactorSpec>) -> FederateSpec {
-        FederateSpec {
-            name: name.into(),
-            command: None,
-            module: None,
-            restart: Default::default(),
-            max_restarts: None,
-            reactors,
-        }
+        FederateSpec { name: name.into(), reactors, ..Default::default() }
     }
 
     fn conn(from: &str, to: &str, after: Option<&str>) -> ConnectionSpec {
-        ConnectionSpec { from: from.into(), to: to.into(), after: after.map(String::from), physical: false }
+        ConnectionSpec { from: from.into(), to: to.into(), after: after.map(String::from), ..Default::default() }
     }
 
     fn manifest(federates: Vec<FederateSpec>, connections: Vec<ConnectionSpec>) -> Manifest {

@@ -16,14 +16,27 @@
 //! (`"frame: image"`), which `check` compares across each connection.
 //! Durations are strings with a unit (`"5ms"`, `"20 us"`, `"1s"`).
 //!
-//! Submodules: `check` (every problem of a manifest, with its location),
-//! `build` (to and from [`Program`](crate::Program)).
+//! Banks and multiports: a federate with `width = N` is a bank of N
+//! members (`placement = "processes"`, one federate `name[i]` each, or
+//! `"threads"`, reactors `reactor[i]` in one federate); a port declared
+//! `"frames[4]"` is a multiport of width 4 whose channels are
+//! `frames[0]`..`frames[3]`; a connection naming a bank or a multiport
+//! links every member or channel (`broadcast`, `interleaved`). Such a
+//! manifest is the short form of a plain one ([`Manifest::expanded`]),
+//! which is what runs.
+//!
+//! Submodules: `bank` (member and channel names, expansion), `check`
+//! (every problem of a manifest, with its location), `build` (to and from
+//! [`Program`](crate::Program)).
 
+pub mod bank;
 mod build;
 mod check;
 
 use serde::{Deserialize, Serialize};
 
+pub use bank::Placement;
+pub(crate) use check::valid_name;
 pub use check::{Field, Location, Problem};
 
 /// A program's graph. Field names are the TOML manifest's keys.
@@ -61,8 +74,8 @@ pub enum CoordinationMode {
     Decentralized,
 }
 
-/// One federate: a process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One federate: a process (or, with `width`, a bank of them).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FederateSpec {
     pub name: String,
@@ -80,6 +93,13 @@ pub struct FederateSpec {
     /// (default [`DEFAULT_MAX_RESTARTS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
+    /// Makes this federate a bank of `width` members (see the module
+    /// documentation); [`Manifest::expanded`] writes them out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// Where a bank's members run (default: one process each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     #[serde(default, rename = "reactor")]
     pub reactors: Vec<ReactorSpec>,
 }
@@ -111,10 +131,14 @@ pub struct ReactorSpec {
     /// Keyword arguments for the class.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub args: serde_json::Map<String, serde_json::Value>,
-    /// Input ports: `"name"` or `"name: type"`.
+    /// In a bank: keyword arguments per member (one table each, in member
+    /// order), added to `args`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub member_args: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Input ports: `"name"` or `"name: type"`; `"name[4]"` is a multiport.
     #[serde(default)]
     pub inputs: Vec<String>,
-    /// Output ports: `"name"` or `"name: type"`.
+    /// Output ports: `"name"` or `"name: type"`; `"name[4]"` is a multiport.
     #[serde(default)]
     pub outputs: Vec<String>,
     #[serde(default, rename = "timer", skip_serializing_if = "Vec::is_empty")]
@@ -163,8 +187,9 @@ pub struct ReactionSpec {
     pub deadline: Option<String>,
 }
 
-/// A connection from an output to an input.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A connection from an output to an input; or, when an end names a bank
+/// or a multiport, from each of its members or channels to the other end's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionSpec {
     /// `federate.reactor.port` (or `federate.port`) of an output.
@@ -177,6 +202,14 @@ pub struct ConnectionSpec {
     /// `~>`: stamped with the receiver's physical time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub physical: bool,
+    /// LF's `(from)+`: `from`'s ports repeat until every input of `to` has
+    /// one (one value to every member of a bank).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub broadcast: bool,
+    /// LF's `interleaved`: a bank of multiports is listed channel by
+    /// channel (`b[0].p[0], b[1].p[0], ..`) rather than member by member.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interleaved: bool,
 }
 
 fn zero() -> String {
@@ -225,7 +258,9 @@ impl Manifest {
     }
 }
 
-/// A port declaration's name and optional type: `"frame: image"`.
+/// A port declaration's name and optional type: `"frame: image"`. A
+/// multiport's name keeps its width (`"frames[4]"`); see
+/// [`bank::multiport`].
 pub fn port_decl(decl: &str) -> (&str, Option<&str>) {
     match decl.split_once(':') {
         Some((n, t)) => (n.trim(), Some(t.trim()).filter(|t| !t.is_empty())),

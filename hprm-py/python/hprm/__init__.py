@@ -38,7 +38,7 @@ from ._durations import Duration, Tag, duration_ns
 from ._launch import LaunchFailed
 from ._launch import _fail_federate as _fail_federate
 from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer
-from ._program import Federate, PortRef, Program, ReactorRef
+from ._program import Bank, Federate, PortRef, Ports, Program, ReactorRef
 from ._program import _FederateRef as _FederateRef  # the name Federate had before it was public
 from ._program import _PortRef as _PortRef
 from ._program import _ReactorRef as _ReactorRef
@@ -61,8 +61,10 @@ __all__ = [
     "reaction",
     "Program",
     "Federate",
+    "Bank",
     "ReactorRef",
     "PortRef",
+    "Ports",
     "Context",
     "Tag",
     "Duration",

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._durations import Duration, Tag, duration_ns
-from ._ports import _Handle, _index, _OutputRef
+from ._ports import _BoundMultiport, _Handle, _index, _OutputRef
 
 if TYPE_CHECKING:
     import numpy as np
@@ -18,9 +18,20 @@ if TYPE_CHECKING:
 class Context:
     """What a reaction sees at its tag (valid only during the reaction)."""
 
-    def __init__(self, native: _native.Context, default_output: _OutputRef | None = None) -> None:
+    def __init__(self, native: _native.Context, default_output: _OutputRef | None = None, instance: Any = None) -> None:
         self._n = native
         self._default_output = default_output
+        self._instance = instance
+
+    @property
+    def bank_index(self) -> int:
+        """This reactor's index in its bank (0 outside a bank)."""
+        return int(getattr(self._instance, "bank_index", 0))
+
+    @property
+    def bank_width(self) -> int:
+        """The width of this reactor's bank (1 outside a bank)."""
+        return int(getattr(self._instance, "bank_width", 1))
 
     @property
     def tag(self) -> Tag:
@@ -49,12 +60,30 @@ class Context:
         return self._n.federate()
 
     def get(self, port: _Handle) -> Any:
+        """The value of an input or action at this tag (None when absent);
+        for a multiport, the values of its present channels in channel
+        order (the same on every run, whatever order they arrived in)."""
+        if isinstance(port, _BoundMultiport):
+            return [self._n.get(_index(c)) for c in port.channels if self._n.is_present(_index(c))]
         return self._n.get(_index(port))
 
     def is_present(self, port: _Handle) -> bool:
+        """Whether a port, timer or action is present (a multiport: any channel)."""
+        if isinstance(port, _BoundMultiport):
+            return any(self._n.is_present(_index(c)) for c in port.channels)
         return self._n.is_present(_index(port))
 
     def set(self, port: _Handle, value: Any) -> None:
+        """Sets an output; a multiport output takes a list, one value per
+        channel (None leaves a channel absent)."""
+        if isinstance(port, _BoundMultiport):
+            values = list(value)
+            if len(values) != port.width:
+                raise ValueError(f"multiport {port.name} has width {port.width}, but set got {len(values)} values")
+            for c, v in zip(port.channels, values):
+                if v is not None:
+                    self._n.set(_index(c), v)
+            return
         self._n.set(_index(port), value)
 
     def schedule(self, action: _Handle, value: Any = None, delay: Duration = 0) -> None:
@@ -99,7 +128,7 @@ def _invoker(fn: Callable[[Any, Context], Any], instance: Any, outputs: list[int
         for a in instance.__dict__.get("_hprm_physical", []):
             if a._scheduler is None:
                 a._scheduler = native_ctx.physical_scheduler(a._index)
-        ctx = Context(native_ctx, default_output)
+        ctx = Context(native_ctx, default_output, instance)
         instance.__dict__["_hprm_ctx"] = ctx
         try:
             fn(instance, ctx)

@@ -16,10 +16,34 @@ if TYPE_CHECKING:
 
 class _Port:
     """A port declared as a class attribute of a Reactor; read on an
-    instance, the port bound to it (``_BoundPort``)."""
+    instance, the port bound to it (``_BoundPort``, or ``_BoundMultiport``
+    for a multiport).
 
-    def __init__(self) -> None:
+    ``width``: None for a single port; for a multiport, its number of
+    channels: an int, ``"bank"`` (the width of the bank the reactor is a
+    member of), or the name of an attribute the reactor's ``__init__``
+    sets (``Input(width="n_cameras")``)."""
+
+    def __init__(self, width: int | str | None = None) -> None:
         self.name = ""
+        if isinstance(width, bool) or not (width is None or isinstance(width, (int, str))):
+            raise TypeError(f"a port's width is an int, \"bank\" or the name of an attribute, not {width!r}")
+        self.width = width
+
+    def _width_of(self, instance: Any) -> int | None:
+        """This port's width on ``instance`` (None: a single port)."""
+        w = self.width
+        if w is None:
+            return None
+        if w == "bank":
+            w = instance.bank_width
+        elif isinstance(w, str):
+            if not hasattr(instance, w):
+                raise ValueError(f"{type(instance).__name__}.{self.name} takes its width from attribute {w!r}, which __init__ did not set")
+            w = getattr(instance, w)
+        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            raise ValueError(f"multiport {type(instance).__name__}.{self.name} has width {w!r}; a multiport needs at least one channel")
+        return w
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -27,22 +51,24 @@ class _Port:
     @overload
     def __get__(self, instance: None, owner: type | None = None) -> Self: ...
     @overload
-    def __get__(self, instance: object, owner: type | None = None) -> _BoundPort: ...
-    def __get__(self, instance: object | None, owner: type | None = None) -> Self | _BoundPort:
+    def __get__(self, instance: object, owner: type | None = None) -> Any: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> Self | Any:
         if instance is None:
             return self
-        bound: _BoundPort = instance.__dict__["_hprm_bound"][self.name]
-        return bound
+        return instance.__dict__["_hprm_bound"][self.name]
 
 
 class Input(_Port):
     """An input port. In a reaction, ``self.port.value`` is its value at the
     current tag (None when absent) and ``self.port.is_present`` says whether
-    it has one."""
+    it has one. ``Input(width=N)`` is a multiport: ``self.port[i]`` is
+    channel ``i``, and ``ctx.get(self.port)`` the values of the present
+    channels in channel order."""
 
 
 class Output(_Port):
     """An output port: ``ctx.set(self.port, value)`` or ``self.port.set(value)``.
+    ``Output(width=N)`` is a multiport: ``self.port[i].set(value)``.
 
     ``backpressure``: what a send does when the store has no room for the
     value or a receiver falls behind. ``"block"`` (the default) waits up to
@@ -51,8 +77,8 @@ class Output(_Port):
     waiting to be processed; ``"fail"`` fails at once. Whatever is given up
     is counted in the federates' losses (``hprm ps``, the exit summary)."""
 
-    def __init__(self, backpressure: str | None = None) -> None:
-        super().__init__()
+    def __init__(self, backpressure: str | None = None, width: int | str | None = None) -> None:
+        super().__init__(width)
         self.backpressure = backpressure
 
 
@@ -127,6 +153,38 @@ class _BoundPort(_Present):
         _current(self._owner).set(self, value)
 
 
+class _BoundMultiport:
+    """A multiport of one reactor instance (``self.frames`` in a reaction):
+    its channels (``self.frames[i]``, each a ``_BoundPort``) in order."""
+
+    def __init__(self, channels: list[_BoundPort], name: str) -> None:
+        self.channels = channels
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.channels)
+
+    def __getitem__(self, i: int) -> _BoundPort:
+        return self.channels[i]
+
+    def __iter__(self) -> Any:
+        return iter(self.channels)
+
+    @property
+    def width(self) -> int:
+        return len(self.channels)
+
+    @property
+    def value(self) -> list[Any]:
+        """The values of the present channels, in channel order."""
+        return [c.value for c in self.channels if c.is_present]
+
+    @property
+    def is_present(self) -> bool:
+        """Whether any channel is present."""
+        return any(c.is_present for c in self.channels)
+
+
 class _OutputRef:
     """An output by its index (a reaction's only output, for alloc_array)."""
 
@@ -136,7 +194,7 @@ class _OutputRef:
         self._index = index
 
 
-_Handle: TypeAlias = _Present | Timer | _OutputRef
+_Handle: TypeAlias = _Present | Timer | _OutputRef | _BoundMultiport
 """What a Context reads, sets or schedules: a reactor's port
 (``self.port``), timer or action."""
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from . import _native
 from ._context import _invoker
 from ._durations import Duration, duration_ns
 from ._launch import LaunchFailed, _daemons_found, _fail_federate, _init_logging
-from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer, _BoundPort
+from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer, _BoundMultiport, _BoundPort
 from ._reactor import Reactor, _Reaction
 
 
@@ -25,22 +26,72 @@ class PortRef(NamedTuple):
     kind: str = ""
 
 
+class Ports:
+    """Several ports in order, for ``Program.connect``: a multiport's
+    channels (``fusion.frames``), or one port of every member of a bank
+    (``cameras.frame``). ``ports[i]`` is one ``PortRef``."""
+
+    def __init__(self, ports: list[PortRef], path: str, kind: str) -> None:
+        self.ports = ports
+        self.path = path
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return len(self.ports)
+
+    def __getitem__(self, i: int) -> PortRef:
+        return self.ports[i]
+
+    def __iter__(self) -> Iterator[PortRef]:
+        return iter(self.ports)
+
+    @property
+    def width(self) -> int:
+        return len(self.ports)
+
+    def __repr__(self) -> str:
+        return f"Ports({self.path}, width {self.width})"
+
+
+def _split_channel(name: str) -> tuple[str, int | None]:
+    """``frames[2]`` -> ``("frames", 2)``; ``frame`` -> ``("frame", None)``."""
+    base, bracket, rest = name.partition("[")
+    if bracket and rest.endswith("]") and rest[:-1].isdigit():
+        return base, int(rest[:-1])
+    return name, None
+
+
 class ReactorRef:
     """A reactor in a program (what ``Federate.reactor`` returns): its
-    ``instance`` and, as attributes, its ports (``PortRef``)."""
+    ``instance`` and, as attributes, its ports (``PortRef``; ``Ports`` for
+    a multiport, whose channel ``i`` is ``ref.frames[i]``)."""
 
     def __init__(self, program: Program, index: int, instance: Reactor, name: str) -> None:
         self._program = program
         self._index = index
         self.instance = instance
         self.name = name
-        self._ports: dict[str, int] = {}
+        self._ports: dict[str, int | list[int]] = {}
         self._kinds: dict[str, str] = {}
 
-    def __getattr__(self, name: str) -> PortRef:
+    def _port(self, name: str) -> PortRef | Ports | None:
         ports = self.__dict__.get("_ports", {})
-        if name in ports:
-            return PortRef(ports[name], f"{self.name}.{name}", self.__dict__["_kinds"][name])
+        base, channel = _split_channel(name)
+        if base not in ports:
+            return None
+        kind = self.__dict__["_kinds"][base]
+        index = ports[base]
+        if isinstance(index, int):
+            return PortRef(index, f"{self.name}.{base}", kind) if channel is None else None
+        channels = [PortRef(i, f"{self.name}.{base}[{k}]", kind) for k, i in enumerate(index)]
+        if channel is None:
+            return Ports(channels, f"{self.name}.{base}", kind)
+        return channels[channel] if channel < len(channels) else None
+
+    def __getattr__(self, name: str) -> Any:
+        port = self._port(name)
+        if port is not None:
+            return port
         raise AttributeError(f"reactor {self.__dict__.get('name')} has no port {name!r}")
 
 
@@ -74,12 +125,72 @@ class Federate:
         self._program._native.restart_on_failure(self._index, max_restarts)
         return self
 
-    def __getattr__(self, name: str) -> PortRef:
+    def __getattr__(self, name: str) -> Any:
         for r in self.__dict__.get("reactors", []):
-            if name in r._ports:
-                port: PortRef = getattr(r, name)
+            port = r._port(name)
+            if port is not None:
                 return port
         raise AttributeError(f"federate {self.__dict__.get('name')} has no port {name!r}")
+
+
+class Bank:
+    """A bank: ``width`` members of one reactor class (what
+    ``Program.bank`` returns). ``bank[i]`` is member ``i`` (a
+    ``ReactorRef``); an attribute is one port of every member, in member
+    order (``Ports``; a multiport channel by channel), for
+    ``Program.connect``."""
+
+    def __init__(self, program: Program, name: str, placement: str, members: list[ReactorRef], federates: list[Federate]) -> None:
+        self._program = program
+        self.name = name
+        self.placement = placement
+        self.members = members
+        self.federates = federates
+
+    @property
+    def width(self) -> int:
+        return len(self.members)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __getitem__(self, i: int) -> ReactorRef:
+        return self.members[i]
+
+    def __iter__(self) -> Iterator[ReactorRef]:
+        return iter(self.members)
+
+    def _ports(self, port: str, interleaved: bool) -> Ports:
+        lists = []
+        for m in self.__dict__["members"]:
+            p = m._port(port)
+            if p is None:
+                raise AttributeError(f"the members of bank {self.__dict__['name']} have no port {port!r}")
+            lists.append(list(p) if isinstance(p, Ports) else [p])
+        if interleaved:
+            flat = [ch[c] for c in range(max(len(x) for x in lists)) for ch in lists if c < len(ch)]
+        else:
+            flat = [p for ch in lists for p in ch]
+        return Ports(flat, f"{self.__dict__['name']}.{port}", flat[0].kind)
+
+    def __getattr__(self, port: str) -> Ports:
+        if port.startswith("_") or "members" not in self.__dict__:
+            raise AttributeError(port)
+        return self._ports(port, interleaved=False)
+
+    def interleaved(self, port: str) -> Ports:
+        """A multiport of every member, channel by channel, each member by
+        member (LF's ``interleaved(bank.port)``)."""
+        return self._ports(port, interleaved=True)
+
+    def restart_on_failure(self, max_restarts: int | None = None) -> Bank:
+        """Each member restarts alone when its process fails (the others
+        go on); process placement only."""
+        if self.placement != "processes":
+            raise ValueError(f"bank {self.name}: restart_on_failure restarts a member's process, but the bank's placement is {self.placement!r}; use placement=\"processes\"")
+        for f in self.federates:
+            f.restart_on_failure(max_restarts)
+        return self
 
 
 # The names these had before they were public.
@@ -139,23 +250,95 @@ class Program:
             f.reactor(name, cls, *args, **kwargs)
         return f
 
-    def _add_reactor(self, fed: Federate, name: str, cls: type[Reactor], args: tuple[Any, ...], kwargs: dict[str, Any]) -> ReactorRef:
+    def bank(
+        self,
+        name: str,
+        cls: type[Reactor],
+        width: int,
+        *args: Any,
+        placement: str = "processes",
+        member_args: list[dict[str, Any]] | Callable[[int], dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> Bank:
+        """Adds a bank: ``width`` reactors of class ``cls`` (LF's
+        ``new[width]``), member ``i`` named ``name[i]``, with
+        ``bank_index`` = i and ``bank_width`` set before its ``__init__``
+        runs. Each gets the arguments, plus its own keyword arguments from
+        ``member_args`` (a list, one dict per member, or a callable
+        ``i -> dict``).
+
+        ``placement``: "processes" (default), one federate ``name[i]``
+        each (isolation, restart of one member); or "threads", all in one
+        federate ``name`` (reactions on the runtime's worker threads,
+        values between them passed by reference). The graph is the one a
+        program writing the members out by hand has."""
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise ValueError(f"bank {name} has width {width!r}; a bank needs at least one member (width >= 1)")
+        if placement not in ("processes", "threads"):
+            raise ValueError(f"bank {name}: placement {placement!r} is neither \"processes\" nor \"threads\"")
+        if isinstance(member_args, list) and len(member_args) != width:
+            raise ValueError(f"bank {name}: member_args has {len(member_args)} entries but the bank has {width} members; give one dict per member")
+
+        def extra(i: int) -> dict[str, Any]:
+            if member_args is None:
+                return {}
+            got = member_args(i) if callable(member_args) else member_args[i]
+            if not isinstance(got, dict):
+                raise TypeError(f"bank {name}: member_args for member {i} is {got!r}, not a dict of keyword arguments")
+            return got
+
+        members: list[ReactorRef] = []
+        federates: list[Federate] = []
+        if placement == "threads":
+            federates.append(self.federate(name))
+        for i in range(width):
+            member = f"{name}[{i}]"
+            if placement == "processes":
+                federates.append(self.federate(member))
+            fed = federates[-1]
+            r = self._add_reactor(fed, member, cls, args, {**kwargs, **extra(i)}, bank=(i, width))
+            fed.reactors.append(r)
+            members.append(r)
+        return Bank(self, name, placement, members, federates)
+
+    def _add_reactor(
+        self,
+        fed: Federate,
+        name: str,
+        cls: type[Reactor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        bank: tuple[int, int] | None = None,
+    ) -> ReactorRef:
         if not (isinstance(cls, type) and issubclass(cls, Reactor)):
             raise TypeError(f"{cls!r} is not a subclass of hprm.Reactor")
-        instance = cls(*args, **kwargs)
+        # A member knows its place before its __init__ runs (LF's bank_index).
+        instance = cls.__new__(cls)
+        if bank is not None:
+            instance.bank_index, instance.bank_width = bank
+        instance.__init__(*args, **kwargs)
         n = self._native
         r = ReactorRef(self, n.reactor(fed._index, name, instance), instance, f"{fed.name}.{name}")
-        names: dict[str, int] = {}
-        bound: dict[str, _BoundPort] = {}
+        names: dict[str, int | list[int]] = {}
+        bound: dict[str, _BoundPort | _BoundMultiport] = {}
         for klass in reversed(cls.__mro__):
             for attr, v in vars(klass).items():
-                if isinstance(v, Input):
-                    names[attr] = n.input(r._index, attr)
-                elif isinstance(v, Output):
-                    names[attr] = n.output(r._index, attr, v.backpressure)
-                else:
+                if not isinstance(v, (Input, Output)):
                     continue
-                bound[attr] = _BoundPort(instance, names[attr], attr)
+                if isinstance(v, Output):
+                    declare = lambda reactor, name, v=v: n.output(reactor, name, v.backpressure)  # noqa: E731
+                else:
+                    declare = n.input
+                width = v._width_of(instance)
+                if width is None:
+                    index = declare(r._index, attr)
+                    names[attr] = index
+                    bound[attr] = _BoundPort(instance, index, attr)
+                else:
+                    # A multiport is its channels: ports attr[0], attr[1], ...
+                    channels = [declare(r._index, f"{attr}[{k}]") for k in range(width)]
+                    names[attr] = channels
+                    bound[attr] = _BoundMultiport([_BoundPort(instance, c, f"{attr}[{k}]") for k, c in enumerate(channels)], attr)
                 r._ports[attr] = names[attr]
                 r._kinds[attr] = "input" if isinstance(v, Input) else "output"
         instance.__dict__["_hprm_bound"] = bound
@@ -175,18 +358,20 @@ class Program:
         for rx in reactions:
 
             def resolve(ns: list[str], what: str, rx: _Reaction = rx) -> list[int]:
-                out = []
+                out: list[int] = []
                 for nm in ns:
                     if nm in ("startup", "shutdown"):
                         if nm not in names:
                             names[nm] = n.startup(r._index) if nm == "startup" else n.shutdown(r._index)
                     elif nm not in names:
                         raise ValueError(f"reaction {cls.__name__}.{rx.name} names {nm!r} as a {what}, but the reactor has no such port, timer or action")
-                    out.append(names[nm])
+                    # A multiport stands for all its channels.
+                    found = names[nm]
+                    out.extend(found if isinstance(found, list) else [found])
                 return out
 
             effects = resolve(rx.effects, "effect")
-            outputs = [i for nm, i in zip(rx.effects, effects) if nm in r._ports]
+            outputs = [i for nm in rx.effects if nm in r._ports and isinstance(i := names[nm], int)]
             n.reaction(
                 r._index,
                 rx.name,
@@ -200,15 +385,43 @@ class Program:
             )
         return r
 
-    def connect(self, source: PortRef, target: PortRef, after: Duration | None = None, physical: bool = False) -> None:
+    def connect(
+        self,
+        source: PortRef | Ports,
+        target: PortRef | Ports,
+        after: Duration | None = None,
+        physical: bool = False,
+        broadcast: bool = False,
+    ) -> None:
         """Connects an output to an input: with no ``after``, at the same tag;
         ``after="0ms"``, one microstep later; ``after="5ms"``, 5 ms later;
-        ``physical=True``, stamped with the receiver's physical time."""
+        ``physical=True``, stamped with the receiver's physical time.
+
+        Either side may be several ports (``Ports``: a bank's port, a
+        multiport): the i-th output goes to the i-th input, and both sides
+        must have the same width. ``broadcast=True`` (LF's ``(x)+``)
+        repeats the outputs until every input has one: one value to every
+        member of a bank."""
+        sides = []
         for port, kind, role in ((source, "output", "from"), (target, "input", "to")):
-            if not isinstance(port, PortRef):
+            if not isinstance(port, (PortRef, Ports)):
                 raise TypeError(f"connect takes ports of the program's reactors (e.g. prog.connect(camera.out, detector.inp)), not {port!r}")
             if port.kind != kind:
                 raise ValueError(f"connect goes from an output to an input, but {port.path} (the {role} side) is an {port.kind}")
+            sides.append(list(port) if isinstance(port, Ports) else [port])
+        outs, ins = sides
+        fits = (len(outs) > 0 and len(ins) % len(outs) == 0) if broadcast else len(outs) == len(ins)
+        if not fits:
+            how = (
+                f"a broadcast needs {target.path}'s width to be a multiple of {source.path}'s"
+                if broadcast
+                else "connect equal widths (a bank of N to a multiport of width N), or pass broadcast=True to send each value to several inputs"
+            )
+            raise ValueError(f"connection {source.path} -> {target.path}: {source.path} has width {len(outs)} but {target.path} has width {len(ins)}; {how}")
+        for j, t in enumerate(ins):
+            self._connect_one(outs[j % len(outs)], t, after, physical)
+
+    def _connect_one(self, source: PortRef, target: PortRef, after: Duration | None, physical: bool) -> None:
         if target.index in self._connected:
             raise ValueError(f"input {target.path} is already connected from {self._connected[target.index]}; an input takes one connection")
         self._connected[target.index] = source.path

@@ -72,7 +72,14 @@ def reaction(triggers: Names = None, effects: Names = None, sources: Names = Non
 class Reactor:
     """Base class of reactors: declare ports as class attributes, timers
     and actions in ``__init__``, reactions with ``@hprm.reaction``. The
-    instance is the reactor's state."""
+    instance is the reactor's state.
+
+    ``bank_index`` and ``bank_width``: a member of a bank
+    (``Program.bank``) has them set before its ``__init__`` runs (LF's
+    ``bank_index``); outside a bank they are 0 and 1."""
+
+    bank_index: int = 0
+    bank_width: int = 1
 
 
 def external(inputs: Iterable[str] = (), outputs: Iterable[str] = (), name: str = "External") -> type[Reactor]:
@@ -84,6 +91,10 @@ def external(inputs: Iterable[str] = (), outputs: Iterable[str] = (), name: str 
         prog.federate("ros", hprm.external(outputs=["image"]))
         prog.launch(commands={"ros": ["hprm-ros2-bridge", "--config", "bridge.toml"]})
     """
-    attrs: dict[str, Any] = {i: Input() for i in inputs}
-    attrs.update({o: Output() for o in outputs})
+    attrs: dict[str, Any] = {}
+    for names, port in ((inputs, Input), (outputs, Output)):
+        for n in names:
+            # "frames[4]" declares a multiport of width 4, as manifests write it.
+            base, _, rest = n.partition("[")
+            attrs[base] = port(width=int(rest.rstrip("]"))) if rest else port()
     return type(name, (Reactor,), attrs)

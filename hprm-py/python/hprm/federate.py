@@ -28,6 +28,21 @@ def _port_names(decls: list[str]) -> list[str]:
     return [d.split(":", 1)[0].strip() for d in decls]
 
 
+def _base(name: str) -> str:
+    """A multiport's name without its width (``frames[4]`` -> ``frames``)."""
+    return name.split("[", 1)[0]
+
+
+def _member(name: str, names: list[str]) -> tuple[int, int] | None:
+    """(index, width) of ``name`` in its bank among ``names`` (the names
+    at its level): ``rollout[3]`` is member 3 of bank ``rollout``, whose
+    width is its number of members (see the Rust ``manifest::bank``)."""
+    base, bracket, rest = name.partition("[")
+    if not bracket or not rest.endswith("]") or not rest[:-1].isdigit():
+        return None
+    return int(rest[:-1]), sum(1 for n in names if n.partition("[")[0] == base and n.endswith("]"))
+
+
 def _load_module(name: str) -> Any:
     if name.endswith(".py"):
         path = os.path.abspath(name)
@@ -66,6 +81,7 @@ def build(manifest: dict, local: str) -> Program:
         threshold=manifest.get("threshold", 65536),
     )
     reactors: dict[tuple[str, str], Any] = {}
+    federate_names = [f["name"] for f in manifest.get("federate", [])]
     for f in manifest.get("federate", []):
         fed = prog.federate(f["name"])
         module = _load_module(f["module"]) if f["name"] == local and f.get("module") else None
@@ -81,12 +97,16 @@ def build(manifest: dict, local: str) -> Program:
             if not (isinstance(cls, type) and issubclass(cls, Reactor)):
                 raise SystemExit(f"error: reactor {local}.{r['name']}: module {f['module']} has no hprm.Reactor class {r.get('class')!r}")
             cins, couts = _class_ports(cls)
-            if sorted(cins) != sorted(ins) or sorted(couts) != sorted(outs):
+            if sorted(cins) != sorted(map(_base, ins)) or sorted(couts) != sorted(map(_base, outs)):
                 raise SystemExit(
                     f"error: reactor {local}.{r['name']}: class {cls.__name__} has inputs {cins} and outputs {couts}, "
                     f"but the manifest declares inputs {ins} and outputs {outs}; make them agree"
                 )
-            reactors[(f["name"], r["name"])] = fed.reactor(r["name"], cls, **r.get("args", {}))
+            # A member of a thread bank is a reactor name[i]; of a process bank, a federate name[i].
+            bank = _member(r["name"], [x["name"] for x in f["reactor"]]) if _member(f["name"], federate_names) is None else _member(f["name"], federate_names)
+            ref = prog._add_reactor(fed, r["name"], cls, (), r.get("args", {}), bank=bank)
+            fed.reactors.append(ref)
+            reactors[(f["name"], r["name"])] = ref
 
     def port(path: str) -> Any:
         parts = path.split(".")
