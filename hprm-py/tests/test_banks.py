@@ -65,6 +65,21 @@ def test_four_cameras_into_a_four_wide_multiport(placement, after, daemons_built
     assert fused == want, r.stderr[-3000:]
 
 
+@pytest.mark.parametrize("placement", ["threads", "processes"])
+@pytest.mark.parametrize("order", ["interleaved", "plain"])
+def test_multiport_to_bank_and_interleaved_back(placement, order, daemons_built):
+    r = launch("interleaved", placement, order)
+    assert r.returncode == 0, r.stderr
+    # Member m got channel m of the scatter (100 + m) and sent, on its
+    # channel c, (100 + m) * 100 + 10 * m + c.
+    value = {(m, c): (100 + m) * 100 + 10 * m + c for m in range(3) for c in range(2)}
+    if order == "interleaved":  # channel by channel, each member by member
+        want = [value[m, c] for c in range(2) for m in range(3)]
+    else:  # member by member
+        want = [value[m, c] for m in range(3) for c in range(2)]
+    assert lines(r.stderr, "[join]") == [f"joined {want}"], r.stderr[-3000:]
+
+
 def test_cameras_decentralized(daemons_built):
     r = launch("cameras", "processes", "decentralized", "10ms")
     assert r.returncode == 0, r.stderr

@@ -10,6 +10,10 @@
     banks.py pool PLACEMENT MODE HAND
         a small worker pool; HAND=hand writes the members out by hand with
         the same names (the trace test compares the two).
+    banks.py interleaved PLACEMENT interleaved|plain
+        a 3-wide multiport into a bank of 3 (one channel each), each member's
+        2-wide multiport back into one 6-wide multiport, interleaved(bank.parts)
+        or member by member.
     banks.py restart
         a process bank of 3 whose member 1 kills itself once; it is
         restarted while the others go on.
@@ -145,6 +149,40 @@ class Sum(hprm.Reactor):
         print(f"pool total={sum(ctx.get(self.done))} at={ctx.elapsed // 1_000_000}ms", file=sys.stderr, flush=True)
 
 
+class Scatter(hprm.Reactor):
+    """Sends channel c of its 3-wide multiport to bank member c."""
+
+    outs = hprm.Output(width=3)
+
+    @hprm.reaction(triggers="startup", effects="outs")
+    def scatter(self, ctx):
+        for c in range(3):
+            self.outs[c].set(100 + c)
+
+
+class Splitter(hprm.Reactor):
+    """A member: from the value it gets, one value per channel of its
+    2-wide output multiport: 10 * member + channel, offset by the input."""
+
+    inp = hprm.Input()
+    parts = hprm.Output(width=2)
+
+    @hprm.reaction(triggers="inp", effects="parts")
+    def split(self, ctx):
+        for c in range(2):
+            self.parts[c].set(ctx.get(self.inp) * 100 + 10 * ctx.bank_index + c)
+
+
+class Joiner(hprm.Reactor):
+    """Gets the members' channels through one 6-wide multiport."""
+
+    ins = hprm.Input(width=6)
+
+    @hprm.reaction(triggers="ins")
+    def join(self, ctx):
+        print(f"joined {ctx.get(self.ins)}", file=sys.stderr, flush=True)
+
+
 class Flaky(hprm.Reactor):
     out = hprm.Output()
 
@@ -248,6 +286,17 @@ def main():
                 prog.connect(task.job, m.job)
             for i, m in enumerate(members):
                 prog.connect(m.done, total.done[i], after="0ms")
+        prog.launch()
+    elif SCENARIO == "interleaved":
+        # A multiport to a bank (one channel per member), and the bank's
+        # multiports back, interleaved or member by member.
+        placement, order = sys.argv[2], sys.argv[3]
+        prog = hprm.Program("interleaved")
+        scatter = prog.federate("scatter", Scatter)
+        split = prog.bank("split", Splitter, 3, placement=placement)
+        join = prog.federate("join", Joiner)
+        prog.connect(scatter.outs, split.inp)
+        prog.connect(split.interleaved("parts") if order == "interleaved" else split.parts, join.ins)
         prog.launch()
     elif SCENARIO == "restart":
         prog = hprm.Program("restart")
