@@ -119,7 +119,14 @@ impl Drop for Listening {
             Role::Federate => l.federate = None,
             Role::Launch(p) => l.launches.retain(|q| !Arc::ptr_eq(p, q)),
         }
-        if l.federate.is_none() && l.launches.is_empty() {
+        // A federate a signal stopped keeps the handler (which now drops
+        // signals: nobody listens) until its process exits: the launcher
+        // passes the same stop request on, and its copy may come after the
+        // federate finished; with the old disposition back it would kill
+        // the process on its way out, and the launcher would report the
+        // federate as failed (signal 15).
+        let stopped_by_signal = matches!(self.0, Role::Federate) && l.first.is_some();
+        if l.federate.is_none() && l.launches.is_empty() && !stopped_by_signal {
             if let Some(replaced) = l.replaced.take() {
                 for (sig, old) in SIGNALS.iter().zip(replaced.iter()) {
                     // SAFETY: restores a disposition sigaction(2) reported.
