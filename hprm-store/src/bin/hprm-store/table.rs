@@ -175,8 +175,11 @@ pub struct ObjectTable {
     lru: BTreeMap<u64, ObjectId>,
     tick: u64,
     /// Delivery deadlines in order, so the TTL sweep touches only what is
-    /// due. Checked lazily: an entry whose object is gone, settled, or
-    /// re-created with another deadline is skipped when it comes up.
+    /// due. An object's entry goes with the object, and a new deadline
+    /// replaces the old one, so the set holds at most one entry per live
+    /// object (kept until due, spent messages' entries would make the heap
+    /// grow with the message rate times the TTL). An entry of an object
+    /// settled since is skipped when it comes up.
     deadlines: BTreeSet<(Instant, ObjectId)>,
     clients: HashMap<ClientId, ClientRecord>,
     gets: HashMap<WaitId, GetWaiter>,
@@ -678,8 +681,9 @@ impl ObjectTable {
         e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
         e.message = true;
         let d = Instant::now() + ttl;
-        // An older deadline entry is skipped by the sweep: it no longer matches.
-        e.delivery_deadline = Some(d);
+        if let Some(old) = e.delivery_deadline.replace(d) {
+            self.deadlines.remove(&(old, id));
+        }
         self.deadlines.insert((d, id));
         self.refresh_lru(id);
         Reply::Done
@@ -1269,6 +1273,9 @@ impl ObjectTable {
         let Some(e) = self.objects.remove(&id) else { return 0 };
         if let Some(t) = e.lru_tick {
             self.lru.remove(&t);
+        }
+        if let Some(d) = e.delivery_deadline {
+            self.deadlines.remove(&(d, id));
         }
         if let Some(p) = &e.program {
             if let Some(u) = self.usage.get_mut(p) {
