@@ -190,49 +190,31 @@ fn html(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hprm_node::manifest::{ConnectionSpec, FederateSpec, Placement, ReactorSpec};
 
-    fn cameras(placement: Placement) -> Manifest {
-        let reactor = |name: &str, inputs: Vec<String>, outputs: Vec<String>| ReactorSpec {
-            name: name.into(),
-            inputs,
-            outputs,
-            ..Default::default()
-        };
-        Manifest {
-            name: "m".into(),
-            coordination: Default::default(),
-            stp: None,
-            threshold: None,
-            timeout: None,
-            store_memory: None,
-            federates: vec![
-                FederateSpec {
-                    name: "cam".into(),
-                    width: Some(4),
-                    placement: Some(placement),
-                    reactors: vec![reactor("cam", vec![], vec!["frame".into()])],
-                    ..Default::default()
-                },
-                FederateSpec {
-                    name: "fusion".into(),
-                    reactors: vec![reactor("fusion", vec!["frames[4]".into()], vec![])],
-                    ..Default::default()
-                },
-            ],
-            connections: vec![ConnectionSpec {
-                from: "cam.frame".into(),
-                to: "fusion.frames".into(),
-                after: Some("10ms".into()),
-                ..Default::default()
-            }],
-        }
+    fn cameras(placement: &str) -> Manifest {
+        let text = format!(
+            r#"
+            name = "m"
+            [[federate]]
+            name = "cam"
+            width = 4
+            placement = "{placement}"
+            reactor = [{{ name = "cam", outputs = ["frame"] }}]
+            [[federate]]
+            name = "fusion"
+            reactor = [{{ name = "fusion", inputs = ["frames[4]"] }}]
+            [[connection]]
+            from = "cam.frame"
+            to = "fusion.frames"
+            after = "10ms"
+            "#
+        );
+        toml::from_str(&text).expect("a manifest")
     }
 
     #[test]
     fn a_bank_is_one_node_with_its_width() {
-        for (placement, label) in [(Placement::Processes, "bank cam ×4 (processes)"), (Placement::Threads, "cam ×4")]
-        {
+        for (placement, label) in [("processes", "bank cam ×4 (processes)"), ("threads", "cam ×4")] {
             let d = dot(&cameras(placement));
             assert_eq!(d.matches(label).count(), 1, "{d}");
             assert_eq!(d.matches("[label=<").count(), 2, "{d}");
