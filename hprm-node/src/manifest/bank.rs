@@ -327,14 +327,7 @@ mod tests {
         assert_eq!(membership("w[1]", ["w[0]", "w[1]", "x", "w2[0]"]), Some(("w", 1, 2)));
     }
 
-    fn reactor(name: &str, inputs: &[&str], outputs: &[&str]) -> ReactorSpec {
-        ReactorSpec {
-            name: name.into(),
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            outputs: outputs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
+    use crate::manifest::test_reactor as reactor;
 
     fn cameras(placement: Placement) -> Manifest {
         Manifest {

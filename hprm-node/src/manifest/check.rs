@@ -672,14 +672,7 @@ mod tests {
     use super::*;
     use crate::manifest::{ConnectionSpec, FederateSpec, ReactionSpec};
 
-    fn reactor(name: &str, inputs: &[&str], outputs: &[&str]) -> ReactorSpec {
-        ReactorSpec {
-            name: name.into(),
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            outputs: outputs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
+    use crate::manifest::test_reactor as reactor;
 
     fn federate(name: &str, reactors: Vec<ReactorSpec>) -> FederateSpec {
         FederateSpec { name: name.into(), reactors, ..Default::default() }

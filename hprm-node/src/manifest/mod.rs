@@ -270,6 +270,17 @@ pub fn port_decl(decl: &str) -> (&str, Option<&str>) {
 
 pub use hprm_store::duration::{format_duration, parse_duration};
 
+/// A reactor of a manifest a test builds: its name and port declarations.
+#[cfg(test)]
+pub(crate) fn test_reactor(name: &str, inputs: &[&str], outputs: &[&str]) -> ReactorSpec {
+    ReactorSpec {
+        name: name.into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
