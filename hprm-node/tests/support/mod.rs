@@ -164,10 +164,10 @@ impl StoreDaemon {
             if let Some(status) = self.child.try_wait().expect("try_wait on hprm-store") {
                 panic!("hprm-store exited during start ({status}):\n{}", self.log());
             }
-            // Connecting is what clients do; a bare connect is enough to
-            // know the socket is served (the daemon hands each connection
-            // the arena, and this one just closes).
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            // Logged after the socket is bound. Not a probe connection: it
+            // would count as a client until the daemon saw it leave, which
+            // tests counting clients would race.
+            if self.log().contains("hprm-store ready") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -47,7 +47,10 @@ impl Daemon {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 panic!("hprm-store exited during start ({status}):\n{}", self.log());
             }
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            // The daemon logs this after binding its socket. A probe
+            // connection would do too, but it counts as a client until the
+            // daemon sees it leave, which tests counting clients would race.
+            if self.log().contains("hprm-store ready") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
