@@ -1148,8 +1148,8 @@ impl ObjectTable {
         for wait in waits {
             let claimed = self.gets.get(&wait).and_then(|w| w.claim.is_some().then(|| w.ids[0]));
             // Taken before the cancel, which would drop it as a failed claim's.
-            let echoed = claimed
-                .and_then(|id| self.clients.get_mut(&client).and_then(|c| c.deferred_redeliveries.remove(&id)));
+            let echoed =
+                claimed.and_then(|id| self.clients.get_mut(&client).and_then(|c| c.deferred_redeliveries.remove(&id)));
             // Drops the references the waiter holds too.
             self.cancel(wait);
             // A consumer that claimed an object before its seal landed and
