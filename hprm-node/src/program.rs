@@ -99,6 +99,8 @@ pub(crate) struct FederateDef {
     /// What a launcher does when its process fails.
     pub restart: crate::manifest::RestartPolicy,
     pub max_restarts: Option<u32>,
+    /// Its priority and CPUs, which it applies as it starts.
+    pub realtime: crate::realtime::Realtime,
 }
 
 /// A connection from an output to an input.
@@ -196,6 +198,7 @@ impl Program {
             reactors: Vec::new(),
             restart: Default::default(),
             max_restarts: None,
+            realtime: Default::default(),
         });
         FederateId(self.federates.len() as u32 - 1)
     }
@@ -213,6 +216,20 @@ impl Program {
             f.restart = crate::manifest::RestartPolicy::OnFailure;
             f.max_restarts = max_restarts;
         }
+    }
+
+    /// Runs `fed`'s reactions at a real-time priority and/or on chosen CPUs
+    /// (see [`realtime`](crate::realtime)); its process applies them as it
+    /// starts, and stops with an error if it may not (unless
+    /// `best_effort`).
+    pub fn realtime(&mut self, fed: FederateId, realtime: crate::realtime::Realtime) -> &mut Program {
+        if let Some(p) = realtime.priority.filter(|p| !(1..=99).contains(p)) {
+            self.problems.push(format!("federate priority {p} is out of range; real-time priorities are 1 to 99"));
+        }
+        if let Some(f) = self.federates.get_mut(fed.index()) {
+            f.realtime = realtime;
+        }
+        self
     }
 
     /// What `out` does when the store has no room for its value or a

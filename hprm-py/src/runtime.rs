@@ -205,6 +205,36 @@ impl NativeProgram {
         Ok(())
     }
 
+    /// `Federate.realtime`: federate `fed`'s priority, policy (`"fifo"`,
+    /// `"rr"`) and CPUs (`"0,2-3"`), applied by its process as it starts.
+    #[pyo3(signature = (fed, priority=None, policy=None, cpus=None, best_effort=false))]
+    fn realtime(
+        &mut self,
+        fed: usize,
+        priority: Option<u8>,
+        policy: Option<&str>,
+        cpus: Option<&str>,
+        best_effort: bool,
+    ) -> PyResult<()> {
+        use hprm_node::realtime::{CpuList, Policy, Realtime};
+        let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
+        if let Some(p) = priority.filter(|p| !(1..=99).contains(p)) {
+            return Err(PyValueError::new_err(format!(
+                "priority {p} is out of range; real-time priorities are 1 (lowest) to 99"
+            )));
+        }
+        if priority.is_none() && cpus.is_none() {
+            return Err(PyValueError::new_err("give a priority (1-99), cpus (\"0,2-3\"), or both"));
+        }
+        if policy.is_some() && priority.is_none() {
+            return Err(PyValueError::new_err("a policy needs a priority (1-99)"));
+        }
+        let policy = policy.map(str::parse::<Policy>).transpose().map_err(PyValueError::new_err)?.unwrap_or_default();
+        let cpus = cpus.map(str::parse::<CpuList>).transpose().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.program()?.realtime(fid, Realtime { priority, policy, cpus, best_effort });
+        Ok(())
+    }
+
     /// A reactor of federate `fed` whose state is the Python `instance`.
     fn reactor(&mut self, fed: usize, name: &str, instance: PyObject) -> PyResult<usize> {
         let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;

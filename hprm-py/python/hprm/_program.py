@@ -125,6 +125,18 @@ class Federate:
         self._program._native.restart_on_failure(self._index, max_restarts)
         return self
 
+    def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Federate:
+        """Runs this federate's reactions at real-time ``priority`` (1-99,
+        SCHED_FIFO, or ``policy="rr"``) and/or on ``cpus`` (``"2"``,
+        ``"0,2-3"``). Its process applies them as it starts, before its
+        threads exist, and then does not busy-poll (a polling real-time
+        thread keeps the threads it waits for off its CPU). Without the
+        right to (root or CAP_SYS_NICE) it stops with an error saying so,
+        unless ``best_effort``: then it warns and runs as a normal process.
+        ``hprm deploy`` writes them into the federate's unit."""
+        self._program._native.realtime(self._index, priority, policy if priority is not None else None, cpus, best_effort)
+        return self
+
     def __getattr__(self, name: str) -> Any:
         for r in self.__dict__.get("reactors", []):
             port = r._port(name)
@@ -190,6 +202,13 @@ class Bank:
             raise ValueError(f"bank {self.name}: restart_on_failure restarts a member's process, but the bank's placement is {self.placement!r}; use placement=\"processes\"")
         for f in self.federates:
             f.restart_on_failure(max_restarts)
+        return self
+
+    def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Bank:
+        """``Federate.realtime`` for the bank's federates (each member's
+        process, or the one federate of a thread bank)."""
+        for f in {id(f): f for f in self.federates}.values():
+            f.realtime(priority, cpus, policy, best_effort)
         return self
 
 
