@@ -7,6 +7,7 @@
 //! run its federates. Each subcommand is a module named after it.
 
 mod check;
+mod dashboard;
 mod deploy;
 mod graph;
 mod launch;
@@ -74,6 +75,10 @@ enum Command {
         /// transfer) to FILE when the program ends; open it in ui.perfetto.dev.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Serve `hprm dashboard` while it runs (`--dashboard`: on 127.0.0.1:9464;
+        /// `--dashboard=ADDR:PORT`).
+        #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:9464")]
+        dashboard: Option<std::net::SocketAddr>,
         /// Arguments for the program.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -111,6 +116,9 @@ enum Command {
     },
     /// List running programs: federates, pids, current tag, lag, messages/s.
     Ps(ps::PsArgs),
+    /// Serve a live page of the programs running on this host, and their
+    /// figures for Prometheus (`/metrics`). Read-only; localhost by default.
+    Dashboard(dashboard::DashboardArgs),
     /// Watch what a running federate sends on a port: echo or hz.
     Topic(topic::TopicArgs),
     /// Ask a running object store.
@@ -168,7 +176,18 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Launch { program, coordination, stp, fast, timeout, log_dir, store_memory, trace, args } => {
+        Command::Launch {
+            program,
+            coordination,
+            stp,
+            fast,
+            timeout,
+            log_dir,
+            store_memory,
+            trace,
+            dashboard,
+            args,
+        } => {
             let coordination = match (coordination, stp) {
                 (Some(CoordinationArg::Centralized), Some(_)) => anyhow::bail!(
                     "--stp applies to decentralized coordination only; drop it or pass --coordination decentralized"
@@ -181,6 +200,9 @@ fn run(cli: Cli) -> Result<i32> {
                 (None, None) => None,
             };
             let source = Source::open(&program, &args)?;
+            if let Some(listen) = dashboard {
+                dashboard::start(listen)?;
+            }
             launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace })
         }
         Command::Check { program, args } => {
@@ -202,6 +224,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Deploy { dir, program, opts, args } => deploy::run(&dir, &program, &args, &opts),
         Command::Store { what, socket, json } => store::run(&what, &socket, json),
         Command::Ps(args) => ps::run(&args),
+        Command::Dashboard(args) => dashboard::run(&args),
         Command::Topic(args) => topic::run(&args),
     }
 }
