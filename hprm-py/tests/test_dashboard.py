@@ -26,10 +26,11 @@ ROOT = HERE.parents[1]
 prometheus = pytest.importorskip("prometheus_client.openmetrics.parser", reason="pip install prometheus_client (the test command does)")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def running(daemons_built):
     """The ticker running (for 60 s of logical time at most) and a dashboard
-    reading its runtime directory; both stopped afterwards."""
+    reading its runtime directory, shared by this module's tests (each only
+    reads); both stopped afterwards."""
     # Short: runtime directories hold Unix sockets, whose paths are bounded
     # (hprm_node::status::runtime_base ignores a longer XDG_RUNTIME_DIR).
     base = tempfile.mkdtemp(prefix="hdash", dir="/tmp")
@@ -158,9 +159,9 @@ def test_it_is_read_only_and_says_what_it_serves(running):
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is needed (the test command installs it as root)")
-def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path):
+def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path_factory):
     url, _ = running
-    shot = ROOT / "docs" / "src" / "dashboard.png" if os.environ.get("HPRM_DASHBOARD_SCREENSHOT") else tmp_path / "dashboard.png"
+    shot = ROOT / "docs" / "src" / "dashboard.png" if os.environ.get("HPRM_DASHBOARD_SCREENSHOT") else tmp_path_factory.mktemp("shot") / "dashboard.png"
 
     def dom():
         r = subprocess.run(
