@@ -60,7 +60,7 @@ pub enum NodeError {
 pub struct PlacementError {
     pub federate: String,
     #[source]
-    pub source: hprm_store::realtime::RealtimeError,
+    pub source: hprm_realtime::RealtimeError,
 }
 
 impl NodeError {

@@ -22,8 +22,8 @@
 //! stops with an error that says what it needs, unless it asked for
 //! `best_effort`, which logs a warning and runs as a normal process.
 
-use hprm_store::realtime::apply_policy;
-pub use hprm_store::realtime::{CpuList, Policy};
+use hprm_realtime::apply_policy;
+pub use hprm_realtime::{CpuList, Policy};
 
 pub use crate::error::PlacementError;
 

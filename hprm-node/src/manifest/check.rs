@@ -249,7 +249,7 @@ impl Manifest {
                     ),
                 );
             }
-            if let Some(Err(e)) = f.cpus.as_deref().map(str::parse::<hprm_store::realtime::CpuList>) {
+            if let Some(Err(e)) = f.cpus.as_deref().map(str::parse::<hprm_realtime::CpuList>) {
                 out.add_at(at, Field::Key("cpus"), format!("federate {}: {e}", f.name));
             }
             if f.best_effort && f.priority.is_none() && f.cpus.is_none() {
@@ -753,11 +753,11 @@ mod tests {
             best_effort,
             ..federate("f", vec![reactor("r", &[], &["o"])])
         };
-        let m = manifest(vec![placed(Some(80), Some(hprm_store::realtime::Policy::Rr), Some("0,2-3"), true)], vec![]);
+        let m = manifest(vec![placed(Some(80), Some(hprm_realtime::Policy::Rr), Some("0,2-3"), true)], vec![]);
         assert_eq!(messages(&m), vec![]);
         for (f, want) in [
             (placed(Some(0), None, None, false), "priority 0 is out of range"),
-            (placed(None, Some(hprm_store::realtime::Policy::Fifo), None, false), "policy is set without a priority"),
+            (placed(None, Some(hprm_realtime::Policy::Fifo), None, false), "policy is set without a priority"),
             (placed(None, None, Some("2-1"), false), "`2-1` is not a CPU list"),
             (placed(None, None, None, true), "best_effort is set, but neither priority nor cpus"),
         ] {

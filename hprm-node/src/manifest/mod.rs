@@ -106,7 +106,7 @@ pub struct FederateSpec {
     pub priority: Option<u8>,
     /// `"fifo"` (default) or `"rr"`, with `priority`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<hprm_store::realtime::Policy>,
+    pub policy: Option<hprm_realtime::Policy>,
     /// The CPUs it runs on: `"2"`, `"2-3"`, `"0,2-3"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,

@@ -1,5 +1,10 @@
-//! Real-time scheduling knobs for HPRM processes: SCHED_FIFO priority and
-//! CPU affinity.
+//! # hprm-realtime: real-time scheduling knobs for HPRM processes
+//!
+//! SCHED_FIFO/RR priority ([`Policy`]) and CPU affinity ([`CpuList`]),
+//! applied by [`apply`]/[`apply_policy`] or refused with a
+//! [`RealtimeError`] that says what right is missing. Used by the daemons
+//! (`hprm-store --realtime-priority`, `hprm-rti --realtime-priority`) and by
+//! federates (`hprm_node::realtime`), so one crate holds these facts.
 //!
 //! On a loaded machine the latency of a small request is dominated not by
 //! work but by preemption: a client or daemon thread that is descheduled for
