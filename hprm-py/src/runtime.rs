@@ -432,9 +432,10 @@ impl NativeProgram {
     /// script with its arguments) or, for the federates named in
     /// `commands`, that command (e.g. a Rust federate binary), with a store
     /// (started with `store_args` besides its socket and memory, e.g.
-    /// `--populate`) and an RTI. Returns the exit code the launcher exits
+    /// `--populate`) and an RTI (with `rti_args`, e.g. `--realtime-priority
+    /// 10`). Returns the exit code the launcher exits
     /// with (`hprm_node::launch::exit_code`) and what went wrong, if anything.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new()))]
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new(), rti_args=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn launch(
         &mut self,
@@ -446,6 +447,7 @@ impl NativeProgram {
         commands: std::collections::HashMap<String, Vec<String>>,
         trace: Option<std::path::PathBuf>,
         store_args: Vec<String>,
+        rti_args: Vec<String>,
     ) -> PyResult<(i32, Option<String>)> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
@@ -465,6 +467,7 @@ impl NativeProgram {
             handle_signals: true,
             trace,
             store_args,
+            rti_args,
             ..hprm_node::launch::Launch::default()
         };
         let name = program.name().to_string();

@@ -474,6 +474,7 @@ class Program:
         commands: dict[str, list[str]] | None = None,
         trace: str | os.PathLike[str] | None = None,
         store_args: list[str] | None = None,
+        rti_args: list[str] | None = None,
     ) -> None:
         """Runs the program: in a launched federate process, its federate;
         otherwise starts a store, an RTI and every federate (this script,
@@ -486,6 +487,8 @@ class Program:
         to this file (also ``HPRM_LAUNCH_TRACE``). ``store_args``: more
         arguments for hprm-store, e.g. ``["--populate"]`` (pre-fault the
         arena and the federates' mappings: no page faults while copying).
+        ``rti_args``: more arguments for hprm-rti, e.g.
+        ``["--realtime-priority", "10"]``.
 
         In a process the launcher started (``HPRM_FEDERATE``, or
         ``HPRM_DESCRIBE`` when ``hprm`` asks for the graph) it exits the
@@ -526,6 +529,7 @@ class Program:
                     commands={k: [str(a) for a in v] for k, v in (commands or {}).items()},
                     trace=None if trace is None else os.path.abspath(trace),
                     store_args=[str(a) for a in (store_args or [])],
+                    rti_args=[str(a) for a in (rti_args or [])],
                 )
         except RuntimeError as e:
             # It never ran: no daemon, or the program or a flag is wrong.
