@@ -67,8 +67,10 @@ hprm-py/install.sh "$PWD/.venv"
 # models (built at test time, random weights) on onnxruntime's CPU provider;
 # the benchmarks' smoke tests draw their plots with matplotlib. hprm-py's
 # torch tests send tensors (on the CPU); PyPI's torch pulls its CUDA
-# libraries too (about 3 GB, a minute to install).
-.venv/bin/pip install -q onnx onnxruntime matplotlib torch
+# libraries too (about 3 GB, a minute to install). hprm.rl's tests
+# (test_rl.py) step Gymnasium's classic environments (gymnasium: pure
+# Python, seconds to install; no Atari, no Ray).
+.venv/bin/pip install -q onnx onnxruntime matplotlib torch gymnasium
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
