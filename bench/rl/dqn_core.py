@@ -70,28 +70,38 @@ class Learner:
 
 
 class Replay:
-    """``hprm.rl.ReplayStorage``'s sampling (capacity-bounded FIFO of whole
-    batches, uniform picks from a seeded generator), for Ray's driver."""
+    """``hprm.rl.ReplayStorage``'s sampling for Ray's driver: transitions
+    appended to chunks of 4096 rows (one copy, as ReplayStorage copies small
+    batches), picked uniformly by arrival position from a seeded generator.
+    Without eviction (the benchmark stays under capacity) the picks, and so
+    the weights, are the same as HPRM's."""
+
+    CHUNK = 4096
 
     def __init__(self, capacity: int, seed: int) -> None:
-        self.capacity, self.rng, self.batches, self.size = capacity, np.random.default_rng(seed), [], 0
+        self.capacity, self.rng, self.chunks, self.size = capacity, np.random.default_rng(seed), [], 0
 
     def add(self, b: dict) -> None:
         kept = {k: v for k, v in b.items() if isinstance(v, np.ndarray)}
         n = len(kept["reward"])
-        while self.size + n > self.capacity:
-            self.size -= len(self.batches.pop(0)["reward"])
-        self.batches.append(kept)
+        if self.size + n > self.capacity:
+            raise ValueError("the benchmark's replay must stay under its capacity (no eviction)")
+        if not self.chunks or self.chunks[-1][1] + n > self.CHUNK:
+            self.chunks.append([{k: np.empty((self.CHUNK, *v.shape[1:]), v.dtype) for k, v in kept.items()}, 0])
+        c = self.chunks[-1]
+        for k, v in kept.items():
+            c[0][k][c[1] : c[1] + n] = v
+        c[1] += n
         self.size += n
 
     def sample(self, n: int) -> dict[str, np.ndarray]:
         picks = self.rng.integers(0, self.size, n)
-        starts = np.cumsum([0] + [len(b["reward"]) for b in self.batches])
+        starts = np.cumsum([0] + [rows for _, rows in self.chunks])
         which = np.searchsorted(starts, picks, side="right") - 1
         offsets = picks - starts[which]
         out: dict[str, np.ndarray] = {}
         for i in np.unique(which):
-            b, mask = self.batches[int(i)], which == i
+            b, mask = self.chunks[int(i)][0], which == i
             for k, v in b.items():
                 if k not in out:
                     out[k] = np.empty((n, *v.shape[1:]), v.dtype)

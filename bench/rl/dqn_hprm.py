@@ -1,6 +1,7 @@
 """Synchronized parallel DQN on Blackjack-v1 with HPRM and hprm.rl: a
 learner broadcasts its weights to a bank of rollout workers, whose batches
-go to a replay buffer, which sends the learner its minibatches; a round is
+go to a replay buffer (in the learner's federate), which sends the learner
+its minibatches; a round is
 one pass around that loop (centralized coordination: the same weights on
 every run).
 
@@ -64,8 +65,11 @@ class Learner(hprm.Reactor):
 
 
 prog = hprm.Program(f"dqn-{ARGS.placement}", coordination="centralized")
-learner = prog.federate("learner", Learner)
-replay = prog.federate("replay", ReplayBuffer, ARGS.workers, batch_size=ARGS.batch, samples=ARGS.per_round, capacity=100_000, memory="256m", seed=7)
+# Replay beside the learner, in its process (as Ray's driver holds both):
+# its minibatches reach the learner by reference.
+lf = prog.federate("learner")
+learner = lf.reactor("learner", Learner)
+replay = lf.reactor("replay", ReplayBuffer, ARGS.workers, batch_size=ARGS.batch, samples=ARGS.per_round, capacity=100_000, memory="256m", seed=7)
 workers = prog.bank("worker", RolloutWorker, ARGS.workers, placement=ARGS.placement, env="Blackjack-v1", policy=dqn_core.policy, steps=ARGS.steps, seed=0)
 prog.connect(learner.weights, workers.weights, broadcast=True)
 prog.connect(workers.batch, replay.batches)

@@ -115,6 +115,27 @@ def test_replay_storage_refuses_under_drop_newest_and_rejects_what_cannot_fit():
         ReplayStorage(memory="64q")
 
 
+def test_replay_storage_samples_by_arrival_position_however_batches_are_cut():
+    rng = np.random.default_rng(0)
+    rows = {"obs": rng.standard_normal((3000, 4)).astype(np.float32), "action": rng.integers(0, 2, 3000), "reward": rng.standard_normal(3000).astype(np.float32)}
+    samples = []
+    for cut in (25, 400, 1500):  # small ones go into chunks, large ones stay whole
+        st = ReplayStorage(capacity=10_000, memory="1m", seed=3, chunk_bytes="16k")
+        for i in range(0, 3000, cut):
+            st.add({k: v[i : i + cut] for k, v in rows.items()})
+        # 28 bytes a row: a 16 KiB chunk holds 585 rows (23 batches of 25).
+        assert len(st) == 3000 and len(st.batches) == {25: 6, 400: 8, 1500: 2}[cut]
+        samples.append(st.sample(512))
+    picks = np.random.default_rng(3).integers(0, 3000, 512)
+    for s in samples:
+        assert all(np.array_equal(s[k], rows[k][picks]) for k in rows)
+    # Evicting whole chunks keeps the count and the bound.
+    st = ReplayStorage(capacity=1000, memory="1m", seed=0, chunk_bytes="4k")
+    for i in range(0, 3000, 25):
+        st.add({k: v[i : i + 25] for k, v in rows.items()})
+    assert len(st) <= 1000 and len(st) + st.losses["evicted"] == 3000
+
+
 class Frames(gymnasium.Env):
     """80x80 frames whose every pixel is the step count since the start
     (mod 251): a stack's frames say which steps they are."""
