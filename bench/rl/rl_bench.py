@@ -134,16 +134,21 @@ def main() -> None:
 
 
 def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict) -> None:
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    stem = f"rl-{date}{'-quick' if ARGS.quick else ''}"
+    out = Path(ARGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # A run of one part (--only) keeps the other part of today's results.
+    earlier = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").exists() else {}
+    if not rates and earlier.get("rates"):
+        rates, errors, skipped = earlier["rates"], {**earlier.get("errors", {}), **errors}, {**earlier.get("skipped", {}), **skipped}
+    if not dqn_runs and earlier.get("dqn"):
+        dqn_runs = earlier["dqn"]
     cores = os.cpu_count() or 1
     summary = {}
-    envs = list(rates)
-    for env in envs:
+    for env in rates:
         med = {s: statistics.median(v) for s, v in rates[env].items() if v}
-        hprm = (
-            max((med[s], s) for s in ("hprm-threads", "hprm-processes") if s in med)
-            if any(s in med for s in ("hprm-threads", "hprm-processes"))
-            else (None, None)
-        )
+        hprm = max(((med[s], s) for s in ("hprm-threads", "hprm-processes") if s in med), default=(None, None))
         row = {"median": med, "best_hprm": hprm[1], "cores": cores}
         if hprm[0] is not None and "ray" in med:
             row["vs_ray"] = hprm[0] / med["ray"]
@@ -151,16 +156,14 @@ def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict) -> None:
             row["limit"] = cores * med["floor"]
             row["of_limit"] = hprm[0] / row["limit"]
         summary[env] = row
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    stem = f"rl-{date}{'-quick' if ARGS.quick else ''}"
-    out = Path(ARGS.out)
-    out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
-    (out / f"{stem}.json").write_text(
-        json.dumps({"rates": rates, "summary": summary, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}, indent=1)
-    )
-    write_md(out / f"{stem}.md", summary, errors, skipped, load, stem)
-    plot(out / f"{stem}.png", summary)
+    result = {"rates": rates, "summary": summary, "dqn": dqn_runs, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    write_md(out / f"{stem}.md", summary, errors, skipped, load, stem, dqn_runs)
+    if summary:
+        plot(out / f"{stem}.png", summary)
+    if dqn_runs:
+        plot_dqn(out / f"{stem}-dqn.png", dqn_runs)
     print(f"wrote {out / stem}.{{json,md,png}}")
 
 
@@ -170,7 +173,7 @@ def verdict(ok: bool) -> str:
 
 def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem: str, dqn_runs: dict) -> None:
     lines = [
-        f"# Parallel RL data collection: HPRM beside Ray ({stem})",
+        f"# Parallel reinforcement learning: HPRM beside Ray ({stem})",
         "",
         f"{ARGS.workers} workers, one environment each (seeds 0..{ARGS.workers - 1}), the same linear policy (Atari: the action space's seeded",
         f"random action), 200 steps a round (Atari {50 if ARGS.quick else 100}, 80x80 grayscale, frameskip 4), warm-up rounds excluded; transitions",
@@ -182,6 +185,8 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
         f"**The machine was loaded**: it is shared with another session compiling Rust (load average at the end {load[0]:.1f},",
         f"{load[1]:.1f}, {load[2]:.1f} on {os.cpu_count()} cores). The systems ran interleaved so they saw the same load; absolute rates are",
         "low and the limit (cores x floor) is the floor's share of a busy machine.",
+        "",
+        "## Data collection",
         "",
         "| environment | floor (1 core) | HPRM threads | HPRM processes | Ray | best HPRM / Ray (target >= 2x) | best HPRM / limit (target >= 90%) |",
         "|---|---|---|---|---|---|---|",
