@@ -7,6 +7,8 @@
 #   NAME: broadcast (workload 3: 1 source -> 4 receivers -> replies, 1 KB-50 MB)
 #         small     (workload 4: ping-pong 8 B-64 KiB, Python; Rust via node-bench)
 #         pipeline  (workload 5: the driving pipeline, bench/pipeline/run.py)
+#         rl        (reinforcement learning beside Ray, bench/rl/rl_bench.py; not in
+#                    the default set: it installs Ray into bench/.venv-ray)
 #   SYSTEMS: baselines to leave out, e.g. --skip ros2_shm,dora
 #   DIR: where the results go (default bench/results)
 #
@@ -30,20 +32,20 @@ install=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick | --full) mode=$1 ;;
-        --only) [ $# -ge 2 ] || { echo "run.sh: --only needs a value: broadcast, small, pipeline (comma-separated)" >&2; exit 2; }; only=$2; shift ;;
+        --only) [ $# -ge 2 ] || { echo "run.sh: --only needs a value: broadcast, small, pipeline, rl (comma-separated)" >&2; exit 2; }; only=$2; shift ;;
         --only=*) only=${1#--only=} ;;
         --skip) [ $# -ge 2 ] || { echo "run.sh: --skip needs a value, e.g. ros2_shm,dora" >&2; exit 2; }; skip=$2; shift ;;
         --skip=*) skip=${1#--skip=} ;;
         --no-install) install=0 ;;
         --out) [ $# -ge 2 ] || { echo "run.sh: --out needs a directory" >&2; exit 2; }; out=$2; shift ;;
         --out=*) out=${1#--out=} ;;
-        -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument '$1'; see bench/run.sh --help" >&2; exit 2 ;;
     esac
     shift
 done
 for w in ${only//,/ }; do
-    case "$w" in broadcast | small | pipeline) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline" >&2; exit 2 ;; esac
+    case "$w" in broadcast | small | pipeline | rl) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline, rl" >&2; exit 2 ;; esac
 done
 has() { [[ ",$only," == *",$1,"* ]]; }
 
@@ -102,6 +104,28 @@ if has pipeline; then
     fi
 fi
 
+if has rl; then
+    # Ray in a venv of its own (its pins are not the SDK's); Gymnasium and
+    # ale-py (the Atari ROMs ship in its wheel) in both.
+    ray_venv="$bench_dir/.venv-ray"
+    if [ "$install" = 1 ]; then
+        step "Ray, Gymnasium and ale-py into $ray_venv; Gymnasium and ale-py into $venv"
+        { [ -x "$ray_venv/bin/python" ] || "$PYTHON" -m venv "$ray_venv"; } &&
+            "$ray_venv/bin/pip" install -q --disable-pip-version-check 'ray[default]' gymnasium numpy ||
+            warn "Ray could not be installed: the RL benchmark runs without it"
+        "$ray_venv/bin/pip" install -q --disable-pip-version-check ale-py && "$py" -m pip install -q --disable-pip-version-check gymnasium ale-py ||
+            warn "ale-py could not be installed: the Atari workloads are skipped"
+        "$py" -m pip install -q --disable-pip-version-check gymnasium
+    fi
+    step "reinforcement learning: bench/rl/rl_bench.py $mode (HPRM, Ray and the floor, interleaved)"
+    rl_args=(--hprm-python "$py" --ray-python "$ray_venv/bin/python" --out "$results")
+    [ "$mode" = --quick ] && rl_args+=(--quick)
+    if ! "$py" "$bench_dir/rl/rl_bench.py" "${rl_args[@]}"; then
+        warn "the RL benchmark failed (see above)"
+        rl_failed=1
+    fi
+fi
+
 node_json=
 if has small; then
     step "Rust federates (workload 4's Rust rows): node-bench $mode --only small,rate"
@@ -122,7 +146,7 @@ if has small; then
     fi
 fi
 
-workloads=$(echo "$only" | tr ',' '\n' | grep -v '^pipeline$' | paste -sd, || true)
+workloads=$(echo "$only" | tr ',' '\n' | grep -v -e '^pipeline$' -e '^rl$' | paste -sd, || true)
 if [ -n "$workloads" ]; then
     step "workloads $workloads: bench/suite/suite.py $mode"
     args=("$mode" --only "$workloads" --out "$results")
@@ -139,4 +163,4 @@ if command -v fastdds >/dev/null; then
     fastdds shm clean >/dev/null 2>&1 || warn "fastdds shm clean failed; leftover fastdds_* segments may remain in /dev/shm"
 fi
 step "done in $((SECONDS - started)) s"
-[ -z "${pipeline_failed:-}" ]
+[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ]

@@ -70,11 +70,13 @@ hprm-py/install.sh "$PWD/.venv"
 # the benchmarks' smoke tests draw their plots with matplotlib. hprm-py's
 # torch tests send tensors (on the CPU); PyPI's torch pulls its CUDA
 # libraries too (about 3 GB, a minute to install). The dashboard's tests
-# parse /metrics with prometheus_client.
-.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client
+# parse /metrics with prometheus_client. hprm.rl's tests (test_rl.py) step
+# Gymnasium's classic environments (gymnasium: pure Python, seconds to
+# install; no Atari, no Ray).
+.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline examples/python/driving 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl examples/python/driving 2>&1 | tee "$pylog"
 
 step "soak, one minute (bench/soak/soak.py): the driving pipeline and the 10 MB broadcast against one store; fails unless memory, fds and the store's use stay bounded"
 soakdir=$(mktemp -d)

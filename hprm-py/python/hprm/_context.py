@@ -18,10 +18,11 @@ if TYPE_CHECKING:
 class Context:
     """What a reaction sees at its tag (valid only during the reaction)."""
 
-    def __init__(self, native: _native.Context, default_output: _OutputRef | None = None, instance: Any = None) -> None:
+    def __init__(self, native: _native.Context, default_output: _OutputRef | None = None, instance: Any = None, deadline_ns: int | None = None) -> None:
         self._n = native
         self._default_output = default_output
         self._instance = instance
+        self._deadline_ns = deadline_ns
 
     @property
     def bank_index(self) -> int:
@@ -54,6 +55,23 @@ class Context:
     def elapsed(self) -> int:
         """Logical time since the start, ns."""
         return self._n.tag()[0] - self._n.start_time()
+
+    @property
+    def deadline(self) -> int | None:
+        """The running reaction's deadline, ns (None when it has none)."""
+        return self._deadline_ns
+
+    @property
+    def slack(self) -> int | None:
+        """How long before the reaction's deadline it is now, ns: the tag's
+        time + the deadline - physical time, the quantity the runtime
+        checks before it runs the body (it runs the deadline handler when
+        this is negative). Read at the end of the body, it is how early the
+        reaction finished, or, negative, by how much it ran past its
+        deadline. None for a reaction without a deadline."""
+        if self._deadline_ns is None:
+            return None
+        return self._n.tag()[0] + self._deadline_ns - self._n.physical_time()
 
     @property
     def federate(self) -> str:
@@ -121,14 +139,14 @@ class Context:
         return array
 
 
-def _invoker(fn: Callable[[Any, Context], Any], instance: Any, outputs: list[int]) -> Callable[[Any, Any], None]:
+def _invoker(fn: Callable[[Any, Context], Any], instance: Any, outputs: list[int], deadline_ns: int | None = None) -> Callable[[Any, Any], None]:
     default_output = _OutputRef(outputs[0]) if len(outputs) == 1 else None
 
     def invoke(_state: Any, native_ctx: Any) -> None:
         for a in instance.__dict__.get("_hprm_physical", []):
             if a._scheduler is None:
                 a._scheduler = native_ctx.physical_scheduler(a._index)
-        ctx = Context(native_ctx, default_output, instance)
+        ctx = Context(native_ctx, default_output, instance, deadline_ns)
         instance.__dict__["_hprm_ctx"] = ctx
         try:
             fn(instance, ctx)

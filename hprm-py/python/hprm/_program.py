@@ -397,9 +397,9 @@ class Program:
                 resolve(rx.triggers, "trigger"),
                 resolve(rx.sources, "source"),
                 effects,
-                _invoker(rx.fn, instance, outputs),
+                _invoker(rx.fn, instance, outputs, rx.deadline_ns),
                 deadline_ns=rx.deadline_ns,
-                deadline_handler=None if rx.on_deadline is None else _invoker(rx.on_deadline, instance, outputs),
+                deadline_handler=None if rx.on_deadline is None else _invoker(rx.on_deadline, instance, outputs, rx.deadline_ns),
                 tardy_handler=None if rx.on_tardy is None else _invoker(rx.on_tardy, instance, outputs),
             )
         return r

@@ -1,0 +1,283 @@
+"""Parallel RL data collection: HPRM (banks as threads and as processes)
+beside Ray and the no-middleware floor, in one run (issue 27's workloads).
+
+    python rl_bench.py [--quick] [--workers N] [--hprm-python PY] [--ray-python PY]
+
+Per environment, every system collects with the same workers (N, one
+environment each, seeds 0..N-1, the same linear policy, the same steps a
+round), warm-up rounds excluded. The systems run interleaved, one after
+another, pass after pass, so a busy moment of the host falls on all of
+them alike. Writes bench/results/rl-DATE[-quick].{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+p = argparse.ArgumentParser()
+p.add_argument("--quick", action="store_true", help="fewer rounds, one pass")
+p.add_argument("--workers", type=int, default=16)
+p.add_argument("--hprm-python", default=str(ROOT / ".venv" / "bin" / "python"))
+p.add_argument("--ray-python", default=str(ROOT / "bench" / ".venv-ray" / "bin" / "python"))
+p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+p.add_argument("--only", default="collect,dqn", help="collect (Gym and Atari data collection), dqn (synchronized parallel DQN), comma-separated")
+ARGS = p.parse_args()
+
+SYSTEMS = ["floor", "hprm-threads", "hprm-processes", "ray"]
+GYM = ["CartPole-v1", "Pendulum-v1", "Blackjack-v1"]
+ATARI = ["ALE/Pong-v5", "ALE/MsPacman-v5", "ALE/SpaceInvaders-v5"]
+PASSES = 1 if ARGS.quick else 2
+
+
+def has_module(python: str, module: str) -> bool:
+    return Path(python).exists() and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def run(system: str, env: str) -> dict:
+    atari = env.startswith("ALE/")
+    steps = (50 if ARGS.quick else 100) if atari else 200
+    rounds = (2 if atari else 5) if ARGS.quick else (6 if atari else 15)
+    warmup = 1 if atari else 2
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        common = ["--env", env, "--workers", str(ARGS.workers), "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup), "--out", str(out)]
+        if system == "ray":
+            cmd = [ARGS.ray_python, str(HERE / "rl_ray.py"), *common]
+        elif system == "floor":
+            cmd = [ARGS.hprm_python, str(HERE / "rl_floor.py"), *common]
+        else:
+            cmd = [ARGS.hprm_python, str(HERE / "rl_hprm.py"), "--placement", system.split("-")[1], *common]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
+        if not out.exists():
+            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
+        return json.loads(out.read_text())
+
+
+DQN_SYSTEMS = ["hprm-threads", "hprm-processes", "ray"]
+
+
+def run_dqn(system: str, batch: int) -> dict:
+    updates = 200 if ARGS.quick else 600
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        common = ["--workers", str(ARGS.workers), "--steps", "16", "--batch", str(batch), "--updates", str(updates), "--per-round", "4", "--out", str(out)]
+        if system == "ray":
+            cmd = [ARGS.ray_python, str(HERE / "dqn_ray.py"), *common]
+        else:
+            cmd = [ARGS.hprm_python, str(HERE / "dqn_hprm.py"), "--placement", system.split("-")[1], *common]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
+        if not out.exists():
+            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
+        return json.loads(out.read_text())
+
+
+def dqn() -> dict:
+    systems = [s for s in DQN_SYSTEMS if s != "ray" or has_module(ARGS.ray_python, "ray")]
+    batches = [500] if ARGS.quick else [250, 2000]
+    runs: dict[str, dict[str, list[dict]]] = {str(b): {s: [] for s in systems} for b in batches}
+    total, k = PASSES * len(batches) * len(systems), 0
+    for _ in range(PASSES):
+        for b in batches:
+            for s in systems:
+                k += 1
+                got = run_dqn(s, b)
+                if "error" in got:
+                    print(f"[dqn {k}/{total}] batch {b} {s}: FAILED {got['error'][-200:]}", flush=True)
+                    continue
+                runs[str(b)][s].append(got)
+                print(f"[dqn {k}/{total}] batch {b} {s}: {got['updates']} updates in {got['seconds']:.1f} s, digest {got['digest'][:12]}", flush=True)
+    return runs
+
+
+def main() -> None:
+    only = set(ARGS.only.split(","))
+    dqn_runs = dqn() if "dqn" in only else {}
+    if "collect" not in only:
+        finish({}, {}, {}, dqn_runs)
+        return
+    envs = list(GYM)
+    skipped = {}
+    if has_module(ARGS.hprm_python, "ale_py") and has_module(ARGS.ray_python, "ale_py"):
+        envs += ATARI
+    else:
+        skipped["atari"] = "ale-py is not installed in both venvs"
+    systems = [s for s in SYSTEMS if s != "ray" or has_module(ARGS.ray_python, "ray")]
+    if "ray" not in systems:
+        skipped["ray"] = f"no Ray at {ARGS.ray_python}"
+    rates: dict[str, dict[str, list[float]]] = {e: {s: [] for s in systems} for e in envs}
+    errors: dict[str, str] = {}
+    total, k, t_start = PASSES * len(envs) * len(systems), 0, time.monotonic()
+    for _ in range(PASSES):
+        for env in envs:
+            for s in systems:
+                k += 1
+                t = time.monotonic()
+                got = run(s, env)
+                if "error" in got:
+                    errors[f"{env} {s}"] = got["error"]
+                    print(f"[{k}/{total}] {env} {s}: FAILED {got['error'][-200:]}", flush=True)
+                    continue
+                rates[env][s].append(got["rate"])
+                print(f"[{k}/{total}] {env} {s}: {got['rate']:,.0f}/s ({time.monotonic() - t:.0f} s; {time.monotonic() - t_start:.0f} s so far)", flush=True)
+    finish(rates, errors, skipped, dqn_runs)
+
+
+def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict) -> None:
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    stem = f"rl-{date}{'-quick' if ARGS.quick else ''}"
+    out = Path(ARGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # A run of one part (--only) keeps the other part of today's results.
+    earlier = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").exists() else {}
+    if not rates and earlier.get("rates"):
+        rates, errors, skipped = earlier["rates"], {**earlier.get("errors", {}), **errors}, {**earlier.get("skipped", {}), **skipped}
+    if not dqn_runs and earlier.get("dqn"):
+        dqn_runs = earlier["dqn"]
+    cores = os.cpu_count() or 1
+    summary = {}
+    for env in rates:
+        med = {s: statistics.median(v) for s, v in rates[env].items() if v}
+        hprm = max(((med[s], s) for s in ("hprm-threads", "hprm-processes") if s in med), default=(None, None))
+        row = {"median": med, "best_hprm": hprm[1], "cores": cores}
+        if hprm[0] is not None and "ray" in med:
+            row["vs_ray"] = hprm[0] / med["ray"]
+        if hprm[0] is not None and "floor" in med:
+            row["limit"] = cores * med["floor"]
+            row["of_limit"] = hprm[0] / row["limit"]
+        summary[env] = row
+    load = os.getloadavg()
+    result = {"rates": rates, "summary": summary, "dqn": dqn_runs, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    write_md(out / f"{stem}.md", summary, errors, skipped, load, stem, dqn_runs)
+    if summary:
+        plot(out / f"{stem}.png", summary)
+    if dqn_runs:
+        plot_dqn(out / f"{stem}-dqn.png", dqn_runs)
+    print(f"wrote {out / stem}.{{json,md,png}}")
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem: str, dqn_runs: dict) -> None:
+    lines = [
+        f"# Parallel reinforcement learning: HPRM beside Ray ({stem})",
+        "",
+        f"{ARGS.workers} workers, one environment each (seeds 0..{ARGS.workers - 1}), the same linear policy (Atari: the action space's seeded",
+        f"random action), 200 steps a round (Atari {50 if ARGS.quick else 100}, 80x80 grayscale, frameskip 4), warm-up rounds excluded; transitions",
+        "(Atari: observations) per second, median of the",
+        f"passes ({PASSES}). Floor: the same collection in one process without middleware (one core); the machine's limit is",
+        f"{os.cpu_count()} cores x floor. HPRM: `hprm.rl.RolloutWorker` banks driven by a weights broadcast; Ray: one actor per worker,",
+        "`ray.put` weights, `ray.wait` gathering (`bench/rl/`).",
+        "",
+        f"**The machine was loaded**: it is shared with another session compiling Rust (load average at the end {load[0]:.1f},",
+        f"{load[1]:.1f}, {load[2]:.1f} on {os.cpu_count()} cores). The systems ran interleaved so they saw the same load; absolute rates are",
+        "low and the limit (cores x floor) is the floor's share of a busy machine.",
+        "",
+        "## Data collection",
+        "",
+        "| environment | floor (1 core) | HPRM threads | HPRM processes | Ray | best HPRM / Ray (target >= 2x) | best HPRM / limit (target >= 90%) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for env, row in summary.items():
+        m = row["median"]
+        f = {s: f"{m[s]:,.0f}" if s in m else "—" for s in SYSTEMS}
+
+        vr = f"{row['vs_ray']:.2f}x: {verdict(row['vs_ray'] >= 2)}" if "vs_ray" in row else "—"
+        ol = f"{100 * row['of_limit']:.0f}%: {verdict(row['of_limit'] >= 0.9)}" if "of_limit" in row else "—"
+        lines.append(f"| {env} | {f['floor']} | {f['hprm-threads']} | {f['hprm-processes']} | {f['ray']} | {vr} | {ol} |")
+    if dqn_runs:
+        lines += [
+            "",
+            "## Synchronized parallel DQN, Blackjack-v1",
+            "",
+            f"{ARGS.workers} rollout workers (16 steps a round each), replay, and a numpy MLP learner (64 hidden units, 4 updates a round);",
+            "the same algorithm, seeds and sampling in both systems (`bench/rl/dqn_core.py`). Time from the first round to the last update,",
+            "median of the passes; target: HPRM's best placement takes >= 31% less time than Ray.",
+            "",
+            "| batch | HPRM threads (s) | HPRM processes (s) | Ray (s) | time saved vs Ray | target | weights equal |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for b, by in dqn_runs.items():
+            med = {s: statistics.median(r["seconds"] for r in v) for s, v in by.items() if v}
+            digests = {r["digest"] for v in by.values() for r in v}
+            h = min((med[s] for s in ("hprm-threads", "hprm-processes") if s in med), default=None)
+            saved = f"{100 * (1 - h / med['ray']):.0f}%" if h is not None and "ray" in med else "—"
+            ok = verdict(h is not None and "ray" in med and h <= 0.69 * med["ray"]) if "ray" in med else "—"
+
+            def cell(s, med=med):
+                return f"{med[s]:.1f}" if s in med else "—"
+
+            lines.append(f"| {b} | {cell('hprm-threads')} | {cell('hprm-processes')} | {cell('ray')} | {saved} | {ok} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} |")
+        lines += ["", f"Learning curves: `{stem}-dqn.png` (mean episode return a round against updates; the systems' curves coincide)."]
+    for k, v in skipped.items():
+        lines += ["", f"Skipped {k}: {v}."]
+    for k, v in errors.items():
+        lines += ["", f"Failed {k}: `{v[-300:]}`"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def plot(path: Path, summary: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    envs = list(summary)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.2
+    for i, s in enumerate(SYSTEMS):
+        vals = [summary[e]["median"].get(s, 0) for e in envs]
+        ax.bar([x + i * width for x in range(len(envs))], vals, width, label=s)
+    ax.set_xticks([x + 1.5 * width for x in range(len(envs))], [e.replace("ALE/", "").replace("-v5", "").replace("-v1", "") for e in envs])
+    ax.set_ylabel("transitions / s")
+    ax.set_yscale("log")
+    ax.set_title(f"RL data collection, {ARGS.workers} workers (loaded 2-core machine)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def plot_dqn(path: Path, runs: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
+    for ax, (b, by) in zip(axes[0], runs.items()):
+        for s, v in by.items():
+            if not v:
+                continue
+            c = np.array(v[0]["curve"])
+            # Blackjack's returns are -1, 0, 1 an episode: smooth over 10 rounds.
+            k = min(10, len(c))
+            smooth = np.convolve(c[:, 1], np.ones(k) / k, mode="valid")
+            ax.plot(c[k - 1 :, 0], smooth, label=f"{s} ({statistics.median(r['seconds'] for r in v):.1f} s)", linestyle="--" if s == "ray" else "-")
+        ax.set_xlabel("updates")
+        ax.set_ylabel("mean episode return (10-round average)")
+        ax.set_title(f"DQN on Blackjack-v1, batch {b}")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

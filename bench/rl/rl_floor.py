@@ -1,0 +1,39 @@
+"""The floor: the same workers' collection in one process, one after
+another, with no middleware; its rate is what one core does, so the
+machine's limit is cores x this rate.
+
+    python rl_floor.py --env ENV --workers N --steps S --rounds R --warmup W --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import collect  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("--env", required=True)
+p.add_argument("--workers", type=int, default=16)
+p.add_argument("--steps", type=int, default=200)
+p.add_argument("--rounds", type=int, default=10)
+p.add_argument("--warmup", type=int, default=2)
+p.add_argument("--out", required=True)
+ARGS = p.parse_args()
+
+workers = [collect.Collector(ARGS.env, i, ARGS.steps) for i in range(ARGS.workers)]
+params = collect.initial_weights(ARGS.env)
+n, t0 = 0, time.perf_counter()
+for r in range(ARGS.warmup + ARGS.rounds):
+    if r == ARGS.warmup:
+        n, t0 = 0, time.perf_counter()
+    for w in workers:
+        w.params = params
+        n += len(w.collect()["reward"])
+dt = time.perf_counter() - t0
+Path(ARGS.out).write_text(json.dumps({"transitions": n, "seconds": dt, "rate": n / dt}))
