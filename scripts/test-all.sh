@@ -76,7 +76,7 @@ hprm-py/install.sh "$PWD/.venv"
 .venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl examples/python/driving 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl examples/rl examples/python/driving 2>&1 | tee "$pylog"
 
 step "soak, one minute (bench/soak/soak.py): the driving pipeline and the 10 MB broadcast against one store; fails unless memory, fds and the store's use stay bounded"
 soakdir=$(mktemp -d)
