@@ -74,6 +74,10 @@ enum Command {
         /// transfer) to FILE when the program ends; open it in ui.perfetto.dev.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// In a program with hosts ([[host]]): start this host's share (its
+        /// store, its hprm-link, its federates, and the RTI if it holds it).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
         /// Arguments for the program.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -168,7 +172,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Launch { program, coordination, stp, fast, timeout, log_dir, store_memory, trace, args } => {
+        Command::Launch { program, coordination, stp, fast, timeout, log_dir, store_memory, trace, host, args } => {
             let coordination = match (coordination, stp) {
                 (Some(CoordinationArg::Centralized), Some(_)) => anyhow::bail!(
                     "--stp applies to decentralized coordination only; drop it or pass --coordination decentralized"
@@ -181,7 +185,7 @@ fn run(cli: Cli) -> Result<i32> {
                 (None, None) => None,
             };
             let source = Source::open(&program, &args)?;
-            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace })
+            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host })
         }
         Command::Check { program, args } => {
             let source = Source::open(&program, &args)?;

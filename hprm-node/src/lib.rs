@@ -66,6 +66,7 @@ mod clock;
 mod context;
 mod error;
 mod federate;
+pub mod hosts;
 mod ids;
 mod inbox;
 pub mod launch;

@@ -346,9 +346,7 @@ fn a_watch_lets_its_connection_go_with_the_client() {
     let watched = d.light_client();
     watched.watch_close(|why| panic!("the daemon is alive, yet the watch said: {why}")).unwrap();
     // The readiness probe of `Daemon::start` may not have been seen leaving yet.
-    eventually(Duration::from_secs(10), "the daemon counts the two clients", || {
-        observer.stats().unwrap().clients == 2
-    });
+    eventually(Duration::from_secs(10), "the daemon counts the two clients", || observer.stats().unwrap().clients == 2);
     drop(watched);
     // The watch's duplicate of the socket closes too: the daemon sees the client leave.
     eventually(Duration::from_secs(10), "the daemon sees the watched client leave", || {

@@ -61,6 +61,9 @@ impl Program {
             threshold: Some(self.threshold as u64),
             timeout: self.timeout.map(format_duration),
             store_memory: None,
+            hosts: Vec::new(),
+            rti_host: None,
+            rti_port: None,
             federates,
             connections,
         }
