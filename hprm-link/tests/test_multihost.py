@@ -169,6 +169,42 @@ def test_a_program_across_two_hosts_gives_the_values_bit_exact_and_the_one_host_
         assert not pids, f"processes left in host {host}'s namespace: {pids}"
 
 
+def test_a_python_program_names_its_hosts_too(hosts, tmp_path):
+    hprm = _hprm()
+    prefix, a, b = hosts
+    for f in ("reactors.py", "values.py"):
+        shutil.copy(PROGRAM / f, tmp_path / f)
+    env = _env()
+
+    def launch(host):
+        cmd = [hprm, "launch", "--host", host, str(tmp_path / "values.py"), a, b]
+        return subprocess.Popen(
+            ["ip", "netns", "exec", f"{prefix}-{host}", *cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+
+    procs = {"b": launch("b"), "a": launch("a")}
+    outs = {}
+    try:
+        for host, p in procs.items():
+            outs[host], _ = p.communicate(timeout=WITHIN)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for host, p in procs.items():
+        assert p.returncode == 0, f"host {host}'s share failed ({p.returncode}):\n{outs[host]}"
+    expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
+    for name, host in [("left", "b"), ("right", "b"), ("near", "a")]:
+        got = [line.split("sha=")[1] for line in _trace(outs[host]) if f"RECV {name} " in line]
+        assert sorted(got) == sorted(expected), f"{name} on host {host}:\n{outs[host]}"
+
+
 def test_launching_a_program_with_hosts_without_host_says_how(tmp_path):
     hprm = _hprm()
     multi, _ = _manifest(tmp_path, "10.1.0.1", "10.1.0.2")

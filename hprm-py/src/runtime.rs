@@ -205,6 +205,27 @@ impl NativeProgram {
         Ok(())
     }
 
+    /// `Program.host`: a host of a program that spans several.
+    #[pyo3(signature = (name, address, link=None))]
+    fn host(&mut self, name: &str, address: &str, link: Option<String>) -> PyResult<()> {
+        self.program()?.host(name, address, link);
+        Ok(())
+    }
+
+    /// `Federate.on`: federate `fed` runs on host `host`.
+    fn run_on(&mut self, fed: usize, host: &str) -> PyResult<()> {
+        let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
+        self.program()?.run_on(fid, host);
+        Ok(())
+    }
+
+    /// `Program.rti_on`: the RTI's host, and its port there.
+    #[pyo3(signature = (host, port=None))]
+    fn rti_on(&mut self, host: &str, port: Option<u16>) -> PyResult<()> {
+        self.program()?.rti_on(host, port);
+        Ok(())
+    }
+
     /// A reactor of federate `fed` whose state is the Python `instance`.
     fn reactor(&mut self, fed: usize, name: &str, instance: PyObject) -> PyResult<usize> {
         let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
@@ -404,7 +425,7 @@ impl NativeProgram {
     /// (started with `store_args` besides its socket and memory, e.g.
     /// `--populate`) and an RTI. Returns the exit code the launcher exits
     /// with (`hprm_node::launch::exit_code`) and what went wrong, if anything.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new()))]
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new(), host=None))]
     #[allow(clippy::too_many_arguments)]
     fn launch(
         &mut self,
@@ -416,6 +437,7 @@ impl NativeProgram {
         commands: std::collections::HashMap<String, Vec<String>>,
         trace: Option<std::path::PathBuf>,
         store_args: Vec<String>,
+        host: Option<String>,
     ) -> PyResult<(i32, Option<String>)> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
@@ -435,6 +457,7 @@ impl NativeProgram {
             handle_signals: true,
             trace,
             store_args,
+            host,
             ..hprm_node::launch::Launch::default()
         };
         let name = program.name().to_string();

@@ -786,7 +786,9 @@ mod tests {
             vec![conn("cam.frame", "det.frame", None)],
         );
         m.federates[0].host = Some("a".into());
-        assert!(messages(&m).iter().any(|(_, msg)| msg.contains("names host \"a\", but the program has no [[host]] tables")));
+        assert!(messages(&m)
+            .iter()
+            .any(|(_, msg)| msg.contains("names host \"a\", but the program has no [[host]] tables")));
         m.hosts = vec![host("a", "10.0.0.1"), host("b", "10.0.0.2")];
         m.federates[1].host = Some("b".into());
         assert_eq!(messages(&m), Vec::new());
