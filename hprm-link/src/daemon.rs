@@ -272,17 +272,20 @@ impl Link {
     }
 
     async fn try_push(&self, id: ObjectId, host: &str, receivers: u32) -> Result<(), String> {
+        // Taken first, whatever happens next: releasing it (when `object`
+        // drops, on every path) settles the delivery counted for `host`, so
+        // a failed push leaves the home object pinned by nothing of ours.
+        let store = self.inner.store.clone();
+        let object: Object = tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("it is not in this host's store: {e}"))?;
         if let Some(Peer::Refused(why)) = lock(&self.inner.peers).get(host) {
             return Err(why.clone());
         }
         if host == self.inner.cfg.host {
             return Err("a push request names this host itself; its receivers read the object here".into());
         }
-        let store = self.inner.store.clone();
-        let object: Object = tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("it is not in this host's store: {e}"))?;
         let mut header = Header {
             kind: Kind::Announce,
             id,

@@ -27,7 +27,9 @@
 //!    it, and each one's release settles its delivery.
 //! 4. On the reply, the sending link releases its reference: that settles
 //!    the delivery the sender counted for that host. So the home object
-//!    stays pinned until every remote host holds its copy.
+//!    stays pinned until every remote host holds its copy. A push that
+//!    fails (a refused or silent host) is logged with the object and host
+//!    and releases its reference too: nothing waits on that host's copy.
 //!
 //! Duplicates cost no transfer: a host that already has the id (an echo
 //! of a value back to its home host, a second push) adds the deliveries to

@@ -212,3 +212,45 @@ fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
     );
     assert!(last(&a_log).contains("pushed=2") && last(&a_log).contains("duplicates=1"), "{}", last(&a_log));
 }
+
+/// A Zenoh peer answering for host `b` as a link of another protocol
+/// version would (what a host running another HPRM release looks like).
+/// It also answers pushes, so that a refused push is the link's doing.
+async fn future_link(port: u16) -> zenoh::Session {
+    let mut c = zenoh::Config::default();
+    for (k, v) in [
+        ("mode", "\"peer\"".to_string()),
+        ("listen/endpoints", format!("[\"tcp/127.0.0.1:{port}\"]")),
+        ("scouting/multicast/enabled", "false".into()),
+    ] {
+        c.insert_json5(k, &v).expect("config");
+    }
+    let s = zenoh::open(c).await.expect("open a Zenoh session");
+    for key in [hprm_link::wire::hello_key("b"), hprm_link::wire::push_key("b")] {
+        let q = s.declare_queryable(key).await.expect("declare");
+        tokio::spawn(async move {
+            while let Ok(query) = q.recv_async().await {
+                let _ = query.reply(query.key_expr().clone(), [hprm_link::wire::LINK_VERSION + 98, b'b']).await;
+            }
+        });
+    }
+    s
+}
+
+#[test]
+fn a_host_of_another_protocol_version_is_refused_by_name() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let pb = free_port();
+    let _peer = rt.block_on(future_link(pb));
+    let a = Host::start("a", free_port(), ("b", pb));
+    let want =
+        format!("refusing host b: host b's hprm-link speaks link protocol {}", hprm_link::wire::LINK_VERSION + 98);
+    eventually("a refuses b", || a.log().contains(&want));
+    assert!(a.log().contains("run the same HPRM release on every host"), "{}", a.log());
+    let sa = a.store();
+    let id = put(&sa, &[7u8; 100_000], 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    eventually("the push to b fails, saying why", || a.log().contains(&format!("object {id} did not reach host b")));
+    eventually("and settles b's delivery", || pending(&sa, id).is_none());
+    assert!(a.log().contains("hprm-link ready"));
+}
