@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A camera -> detector program across two hosts, here two network
 # namespaces of this machine joined by a veth pair (as root, after the
-# README's build: `hprm` and `hprm-link` on PATH). Each host runs its own
+# README's build and hprm-py/install.sh; builds hprm-link if it is not on PATH). Each host runs its own
 # store, hprm-link and federate; frames cross between the stores over Zenoh.
 # Every frame's checksum is verified on the receiving host. Ends with one line
 #   multihost: frames=N mismatched=0 p50_ms=X p99_ms=Y
@@ -14,10 +14,19 @@ if ! why=$("$netns" check); then
   echo "multihost: cannot make network namespaces: $why" >&2
   exit 1
 fi
+# hprm with the Python SDK: on PATH, else the venv hprm-py/install.sh makes.
+command -v hprm >/dev/null || PATH="$root/.venv/bin:$PATH"
+command -v hprm >/dev/null || { echo "multihost: no hprm command: install the SDK first (hprm-py/install.sh, see README.md)" >&2; exit 1; }
+# hprm-link: on PATH, in HPRM_LINK_BIN_DIR, or built here (its own Cargo project: Zenoh).
 [ -n "${HPRM_LINK_BIN_DIR:-}" ] && PATH="$PATH:$HPRM_LINK_BIN_DIR"
-for bin in hprm hprm-link; do
-  command -v "$bin" >/dev/null || { echo "multihost: no $bin on PATH; build it first (see README.md)" >&2; exit 1; }
-done
+if ! command -v hprm-link >/dev/null; then
+  target="${CARGO_TARGET_DIR:-$root/hprm-link/target}"
+  if [ ! -x "$target/release/hprm-link" ]; then
+    echo "multihost: building hprm-link (cargo build --release --manifest-path hprm-link/Cargo.toml; a few minutes the first time)" >&2
+    cargo build --locked --release --quiet --manifest-path "$root/hprm-link/Cargo.toml" >&2
+  fi
+  PATH="$PATH:$target/release"
+fi
 hprm=$(command -v hprm)
 
 prefix="hmx$(( $$ % 100000 ))"
