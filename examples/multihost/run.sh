@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 "$netns" up "$prefix" "$subnet"
 cp "$here/camera.py" "$work/"
-sed -e "s/@A@/$subnet.1/g" -e "s/@B@/$subnet.2/g" "$here/multihost.toml" >"$work/multihost.toml"
+sed -e "s/10\.0\.0\.1/$subnet.1/g" -e "s/10\.0\.0\.2/$subnet.2/g" "$here/multihost.toml" >"$work/multihost.toml"
 
 ip netns exec "$prefix-b" "$hprm" launch --host planning "$work/multihost.toml" >"$work/planning.log" 2>&1 &
 planning=$!
