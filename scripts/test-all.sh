@@ -27,13 +27,15 @@ timings() {
 # Graphviz's dot: hprm graph renders SVG/PNG with it. systemd-analyze (Debian
 # package systemd): the deploy tests verify the generated units with it.
 # libclang: r2r (the ROS 2 bridge) generates its bindings with bindgen.
+# chromium: the dashboard's page is checked in a real headless browser.
 # iproute2 (`ip`): the several-hosts tests make network namespaces with it.
-step "system packages the tests use: graphviz, systemd (for systemd-analyze), libclang-dev, iproute2"
+step "system packages the tests use: graphviz, systemd (for systemd-analyze), libclang-dev, chromium, iproute2"
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 command -v dot >/dev/null || missing+=(graphviz)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || missing+=(libclang-dev)
+command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and run again" >&2
@@ -69,8 +71,9 @@ hprm-py/install.sh "$PWD/.venv"
 # models (built at test time, random weights) on onnxruntime's CPU provider;
 # the benchmarks' smoke tests draw their plots with matplotlib. hprm-py's
 # torch tests send tensors (on the CPU); PyPI's torch pulls its CUDA
-# libraries too (about 3 GB, a minute to install).
-.venv/bin/pip install -q onnx onnxruntime matplotlib torch
+# libraries too (about 3 GB, a minute to install). The dashboard's tests
+# parse /metrics with prometheus_client.
+.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline examples/python/driving 2>&1 | tee "$pylog"

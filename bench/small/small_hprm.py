@@ -16,7 +16,13 @@ import time
 import hprm
 from small_common import ECHO_TIMEOUT_S, Samples, parse_args, payloads, schedule, write_result
 
-ARGS = parse_args(extra=lambda p: p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True))
+def _extra(p):
+    p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True)
+    p.add_argument("--priority", type=int, help="run both federates, the store and the RTI at this SCHED_FIFO priority (bench/realtime)")
+    p.add_argument("--cpus", help="with --priority: ping's CPUs and pong's, as PING/PONG, e.g. 0/1")
+
+
+ARGS = parse_args(extra=_extra)
 PLAN = schedule(ARGS)
 
 
@@ -81,6 +87,11 @@ ping = prog.federate("ping", Ping)
 pong = prog.federate("pong", Pong)
 prog.connect(ping.out, pong.inp)
 prog.connect(pong.back, ping.back, after="0ms")
+if ARGS.priority:
+    cpus = ARGS.cpus.split("/") if ARGS.cpus else [None, None]
+    ping.realtime(priority=ARGS.priority, cpus=cpus[0])
+    pong.realtime(priority=ARGS.priority, cpus=cpus[1])
 
 if __name__ == "__main__":
-    prog.launch(fast=True, timeout=f"{int(60 + ECHO_TIMEOUT_S * 10)}s")
+    placed = ["--realtime-priority", str(ARGS.priority)] if ARGS.priority else None
+    prog.launch(fast=True, timeout=f"{int(60 + ECHO_TIMEOUT_S * 10)}s", store_args=placed, rti_args=placed)

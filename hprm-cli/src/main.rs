@@ -7,6 +7,7 @@
 //! run its federates. Each subcommand is a module named after it.
 
 mod check;
+mod dashboard;
 mod deploy;
 mod graph;
 mod launch;
@@ -78,6 +79,10 @@ enum Command {
         /// store, its hprm-link, its federates, and the RTI if it holds it).
         #[arg(long, value_name = "NAME")]
         host: Option<String>,
+        /// Serve `hprm dashboard` while it runs (`--dashboard`: on 127.0.0.1:9464;
+        /// `--dashboard=ADDR:PORT`).
+        #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:9464")]
+        dashboard: Option<std::net::SocketAddr>,
         /// Arguments for the program.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -115,6 +120,9 @@ enum Command {
     },
     /// List running programs: federates, pids, current tag, lag, messages/s.
     Ps(ps::PsArgs),
+    /// Serve a live page of the programs running on this host, and their
+    /// figures for Prometheus (`/metrics`). Read-only; localhost by default.
+    Dashboard(dashboard::DashboardArgs),
     /// Watch what a running federate sends on a port: echo or hz.
     Topic(topic::TopicArgs),
     /// Ask a running object store.
@@ -172,7 +180,19 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Launch { program, coordination, stp, fast, timeout, log_dir, store_memory, trace, host, args } => {
+        Command::Launch {
+            program,
+            coordination,
+            stp,
+            fast,
+            timeout,
+            log_dir,
+            store_memory,
+            trace,
+            dashboard,
+            host,
+            args,
+        } => {
             let coordination = match (coordination, stp) {
                 (Some(CoordinationArg::Centralized), Some(_)) => anyhow::bail!(
                     "--stp applies to decentralized coordination only; drop it or pass --coordination decentralized"
@@ -185,6 +205,9 @@ fn run(cli: Cli) -> Result<i32> {
                 (None, None) => None,
             };
             let source = Source::open(&program, &args)?;
+            if let Some(listen) = dashboard {
+                dashboard::start(listen)?;
+            }
             launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host })
         }
         Command::Check { program, args } => {
@@ -206,6 +229,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Deploy { dir, program, opts, args } => deploy::run(&dir, &program, &args, &opts),
         Command::Store { what, socket, json } => store::run(&what, &socket, json),
         Command::Ps(args) => ps::run(&args),
+        Command::Dashboard(args) => dashboard::run(&args),
         Command::Topic(args) => topic::run(&args),
     }
 }

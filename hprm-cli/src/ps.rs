@@ -40,7 +40,7 @@ pub fn run(args: &PsArgs) -> anyhow::Result<i32> {
 }
 
 /// The system clock in ns since the epoch (the clock status files use).
-fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))

@@ -299,6 +299,15 @@ pub fn systemd(
             paths.push(dir);
         }
         let _ = writeln!(drop_in, "Restart={restart}");
+        if let Some(priority) = f.priority {
+            // systemd sets these before it drops the unit's rights; the
+            // federate, finding them in force, leaves them as they are.
+            let policy = f.policy.unwrap_or_default().name();
+            let _ = writeln!(drop_in, "CPUSchedulingPolicy={policy}\nCPUSchedulingPriority={priority}");
+        }
+        if let Some(cpus) = &f.cpus {
+            let _ = writeln!(drop_in, "CPUAffinity={cpus}");
+        }
         if let Some((bank, _)) = member {
             // Every member runs the same command: its env file names it.
             if !bank_templates.iter().any(|b| b == bank) {
@@ -505,6 +514,24 @@ mod tests {
         assert!(wants.contains("Wants=hprm-rollout@2.service"), "{wants}");
         // No per-member drop-ins: the template is the members' unit.
         assert!(!d.files.iter().any(|f| f.path.to_string_lossy().contains("hprm-rollout@0.service.d")));
+    }
+
+    #[test]
+    fn a_federate_with_a_priority_and_cpus_gets_them_from_systemd() {
+        let mut m = manifest();
+        let mut control = fed("control", RestartPolicy::Stop, None);
+        control.priority = Some(80);
+        control.policy = Some(hprm_node::realtime::Policy::Rr);
+        control.cpus = Some("2-3".into());
+        m.federates = vec![control, fed("planner", RestartPolicy::Stop, None)];
+        let d = systemd(&m, &command, &SystemdOptions::default()).unwrap();
+        let unit = |f: &str| {
+            let path = format!("etc/systemd/system/hprm-federate@my\\x2drobot-{f}.service.d/hprm-deploy.conf");
+            d.files.iter().find(|x| x.path == Path::new(&path)).map(|x| x.contents.clone()).expect(&path)
+        };
+        let control = unit("control");
+        assert!(control.contains("CPUSchedulingPolicy=rr\nCPUSchedulingPriority=80\nCPUAffinity=2-3\n"), "{control}");
+        assert!(!unit("planner").contains("CPUScheduling"));
     }
 
     fn command(name: &str) -> Command {

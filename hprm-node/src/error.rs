@@ -49,6 +49,18 @@ pub enum NodeError {
     Io { context: String, source: std::io::Error },
     #[error("{0}")]
     Launch(String),
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+}
+
+/// A federate could not take its real-time placement
+/// ([`Realtime`](crate::realtime::Realtime)).
+#[derive(Debug, thiserror::Error)]
+#[error("federate {federate}: {source}; or let it run without (best_effort = true in the manifest, best_effort=True in Python)")]
+pub struct PlacementError {
+    pub federate: String,
+    #[source]
+    pub source: hprm_realtime::RealtimeError,
 }
 
 impl NodeError {

@@ -97,6 +97,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         program: program.name.clone(),
         known: program.federate_names().join(", "),
     })?;
+    // Before any thread starts: they inherit it (see `realtime`).
+    let realtime = program.federates[fed.index()].realtime.apply(&opts.federate)?;
     let idx = |f: FederateId| f.0 as u16;
     crate::trace::init_from_env(&opts.federate);
     // What a tap may watch: outputs that leave this federate.
@@ -109,7 +111,9 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             tappable.push((c.from, program.port_path(c.from)));
         }
     }
-    let inbox = Arc::new(Inbox::new(opts.spin));
+    // A real-time thread does not busy-poll: it would keep the threads it
+    // waits for off its CPU (see `realtime`).
+    let inbox = Arc::new(Inbox::new(if realtime { Duration::ZERO } else { opts.spin }));
     let _closing = ClosingSources(inbox.clone());
     // Held for the run: signals stop this federate only while it runs.
     let _signals = opts.handle_signals.then(|| crate::signal::forward_to(inbox.clone())).transpose()?;

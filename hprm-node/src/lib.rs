@@ -39,7 +39,8 @@
 //! 0. **Foundations**: `error`, `sync` (locks that do not poison),
 //!    `clock`, `trace`, [`payload`], [`log`].
 //! 1. **Ids and values**: `ids` (program ids, typed handles such as
-//!    [`Input`], [`Value`]) and [`manifest`] (a program as plain data).
+//!    [`Input`], [`Value`]), [`manifest`] (a program as plain data) and
+//!    [`realtime`] (a federate's priority and CPUs).
 //! 2. **The inbox**: what reaches the scheduler from other threads. It
 //!    knows its connections only through a trait they implement
 //!    (`inbox::PolledSource`), so the network above can feed it.
@@ -81,6 +82,7 @@ mod net;
 pub mod payload;
 mod program;
 mod reactor;
+pub mod realtime;
 mod scheduler;
 mod signal;
 pub mod status;

@@ -101,6 +101,8 @@ pub(crate) struct FederateDef {
     pub max_restarts: Option<u32>,
     /// The host it runs on, in a program with hosts.
     pub host: Option<String>,
+    /// Its priority and CPUs, which it applies as it starts.
+    pub realtime: crate::realtime::Realtime,
 }
 
 /// A connection from an output to an input.
@@ -207,6 +209,7 @@ impl Program {
             restart: Default::default(),
             max_restarts: None,
             host: None,
+            realtime: Default::default(),
         });
         FederateId(self.federates.len() as u32 - 1)
     }
@@ -239,6 +242,20 @@ impl Program {
     pub fn run_on(&mut self, fed: FederateId, host: impl Into<String>) -> &mut Program {
         if let Some(f) = self.federates.get_mut(fed.index()) {
             f.host = Some(host.into());
+        }
+        self
+    }
+
+    /// Runs `fed`'s reactions at a real-time priority and/or on chosen CPUs
+    /// (see [`realtime`](crate::realtime)); its process applies them as it
+    /// starts, and stops with an error if it may not (unless
+    /// `best_effort`).
+    pub fn realtime(&mut self, fed: FederateId, realtime: crate::realtime::Realtime) -> &mut Program {
+        if let Some(p) = realtime.priority.filter(|p| !(1..=99).contains(p)) {
+            self.problems.push(format!("federate priority {p} is out of range; real-time priorities are 1 to 99"));
+        }
+        if let Some(f) = self.federates.get_mut(fed.index()) {
+            f.realtime = realtime;
         }
         self
     }

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, usize)] = &[
     // 1. Ids and values: program ids, typed handles, `Value`; a manifest (a program as data).
     ("ids", 1),
     ("manifest", 1),
+    ("realtime", 1),
     // 2. The inbox, with the interface its sources implement.
     ("inbox", 2),
     // 3. A reaction's context (`Ctx`), which reaction bodies in the graph take.

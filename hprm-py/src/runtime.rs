@@ -226,6 +226,36 @@ impl NativeProgram {
         Ok(())
     }
 
+    /// `Federate.realtime`: federate `fed`'s priority, policy (`"fifo"`,
+    /// `"rr"`) and CPUs (`"0,2-3"`), applied by its process as it starts.
+    #[pyo3(signature = (fed, priority=None, policy=None, cpus=None, best_effort=false))]
+    fn realtime(
+        &mut self,
+        fed: usize,
+        priority: Option<u8>,
+        policy: Option<&str>,
+        cpus: Option<&str>,
+        best_effort: bool,
+    ) -> PyResult<()> {
+        use hprm_node::realtime::{CpuList, Policy, Realtime};
+        let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
+        if let Some(p) = priority.filter(|p| !(1..=99).contains(p)) {
+            return Err(PyValueError::new_err(format!(
+                "priority {p} is out of range; real-time priorities are 1 (lowest) to 99"
+            )));
+        }
+        if priority.is_none() && cpus.is_none() {
+            return Err(PyValueError::new_err("give a priority (1-99), cpus (\"0,2-3\"), or both"));
+        }
+        if policy.is_some() && priority.is_none() {
+            return Err(PyValueError::new_err("a policy needs a priority (1-99)"));
+        }
+        let policy = policy.map(str::parse::<Policy>).transpose().map_err(PyValueError::new_err)?.unwrap_or_default();
+        let cpus = cpus.map(str::parse::<CpuList>).transpose().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.program()?.realtime(fid, Realtime { priority, policy, cpus, best_effort });
+        Ok(())
+    }
+
     /// A reactor of federate `fed` whose state is the Python `instance`.
     fn reactor(&mut self, fed: usize, name: &str, instance: PyObject) -> PyResult<usize> {
         let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
@@ -423,9 +453,10 @@ impl NativeProgram {
     /// script with its arguments) or, for the federates named in
     /// `commands`, that command (e.g. a Rust federate binary), with a store
     /// (started with `store_args` besides its socket and memory, e.g.
-    /// `--populate`) and an RTI. Returns the exit code the launcher exits
+    /// `--populate`) and an RTI (with `rti_args`, e.g. `--realtime-priority
+    /// 10`). Returns the exit code the launcher exits
     /// with (`hprm_node::launch::exit_code`) and what went wrong, if anything.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new(), host=None))]
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new(), rti_args=Vec::new(), host=None))]
     #[allow(clippy::too_many_arguments)]
     fn launch(
         &mut self,
@@ -437,6 +468,7 @@ impl NativeProgram {
         commands: std::collections::HashMap<String, Vec<String>>,
         trace: Option<std::path::PathBuf>,
         store_args: Vec<String>,
+        rti_args: Vec<String>,
         host: Option<String>,
     ) -> PyResult<(i32, Option<String>)> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
@@ -457,6 +489,7 @@ impl NativeProgram {
             handle_signals: true,
             trace,
             store_args,
+            rti_args,
             host,
             ..hprm_node::launch::Launch::default()
         };

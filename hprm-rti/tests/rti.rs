@@ -276,6 +276,31 @@ fn start_time_is_the_latest_proposal_plus_a_second() {
 }
 
 #[test]
+fn realtime_priority_and_cpus_apply_to_every_thread_or_fail_clearly() {
+    use std::os::unix::fs::MetadataExt;
+    let flags = ["--clock-sync", "off", "--realtime-priority", "5", "--realtime-policy", "rr", "--cpus", "0"];
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
+        // Without root (nor, as a rule, CAP_SYS_NICE): one clear error, exit 1.
+        let out = Command::new(RTI_BIN).args(["--port", "0", "--federates", "1"]).args(flags).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.code() == Some(1) && err.contains("CAP_SYS_NICE"), "{err}");
+        return;
+    }
+    let rti = Rti::start(1, &flags);
+    for task in std::fs::read_dir(format!("/proc/{}/task", rti.child.id())).unwrap() {
+        let task = task.unwrap().path();
+        let sched = std::fs::read_to_string(task.join("sched")).unwrap();
+        let policy = sched.lines().find(|l| l.starts_with("policy")).unwrap();
+        assert!(policy.trim_end().ends_with(" 2"), "thread {} is not SCHED_RR: {policy}", task.display());
+        let status = std::fs::read_to_string(task.join("status")).unwrap();
+        let cpus = status.lines().find(|l| l.starts_with("Cpus_allowed_list")).unwrap();
+        assert!(cpus.trim_end().ends_with("\t0"), "thread {} is not pinned to CPU 0: {cpus}", task.display());
+    }
+    // And it coordinates (with polling off at that priority).
+    assert_eq!(start(&rti, 1, &[]).1, 1_000 + 1_000_000_000);
+}
+
+#[test]
 fn the_start_delay_is_configurable_and_zero_in_fast_mode() {
     let rti = Rti::start(2, &["--clock-sync", "off", "--start-delay-ms", "250"]);
     assert_eq!(start(&rti, 2, &[]).1, 1_001 + 250_000_000);

@@ -21,8 +21,6 @@
 //!   full or a receiver falls behind: the vocabulary the whole runtime uses.
 //! - [`id`], [`bytesize`], [`duration`]: object ids, human byte sizes and
 //!   durations.
-//! - [`realtime`]: SCHED_FIFO priority and CPU affinity for the threads of
-//!   HPRM processes (the daemon's `--realtime-priority` and `--cpus`).
 //!
 //! Object life cycle: `create` (the creator writes in place) → `seal`
 //! (immutable, visible to `get`) → `get` (or `claim`, with no round trip,
@@ -56,7 +54,6 @@ pub mod id;
 pub mod outbox;
 pub mod policy;
 pub mod protocol;
-pub mod realtime;
 
 pub use client::{ConnectOptions, CreateOptions, Deletion, Evicted, Object, ObjectMut, StoreClient, Subscription};
 pub use error::{Error, Result};

@@ -37,6 +37,10 @@ impl Program {
                 restart: f.restart,
                 max_restarts: f.max_restarts,
                 host: f.host.clone(),
+                priority: f.realtime.priority,
+                policy: f.realtime.priority.map(|_| f.realtime.policy),
+                cpus: f.realtime.cpus.as_ref().map(ToString::to_string),
+                best_effort: f.realtime.best_effort,
                 reactors: f.reactors.iter().map(|&r| self.reactor_spec(r)).collect(),
                 ..Default::default()
             })
@@ -184,6 +188,19 @@ impl Program {
             }
             if let Some(h) = &f.host {
                 p.run_on(fed, h.clone());
+            }
+            if f.priority.is_some() || f.cpus.is_some() {
+                // A bad CPU list was reported by `check`.
+                let cpus = f.cpus.as_deref().and_then(|c| c.parse().ok());
+                p.realtime(
+                    fed,
+                    crate::realtime::Realtime {
+                        priority: f.priority,
+                        policy: f.policy.unwrap_or_default(),
+                        cpus,
+                        best_effort: f.best_effort,
+                    },
+                );
             }
             for r in &f.reactors {
                 if f.name == local {

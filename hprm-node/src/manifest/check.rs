@@ -301,6 +301,39 @@ impl Manifest {
             if f.max_restarts.is_some() && f.restart == super::RestartPolicy::Stop {
                 out.add_at(at, Field::Key("max_restarts"), format!("federate {}: max_restarts is set, but restart = \"stop\"; set restart = \"on-failure\" or remove max_restarts", f.name));
             }
+            if let Some(p) = f.priority.filter(|p| !(1..=99).contains(p)) {
+                out.add_at(
+                    at,
+                    Field::Key("priority"),
+                    format!(
+                        "federate {}: priority {p} is out of range; real-time priorities are 1 (lowest) to 99",
+                        f.name
+                    ),
+                );
+            }
+            if f.policy.is_some() && f.priority.is_none() {
+                out.add_at(
+                    at,
+                    Field::Key("policy"),
+                    format!(
+                        "federate {}: policy is set without a priority; give priority = 1..99 or remove policy",
+                        f.name
+                    ),
+                );
+            }
+            if let Some(Err(e)) = f.cpus.as_deref().map(str::parse::<hprm_realtime::CpuList>) {
+                out.add_at(at, Field::Key("cpus"), format!("federate {}: {e}", f.name));
+            }
+            if f.best_effort && f.priority.is_none() && f.cpus.is_none() {
+                out.add_at(
+                    at,
+                    Field::Key("best_effort"),
+                    format!(
+                        "federate {}: best_effort is set, but neither priority nor cpus; remove it or give them",
+                        f.name
+                    ),
+                );
+            }
             if f.command.as_ref().is_some_and(Vec::is_empty) {
                 out.add_at(at, Field::Key("command"), format!("federate {}: command is empty; give the program and its arguments, e.g. [\"./target/release/camera\"]", f.name));
             }
@@ -820,6 +853,28 @@ mod tests {
             vec![conn("cam.frame", "det.det.frame", None)],
         );
         assert_eq!(messages(&m), vec![]);
+    }
+
+    #[test]
+    fn bad_real_time_placements_are_located() {
+        let placed = |priority, policy, cpus: Option<&str>, best_effort| FederateSpec {
+            priority,
+            policy,
+            cpus: cpus.map(str::to_owned),
+            best_effort,
+            ..federate("f", vec![reactor("r", &[], &["o"])])
+        };
+        let m = manifest(vec![placed(Some(80), Some(hprm_realtime::Policy::Rr), Some("0,2-3"), true)], vec![]);
+        assert_eq!(messages(&m), vec![]);
+        for (f, want) in [
+            (placed(Some(0), None, None, false), "priority 0 is out of range"),
+            (placed(None, Some(hprm_realtime::Policy::Fifo), None, false), "policy is set without a priority"),
+            (placed(None, None, Some("2-1"), false), "`2-1` is not a CPU list"),
+            (placed(None, None, None, true), "best_effort is set, but neither priority nor cpus"),
+        ] {
+            let p = messages(&manifest(vec![f], vec![]));
+            assert!(p.len() == 1 && p[0].0 == Location::Federate { index: 0 } && p[0].1.contains(want), "{p:?}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! reactors with ports, timers, actions and reactions, the connections
 //! (with `after` and physical `~>`), the coordination mode, STP and
 //! out-of-band threshold, and per-federate launch settings (command,
-//! Python module, restart policy). The `hprm` command reads one to check,
+//! Python module, restart policy, real-time priority and CPUs). The `hprm` command reads one to check,
 //! draw, launch and deploy a program; a launcher hands the JSON form to
 //! every federate in `HPRM_MANIFEST`, so a process that does not contain
 //! the program's code (the ROS 2 bridge) can still join it
@@ -139,6 +139,20 @@ pub struct FederateSpec {
     /// The host it runs on (a `[[host]]`'s name), in a program with hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// A real-time priority (1-99) for its reactions' threads (see
+    /// [`crate::realtime`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// `"fifo"` (default) or `"rr"`, with `priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<hprm_realtime::Policy>,
+    /// The CPUs it runs on: `"2"`, `"2-3"`, `"0,2-3"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// Run without `priority`/`cpus`, with a warning, where the rights to
+    /// them are missing (default: stop with an error).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub best_effort: bool,
     #[serde(default, rename = "reactor")]
     pub reactors: Vec<ReactorSpec>,
 }

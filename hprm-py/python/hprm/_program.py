@@ -131,6 +131,18 @@ class Federate:
         self._program._native.run_on(self._index, host)
         return self
 
+    def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Federate:
+        """Runs this federate's reactions at real-time ``priority`` (1-99,
+        SCHED_FIFO, or ``policy="rr"``) and/or on ``cpus`` (``"2"``,
+        ``"0,2-3"``). Its process applies them as it starts, before its
+        threads exist, and then does not busy-poll (a polling real-time
+        thread keeps the threads it waits for off its CPU). Without the
+        right to (root or CAP_SYS_NICE) it stops with an error saying so,
+        unless ``best_effort``: then it warns and runs as a normal process.
+        ``hprm deploy`` writes them into the federate's unit."""
+        self._program._native.realtime(self._index, priority, policy if priority is not None else None, cpus, best_effort)
+        return self
+
     def __getattr__(self, name: str) -> Any:
         for r in self.__dict__.get("reactors", []):
             port = r._port(name)
@@ -196,6 +208,13 @@ class Bank:
             raise ValueError(f"bank {self.name}: restart_on_failure restarts a member's process, but the bank's placement is {self.placement!r}; use placement=\"processes\"")
         for f in self.federates:
             f.restart_on_failure(max_restarts)
+        return self
+
+    def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Bank:
+        """``Federate.realtime`` for the bank's federates (each member's
+        process, or the one federate of a thread bank)."""
+        for f in {id(f): f for f in self.federates}.values():
+            f.realtime(priority, cpus, policy, best_effort)
         return self
 
 
@@ -477,6 +496,7 @@ class Program:
         commands: dict[str, list[str]] | None = None,
         trace: str | os.PathLike[str] | None = None,
         store_args: list[str] | None = None,
+        rti_args: list[str] | None = None,
         host: str | None = None,
     ) -> None:
         """Runs the program: in a launched federate process, its federate;
@@ -490,6 +510,8 @@ class Program:
         to this file (also ``HPRM_LAUNCH_TRACE``). ``store_args``: more
         arguments for hprm-store, e.g. ``["--populate"]`` (pre-fault the
         arena and the federates' mappings: no page faults while copying).
+        ``rti_args``: more arguments for hprm-rti, e.g.
+        ``["--realtime-priority", "10"]``.
         ``host``: in a program with hosts (``Program.host``), start only this
         host's share (its store, link and federates, and the RTI if it runs
         there); also ``HPRM_LAUNCH_HOST``.
@@ -533,6 +555,7 @@ class Program:
                     commands={k: [str(a) for a in v] for k, v in (commands or {}).items()},
                     trace=None if trace is None else os.path.abspath(trace),
                     store_args=[str(a) for a in (store_args or [])],
+                    rti_args=[str(a) for a in (rti_args or [])],
                     host=host or os.environ.get("HPRM_LAUNCH_HOST") or None,
                 )
         except RuntimeError as e:

@@ -136,7 +136,7 @@ fn run(cli: Cli) -> Result<()> {
     let store_bin = find_store_bin(cli.store_bin)?;
     let started = SystemTime::now();
     let (scheduling, daemon_args) = if cli.realtime {
-        use hprm_store::realtime::{apply, CpuList};
+        use hprm_realtime::{apply, CpuList};
         apply(Some(REALTIME_PRIORITY), Some(&CpuList(vec![CLIENT_CPU]))).context("cannot set up the --realtime run")?;
         let args = vec![
             "--realtime-priority".to_string(),

@@ -26,7 +26,7 @@ pub(crate) fn socket_ping_pong(n: usize, poll: Duration, echo_cpu: Option<usize>
         if let Some(cpu) = echo_cpu {
             // Two polling threads at real-time priority on one CPU would
             // starve each other; the echo side gets the daemon's CPU.
-            let _ = hprm_store::realtime::apply(None, Some(&hprm_store::realtime::CpuList(vec![cpu])));
+            let _ = hprm_realtime::apply(None, Some(&hprm_realtime::CpuList(vec![cpu])));
         }
         let mut buf = [0u8; SMALL_SIZE];
         // Ends when the near side is dropped (read fails at EOF).

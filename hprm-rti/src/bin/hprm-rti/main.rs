@@ -111,6 +111,18 @@ struct Cli {
     /// inbox for as long by default.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     spin_us: u64,
+    /// Run the RTI's threads at this real-time priority (1-99), so that
+    /// ordinary processes cannot delay a grant. Needs root or CAP_SYS_NICE.
+    /// Polling (--spin-us) is turned off then: a polling real-time thread
+    /// would keep the federates it waits for off its CPU.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
+    realtime_priority: Option<u8>,
+    /// With --realtime-priority: fifo (default) or rr.
+    #[arg(long, default_value = "fifo", requires = "realtime_priority")]
+    realtime_policy: hprm_realtime::Policy,
+    /// Pin the RTI's threads to these CPUs, e.g. 1 or 2-3.
+    #[arg(long)]
+    cpus: Option<hprm_realtime::CpuList>,
 }
 
 fn main() {
@@ -155,6 +167,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         None => None,
     };
+    // Before the runtime's threads exist: they inherit it.
+    hprm_realtime::apply_policy(cli.realtime_policy, cli.realtime_priority, cli.cpus.as_ref())?;
+    let spin_us = if cli.realtime_priority.is_some() { 0 } else { cli.spin_us };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -183,7 +198,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let federation = federation.clone();
             Box::new(move |stopping| federation.idle(stopping))
         };
-        let polling = Arc::new(hprm_local_socket::Polling::with_idle_work(std::time::Duration::from_micros(cli.spin_us), idle_work));
+        let polling = Arc::new(hprm_local_socket::Polling::with_idle_work(std::time::Duration::from_micros(spin_us), idle_work));
         let admission = connection::Admission { clock_sync: cli.clock_sync, auth_key, polling };
         if cli.clock_sync == ClockSync::On {
             let udp_addr = std::net::SocketAddr::new(cli.bind, cli.clock_sync_port);

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
+use hprm_realtime::CpuList;
 use hprm_store::arena::{Arena, ArenaOptions};
 use hprm_store::bytesize::ByteSize;
-use hprm_store::realtime::CpuList;
 use hprm_store::{ConnectOptions, StoreClient};
 
 use table::{ObjectTable, TableConfig};
@@ -201,7 +201,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         bail!("--socket and --memory are required to serve")
     };
     // On this thread, before the runtime exists: its threads inherit both.
-    hprm_store::realtime::apply(args.realtime_priority, args.cpus.as_ref())?;
+    hprm_realtime::apply(args.realtime_priority, args.cpus.as_ref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
         .thread_name("hprm-store")

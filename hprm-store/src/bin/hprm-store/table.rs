@@ -33,7 +33,8 @@
 //!   claim completes, so the reference is never left behind. So is a
 //!   redeliver that overtakes it (`deferred_redeliveries`: a receiver that
 //!   echoes what it has only claimed). The release that ends a refused
-//!   claim is absorbed (`failed_claims`).
+//!   claim is absorbed (`failed_claims`). A client that leaves with such a
+//!   claim still waiting leaves what it owes to the seal (`orphaned`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -204,6 +205,21 @@ pub struct ObjectTable {
     /// Settled messages by the generation that stamped them, to be freed by
     /// [`ObjectTable::reap`] of that generation.
     settling: HashMap<u64, Vec<ObjectId>>,
+    /// What clients that left while their claim of an object waited for its
+    /// seal still owe it: their own delivery, collected by leaving, and the
+    /// deliveries they had sent it on with (an echo: `deferred_redeliveries`,
+    /// whose receivers will claim and release it). Applied at the seal, so
+    /// the echo's receivers are counted before any of them can settle the
+    /// object; forgotten after the delivery TTL if no seal comes.
+    orphaned: HashMap<ObjectId, Orphaned>,
+}
+
+/// See [`ObjectTable::orphaned`].
+#[derive(Debug)]
+struct Orphaned {
+    collected: u32,
+    redeliveries: u32,
+    since: Instant,
 }
 
 fn err(code: ErrorCode, message: String) -> Reply {
@@ -234,6 +250,7 @@ impl ObjectTable {
             woken: false,
             settled: Vec::new(),
             settling: HashMap::new(),
+            orphaned: HashMap::new(),
             usage: HashMap::new(),
         }
     }
@@ -627,6 +644,10 @@ impl ObjectTable {
             return err(ErrorCode::AlreadySealed, format!("object {id} is already sealed"));
         }
         e.sealed = true;
+        if let Some(o) = self.orphaned.remove(&id) {
+            e.pending_deliveries = e.pending_deliveries.saturating_add(o.redeliveries).saturating_sub(o.collected);
+            e.message |= o.redeliveries > 0;
+        }
         if e.pending_deliveries > 0 {
             let d = Instant::now() + ttl;
             e.delivery_deadline = Some(d);
@@ -1111,6 +1132,8 @@ impl ObjectTable {
             self.refresh_lru(id);
         }
         self.expired_deliveries += count;
+        let ttl = self.config.delivery_ttl;
+        self.orphaned.retain(|_, o| now.saturating_duration_since(o.since) < ttl);
         if count > 0 {
             self.retry_creates();
         }
@@ -1124,14 +1147,24 @@ impl ObjectTable {
         let waits: Vec<WaitId> = self.gets.iter().filter(|(_, w)| w.client == client).map(|(k, _)| *k).collect();
         for wait in waits {
             let claimed = self.gets.get(&wait).and_then(|w| w.claim.is_some().then(|| w.ids[0]));
+            // Taken before the cancel, which would drop it as a failed claim's.
+            let echoed =
+                claimed.and_then(|id| self.clients.get_mut(&client).and_then(|c| c.deferred_redeliveries.remove(&id)));
             // Drops the references the waiter holds too.
             self.cancel(wait);
             // A consumer that claimed an object before its seal landed and
             // went away has collected its delivery, as one that got it
-            // would have: settle it, rather than leave it to the TTL. (Of
-            // an object not even created yet nothing is known: the TTL.)
-            if let Some(e) = claimed.and_then(|id| self.objects.get_mut(&id)) {
-                e.pending_deliveries = e.pending_deliveries.saturating_sub(1);
+            // would have; and whom it sent the object on to will claim it.
+            // Both are settled at the seal (the object may not even be
+            // created yet: the creator's requests are still in its outbox).
+            if let Some(id) = claimed {
+                let o = self.orphaned.entry(id).or_insert(Orphaned {
+                    collected: 0,
+                    redeliveries: 0,
+                    since: Instant::now(),
+                });
+                o.collected += 1;
+                o.redeliveries = o.redeliveries.saturating_add(echoed.unwrap_or(0));
             }
         }
         self.creates.retain(|c| c.client != client);
@@ -1854,5 +1887,43 @@ mod tests {
             Some(ErrorCode::Timeout)
         );
         assert_eq!(t.stats().waiting_gets, 0);
+    }
+
+    #[test]
+    fn an_echo_that_leaves_before_the_seal_still_counts_its_receivers() {
+        let mut t = table(1 << 20);
+        // Client 2 claims a message not created yet (the creator's requests
+        // are still in its outbox), echoes it to two receivers and leaves.
+        let id = ObjectId::random();
+        let probe = ObjectId::random();
+        let Reply::Created(placement) = create(&mut t, 1, probe, 1000, 0) else { panic!("create") };
+        let Outcome::Wait { .. } = t.handle(2, &Request::Claim { id, placement, timeout: None }) else {
+            panic!("a claim of an unknown object waits")
+        };
+        assert_eq!(reply(t.handle(2, &Request::Redeliver { id, deliveries: 2 })), Reply::Done);
+        t.disconnect(2);
+        // The creator's requests land: two receivers (client 2 and another).
+        assert!(matches!(create(&mut t, 1, id, 1000, 2), Reply::Created(_)));
+        assert_eq!(reply(t.handle(1, &Request::Seal { id })), Reply::Done);
+        let info = t.list().into_iter().find(|i| i.id == id).unwrap();
+        assert_eq!(info.pending_deliveries, 3, "2 sent, 1 collected by leaving, 2 echoed");
+        // The three receivers claim and release, the echo's last of all:
+        // the object stays until then.
+        for c in [3, 4, 5] {
+            assert!(matches!(get(&mut t, c, id), Reply::Objects(_)));
+            t.handle(c, &Request::Release { id });
+            reap(&mut t);
+            assert_eq!(t.objects.contains_key(&id), c != 5, "after client {c}'s release");
+        }
+        assert!(t.orphaned.is_empty());
+        // What an orphan owes an object that never comes is forgotten with the TTL.
+        let never = ObjectId::random();
+        let Outcome::Wait { .. } = t.handle(6, &Request::Claim { id: never, placement, timeout: None }) else {
+            panic!("waits")
+        };
+        t.disconnect(6);
+        assert_eq!(t.orphaned.len(), 1);
+        t.expire_deliveries(Instant::now() + t.config.delivery_ttl);
+        assert!(t.orphaned.is_empty());
     }
 }

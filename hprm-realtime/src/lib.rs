@@ -1,5 +1,10 @@
-//! Real-time scheduling knobs for HPRM processes: SCHED_FIFO priority and
-//! CPU affinity.
+//! # hprm-realtime: real-time scheduling knobs for HPRM processes
+//!
+//! SCHED_FIFO/RR priority ([`Policy`]) and CPU affinity ([`CpuList`]),
+//! applied by [`apply`]/[`apply_policy`] or refused with a
+//! [`RealtimeError`] that says what right is missing. Used by the daemons
+//! (`hprm-store --realtime-priority`, `hprm-rti --realtime-priority`) and by
+//! federates (`hprm_node::realtime`), so one crate holds these facts.
 //!
 //! On a loaded machine the latency of a small request is dominated not by
 //! work but by preemption: a client or daemon thread that is descheduled for
@@ -56,13 +61,53 @@ impl fmt::Display for CpuList {
     }
 }
 
+/// The real-time scheduling class: SCHED_FIFO runs a thread until it
+/// blocks or a higher priority preempts it; SCHED_RR also time-slices it
+/// with threads of its own priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    #[default]
+    Fifo,
+    Rr,
+}
+
+impl Policy {
+    fn raw(self) -> libc::c_int {
+        match self {
+            Policy::Fifo => libc::SCHED_FIFO,
+            Policy::Rr => libc::SCHED_RR,
+        }
+    }
+
+    /// As the kernel and systemd's `CPUSchedulingPolicy=` name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Fifo => "fifo",
+            Policy::Rr => "rr",
+        }
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fifo" => Ok(Policy::Fifo),
+            "rr" => Ok(Policy::Rr),
+            other => Err(format!("scheduling policy {other:?} is not one of fifo, rr")),
+        }
+    }
+}
+
 /// Why a knob could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum RealtimeError {
     #[error("SCHED_FIFO priority must be 1 to 99, not {0}")]
     Priority(u8),
-    #[error("cannot run at real-time priority {priority}: {cause}; this needs root or CAP_SYS_NICE (under systemd: LimitRTPRIO={priority} or AmbientCapabilities=CAP_SYS_NICE)")]
-    Fifo { priority: u8, cause: io::Error },
+    #[error("cannot run at real-time priority {priority} ({}): {cause}; this needs root or CAP_SYS_NICE (under systemd: LimitRTPRIO={priority} or AmbientCapabilities=CAP_SYS_NICE)", policy.name())]
+    Fifo { policy: Policy, priority: u8, cause: io::Error },
     #[error("cannot pin to CPUs {cpus}: {cause}; check that they exist and are allowed to this process (see `nproc` and the cgroup's cpuset)")]
     Affinity { cpus: CpuList, cause: io::Error },
 }
@@ -70,6 +115,13 @@ pub enum RealtimeError {
 /// Pins the calling thread (and threads it creates later) to `cpus`, and
 /// gives it SCHED_FIFO `priority` (1..=99), whichever are given.
 pub fn apply(priority: Option<u8>, cpus: Option<&CpuList>) -> Result<(), RealtimeError> {
+    apply_policy(Policy::Fifo, priority, cpus)
+}
+
+/// [`apply`] with the scheduling class given. A thread that already runs
+/// at `policy` and `priority` (set by systemd's `CPUSchedulingPolicy=` before
+/// it dropped the rights to set it) is left as it is.
+pub fn apply_policy(policy: Policy, priority: Option<u8>, cpus: Option<&CpuList>) -> Result<(), RealtimeError> {
     if let Some(cpus) = cpus {
         let mut set = nix::sched::CpuSet::new();
         for &cpu in &cpus.0 {
@@ -82,12 +134,22 @@ pub fn apply(priority: Option<u8>, cpus: Option<&CpuList>) -> Result<(), Realtim
         if !(1..=99).contains(&priority) {
             return Err(RealtimeError::Priority(priority));
         }
-        let param = libc::sched_param { sched_priority: i32::from(priority) };
-        // SAFETY: sched_setscheduler reads `param` and changes only the
-        // scheduling of the calling thread (pid 0).
-        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-        if rc != 0 {
-            return Err(RealtimeError::Fifo { priority, cause: io::Error::last_os_error() });
+        let mut param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: both read the calling thread's (pid 0) scheduling; the
+        // second writes into `param`, which outlives the call.
+        let already = unsafe {
+            libc::sched_getscheduler(0) == policy.raw()
+                && libc::sched_getparam(0, &mut param) == 0
+                && param.sched_priority == i32::from(priority)
+        };
+        if !already {
+            let param = libc::sched_param { sched_priority: i32::from(priority) };
+            // SAFETY: sched_setscheduler reads `param` and changes only the
+            // scheduling of the calling thread (pid 0).
+            let rc = unsafe { libc::sched_setscheduler(0, policy.raw(), &param) };
+            if rc != 0 {
+                return Err(RealtimeError::Fifo { policy, priority, cause: io::Error::last_os_error() });
+            }
         }
     }
     Ok(())

@@ -1,0 +1,135 @@
+//! `hprm dashboard`: a live view of the programs running on this host, in
+//! a browser and for Prometheus.
+//!
+//! It only reads what programs already publish (their runtime directories,
+//! `hprm_node::status`, as `hprm ps` does) and asks each program's store
+//! for its figures, so opening it changes nothing in a program: no message
+//! is sent per event, and a program that runs without a dashboard pays
+//! nothing for one.
+//!
+//! - [`snapshot`]: what is read, once per request: programs, federates,
+//!   their graph, each store's figures.
+//! - [`metrics`]: a snapshot in the Prometheus text format (`GET /metrics`).
+//! - `page.html`: the page (`GET /`), embedded; it follows `GET /events`
+//!   (server-sent events, a snapshot as JSON every second) and draws the
+//!   graph itself, so nothing but this binary is needed at run time.
+//!
+//! Read-only by construction: every route is a GET of a view; nothing in
+//! the page can send a command. It listens on localhost unless told
+//! otherwise.
+
+mod metrics;
+mod snapshot;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use snapshot::Reader;
+
+#[derive(Args, Debug)]
+pub struct DashboardArgs {
+    /// Where to listen; port 0 picks a free one (the address is printed).
+    /// Anything but localhost exposes the programs' figures to the network.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub listen: SocketAddr,
+    /// Where launchers put runtime directories (default: as `hprm ps`).
+    #[arg(long, value_name = "DIR")]
+    pub runtime_base: Option<PathBuf>,
+}
+
+const PAGE: &str = include_str!("page.html");
+
+/// How often `/events` sends a snapshot.
+const EVENT_PERIOD: Duration = Duration::from_secs(1);
+
+pub fn run(args: &DashboardArgs) -> anyhow::Result<i32> {
+    let base = args.runtime_base.clone().unwrap_or_else(hprm_node::status::runtime_base);
+    let server = bind(args.listen, &base)?;
+    serve_forever(&server, &base);
+    Ok(0)
+}
+
+/// Starts a dashboard on a thread of its own (`hprm launch --dashboard`):
+/// it lives as long as the process.
+pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
+    let base = hprm_node::status::runtime_base();
+    let server = bind(listen, &base)?;
+    std::thread::Builder::new().name("hprm-dashboard".into()).spawn(move || serve_forever(&server, &base))?;
+    Ok(())
+}
+
+/// Listens, and says where (port 0 picks one).
+fn bind(listen: SocketAddr, base: &std::path::Path) -> anyhow::Result<tiny_http::Server> {
+    let server = tiny_http::Server::http(listen).map_err(|e| anyhow::anyhow!("{e}")).with_context(|| {
+        format!("cannot listen on {listen}; is another dashboard running there? (--listen ADDR:PORT)")
+    })?;
+    let addr = server.server_addr().to_ip().context("the server has no IP address")?;
+    println!("hprm dashboard: http://{addr}/ (metrics: http://{addr}/metrics), reading {}", base.display());
+    if !addr.ip().is_loopback() {
+        eprintln!("note: listening on {addr}, not localhost: anyone who can reach it can read the programs' figures");
+    }
+    Ok(server)
+}
+
+fn serve_forever(server: &tiny_http::Server, base: &std::path::Path) {
+    for request in server.incoming_requests() {
+        let base = base.to_path_buf();
+        // One thread per request: `/events` holds its connection open.
+        std::thread::spawn(move || serve(request, Reader::new(base)));
+    }
+}
+
+fn serve(request: tiny_http::Request, mut reader: Reader) {
+    let header = |v: &str| tiny_http::Header::from_bytes(&b"Content-Type"[..], v.as_bytes()).ok();
+    let respond = |request: tiny_http::Request, code: u16, content_type: &str, body: String| {
+        let mut r = tiny_http::Response::from_string(body).with_status_code(code);
+        if let Some(h) = header(content_type) {
+            r.add_header(h);
+        }
+        // The client may have gone; nothing to do about it.
+        let _ = request.respond(r);
+    };
+    if *request.method() != tiny_http::Method::Get {
+        return respond(request, 405, "text/plain", "the dashboard is read-only: GET only\n".into());
+    }
+    let path = request.url().split('?').next().unwrap_or("/").to_owned();
+    match path.as_str() {
+        "/" => respond(request, 200, "text/html; charset=utf-8", PAGE.into()),
+        "/metrics" => respond(
+            request,
+            200,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics::encode_text(&reader.read()),
+        ),
+        "/api/programs" => {
+            let body = serde_json::to_string(&reader.read()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            respond(request, 200, "application/json", body)
+        }
+        "/events" => events(request, reader),
+        _ => respond(request, 404, "text/plain", format!("no page {path}; try / or /metrics\n")),
+    }
+}
+
+/// `/events`: a snapshot every [`EVENT_PERIOD`] until the browser goes (a
+/// write fails). Written on the raw connection, each event flushed at once:
+/// a chunked response body would wait for a full chunk.
+fn events(request: tiny_http::Request, mut reader: Reader) {
+    let mut out = request.into_writer();
+    let head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
+    if out.write_all(head.as_bytes()).and_then(|()| out.flush()).is_err() {
+        return;
+    }
+    loop {
+        let Ok(json) = serde_json::to_string(&reader.read()) else { return };
+        if out.write_all(format!("data: {json}\n\n").as_bytes()).and_then(|()| out.flush()).is_err() {
+            return;
+        }
+        std::thread::sleep(EVENT_PERIOD);
+    }
+}

@@ -1,0 +1,204 @@
+//! What the dashboard shows, read afresh for each request: the programs
+//! launched on this host (`hprm_node::status::scan`, as `hprm ps`), each
+//! one's graph (the manifest its launcher wrote into its runtime
+//! directory) and its store's figures (asked over a store connection kept
+//! per socket).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use hprm_node::loss::Losses;
+use hprm_node::manifest::Manifest;
+use hprm_node::status::{self, RtiProcess};
+use hprm_store::{ConnectOptions, StoreClient};
+use serde::Serialize;
+
+/// Every running program, at `now_ns` (ns since the epoch).
+#[derive(Debug, Serialize)]
+pub struct Snapshot {
+    pub now_ns: i64,
+    pub programs: Vec<Program>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Program {
+    pub name: String,
+    /// The launcher's process.
+    pub pid: u32,
+    pub started_ns: i64,
+    pub federates: Vec<Federate>,
+    /// Federate to federate, from the manifest (empty if it is unreadable).
+    pub links: Vec<Link>,
+    pub store: Option<Store>,
+    pub rti: Option<RtiProcess>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Federate {
+    pub name: String,
+    pub pid: u32,
+    pub alive: bool,
+    /// Absent until its first status (it is starting) and once it ended.
+    pub status: Option<FederateFigures>,
+}
+
+/// A federate's own report (`hprm_node::status::FederateStatus`), as shown.
+#[derive(Debug, Serialize)]
+pub struct FederateFigures {
+    pub tag_ns: i64,
+    pub microstep: u32,
+    pub lag_ns: i64,
+    pub messages_in: u64,
+    pub messages_out: u64,
+    pub messages_in_per_s: f64,
+    pub messages_out_per_s: f64,
+    pub updated_ns: i64,
+    pub losses: Losses,
+}
+
+/// A connection between two federates.
+#[derive(Debug, Serialize)]
+pub struct Link {
+    pub from: String,
+    pub to: String,
+    pub from_port: String,
+    pub to_port: String,
+    pub after: Option<String>,
+    pub physical: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Store {
+    pub socket: PathBuf,
+    pub pid: u32,
+    /// Absent when the store could not be asked (`error` says why).
+    pub stats: Option<StoreFigures>,
+    pub error: Option<String>,
+}
+
+/// The store's figures that matter to a person watching a program.
+#[derive(Debug, Serialize)]
+pub struct StoreFigures {
+    pub capacity: u64,
+    pub bytes_in_use: u64,
+    pub objects: u64,
+    pub objects_referenced: u64,
+    pub pending_deliveries: u64,
+    pub clients: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub expired_deliveries: u64,
+    pub creates_refused: u64,
+    pub creates_over_quota: u64,
+}
+
+/// Reads snapshots; keeps one store connection per socket between reads.
+pub struct Reader {
+    base: PathBuf,
+    stores: HashMap<PathBuf, StoreClient>,
+}
+
+impl Reader {
+    pub fn new(base: PathBuf) -> Reader {
+        Reader { base, stores: HashMap::new() }
+    }
+
+    pub fn read(&mut self) -> Snapshot {
+        let programs = status::scan(&self.base)
+            .into_iter()
+            .map(|r| {
+                let links = std::fs::read_to_string(r.launch.runtime_dir.join("manifest.json"))
+                    .ok()
+                    .and_then(|t| Manifest::from_json(&t).ok())
+                    .map(|m| links(&m))
+                    .unwrap_or_default();
+                let store = r.launch.store.as_ref().map(|s| {
+                    let (stats, error) = match self.store_figures(&s.socket) {
+                        Ok(f) => (Some(f), None),
+                        Err(e) => (None, Some(e)),
+                    };
+                    Store { socket: s.socket.clone(), pid: s.pid, stats, error }
+                });
+                Program {
+                    name: r.launch.program,
+                    pid: r.launch.pid,
+                    started_ns: r.launch.started_ns,
+                    federates: r
+                        .federates
+                        .into_iter()
+                        .map(|f| Federate {
+                            name: f.name,
+                            pid: f.pid,
+                            alive: f.alive,
+                            status: f.status.filter(|_| f.alive).map(|s| FederateFigures {
+                                tag_ns: s.tag_ns,
+                                microstep: s.microstep,
+                                lag_ns: s.lag_ns,
+                                messages_in: s.messages_in,
+                                messages_out: s.messages_out,
+                                messages_in_per_s: s.messages_in_per_s,
+                                messages_out_per_s: s.messages_out_per_s,
+                                updated_ns: s.updated_ns,
+                                losses: s.losses,
+                            }),
+                        })
+                        .collect(),
+                    links,
+                    store,
+                    rti: r.launch.rti,
+                }
+            })
+            .collect();
+        Snapshot { now_ns: crate::ps::now_ns(), programs }
+    }
+
+    fn store_figures(&mut self, socket: &PathBuf) -> Result<StoreFigures, String> {
+        if !self.stores.contains_key(socket) {
+            // Not pre-faulted: the dashboard maps the arena but never touches it.
+            let opts = ConnectOptions { populate: Some(false), ..Default::default() };
+            let client = StoreClient::connect_with(socket, &opts).map_err(|e| e.to_string())?;
+            self.stores.insert(socket.clone(), client);
+        }
+        let stats = self.stores.get(socket).map(StoreClient::stats);
+        match stats {
+            Some(Ok(s)) => Ok(StoreFigures {
+                capacity: s.capacity,
+                bytes_in_use: s.bytes_in_use,
+                objects: s.objects_created + s.objects_sealed,
+                objects_referenced: s.objects_referenced,
+                pending_deliveries: s.pending_deliveries,
+                clients: s.clients,
+                evictions: s.evictions,
+                evicted_bytes: s.evicted_bytes,
+                expired_deliveries: s.expired_deliveries,
+                creates_refused: s.creates_refused,
+                creates_over_quota: s.creates_over_quota,
+            }),
+            Some(Err(e)) => {
+                // A store that died and came back: a new connection next time.
+                self.stores.remove(socket);
+                Err(e.to_string())
+            }
+            None => Err("no connection".into()),
+        }
+    }
+}
+
+/// The federate a port path (`federate.reactor.port`) belongs to.
+fn federate_of(port: &str) -> &str {
+    port.split('.').next().unwrap_or(port)
+}
+
+fn links(m: &Manifest) -> Vec<Link> {
+    m.connections
+        .iter()
+        .map(|c| Link {
+            from: federate_of(&c.from).to_owned(),
+            to: federate_of(&c.to).to_owned(),
+            from_port: c.from.clone(),
+            to_port: c.to.clone(),
+            after: c.after.clone(),
+            physical: c.physical,
+        })
+        .collect()
+}

@@ -1,0 +1,216 @@
+"""`hprm dashboard` on a real running program (tests/programs/ticker.py: a
+100 Hz source and a sink, one process each): `/metrics` parses as
+OpenMetrics and its counters move, the rates and tags agree with what the
+federates report (`hprm ps --json`), the page loads in a real headless
+browser (Debian's chromium) and shows the program, and it is read-only."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+HPRM = Path(sys.executable).parent / "hprm"
+ROOT = HERE.parents[1]
+
+prometheus = pytest.importorskip("prometheus_client.openmetrics.parser", reason="pip install prometheus_client (the test command does)")
+
+
+@pytest.fixture(scope="module")
+def running(daemons_built):
+    """The ticker running (for 60 s of logical time at most) and a dashboard
+    reading its runtime directory, shared by this module's tests (each only
+    reads); both stopped afterwards."""
+    # Short: runtime directories hold Unix sockets, whose paths are bounded
+    # (hprm_node::status::runtime_base ignores a longer XDG_RUNTIME_DIR).
+    base = tempfile.mkdtemp(prefix="hdash", dir="/tmp")
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=base)
+    ticker = subprocess.Popen([sys.executable, str(HERE / "programs" / "ticker.py"), "6000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dash = subprocess.Popen([str(HPRM), "dashboard", "--listen", "127.0.0.1:0", "--runtime-base", base], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = dash.stdout.readline()
+        m = re.search(r"http://(127\.0\.0\.1:\d+)/", first)
+        assert m, first + dash.stderr.read()
+        url = f"http://{m.group(1)}"
+        # Both federates reporting messages (a status file is written at
+        # start, then once a second).
+        deadline = time.monotonic() + 60
+        while True:
+            snap = get_json(url + "/api/programs")
+            feds = {f["name"]: f for p in snap["programs"] for f in p["federates"] if p["name"] == "ticker"}
+            if len(feds) == 2 and all(f["status"] and f["status"]["messages_in"] + f["status"]["messages_out"] > 0 for f in feds.values()):
+                break
+            assert time.monotonic() < deadline, f"the ticker did not report within 60 s: {snap}"
+            time.sleep(0.2)
+        yield url, env
+    finally:
+        ticker.send_signal(signal.SIGTERM)
+        dash.kill()
+        out, _ = ticker.communicate(timeout=60)
+        dash.wait()
+        shutil.rmtree(base, ignore_errors=True)
+    # A stop at a common tag, as Ctrl-C: the dashboard disturbed nothing.
+    assert ticker.returncode == 0, out
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def get_json(url):
+    return json.loads(get(url))
+
+
+def scrape(url):
+    families = {f.name: f for f in prometheus.text_string_to_metric_families(get(url + "/metrics"))}
+    return families
+
+
+def value(families, name, **labels):
+    """The sample of family `name` with these labels (a counter's sample is `name_total`)."""
+    for s in families[name].samples:
+        if s.name in (name, name + "_total") and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise AssertionError(f"no sample {name}{labels} in {families[name].samples}")
+
+
+def test_metrics_parse_and_their_counters_move(running):
+    url, _ = running
+    first = scrape(url)
+    time.sleep(2.5)  # status files are written once a second
+    second = scrape(url)
+    for fam in ("hprm_federate_messages_sent", "hprm_federate_messages_received"):
+        assert first[fam].type == "counter", first[fam]
+    sent = [value(f, "hprm_federate_messages_sent", program="ticker", federate="source") for f in (first, second)]
+    got = [value(f, "hprm_federate_messages_received", program="ticker", federate="sink") for f in (first, second)]
+    assert sent[1] > sent[0] > 0 and got[1] > got[0] > 0, (sent, got)
+    assert value(second, "hprm_program_up", program="ticker") == 1
+    assert value(second, "hprm_store_up", program="ticker") == 1
+    assert value(second, "hprm_store_capacity_bytes", program="ticker") > 0
+    # Every loss kind, for every federate, zero ones too.
+    kinds = {s.labels["kind"] for s in second["hprm_federate_losses"].samples if s.labels.get("federate") == "sink"}
+    assert kinds == {"tardy", "undecodable", "unsent", "dropped", "peer_lost", "store_lost"}, kinds
+    assert all(s.value == 0 for s in second["hprm_federate_losses"].samples if s.labels.get("program") == "ticker")
+
+
+def test_a_100_hz_timer_shows_100_messages_a_second(running):
+    url, _ = running
+
+    def source():
+        snap = get_json(url + "/api/programs")
+        return next(f["status"] for p in snap["programs"] for f in p["federates"] if p["name"] == "ticker" and f["name"] == "source")
+
+    a = source()
+    time.sleep(4)
+    b = source()
+    rate = (b["messages_out"] - a["messages_out"]) / ((b["updated_ns"] - a["updated_ns"]) / 1e9)
+    assert 90 <= rate <= 110, f"{rate:.1f} messages/s from {a} to {b}"
+
+
+def test_tags_agree_with_hprm_ps(running):
+    url, env = running
+    for _ in range(50):
+        ps = json.loads(subprocess.run([str(HPRM), "ps", "--json"], env=env, capture_output=True, text=True, check=True).stdout)
+        snap = get_json(url + "/api/programs")
+        by_ps = {f["name"]: f["status"] for p in ps if p["launch"]["program"] == "ticker" for f in p["federates"]}
+        by_dash = {f["name"]: f["status"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"]}
+        # The same status file read twice: compare when neither changed between.
+        if all(by_ps[n]["updated_ns"] == by_dash[n]["updated_ns"] for n in by_ps):
+            for n in by_ps:
+                assert (by_ps[n]["tag_ns"], by_ps[n]["microstep"]) == (by_dash[n]["tag_ns"], by_dash[n]["microstep"]), n
+            return
+        time.sleep(0.05)
+    raise AssertionError("never read the same status in hprm ps and the dashboard")
+
+
+def test_events_stream_a_snapshot_a_second(running):
+    url, _ = running
+    tags = []
+    with urllib.request.urlopen(url + "/events", timeout=10) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        while len(tags) < 3:
+            line = r.readline().decode()
+            if line.startswith("data: "):
+                snap = json.loads(line[len("data: "):])
+                tags.append(next(f["status"]["tag_ns"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "source"))
+    assert tags[0] < tags[2], tags
+
+
+def test_it_is_read_only_and_says_what_it_serves(running):
+    url, _ = running
+    req = urllib.request.Request(url + "/metrics", method="POST", data=b"x")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 405 and b"read-only" in e.value.read()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url + "/nope", timeout=10)
+    assert e.value.code == 404
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is needed (the test command installs it as root)")
+def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path_factory):
+    url, _ = running
+    shot = ROOT / "docs" / "src" / "dashboard.png" if os.environ.get("HPRM_DASHBOARD_SCREENSHOT") else tmp_path_factory.mktemp("shot") / "dashboard.png"
+
+    def dom():
+        r = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=2500", "--dump-dom", url + "/?poll"],
+            capture_output=True, text=True, timeout=90,
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+
+    def tag(page, federate):
+        m = re.search(rf'<tr data-federate="{federate}">.*?<td class="tag">([^<]*)</td>', page)
+        assert m, page[-3000:]
+        return m.group(1)
+
+    page = dom()
+    # The program, its graph (a box per federate), its federates' rows and its store.
+    assert 'data-program="ticker"' in page, page[-3000:]
+    assert page.count('class="federate"') >= 2 and "<svg" in page
+    assert '<tr data-federate="source">' in page and '<tr data-federate="sink">' in page
+    assert 'class="store"' in page and "in use" in page
+    first = tag(page, "source")
+    time.sleep(2)
+    assert tag(dom(), "source") != first, "the tag shown moves as the program runs"
+    r = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,760", "--virtual-time-budget=2500", f"--screenshot={shot}", url + "/?poll"],
+        capture_output=True, text=True, timeout=90,
+    )
+    assert r.returncode == 0 and shot.stat().st_size > 10_000, r.stderr[-2000:]
+
+
+def test_launch_serves_a_dashboard_with_its_program(daemons_built):
+    base = tempfile.mkdtemp(prefix="hdash", dir="/tmp")
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=base)
+    p = subprocess.Popen([str(HPRM), "launch", "--dashboard=127.0.0.1:0", str(HERE / "programs" / "ticker.py"), "500"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        m = re.search(r"http://(127\.0\.0\.1:\d+)/", p.stdout.readline())
+        assert m, p.stderr.read()
+        deadline = time.monotonic() + 60
+        while value_or_none(f"http://{m.group(1)}", "ticker") is None:
+            assert time.monotonic() < deadline, "the launch's dashboard never showed its program"
+            time.sleep(0.2)
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    finally:
+        p.kill()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def value_or_none(url, program):
+    try:
+        return value(scrape(url), "hprm_program_up", program=program)
+    except (AssertionError, KeyError, urllib.error.URLError):
+        return None
