@@ -201,6 +201,8 @@ fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
     let id2 = put(&sa, &[1u8; 100_000], 1);
     a.push(&PushRequest { ids: vec![id2], hosts: vec![("b".into(), 1)] });
     drop(sb.get_one(id2, WITHIN).expect("the link still pushes"));
+    // a's link counts the push when b replies, then releases the home copy.
+    eventually("a's copy of the last object freed", || pending(&sa, id2).is_none());
 
     let a_log = a.stop_link();
     let b_log = b.stop_link();
