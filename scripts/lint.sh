@@ -18,10 +18,11 @@ fix=0
 
 say() { printf '[lint] %s\n' "$*"; }
 
-# hprm-py and ros2-bridge are Cargo projects of their own (outside the
-# workspace); rustfmt reads their crate roots directly, so formatting them
-# needs neither Python nor ROS 2.
-rust_roots=(hprm-py/src/lib.rs ros2-bridge/src/main.rs)
+# hprm-py, ros2-bridge and hprm-link are Cargo projects of their own
+# (outside the workspace); rustfmt reads their crate roots directly, so
+# formatting them needs neither Python, ROS 2 nor a Zenoh build. (Clippy
+# on hprm-link builds Zenoh: hprm-link/test.sh --clippy.)
+rust_roots=(hprm-py/src/lib.rs ros2-bridge/src/main.rs hprm-link/src/lib.rs hprm-link/src/main.rs hprm-link/tests/push.rs)
 if [ $fix = 1 ]; then
   say "formatting the Rust code"
   cargo fmt --all
@@ -43,7 +44,7 @@ if ! [ -x "$machete" ] || ! "$machete" --version 2>/dev/null | grep -q "$MACHETE
     || { echo "missing: cargo-machete $MACHETE_VERSION (cargo install failed; needs crates.io)" >&2; exit 1; }
 fi
 say "cargo machete: no unused dependency in any Cargo project"
-"$machete" . hprm-py ros2-bridge
+"$machete" . hprm-py ros2-bridge hprm-link
 
 ruff="$tools/ruff-venv/bin/ruff"
 if ! [ -x "$ruff" ] || ! "$ruff" --version 2>/dev/null | grep -q "$RUFF_VERSION"; then

@@ -28,8 +28,10 @@ timings() {
 # package systemd): the deploy tests verify the generated units with it.
 # libclang: r2r (the ROS 2 bridge) generates its bindings with bindgen.
 # chromium: the dashboard's page is checked in a real headless browser.
-step "system packages the tests use: graphviz, systemd (for systemd-analyze), libclang-dev, chromium"
+# iproute2 (`ip`): the several-hosts tests make network namespaces with it.
+step "system packages the tests use: graphviz, systemd (for systemd-analyze), libclang-dev, chromium, iproute2"
 missing=()
+command -v ip >/dev/null || missing+=(iproute2)
 command -v dot >/dev/null || missing+=(graphviz)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null || missing+=(libclang-dev)
@@ -92,9 +94,14 @@ ft=0
 scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
 [ "$ft" = 0 ] || [ "$ft" = 3 ] || exit "$ft"
 
+step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh, its Rust tests, a program across two network namespaces, examples/multihost/run.sh"
+lklog=$(mktemp)
+trap 'rm -f "$log" "$pylog" "$ftlog" "$lklog"; rm -rf "$soakdir"' EXIT
+hprm-link/test.sh "$PWD/.venv" 2>&1 | tee "$lklog"
+
 step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
 r2log=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$ftlog" "$r2log"; rm -rf "$soakdir"' EXIT
+trap 'rm -f "$log" "$pylog" "$ftlog" "$lklog" "$r2log"; rm -rf "$soakdir"' EXIT
 ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
 
 step "summary"
@@ -112,6 +119,7 @@ if [ "$ft" = 3 ]; then
 else
   pytest_summary "python 3.13t (GIL off)" "$ftlog"
 fi
-# ros2-bridge/test.sh prints its own summary line.
+# hprm-link/test.sh and ros2-bridge/test.sh print their own summary lines.
+grep '^hprm-link:' "$lklog" | tail -1
 grep '^ros2-bridge:' "$r2log" | tail -1
 timings

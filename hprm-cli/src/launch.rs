@@ -22,6 +22,8 @@ pub struct Options {
     pub store_memory: Option<String>,
     /// `--trace FILE`.
     pub trace: Option<PathBuf>,
+    /// `--host NAME`: this host's share of a program with hosts.
+    pub host: Option<String>,
 }
 
 /// Runs the program to its end; the exit code for `hprm`.
@@ -51,6 +53,7 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         federate_command: Some(Box::new(move |name: &str| commands.federate_command(name))),
         handle_signals: true,
         trace: opts.trace,
+        host: opts.host,
         ..Launch::default()
     };
     let report = launch.run_manifest(&manifest)?;

@@ -75,6 +75,10 @@ enum Command {
         /// transfer) to FILE when the program ends; open it in ui.perfetto.dev.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// In a program with hosts ([[host]]): start this host's share (its
+        /// store, its hprm-link, its federates, and the RTI if it holds it).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
         /// Serve `hprm dashboard` while it runs (`--dashboard`: on 127.0.0.1:9464;
         /// `--dashboard=ADDR:PORT`).
         #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:9464")]
@@ -186,6 +190,7 @@ fn run(cli: Cli) -> Result<i32> {
             store_memory,
             trace,
             dashboard,
+            host,
             args,
         } => {
             let coordination = match (coordination, stp) {
@@ -203,7 +208,7 @@ fn run(cli: Cli) -> Result<i32> {
             if let Some(listen) = dashboard {
                 dashboard::start(listen)?;
             }
-            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace })
+            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host })
         }
         Command::Check { program, args } => {
             let source = Source::open(&program, &args)?;

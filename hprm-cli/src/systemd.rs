@@ -471,6 +471,9 @@ mod tests {
             threshold: None,
             timeout: None,
             store_memory: Some("1G".into()),
+            hosts: Vec::new(),
+            rti_host: None,
+            rti_port: None,
             federates: vec![
                 fed("camera", RestartPolicy::OnFailure, Some(3)),
                 fed("plan ner", RestartPolicy::Stop, None),

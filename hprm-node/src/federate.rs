@@ -43,6 +43,9 @@ pub struct RunOptions {
     /// federate publishes its status for `hprm ps` and listens for taps
     /// (`hprm topic`). One federate per directory and name.
     pub runtime_dir: Option<PathBuf>,
+    /// Where the program's federates run, when it spans hosts (the
+    /// launcher's `HPRM_HOST`, see [`crate::hosts`]).
+    pub hosts: Option<crate::hosts::Hosts>,
 }
 
 /// How long a scheduler polls its inbox (yielding its CPU to anything
@@ -65,6 +68,7 @@ impl RunOptions {
             handle_signals: false,
             coordination: None,
             runtime_dir: None,
+            hosts: None,
         }
     }
 }
@@ -225,7 +229,8 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     };
     tracing::info!(federate = %opts.federate, start, "starting");
     let watchdog = hprm_sd_notify::Watchdog::from_env();
-    let sched_opts = Options { fast: opts.fast, workers: opts.workers.max(1), start, resume, watchdog };
+    let sched_opts =
+        Options { fast: opts.fast, workers: opts.workers.max(1), start, resume, watchdog, hosts: opts.hosts.clone() };
     let federation = program.name.clone();
     if let Some(t) = crate::trace::tracer() {
         t.set_start(start);

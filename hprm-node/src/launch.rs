@@ -69,6 +69,10 @@ pub struct Launch {
     /// it neither restarts it nor stops it; `store_memory` and `store_args`
     /// do not apply.
     pub store: Option<PathBuf>,
+    /// In a program with hosts (`[[host]]`): launch only this host's share
+    /// (its store, its `hprm-link`, its federates, and the RTI if it is the
+    /// RTI's host). Required for such a program; refused for one without.
+    pub host: Option<String>,
 }
 
 /// The environment variable naming a running store for launches to use
@@ -92,6 +96,7 @@ impl Default for Launch {
             coordination: None,
             trace: None,
             store: std::env::var_os(STORE_ENV).filter(|s| !s.is_empty()).map(PathBuf::from),
+            host: None,
         }
     }
 }
@@ -340,7 +345,7 @@ impl StandaloneRti {
     /// printed ([`StandaloneRti::last_words`]).
     pub fn start(federates: usize, id: &str, extra: &[String], runtime_dir: &Path) -> Result<StandaloneRti, NodeError> {
         let log = LogSink { prefix: "[hprm-rti]".into(), echo: false, file: None, tail: Arc::default() };
-        let (daemon, addr) = start_rti(federates, id, extra, runtime_dir, &log)?;
+        let (daemon, addr) = start_rti(federates, id, extra, runtime_dir, &log, ("127.0.0.1", 0))?;
         Ok(StandaloneRti { _daemon: daemon, addr, runtime_dir: runtime_dir.to_path_buf(), log })
     }
 
@@ -458,9 +463,17 @@ fn start_store(dir: &Path, memory: &str, extra: &[String], log: &LogSink) -> Res
 }
 
 /// Starts `hprm-rti` on a free port; returns it with its address.
-fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) -> Result<(Daemon, String), NodeError> {
+fn start_rti(
+    n: usize,
+    id: &str,
+    extra: &[String],
+    dir: &Path,
+    log: &LogSink,
+    (bind, port): (&str, u16),
+) -> Result<(Daemon, String), NodeError> {
     let mut cmd = Command::new(find_binary("hprm-rti")?);
-    cmd.args(["--port", "0", "--bind", "127.0.0.1", "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
+    let port = port.to_string();
+    cmd.args(["--port", &port, "--bind", bind, "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
         .args(extra)
         .env("NO_COLOR", "1")
         // Its Unix socket goes where the federates look for it.
@@ -496,6 +509,97 @@ fn start_rti(n: usize, id: &str, extra: &[String], dir: &Path, log: &LogSink) ->
         .recv_timeout(Duration::from_secs(20))
         .map_err(|_| NodeError::Launch("hprm-rti did not report its address within 20 s; see its log above".into()))?;
     Ok((daemon, addr))
+}
+
+/// One host's share of a program with hosts.
+struct HostShare {
+    me: crate::manifest::HostSpec,
+    /// Whether this host runs the RTI.
+    rti_here: bool,
+    /// Where every federate reaches the RTI: its host's address and port.
+    rti_addr: String,
+    /// `HPRM_FEDERATE_HOSTS` for the federates.
+    federate_hosts: String,
+    /// The other hosts.
+    others: Vec<crate::manifest::HostSpec>,
+}
+
+impl HostShare {
+    /// This launch's share of `m` (expanded and checked), `None` for a
+    /// program without hosts.
+    fn of(m: &Manifest, host: Option<&str>) -> Result<Option<HostShare>, NodeError> {
+        let names = || m.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ");
+        let me = match (host, m.hosts.is_empty()) {
+            (None, true) => return Ok(None),
+            (Some(h), true) => {
+                let why = format!(
+                    "--host {h}: program {} names no hosts ([[host]] tables); launch it without --host",
+                    m.name
+                );
+                return Err(NodeError::Launch(why));
+            }
+            (None, false) => {
+                let why = format!(
+                    "program {} runs on several hosts ({}): launch each host's share there with `hprm launch --host NAME`",
+                    m.name,
+                    names()
+                );
+                return Err(NodeError::Launch(why));
+            }
+            (Some(h), false) => m.hosts.iter().find(|x| x.name == h).cloned().ok_or_else(|| {
+                NodeError::Launch(format!("--host {h}: program {} has no such host; its hosts are {}", m.name, names()))
+            })?,
+        };
+        let rti = m.rti_host().ok_or_else(|| NodeError::Launch("the program names no host for the RTI".into()))?;
+        let port = m.rti_port.unwrap_or(crate::manifest::DEFAULT_RTI_PORT);
+        Ok(Some(HostShare {
+            rti_here: rti.name == me.name,
+            rti_addr: format!("{}:{port}", rti.address),
+            federate_hosts: crate::hosts::Hosts::format_list(
+                m.federates.iter().filter_map(|f| Some((f.name.as_str(), f.host.as_deref()?))),
+            ),
+            others: m.hosts.iter().filter(|h| h.name != me.name).cloned().collect(),
+            me,
+        }))
+    }
+}
+
+/// Starts `hprm-link` for `share`, its push socket in `dir`; returns once
+/// it accepts federates.
+fn start_link(share: &HostShare, store: &Path, dir: &Path, log: &LogSink) -> Result<(Daemon, PathBuf), NodeError> {
+    let socket = dir.join("link.sock");
+    let mut cmd = Command::new(find_binary("hprm-link")?);
+    cmd.args(["--host", &share.me.name, "--listen", &share.me.link_endpoint()])
+        .arg("--store")
+        .arg(store)
+        .arg("--socket")
+        .arg(&socket)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for other in &share.others {
+        cmd.args(["--connect", &other.link_endpoint(), "--peer", &other.name]);
+    }
+    crate::signal::detach(&mut cmd);
+    let mut child = cmd.spawn().map_err(|e| NodeError::io("starting hprm-link", e))?;
+    if let Some(err) = child.stderr.take() {
+        log.relay(err);
+    }
+    let mut daemon = Daemon(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Ok(Some(status)) = daemon.0.try_wait() {
+            return Err(NodeError::Launch(format!("hprm-link exited during start ({status}); see its log above")));
+        }
+        if Instant::now() > deadline {
+            return Err(NodeError::Launch(format!(
+                "hprm-link did not open {} within 20 s; see its log above",
+                socket.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((daemon, socket))
 }
 
 /// The user's RUST_LOG with `hprm_rti` at `info` at least.
@@ -541,6 +645,7 @@ impl Launch {
         }
         // What runs is the plain graph: a bank's members are federates.
         let m = m.expanded();
+        let share = HostShare::of(&m, self.host.as_deref())?;
         if let Some(out) = &self.trace {
             let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
@@ -559,9 +664,9 @@ impl Launch {
         let manifest = dir.path().join("manifest.json");
         std::fs::write(&manifest, m.to_json())
             .map_err(|e| NodeError::io(format!("writing {}", manifest.display()), e))?;
-        let n = m.federates.len();
+        let n_all = m.federates.len();
         let memory = m.store_memory.clone().unwrap_or_else(|| self.store_memory.clone());
-        let store_log = LogSink::new("hprm-store", n, self)?;
+        let store_log = LogSink::new("hprm-store", n_all, self)?;
         // None: the store is not this launch's (`Launch::store`).
         let (mut store, socket) = match &self.store {
             Some(socket) => {
@@ -593,10 +698,41 @@ impl Launch {
                 .map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
-        let (mut rti, addr) = start_rti(n, &m.name, &rti_args, dir.path(), &LogSink::new("hprm-rti", n + 1, self)?)?;
+        let rti_log = LogSink::new("hprm-rti", n_all + 1, self)?;
+        let (mut rti, addr) = match &share {
+            None => {
+                let (d, addr) = start_rti(n_all, &m.name, &rti_args, dir.path(), &rti_log, ("127.0.0.1", 0))?;
+                (Some(d), addr)
+            }
+            Some(s) if s.rti_here => {
+                let port = m.rti_port.unwrap_or(crate::manifest::DEFAULT_RTI_PORT);
+                let (d, _) = start_rti(n_all, &m.name, &rti_args, dir.path(), &rti_log, (&s.me.address, port))?;
+                (Some(d), s.rti_addr.clone())
+            }
+            // On the RTI's host; federates retry until it is up.
+            Some(s) => (None, s.rti_addr.clone()),
+        };
+        let link = match &share {
+            Some(s) => Some(start_link(s, &socket, dir.path(), &LogSink::new("hprm-link", n_all + 2, self)?)?),
+            None => None,
+        };
+        // From here on: this host's federates only.
+        let m = match &share {
+            Some(s) => Manifest {
+                federates: m
+                    .federates
+                    .iter()
+                    .filter(|f| f.host.as_deref() == Some(s.me.name.as_str()))
+                    .cloned()
+                    .collect(),
+                ..m
+            },
+            None => m,
+        };
+        let n = m.federates.len();
         let mut daemons = (
             store.as_ref().map(|d| crate::status::StoreProcess { pid: d.0.id(), socket: socket.clone() }),
-            crate::status::RtiProcess { pid: rti.0.id(), addr: addr.clone() },
+            rti.as_ref().map(|r| crate::status::RtiProcess { pid: r.0.id(), addr: addr.clone() }),
         );
         let trace = self.trace.as_ref().map(|_| trace_parts.as_path());
         let env = ChildEnv {
@@ -607,6 +743,10 @@ impl Launch {
             federation: &m.name,
             coordination: &m,
             trace,
+            hosts: share
+                .as_ref()
+                .zip(link.as_ref())
+                .map(|(s, (_, sock))| (s.me.name.as_str(), s.federate_hosts.as_str(), sock.as_path())),
         };
         let mut children = Vec::new();
         for (i, f) in m.federates.iter().enumerate() {
@@ -662,7 +802,9 @@ impl Launch {
                 }
             }
             if lost.is_empty() {
-                lost.extend(rti_lost(&mut rti));
+                if let Some(rti) = &mut rti {
+                    lost.extend(rti_lost(rti));
+                }
             }
             if lost.len() > lost_before {
                 tracing::error!(
@@ -717,7 +859,18 @@ impl Launch {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let rti_status = wait_timeout(&mut rti.0, Duration::from_secs(5));
+        let rti_status = match &mut rti {
+            Some(rti) => wait_timeout(&mut rti.0, Duration::from_secs(5)),
+            // Another host's: this share ended cleanly as far as it knows.
+            None => Some(ExitStatus::default()),
+        };
+        // This host's federates are done: the link may go (SIGTERM, so it
+        // logs its counters; killed with the Daemon if it lingers).
+        if let Some((mut link, _)) = link {
+            let pid = nix::unistd::Pid::from_raw(link.0.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            wait_timeout(&mut link.0, Duration::from_secs(2));
+        }
         if let Some(out) = &self.trace {
             let names: Vec<String> = m.federates.iter().map(|f| f.name.clone()).collect();
             let events =
@@ -747,7 +900,7 @@ impl Launch {
         &self,
         m: &Manifest,
         children: &[(Child, LogSink)],
-        daemons: &(Option<crate::status::StoreProcess>, crate::status::RtiProcess),
+        daemons: &(Option<crate::status::StoreProcess>, Option<crate::status::RtiProcess>),
         dir: &Path,
         started_ns: i64,
     ) {
@@ -763,7 +916,7 @@ impl Launch {
                 .map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() })
                 .collect(),
             store: daemons.0.clone(),
-            rti: Some(daemons.1.clone()),
+            rti: daemons.1.clone(),
         };
         if let Err(e) = crate::status::write_launch(dir, &info) {
             tracing::warn!(
@@ -801,6 +954,9 @@ impl Launch {
             .env("HPRM_FEDERATION", env.federation);
         if self.fast {
             cmd.env("HPRM_FAST", "1");
+        }
+        if let Some((host, federate_hosts, link)) = env.hosts {
+            cmd.env("HPRM_HOST", host).env("HPRM_FEDERATE_HOSTS", federate_hosts).env("HPRM_LINK", link);
         }
         if let Some(dir) = env.trace {
             cmd.env(crate::trace::TRACE_ENV, dir);
@@ -841,6 +997,8 @@ struct ChildEnv<'a> {
     coordination: &'a Manifest,
     /// Where federates write their trace parts (`--trace`).
     trace: Option<&'a Path>,
+    /// In a program with hosts: this host, `HPRM_FEDERATE_HOSTS`, the link's socket.
+    hosts: Option<(&'a str, &'a str, &'a Path)>,
 }
 
 fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {
@@ -924,6 +1082,14 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
             );
         }
     }
+    o.hosts = match crate::hosts::Hosts::from_env() {
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            tracing::error!("{e}; values for receivers on other hosts will not reach them");
+            None
+        }
+        None => None,
+    };
     o.handle_signals = true;
     Some(o)
 }

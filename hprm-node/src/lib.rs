@@ -67,6 +67,7 @@ mod clock;
 mod context;
 mod error;
 mod federate;
+pub mod hosts;
 mod ids;
 mod inbox;
 pub mod launch;

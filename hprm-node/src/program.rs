@@ -99,6 +99,8 @@ pub(crate) struct FederateDef {
     /// What a launcher does when its process fails.
     pub restart: crate::manifest::RestartPolicy,
     pub max_restarts: Option<u32>,
+    /// The host it runs on, in a program with hosts.
+    pub host: Option<String>,
     /// Its priority and CPUs, which it applies as it starts.
     pub realtime: crate::realtime::Realtime,
 }
@@ -124,6 +126,11 @@ pub struct Program {
     pub(crate) triggers: Vec<TriggerDef>,
     pub(crate) reactions: Vec<ReactionDef>,
     pub(crate) connections: Vec<ConnectionDef>,
+    /// The hosts, in a program that spans several ([`Program::host`]).
+    pub(crate) hosts: Vec<crate::manifest::HostSpec>,
+    /// The RTI's host and port there ([`Program::rti_on`]).
+    pub(crate) rti_host: Option<String>,
+    pub(crate) rti_port: Option<u16>,
     /// Outputs whose backpressure is not the default, by output.
     pub(crate) backpressure: HashMap<TriggerId, Backpressure>,
     /// Problems found while building, reported all at once by [`Program::validate`].
@@ -154,6 +161,9 @@ impl Program {
             reactions: Vec::new(),
             connections: Vec::new(),
             backpressure: HashMap::new(),
+            hosts: Vec::new(),
+            rti_host: None,
+            rti_port: None,
             problems: Vec::new(),
         }
     }
@@ -198,6 +208,7 @@ impl Program {
             reactors: Vec::new(),
             restart: Default::default(),
             max_restarts: None,
+            host: None,
             realtime: Default::default(),
         });
         FederateId(self.federates.len() as u32 - 1)
@@ -218,6 +229,23 @@ impl Program {
         }
     }
 
+    /// Adds a host: the program then spans several, each running its own
+    /// store and `hprm-link`, and every federate must be placed on one
+    /// ([`Program::run_on`]). `link`: the Zenoh endpoint its link listens
+    /// on (default `tcp/ADDRESS:7447`). See the book's "Several hosts".
+    pub fn host(&mut self, name: impl Into<String>, address: impl Into<String>, link: Option<String>) -> &mut Program {
+        self.hosts.push(crate::manifest::HostSpec { name: name.into(), address: address.into(), link });
+        self
+    }
+
+    /// Runs federate `fed` on host `host` (one of [`Program::host`]'s).
+    pub fn run_on(&mut self, fed: FederateId, host: impl Into<String>) -> &mut Program {
+        if let Some(f) = self.federates.get_mut(fed.index()) {
+            f.host = Some(host.into());
+        }
+        self
+    }
+
     /// Runs `fed`'s reactions at a real-time priority and/or on chosen CPUs
     /// (see [`realtime`](crate::realtime)); its process applies them as it
     /// starts, and stops with an error if it may not (unless
@@ -229,6 +257,14 @@ impl Program {
         if let Some(f) = self.federates.get_mut(fed.index()) {
             f.realtime = realtime;
         }
+        self
+    }
+
+    /// Runs the RTI on `host` (default: the first host), listening on
+    /// `port` there (default [`DEFAULT_RTI_PORT`](crate::manifest::DEFAULT_RTI_PORT)).
+    pub fn rti_on(&mut self, host: impl Into<String>, port: Option<u16>) -> &mut Program {
+        self.rti_host = Some(host.into());
+        self.rti_port = port;
         self
     }
 

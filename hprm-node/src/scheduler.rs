@@ -157,6 +157,8 @@ pub(crate) struct Options {
     /// systemd's watchdog (a `WatchdogSec=` unit): pinged from this loop,
     /// so a reaction that never returns stops the pings.
     pub watchdog: Option<hprm_sd_notify::Watchdog>,
+    /// Where the program's federates run, when it spans hosts.
+    pub hosts: Option<crate::hosts::Hosts>,
 }
 
 struct Event {
@@ -243,6 +245,8 @@ pub(crate) struct Scheduler {
     /// What `hprm ps` sees of this federate.
     board: Arc<crate::status::Board>,
     tap: Option<Arc<crate::tap::TapHub>>,
+    /// This host's `hprm-link`, when the program spans hosts.
+    link: Option<crate::hosts::LinkClient>,
 }
 
 /// What is fixed when the federate starts: the program, this federate's
@@ -267,7 +271,11 @@ struct Plan {
     local: Vec<Vec<(TriggerId, Delay, bool)>>,
     /// By output: receivers in other federates.
     remote: Vec<Vec<NetDest>>,
+    /// By output: the deliveries its store objects are created with (see
+    /// `crate::hosts`: one per receiver on this host, one per other host).
     fanout: Vec<u32>,
+    /// By output: the other hosts with receivers of it, and how many each.
+    pushes: Vec<Vec<(String, u32)>>,
     /// By level: network outputs whose last possible writer is at that
     /// level; index `max_level + 1` holds outputs no reaction writes.
     resolve_after: Vec<Vec<TriggerId>>,
@@ -394,7 +402,13 @@ impl Plan {
         let (reactors, meta, triggered, max_level) = take_reactions(&mut program, fed, &name, &levels);
         let Routes { local, remote, input_peer, physical_input, shared } = routes(&program, fed, federate_index);
         let keep_last = keep_last(&program);
-        let fanout = remote.iter().map(|d| d.len() as u32).collect();
+        let (fanout, pushes) = match &opts.hosts {
+            None => (remote.iter().map(|d| d.len() as u32).collect(), vec![Vec::new(); remote.len()]),
+            Some(hosts) => remote
+                .iter()
+                .map(|dests| hosts.fanout(dests.iter().map(|d| program.federates[usize::from(d.fed)].name.as_str())))
+                .unzip(),
+        };
 
         // The level after which each network output is final.
         let mut resolve_after = vec![Vec::new(); max_level as usize + 2];
@@ -458,6 +472,7 @@ impl Plan {
             local,
             remote,
             fanout,
+            pushes,
             resolve_after,
             gate,
             reader_level,
@@ -688,6 +703,7 @@ impl Scheduler {
             }
         };
         let watchdog = opts.watchdog.take();
+        let link = opts.hosts.as_ref().map(|h| crate::hosts::LinkClient::new(&h.link));
         let plan = Plan::new(program, fed, opts, &transport, federate_index)?;
         // Outputs whose policy waits for space otherwise than the default.
         let output_encoders = (0..plan.program.triggers.len())
@@ -711,6 +727,7 @@ impl Scheduler {
             report,
             board: Arc::default(),
             tap: None,
+            link,
         })
     }
 
@@ -1409,8 +1426,12 @@ impl Scheduler {
             let value = self.tag.values[out.index()].clone();
             let payload = match (&value, &self.plan.program.triggers[out.index()].kind) {
                 (Some(v), TriggerKind::Output { encode, .. }) => {
-                    match encode(v, self.output_encoders.get(&out).unwrap_or(&self.encoder), dests.len() as u32) {
-                        Ok(p) => Some(p),
+                    let deliveries = self.plan.fanout[out.index()];
+                    match encode(v, self.output_encoders.get(&out).unwrap_or(&self.encoder), deliveries) {
+                        Ok(p) => {
+                            self.push_to_hosts(out, &p);
+                            Some(p)
+                        }
                         Err(e) if e.is_store_lost() => {
                             let lost = dests.len() as u64;
                             self.lose_n(out, Loss::StoreLost, lost);
@@ -1462,6 +1483,24 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// Asks this host's link to push the store objects of `payload` (the
+    /// value of `out`) to the other hosts with receivers of `out`.
+    fn push_to_hosts(&self, out: TriggerId, payload: &[u8]) {
+        let hosts = &self.plan.pushes[out.index()];
+        let Some(link) = self.link.as_ref().filter(|_| !hosts.is_empty()) else { return };
+        let ids = match crate::payload::SpilledMessage::from_payload(payload) {
+            Ok(Some(spilled)) => vec![spilled.id],
+            _ => crate::payload::Decoder::references(payload).unwrap_or_default(),
+        };
+        if ids.is_empty() {
+            return;
+        }
+        let request = crate::hosts::PushRequest { ids, hosts: hosts.clone() };
+        if let Err(e) = link.push(&request) {
+            tracing::debug!(port = %self.plan.program.port_path(out), "push not sent: {e}");
+        }
     }
 
     /// Queues `msg` for federate `fed`, over its peer connection

@@ -205,6 +205,27 @@ impl NativeProgram {
         Ok(())
     }
 
+    /// `Program.host`: a host of a program that spans several.
+    #[pyo3(signature = (name, address, link=None))]
+    fn host(&mut self, name: &str, address: &str, link: Option<String>) -> PyResult<()> {
+        self.program()?.host(name, address, link);
+        Ok(())
+    }
+
+    /// `Federate.on`: federate `fed` runs on host `host`.
+    fn run_on(&mut self, fed: usize, host: &str) -> PyResult<()> {
+        let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
+        self.program()?.run_on(fid, host);
+        Ok(())
+    }
+
+    /// `Program.rti_on`: the RTI's host, and its port there.
+    #[pyo3(signature = (host, port=None))]
+    fn rti_on(&mut self, host: &str, port: Option<u16>) -> PyResult<()> {
+        self.program()?.rti_on(host, port);
+        Ok(())
+    }
+
     /// `Federate.realtime`: federate `fed`'s priority, policy (`"fifo"`,
     /// `"rr"`) and CPUs (`"0,2-3"`), applied by its process as it starts.
     #[pyo3(signature = (fed, priority=None, policy=None, cpus=None, best_effort=false))]
@@ -435,7 +456,7 @@ impl NativeProgram {
     /// `--populate`) and an RTI (with `rti_args`, e.g. `--realtime-priority
     /// 10`). Returns the exit code the launcher exits
     /// with (`hprm_node::launch::exit_code`) and what went wrong, if anything.
-    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new(), rti_args=Vec::new()))]
+    #[pyo3(signature = (argv, fast=false, timeout_s=None, store_memory="256m".to_string(), commands=std::collections::HashMap::new(), trace=None, store_args=Vec::new(), rti_args=Vec::new(), host=None))]
     #[allow(clippy::too_many_arguments)]
     fn launch(
         &mut self,
@@ -448,6 +469,7 @@ impl NativeProgram {
         trace: Option<std::path::PathBuf>,
         store_args: Vec<String>,
         rti_args: Vec<String>,
+        host: Option<String>,
     ) -> PyResult<(i32, Option<String>)> {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
@@ -468,6 +490,7 @@ impl NativeProgram {
             trace,
             store_args,
             rti_args,
+            host,
             ..hprm_node::launch::Launch::default()
         };
         let name = program.name().to_string();

@@ -337,6 +337,9 @@ mod tests {
             threshold: None,
             timeout: None,
             store_memory: None,
+            hosts: Vec::new(),
+            rti_host: None,
+            rti_port: None,
             federates: vec![
                 FederateSpec {
                     name: "cam".into(),

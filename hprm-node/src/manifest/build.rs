@@ -36,6 +36,7 @@ impl Program {
                 name: f.name.clone(),
                 restart: f.restart,
                 max_restarts: f.max_restarts,
+                host: f.host.clone(),
                 priority: f.realtime.priority,
                 policy: f.realtime.priority.map(|_| f.realtime.policy),
                 cpus: f.realtime.cpus.as_ref().map(ToString::to_string),
@@ -65,6 +66,9 @@ impl Program {
             threshold: Some(self.threshold as u64),
             timeout: self.timeout.map(format_duration),
             store_memory: None,
+            hosts: self.hosts.clone(),
+            rti_host: self.rti_host.clone(),
+            rti_port: self.rti_port,
             federates,
             connections,
         }
@@ -163,6 +167,9 @@ impl Program {
         // Checked above: every duration parses.
         let dur = |s: &str| parse_duration(s).unwrap_or_default();
         let mut p = Program::new(m.name.clone());
+        p.hosts = m.hosts.clone();
+        p.rti_host = m.rti_host.clone();
+        p.rti_port = m.rti_port;
         if m.coordination == CoordinationMode::Decentralized {
             p.coordination(Coordination::Decentralized {
                 stp: m.stp.as_deref().map(dur).unwrap_or(Duration::from_millis(20)),
@@ -178,6 +185,9 @@ impl Program {
             let fed = p.federate(f.name.clone());
             if f.restart == super::RestartPolicy::OnFailure {
                 p.restart_on_failure(fed, f.max_restarts);
+            }
+            if let Some(h) = &f.host {
+                p.run_on(fed, h.clone());
             }
             if f.priority.is_some() || f.cpus.is_some() {
                 // A bad CPU list was reported by `check`.
@@ -334,8 +344,34 @@ mod tests {
         .unwrap();
         let again = p.manifest();
         assert_eq!(again.connections, m.connections);
+        assert!(again.hosts.is_empty() && again.federates.iter().all(|f| f.host.is_none()));
         assert_eq!(again.federates.iter().map(|f| &f.name).collect::<Vec<_>>(), vec!["a", "b"]);
         assert_eq!(again.federates[0].reactors[0].outputs, vec!["out", "raw"]);
+    }
+
+    #[test]
+    fn hosts_and_placements_go_into_the_manifest_and_back() {
+        let mut p = program();
+        p.host("pc1", "10.0.0.1", None)
+            .host("pc2", "10.0.0.2", Some("tcp/10.0.0.2:7500".into()))
+            .rti_on("pc2", Some(16000));
+        let (a, b) = (p.federate_named("a").unwrap(), p.federate_named("b").unwrap());
+        p.run_on(a, "pc1").run_on(b, "pc2");
+        let m = p.manifest();
+        assert_eq!(m.check(), vec![]);
+        assert_eq!((m.rti_host().map(|h| h.name.as_str()), m.rti_port), (Some("pc2"), Some(16000)));
+        assert_eq!(m.hosts[1].link_endpoint(), "tcp/10.0.0.2:7500");
+        assert_eq!(m.federates.iter().map(|f| f.host.as_deref()).collect::<Vec<_>>(), vec![Some("pc1"), Some("pc2")]);
+        let back = Program::from_manifest(&m, "a", |p, fed, spec| {
+            let mut r = p.reactor(fed, spec.name.clone(), ());
+            r.output::<u32>("out");
+            r.output::<u32>("raw");
+            Ok(r.id())
+        })
+        .unwrap();
+        let again = back.manifest();
+        assert_eq!((again.hosts, again.rti_host, again.rti_port), (m.hosts.clone(), m.rti_host.clone(), m.rti_port));
+        assert_eq!(again.federates[1].host.as_deref(), Some("pc2"));
     }
 
     #[test]

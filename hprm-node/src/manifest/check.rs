@@ -157,6 +157,77 @@ pub(crate) fn split_path(path: &str) -> Option<(&str, Option<&str>, &str)> {
 }
 
 impl Manifest {
+    /// Hosts: valid and unique names and addresses, the RTI's host one of
+    /// them, every federate on one of them (or, without hosts, none named).
+    fn check_hosts(&self, out: &mut Problems) {
+        let mut names = HashSet::new();
+        for h in &self.hosts {
+            if !(h.name.len() <= 64 && h.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+                || h.name.is_empty()
+            {
+                out.add(
+                    Location::Program,
+                    format!("host name {:?} is not valid; use letters, digits, '-', '_' or '.'", h.name),
+                );
+            }
+            if !names.insert(h.name.as_str()) {
+                out.add(Location::Program, format!("two hosts are named {:?}; host names must be unique", h.name));
+            }
+            if h.address.parse::<std::net::IpAddr>().is_err() {
+                out.add(
+                    Location::Program,
+                    format!("host {}: address {:?} is not an IP address (e.g. \"10.0.0.2\")", h.name, h.address),
+                );
+            }
+            if h.link.as_deref().is_some_and(|l| !l.contains('/')) {
+                out.add(
+                    Location::Program,
+                    format!("host {}: link {:?} is not a Zenoh endpoint (e.g. \"tcp/10.0.0.2:7447\")", h.name, h.link),
+                );
+            }
+        }
+        let known = || self.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ");
+        if let Some(r) = &self.rti_host {
+            if !names.contains(r.as_str()) {
+                out.add_at(
+                    Location::Program,
+                    Field::Key("rti_host"),
+                    format!("rti_host {r:?} is not one of the program's hosts ({})", known()),
+                );
+            }
+        }
+        for (fi, f) in self.federates.iter().enumerate() {
+            let at = Location::Federate { index: fi };
+            match (&f.host, self.hosts.is_empty()) {
+                (Some(h), true) => out.add_at(
+                    at,
+                    Field::Key("host"),
+                    format!(
+                        "federate {} names host {h:?}, but the program has no [[host]] tables; add them or remove host",
+                        f.name
+                    ),
+                ),
+                (Some(h), false) if !names.contains(h.as_str()) => out.add_at(
+                    at,
+                    Field::Key("host"),
+                    format!(
+                        "federate {} runs on host {h:?}, which is not one of the program's hosts ({})",
+                        f.name,
+                        known()
+                    ),
+                ),
+                (None, false) => out.add(
+                    at,
+                    format!(
+                        "federate {} names no host; in a program with hosts every federate needs `host = \"...\"`",
+                        f.name
+                    ),
+                ),
+                _ => {}
+            }
+        }
+    }
+
     /// Every problem of the manifest; empty when it is valid. A manifest
     /// with banks or connections naming whole banks or multiports is
     /// checked as its plain form ([`Manifest::expanded`]); each problem is
@@ -196,6 +267,7 @@ impl Manifest {
             out.add_at(Location::Program, Field::Key("stp"), "stp is set, but coordination is centralized, which waits for grants, not an STP; remove stp or set coordination = \"decentralized\"".into());
         }
 
+        self.check_hosts(&mut out);
         let mut seen = HashSet::new();
         for (fi, f) in self.federates.iter().enumerate() {
             let at = Location::Federate { index: fi };
@@ -723,6 +795,9 @@ mod tests {
             threshold: None,
             timeout: None,
             store_memory: None,
+            hosts: Vec::new(),
+            rti_host: None,
+            rti_port: None,
             federates,
             connections,
         }
@@ -730,6 +805,42 @@ mod tests {
 
     fn messages(m: &Manifest) -> Vec<(Location, String)> {
         m.check().into_iter().map(|p| (p.location, p.message)).collect()
+    }
+
+    #[test]
+    fn hosts_must_be_named_valid_and_hold_every_federate() {
+        use crate::manifest::HostSpec;
+        let host = |name: &str, address: &str| HostSpec { name: name.into(), address: address.into(), link: None };
+        let mut m = manifest(
+            vec![
+                federate("cam", vec![reactor("cam", &[], &["frame"])]),
+                federate("det", vec![reactor("det", &["frame"], &[])]),
+            ],
+            vec![conn("cam.frame", "det.frame", None)],
+        );
+        m.federates[0].host = Some("a".into());
+        assert!(messages(&m)
+            .iter()
+            .any(|(_, msg)| msg.contains("names host \"a\", but the program has no [[host]] tables")));
+        m.hosts = vec![host("a", "10.0.0.1"), host("b", "10.0.0.2")];
+        m.federates[1].host = Some("b".into());
+        assert_eq!(messages(&m), Vec::new());
+        assert_eq!(m.rti_host().map(|h| h.name.as_str()), Some("a"));
+        assert_eq!(m.hosts[1].link_endpoint(), "tcp/10.0.0.2:7447");
+        m.federates[1].host = None;
+        m.hosts.push(host("a", "robot.local"));
+        m.hosts.push(host("x/y", "10.0.0.3"));
+        m.rti_host = Some("c".into());
+        let got: Vec<String> = messages(&m).into_iter().map(|(_, msg)| msg).collect();
+        for want in [
+            "federate det names no host",
+            "two hosts are named \"a\"",
+            "address \"robot.local\" is not an IP address",
+            "host name \"x/y\" is not valid",
+            "rti_host \"c\" is not one of the program's hosts",
+        ] {
+            assert!(got.iter().any(|g| g.contains(want)), "{want:?} not in {got:#?}");
+        }
     }
 
     #[test]

@@ -59,10 +59,46 @@ pub struct Manifest {
     /// Size of the store a launcher starts (e.g. "512m").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_memory: Option<String>,
+    /// The hosts the program runs on (none: one host, as `hprm launch`
+    /// without `--host` runs it). See [`HostSpec`].
+    #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostSpec>,
+    /// With hosts: the host that runs the RTI (default: the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rti_host: Option<String>,
+    /// With hosts: the RTI's TCP port on its host (default [`DEFAULT_RTI_PORT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rti_port: Option<u16>,
     #[serde(default, rename = "federate")]
     pub federates: Vec<FederateSpec>,
     #[serde(default, rename = "connection")]
     pub connections: Vec<ConnectionSpec>,
+}
+
+/// The RTI's port on its host in a program with hosts, unless `rti_port` says otherwise.
+pub const DEFAULT_RTI_PORT: u16 = 15045;
+
+/// One host of a program that spans several (`[[host]]`): each runs its
+/// own store and `hprm-link`; `hprm launch --host NAME` starts its share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// Its name: letters, digits, '-', '_', '.'.
+    pub name: String,
+    /// Its IP address, where the other hosts' federates reach the RTI
+    /// when this host runs it.
+    pub address: String,
+    /// The Zenoh endpoint its link listens on (`tcp/10.0.0.1:7447`);
+    /// default `tcp/ADDRESS:7447`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+impl HostSpec {
+    /// [`HostSpec::link`], or its default.
+    pub fn link_endpoint(&self) -> String {
+        self.link.clone().unwrap_or_else(|| format!("tcp/{}:7447", self.address))
+    }
 }
 
 /// How federates coordinate (see [`Coordination`](crate::Coordination)).
@@ -100,6 +136,9 @@ pub struct FederateSpec {
     /// Where a bank's members run (default: one process each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// The host it runs on (a `[[host]]`'s name), in a program with hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// A real-time priority (1-99) for its reactions' threads (see
     /// [`crate::realtime`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -240,6 +279,15 @@ impl Manifest {
     pub fn to_json(&self) -> String {
         // Plain data with string keys: serializing cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The host holding the RTI in a program with hosts: `rti_host`, else
+    /// the first host.
+    pub fn rti_host(&self) -> Option<&HostSpec> {
+        match &self.rti_host {
+            Some(name) => self.hosts.iter().find(|h| h.name == *name),
+            None => self.hosts.first(),
+        }
     }
 
     /// The manifest in `$HPRM_MANIFEST`, when a launcher set it.

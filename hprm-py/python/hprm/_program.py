@@ -125,6 +125,12 @@ class Federate:
         self._program._native.restart_on_failure(self._index, max_restarts)
         return self
 
+    def on(self, host: str) -> Federate:
+        """Runs this federate on ``host`` (one of ``Program.host``'s), in a
+        program that spans several hosts."""
+        self._program._native.run_on(self._index, host)
+        return self
+
     def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Federate:
         """Runs this federate's reactions at real-time ``priority`` (1-99,
         SCHED_FIFO, or ``policy="rr"``) and/or on ``cpus`` (``"2"``,
@@ -466,6 +472,22 @@ class Program:
         _init_logging()
         return self._native.run_federate(federate, fast)
 
+    def host(self, name: str, address: str, link: str | None = None) -> Program:
+        """Adds a host: the program then spans several computers, each
+        running its own store and ``hprm-link``, and every federate must be
+        placed on one (``Federate.on``). ``address``: its IP address;
+        ``link``: the Zenoh endpoint its link listens on (default
+        ``tcp/ADDRESS:7447``). Launch each host's share there with
+        ``hprm launch --host NAME program.py`` (or ``launch(host=NAME)``)."""
+        self._native.host(name, address, link)
+        return self
+
+    def rti_on(self, host: str, port: int | None = None) -> Program:
+        """Runs the RTI on ``host`` (default: the first host), on TCP port
+        ``port`` there (default 15045)."""
+        self._native.rti_on(host, port)
+        return self
+
     def launch(
         self,
         fast: bool = False,
@@ -475,6 +497,7 @@ class Program:
         trace: str | os.PathLike[str] | None = None,
         store_args: list[str] | None = None,
         rti_args: list[str] | None = None,
+        host: str | None = None,
     ) -> None:
         """Runs the program: in a launched federate process, its federate;
         otherwise starts a store, an RTI and every federate (this script,
@@ -489,6 +512,9 @@ class Program:
         arena and the federates' mappings: no page faults while copying).
         ``rti_args``: more arguments for hprm-rti, e.g.
         ``["--realtime-priority", "10"]``.
+        ``host``: in a program with hosts (``Program.host``), start only this
+        host's share (its store, link and federates, and the RTI if it runs
+        there); also ``HPRM_LAUNCH_HOST``.
 
         In a process the launcher started (``HPRM_FEDERATE``, or
         ``HPRM_DESCRIBE`` when ``hprm`` asks for the graph) it exits the
@@ -530,6 +556,7 @@ class Program:
                     trace=None if trace is None else os.path.abspath(trace),
                     store_args=[str(a) for a in (store_args or [])],
                     rti_args=[str(a) for a in (rti_args or [])],
+                    host=host or os.environ.get("HPRM_LAUNCH_HOST") or None,
                 )
         except RuntimeError as e:
             # It never ran: no daemon, or the program or a flag is wrong.

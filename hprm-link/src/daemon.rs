@@ -1,0 +1,461 @@
+//! The link daemon: its Zenoh session, its store connection, the Unix
+//! socket its host's federates send [`PushRequest`]s to.
+//!
+//! Store calls are blocking (the store client is synchronous); they run on
+//! tokio's blocking pool, never on the runtime's workers, so a 50 MB copy
+//! into the store does not hold up other pushes or the Zenoh session.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hprm_node::hosts::{PushRequest, PUSH_MAX_LEN};
+use hprm_store::protocol::message::ErrorCode;
+use hprm_store::{CreateOptions, Object, ObjectId, StoreClient};
+use tokio::io::AsyncReadExt;
+use tokio::net::{UnixListener, UnixStream};
+use zenoh::bytes::ZBytes;
+
+use crate::error::LinkError;
+use crate::wire::{self, Header, Kind, Outcome, LINK_VERSION};
+
+/// Objects received from other hosts whose origin a link remembers (to
+/// announce them back without data).
+const ORIGINS_KEPT: usize = 4096;
+
+/// How long a push's `get` of its own host's object waits: the sender
+/// sealed it before asking, so it is there unless the sender's store lost it.
+const LOCAL_GET_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long creating a pushed object waits for room in a full store.
+const WAIT_FOR_SPACE: Duration = Duration::from_secs(5);
+
+/// How a link is set up (the `hprm-link` command line).
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// This host's name, as the program's manifest names it.
+    pub host: String,
+    /// This host's store socket.
+    pub store: PathBuf,
+    /// Where to listen for federates' push requests.
+    pub socket: PathBuf,
+    /// Zenoh endpoints to listen on (`tcp/10.0.0.1:7447`).
+    pub listen: Vec<String>,
+    /// Zenoh endpoints of other hosts' links to connect to.
+    pub connect: Vec<String>,
+    /// The other hosts, whose protocol version is checked before pushing.
+    pub peers: Vec<String>,
+    /// How long a push to another host may take before it counts as failed.
+    pub push_timeout: Duration,
+}
+
+/// What the link knows of another host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Peer {
+    /// Not answered yet (pushes are tried all the same).
+    Unknown,
+    Linked,
+    /// Another protocol version: pushes to it fail with this sentence.
+    Refused(String),
+}
+
+/// Counters, logged at exit.
+#[derive(Debug, Default)]
+struct Counters {
+    pushed: AtomicU64,
+    pushed_bytes: AtomicU64,
+    announced: AtomicU64,
+    received: AtomicU64,
+    duplicates: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// A running link. Cheap to clone.
+#[derive(Clone)]
+pub struct Link {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: LinkConfig,
+    store: StoreClient,
+    session: zenoh::Session,
+    peers: Mutex<HashMap<String, Peer>>,
+    /// Objects received from another host: by id, that host; oldest first.
+    origins: Mutex<(HashMap<ObjectId, String>, VecDeque<ObjectId>)>,
+    counters: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Link {
+    /// Connects to the store, opens the Zenoh session (peer mode, the
+    /// given endpoints only, multicast scouting off), declares this host's
+    /// queryables and starts checking the peers' versions.
+    pub async fn start(cfg: LinkConfig) -> Result<Link, LinkError> {
+        for name in std::iter::once(&cfg.host).chain(&cfg.peers) {
+            if !wire::valid_host(name) {
+                return Err(LinkError::HostName(name.clone()));
+            }
+        }
+        let store =
+            StoreClient::connect(&cfg.store).map_err(|source| LinkError::Store { path: cfg.store.clone(), source })?;
+        let session = zenoh::open(zenoh_config(&cfg)?).await.map_err(|e| LinkError::Zenoh(e.to_string()))?;
+        let peers = cfg.peers.iter().map(|p| (p.clone(), Peer::Unknown)).collect();
+        let link = Link {
+            inner: Arc::new(Inner {
+                cfg,
+                store,
+                session,
+                peers: Mutex::new(peers),
+                origins: Mutex::default(),
+                counters: Counters::default(),
+            }),
+        };
+        link.declare().await?;
+        for peer in link.inner.cfg.peers.clone() {
+            tokio::spawn(link.clone().check_peer(peer));
+        }
+        Ok(link)
+    }
+
+    /// Serves federates' push requests on the Unix socket until `stop`
+    /// completes, then removes the socket.
+    pub async fn serve(&self, stop: impl std::future::Future<Output = ()>) -> Result<(), LinkError> {
+        let path = &self.inner.cfg.socket;
+        // A socket file left by a link that died: nobody answers on it.
+        if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        let listener = UnixListener::bind(path).map_err(|source| LinkError::Socket { path: path.clone(), source })?;
+        tracing::info!(
+            host = %self.inner.cfg.host,
+            socket = %path.display(),
+            store = %self.inner.cfg.store.display(),
+            listen = ?self.inner.cfg.listen,
+            "hprm-link ready"
+        );
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => { tokio::spawn(self.clone().read_requests(stream)); }
+                    Err(e) => tracing::warn!("accepting a federate's connection: {e}"),
+                },
+            }
+        }
+        let _ = std::fs::remove_file(path);
+        let c = &self.inner.counters;
+        tracing::info!(
+            pushed = c.pushed.load(Ordering::Relaxed),
+            pushed_bytes = c.pushed_bytes.load(Ordering::Relaxed),
+            announced = c.announced.load(Ordering::Relaxed),
+            received = c.received.load(Ordering::Relaxed),
+            duplicates = c.duplicates.load(Ordering::Relaxed),
+            failed = c.failed.load(Ordering::Relaxed),
+            "hprm-link stopping"
+        );
+        Ok(())
+    }
+
+    async fn declare(&self) -> Result<(), LinkError> {
+        let host = &self.inner.cfg.host;
+        let zerr = |e: zenoh::Error| LinkError::Zenoh(e.to_string());
+        let hello = self.inner.session.declare_queryable(wire::hello_key(host)).await.map_err(zerr)?;
+        let me = host.clone();
+        tokio::spawn(async move {
+            while let Ok(query) = hello.recv_async().await {
+                if let Err(e) = query.reply(query.key_expr().clone(), wire::hello(&me)).await {
+                    tracing::debug!("answering a hello: {e}");
+                }
+            }
+        });
+        let push = self.inner.session.declare_queryable(wire::push_key(host)).await.map_err(zerr)?;
+        let link = self.clone();
+        tokio::spawn(async move {
+            while let Ok(query) = push.recv_async().await {
+                tokio::spawn(link.clone().receive(query));
+            }
+        });
+        Ok(())
+    }
+
+    /// Asks `peer` its version until it answers; refuses it if it differs.
+    async fn check_peer(self, peer: String) {
+        let mut said_waiting = false;
+        loop {
+            let answer = match self.inner.session.get(wire::hello_key(&peer)).timeout(Duration::from_secs(1)).await {
+                Ok(replies) => replies.recv_async().await.ok().and_then(|r| r.into_result().ok()),
+                Err(e) => {
+                    tracing::debug!(%peer, "hello: {e}");
+                    None
+                }
+            };
+            let Some(sample) = answer else {
+                if !said_waiting {
+                    tracing::info!(%peer, "waiting for host {peer}'s hprm-link to answer");
+                    said_waiting = true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let state = match wire::parse_hello(&sample.payload().to_bytes()) {
+                Ok((LINK_VERSION, name)) if name == peer => {
+                    tracing::info!(%peer, "linked to host {peer}");
+                    Peer::Linked
+                }
+                Ok((LINK_VERSION, name)) => Peer::Refused(format!(
+                    "the link answering for host {peer} says it is host {name}: check the hosts' names and endpoints"
+                )),
+                Ok((v, _)) => Peer::Refused(format!(
+                    "host {peer}'s hprm-link speaks link protocol {v}, this host's {LINK_VERSION}: run the same HPRM release on every host"
+                )),
+                Err(e) => Peer::Refused(format!("host {peer} answered the hello with {e}")),
+            };
+            if let Peer::Refused(why) = &state {
+                tracing::error!(%peer, "refusing host {peer}: {why}");
+            }
+            lock(&self.inner.peers).insert(peer, state);
+            return;
+        }
+    }
+
+    async fn read_requests(self, mut stream: UnixStream) {
+        let mut len = [0u8; 4];
+        loop {
+            if stream.read_exact(&mut len).await.is_err() {
+                return; // The federate closed its connection.
+            }
+            let n = u32::from_le_bytes(len) as usize;
+            if n > PUSH_MAX_LEN {
+                tracing::error!("a push request of {n} bytes (at most {PUSH_MAX_LEN}): closing that federate's connection; is it an HPRM federate of the same release?");
+                return;
+            }
+            let mut body = vec![0u8; n];
+            if let Err(e) = stream.read_exact(&mut body).await {
+                tracing::warn!("a federate's connection broke inside a push request: {e}");
+                return;
+            }
+            match PushRequest::decode(&body) {
+                Ok(req) => self.push_all(req),
+                Err(e) => {
+                    tracing::error!("{e}; closing that federate's connection");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Starts one push per object and host, all in parallel.
+    fn push_all(&self, req: PushRequest) {
+        for &id in &req.ids {
+            for (host, receivers) in &req.hosts {
+                tokio::spawn(self.clone().push(id, host.clone(), *receivers));
+            }
+        }
+    }
+
+    /// Pushes object `id` to `host` for `receivers` receivers there.
+    /// Holds one reference on the home object meanwhile; releasing it at
+    /// the end settles the delivery the sender counted for `host`.
+    async fn push(self, id: ObjectId, host: String, receivers: u32) {
+        let result = self.try_push(id, &host, receivers).await;
+        if let Err(why) = result {
+            self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
+        }
+    }
+
+    async fn try_push(&self, id: ObjectId, host: &str, receivers: u32) -> Result<(), String> {
+        // Taken first, whatever happens next: releasing it (when `object`
+        // drops, on every path) settles the delivery counted for `host`, so
+        // a failed push leaves the home object pinned by nothing of ours.
+        let store = self.inner.store.clone();
+        let object: Object = tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("it is not in this host's store: {e}"))?;
+        if let Some(Peer::Refused(why)) = lock(&self.inner.peers).get(host) {
+            return Err(why.clone());
+        }
+        if host == self.inner.cfg.host {
+            return Err("a push request names this host itself; its receivers read the object here".into());
+        }
+        let mut header = Header {
+            kind: Kind::Announce,
+            id,
+            deliveries: receivers,
+            data_len: object.data().len() as u64,
+            metadata: object.metadata().to_vec(),
+            from: self.inner.cfg.host.clone(),
+        };
+        let came_from_there = lock(&self.inner.origins).0.get(&id).is_some_and(|h| h == host);
+        if came_from_there {
+            match self.ask(host, &header, None).await? {
+                Outcome::Had | Outcome::Stored => {
+                    self.inner.counters.announced.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Outcome::Missing => {}
+            }
+        }
+        header.kind = Kind::Data;
+        let data = object.data().to_vec();
+        let outcome = self.ask(host, &header, Some(data)).await?;
+        let c = &self.inner.counters;
+        match outcome {
+            Outcome::Stored => {
+                c.pushed.fetch_add(1, Ordering::Relaxed);
+                c.pushed_bytes.fetch_add(header.data_len, Ordering::Relaxed);
+            }
+            Outcome::Had => {
+                c.announced.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Missing => return Err(format!("host {host} answered a push with data as if it had none")),
+        }
+        drop(object);
+        Ok(())
+    }
+
+    /// One push query to `host`; its outcome, or why it failed.
+    async fn ask(&self, host: &str, header: &Header, data: Option<Vec<u8>>) -> Result<Outcome, String> {
+        let timeout = self.inner.cfg.push_timeout;
+        let mut get = self.inner.session.get(wire::push_key(host)).attachment(header.encode()).timeout(timeout);
+        if let Some(data) = data {
+            get = get.payload(data);
+        }
+        let replies = get.await.map_err(|e| format!("Zenoh: {e}"))?;
+        let Ok(reply) = replies.recv_async().await else {
+            return Err(format!(
+                "host {host}'s hprm-link did not answer within {timeout:?}: is it running, and are the hosts' Zenoh endpoints right?"
+            ));
+        };
+        match reply.into_result() {
+            Ok(sample) => {
+                let bytes = sample.payload().to_bytes();
+                bytes
+                    .first()
+                    .and_then(|&b| Outcome::from_byte(b))
+                    .ok_or_else(|| format!("host {host} sent an unknown reply"))
+            }
+            Err(e) => Err(format!("host {host} refused it: {}", String::from_utf8_lossy(&e.payload().to_bytes()))),
+        }
+    }
+
+    /// Answers one push from another host.
+    async fn receive(self, query: zenoh::query::Query) {
+        let header = match query.attachment().map(|a| Header::decode(&a.to_bytes())) {
+            Some(Ok(h)) => h,
+            Some(Err(why)) => return reply_err(&query, why).await,
+            None => return reply_err(&query, "a push without a header".into()).await,
+        };
+        let payload = query.payload().cloned();
+        let link = self.clone();
+        let from = header.from.clone();
+        let id = header.id;
+        let outcome = tokio::task::spawn_blocking(move || link.store_pushed(&header, payload.as_ref())).await;
+        match outcome {
+            Ok(Ok(outcome)) => {
+                let c = &self.inner.counters;
+                match outcome {
+                    Outcome::Stored => {
+                        c.received.fetch_add(1, Ordering::Relaxed);
+                        self.remember_origin(id, from.clone());
+                    }
+                    Outcome::Had => {
+                        c.duplicates.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Outcome::Missing => {}
+                }
+                if let Err(e) = query.reply(query.key_expr().clone(), [outcome as u8]).await {
+                    tracing::warn!(%id, "replying to host {from}'s push: {e}");
+                }
+            }
+            Ok(Err(why)) => {
+                tracing::error!(%id, "a push from host {from} failed here: {why}");
+                reply_err(&query, why).await;
+            }
+            Err(e) => reply_err(&query, format!("the link failed storing it: {e}")).await,
+        }
+    }
+
+    /// Puts a pushed object into this host's store, or adds the deliveries
+    /// to the copy already there.
+    fn store_pushed(&self, h: &Header, data: Option<&ZBytes>) -> Result<Outcome, String> {
+        let store = &self.inner.store;
+        // A few rounds: between "it is here" and the redeliver the object
+        // may be freed, and between "it is not" and the create it may come.
+        for _ in 0..3 {
+            if store.contains(h.id).map_err(|e| e.to_string())? {
+                match store.redeliver(h.id, h.deliveries) {
+                    Ok(()) => return Ok(Outcome::Had),
+                    Err(e) if e.code() == Some(ErrorCode::NotFound) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            if h.kind == Kind::Announce {
+                return Ok(Outcome::Missing);
+            }
+            let Some(data) = data else { return Err("a push of kind data without data".into()) };
+            if data.len() as u64 != h.data_len {
+                return Err(format!("a push of {} bytes whose header says {}", data.len(), h.data_len));
+            }
+            let opts = CreateOptions { deliveries: h.deliveries, wait_for_space: WAIT_FOR_SPACE };
+            let mut object = match store.create_with(h.id, h.data_len, &h.metadata, &opts) {
+                Ok(o) => o,
+                Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => continue,
+                Err(e) => return Err(e.to_string()),
+            };
+            let out = object.data_mut();
+            let mut at = 0;
+            for slice in data.slices() {
+                out[at..at + slice.len()].copy_from_slice(slice);
+                at += slice.len();
+            }
+            object.seal().map_err(|e| e.to_string())?;
+            return Ok(Outcome::Stored);
+        }
+        Err(format!("object {} kept appearing and vanishing in this host's store", h.id))
+    }
+
+    fn remember_origin(&self, id: ObjectId, host: String) {
+        let mut o = lock(&self.inner.origins);
+        if o.0.insert(id, host).is_none() {
+            o.1.push_back(id);
+        }
+        while o.1.len() > ORIGINS_KEPT {
+            if let Some(old) = o.1.pop_front() {
+                o.0.remove(&old);
+            }
+        }
+    }
+}
+
+async fn reply_err(query: &zenoh::query::Query, why: String) {
+    tracing::warn!("refusing a push: {why}");
+    if let Err(e) = query.reply_err(why).await {
+        tracing::debug!("replying: {e}");
+    }
+}
+
+/// Peer mode on exactly the configured endpoints; no multicast scouting.
+fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
+    let mut c = zenoh::Config::default();
+    let list = |v: &[String]| format!("[{}]", v.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(","));
+    let settings = [
+        ("mode", "\"peer\"".to_string()),
+        ("listen/endpoints", list(&cfg.listen)),
+        ("connect/endpoints", list(&cfg.connect)),
+        ("scouting/multicast/enabled", "false".into()),
+    ];
+    for (key, value) in settings {
+        c.insert_json5(key, &value)
+            .map_err(|e| LinkError::Config { what: format!("{key} = {value}"), detail: e.to_string() })?;
+    }
+    Ok(c)
+}

@@ -1,0 +1,49 @@
+//! # hprm-link: one host's store, linked to the other hosts' stores
+//!
+//! A program may span hosts; each host runs its own `hprm-store`, and a
+//! receiver always reads a value's buffers from its own host's store,
+//! zero-copy, exactly as when sender and receiver share a host. The link
+//! is what makes that true: a daemon per host, a client of its host's
+//! store and a Zenoh peer of the other hosts' links (explicit endpoints,
+//! no multicast), that copies store objects between the stores.
+//!
+//! The data path (eager push):
+//!
+//! 1. A federate sends a value whose buffers went into its store. Right
+//!    after encoding it (the objects are sealed), it sends a
+//!    [`PushRequest`] to its host's link over the link's Unix socket (see
+//!    `hprm_node::hosts`, where that layout lives), naming the object ids
+//!    and every other host with receivers of that output, with how many
+//!    receivers each. The descriptor meanwhile goes through the RTI or a
+//!    peer connection, as on one host.
+//! 2. The link takes one store reference per destination host and pushes
+//!    the object to each host in parallel: one transfer per host, however
+//!    many receivers it has there ([`wire`]: a Zenoh query on the host's
+//!    push key, the data as payload).
+//! 3. The receiving host's link creates the object in its store under the
+//!    same id, with one delivery per local receiver, and replies. The
+//!    receivers' decoders, which found the descriptor naming another
+//!    store's arena, were waiting for that id in their own store: they get
+//!    it, and each one's release settles its delivery.
+//! 4. On the reply, the sending link releases its reference: that settles
+//!    the delivery the sender counted for that host. So the home object
+//!    stays pinned until every remote host holds its copy. A push that
+//!    fails (a refused or silent host) is logged with the object and host
+//!    and releases its reference too: nothing waits on that host's copy.
+//!
+//! Duplicates cost no transfer: a host that already has the id (an echo
+//! of a value back to its home host, a second push) adds the deliveries to
+//! its copy instead. A link remembers which host each object it received
+//! came from, and announces such objects back to that host without data;
+//! only if that host no longer has it does the data follow.
+//!
+//! Main types: [`Link`] (the daemon: [`Link::start`], [`Link::serve`]),
+//! [`LinkConfig`], [`LinkError`]; [`wire`] (the host-to-host protocol).
+
+mod daemon;
+mod error;
+pub mod wire;
+
+pub use daemon::{Link, LinkConfig};
+pub use error::LinkError;
+pub use hprm_node::hosts::PushRequest;

@@ -1,0 +1,82 @@
+//! `hprm-link`: one host's link daemon (see the library's documentation).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use hprm_link::{Link, LinkConfig};
+
+/// Links this host's hprm-store to the other hosts of a program over Zenoh:
+/// store objects sent to receivers on other hosts are pushed to their stores.
+#[derive(Parser, Debug)]
+#[command(name = "hprm-link", version)]
+struct Args {
+    /// This host's name, as the program's manifest names it.
+    #[arg(long)]
+    host: String,
+    /// This host's hprm-store socket.
+    #[arg(long, default_value = "/run/hprm/store.sock")]
+    store: PathBuf,
+    /// The Unix socket federates send push requests to.
+    #[arg(long, default_value = "/run/hprm/link.sock")]
+    socket: PathBuf,
+    /// A Zenoh endpoint to listen on, e.g. tcp/10.0.0.1:7447 (repeat for more).
+    #[arg(long, required = true)]
+    listen: Vec<String>,
+    /// Another host's Zenoh endpoint to connect to (repeat for more).
+    #[arg(long)]
+    connect: Vec<String>,
+    /// Another host's name: its link's protocol version is checked (repeat for more).
+    #[arg(long)]
+    peer: Vec<String>,
+    /// How long one push to another host may take before it counts as failed, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    push_timeout: f64,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,zenoh=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if !(args.push_timeout.is_finite() && args.push_timeout > 0.0) {
+        anyhow::bail!("--push-timeout must be a positive number of seconds, not {}", args.push_timeout);
+    }
+    let cfg = LinkConfig {
+        host: args.host,
+        store: args.store,
+        socket: args.socket,
+        listen: args.listen,
+        connect: args.connect,
+        peers: args.peer,
+        push_timeout: Duration::from_secs_f64(args.push_timeout),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async move {
+        let link = Link::start(cfg).await?;
+        link.serve(stop_signal()).await?;
+        Ok(())
+    })
+}
+
+/// SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM ({e}); stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The link protocol between hosts: what one `hprm-link` says to another
+//! over Zenoh.
+//!
+//! Every host's link declares two queryables, under its host name:
+//!
+//! - `hprm/link/<host>/hello`: replies [`hello`]: the protocol version
+//!   (always the first byte, in every version) and the host's name. Each
+//!   link asks this of every peer it is told of before pushing to it, and
+//!   refuses a peer of another version.
+//! - `hprm/link/<host>/push`: a query whose attachment is a [`Header`]
+//!   and whose payload is the object's data (none for an announce). The
+//!   reply's payload is one [`Outcome`] byte; a refused push (another
+//!   version, a malformed header, a store that cannot take the object)
+//!   gets an error reply whose payload is a sentence saying why.
+
+use hprm_store::ObjectId;
+
+/// Version of this protocol; hosts of different versions refuse each other.
+pub const LINK_VERSION: u8 = 1;
+
+/// The key of `host`'s hello queryable.
+pub fn hello_key(host: &str) -> String {
+    format!("hprm/link/{host}/hello")
+}
+
+/// The key of `host`'s push queryable.
+pub fn push_key(host: &str) -> String {
+    format!("hprm/link/{host}/push")
+}
+
+/// Whether `name` can be a host name: it becomes one chunk of Zenoh keys.
+pub fn valid_host(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// A hello reply: the version, then the host's name.
+pub fn hello(host: &str) -> Vec<u8> {
+    let mut out = vec![LINK_VERSION];
+    out.extend_from_slice(host.as_bytes());
+    out
+}
+
+/// Reads a hello reply: (version, host name).
+pub fn parse_hello(bytes: &[u8]) -> Result<(u8, String), String> {
+    let (&version, name) = bytes.split_first().ok_or("an empty hello")?;
+    Ok((version, String::from_utf8_lossy(name).into_owned()))
+}
+
+/// What a push carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The object's data follows, as the query's payload.
+    Data = 1,
+    /// No data: the receiving host is believed to have the object already
+    /// (it sent it here); it adds the deliveries to its copy, or answers
+    /// [`Outcome::Missing`] and the data follows in a second push.
+    Announce = 2,
+}
+
+/// The attachment of a push:
+///
+/// ```text
+/// u8      LINK_VERSION
+/// u8      Kind
+/// 20      object id
+/// u32 LE  deliveries: the receivers on the receiving host
+/// u64 LE  data length
+/// u16 LE  metadata length, then the metadata
+/// u8      sender's host name length, then the name
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub id: ObjectId,
+    pub deliveries: u32,
+    pub data_len: u64,
+    pub metadata: Vec<u8>,
+    /// The sending host.
+    pub from: String,
+}
+
+const FIXED: usize = 1 + 1 + ObjectId::LEN + 4 + 8 + 2 + 1;
+
+impl Header {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(FIXED + self.metadata.len() + self.from.len());
+        out.push(LINK_VERSION);
+        out.push(self.kind as u8);
+        out.extend_from_slice(&self.id.0);
+        out.extend_from_slice(&self.deliveries.to_le_bytes());
+        out.extend_from_slice(&self.data_len.to_le_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.metadata);
+        out.push(self.from.len().min(255) as u8);
+        out.extend_from_slice(&self.from.as_bytes()[..self.from.len().min(255)]);
+        out
+    }
+
+    /// Reads a header; the error is a sentence for the sender.
+    pub fn decode(bytes: &[u8]) -> Result<Header, String> {
+        let Some(&version) = bytes.first() else { return Err("a push without a header".into()) };
+        if version != LINK_VERSION {
+            return Err(format!(
+                "this host's hprm-link speaks link protocol {LINK_VERSION}, the sender {version}: run the same HPRM release on every host"
+            ));
+        }
+        if bytes.len() < FIXED {
+            return Err(format!("a push header of {} bytes; it has at least {FIXED}", bytes.len()));
+        }
+        let kind = match bytes[1] {
+            1 => Kind::Data,
+            2 => Kind::Announce,
+            k => return Err(format!("a push of unknown kind {k}")),
+        };
+        let mut id = [0u8; ObjectId::LEN];
+        id.copy_from_slice(&bytes[2..2 + ObjectId::LEN]);
+        let rest = &bytes[2 + ObjectId::LEN..];
+        let deliveries = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&rest[4..12]);
+        let data_len = u64::from_le_bytes(len);
+        let meta_len = usize::from(u16::from_le_bytes([rest[12], rest[13]]));
+        let rest = &rest[14..];
+        let (metadata, rest) = rest.split_at(meta_len.min(rest.len()));
+        let Some((&from_len, from)) = rest.split_first().filter(|_| metadata.len() == meta_len) else {
+            return Err("a push header ends inside its metadata".into());
+        };
+        if from.len() != usize::from(from_len) {
+            return Err(format!("a push header whose sender's name should be {from_len} bytes has {}", from.len()));
+        }
+        let from = String::from_utf8_lossy(from).into_owned();
+        Ok(Header { kind, id: ObjectId::from_bytes(id), deliveries, data_len, metadata: metadata.to_vec(), from })
+    }
+}
+
+/// A push's successful reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The object was created from the pushed data.
+    Stored = 1,
+    /// The host had it already (an echo or a duplicate): the deliveries
+    /// were added to its copy; no data was needed.
+    Had = 2,
+    /// An announce for an object this host no longer has: send the data.
+    Missing = 3,
+}
+
+impl Outcome {
+    pub fn from_byte(b: u8) -> Option<Outcome> {
+        match b {
+            1 => Some(Outcome::Stored),
+            2 => Some(Outcome::Had),
+            3 => Some(Outcome::Missing),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_other_versions_are_refused_by_name() {
+        let h = Header {
+            kind: Kind::Data,
+            id: ObjectId::random(),
+            deliveries: 3,
+            data_len: 50 << 20,
+            metadata: b"m".to_vec(),
+            from: "a".into(),
+        };
+        let bytes = h.encode();
+        assert_eq!(Header::decode(&bytes).unwrap(), h);
+        for cut in 0..bytes.len() {
+            assert!(Header::decode(&bytes[..cut]).is_err());
+        }
+        let mut other = bytes.clone();
+        other[0] = LINK_VERSION + 1;
+        let e = Header::decode(&other).unwrap_err();
+        assert!(e.contains("protocol") && e.contains("same HPRM release"), "{e}");
+        assert_eq!(parse_hello(&hello("perception")).unwrap(), (LINK_VERSION, "perception".into()));
+        assert!(valid_host("a-1.b_c") && !valid_host("a/b") && !valid_host("*") && !valid_host(""));
+    }
+}

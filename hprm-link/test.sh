@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# hprm-link's tests: builds the link (--locked; Zenoh makes it a few
+# minutes cold), then
+#   - its Rust tests: unit tests, and two stores with their links on
+#     loopback TCP (tests/push.rs: data path, deliveries, echo, bad input);
+#   - the namespace tests (tests/test_multihost.py, pytest): a program across
+#     two network namespaces, each host its own store, link and federates;
+#   - the example examples/multihost/run.sh (camera -> detector across hosts).
+# The namespace tests and the example need root and `ip` (iproute2); without
+# them they skip, saying why. The SDK must be installed in VENV first
+# (hprm-py/install.sh VENV). Ends with one line: "hprm-link: N passed, M failed, K skipped".
+#   hprm-link/test.sh [--clippy] [VENV]      (default VENV: .venv at the repository root)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+clippy=0
+[ "${1:-}" = --clippy ] && { clippy=1; shift; }
+venv="${1:-$root/.venv}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+say() { printf '\n[hprm-link test] %s\n' "$*" >&2; }
+
+say "building hprm-store (debug, for the Rust tests) and hprm-link"
+cargo build --locked --quiet --manifest-path "$root/Cargo.toml" -p hprm-store
+cargo build --locked --manifest-path "$here/Cargo.toml"
+if [ $clippy = 1 ]; then
+  say "clippy, warnings as errors"
+  cargo clippy --locked --manifest-path "$here/Cargo.toml" --all-targets --quiet -- -D warnings
+fi
+export HPRM_LINK_BIN_DIR="$CARGO_TARGET_DIR/debug"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+rc=0
+say "Rust tests (two stores and links on loopback)"
+cargo test --locked --manifest-path "$here/Cargo.toml" 2>&1 | tee -a "$log" || rc=1
+say "pytest: a program across two network namespaces"
+"$venv/bin/python" -m pytest -q -rs "$here/tests" 2>&1 | tee -a "$log" || rc=1
+say "the example: examples/multihost/run.sh"
+if reason=$("$here/netns.sh" check); then
+  PATH="$venv/bin:$PATH" "$root/examples/multihost/run.sh" 2>&1 | tee -a "$log" || rc=1
+  grep -q '^multihost: frames=[1-9][0-9]* mismatched=0 ' "$log" || rc=1
+else
+  echo "skipped: $reason" | tee -a "$log"
+  echo "1 skipped in 0s" >>"$log"
+fi
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     / in [0-9.]+s/ && /(passed|failed|skipped|error)/ && !/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i; if ($(i+1) ~ /^errors?/) f += $i } }
+     /^multihost: frames=/ { p += 1 }
+     END { printf "hprm-link: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit $rc

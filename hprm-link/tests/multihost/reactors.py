@@ -1,0 +1,74 @@
+"""Reactors of values.toml: a source on host a sends 1, 10 and 50 MB numpy
+arrays and a nested dict holding arrays to two receivers on host b and one
+on host a; every receiver prints one line per value with its logical time
+and a SHA-256 of what it got, which the test compares with what was sent
+and with a run of the same program on one host."""
+
+import hashlib
+
+import numpy as np
+
+import hprm
+
+SIZES = [1 << 20, 10 << 20, 50 << 20]
+
+
+def value(k):
+    """The k-th value sent (k = 0, 1, 2: an array; 3: a nested dict)."""
+    rng = np.random.default_rng(k)
+    if k < len(SIZES):
+        return rng.integers(0, 256, SIZES[k], dtype=np.uint8)
+    return {
+        "meta": {"k": k, "names": ["left", "right"], "pi": 3.25},
+        "frames": [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8), rng.standard_normal(100_000)],
+        "small": np.arange(10, dtype=np.int32),
+    }
+
+
+def digest(v):
+    """A SHA-256 over the value's structure and bytes."""
+    h = hashlib.sha256()
+
+    def walk(x):
+        if isinstance(x, np.ndarray):
+            h.update(f"{x.dtype.str}{x.shape}".encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        elif isinstance(x, dict):
+            for key in sorted(x):
+                h.update(repr(key).encode())
+                walk(x[key])
+        elif isinstance(x, list | tuple):
+            h.update(b"[")
+            for e in x:
+                walk(e)
+            h.update(b"]")
+        else:
+            h.update(repr(x).encode())
+
+    walk(v)
+    return h.hexdigest()
+
+
+class Source(hprm.Reactor):
+    out = hprm.Output()
+
+    def __init__(self):
+        self.tick = hprm.Timer(period="100ms")
+        self.k = 0
+
+    @hprm.reaction(triggers="tick", effects="out")
+    def send(self, ctx):
+        if self.k <= len(SIZES):
+            ctx.set(self.out, value(self.k))
+            self.k += 1
+
+
+class Receiver(hprm.Reactor):
+    inp = hprm.Input()
+
+    def __init__(self, name):
+        self.name = name
+
+    @hprm.reaction(triggers="inp")
+    def receive(self, ctx):
+        print(f"RECV {self.name} t={ctx.elapsed} sha={digest(self.inp.value)}", flush=True)

@@ -1,0 +1,258 @@
+//! Two "hosts" on this machine (each a real hprm-store and a real
+//! hprm-link, linked over Zenoh on loopback TCP): objects pushed from one
+//! arrive in the other's store under the same id, with the deliveries the
+//! request named; the home object is freed once the remote copy exists; an
+//! echo back to the home host moves no data; bad requests are refused and
+//! the link stays up.
+//!
+//! `hprm-store` is taken from `$HPRM_STORE_BIN`, else next to this test's
+//! `hprm-link` (test.sh builds both into one target directory).
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hprm_link::PushRequest;
+use hprm_store::{CreateOptions, ObjectId, StoreClient};
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+fn store_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HPRM_STORE_BIN") {
+        return p.into();
+    }
+    let link = PathBuf::from(env!("CARGO_BIN_EXE_hprm-link"));
+    let store = link.with_file_name("hprm-store");
+    assert!(
+        store.is_file(),
+        "no hprm-store next to {}: build it (cargo build -p hprm-store) or set HPRM_STORE_BIN",
+        link.display()
+    );
+    store
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WITHIN;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {WITHIN:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process killed and reaped on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One host: its store and its link.
+struct Host {
+    dir: tempfile::TempDir,
+    link: Option<Proc>,
+    _store: Proc,
+}
+
+impl Host {
+    fn start(name: &str, port: u16, peer: (&str, u16)) -> Host {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store_sock = dir.path().join("store.sock");
+        let log = std::fs::File::create(dir.path().join("store.log")).expect("the store's log");
+        let store = Proc(
+            Command::new(store_bin())
+                .arg("--socket")
+                .arg(&store_sock)
+                .args(["--memory", "256m"])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start hprm-store"),
+        );
+        eventually("hprm-store ready", || read(&dir.path().join("store.log")).contains("hprm-store ready"));
+        let log = std::fs::File::create(dir.path().join("link.log")).expect("the link's log");
+        let link = Proc(
+            Command::new(env!("CARGO_BIN_EXE_hprm-link"))
+                .args(["--host", name, "--store"])
+                .arg(&store_sock)
+                .arg("--socket")
+                .arg(dir.path().join("link.sock"))
+                .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
+                .args(["--connect", &format!("tcp/127.0.0.1:{}", peer.1), "--peer", peer.0])
+                .env("RUST_LOG", "info,zenoh=warn")
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start hprm-link"),
+        );
+        let host = Host { dir, link: Some(link), _store: store };
+        eventually("hprm-link ready", || host.log().contains("hprm-link ready"));
+        host
+    }
+
+    fn store(&self) -> StoreClient {
+        StoreClient::connect(self.dir.path().join("store.sock")).expect("connect to the store")
+    }
+
+    fn log(&self) -> String {
+        read(&self.dir.path().join("link.log"))
+    }
+
+    fn push(&self, req: &PushRequest) {
+        let mut s = UnixStream::connect(self.dir.path().join("link.sock")).expect("connect to the link");
+        s.write_all(&req.encode().expect("encode")).expect("send the request");
+    }
+
+    /// Stops the link with SIGTERM; its log's last line has its counters.
+    fn stop_link(&mut self) -> String {
+        if let Some(mut p) = self.link.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(p.0.id().to_string()).status();
+            let _ = p.0.wait();
+        }
+        self.log()
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn pair() -> (Host, Host) {
+    let (pa, pb) = (free_port(), free_port());
+    let a = Host::start("a", pa, ("b", pb));
+    let b = Host::start("b", pb, ("a", pa));
+    eventually("the links see each other", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
+    (a, b)
+}
+
+fn put(store: &StoreClient, data: &[u8], deliveries: u32) -> ObjectId {
+    let id = ObjectId::random();
+    let opts = CreateOptions { deliveries, ..CreateOptions::default() };
+    let mut o = store.create_with(id, data.len() as u64, b"", &opts).expect("create");
+    o.data_mut().copy_from_slice(data);
+    o.seal().expect("seal");
+    id
+}
+
+fn pending(store: &StoreClient, id: ObjectId) -> Option<u32> {
+    store.list().expect("list").into_iter().find(|o| o.id == id).map(|o| o.pending_deliveries)
+}
+
+#[test]
+fn a_pushed_object_arrives_bit_exact_with_its_hosts_deliveries_and_frees_the_home_copy() {
+    let (a, b) = pair();
+    let (sa, sb) = (a.store(), b.store());
+    for size in [64 << 10, 1 << 20, 10 << 20] {
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8).collect();
+        // One delivery: host b's, which the link settles after b's reply.
+        let id = put(&sa, &data, 1);
+        a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 2)] });
+        let got = sb.get_one(id, WITHIN).expect("the object reaches host b's store");
+        assert!(got.data() == &data[..], "{size} bytes arrived changed");
+        assert_eq!(pending(&sb, id), Some(2), "host b's copy awaits its 2 receivers");
+        drop(got); // receiver 1
+        let again = sb.get_one(id, WITHIN).expect("still there for receiver 2");
+        drop(again);
+        eventually("host b's copy freed once its receivers settled", || pending(&sb, id).is_none());
+        eventually("the home copy freed once b has its copy", || pending(&sa, id).is_none());
+    }
+}
+
+#[test]
+fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
+    let (mut a, mut b) = pair();
+    let (sa, sb) = (a.store(), b.store());
+    let data = vec![0x5a; 2 << 20];
+    // The home producer keeps its reference (a buffer still held).
+    let id = put(&sa, &data, 1);
+    let held = sa.get_one(id, WITHIN).expect("held at home");
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    let there = sb.get_one(id, WITHIN).expect("pushed to b");
+    // b's receiver sends it on to a receiver on host a: one more delivery
+    // here for host a, then the request to b's link.
+    sb.redeliver(id, 1).expect("redeliver at b");
+    b.push(&PushRequest { ids: vec![id], hosts: vec![("a".into(), 1)] });
+    eventually("host a's copy gets the echo's delivery", || pending(&sa, id) == Some(1));
+    drop(there);
+    eventually("b's copy freed", || pending(&sb, id).is_none());
+    let echo = sa.get_one(id, WITHIN).expect("the echo's receiver at a");
+    assert!(echo.data() == &data[..]);
+    drop((echo, held));
+    eventually("a's copy freed", || pending(&sa, id).is_none());
+
+    // A request naming an object that does not exist, and garbage.
+    a.push(&PushRequest { ids: vec![ObjectId::random()], hosts: vec![("b".into(), 1)] });
+    let mut s = UnixStream::connect(a.dir.path().join("link.sock")).expect("connect");
+    s.write_all(&[5, 0, 0, 0, 9, 9, 9, 9, 9]).expect("garbage");
+    eventually("the garbage is named", || a.log().contains("malformed push request: version 9"));
+    eventually("the missing object is named", || a.log().contains("not in this host's store"));
+    // Still serving.
+    let id2 = put(&sa, &[1u8; 100_000], 1);
+    a.push(&PushRequest { ids: vec![id2], hosts: vec![("b".into(), 1)] });
+    drop(sb.get_one(id2, WITHIN).expect("the link still pushes"));
+    // a's link counts the push when b replies, then releases the home copy.
+    eventually("a's copy of the last object freed", || pending(&sa, id2).is_none());
+
+    let a_log = a.stop_link();
+    let b_log = b.stop_link();
+    let last = |log: &str| log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string();
+    assert!(
+        last(&b_log).contains("pushed=0") && last(&b_log).contains("announced=1"),
+        "b announced the echo, sent no data: {}",
+        last(&b_log)
+    );
+    assert!(last(&a_log).contains("pushed=2") && last(&a_log).contains("duplicates=1"), "{}", last(&a_log));
+}
+
+/// A Zenoh peer answering for host `b` as a link of another protocol
+/// version would (what a host running another HPRM release looks like).
+/// It also answers pushes, so that a refused push is the link's doing.
+async fn future_link(port: u16) -> zenoh::Session {
+    let mut c = zenoh::Config::default();
+    for (k, v) in [
+        ("mode", "\"peer\"".to_string()),
+        ("listen/endpoints", format!("[\"tcp/127.0.0.1:{port}\"]")),
+        ("scouting/multicast/enabled", "false".into()),
+    ] {
+        c.insert_json5(k, &v).expect("config");
+    }
+    let s = zenoh::open(c).await.expect("open a Zenoh session");
+    for key in [hprm_link::wire::hello_key("b"), hprm_link::wire::push_key("b")] {
+        let q = s.declare_queryable(key).await.expect("declare");
+        tokio::spawn(async move {
+            while let Ok(query) = q.recv_async().await {
+                let _ = query.reply(query.key_expr().clone(), [hprm_link::wire::LINK_VERSION + 98, b'b']).await;
+            }
+        });
+    }
+    s
+}
+
+#[test]
+fn a_host_of_another_protocol_version_is_refused_by_name() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let pb = free_port();
+    let _peer = rt.block_on(future_link(pb));
+    let a = Host::start("a", free_port(), ("b", pb));
+    let want =
+        format!("refusing host b: host b's hprm-link speaks link protocol {}", hprm_link::wire::LINK_VERSION + 98);
+    eventually("a refuses b", || a.log().contains(&want));
+    assert!(a.log().contains("run the same HPRM release on every host"), "{}", a.log());
+    let sa = a.store();
+    let id = put(&sa, &[7u8; 100_000], 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    eventually("the push to b fails, saying why", || a.log().contains(&format!("object {id} did not reach host b")));
+    eventually("and settles b's delivery", || pending(&sa, id).is_none());
+    assert!(a.log().contains("hprm-link ready"));
+}

@@ -1,0 +1,215 @@
+"""A program spanning two hosts, each a network namespace of this machine
+joined to the other by a veth pair (hprm-link/netns.sh): each host runs
+its own hprm-store, hprm-link and federates (`hprm launch --host NAME`),
+the RTI on host a. The values (1, 10 and 50 MB arrays, a nested dict of
+arrays) reach the receivers on host b bit-exact, through b's store; the
+receivers print the same trace as when the whole program runs on one host;
+nothing is left behind.
+
+Needs root and `ip` (skips saying why otherwise), the hprm SDK in the
+running Python (hprm-py/install.sh) and hprm-link on PATH or in
+$HPRM_LINK_BIN_DIR (hprm-link/test.sh sets it).
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+NETNS = HERE.parent / "netns.sh"
+PROGRAM = HERE / "multihost"
+WITHIN = 120
+
+sys.path.insert(0, str(PROGRAM))
+from reactors import SIZES, digest, value  # noqa: E402
+
+
+def _why_no_namespaces():
+    r = subprocess.run([str(NETNS), "check"], capture_output=True, text=True)
+    return None if r.returncode == 0 else r.stdout.strip() or r.stderr.strip()
+
+
+def _hprm():
+    exe = shutil.which("hprm", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip(f"no hprm command next to {sys.executable}: install the SDK with hprm-py/install.sh")
+    return exe
+
+
+def _env():
+    env = dict(os.environ)
+    link_dir = os.environ.get("HPRM_LINK_BIN_DIR")
+    if link_dir:
+        env["PATH"] = f"{env.get('PATH', '')}:{link_dir}"
+    env.setdefault("RUST_LOG", "info,zenoh=warn")
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def _shm():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture
+def hosts():
+    why = _why_no_namespaces()
+    if why:
+        pytest.skip(f"cannot make network namespaces: {why}")
+    prefix = f"hp{os.getpid() % 100000}"
+    subnet = f"10.213.{os.getpid() % 250}"
+    subprocess.run([str(NETNS), "down", prefix], check=False)
+    subprocess.run([str(NETNS), "up", prefix, subnet], check=True)
+    try:
+        yield prefix, f"{subnet}.1", f"{subnet}.2"
+    finally:
+        subprocess.run([str(NETNS), "down", prefix], check=False)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert prefix not in left, f"namespaces left behind: {left}"
+
+
+def _manifest(tmp_path, a, b):
+    text = (PROGRAM / "values.toml").read_text().replace("@A@", a).replace("@B@", b)
+    shutil.copy(PROGRAM / "reactors.py", tmp_path / "reactors.py")
+    multi = tmp_path / "values.toml"
+    multi.write_text(text)
+    # The same program on one host: no [[host]] tables, no federate hosts.
+    single = re.sub(r"\[\[host\]\]\nname = .*\naddress = .*\n", "", text)
+    single = re.sub(r'(?m)^(host = ".*"|rti_host = ".*")\n', "", single)
+    one = tmp_path / "values-one-host.toml"
+    one.write_text(single)
+    return multi, one
+
+
+def _nbytes(v):
+    if hasattr(v, "nbytes"):
+        return v.nbytes
+    if isinstance(v, dict):
+        return sum(_nbytes(x) for x in v.values())
+    if isinstance(v, list | tuple):
+        return sum(_nbytes(x) for x in v)
+    return 0
+
+
+def _rx_bytes(prefix, host):
+    """Bytes host's end of the veth pair received so far."""
+    path = f"/sys/class/net/{prefix}-v{host}/statistics/rx_bytes"
+    r = subprocess.run(["ip", "netns", "exec", f"{prefix}-{host}", "cat", path], capture_output=True, text=True, check=True)
+    return int(r.stdout)
+
+
+def _trace(out):
+    return sorted(line for line in out.splitlines() if "RECV " in line and "sha=" in line)
+
+
+def _strip(line):
+    return line[line.index("RECV ") :]
+
+
+def test_a_program_across_two_hosts_gives_the_values_bit_exact_and_the_one_host_trace(hosts, tmp_path):
+    hprm = _hprm()
+    prefix, a, b = hosts
+    multi, one = _manifest(tmp_path, a, b)
+    shm_before = _shm()
+    env = _env()
+
+    def launch(host):
+        return subprocess.Popen(
+            ["ip", "netns", "exec", f"{prefix}-{host}", hprm, "launch", "--host", host, str(multi)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+
+    rx_before = _rx_bytes(prefix, "b")
+    procs = {"b": launch("b"), "a": launch("a")}
+    outs = {}
+    try:
+        for host, p in procs.items():
+            outs[host], _ = p.communicate(timeout=WITHIN)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for host, p in procs.items():
+        assert p.returncode == 0, f"host {host}'s share failed ({p.returncode}):\n{outs[host]}"
+
+    expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
+    got = {}
+    for line in _trace(outs["a"] + outs["b"]):
+        m = re.search(r"RECV (\w+) t=(\d+) sha=(\w+)", line)
+        got.setdefault(m.group(1), []).append((int(m.group(2)), m.group(3)))
+    for name in ("left", "right", "near"):
+        seen = sorted(got.get(name, []))
+        assert [s for _, s in seen] == expected, f"{name} got {seen}, expected {expected}:\n{outs['a']}\n{outs['b']}"
+    # Host b's two receivers read each value from b's store: one transfer
+    # from a to b per value (not one per receiver), as b's veth counted.
+    payload = sum(_nbytes(value(k)) for k in range(len(SIZES) + 1))
+    received = _rx_bytes(prefix, "b") - rx_before
+    assert payload <= received < 1.3 * payload, f"{received} bytes reached host b for {payload} bytes of values"
+
+    single = subprocess.run([hprm, "launch", str(one)], capture_output=True, text=True, env=env, timeout=WITHIN)
+    assert single.returncode == 0, single.stdout + single.stderr
+    one_host = sorted(_strip(line) for line in _trace(single.stdout + single.stderr))
+    two_hosts = sorted(_strip(line) for line in _trace(outs["a"] + outs["b"]))
+    assert len(two_hosts) == 3 * (len(SIZES) + 1), two_hosts
+    assert two_hosts == one_host, f"traces differ:\n{two_hosts}\n{one_host}"
+
+    assert _shm() == shm_before, f"left in /dev/shm: {_shm() - shm_before}"
+    for host in ("a", "b"):
+        pids = subprocess.run(["ip", "netns", "pids", f"{prefix}-{host}"], capture_output=True, text=True).stdout.split()
+        assert not pids, f"processes left in host {host}'s namespace: {pids}"
+
+
+def test_a_python_program_names_its_hosts_too(hosts, tmp_path):
+    hprm = _hprm()
+    prefix, a, b = hosts
+    for f in ("reactors.py", "values.py"):
+        shutil.copy(PROGRAM / f, tmp_path / f)
+    env = _env()
+
+    def launch(host):
+        cmd = [hprm, "launch", "--host", host, str(tmp_path / "values.py"), a, b]
+        return subprocess.Popen(
+            ["ip", "netns", "exec", f"{prefix}-{host}", *cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+
+    procs = {"b": launch("b"), "a": launch("a")}
+    outs = {}
+    try:
+        for host, p in procs.items():
+            outs[host], _ = p.communicate(timeout=WITHIN)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for host, p in procs.items():
+        assert p.returncode == 0, f"host {host}'s share failed ({p.returncode}):\n{outs[host]}"
+    expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
+    for name, host in [("left", "b"), ("right", "b"), ("near", "a")]:
+        got = [line.split("sha=")[1] for line in _trace(outs[host]) if f"RECV {name} " in line]
+        assert sorted(got) == sorted(expected), f"{name} on host {host}:\n{outs[host]}"
+
+
+def test_launching_a_program_with_hosts_without_host_says_how(tmp_path):
+    hprm = _hprm()
+    multi, _ = _manifest(tmp_path, "10.1.0.1", "10.1.0.2")
+    r = subprocess.run([hprm, "launch", str(multi)], capture_output=True, text=True, env=_env(), timeout=WITHIN)
+    assert r.returncode != 0
+    assert "runs on several hosts (a, b)" in r.stderr and "--host NAME" in r.stderr, r.stderr
+    r = subprocess.run([hprm, "launch", "--host", "c", str(multi)], capture_output=True, text=True, env=_env(), timeout=WITHIN)
+    assert r.returncode != 0 and "no such host; its hosts are a, b" in r.stderr, r.stderr
