@@ -7,10 +7,27 @@ travel."""
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 GYM = ["CartPole-v1", "Pendulum-v1", "Blackjack-v1"]
 ATARI = ["ALE/Pong-v5", "ALE/MsPacman-v5", "ALE/SpaceInvaders-v5"]
+
+
+
+def parse_args(placement: bool = False) -> argparse.Namespace:
+    """The arguments every collection program (HPRM, Ray, the floor) takes."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--env", required=True)
+    if placement:
+        p.add_argument("--placement", choices=("threads", "processes"), required=True)
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--out", required=True)
+    return p.parse_args()
 
 
 class _Atari80:

@@ -7,6 +7,8 @@ agree)."""
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 HIDDEN = 64
@@ -14,6 +16,21 @@ GAMMA = 1.0  # episodic, a few steps long
 LR = 0.01
 EPSILON = 0.1
 TARGET_EVERY = 50
+
+
+
+def parse_args(placement: bool = False) -> argparse.Namespace:
+    """The arguments both DQN programs (HPRM, Ray) take."""
+    p = argparse.ArgumentParser()
+    if placement:
+        p.add_argument("--placement", choices=("threads", "processes"), required=True)
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--updates", type=int, default=400)
+    p.add_argument("--per-round", type=int, default=4)
+    p.add_argument("--out", required=True)
+    return p.parse_args()
 
 
 def features(obs: np.ndarray) -> np.ndarray:

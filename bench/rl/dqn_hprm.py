@@ -11,7 +11,6 @@ every run).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -24,15 +23,7 @@ import dqn_core  # noqa: E402
 import hprm  # noqa: E402
 from hprm.rl import ReplayBuffer, RolloutWorker, weights_digest, weights_message  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--placement", choices=("threads", "processes"), required=True)
-p.add_argument("--workers", type=int, default=16)
-p.add_argument("--steps", type=int, default=16)
-p.add_argument("--batch", type=int, default=500)
-p.add_argument("--updates", type=int, default=400)
-p.add_argument("--per-round", type=int, default=4)
-p.add_argument("--out", required=True)
-ARGS = p.parse_args()
+ARGS = dqn_core.parse_args(placement=True)
 
 
 class Learner(hprm.Reactor):

@@ -9,7 +9,6 @@ are added in worker order, as HPRM's multiport hands them over).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -21,14 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dqn_core  # noqa: E402
 import ray  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--workers", type=int, default=16)
-p.add_argument("--steps", type=int, default=16)
-p.add_argument("--batch", type=int, default=500)
-p.add_argument("--updates", type=int, default=400)
-p.add_argument("--per-round", type=int, default=4)
-p.add_argument("--out", required=True)
-ARGS = p.parse_args()
+ARGS = dqn_core.parse_args()
 
 
 @ray.remote

@@ -7,7 +7,6 @@ machine's limit is cores x this rate.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -17,14 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import collect  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--env", required=True)
-p.add_argument("--workers", type=int, default=16)
-p.add_argument("--steps", type=int, default=200)
-p.add_argument("--rounds", type=int, default=10)
-p.add_argument("--warmup", type=int, default=2)
-p.add_argument("--out", required=True)
-ARGS = p.parse_args()
+ARGS = collect.parse_args()
 
 workers = [collect.Collector(ARGS.env, i, ARGS.steps) for i in range(ARGS.workers)]
 params = collect.initial_weights(ARGS.env)

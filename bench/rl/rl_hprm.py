@@ -11,7 +11,6 @@ Rate: transitions of the rounds after the warm-up / their time.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -24,15 +23,7 @@ import collect  # noqa: E402
 import hprm  # noqa: E402
 from hprm.rl import RolloutWorker, weights_message  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--env", required=True)
-p.add_argument("--placement", choices=("threads", "processes"), required=True)
-p.add_argument("--workers", type=int, default=16)
-p.add_argument("--steps", type=int, default=200)
-p.add_argument("--rounds", type=int, default=10)
-p.add_argument("--warmup", type=int, default=2)
-p.add_argument("--out", required=True)
-ARGS = p.parse_args()
+ARGS = collect.parse_args(placement=True)
 
 
 class Driver(hprm.Reactor):

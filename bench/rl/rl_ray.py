@@ -7,7 +7,6 @@ actor, batches gathered with ``ray.wait`` as they complete.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,14 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import collect  # noqa: E402
 import ray  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--env", required=True)
-p.add_argument("--workers", type=int, default=16)
-p.add_argument("--steps", type=int, default=200)
-p.add_argument("--rounds", type=int, default=10)
-p.add_argument("--warmup", type=int, default=2)
-p.add_argument("--out", required=True)
-ARGS = p.parse_args()
+ARGS = collect.parse_args()
 
 
 @ray.remote

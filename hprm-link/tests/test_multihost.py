@@ -111,25 +111,21 @@ def _strip(line):
     return line[line.index("RECV ") :]
 
 
-def test_a_program_across_two_hosts_gives_the_values_bit_exact_and_the_one_host_trace(hosts, tmp_path):
-    hprm = _hprm()
-    prefix, a, b = hosts
-    multi, one = _manifest(tmp_path, a, b)
-    shm_before = _shm()
-    env = _env()
-
-    def launch(host):
-        return subprocess.Popen(
-            ["ip", "netns", "exec", f"{prefix}-{host}", hprm, "launch", "--host", host, str(multi)],
+def _launch_both(prefix, argv, env):
+    """Runs `hprm launch --host H ...` for hosts b then a, each in its
+    namespace, to their end; their outputs by host (a share that hangs is
+    killed, with its process group, after WITHIN)."""
+    procs = {
+        host: subprocess.Popen(
+            ["ip", "netns", "exec", f"{prefix}-{host}", argv[0], "launch", "--host", host, *argv[1:]],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
             start_new_session=True,
         )
-
-    rx_before = _rx_bytes(prefix, "b")
-    procs = {"b": launch("b"), "a": launch("a")}
+        for host in ("b", "a")
+    }
     outs = {}
     try:
         for host, p in procs.items():
@@ -141,6 +137,18 @@ def test_a_program_across_two_hosts_gives_the_values_bit_exact_and_the_one_host_
                 p.wait()
     for host, p in procs.items():
         assert p.returncode == 0, f"host {host}'s share failed ({p.returncode}):\n{outs[host]}"
+    return outs
+
+
+def test_a_program_across_two_hosts_gives_the_values_bit_exact_and_the_one_host_trace(hosts, tmp_path):
+    hprm = _hprm()
+    prefix, a, b = hosts
+    multi, one = _manifest(tmp_path, a, b)
+    shm_before = _shm()
+    env = _env()
+
+    rx_before = _rx_bytes(prefix, "b")
+    outs = _launch_both(prefix, [hprm, str(multi)], env)
 
     expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
     got = {}
@@ -176,29 +184,7 @@ def test_a_python_program_names_its_hosts_too(hosts, tmp_path):
         shutil.copy(PROGRAM / f, tmp_path / f)
     env = _env()
 
-    def launch(host):
-        cmd = [hprm, "launch", "--host", host, str(tmp_path / "values.py"), a, b]
-        return subprocess.Popen(
-            ["ip", "netns", "exec", f"{prefix}-{host}", *cmd],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-
-    procs = {"b": launch("b"), "a": launch("a")}
-    outs = {}
-    try:
-        for host, p in procs.items():
-            outs[host], _ = p.communicate(timeout=WITHIN)
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    for host, p in procs.items():
-        assert p.returncode == 0, f"host {host}'s share failed ({p.returncode}):\n{outs[host]}"
+    outs = _launch_both(prefix, [hprm, str(tmp_path / "values.py"), a, b], env)
     expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
     for name, host in [("left", "b"), ("right", "b"), ("near", "a")]:
         got = [line.split("sha=")[1] for line in _trace(outs[host]) if f"RECV {name} " in line]

@@ -132,8 +132,9 @@ pub fn encode_text(snap: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dashboard::snapshot::{Federate, FederateFigures, Program};
+    use crate::dashboard::snapshot::{Federate, Program};
     use hprm_node::loss::Losses;
+    use hprm_node::status::FederateStatus;
 
     #[test]
     fn a_snapshot_becomes_openmetrics_with_every_loss_kind() {
@@ -143,7 +144,10 @@ mod tests {
             name: name.into(),
             pid: 7,
             alive: true,
-            status: Some(FederateFigures {
+            status: Some(FederateStatus {
+                federate: name.into(),
+                pid: 7,
+                start_ns: 0,
                 tag_ns: 1_500_000_000,
                 microstep: 0,
                 lag_ns: 2_000_000,

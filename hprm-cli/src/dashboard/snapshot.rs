@@ -7,9 +7,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use hprm_node::loss::Losses;
 use hprm_node::manifest::Manifest;
-use hprm_node::status::{self, RtiProcess};
+use hprm_node::status::{self, FederateStatus, RtiProcess};
 use hprm_store::{ConnectOptions, StoreClient};
 use serde::Serialize;
 
@@ -38,22 +37,9 @@ pub struct Federate {
     pub name: String,
     pub pid: u32,
     pub alive: bool,
-    /// Absent until its first status (it is starting) and once it ended.
-    pub status: Option<FederateFigures>,
-}
-
-/// A federate's own report (`hprm_node::status::FederateStatus`), as shown.
-#[derive(Debug, Serialize)]
-pub struct FederateFigures {
-    pub tag_ns: i64,
-    pub microstep: u32,
-    pub lag_ns: i64,
-    pub messages_in: u64,
-    pub messages_out: u64,
-    pub messages_in_per_s: f64,
-    pub messages_out_per_s: f64,
-    pub updated_ns: i64,
-    pub losses: Losses,
+    /// Its own report; absent until its first (it is starting) and once
+    /// it ended.
+    pub status: Option<FederateStatus>,
 }
 
 /// A connection between two federates.
@@ -130,17 +116,7 @@ impl Reader {
                             name: f.name,
                             pid: f.pid,
                             alive: f.alive,
-                            status: f.status.filter(|_| f.alive).map(|s| FederateFigures {
-                                tag_ns: s.tag_ns,
-                                microstep: s.microstep,
-                                lag_ns: s.lag_ns,
-                                messages_in: s.messages_in,
-                                messages_out: s.messages_out,
-                                messages_in_per_s: s.messages_in_per_s,
-                                messages_out_per_s: s.messages_out_per_s,
-                                updated_ns: s.updated_ns,
-                                losses: s.losses,
-                            }),
+                            status: f.status.filter(|_| f.alive),
                         })
                         .collect(),
                     links,
