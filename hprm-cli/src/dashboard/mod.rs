@@ -24,6 +24,7 @@ mod snapshot;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -76,15 +77,26 @@ fn bind(listen: SocketAddr, base: &std::path::Path) -> anyhow::Result<tiny_http:
     Ok(server)
 }
 
+/// One reader for every request, so that each store is asked over one
+/// connection kept open, not one opened per request.
+type SharedReader = Arc<Mutex<Reader>>;
+
+fn snapshot(reader: &SharedReader) -> snapshot::Snapshot {
+    // A request thread that panicked mid-read left nothing half-written
+    // that matters: the next read starts afresh.
+    reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).read()
+}
+
 fn serve_forever(server: &tiny_http::Server, base: &std::path::Path) {
+    let reader: SharedReader = Arc::new(Mutex::new(Reader::new(base.to_path_buf())));
     for request in server.incoming_requests() {
-        let base = base.to_path_buf();
+        let reader = reader.clone();
         // One thread per request: `/events` holds its connection open.
-        std::thread::spawn(move || serve(request, Reader::new(base)));
+        std::thread::spawn(move || serve(request, &reader));
     }
 }
 
-fn serve(request: tiny_http::Request, mut reader: Reader) {
+fn serve(request: tiny_http::Request, reader: &SharedReader) {
     let header = |v: &str| tiny_http::Header::from_bytes(&b"Content-Type"[..], v.as_bytes()).ok();
     let respond = |request: tiny_http::Request, code: u16, content_type: &str, body: String| {
         let mut r = tiny_http::Response::from_string(body).with_status_code(code);
@@ -104,10 +116,10 @@ fn serve(request: tiny_http::Request, mut reader: Reader) {
             request,
             200,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics::encode_text(&reader.read()),
+            metrics::encode_text(&snapshot(reader)),
         ),
         "/api/programs" => {
-            let body = serde_json::to_string(&reader.read()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            let body = serde_json::to_string(&snapshot(reader)).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
             respond(request, 200, "application/json", body)
         }
         "/events" => events(request, reader),
@@ -118,7 +130,7 @@ fn serve(request: tiny_http::Request, mut reader: Reader) {
 /// `/events`: a snapshot every [`EVENT_PERIOD`] until the browser goes (a
 /// write fails). Written on the raw connection, each event flushed at once:
 /// a chunked response body would wait for a full chunk.
-fn events(request: tiny_http::Request, mut reader: Reader) {
+fn events(request: tiny_http::Request, reader: &SharedReader) {
     let mut out = request.into_writer();
     let head =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
@@ -126,7 +138,7 @@ fn events(request: tiny_http::Request, mut reader: Reader) {
         return;
     }
     loop {
-        let Ok(json) = serde_json::to_string(&reader.read()) else { return };
+        let Ok(json) = serde_json::to_string(&snapshot(reader)) else { return };
         if out.write_all(format!("data: {json}\n\n").as_bytes()).and_then(|()| out.flush()).is_err() {
             return;
         }
