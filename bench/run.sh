@@ -116,9 +116,20 @@ if has rl; then
         "$ray_venv/bin/pip" install -q --disable-pip-version-check ale-py && "$py" -m pip install -q --disable-pip-version-check gymnasium ale-py ||
             warn "ale-py could not be installed: the Atari workloads are skipped"
         "$py" -m pip install -q --disable-pip-version-check gymnasium
+        # The threads placement with the GIL off: the SDK on the free-threaded
+        # CPython that scripts/free-threaded.sh builds (not built here: minutes).
+        ft_python="${HPRM_TOOLS:-$HOME/.cache/hprm-tools}/python3.13t/bin/python3.13t"
+        if [ -x "$ft_python" ]; then
+            step "the hprm SDK and Gymnasium into $bench_dir/.venv-ft (free-threaded CPython 3.13t)"
+            { HPRM_PYTHON="$ft_python" "$root/hprm-py/install.sh" "$bench_dir/.venv-ft" >/dev/null &&
+                "$bench_dir/.venv-ft/bin/python" -m pip install -q --disable-pip-version-check gymnasium; } ||
+                warn "the SDK could not be installed on 3.13t: the threads placement with the GIL off is not measured"
+        else
+            warn "no free-threaded CPython at $ft_python (scripts/free-threaded.sh builds it): the threads placement with the GIL off is not measured"
+        fi
     fi
     step "reinforcement learning: bench/rl/rl_bench.py $mode (HPRM, Ray and the floor, interleaved)"
-    rl_args=(--hprm-python "$py" --ray-python "$ray_venv/bin/python" --out "$results")
+    rl_args=(--hprm-python "$py" --ray-python "$ray_venv/bin/python" --ft-python "$bench_dir/.venv-ft/bin/python" --out "$results")
     [ "$mode" = --quick ] && rl_args+=(--quick)
     if ! "$py" "$bench_dir/rl/rl_bench.py" "${rl_args[@]}"; then
         warn "the RL benchmark failed (see above)"

@@ -30,11 +30,18 @@ p.add_argument("--quick", action="store_true", help="fewer rounds, one pass")
 p.add_argument("--workers", type=int, default=16)
 p.add_argument("--hprm-python", default=str(ROOT / ".venv" / "bin" / "python"))
 p.add_argument("--ray-python", default=str(ROOT / "bench" / ".venv-ray" / "bin" / "python"))
+p.add_argument(
+    "--ft-python",
+    default=str(ROOT / "bench" / ".venv-ft" / "bin" / "python"),
+    help="a free-threaded CPython (3.13t) with hprm and gymnasium: adds the threads placement with the GIL off (bench/run.sh makes one when scripts/free-threaded.sh has built 3.13t)",
+)
 p.add_argument("--out", default=str(ROOT / "bench" / "results"))
-p.add_argument("--only", default="collect,dqn", help="collect (Gym and Atari data collection), dqn (synchronized parallel DQN), comma-separated")
+p.add_argument("--only", default="collect,dqn,marl", help="collect (Gym and Atari data collection), dqn (synchronized parallel DQN), marl (multi-agent inference), comma-separated")
 ARGS = p.parse_args()
 
-SYSTEMS = ["floor", "hprm-threads", "hprm-processes", "ray"]
+FT = "hprm-threads-3.13t"  # the threads placement on free-threaded CPython, the GIL off
+HPRM = ("hprm-threads", FT, "hprm-processes")
+SYSTEMS = ["floor", "hprm-threads", FT, "hprm-processes", "ray"]
 GYM = ["CartPole-v1", "Pendulum-v1", "Blackjack-v1"]
 ATARI = ["ALE/Pong-v5", "ALE/MsPacman-v5", "ALE/SpaceInvaders-v5"]
 PASSES = 1 if ARGS.quick else 2
@@ -42,6 +49,30 @@ PASSES = 1 if ARGS.quick else 2
 
 def has_module(python: str, module: str) -> bool:
     return Path(python).exists() and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def python_for(system: str) -> str:
+    return ARGS.ft_python if system == FT else ARGS.hprm_python
+
+
+def placement(system: str) -> str:
+    return system.split("-")[1]
+
+
+def available(systems: list[str], skipped: dict | None = None) -> list[str]:
+    """The systems this machine can run: Ray only with its venv, 3.13t only with its own."""
+    out = []
+    for s in systems:
+        if s == "ray" and not has_module(ARGS.ray_python, "ray"):
+            if skipped is not None:
+                skipped["ray"] = f"no Ray at {ARGS.ray_python}"
+            continue
+        if s == FT and not has_module(ARGS.ft_python, "hprm, gymnasium"):
+            if skipped is not None:
+                skipped[FT] = f"no free-threaded CPython with hprm and gymnasium at {ARGS.ft_python}"
+            continue
+        out.append(s)
+    return out
 
 
 def run(system: str, env: str) -> dict:
@@ -57,7 +88,7 @@ def run(system: str, env: str) -> dict:
         elif system == "floor":
             cmd = [ARGS.hprm_python, str(HERE / "rl_floor.py"), *common]
         else:
-            cmd = [ARGS.hprm_python, str(HERE / "rl_hprm.py"), "--placement", system.split("-")[1], *common]
+            cmd = [python_for(system), str(HERE / "rl_hprm.py"), "--placement", placement(system), *common]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
         if not out.exists():
             return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
@@ -75,7 +106,7 @@ def run_dqn(system: str, batch: int) -> dict:
         if system == "ray":
             cmd = [ARGS.ray_python, str(HERE / "dqn_ray.py"), *common]
         else:
-            cmd = [ARGS.hprm_python, str(HERE / "dqn_hprm.py"), "--placement", system.split("-")[1], *common]
+            cmd = [ARGS.hprm_python, str(HERE / "dqn_hprm.py"), "--placement", placement(system), *common]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
         if not out.exists():
             return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
@@ -83,7 +114,7 @@ def run_dqn(system: str, batch: int) -> dict:
 
 
 def dqn() -> dict:
-    systems = [s for s in DQN_SYSTEMS if s != "ray" or has_module(ARGS.ray_python, "ray")]
+    systems = available(DQN_SYSTEMS)
     batches = [500] if ARGS.quick else [250, 2000]
     runs: dict[str, dict[str, list[dict]]] = {str(b): {s: [] for s in systems} for b in batches}
     total, k = PASSES * len(batches) * len(systems), 0
@@ -100,11 +131,53 @@ def dqn() -> dict:
     return runs
 
 
+MARL_SYSTEMS = SYSTEMS
+MARL_TARGET = 5.12  # the thesis's multi-agent inference speed-up over Ray
+
+
+def run_marl(system: str, agents: int) -> dict:
+    steps = 300 if ARGS.quick else 1000
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        common = ["--agents", str(agents), "--steps", str(steps), "--warmup", "50", "--out", str(out)]
+        if system == "ray":
+            cmd = [ARGS.ray_python, str(HERE / "marl_ray.py"), *common]
+        elif system == "floor":
+            cmd = [ARGS.hprm_python, str(HERE / "marl_floor.py"), *common]
+        else:
+            cmd = [python_for(system), str(HERE / "marl_hprm.py"), "--placement", placement(system), *common]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
+        if not out.exists():
+            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
+        return json.loads(out.read_text())
+
+
+def marl() -> dict:
+    """Multi-agent inference (TrafficJunction, one policy per agent), each
+    system at each agent count, interleaved pass after pass."""
+    systems = available(MARL_SYSTEMS)
+    counts = [2, 10] if ARGS.quick else [1, 2, 4, 6, 8, 10]
+    runs: dict[str, dict[str, list[dict]]] = {str(n): {s: [] for s in systems} for n in counts}
+    total, k = PASSES * len(counts) * len(systems), 0
+    for _ in range(PASSES):
+        for n in counts:
+            for s in systems:
+                k += 1
+                got = run_marl(s, n)
+                if "error" in got:
+                    print(f"[marl {k}/{total}] {n} agents {s}: FAILED {got['error'][-200:]}", flush=True)
+                    continue
+                runs[str(n)][s].append(got)
+                print(f"[marl {k}/{total}] {n} agents {s}: {got['rate']:,.0f} steps/s, digest {got['digest'][:12]}", flush=True)
+    return runs
+
+
 def main() -> None:
     only = set(ARGS.only.split(","))
     dqn_runs = dqn() if "dqn" in only else {}
+    marl_runs = marl() if "marl" in only else {}
     if "collect" not in only:
-        finish({}, {}, {}, dqn_runs)
+        finish({}, {}, {}, dqn_runs, marl_runs)
         return
     envs = list(GYM)
     skipped = {}
@@ -112,9 +185,11 @@ def main() -> None:
         envs += ATARI
     else:
         skipped["atari"] = "ale-py is not installed in both venvs"
-    systems = [s for s in SYSTEMS if s != "ray" or has_module(ARGS.ray_python, "ray")]
-    if "ray" not in systems:
-        skipped["ray"] = f"no Ray at {ARGS.ray_python}"
+    systems = available(SYSTEMS, skipped)
+    # ale-py has no free-threaded wheel (pip would build numpy from source).
+    ft_atari = FT in systems and has_module(ARGS.ft_python, "ale_py")
+    if FT in systems and envs != GYM and not ft_atari:
+        skipped[f"{FT} on Atari"] = f"no ale-py at {ARGS.ft_python}"
     rates: dict[str, dict[str, list[float]]] = {e: {s: [] for s in systems} for e in envs}
     errors: dict[str, str] = {}
     total, k, t_start = PASSES * len(envs) * len(systems), 0, time.monotonic()
@@ -122,6 +197,8 @@ def main() -> None:
         for env in envs:
             for s in systems:
                 k += 1
+                if s == FT and env in ATARI and not ft_atari:
+                    continue
                 t = time.monotonic()
                 got = run(s, env)
                 if "error" in got:
@@ -130,10 +207,10 @@ def main() -> None:
                     continue
                 rates[env][s].append(got["rate"])
                 print(f"[{k}/{total}] {env} {s}: {got['rate']:,.0f}/s ({time.monotonic() - t:.0f} s; {time.monotonic() - t_start:.0f} s so far)", flush=True)
-    finish(rates, errors, skipped, dqn_runs)
+    finish(rates, errors, skipped, dqn_runs, marl_runs)
 
 
-def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict) -> None:
+def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict, marl_runs: dict) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     stem = f"rl-{date}{'-quick' if ARGS.quick else ''}"
     out = Path(ARGS.out)
@@ -144,11 +221,13 @@ def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict) -> None:
         rates, errors, skipped = earlier["rates"], {**earlier.get("errors", {}), **errors}, {**earlier.get("skipped", {}), **skipped}
     if not dqn_runs and earlier.get("dqn"):
         dqn_runs = earlier["dqn"]
+    if not marl_runs and earlier.get("marl"):
+        marl_runs = earlier["marl"]
     cores = os.cpu_count() or 1
     summary = {}
     for env in rates:
         med = {s: statistics.median(v) for s, v in rates[env].items() if v}
-        hprm = max(((med[s], s) for s in ("hprm-threads", "hprm-processes") if s in med), default=(None, None))
+        hprm = max(((med[s], s) for s in HPRM if s in med), default=(None, None))
         row = {"median": med, "best_hprm": hprm[1], "cores": cores}
         if hprm[0] is not None and "ray" in med:
             row["vs_ray"] = hprm[0] / med["ray"]
@@ -157,13 +236,15 @@ def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict) -> None:
             row["of_limit"] = hprm[0] / row["limit"]
         summary[env] = row
     load = os.getloadavg()
-    result = {"rates": rates, "summary": summary, "dqn": dqn_runs, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}
+    result = {"rates": rates, "summary": summary, "dqn": dqn_runs, "marl": marl_runs, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    write_md(out / f"{stem}.md", summary, errors, skipped, load, stem, dqn_runs)
+    write_md(out / f"{stem}.md", summary, errors, skipped, load, stem, dqn_runs, marl_runs)
     if summary:
         plot(out / f"{stem}.png", summary)
     if dqn_runs:
         plot_dqn(out / f"{stem}-dqn.png", dqn_runs)
+    if marl_runs:
+        plot_marl(out / f"{stem}-marl.png", marl_runs)
     print(f"wrote {out / stem}.{{json,md,png}}")
 
 
@@ -171,7 +252,11 @@ def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
 
-def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem: str, dqn_runs: dict) -> None:
+def marl_medians(by: dict) -> dict:
+    return {s: statistics.median(r["rate"] for r in v) for s, v in by.items() if v}
+
+
+def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem: str, dqn_runs: dict, marl_runs: dict) -> None:
     lines = [
         f"# Parallel reinforcement learning: HPRM beside Ray ({stem})",
         "",
@@ -188,8 +273,8 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
         "",
         "## Data collection",
         "",
-        "| environment | floor (1 core) | HPRM threads | HPRM processes | Ray | best HPRM / Ray (target >= 2x) | best HPRM / limit (target >= 90%) |",
-        "|---|---|---|---|---|---|---|",
+        "| environment | floor (1 core) | HPRM threads | HPRM threads, 3.13t | HPRM processes | Ray | best HPRM / Ray (target >= 2x) | best HPRM / limit (target >= 90%) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for env, row in summary.items():
         m = row["median"]
@@ -197,7 +282,7 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
 
         vr = f"{row['vs_ray']:.2f}x: {verdict(row['vs_ray'] >= 2)}" if "vs_ray" in row else "—"
         ol = f"{100 * row['of_limit']:.0f}%: {verdict(row['of_limit'] >= 0.9)}" if "of_limit" in row else "—"
-        lines.append(f"| {env} | {f['floor']} | {f['hprm-threads']} | {f['hprm-processes']} | {f['ray']} | {vr} | {ol} |")
+        lines.append(f"| {env} | {f['floor']} | {f['hprm-threads']} | {f[FT]} | {f['hprm-processes']} | {f['ray']} | {vr} | {ol} |")
     if dqn_runs:
         lines += [
             "",
@@ -222,6 +307,32 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
 
             lines.append(f"| {b} | {cell('hprm-threads')} | {cell('hprm-processes')} | {cell('ray')} | {saved} | {ok} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} |")
         lines += ["", f"Learning curves: `{stem}-dqn.png` (mean episode return a round against updates; the systems' curves coincide)."]
+    if marl_runs:
+        lines += [
+            "",
+            "## Multi-agent inference, TrafficJunction",
+            "",
+            "ma-gym's TrafficJunction (ported to a seeded, dependency-free form: `bench/rl/traffic_junction.py`), one car per",
+            "agent and one policy per agent (a seeded 2-layer MLP, numpy); each step every agent gets its observation, picks",
+            "its action, and the environment steps with all of them. HPRM: the world a reactor, the agents a bank (threads: one",
+            "federate of N reactors; processes: N federates), centralized; Ray: one actor per agent, `ray.get` of the N calls",
+            "each step (`bench/rl/marl_*.py`). Environment steps per second, median of the passes; target: best HPRM >= 5.12x",
+            "Ray (the thesis's ratio). Every system takes the same actions (one digest of the action sequence per agent count).",
+            "",
+            "| agents | floor (no middleware) | HPRM threads | HPRM threads, 3.13t | HPRM processes | Ray | best HPRM / Ray (target >= 5.12x) | same actions |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for n, by in marl_runs.items():
+            med = marl_medians(by)
+            digests = {r["digest"] for v in by.values() for r in v}
+            h = max((med[s] for s in HPRM if s in med), default=None)
+            ratio = f"{h / med['ray']:.2f}x: {verdict(h / med['ray'] >= MARL_TARGET)}" if h is not None and "ray" in med else "—"
+
+            def mcell(s, med=med):
+                return f"{med[s]:,.0f}" if s in med else "—"
+
+            lines.append(f"| {n} | {mcell('floor')} | {mcell('hprm-threads')} | {mcell(FT)} | {mcell('hprm-processes')} | {mcell('ray')} | {ratio} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} |")
+        lines += ["", f"Plot: `{stem}-marl.png` (steps per second against agents)."]
     for k, v in skipped.items():
         lines += ["", f"Skipped {k}: {v}."]
     for k, v in errors.items():
@@ -239,11 +350,11 @@ def plot(path: Path, summary: dict) -> None:
         return
     envs = list(summary)
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.2
+    width = 0.16
     for i, s in enumerate(SYSTEMS):
         vals = [summary[e]["median"].get(s, 0) for e in envs]
         ax.bar([x + i * width for x in range(len(envs))], vals, width, label=s)
-    ax.set_xticks([x + 1.5 * width for x in range(len(envs))], [e.replace("ALE/", "").replace("-v5", "").replace("-v1", "") for e in envs])
+    ax.set_xticks([x + 2 * width for x in range(len(envs))], [e.replace("ALE/", "").replace("-v5", "").replace("-v1", "") for e in envs])
     ax.set_ylabel("transitions / s")
     ax.set_yscale("log")
     ax.set_title(f"RL data collection, {ARGS.workers} workers (loaded 2-core machine)")
@@ -275,6 +386,30 @@ def plot_dqn(path: Path, runs: dict) -> None:
         ax.set_ylabel("mean episode return (10-round average)")
         ax.set_title(f"DQN on Blackjack-v1, batch {b}")
         ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def plot_marl(path: Path, runs: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    counts = [int(n) for n in runs]
+    for s in MARL_SYSTEMS:
+        pts = [(int(n), marl_medians(by)[s]) for n, by in runs.items() if s in marl_medians(by)]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s, linestyle="--" if s == "floor" else "-")
+    ax.set_xticks(counts)
+    ax.set_xlabel("agents (one policy each)")
+    ax.set_ylabel("environment steps / s")
+    ax.set_yscale("log")
+    ax.set_title("Multi-agent inference, TrafficJunction")
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 

@@ -57,3 +57,41 @@ def test_hprm_dqn_trains_the_weights_of_the_sequential_algorithm(tmp_path):
         curve.append([learner.updates, sum(returns) / len(returns) if returns else 0.0])
     assert got["digest"] == weights_digest(learner.params)
     assert [c[:2] for c in got["curve"]] == curve
+
+
+def test_multi_agent_inference_takes_the_actions_of_the_loop_without_middleware(tmp_path):
+    import marl_core
+
+    agents, steps, warmup = 3, 40, 5
+    # The same world and policies stepped in this process: the trajectory every system must take.
+    world = marl_core.World(agents, seed=0)
+    policies = [marl_core.Policy(world.obs_dim, i, 0) for i in range(agents)]
+    for _ in range(warmup + steps):
+        world.step([p.act(o) for p, o in zip(policies, world.observations())])
+    for placement in ("threads", "processes"):
+        out = tmp_path / f"marl-{placement}.json"
+        run("marl_hprm.py", "--placement", placement, "--agents", agents, "--steps", steps, "--warmup", warmup, "--out", out)
+        got = json.loads(out.read_text())
+        assert (got["digest"], got["reward"], got["steps"]) == (world.digest.hexdigest(), round(world.reward, 6), steps)
+
+
+def test_traffic_junction_moves_cars_along_their_routes_and_counts_collisions():
+    from traffic_junction import BRAKE, GAS, TrafficJunction
+
+    env = TrafficJunction(n_max=4, seed=3)
+    start = list(env.pos)
+    assert len(set(start)) == 4 and all(env.on_road)  # four cars, one at each gate
+    _, rewards, done, _ = env.step([BRAKE] * 4)
+    assert env.pos == start and rewards == [-0.01] * 4 and done == [False] * 4
+    env.step([GAS] * 4)
+    # Every car moved one cell along its direction of travel (no car ahead of another at the start).
+    assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in zip(env.pos, start))
+    with pytest.raises(ValueError, match="actions are 0"):
+        env.step([2, 0, 0, 0])
+    # The same seed, the same episode.
+    a, b = TrafficJunction(n_max=10, seed=5), TrafficJunction(n_max=10, seed=5)
+    for _ in range(150):
+        oa, ra, da, ca = a.step([GAS] * 10)
+        ob, rb, db, cb = b.step([GAS] * 10)
+        assert all((x == y).all() for x, y in zip(oa, ob)) and (ra, da, ca) == (rb, db, cb)
+    assert a.steps == 150 and all(a.done)  # max_steps (100) ended the episode
