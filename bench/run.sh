@@ -9,6 +9,8 @@
 #         pipeline  (workload 5: the driving pipeline, bench/pipeline/run.py)
 #         rl        (reinforcement learning beside Ray, bench/rl/rl_bench.py; not in
 #                    the default set: it installs Ray into bench/.venv-ray)
+#         arrow     (a pyarrow record batch one hop beside a numpy array of the same
+#                    bytes, bench/arrow/arrow_bench.py; not in the default set)
 #   SYSTEMS: baselines to leave out, e.g. --skip ros2_shm,dora
 #   DIR: where the results go (default bench/results)
 #
@@ -104,6 +106,16 @@ if has pipeline; then
     fi
 fi
 
+if has arrow; then
+    step "Arrow: bench/arrow/arrow_bench.py (a record batch one hop beside the numpy array of its bytes)"
+    arrow_args=(--python "$py" --out "$results")
+    [ "$mode" = --quick ] && arrow_args+=(--quick)
+    if ! "$py" "$bench_dir/arrow/arrow_bench.py" "${arrow_args[@]}"; then
+        warn "the Arrow benchmark failed (see above)"
+        arrow_failed=1
+    fi
+fi
+
 if has rl; then
     # Ray in a venv of its own (its pins are not the SDK's); Gymnasium and
     # ale-py (the Atari ROMs ship in its wheel) in both.
@@ -174,4 +186,4 @@ if command -v fastdds >/dev/null; then
     fastdds shm clean >/dev/null 2>&1 || warn "fastdds shm clean failed; leftover fastdds_* segments may remain in /dev/shm"
 fi
 step "done in $((SECONDS - started)) s"
-[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ]
+[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ] && [ -z "${arrow_failed:-}" ]

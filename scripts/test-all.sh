@@ -75,10 +75,10 @@ hprm-py/install.sh "$PWD/.venv"
 # parse /metrics with prometheus_client. hprm.rl's tests (test_rl.py) step
 # Gymnasium's classic environments (gymnasium: pure Python, seconds to
 # install; no Atari, no Ray).
-.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium
+.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium pyarrow
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl examples/rl examples/python/driving 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl bench/arrow examples/rl examples/python/driving 2>&1 | tee "$pylog"
 
 step "soak, one minute (bench/soak/soak.py): the driving pipeline and the 10 MB broadcast against one store; fails unless memory, fds and the store's use stay bounded"
 soakdir=$(mktemp -d)

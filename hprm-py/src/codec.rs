@@ -118,8 +118,19 @@ static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 
 /// Encodes `value` for `deliveries` receivers with `encoder`'s store,
 /// threshold and in-band limit: the payload bytes to send.
-pub fn encode(py: Python<'_>, value: &Bound<'_, PyAny>, encoder: &Encoder, deliveries: u32) -> PyResult<Vec<u8>> {
-    let mut walk = Walk { py, session: encoder.session(deliveries), threshold: encoder.threshold(), held: Vec::new() };
+pub fn encode<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+    encoder: &'py Encoder,
+    deliveries: u32,
+) -> PyResult<Vec<u8>> {
+    let mut walk = Walk {
+        py,
+        session: encoder.session(deliveries),
+        store: encoder.store(),
+        threshold: encoder.threshold(),
+        held: Vec::new(),
+    };
     let mut message = Vec::new();
     walk.value(&mut message, value, 0)?;
     // On an error above, dropping the walk drops its session, which aborts
@@ -144,6 +155,8 @@ enum Held {
 struct Walk<'py> {
     py: Python<'py>,
     session: EncodeSession,
+    /// Where a buffer made during the walk is born (`arrow`).
+    store: &'py StoreLink,
     threshold: usize,
     held: Vec<Held>,
 }
@@ -335,16 +348,23 @@ impl<'py> Walk<'py> {
     }
 
     /// A pyarrow table, batch or array (`v`'s type is one of pyarrow's) as
-    /// one Arrow IPC stream (ext 5); false for anything else.
+    /// one Arrow IPC stream (ext 5); false for anything else. `to_ipc`
+    /// writes the stream into a numpy byte array, made here inside a
+    /// store-memory scope, so a large one is born in the store: the stream
+    /// is then sent by reference, the pyarrow buffers copied once, into the
+    /// store. (Values are encoded after the reaction that set them, outside
+    /// the reaction's own scope.)
     fn arrow(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<bool> {
-        let stream = imported(self.py, &TO_IPC, "hprm._arrow", "to_ipc")?.call1((v,))?;
+        let scope = crate::store_memory::Scope::enter(self.py, self.store, self.threshold)?;
+        let stream = imported(self.py, &TO_IPC, "hprm._arrow", "to_ipc")?.call1((v,));
+        if let Some(scope) = scope {
+            scope.exit(self.py)?;
+        }
+        let stream = stream?;
         if stream.is_none() {
             return Ok(false);
         }
-        let buffer = RawBuffer::get(&stream)?;
-        if self.place(out, EXT_ARROW, &Dtype::U8, &[buffer.bytes().len()], buffer.bytes())?.is_some() {
-            self.held.push(Held::Export(buffer));
-        }
+        self.array(out, &stream, EXT_ARROW)?;
         Ok(true)
     }
 

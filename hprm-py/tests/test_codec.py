@@ -809,6 +809,29 @@ def test_pyarrow_values_travel_as_arrow_ipc_zero_copy(store, eventually):
     assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
 
 
+def test_an_arrow_stream_made_in_a_reaction_is_written_once_straight_into_the_store(store, eventually):
+    pa = pytest.importorskip("pyarrow")
+    from hprm._arrow import to_ipc
+
+    producer, receiver = codecs(store, 2)
+    batch = pa.record_batch({"v": pa.array(np.arange(500_000, dtype=np.float64)), "k": pa.array([f"k{i % 5}" for i in range(500_000)]).dictionary_encode()})
+    with producer.store_memory():
+        # The stream is built in a store object (numpy's handler, as in every reaction)...
+        stream = to_ipc(batch)
+        assert hprm.store_object_id(stream) is not None
+        del stream
+        # ...and that very object is sent: one object, sealed by the send, no copy into another.
+        data = producer.encode({"batch": batch}, deliveries=1)
+    objects = producer.store_objects()
+    assert len(objects) == 1 and objects[0]["sealed"], objects
+    got = receiver.decode(data)["batch"]
+    assert isinstance(got, pa.RecordBatch) and got.equals(batch)
+    assert got.column("k").type == pa.dictionary(pa.int32(), pa.string())
+    del got
+    gc.collect()
+    assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
+
+
 def test_rust_reads_an_arrow_stream_as_bytes(store):
     pa = pytest.importorskip("pyarrow")
     from hprm._native import _rust_decode_buffer

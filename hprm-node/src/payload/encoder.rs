@@ -380,20 +380,7 @@ impl EncodeSession {
         bytes: &[u8],
         stable: bool,
     ) -> Result<Option<ObjectId>, PayloadError> {
-        match ext {
-            EXT_BUFFER | EXT_TENSOR => {}
-            EXT_BYTES | EXT_ARROW if *dtype == Dtype::U8 && shape.len() == 1 => {}
-            EXT_BYTES | EXT_ARROW => {
-                return Err(PayloadError::Serialize {
-                    message: format!(
-                        "a byte string (ext {ext}) must be one dimension of |u1, not {shape:?} of {dtype}"
-                    ),
-                })
-            }
-            other => {
-                return Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") })
-            }
-        }
+        check_buffer_ext(ext, dtype, shape)?;
         let key = (bytes.as_ptr() as usize, bytes.len());
         let known = if stable { self.seen.iter().find(|(k, ..)| *k == key).map(|&(_, id, at)| (id, at)) } else { None };
         let location = match known {
@@ -485,9 +472,7 @@ impl EncodeSession {
         object: Arc<Object>,
         redeliver: bool,
     ) -> Result<ObjectId, PayloadError> {
-        if !matches!(ext, EXT_BUFFER | EXT_BYTES | EXT_TENSOR) {
-            return Err(PayloadError::Serialize { message: format!("extension type {ext} is not a buffer type") });
-        }
+        check_buffer_ext(ext, dtype, shape)?;
         let id = object.id();
         let nbytes = object.data().len() as u64;
         let at = At::of(&object);
@@ -599,5 +584,19 @@ impl Loan {
 impl std::fmt::Debug for Loan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loan").field("id", &self.id()).field("dtype", &self.dtype).field("shape", &self.shape).finish()
+    }
+}
+
+/// Whether `ext` is a type written as a buffer (inline or by reference),
+/// with a dtype and shape it allows: arrays and tensors any, byte strings
+/// and Arrow IPC streams one dimension of bytes.
+fn check_buffer_ext(ext: i8, dtype: &Dtype, shape: &[usize]) -> Result<(), PayloadError> {
+    match ext {
+        EXT_BUFFER | EXT_TENSOR => Ok(()),
+        EXT_BYTES | EXT_ARROW if *dtype == Dtype::U8 && shape.len() == 1 => Ok(()),
+        EXT_BYTES | EXT_ARROW => Err(PayloadError::Serialize {
+            message: format!("a byte string (ext {ext}) must be one dimension of |u1, not {shape:?} of {dtype}"),
+        }),
+        other => Err(PayloadError::Serialize { message: format!("extension type {other} is not a buffer type") }),
     }
 }

@@ -17,7 +17,13 @@ KIND = b"hprm.kind"
 
 def to_ipc(obj: Any) -> Any:
     """The Arrow IPC stream of a pyarrow Table, RecordBatch, Array or
-    ChunkedArray (a pyarrow Buffer), or None for anything else."""
+    ChunkedArray, as a numpy uint8 array, or None for anything else.
+
+    The stream is measured first (a mock stream counts the bytes without
+    writing them), then written straight into an array of that size: inside
+    a reaction numpy allocates a large one in the store (``store_memory``),
+    so the Arrow buffers are copied once, into the store object that is sent."""
+    import numpy as np
     import pyarrow as pa
 
     if isinstance(obj, pa.Table):
@@ -33,13 +39,22 @@ def to_ipc(obj: Any) -> Any:
     metadata = dict(data.schema.metadata or {})
     metadata[KIND] = kind
     data = data.replace_schema_metadata(metadata)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, data.schema) as writer:
-        if isinstance(data, pa.Table):
-            writer.write_table(data)
-        else:
-            writer.write_batch(data)
-    return sink.getvalue()
+
+    def write(sink: Any) -> None:
+        with pa.ipc.new_stream(sink, data.schema) as writer:
+            if isinstance(data, pa.Table):
+                writer.write_table(data)
+            else:
+                writer.write_batch(data)
+
+    mock = pa.MockOutputStream()
+    write(mock)
+    stream = np.empty(mock.size(), np.uint8)
+    sink = pa.FixedSizeBufferWriter(pa.py_buffer(stream))
+    write(sink)
+    if sink.tell() != stream.size:
+        raise RuntimeError(f"Arrow IPC stream: {sink.tell()} bytes written where {stream.size} were measured")
+    return stream
 
 
 def from_ipc(buffer: Any) -> Any:
