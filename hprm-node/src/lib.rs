@@ -47,7 +47,7 @@
 //! 3. **A reaction's context**: [`Ctx`] (`context`).
 //! 4. **The graph**: `program`, `level`, `manifest::build`.
 //! 5. **The outside world**: `net/` (`socket`, `source`, `rti`, `peer`,
-//!    `clock_sync`), `signal`, [`status`], [`tap`].
+//!    `clock_sync`), `signal`, [`status`], [`tap`], [`record`].
 //! 6. **The scheduler**: one federate's event loop.
 //! 7. **Builders and running**: `reactor` (the [`ReactorBuilder`] and
 //!    `Program::reactor`), `bank` ([`Program::bank`]), `federate` ([`run_federate`]), [`launch`], and
@@ -82,6 +82,7 @@ mod net;
 pub mod payload;
 mod program;
 mod reactor;
+pub mod record;
 pub mod realtime;
 mod scheduler;
 mod signal;
