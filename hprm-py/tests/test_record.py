@@ -8,6 +8,7 @@ import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ mcap_reader = pytest.importorskip("mcap.reader", reason="the `mcap` package read
 from mcap.stream_reader import StreamReader  # noqa: E402
 from mcap.records import Message  # noqa: E402
 
-import hprm  # noqa: E402
+from hprm import _native  # noqa: E402
 
 PROGRAMS = Path(__file__).parent / "programs"
 PROGRAM = PROGRAMS / "recorded.py"
@@ -46,7 +47,8 @@ def hprm_cli(daemons_built):
 def env():
     # A short runtime directory: socket paths have a length limit.
     runtime = tempfile.mkdtemp(prefix="rec-", dir="/tmp")
-    return dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime)
+    # The program's federates run in this interpreter.
+    return dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime, HPRM_PYTHON=sys.executable)
 
 
 def launch(hprm_cli, env, out, *args, record_args=(), timeout=180):
@@ -56,7 +58,7 @@ def launch(hprm_cli, env, out, *args, record_args=(), timeout=180):
 
 def read_back(path):
     """(summary metadata, {topic: [(log_time, sequence, publish_time, value)]}) via the mcap package."""
-    codec = hprm.Codec()
+    codec = _native.Codec()
     with open(path, "rb") as f:
         reader = mcap_reader.make_reader(f)
         summary = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
@@ -175,7 +177,7 @@ def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hpr
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()
-    codec = hprm.Codec()
+    codec = _native.Codec()
     channels, values, ended = {}, [], None
     with open(out, "rb") as f:
         try:

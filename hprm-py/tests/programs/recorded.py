@@ -14,9 +14,11 @@ import numpy as np
 
 import hprm
 
-COUNT = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-PERIOD = sys.argv[2] if len(sys.argv) > 2 else "10ms"
-BIG = len(sys.argv) > 3 and sys.argv[3] == "1"
+# Imported by the test for `value` only: then the arguments are not ours.
+ARGS = sys.argv[1:] if __name__ == "__main__" else []
+COUNT = int(ARGS[0]) if ARGS else 6
+PERIOD = ARGS[1] if len(ARGS) > 1 else "10ms"
+BIG = len(ARGS) > 2 and ARGS[2] == "1"
 
 
 def value(n, big):
