@@ -76,9 +76,17 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                     let each: Vec<String> = s.lost.iter().map(|(t, n)| format!("{t}: {n}")).collect();
                     format!("LOST {} ({})", s.lost.iter().map(|(_, n)| n).sum::<u64>(), each.join(", "))
                 };
-                eprintln!("hprm: recorded {} messages ({} bytes) into {}: {losses}", s.messages, s.bytes, path.display());
+                eprintln!(
+                    "hprm: recorded {} messages ({} bytes) into {}: {losses}",
+                    s.messages,
+                    s.bytes,
+                    path.display()
+                );
                 if !s.federates_missing.is_empty() {
-                    eprintln!("hprm: federates not recorded (they never reached the recorder): {}", s.federates_missing.join(", "));
+                    eprintln!(
+                        "hprm: federates not recorded (they never reached the recorder): {}",
+                        s.federates_missing.join(", ")
+                    );
                 }
             }
             Err(e) => {
@@ -118,14 +126,18 @@ fn start_recorder(
         // federate and port name is enough here (the recorder resolves exactly).
         let fed = |p: &str| p.split('.').next().unwrap_or_default().to_string();
         let last = |p: &str| p.rsplit('.').next().unwrap_or_default().to_string();
-        let sends = expanded.connections.iter().any(|c| {
-            fed(&c.from) != fed(&c.to) && fed(&c.from) == federate && last(&c.from) == last(port)
-        });
+        let sends = expanded
+            .connections
+            .iter()
+            .any(|c| fed(&c.from) != fed(&c.to) && fed(&c.from) == federate && last(&c.from) == last(port));
         if !sends {
             let mut known: Vec<&str> = expanded.connections.iter().map(|c| c.from.as_str()).collect();
             known.sort_unstable();
             known.dedup();
-            bail!("--topics {t:?}: no output of that name is connected to another federate; recordable outputs: {}", known.join(", "));
+            bail!(
+                "--topics {t:?}: no output of that name is connected to another federate; recordable outputs: {}",
+                known.join(", ")
+            );
         }
     }
     let socket = hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));

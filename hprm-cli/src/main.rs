@@ -6,6 +6,7 @@
 //! of them into a `hprm_node::manifest::Manifest` and the commands that
 //! run its federates. Each subcommand is a module named after it.
 
+mod bag;
 mod check;
 mod dashboard;
 mod deploy;
@@ -13,7 +14,6 @@ mod graph;
 mod launch;
 mod ps;
 mod record;
-mod bag;
 mod source;
 mod store;
 mod topic;
@@ -254,7 +254,10 @@ fn run(cli: Cli) -> Result<i32> {
                 },
                 throttle: record_throttle,
             });
-            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host, record })
+            launch::run(
+                source,
+                launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host, record },
+            )
         }
         Command::Check { program, args } => {
             let source = Source::open(&program, &args)?;

@@ -150,7 +150,12 @@ impl Recorder {
     /// Creates `opts.path`, listens at `socket`, and writes the program's
     /// graph and the run's parameters. Federates connect through
     /// `hprm_node::record::RECORD_ENV`.
-    pub fn start(opts: Options, socket: PathBuf, program: serde_json::Value, run: BTreeMap<String, String>) -> Result<Recorder> {
+    pub fn start(
+        opts: Options,
+        socket: PathBuf,
+        program: serde_json::Value,
+        run: BTreeMap<String, String>,
+    ) -> Result<Recorder> {
         hprm_node::record::parse_policy(&opts.policy).map_err(|e| anyhow::anyhow!("--record-policy: {e}"))?;
         let federates: Vec<String> = program["federates"]
             .as_array()
@@ -169,8 +174,8 @@ impl Recorder {
         let meta = |name: &str, metadata| mcap::records::Metadata { name: name.into(), metadata };
         mcap.write_metadata(&meta(META_PROGRAM, BTreeMap::from([("manifest".into(), program.to_string())])))?;
         mcap.write_metadata(&meta(META_RUN, run))?;
-        let listener = Listener::bind(&socket)
-            .with_context(|| format!("cannot listen for federates at {}", socket.display()))?;
+        let listener =
+            Listener::bind(&socket).with_context(|| format!("cannot listen for federates at {}", socket.display()))?;
         let (tx, rx) = sync_channel(BACKLOG);
         let stop = Arc::new(AtomicBool::new(false));
         let topics = Arc::new(opts.topics.clone());
@@ -210,7 +215,9 @@ fn accept(
         match listener.accept() {
             Ok(Some(conn)) => {
                 let (tx, topics) = (tx.clone(), topics.clone());
-                match std::thread::Builder::new().name("hprm-record-feed".into()).spawn(move || feed(conn, &tx, &topics))
+                match std::thread::Builder::new()
+                    .name("hprm-record-feed".into())
+                    .spawn(move || feed(conn, &tx, &topics))
                 {
                     Ok(h) => readers.push(h),
                     Err(e) => tracing::error!("cannot start a thread for a federate's recording: {e}"),

@@ -122,7 +122,7 @@ def test_every_message_with_large_arrays_is_recorded_and_reads_back_identical(hp
 
 def test_topics_select_what_is_recorded_and_unknown_ones_are_refused(hprm_cli, env, tmp_path):
     bad = launch(hprm_cli, env, tmp_path / "x.mcap", 3, record_args=["--topics", "sink.out"])
-    assert bad.returncode != 0 and "--topics \"sink.out\"" in bad.stderr and "source.out" in bad.stderr, bad.stderr
+    assert bad.returncode != 0 and '--topics "sink.out"' in bad.stderr and "source.out" in bad.stderr, bad.stderr
     policy = launch(hprm_cli, env, tmp_path / "y.mcap", 3, record_args=["--record-policy", "keep-last-3"])
     assert policy.returncode != 0 and "`block`" in policy.stderr and "`fail`" in policy.stderr, policy.stderr
     out = tmp_path / "z.mcap"
@@ -178,7 +178,7 @@ def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hpr
             proc.kill()
         proc.stderr.close()
     codec = _native.Codec()
-    channels, values, ended = {}, [], None
+    values, ended = [], None
     with open(out, "rb") as f:
         try:
             for record in StreamReader(f).records:
