@@ -74,8 +74,10 @@ hprm-py/install.sh "$PWD/.venv"
 # libraries too (about 3 GB, a minute to install). The dashboard's tests
 # parse /metrics with prometheus_client. hprm.rl's tests (test_rl.py) step
 # Gymnasium's classic environments (gymnasium: pure Python, seconds to
-# install; no Atari, no Ray).
-.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium pyarrow
+# install; no Atari, no Ray). Recordings (test_record.py) are read back with
+# the public `mcap` package (pure Python, with zstandard and lz4); the codec's
+# and bench/arrow's tests send pyarrow record batches.
+.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap pyarrow
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 .venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl bench/arrow examples/rl examples/python/driving 2>&1 | tee "$pylog"

@@ -24,6 +24,8 @@ pub struct Options {
     pub trace: Option<PathBuf>,
     /// `--host NAME`: this host's share of a program with hosts.
     pub host: Option<String>,
+    /// `--record FILE.mcap` and its options.
+    pub record: Option<crate::record::Options>,
 }
 
 /// Runs the program to its end; the exit code for `hprm`.
@@ -42,6 +44,10 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     if let Some(m) = opts.store_memory {
         manifest.store_memory = Some(m);
     }
+    let recorder = match opts.record {
+        Some(r) => Some(start_recorder(r, &manifest, opts.coordination, opts.fast)?),
+        None => None,
+    };
     let source = std::sync::Arc::new(source);
     let commands = source.clone();
     let launch = Launch {
@@ -56,7 +62,39 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         host: opts.host,
         ..Launch::default()
     };
-    let report = launch.run_manifest(&manifest)?;
+    let report = launch.run_manifest(&manifest);
+    // The recording is closed (its summary written) whatever the run's end.
+    let recorded = recorder.map(|(r, path)| (r.finish(), path));
+    let report = report?;
+    let mut code = report.exit_code();
+    if let Some((recorded, path)) = recorded {
+        match recorded {
+            Ok(s) => {
+                let losses = if s.lost.is_empty() {
+                    "nothing lost".to_string()
+                } else {
+                    let each: Vec<String> = s.lost.iter().map(|(t, n)| format!("{t}: {n}")).collect();
+                    format!("LOST {} ({})", s.lost.iter().map(|(_, n)| n).sum::<u64>(), each.join(", "))
+                };
+                eprintln!(
+                    "hprm: recorded {} messages ({} bytes) into {}: {losses}",
+                    s.messages,
+                    s.bytes,
+                    path.display()
+                );
+                if !s.federates_missing.is_empty() {
+                    eprintln!(
+                        "hprm: federates not recorded (they never reached the recorder): {}",
+                        s.federates_missing.join(", ")
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("hprm: the recording {} is incomplete: {e:#}", path.display());
+                code = code.max(1);
+            }
+        }
+    }
     match report.failure_summary(&manifest.name) {
         None => {
             let restarts = report.restarts_summary().map(|r| format!(" ({r})")).unwrap_or_default();
@@ -68,5 +106,58 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         }
         Some(summary) => eprintln!("hprm: {summary}"),
     }
-    Ok(report.exit_code())
+    Ok(code)
+}
+
+/// Starts the recorder and tells the federates (through the environment
+/// they inherit) where it listens.
+fn start_recorder(
+    opts: crate::record::Options,
+    manifest: &hprm_node::manifest::Manifest,
+    coordination: Option<Coordination>,
+    fast: bool,
+) -> Result<(crate::record::Recorder, PathBuf)> {
+    let expanded = manifest.expanded();
+    for t in &opts.topics {
+        let Some((federate, port)) = t.split_once('.') else {
+            bail!("--topics {t:?}: name an output as FEDERATE.PORT or FEDERATE.REACTOR.PORT");
+        };
+        // The manifest may name an output without its reactor: the same
+        // federate and port name is enough here (the recorder resolves exactly).
+        let fed = |p: &str| p.split('.').next().unwrap_or_default().to_string();
+        let last = |p: &str| p.rsplit('.').next().unwrap_or_default().to_string();
+        let sends = expanded
+            .connections
+            .iter()
+            .any(|c| fed(&c.from) != fed(&c.to) && fed(&c.from) == federate && last(&c.from) == last(port));
+        if !sends {
+            let mut known: Vec<&str> = expanded.connections.iter().map(|c| c.from.as_str()).collect();
+            known.sort_unstable();
+            known.dedup();
+            bail!(
+                "--topics {t:?}: no output of that name is connected to another federate; recordable outputs: {}",
+                known.join(", ")
+            );
+        }
+    }
+    let socket = hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));
+    let path = opts.path.clone();
+    let mut run = std::collections::BTreeMap::new();
+    run.insert("program".to_string(), manifest.name.clone());
+    let coordination = match coordination {
+        Some(c) => format!("{c:?}"),
+        None => format!("{:?} (stp {})", manifest.coordination, manifest.stp.as_deref().unwrap_or("-")),
+    };
+    run.insert("coordination".to_string(), coordination);
+    run.insert("fast".to_string(), fast.to_string());
+    run.insert("policy".to_string(), opts.policy.clone());
+    run.insert("topics".to_string(), opts.topics.join(","));
+    run.insert("args".to_string(), std::env::args().collect::<Vec<_>>().join(" "));
+    let policy = opts.policy.clone();
+    let program = serde_json::from_str(&expanded.to_json())?;
+    let recorder = crate::record::Recorder::start(opts, socket.clone(), program, run)?;
+    // Before the launcher starts any federate: each inherits them.
+    std::env::set_var(hprm_node::record::RECORD_ENV, &socket);
+    std::env::set_var(hprm_node::record::POLICY_ENV, policy);
+    Ok((recorder, path))
 }

@@ -6,12 +6,14 @@
 //! of them into a `hprm_node::manifest::Manifest` and the commands that
 //! run its federates. Each subcommand is a module named after it.
 
+mod bag;
 mod check;
 mod dashboard;
 mod deploy;
 mod graph;
 mod launch;
 mod ps;
+mod record;
 mod source;
 mod store;
 mod topic;
@@ -83,6 +85,25 @@ enum Command {
         /// `--dashboard=ADDR:PORT`).
         #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:9464")]
         dashboard: Option<std::net::SocketAddr>,
+        /// Record every message sent between federates into FILE.mcap
+        /// (see `hprm bag`).
+        #[arg(long, value_name = "FILE.mcap")]
+        record: Option<PathBuf>,
+        /// With --record: only these outputs (FEDERATE.PORT or
+        /// FEDERATE.REACTOR.PORT, comma-separated).
+        #[arg(long, value_delimiter = ',', requires = "record")]
+        topics: Vec<String>,
+        /// With --record: what a federate does when the recorder falls
+        /// behind: `block` (it waits, up to the bound: block:30s) or `fail`
+        /// (the message is not recorded, and counted per connection).
+        #[arg(long, default_value = "block:30s", requires = "record")]
+        record_policy: String,
+        /// With --record: compression of the file's chunks.
+        #[arg(long, value_enum, default_value = "zstd", requires = "record")]
+        record_compression: CompressionArg,
+        /// Test aid: the recorder's writer sleeps this long per message (a slow disk).
+        #[arg(long, value_parser = duration, hide = true, requires = "record")]
+        record_throttle: Option<std::time::Duration>,
         /// Arguments for the program.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -125,6 +146,8 @@ enum Command {
     Dashboard(dashboard::DashboardArgs),
     /// Watch what a running federate sends on a port: echo or hz.
     Topic(topic::TopicArgs),
+    /// Read a recording (`hprm launch --record`): info or echo.
+    Bag(bag::BagArgs),
     /// Ask a running object store.
     Store {
         #[arg(value_parser = ["stats", "list"])]
@@ -135,6 +158,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CompressionArg {
+    Zstd,
+    Lz4,
+    None,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -191,6 +221,11 @@ fn run(cli: Cli) -> Result<i32> {
             trace,
             dashboard,
             host,
+            record,
+            topics,
+            record_policy,
+            record_compression,
+            record_throttle,
             args,
         } => {
             let coordination = match (coordination, stp) {
@@ -208,7 +243,21 @@ fn run(cli: Cli) -> Result<i32> {
             if let Some(listen) = dashboard {
                 dashboard::start(listen)?;
             }
-            launch::run(source, launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host })
+            let record = record.map(|path| record::Options {
+                path,
+                topics,
+                policy: record_policy,
+                compression: match record_compression {
+                    CompressionArg::Zstd => Some(mcap::Compression::Zstd),
+                    CompressionArg::Lz4 => Some(mcap::Compression::Lz4),
+                    CompressionArg::None => None,
+                },
+                throttle: record_throttle,
+            });
+            launch::run(
+                source,
+                launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host, record },
+            )
         }
         Command::Check { program, args } => {
             let source = Source::open(&program, &args)?;
@@ -231,5 +280,6 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Ps(args) => ps::run(&args),
         Command::Dashboard(args) => dashboard::run(&args),
         Command::Topic(args) => topic::run(&args),
+        Command::Bag(args) => bag::run(&args),
     }
 }

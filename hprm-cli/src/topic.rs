@@ -146,7 +146,7 @@ fn echo(w: &Watch) -> anyhow::Result<i32> {
 }
 
 /// ns as seconds with 9 decimals.
-fn seconds(ns: i64) -> String {
+pub(crate) fn seconds(ns: i64) -> String {
     format!(
         "{}{}.{:09} s",
         if ns < 0 { "-" } else { "" },

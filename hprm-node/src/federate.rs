@@ -46,6 +46,9 @@ pub struct RunOptions {
     /// Where the program's federates run, when it spans hosts (the
     /// launcher's `HPRM_HOST`, see [`crate::hosts`]).
     pub hosts: Option<crate::hosts::Hosts>,
+    /// The recorder's socket and backlog policy (`hprm launch --record`):
+    /// every value this federate sends to another federate is copied there.
+    pub record: Option<(PathBuf, hprm_store::Backpressure)>,
 }
 
 /// How long a scheduler polls its inbox (yielding its CPU to anything
@@ -69,6 +72,7 @@ impl RunOptions {
             coordination: None,
             runtime_dir: None,
             hosts: None,
+            record: None,
         }
     }
 }
@@ -123,6 +127,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let encoder = Encoder::new(store.clone(), program.threshold)
         .with_wait_for_space(hprm_store::Backpressure::default().wait_for_space());
     let decoder = Decoder::new(store, Duration::from_secs(10));
+    let feed_decoder = decoder.clone();
 
     let decentralized = matches!(program.coordination, Coordination::Decentralized { .. });
     let mut inputs: Vec<Option<NetworkInput>> = program.connections.iter().map(|_| None).collect();
@@ -235,7 +240,22 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     if let Some(t) = crate::trace::tracer() {
         t.set_start(start);
     }
+    let store_socket = opts.store.clone();
     let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, &idx)?;
+    if let Some((path, policy)) = &opts.record {
+        // Asked for by the launcher: a federate that cannot be recorded
+        // does not run unrecorded.
+        let hello = crate::record::Hello {
+            federate: opts.federate.clone(),
+            start,
+            store: store_socket,
+            ports: tappable.iter().map(|(_, p)| p.clone()).collect(),
+        };
+        let ports: Vec<_> = tappable.iter().map(|(t, _)| *t).collect();
+        let feed = crate::record::Feed::connect(path, *policy, &hello, &ports, feed_decoder)
+            .map_err(|e| NodeError::Launch(e.to_string()))?;
+        sched.set_record(feed);
+    }
     let mut observed = None;
     if let Some(dir) = &opts.runtime_dir {
         // Observing is never a reason to fail: without it the federate runs unobserved.

@@ -1090,6 +1090,13 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
         }
         None => None,
     };
+    if let Some(path) = std::env::var_os(crate::record::RECORD_ENV).filter(|p| !p.is_empty()) {
+        let text = std::env::var(crate::record::POLICY_ENV).unwrap_or_else(|_| "block".into());
+        match crate::record::parse_policy(&text) {
+            Ok(policy) => o.record = Some((PathBuf::from(path), policy)),
+            Err(e) => tracing::error!("{}; this federate is not recorded", crate::record::RecordError::Policy(text, e)),
+        }
+    }
     o.handle_signals = true;
     Some(o)
 }

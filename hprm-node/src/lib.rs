@@ -47,7 +47,7 @@
 //! 3. **A reaction's context**: [`Ctx`] (`context`).
 //! 4. **The graph**: `program`, `level`, `manifest::build`.
 //! 5. **The outside world**: `net/` (`socket`, `source`, `rti`, `peer`,
-//!    `clock_sync`), `signal`, [`status`], [`tap`].
+//!    `clock_sync`), `signal`, [`status`], [`tap`], [`record`].
 //! 6. **The scheduler**: one federate's event loop.
 //! 7. **Builders and running**: `reactor` (the [`ReactorBuilder`] and
 //!    `Program::reactor`), `bank` ([`Program::bank`]), `federate` ([`run_federate`]), [`launch`], and
@@ -83,6 +83,7 @@ pub mod payload;
 mod program;
 mod reactor;
 pub mod realtime;
+pub mod record;
 mod scheduler;
 mod signal;
 pub mod status;

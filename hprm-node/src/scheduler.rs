@@ -245,6 +245,8 @@ pub(crate) struct Scheduler {
     /// What `hprm ps` sees of this federate.
     board: Arc<crate::status::Board>,
     tap: Option<Arc<crate::tap::TapHub>>,
+    /// The recorder's feed (`hprm launch --record`).
+    record: Option<crate::record::Feed>,
     /// This host's `hprm-link`, when the program spans hosts.
     link: Option<crate::hosts::LinkClient>,
 }
@@ -727,6 +729,7 @@ impl Scheduler {
             report,
             board: Arc::default(),
             tap: None,
+            record: None,
             link,
         })
     }
@@ -739,6 +742,16 @@ impl Scheduler {
     /// Copies what this federate sends to the taps of `hub`.
     pub(crate) fn set_tap(&mut self, hub: Arc<crate::tap::TapHub>) {
         self.tap = Some(hub);
+    }
+
+    /// Copies what this federate sends on the feed's ports to the
+    /// recorder, which counts as one more delivery of each (its store
+    /// objects stay until it has written them).
+    pub(crate) fn set_record(&mut self, feed: crate::record::Feed) {
+        for out in feed.ports() {
+            self.plan.fanout[out.index()] += 1;
+        }
+        self.record = Some(feed);
     }
 
     /// Runs the federate to its stop tag, then resigns.
@@ -1454,6 +1467,9 @@ impl Scheduler {
             };
             if let (Some(p), Some(tap)) = (&payload, &self.tap) {
                 tap.publish(out, g, p);
+            }
+            if let (Some(p), Some(feed)) = (&payload, &mut self.record) {
+                feed.publish(out, g, self.clock.now(), p);
             }
             // By index: `send_to` needs `&mut self` (no per-tag clone of the list).
             for k in 0..self.plan.remote[out.index()].len() {

@@ -55,7 +55,7 @@ pub fn socket_path(runtime_dir: &Path, federate: &str) -> PathBuf {
 /// runtime directories under long temporary paths exceed that: then the
 /// address goes through `/proc/self/fd/N/NAME`, N a descriptor of the
 /// directory, which the kernel resolves to the same file.
-fn unix_addr(path: &Path) -> std::io::Result<(SockAddr, Option<std::fs::File>)> {
+pub(crate) fn unix_addr(path: &Path) -> std::io::Result<(SockAddr, Option<std::fs::File>)> {
     use std::os::fd::AsRawFd;
     if path.as_os_str().len() < 100 {
         return Ok((SockAddr::unix(path)?, None));

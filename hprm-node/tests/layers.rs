@@ -34,11 +34,12 @@ const LAYERS: &[(&str, usize)] = &[
     ("program", 4),
     ("level", 4),
     ("manifest::build", 4),
-    // 5. The outside world: the network, signals, status files, taps, other hosts.
+    // 5. The outside world: the network, signals, status files, taps, the recorder, other hosts.
     ("net", 5),
     ("signal", 5),
     ("status", 5),
     ("tap", 5),
+    ("record", 5),
     ("hosts", 5),
     // 6. One federate's event loop.
     ("scheduler", 6),

@@ -1,0 +1,197 @@
+//! `hprm bag info|echo FILE`: what a recording (`hprm launch --record`,
+//! see `record`) holds.
+//!
+//! Both read the file from start to end, chunk by chunk, so that a file
+//! whose writer was killed (no summary at its end) is read up to its last
+//! complete chunk, and said to end early.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Subcommand};
+use mcap::records::Record;
+
+use crate::record::{names, META_RUN, META_SUMMARY};
+
+#[derive(Args, Debug)]
+pub struct BagArgs {
+    #[command(subcommand)]
+    pub command: BagCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BagCommand {
+    /// Duration, connections, message counts, rates, sizes and losses.
+    Info { file: PathBuf },
+    /// Print each recorded message of one connection: its tag and value.
+    Echo {
+        file: PathBuf,
+        /// The output: FEDERATE.PORT or FEDERATE.REACTOR.PORT.
+        topic: String,
+        /// Stop after this many messages.
+        #[arg(long, short = 'n', value_name = "N")]
+        count: Option<u64>,
+    },
+}
+
+pub fn run(args: &BagArgs) -> Result<i32> {
+    match &args.command {
+        BagCommand::Info { file } => info(file),
+        BagCommand::Echo { file, topic, count } => echo(file, topic, *count),
+    }
+}
+
+/// The file, mapped.
+fn open(path: &Path) -> Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
+    // SAFETY: read-only; a recording being written concurrently is read up
+    // to what the reader validates (chunk CRCs).
+    unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))
+}
+
+/// Calls `each` for every record in file order (chunks opened); returns
+/// why the file ended early, if it did.
+fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Result<Option<String>> {
+    let records = match mcap::read::ChunkFlattener::new(buf) {
+        Ok(r) => r,
+        Err(e) => bail!("not an MCAP file: {e}"),
+    };
+    for r in records {
+        match r {
+            Ok(r) => {
+                if !each(r) {
+                    return Ok(None);
+                }
+            }
+            Err(e) => return Ok(Some(e.to_string())),
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Default)]
+struct Channel {
+    topic: String,
+    messages: u64,
+    bytes: u64,
+    first: Option<u64>,
+    last: u64,
+}
+
+fn info(path: &Path) -> Result<i32> {
+    let buf = open(path)?;
+    let mut channels: BTreeMap<u16, Channel> = BTreeMap::new();
+    let mut meta: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let ended = scan(&buf, |r| {
+        match r {
+            Record::Channel(c) => {
+                channels.entry(c.id).or_default().topic = c.topic;
+            }
+            Record::Message { header, data } => {
+                let c = channels.entry(header.channel_id).or_default();
+                c.messages += 1;
+                c.bytes += data.len() as u64;
+                c.first = Some(c.first.map_or(header.log_time, |f| f.min(header.log_time)));
+                c.last = c.last.max(header.log_time);
+            }
+            Record::Metadata(m) => {
+                meta.insert(m.name, m.metadata);
+            }
+            _ => {}
+        }
+        true
+    })?;
+    let run = meta.get(META_RUN).cloned().unwrap_or_default();
+    let summary = meta.get(META_SUMMARY);
+    let field = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_else(|| "-".into());
+    println!("file:        {} ({} bytes)", path.display(), buf.len());
+    println!("program:     {}", field(&run, "program"));
+    println!("coordination: {}  policy: {}", field(&run, "coordination"), field(&run, "policy"));
+    let first = channels.values().filter_map(|c| c.first).min();
+    let last = channels.values().map(|c| c.last).max();
+    let duration = match (first, last) {
+        (Some(f), Some(l)) => (l - f) as f64 / 1e9,
+        _ => 0.0,
+    };
+    let start: i64 = summary.and_then(|s| s.get("start")).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let since = |t: Option<u64>| t.map_or("-".into(), |t| format!("{:.6} s", (t as i64 - start) as f64 / 1e9));
+    println!("duration:    {duration:.6} s of logical time (tags {} to {})", since(first), since(last));
+    let total: u64 = channels.values().map(|c| c.messages).sum();
+    let bytes: u64 = channels.values().map(|c| c.bytes).sum();
+    println!("messages:    {total} ({bytes} bytes)");
+    match (summary, &ended) {
+        (_, Some(why)) => println!(
+            "losses:      unknown: the file ends early ({why}); the recorder was stopped before closing it, \
+             and what it held after its last complete chunk is not here"
+        ),
+        (None, None) => println!("losses:      unknown: the recording has no summary"),
+        (Some(s), None) => {
+            let lost = field(s, "lost");
+            let missing = field(s, "federates_not_recorded");
+            if lost == "0" && missing.is_empty() {
+                println!("losses:      none (every message sent was recorded)");
+            } else {
+                println!("losses:      {lost} messages lost");
+                if !missing.is_empty() {
+                    println!("             federates not recorded: {missing}");
+                }
+            }
+        }
+    }
+    println!("connections:");
+    let width = channels.values().map(|c| c.topic.len()).max().unwrap_or(0);
+    for c in channels.values() {
+        let span = c.first.map_or(0.0, |f| (c.last - f) as f64 / 1e9);
+        let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
+        let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
+        println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}", c.topic, c.messages, c.bytes);
+    }
+    Ok(0)
+}
+
+fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
+    let buf = open(path)?;
+    let mut ids: Vec<u16> = Vec::new();
+    let mut known: Vec<String> = Vec::new();
+    let mut start: Option<i64> = None;
+    // The start is in the summary at the end: read it first.
+    scan(&buf, |r| {
+        if let Record::Metadata(m) = r {
+            if m.name == META_SUMMARY {
+                start = m.metadata.get("start").and_then(|s| s.parse().ok());
+            }
+        }
+        true
+    })?;
+    let start = start.unwrap_or(0);
+    let mut n = 0u64;
+    let ended = scan(&buf, |r| {
+        match r {
+            Record::Channel(c) => {
+                if names(topic, &c.topic) {
+                    ids.push(c.id);
+                }
+                known.push(c.topic);
+            }
+            Record::Message { header, data } if ids.contains(&header.channel_id) => {
+                println!("--- tag {}/{}", crate::topic::seconds(header.log_time as i64 - start), header.sequence);
+                println!("{}", crate::topic::render(&data));
+                n += 1;
+                if count.is_some_and(|c| n >= c) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        true
+    })?;
+    if ids.is_empty() {
+        bail!("the recording has no connection {topic:?}; it has: {}", known.join(", "));
+    }
+    if let Some(why) = ended {
+        eprintln!("the file ends early ({why}): the recorder was stopped before closing it");
+    }
+    eprintln!("{n} messages");
+    Ok(0)
+}

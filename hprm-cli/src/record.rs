@@ -1,0 +1,468 @@
+//! `hprm launch --record FILE.mcap`: the recorder, a client of the store
+//! that writes every message sent between federates into an MCAP file.
+//!
+//! Each federate feeds it over a socket (`hprm_node::record`): the
+//! message's port, tag and physical send time, and its payload as the
+//! receivers get it, large buffers as store references. One thread per
+//! federate takes the store objects a message references (the recorder
+//! counts as one of their deliveries, so they stay until written) and
+//! hands the message to the writer through a bounded queue; the writer
+//! copies each buffer from shared memory into the file and then releases
+//! it. What the recorder holds is bounded: [`BACKLOG`] messages of at most
+//! one in-band frame each, plus store objects the store accounts for.
+//! When the writer falls behind, the queue fills, the feeds' sockets fill,
+//! and the federates' policy decides (`block`: they wait; `fail`: they give
+//! the message up and count it).
+//!
+//! The file: one channel per recorded output (topic `federate.reactor.port`,
+//! message encoding `msgpack`, schema [`SCHEMA_NAME`], whose text says how
+//! to read a value); a message's log time is its tag's time, its publish
+//! time the physical time it was sent, its sequence the tag's microstep.
+//! Store references are replaced by the buffers themselves (inline buffer
+//! descriptors), so a record needs nothing but the file. Metadata:
+//! [`META_PROGRAM`] (the program's manifest: federates, reactors, ports,
+//! connections, delays), [`META_RUN`] (how it was run) and, at the end,
+//! [`META_SUMMARY`] (messages and losses per channel). Chunks are closed at
+//! least every [`FLUSH_EVERY`], so a recorder killed outright leaves a file
+//! readable up to its last complete chunk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use hprm_node::payload::{
+    BufferDescriptor, Decoder, Location, StoreLink, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
+};
+use hprm_node::record::{Connection, Header, Hello, Listener, Selection, END};
+use hprm_node::Tag;
+use hprm_store::Object;
+
+/// Messages queued between the federates' threads and the writer.
+const BACKLOG: usize = 64;
+
+/// The longest a chunk stays open (unwritten) in the file.
+const FLUSH_EVERY: Duration = Duration::from_millis(500);
+
+/// Target size of a chunk before compression.
+const CHUNK_SIZE: u64 = 4 << 20;
+
+/// How long the recorder waits for a store object a message references.
+const GET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The schema of every channel.
+pub const SCHEMA_NAME: &str = "hprm.value";
+/// Its encoding (the schema data is a text for people and programs that
+/// know nothing of HPRM).
+pub const SCHEMA_ENCODING: &str = "hprm-msgpack";
+/// The metadata records.
+pub const META_PROGRAM: &str = "hprm.program";
+pub const META_RUN: &str = "hprm.run";
+pub const META_SUMMARY: &str = "hprm.summary";
+
+/// The schema text: how to decode a value of any channel.
+const SCHEMA_TEXT: &str = "\
+An HPRM port value: one MessagePack value (structs are maps with field names).
+Extension types carry what MessagePack lacks:
+  ext 1 buffer, ext 4 bytes, ext 5 Arrow IPC stream, ext 6 torch tensor: the data
+    is a MessagePack array [dtype, shape, strides, nbytes, location] where dtype is a
+    numpy type string (e.g. \"<f4\", \"|u1\"), shape an array of ints, strides nil
+    (C-contiguous) or an array of byte strides, nbytes an int, and location a bin
+    holding the nbytes bytes themselves (in a recording every buffer is inline).
+  ext 3 pickled Python object: Python pickle protocol 5 bytes.
+Message header: log_time = the tag's time (ns since the epoch), sequence = the
+tag's microstep, publish_time = physical time of sending (ns since the epoch).
+The hprm.summary metadata's `start` is the program's start time (ns since the epoch).";
+
+/// `--record` and its options.
+pub struct Options {
+    pub path: PathBuf,
+    /// Topics to record (`federate.port` or `federate.reactor.port`);
+    /// empty: every connection.
+    pub topics: Vec<String>,
+    pub policy: String,
+    pub compression: Option<mcap::Compression>,
+    /// Test aid: the writer sleeps this long per message (a slow disk).
+    pub throttle: Option<Duration>,
+}
+
+/// Whether `topic` names the output `port` (`federate.reactor.port`):
+/// exactly, or as `federate.port`.
+pub fn names(topic: &str, port: &str) -> bool {
+    if topic == port {
+        return true;
+    }
+    match (topic.split_once('.'), port.split_once('.'), port.rsplit_once('.')) {
+        (Some((tf, tp)), Some((pf, _)), Some((_, pp))) => !tp.contains('.') && tf == pf && tp == pp,
+        _ => false,
+    }
+}
+
+/// What each federate's thread hands the writer.
+enum Entry {
+    /// A federate's recorded ports: one channel each.
+    Ports { federate: String, start: i64, ports: Vec<Arc<str>> },
+    Message {
+        topic: Arc<str>,
+        tag: Tag,
+        sent: i64,
+        /// The in-band message (a spilled one's data is in `spilled`).
+        payload: Vec<u8>,
+        spilled: Option<Object>,
+        objects: Vec<Object>,
+    },
+    /// Messages of `topic` lost: given up by the feed, or whose store
+    /// objects the recorder could not take.
+    Lost { topic: Arc<str>, count: u64 },
+}
+
+/// Per channel, what the summary reports.
+#[derive(Default, Clone)]
+struct Counts {
+    messages: u64,
+    bytes: u64,
+    lost: u64,
+}
+
+/// A running recorder. [`Recorder::finish`] once the program ended.
+pub struct Recorder {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    acceptor: JoinHandle<Vec<JoinHandle<()>>>,
+    writer: JoinHandle<Result<Summary>>,
+}
+
+/// What a recording holds, for the final line.
+pub struct Summary {
+    pub messages: u64,
+    pub bytes: u64,
+    /// (topic, messages lost), only those that lost some.
+    pub lost: Vec<(String, u64)>,
+    pub federates_missing: Vec<String>,
+}
+
+impl Recorder {
+    /// Creates `opts.path`, listens at `socket`, and writes the program's
+    /// graph and the run's parameters. Federates connect through
+    /// `hprm_node::record::RECORD_ENV`.
+    pub fn start(
+        opts: Options,
+        socket: PathBuf,
+        program: serde_json::Value,
+        run: BTreeMap<String, String>,
+    ) -> Result<Recorder> {
+        hprm_node::record::parse_policy(&opts.policy).map_err(|e| anyhow::anyhow!("--record-policy: {e}"))?;
+        let federates: Vec<String> = program["federates"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|f| f["name"].as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        let file = std::fs::File::create(&opts.path)
+            .with_context(|| format!("cannot create the recording {}", opts.path.display()))?;
+        let mut mcap = mcap::WriteOptions::new()
+            .compression(opts.compression)
+            .chunk_size(Some(CHUNK_SIZE))
+            .profile("hprm")
+            .library(concat!("hprm ", env!("CARGO_PKG_VERSION")))
+            .create(BufWriter::with_capacity(1 << 20, file))
+            .with_context(|| format!("cannot write the recording {}", opts.path.display()))?;
+        let schema = mcap.add_schema(SCHEMA_NAME, SCHEMA_ENCODING, SCHEMA_TEXT.as_bytes())?;
+        let meta = |name: &str, metadata| mcap::records::Metadata { name: name.into(), metadata };
+        mcap.write_metadata(&meta(META_PROGRAM, BTreeMap::from([("manifest".into(), program.to_string())])))?;
+        mcap.write_metadata(&meta(META_RUN, run))?;
+        let listener =
+            Listener::bind(&socket).with_context(|| format!("cannot listen for federates at {}", socket.display()))?;
+        let (tx, rx) = sync_channel(BACKLOG);
+        let stop = Arc::new(AtomicBool::new(false));
+        let topics = Arc::new(opts.topics.clone());
+        let s = stop.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("hprm-record-accept".into())
+            .spawn(move || accept(listener, tx, topics, s))?;
+        let path = opts.path.clone();
+        let throttle = opts.throttle;
+        let writer = std::thread::Builder::new()
+            .name("hprm-record-write".into())
+            .spawn(move || write(mcap, schema, rx, throttle, federates, &path))?;
+        Ok(Recorder { socket, stop, acceptor, writer })
+    }
+
+    /// Waits for every federate's feed to end, writes the summary and
+    /// closes the file.
+    pub fn finish(self) -> Result<Summary> {
+        self.stop.store(true, Ordering::Relaxed);
+        let readers = self.acceptor.join().map_err(|_| anyhow::anyhow!("the recorder's accepting thread panicked"))?;
+        for r in readers {
+            let _ = r.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        self.writer.join().map_err(|_| anyhow::anyhow!("the recorder's writer panicked"))?
+    }
+}
+
+fn accept(
+    listener: Listener,
+    tx: SyncSender<Entry>,
+    topics: Arc<Vec<String>>,
+    stop: Arc<AtomicBool>,
+) -> Vec<JoinHandle<()>> {
+    let mut readers = Vec::new();
+    loop {
+        match listener.accept() {
+            Ok(Some(conn)) => {
+                let (tx, topics) = (tx.clone(), topics.clone());
+                match std::thread::Builder::new()
+                    .name("hprm-record-feed".into())
+                    .spawn(move || feed(conn, &tx, &topics))
+                {
+                    Ok(h) => readers.push(h),
+                    Err(e) => tracing::error!("cannot start a thread for a federate's recording: {e}"),
+                }
+            }
+            Ok(None) if stop.load(Ordering::Relaxed) => return readers,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                tracing::warn!("the recorder's socket failed to accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// Reads one federate's feed until it ends.
+fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
+    let hello: Hello = match conn.recv() {
+        Ok(Some(frame)) => match serde_json::from_slice(frame) {
+            Ok(h) => h,
+            Err(e) => return tracing::error!("a federate's hello to the recorder is unreadable: {e}"),
+        },
+        Ok(None) => return,
+        Err(e) => return tracing::error!("reading a federate's hello to the recorder: {e}"),
+    };
+    let selected: Vec<u32> = (0..hello.ports.len() as u32)
+        .filter(|&i| topics.is_empty() || topics.iter().any(|t| names(t, &hello.ports[i as usize])))
+        .collect();
+    if let Err(e) = conn.select(&Selection { ports: selected.clone() }) {
+        return tracing::error!(federate = %hello.federate, "cannot answer the federate's hello: {e}");
+    }
+    let topic_of: Vec<Arc<str>> = hello.ports.iter().map(|p| Arc::from(p.as_str())).collect();
+    let ports = selected.iter().map(|&i| topic_of[i as usize].clone()).collect();
+    if tx.send(Entry::Ports { federate: hello.federate.clone(), start: hello.start, ports }).is_err() {
+        return;
+    }
+    let decoder = Decoder::new(StoreLink::new(hello.store.clone()), GET_TIMEOUT);
+    // Per port: messages the feed says it gave up (the last count seen).
+    let mut lost: HashMap<u32, u64> = HashMap::new();
+    loop {
+        let frame = match conn.recv() {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!(federate = %hello.federate, "reading the federate's recording feed: {e}");
+                break;
+            }
+        };
+        let Some((header, payload)) = Header::decode(frame) else {
+            tracing::error!(federate = %hello.federate, "a {}-byte frame is shorter than a header", frame.len());
+            continue;
+        };
+        if header.port == END {
+            match serde_json::from_slice::<Vec<(u32, u64)>>(payload) {
+                Ok(counts) => lost.extend(counts),
+                Err(e) => tracing::error!(federate = %hello.federate, "unreadable final loss counts: {e}"),
+            }
+            break;
+        }
+        let Some(topic) = topic_of.get(header.port as usize).cloned() else {
+            tracing::error!(federate = %hello.federate, port = header.port, "a message names no port of the hello");
+            continue;
+        };
+        lost.insert(header.port, header.lost_before);
+        let entry = match take(&decoder, payload) {
+            Ok((spilled, objects)) => Entry::Message {
+                topic,
+                tag: header.tag,
+                sent: header.sent,
+                payload: payload.to_vec(),
+                spilled,
+                objects,
+            },
+            Err(e) => {
+                tracing::error!(%topic, "a message could not be recorded: its store objects could not be taken: {e}");
+                Entry::Lost { topic, count: 1 }
+            }
+        };
+        if tx.send(entry).is_err() {
+            return;
+        }
+    }
+    for (port, count) in lost {
+        if let (Some(topic), true) = (topic_of.get(port as usize), count > 0) {
+            let _ = tx.send(Entry::Lost { topic: topic.clone(), count });
+        }
+    }
+}
+
+/// Takes the store objects `payload` references (its spilled message, and
+/// the buffers of the message): each held until written.
+fn take(decoder: &Decoder, payload: &[u8]) -> Result<(Option<Object>, Vec<Object>), hprm_node::payload::PayloadError> {
+    let spilled = decoder.take_spilled(payload)?;
+    let objects = decoder.take_message(spilled.as_ref().map_or(payload, |o| o.data()))?;
+    Ok((spilled, objects))
+}
+
+fn write(
+    mut mcap: mcap::Writer<BufWriter<std::fs::File>>,
+    schema: u16,
+    rx: Receiver<Entry>,
+    throttle: Option<Duration>,
+    federates: Vec<String>,
+    path: &Path,
+) -> Result<Summary> {
+    let mut channels: HashMap<Arc<str>, u16> = HashMap::new();
+    let mut counts: BTreeMap<Arc<str>, Counts> = BTreeMap::new();
+    let mut connected: Vec<String> = Vec::new();
+    let mut start = None;
+    let mut last_flush = Instant::now();
+    let mut data = Vec::new();
+    let mut failed: Option<anyhow::Error> = None;
+    for entry in rx {
+        if failed.is_some() {
+            // The file is unusable: the rest is released unwritten (counted).
+            if let Entry::Message { topic, .. } = entry {
+                counts.entry(topic).or_default().lost += 1;
+            }
+            continue;
+        }
+        match entry {
+            Entry::Ports { federate, start: s, ports } => {
+                start.get_or_insert(s);
+                connected.push(federate.clone());
+                for p in ports {
+                    let meta = BTreeMap::from([("federate".to_string(), federate.clone())]);
+                    let id = mcap.add_channel(schema, &p, "msgpack", &meta)?;
+                    channels.insert(p.clone(), id);
+                    counts.entry(p).or_default();
+                }
+            }
+            Entry::Lost { topic, count } => counts.entry(topic).or_default().lost += count,
+            Entry::Message { topic, tag, sent, payload, spilled, objects } => {
+                let message = spilled.as_ref().map_or(payload.as_slice(), |o| o.data());
+                let Some(&channel_id) = channels.get(&topic) else { continue };
+                let c = counts.entry(topic.clone()).or_default();
+                match self_contained(message, &objects, &mut data) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::error!(%topic, "a message could not be recorded: {e}");
+                        c.lost += 1;
+                        continue;
+                    }
+                }
+                let header = mcap::records::MessageHeader {
+                    channel_id,
+                    sequence: tag.microstep,
+                    log_time: tag.time.max(0) as u64,
+                    publish_time: sent.max(0) as u64,
+                };
+                if let Err(e) = mcap.write_to_known_channel(&header, &data) {
+                    c.lost += 1;
+                    failed = Some(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+                    continue;
+                }
+                c.messages += 1;
+                c.bytes += data.len() as u64;
+                drop((spilled, objects));
+                if let Some(t) = throttle {
+                    std::thread::sleep(t);
+                }
+                if last_flush.elapsed() >= FLUSH_EVERY {
+                    last_flush = Instant::now();
+                    if let Err(e) = mcap.flush() {
+                        failed = Some(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+                    }
+                }
+            }
+        }
+    }
+    let missing: Vec<String> = federates.iter().filter(|f| !connected.contains(f)).cloned().collect();
+    let mut meta = BTreeMap::new();
+    let (mut messages, mut bytes, mut lost_total) = (0, 0, 0);
+    let mut lost = Vec::new();
+    for (topic, c) in &counts {
+        meta.insert(format!("messages.{topic}"), c.messages.to_string());
+        meta.insert(format!("lost.{topic}"), c.lost.to_string());
+        messages += c.messages;
+        bytes += c.bytes;
+        lost_total += c.lost;
+        if c.lost > 0 {
+            lost.push((topic.to_string(), c.lost));
+        }
+    }
+    meta.insert("messages".into(), messages.to_string());
+    meta.insert("start".into(), start.unwrap_or(0i64).to_string());
+    meta.insert("lost".into(), lost_total.to_string());
+    meta.insert("complete".into(), (lost_total == 0 && missing.is_empty()).to_string());
+    meta.insert("federates_not_recorded".into(), missing.join(","));
+    if let Some(e) = failed {
+        // The summary cannot be written either: say what was lost here.
+        return Err(e.context(format!("the recording stopped: {lost_total} messages lost")));
+    }
+    mcap.write_metadata(&mcap::records::Metadata { name: META_SUMMARY.into(), metadata: meta })?;
+    mcap.finish().with_context(|| format!("finishing {}", path.display()))?;
+    Ok(Summary { messages, bytes, lost, federates_missing: missing })
+}
+
+/// `message` with every store reference replaced by the buffer itself,
+/// into `out`.
+fn self_contained(message: &[u8], objects: &[Object], out: &mut Vec<u8>) -> Result<()> {
+    out.clear();
+    if objects.is_empty() {
+        out.extend_from_slice(message);
+        return Ok(());
+    }
+    let mut value = rmpv::decode::read_value(&mut &message[..])?;
+    inline(&mut value, objects)?;
+    rmpv::encode::write_value(out, &value)?;
+    Ok(())
+}
+
+fn inline(v: &mut rmpv::Value, objects: &[Object]) -> Result<()> {
+    use rmpv::Value as V;
+    match v {
+        V::Array(items) => items.iter_mut().try_for_each(|x| inline(x, objects)),
+        V::Map(pairs) => pairs.iter_mut().try_for_each(|(k, x)| {
+            inline(k, objects)?;
+            inline(x, objects)
+        }),
+        V::Ext(ty, data) if matches!(*ty, EXT_BUFFER | EXT_BYTES | EXT_ARROW | EXT_TENSOR) => {
+            let mut d = BufferDescriptor::decode(data)?;
+            if let Location::Store(id) = d.location {
+                let Some(o) = objects.iter().find(|o| o.id() == id) else {
+                    bail!("buffer {id} was not taken from the store");
+                };
+                d.location = Location::Inline(o.data().to_vec());
+                *data = d.encode()?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_name_ports_in_full_or_without_the_reactor() {
+        assert!(names("cam.c.image", "cam.c.image"));
+        assert!(names("cam.image", "cam.c.image"));
+        assert!(!names("cam.info", "cam.c.image"));
+        assert!(!names("det.image", "cam.c.image"));
+        assert!(!names("cam", "cam.c.image"));
+    }
+}

@@ -1,0 +1,342 @@
+//! Recording: each federate's side of `hprm launch --record`, and the
+//! frames it sends to the recorder.
+//!
+//! A launcher that records listens on a Unix `SOCK_SEQPACKET` socket and
+//! names it to every federate in [`RECORD_ENV`], with the backlog policy
+//! in [`POLICY_ENV`]. Each federate connects once at start ([`Feed::connect`])
+//! and sends, one datagram each:
+//! - a [`Hello`] (JSON): its name, its start tag, its store's socket and the
+//!   outputs it sends to other federates (a message names its port by its
+//!   index in that list); the recorder answers with a [`Selection`], the
+//!   indices of the ports it records (`--topics`);
+//! - for each value it sends on one of them, a [`HEADER`]-byte header (port
+//!   index: u32 LE; microstep: u32 LE; tag time, ns since the epoch: i64
+//!   LE; physical time at sending: i64 LE; messages of this port lost
+//!   before this one: u64 LE) and the payload exactly as its receivers get
+//!   it: out-of-band buffers stay in the store and travel as references;
+//! - at its end, a header with port [`END`] followed by the final loss
+//!   counts (JSON array of `[port index, messages given up]`).
+//!
+//! Invariants: the recorder counts as one more delivery of every store
+//! object sent on a recorded port (the scheduler adds it to the port's
+//! fan-out), so each object stays in the store until the recorder has
+//! written it and released it; a message the feed gives up is taken and
+//! released here instead, so that nothing stays pinned. The backlog is the
+//! socket's buffer, bounded: under `block` a send waits up to the policy's
+//! bound (the program waits; centralized programs stay deterministic);
+//! under `fail` a message that does not fit is given up at once. Either
+//! way a message given up is counted per port and reported to the
+//! recorder, never silent.
+
+use std::io::IoSlice;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hprm_rti::tag::Tag;
+use hprm_store::Backpressure;
+use nix::errno::Errno;
+use nix::sys::socket::MsgFlags;
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Socket, Type};
+
+use crate::ids::TriggerId;
+use crate::payload::Decoder;
+
+/// The recorder's socket, for federates.
+pub const RECORD_ENV: &str = "HPRM_RECORD";
+/// The recorder's backlog policy ([`Backpressure`]: `block[:T]` or `fail`).
+pub const POLICY_ENV: &str = "HPRM_RECORD_POLICY";
+
+/// Bytes before the payload in each message frame.
+pub const HEADER: usize = 32;
+
+/// The port index of a federate's last frame.
+pub const END: u32 = u32::MAX;
+
+/// Room for the largest frame: an in-band payload fills at most one 64 KiB
+/// frame (a larger message is spilled into the store).
+pub const MAX_FRAME: usize = (64 << 10) + HEADER + 64;
+
+/// The socket buffer: the feed's bounded backlog (the kernel doubles it,
+/// within `net.core.wmem_max`): a few hundred small messages.
+const BACKLOG_BYTES: usize = 256 << 10;
+
+/// How long a federate waits for the recorder's answer to its hello.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// How long a federate waits to send its last frame.
+const END_WAIT: Duration = Duration::from_secs(5);
+
+/// A federate's first frame.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub federate: String,
+    /// The federation's start time, ns since the epoch.
+    pub start: i64,
+    /// The store socket its payloads' references point into.
+    pub store: Option<PathBuf>,
+    /// Full paths (`federate.reactor.port`) of the recorded outputs; a
+    /// message's port index is its place here.
+    pub ports: Vec<String>,
+}
+
+/// The recorder's answer to a [`Hello`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Selection {
+    /// Indices in [`Hello::ports`] of the ports recorded.
+    pub ports: Vec<u32>,
+}
+
+/// One recorded message's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Index in [`Hello::ports`], or [`END`].
+    pub port: u32,
+    pub tag: Tag,
+    /// Physical time at sending, ns since the epoch.
+    pub sent: i64,
+    /// Messages of this port the feed gave up before this one.
+    pub lost_before: u64,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER] {
+        let mut h = [0u8; HEADER];
+        h[0..4].copy_from_slice(&self.port.to_le_bytes());
+        h[4..8].copy_from_slice(&self.tag.microstep.to_le_bytes());
+        h[8..16].copy_from_slice(&self.tag.time.to_le_bytes());
+        h[16..24].copy_from_slice(&self.sent.to_le_bytes());
+        h[24..32].copy_from_slice(&self.lost_before.to_le_bytes());
+        h
+    }
+
+    /// The header of `frame` and the payload after it; `None` when the
+    /// frame is shorter than a header.
+    pub fn decode(frame: &[u8]) -> Option<(Header, &[u8])> {
+        let h = frame.get(..HEADER)?;
+        let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let header = Header {
+            port: u32_at(0),
+            tag: Tag::new(u64_at(8) as i64, u32_at(4)),
+            sent: u64_at(16) as i64,
+            lost_before: u64_at(24),
+        };
+        Some((header, &frame[HEADER..]))
+    }
+}
+
+/// Why recording was not set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{POLICY_ENV}={0:?}: {1}")]
+    Policy(String, String),
+    #[error("cannot reach the recorder at {path}: {source}; is `hprm launch --record` still running?")]
+    Connect { path: PathBuf, source: std::io::Error },
+}
+
+/// The policies a recorder's backlog accepts, parsed from `text`.
+pub fn parse_policy(text: &str) -> Result<Backpressure, String> {
+    match text.parse::<Backpressure>().map_err(|e| e.to_string())? {
+        p @ (Backpressure::Block { .. } | Backpressure::Fail) => Ok(p),
+        other => Err(format!(
+            "a recording's backlog takes `block` (the program waits for the disk; `block:30s` bounds the wait) \
+             or `fail` (a message that does not fit is given up, counted per connection), not {other:?}"
+        )),
+    }
+}
+
+/// A federate's feed into the recorder.
+pub(crate) struct Feed {
+    socket: Socket,
+    policy: Backpressure,
+    /// The recorded outputs, with their index in the hello.
+    ports: Vec<(TriggerId, u32)>,
+    /// Messages given up, per entry of `ports`.
+    lost: Vec<u64>,
+    /// Takes and releases the store objects of a message given up.
+    decoder: Decoder,
+    /// The recorder went away: every later message is given up.
+    gone: bool,
+}
+
+impl Feed {
+    /// Connects to the recorder at `path` and says hello; `ports` are the
+    /// triggers of `hello.ports`, and the feed keeps those the recorder
+    /// selects.
+    pub fn connect(
+        path: &Path,
+        policy: Backpressure,
+        hello: &Hello,
+        ports: &[TriggerId],
+        decoder: Decoder,
+    ) -> Result<Feed, RecordError> {
+        let io = |source| RecordError::Connect { path: path.to_path_buf(), source };
+        let socket = Socket::new(Domain::UNIX, Type::SEQPACKET, None).map_err(io)?;
+        let (addr, _dir) = crate::tap::unix_addr(path).map_err(io)?;
+        socket.connect(&addr).map_err(io)?;
+        let _ = socket.set_send_buffer_size(BACKLOG_BYTES);
+        let text = serde_json::to_vec(hello).map_err(|e| io(std::io::Error::other(e)))?;
+        socket.send(&text).map_err(io)?;
+        socket.set_read_timeout(Some(HANDSHAKE)).map_err(io)?;
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); MAX_FRAME];
+        let n = socket.recv(&mut buf).map_err(io)?;
+        // SAFETY: recv initialized the first n bytes.
+        let answer: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
+        let selection: Selection = serde_json::from_slice(&answer)
+            .map_err(|e| io(std::io::Error::other(format!("unreadable answer from the recorder: {e}"))))?;
+        let ports: Vec<(TriggerId, u32)> =
+            selection.ports.iter().filter_map(|&i| ports.get(i as usize).map(|t| (*t, i))).collect();
+        if let Backpressure::Block { bound } = policy {
+            socket.set_write_timeout(Some(bound.max(Duration::from_millis(1)))).map_err(io)?;
+        }
+        let lost = vec![0; ports.len()];
+        Ok(Feed { socket, policy, ports, lost, decoder, gone: false })
+    }
+
+    /// The outputs recorded: each counts the recorder as one more delivery.
+    pub fn ports(&self) -> impl Iterator<Item = TriggerId> + '_ {
+        self.ports.iter().map(|(t, _)| *t)
+    }
+
+    /// Sends one value of `out` (sent at tag `tag`, physical time `sent`)
+    /// to the recorder, or gives it up (counted) as the policy says.
+    pub fn publish(&mut self, out: TriggerId, tag: Tag, sent: i64, payload: &[u8]) {
+        let Some(i) = self.ports.iter().position(|(p, _)| *p == out) else { return };
+        if !self.gone {
+            let header = Header { port: self.ports[i].1, tag, sent, lost_before: self.lost[i] }.encode();
+            let flags = match self.policy {
+                Backpressure::Block { .. } => MsgFlags::MSG_NOSIGNAL,
+                _ => MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+            };
+            match self.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], flags.bits()) {
+                Ok(_) => return,
+                Err(e) if matches!(e.raw_os_error().map(Errno::from_raw), Some(Errno::EAGAIN | Errno::ENOBUFS)) => {}
+                Err(e) => {
+                    tracing::error!(
+                        "the recorder went away ({e}): this federate's later messages are not recorded (counted as lost)"
+                    );
+                    self.gone = true;
+                }
+            }
+        }
+        self.lost[i] += 1;
+        self.settle(payload);
+    }
+
+    /// Takes and releases what `payload` references, settling the
+    /// recorder's delivery of each store object of a message given up.
+    fn settle(&self, payload: &[u8]) {
+        let spilled = match self.decoder.take_spilled(payload) {
+            Ok(s) => s,
+            Err(e) => return tracing::debug!("a lost recording's spilled message could not be released: {e}"),
+        };
+        let message = spilled.as_ref().map_or(payload, |o| o.data());
+        if let Err(e) = self.decoder.take_message(message) {
+            tracing::debug!("a lost recording's buffers could not be released: {e}");
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if self.gone {
+            return;
+        }
+        let header = Header { port: END, tag: Tag::new(0, 0), sent: 0, lost_before: 0 }.encode();
+        let counts: Vec<(u32, u64)> = self.ports.iter().map(|(_, i)| *i).zip(self.lost.iter().copied()).collect();
+        let counts = serde_json::to_vec(&counts).unwrap_or_default();
+        let _ = self.socket.set_nonblocking(false);
+        let _ = self.socket.set_write_timeout(Some(END_WAIT));
+        if let Err(e) = self
+            .socket
+            .send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(&counts)], MsgFlags::MSG_NOSIGNAL.bits())
+        {
+            tracing::warn!("could not send the recorder this federate's final loss counts: {e}");
+        }
+    }
+}
+
+/// The recorder's listening socket.
+pub struct Listener {
+    socket: Socket,
+}
+
+impl Listener {
+    /// Listens at `path` (replacing a stale socket file there).
+    pub fn bind(path: &Path) -> std::io::Result<Listener> {
+        let _ = std::fs::remove_file(path);
+        let socket = Socket::new(Domain::UNIX, Type::SEQPACKET, None)?;
+        let (addr, _dir) = crate::tap::unix_addr(path)?;
+        socket.bind(&addr)?;
+        socket.listen(64)?;
+        socket.set_nonblocking(true)?;
+        Ok(Listener { socket })
+    }
+
+    /// A federate's connection, if one is waiting.
+    pub fn accept(&self) -> std::io::Result<Option<Connection>> {
+        match self.socket.accept() {
+            Ok((socket, _)) => {
+                socket.set_nonblocking(false)?;
+                Ok(Some(Connection { socket, buf: vec![std::mem::MaybeUninit::uninit(); MAX_FRAME] }))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The recorder's end of one federate's feed.
+pub struct Connection {
+    socket: Socket,
+    buf: Vec<std::mem::MaybeUninit<u8>>,
+}
+
+impl Connection {
+    /// The next frame; `None` once the federate closed its feed.
+    pub fn recv(&mut self) -> std::io::Result<Option<&[u8]>> {
+        match self.socket.recv(&mut self.buf) {
+            Ok(0) => Ok(None),
+            Ok(n) => {
+                // SAFETY: recv initialized the first n bytes, and u8 has no invalid values.
+                Ok(Some(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), n) }))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Answers the federate's hello.
+    pub fn select(&self, selection: &Selection) -> std::io::Result<()> {
+        let text = serde_json::to_vec(selection).map_err(std::io::Error::other)?;
+        self.socket.send(&text).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip() {
+        let h = Header { port: 3, tag: Tag::new(1_700_000_000_123_456_789, 7), sent: -5, lost_before: 42 };
+        let mut frame = h.encode().to_vec();
+        frame.extend_from_slice(b"value");
+        assert_eq!(Header::decode(&frame), Some((h, &b"value"[..])));
+        assert_eq!(Header::decode(&frame[..HEADER - 1]), None);
+    }
+
+    #[test]
+    fn only_block_and_fail_are_backlog_policies() {
+        assert_eq!(parse_policy("block:2s"), Ok(Backpressure::Block { bound: Duration::from_secs(2) }));
+        assert_eq!(parse_policy("fail"), Ok(Backpressure::Fail));
+        let e = parse_policy("keep-last-4").unwrap_err();
+        assert!(e.contains("`block`") && e.contains("`fail`"), "{e}");
+        assert!(parse_policy("sometimes").unwrap_err().contains("not a backpressure policy"));
+    }
+}

@@ -1,0 +1,194 @@
+"""Recording (`hprm launch --record FILE.mcap`) with real processes: a
+Python program's messages are written into MCAP, read back with the public
+`mcap` package and compared with what was sent; the backlog policies lose
+exactly what they say; a recorder killed outright leaves a readable file;
+`hprm bag info|echo` read it."""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+mcap_reader = pytest.importorskip("mcap.reader", reason="the `mcap` package reads recordings back (pip install mcap)")
+from mcap.stream_reader import StreamReader  # noqa: E402
+from mcap.records import Message  # noqa: E402
+
+from hprm import _native  # noqa: E402
+
+PROGRAMS = Path(__file__).parent / "programs"
+PROGRAM = PROGRAMS / "recorded.py"
+
+
+@pytest.fixture(scope="module")
+def program_values():
+    """`value(n, big)` of recorded.py, without running the program."""
+    spec = importlib.util.spec_from_file_location("recorded_values", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.value
+
+
+@pytest.fixture(scope="module")
+def hprm_cli(daemons_built):
+    exe = Path(daemons_built) / "hprm"
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: build it with `cargo build -p hprm-cli` (test-all.sh does)")
+    return exe
+
+
+@pytest.fixture
+def env():
+    # A short runtime directory: socket paths have a length limit.
+    runtime = tempfile.mkdtemp(prefix="rec-", dir="/tmp")
+    # The program's federates run in this interpreter.
+    return dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime, HPRM_PYTHON=sys.executable)
+
+
+def launch(hprm_cli, env, out, *args, record_args=(), timeout=180):
+    cmd = [str(hprm_cli), "launch", "--fast", "--record", str(out), *record_args, str(PROGRAM), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def read_back(path):
+    """(summary metadata, {topic: [(log_time, sequence, publish_time, value)]}) via the mcap package."""
+    codec = _native.Codec()
+    with open(path, "rb") as f:
+        reader = mcap_reader.make_reader(f)
+        summary = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+        by_topic = {}
+        for schema, channel, message in reader.iter_messages(log_time_order=False):
+            assert schema.name == "hprm.value" and channel.message_encoding == "msgpack"
+            value = codec.decode(message.data, copy=True)
+            by_topic.setdefault(channel.topic, []).append((message.log_time, message.sequence, message.publish_time, value))
+    return summary, by_topic
+
+
+def same(a, b):
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def test_every_message_with_large_arrays_is_recorded_and_reads_back_identical(hprm_cli, env, program_values, tmp_path):
+    out = tmp_path / "run.mcap"
+    count = 6
+    r = launch(hprm_cli, env, out, count, "10ms", 1)
+    assert r.returncode == 0, r.stderr
+    assert f"recorded {count} messages" in r.stderr and "nothing lost" in r.stderr, r.stderr
+    # The recorder did not change what the program computed.
+    assert f"[sink] sink: got {count} values, sum {sum(range(count))}" in r.stderr, r.stderr
+    summary, by_topic = read_back(out)
+    assert list(by_topic) == ["source.source.out"]
+    got = by_topic["source.source.out"]
+    assert [v["n"] for _, _, _, v in got] == list(range(count))
+    start = int(summary["hprm.summary"]["start"])
+    for n, (log_time, microstep, sent, v) in enumerate(got):
+        assert same(v, program_values(n, True)), f"message {n} differs"
+        # The tag: the n-th period after the start (the timer's first tick is at the start).
+        assert (log_time - start, microstep) == (n * 10_000_000, 0)
+        assert sent >= start
+    s = summary["hprm.summary"]
+    assert (s["messages"], s["lost"], s["complete"]) == (str(count), "0", "true")
+    assert s["lost.source.source.out"] == "0"
+    manifest = summary["hprm.program"]["manifest"]
+    assert '"sink"' in manifest and '"logger"' in manifest and "source.out" in manifest
+    assert summary["hprm.run"]["program"] == "recorded"
+
+    info = subprocess.run([str(hprm_cli), "bag", "info", str(out)], capture_output=True, text=True, env=env, timeout=60)
+    assert info.returncode == 0, info.stderr
+    assert f"messages:    {count} (" in info.stdout and "losses:      none" in info.stdout, info.stdout
+    assert "source.source.out" in info.stdout and "lost 0" in info.stdout, info.stdout
+    echo = subprocess.run([str(hprm_cli), "bag", "echo", str(out), "source.out", "-n", "2"], capture_output=True, text=True, env=env, timeout=60)
+    assert echo.returncode == 0, echo.stderr
+    lines = echo.stdout.splitlines()
+    assert lines[0] == "--- tag 0.000000000 s/0" and lines[2] == "--- tag 0.010000000 s/0", echo.stdout
+    assert lines[1].startswith('{"n": 0, "name": "frame-0", "nested": {"list": [0, 0'), echo.stdout
+    assert '"", null, true], "small": <buffer <i4 [4] 16 bytes inline: 00 00 00 00 01 00' in lines[1], echo.stdout
+    assert "<buffer |u1 [1000000] 1000000 bytes inline: 00 01 02" in lines[1], echo.stdout
+    bad = subprocess.run([str(hprm_cli), "bag", "echo", str(out), "source.nothing"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode != 0 and "has no connection" in bad.stderr and "source.source.out" in bad.stderr, bad.stderr
+
+
+def test_topics_select_what_is_recorded_and_unknown_ones_are_refused(hprm_cli, env, tmp_path):
+    bad = launch(hprm_cli, env, tmp_path / "x.mcap", 3, record_args=["--topics", "sink.out"])
+    assert bad.returncode != 0 and '--topics "sink.out"' in bad.stderr and "source.out" in bad.stderr, bad.stderr
+    policy = launch(hprm_cli, env, tmp_path / "y.mcap", 3, record_args=["--record-policy", "keep-last-3"])
+    assert policy.returncode != 0 and "`block`" in policy.stderr and "`fail`" in policy.stderr, policy.stderr
+    out = tmp_path / "z.mcap"
+    ok = launch(hprm_cli, env, out, 3, record_args=["--topics", "source.out", "--record-compression", "lz4"])
+    assert ok.returncode == 0 and "recorded 3 messages" in ok.stderr, ok.stderr
+    _, by_topic = read_back(out)
+    assert [v["n"] for *_, v in by_topic["source.source.out"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("policy", "throttle"), [("block:60s", "1ms"), ("fail", "10ms")])
+def test_a_slow_recorder_blocks_or_loses_exactly_what_it_reports(hprm_cli, env, tmp_path, policy, throttle):
+    """The writer sleeps per message (a slow disk) while the program sends
+    1500 as fast as it can: under `block` the program waits and everything
+    is recorded; under `fail` messages are lost (the backlog holds a few
+    hundred), and recorded + lost = sent, per connection."""
+    out = tmp_path / "slow.mcap"
+    count = 1500
+    flags = ["--record-policy", policy, "--record-throttle", throttle, "--record-compression", "none"]
+    r = launch(hprm_cli, env, out, count, "1us", 0, record_args=flags)
+    assert r.returncode == 0, r.stderr
+    assert f"[sink] sink: got {count} values" in r.stderr, r.stderr
+    summary, by_topic = read_back(out)
+    s = summary["hprm.summary"]
+    recorded = [v["n"] for *_, v in by_topic["source.source.out"]]
+    lost = int(s["lost.source.source.out"])
+    assert int(s["messages"]) == len(recorded) and int(s["lost"]) == lost
+    assert len(recorded) + lost == count
+    assert recorded == sorted(set(recorded))
+    if policy == "fail":
+        assert lost > 0, "the writer is slower than the program: some messages must be given up"
+        assert s["complete"] == "false"
+        assert f"recorded {len(recorded)} messages" in r.stderr and f"LOST {lost} (source.source.out: {lost})" in r.stderr, r.stderr
+        info = subprocess.run([str(hprm_cli), "bag", "info", str(out)], capture_output=True, text=True, env=env, timeout=60)
+        assert f"losses:      {lost} messages lost" in info.stdout, info.stdout
+    else:
+        assert lost == 0 and recorded == list(range(count)) and s["complete"] == "true"
+
+
+def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hprm_cli, env, program_values, tmp_path):
+    out = tmp_path / "killed.mcap"
+    # Real time: 1 MB to 10 MB every 50 ms for 20 s, killed after a few chunks.
+    cmd = [str(hprm_cli), "launch", "--record", str(out), "--record-compression", "none", str(PROGRAM), "400", "50ms", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.stat().st_size > 30_000_000):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    codec = _native.Codec()
+    values, ended = [], None
+    with open(out, "rb") as f:
+        try:
+            for record in StreamReader(f).records:
+                if isinstance(record, Message):
+                    values.append(codec.decode(record.data, copy=True))
+        except Exception as e:  # noqa: BLE001 - the file ends mid-record: that is the point
+            ended = e
+    assert ended is not None, "a killed recorder leaves no footer"
+    assert len(values) >= 3
+    for n, v in enumerate(values):
+        assert same(v, program_values(n, True)), f"message {n} differs"
+    info = subprocess.run([str(hprm_cli), "bag", "info", str(out)], capture_output=True, text=True, env=env, timeout=60)
+    assert info.returncode == 0 and "the file ends early" in info.stdout and f"messages:    {len(values)} (" in info.stdout, info.stdout
