@@ -37,6 +37,10 @@
 //! came from, and announces such objects back to that host without data;
 //! only if that host no longer has it does the data follow.
 //!
+//! Security: with [`Tls`] the links speak TLS with mutual authentication
+//! (Zenoh's `tls/` endpoints): each presents its host's certificate and
+//! accepts only peers whose certificate the program's CA signed.
+//!
 //! Main types: [`Link`] (the daemon: [`Link::start`], [`Link::serve`]),
 //! [`LinkConfig`], [`LinkError`]; [`wire`] (the host-to-host protocol).
 
@@ -44,6 +48,6 @@ mod daemon;
 mod error;
 pub mod wire;
 
-pub use daemon::{Link, LinkConfig};
+pub use daemon::{Link, LinkConfig, Tls};
 pub use error::LinkError;
 pub use hprm_node::hosts::PushRequest;

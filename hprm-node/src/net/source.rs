@@ -193,7 +193,16 @@ impl Source {
             (Peer::Rti { .. }, Ending::RtiFailed) => {
                 self.rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()))
             }
-            (Peer::Rti { .. }, Ending::Broke(e)) => self.rx.inbox.push(Incoming::RtiLost(e.to_string())),
+            (Peer::Rti { addr }, Ending::Broke(e)) => {
+                let why = match (&e, crate::hosts::tcp_loss_bound()) {
+                    // TCP_USER_TIMEOUT or keepalive gave up: the other host is silent.
+                    (ReadError::Io(io), Some(bound)) if io.kind() == std::io::ErrorKind::TimedOut => format!(
+                        "the RTI's host ({addr}) stopped answering for {bound:?} (HPRM_HOST_TIMEOUT): that host or the network to it is down"
+                    ),
+                    _ => e.to_string(),
+                };
+                self.rx.inbox.push(Incoming::RtiLost(why))
+            }
         }
         // A parked reader thread is to see the end and exit.
         self.wake_reader();
