@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use hprm_node::hosts::{LostHosts, PushRequest, PUSH_MAX_LEN};
 use hprm_store::protocol::message::ErrorCode;
-use hprm_store::{CreateOptions, Object, ObjectId, StoreClient};
+use hprm_store::{Backpressure, CreateOptions, Object, ObjectId, StoreClient};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use zenoh::bytes::ZBytes;
 use zenoh::qos::Priority;
 
 use crate::error::LinkError;
+use crate::queue::{Queues, Ticket, Turn};
 use crate::wire::{self, Header, Hello, Kind, Outcome, LINK_VERSION};
 
 /// Objects received from other hosts whose origin a link remembers (to
@@ -57,6 +58,10 @@ pub struct LinkConfig {
     /// TLS with mutual authentication between the links (endpoints
     /// `tls/ADDRESS:PORT`); `None`: plain TCP.
     pub tls: Option<Tls>,
+    /// What a push to a host whose queue is full does ([`crate::queue`]).
+    pub queue: Backpressure,
+    /// How many pushes each host's queue holds (`keep-last-N`: N).
+    pub queue_depth: usize,
 }
 
 /// The files of a host's TLS identity. Every link presents its certificate
@@ -96,6 +101,8 @@ struct Counters {
     received: AtomicU64,
     duplicates: AtomicU64,
     failed: AtomicU64,
+    /// Given up by a host's queue (`drop-oldest`, `keep-last-N`).
+    dropped: AtomicU64,
 }
 
 /// A running link. Cheap to clone.
@@ -111,6 +118,7 @@ struct Inner {
     peers: Mutex<HashMap<String, Peer>>,
     /// Where the lost hosts are listed for this host's federates.
     lost_hosts: LostHosts,
+    queues: Queues,
     /// Objects received from another host: by id, that host; oldest first.
     origins: Mutex<(HashMap<ObjectId, String>, VecDeque<ObjectId>)>,
     counters: Counters,
@@ -137,12 +145,14 @@ impl Link {
         let session = zenoh::open(config).await.map_err(|e| LinkError::Zenoh(e.to_string()))?;
         let peers = cfg.peers.iter().map(|p| (p.clone(), Peer::Unknown)).collect();
         let lost_hosts = LostHosts::of_link(&cfg.socket);
+        let queues = Queues::new(cfg.queue, cfg.queue_depth);
         let link = Link {
             inner: Arc::new(Inner {
                 cfg,
                 store,
                 session,
                 lost_hosts,
+                queues,
                 peers: Mutex::new(peers),
                 origins: Mutex::default(),
                 counters: Counters::default(),
@@ -193,6 +203,7 @@ impl Link {
             received = c.received.load(Ordering::Relaxed),
             duplicates = c.duplicates.load(Ordering::Relaxed),
             failed = c.failed.load(Ordering::Relaxed),
+            dropped = c.dropped.load(Ordering::Relaxed),
             "hprm-link stopping"
         );
         Ok(())
@@ -357,7 +368,9 @@ impl Link {
                 return;
             }
             match PushRequest::decode(&body) {
-                Ok(req) => self.push_all(req),
+                // Under `block`, a full queue holds this federate's
+                // requests here (the socket then fills and holds the sender).
+                Ok(req) => self.push_all(req).await,
                 Err(e) => {
                     tracing::error!("{e}; closing that federate's connection");
                     return;
@@ -366,19 +379,40 @@ impl Link {
         }
     }
 
-    /// Starts one push per object and host, all in parallel.
-    fn push_all(&self, req: PushRequest) {
+    /// Queues one push per object and host (each host's queue as its
+    /// policy says); the pushes run in parallel.
+    async fn push_all(&self, req: PushRequest) {
         for &id in &req.ids {
             for (host, receivers) in &req.hosts {
-                tokio::spawn(self.clone().push(id, host.clone(), *receivers));
+                match self.inner.queues.admit(host).await {
+                    Ok(ticket) => {
+                        tokio::spawn(self.clone().push(id, host.clone(), *receivers, ticket));
+                    }
+                    Err(why) => {
+                        self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
+                        let link = self.clone();
+                        tokio::spawn(async move { drop(link.take_home(id).await) });
+                    }
+                }
             }
         }
     }
 
-    /// Pushes object `id` to `host` for `receivers` receivers there.
-    /// Holds one reference on the home object meanwhile; releasing it at
-    /// the end settles the delivery the sender counted for `host`.
-    async fn push(self, id: ObjectId, host: String, receivers: u32) {
+    /// Pushes object `id` to `host` for `receivers` receivers there, when
+    /// its queue's turn comes. Holds one reference on the home object
+    /// meanwhile; releasing it at the end settles the delivery the sender
+    /// counted for `host`.
+    async fn push(self, id: ObjectId, host: String, receivers: u32, mut ticket: Ticket) {
+        let _on_the_wire = match ticket.turn().await {
+            Turn::Go(place) => place,
+            Turn::Dropped => {
+                self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%id, %host, "object {id} dropped from host {host}'s push queue for newer ones ({}, {} deep); its receivers there will report it missing", self.inner.cfg.queue, self.inner.queues.depth());
+                drop(self.take_home(id).await);
+                return;
+            }
+        };
         let result = self.try_push(id, &host, receivers).await;
         if let Err(why) = result {
             self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -386,15 +420,21 @@ impl Link {
         }
     }
 
+    /// One reference on the home object `id`: releasing it settles the
+    /// delivery counted for one host.
+    async fn take_home(&self, id: ObjectId) -> Result<Object, String> {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("it is not in this host's store: {e}"))
+    }
+
     async fn try_push(&self, id: ObjectId, host: &str, receivers: u32) -> Result<(), String> {
         // Taken first, whatever happens next: releasing it (when `object`
         // drops, on every path) settles the delivery counted for `host`, so
         // a failed push leaves the home object pinned by nothing of ours.
-        let store = self.inner.store.clone();
-        let object: Object = tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("it is not in this host's store: {e}"))?;
+        let object: Object = self.take_home(id).await?;
         match lock(&self.inner.peers).get(host) {
             Some(Peer::Refused(why)) => return Err(why.clone()),
             Some(Peer::Lost(_)) => {

@@ -48,6 +48,13 @@ struct Args {
     /// This host's private key (PEM).
     #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
     tls_key: Option<PathBuf>,
+    /// What a push to a host whose queue is full does: block, block:250ms,
+    /// keep-last-N, drop-oldest or fail (the store's backpressure policies).
+    #[arg(long, value_name = "POLICY", default_value = "block")]
+    queue: hprm_store::Backpressure,
+    /// How many pushes each host's queue holds (keep-last-N: N).
+    #[arg(long, value_name = "N", default_value_t = hprm_link::queue::DEFAULT_DEPTH)]
+    queue_depth: usize,
 }
 
 fn main() -> Result<()> {
@@ -75,6 +82,8 @@ fn main() -> Result<()> {
             (Some(ca), Some(cert), Some(key)) => Some(Tls { ca, cert, key }),
             _ => None,
         },
+        queue: args.queue,
+        queue_depth: args.queue_depth,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {

@@ -392,3 +392,38 @@ fn over_tls_only_hosts_with_a_certificate_of_the_programs_ca_are_linked() {
     refused(["tls/127.0.0.1:1", "tcp/127.0.0.1:2"], &e, "with TLS on, every link endpoint must be tls/");
     refused(["tls/127.0.0.1:1", "tls/127.0.0.1:2"], &[], "a TLS endpoint needs this host's TLS identity");
 }
+
+#[test]
+fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_them() {
+    // Host b's link is stopped with a long host timeout on both sides: b
+    // is not lost, and pushes to it stay on the wire, so a's queue fills.
+    let (pa, pb) = (free_port(), free_port());
+    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
+    let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
+    let with_queue: Vec<String> = [&slow[..], &["--queue".into(), "keep-last-3".into()]].concat();
+    let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &with_queue);
+    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
+    eventually("the links see each other", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let ids: Vec<ObjectId> = (0..6u8).map(|k| put(&sa, &vec![k; 200_000], 1)).collect();
+    for id in &ids {
+        a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+    }
+    // Three deep: two on the wire (0, 1) and one waiting; each newer push
+    // drops the oldest waiting one: 2, 3 and 4 go, 5 waits.
+    eventually("three pushes dropped", || a.log().matches("dropped from host b's push queue").count() == 3);
+    for id in &ids[2..5] {
+        assert!(a.log().contains(&format!("object {id} dropped")), "{}", a.log());
+        eventually("a dropped push settles b's delivery of it", || pending(&sa, *id).is_none());
+    }
+    b.signal_link("CONT");
+    for id in [ids[0], ids[1], ids[5]] {
+        drop(sb.get_one(id, WITHIN).expect("the pushes kept reach b"));
+    }
+    eventually("the kept pushes' home copies freed", || [ids[0], ids[1], ids[5]].iter().all(|id| pending(&sa, *id).is_none()));
+    let log = a.stop_link();
+    assert!(log.lines().rev().find(|l| l.contains("hprm-link stopping")).is_some_and(|l| l.contains("dropped=3") && l.contains("pushed=3")), "{log}");
+}

@@ -107,6 +107,12 @@ pub fn auth_key_file(program: &str) -> Result<Option<PathBuf>, String> {
     }
 }
 
+/// The environment variable naming what a push does when its host's
+/// queue in `hprm-link` is full: a backpressure policy of the store
+/// (`block`, `block:250ms`, `keep-last-N`, `drop-oldest`, `fail`; the
+/// link's `--queue`).
+pub const LINK_QUEUE_ENV: &str = "HPRM_LINK_QUEUE";
+
 /// Version of the [`PushRequest`] layout.
 pub const PUSH_VERSION: u8 = 1;
 

@@ -587,6 +587,13 @@ fn start_link(
     for other in &share.others {
         cmd.args(["--connect", &other.link_endpoint(), "--peer", &other.name]);
     }
+    // What a push does when its host's queue is full (the store's policies).
+    if let Some(q) = std::env::var(crate::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
+        let policy = q.trim().parse::<hprm_store::Backpressure>().map_err(|e| {
+            NodeError::Launch(format!("{}: {e}", crate::hosts::LINK_QUEUE_ENV))
+        })?;
+        cmd.args(["--queue", &policy.to_string()]);
+    }
     // This host's TLS identity, for links over `tls/` endpoints.
     let tls: Vec<_> = crate::hosts::LINK_TLS_ENV.iter().map(|(var, _)| std::env::var_os(var)).collect();
     match tls.iter().filter(|v| v.is_some()).count() {
