@@ -113,6 +113,19 @@ pub fn auth_key_file(program: &str) -> Result<Option<PathBuf>, String> {
 /// link's `--queue`).
 pub const LINK_QUEUE_ENV: &str = "HPRM_LINK_QUEUE";
 
+/// Describes an I/O error `e` on the connection to the RTI, met while
+/// `doing`: in a program with hosts, a timeout means keepalive or
+/// `TCP_USER_TIMEOUT` gave up, so the RTI's host went silent, and the
+/// sentence says so.
+pub(crate) fn rti_io_error(doing: &str, e: &std::io::Error) -> String {
+    match tcp_loss_bound() {
+        Some(bound) if e.kind() == std::io::ErrorKind::TimedOut => format!(
+            "the RTI's host stopped answering for {bound:?} (HPRM_HOST_TIMEOUT; {doing}: {e}): that host or the network to it is down"
+        ),
+        _ => format!("{doing}: {e}"),
+    }
+}
+
 /// Version of the [`PushRequest`] layout.
 pub const PUSH_VERSION: u8 = 1;
 

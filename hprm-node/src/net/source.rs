@@ -194,11 +194,8 @@ impl Source {
                 self.rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()))
             }
             (Peer::Rti { addr }, Ending::Broke(e)) => {
-                let why = match (&e, crate::hosts::tcp_loss_bound()) {
-                    // TCP_USER_TIMEOUT or keepalive gave up: the other host is silent.
-                    (ReadError::Io(io), Some(bound)) if io.kind() == std::io::ErrorKind::TimedOut => format!(
-                        "the RTI's host ({addr}) stopped answering for {bound:?} (HPRM_HOST_TIMEOUT): that host or the network to it is down"
-                    ),
+                let why = match &e {
+                    ReadError::Io(io) => crate::hosts::rti_io_error(&format!("reading from the RTI at {addr}"), io),
                     _ => e.to_string(),
                 };
                 self.rx.inbox.push(Incoming::RtiLost(why))
