@@ -305,7 +305,8 @@ impl Link {
             if let Peer::Refused(why) = &now {
                 tracing::error!(%peer, "refusing host {peer}: {why}");
             }
-            let changed = matches!((&before, &now), (Peer::Lost(_), Peer::Linked(_)) | (Peer::Linked(_), Peer::Lost(_)));
+            let changed =
+                matches!((&before, &now), (Peer::Lost(_), Peer::Linked(_)) | (Peer::Linked(_), Peer::Lost(_)));
             lock(&self.inner.peers).insert(peer.clone(), now);
             if changed {
                 self.write_lost_hosts();
@@ -670,7 +671,10 @@ fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
             }
             for (what, path) in [("--tls-ca", &tls.ca), ("--tls-cert", &tls.cert), ("--tls-key", &tls.key)] {
                 if let Err(e) = std::fs::metadata(path) {
-                    return Err(LinkError::Config { what: format!("{what} {}", path.display()), detail: e.to_string() });
+                    return Err(LinkError::Config {
+                        what: format!("{what} {}", path.display()),
+                        detail: e.to_string(),
+                    });
                 }
             }
             let file = |p: &PathBuf| format!("{:?}", p.display().to_string());

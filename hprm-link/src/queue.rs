@@ -128,7 +128,10 @@ impl Queues {
                 return Err(format!("its push queue is full ({} pushes; policy {})", self.depth, self.policy));
             };
             if tokio::time::timeout_at(deadline, queue.room.notified()).await.is_err() {
-                return Err(format!("its push queue stayed full ({} pushes) for the policy's bound ({})", self.depth, self.policy));
+                return Err(format!(
+                    "its push queue stayed full ({} pushes) for the policy's bound ({})",
+                    self.depth, self.policy
+                ));
             }
         }
     }
@@ -185,7 +188,8 @@ mod tests {
         assert!(q.admit("c").await.is_ok());
 
         let q = Queues::new(Backpressure::Fail, 3);
-        let held: Vec<_> = [q.admit("b").await, q.admit("b").await, q.admit("b").await].into_iter().map(Result::unwrap).collect();
+        let held: Vec<_> =
+            [q.admit("b").await, q.admit("b").await, q.admit("b").await].into_iter().map(Result::unwrap).collect();
         let e = q.admit("b").await.err().unwrap();
         assert!(e.contains("push queue is full (3 pushes; policy fail)"), "{e}");
         drop(held);
@@ -205,7 +209,8 @@ mod tests {
         held.pop();
         assert!(waiter.await.unwrap().is_ok(), "and admits once a push ends");
         let q = Queues::new(Backpressure::Block { bound: Duration::from_millis(20) }, 3);
-        let _held: Vec<_> = [q.admit("b").await, q.admit("b").await, q.admit("b").await].into_iter().map(Result::unwrap).collect();
+        let _held: Vec<_> =
+            [q.admit("b").await, q.admit("b").await, q.admit("b").await].into_iter().map(Result::unwrap).collect();
         assert!(q.admit("b").await.err().unwrap().contains("stayed full"));
     }
 }

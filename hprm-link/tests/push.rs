@@ -287,7 +287,9 @@ fn a_silent_host_is_lost_by_name_within_the_host_timeout_and_pushes_resume_when_
     // A push to a lost host fails at once, naming it, and settles its delivery.
     let id = put(&sa, &[3u8; 100_000], 1);
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
-    eventually("the push fails by name", || a.log().contains(&format!("object {id} did not reach host b: host b is lost")));
+    eventually("the push fails by name", || {
+        a.log().contains(&format!("object {id} did not reach host b: host b is lost"))
+    });
     assert!(stopped.elapsed() < Duration::from_secs(8), "a push to a lost host waited for its timeout");
     eventually("and the home copy is not pinned by it", || pending(&sa, id).is_none());
 
@@ -327,8 +329,21 @@ impl Pki {
         let subj = format!("/CN={name}");
         let (key, pem) = (self.path(name, "key"), self.path(name, "pem"));
         self.openssl(&[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-            "-subj", &subj, "-keyout", &key, "-out", &pem,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &subj,
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
         ]);
     }
 
@@ -336,16 +351,40 @@ impl Pki {
     /// link's TLS flags for it.
     fn host(&self, ca: &str, name: &str) -> Vec<String> {
         let subj = format!("/CN={name}");
-        let (key, csr, pem, ext) = (self.path(name, "key"), self.path(name, "csr"), self.path(name, "pem"), self.path(name, "ext"));
+        let (key, csr, pem, ext) =
+            (self.path(name, "key"), self.path(name, "csr"), self.path(name, "pem"), self.path(name, "ext"));
         std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n").expect("write the extensions");
         self.openssl(&[
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", &subj, "-keyout",
-            &key, "-out", &csr,
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &subj,
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
         ]);
         let (ca_pem, ca_key) = (self.path(ca, "pem"), self.path(ca, "key"));
         self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key, "-CAcreateserial", "-days", "2",
-            "-extfile", &ext, "-out", &pem,
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &pem,
         ]);
         ["--tls-ca", &ca_pem, "--tls-cert", &pem, "--tls-key", &key].map(String::from).to_vec()
     }
@@ -363,7 +402,9 @@ fn over_tls_only_hosts_with_a_certificate_of_the_programs_ca_are_linked() {
     let (pa, pb) = (free_port(), free_port());
     let a = Host::start_with("a", &tls(pa), ("b", &tls(pb)), &pki.host("ca", "a"));
     let b = Host::start_with("b", &tls(pb), ("a", &tls(pa)), &pki.host("ca", "b"));
-    eventually("a and b link over TLS", || a.log().contains("linked to host b") && b.log().contains("linked to host a"));
+    eventually("a and b link over TLS", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
     let data = vec![0xa5u8; 1 << 20];
     let id = put(&a.store(), &data, 1);
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
@@ -423,7 +464,15 @@ fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_
     for id in [ids[0], ids[1], ids[5]] {
         drop(sb.get_one(id, WITHIN).expect("the pushes kept reach b"));
     }
-    eventually("the kept pushes' home copies freed", || [ids[0], ids[1], ids[5]].iter().all(|id| pending(&sa, *id).is_none()));
+    eventually("the kept pushes' home copies freed", || {
+        [ids[0], ids[1], ids[5]].iter().all(|id| pending(&sa, *id).is_none())
+    });
     let log = a.stop_link();
-    assert!(log.lines().rev().find(|l| l.contains("hprm-link stopping")).is_some_and(|l| l.contains("dropped=3") && l.contains("pushed=3")), "{log}");
+    assert!(
+        log.lines()
+            .rev()
+            .find(|l| l.contains("hprm-link stopping"))
+            .is_some_and(|l| l.contains("dropped=3") && l.contains("pushed=3")),
+        "{log}"
+    );
 }

@@ -265,7 +265,7 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
         finally:
             subprocess.run([*ip_link, "up"], check=True)
         back = len(lines["b"])
-        for host, p in procs.items():
+        for p in procs.values():
             p.wait(timeout=WITHIN)
     finally:
         for p in procs.values():

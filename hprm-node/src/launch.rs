@@ -589,9 +589,10 @@ fn start_link(
     }
     // What a push does when its host's queue is full (the store's policies).
     if let Some(q) = std::env::var(crate::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
-        let policy = q.trim().parse::<hprm_store::Backpressure>().map_err(|e| {
-            NodeError::Launch(format!("{}: {e}", crate::hosts::LINK_QUEUE_ENV))
-        })?;
+        let policy = q
+            .trim()
+            .parse::<hprm_store::Backpressure>()
+            .map_err(|e| NodeError::Launch(format!("{}: {e}", crate::hosts::LINK_QUEUE_ENV)))?;
         cmd.args(["--queue", &policy.to_string()]);
     }
     // This host's TLS identity, for links over `tls/` endpoints.
@@ -605,7 +606,9 @@ fn start_link(
         }
         _ => {
             let vars = crate::hosts::LINK_TLS_ENV.map(|(v, _)| v).join(", ");
-            return Err(NodeError::Launch(format!("set all of {vars} (this host's TLS identity for hprm-link) or none")));
+            return Err(NodeError::Launch(format!(
+                "set all of {vars} (this host's TLS identity for hprm-link) or none"
+            )));
         }
     }
     crate::signal::detach(&mut cmd);
@@ -760,7 +763,13 @@ impl Launch {
         let link = match &share {
             Some(s) => {
                 let log = LogSink::new("hprm-link", n_all + 2, self)?;
-                Some(start_link(s, &socket, dir.path(), host_timeout.unwrap_or(crate::hosts::DEFAULT_HOST_TIMEOUT), &log)?)
+                Some(start_link(
+                    s,
+                    &socket,
+                    dir.path(),
+                    host_timeout.unwrap_or(crate::hosts::DEFAULT_HOST_TIMEOUT),
+                    &log,
+                )?)
             }
             None => None,
         };

@@ -1020,7 +1020,8 @@ impl Scheduler {
     /// messages, LTC and NET of a tag go out in one write.
     fn queue_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
         if let Some(w) = self.coord.transport.rti() {
-            w.queue(msg).map_err(|e| NodeError::RtiLost(crate::hosts::rti_io_error(&format!("sending {msg:?}"), &e)))?;
+            w.queue(msg)
+                .map_err(|e| NodeError::RtiLost(crate::hosts::rti_io_error(&format!("sending {msg:?}"), &e)))?;
         }
         Ok(())
     }
