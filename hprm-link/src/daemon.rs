@@ -238,9 +238,12 @@ impl Link {
     /// logged once, naming the host.
     async fn watch_peer(self, peer: String) {
         let bound = self.inner.cfg.host_timeout;
-        let every = (bound / 4).max(Duration::from_millis(10));
+        // A few probes per host timeout; each gives up by the next, and
+        // the host is lost when none was answered for a host timeout.
+        let every = (bound / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut said_waiting = false;
         let started = tokio::time::Instant::now();
+        let mut answered = started;
         let mut said_silent = false;
         loop {
             let probe = self
@@ -249,7 +252,7 @@ impl Link {
                 .get(wire::hello_key(&peer))
                 .priority(Priority::InteractiveHigh)
                 .express(true)
-                .timeout(bound)
+                .timeout(every.max(Duration::from_millis(100)))
                 .await;
             let answer = match probe {
                 Ok(replies) => replies.recv_async().await.ok().and_then(|r| r.into_result().ok()),
@@ -272,7 +275,7 @@ impl Link {
                         }
                         Peer::Unknown
                     }
-                    &Peer::Linked(arena) => {
+                    &Peer::Linked(arena) if answered.elapsed() >= bound => {
                         tracing::error!(
                             %peer,
                             "lost host {peer}: its hprm-link has not answered for {bound:?} (the host timeout); \
@@ -282,7 +285,7 @@ impl Link {
                     }
                     other => other.clone(),
                 },
-                Some(sample) => match wire::parse_hello(&sample.payload().to_bytes()) {
+                Some(sample) => match wire::parse_hello(&sample.payload().to_bytes()).inspect(|_| answered = tokio::time::Instant::now()) {
                     Ok(h) if h.version == LINK_VERSION && h.host == peer => {
                         match before {
                             Peer::Lost(_) => tracing::warn!(%peer, "host {peer} is back; pushing to it again"),

@@ -82,17 +82,17 @@ pub(crate) fn tcp_loss_bound() -> Option<Duration> {
 pub const LINK_TLS_ENV: [(&str, &str); 3] =
     [("HPRM_LINK_TLS_CA", "--tls-ca"), ("HPRM_LINK_TLS_CERT", "--tls-cert"), ("HPRM_LINK_TLS_KEY", "--tls-key")];
 
-/// In a program with hosts, federates join the RTI from other hosts, so
-/// the RTI authenticates them (HMAC, `hprm-rti --auth-key-file`) unless
-/// told not to: the key file in `HPRM_AUTH_KEY_FILE` (the same secret on
-/// every host; federates read it from there too), or `None` with
-/// `HPRM_AUTH=off`. An error saying what to do when neither is set or the
-/// file cannot be read.
-pub fn auth_key_file(program: &str) -> Result<Option<PathBuf>, String> {
-    if std::env::var("HPRM_AUTH").is_ok_and(|v| v == "off") {
-        return Ok(None);
-    }
+/// The key file the RTI authenticates federates with (HMAC, `hprm-rti
+/// --auth-key-file`): `HPRM_AUTH_KEY_FILE`, which the launcher's
+/// federates read too, so that its RTI and they always agree. A program
+/// that `spans_hosts` has federates join from other hosts, so there it is
+/// required (the same secret on every host) unless `HPRM_AUTH=off`; an
+/// error says what to do when it is missing or the file cannot be read.
+pub fn auth_key_file(program: &str, spans_hosts: bool) -> Result<Option<PathBuf>, String> {
     let Some(file) = std::env::var_os("HPRM_AUTH_KEY_FILE").filter(|f| !f.is_empty()).map(PathBuf::from) else {
+        if !spans_hosts || std::env::var("HPRM_AUTH").is_ok_and(|v| v == "off") {
+            return Ok(None);
+        }
         return Err(format!(
             "program {program} spans hosts, so its RTI admits federates only with HMAC authentication: set \
              HPRM_AUTH_KEY_FILE to a file holding the program's shared secret, the same file content on every host \

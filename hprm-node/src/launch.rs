@@ -677,10 +677,7 @@ impl Launch {
         // What runs is the plain graph: a bank's members are federates.
         let m = m.expanded();
         let share = HostShare::of(&m, self.host.as_deref())?;
-        let auth_key = match &share {
-            Some(_) => crate::hosts::auth_key_file(&m.name).map_err(NodeError::Launch)?,
-            None => None,
-        };
+        let auth_key = crate::hosts::auth_key_file(&m.name, share.is_some()).map_err(NodeError::Launch)?;
         if let Some(out) = &self.trace {
             let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
