@@ -678,6 +678,12 @@ impl Launch {
         let m = m.expanded();
         let share = HostShare::of(&m, self.host.as_deref())?;
         let auth_key = crate::hosts::auth_key_file(&m.name, share.is_some()).map_err(NodeError::Launch)?;
+        // Between hosts, a lost host or link is noticed within this bound
+        // (the RTI's and federates' TCP connections, the links' Zenoh lease).
+        let host_timeout = match &share {
+            Some(_) => Some(crate::hosts::host_timeout().map_err(NodeError::Launch)?),
+            None => None,
+        };
         if let Some(out) = &self.trace {
             let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
@@ -734,12 +740,6 @@ impl Launch {
                 .map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
         }
-        // Between hosts, a lost host or link is noticed within this bound
-        // (the RTI's and federates' TCP connections, the links' Zenoh lease).
-        let host_timeout = match &share {
-            Some(_) => Some(crate::hosts::host_timeout().map_err(NodeError::Launch)?),
-            None => None,
-        };
         if let Some(t) = host_timeout {
             rti_args.extend(["--host-timeout-ms".to_string(), t.as_millis().max(1).to_string()]);
         }
