@@ -262,7 +262,11 @@ impl Link {
                 }
             };
             let before = lock(&self.inner.peers).get(&peer).cloned().unwrap_or(Peer::Unknown);
-            let now = match answer {
+            let hello = answer.map(|sample| wire::parse_hello(&sample.payload().to_bytes()));
+            if hello.is_some() {
+                answered = tokio::time::Instant::now();
+            }
+            let now = match hello {
                 None => match &before {
                     Peer::Unknown => {
                         if !said_waiting {
@@ -285,7 +289,7 @@ impl Link {
                     }
                     other => other.clone(),
                 },
-                Some(sample) => match wire::parse_hello(&sample.payload().to_bytes()).inspect(|_| answered = tokio::time::Instant::now()) {
+                Some(hello) => match hello {
                     Ok(h) if h.version == LINK_VERSION && h.host == peer => {
                         match before {
                             Peer::Lost(_) => tracing::warn!(%peer, "host {peer} is back; pushing to it again"),
@@ -412,7 +416,13 @@ impl Link {
             Turn::Go(place) => place,
             Turn::Dropped => {
                 self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%id, %host, "object {id} dropped from host {host}'s push queue for newer ones ({}, {} deep); its receivers there will report it missing", self.inner.cfg.queue, self.inner.queues.depth());
+                let (policy, depth) = (self.inner.cfg.queue, self.inner.queues.depth());
+                tracing::warn!(
+                    %id,
+                    %host,
+                    "object {id} dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep); \
+                     its receivers there will report it missing"
+                );
                 drop(self.take_home(id).await);
                 return;
             }

@@ -582,7 +582,8 @@ fn a_value_from_a_host_its_link_lost_fails_at_once_naming_the_host() {
     assert!(started.elapsed() < timeout, "the receiver waited out its get timeout");
     // A host that is not lost is waited for as before (here: until the timeout).
     lost.write([]).unwrap();
-    let patient = Decoder::new(StoreLink::new(Some(b.socket.clone())), Duration::from_millis(200)).watching_hosts(Some(lost));
+    let patient =
+        Decoder::new(StoreLink::new(Some(b.socket.clone())), Duration::from_millis(200)).watching_hosts(Some(lost));
     assert!(matches!(patient.decode::<Frame>(&bytes).unwrap_err(), PayloadError::NotInStore { .. }));
     drop(decoder(&a).decode::<Frame>(&bytes).unwrap());
     assert_clean(&a.client());
