@@ -39,6 +39,10 @@ cleanup() {
 trap cleanup EXIT
 "$netns" up "$prefix" "$subnet"
 cp "$here/camera.py" "$work/"
+# The program's HMAC key, the same on both hosts: between hosts the RTI
+# admits only federates that prove they hold it.
+openssl rand -hex 32 >"$work/auth.key" 2>/dev/null || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/auth.key"
+export HPRM_AUTH_KEY_FILE="$work/auth.key"
 sed -e "s/10\.0\.0\.1/$subnet.1/g" -e "s/10\.0\.0\.2/$subnet.2/g" "$here/multihost.toml" >"$work/multihost.toml"
 
 ip netns exec "$prefix-b" "$hprm" launch --host planning "$work/multihost.toml" >"$work/planning.log" 2>&1 &

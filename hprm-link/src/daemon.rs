@@ -11,15 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hprm_node::hosts::{PushRequest, PUSH_MAX_LEN};
+use hprm_node::hosts::{LostHosts, PushRequest, PUSH_MAX_LEN};
 use hprm_store::protocol::message::ErrorCode;
-use hprm_store::{CreateOptions, Object, ObjectId, StoreClient};
+use hprm_store::{Backpressure, CreateOptions, Object, ObjectId, StoreClient};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use zenoh::bytes::ZBytes;
+use zenoh::qos::Priority;
 
 use crate::error::LinkError;
-use crate::wire::{self, Header, Kind, Outcome, LINK_VERSION};
+use crate::queue::{Queues, Ticket, Turn};
+use crate::wire::{self, Header, Hello, Kind, Outcome, LINK_VERSION};
 
 /// Objects received from other hosts whose origin a link remembers (to
 /// announce them back without data).
@@ -49,6 +51,31 @@ pub struct LinkConfig {
     pub peers: Vec<String>,
     /// How long a push to another host may take before it counts as failed.
     pub push_timeout: Duration,
+    /// How long another host may stay silent before it counts as lost: the
+    /// Zenoh lease, and the timeout of the probes each link sends the
+    /// others every quarter of it (`hprm_node::hosts::DEFAULT_HOST_TIMEOUT`).
+    pub host_timeout: Duration,
+    /// TLS with mutual authentication between the links (endpoints
+    /// `tls/ADDRESS:PORT`); `None`: plain TCP.
+    pub tls: Option<Tls>,
+    /// What a push to a host whose queue is full does ([`crate::queue`]).
+    pub queue: Backpressure,
+    /// How many pushes each host's queue holds (`keep-last-N`: N).
+    pub queue_depth: usize,
+}
+
+/// The files of a host's TLS identity. Every link presents its certificate
+/// both when it listens and when it connects (mutual TLS), and accepts
+/// only peers whose certificate the CA signed, for the address it
+/// connects to (the certificate names the host's address).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The certificate of the CA that signs every host's certificate (PEM).
+    pub ca: PathBuf,
+    /// This host's certificate (PEM), signed by `ca`.
+    pub cert: PathBuf,
+    /// This host's private key (PEM).
+    pub key: PathBuf,
 }
 
 /// What the link knows of another host.
@@ -56,7 +83,11 @@ pub struct LinkConfig {
 enum Peer {
     /// Not answered yet (pushes are tried all the same).
     Unknown,
-    Linked,
+    /// Its store's arena id.
+    Linked(u64),
+    /// Answered before (its store's arena id), silent for a host timeout
+    /// since: pushes to it fail at once, until it answers again.
+    Lost(u64),
     /// Another protocol version: pushes to it fail with this sentence.
     Refused(String),
 }
@@ -70,6 +101,8 @@ struct Counters {
     received: AtomicU64,
     duplicates: AtomicU64,
     failed: AtomicU64,
+    /// Given up by a host's queue (`drop-oldest`, `keep-last-N`).
+    dropped: AtomicU64,
 }
 
 /// A running link. Cheap to clone.
@@ -83,6 +116,9 @@ struct Inner {
     store: StoreClient,
     session: zenoh::Session,
     peers: Mutex<HashMap<String, Peer>>,
+    /// Where the lost hosts are listed for this host's federates.
+    lost_hosts: LostHosts,
+    queues: Queues,
     /// Objects received from another host: by id, that host; oldest first.
     origins: Mutex<(HashMap<ObjectId, String>, VecDeque<ObjectId>)>,
     counters: Counters,
@@ -102,23 +138,31 @@ impl Link {
                 return Err(LinkError::HostName(name.clone()));
             }
         }
+        // The settings first: a wrong one is named before anything starts.
+        let config = zenoh_config(&cfg)?;
         let store =
             StoreClient::connect(&cfg.store).map_err(|source| LinkError::Store { path: cfg.store.clone(), source })?;
-        let session = zenoh::open(zenoh_config(&cfg)?).await.map_err(|e| LinkError::Zenoh(e.to_string()))?;
+        let session = zenoh::open(config).await.map_err(|e| LinkError::Zenoh(e.to_string()))?;
         let peers = cfg.peers.iter().map(|p| (p.clone(), Peer::Unknown)).collect();
+        let lost_hosts = LostHosts::of_link(&cfg.socket);
+        let queues = Queues::new(cfg.queue, cfg.queue_depth);
         let link = Link {
             inner: Arc::new(Inner {
                 cfg,
                 store,
                 session,
+                lost_hosts,
+                queues,
                 peers: Mutex::new(peers),
                 origins: Mutex::default(),
                 counters: Counters::default(),
             }),
         };
         link.declare().await?;
+        // None lost yet (and none a link that ran before listed).
+        link.write_lost_hosts();
         for peer in link.inner.cfg.peers.clone() {
-            tokio::spawn(link.clone().check_peer(peer));
+            tokio::spawn(link.clone().watch_peer(peer));
         }
         Ok(link)
     }
@@ -150,6 +194,7 @@ impl Link {
             }
         }
         let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(self.inner.lost_hosts.path());
         let c = &self.inner.counters;
         tracing::info!(
             pushed = c.pushed.load(Ordering::Relaxed),
@@ -158,6 +203,7 @@ impl Link {
             received = c.received.load(Ordering::Relaxed),
             duplicates = c.duplicates.load(Ordering::Relaxed),
             failed = c.failed.load(Ordering::Relaxed),
+            dropped = c.dropped.load(Ordering::Relaxed),
             "hprm-link stopping"
         );
         Ok(())
@@ -167,10 +213,10 @@ impl Link {
         let host = &self.inner.cfg.host;
         let zerr = |e: zenoh::Error| LinkError::Zenoh(e.to_string());
         let hello = self.inner.session.declare_queryable(wire::hello_key(host)).await.map_err(zerr)?;
-        let me = host.clone();
+        let answer = wire::hello(host, self.inner.store.arena_id());
         tokio::spawn(async move {
             while let Ok(query) = hello.recv_async().await {
-                if let Err(e) = query.reply(query.key_expr().clone(), wire::hello(&me)).await {
+                if let Err(e) = query.reply(query.key_expr().clone(), answer.clone()).await {
                     tracing::debug!("answering a hello: {e}");
                 }
             }
@@ -185,43 +231,131 @@ impl Link {
         Ok(())
     }
 
-    /// Asks `peer` its version until it answers; refuses it if it differs.
-    async fn check_peer(self, peer: String) {
+    /// Probes `peer` every quarter of the host timeout, for good: its
+    /// first answer is checked (another version or name: refused, and no
+    /// more probes), and a peer that answered before and then stays silent
+    /// for a host timeout is lost until it answers again. Each change is
+    /// logged once, naming the host.
+    async fn watch_peer(self, peer: String) {
+        let bound = self.inner.cfg.host_timeout;
+        // A few probes per host timeout; each gives up by the next, and
+        // the host is lost when none was answered for a host timeout.
+        let every = (bound / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut said_waiting = false;
+        let started = tokio::time::Instant::now();
+        let mut answered = started;
+        let mut said_silent = false;
         loop {
-            let answer = match self.inner.session.get(wire::hello_key(&peer)).timeout(Duration::from_secs(1)).await {
+            let probe = self
+                .inner
+                .session
+                .get(wire::hello_key(&peer))
+                .priority(Priority::InteractiveHigh)
+                .express(true)
+                .timeout(every.max(Duration::from_millis(100)))
+                .await;
+            let answer = match probe {
                 Ok(replies) => replies.recv_async().await.ok().and_then(|r| r.into_result().ok()),
                 Err(e) => {
                     tracing::debug!(%peer, "hello: {e}");
                     None
                 }
             };
-            let Some(sample) = answer else {
-                if !said_waiting {
-                    tracing::info!(%peer, "waiting for host {peer}'s hprm-link to answer");
-                    said_waiting = true;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+            let before = lock(&self.inner.peers).get(&peer).cloned().unwrap_or(Peer::Unknown);
+            let hello = answer.map(|sample| wire::parse_hello(&sample.payload().to_bytes()));
+            if hello.is_some() {
+                answered = tokio::time::Instant::now();
+            }
+            let now = match hello {
+                None => match &before {
+                    Peer::Unknown => {
+                        if !said_waiting {
+                            tracing::info!(%peer, "waiting for host {peer}'s hprm-link to answer");
+                            said_waiting = true;
+                        }
+                        if !said_silent && started.elapsed() > 4 * bound {
+                            tracing::warn!(%peer, "{}", self.silence(&peer, started.elapsed()));
+                            said_silent = true;
+                        }
+                        Peer::Unknown
+                    }
+                    &Peer::Linked(arena) if answered.elapsed() >= bound => {
+                        tracing::error!(
+                            %peer,
+                            "lost host {peer}: its hprm-link has not answered for {bound:?} (the host timeout); \
+                             pushes to it fail at once until it is back"
+                        );
+                        Peer::Lost(arena)
+                    }
+                    other => other.clone(),
+                },
+                Some(hello) => match hello {
+                    Ok(h) if h.version == LINK_VERSION && h.host == peer => {
+                        match before {
+                            Peer::Lost(_) => tracing::warn!(%peer, "host {peer} is back; pushing to it again"),
+                            Peer::Unknown => tracing::info!(%peer, "linked to host {peer}"),
+                            _ => {}
+                        }
+                        Peer::Linked(h.arena)
+                    }
+                    Ok(h) if h.version == LINK_VERSION => Peer::Refused(format!(
+                        "the link answering for host {peer} says it is host {}: check the hosts' names and endpoints",
+                        h.host
+                    )),
+                    Ok(Hello { version: v, .. }) => Peer::Refused(format!(
+                        "host {peer}'s hprm-link speaks link protocol {v}, this host's {LINK_VERSION}: run the same HPRM release on every host"
+                    )),
+                    Err(e) => Peer::Refused(format!("host {peer} answered the hello with {e}")),
+                },
             };
-            let state = match wire::parse_hello(&sample.payload().to_bytes()) {
-                Ok((LINK_VERSION, name)) if name == peer => {
-                    tracing::info!(%peer, "linked to host {peer}");
-                    Peer::Linked
-                }
-                Ok((LINK_VERSION, name)) => Peer::Refused(format!(
-                    "the link answering for host {peer} says it is host {name}: check the hosts' names and endpoints"
-                )),
-                Ok((v, _)) => Peer::Refused(format!(
-                    "host {peer}'s hprm-link speaks link protocol {v}, this host's {LINK_VERSION}: run the same HPRM release on every host"
-                )),
-                Err(e) => Peer::Refused(format!("host {peer} answered the hello with {e}")),
-            };
-            if let Peer::Refused(why) = &state {
+            let refused = matches!(now, Peer::Refused(_));
+            if let Peer::Refused(why) = &now {
                 tracing::error!(%peer, "refusing host {peer}: {why}");
             }
-            lock(&self.inner.peers).insert(peer, state);
-            return;
+            let changed =
+                matches!((&before, &now), (Peer::Lost(_), Peer::Linked(_)) | (Peer::Linked(_), Peer::Lost(_)));
+            lock(&self.inner.peers).insert(peer.clone(), now);
+            if changed {
+                self.write_lost_hosts();
+            }
+            if refused {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Why a peer that never answered may be silent.
+    fn silence(&self, peer: &str, waited: Duration) -> String {
+        let tls = match &self.inner.cfg.tls {
+            Some(tls) => format!(
+                "; over TLS, a host is refused (Zenoh's log says why) unless its certificate is signed by the CA of \
+                 this host's --tls-ca ({}) and names the address it is reached at",
+                tls.ca.display()
+            ),
+            None => String::new(),
+        };
+        format!(
+            "host {peer}'s hprm-link has not answered for {:.1} s: is it started, and do both hosts list each other's \
+             link endpoint{tls}",
+            waited.as_secs_f64()
+        )
+    }
+
+    /// Tells this host's federates which hosts are lost
+    /// ([`hprm_node::hosts::LostHosts`]), so that a receiver waiting for
+    /// an object from one of them gives up at once.
+    fn write_lost_hosts(&self) {
+        let peers = lock(&self.inner.peers);
+        let lost = peers.iter().filter_map(|(name, p)| match p {
+            Peer::Lost(arena) => Some((name.as_str(), *arena)),
+            _ => None,
+        });
+        if let Err(e) = self.inner.lost_hosts.write(lost) {
+            tracing::warn!(
+                "cannot write {}: {e}; receivers here wait out their get timeout for values of lost hosts",
+                self.inner.lost_hosts.path().display()
+            );
         }
     }
 
@@ -242,7 +376,9 @@ impl Link {
                 return;
             }
             match PushRequest::decode(&body) {
-                Ok(req) => self.push_all(req),
+                // Under `block`, a full queue holds this federate's
+                // requests here (the socket then fills and holds the sender).
+                Ok(req) => self.push_all(req).await,
                 Err(e) => {
                     tracing::error!("{e}; closing that federate's connection");
                     return;
@@ -251,19 +387,46 @@ impl Link {
         }
     }
 
-    /// Starts one push per object and host, all in parallel.
-    fn push_all(&self, req: PushRequest) {
+    /// Queues one push per object and host (each host's queue as its
+    /// policy says); the pushes run in parallel.
+    async fn push_all(&self, req: PushRequest) {
         for &id in &req.ids {
             for (host, receivers) in &req.hosts {
-                tokio::spawn(self.clone().push(id, host.clone(), *receivers));
+                match self.inner.queues.admit(host).await {
+                    Ok(ticket) => {
+                        tokio::spawn(self.clone().push(id, host.clone(), *receivers, ticket));
+                    }
+                    Err(why) => {
+                        self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
+                        let link = self.clone();
+                        tokio::spawn(async move { drop(link.take_home(id).await) });
+                    }
+                }
             }
         }
     }
 
-    /// Pushes object `id` to `host` for `receivers` receivers there.
-    /// Holds one reference on the home object meanwhile; releasing it at
-    /// the end settles the delivery the sender counted for `host`.
-    async fn push(self, id: ObjectId, host: String, receivers: u32) {
+    /// Pushes object `id` to `host` for `receivers` receivers there, when
+    /// its queue's turn comes. Holds one reference on the home object
+    /// meanwhile; releasing it at the end settles the delivery the sender
+    /// counted for `host`.
+    async fn push(self, id: ObjectId, host: String, receivers: u32, mut ticket: Ticket) {
+        let _on_the_wire = match ticket.turn().await {
+            Turn::Go(place) => place,
+            Turn::Dropped => {
+                self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                let (policy, depth) = (self.inner.cfg.queue, self.inner.queues.depth());
+                tracing::warn!(
+                    %id,
+                    %host,
+                    "object {id} dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep); \
+                     its receivers there will report it missing"
+                );
+                drop(self.take_home(id).await);
+                return;
+            }
+        };
         let result = self.try_push(id, &host, receivers).await;
         if let Err(why) = result {
             self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -271,17 +434,30 @@ impl Link {
         }
     }
 
+    /// One reference on the home object `id`: releasing it settles the
+    /// delivery counted for one host.
+    async fn take_home(&self, id: ObjectId) -> Result<Object, String> {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("it is not in this host's store: {e}"))
+    }
+
     async fn try_push(&self, id: ObjectId, host: &str, receivers: u32) -> Result<(), String> {
         // Taken first, whatever happens next: releasing it (when `object`
         // drops, on every path) settles the delivery counted for `host`, so
         // a failed push leaves the home object pinned by nothing of ours.
-        let store = self.inner.store.clone();
-        let object: Object = tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("it is not in this host's store: {e}"))?;
-        if let Some(Peer::Refused(why)) = lock(&self.inner.peers).get(host) {
-            return Err(why.clone());
+        let object: Object = self.take_home(id).await?;
+        match lock(&self.inner.peers).get(host) {
+            Some(Peer::Refused(why)) => return Err(why.clone()),
+            Some(Peer::Lost(_)) => {
+                return Err(format!(
+                    "host {host} is lost (its hprm-link has not answered for {:?})",
+                    self.inner.cfg.host_timeout
+                ))
+            }
+            _ => {}
         }
         if host == self.inner.cfg.host {
             return Err("a push request names this host itself; its receivers read the object here".into());
@@ -325,12 +501,36 @@ impl Link {
     /// One push query to `host`; its outcome, or why it failed.
     async fn ask(&self, host: &str, header: &Header, data: Option<Vec<u8>>) -> Result<Outcome, String> {
         let timeout = self.inner.cfg.push_timeout;
-        let mut get = self.inner.session.get(wire::push_key(host)).attachment(header.encode()).timeout(timeout);
+        // Bulk data at the data priority; announces (no data) above it and
+        // the probes higher still, so neither waits behind a large push.
+        let priority = if data.is_some() { Priority::Data } else { Priority::InteractiveLow };
+        let mut get = self
+            .inner
+            .session
+            .get(wire::push_key(host))
+            .priority(priority)
+            .attachment(header.encode())
+            .timeout(timeout);
         if let Some(data) = data {
             get = get.payload(data);
         }
         let replies = get.await.map_err(|e| format!("Zenoh: {e}"))?;
-        let Ok(reply) = replies.recv_async().await else {
+        // A push in flight when its host is lost ends then, not at its
+        // timeout: nothing stays pinned for a host that is gone.
+        let lost = async {
+            let bound = self.inner.cfg.host_timeout;
+            loop {
+                tokio::time::sleep((bound / 4).max(Duration::from_millis(10))).await;
+                if matches!(lock(&self.inner.peers).get(host), Some(Peer::Lost(_))) {
+                    return bound;
+                }
+            }
+        };
+        let reply = tokio::select! {
+            r = replies.recv_async() => r,
+            bound = lost => return Err(format!("host {host} was lost during the push (silent for {bound:?})")),
+        };
+        let Ok(reply) = reply else {
             return Err(format!(
                 "host {host}'s hprm-link did not answer within {timeout:?}: is it running, and are the hosts' Zenoh endpoints right?"
             ));
@@ -443,17 +643,65 @@ async fn reply_err(query: &zenoh::query::Query, why: String) {
     }
 }
 
-/// Peer mode on exactly the configured endpoints; no multicast scouting.
+/// Peer mode on exactly the configured endpoints; no multicast scouting; a
+/// lease of the host timeout, so that a lost host's session closes within
+/// it; connections to the configured endpoints retried often, so that
+/// traffic resumes soon after the link is back.
 fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
+    let lease = cfg.host_timeout.as_millis().max(4);
     let mut c = zenoh::Config::default();
     let list = |v: &[String]| format!("[{}]", v.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(","));
-    let settings = [
+    let settings = vec![
         ("mode", "\"peer\"".to_string()),
         ("listen/endpoints", list(&cfg.listen)),
         ("connect/endpoints", list(&cfg.connect)),
         ("scouting/multicast/enabled", "false".into()),
+        ("transport/link/tx/lease", lease.to_string()),
+        ("transport/link/tx/keep_alive", "4".into()),
+        ("connect/retry", "{ period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2 }".into()),
     ];
-    for (key, value) in settings {
+    let endpoints = || cfg.listen.iter().chain(&cfg.connect);
+    let tls_settings = match &cfg.tls {
+        None => {
+            if let Some(e) = endpoints().find(|e| e.starts_with("tls/")) {
+                return Err(LinkError::Config {
+                    what: format!("endpoint {e}"),
+                    detail: "a TLS endpoint needs this host's TLS identity: give --tls-ca, --tls-cert and --tls-key \
+                             (hprm launch: HPRM_LINK_TLS_CA, HPRM_LINK_TLS_CERT, HPRM_LINK_TLS_KEY)"
+                        .into(),
+                });
+            }
+            Vec::new()
+        }
+        Some(tls) => {
+            if let Some(e) = endpoints().find(|e| !e.starts_with("tls/")) {
+                return Err(LinkError::Config {
+                    what: format!("endpoint {e}"),
+                    detail: "with TLS on, every link endpoint must be tls/ADDRESS:PORT (the hosts' `link` in the manifest): \
+                             a plain endpoint would carry the data unencrypted"
+                        .into(),
+                });
+            }
+            for (what, path) in [("--tls-ca", &tls.ca), ("--tls-cert", &tls.cert), ("--tls-key", &tls.key)] {
+                if let Err(e) = std::fs::metadata(path) {
+                    return Err(LinkError::Config {
+                        what: format!("{what} {}", path.display()),
+                        detail: e.to_string(),
+                    });
+                }
+            }
+            let file = |p: &PathBuf| format!("{:?}", p.display().to_string());
+            vec![
+                ("transport/link/tls/root_ca_certificate", file(&tls.ca)),
+                ("transport/link/tls/listen_certificate", file(&tls.cert)),
+                ("transport/link/tls/listen_private_key", file(&tls.key)),
+                ("transport/link/tls/connect_certificate", file(&tls.cert)),
+                ("transport/link/tls/connect_private_key", file(&tls.key)),
+                ("transport/link/tls/enable_mtls", "true".into()),
+            ]
+        }
+    };
+    for (key, value) in settings.into_iter().chain(tls_settings) {
         c.insert_json5(key, &value)
             .map_err(|e| LinkError::Config { what: format!("{key} = {value}"), detail: e.to_string() })?;
     }

@@ -37,13 +37,22 @@
 //! came from, and announces such objects back to that host without data;
 //! only if that host no longer has it does the data follow.
 //!
+//! Flow control: pushes to each host go through a bounded queue with the
+//! store's backpressure policies ([`queue`]); probes and announces travel
+//! at higher Zenoh priorities than bulk data, so they never wait behind it.
+//!
+//! Security: with [`Tls`] the links speak TLS with mutual authentication
+//! (Zenoh's `tls/` endpoints): each presents its host's certificate and
+//! accepts only peers whose certificate the program's CA signed.
+//!
 //! Main types: [`Link`] (the daemon: [`Link::start`], [`Link::serve`]),
 //! [`LinkConfig`], [`LinkError`]; [`wire`] (the host-to-host protocol).
 
 mod daemon;
 mod error;
+pub mod queue;
 pub mod wire;
 
-pub use daemon::{Link, LinkConfig};
+pub use daemon::{Link, LinkConfig, Tls};
 pub use error::LinkError;
 pub use hprm_node::hosts::PushRequest;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use hprm_link::{Link, LinkConfig};
+use hprm_link::{Link, LinkConfig, Tls};
 
 /// Links this host's hprm-store to the other hosts of a program over Zenoh:
 /// store objects sent to receivers on other hosts are pushed to their stores.
@@ -33,6 +33,28 @@ struct Args {
     /// How long one push to another host may take before it counts as failed, in seconds.
     #[arg(long, default_value_t = 10.0)]
     push_timeout: f64,
+    /// How long another host may stay silent before it counts as lost, in
+    /// milliseconds (the Zenoh lease; the launcher passes HPRM_HOST_TIMEOUT).
+    #[arg(long, value_name = "MS", default_value_t = hprm_node::hosts::DEFAULT_HOST_TIMEOUT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    host_timeout_ms: u64,
+    /// TLS with mutual authentication (endpoints tls/ADDRESS:PORT): the CA
+    /// certificate (PEM) that signs every host's certificate.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// This host's certificate (PEM), signed by --tls-ca, naming its address.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// This host's private key (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+    /// What a push to a host whose queue is full does: block, block:250ms,
+    /// keep-last-N, drop-oldest or fail (the store's backpressure policies).
+    #[arg(long, value_name = "POLICY", default_value = "block")]
+    queue: hprm_store::Backpressure,
+    /// How many pushes each host's queue holds (keep-last-N: N).
+    #[arg(long, value_name = "N", default_value_t = hprm_link::queue::DEFAULT_DEPTH)]
+    queue_depth: usize,
 }
 
 fn main() -> Result<()> {
@@ -55,6 +77,13 @@ fn main() -> Result<()> {
         connect: args.connect,
         peers: args.peer,
         push_timeout: Duration::from_secs_f64(args.push_timeout),
+        host_timeout: Duration::from_millis(args.host_timeout_ms),
+        tls: match (args.tls_ca, args.tls_cert, args.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(Tls { ca, cert, key }),
+            _ => None,
+        },
+        queue: args.queue,
+        queue_depth: args.queue_depth,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {

@@ -4,9 +4,10 @@
 //! Every host's link declares two queryables, under its host name:
 //!
 //! - `hprm/link/<host>/hello`: replies [`hello`]: the protocol version
-//!   (always the first byte, in every version) and the host's name. Each
-//!   link asks this of every peer it is told of before pushing to it, and
-//!   refuses a peer of another version.
+//!   (always the first byte, in every version), the arena id of the host's
+//!   store and the host's name. Each link asks this of every peer it is
+//!   told of before pushing to it, and refuses a peer of another version;
+//!   it keeps asking, a few times per host timeout, to notice a lost host.
 //! - `hprm/link/<host>/push`: a query whose attachment is a [`Header`]
 //!   and whose payload is the object's data (none for an announce). The
 //!   reply's payload is one [`Outcome`] byte; a refused push (another
@@ -16,7 +17,7 @@
 use hprm_store::ObjectId;
 
 /// Version of this protocol; hosts of different versions refuse each other.
-pub const LINK_VERSION: u8 = 1;
+pub const LINK_VERSION: u8 = 2;
 
 /// The key of `host`'s hello queryable.
 pub fn hello_key(host: &str) -> String {
@@ -35,17 +36,37 @@ pub fn valid_host(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
-/// A hello reply: the version, then the host's name.
-pub fn hello(host: &str) -> Vec<u8> {
+/// What a link says of itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u8,
+    /// The arena id of the host's store: descriptors of values sent from
+    /// there name it (`hprm_node::hosts::LostHosts`).
+    pub arena: u64,
+    pub host: String,
+}
+
+/// A hello reply: `u8` version, `u64 LE` arena id, the host's name.
+pub fn hello(host: &str, arena: u64) -> Vec<u8> {
     let mut out = vec![LINK_VERSION];
+    out.extend_from_slice(&arena.to_le_bytes());
     out.extend_from_slice(host.as_bytes());
     out
 }
 
-/// Reads a hello reply: (version, host name).
-pub fn parse_hello(bytes: &[u8]) -> Result<(u8, String), String> {
-    let (&version, name) = bytes.split_first().ok_or("an empty hello")?;
-    Ok((version, String::from_utf8_lossy(name).into_owned()))
+/// Reads a hello reply. Of another version only the version is read (the
+/// rest may be laid out otherwise): `arena` 0 and `host` empty.
+pub fn parse_hello(bytes: &[u8]) -> Result<Hello, String> {
+    let (&version, rest) = bytes.split_first().ok_or("an empty hello")?;
+    if version != LINK_VERSION {
+        return Ok(Hello { version, arena: 0, host: String::new() });
+    }
+    if rest.len() < 8 {
+        return Err(format!("a hello of {} bytes, shorter than its arena id", bytes.len()));
+    }
+    let (arena, name) = rest.split_at(8);
+    let arena = u64::from_le_bytes(arena.try_into().map_err(|_| "a hello without its arena id")?);
+    Ok(Hello { version, arena, host: String::from_utf8_lossy(name).into_owned() })
 }
 
 /// What a push carries.
@@ -181,7 +202,10 @@ mod tests {
         other[0] = LINK_VERSION + 1;
         let e = Header::decode(&other).unwrap_err();
         assert!(e.contains("protocol") && e.contains("same HPRM release"), "{e}");
-        assert_eq!(parse_hello(&hello("perception")).unwrap(), (LINK_VERSION, "perception".into()));
+        let h = Hello { version: LINK_VERSION, arena: 0xfeed_0001, host: "perception".into() };
+        assert_eq!(parse_hello(&hello("perception", 0xfeed_0001)).unwrap(), h);
+        assert_eq!(parse_hello(&[LINK_VERSION + 1, b'x']).unwrap().version, LINK_VERSION + 1);
+        assert!(parse_hello(&[LINK_VERSION, 1, 2]).is_err());
         assert!(valid_host("a-1.b_c") && !valid_host("a/b") && !valid_host("*") && !valid_host(""));
     }
 }

@@ -3,7 +3,8 @@
 //! arrive in the other's store under the same id, with the deliveries the
 //! request named; the home object is freed once the remote copy exists; an
 //! echo back to the home host moves no data; bad requests are refused and
-//! the link stays up.
+//! the link stays up; a host whose link goes silent is lost by name within
+//! the host timeout, and pushes resume once it is back.
 //!
 //! `hprm-store` is taken from `$HPRM_STORE_BIN`, else next to this test's
 //! `hprm-link` (test.sh builds both into one target directory).
@@ -64,6 +65,12 @@ struct Host {
 
 impl Host {
     fn start(name: &str, port: u16, peer: (&str, u16)) -> Host {
+        Host::start_with(name, &format!("tcp/127.0.0.1:{port}"), (peer.0, &format!("tcp/127.0.0.1:{}", peer.1)), &[])
+    }
+
+    /// A host listening on `listen`, linked to `peer` (its name and
+    /// endpoint), with more `args` for its link.
+    fn start_with(name: &str, listen: &str, peer: (&str, &str), args: &[String]) -> Host {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store_sock = dir.path().join("store.sock");
         let log = std::fs::File::create(dir.path().join("store.log")).expect("the store's log");
@@ -85,8 +92,9 @@ impl Host {
                 .arg(&store_sock)
                 .arg("--socket")
                 .arg(dir.path().join("link.sock"))
-                .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
-                .args(["--connect", &format!("tcp/127.0.0.1:{}", peer.1), "--peer", peer.0])
+                .args(["--listen", listen])
+                .args(["--connect", peer.1, "--peer", peer.0])
+                .args(args)
                 .env("RUST_LOG", "info,zenoh=warn")
                 .env("NO_COLOR", "1")
                 .stdout(Stdio::null())
@@ -110,6 +118,14 @@ impl Host {
     fn push(&self, req: &PushRequest) {
         let mut s = UnixStream::connect(self.dir.path().join("link.sock")).expect("connect to the link");
         s.write_all(&req.encode().expect("encode")).expect("send the request");
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the link: a stopped link stands
+    /// for a host that went away, its sockets left open.
+    fn signal_link(&self, signal: &str) {
+        let pid = self.link.as_ref().expect("a running link").0.id();
+        let ok = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
+        assert!(ok.success(), "kill -{signal} {pid}");
     }
 
     /// Stops the link with SIGTERM; its log's last line has its counters.
@@ -255,4 +271,210 @@ fn a_host_of_another_protocol_version_is_refused_by_name() {
     eventually("the push to b fails, saying why", || a.log().contains(&format!("object {id} did not reach host b")));
     eventually("and settles b's delivery", || pending(&sa, id).is_none());
     assert!(a.log().contains("hprm-link ready"));
+}
+
+#[test]
+fn a_silent_host_is_lost_by_name_within_the_host_timeout_and_pushes_resume_when_it_is_back() {
+    let (a, b) = pair();
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let stopped = Instant::now();
+    eventually("a loses b", || a.log().contains("lost host b: its hprm-link has not answered for 500ms"));
+    // The bound is the host timeout (500 ms by default) plus a probe
+    // interval; asserted generously, for a loaded machine.
+    let detected = stopped.elapsed();
+    assert!(detected < Duration::from_secs(5), "host b was lost after {detected:?}");
+    // A push to a lost host fails at once, naming it, and settles its delivery.
+    let id = put(&sa, &[3u8; 100_000], 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    eventually("the push fails by name", || {
+        a.log().contains(&format!("object {id} did not reach host b: host b is lost"))
+    });
+    assert!(stopped.elapsed() < Duration::from_secs(8), "a push to a lost host waited for its timeout");
+    eventually("and the home copy is not pinned by it", || pending(&sa, id).is_none());
+
+    b.signal_link("CONT");
+    eventually("b is back", || a.log().contains("host b is back"));
+    let data = vec![9u8; 1 << 20];
+    let id = put(&sa, &data, 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    let got = sb.get_one(id, WITHIN).expect("pushes reach host b again");
+    assert!(got.data() == &data[..]);
+}
+
+/// Certificates made with the `openssl` command: CAs, and host
+/// certificates they sign for 127.0.0.1 (the address the links connect to).
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    /// `None` (the test then says it skipped) where `openssl` is missing.
+    fn new() -> Option<Pki> {
+        let found = Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success());
+        found.then(|| Pki { dir: tempfile::tempdir().expect("a temporary directory") })
+    }
+
+    fn path(&self, name: &str, ext: &str) -> String {
+        self.dir.path().join(format!("{name}.{ext}")).display().to_string()
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl").args(args).current_dir(self.dir.path()).output().expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A self-signed CA `name` (name.pem, name.key).
+    fn ca(&self, name: &str) {
+        let subj = format!("/CN={name}");
+        let (key, pem) = (self.path(name, "key"), self.path(name, "pem"));
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &subj,
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+        ]);
+    }
+
+    /// Host `name`'s certificate for 127.0.0.1, signed by CA `ca`; the
+    /// link's TLS flags for it.
+    fn host(&self, ca: &str, name: &str) -> Vec<String> {
+        let subj = format!("/CN={name}");
+        let (key, csr, pem, ext) =
+            (self.path(name, "key"), self.path(name, "csr"), self.path(name, "pem"), self.path(name, "ext"));
+        std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n").expect("write the extensions");
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &subj,
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ]);
+        let (ca_pem, ca_key) = (self.path(ca, "pem"), self.path(ca, "key"));
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &pem,
+        ]);
+        ["--tls-ca", &ca_pem, "--tls-cert", &pem, "--tls-key", &key].map(String::from).to_vec()
+    }
+}
+
+#[test]
+fn over_tls_only_hosts_with_a_certificate_of_the_programs_ca_are_linked() {
+    let Some(pki) = Pki::new() else {
+        eprintln!("skipped: no openssl command to make the test's certificates (apt-get install openssl)");
+        return;
+    };
+    pki.ca("ca");
+    pki.ca("rogue-ca");
+    let tls = |port: u16| format!("tls/127.0.0.1:{port}");
+    let (pa, pb) = (free_port(), free_port());
+    let a = Host::start_with("a", &tls(pa), ("b", &tls(pb)), &pki.host("ca", "a"));
+    let b = Host::start_with("b", &tls(pb), ("a", &tls(pa)), &pki.host("ca", "b"));
+    eventually("a and b link over TLS", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
+    let data = vec![0xa5u8; 1 << 20];
+    let id = put(&a.store(), &data, 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    assert!(b.store().get_one(id, WITHIN).expect("pushed over TLS").data() == &data[..]);
+
+    // A host whose certificate another CA signed is refused, and a host
+    // that is refused is named.
+    let (pc, pd) = (free_port(), free_port());
+    let c = Host::start_with("c", &tls(pc), ("d", &tls(pd)), &pki.host("ca", "c"));
+    let d = Host::start_with("d", &tls(pd), ("c", &tls(pc)), &pki.host("rogue-ca", "d"));
+    eventually("c names the host it cannot link to", || c.log().contains("host d's hprm-link has not answered"));
+    assert!(!c.log().contains("linked to host d") && !d.log().contains("linked to host c"), "{}\n{}", c.log(), d.log());
+    assert!(c.log().contains("--tls-ca"), "the message says what to check: {}", c.log());
+
+    // A plain endpoint with TLS on, and a TLS endpoint without it, are refused at start.
+    let refused = |endpoints: [&str; 2], tls: &[String], want: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hprm-link"))
+            .args(["--host", "e", "--store", "/nonexistent", "--listen", endpoints[0], "--connect", endpoints[1]])
+            .args(tls)
+            .output()
+            .expect("run hprm-link");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{err}");
+    };
+    let e = pki.host("ca", "e");
+    refused(["tls/127.0.0.1:1", "tcp/127.0.0.1:2"], &e, "with TLS on, every link endpoint must be tls/");
+    refused(["tls/127.0.0.1:1", "tls/127.0.0.1:2"], &[], "a TLS endpoint needs this host's TLS identity");
+}
+
+#[test]
+fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_them() {
+    // Host b's link is stopped with a long host timeout on both sides: b
+    // is not lost, and pushes to it stay on the wire, so a's queue fills.
+    let (pa, pb) = (free_port(), free_port());
+    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
+    let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
+    let with_queue: Vec<String> = [&slow[..], &["--queue".into(), "keep-last-3".into()]].concat();
+    let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &with_queue);
+    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
+    eventually("the links see each other", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let ids: Vec<ObjectId> = (0..6u8).map(|k| put(&sa, &vec![k; 200_000], 1)).collect();
+    for id in &ids {
+        a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+    }
+    // Three deep, and no push ends while b is stopped: each push past the
+    // third drops the oldest one still waiting (which ones depends on how
+    // the requests' connections were read), never one on the wire.
+    eventually("three pushes dropped", || a.log().matches("dropped from host b's push queue").count() == 3);
+    let dropped: Vec<ObjectId> =
+        ids.iter().copied().filter(|id| a.log().contains(&format!("object {id} dropped"))).collect();
+    assert_eq!(dropped.len(), 3, "{}", a.log());
+    for id in &dropped {
+        eventually("a dropped push settles b's delivery of it", || pending(&sa, *id).is_none());
+    }
+    b.signal_link("CONT");
+    let kept: Vec<ObjectId> = ids.iter().copied().filter(|id| !dropped.contains(id)).collect();
+    for id in &kept {
+        drop(sb.get_one(*id, WITHIN).expect("the pushes kept reach b"));
+    }
+    eventually("the kept pushes' home copies freed", || kept.iter().all(|id| pending(&sa, *id).is_none()));
+    let log = a.stop_link();
+    assert!(
+        log.lines()
+            .rev()
+            .find(|l| l.contains("hprm-link stopping"))
+            .is_some_and(|l| l.contains("dropped=3") && l.contains("pushed=3")),
+        "{log}"
+    );
 }

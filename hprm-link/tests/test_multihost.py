@@ -4,7 +4,10 @@ its own hprm-store, hprm-link and federates (`hprm launch --host NAME`),
 the RTI on host a. The values (1, 10 and 50 MB arrays, a nested dict of
 arrays) reach the receivers on host b bit-exact, through b's store; the
 receivers print the same trace as when the whole program runs on one host;
-nothing is left behind.
+nothing is left behind. A link cut in the middle of a run (the veth set
+down) is noticed by name on both hosts within a bound, the receiver that
+lost the RTI fails and is restarted, and traffic resumes once the link is
+back.
 
 Needs root and `ip` (skips saying why otherwise), the hprm SDK in the
 running Python (hprm-py/install.sh) and hprm-link on PATH or in
@@ -17,6 +20,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -42,8 +47,14 @@ def _hprm():
     return exe
 
 
-def _env():
+def _env(tmp_path):
+    """The environment of every share: hprm-link on PATH, and the program's
+    HMAC key (on by default between hosts), the same for both hosts."""
     env = dict(os.environ)
+    key = tmp_path / "auth.key"
+    key.write_text("a shared secret of the test\n")
+    env["HPRM_AUTH_KEY_FILE"] = str(key)
+    env.pop("HPRM_AUTH", None)
     link_dir = os.environ.get("HPRM_LINK_BIN_DIR")
     if link_dir:
         env["PATH"] = f"{env.get('PATH', '')}:{link_dir}"
@@ -145,7 +156,7 @@ def test_a_program_across_two_hosts_gives_the_values_bit_exact_and_the_one_host_
     prefix, a, b = hosts
     multi, one = _manifest(tmp_path, a, b)
     shm_before = _shm()
-    env = _env()
+    env = _env(tmp_path)
 
     rx_before = _rx_bytes(prefix, "b")
     outs = _launch_both(prefix, [hprm, str(multi)], env)
@@ -182,7 +193,7 @@ def test_a_python_program_names_its_hosts_too(hosts, tmp_path):
     prefix, a, b = hosts
     for f in ("reactors.py", "values.py"):
         shutil.copy(PROGRAM / f, tmp_path / f)
-    env = _env()
+    env = _env(tmp_path)
 
     outs = _launch_both(prefix, [hprm, str(tmp_path / "values.py"), a, b], env)
     expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
@@ -194,8 +205,84 @@ def test_a_python_program_names_its_hosts_too(hosts, tmp_path):
 def test_launching_a_program_with_hosts_without_host_says_how(tmp_path):
     hprm = _hprm()
     multi, _ = _manifest(tmp_path, "10.1.0.1", "10.1.0.2")
-    r = subprocess.run([hprm, "launch", str(multi)], capture_output=True, text=True, env=_env(), timeout=WITHIN)
+    r = subprocess.run([hprm, "launch", str(multi)], capture_output=True, text=True, env=_env(tmp_path), timeout=WITHIN)
     assert r.returncode != 0
     assert "runs on several hosts (a, b)" in r.stderr and "--host NAME" in r.stderr, r.stderr
-    r = subprocess.run([hprm, "launch", "--host", "c", str(multi)], capture_output=True, text=True, env=_env(), timeout=WITHIN)
+    r = subprocess.run([hprm, "launch", "--host", "c", str(multi)], capture_output=True, text=True, env=_env(tmp_path), timeout=WITHIN)
     assert r.returncode != 0 and "no such host; its hosts are a, b" in r.stderr, r.stderr
+    # Between hosts the RTI authenticates federates: a share without the key is refused, saying how.
+    env = _env(tmp_path)
+    del env["HPRM_AUTH_KEY_FILE"]
+    r = subprocess.run([hprm, "launch", "--host", "a", str(multi)], capture_output=True, text=True, env=env, timeout=WITHIN)
+    assert r.returncode != 0 and "only with HMAC authentication: set HPRM_AUTH_KEY_FILE" in r.stderr, r.stderr
+
+
+def _wait_for(what, cond, within=WITHIN):
+    deadline = time.monotonic() + within
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {within} s: {what}"
+        time.sleep(0.02)
+    return time.monotonic()
+
+
+def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_back(hosts, tmp_path):
+    hprm = _hprm()
+    prefix, a, b = hosts
+    shutil.copy(PROGRAM / "reactors.py", tmp_path / "reactors.py")
+    program = tmp_path / "cut.toml"
+    program.write_text((PROGRAM / "cut.toml").read_text().replace("@A@", a).replace("@B@", b))
+    shm_before = _shm()
+    env = _env(tmp_path)
+    lines = {"a": [], "b": []}
+    procs = {}
+    for host in ("b", "a"):
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", f"{prefix}-{host}", hprm, "launch", "--host", host, str(program)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        threading.Thread(target=lambda p=p, out=lines[host]: out.extend(p.stdout), daemon=True).start()
+        procs[host] = p
+    said = lambda host, text: any(text in line for line in lines[host])  # noqa: E731
+    dump = lambda: "\n--- host a:\n" + "".join(lines["a"]) + "\n--- host b:\n" + "".join(lines["b"])  # noqa: E731
+    try:
+        _wait_for("the first array on host b", lambda: said("b", "GOT "))
+        ip_link = ["ip", "-n", f"{prefix}-a", "link", "set", f"{prefix}-va"]
+        subprocess.run([*ip_link, "down"], check=True)
+        cut = time.monotonic()
+        got_before = sum("GOT " in line for line in lines["b"])
+        try:
+            # Each side names what it lost, within the host timeout (500 ms)
+            # plus TCP's keepalive second; asserted generously.
+            lost_a = _wait_for("host a loses host b", lambda: said("a", "lost host b")) - cut
+            lost_b = _wait_for("host b loses host a", lambda: said("b", "lost host a")) - cut
+            rti = _wait_for("the receiver loses the RTI", lambda: said("b", "the RTI's host stopped answering for 500ms")) - cut
+            print(f"link cut noticed after: host a's link {lost_a:.2f} s, host b's {lost_b:.2f} s, the RTI's loss {rti:.2f} s")
+            assert max(lost_a, lost_b, rti) < 10, f"noticed after {lost_a:.1f}, {lost_b:.1f}, {rti:.1f} s"
+            time.sleep(max(0.0, cut + 2.5 - time.monotonic()))
+        finally:
+            subprocess.run([*ip_link, "up"], check=True)
+        back = len(lines["b"])
+        for p in procs.values():
+            p.wait(timeout=WITHIN)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    out = dump()
+    # Host a went on; host b restarted its receiver, which rejoined.
+    for host, p in procs.items():
+        assert p.returncode == 0, f"host {host}'s share failed ({p.returncode}):{out}"
+    assert said("b", "restarting it (1 of 3 restarts)"), out
+    assert said("a", "host b is back") and said("b", "host a is back"), out
+    after = [line for line in lines["b"][back:] if "GOT " in line]
+    assert after, f"no array reached host b after the link came back:{out}"
+    assert got_before > 0 and not said("b", " BAD"), out
+    assert _shm() == shm_before, f"left in /dev/shm: {_shm() - shm_before}"
+    for host in ("a", "b"):
+        pids = subprocess.run(["ip", "netns", "pids", f"{prefix}-{host}"], capture_output=True, text=True).stdout.split()
+        assert not pids, f"processes left in host {host}'s namespace: {pids}"

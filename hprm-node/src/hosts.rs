@@ -29,10 +29,102 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use hprm_store::ObjectId;
 
 use crate::sync::Mutex;
+
+/// How long a host or link may go silent before the processes of the
+/// other hosts count it as lost, unless `HPRM_HOST_TIMEOUT` says otherwise
+/// ([`host_timeout`]): the Zenoh lease between links, the links' probes of
+/// each other, and the user timeout of TCP connections between hosts
+/// (`hprm_rti::liveness`). Well above a LAN's round trip and its
+/// retransmissions (200 ms each), well under a second.
+pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The environment variable that sets [`host_timeout`] (a duration: `500ms`,
+/// `2s`).
+pub const HOST_TIMEOUT_ENV: &str = "HPRM_HOST_TIMEOUT";
+
+/// The bound on noticing a lost host: `HPRM_HOST_TIMEOUT`, else
+/// [`DEFAULT_HOST_TIMEOUT`]; an error saying what is wrong with a bad value.
+pub fn host_timeout() -> Result<Duration, String> {
+    match std::env::var(HOST_TIMEOUT_ENV) {
+        Ok(v) if !v.trim().is_empty() => match crate::manifest::parse_duration(v.trim()) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            _ => Err(format!(
+                "{HOST_TIMEOUT_ENV}={v:?} is not a positive duration: write it like 500ms or 2s (default {DEFAULT_HOST_TIMEOUT:?})"
+            )),
+        },
+        _ => Ok(DEFAULT_HOST_TIMEOUT),
+    }
+}
+
+/// In a federate of a program with hosts (`HPRM_HOST` set): the bound its
+/// TCP connections to the RTI and to peers get (`hprm_rti::liveness`), so
+/// that a lost host breaks them; `None` on one host. Read once.
+pub(crate) fn tcp_loss_bound() -> Option<Duration> {
+    static BOUND: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *BOUND.get_or_init(|| {
+        std::env::var_os("HPRM_HOST").filter(|h| !h.is_empty())?;
+        Some(host_timeout().unwrap_or_else(|e| {
+            tracing::warn!("{e}; using {DEFAULT_HOST_TIMEOUT:?}");
+            DEFAULT_HOST_TIMEOUT
+        }))
+    })
+}
+
+/// This host's TLS identity for `hprm-link` (links over `tls/`
+/// endpoints): the environment variables the launcher reads, and the
+/// link's flags they become: the CA certificate that signs every host's,
+/// this host's certificate, its private key (PEM files).
+pub const LINK_TLS_ENV: [(&str, &str); 3] =
+    [("HPRM_LINK_TLS_CA", "--tls-ca"), ("HPRM_LINK_TLS_CERT", "--tls-cert"), ("HPRM_LINK_TLS_KEY", "--tls-key")];
+
+/// The key file the RTI authenticates federates with (HMAC, `hprm-rti
+/// --auth-key-file`): `HPRM_AUTH_KEY_FILE`, which the launcher's
+/// federates read too, so that its RTI and they always agree. A program
+/// that `spans_hosts` has federates join from other hosts, so there it is
+/// required (the same secret on every host) unless `HPRM_AUTH=off`; an
+/// error says what to do when it is missing or the file cannot be read.
+pub fn auth_key_file(program: &str, spans_hosts: bool) -> Result<Option<PathBuf>, String> {
+    let Some(file) = std::env::var_os("HPRM_AUTH_KEY_FILE").filter(|f| !f.is_empty()).map(PathBuf::from) else {
+        if !spans_hosts || std::env::var("HPRM_AUTH").is_ok_and(|v| v == "off") {
+            return Ok(None);
+        }
+        return Err(format!(
+            "program {program} spans hosts, so its RTI admits federates only with HMAC authentication: set \
+             HPRM_AUTH_KEY_FILE to a file holding the program's shared secret, the same file content on every host \
+             (e.g. `openssl rand -hex 32 > /etc/hprm/{program}.key`), or HPRM_AUTH=off to admit any federate \
+             (a trusted network only)"
+        ));
+    };
+    match std::fs::read(&file) {
+        Ok(k) if k.iter().any(|b| !b.is_ascii_whitespace()) => Ok(Some(file)),
+        Ok(_) => Err(format!("HPRM_AUTH_KEY_FILE={}: the file is empty; put the shared secret in it", file.display())),
+        Err(e) => Err(format!("HPRM_AUTH_KEY_FILE={}: cannot read it: {e}", file.display())),
+    }
+}
+
+/// The environment variable naming what a push does when its host's
+/// queue in `hprm-link` is full: a backpressure policy of the store
+/// (`block`, `block:250ms`, `keep-last-N`, `drop-oldest`, `fail`; the
+/// link's `--queue`).
+pub const LINK_QUEUE_ENV: &str = "HPRM_LINK_QUEUE";
+
+/// Describes an I/O error `e` on the connection to the RTI, met while
+/// `doing`: in a program with hosts, a timeout means keepalive or
+/// `TCP_USER_TIMEOUT` gave up, so the RTI's host went silent, and the
+/// sentence says so.
+pub(crate) fn rti_io_error(doing: &str, e: &std::io::Error) -> String {
+    match tcp_loss_bound() {
+        Some(bound) if e.kind() == std::io::ErrorKind::TimedOut => format!(
+            "the RTI's host stopped answering for {bound:?} (HPRM_HOST_TIMEOUT; {doing}: {e}): that host or the network to it is down"
+        ),
+        _ => format!("{doing}: {e}"),
+    }
+}
 
 /// Version of the [`PushRequest`] layout.
 pub const PUSH_VERSION: u8 = 1;
@@ -201,6 +293,50 @@ impl PushRequest {
     }
 }
 
+/// The hosts a link has lost, as its host's federates see them: a file
+/// beside the link's socket (`link.sock` -> `link.lost`) that the link
+/// rewrites (whole, by rename) each time a host is lost or comes back, one
+/// line per lost host: its name and its store's arena id (decimal), which
+/// the hosts tell each other when they connect.
+///
+/// A receiver waiting for an object of another host's arena (its descriptor
+/// names the arena) reads it between short waits, and gives up with one
+/// error naming the host once that host is lost, instead of waiting out its
+/// whole get timeout ([`crate::payload::Decoder::watching_hosts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostHosts {
+    path: PathBuf,
+}
+
+impl LostHosts {
+    /// The file of the link whose socket is `link`.
+    pub fn of_link(link: &Path) -> LostHosts {
+        LostHosts { path: link.with_extension("lost") }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The lost host whose store's arena is `arena`, if any. A file that
+    /// is missing or cannot be read lists none.
+    pub fn host_of(&self, arena: u64) -> Option<String> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        text.lines().find_map(|line| {
+            let (name, a) = line.split_once(' ')?;
+            (a.trim().parse::<u64>().ok()? == arena).then(|| name.to_string())
+        })
+    }
+
+    /// Writes the list (the link's side): `lost` holds (name, arena) pairs.
+    pub fn write<'a>(&self, lost: impl IntoIterator<Item = (&'a str, u64)>) -> std::io::Result<()> {
+        let text: String = lost.into_iter().map(|(name, arena)| format!("{name} {arena}\n")).collect();
+        let tmp = self.path.with_extension("lost.new");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &self.path)
+    }
+}
+
 /// A federate's connection to its host's link, opened on first use and
 /// again after it broke.
 #[derive(Debug)]
@@ -267,6 +403,20 @@ impl LinkClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lost_hosts_file_names_the_host_of_an_arena() {
+        let dir = tempfile::tempdir().unwrap();
+        let lost = LostHosts::of_link(&dir.path().join("link.sock"));
+        assert_eq!(lost.path(), dir.path().join("link.lost"));
+        assert_eq!(lost.host_of(7), None, "no file: nothing lost");
+        lost.write([("a", 7), ("c", 9)]).unwrap();
+        assert_eq!(lost.host_of(7).as_deref(), Some("a"));
+        assert_eq!(lost.host_of(9).as_deref(), Some("c"));
+        assert_eq!(lost.host_of(8), None);
+        lost.write([]).unwrap();
+        assert_eq!(lost.host_of(7), None, "back");
+    }
 
     #[test]
     fn push_requests_round_trip_and_bad_frames_are_named() {

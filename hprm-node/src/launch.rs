@@ -566,10 +566,17 @@ impl HostShare {
 
 /// Starts `hprm-link` for `share`, its push socket in `dir`; returns once
 /// it accepts federates.
-fn start_link(share: &HostShare, store: &Path, dir: &Path, log: &LogSink) -> Result<(Daemon, PathBuf), NodeError> {
+fn start_link(
+    share: &HostShare,
+    store: &Path,
+    dir: &Path,
+    host_timeout: Duration,
+    log: &LogSink,
+) -> Result<(Daemon, PathBuf), NodeError> {
     let socket = dir.join("link.sock");
     let mut cmd = Command::new(find_binary("hprm-link")?);
     cmd.args(["--host", &share.me.name, "--listen", &share.me.link_endpoint()])
+        .args(["--host-timeout-ms", &host_timeout.as_millis().max(1).to_string()])
         .arg("--store")
         .arg(store)
         .arg("--socket")
@@ -579,6 +586,30 @@ fn start_link(share: &HostShare, store: &Path, dir: &Path, log: &LogSink) -> Res
         .stderr(Stdio::piped());
     for other in &share.others {
         cmd.args(["--connect", &other.link_endpoint(), "--peer", &other.name]);
+    }
+    // What a push does when its host's queue is full (the store's policies).
+    if let Some(q) = std::env::var(crate::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
+        let policy = q
+            .trim()
+            .parse::<hprm_store::Backpressure>()
+            .map_err(|e| NodeError::Launch(format!("{}: {e}", crate::hosts::LINK_QUEUE_ENV)))?;
+        cmd.args(["--queue", &policy.to_string()]);
+    }
+    // This host's TLS identity, for links over `tls/` endpoints.
+    let tls: Vec<_> = crate::hosts::LINK_TLS_ENV.iter().map(|(var, _)| std::env::var_os(var)).collect();
+    match tls.iter().filter(|v| v.is_some()).count() {
+        0 => {}
+        3 => {
+            for ((_, flag), value) in crate::hosts::LINK_TLS_ENV.iter().zip(tls.into_iter().flatten()) {
+                cmd.arg(flag).arg(value);
+            }
+        }
+        _ => {
+            let vars = crate::hosts::LINK_TLS_ENV.map(|(v, _)| v).join(", ");
+            return Err(NodeError::Launch(format!(
+                "set all of {vars} (this host's TLS identity for hprm-link) or none"
+            )));
+        }
     }
     crate::signal::detach(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| NodeError::io("starting hprm-link", e))?;
@@ -646,6 +677,13 @@ impl Launch {
         // What runs is the plain graph: a bank's members are federates.
         let m = m.expanded();
         let share = HostShare::of(&m, self.host.as_deref())?;
+        let auth_key = crate::hosts::auth_key_file(&m.name, share.is_some()).map_err(NodeError::Launch)?;
+        // Between hosts, a lost host or link is noticed within this bound
+        // (the RTI's and federates' TCP connections, the links' Zenoh lease).
+        let host_timeout = match &share {
+            Some(_) => Some(crate::hosts::host_timeout().map_err(NodeError::Launch)?),
+            None => None,
+        };
         if let Some(out) = &self.trace {
             let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
@@ -685,6 +723,10 @@ impl Launch {
         };
         let mut rti_args = Vec::new();
         rti_args.extend(self.rti_args.iter().cloned());
+        // Federates find the key in HPRM_AUTH_KEY_FILE, which they inherit.
+        if let Some(key) = auth_key.filter(|_| !rti_args.iter().any(|a| a == "--auth-key-file")) {
+            rti_args.extend(["--auth-key-file".to_string(), key.to_string_lossy().into_owned()]);
+        }
         if self.fast {
             rti_args.push("--fast".into());
         }
@@ -697,6 +739,9 @@ impl Launch {
             std::fs::create_dir_all(&trace_parts)
                 .map_err(|e| NodeError::io(format!("creating {}", trace_parts.display()), e))?;
             rti_args.extend(["--trace".to_string(), trace_parts.join("hprm-rti.json").to_string_lossy().into_owned()]);
+        }
+        if let Some(t) = host_timeout {
+            rti_args.extend(["--host-timeout-ms".to_string(), t.as_millis().max(1).to_string()]);
         }
         let rti_log = LogSink::new("hprm-rti", n_all + 1, self)?;
         let (mut rti, addr) = match &share {
@@ -713,7 +758,16 @@ impl Launch {
             Some(s) => (None, s.rti_addr.clone()),
         };
         let link = match &share {
-            Some(s) => Some(start_link(s, &socket, dir.path(), &LogSink::new("hprm-link", n_all + 2, self)?)?),
+            Some(s) => {
+                let log = LogSink::new("hprm-link", n_all + 2, self)?;
+                Some(start_link(
+                    s,
+                    &socket,
+                    dir.path(),
+                    host_timeout.unwrap_or(crate::hosts::DEFAULT_HOST_TIMEOUT),
+                    &log,
+                )?)
+            }
             None => None,
         };
         // From here on: this host's federates only.
@@ -743,6 +797,7 @@ impl Launch {
             federation: &m.name,
             coordination: &m,
             trace,
+            host_timeout,
             hosts: share
                 .as_ref()
                 .zip(link.as_ref())
@@ -958,6 +1013,9 @@ impl Launch {
         if let Some((host, federate_hosts, link)) = env.hosts {
             cmd.env("HPRM_HOST", host).env("HPRM_FEDERATE_HOSTS", federate_hosts).env("HPRM_LINK", link);
         }
+        if let Some(t) = env.host_timeout {
+            cmd.env(crate::hosts::HOST_TIMEOUT_ENV, format!("{}ms", t.as_millis().max(1)));
+        }
         if let Some(dir) = env.trace {
             cmd.env(crate::trace::TRACE_ENV, dir);
         }
@@ -997,6 +1055,8 @@ struct ChildEnv<'a> {
     coordination: &'a Manifest,
     /// Where federates write their trace parts (`--trace`).
     trace: Option<&'a Path>,
+    /// In a program with hosts: how soon a lost host is noticed (`HPRM_HOST_TIMEOUT`).
+    host_timeout: Option<Duration>,
     /// In a program with hosts: this host, `HPRM_FEDERATE_HOSTS`, the link's socket.
     hosts: Option<(&'a str, &'a str, &'a Path)>,
 }

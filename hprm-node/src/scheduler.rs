@@ -140,7 +140,7 @@ impl Transport {
             });
         }
         match self.rti() {
-            Some(w) => w.flush().map_err(|e| NodeError::RtiLost(format!("sending to the RTI: {e}"))),
+            Some(w) => w.flush().map_err(|e| NodeError::RtiLost(crate::hosts::rti_io_error("sending to the RTI", &e))),
             None => Ok(()),
         }
     }
@@ -1021,7 +1021,7 @@ impl Scheduler {
     /// Sends `msg` to the RTI at once, behind whatever is queued.
     fn send_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
         if let Some(w) = self.coord.transport.rti() {
-            w.send(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
+            w.send(msg).map_err(|e| NodeError::RtiLost(crate::hosts::rti_io_error(&format!("sending {msg:?}"), &e)))?;
         }
         Ok(())
     }
@@ -1033,7 +1033,8 @@ impl Scheduler {
     /// messages, LTC and NET of a tag go out in one write.
     fn queue_rti(&mut self, msg: &Message) -> Result<(), NodeError> {
         if let Some(w) = self.coord.transport.rti() {
-            w.queue(msg).map_err(|e| NodeError::RtiLost(format!("sending {msg:?}: {e}")))?;
+            w.queue(msg)
+                .map_err(|e| NodeError::RtiLost(crate::hosts::rti_io_error(&format!("sending {msg:?}"), &e)))?;
         }
         Ok(())
     }

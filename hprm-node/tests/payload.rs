@@ -561,3 +561,30 @@ fn an_offset_into_another_stores_arena_is_not_mapped() {
     drop(got);
     assert_clean(&one.client());
 }
+
+#[test]
+fn a_value_from_a_host_its_link_lost_fails_at_once_naming_the_host() {
+    // Host a's store holds the value; host b's receiver waits for it in
+    // its own store, where it never comes. Once b's link lists host a as
+    // lost (with its store's arena), the wait ends with an error naming
+    // the host, well before the get timeout.
+    let (a, b) = (StoreDaemon::start("16M"), StoreDaemon::start("16M"));
+    let bytes = encoder(&a).encode(&frame(MIB), 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lost = hprm_node::hosts::LostHosts::of_link(&dir.path().join("link.sock"));
+    lost.write([("a", a.client().arena_id())]).unwrap();
+    let timeout = Duration::from_secs(30);
+    let receiver = Decoder::new(StoreLink::new(Some(b.socket.clone())), timeout).watching_hosts(Some(lost.clone()));
+    let started = std::time::Instant::now();
+    let e = receiver.decode::<Frame>(&bytes).unwrap_err();
+    assert!(matches!(&e, PayloadError::HostLost { host, missing, .. } if host == "a" && missing.len() == 1), "{e:?}");
+    assert!(e.to_string().contains("host a is lost"), "{e}");
+    assert!(started.elapsed() < timeout, "the receiver waited out its get timeout");
+    // A host that is not lost is waited for as before (here: until the timeout).
+    lost.write([]).unwrap();
+    let patient =
+        Decoder::new(StoreLink::new(Some(b.socket.clone())), Duration::from_millis(200)).watching_hosts(Some(lost));
+    assert!(matches!(patient.decode::<Frame>(&bytes).unwrap_err(), PayloadError::NotInStore { .. }));
+    drop(decoder(&a).decode::<Frame>(&bytes).unwrap());
+    assert_clean(&a.client());
+}

@@ -18,6 +18,8 @@
 //! - [`auth`]: HMAC-SHA256 authentication of federates.
 //! - [`endpoint`]: the Unix sockets beside the TCP ports, for clients on
 //!   the server's host.
+//! - [`liveness`]: TCP keepalive and user timeout, so that connections
+//!   between hosts notice a lost host (the protocol has no heartbeat).
 //!
 //! The protocol it follows is described in `docs/lf-federated-protocol.md`.
 //! The `hprm-rti` daemon (`src/bin/hprm-rti/`) serves it over TCP (and a
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod endpoint;
 pub mod frames;
 pub mod grant;
+pub mod liveness;
 pub mod tag;
 pub mod wire;
 

@@ -72,3 +72,30 @@ class Receiver(hprm.Reactor):
     @hprm.reaction(triggers="inp")
     def receive(self, ctx):
         print(f"RECV {self.name} t={ctx.elapsed} sha={digest(self.inp.value)}", flush=True)
+
+
+class Stream(hprm.Reactor):
+    """cut.toml's source: every 100 ms, a 256 KiB array filled with its number."""
+
+    out = hprm.Output()
+
+    def __init__(self):
+        self.tick = hprm.Timer(period="100ms")
+        self.k = 0
+
+    @hprm.reaction(triggers="tick", effects="out")
+    def send(self, ctx):
+        ctx.set(self.out, np.full(256 << 10, self.k % 256, dtype=np.uint8))
+        self.k += 1
+
+
+class Check(hprm.Reactor):
+    """cut.toml's receiver: prints each array's number and whether every byte holds it."""
+
+    inp = hprm.Input()
+
+    @hprm.reaction(triggers="inp")
+    def receive(self, ctx):
+        a = self.inp.value
+        ok = a.size == 256 << 10 and bool((a == a[0]).all())
+        print(f"GOT {int(a[0])} t={ctx.elapsed} {'ok' if ok else 'BAD'}", flush=True)

@@ -23,9 +23,14 @@ pub(crate) const FRAME_CAPACITY: usize = (64 << 10) + 64;
 /// Kernel socket buffer size asked for on every connection.
 const SOCKET_BUFFER: usize = 4 << 20;
 
-/// TCP_NODELAY (no Nagle delay for small messages) and large kernel buffers.
+/// TCP_NODELAY (no Nagle delay for small messages) and large kernel
+/// buffers; in a program with hosts, keepalive and a user timeout too, so
+/// that a lost host breaks the connection (`crate::hosts::tcp_loss_bound`).
 pub(crate) fn tune(stream: &TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
+    if let Some(bound) = crate::hosts::tcp_loss_bound() {
+        hprm_rti::liveness::bound_loss(stream, bound)?;
+    }
     let s = socket2::SockRef::from(stream);
     // Best effort: the kernel caps them at net.core.{w,r}mem_max.
     let _ = s.set_send_buffer_size(SOCKET_BUFFER);

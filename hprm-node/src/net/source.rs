@@ -193,7 +193,13 @@ impl Source {
             (Peer::Rti { .. }, Ending::RtiFailed) => {
                 self.rx.inbox.push(Incoming::RtiLost("the RTI reported a failure and is going away".into()))
             }
-            (Peer::Rti { .. }, Ending::Broke(e)) => self.rx.inbox.push(Incoming::RtiLost(e.to_string())),
+            (Peer::Rti { addr }, Ending::Broke(e)) => {
+                let why = match &e {
+                    ReadError::Io(io) => crate::hosts::rti_io_error(&format!("reading from the RTI at {addr}"), io),
+                    _ => e.to_string(),
+                };
+                self.rx.inbox.push(Incoming::RtiLost(why))
+            }
         }
         // A parked reader thread is to see the end and exit.
         self.wake_reader();

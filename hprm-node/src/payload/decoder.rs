@@ -44,14 +44,62 @@ const MAX_DEPTH: usize = 1024;
 pub struct Decoder {
     store: StoreLink,
     get_timeout: Duration,
+    /// In a program with hosts: the hosts this host's link has lost.
+    lost_hosts: Option<crate::hosts::LostHosts>,
 }
+
+/// How long one wait for another host's object lasts before the decoder
+/// looks whether that host was lost (then gives up at once).
+const HOST_CHECK: Duration = Duration::from_millis(50);
 
 impl Decoder {
     /// A decoder reading out-of-band buffers from `store`, waiting up to
     /// `get_timeout` (usually [`DEFAULT_GET_TIMEOUT`]) for an object that is
     /// not sealed yet.
     pub fn new(store: StoreLink, get_timeout: Duration) -> Decoder {
-        Decoder { store, get_timeout }
+        Decoder { store, get_timeout, lost_hosts: None }
+    }
+
+    /// In a program with hosts: a wait for objects of another host's
+    /// arena ends as soon as this host's link has lost that host
+    /// ([`PayloadError::HostLost`], naming it), not at the get timeout.
+    pub fn watching_hosts(mut self, lost: Option<crate::hosts::LostHosts>) -> Decoder {
+        self.lost_hosts = lost;
+        self
+    }
+
+    /// Runs `get` (a store wait of the given length, for operation `op`
+    /// of `nbytes`) for objects whose descriptors name the arenas
+    /// `arenas`: at once for the whole timeout when no host is watched or
+    /// every arena is this store's; else in short waits, between which a
+    /// lost host owning one of the arenas ends it.
+    fn wait_for<T>(
+        &self,
+        op: &'static str,
+        nbytes: u64,
+        arenas: &[u64],
+        mut get: impl FnMut(Duration) -> Result<T, hprm_store::Error>,
+    ) -> Result<T, PayloadError> {
+        let here = self.store.client().ok().flatten().map(|c| c.arena_id());
+        let foreign: Vec<u64> = arenas.iter().copied().filter(|a| Some(*a) != here).collect();
+        let Some(lost) = self.lost_hosts.as_ref().filter(|_| !foreign.is_empty()) else {
+            return get(self.get_timeout).map_err(|e| PayloadError::from_store(op, nbytes, e));
+        };
+        let started = std::time::Instant::now();
+        loop {
+            let left = self.get_timeout.saturating_sub(started.elapsed());
+            match get(left.min(HOST_CHECK)) {
+                Err(hprm_store::Error::Timeout { missing, .. }) => {
+                    if let Some(host) = foreign.iter().find_map(|arena| lost.host_of(*arena)) {
+                        return Err(PayloadError::HostLost { host, missing, waited: started.elapsed() });
+                    }
+                    if left <= HOST_CHECK {
+                        return Err(PayloadError::NotInStore { missing, waited: started.elapsed() });
+                    }
+                }
+                r => return r.map_err(|e| PayloadError::from_store(op, nbytes, e)),
+            }
+        }
     }
 
     /// Decodes one payload (as made by [`super::Encoder::encode`] or the
@@ -95,9 +143,10 @@ impl Decoder {
             Some(at) => client
                 .claim(spilled.id, placement(at, spilled.nbytes), self.get_timeout)
                 .map_err(|e| PayloadError::from_store("claim", spilled.nbytes, e))?,
-            None => client
-                .get_one(spilled.id, self.get_timeout)
-                .map_err(|e| PayloadError::from_store("get", spilled.nbytes, e))?,
+            None => {
+                let arenas: Vec<u64> = at.map(|at| at.arena).into_iter().collect();
+                self.wait_for("get", spilled.nbytes, &arenas, |t| client.get_one(spilled.id, t))?
+            }
         };
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(spilled.id, 1, spilled.nbytes, s);
@@ -140,12 +189,18 @@ impl Decoder {
     /// reference until dropped; dropping it settles this receiver's
     /// delivery.
     pub fn take(&self, ids: &[ObjectId]) -> Result<Vec<Object>, PayloadError> {
+        self.take_from(ids, &[])
+    }
+
+    /// [`Decoder::take`] of objects whose descriptors name the arenas
+    /// `arenas` (see [`Decoder::watching_hosts`]).
+    fn take_from(&self, ids: &[ObjectId], arenas: &[u64]) -> Result<Vec<Object>, PayloadError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: ids.len() })?;
         let started = crate::trace::tracer().map(|t| t.now());
-        let objects = client.get(ids, self.get_timeout).map_err(|e| PayloadError::from_store("get", 0, e))?;
+        let objects = self.wait_for("get", 0, arenas, |t| client.get(ids, t))?;
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(ids[0], ids.len() as u32, objects.iter().map(|o| o.data().len() as u64).sum(), s);
         }
@@ -191,11 +246,12 @@ impl Decoder {
         // store) mean nothing here: those objects are looked up by id.
         let here = |id: &ObjectId| scan.placed.get(id).filter(|at| at.arena == client.arena_id()).copied();
         let unplaced: Vec<ObjectId> = scan.objects.iter().filter(|id| here(id).is_none()).copied().collect();
+        let arenas: Vec<u64> = unplaced.iter().filter_map(|id| scan.placed.get(id).map(|at| at.arena)).collect();
         if unplaced.len() == scan.objects.len() {
-            return self.take(&unplaced);
+            return self.take_from(&unplaced, &arenas);
         }
         let started = crate::trace::tracer().map(|t| t.now());
-        let mut fetched = self.take(&unplaced)?.into_iter();
+        let mut fetched = self.take_from(&unplaced, &arenas)?.into_iter();
         let mut objects = Vec::with_capacity(scan.objects.len());
         let mut bytes = 0;
         for id in &scan.objects {

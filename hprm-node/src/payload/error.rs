@@ -64,6 +64,15 @@ pub enum PayloadError {
         missing.len(), list_ids(missing)
     )]
     NotInStore { missing: Vec<ObjectId>, waited: Duration },
+    /// Referenced objects of another host's store were still on their way
+    /// when this host's link lost that host.
+    #[error(
+        "host {host} is lost (this host's hprm-link has not heard from it within HPRM_HOST_TIMEOUT), so {} object(s) of this value \
+         sent from there cannot arrive ({}; waited {waited:?}): the value is lost; check the network between the hosts \
+         (values flow again once the link is back)",
+        missing.len(), list_ids(missing)
+    )]
+    HostLost { host: String, missing: Vec<ObjectId>, waited: Duration },
     /// Any other failure of a store operation.
     #[error("object store {op} failed: {source}")]
     Store { op: &'static str, source: hprm_store::Error },

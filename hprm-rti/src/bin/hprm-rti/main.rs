@@ -65,6 +65,12 @@ struct Cli {
     /// federation id as the key: put it in the file to admit them.
     #[arg(long)]
     auth_key_file: Option<std::path::PathBuf>,
+    /// For federates on other hosts: how long a TCP connection may go
+    /// unanswered before its federate counts as lost (keepalive and
+    /// TCP_USER_TIMEOUT; an idle connection notices within one to two
+    /// seconds more). Off by default: the kernel's minutes.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    host_timeout_ms: Option<u64>,
     /// Time between the last federate's start-time proposal and the start
     /// of the federation, in milliseconds: the margin for every federate
     /// to hear the start time before it comes (LF uses 1 s).
@@ -231,12 +237,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             });
         }
+        let host_timeout = cli.host_timeout_ms.map(std::time::Duration::from_millis);
         let accept = {
             let federation = federation.clone();
             async move {
                 loop {
                     match listener.accept().await {
-                        Ok((s, peer)) => match stream::tcp(s) {
+                        Ok((s, peer)) => match host_timeout.map_or(Ok(()), |t| hprm_rti::liveness::bound_loss(&s, t)).and_then(|()| stream::tcp(s)) {
                             Ok(halves) => {
                                 tokio::spawn(connection::serve(halves, stream::Origin::Tcp(peer), federation.clone(), admission.clone()));
                             }
