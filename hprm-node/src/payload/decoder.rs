@@ -45,7 +45,7 @@ pub struct Decoder {
     store: StoreLink,
     get_timeout: Duration,
     /// In a program with hosts: the hosts this host's link has lost.
-    lost_hosts: Option<crate::hosts::LostHosts>,
+    lost_hosts: Option<super::LostHosts>,
 }
 
 /// How long one wait for another host's object lasts before the decoder
@@ -63,7 +63,7 @@ impl Decoder {
     /// In a program with hosts: a wait for objects of another host's
     /// arena ends as soon as this host's link has lost that host
     /// ([`PayloadError::HostLost`], naming it), not at the get timeout.
-    pub fn watching_hosts(mut self, lost: Option<crate::hosts::LostHosts>) -> Decoder {
+    pub fn watching_hosts(mut self, lost: Option<super::LostHosts>) -> Decoder {
         self.lost_hosts = lost;
         self
     }

@@ -181,6 +181,7 @@ mod descriptor;
 mod dtype;
 mod encoder;
 mod error;
+mod lost;
 pub mod msgpack;
 pub mod oob;
 mod scoped;
@@ -197,6 +198,7 @@ pub use descriptor::{
 pub use dtype::{Dtype, Element};
 pub use encoder::{EncodeSession, Encoder, Loan};
 pub use error::PayloadError;
+pub use lost::LostHosts;
 pub use store::StoreLink;
 
 /// Default out-of-band threshold: buffers of at least this many bytes go
