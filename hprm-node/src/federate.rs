@@ -160,7 +160,11 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     inbound.dedup();
     outbound.sort();
     outbound.dedup();
-    let rx = Arc::new(Receiving { inputs, decoder, inbox: inbox.clone() });
+    let board = Arc::new(crate::status::Board::new(
+        inputs.iter().map(|n| n.as_ref().map(|n| (n.sender.clone(), n.receiver.clone()))).collect(),
+        program.reactions.len(),
+    ));
+    let rx = Arc::new(Receiving { inputs, decoder, inbox: inbox.clone(), board: board.clone() });
 
     let mut unix_socket = None;
     let (transport, start, resume) = match &opts.rti {
@@ -235,7 +239,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     if let Some(t) = crate::trace::tracer() {
         t.set_start(start);
     }
-    let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, &idx)?;
+    let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, board, &idx)?;
     let mut observed = None;
     if let Some(dir) = &opts.runtime_dir {
         // Observing is never a reason to fail: without it the federate runs unobserved.

@@ -47,7 +47,8 @@
 //! 3. **A reaction's context**: [`Ctx`] (`context`).
 //! 4. **The graph**: `program`, `level`, `manifest::build`.
 //! 5. **The outside world**: `net/` (`socket`, `source`, `rti`, `peer`,
-//!    `clock_sync`), `signal`, [`status`], [`tap`].
+//!    `clock_sync`), `signal`, [`status`] (with the [`figures`] it
+//!    publishes), [`tap`].
 //! 6. **The scheduler**: one federate's event loop.
 //! 7. **Builders and running**: `reactor` (the [`ReactorBuilder`] and
 //!    `Program::reactor`), `bank` ([`Program::bank`]), `federate` ([`run_federate`]), [`launch`], and
@@ -67,6 +68,7 @@ mod clock;
 mod context;
 mod error;
 mod federate;
+pub mod figures;
 pub mod hosts;
 mod ids;
 mod inbox;
