@@ -8,13 +8,16 @@
 //! [`ReactionFigures`] in the federate's status file, where `hprm
 //! dashboard` reads them.
 //!
+//! [`Recent`] keeps the last runs of a federate's reactions (which, at
+//! what tag, from when to when), for a live timeline.
+//!
 //! Latency is from a message's logical send time (the sender's tag, which
 //! in real-time execution a sender reaches at or just after physical time
 //! does) to the start of the tag that delivers it at the receiver, in
 //! physical time: the transport, the wait for the receiver and its `after`
 //! delay. Fast mode has no such relation, so nothing is recorded there.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
 pub use hprm_rti::figures::{HistogramCounts, LATENCY_BOUNDS_NS};
 use hprm_rti::figures::Histogram;
@@ -152,9 +155,114 @@ pub struct ReactionFigures {
     pub mean_ns: u64,
 }
 
+/// How many runs [`Recent`] keeps: at least the runs of two status
+/// periods of a federate running 2,000 reactions a second.
+pub const RECENT_RUNS: usize = 4096;
+
+/// One run in [`Recent`]: a seqlock (`seq` odd while it is written, then
+/// `2n + 2` for the `n`th run), so a reader skips a slot overwritten while
+/// it read.
+#[derive(Debug, Default)]
+struct RunSlot {
+    seq: AtomicU64,
+    reaction: AtomicU64,
+    tag_time: AtomicI64,
+    microstep: AtomicU64,
+    start: AtomicI64,
+    end: AtomicI64,
+}
+
+/// The last [`RECENT_RUNS`] runs of a federate's reactions, written by
+/// whichever thread ran each (the scheduler, its workers).
+#[derive(Debug)]
+pub(crate) struct Recent {
+    next: AtomicU64,
+    slots: Box<[RunSlot]>,
+}
+
+impl Default for Recent {
+    fn default() -> Recent {
+        Recent { next: AtomicU64::new(0), slots: (0..RECENT_RUNS).map(|_| RunSlot::default()).collect() }
+    }
+}
+
+impl Recent {
+    /// Reaction `reaction` ran at `tag` from `start` to `end` (ns since the epoch).
+    #[inline]
+    pub fn record(&self, reaction: usize, tag: hprm_rti::Tag, start: i64, end: i64) {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = &self.slots[(n % RECENT_RUNS as u64) as usize];
+        slot.seq.store(2 * n + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        slot.reaction.store(reaction as u64, Ordering::Relaxed);
+        slot.tag_time.store(tag.time, Ordering::Relaxed);
+        slot.microstep.store(u64::from(tag.microstep), Ordering::Relaxed);
+        slot.start.store(start, Ordering::Relaxed);
+        slot.end.store(end, Ordering::Relaxed);
+        slot.seq.store(2 * n + 2, Ordering::Release);
+    }
+
+    /// How many runs were recorded so far.
+    pub fn count(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// The runs recorded from the `from`th on (those still kept, and not
+    /// being overwritten), oldest first; tags as time since `start`.
+    pub fn since(&self, from: u64, start: i64) -> Vec<RecentRun> {
+        let end = self.count();
+        let from = from.max(end.saturating_sub(RECENT_RUNS as u64));
+        (from..end)
+            .filter_map(|n| {
+                let slot = &self.slots[(n % RECENT_RUNS as u64) as usize];
+                if slot.seq.load(Ordering::Acquire) != 2 * n + 2 {
+                    return None;
+                }
+                let run = RecentRun {
+                    reaction: slot.reaction.load(Ordering::Relaxed) as usize,
+                    tag_ns: slot.tag_time.load(Ordering::Relaxed) - start,
+                    microstep: slot.microstep.load(Ordering::Relaxed) as u32,
+                    start_ns: slot.start.load(Ordering::Relaxed),
+                    end_ns: slot.end.load(Ordering::Relaxed),
+                };
+                fence(Ordering::Acquire);
+                (slot.seq.load(Ordering::Relaxed) == 2 * n + 2).then_some(run)
+            })
+            .collect()
+    }
+}
+
+/// A run of a reaction, in a status file's timeline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentRun {
+    /// Its id (a key of the status's `reaction_names`).
+    pub reaction: usize,
+    /// Its tag, as time since the start, and microstep.
+    pub tag_ns: i64,
+    pub microstep: u32,
+    /// Physical time, ns since the epoch.
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_runs_keep_the_last_and_read_from_where_asked() {
+        let r = Recent::default();
+        let tag = |t| hprm_rti::Tag::new(t, 0);
+        for i in 0..(RECENT_RUNS as i64 + 10) {
+            r.record(3, tag(100 + i), 1000 + i, 1001 + i);
+        }
+        let all = r.since(0, 100);
+        assert_eq!(all.len(), RECENT_RUNS, "the oldest were overwritten");
+        assert_eq!((all[0].tag_ns, all[0].start_ns), (10, 1010));
+        let last = r.since(r.count() - 2, 100);
+        assert_eq!(last.iter().map(|x| x.end_ns).collect::<Vec<_>>(), [1001 + RECENT_RUNS as i64 + 8, 1001 + RECENT_RUNS as i64 + 9]);
+        assert!(r.since(r.count(), 100).is_empty());
+    }
 
     #[test]
     fn rates_are_over_the_time_since_the_last_reading() {

@@ -1364,8 +1364,9 @@ impl Scheduler {
         let meta = &self.plan.meta;
         let tracer = crate::trace::tracer();
         let board = &*self.board;
+        let clock = &*self.clock;
         let run = |r: ReactionId| {
-            let started = std::time::Instant::now();
+            let started = clock.now();
             let o = match tracer {
                 None => execute(r, &meta[&r], reactors, &view),
                 Some(t) => {
@@ -1375,9 +1376,7 @@ impl Scheduler {
                     o
                 }
             };
-            if let Some(b) = board.reaction(r.index()) {
-                b.ran(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
-            }
+            board.reaction_ran(r.index(), g, started, clock.now());
             o
         };
         let workers = self.plan.opts.workers;

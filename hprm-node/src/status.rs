@@ -18,7 +18,7 @@ use hprm_rti::tag::Tag;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
-use crate::figures::{ConnectionBoard, ConnectionFigures, ReactionBoard, ReactionFigures};
+use crate::figures::{ConnectionBoard, ConnectionFigures, ReactionBoard, ReactionFigures, Recent, RecentRun};
 use crate::loss::{Loss, Losses};
 use crate::sync::{Condvar, Mutex};
 
@@ -112,6 +112,13 @@ pub struct FederateStatus {
     /// another connection's carry excepted: see `scheduler::routes`).
     #[serde(default)]
     pub connections: Vec<ConnectionFigures>,
+    /// This federate's reactions, by id: the names `timeline` refers to.
+    #[serde(default)]
+    pub reaction_names: Vec<(usize, String)>,
+    /// Its reactions' runs over the last two status periods (so a reader
+    /// reading once a period misses none), oldest first.
+    #[serde(default)]
+    pub timeline: Vec<RecentRun>,
 }
 
 /// How many reactions a status lists in `busiest`.
@@ -135,6 +142,8 @@ pub(crate) struct Board {
     /// scheduler has built them.
     reaction_boards: Box<[ReactionBoard]>,
     reaction_names: std::sync::OnceLock<Vec<(usize, String)>>,
+    /// The last runs, for a live timeline.
+    recent: Recent,
 }
 
 impl Board {
@@ -163,6 +172,15 @@ impl Board {
     #[inline]
     pub fn reaction(&self, index: usize) -> Option<&ReactionBoard> {
         self.reaction_boards.get(index)
+    }
+
+    /// Reaction `index` ran at `tag` from `start` to `end` (ns since the epoch).
+    #[inline]
+    pub fn reaction_ran(&self, index: usize, tag: Tag, start: i64, end: i64) {
+        if let Some(b) = self.reaction_boards.get(index) {
+            b.ran(u64::try_from(end - start).unwrap_or(0));
+            self.recent.record(index, tag, start, end);
+        }
     }
 
     /// `n` reactions ran, `missed` of them past their deadline.
@@ -251,6 +269,8 @@ impl Publisher {
         let thread = std::thread::Builder::new().name("hprm-status".into()).spawn(move || {
             let (mut last_in, mut last_out, mut last_at) = (0u64, 0u64, clock.now());
             let mut last_reactions = 0u64;
+            // Where the last two periods' runs begin.
+            let (mut runs_before, mut runs_last) = (0u64, 0u64);
             let mut last_connections: Vec<ConnectionFigures> = Vec::new();
             let mut last_busy: std::collections::HashMap<usize, ReactionFigures> = Default::default();
             loop {
@@ -300,7 +320,10 @@ impl Publisher {
                     deadline_misses: board.deadline_misses.load(Ordering::Relaxed),
                     busiest,
                     connections,
+                    reaction_names: board.reaction_names.get().cloned().unwrap_or_default(),
+                    timeline: board.recent.since(runs_before, start),
                 };
+                (runs_before, runs_last) = (runs_last, board.recent.count());
                 (last_in, last_out, last_at, last_reactions) = (msgs_in, msgs_out, now, reactions);
                 last_connections.clone_from(&status.connections);
                 last_busy = reaction_figures.into_iter().collect();
