@@ -118,7 +118,7 @@ def test_a_100_hz_timer_shows_100_messages_a_second(running):
     assert 90 <= rate <= 110, f"{rate:.1f} messages/s from {a} to {b}"
 
 
-CONNECTION = "source.Source.out -> sink.Sink.inp"
+CONNECTION = "source.source.out -> sink.sink.inp"
 
 
 def connection_samples(families, name):
@@ -175,7 +175,7 @@ def test_every_message_is_in_the_latency_histogram(running):
     assert value(f, "hprm_connection_bytes", program="ticker", connection=CONNECTION, path="store") == 0
     # Reactions ran and are counted: the sink's `add` among its busiest.
     assert value(f, "hprm_federate_reactions", program="ticker", federate="sink") > 0
-    assert value(f, "hprm_reaction_runs", program="ticker", federate="sink", reaction="sink.Sink.add") > 0
+    assert value(f, "hprm_reaction_runs", program="ticker", federate="sink", reaction="sink.sink.add") > 0
     assert value(f, "hprm_federate_deadline_misses", program="ticker", federate="sink") == 0
     assert value(f, "hprm_federate_restarts", program="ticker", federate="sink") == 0
 
@@ -187,6 +187,35 @@ def test_connection_counters_move_between_scrapes(running):
     for name, key in [("hprm_connection_messages", ("hprm_connection_messages_total", None)), ("hprm_connection_latency_seconds", ("hprm_connection_latency_seconds_count", None))]:
         a, b = connection_samples(first, name)[key], connection_samples(second, name)[key]
         assert b > a, (name, a, b)
+
+
+def test_the_rti_publishes_grants_and_relays(running):
+    url, _ = running
+    first = scrape(url)
+    second, _ = wait_for_change(url, value(first, "hprm_connection_messages", program="ticker", connection=CONNECTION))
+    time.sleep(1.1)  # the RTI writes its figures once a second, apart from the federates
+    second = scrape(url)
+    assert value(second, "hprm_rti_up", program="ticker") == 1
+    relayed = [value(f, "hprm_rti_relayed_messages", program="ticker") for f in (first, second)]
+    assert relayed[1] > relayed[0] > 0, relayed
+    assert second["hprm_rti_grant_latency_seconds"].type == "histogram"
+    grants = value(second, "hprm_rti_grants", program="ticker", federate="sink")
+    count = next(s.value for s in second["hprm_rti_grant_latency_seconds"].samples if s.name.endswith("_count") and s.labels.get("federate") == "sink")
+    assert 0 < count <= grants, (count, grants)
+    assert value(second, "hprm_rti_net_seconds", program="ticker", federate="source") > 0
+
+
+def test_the_timeline_holds_each_run_of_the_last_periods(running):
+    url, _ = running
+    snap = get_json(url + "/api/programs")
+    sink = next(f["status"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "sink")
+    names = dict(sink["reaction_names"])
+    adds = [r for r in sink["timeline"] if names[r["reaction"]] == "sink.sink.add"]
+    # Two periods of a 100 Hz input: about 200 runs, each at its own tag, in order.
+    assert 100 <= len(adds) <= 300, len(adds)
+    assert all(r["start_ns"] <= r["end_ns"] for r in adds)
+    tags = [(r["tag_ns"], r["microstep"]) for r in adds]
+    assert tags == sorted(tags) and len(set(tags)) == len(tags), tags[:10]
 
 
 def test_tags_agree_with_hprm_ps(running):
@@ -257,7 +286,8 @@ def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path_factory)
     m = re.search(r'<text class="edge" data-from="source" data-to="sink"[^>]*>(\d+) msg/s', page)
     assert m and 50 <= int(m.group(1)) <= 150, page[-3000:]
     assert re.search(r"p50 \d+ (µs|ms) · p99 \d+ (µs|ms)", page), page[-3000:]
-    assert 'class="timeline"' in page and "sink.Sink.add" in page
+    assert 'class="timeline"' in page and re.search(r"<title>sink\.sink\.add at tag [^<]*, ran ", page), page[-3000:]
+    assert 'class="rti"' in page and "relayed" in page
     first = tag(page, "source")
     time.sleep(2)
     assert tag(dom(), "source") != first, "the tag shown moves as the program runs"

@@ -139,7 +139,8 @@ pub struct RtiFederate {
     /// The last tag granted to it (TAG or PTAG).
     pub granted_ns: Option<i64>,
     pub grants: u64,
-    /// From each NET to the first grant reaching its tag.
+    /// How long it waited for each grant: from its first NET or LTC since
+    /// the grant before (it asked to go on) to the grant.
     pub grant_latency: HistogramCounts,
     /// Over the last period.
     pub grant_p50_ns: Option<i64>,

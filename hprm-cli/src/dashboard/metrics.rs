@@ -246,7 +246,7 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     reg.register("rti_grants", "Tag advance grants (TAG, PTAG) the RTI sent a federate", rti_grants);
     reg.register_with_unit(
         "rti_grant_latency",
-        "From a federate's NET (next event tag) to the first grant reaching that tag",
+        "How long a federate waited for each grant, from its first NET or LTC since the grant before",
         prometheus_client::registry::Unit::Seconds,
         rti_grant_latency,
     );

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use hprm_rti::figures::{Histogram, RtiFederate, RtiFigures, RTI_STATUS_FILE};
 use hprm_rti::grant::{FedId, Grant};
-use hprm_rti::tag::{Instant, Tag, NEVER};
+use hprm_rti::tag::{Instant, Tag, FOREVER, NEVER};
 
 use crate::connection::physical_now as now;
 
@@ -21,8 +21,9 @@ struct Federate {
     ltc: Option<Tag>,
     granted: Option<Tag>,
     grants: u64,
-    /// The last NET not yet granted, and when it came.
-    waiting: Option<(Tag, Instant)>,
+    /// Since when it waits for a grant: its first NET or LTC since the
+    /// last grant.
+    waiting: Option<Instant>,
     latency: Histogram,
 }
 
@@ -41,13 +42,14 @@ impl Board {
     pub fn next_event_tag(&mut self, fed: FedId, tag: Tag) {
         if let Some(f) = self.federates.get_mut(usize::from(fed)) {
             f.net = Some(tag);
-            f.waiting = Some((tag, now()));
+            f.waiting.get_or_insert_with(now);
         }
     }
 
     pub fn latest_tag_confirmed(&mut self, fed: FedId, tag: Tag) {
         if let Some(f) = self.federates.get_mut(usize::from(fed)) {
             f.ltc = Some(tag);
+            f.waiting.get_or_insert_with(now);
         }
     }
 
@@ -55,15 +57,17 @@ impl Board {
         self.relayed += 1;
     }
 
-    /// A grant sent: the latency of the NET it answers, if it reaches it.
+    /// A grant sent: how long the federate waited for it, since it last
+    /// asked to go on (a NET, or an LTC: it finished a tag). Whatever its
+    /// tag: a federate with nothing ahead of its own sends one NET (its
+    /// stop tag) and is granted the tags of the messages that reach it.
     pub fn granted(&mut self, fed: FedId, grant: &Grant) {
         let (Grant::Tag(t) | Grant::Provisional(t)) = *grant else { return };
         let Some(f) = self.federates.get_mut(usize::from(fed)) else { return };
         f.granted = Some(t);
         f.grants += 1;
-        if let Some((_, at)) = f.waiting.filter(|(net, _)| t >= *net) {
+        if let Some(at) = f.waiting.take() {
             f.latency.observe(now().saturating_sub(at));
-            f.waiting = None;
         }
     }
 
@@ -76,7 +80,7 @@ impl Board {
         last: Option<&RtiFigures>,
         secs: f64,
     ) -> RtiFigures {
-        let since = |t: Option<Tag>| t.filter(|t| *t != NEVER).map(|t| t.time.saturating_sub(start.unwrap_or(0)));
+        let since = |t: Option<Tag>| t.filter(|t| *t != NEVER && *t != FOREVER).map(|t| t.time.saturating_sub(start.unwrap_or(0)));
         let federates = self
             .federates
             .iter()
