@@ -19,8 +19,8 @@
 
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
-pub use hprm_rti::figures::{HistogramCounts, LATENCY_BOUNDS_NS};
 use hprm_rti::figures::Histogram;
+pub use hprm_rti::figures::{HistogramCounts, LATENCY_BOUNDS_NS};
 use serde::{Deserialize, Serialize};
 
 /// What arrived on one connection ending at this federate.
@@ -132,7 +132,7 @@ impl ReactionBoard {
             max_ns: self.max_ns.load(Ordering::Relaxed),
             runs_per_s: recent_runs as f64 / secs,
             busy_share: recent_busy as f64 / 1e9 / secs,
-            mean_ns: if recent_runs == 0 { 0 } else { recent_busy / recent_runs },
+            mean_ns: recent_busy.checked_div(recent_runs).unwrap_or(0),
         }
     }
 }
@@ -260,7 +260,10 @@ mod tests {
         assert_eq!(all.len(), RECENT_RUNS, "the oldest were overwritten");
         assert_eq!((all[0].tag_ns, all[0].start_ns), (10, 1010));
         let last = r.since(r.count() - 2, 100);
-        assert_eq!(last.iter().map(|x| x.end_ns).collect::<Vec<_>>(), [1001 + RECENT_RUNS as i64 + 8, 1001 + RECENT_RUNS as i64 + 9]);
+        assert_eq!(
+            last.iter().map(|x| x.end_ns).collect::<Vec<_>>(),
+            [1001 + RECENT_RUNS as i64 + 8, 1001 + RECENT_RUNS as i64 + 9]
+        );
         assert!(r.since(r.count(), 100).is_empty());
     }
 

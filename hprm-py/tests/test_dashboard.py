@@ -292,7 +292,7 @@ def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path_factory)
     time.sleep(2)
     assert tag(dom(), "source") != first, "the tag shown moves as the program runs"
     r = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,760", "--virtual-time-budget=2500", f"--screenshot={shot}", url + "/?poll"],
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,1250", "--virtual-time-budget=2500", f"--screenshot={shot}", url + "/?poll"],
         capture_output=True, text=True, timeout=90,
     )
     assert r.returncode == 0 and shot.stat().st_size > 10_000, r.stderr[-2000:]

@@ -173,5 +173,4 @@ mod tests {
         assert_eq!((recent.count(), recent.sum_ns, recent.quantile(0.5)), (1, 40_000, Some(50_000)));
         assert_eq!(HistogramCounts::default().quantile(0.5), None);
     }
-
 }

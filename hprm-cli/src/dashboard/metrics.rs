@@ -123,7 +123,8 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
             reactions.get_or_create(&l).inc_by(s.reactions);
             deadline_misses.get_or_create(&l).inc_by(s.deadline_misses);
             for r in &s.busiest {
-                let l = labels(&[("program", prog), ("federate", &f.name), ("host", &f.host), ("reaction", &r.reaction)]);
+                let l =
+                    labels(&[("program", prog), ("federate", &f.name), ("host", &f.host), ("reaction", &r.reaction)]);
                 reaction_runs.get_or_create(&l).inc_by(r.runs);
                 reaction_seconds.get_or_create(&l).set(r.busy_ns as f64 / 1e9);
                 reaction_max.get_or_create(&l).set(r.max_ns as f64 / 1e9);
@@ -209,7 +210,11 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     reg.register("federate_messages_received", "Tagged messages received", msgs_in);
     reg.register("federate_messages_sent", "Tagged messages sent (one per receiving federate)", msgs_out);
     reg.register("federate_reactions", "Reactions run", reactions);
-    reg.register("federate_deadline_misses", "Reactions started past their deadline (their handler ran)", deadline_misses);
+    reg.register(
+        "federate_deadline_misses",
+        "Reactions started past their deadline (their handler ran)",
+        deadline_misses,
+    );
     reg.register("federate_restarts", "Times the launcher restarted the federate after a failure", restarts);
     reg.register("reaction_runs", "Runs of one of the federate's busiest reactions", reaction_runs);
     reg.register_with_unit(
@@ -251,8 +256,16 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
         rti_grant_latency,
     );
     reg.register("rti_net_seconds", "A federate's last NET, as logical time since the start", rti_net);
-    reg.register("rti_ltc_seconds", "A federate's last LTC (latest tag confirmed), as logical time since the start", rti_ltc);
-    reg.register("rti_granted_seconds", "The last tag granted to a federate, as logical time since the start", rti_granted);
+    reg.register(
+        "rti_ltc_seconds",
+        "A federate's last LTC (latest tag confirmed), as logical time since the start",
+        rti_ltc,
+    );
+    reg.register(
+        "rti_granted_seconds",
+        "The last tag granted to a federate, as logical time since the start",
+        rti_granted,
+    );
     reg.register("federate_losses", "Messages lost or late, by kind (hprm_node::loss), all ports together", losses);
     reg.register("port_losses", "Messages lost or late, by input or output port and kind", port_losses);
     reg.register("store_up", "The program's store answered", store_up);
@@ -338,10 +351,18 @@ mod tests {
         let text = encode_text(&snap);
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("# TYPE hprm_federate_messages_sent counter"), "{text}");
-        assert!(text.contains(r#"hprm_federate_messages_sent_total{program="demo",federate="source",host="here"} 20"#), "{text}");
-        assert!(text.contains(r#"hprm_federate_tag_seconds{program="demo",federate="sink",host="here"} 1.5"#), "{text}");
         assert!(
-            text.contains(r#"hprm_port_losses_total{program="demo",federate="sink",host="here",port="sink.inp",kind="tardy"} 3"#),
+            text.contains(r#"hprm_federate_messages_sent_total{program="demo",federate="source",host="here"} 20"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"hprm_federate_tag_seconds{program="demo",federate="sink",host="here"} 1.5"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"hprm_port_losses_total{program="demo",federate="sink",host="here",port="sink.inp",kind="tardy"} 3"#
+            ),
             "{text}"
         );
         let conn = r#"program="demo",federate="sink",host="here",connection="source.s.out -> sink.s.inp""#;
@@ -349,14 +370,25 @@ mod tests {
         assert!(text.contains(&format!(r#"hprm_connection_bytes_total{{{conn},path="store"}} 7000"#)), "{text}");
         assert!(text.contains("# TYPE hprm_connection_latency_seconds histogram"), "{text}");
         // Cumulative buckets, up to +Inf: every message counted once.
-        assert!(text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="0.00001",{conn}}} 1"#)), "{text}");
-        assert!(text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="0.00005",{conn}}} 3"#)), "{text}");
+        assert!(
+            text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="0.00001",{conn}}} 1"#)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="0.00005",{conn}}} 3"#)),
+            "{text}"
+        );
         assert!(text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="+Inf",{conn}}} 3"#)), "{text}");
         assert!(text.contains(&format!("hprm_connection_latency_seconds_count{{{conn}}} 3")), "{text}");
-        assert!(text.contains(r#"hprm_federate_restarts_total{program="demo",federate="sink",host="here"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"hprm_federate_restarts_total{program="demo",federate="sink",host="here"} 1"#),
+            "{text}"
+        );
         for kind in Loss::ALL {
-            let zero =
-                format!(r#"hprm_federate_losses_total{{program="demo",federate="source",host="here",kind="{}"}} 0"#, kind.name());
+            let zero = format!(
+                r#"hprm_federate_losses_total{{program="demo",federate="source",host="here",kind="{}"}} 0"#,
+                kind.name()
+            );
             assert!(text.contains(&zero), "{zero} in {text}");
         }
     }

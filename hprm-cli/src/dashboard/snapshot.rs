@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use hprm_node::manifest::Manifest;
-use hprm_rti::figures::{RtiFigures, RTI_STATUS_FILE};
 use hprm_node::status::{self, FederateStatus, RtiProcess};
+use hprm_rti::figures::{RtiFigures, RTI_STATUS_FILE};
 use hprm_store::{ConnectOptions, StoreClient};
 use serde::Serialize;
 

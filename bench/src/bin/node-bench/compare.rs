@@ -79,7 +79,9 @@ pub(crate) struct Run {
 pub(crate) fn compare(daemons: [Daemons; 2], dashboard_b: Option<&Path>, run: Run) -> Result<()> {
     let Run { workload, coord, size, launches, rounds, populate } = run;
     if daemons[0] == daemons[1] && dashboard_b.is_none() {
-        bail!("both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, --dashboard-b, or a mix");
+        bail!(
+            "both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, --dashboard-b, or a mix"
+        );
     }
     if let Some(hprm) = dashboard_b {
         if !hprm.is_file() {
@@ -145,7 +147,9 @@ pub(crate) fn compare(daemons: [Daemons; 2], dashboard_b: Option<&Path>, run: Ru
     let mut medians = [0.0; 2];
     let labels = daemons.map(|d| d.label());
     let labels = match dashboard_b {
-        Some(hprm) => [format!("{}, unwatched", labels[0]), format!("{}, watched by {} dashboard", labels[1], hprm.display())],
+        Some(hprm) => {
+            [format!("{}, unwatched", labels[0]), format!("{}, watched by {} dashboard", labels[1], hprm.display())]
+        }
         None => labels,
     };
     for (side, (v, label)) in figures.iter_mut().zip(labels).enumerate() {

@@ -80,7 +80,9 @@ impl Board {
         last: Option<&RtiFigures>,
         secs: f64,
     ) -> RtiFigures {
-        let since = |t: Option<Tag>| t.filter(|t| *t != NEVER && *t != FOREVER).map(|t| t.time.saturating_sub(start.unwrap_or(0)));
+        let since = |t: Option<Tag>| {
+            t.filter(|t| *t != NEVER && *t != FOREVER).map(|t| t.time.saturating_sub(start.unwrap_or(0)))
+        };
         let federates = self
             .federates
             .iter()
