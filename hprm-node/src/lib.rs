@@ -37,7 +37,8 @@
 //! path against this table):
 //!
 //! 0. **Foundations**: `error`, `sync` (locks that do not poison),
-//!    `clock`, `trace`, [`payload`], [`log`].
+//!    `clock`, `trace`, [`payload`], [`log`], [`loss`], [`figures`] (the
+//!    counters and histograms the runtime keeps for dashboards).
 //! 1. **Ids and values**: `ids` (program ids, typed handles such as
 //!    [`Input`], [`Value`]), [`manifest`] (a program as plain data) and
 //!    [`realtime`] (a federate's priority and CPUs).
@@ -47,8 +48,7 @@
 //! 3. **A reaction's context**: [`Ctx`] (`context`).
 //! 4. **The graph**: `program`, `level`, `manifest::build`.
 //! 5. **The outside world**: `net/` (`socket`, `source`, `rti`, `peer`,
-//!    `clock_sync`), `signal`, [`status`] (with the [`figures`] it
-//!    publishes), [`tap`].
+//!    `clock_sync`), `signal`, [`status`], [`tap`].
 //! 6. **The scheduler**: one federate's event loop.
 //! 7. **Builders and running**: `reactor` (the [`ReactorBuilder`] and
 //!    `Program::reactor`), `bank` ([`Program::bank`]), `federate` ([`run_federate`]), [`launch`], and
