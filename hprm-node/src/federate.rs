@@ -166,7 +166,11 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     inbound.dedup();
     outbound.sort();
     outbound.dedup();
-    let rx = Arc::new(Receiving { inputs, decoder, inbox: inbox.clone() });
+    let board = Arc::new(crate::status::Board::new(
+        inputs.iter().map(|n| n.as_ref().map(|n| (n.sender.clone(), n.receiver.clone()))).collect(),
+        program.reactions.len(),
+    ));
+    let rx = Arc::new(Receiving { inputs, decoder, inbox: inbox.clone(), board: board.clone() });
 
     let mut unix_socket = None;
     let (transport, start, resume) = match &opts.rti {
@@ -242,7 +246,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         t.set_start(start);
     }
     let store_socket = opts.store.clone();
-    let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, &idx)?;
+    let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, board, &idx)?;
     if let Some((path, policy)) = &opts.record {
         // Asked for by the launcher: a federate that cannot be recorded
         // does not run unrecorded.

@@ -810,12 +810,12 @@ impl Launch {
             children.push((child, log));
         }
         let started_ns = crate::clock::system_now();
-        self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
+        let mut restarts = vec![0u32; n];
+        self.record_launch(&m, &children, &restarts, &daemons, dir.path(), started_ns);
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; n];
         let mut stopping = false;
         let mut stopped = vec![false; n];
-        let mut restarts = vec![0u32; n];
         let mut lost: Vec<String> = Vec::new();
         let mut store_deaths: Vec<String> = Vec::new();
         while done.iter().any(Option::is_none) {
@@ -840,7 +840,7 @@ impl Launch {
                             daemons.0 =
                                 Some(crate::status::StoreProcess { pid: restarted.0.id(), socket: socket.clone() });
                             store = Some(restarted);
-                            self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
+                            self.record_launch(&m, &children, &restarts, &daemons, dir.path(), started_ns);
                             true
                         }
                         Err(e) => {
@@ -890,7 +890,7 @@ impl Launch {
                             Ok(child) => {
                                 let old = std::mem::replace(&mut children[i].0, child).id();
                                 pids.lock().retain(|p| *p != old);
-                                self.record_launch(&m, &children, &daemons, dir.path(), started_ns);
+                                self.record_launch(&m, &children, &restarts, &daemons, dir.path(), started_ns);
                                 continue;
                             }
                             Err(e) => tracing::error!(federate = %f.name, "cannot restart it: {e}"),
@@ -955,6 +955,7 @@ impl Launch {
         &self,
         m: &Manifest,
         children: &[(Child, LogSink)],
+        restarts: &[u32],
         daemons: &(Option<crate::status::StoreProcess>, Option<crate::status::RtiProcess>),
         dir: &Path,
         started_ns: i64,
@@ -968,7 +969,12 @@ impl Launch {
                 .federates
                 .iter()
                 .zip(children)
-                .map(|(f, (c, _))| crate::status::FederateProcess { name: f.name.clone(), pid: c.id() })
+                .zip(restarts)
+                .map(|((f, (c, _)), &restarts)| crate::status::FederateProcess {
+                    name: f.name.clone(),
+                    pid: c.id(),
+                    restarts,
+                })
                 .collect(),
             store: daemons.0.clone(),
             rti: daemons.1.clone(),

@@ -37,7 +37,8 @@
 //! path against this table):
 //!
 //! 0. **Foundations**: `error`, `sync` (locks that do not poison),
-//!    `clock`, `trace`, [`payload`], [`log`].
+//!    `clock`, `trace`, [`payload`], [`log`], [`loss`], [`figures`] (the
+//!    counters and histograms the runtime keeps for dashboards).
 //! 1. **Ids and values**: `ids` (program ids, typed handles such as
 //!    [`Input`], [`Value`]), [`manifest`] (a program as plain data) and
 //!    [`realtime`] (a federate's priority and CPUs).
@@ -67,6 +68,7 @@ mod clock;
 mod context;
 mod error;
 mod federate;
+pub mod figures;
 pub mod hosts;
 mod ids;
 mod inbox;

@@ -290,6 +290,8 @@ struct Plan {
     input_peer: Vec<Option<u16>>,
     /// By input: fed by a physical connection (`~>`).
     physical_input: Vec<bool>,
+    /// By input: the connection its messages arrive on (see [`Routes`]).
+    input_wire: Vec<Option<u16>>,
     /// By input: how many of its messages may wait to be processed
     /// (`keep-last-N` on the output it is connected to).
     keep_last: Vec<Option<u32>>,
@@ -402,7 +404,8 @@ impl Plan {
         let name = program.federate_name(fed).to_string();
 
         let (reactors, meta, triggered, max_level) = take_reactions(&mut program, fed, &name, &levels);
-        let Routes { local, remote, input_peer, physical_input, shared } = routes(&program, fed, federate_index);
+        let Routes { local, remote, input_peer, physical_input, shared, input_wire } =
+            routes(&program, fed, federate_index);
         let keep_last = keep_last(&program);
         let (fanout, pushes) = match &opts.hosts {
             None => (remote.iter().map(|d| d.len() as u32).collect(), vec![Vec::new(); remote.len()]),
@@ -482,6 +485,7 @@ impl Plan {
             input_peer,
             keep_last,
             physical_input,
+            input_wire,
             shared,
             has_physical_actions,
             physical_lead,
@@ -568,6 +572,9 @@ struct Routes {
     /// By input: the other inputs of this federate that its messages
     /// stand for (see [`routes`]).
     shared: Vec<Vec<TriggerId>>,
+    /// By input: the connection its messages arrive on (none for the
+    /// inputs whose messages another's carry).
+    input_wire: Vec<Option<u16>>,
 }
 
 /// Where each port of this federate leads: connections inside the
@@ -588,6 +595,7 @@ fn routes(program: &Program, fed: FederateId, federate_index: &dyn Fn(FederateId
         input_peer: vec![None; n],
         physical_input: vec![false; n],
         shared: vec![Vec::new(); n],
+        input_wire: vec![None; n],
     };
     // (output, receiving federate, delay, physical) -> the first input.
     let mut first: HashMap<(TriggerId, FederateId, Option<i64>, bool), TriggerId> = HashMap::new();
@@ -614,6 +622,8 @@ fn routes(program: &Program, fed: FederateId, federate_index: &dyn Fn(FederateId
             r.input_peer[c.to.index()] = Some(federate_index(from_fed));
             if leader != c.to {
                 r.shared[leader.index()].push(c.to);
+            } else {
+                r.input_wire[c.to.index()] = Some(wire as u16);
             }
         }
     }
@@ -690,6 +700,7 @@ impl Scheduler {
         inbox: Arc<Inbox>,
         encoder: Encoder,
         transport: Transport,
+        board: Arc<crate::status::Board>,
         federate_index: &dyn Fn(FederateId) -> u16,
     ) -> Result<Scheduler, NodeError> {
         let peers_over_unix = match &transport {
@@ -714,6 +725,7 @@ impl Scheduler {
             .map(|t| (t, encoder.clone().with_wait_for_space(plan.program.backpressure_of(t).wait_for_space())))
             .collect();
         let report = RunReport { federate: plan.name.clone(), peers_over_unix, rti_over_unix, ..RunReport::default() };
+        board.name_reactions(plan.meta.iter().map(|(r, m)| (r.index(), m.path.clone())).collect());
         Ok(Scheduler {
             tag: TagState::new(plan.program.triggers.len(), plan.max_level),
             coord: CoordState::new(&plan, transport),
@@ -727,7 +739,7 @@ impl Scheduler {
             pending: VecDeque::new(),
             fatal: None,
             report,
-            board: Arc::default(),
+            board,
             tap: None,
             record: None,
             link,
@@ -1174,15 +1186,40 @@ impl Scheduler {
         }
     }
 
+    /// Records the latency of a network message on `input` carrying
+    /// `sent` (its sender's tag, delayed as the connection says): from
+    /// its send time to `now`, taken once per tag (see `crate::figures`).
+    #[inline]
+    fn record_latency(&self, input: TriggerId, sent: Tag, now: &mut Option<i64>) {
+        let Some(wire) = self.plan.input_wire[input.index()] else { return };
+        let Some(c) = self.board.connection(usize::from(wire)).filter(|_| !self.plan.opts.fast) else { return };
+        let conn = &self.plan.program.connections[usize::from(wire)];
+        let delay = match conn.delay {
+            Delay::After(d) if !conn.physical => d,
+            _ => 0,
+        };
+        let now = *now.get_or_insert_with(|| self.clock.now());
+        c.latency(now.saturating_sub(sent.time.saturating_sub(delay)));
+    }
+
     /// A network message's value for input `port` at `tag`.
     fn receive(&mut self, port: TriggerId, tag: Tag, value: Value) {
-        let tag = if self.plan.physical_input[port.index()] { self.physical_tag(self.clock.now(), port) } else { tag };
+        let tag = if self.plan.physical_input[port.index()] {
+            let now = self.clock.now();
+            self.record_latency(port, tag, &mut Some(now));
+            self.physical_tag(now, port)
+        } else {
+            tag
+        };
         self.coord.known[port.index()] = self.coord.known[port.index()].max(tag);
         let open = tag > self.tag.current
             || (tag == self.tag.current
                 && self.tag.in_tag
                 && i64::from(self.plan.reader_level[port.index()]) > self.tag.passed_level);
         if open && tag == self.tag.current && self.tag.in_tag {
+            if !self.plan.physical_input[port.index()] {
+                self.record_latency(port, tag, &mut None);
+            }
             self.make_present(port, value, None);
         } else if open {
             if let Some(n) = self.plan.keep_last[port.index()] {
@@ -1232,12 +1269,17 @@ impl Scheduler {
         self.board.tag(g);
         self.tag.in_tag = true;
         self.tag.passed_level = -1;
+        let mut now = None;
         for ev in self.tag.queue.remove(&g).unwrap_or_default() {
             if let TriggerKind::Timer { period, .. } = self.plan.program.triggers[ev.trigger.index()].kind {
                 if !period.is_zero() {
                     let next = Tag::new(g.time.saturating_add(duration_ns(period)), 0);
                     self.push_event(next, ev.trigger, self.plan.unit.clone(), None);
                 }
+            }
+            // A physical connection's latency was taken on arrival (its tag here is the arrival's).
+            if !self.plan.physical_input[ev.trigger.index()] {
+                self.record_latency(ev.trigger, ev.tardy.unwrap_or(g), &mut now);
             }
             self.make_present(ev.trigger, ev.value, ev.tardy);
         }
@@ -1335,14 +1377,21 @@ impl Scheduler {
         let reactors = &self.plan.reactors;
         let meta = &self.plan.meta;
         let tracer = crate::trace::tracer();
-        let run = |r: ReactionId| match tracer {
-            None => execute(r, &meta[&r], reactors, &view),
-            Some(t) => {
-                let start = t.now();
-                let o = execute(r, &meta[&r], reactors, &view);
-                t.reaction(meta[&r].trace_name, g, start, t.now());
-                o
-            }
+        let board = &*self.board;
+        let clock = &*self.clock;
+        let run = |r: ReactionId| {
+            let started = clock.now();
+            let o = match tracer {
+                None => execute(r, &meta[&r], reactors, &view),
+                Some(t) => {
+                    let start = t.now();
+                    let o = execute(r, &meta[&r], reactors, &view);
+                    t.reaction(meta[&r].trace_name, g, start, t.now());
+                    o
+                }
+            };
+            board.reaction_ran(r.index(), g, started, clock.now());
+            o
         };
         let workers = self.plan.opts.workers;
         let outcomes: Vec<Outcome> = if rs.len() > 1 && workers > 1 {
@@ -1368,6 +1417,8 @@ impl Scheduler {
         } else {
             rs.iter().map(|&r| run(r)).collect()
         };
+        let missed = outcomes.iter().filter(|o| matches!(o.ran, Ran::Deadline)).count();
+        self.board.ran(rs.len() as u64, missed as u64);
         for (r, o) in rs.iter().zip(outcomes) {
             self.report.reactions += 1;
             match o.ran {

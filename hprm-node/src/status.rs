@@ -18,6 +18,7 @@ use hprm_rti::tag::Tag;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
+use crate::figures::{ConnectionBoard, ConnectionFigures, ReactionBoard, ReactionFigures, Recent, RecentRun};
 use crate::loss::{Loss, Losses};
 use crate::sync::{Condvar, Mutex};
 
@@ -65,10 +66,13 @@ pub struct FederateProcess {
     pub name: String,
     /// 0 until the process is started.
     pub pid: u32,
+    /// How many times the launcher restarted it (`restart = "on-failure"`).
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 /// What a federate reports about itself.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FederateStatus {
     pub federate: String,
     pub pid: u32,
@@ -92,7 +96,33 @@ pub struct FederateStatus {
     /// older than this field).
     #[serde(default)]
     pub losses: Losses,
+    /// Reactions run, and per second over the last period.
+    #[serde(default)]
+    pub reactions: u64,
+    #[serde(default)]
+    pub reactions_per_s: f64,
+    /// Reactions that started after their deadline (their handler ran).
+    #[serde(default)]
+    pub deadline_misses: u64,
+    /// The reactions that ran longest over the last period, busiest first
+    /// (at most [`BUSIEST`]).
+    #[serde(default)]
+    pub busiest: Vec<ReactionFigures>,
+    /// The connections ending at this federate (those whose messages
+    /// another connection's carry excepted: see `scheduler::routes`).
+    #[serde(default)]
+    pub connections: Vec<ConnectionFigures>,
+    /// This federate's reactions, by id: the names `timeline` refers to.
+    #[serde(default)]
+    pub reaction_names: Vec<(usize, String)>,
+    /// Its reactions' runs over the last two status periods (so a reader
+    /// reading once a period misses none), oldest first.
+    #[serde(default)]
+    pub timeline: Vec<RecentRun>,
 }
+
+/// How many reactions a status lists in `busiest`.
+pub const BUSIEST: usize = 5;
 
 /// Counters the scheduler bumps and the status thread reads.
 #[derive(Debug, Default)]
@@ -103,9 +133,65 @@ pub(crate) struct Board {
     messages_out: AtomicU64,
     /// Rarely written (a loss), so a lock costs nothing that matters.
     losses: Mutex<Losses>,
+    reactions: AtomicU64,
+    deadline_misses: AtomicU64,
+    /// By wire port (a connection's index in the program): those ending
+    /// at this federate.
+    connections: Box<[Option<ConnectionBoard>]>,
+    /// By reaction id: this federate's reactions, named once the
+    /// scheduler has built them.
+    reaction_boards: Box<[ReactionBoard]>,
+    reaction_names: std::sync::OnceLock<Vec<(usize, String)>>,
+    /// The last runs, for a live timeline.
+    recent: Recent,
 }
 
 impl Board {
+    /// A board for a federate with these connections (by wire port: the
+    /// sender's and receiver's ports of those ending here) among
+    /// `reactions` reactions of the program.
+    pub fn new(connections: Vec<Option<(String, String)>>, reactions: usize) -> Board {
+        Board {
+            connections: connections.into_iter().map(|c| c.map(|(from, to)| ConnectionBoard::new(from, to))).collect(),
+            reaction_boards: (0..reactions).map(|_| ReactionBoard::default()).collect(),
+            ..Board::default()
+        }
+    }
+
+    /// Names this federate's reactions (by reaction id index), once.
+    pub fn name_reactions(&self, names: Vec<(usize, String)>) {
+        let _ = self.reaction_names.set(names);
+    }
+
+    /// The figures of connection `wire`, if it ends here.
+    #[inline]
+    pub fn connection(&self, wire: usize) -> Option<&ConnectionBoard> {
+        self.connections.get(wire).and_then(Option::as_ref)
+    }
+
+    #[inline]
+    pub fn reaction(&self, index: usize) -> Option<&ReactionBoard> {
+        self.reaction_boards.get(index)
+    }
+
+    /// Reaction `index` ran at `tag` from `start` to `end` (ns since the epoch).
+    #[inline]
+    pub fn reaction_ran(&self, index: usize, tag: Tag, start: i64, end: i64) {
+        if let Some(b) = self.reaction_boards.get(index) {
+            b.ran(u64::try_from(end - start).unwrap_or(0));
+            self.recent.record(index, tag, start, end);
+        }
+    }
+
+    /// `n` reactions ran, `missed` of them past their deadline.
+    #[inline]
+    pub fn ran(&self, n: u64, missed: u64) {
+        self.reactions.fetch_add(n, Ordering::Relaxed);
+        if missed > 0 {
+            self.deadline_misses.fetch_add(missed, Ordering::Relaxed);
+        }
+    }
+
     #[inline]
     pub fn tag(&self, tag: Tag) {
         self.tag_time.store(tag.time, Ordering::Relaxed);
@@ -182,12 +268,40 @@ impl Publisher {
         let (p, s, name) = (path.clone(), stop.clone(), federate.to_string());
         let thread = std::thread::Builder::new().name("hprm-status".into()).spawn(move || {
             let (mut last_in, mut last_out, mut last_at) = (0u64, 0u64, clock.now());
+            let mut last_reactions = 0u64;
+            // Where the last two periods' runs begin.
+            let (mut runs_before, mut runs_last) = (0u64, 0u64);
+            let mut last_connections: Vec<ConnectionFigures> = Vec::new();
+            let mut last_busy: std::collections::HashMap<usize, ReactionFigures> = Default::default();
             loop {
                 let now = clock.now();
                 let (msgs_in, msgs_out) =
                     (board.messages_in.load(Ordering::Relaxed), board.messages_out.load(Ordering::Relaxed));
                 let secs = ((now - last_at) as f64 / 1e9).max(1e-9);
                 let tag_time = board.tag_time.load(Ordering::Relaxed);
+                let reactions = board.reactions.load(Ordering::Relaxed);
+                let connections: Vec<ConnectionFigures> = board
+                    .connections
+                    .iter()
+                    .flatten()
+                    .map(|c| c.figures(last_connections.iter().find(|l| l.to == c.to && l.from == c.from), secs))
+                    .collect();
+                let reaction_figures: Vec<(usize, ReactionFigures)> = board
+                    .reaction_names
+                    .get()
+                    .map(|names| {
+                        names
+                            .iter()
+                            .filter_map(|(i, name)| {
+                                Some((*i, board.reaction(*i)?.figures(name, last_busy.get(i), secs)))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut busiest: Vec<ReactionFigures> =
+                    reaction_figures.iter().filter(|(_, f)| f.runs > 0).map(|(_, f)| f.clone()).collect();
+                busiest.sort_by(|a, b| b.busy_share.total_cmp(&a.busy_share).then(b.busy_ns.cmp(&a.busy_ns)));
+                busiest.truncate(BUSIEST);
                 let status = FederateStatus {
                     federate: name.clone(),
                     pid: std::process::id(),
@@ -201,8 +315,18 @@ impl Publisher {
                     messages_out_per_s: (msgs_out - last_out) as f64 / secs,
                     updated_ns: now,
                     losses: board.losses(),
+                    reactions,
+                    reactions_per_s: reactions.saturating_sub(last_reactions) as f64 / secs,
+                    deadline_misses: board.deadline_misses.load(Ordering::Relaxed),
+                    busiest,
+                    connections,
+                    reaction_names: board.reaction_names.get().cloned().unwrap_or_default(),
+                    timeline: board.recent.since(runs_before, start),
                 };
-                (last_in, last_out, last_at) = (msgs_in, msgs_out, now);
+                (runs_before, runs_last) = (runs_last, board.recent.count());
+                (last_in, last_out, last_at, last_reactions) = (msgs_in, msgs_out, now, reactions);
+                last_connections.clone_from(&status.connections);
+                last_busy = reaction_figures.into_iter().collect();
                 if let Err(e) = serde_json::to_vec(&status).map_err(std::io::Error::other).and_then(|t| replace(&p, &t))
                 {
                     tracing::warn!(
@@ -220,6 +344,8 @@ impl Publisher {
                         losses: board.losses(),
                         messages_in: board.messages_in.load(Ordering::Relaxed),
                         messages_out: board.messages_out.load(Ordering::Relaxed),
+                        reactions: board.reactions.load(Ordering::Relaxed),
+                        deadline_misses: board.deadline_misses.load(Ordering::Relaxed),
                         updated_ns: clock.now(),
                         ..status
                     };
@@ -286,6 +412,8 @@ pub struct FederateView {
     pub name: String,
     pub pid: u32,
     pub alive: bool,
+    /// How many times its launcher restarted it.
+    pub restarts: u32,
     /// Its last status (none before it started, or once it ended).
     pub status: Option<FederateStatus>,
 }
@@ -311,7 +439,7 @@ pub fn scan(base: &Path) -> Vec<Running> {
                         .ok()
                         .and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
                     let pid = status.as_ref().map_or(f.pid, |s| s.pid);
-                    FederateView { name: f.name.clone(), pid, alive: alive(pid), status }
+                    FederateView { name: f.name.clone(), pid, alive: alive(pid), restarts: f.restarts, status }
                 })
                 .collect();
             Some(Running { launch, federates })

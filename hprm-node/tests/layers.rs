@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 /// is `manifest`, `lib.rs` is the crate root, `lib`); a module or a path
 /// belongs to the longest entry that is a prefix of it.
 const LAYERS: &[(&str, usize)] = &[
-    // 0. Foundations: errors, locks, physical time, tracing, the payload codec, loss counts.
+    // 0. Foundations: errors, locks, physical time, tracing, the payload codec, loss counts,
+    // runtime figures.
     ("error", 0),
     ("sync", 0),
     ("clock", 0),
@@ -22,6 +23,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("payload", 0),
     ("log", 0),
     ("loss", 0),
+    ("figures", 0),
     // 1. Ids and values: program ids, typed handles, `Value`; a manifest (a program as data).
     ("ids", 1),
     ("manifest", 1),

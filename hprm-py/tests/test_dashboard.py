@@ -118,6 +118,106 @@ def test_a_100_hz_timer_shows_100_messages_a_second(running):
     assert 90 <= rate <= 110, f"{rate:.1f} messages/s from {a} to {b}"
 
 
+CONNECTION = "source.source.out -> sink.sink.inp"
+
+
+def connection_samples(families, name):
+    """The samples of family `name` for the ticker's connection, by sample name and `le`."""
+    return {(s.name, s.labels.get("le")): s.value for s in families[name].samples if s.labels.get("program") == "ticker" and s.labels.get("connection") == CONNECTION}
+
+
+def wait_for_change(url, current):
+    """Scrapes until the connection's message counter differs from `current`
+    (a status file was rewritten): the scrape, and when it was taken."""
+    deadline = time.monotonic() + 10
+    while True:
+        f = scrape(url)
+        n = value(f, "hprm_connection_messages", program="ticker", connection=CONNECTION)
+        if n != current:
+            return f, time.monotonic()
+        assert time.monotonic() < deadline, "the connection's counter did not move in 10 s"
+        time.sleep(0.02)
+
+
+def test_a_100_hz_connection_shows_100_messages_a_second_in_metrics(running):
+    url, _ = running
+    # Between two rewrites of the sink's status file, seen as they happen
+    # (within a poll), so the window is the federate's own.
+    first, t0 = wait_for_change(url, value(scrape(url), "hprm_connection_messages", program="ticker", connection=CONNECTION))
+    n0 = value(first, "hprm_connection_messages", program="ticker", connection=CONNECTION)
+    time.sleep(5)
+    second, t1 = wait_for_change(url, value(scrape(url), "hprm_connection_messages", program="ticker", connection=CONNECTION))
+    n1 = value(second, "hprm_connection_messages", program="ticker", connection=CONNECTION)
+    rate = (n1 - n0) / (t1 - t0)
+    assert 90 <= rate <= 110, f"{rate:.1f} messages/s ({n1 - n0} in {t1 - t0:.2f} s)"
+
+
+def test_every_message_is_in_the_latency_histogram(running):
+    url, _ = running
+    f = scrape(url)
+    assert f["hprm_connection_latency_seconds"].type == "histogram"
+    lat = connection_samples(f, "hprm_connection_latency_seconds")
+    buckets = sorted((float(le), v) for (name, le), v in lat.items() if name.endswith("_bucket"))
+    assert len(buckets) == 17 and buckets[-1][0] == float("inf"), buckets
+    assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:])), f"buckets are cumulative: {buckets}"
+    count = lat[("hprm_connection_latency_seconds_count", None)]
+    assert buckets[-1][1] == count and lat[("hprm_connection_latency_seconds_sum", None)] > 0
+    # Read from one status file: a message counted on arrival whose tag
+    # had not started yet is the only one missing from the histogram.
+    received = value(f, "hprm_connection_messages", program="ticker", connection=CONNECTION)
+    assert 0 <= received - count <= 2, (received, count)
+    # And as many as the source sent (its status is written apart from the
+    # sink's, up to a second, 100 messages, earlier or later).
+    sent = value(f, "hprm_federate_messages_sent", program="ticker", federate="source")
+    assert abs(sent - count) <= 200, (sent, count)
+    # In-band only: the ticker's values are small.
+    assert value(f, "hprm_connection_bytes", program="ticker", connection=CONNECTION, path="in_band") > 0
+    assert value(f, "hprm_connection_bytes", program="ticker", connection=CONNECTION, path="store") == 0
+    # Reactions ran and are counted: the sink's `add` among its busiest.
+    assert value(f, "hprm_federate_reactions", program="ticker", federate="sink") > 0
+    assert value(f, "hprm_reaction_runs", program="ticker", federate="sink", reaction="sink.sink.add") > 0
+    assert value(f, "hprm_federate_deadline_misses", program="ticker", federate="sink") == 0
+    assert value(f, "hprm_federate_restarts", program="ticker", federate="sink") == 0
+
+
+def test_connection_counters_move_between_scrapes(running):
+    url, _ = running
+    first = scrape(url)
+    second, _ = wait_for_change(url, value(first, "hprm_connection_messages", program="ticker", connection=CONNECTION))
+    for name, key in [("hprm_connection_messages", ("hprm_connection_messages_total", None)), ("hprm_connection_latency_seconds", ("hprm_connection_latency_seconds_count", None))]:
+        a, b = connection_samples(first, name)[key], connection_samples(second, name)[key]
+        assert b > a, (name, a, b)
+
+
+def test_the_rti_publishes_grants_and_relays(running):
+    url, _ = running
+    first = scrape(url)
+    second, _ = wait_for_change(url, value(first, "hprm_connection_messages", program="ticker", connection=CONNECTION))
+    time.sleep(1.1)  # the RTI writes its figures once a second, apart from the federates
+    second = scrape(url)
+    assert value(second, "hprm_rti_up", program="ticker") == 1
+    relayed = [value(f, "hprm_rti_relayed_messages", program="ticker") for f in (first, second)]
+    assert relayed[1] > relayed[0] > 0, relayed
+    assert second["hprm_rti_grant_latency_seconds"].type == "histogram"
+    grants = value(second, "hprm_rti_grants", program="ticker", federate="sink")
+    count = next(s.value for s in second["hprm_rti_grant_latency_seconds"].samples if s.name.endswith("_count") and s.labels.get("federate") == "sink")
+    assert 0 < count <= grants, (count, grants)
+    assert value(second, "hprm_rti_net_seconds", program="ticker", federate="source") > 0
+
+
+def test_the_timeline_holds_each_run_of_the_last_periods(running):
+    url, _ = running
+    snap = get_json(url + "/api/programs")
+    sink = next(f["status"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "sink")
+    names = dict(sink["reaction_names"])
+    adds = [r for r in sink["timeline"] if names[r["reaction"]] == "sink.sink.add"]
+    # Two periods of a 100 Hz input: about 200 runs, each at its own tag, in order.
+    assert 100 <= len(adds) <= 300, len(adds)
+    assert all(r["start_ns"] <= r["end_ns"] for r in adds)
+    tags = [(r["tag_ns"], r["microstep"]) for r in adds]
+    assert tags == sorted(tags) and len(set(tags)) == len(tags), tags[:10]
+
+
 def test_tags_agree_with_hprm_ps(running):
     url, env = running
     for _ in range(50):
@@ -182,11 +282,17 @@ def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path_factory)
     assert page.count('class="federate"') >= 2 and "<svg" in page
     assert '<tr data-federate="source">' in page and '<tr data-federate="sink">' in page
     assert 'class="store"' in page and "in use" in page
+    # The connection's arrow, annotated with its rate and latency.
+    m = re.search(r'<text class="edge" data-from="source" data-to="sink"[^>]*>(\d+) msg/s', page)
+    assert m and 50 <= int(m.group(1)) <= 150, page[-3000:]
+    assert re.search(r"p50 [\d.]+ (µs|ms|s) · p99 [\d.]+ (µs|ms|s)", page), page[-3000:]
+    assert 'class="timeline"' in page and re.search(r"<title>sink\.sink\.add at tag [^<]*, ran ", page), page[-3000:]
+    assert 'class="rti"' in page and "relayed" in page
     first = tag(page, "source")
     time.sleep(2)
     assert tag(dom(), "source") != first, "the tag shown moves as the program runs"
     r = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,760", "--virtual-time-budget=2500", f"--screenshot={shot}", url + "/?poll"],
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,1250", "--virtual-time-budget=2500", f"--screenshot={shot}", url + "/?poll"],
         capture_output=True, text=True, timeout=90,
     )
     assert r.returncode == 0 and shot.stat().st_size > 10_000, r.stderr[-2000:]

@@ -15,6 +15,8 @@
 //!   with an incremental decoder that bounds what a peer can make it allocate.
 //! - [`frames`]: the receiving end of a stream ([`frames::FrameBuffer`]):
 //!   reads land in one buffer, messages are decoded where they lie.
+//! - [`figures`]: latency histograms, and what the RTI publishes for
+//!   dashboards.
 //! - [`auth`]: HMAC-SHA256 authentication of federates.
 //! - [`endpoint`]: the Unix sockets beside the TCP ports, for clients on
 //!   the server's host.
@@ -29,6 +31,7 @@
 
 pub mod auth;
 pub mod endpoint;
+pub mod figures;
 pub mod frames;
 pub mod grant;
 pub mod liveness;

@@ -2,19 +2,30 @@
 //! `prometheus-client` crate.
 //!
 //! Names and labels: every series carries `program`; a federate's also
-//! `federate`, a port's also `port`. Counters are what the processes count
+//! `federate` and `host`, a port's also `port`, a connection's
+//! `connection` (`sender port -> receiver port`, counted by the receiving
+//! `federate`), a reaction's `reaction`. Counters are what the processes count
 //! from their start (messages in and out, losses by kind, the store's
 //! evictions and refusals), so they only grow while a process lives; a
 //! restarted federate or store starts again from 0, which Prometheus reads
 //! as a counter reset. Every loss kind is exported for every federate, the
 //! zero ones as zero, so a dashboard can alert on any of them.
+//!
+//! Latencies are histograms with the buckets the federates count in
+//! (`hprm_node::figures::LATENCY_BOUNDS_NS`, 10 µs to 1 s), every message
+//! counted, not sampled. Reactions are those a federate lists as its
+//! busiest (`hprm_node::status::BUSIEST`), so a reaction's series may come
+//! and go.
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
+use hprm_node::figures::{HistogramCounts, LATENCY_BOUNDS_NS};
 use hprm_node::loss::Loss;
 
 use super::snapshot::Snapshot;
@@ -23,6 +34,39 @@ type Labels = Vec<(String, String)>;
 type Counters = Family<Labels, Counter>;
 type Gauges = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
 type IntGauges = Family<Labels, Gauge>;
+
+/// A histogram a federate counted, encoded as it is.
+#[derive(Debug, Default)]
+struct Counted(std::sync::Mutex<HistogramCounts>);
+
+impl Counted {
+    fn set(&self, counts: &HistogramCounts) {
+        counts.clone_into(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+}
+
+impl TypedMetric for Counted {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Counted {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let c = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Per bucket, not cumulative (the encoder sums); f64::MAX is `+Inf`.
+        let buckets: Vec<(f64, u64)> = LATENCY_BOUNDS_NS
+            .iter()
+            .map(|&b| b as f64 / 1e9)
+            .chain(std::iter::once(f64::MAX))
+            .enumerate()
+            .map(|(i, le)| (le, c.counts.get(i).copied().unwrap_or(0)))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(c.sum_ns as f64 / 1e9, c.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
@@ -51,26 +95,87 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     let store_refused = Counters::default();
     let store_over_quota = Counters::default();
     let store_up = IntGauges::default();
+    let reactions = Counters::default();
+    let deadline_misses = Counters::default();
+    let restarts = Counters::default();
+    let reaction_runs = Counters::default();
+    let reaction_seconds = Gauges::default();
+    let reaction_max = Gauges::default();
+    let conn_messages = Counters::default();
+    let conn_bytes = Counters::default();
+    let conn_latency = Family::<Labels, Counted>::default();
+    let rti_up = IntGauges::default();
+    let rti_relayed = Counters::default();
+    let rti_grants = Counters::default();
+    let rti_grant_latency = Family::<Labels, Counted>::default();
+    let rti_net = Gauges::default();
+    let rti_ltc = Gauges::default();
+    let rti_granted = Gauges::default();
 
     for p in &snap.programs {
         let prog = p.name.as_str();
         up.get_or_create(&labels(&[("program", prog)])).set(1);
         for f in &p.federates {
-            let l = labels(&[("program", prog), ("federate", &f.name)]);
+            let l = labels(&[("program", prog), ("federate", &f.name), ("host", &f.host)]);
             fed_up.get_or_create(&l).set(i64::from(f.alive && f.status.is_some()));
+            restarts.get_or_create(&l).inc_by(u64::from(f.restarts));
             let Some(s) = &f.status else { continue };
+            reactions.get_or_create(&l).inc_by(s.reactions);
+            deadline_misses.get_or_create(&l).inc_by(s.deadline_misses);
+            for r in &s.busiest {
+                let l =
+                    labels(&[("program", prog), ("federate", &f.name), ("host", &f.host), ("reaction", &r.reaction)]);
+                reaction_runs.get_or_create(&l).inc_by(r.runs);
+                reaction_seconds.get_or_create(&l).set(r.busy_ns as f64 / 1e9);
+                reaction_max.get_or_create(&l).set(r.max_ns as f64 / 1e9);
+            }
+            for c in &s.connections {
+                let name = format!("{} -> {}", c.from, c.to);
+                let conn = [("program", prog), ("federate", &f.name), ("host", &f.host), ("connection", &name)];
+                conn_messages.get_or_create(&labels(&conn)).inc_by(c.messages);
+                for (path, bytes) in [("in_band", c.bytes_in_band), ("store", c.bytes_stored)] {
+                    let mut l = labels(&conn);
+                    l.push(("path".into(), path.into()));
+                    conn_bytes.get_or_create(&l).inc_by(bytes);
+                }
+                conn_latency.get_or_create(&labels(&conn)).set(&c.latency);
+            }
             tag.get_or_create(&l).set(s.tag_ns as f64 / 1e9);
             lag.get_or_create(&l).set(s.lag_ns as f64 / 1e9);
             msgs_in.get_or_create(&l).inc_by(s.messages_in);
             msgs_out.get_or_create(&l).inc_by(s.messages_out);
             for kind in Loss::ALL {
-                let l = labels(&[("program", prog), ("federate", &f.name), ("kind", kind.name())]);
+                let l = labels(&[("program", prog), ("federate", &f.name), ("host", &f.host), ("kind", kind.name())]);
                 losses.get_or_create(&l).inc_by(s.losses.total(kind));
             }
             for (port, counts) in &s.losses.0 {
                 for kind in Loss::ALL {
-                    let l = labels(&[("program", prog), ("federate", &f.name), ("port", port), ("kind", kind.name())]);
+                    let l = labels(&[
+                        ("program", prog),
+                        ("federate", &f.name),
+                        ("host", &f.host),
+                        ("port", port),
+                        ("kind", kind.name()),
+                    ]);
                     port_losses.get_or_create(&l).inc_by(counts.get(kind));
+                }
+            }
+        }
+        if p.rti.is_some() {
+            rti_up.get_or_create(&labels(&[("program", prog)])).set(i64::from(p.rti_figures.is_some()));
+        }
+        if let Some(rti) = &p.rti_figures {
+            rti_relayed.get_or_create(&labels(&[("program", prog)])).inc_by(rti.figures.relayed);
+            for f in &rti.figures.federates {
+                let id = f.id.to_string();
+                let name = rti.names.get(usize::from(f.id)).unwrap_or(&id);
+                let l = labels(&[("program", prog), ("federate", name)]);
+                rti_grants.get_or_create(&l).inc_by(f.grants);
+                rti_grant_latency.get_or_create(&l).set(&f.grant_latency);
+                for (family, tag) in [(&rti_net, f.net_ns), (&rti_ltc, f.ltc_ns), (&rti_granted, f.granted_ns)] {
+                    if let Some(t) = tag {
+                        family.get_or_create(&l).set(t as f64 / 1e9);
+                    }
                 }
             }
         }
@@ -104,6 +209,63 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     );
     reg.register("federate_messages_received", "Tagged messages received", msgs_in);
     reg.register("federate_messages_sent", "Tagged messages sent (one per receiving federate)", msgs_out);
+    reg.register("federate_reactions", "Reactions run", reactions);
+    reg.register(
+        "federate_deadline_misses",
+        "Reactions started past their deadline (their handler ran)",
+        deadline_misses,
+    );
+    reg.register("federate_restarts", "Times the launcher restarted the federate after a failure", restarts);
+    reg.register("reaction_runs", "Runs of one of the federate's busiest reactions", reaction_runs);
+    reg.register_with_unit(
+        "reaction_busy",
+        "Execution time of one of the federate's busiest reactions, all runs together (a counter, as a gauge: it is absent while the reaction is not among the busiest)",
+        prometheus_client::registry::Unit::Seconds,
+        reaction_seconds,
+    );
+    reg.register_with_unit(
+        "reaction_longest_run",
+        "The longest run of one of the federate's busiest reactions",
+        prometheus_client::registry::Unit::Seconds,
+        reaction_max,
+    );
+    reg.register(
+        "connection_messages",
+        "Tagged messages that arrived on a connection (counted by its receiving federate)",
+        conn_messages,
+    );
+    reg.register_with_unit(
+        "connection",
+        "Bytes of the messages of a connection: in-band (on the socket) or through the store (objects they referenced)",
+        prometheus_client::registry::Unit::Bytes,
+        conn_bytes,
+    );
+    reg.register_with_unit(
+        "connection_latency",
+        "Latency of every message of a connection: from its send time (the sender's tag) to the start of its tag at the receiver, in physical time",
+        prometheus_client::registry::Unit::Seconds,
+        conn_latency,
+    );
+    reg.register("rti_up", "The program's RTI publishes its figures", rti_up);
+    reg.register("rti_relayed_messages", "Tagged messages the RTI relayed between federates", rti_relayed);
+    reg.register("rti_grants", "Tag advance grants (TAG, PTAG) the RTI sent a federate", rti_grants);
+    reg.register_with_unit(
+        "rti_grant_latency",
+        "How long a federate waited for each grant, from its first NET or LTC since the grant before",
+        prometheus_client::registry::Unit::Seconds,
+        rti_grant_latency,
+    );
+    reg.register("rti_net_seconds", "A federate's last NET, as logical time since the start", rti_net);
+    reg.register(
+        "rti_ltc_seconds",
+        "A federate's last LTC (latest tag confirmed), as logical time since the start",
+        rti_ltc,
+    );
+    reg.register(
+        "rti_granted_seconds",
+        "The last tag granted to a federate, as logical time since the start",
+        rti_granted,
+    );
     reg.register("federate_losses", "Messages lost or late, by kind (hprm_node::loss), all ports together", losses);
     reg.register("port_losses", "Messages lost or late, by input or output port and kind", port_losses);
     reg.register("store_up", "The program's store answered", store_up);
@@ -133,6 +295,7 @@ pub fn encode_text(snap: &Snapshot) -> String {
 mod tests {
     use super::*;
     use crate::dashboard::snapshot::{Federate, Program};
+    use hprm_node::figures::ConnectionFigures;
     use hprm_node::loss::Losses;
     use hprm_node::status::FederateStatus;
 
@@ -142,8 +305,10 @@ mod tests {
         losses.count("sink.inp", Loss::Tardy, 3);
         let fed = |name: &str, losses: Losses| Federate {
             name: name.into(),
+            host: "here".into(),
             pid: 7,
             alive: true,
+            restarts: 1,
             status: Some(FederateStatus {
                 federate: name.into(),
                 pid: 7,
@@ -157,6 +322,17 @@ mod tests {
                 messages_out_per_s: 2.0,
                 updated_ns: 0,
                 losses,
+                reactions: 30,
+                connections: vec![ConnectionFigures {
+                    from: "source.s.out".into(),
+                    to: format!("{name}.s.inp"),
+                    messages: 3,
+                    bytes_in_band: 300,
+                    bytes_stored: 7000,
+                    latency: HistogramCounts { counts: vec![1, 0, 2], sum_ns: 50_000 },
+                    ..ConnectionFigures::default()
+                }],
+                ..FederateStatus::default()
             }),
         };
         let snap = Snapshot {
@@ -169,20 +345,50 @@ mod tests {
                 links: Vec::new(),
                 store: None,
                 rti: None,
+                rti_figures: None,
             }],
         };
         let text = encode_text(&snap);
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("# TYPE hprm_federate_messages_sent counter"), "{text}");
-        assert!(text.contains(r#"hprm_federate_messages_sent_total{program="demo",federate="source"} 20"#), "{text}");
-        assert!(text.contains(r#"hprm_federate_tag_seconds{program="demo",federate="sink"} 1.5"#), "{text}");
         assert!(
-            text.contains(r#"hprm_port_losses_total{program="demo",federate="sink",port="sink.inp",kind="tardy"} 3"#),
+            text.contains(r#"hprm_federate_messages_sent_total{program="demo",federate="source",host="here"} 20"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"hprm_federate_tag_seconds{program="demo",federate="sink",host="here"} 1.5"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"hprm_port_losses_total{program="demo",federate="sink",host="here",port="sink.inp",kind="tardy"} 3"#
+            ),
+            "{text}"
+        );
+        let conn = r#"program="demo",federate="sink",host="here",connection="source.s.out -> sink.s.inp""#;
+        assert!(text.contains(&format!("hprm_connection_messages_total{{{conn}}} 3")), "{text}");
+        assert!(text.contains(&format!(r#"hprm_connection_bytes_total{{{conn},path="store"}} 7000"#)), "{text}");
+        assert!(text.contains("# TYPE hprm_connection_latency_seconds histogram"), "{text}");
+        // Cumulative buckets, up to +Inf: every message counted once.
+        assert!(
+            text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="0.00001",{conn}}} 1"#)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="0.00005",{conn}}} 3"#)),
+            "{text}"
+        );
+        assert!(text.contains(&format!(r#"hprm_connection_latency_seconds_bucket{{le="+Inf",{conn}}} 3"#)), "{text}");
+        assert!(text.contains(&format!("hprm_connection_latency_seconds_count{{{conn}}} 3")), "{text}");
+        assert!(
+            text.contains(r#"hprm_federate_restarts_total{program="demo",federate="sink",host="here"} 1"#),
             "{text}"
         );
         for kind in Loss::ALL {
-            let zero =
-                format!(r#"hprm_federate_losses_total{{program="demo",federate="source",kind="{}"}} 0"#, kind.name());
+            let zero = format!(
+                r#"hprm_federate_losses_total{{program="demo",federate="source",host="here",kind="{}"}} 0"#,
+                kind.name()
+            );
             assert!(text.contains(&zero), "{zero} in {text}");
         }
     }

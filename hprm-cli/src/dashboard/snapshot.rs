@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use hprm_node::manifest::Manifest;
 use hprm_node::status::{self, FederateStatus, RtiProcess};
+use hprm_rti::figures::{RtiFigures, RTI_STATUS_FILE};
 use hprm_store::{ConnectOptions, StoreClient};
 use serde::Serialize;
 
@@ -30,13 +31,28 @@ pub struct Program {
     pub links: Vec<Link>,
     pub store: Option<Store>,
     pub rti: Option<RtiProcess>,
+    /// The RTI's own figures (absent until it wrote them, and without an RTI).
+    pub rti_figures: Option<RtiView>,
+}
+
+/// The RTI's figures, its federates named.
+#[derive(Debug, Serialize)]
+pub struct RtiView {
+    #[serde(flatten)]
+    pub figures: RtiFigures,
+    /// By federate id: its name (from the manifest).
+    pub names: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Federate {
     pub name: String,
+    /// Where it runs: its `[[host]]` in a program with hosts, else this machine.
+    pub host: String,
     pub pid: u32,
     pub alive: bool,
+    /// How many times its launcher restarted it.
+    pub restarts: u32,
     /// Its own report; absent until its first (it is starting) and once
     /// it ended.
     pub status: Option<FederateStatus>,
@@ -81,23 +97,51 @@ pub struct StoreFigures {
 /// Reads snapshots; keeps one store connection per socket between reads.
 pub struct Reader {
     base: PathBuf,
+    /// This machine's name, the host of federates of programs without hosts.
+    host: String,
     stores: HashMap<PathBuf, StoreClient>,
 }
 
 impl Reader {
     pub fn new(base: PathBuf) -> Reader {
-        Reader { base, stores: HashMap::new() }
+        Reader { base, host: hostname(), stores: HashMap::new() }
     }
 
     pub fn read(&mut self) -> Snapshot {
+        let here = self.host.clone();
         let programs = status::scan(&self.base)
             .into_iter()
             .map(|r| {
-                let links = std::fs::read_to_string(r.launch.runtime_dir.join("manifest.json"))
+                let manifest = std::fs::read_to_string(r.launch.runtime_dir.join("manifest.json"))
                     .ok()
-                    .and_then(|t| Manifest::from_json(&t).ok())
-                    .map(|m| links(&m))
-                    .unwrap_or_default();
+                    .and_then(|t| Manifest::from_json(&t).ok());
+                let links = manifest.as_ref().map(links).unwrap_or_default();
+                let rti_figures = r
+                    .launch
+                    .rti
+                    .as_ref()
+                    .filter(|rti| status::alive(rti.pid))
+                    .and_then(|_| std::fs::read(r.launch.runtime_dir.join(RTI_STATUS_FILE)).ok())
+                    .and_then(|t| serde_json::from_slice::<RtiFigures>(&t).ok())
+                    .map(|figures| {
+                        // Federate ids are their places in the program, as
+                        // the launcher started them (a launch of one host's
+                        // share lists fewer: the manifest lists them all).
+                        let launched: Vec<String> = r.launch.federates.iter().map(|f| f.name.clone()).collect();
+                        let names = match &manifest {
+                            Some(m) if launched.len() != figures.federates.len() => {
+                                m.federates.iter().map(|f| f.name.clone()).collect()
+                            }
+                            _ => launched,
+                        };
+                        RtiView { figures, names }
+                    });
+                let host_of = |name: &str| {
+                    manifest
+                        .as_ref()
+                        .and_then(|m| m.federates.iter().find(|f| f.name == name)?.host.clone())
+                        .unwrap_or_else(|| here.clone())
+                };
                 let store = r.launch.store.as_ref().map(|s| {
                     let (stats, error) = match self.store_figures(&s.socket) {
                         Ok(f) => (Some(f), None),
@@ -113,15 +157,18 @@ impl Reader {
                         .federates
                         .into_iter()
                         .map(|f| Federate {
+                            host: host_of(&f.name),
                             name: f.name,
                             pid: f.pid,
                             alive: f.alive,
+                            restarts: f.restarts,
                             status: f.status.filter(|_| f.alive),
                         })
                         .collect(),
                     links,
                     store,
                     rti: r.launch.rti,
+                    rti_figures,
                 }
             })
             .collect();
@@ -177,4 +224,16 @@ fn links(m: &Manifest) -> Vec<Link> {
             physical: c.physical,
         })
         .collect()
+}
+
+/// This machine's name (`localhost` if it has none).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if rc == 0 { &buf[..buf.iter().position(|&b| b == 0).unwrap_or(buf.len())] } else { &[][..] };
+    match String::from_utf8_lossy(name).into_owned() {
+        n if n.is_empty() => "localhost".into(),
+        n => n,
+    }
 }

@@ -258,6 +258,8 @@ pub(crate) struct Receiving {
     pub inputs: Vec<Option<NetworkInput>>,
     pub decoder: Decoder,
     pub inbox: Arc<Inbox>,
+    /// Where arrivals are counted, by connection.
+    pub board: Arc<crate::status::Board>,
 }
 
 impl Receiving {
@@ -270,7 +272,12 @@ impl Receiving {
             tracing::error!(port, %tag, "{peer} sent a message for connection {port}, which does not end at this federate; dropped (do all federates run the same program?)");
             return;
         };
-        let value = (n.decode)(payload, &self.decoder).map_err(|e| {
+        let taken = crate::payload::taken_bytes();
+        let decoded = (n.decode)(payload, &self.decoder);
+        if let Some(c) = self.board.connection(usize::from(port)) {
+            c.arrived(payload.len(), crate::payload::taken_bytes() - taken);
+        }
+        let value = decoded.map_err(|e| {
             if e.is_store_lost() {
                 Undelivered::StoreLost
             } else {
@@ -318,6 +325,7 @@ mod tests {
             inputs: Vec::new(),
             decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)),
             inbox: inbox.clone(),
+            board: Arc::default(),
         });
         let (ours, theirs) = UnixStream::pair().unwrap();
         let thread =
@@ -442,6 +450,7 @@ mod tests {
             inputs: Vec::new(),
             decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)),
             inbox: inbox.clone(),
+            board: Arc::default(),
         });
         let (ours, theirs) = UnixStream::pair().unwrap();
         let mut late = FrameWriter::new(Stream::Unix(theirs));

@@ -17,7 +17,7 @@
 //! through a thread-local *decode context* installed for the call by a
 //! guard that restores the previous one.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,21 @@ use super::{Buffer, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT};
 
 /// Deepest nesting of arrays and maps accepted (rmp-serde's own limit).
 const MAX_DEPTH: usize = 1024;
+
+thread_local! {
+    /// Bytes of store objects this thread has taken, ever: read around a
+    /// decode, what one message referenced (`crate::figures`).
+    static TAKEN: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Bytes of store objects the calling thread has taken so far.
+pub(crate) fn taken_bytes() -> u64 {
+    TAKEN.with(Cell::get)
+}
+
+fn took(bytes: u64) {
+    TAKEN.with(|t| t.set(t.get().wrapping_add(bytes)));
+}
 
 /// Turns payload bytes into values. Cheap to clone; share it freely
 /// between threads.
@@ -151,6 +166,7 @@ impl Decoder {
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(spilled.id, 1, spilled.nbytes, s);
         }
+        took(spilled.nbytes);
         if object.data().len() as u64 != spilled.nbytes {
             return Err(PayloadError::malformed(format!(
                 "spilled message {} holds {} bytes, its reference says {}",
@@ -201,6 +217,7 @@ impl Decoder {
         let client = self.store.client()?.ok_or(PayloadError::NoStoreForReceive { count: ids.len() })?;
         let started = crate::trace::tracer().map(|t| t.now());
         let objects = self.wait_for("get", 0, arenas, |t| client.get(ids, t))?;
+        took(objects.iter().map(|o| o.data().len() as u64).sum());
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(ids[0], ids.len() as u32, objects.iter().map(|o| o.data().len() as u64).sum(), s);
         }
@@ -270,6 +287,7 @@ impl Decoder {
                 None => objects.extend(fetched.next()),
             }
         }
+        took(bytes);
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.get(scan.objects[0], scan.objects.len() as u32, bytes, s);
         }

@@ -190,6 +190,7 @@ mod store;
 use std::time::Duration;
 
 pub use buffer::Buffer;
+pub(crate) use decoder::taken_bytes;
 pub use decoder::Decoder;
 pub use descriptor::{
     BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED, EXT_TENSOR,

@@ -101,6 +101,12 @@ pub(crate) enum Role {
         /// Measured rounds (messages, for the rate) per launch.
         #[arg(long, default_value_t = 2000)]
         rounds: u64,
+        /// Side B's launches run watched: this `hprm` binary's `hprm
+        /// dashboard` open, read as a browser and Prometheus would (its
+        /// `/events` stream followed, `/metrics` fetched every second);
+        /// side A's unwatched. The daemons may then be the same on both.
+        #[arg(long, value_name = "HPRM")]
+        dashboard_b: Option<PathBuf>,
     },
 }
 

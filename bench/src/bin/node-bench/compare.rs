@@ -64,18 +64,29 @@ pub(crate) fn bin_dir(daemons: Daemons, populate: bool) -> Result<tempfile::Temp
     Ok(dir)
 }
 
+/// What `compare` runs on each side.
+pub(crate) struct Run {
+    pub(crate) workload: Workload,
+    pub(crate) coord: Coord,
+    pub(crate) size: usize,
+    pub(crate) launches: usize,
+    pub(crate) rounds: u64,
+    pub(crate) populate: bool,
+}
+
 /// `node-bench compare`: see [`Role::Compare`](crate::cli::Role::Compare).
-pub(crate) fn compare(
-    daemons: [Daemons; 2],
-    workload: Workload,
-    coord: Coord,
-    size: usize,
-    launches: usize,
-    rounds: u64,
-    populate: bool,
-) -> Result<()> {
-    if daemons[0] == daemons[1] {
-        bail!("both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, or both");
+/// `dashboard_b`: side B runs watched by this `hprm`'s dashboard.
+pub(crate) fn compare(daemons: [Daemons; 2], dashboard_b: Option<&Path>, run: Run) -> Result<()> {
+    let Run { workload, coord, size, launches, rounds, populate } = run;
+    if daemons[0] == daemons[1] && dashboard_b.is_none() {
+        bail!(
+            "both sides would run the same daemons: give --rti-a/--rti-b, --store-a/--store-b, --dashboard-b, or a mix"
+        );
+    }
+    if let Some(hprm) = dashboard_b {
+        if !hprm.is_file() {
+            bail!("--dashboard-b {}: no such file; give the `hprm` binary (target/release/hprm)", hprm.display());
+        }
     }
     if launches == 0 || rounds == 0 {
         bail!("--launches and --rounds must be at least 1");
@@ -104,7 +115,17 @@ pub(crate) fn compare(
     for i in 1..=launches {
         for (side, co) in sides.iter().enumerate() {
             let warmup = rounds / 10;
+            let watched = match dashboard_b.filter(|_| side == 1) {
+                Some(hprm) => Some(crate::watch::Watched::start(hprm)?),
+                None => None,
+            };
             let l = co.launch(co.spec(workload, coord, size, rounds, warmup, Variant::Echo))?;
+            if let Some(w) = watched {
+                let reads = w.stop();
+                if reads == 0 {
+                    bail!("the dashboard was never read during launch {i}: the measurement would not show its cost");
+                }
+            }
             let figure = match workload {
                 Workload::Small => median_us(l.series("pong", "one_way")?),
                 Workload::Broadcast => median_us(l.series("source", "latency")?),
@@ -124,7 +145,14 @@ pub(crate) fn compare(
         coord.label()
     );
     let mut medians = [0.0; 2];
-    for (side, (v, bins)) in figures.iter_mut().zip(daemons).enumerate() {
+    let labels = daemons.map(|d| d.label());
+    let labels = match dashboard_b {
+        Some(hprm) => {
+            [format!("{}, unwatched", labels[0]), format!("{}, watched by {} dashboard", labels[1], hprm.display())]
+        }
+        None => labels,
+    };
+    for (side, (v, label)) in figures.iter_mut().zip(labels).enumerate() {
         medians[side] = median(v);
         let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
         println!(
@@ -135,7 +163,7 @@ pub(crate) fn compare(
             q(0.75),
             v[0],
             v[v.len() - 1],
-            bins.label()
+            label
         );
     }
     println!("  B / A: {:.2}x", medians[1] / medians[0]);
@@ -168,12 +196,21 @@ mod tests {
         let (missing, other) = (PathBuf::from("/no/such/hprm-rti"), PathBuf::from("/no/such/hprm-store"));
         let a = Daemons { rti: Some(&missing), store: None };
         let b = Daemons { rti: Some(&missing), store: Some(&other) };
-        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 1, 10, true).expect_err("no such binary");
+        let run = |launches| Run {
+            workload: Workload::Small,
+            coord: Coord::CentralizedUnix,
+            size: 8,
+            launches,
+            rounds: 10,
+            populate: true,
+        };
+        let err = compare([a, b], None, run(1)).expect_err("no such binary");
         assert!(format!("{err:#}").contains("no hprm-rti binary at /no/such/hprm-rti"), "{err:#}");
-        let err = compare([a, b], Workload::Small, Coord::CentralizedUnix, 8, 0, 10, true).expect_err("no launches");
+        let err = compare([a, b], None, run(0)).expect_err("no launches");
         assert!(err.to_string().contains("--launches"), "{err:#}");
-        let err =
-            compare([a, a], Workload::Small, Coord::CentralizedUnix, 8, 1, 10, true).expect_err("nothing differs");
+        let err = compare([a, a], None, run(1)).expect_err("nothing differs");
         assert!(err.to_string().contains("the same daemons"), "{err:#}");
+        let err = compare([a, a], Some(&missing), run(1)).expect_err("no such hprm");
+        assert!(err.to_string().contains("--dashboard-b /no/such/hprm-rti: no such file"), "{err:#}");
     }
 }

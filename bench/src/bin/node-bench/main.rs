@@ -36,7 +36,9 @@
 //! floor-server` is the far end of the socket floors. Federates hand their
 //! samples back as JSON files in a per-launch temporary directory.
 //! `node-bench compare --rti-a A --rti-b B` puts two `hprm-rti` builds side
-//! by side on one workload, launches alternating between them.
+//! by side on one workload, launches alternating between them;
+//! `--dashboard-b HPRM` runs side B's launches watched by `hprm dashboard`
+//! (`watch`), for what watching a program costs it.
 //!
 //! Output: progress on stderr; the markdown report on stdout and in
 //! `OUT/node-YYYY-MM-DD.md` (UTC), the data in `OUT/node-YYYY-MM-DD.json`
@@ -54,6 +56,7 @@ mod results;
 mod roles;
 mod rti_round_trip;
 mod targets;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -107,12 +110,14 @@ fn main() -> ExitCode {
             size,
             launches,
             rounds,
+            ref dashboard_b,
         }) => {
             let sides = [
                 Daemons { rti: rti_a.as_deref(), store: store_a.as_deref() },
                 Daemons { rti: rti_b.as_deref(), store: store_b.as_deref() },
             ];
-            ("node-bench compare", compare(sides, workload, coord, size, launches, rounds, !cli.no_populate))
+            let run = crate::compare::Run { workload, coord, size, launches, rounds, populate: !cli.no_populate };
+            ("node-bench compare", compare(sides, dashboard_b.as_deref(), run))
         }
     };
     match result {

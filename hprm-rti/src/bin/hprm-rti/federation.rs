@@ -87,6 +87,8 @@ struct Inner {
     trace: Option<crate::trace::GrantTrace>,
     /// Outboxes with something queued (shared with [`Federation::dirty`]).
     dirty: Arc<Dirty>,
+    /// What the RTI publishes for dashboards.
+    board: crate::status::Board,
 }
 
 /// How the RTI ended: whether some federate failed.
@@ -136,6 +138,7 @@ impl Federation {
             start: None,
             trace: trace.then(crate::trace::GrantTrace::new),
             dirty: dirty.clone(),
+            board: crate::status::Board::new(size),
         };
         Federation {
             id: id.as_bytes().to_vec(),
@@ -168,6 +171,12 @@ impl Federation {
     /// woke a writer task.
     pub fn idle(&self, stopping: bool) -> bool {
         self.dirty.flush_held(std::time::Instant::now(), stopping)
+    }
+
+    /// The figures dashboards read (see `status`).
+    pub fn figures(&self, last: Option<&hprm_rti::figures::RtiFigures>, secs: f64) -> hprm_rti::figures::RtiFigures {
+        let inner = self.lock();
+        inner.board.figures(inner.start, |f| inner.slots[usize::from(f)].out.is_some(), last, secs)
     }
 
     /// Writes the grants sent so far (`--trace`).
@@ -295,14 +304,16 @@ impl Federation {
 
     pub fn next_event_tag(&self, fed: FedId, tag: Tag) {
         let mut inner = self.lock();
+        inner.board.next_event_tag(fed, tag);
         let notices = inner.coord.next_event_tag(fed, tag);
-        deliver(&inner, &notices);
+        deliver(&mut inner, &notices);
     }
 
     pub fn latest_tag_confirmed(&self, fed: FedId, tag: Tag) {
         let mut inner = self.lock();
+        inner.board.latest_tag_confirmed(fed, tag);
         let notices = inner.coord.latest_tag_confirmed(fed, tag);
-        deliver(&inner, &notices);
+        deliver(&mut inner, &notices);
     }
 
     /// Relays a tagged message (forwarded byte for byte) and accounts for it.
@@ -328,13 +339,15 @@ impl Federation {
                 tracing::warn!(from, dest, port, %tag, "message for a federate that is not connected (or for its incarnation before a restart); dropped")
             }
             Relay::Forward(notices) => {
+                inner.board.relayed();
                 send_tagged(&inner, msg);
-                deliver(&inner, &notices);
+                deliver(&mut inner, &notices);
             }
             Relay::Tardy(notices) => {
                 tracing::warn!(from, dest, port, %tag, "message arrives after its destination completed that tag (STP violation); forwarded");
+                inner.board.relayed();
                 send_tagged(&inner, msg);
-                deliver(&inner, &notices);
+                deliver(&mut inner, &notices);
             }
         }
     }
@@ -560,8 +573,9 @@ fn push_hint(inner: &Inner, fed: FedId, encode: impl FnOnce(&mut Vec<u8>)) {
     }
 }
 
-fn deliver(inner: &Inner, notices: &[Notice]) {
+fn deliver(inner: &mut Inner, notices: &[Notice]) {
     for n in notices {
+        inner.board.granted(n.to, &n.grant);
         let msg = match n.grant {
             Grant::Tag(t) => Message::TagAdvanceGrant(t),
             Grant::Provisional(t) => Message::ProvisionalTagAdvanceGrant(t),

@@ -14,6 +14,7 @@ mod clock_sync;
 mod connection;
 mod federation;
 mod outbox;
+mod status;
 mod stream;
 mod trace;
 
@@ -217,6 +218,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         let mut outcome = federation.outcome();
         tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
+        if let Some(path) = status::path() {
+            tokio::spawn(publish(federation.clone(), path));
+        }
         if let Some(watchdog) = hprm_sd_notify::Watchdog::from_env() {
             tokio::spawn(watchdog_loop(federation.clone(), watchdog, local));
         }
@@ -298,6 +302,24 @@ async fn watchdog_loop(
             ));
             shown = Some(progress);
         }
+    }
+}
+
+/// Rewrites the status file at `path` every `status::PERIOD` (see `status`).
+async fn publish(federation: Arc<Federation>, path: std::path::PathBuf) {
+    let mut tick = tokio::time::interval(status::PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut last, mut at) = (None, std::time::Instant::now());
+    loop {
+        tick.tick().await;
+        let secs = at.elapsed().as_secs_f64().max(1e-9);
+        let figures = federation.figures(last.as_ref(), secs);
+        at = std::time::Instant::now();
+        if let Err(e) = status::write(&path, &figures) {
+            tracing::warn!("cannot write {}: {e}; dashboards will not see the RTI's figures", path.display());
+            return;
+        }
+        last = Some(figures);
     }
 }
 
