@@ -4,7 +4,7 @@
 # its coverage (cargo fuzz coverage, llvm-cov). Not part of CI: the stable
 # test command replays the committed corpora (hprm-fuzz/tests/replay.rs).
 #
-#   fuzz/run.sh [seconds per target, default 600] [target...]
+#   fuzz/run.sh [all|run|coverage] [seconds per target, default 600] [target...]
 #
 # Needs: cargo-fuzz (`cargo install cargo-fuzz --locked`), the nightly
 # toolchain with llvm-tools (`rustup component add llvm-tools --toolchain nightly`).
@@ -13,8 +13,9 @@
 # fuzz/logs/<target>.log and fuzz/logs/<target>.cov (llvm-cov's report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${1:-600}
-shift || true
+phase=${1:-all}
+secs=${2:-600}
+shift 2 || shift $# || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(rti_frames store_frames store_handshake outbox payload manifest)
 export PATH="$HOME/.cache/hprm-tools/bin:$PATH"
@@ -23,20 +24,39 @@ sysroot=$(rustc +nightly --print sysroot)
 llvm="$sysroot/lib/rustlib/x86_64-unknown-linux-gnu/bin"
 mkdir -p fuzz/logs
 [ -d fuzz/seeds ] || cargo run -q -p hprm-fuzz --example seeds -- fuzz/seeds
-for t in "${targets[@]}"; do
+
+run() {
+    local t=$1
     mkdir -p "fuzz/corpus-full/$t" "fuzz/corpus/$t"
     cp -n "fuzz/seeds/$t"/* "fuzz/corpus/$t"/* "fuzz/corpus-full/$t/" 2>/dev/null || true
-    # One process (the machine is shared): no -jobs/-workers.
+    # One fuzzing process at a time (the machine is shared), in fork mode so
+    # that a crash, a timeout or an OOM is saved (fuzz/artifacts/<target>/)
+    # and the run goes on for its whole time.
     nice -n 15 cargo +nightly fuzz run --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" -- \
-        -max_total_time="$secs" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 2>&1 | tee "fuzz/logs/$t.log" | grep -E "^#[0-9]+.*(DONE|pulse)|Done|stat::|ERROR|panicked" || true
-    # Minimized into the committed corpus.
-    tmp=$(mktemp -d)
-    nice -n 15 cargo +nightly fuzz cmin --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" -- -merge_control_file="$tmp/ctl" >/dev/null 2>&1 || true
-    rm -rf "$tmp" "fuzz/corpus/$t"
+        -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
+        -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"fuzz/logs/$t.log" 2>&1 || true
+    grep -E "^#[0-9]+:" "fuzz/logs/$t.log" | tail -1 || true
+    # Minimized (in place), then committed as fuzz/corpus/<target>/.
+    nice -n 15 cargo +nightly fuzz cmin --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+    rm -rf "fuzz/corpus/$t"
     mkdir -p "fuzz/corpus/$t"
     cp "fuzz/corpus-full/$t"/* "fuzz/corpus/$t/"
+}
+
+coverage() {
+    local t=$1
     nice -n 15 cargo +nightly fuzz coverage --target-dir "$tdir" "$t" "fuzz/corpus/$t" >"fuzz/logs/$t.coverage-build.log" 2>&1
-    bin="$tdir/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$t"
+    local bin="$tdir/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$t"
     "$llvm/llvm-cov" report "$bin" -instr-profile="fuzz/coverage/$t/coverage.profdata" \
         -ignore-filename-regex='/(\.cargo|rustc|\.rustup)/|fuzz_targets/' >"fuzz/logs/$t.cov"
+    tail -1 "fuzz/logs/$t.cov"
+}
+
+for t in "${targets[@]}"; do
+    case $phase in
+        run) run "$t" ;;
+        coverage) coverage "$t" ;;
+        all) run "$t"; coverage "$t" ;;
+        *) echo "usage: fuzz/run.sh [all|run|coverage] [seconds per target] [target...]" >&2; exit 2 ;;
+    esac
 done

@@ -155,8 +155,13 @@ impl Deployment {
                 if path.exists() {
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
                 }
-                let mut out =
-                    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path).map_err(err)?;
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .map_err(err)?;
                 out.write_all(f.contents.as_bytes()).map_err(err)?;
                 continue;
             }

@@ -181,7 +181,9 @@ fn exposure(unit: &Path) -> f64 {
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find_map(|l| l.split_once("Overall exposure level for ")?.1.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or_else(|| panic!("no exposure level for {}: {text}{}", unit.display(), String::from_utf8_lossy(&out.stderr)))
+        .unwrap_or_else(|| {
+            panic!("no exposure level for {}: {text}{}", unit.display(), String::from_utf8_lossy(&out.stderr))
+        })
 }
 
 #[test]

@@ -11,11 +11,16 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hprm_node::payload::{msgpack::Writer, Buffer, BufferDescriptor, Dtype, Encoder, Location, SpilledMessage, StoreLink, EXT_BUFFER, EXT_SPILLED};
+use hprm_node::payload::{
+    msgpack::Writer, Buffer, BufferDescriptor, Dtype, Encoder, Location, SpilledMessage, StoreLink, EXT_BUFFER,
+    EXT_SPILLED,
+};
 use hprm_rti::tag::Delay;
 use hprm_rti::wire::{encode, Message, RejectReason};
 use hprm_rti::Tag;
-use hprm_store::protocol::message::{Encoder as StoreEncoder, ErrorReply, Hello, ObjectInfo, ObjectRef, Reply, Request};
+use hprm_store::protocol::message::{
+    Encoder as StoreEncoder, ErrorReply, Hello, ObjectInfo, ObjectRef, Reply, Request,
+};
 use hprm_store::{ErrorCode, Notification, ObjectId, Placement, Stats};
 
 fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
@@ -50,7 +55,10 @@ fn rti(dir: &Path) {
         Message::ClockSyncT4(6),
         Message::ClockSyncCodedProbe(7),
         Message::PortAbsent { port: 1, fed: 2, tag },
-        Message::NeighborStructure { upstreams: vec![(0, Delay::None), (1, Delay::After(5_000_000))], downstreams: vec![2, 3] },
+        Message::NeighborStructure {
+            upstreams: vec![(0, Delay::None), (1, Delay::After(5_000_000))],
+            downstreams: vec![2, 3],
+        },
         Message::Failed,
         Message::DownstreamNextEventTag(tag),
         Message::Resume(tag),
@@ -75,10 +83,19 @@ fn store(dir: &Path) {
     let id = ObjectId([0x11; ObjectId::LEN]);
     let placement = Placement { data_offset: 4096, data_size: 100, metadata_offset: 4196, metadata_size: 4 };
     let requests = vec![
-        Request::Create { id, data_size: 100, metadata: b"meta", deliveries: 2, wait_for_space: Duration::from_millis(5) },
+        Request::Create {
+            id,
+            data_size: 100,
+            metadata: b"meta",
+            deliveries: 2,
+            wait_for_space: Duration::from_millis(5),
+        },
         Request::Seal { id },
         Request::Abort { id },
-        Request::Get { ids: Cow::Owned(vec![id, ObjectId([0x22; ObjectId::LEN])]), timeout: Some(Duration::from_secs(1)) },
+        Request::Get {
+            ids: Cow::Owned(vec![id, ObjectId([0x22; ObjectId::LEN])]),
+            timeout: Some(Duration::from_secs(1)),
+        },
         Request::Get { ids: Cow::Owned(vec![id]), timeout: None },
         Request::Release { id },
         Request::Contains { id },
@@ -94,7 +111,8 @@ fn store(dir: &Path) {
         Request::Flush,
         Request::Identify { program: "pipeline" },
     ];
-    let hello = Hello { version: 4, arena_size: 1 << 26, client_id: 7, populate: false, arena_id: 99, outbox_size: 65536 };
+    let hello =
+        Hello { version: 4, arena_size: 1 << 26, client_id: 7, populate: false, arena_id: 99, outbox_size: 65536 };
     let replies = vec![
         Reply::Hello(hello),
         Reply::Created(placement),
@@ -102,7 +120,15 @@ fn store(dir: &Path) {
         Reply::Objects(vec![ObjectRef { id, placement }]),
         Reply::Presence(true),
         Reply::Deleted { deferred: true },
-        Reply::Listing(vec![ObjectInfo { id, placement, sealed: true, ref_count: 1, pending_deliveries: 2, delete_pending: false, age_ms: 5 }]),
+        Reply::Listing(vec![ObjectInfo {
+            id,
+            placement,
+            sealed: true,
+            ref_count: 1,
+            pending_deliveries: 2,
+            delete_pending: false,
+            age_ms: 5,
+        }]),
         Reply::Evicted { objects: 2, bytes: 4096 },
         Reply::Stats(Stats { capacity: 1 << 26, bytes_in_use: 4096, clients: 2, ..Stats::default() }),
         Reply::Error(ErrorReply { code: ErrorCode::Timeout, message: "not sealed in time".into(), missing: vec![id] }),
@@ -173,10 +199,26 @@ fn payload(dir: &Path) {
         extra: serde_json::json!({"k": [1, -2, 3.5, null, true, "s"]}),
     };
     write(dir, "payload", "message", &encoder.encode(&value, 1).expect("encodes inline"));
-    write(dir, "payload", "buffers", &encoder.encode(&vec![pixels.clone(), Buffer::from_slice(&[1.0f64, 2.0])], 1).expect("encodes"));
-    write(dir, "payload", "value", &encoder.encode(&serde_json::json!({"a": {"b": [1, 2, {"c": "d"}]}}), 1).expect("encodes"));
+    write(
+        dir,
+        "payload",
+        "buffers",
+        &encoder.encode(&vec![pixels.clone(), Buffer::from_slice(&[1.0f64, 2.0])], 1).expect("encodes"),
+    );
+    write(
+        dir,
+        "payload",
+        "value",
+        &encoder.encode(&serde_json::json!({"a": {"b": [1, 2, {"c": "d"}]}}), 1).expect("encodes"),
+    );
     let id = ObjectId([0x33; ObjectId::LEN]);
-    let d = BufferDescriptor { dtype: Dtype::parse("<f4").expect("dtype"), shape: vec![2, 3], strides: None, nbytes: 24, location: Location::Store(id) };
+    let d = BufferDescriptor {
+        dtype: Dtype::parse("<f4").expect("dtype"),
+        shape: vec![2, 3],
+        strides: None,
+        nbytes: 24,
+        location: Location::Store(id),
+    };
     let data = d.encode().expect("descriptor");
     write(dir, "payload", "descriptor", &data);
     let mut msg = Vec::new();

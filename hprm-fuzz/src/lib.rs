@@ -85,14 +85,16 @@ pub fn rti_frames(data: &[u8]) {
 /// of requests, cut by [`hprm_store::protocol::frame::FrameBuffer`] and
 /// decoded by `decode_request`) or the client's (replies and
 /// notifications, `decode_reply`). Each decoded frame is encoded again
-/// and must decode to the same value.
+/// and must decode to the same value. Both sides take frames of up to
+/// 1 MiB here: a reply's limit (64 MiB) is the same code with a larger
+/// number, and would make every input that claims it allocate that much.
 pub fn store_frames(data: &[u8]) {
-    use hprm_store::protocol::frame::{FrameBuffer, MAX_REPLY_BODY, MAX_REQUEST_BODY};
+    use hprm_store::protocol::frame::{FrameBuffer, MAX_REQUEST_BODY};
     use hprm_store::protocol::message::{decode_reply, decode_request, Encoder};
     let Some((chunk, rest)) = chunked(data) else { return };
     let Some((&side, mut rest)) = rest.split_first() else { return };
     let requests = side % 2 == 0;
-    let mut frames = FrameBuffer::new(if requests { MAX_REQUEST_BODY } else { MAX_REPLY_BODY });
+    let mut frames = FrameBuffer::new(MAX_REQUEST_BODY);
     let mut encoder = Encoder::default();
     loop {
         match frames.poll() {

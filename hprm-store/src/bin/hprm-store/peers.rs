@@ -87,5 +87,4 @@ mod tests {
         // SAFETY: as in `Admitted::new`.
         assert_eq!((a.uids, a.gids), unsafe { (vec![libc::geteuid()], vec![libc::getegid()]) });
     }
-
 }
