@@ -351,7 +351,7 @@ pub fn systemd(
         }
         let _ = writeln!(drop_in, "Restart={restart}");
         if opts.auth {
-            let _ = write!(drop_in, "{credential}Environment=HPRM_AUTH_KEY_FILE=%d/{AUTH_KEY}\n");
+            let _ = writeln!(drop_in, "{credential}Environment=HPRM_AUTH_KEY_FILE=%d/{AUTH_KEY}");
         }
         if let Some(priority) = f.priority {
             // systemd sets these before it drops the unit's rights; the
