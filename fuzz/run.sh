@@ -32,12 +32,27 @@ run() {
     # One fuzzing process at a time (the machine is shared), in fork mode so
     # that a crash, a timeout or an OOM is saved (fuzz/artifacts/<target>/)
     # and the run goes on for its whole time.
-    nice -n 15 cargo +nightly fuzz run --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" -- \
+    # FUZZ_PREBUILT=1: run the binaries built before, as they are (the
+    # sources may have moved on; a rebuild under AddressSanitizer is long).
+    local fuzz=(cargo +nightly fuzz run --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" --)
+    if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+        mkdir -p "fuzz/artifacts/$t"
+        fuzz=("$tdir/x86_64-unknown-linux-gnu/release/$t" "-artifact_prefix=fuzz/artifacts/$t/" "fuzz/corpus-full/$t")
+    fi
+    nice -n 15 "${fuzz[@]}" \
         -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
         -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"fuzz/logs/$t.log" 2>&1 || true
     grep -E "^#[0-9]+:" "fuzz/logs/$t.log" | tail -1 || true
     # Minimized (in place), then committed as fuzz/corpus/<target>/.
-    nice -n 15 cargo +nightly fuzz cmin --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+    if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+        local full="fuzz/corpus-full/$t" merged
+        merged=$(mktemp -d)
+        nice -n 15 "${fuzz[0]}" -merge=1 "$merged" "$full" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+        # Kept as it was if the merge failed.
+        if [ -n "$(ls -A "$merged")" ]; then rm -rf "$full" && mv "$merged" "$full"; else rm -rf "$merged"; fi
+    else
+        nice -n 15 cargo +nightly fuzz cmin --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+    fi
     rm -rf "fuzz/corpus/$t"
     mkdir -p "fuzz/corpus/$t"
     cp "fuzz/corpus-full/$t"/* "fuzz/corpus/$t/"

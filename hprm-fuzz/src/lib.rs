@@ -18,8 +18,11 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+/// A harness: takes any bytes, returns (a panic is a finding).
+pub type Harness = fn(&[u8]);
+
 /// Every target, by the name of its cargo-fuzz target and corpus folder.
-pub const TARGETS: [(&str, fn(&[u8])); 6] = [
+pub const TARGETS: [(&str, Harness); 6] = [
     ("rti_frames", rti_frames),
     ("store_frames", store_frames),
     ("store_handshake", store_handshake),
@@ -57,11 +60,7 @@ pub fn rti_frames(data: &[u8]) {
     }
     let mut frames = FrameBuffer::new(chunk % 64 + 1, limits);
     let mut rest = stream;
-    loop {
-        let ready = match frames.next_is_ready() {
-            Ok(ready) => ready,
-            Err(_) => break,
-        };
+    while let Ok(ready) = frames.next_is_ready() {
         match frames.next() {
             Ok(Some(Frame::Tagged(t))) => assert!(ready && t.payload.len() <= limits.max_payload),
             Ok(Some(Frame::Other(_))) => assert!(ready),
