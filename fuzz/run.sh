@@ -47,7 +47,9 @@ run() {
     if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
         local full="fuzz/corpus-full/$t" merged
         merged=$(mktemp -d)
-        nice -n 15 "${fuzz[0]}" -merge=1 "$merged" "$full" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+        # The smallest set of inputs covering every feature (set cover), to
+        # keep the committed corpora small.
+        nice -n 15 "${fuzz[0]}" -set_cover_merge=1 "$merged" "$full" >"fuzz/logs/$t.cmin.log" 2>&1 || true
         # Kept as it was if the merge failed.
         if [ -n "$(ls -A "$merged")" ]; then rm -rf "$full" && mv "$merged" "$full"; else rm -rf "$merged"; fi
     else
@@ -61,7 +63,9 @@ run() {
 coverage() {
     local t=$1
     nice -n 15 cargo +nightly fuzz coverage --target-dir "$tdir" "$t" "fuzz/corpus/$t" >"fuzz/logs/$t.coverage-build.log" 2>&1
-    local bin="$tdir/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$t"
+    # With --target-dir, cargo fuzz coverage builds into the fuzz build's
+    # place: run it for a target only once its fuzzing is over.
+    local bin="$tdir/x86_64-unknown-linux-gnu/release/$t"
     "$llvm/llvm-cov" report "$bin" -instr-profile="fuzz/coverage/$t/coverage.profdata" \
         -ignore-filename-regex='/(\.cargo|rustc|\.rustup)/|fuzz_targets/' >"fuzz/logs/$t.cov"
     tail -1 "fuzz/logs/$t.cov"
