@@ -46,7 +46,8 @@ def run_figures(target):
     )
     if not last:
         return {"execs": "?", "rate": "?", "cov": "?", "ft": "?", "faults": "?", "secs": "?"}
-    execs, cov, ft, _corp, rate, oom, timeout, crash, secs = last[-1]
+    execs, cov, ft, _corp, _rate, oom, timeout, crash, secs = last[-1]
+    rate = int(execs) // max(int(secs), 1)
     return {"execs": execs, "rate": rate, "cov": cov, "ft": ft, "faults": f"{oom}/{timeout}/{crash}", "secs": secs}
 
 
@@ -69,7 +70,7 @@ def coverage(target):
 
 def main():
     out = sys.stdout
-    out.write("| target | seconds | executions | exec/s | edges (cov) | features | corpus (minimized) | OOM/timeout/crash |\n")
+    out.write("| target | seconds | executions | exec/s (mean) | edges (cov) | features | corpus (minimized) | OOM/timeout/crash |\n")
     out.write("|---|---|---|---|---|---|---|---|\n")
     for t in DECODERS:
         f = run_figures(t)

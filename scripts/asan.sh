@@ -16,6 +16,8 @@ export RUSTFLAGS="-Zsanitizer=address -Cdebuginfo=1"
 export RUSTDOCFLAGS="-Zsanitizer=address"
 export CARGO_TARGET_DIR="${ASAN_TARGET_DIR:-${CARGO_TARGET_DIR:-target}-asan}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}"
-# The daemons, where hprm-node's tests look for them (beside the test binaries).
+# The daemons and examples, where hprm-node's tests look for them (beside
+# the test binaries): a test building them itself would build without --target.
 cargo +nightly build --target "$target" -p hprm-store -p hprm-rti --bins
-cargo +nightly test --target "$target" -p hprm-local-socket -p hprm-store -p hprm-node --lib --tests "$@"
+cargo +nightly build --target "$target" -p hprm-node --examples
+cargo +nightly test --target "$target" --no-fail-fast -p hprm-local-socket -p hprm-store -p hprm-node --lib --tests "$@"
