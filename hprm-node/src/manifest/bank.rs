@@ -465,7 +465,10 @@ mod tests {
         m.federates[0].reactors[0].member_args.clear();
         m.federates[1].reactors[0].inputs = vec![format!("frames[{}]", MAX_WIDTH + 1)];
         let p = m.check();
-        assert!(p.iter().any(|p| p.message.contains(&format!("bank cam has width {}, over the limit", u32::MAX))), "{p:?}");
+        assert!(
+            p.iter().any(|p| p.message.contains(&format!("bank cam has width {}, over the limit", u32::MAX))),
+            "{p:?}"
+        );
         assert!(p.iter().any(|p| p.message.contains("multiport \"frames[4097]\" has width 4097")), "{p:?}");
         assert!(m.expanded().federates.len() <= 2);
     }
