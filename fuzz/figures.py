@@ -6,6 +6,7 @@ decoder's own files (cargo fuzz coverage over the minimized corpus).
 
     python3 fuzz/figures.py > bench/results/fuzz-DATE.md-part
 """
+
 import pathlib
 import re
 import sys
@@ -79,9 +80,7 @@ def main():
             continue
         files = list((CORPUS / t).glob("*"))
         size = sum(p.stat().st_size for p in files)
-        out.write(
-            f"| `{t}` | {f['secs']} | {f['execs']} | {f['rate']} | {f['cov']} | {f['ft']} | {len(files)} files, {size} B | {f['faults']} |\n"
-        )
+        out.write(f"| `{t}` | {f['secs']} | {f['execs']} | {f['rate']} | {f['cov']} | {f['ft']} | {len(files)} files, {size} B | {f['faults']} |\n")
     out.write("\nCoverage of each decoder's files by its minimized corpus (`cargo fuzz coverage`, llvm-cov):\n\n")
     out.write("| target | file | regions | lines |\n|---|---|---|---|\n")
     for t in DECODERS:
