@@ -25,6 +25,11 @@ pub struct DeployArgs {
     /// The address the RTI listens on (0.0.0.0 for federates on other hosts).
     #[arg(long, default_value = "127.0.0.1")]
     pub rti_bind: String,
+    /// Let the RTI admit federates without authentication. By default it
+    /// admits only those holding the program's key (HMAC-SHA256), a fresh
+    /// one written to etc/hprm/PROGRAM/auth.key (mode 0600).
+    #[arg(long)]
+    pub no_auth: bool,
 }
 
 pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Result<i32> {
@@ -35,8 +40,12 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     if let Some((loc, problem)) = source.launch_problems().into_iter().next() {
         bail!("{}: {problem}", source.locate(loc));
     }
-    let settings =
-        SystemdOptions { bin_dir: opts.bin_dir.clone(), rti_port: opts.rti_port, rti_bind: opts.rti_bind.clone() };
+    let settings = SystemdOptions {
+        bin_dir: opts.bin_dir.clone(),
+        rti_port: opts.rti_port,
+        rti_bind: opts.rti_bind.clone(),
+        auth: !opts.no_auth,
+    };
     let deployment = hprm_cli::systemd::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
     deployment
         .write(dir)

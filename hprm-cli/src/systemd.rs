@@ -14,6 +14,11 @@
 //! - `etc/hprm/<program>/<federate>.env`: each federate's `HPRM_*` environment
 //!   (and the environment its command needs);
 //! - `etc/hprm/<program>/manifest.json`: the graph, as `HPRM_MANIFEST`;
+//! - `etc/hprm/<program>/auth.key` (mode 0600, root's): the shared key of
+//!   the RTI's HMAC authentication of federates, fresh for each deployment
+//!   (unless [`SystemdOptions::auth`] is off). systemd hands it to the RTI
+//!   and the federates as a credential (`LoadCredential=`), readable by
+//!   the service's user only while it runs;
 //! - `etc/systemd/system/<unit>.d/hprm-deploy.conf` drop-ins: the program
 //!   target wants the RTI and every federate; each federate's command
 //!   (`ExecStart=`), restart policy and ordering after its RTI;
@@ -66,13 +71,25 @@ pub struct SystemdOptions {
     pub rti_port: u16,
     /// The address the RTI listens on (`0.0.0.0` for federates on other hosts).
     pub rti_bind: String,
+    /// Whether the RTI admits only federates that hold the program's key
+    /// (HMAC-SHA256; on by default).
+    pub auth: bool,
 }
 
 impl Default for SystemdOptions {
     fn default() -> SystemdOptions {
-        SystemdOptions { bin_dir: PathBuf::from(TEMPLATE_BIN_DIR), rti_port: 15045, rti_bind: "127.0.0.1".into() }
+        SystemdOptions {
+            bin_dir: PathBuf::from(TEMPLATE_BIN_DIR),
+            rti_port: 15045,
+            rti_bind: "127.0.0.1".into(),
+            auth: true,
+        }
     }
 }
+
+/// The name of the key file under `/etc/hprm/<program>/`, and of the
+/// credential systemd makes of it.
+const AUTH_KEY: &str = "auth.key";
 
 /// Why a program cannot be deployed, one sentence each.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +118,8 @@ pub struct DeployFile {
     /// Relative to the deployment's root (`etc/...`), i.e. to `/` on the host.
     pub path: PathBuf,
     pub contents: String,
+    /// A secret: written readable by its owner only (mode 0600).
+    pub secret: bool,
 }
 
 /// The files for one program, and what to do with them.
@@ -127,6 +146,24 @@ impl Deployment {
             let err = |source| DeployError::Write { path: path.clone(), source };
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(err)?;
+            }
+            if f.secret {
+                use std::io::Write;
+                use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+                // Made 0600 before the key is in it; an older file of
+                // another mode is narrowed first.
+                if path.exists() {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+                }
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .map_err(err)?;
+                out.write_all(f.contents.as_bytes()).map_err(err)?;
+                continue;
             }
             std::fs::write(&path, &f.contents).map_err(err)?;
         }
@@ -166,6 +203,9 @@ impl Deployment {
             "Stop: systemctl stop '{}'; restart the whole program: systemctl restart '{}'",
             self.target, self.target
         );
+        if let Some(key) = self.files.iter().find(|f| f.secret) {
+            let _ = writeln!(s, "The RTI admits only federates holding the key /{} (mode 0600: `cp -r` keeps it; federates on other hosts need the same file, copied as securely).", key.path.display());
+        }
         if let Some(m) = &self.store_memory {
             let _ = writeln!(s, "The program asks for a {m} store: HPRM_STORE_MEMORY in /etc/hprm/store.conf must be at least that (the store is shared by every program on the host).");
         }
@@ -200,7 +240,7 @@ pub fn systemd(
     let conf_dir = Path::new("/etc/hprm").join(program);
     let mut files = Vec::new();
     let mut notes = Vec::new();
-    let file = |path: PathBuf, contents: String| DeployFile { path, contents };
+    let file = |path: PathBuf, contents: String| DeployFile { path, contents, secret: false };
     let header = format!("# Written by `hprm deploy --systemd` for program {program}.\n");
 
     let bin_dir = opts.bin_dir.to_string_lossy();
@@ -227,6 +267,17 @@ pub fn systemd(
     }
     rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
     files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
+    // What the RTI's and each federate's unit add to take the key.
+    let mut credential = String::new();
+    if opts.auth {
+        let key_path = conf_dir.join(AUTH_KEY);
+        files.push(DeployFile { path: strip_root(&key_path), contents: hprm_rti::auth::generate_key(), secret: true });
+        credential = format!("LoadCredential={AUTH_KEY}:{}\n", key_path.display());
+    }
+    let mut rti_service = credential.clone();
+    if opts.auth {
+        let _ = writeln!(rti_service, "Environment=HPRM_RTI_AUTH=--auth-key-file=%d/{AUTH_KEY}");
+    }
 
     let rti_host = match opts.rti_bind.as_str() {
         "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
@@ -299,6 +350,9 @@ pub fn systemd(
             paths.push(dir);
         }
         let _ = writeln!(drop_in, "Restart={restart}");
+        if opts.auth {
+            let _ = writeln!(drop_in, "{credential}Environment=HPRM_AUTH_KEY_FILE=%d/{AUTH_KEY}");
+        }
         if let Some(priority) = f.priority {
             // systemd sets these before it drops the unit's rights; the
             // federate, finding them in force, leaves them as they are.
@@ -340,8 +394,10 @@ pub fn systemd(
     files.push(file(Path::new(UNIT_DIR).join(format!("{target}.d")).join(DROP_IN), wants));
     if manifest.federates.iter().all(|f| f.restart == RestartPolicy::Stop) {
         // A new RTI would wait for federates that systemd does not restart.
-        let text =
-            format!("{header}# No federate restarts on failure, so neither does the RTI.\n[Service]\nRestart=no\n");
+        rti_service.push_str("# No federate restarts on failure, so neither does the RTI.\nRestart=no\n");
+    }
+    if !rti_service.is_empty() {
+        let text = format!("{header}[Service]\n{rti_service}");
         files.push(file(Path::new(UNIT_DIR).join(format!("{rti_unit}.d")).join(DROP_IN), text));
     }
     Ok(Deployment {
@@ -612,8 +668,19 @@ mod tests {
 
         let target = get(&d, "etc/systemd/system/hprm@my\\x2drobot.target.d/hprm-deploy.conf");
         assert!(target.contains("Wants=hprm-federate@my\\x2drobot-camera.service\nWants=hprm-federate@my\\x2drobot-plan\\x20ner.service\n"), "{target}");
-        // One federate restarts, so the RTI keeps the template's policy.
-        assert!(!d.files.iter().any(|f| f.path.starts_with("etc/systemd/system/hprm-rti@my\\x2drobot.service.d")));
+        // One federate restarts, so the RTI keeps the template's policy; it
+        // and every federate take the program's key.
+        let rti = get(&d, "etc/systemd/system/hprm-rti@my\\x2drobot.service.d/hprm-deploy.conf");
+        let credential = "LoadCredential=auth.key:/etc/hprm/my-robot/auth.key\n";
+        assert!(rti.contains(credential) && !rti.contains("Restart="), "{rti}");
+        assert!(rti.contains("Environment=HPRM_RTI_AUTH=--auth-key-file=%d/auth.key\n"), "{rti}");
+        assert!(cam.contains(credential) && cam.contains("Environment=HPRM_AUTH_KEY_FILE=%d/auth.key\n"), "{cam}");
+        let key = d.files.iter().find(|f| f.path == Path::new("etc/hprm/my-robot/auth.key")).expect("a key file");
+        assert!(key.secret && key.contents.trim().len() == 64, "{key:?}");
+        let again = systemd(&manifest(), &command, &opts).unwrap();
+        assert_ne!(get(&again, "etc/hprm/my-robot/auth.key"), key.contents, "each deployment has its own key");
+        let open = systemd(&manifest(), &command, &SystemdOptions { auth: false, ..opts.clone() }).unwrap();
+        assert!(!open.files.iter().any(|f| f.path.ends_with("auth.key") || f.contents.contains("auth.key")));
         let store = get(&d, "etc/systemd/system/hprm-store.service");
         assert!(store.contains("ExecStart=/srv/hprm/bin/hprm-store ") && !store.contains(TEMPLATE_BIN_DIR), "{store}");
         assert!(d.summary(Path::new("out")).contains("systemctl enable --now 'hprm@my\\x2drobot.target'"));

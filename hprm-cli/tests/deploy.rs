@@ -50,6 +50,17 @@ fn deploy_writes_units_that_systemd_accepts() {
     let env = std::fs::read_to_string(out.path().join("etc/hprm/perception/camera.env")).expect("camera.env");
     assert!(env.contains("HPRM_FEDERATE=\"camera\"") && env.contains("HPRM_RTI=\"127.0.0.1:15045\""), "{env}");
 
+    // The RTI's key: root's alone, named in the summary, taken by the RTI and every federate.
+    use std::os::unix::fs::PermissionsExt;
+    let key = out.path().join("etc/hprm/perception/auth.key");
+    let mode = std::fs::metadata(&key).expect("auth.key").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    assert!(stdout.contains("/etc/hprm/perception/auth.key"), "{stdout}");
+    for unit in ["hprm-rti@perception.service", "hprm-federate@perception-camera.service"] {
+        let drop_in = std::fs::read_to_string(units.join(format!("{unit}.d/hprm-deploy.conf"))).expect("drop-in");
+        assert!(drop_in.contains("LoadCredential=auth.key:/etc/hprm/perception/auth.key"), "{drop_in}");
+    }
+
     let bad = Command::new(env!("CARGO_BIN_EXE_hprm"))
         .args(["deploy"])
         .arg(out.path())

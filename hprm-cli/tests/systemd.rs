@@ -169,3 +169,43 @@ fn install_script_installs_templates_that_pass_verify() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not absolute"));
 }
+
+/// `systemd-analyze security --offline=true`'s overall exposure of `unit`
+/// (0 most sandboxed, 10 least), with its drop-ins.
+fn exposure(unit: &Path) -> f64 {
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(unit)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run systemd-analyze ({e}); install the Debian package `systemd`"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.split_once("Overall exposure level for ")?.1.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| {
+            panic!("no exposure level for {}: {text}{}", unit.display(), String::from_utf8_lossy(&out.stderr))
+        })
+}
+
+#[test]
+fn generated_units_stay_as_sandboxed_as_today() {
+    let exe = std::env::current_exe().expect("test binary");
+    let command = |name: &str| {
+        let mut c = Command::new(&exe);
+        c.args(["--federate", name]);
+        c
+    };
+    let opts = SystemdOptions { bin_dir: bin_dir(), ..SystemdOptions::default() };
+    let d = systemd(&program().manifest(), &command, &opts).expect("deploy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    d.write(dir.path()).expect("write");
+    let units = dir.path().join("etc/systemd/system");
+    // The scores when these checks were added (systemd 252): a change that
+    // loosens a unit's sandbox fails here; one that tightens it should
+    // lower the bound.
+    let mut bounds = vec![("hprm-store.service".to_string(), 2.6), (d.rti_unit.clone(), 3.2)];
+    bounds.extend(d.federate_units.iter().map(|(_, u)| (u.clone(), 3.6)));
+    for (unit, bound) in bounds {
+        let score = exposure(&units.join(&unit));
+        assert!(score <= bound, "{unit}: exposure {score} is over {bound}: its sandbox was loosened");
+    }
+}

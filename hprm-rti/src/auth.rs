@@ -54,6 +54,17 @@ pub fn nonce() -> [u8; NONCE_LEN] {
     n
 }
 
+/// A fresh shared key, as a key file holds it (`hprm-rti --auth-key-file`,
+/// `HPRM_AUTH_KEY_FILE`): 32 random bytes in hex, newline-terminated.
+pub fn generate_key() -> String {
+    let mut k = [0u8; 32];
+    // As in `nonce`.
+    getrandom::fill(&mut k).expect("the OS random source is unavailable");
+    let mut hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    hex.push('\n');
+    hex
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -776,6 +776,43 @@ fn runtime_clock_sync_over_udp() {
 }
 
 #[test]
+fn a_flood_of_connections_from_one_address_is_refused_not_queued() {
+    let mut rti = Rti::start(1, &["--clock-sync", "off", "--max-connections-per-address", "3"]);
+    // Three idle connections (in the handshake) hold every place.
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(rti.addr).unwrap()).collect();
+    // The rest are closed at once: a read ends (well before the handshake's
+    // 30 s would close an idle connection).
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(rti.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        let closed = s.read_to_end(&mut rest);
+        assert!(closed.is_ok() || closed.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset));
+        assert!(rest.is_empty(), "{rest:?}");
+    }
+    rti.wait_log("refusing connections from 127.0.0.1: it holds 3 open");
+    assert_eq!(rti.log().matches("refusing connections").count(), 1, "one warning per flood:\n{}", rti.log());
+    // A place given back is taken by the next federate, which joins.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut f = loop {
+        let mut probe = TcpStream::connect(rti.addr).unwrap();
+        probe.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let mut b = [0u8; 1];
+        // Admitted: the read times out (the RTI waits for FED_IDS).
+        if probe.read(&mut b).is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock) {
+            drop(probe);
+            break Fed::join(rti.addr, 0, &[], &[]);
+        }
+        assert!(Instant::now() < deadline, "no place came back:\n{}", rti.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    f.send(&Message::Timestamp(7));
+    assert_eq!(f.recv(), Message::Timestamp(7 + 1_000_000_000));
+    assert!(rti.child.try_wait().unwrap().is_none());
+}
+
+#[test]
 fn random_bytes_to_the_rti_port_close_only_their_connection() {
     let mut rti = Rti::start(1, &["--clock-sync", "off"]);
     use rand::{Rng, SeedableRng};

@@ -14,7 +14,7 @@ use crate::protocol::message::ErrorCode;
 /// An error from [`crate::StoreClient`] and the objects it hands out.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot connect to hprm-store at {path}: {source}; is the daemon running? (start one with `hprm-store --socket {path} --memory 1G`)", path = path.display())]
+    #[error("cannot connect to hprm-store at {path}: {source}; {}", connect_hint(source, path))]
     Connect { path: PathBuf, source: io::Error },
     #[error("handshake with hprm-store at {path} failed: {source}", path = path.display())]
     Handshake { path: PathBuf, source: HandshakeError },
@@ -50,6 +50,17 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What to do about a failed connect: a socket whose permissions shut this
+/// user out needs another user, not another daemon.
+fn connect_hint(source: &io::Error, path: &std::path::Path) -> String {
+    if source.kind() == io::ErrorKind::PermissionDenied {
+        // SAFETY: geteuid and getegid have no preconditions and cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        return format!("the socket's permissions (or its directory's) shut out this user (uid {uid}, gid {gid}): run as the store's user or a member of its group (the socket's owner and group)");
+    }
+    format!("is the daemon running? (start one with `hprm-store --socket {} --memory 1G`)", path.display())
 }
 
 fn list_ids(ids: &[ObjectId]) -> String {

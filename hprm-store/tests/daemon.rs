@@ -262,3 +262,64 @@ fn realtime_priority_and_cpu_pinning_apply_to_every_thread_or_fail_clearly() {
     let out = run(&["--socket", "/tmp/never.sock", "--memory", "4M", "--cpus", "nine"]);
     assert!(stderr(&out).contains("CPU list"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_client_the_store_does_not_admit_is_told_why() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    // A client of another user (as root: run as nobody; otherwise: admit
+    // only someone else), through a socket anyone may open.
+    let (client, admit_other) = if euid == 0 { (65534, None) } else { (euid, Some("4242")) };
+    let stats = |d: &Daemon| {
+        let mut cmd = Command::new(STORE_BIN);
+        cmd.args(["stats", "--socket"]).arg(&d.socket).stdin(Stdio::null());
+        if euid == 0 {
+            cmd.uid(client).gid(client);
+        }
+        cmd.output().expect("run hprm-store stats")
+    };
+    let mut flags = vec!["--mode", "0666"];
+    flags.extend(admit_other.iter().flat_map(|u| ["--allow-uid", u]));
+    let d = Daemon::start("8M", &flags);
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = stats(&d);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("refused this client"), "{said}");
+    assert!(said.contains(&format!("uid {client}")) && said.contains("--allow-uid"), "{said}");
+    assert!(!said.contains("is the daemon running"), "{said}");
+    assert!(d.log().contains("refusing a client"), "{}", d.log());
+
+    // Admitted once named.
+    let uid = client.to_string();
+    let d = Daemon::start("8M", &["--mode", "0666", "--allow-uid", &uid]);
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = stats(&d);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_socket_that_shuts_a_user_out_says_so() {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Only root can run a client as another user; as anyone else the
+        // daemon runs as that user, who can always open its socket.
+        return;
+    }
+    let d = Daemon::start("8M", &["--mode", "0600"]);
+    let out = Command::new(STORE_BIN)
+        .args(["stats", "--socket"])
+        .arg(&d.socket)
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hprm-store stats");
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("shut out this user (uid 65534"), "{said}");
+    assert!(!said.contains("is the daemon running"), "{said}");
+}

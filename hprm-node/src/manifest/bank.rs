@@ -34,6 +34,12 @@ use super::check::split_path;
 use super::{port_decl, ConnectionSpec, FederateSpec, Manifest};
 use super::{Field, Location, Problem};
 
+/// The widest bank or multiport a manifest may declare. Each member is a
+/// process (or a set of reactors) and each channel a connection, so wider
+/// is a typo, not a robot; the bound keeps a manifest from making `hprm
+/// check` or the launcher build billions of them.
+pub const MAX_WIDTH: u32 = 4096;
+
 /// Where a bank's members run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -163,6 +169,17 @@ impl Manifest {
                 origins.reactors.push((0..f.reactors.len()).collect());
                 continue;
             };
+            if width > MAX_WIDTH {
+                problems.push(Problem {
+                    location: at,
+                    field: Some(Field::Key("width")),
+                    message: format!(
+                        "bank {} has width {width}, over the limit of {MAX_WIDTH} members; is a digit too many?",
+                        f.name
+                    ),
+                });
+                continue;
+            }
             if width == 0 {
                 problems.push(Problem {
                     location: at,
@@ -214,6 +231,22 @@ impl Manifest {
             }
         }
 
+        for (fi, f) in self.federates.iter().enumerate() {
+            for (ri, r) in f.reactors.iter().enumerate() {
+                for (d, w) in r.inputs.iter().chain(&r.outputs).filter_map(|d| Some((d, multiport(d)?.1))) {
+                    if w > MAX_WIDTH {
+                        problems.push(Problem {
+                            location: Location::Reactor { federate: fi, reactor: ri },
+                            field: None,
+                            message: format!(
+                                "reactor {}.{}: multiport {d:?} has width {w}, over the limit of {MAX_WIDTH} channels; is a digit too many?",
+                                f.name, r.name
+                            ),
+                        });
+                    }
+                }
+            }
+        }
         let mut connections = Vec::new();
         for (ci, c) in self.connections.iter().enumerate() {
             let (from, from_listed) = self.ends(&c.from, c.interleaved);
@@ -275,6 +308,10 @@ impl Manifest {
             Some((base, w)) if base == p => Some(w),
             _ => None,
         });
+        if width.is_some_and(|w| w > MAX_WIDTH) || fed.width.is_some_and(|w| w > MAX_WIDTH) {
+            // Reported by `expand`; left unexpanded.
+            return single();
+        }
         let channels: Vec<String> = match width {
             Some(w) => (0..w).map(|k| member_name(p, k)).collect(),
             None => vec![p.to_string()],
@@ -417,5 +454,22 @@ mod tests {
         assert!(p
             .iter()
             .any(|p| p.location == Location::Federate { index: 0 } && p.message.contains("bank cam has width 0")));
+    }
+
+    #[test]
+    fn a_width_past_the_limit_is_refused_without_building_it() {
+        // Four billion members or channels: refused at once (check and
+        // expansion would otherwise build every one).
+        let mut m = cameras(Placement::Processes);
+        m.federates[0].width = Some(u32::MAX);
+        m.federates[0].reactors[0].member_args.clear();
+        m.federates[1].reactors[0].inputs = vec![format!("frames[{}]", MAX_WIDTH + 1)];
+        let p = m.check();
+        assert!(
+            p.iter().any(|p| p.message.contains(&format!("bank cam has width {}, over the limit", u32::MAX))),
+            "{p:?}"
+        );
+        assert!(p.iter().any(|p| p.message.contains("multiport \"frames[4097]\" has width 4097")), "{p:?}");
+        assert!(m.expanded().federates.len() <= 2);
     }
 }

@@ -137,10 +137,12 @@ pub(crate) fn reactor_names(r: &ReactorSpec) -> Vec<Declared<'_>> {
 }
 
 impl Declared<'_> {
-    /// Each port this declares (every channel of a multiport).
+    /// Each port this declares (every channel of a multiport; of one wider
+    /// than [`super::bank::MAX_WIDTH`], which `expand` reports, the first
+    /// that many).
     fn channels(&self) -> Vec<Option<u32>> {
         match self.width {
-            Some(w) => (0..w).map(Some).collect(),
+            Some(w) => (0..w.min(super::bank::MAX_WIDTH)).map(Some).collect(),
             None => vec![None],
         }
     }

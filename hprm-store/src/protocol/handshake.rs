@@ -23,6 +23,8 @@ pub enum HandshakeError {
     Frame(#[from] FrameError),
     #[error("the daemon's greeting is not valid: {0}")]
     Decode(#[from] DecodeError),
+    #[error("the daemon refused this client: {0}")]
+    Refused(String),
     #[error("the peer's first frame is not a greeting; is this socket an hprm-store daemon?")]
     NotHello,
     #[error("the daemon's greeting carried no arena descriptor; is this socket an hprm-store daemon?")]
@@ -84,7 +86,11 @@ pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     let mut body = vec![0u8; body_len];
     reader.read_exact(&mut body)?;
     let (_, reply) = decode_reply(&body)?;
-    let Reply::Hello(hello) = reply else { return Err(HandshakeError::NotHello) };
+    let hello = match reply {
+        Reply::Hello(hello) => hello,
+        Reply::Error(e) => return Err(HandshakeError::Refused(e.message)),
+        _ => return Err(HandshakeError::NotHello),
+    };
     let arena = fds.next().ok_or(HandshakeError::NoDescriptor)?;
     let outbox = if hello.outbox_size > 0 { Some(fds.next().ok_or(HandshakeError::NoDescriptor)?) } else { None };
     Ok(Greeting { hello, arena, outbox })

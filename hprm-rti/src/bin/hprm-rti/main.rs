@@ -13,6 +13,7 @@
 mod clock_sync;
 mod connection;
 mod federation;
+mod flood;
 mod outbox;
 mod status;
 mod stream;
@@ -81,6 +82,11 @@ struct Cli {
     /// not follow physical time there, so start at once (no start delay).
     #[arg(long, conflicts_with = "start_delay_ms")]
     fast: bool,
+    /// Most connections one address may hold open on the TCP port; more
+    /// are closed as soon as they are accepted. Default: twice the
+    /// federation's size plus 8 (federates from one host share its address).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_address: Option<u32>,
     /// Send no DNET (downstream next event tag) messages; federates then
     /// send all their NETs (always safe; LF's `--disable_dnet`).
     #[arg(long, short = 'd')]
@@ -242,16 +248,26 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             });
         }
         let host_timeout = cli.host_timeout_ms.map(std::time::Duration::from_millis);
+        let per_address = flood::PerAddress::new(cli.max_connections_per_address.map_or(2 * usize::from(cli.federates) + 8, |n| n as usize));
         let accept = {
             let federation = federation.clone();
             async move {
                 loop {
                     match listener.accept().await {
-                        Ok((s, peer)) => match host_timeout.map_or(Ok(()), |t| hprm_rti::liveness::bound_loss(&s, t)).and_then(|()| stream::tcp(s)) {
-                            Ok(halves) => {
-                                tokio::spawn(connection::serve(halves, stream::Origin::Tcp(peer), federation.clone(), admission.clone()));
+                        Ok((s, peer)) => match per_address.admit(peer.ip()).map(|held| {
+                            let tcp = host_timeout.map_or(Ok(()), |t| hprm_rti::liveness::bound_loss(&s, t)).and_then(|()| stream::tcp(s));
+                            (held, tcp)
+                        }) {
+                            // Dropping the stream closes it.
+                            None => {}
+                            Some((held, Ok(halves))) => {
+                                let serve = connection::serve(halves, stream::Origin::Tcp(peer), federation.clone(), admission.clone());
+                                tokio::spawn(async move {
+                                    serve.await;
+                                    drop(held);
+                                });
                             }
-                            Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection; it is closed"),
+                            Some((_, Err(e))) => tracing::warn!(%peer, error = %e, "cannot serve a connection; it is closed"),
                         },
                         Err(e) => accept_failed(e).await,
                     }

@@ -8,6 +8,7 @@
 //! (`hprm_sd_notify`).
 
 mod outboxes;
+mod peers;
 mod server;
 mod table;
 
@@ -60,6 +61,19 @@ struct ServeArgs {
     /// Permission bits of the socket (octal).
     #[arg(long, default_value = "0660", value_parser = parse_mode)]
     mode: u32,
+    /// Admit clients running as this user id (repeatable). Without
+    /// --allow-uid and --allow-gid, the daemon admits its own user and group
+    /// (the socket's owner and group); root is always admitted. A refused
+    /// client is told why and disconnected.
+    #[arg(long)]
+    allow_uid: Vec<u32>,
+    /// Admit clients whose primary or supplementary groups include this
+    /// group id (repeatable).
+    #[arg(long)]
+    allow_gid: Vec<u32>,
+    /// Admit every client that can open the socket (only --mode limits who).
+    #[arg(long, conflicts_with_all = ["allow_uid", "allow_gid"])]
+    allow_anyone: bool,
     /// How long after seal an object stays pinned for consumers that have
     /// not collected it (e.g. 30s, 500ms, 2m).
     #[arg(long, default_value = "30s", value_parser = hprm_store::duration::parse_duration)]
@@ -237,6 +251,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.frame_timeout,
             args.spin,
             args.outbox.0,
+            peers::Admitted::new(args.allow_uid, args.allow_gid, args.allow_anyone),
         ));
         let listener = server::bind(&socket, args.mode)?;
         tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");

@@ -36,6 +36,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Notify};
 
 use crate::outboxes::{Posted, Served};
+use crate::peers::Admitted;
 use crate::table::{ClientId, Outcome, SUBSCRIBER_QUEUE};
 
 pub struct Shared {
@@ -52,6 +53,8 @@ pub struct Shared {
     arena_id: u64,
     /// Ring bytes of each connection's outbox; 0: none.
     outbox: u64,
+    /// Who may connect.
+    admitted: Admitted,
 }
 
 impl Shared {
@@ -62,6 +65,7 @@ impl Shared {
         frame_timeout: Duration,
         spin: Duration,
         outbox: u64,
+        admitted: Admitted,
     ) -> Shared {
         let id = hprm_store::ObjectId::random();
         let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
@@ -74,6 +78,7 @@ impl Shared {
             next_client: AtomicU64::new(1),
             arena_id,
             outbox,
+            admitted,
         }
     }
 
@@ -185,6 +190,12 @@ async fn write_reply(writer: &SharedWriter, seq: u64, reply: &Reply) -> io::Resu
 }
 
 async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
+    let admitted = stream.peer_cred().map_err(|e| format!("cannot read its credentials ({e})"));
+    if let Err(why) = admitted.and_then(|cred| shared.admitted.check(&cred)) {
+        tracing::warn!(client, "refusing a client: {why}");
+        refuse(stream, &why).await;
+        return;
+    }
     let outbox = (shared.outbox > 0).then(|| OutboxReader::create(shared.outbox)).and_then(|made| {
         made.inspect_err(|e| tracing::warn!(client, error = %e, "serving this client without an outbox")).ok()
     });
@@ -216,6 +227,23 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
     }
     let _ = socket.shutdown_write();
     shared.served().disconnect(client);
+}
+
+/// Tells a client it is refused, in place of the greeting (an error frame
+/// with no descriptors), and closes its connection.
+async fn refuse(stream: UnixStream, why: &str) {
+    let frame = Encoder::default().reply(0, &Reply::error(ErrorCode::InvalidArgument, why)).to_vec();
+    let mut rest = &frame[..];
+    while !rest.is_empty() {
+        if stream.writable().await.is_err() {
+            return;
+        }
+        match stream.try_write(rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
+        }
+    }
 }
 
 async fn greet(

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Runs the cargo-fuzz targets (nightly, libFuzzer, AddressSanitizer), one at
+# a time, then minimizes each corpus into fuzz/corpus/<target>/ and measures
+# its coverage (cargo fuzz coverage, llvm-cov). Not part of CI: the stable
+# test command replays the committed corpora (hprm-fuzz/tests/replay.rs).
+#
+#   fuzz/run.sh [all|run|coverage] [seconds per target, default 600] [target...]
+#
+# Needs: cargo-fuzz (`cargo install cargo-fuzz --locked`), the nightly
+# toolchain with llvm-tools (`rustup component add llvm-tools --toolchain nightly`).
+# Writes: fuzz/corpus-full/ (everything found, not committed),
+# fuzz/corpus/ (minimized, committed), fuzz/artifacts/ (crashes),
+# fuzz/logs/<target>.log and fuzz/logs/<target>.cov (llvm-cov's report).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+phase=${1:-all}
+secs=${2:-600}
+shift 2 || shift $# || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(rti_frames store_frames store_handshake outbox payload manifest)
+export PATH="$HOME/.cache/hprm-tools/bin:$PATH"
+tdir=${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-fuzz/target}-fuzz}
+sysroot=$(rustc +nightly --print sysroot)
+llvm="$sysroot/lib/rustlib/x86_64-unknown-linux-gnu/bin"
+mkdir -p fuzz/logs
+[ -d fuzz/seeds ] || cargo run -q -p hprm-fuzz --example seeds -- fuzz/seeds
+
+run() {
+    local t=$1
+    mkdir -p "fuzz/corpus-full/$t" "fuzz/corpus/$t"
+    cp -n "fuzz/seeds/$t"/* "fuzz/corpus/$t"/* "fuzz/corpus-full/$t/" 2>/dev/null || true
+    # One fuzzing process at a time (the machine is shared), in fork mode so
+    # that a crash, a timeout or an OOM is saved (fuzz/artifacts/<target>/)
+    # and the run goes on for its whole time.
+    # FUZZ_PREBUILT=1: run the binaries built before, as they are (the
+    # sources may have moved on; a rebuild under AddressSanitizer is long).
+    local fuzz=(cargo +nightly fuzz run --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" --)
+    if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+        mkdir -p "fuzz/artifacts/$t"
+        fuzz=("$tdir/x86_64-unknown-linux-gnu/release/$t" "-artifact_prefix=fuzz/artifacts/$t/" "fuzz/corpus-full/$t")
+    fi
+    nice -n 15 "${fuzz[@]}" \
+        -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
+        -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"fuzz/logs/$t.log" 2>&1 || true
+    grep -E "^#[0-9]+:" "fuzz/logs/$t.log" | tail -1 || true
+    # Minimized (in place), then committed as fuzz/corpus/<target>/.
+    if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+        local full="fuzz/corpus-full/$t" merged
+        merged=$(mktemp -d)
+        # The smallest set of inputs covering every feature (set cover), to
+        # keep the committed corpora small.
+        nice -n 15 "${fuzz[0]}" -set_cover_merge=1 "$merged" "$full" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+        # Kept as it was if the merge failed.
+        if [ -n "$(ls -A "$merged")" ]; then rm -rf "$full" && mv "$merged" "$full"; else rm -rf "$merged"; fi
+    else
+        nice -n 15 cargo +nightly fuzz cmin --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+    fi
+    rm -rf "fuzz/corpus/$t"
+    mkdir -p "fuzz/corpus/$t"
+    cp "fuzz/corpus-full/$t"/* "fuzz/corpus/$t/"
+}
+
+coverage() {
+    local t=$1
+    nice -n 15 cargo +nightly fuzz coverage --target-dir "$tdir" "$t" "fuzz/corpus/$t" >"fuzz/logs/$t.coverage-build.log" 2>&1
+    # With --target-dir, cargo fuzz coverage builds into the fuzz build's
+    # place: run it for a target only once its fuzzing is over.
+    local bin="$tdir/x86_64-unknown-linux-gnu/release/$t"
+    "$llvm/llvm-cov" report "$bin" -instr-profile="fuzz/coverage/$t/coverage.profdata" \
+        -ignore-filename-regex='/(\.cargo|rustc|\.rustup)/|fuzz_targets/' >"fuzz/logs/$t.cov"
+    tail -1 "fuzz/logs/$t.cov"
+}
+
+for t in "${targets[@]}"; do
+    case $phase in
+        run) run "$t" ;;
+        coverage) coverage "$t" ;;
+        all) run "$t"; coverage "$t" ;;
+        *) echo "usage: fuzz/run.sh [all|run|coverage] [seconds per target] [target...]" >&2; exit 2 ;;
+    esac
+done

@@ -1,0 +1,264 @@
+//! Writes the fuzzers' first inputs (`fuzz/seeds/<target>/`): every
+//! message kind of each protocol as the real encoders write it (the RTI's
+//! `wire::encode`, the store's `Encoder`, the payload `Encoder`), the
+//! repository's manifests, and an outbox with entries laid out as the
+//! client's writer lays them. libFuzzer mutates from there; `fuzz/run.sh`
+//! minimizes what it finds into `fuzz/corpus/`.
+//!
+//! `cargo run -p hprm-fuzz --example seeds -- fuzz/seeds`
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hprm_node::payload::{
+    msgpack::Writer, Buffer, BufferDescriptor, Dtype, Encoder, Location, SpilledMessage, StoreLink, EXT_BUFFER,
+    EXT_SPILLED,
+};
+use hprm_rti::tag::Delay;
+use hprm_rti::wire::{encode, Message, RejectReason};
+use hprm_rti::Tag;
+use hprm_store::protocol::message::{
+    Encoder as StoreEncoder, ErrorReply, Hello, ObjectInfo, ObjectRef, Reply, Request,
+};
+use hprm_store::{ErrorCode, Notification, ObjectId, Placement, Stats};
+
+fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
+    let d = dir.join(target);
+    std::fs::create_dir_all(&d).expect("seed folder");
+    std::fs::write(d.join(name), bytes).expect("seed file");
+}
+
+fn rti(dir: &Path) {
+    let tag = Tag { time: 1_000_000, microstep: 2 };
+    let messages = vec![
+        Message::Reject(RejectReason::HmacDoesNotMatch),
+        Message::FedIds { fed: 3, federation: b"pipeline".to_vec() },
+        Message::Timestamp(123_456_789),
+        Message::Resign,
+        Message::TaggedMessage { port: 1, fed: 2, tag, payload: vec![0x92, 0x01, 0xa3, b'a', b'b', b'c'] },
+        Message::NextEventTag(tag),
+        Message::TagAdvanceGrant(tag),
+        Message::ProvisionalTagAdvanceGrant(tag),
+        Message::LatestTagConfirmed(tag),
+        Message::StopRequest(tag),
+        Message::StopRequestReply(tag),
+        Message::StopGranted(tag),
+        Message::AddressQuery(4),
+        Message::AddressQueryReply { port: 15045, addr: [127, 0, 0, 1] },
+        Message::AddressAdvertisement(15046),
+        Message::P2pSendingFedId { fed: 1, federation: b"pipeline".to_vec() },
+        Message::P2pMessage { port: 0, fed: 1, payload: vec![7; 40] },
+        Message::P2pTaggedMessage { port: 2, fed: 0, tag, payload: vec![9; 100] },
+        Message::ClockSyncT1(5),
+        Message::ClockSyncT3(2),
+        Message::ClockSyncT4(6),
+        Message::ClockSyncCodedProbe(7),
+        Message::PortAbsent { port: 1, fed: 2, tag },
+        Message::NeighborStructure {
+            upstreams: vec![(0, Delay::None), (1, Delay::After(5_000_000))],
+            downstreams: vec![2, 3],
+        },
+        Message::Failed,
+        Message::DownstreamNextEventTag(tag),
+        Message::Resume(tag),
+        Message::FedNonce { fed: 1, nonce: [1; 8] },
+        Message::RtiResponse { nonce: [2; 8], hmac: [3; 32] },
+        Message::FedResponse { hmac: [4; 32] },
+        Message::UdpPort(0xffff),
+        Message::Ack,
+    ];
+    // A federate's session as one stream, read in chunks of 7 bytes.
+    let mut session = vec![6];
+    for (i, msg) in messages.iter().enumerate() {
+        let mut bytes = vec![255];
+        encode(msg, &mut bytes);
+        write(dir, "rti_frames", &format!("message-{i:02}"), &bytes);
+        encode(msg, &mut session);
+    }
+    write(dir, "rti_frames", "session", &session);
+}
+
+fn store(dir: &Path) {
+    let id = ObjectId([0x11; ObjectId::LEN]);
+    let placement = Placement { data_offset: 4096, data_size: 100, metadata_offset: 4196, metadata_size: 4 };
+    let requests = vec![
+        Request::Create {
+            id,
+            data_size: 100,
+            metadata: b"meta",
+            deliveries: 2,
+            wait_for_space: Duration::from_millis(5),
+        },
+        Request::Seal { id },
+        Request::Abort { id },
+        Request::Get {
+            ids: Cow::Owned(vec![id, ObjectId([0x22; ObjectId::LEN])]),
+            timeout: Some(Duration::from_secs(1)),
+        },
+        Request::Get { ids: Cow::Owned(vec![id]), timeout: None },
+        Request::Release { id },
+        Request::Contains { id },
+        Request::Delete { id },
+        Request::List,
+        Request::Evict { bytes: 1 << 20 },
+        Request::Subscribe,
+        Request::Stats,
+        Request::Reserve { block_len: 4096, count: 8 },
+        Request::Publish { id, offset: 8192, data_size: 100, metadata_size: 0, deliveries: 1 },
+        Request::Redeliver { id, deliveries: 3 },
+        Request::Claim { id, placement, timeout: Some(Duration::from_millis(250)) },
+        Request::Flush,
+        Request::Identify { program: "pipeline" },
+    ];
+    let hello =
+        Hello { version: 4, arena_size: 1 << 26, client_id: 7, populate: false, arena_id: 99, outbox_size: 65536 };
+    let replies = vec![
+        Reply::Hello(hello),
+        Reply::Created(placement),
+        Reply::Done,
+        Reply::Objects(vec![ObjectRef { id, placement }]),
+        Reply::Presence(true),
+        Reply::Deleted { deferred: true },
+        Reply::Listing(vec![ObjectInfo {
+            id,
+            placement,
+            sealed: true,
+            ref_count: 1,
+            pending_deliveries: 2,
+            delete_pending: false,
+            age_ms: 5,
+        }]),
+        Reply::Evicted { objects: 2, bytes: 4096 },
+        Reply::Stats(Stats { capacity: 1 << 26, bytes_in_use: 4096, clients: 2, ..Stats::default() }),
+        Reply::Error(ErrorReply { code: ErrorCode::Timeout, message: "not sealed in time".into(), missing: vec![id] }),
+        Reply::Notification(Notification::Sealed { id, data_size: 100, metadata_size: 4 }),
+        Reply::Notification(Notification::Deleted { id }),
+        Reply::Reserved { block_len: 4096, offsets: vec![0, 4096, 8192] },
+    ];
+    let mut enc = StoreEncoder::default();
+    let mut all = vec![10, 0];
+    for (i, req) in requests.iter().enumerate() {
+        let frame = enc.request(i as u64 + 1, req).to_vec();
+        write(dir, "store_frames", &format!("request-{i:02}"), &[&[255, 0][..], &frame].concat());
+        all.extend_from_slice(&frame);
+        if i < 6 {
+            outbox_seed(dir, i, &frame);
+        }
+    }
+    write(dir, "store_frames", "requests", &all);
+    let mut all = vec![10, 1];
+    for (i, reply) in replies.iter().enumerate() {
+        let frame = enc.reply(i as u64, reply).to_vec();
+        write(dir, "store_frames", &format!("reply-{i:02}"), &[&[255, 1][..], &frame].concat());
+        all.extend_from_slice(&frame);
+    }
+    write(dir, "store_frames", "replies", &all);
+    let frame = enc.reply(0, &Reply::Hello(hello)).to_vec();
+    for fds in 0..3u8 {
+        write(dir, "store_handshake", &format!("hello-{fds}"), &[&[fds][..], &frame].concat());
+    }
+    let frame = enc.reply(0, &Reply::Hello(Hello { outbox_size: 0, ..hello })).to_vec();
+    write(dir, "store_handshake", "hello-no-outbox", &[&[1][..], &frame].concat());
+}
+
+/// An outbox whose ring holds `frame` `n + 1` times, as the client's
+/// writer lays entries out (u32 length, u32 0, u64 after, frame, padding).
+fn outbox_seed(dir: &Path, n: usize, frame: &[u8]) {
+    let mut ring = Vec::new();
+    for after in 0..=n as u64 {
+        ring.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        ring.extend_from_slice(&0u32.to_le_bytes());
+        ring.extend_from_slice(&after.to_le_bytes());
+        ring.extend_from_slice(frame);
+        ring.resize(ring.len().next_multiple_of(8), 0);
+    }
+    let tail = ring.len() as u64;
+    let bytes = [&tail.to_le_bytes()[..], &(n as u64).to_le_bytes(), &ring].concat();
+    write(dir, "outbox", &format!("entries-{n}"), &bytes);
+}
+
+#[derive(serde::Serialize)]
+struct Message2 {
+    stamp: u64,
+    name: String,
+    pixels: Buffer,
+    #[serde(with = "hprm_node::payload::oob")]
+    samples: Vec<f32>,
+    extra: serde_json::Value,
+}
+
+fn payload(dir: &Path) {
+    let encoder = Encoder::new(StoreLink::none(), usize::MAX);
+    let pixels = Buffer::from_vec((0..48u8).collect()).with_shape(&[4, 4, 3]).expect("shape");
+    let value = Message2 {
+        stamp: 42,
+        name: "camera".into(),
+        pixels: pixels.clone(),
+        samples: vec![0.5, 1.5],
+        extra: serde_json::json!({"k": [1, -2, 3.5, null, true, "s"]}),
+    };
+    write(dir, "payload", "message", &encoder.encode(&value, 1).expect("encodes inline"));
+    write(
+        dir,
+        "payload",
+        "buffers",
+        &encoder.encode(&vec![pixels.clone(), Buffer::from_slice(&[1.0f64, 2.0])], 1).expect("encodes"),
+    );
+    write(
+        dir,
+        "payload",
+        "value",
+        &encoder.encode(&serde_json::json!({"a": {"b": [1, 2, {"c": "d"}]}}), 1).expect("encodes"),
+    );
+    let id = ObjectId([0x33; ObjectId::LEN]);
+    let d = BufferDescriptor {
+        dtype: Dtype::parse("<f4").expect("dtype"),
+        shape: vec![2, 3],
+        strides: None,
+        nbytes: 24,
+        location: Location::Store(id),
+    };
+    let data = d.encode().expect("descriptor");
+    write(dir, "payload", "descriptor", &data);
+    let mut msg = Vec::new();
+    let mut w = Writer(&mut msg);
+    w.array_len(2);
+    w.ext_header(EXT_BUFFER, data.len());
+    msg.extend_from_slice(&data);
+    let strided = BufferDescriptor { strides: Some(vec![4, 8]), shape: vec![3, 2], ..d };
+    let data = strided.encode().expect("strided descriptor");
+    Writer(&mut msg).ext_header(EXT_BUFFER, data.len());
+    msg.extend_from_slice(&data);
+    write(dir, "payload", "store-references", &msg);
+    let spilled = SpilledMessage { id, nbytes: 1 << 20 };
+    write(dir, "payload", "spilled", &spilled.to_payload());
+    write(dir, "payload", "spilled-data", &spilled.encode());
+    let mut ext = Vec::new();
+    Writer(&mut ext).ext_header(EXT_SPILLED, 3);
+    write(dir, "payload", "spilled-short", &ext);
+}
+
+fn manifests(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let folders = ["examples/manifest", "examples/multihost", "hprm-cli/tests/manifests"];
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(root.join(folder)) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let name = format!("{}-{}", folder.replace('/', "_"), p.file_name().expect("name").to_string_lossy());
+                write(dir, "manifest", &name, &std::fs::read(&p).expect("manifest"));
+            }
+        }
+    }
+}
+
+fn main() {
+    let dir: PathBuf = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| "fuzz/seeds".into());
+    rti(&dir);
+    store(&dir);
+    payload(&dir);
+    manifests(&dir);
+    println!("seeds written to {}", dir.display());
+}
