@@ -75,24 +75,30 @@ def available(systems: list[str], skipped: dict | None = None) -> list[str]:
     return out
 
 
+def launch(system: str, stem: str, args: list[str]) -> dict:
+    """Runs `system`'s program of a workload (`STEM_ray.py`, `STEM_floor.py`
+    or `STEM_hprm.py --placement P`) with `args` and an output file: what it
+    wrote, or {"error": ...}."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        if system == "ray":
+            cmd = [ARGS.ray_python, str(HERE / f"{stem}_ray.py")]
+        elif system == "floor":
+            cmd = [ARGS.hprm_python, str(HERE / f"{stem}_floor.py")]
+        else:
+            cmd = [python_for(system), str(HERE / f"{stem}_hprm.py"), "--placement", placement(system)]
+        r = subprocess.run([*cmd, *args, "--out", str(out)], capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
+        if not out.exists():
+            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
+        return json.loads(out.read_text())
+
+
 def run(system: str, env: str) -> dict:
     atari = env.startswith("ALE/")
     steps = (50 if ARGS.quick else 100) if atari else 200
     rounds = (2 if atari else 5) if ARGS.quick else (6 if atari else 15)
     warmup = 1 if atari else 2
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "r.json"
-        common = ["--env", env, "--workers", str(ARGS.workers), "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup), "--out", str(out)]
-        if system == "ray":
-            cmd = [ARGS.ray_python, str(HERE / "rl_ray.py"), *common]
-        elif system == "floor":
-            cmd = [ARGS.hprm_python, str(HERE / "rl_floor.py"), *common]
-        else:
-            cmd = [python_for(system), str(HERE / "rl_hprm.py"), "--placement", placement(system), *common]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
-        if not out.exists():
-            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
-        return json.loads(out.read_text())
+    return launch(system, "rl", ["--env", env, "--workers", str(ARGS.workers), "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup)])
 
 
 DQN_SYSTEMS = ["hprm-threads", "hprm-processes", "ray"]
@@ -100,35 +106,30 @@ DQN_SYSTEMS = ["hprm-threads", "hprm-processes", "ray"]
 
 def run_dqn(system: str, batch: int) -> dict:
     updates = 200 if ARGS.quick else 600
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "r.json"
-        common = ["--workers", str(ARGS.workers), "--steps", "16", "--batch", str(batch), "--updates", str(updates), "--per-round", "4", "--out", str(out)]
-        if system == "ray":
-            cmd = [ARGS.ray_python, str(HERE / "dqn_ray.py"), *common]
-        else:
-            cmd = [ARGS.hprm_python, str(HERE / "dqn_hprm.py"), "--placement", placement(system), *common]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
-        if not out.exists():
-            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
-        return json.loads(out.read_text())
+    return launch(system, "dqn", ["--workers", str(ARGS.workers), "--steps", "16", "--batch", str(batch), "--updates", str(updates), "--per-round", "4"])
+
+
+def sweep(name: str, systems: list[str], points: list, runner, label, figure) -> dict[str, dict[str, list[dict]]]:
+    """Every system at every point, interleaved pass after pass, so a busy
+    moment of the host falls on all of them alike: {point: {system: [run]}}."""
+    runs: dict[str, dict[str, list[dict]]] = {str(p): {s: [] for s in systems} for p in points}
+    total, k = PASSES * len(points) * len(systems), 0
+    for _ in range(PASSES):
+        for p in points:
+            for s in systems:
+                k += 1
+                got = runner(s, p)
+                if "error" in got:
+                    print(f"[{name} {k}/{total}] {label(p)} {s}: FAILED {got['error'][-200:]}", flush=True)
+                    continue
+                runs[str(p)][s].append(got)
+                print(f"[{name} {k}/{total}] {label(p)} {s}: {figure(got)}, digest {got['digest'][:12]}", flush=True)
+    return runs
 
 
 def dqn() -> dict:
-    systems = available(DQN_SYSTEMS)
     batches = [500] if ARGS.quick else [250, 2000]
-    runs: dict[str, dict[str, list[dict]]] = {str(b): {s: [] for s in systems} for b in batches}
-    total, k = PASSES * len(batches) * len(systems), 0
-    for _ in range(PASSES):
-        for b in batches:
-            for s in systems:
-                k += 1
-                got = run_dqn(s, b)
-                if "error" in got:
-                    print(f"[dqn {k}/{total}] batch {b} {s}: FAILED {got['error'][-200:]}", flush=True)
-                    continue
-                runs[str(b)][s].append(got)
-                print(f"[dqn {k}/{total}] batch {b} {s}: {got['updates']} updates in {got['seconds']:.1f} s, digest {got['digest'][:12]}", flush=True)
-    return runs
+    return sweep("dqn", available(DQN_SYSTEMS), batches, run_dqn, lambda b: f"batch {b}", lambda g: f"{g['updates']} updates in {g['seconds']:.1f} s")
 
 
 MARL_SYSTEMS = SYSTEMS
@@ -137,39 +138,13 @@ MARL_TARGET = 5.12  # the thesis's multi-agent inference speed-up over Ray
 
 def run_marl(system: str, agents: int) -> dict:
     steps = 300 if ARGS.quick else 1000
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "r.json"
-        common = ["--agents", str(agents), "--steps", str(steps), "--warmup", "50", "--out", str(out)]
-        if system == "ray":
-            cmd = [ARGS.ray_python, str(HERE / "marl_ray.py"), *common]
-        elif system == "floor":
-            cmd = [ARGS.hprm_python, str(HERE / "marl_floor.py"), *common]
-        else:
-            cmd = [python_for(system), str(HERE / "marl_hprm.py"), "--placement", placement(system), *common]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1", RUST_LOG="error"))
-        if not out.exists():
-            return {"error": f"exit {r.returncode}: {r.stderr[-600:]}"}
-        return json.loads(out.read_text())
+    return launch(system, "marl", ["--agents", str(agents), "--steps", str(steps), "--warmup", "50"])
 
 
 def marl() -> dict:
-    """Multi-agent inference (TrafficJunction, one policy per agent), each
-    system at each agent count, interleaved pass after pass."""
-    systems = available(MARL_SYSTEMS)
+    """Multi-agent inference (TrafficJunction, one policy per agent)."""
     counts = [2, 10] if ARGS.quick else [1, 2, 4, 6, 8, 10]
-    runs: dict[str, dict[str, list[dict]]] = {str(n): {s: [] for s in systems} for n in counts}
-    total, k = PASSES * len(counts) * len(systems), 0
-    for _ in range(PASSES):
-        for n in counts:
-            for s in systems:
-                k += 1
-                got = run_marl(s, n)
-                if "error" in got:
-                    print(f"[marl {k}/{total}] {n} agents {s}: FAILED {got['error'][-200:]}", flush=True)
-                    continue
-                runs[str(n)][s].append(got)
-                print(f"[marl {k}/{total}] {n} agents {s}: {got['rate']:,.0f} steps/s, digest {got['digest'][:12]}", flush=True)
-    return runs
+    return sweep("marl", available(MARL_SYSTEMS), counts, run_marl, lambda n: f"{n} agents", lambda g: f"{g['rate']:,.0f} steps/s")
 
 
 def main() -> None:
