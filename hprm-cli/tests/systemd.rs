@@ -188,13 +188,16 @@ fn exposure(unit: &Path) -> f64 {
 
 #[test]
 fn generated_units_stay_as_sandboxed_as_today() {
-    let exe = std::env::current_exe().expect("test binary");
+    // Installed where a robot's programs live: a command under /tmp or a home
+    // directory gets its sandbox opened on purpose (PrivateTmp=no,
+    // ProtectHome=read-only), which would make the score depend on where
+    // this test happens to run. `security` reads the units only.
     let command = |name: &str| {
-        let mut c = Command::new(&exe);
+        let mut c = Command::new("/opt/robot/bin/robot");
         c.args(["--federate", name]);
         c
     };
-    let opts = SystemdOptions { bin_dir: bin_dir(), ..SystemdOptions::default() };
+    let opts = SystemdOptions { bin_dir: PathBuf::from("/usr/local/bin"), ..SystemdOptions::default() };
     let d = systemd(&program().manifest(), &command, &opts).expect("deploy");
     let dir = tempfile::tempdir().expect("tempdir");
     d.write(dir.path()).expect("write");
