@@ -11,6 +11,10 @@
 #                    the default set: it installs Ray into bench/.venv-ray)
 #         arrow     (a pyarrow record batch one hop beside a numpy array of the same
 #                    bytes, bench/arrow/arrow_bench.py; not in the default set)
+#         hosts     (broadcast and gather across two hosts, network namespaces joined
+#                    by a veth, unshaped and at 1 Gbit/s, beside the raw TCP and Zenoh
+#                    floors, dora-rs and ROS 2, bench/hosts/hosts_bench.py; needs root;
+#                    not in the default set)
 #   SYSTEMS: baselines to leave out, e.g. --skip ros2_shm,dora
 #   DIR: where the results go (default bench/results)
 #
@@ -47,7 +51,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 for w in ${only//,/ }; do
-    case "$w" in broadcast | small | pipeline | rl) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline, rl" >&2; exit 2 ;; esac
+    case "$w" in broadcast | small | pipeline | rl | arrow | hosts) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline, rl, arrow, hosts" >&2; exit 2 ;; esac
 done
 has() { [[ ",$only," == *",$1,"* ]]; }
 
@@ -61,7 +65,7 @@ warn() { printf '==> WARNING: %s\n' "$*" >&2; }
 
 # The ROS 2 wheels are built for CPython 3.11: prefer it.
 export PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
-extras="dora-rs-cli dora-rs pyarrow iceoryx2 matplotlib pytest maturin onnx onnxruntime psutil"
+extras="dora-rs-cli dora-rs pyarrow iceoryx2 matplotlib pytest maturin onnx onnxruntime psutil eclipse-zenoh"
 if [ "$install" = 1 ]; then
     step "ROS 2 (rclpy, Fast DDS) and the baselines into $venv: ros2-bridge/setup-ros2.sh (extras: $extras)"
     if ! HPRM_ROS2_EXTRA="$extras" "$root/ros2-bridge/setup-ros2.sh" "$venv" >/dev/null; then
@@ -149,6 +153,23 @@ if has rl; then
     fi
 fi
 
+if has hosts; then
+    step "hprm-link (release; its own Cargo project: Zenoh, a few minutes the first time)"
+    if cargo build --locked --release --quiet --manifest-path "$root/hprm-link/Cargo.toml"; then
+        step "across hosts: bench/hosts/hosts_bench.py $mode (HPRM, the TCP and Zenoh floors, dora-rs, ROS 2, interleaved)"
+        hosts_args=(--out "$results")
+        [ "$mode" = --quick ] && hosts_args+=(--quick)
+        [ -n "$skip" ] && hosts_args+=(--skip "$skip")
+        if ! PATH="$PATH:${CARGO_TARGET_DIR:-$root/hprm-link/target}/release" "$py" "$bench_dir/hosts/hosts_bench.py" "${hosts_args[@]}"; then
+            warn "the hosts benchmark failed (see above)"
+            hosts_failed=1
+        fi
+    else
+        warn "hprm-link did not build (see above): the hosts benchmark is not run"
+        hosts_failed=1
+    fi
+fi
+
 node_json=
 if has small; then
     step "Rust federates (workload 4's Rust rows): node-bench $mode --only small,rate"
@@ -169,7 +190,7 @@ if has small; then
     fi
 fi
 
-workloads=$(echo "$only" | tr ',' '\n' | grep -v -e '^pipeline$' -e '^rl$' | paste -sd, || true)
+workloads=$(echo "$only" | tr ',' '\n' | grep -v -e '^pipeline$' -e '^rl$' -e '^arrow$' -e '^hosts$' | paste -sd, || true)
 if [ -n "$workloads" ]; then
     step "workloads $workloads: bench/suite/suite.py $mode"
     args=("$mode" --only "$workloads" --out "$results")
@@ -186,4 +207,4 @@ if command -v fastdds >/dev/null; then
     fastdds shm clean >/dev/null 2>&1 || warn "fastdds shm clean failed; leftover fastdds_* segments may remain in /dev/shm"
 fi
 step "done in $((SECONDS - started)) s"
-[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ] && [ -z "${arrow_failed:-}" ]
+[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ] && [ -z "${arrow_failed:-}" ] && [ -z "${hosts_failed:-}" ]

@@ -14,7 +14,13 @@ This script is both the runner (without ``--role``: writes the dataflow to a
 temporary directory and runs ``dora run`` on it) and every node of it:
 
     python broadcast_dora.py --size BYTES --variant echo|fresh \
-        --rounds N --warmup N --out FILE.json
+        --rounds N --warmup N --out FILE.json [--hosts PREFIX,ADDRESS_A,ADDRESS_B]
+
+``--hosts`` (bench/hosts): across two network namespaces PREFIX-a and
+PREFIX-b instead of ``dora run``: a coordinator and a daemon (machine ``a``)
+in PREFIX-a, a daemon (machine ``b``) in PREFIX-b, the daemons joined over
+Zenoh at ADDRESS_A; the source deployed on ``a``, the receivers on ``b``;
+``dora start --attach`` runs the dataflow.
 """
 
 from __future__ import annotations
@@ -108,11 +114,14 @@ def receiver(args) -> None:
 
 
 def dataflow(args, argv: list[str]) -> str:
-    """The dataflow YAML: this script (run by this Python) as every node."""
+    """The dataflow YAML: this script (run by this Python) as every node;
+    with --hosts, the source on machine a and the receivers on b."""
     me = os.path.abspath(__file__)
 
     def node(id_: str, role: str, inputs: dict, outputs: list) -> str:
         lines = [f"  - id: {id_}", f"    path: {sys.executable}", f"    args: {shlex.join([me, *argv, '--role', role])}"]
+        if args.hosts:
+            lines += ["    deploy:", f"      machine: {'a' if role == 'source' else 'b'}"]
         if inputs:
             lines.append("    inputs:")
             lines += [f"      {k}: {v}" for k, v in inputs.items()]
@@ -134,10 +143,44 @@ def run(args, argv: list[str]) -> None:
         with open(yml, "w") as f:
             f.write(dataflow(args, argv))
         limit = 60 + (args.rounds + args.warmup) * ROUND_TIMEOUT_S
+        daemons: list[subprocess.Popen] = []
+        command = [dora, "run", yml]
+        if args.hosts:
+            prefix, a, b = args.hosts.split(",")
+            in_ns = lambda h: ["ip", "netns", "exec", f"{prefix}-{h}"]  # noqa: E731
+            logs = open(os.path.join(tmp, "daemons.log"), "wb")
+            # The namespaces share /dev/shm, which Zenoh's shared-memory
+            # transport would use between them: off, as between two computers.
+            overlay = os.path.join(tmp, "zenoh-overlay.json5")
+            with open(overlay, "w") as f:
+                f.write("{ transport: { shared_memory: { enabled: false } } }\n")
+            env = {**os.environ, "DORA_ZENOH_CONFIG_OVERLAY": overlay}
+            daemons.append(subprocess.Popen([*in_ns("a"), dora, "coordinator", "--interface", a, "--store", "memory"], cwd=tmp, stdout=logs, stderr=logs))
+            for h in "ab":
+                daemons.append(
+                    subprocess.Popen(
+                        [*in_ns(h), dora, "daemon", "--machine-id", h, "--coordinator-addr", a, "--zenoh-peer", f"tcp/{a}:5456"],
+                        cwd=tmp,
+                        env=env,
+                        stdout=logs,
+                        stderr=logs,
+                    )
+                )
+            time.sleep(3)
+            command = [*in_ns("a"), dora, "start", "--coordinator-addr", a, "--attach", yml]
         try:
-            proc = subprocess.run([dora, "run", yml], cwd=tmp, capture_output=True, text=True, timeout=limit)
+            proc = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=limit)
         except subprocess.TimeoutExpired:
-            fail(args.out, f"dora run did not finish within {limit:g} s")
+            fail(args.out, f"dora did not finish within {limit:g} s")
+        finally:
+            for d in daemons:
+                d.terminate()
+            for d in daemons:
+                try:
+                    d.wait(10)
+                except subprocess.TimeoutExpired:
+                    d.kill()
+                    d.wait()
         if proc.returncode != 0 and not os.path.exists(args.out):
             fail(args.out, f"dora run exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}")
         if not os.path.exists(args.out):
@@ -146,7 +189,11 @@ def run(args, argv: list[str]) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    args = parse_args(extra=lambda p: p.add_argument("--role", choices=("source", "receiver"), help="(internal) the node to run"))
+    def extra(p):
+        p.add_argument("--role", choices=("source", "receiver"), help="(internal) the node to run")
+        p.add_argument("--hosts", metavar="PREFIX,ADDRESS_A,ADDRESS_B", help="across two network namespaces (bench/hosts)")
+
+    args = parse_args(extra=extra)
     if args.role == "source":
         source(args)
     elif args.role == "receiver":

@@ -40,6 +40,12 @@ def _args(p):
         help="sized: an arena of 12 payloads (at least 256 MiB), pre-faulted (--populate), as a robot's store "
         "would run; default: what a new user gets (256 MiB, not pre-faulted); default-populated: 256 MiB, pre-faulted",
     )
+    p.add_argument(
+        "--hosts",
+        metavar="ADDRESS_A,ADDRESS_B",
+        help="span two hosts (bench/hosts): the source and the RTI on host a, the receivers on host b; "
+        "launch each host's share there with HPRM_LAUNCH_HOST=a|b",
+    )
 
 
 ARGS = parse_args(extra=_args)
@@ -149,8 +155,14 @@ class Receiver(hprm.Reactor):
 
 prog = hprm.Program(f"bcast-{ARGS.coordination}", coordination=ARGS.coordination, stp="5ms")
 src = prog.federate("source", Source)
+if ARGS.hosts:
+    address_a, address_b = ARGS.hosts.split(",")
+    prog.host("a", address_a).host("b", address_b).rti_on("a")
+    src.on("a")
 for i in range(RECEIVERS):
     rx = prog.federate(f"recv{i}", Receiver, i)
+    if ARGS.hosts:
+        rx.on("b")
     prog.connect(src.out, rx.inp)
     prog.connect(rx.reply, getattr(src, f"reply{i}"), after="0ms")
 

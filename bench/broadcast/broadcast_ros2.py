@@ -256,6 +256,7 @@ def main() -> None:
     def extra(p):
         p.add_argument("--transport", choices=("plain", "shm"), required=True)
         p.add_argument("--receiver", type=int, default=None, help="(internal) run receiver N")
+        p.add_argument("--receivers-netns", help="start the receivers in this network namespace (bench/hosts: another host)")
 
     args = parse_args(extra=extra)
     source_pid = os.getppid() if args.receiver is not None else os.getpid()
@@ -263,7 +264,8 @@ def main() -> None:
     if args.receiver is not None:
         receiver(args.receiver, transport, args.variant)
         return
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--receiver", str(i)]) for i in range(RECEIVERS)]
+    where = ["ip", "netns", "exec", args.receivers_netns] if args.receivers_netns else []
+    procs = [subprocess.Popen([*where, sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--receiver", str(i)]) for i in range(RECEIVERS)]
     try:
         source(args, transport)
     finally:

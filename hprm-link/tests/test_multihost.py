@@ -286,3 +286,65 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
     for host in ("a", "b"):
         pids = subprocess.run(["ip", "netns", "pids", f"{prefix}-{host}"], capture_output=True, text=True).stdout.split()
         assert not pids, f"processes left in host {host}'s namespace: {pids}"
+
+
+def _in(prefix, host, *argv, check=True):
+    return subprocess.run(["ip", "netns", "exec", f"{prefix}-{host}", *argv], capture_output=True, text=True, check=check)
+
+
+def test_values_cross_a_1gbit_link_that_drops_half_a_percent_bit_exact(hosts, tmp_path):
+    """The link shaped as a robot's Ethernet: 1 Gbit/s (tbf; this kernel has
+    no netem) on both ends, and 0.5% of the packets each host receives
+    dropped by an nftables rule. TCP retransmits under Zenoh: every value
+    still arrives bit-exact."""
+    hprm = _hprm()
+    if shutil.which("nft") is None:
+        pytest.skip("no nft command: install Debian's nftables (apt-get install nftables; hprm-link/test.sh does, as root)")
+    prefix, a, b = hosts
+    rule = "table inet hprmdrop { chain input { type filter hook input priority 0; policy accept; numgen random mod 1000 < 5 counter drop; }; }"
+    for h in "ab":
+        _in(prefix, h, "tc", "qdisc", "add", "dev", f"{prefix}-v{h}", "root", "tbf", "rate", "1gbit", "burst", "128kb", "latency", "50ms")
+        _in(prefix, h, "nft", rule)
+    multi, _ = _manifest(tmp_path, a, b)
+    outs = _launch_both(prefix, [hprm, str(multi)], _env(tmp_path))
+
+    expected = [digest(value(k)) for k in range(len(SIZES) + 1)]
+    for name, host in [("left", "b"), ("right", "b"), ("near", "a")]:
+        got = [line.split("sha=")[1] for line in _trace(outs[host]) if f"RECV {name} " in line]
+        assert got == expected, f"{name} on host {host}:\n{outs[host]}"
+    # The rule did drop packets (the values crossed a lossy link).
+    dropped = 0
+    for h in "ab":
+        listed = _in(prefix, h, "nft", "list", "table", "inet", "hprmdrop").stdout
+        dropped += int(re.search(r"counter packets (\d+)", listed).group(1))
+        assert "tbf" in _in(prefix, h, "tc", "qdisc", "show", "dev", f"{prefix}-v{h}").stdout
+    assert dropped > 0, "the nftables rule dropped no packet"
+
+
+def _tardy_run(prefix, a, b, stp, tmp_path, env):
+    """Runs tardy.py across the hosts with this STP; host b's receiver's
+    on-time and tardy values and its exit line."""
+    shutil.copy(PROGRAM / "tardy.py", tmp_path / "tardy.py")
+    outs = _launch_both(prefix, [_hprm(), str(tmp_path / "tardy.py"), a, b, stp], env)
+    lines = outs["b"].splitlines()
+    on_time = [int(line.split("ON TIME ")[1]) for line in lines if "ON TIME " in line]
+    tardy = [int(line.split("TARDY ")[1]) for line in lines if "TARDY " in line]
+    done = [line for line in lines if line.startswith("[receiver]") and ("messages lost" in line or "no messages lost or late" in line)]
+    assert len(done) == 1, outs["b"]
+    return on_time, tardy, done[0], outs["b"]
+
+
+def test_decentralized_across_hosts_an_stp_that_covers_the_link_has_nothing_tardy_a_smaller_one_runs_the_tardy_handler(hosts, tmp_path):
+    prefix, a, b = hosts
+    env = _env(tmp_path)
+    on_time, tardy, done, out = _tardy_run(prefix, a, b, "300ms", tmp_path, env)
+    assert tardy == [] and len(on_time) >= 5, out
+    assert on_time == list(range(1, len(on_time) + 1)), out
+    assert "no messages lost or late" in done, done
+
+    on_time, tardy, done, out = _tardy_run(prefix, a, b, "0ms", tmp_path, env)
+    assert tardy, f"nothing tardy with an STP of 0:\n{out}"
+    # Every value came, on time or late, once; the exit line counts the late ones.
+    assert sorted(on_time + tardy) == list(range(1, len(on_time) + len(tardy) + 1)), out
+    assert f"{len(tardy)} late: receiver." in done and f".inp: {len(tardy)} tardy" in done, done
+    print(f"decentralized across hosts, STP 0: {len(tardy)} of {len(on_time) + len(tardy)} messages tardy, the tardy handler ran for each")
