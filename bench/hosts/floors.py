@@ -107,6 +107,9 @@ def _zenoh_session(args):
     conf = zenoh.Config()
     conf.insert_json5("mode", json.dumps("peer"))
     conf.insert_json5("scouting/multicast/enabled", "false")
+    # The namespaces share /dev/shm: Zenoh would hand large payloads over in
+    # shared memory instead of the link; off, as between two computers.
+    conf.insert_json5("transport/shared_memory/enabled", "false")
     endpoint = f"tcp/{args.peer}:{ZENOH_PORT}"
     conf.insert_json5("listen/endpoints" if args.side == "a" else "connect/endpoints", json.dumps([endpoint]))
     return zenoh, zenoh.open(conf)
