@@ -63,11 +63,19 @@ fi
 # and bench/arrow's tests send pyarrow record batches.
 PY_PACKAGES=(maturin numpy pytest pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap)
 scratch=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$scratch"' EXIT
+# On the way out (a failed step included): stop what still downloads,
+# remove the logs.
+cleanup() {
+  local running
+  running=$(jobs -pr)
+  [ -z "$running" ] || kill $running 2>/dev/null || true
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
 prefetch() {
   local name=$1
   shift
-  ( "$@" >"$scratch/$name.log" 2>&1 ) &
+  ( exec "$@" >"$scratch/$name.log" 2>&1 ) &
   echo $! >"$scratch/$name.pid"
 }
 wait_for() {
