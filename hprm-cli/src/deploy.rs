@@ -52,9 +52,13 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     }
     let auth_key = match &opts.auth_key_file {
         Some(f) => {
-            let key = std::fs::read_to_string(f).with_context(|| format!("reading the RTI's key from {}", f.display()))?;
+            let key =
+                std::fs::read_to_string(f).with_context(|| format!("reading the RTI's key from {}", f.display()))?;
             if key.trim().is_empty() {
-                bail!("--auth-key-file {}: the file is empty; give the key file of the program's other hosts", f.display());
+                bail!(
+                    "--auth-key-file {}: the file is empty; give the key file of the program's other hosts",
+                    f.display()
+                );
             }
             Some(key)
         }

@@ -65,9 +65,10 @@ pub fn human(ns: i64) -> String {
 }
 
 fn table(programs: &[Running], now: i64) -> String {
-    let mut rows = vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE", "CLOCK"]
-        .map(String::from)
-        .to_vec()];
+    let mut rows =
+        vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE", "CLOCK"]
+            .map(String::from)
+            .to_vec()];
     for p in programs {
         let mut first = true;
         for f in &p.federates {

@@ -239,7 +239,12 @@ impl Deployment {
         if let Some(key) = self.files.iter().find(|f| f.secret) {
             let _ = writeln!(s, "The RTI admits only federates holding the key /{} (mode 0600: `cp -r` keeps it; federates on other hosts need the same file, copied as securely).", key.path.display());
         }
-        if let Some(tls) = self.files.iter().find(|f| f.path.ends_with("link.conf")).filter(|f| f.contents.contains("HPRM_LINK_TLS_DIR")) {
+        if let Some(tls) = self
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("link.conf"))
+            .filter(|f| f.contents.contains("HPRM_LINK_TLS_DIR"))
+        {
             let _ = writeln!(s, "The links speak TLS: put the CA certificate, this host's certificate and its key where /{} says (see the Several hosts page).", tls.path.display());
         }
         if let Some(m) = &self.store_memory {
@@ -349,11 +354,15 @@ pub fn systemd(
         rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
         files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
     }
-    let link_socket = conf_dir.strip_prefix("/etc").map_or(PathBuf::new(), |p| Path::new("/run").join(p)).join("link/link.sock");
+    let link_socket =
+        conf_dir.strip_prefix("/etc").map_or(PathBuf::new(), |p| Path::new("/run").join(p)).join("link/link.sock");
     if let (Some(s), Some((timeout, _))) = (&share, between) {
         let mut args = s.link_args(timeout);
         if let Some(q) = std::env::var(hprm_node::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
-            let policy = q.trim().parse::<hprm_node::Backpressure>().map_err(|e| DeployError::Hosts(format!("{}: {e}", hprm_node::hosts::LINK_QUEUE_ENV)))?;
+            let policy = q
+                .trim()
+                .parse::<hprm_node::Backpressure>()
+                .map_err(|e| DeployError::Hosts(format!("{}: {e}", hprm_node::hosts::LINK_QUEUE_ENV)))?;
             args.extend(["--queue".to_string(), policy.to_string()]);
         }
         let mut link = header.clone();
@@ -365,12 +374,19 @@ pub fn systemd(
             // The identity stays root's; systemd hands it to the link as
             // credentials, readable by its user only while it runs.
             let tls_dir = conf_dir.join("tls");
-            link.push_str(&format!("# The links speak TLS: {0}/ca.pem (the CA), {0}/{1}.pem and {0}/{1}.key (this host's).\n", tls_dir.display(), s.me.name));
+            link.push_str(&format!(
+                "# The links speak TLS: {0}/ca.pem (the CA), {0}/{1}.pem and {0}/{1}.key (this host's).\n",
+                tls_dir.display(),
+                s.me.name
+            ));
             link.push_str(&env_line("HPRM_LINK_TLS_DIR", &tls_dir.to_string_lossy()));
             let _ = writeln!(drop_in, "LoadCredential=link-ca.pem:{}/ca.pem", tls_dir.display());
             let _ = writeln!(drop_in, "LoadCredential=link.pem:{}/{}.pem", tls_dir.display(), s.me.name);
             let _ = writeln!(drop_in, "LoadCredential=link.key:{}/{}.key", tls_dir.display(), s.me.name);
-            let _ = writeln!(drop_in, "Environment=\"HPRM_LINK_TLS=--tls-ca=%d/link-ca.pem --tls-cert=%d/link.pem --tls-key=%d/link.key\"");
+            let _ = writeln!(
+                drop_in,
+                "Environment=\"HPRM_LINK_TLS=--tls-ca=%d/link-ca.pem --tls-cert=%d/link.pem --tls-key=%d/link.key\""
+            );
         }
         files.push(file(strip_root(&conf_dir.join("link.conf")), link));
         if !drop_in.is_empty() {

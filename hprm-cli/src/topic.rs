@@ -70,7 +70,8 @@ fn find(w: &Watch, federate: &str) -> anyhow::Result<Running> {
     let all = status::scan(&base);
     let mut hits: Vec<Running> =
         all.iter().filter(|r| r.federates.iter().any(|f| f.name == federate)).cloned().collect();
-    let chosen = |r: &Running| w.program.as_ref().map_or(true, |p| r.launch.program == *p || r.launch.pid.to_string() == *p);
+    let chosen =
+        |r: &Running| w.program.as_ref().map_or(true, |p| r.launch.program == *p || r.launch.pid.to_string() == *p);
     hits.retain(chosen);
     // A federate of another host (a program that spans hosts): its tap is there.
     let elsewhere = all

@@ -280,7 +280,10 @@ fn a_program_on_hosts_gets_each_hosts_units() {
     assert!(target.contains("Wants=hprm-rti@") && target.contains("Wants=hprm-link@"), "{target}");
     // The link: the other host's endpoint, TLS files handed over as credentials; the same key on both hosts.
     let link = read(&dirs[1], "etc/hprm/deploy-test/link.conf");
-    assert!(link.contains("--host b --listen tls/10.0.0.2:7447") && link.contains("--connect tls/10.0.0.1:7447 --peer a"), "{link}");
+    assert!(
+        link.contains("--host b --listen tls/10.0.0.2:7447") && link.contains("--connect tls/10.0.0.1:7447 --peer a"),
+        "{link}"
+    );
     let link_drop_in = read(&dirs[1], "etc/systemd/system/hprm-link@deploy\\x2dtest.service.d/hprm-deploy.conf");
     assert!(link_drop_in.contains("LoadCredential=link.key:/etc/hprm/deploy-test/tls/b.key"), "{link_drop_in}");
     assert!(link_drop_in.contains("--tls-key=%d/link.key"), "{link_drop_in}");

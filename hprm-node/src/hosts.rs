@@ -72,7 +72,9 @@ pub fn clock_sync() -> Result<bool, String> {
     match std::env::var(CLOCK_SYNC_ENV).as_deref().map(str::trim) {
         Err(_) | Ok("" | "on" | "1") => Ok(true),
         Ok("off" | "0") => Ok(false),
-        Ok(v) => Err(format!("{CLOCK_SYNC_ENV}={v:?} is neither `on` nor `off` (clock synchronization between hosts, default on)")),
+        Ok(v) => Err(format!(
+            "{CLOCK_SYNC_ENV}={v:?} is neither `on` nor `off` (clock synchronization between hosts, default on)"
+        )),
     }
 }
 

@@ -478,8 +478,7 @@ fn start_rti(
     if !extra.iter().any(|a| a == "--clock-sync") {
         cmd.args(["--clock-sync", "off"]);
     }
-    cmd
-        .env("NO_COLOR", "1")
+    cmd.env("NO_COLOR", "1")
         // Its Unix socket goes where the federates look for it.
         .env("HPRM_RUNTIME_DIR", dir)
         // The address comes from its "listening on" log line: keep that line.

@@ -477,9 +477,7 @@ mod tests {
     fn a_process_bank_spreads_its_members_over_hosts() {
         use crate::manifest::HostSpec;
         let mut m = cameras(Placement::Processes);
-        m.hosts = ["a", "b"]
-            .map(|h| HostSpec { name: h.into(), address: "10.0.0.1".into(), link: None })
-            .to_vec();
+        m.hosts = ["a", "b"].map(|h| HostSpec { name: h.into(), address: "10.0.0.1".into(), link: None }).to_vec();
         m.federates[1].host = Some("a".into());
         // Round robin: a list shorter than the bank repeats.
         m.federates[0].hosts = vec!["a".into(), "b".into()];
