@@ -228,6 +228,7 @@ def test_a_bank_spread_over_two_hosts_gives_the_one_host_trace(hosts, tmp_path):
     for h, want in [("a", 0), ("b", -skew)]:
         assert all(abs(o - want) < CLOCK_TOLERANCE_NS for o in offsets[h]), f"host {h}: offsets {offsets[h]}, expected {want}"
     errors = [int(x) for x in re.findall(r"CLOCK worker\[\d\] err_ns=(-?\d+)", outs["b"])]
+    print(f"clock offsets measured on host b: {[o + skew for o in offsets['b']]} ns off the skew; physical time off by {errors} ns")
     assert len(errors) == 4 and all(abs(e) < CLOCK_TOLERANCE_NS for e in errors), f"physical time off by {errors} ns on host b"
     sent = [value(k) for k in range(2)]
     for member, host in [(0, "a"), (1, "b"), (2, "a"), (3, "b")]:
