@@ -118,7 +118,7 @@ fn table(programs: &[Running], now: i64) -> String {
             };
             let mut row = vec![String::new(); 3];
             row.extend([r.name.clone(), pid, tag]);
-            row.extend(std::iter::repeat("-".to_string()).take(7));
+            row.resize(rows[0].len(), "-".into());
             rows.push(row);
         }
     }

@@ -326,6 +326,10 @@ pub fn systemd(
 
     let manifest_path = conf_dir.join("manifest.json");
     files.push(file(strip_root(&manifest_path), manifest.to_json() + "\n"));
+    let defaults = SystemdOptions::default();
+    if share.is_some() && (opts.rti_port != defaults.rti_port || opts.rti_bind != defaults.rti_bind) {
+        notes.push(format!("program {program} spans hosts: its RTI listens on its host's address and the manifest's rti_port; --rti-port and --rti-bind are ignored"));
+    }
     // The RTI's port and address: the manifest's on the RTI's host.
     let (rti_port, rti_bind) = match &share {
         Some(s) => (manifest.rti_port.unwrap_or(hprm_node::manifest::DEFAULT_RTI_PORT), s.me.address.clone()),
