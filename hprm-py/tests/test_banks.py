@@ -150,6 +150,20 @@ def test_widths_that_differ_are_refused_naming_both_sides():
         prog.bank("more", Cam, 4, member_args=[{}, {}])
 
 
+def test_a_process_bank_spreads_over_hosts_round_robin_or_one_per_member():
+    prog = hprm.Program("m")
+    prog.host("a", "10.0.0.1").host("b", "10.0.0.2")
+    prog.bank("cam", Cam, 3, hosts=["a", "b"])
+    prog.bank("two", Cam, 2).on(["b", "a"])
+    prog.federate("fusion", Fuse).on("a")
+    hosts = {f["name"]: f["host"] for f in prog.manifest()["federate"]}
+    assert hosts == {"cam[0]": "a", "cam[1]": "b", "cam[2]": "a", "two[0]": "b", "two[1]": "a", "fusion": "a"}
+    with pytest.raises(ValueError, match='bank t: its placement .threads. runs every member in one process, which cannot span hosts; use placement="processes"'):
+        prog.bank("t", Cam, 2, placement="threads", hosts=["a", "b"])
+    with pytest.raises(ValueError, match=r"bank e: hosts is a host name or a non-empty list of them, not \[\]"):
+        prog.bank("e", Cam, 2, hosts=[])
+
+
 def test_check_refuses_a_manifest_whose_widths_differ(tmp_path):
     hprm_cmd = Path(sys.executable).parent / "hprm"
     m = tmp_path / "m.toml"
