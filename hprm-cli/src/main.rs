@@ -14,6 +14,7 @@ mod graph;
 mod launch;
 mod ps;
 mod record;
+mod replay;
 mod source;
 mod store;
 mod topic;
@@ -148,6 +149,13 @@ enum Command {
     Topic(topic::TopicArgs),
     /// Read a recording (`hprm launch --record`): info or echo.
     Bag(bag::BagArgs),
+    /// Run federates of a program on a recording's inputs, at their recorded
+    /// tags; with --check, compare what they send with the recording.
+    Replay(replay::ReplayArgs),
+    /// A replay federate (started by `hprm replay`): sends a replaced
+    /// federate's recorded outputs at their tags.
+    #[command(hide = true)]
+    ReplayFederate(replay::FederateArgs),
     /// Ask a running object store.
     Store {
         #[arg(value_parser = ["stats", "list"])]
@@ -281,5 +289,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Dashboard(args) => dashboard::run(&args),
         Command::Topic(args) => topic::run(&args),
         Command::Bag(args) => bag::run(&args),
+        Command::Replay(args) => replay::run(&args),
+        Command::ReplayFederate(args) => replay::federate(&args),
     }
 }

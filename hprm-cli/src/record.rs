@@ -65,6 +65,21 @@ pub const META_PROGRAM: &str = "hprm.program";
 pub const META_RUN: &str = "hprm.run";
 pub const META_SUMMARY: &str = "hprm.summary";
 
+/// Summary keys `last.FEDERATE`: the federate's last tag (its stop tag),
+/// as [`format_tag`] writes it; replay stops there.
+pub const LAST_PREFIX: &str = "last.";
+
+/// A tag in metadata: `TIME/MICROSTEP`, time in ns since the epoch.
+pub fn format_tag(t: Tag) -> String {
+    format!("{}/{}", t.time, t.microstep)
+}
+
+/// The tag [`format_tag`] wrote, `None` when `text` is not one.
+pub fn parse_tag(text: &str) -> Option<Tag> {
+    let (time, microstep) = text.split_once('/')?;
+    Some(Tag::new(time.parse().ok()?, microstep.parse().ok()?))
+}
+
 /// The schema text: how to decode a value of any channel.
 const SCHEMA_TEXT: &str = "\
 An HPRM port value: one MessagePack value (structs are maps with field names).
@@ -119,6 +134,8 @@ enum Entry {
     /// Messages of `topic` lost: given up by the feed, or whose store
     /// objects the recorder could not take.
     Lost { topic: Arc<str>, count: u64 },
+    /// A federate's last tag (its stop tag), from its feed's last frame.
+    End { federate: String, last: Tag },
 }
 
 /// Per channel, what the summary reports.
@@ -271,6 +288,9 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
             continue;
         };
         if header.port == END {
+            if header.tag.time != 0 {
+                let _ = tx.send(Entry::End { federate: hello.federate.clone(), last: header.tag });
+            }
             match serde_json::from_slice::<Vec<(u32, u64)>>(payload) {
                 Ok(counts) => lost.extend(counts),
                 Err(e) => tracing::error!(federate = %hello.federate, "unreadable final loss counts: {e}"),
@@ -326,6 +346,7 @@ fn write(
     let mut channels: HashMap<Arc<str>, u16> = HashMap::new();
     let mut counts: BTreeMap<Arc<str>, Counts> = BTreeMap::new();
     let mut connected: Vec<String> = Vec::new();
+    let mut ends: BTreeMap<String, Tag> = BTreeMap::new();
     let mut start = None;
     let mut last_flush = Instant::now();
     let mut data = Vec::new();
@@ -350,6 +371,9 @@ fn write(
                 }
             }
             Entry::Lost { topic, count } => counts.entry(topic).or_default().lost += count,
+            Entry::End { federate, last } => {
+                ends.insert(federate, last);
+            }
             Entry::Message { topic, tag, sent, payload, spilled, objects } => {
                 let message = spilled.as_ref().map_or(payload.as_slice(), |o| o.data());
                 let Some(&channel_id) = channels.get(&topic) else { continue };
@@ -407,6 +431,9 @@ fn write(
     meta.insert("lost".into(), lost_total.to_string());
     meta.insert("complete".into(), (lost_total == 0 && missing.is_empty()).to_string());
     meta.insert("federates_not_recorded".into(), missing.join(","));
+    for (federate, last) in &ends {
+        meta.insert(format!("{LAST_PREFIX}{federate}"), format_tag(*last));
+    }
     if let Some(e) = failed {
         // The summary cannot be written either: say what was lost here.
         return Err(e.context(format!("the recording stopped: {lost_total} messages lost")));
