@@ -33,7 +33,9 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use hprm_node::manifest::bank::multiport;
 use hprm_node::manifest::{port_decl, Manifest, ReactorSpec};
-use hprm_node::payload::{BufferDescriptor, Decoder, Encoder, Location, PayloadError, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR};
+use hprm_node::payload::{
+    BufferDescriptor, Decoder, Encoder, Location, PayloadError, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
+};
 use hprm_node::{Coordination, LogicalAction, Output, Program, Tag, Value};
 use mcap::records::Record;
 
@@ -129,7 +131,8 @@ impl Recording {
             )
         };
         let text = meta.get(META_PROGRAM).and_then(|m| m.get("manifest")).ok_or_else(not_ours)?;
-        let manifest = Manifest::from_json(text).map_err(|e| anyhow::anyhow!("{}: its program graph is unreadable: {e}", path.display()))?;
+        let manifest = Manifest::from_json(text)
+            .map_err(|e| anyhow::anyhow!("{}: its program graph is unreadable: {e}", path.display()))?;
         let summary = match (meta.get(META_SUMMARY), ended) {
             (Some(s), None) => s,
             (_, Some(why)) => bail!(
@@ -261,7 +264,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     // latest is the stop); the replay asks for the stop there, by `--to`
     // at the latest. A stop at microstep 0 is a timeout, which the
     // replayed program has too.
-    let stop = recording.last.iter().max().copied().filter(|t| t.microstep > 0).map(|t| Tag::new(t.time, t.microstep - 1));
+    let stop =
+        recording.last.iter().max().copied().filter(|t| t.microstep > 0).map(|t| Tag::new(t.time, t.microstep - 1));
     let stop = match (stop, to) {
         (Some(s), Some(t)) => Some(s.min(Tag::new(t, 0))),
         (s, None) => s,
@@ -331,7 +335,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
             bail!("the replay's outputs were not all captured for the comparison ({:?} lost)", summary.lost);
         }
         let replay = Recording::open(&scratch.0);
-        let window = (Tag::new(from, 0), stop.map_or(Tag::new(i64::MAX, u32::MAX), |s| Tag::new(s.time, s.microstep + 1)));
+        let window =
+            (Tag::new(from, 0), stop.map_or(Tag::new(i64::MAX, u32::MAX), |s| Tag::new(s.time, s.microstep + 1)));
         match compare(&recording, &replay?, &checked, window)? {
             Ok(n) => messages = n,
             Err(difference) => {
@@ -365,9 +370,12 @@ impl Drop for Scratch {
     }
 }
 
-/// Per channel, its messages (tag, payload) within `window` (from, up to and
-/// including the stop tag).
-fn channel_messages(r: &Recording, topics: &[String], window: (Tag, Tag)) -> Result<Vec<Vec<(Tag, Vec<u8>)>>> {
+/// One channel's messages: (tag, payload), in tag order.
+type Channel = Vec<(Tag, Vec<u8>)>;
+
+/// Per channel, its messages within `window` (from, up to and including
+/// the stop tag).
+fn channel_messages(r: &Recording, topics: &[String], window: (Tag, Tag)) -> Result<Vec<Channel>> {
     let mut out = vec![Vec::new(); topics.len()];
     r.messages(|topic, tag, data| {
         if let Some(i) = topics.iter().position(|t| t == topic) {
@@ -402,13 +410,20 @@ fn compare(
                     }
                     (*ta, what_differs(da, db))
                 }
-                (Some((ta, _)), Some((tb, _))) if ta < tb => (*ta, "the recording has a value here, the replay none".into()),
+                (Some((ta, _)), Some((tb, _))) if ta < tb => {
+                    (*ta, "the recording has a value here, the replay none".into())
+                }
                 (Some(_), Some((tb, _))) => (*tb, "the replay sent a value here, the recording has none".into()),
                 (Some((ta, _)), None) => (*ta, "the recording has a value here, the replay none".into()),
                 (None, Some((tb, _))) => (*tb, "the replay sent a value here, the recording has none".into()),
                 (None, None) => unreachable!("k < the longer length"),
             };
-            let line = format!("first difference at tag {}/{} on {topic}: {}", crate::topic::seconds(found.0.time), found.0.microstep, found.1);
+            let line = format!(
+                "first difference at tag {}/{} on {topic}: {}",
+                crate::topic::seconds(found.0.time),
+                found.0.microstep,
+                found.1
+            );
             if first.as_ref().map_or(true, |(t, _)| found.0 < *t) {
                 first = Some((found.0, line));
             }
@@ -428,8 +443,16 @@ fn what_differs(recorded: &[u8], replayed: &[u8]) -> String {
         (Ok(a), Ok(b)) => match diff(&a, &b, &mut String::new()) {
             Some(d) => d,
             None => {
-                let at = recorded.iter().zip(replayed).position(|(x, y)| x != y).unwrap_or(recorded.len().min(replayed.len()));
-                format!("the values are equal but encoded differently from byte {at} ({} and {} bytes)", recorded.len(), replayed.len())
+                let at = recorded
+                    .iter()
+                    .zip(replayed)
+                    .position(|(x, y)| x != y)
+                    .unwrap_or(recorded.len().min(replayed.len()));
+                format!(
+                    "the values are equal but encoded differently from byte {at} ({} and {} bytes)",
+                    recorded.len(),
+                    replayed.len()
+                )
             }
         },
         _ => format!("the payloads differ ({} and {} bytes)", recorded.len(), replayed.len()),
@@ -480,7 +503,9 @@ fn diff(a: &rmpv::Value, b: &rmpv::Value, path: &mut String) -> Option<String> {
             }
             (x.len() != y.len()).then(|| format!("{}: {} items recorded, {} replayed", at(path), x.len(), y.len()))
         }
-        (V::Ext(ta, da), V::Ext(tb, db)) if ta == tb && matches!(*ta, EXT_BUFFER | EXT_BYTES | EXT_ARROW | EXT_TENSOR) => {
+        (V::Ext(ta, da), V::Ext(tb, db))
+            if ta == tb && matches!(*ta, EXT_BUFFER | EXT_BYTES | EXT_ARROW | EXT_TENSOR) =>
+        {
             let (Ok(x), Ok(y)) = (BufferDescriptor::decode(da), BufferDescriptor::decode(db)) else {
                 return (da != db).then(|| format!("{}: the buffers differ", at(path)));
             };
@@ -634,9 +659,11 @@ impl Replayer {
             ctx.request_stop();
             return;
         }
-        let target = [self.next.as_ref().map(|d| d.tag), self.stop_at].into_iter().flatten().filter(|t| *t > here).min();
+        let target =
+            [self.next.as_ref().map(|d| d.tag), self.stop_at].into_iter().flatten().filter(|t| *t > here).min();
         if let Some(t) = target {
-            let extra = if t.time > here.time { Duration::from_nanos((t.time - here.time) as u64) } else { Duration::ZERO };
+            let extra =
+                if t.time > here.time { Duration::from_nanos((t.time - here.time) as u64) } else { Duration::ZERO };
             ctx.schedule(self.step, extra, ());
         }
     }
@@ -708,4 +735,72 @@ pub fn federate(args: &FederateArgs) -> Result<i32> {
     opts.record = None;
     hprm_node::run_federate(program, opts)?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hprm_node::payload::Dtype;
+    use rmpv::Value as V;
+
+    fn encode(v: &V) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, v).unwrap();
+        out
+    }
+
+    fn buffer(bytes: Vec<u8>) -> V {
+        let n = bytes.len();
+        let d = BufferDescriptor {
+            dtype: Dtype::parse("|u1").unwrap(),
+            shape: vec![n],
+            strides: None,
+            nbytes: n as u64,
+            location: Location::Inline(bytes),
+        };
+        V::Ext(EXT_BUFFER, d.encode().unwrap())
+    }
+
+    fn value(n: i64, big: Vec<u8>) -> V {
+        V::Map(vec![
+            (V::from("n"), V::from(n)),
+            (V::from("nested"), V::Map(vec![(V::from("list"), V::Array(vec![V::from(1), V::from("x")]))])),
+            (V::from("big"), buffer(big)),
+        ])
+    }
+
+    #[test]
+    fn a_difference_is_named_by_its_place_in_the_value() {
+        let a = encode(&value(3, vec![1, 2, 3]));
+        assert_eq!(what_differs(&a, &encode(&value(4, vec![1, 2, 3]))), r#"["n"]: recorded 3, replayed 4"#);
+        assert_eq!(
+            what_differs(&a, &encode(&value(3, vec![1, 9, 3]))),
+            r#"["big"]: buffer |u1 [3] differs from byte 1 (recorded 0x02, replayed 0x09)"#
+        );
+        assert_eq!(
+            what_differs(&a, &encode(&value(3, vec![1, 2]))),
+            r#"["big"]: buffer |u1 [3] recorded, |u1 [2] replayed"#
+        );
+        let mut other = value(3, vec![1, 2, 3]);
+        if let V::Map(m) = &mut other {
+            m[1].1 = V::Map(vec![(V::from("list"), V::Array(vec![V::from(1)]))]);
+        }
+        assert_eq!(what_differs(&a, &encode(&other)), r#"["nested"]["list"]: 2 items recorded, 1 replayed"#);
+        let mut other = value(3, vec![1, 2, 3]);
+        if let V::Map(m) = &mut other {
+            m.pop();
+        }
+        assert_eq!(what_differs(&a, &encode(&other)), r#"the value: key ["big"] recorded, not in the replay"#);
+        // The same value in another encoding (a u8 written as u16).
+        assert!(what_differs(&[0x05], &[0xcd, 0x00, 0x05])
+            .starts_with("the values are equal but encoded differently from byte 0"));
+    }
+
+    #[test]
+    fn tags_in_metadata_read_back() {
+        let t = Tag::new(1_795_738_290_400_866_613, 2);
+        assert_eq!(parse_tag(&crate::record::format_tag(t)), Some(t));
+        assert_eq!(parse_tag("12"), None);
+        assert_eq!(parse_tag("x/1"), None);
+    }
 }
