@@ -82,6 +82,10 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                     s.bytes,
                     path.display()
                 );
+                if let Some(full) = &s.disk_full {
+                    eprintln!("hprm: the recording {} ended early: {full}", path.display());
+                    code = code.max(1);
+                }
                 if !s.federates_missing.is_empty() {
                     eprintln!(
                         "hprm: federates not recorded (they never reached the recorder): {}",

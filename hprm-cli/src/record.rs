@@ -52,6 +52,11 @@ const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// Target size of a chunk before compression.
 const CHUNK_SIZE: u64 = 4 << 20;
 
+/// Room the writer keeps free on the recording's filesystem beyond the
+/// open chunk and the next message: its buffer (1 MiB), the summary and
+/// the footer. Below that, the recording ends cleanly ([`DiskFull`]).
+const RESERVE: u64 = 4 << 20;
+
 /// How long the recorder waits for a store object a message references.
 const GET_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -161,6 +166,47 @@ pub struct Summary {
     /// (topic, messages lost), only those that lost some.
     pub lost: Vec<(String, u64)>,
     pub federates_missing: Vec<String>,
+    /// The disk filled up: the file was closed early (complete and
+    /// readable), and what came after is counted in `lost`.
+    pub disk_full: Option<DiskFull>,
+}
+
+/// Why and where a recording ended before its program did.
+#[derive(Debug, Clone)]
+pub struct DiskFull {
+    /// Bytes free on the recording's filesystem when it ended.
+    pub free: u64,
+    /// Bytes the next message needed (with the open chunk and [`RESERVE`]).
+    pub needed: u64,
+    /// The tag of the first message not recorded, since the start.
+    pub at: Tag,
+}
+
+impl std::fmt::Display for DiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the disk is full ({} bytes free, {} needed): the recording was closed at tag {}/{}, complete and readable up to there; \
+             what came after was not recorded (counted as lost). Record onto a larger disk, or fewer --topics",
+            self.free,
+            self.needed,
+            crate::topic::seconds(self.at.time),
+            self.at.microstep
+        )
+    }
+}
+
+/// Bytes an unprivileged writer may still use on `file`'s filesystem.
+fn free_bytes(file: &std::fs::File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs fills `st` when it returns 0; the fd is open.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialized by the successful call above.
+    let st = unsafe { st.assume_init() };
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 impl Recorder {
@@ -180,6 +226,7 @@ impl Recorder {
             .unwrap_or_default();
         let file = std::fs::File::create(&opts.path)
             .with_context(|| format!("cannot create the recording {}", opts.path.display()))?;
+        let probe = file.try_clone().with_context(|| format!("cannot open {} twice", opts.path.display()))?;
         let mut mcap = mcap::WriteOptions::new()
             .compression(opts.compression)
             .chunk_size(Some(CHUNK_SIZE))
@@ -204,7 +251,7 @@ impl Recorder {
         let throttle = opts.throttle;
         let writer = std::thread::Builder::new()
             .name("hprm-record-write".into())
-            .spawn(move || write(mcap, schema, rx, throttle, federates, &path))?;
+            .spawn(move || write(mcap, &probe, schema, rx, throttle, federates, &path))?;
         Ok(Recorder { socket, stop, acceptor, writer })
     }
 
@@ -335,8 +382,10 @@ fn take(decoder: &Decoder, payload: &[u8]) -> Result<(Option<Object>, Vec<Object
     Ok((spilled, objects))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write(
     mut mcap: mcap::Writer<BufWriter<std::fs::File>>,
+    probe: &std::fs::File,
     schema: u16,
     rx: Receiver<Entry>,
     throttle: Option<Duration>,
@@ -351,9 +400,14 @@ fn write(
     let mut last_flush = Instant::now();
     let mut data = Vec::new();
     let mut failed: Option<anyhow::Error> = None;
+    let mut disk_full: Option<DiskFull> = None;
+    // Bytes written since the last flush, and the largest message among
+    // them: what the open chunk may still hold in memory.
+    let (mut unflushed, mut largest) = (0u64, 0u64);
     for entry in rx {
-        if failed.is_some() {
-            // The file is unusable: the rest is released unwritten (counted).
+        if failed.is_some() || (disk_full.is_some() && matches!(entry, Entry::Message { .. })) {
+            // The file is unusable, or closed early for want of room: the
+            // rest is released unwritten (counted).
             if let Entry::Message { topic, .. } = entry {
                 counts.entry(topic).or_default().lost += 1;
             }
@@ -386,6 +440,17 @@ fn write(
                         continue;
                     }
                 }
+                // Checked before each message, so that the file can still be
+                // closed properly (chunk, summary, footer) when the disk fills.
+                let pending = unflushed.min(CHUNK_SIZE + largest);
+                let needed = pending + data.len() as u64 + RESERVE;
+                if let Some(free) = free_bytes(probe).filter(|&free| free < needed) {
+                    tracing::error!(%topic, free, needed, "the recording's disk is full: closing the recording");
+                    disk_full =
+                        Some(DiskFull { free, needed, at: Tag::new(tag.time - start.unwrap_or(0), tag.microstep) });
+                    c.lost += 1;
+                    continue;
+                }
                 let header = mcap::records::MessageHeader {
                     channel_id,
                     sequence: tag.microstep,
@@ -399,12 +464,15 @@ fn write(
                 }
                 c.messages += 1;
                 c.bytes += data.len() as u64;
+                unflushed += data.len() as u64;
+                largest = largest.max(data.len() as u64);
                 drop((spilled, objects));
                 if let Some(t) = throttle {
                     std::thread::sleep(t);
                 }
                 if last_flush.elapsed() >= FLUSH_EVERY {
                     last_flush = Instant::now();
+                    (unflushed, largest) = (0, 0);
                     if let Err(e) = mcap.flush() {
                         failed = Some(anyhow::Error::new(e).context(format!("writing {}", path.display())));
                     }
@@ -431,6 +499,9 @@ fn write(
     meta.insert("lost".into(), lost_total.to_string());
     meta.insert("complete".into(), (lost_total == 0 && missing.is_empty()).to_string());
     meta.insert("federates_not_recorded".into(), missing.join(","));
+    if let Some(d) = &disk_full {
+        meta.insert("disk_full".into(), d.to_string());
+    }
     for (federate, last) in &ends {
         meta.insert(format!("{LAST_PREFIX}{federate}"), format_tag(*last));
     }
@@ -440,7 +511,7 @@ fn write(
     }
     mcap.write_metadata(&mcap::records::Metadata { name: META_SUMMARY.into(), metadata: meta })?;
     mcap.finish().with_context(|| format!("finishing {}", path.display()))?;
-    Ok(Summary { messages, bytes, lost, federates_missing: missing })
+    Ok(Summary { messages, bytes, lost, federates_missing: missing, disk_full })
 }
 
 /// `message` with every store reference replaced by the buffer itself,
