@@ -206,6 +206,8 @@ fn free_bytes(file: &std::fs::File) -> Option<u64> {
     }
     // SAFETY: initialized by the successful call above.
     let st = unsafe { st.assume_init() };
+    // Both are 32 bits wide on 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
     Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
