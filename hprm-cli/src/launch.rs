@@ -76,12 +76,14 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                     let each: Vec<String> = s.lost.iter().map(|(t, n)| format!("{t}: {n}")).collect();
                     format!("LOST {} ({})", s.lost.iter().map(|(_, n)| n).sum::<u64>(), each.join(", "))
                 };
-                eprintln!(
-                    "hprm: recorded {} messages ({} bytes) into {}: {losses}",
-                    s.messages,
-                    s.bytes,
-                    path.display()
-                );
+                let into = match s.files.as_slice() {
+                    [one] => one.display().to_string(),
+                    [first, .., last] => {
+                        format!("{} files, {} to {}", s.files.len(), first.display(), last.display())
+                    }
+                    [] => path.display().to_string(),
+                };
+                eprintln!("hprm: recorded {} messages ({} bytes) into {into}: {losses}", s.messages, s.bytes);
                 if let Some(full) = &s.disk_full {
                     eprintln!("hprm: the recording {} ended early: {full}", path.display());
                     code = code.max(1);

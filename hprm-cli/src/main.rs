@@ -102,6 +102,11 @@ enum Command {
         /// With --record: compression of the file's chunks.
         #[arg(long, value_enum, default_value = "zstd", requires = "record")]
         record_compression: CompressionArg,
+        /// With --record: several files, FILE-0000.mcap, FILE-0001.mcap, ..., each
+        /// closed (complete) once it holds SIZE bytes of messages or spans
+        /// DURATION of logical time: `size=512m`, `duration=60s`, or both.
+        #[arg(long, value_name = "size=SIZE,duration=DURATION", requires = "record")]
+        record_rotate: Option<record::Rotate>,
         /// Test aid: the recorder's writer sleeps this long per message (a slow disk).
         #[arg(long, value_parser = duration, hide = true, requires = "record")]
         record_throttle: Option<std::time::Duration>,
@@ -234,6 +239,7 @@ fn run(cli: Cli) -> Result<i32> {
             record_policy,
             record_compression,
             record_throttle,
+            record_rotate,
             args,
         } => {
             let coordination = match (coordination, stp) {
@@ -261,6 +267,7 @@ fn run(cli: Cli) -> Result<i32> {
                     CompressionArg::None => None,
                 },
                 throttle: record_throttle,
+                rotate: record_rotate,
             });
             launch::run(
                 source,

@@ -281,6 +281,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
             policy: "block:60s".into(),
             compression: None,
             throttle: None,
+            rotate: None,
         };
         let mut run = BTreeMap::new();
         run.insert("program".to_string(), manifest.name.clone());

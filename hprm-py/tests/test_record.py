@@ -221,3 +221,27 @@ def test_a_full_disk_ends_the_recording_cleanly(hprm_cli, env, program_values):
     finally:
         subprocess.run(["umount", str(disk)], check=False)
         disk.rmdir()
+
+
+@pytest.mark.parametrize("rotate", ["size=5m", "duration=25ms"])
+def test_a_recording_rotates_into_complete_files(hprm_cli, env, program_values, tmp_path, rotate):
+    """Values of 1, 3 and 10 MB every 10 ms: a part is full after its third
+    value either way (4 MB < 5 MB before it, 14 MB after; 20 ms < 25 ms
+    before, 30 ms after), so six values make two parts, each a complete
+    file with its own summary."""
+    out = tmp_path / "rot.mcap"
+    r = launch(hprm_cli, env, out, 6, "10ms", 1, record_args=["--record-rotate", rotate, "--record-compression", "none"])
+    assert r.returncode == 0, r.stderr
+    first, second = tmp_path / "rot-0000.mcap", tmp_path / "rot-0001.mcap"
+    assert "recorded 6 messages" in r.stderr and f"into 2 files, {first} to {second}: nothing lost" in r.stderr, r.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["rot-0000.mcap", "rot-0001.mcap"]
+    values = []
+    for n, part in enumerate((first, second)):
+        summary, by_topic = read_back(part)
+        s = summary["hprm.summary"]
+        assert (s["messages"], s["lost"], summary["hprm.run"]["part"]) == ("3", "0", str(n)), summary
+        values += [v for *_, v in by_topic["source.source.out"]]
+    assert "last.source" in summary["hprm.summary"], summary
+    assert len(values) == 6 and all(same(v, program_values(n, True)) for n, v in enumerate(values))
+    bad = launch(hprm_cli, env, tmp_path / "x.mcap", 1, record_args=["--record-rotate", "every=3"])
+    assert bad.returncode == 2 and 'expected size=SIZE (e.g. 512m) or duration=DURATION' in bad.stderr, bad.stderr
