@@ -725,6 +725,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rotation_takes_a_size_a_duration_or_both() {
+        assert_eq!("size=5m".parse::<Rotate>(), Ok(Rotate { size: Some(5 << 20), duration: None }));
+        assert_eq!(
+            "size=1g, duration=60s".parse::<Rotate>(),
+            Ok(Rotate { size: Some(1 << 30), duration: Some(Duration::from_secs(60)) })
+        );
+        assert!("every=3".parse::<Rotate>().unwrap_err().contains("expected size=SIZE"));
+        assert!("size=lots".parse::<Rotate>().unwrap_err().contains("is not a size"));
+        assert!("duration=0s".parse::<Rotate>().unwrap_err().contains("must span some time"));
+        assert!("".parse::<Rotate>().is_err());
+    }
+
+    #[test]
     fn topics_name_ports_in_full_or_without_the_reactor() {
         assert!(names("cam.c.image", "cam.c.image"));
         assert!(names("cam.image", "cam.c.image"));
