@@ -604,14 +604,14 @@ fn settle(payload: &[u8], decoder: &Decoder) -> Result<Value, PayloadError> {
     Ok(Arc::new(()))
 }
 
-/// Streams the recorded messages of `outputs` (channel topics) in tag order
-/// from `file`, within `[from, to]`.
-fn stream(file: PathBuf, outputs: Vec<String>, from: i64, to: Option<i64>) -> Result<Receiver<Due>> {
+/// Streams the recorded messages of `outputs` (channel topics; `None`: an
+/// output not delivered) in tag order from `file`, within `[from, to]`.
+fn stream(file: PathBuf, outputs: Vec<Option<String>>, from: i64, to: Option<i64>) -> Result<Receiver<Due>> {
     let recording = Recording::open(&file)?;
     let (tx, rx) = sync_channel(READ_AHEAD);
     std::thread::Builder::new().name("hprm-replay-read".into()).spawn(move || {
         let result = recording.messages(|topic, tag, data| {
-            let Some(output) = outputs.iter().position(|o| o == topic) else { return true };
+            let Some(output) = outputs.iter().position(|o| o.as_deref() == Some(topic)) else { return true };
             if tag.time < from || to.is_some_and(|t| tag.time > t) {
                 return true;
             }
@@ -711,7 +711,7 @@ pub fn federate(args: &FederateArgs) -> Result<i32> {
         }
         let startup = r.startup();
         let step = r.logical_action::<()>("replay_step", Duration::ZERO);
-        let wanted: Vec<String> = topics.iter().map(|t| if delivered(t) { t.clone() } else { String::new() }).collect();
+        let wanted: Vec<Option<String>> = topics.into_iter().map(|t| delivered(&t).then_some(t)).collect();
         let due = match stream(args.file.clone(), wanted, args.from, args.to) {
             Ok(rx) => rx,
             Err(e) => {

@@ -89,6 +89,9 @@ def test_only_the_window_and_topics_asked_for_are_delivered(hprm_cli, recording)
     r = hprm(hprm_cli, "replay", recording, PROGRAM, "--federate", "worker", "--federate", "sink", "--from", "10ms", "--to", "25ms", COUNT)
     assert r.returncode == 0, r.stderr
     assert "sink: 2 results, 2 acks" in r.stderr, r.stderr
+    # The worker's acknowledgements only: the sink gets no result.
+    r = hprm(hprm_cli, "replay", recording, PROGRAM, "--federate", "sink", "--topics", "worker.ack", COUNT)
+    assert r.returncode == 0 and f"sink: 0 results, {COUNT} acks" in r.stderr, r.stderr
     bad = hprm(hprm_cli, "replay", recording, PROGRAM, "--topics", "source.nothing", COUNT)
     assert bad.returncode == 2 and '--topics "source.nothing": the recording has no such connection' in bad.stderr, bad.stderr
 
