@@ -73,6 +73,11 @@ pub struct ReplayArgs {
     /// exit 1 at the first difference.
     #[arg(long)]
     pub check: bool,
+    /// With --check: leave map entries with these keys out of the
+    /// comparison, at any depth (values measured from physical time, e.g.
+    /// latencies: `--ignore ms,t`).
+    #[arg(long, value_delimiter = ',', requires = "check")]
+    pub ignore: Vec<String>,
     /// Arguments for the program.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
@@ -338,7 +343,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         let replay = Recording::open(&scratch.0);
         let window =
             (Tag::new(from, 0), stop.map_or(Tag::new(i64::MAX, u32::MAX), |s| Tag::new(s.time, s.microstep + 1)));
-        match compare(&recording, &replay?, &checked, window)? {
+        match compare(&recording, &replay?, &checked, window, &args.ignore)? {
             Ok(n) => messages = n,
             Err(difference) => {
                 println!("replay: {difference}");
@@ -395,6 +400,7 @@ fn compare(
     replayed: &Recording,
     topics: &[String],
     window: (Tag, Tag),
+    ignore: &[String],
 ) -> Result<std::result::Result<u64, String>> {
     let a = channel_messages(recorded, topics, window)?;
     let b = channel_messages(replayed, topics, window)?;
@@ -409,7 +415,10 @@ fn compare(
                     if da == db {
                         continue;
                     }
-                    (*ta, what_differs(da, db))
+                    match what_differs(da, db, ignore) {
+                        Some(d) => (*ta, d),
+                        None => continue,
+                    }
                 }
                 (Some((ta, _)), Some((tb, _))) if ta < tb => {
                     (*ta, "the recording has a value here, the replay none".into())
@@ -437,12 +446,23 @@ fn compare(
     })
 }
 
-/// Where two encoded values differ, in words.
-fn what_differs(recorded: &[u8], replayed: &[u8]) -> String {
+/// Where two encoded values differ, in words; `None` when they differ only
+/// in map entries whose key is in `ignore`.
+fn what_differs(recorded: &[u8], replayed: &[u8], ignore: &[String]) -> Option<String> {
     let decode = |b: &[u8]| rmpv::decode::read_value(&mut &b[..]);
-    match (decode(recorded), decode(replayed)) {
-        (Ok(a), Ok(b)) => match diff(&a, &b, &mut String::new()) {
-            Some(d) => d,
+    Some(match (decode(recorded), decode(replayed)) {
+        (Ok(mut a), Ok(mut b)) => match diff(&a, &b, &mut String::new()) {
+            Some(_)
+                if !ignore.is_empty() && {
+                    strip(&mut a, ignore);
+                    strip(&mut b, ignore);
+                    a == b
+                } =>
+            {
+                return None
+            }
+            Some(d) if ignore.is_empty() => d,
+            Some(_) => diff(&a, &b, &mut String::new())?,
             None => {
                 let at = recorded
                     .iter()
@@ -457,6 +477,18 @@ fn what_differs(recorded: &[u8], replayed: &[u8]) -> String {
             }
         },
         _ => format!("the payloads differ ({} and {} bytes)", recorded.len(), replayed.len()),
+    })
+}
+
+/// `v` without the map entries whose key is one of `keys`, at any depth.
+fn strip(v: &mut rmpv::Value, keys: &[String]) {
+    match v {
+        rmpv::Value::Map(pairs) => {
+            pairs.retain(|(k, _)| !k.as_str().is_some_and(|k| keys.iter().any(|i| i == k)));
+            pairs.iter_mut().for_each(|(_, x)| strip(x, keys));
+        }
+        rmpv::Value::Array(items) => items.iter_mut().for_each(|x| strip(x, keys)),
+        _ => {}
     }
 }
 
@@ -773,27 +805,44 @@ mod tests {
     #[test]
     fn a_difference_is_named_by_its_place_in_the_value() {
         let a = encode(&value(3, vec![1, 2, 3]));
-        assert_eq!(what_differs(&a, &encode(&value(4, vec![1, 2, 3]))), r#"["n"]: recorded 3, replayed 4"#);
         assert_eq!(
-            what_differs(&a, &encode(&value(3, vec![1, 9, 3]))),
+            what_differs(&a, &encode(&value(4, vec![1, 2, 3])), &[]).unwrap(),
+            r#"["n"]: recorded 3, replayed 4"#
+        );
+        assert_eq!(
+            what_differs(&a, &encode(&value(3, vec![1, 9, 3])), &[]).unwrap(),
             r#"["big"]: buffer |u1 [3] differs from byte 1 (recorded 0x02, replayed 0x09)"#
         );
         assert_eq!(
-            what_differs(&a, &encode(&value(3, vec![1, 2]))),
+            what_differs(&a, &encode(&value(3, vec![1, 2])), &[]).unwrap(),
             r#"["big"]: buffer |u1 [3] recorded, |u1 [2] replayed"#
         );
         let mut other = value(3, vec![1, 2, 3]);
         if let V::Map(m) = &mut other {
             m[1].1 = V::Map(vec![(V::from("list"), V::Array(vec![V::from(1)]))]);
         }
-        assert_eq!(what_differs(&a, &encode(&other)), r#"["nested"]["list"]: 2 items recorded, 1 replayed"#);
+        assert_eq!(
+            what_differs(&a, &encode(&other), &[]).unwrap(),
+            r#"["nested"]["list"]: 2 items recorded, 1 replayed"#
+        );
         let mut other = value(3, vec![1, 2, 3]);
         if let V::Map(m) = &mut other {
             m.pop();
         }
-        assert_eq!(what_differs(&a, &encode(&other)), r#"the value: key ["big"] recorded, not in the replay"#);
+        assert_eq!(
+            what_differs(&a, &encode(&other), &[]).unwrap(),
+            r#"the value: key ["big"] recorded, not in the replay"#
+        );
         // The same value in another encoding (a u8 written as u16).
-        assert!(what_differs(&[0x05], &[0xcd, 0x00, 0x05])
+        // Ignoring a key: equal when only it differs; else the difference elsewhere.
+        let ignore = ["n".to_string()];
+        assert_eq!(what_differs(&a, &encode(&value(4, vec![1, 2, 3])), &ignore), None);
+        assert_eq!(
+            what_differs(&a, &encode(&value(4, vec![1, 9, 3])), &ignore).unwrap(),
+            r#"["big"]: buffer |u1 [3] differs from byte 1 (recorded 0x02, replayed 0x09)"#
+        );
+        assert!(what_differs(&[0x05], &[0xcd, 0x00, 0x05], &[])
+            .unwrap()
             .starts_with("the values are equal but encoded differently from byte 0"));
     }
 
