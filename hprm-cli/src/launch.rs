@@ -28,8 +28,9 @@ pub struct Options {
     pub record: Option<crate::record::Options>,
 }
 
-/// Runs the program to its end; the exit code for `hprm`.
-pub fn run(source: Source, opts: Options) -> Result<i32> {
+/// Refuses a program that `hprm check` finds problems in, or that a
+/// launcher cannot run (a federate without a command).
+pub fn ensure_launchable(source: &Source) -> Result<()> {
     let mut problems: Vec<String> = source
         .manifest()
         .check()
@@ -40,6 +41,12 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     if !problems.is_empty() {
         bail!("the program has problems (see `hprm check`):\n  {}", problems.join("\n  "));
     }
+    Ok(())
+}
+
+/// Runs the program to its end; the exit code for `hprm`.
+pub fn run(source: Source, opts: Options) -> Result<i32> {
+    ensure_launchable(&source)?;
     let mut manifest = source.manifest().clone();
     if let Some(m) = opts.store_memory {
         manifest.store_memory = Some(m);

@@ -95,7 +95,8 @@ pub struct FederateArgs {
     pub to: Option<i64>,
     #[arg(long, value_delimiter = ',')]
     pub topics: Vec<String>,
-    /// Ask for the stop at this tag (`NS/MICROSTEP` since the start).
+    /// Ask for the stop at this tag (since the start, as
+    /// `crate::record::format_tag` writes it).
     #[arg(long)]
     pub stop_at: Option<String>,
 }
@@ -189,6 +190,7 @@ fn wiring(m: &Manifest) -> Vec<(String, String, Option<String>, bool)> {
 pub fn run(args: &ReplayArgs) -> Result<i32> {
     let recording = Recording::open(&args.file)?;
     let source = Source::open(&args.program, &args.args)?;
+    crate::launch::ensure_launchable(&source)?;
     let manifest = source.manifest().expanded();
     let recorded = recording.manifest.expanded();
     let names_of = |m: &Manifest| m.federates.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
@@ -321,7 +323,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
                 c.args(["--topics", &topics.join(",")]);
             }
             if let Some(s) = stop {
-                c.args(["--stop-at", &format!("{}/{}", s.time, s.microstep)]);
+                c.args(["--stop-at", &crate::record::format_tag(s)]);
             }
             c
         })),
