@@ -111,6 +111,8 @@ struct Recording {
     topics: Vec<String>,
     /// The last tag of each recorded federate, relative to the start.
     last: Vec<Tag>,
+    /// Its number, when it is one part of a rotated recording.
+    part: Option<String>,
 }
 
 impl Recording {
@@ -137,6 +139,7 @@ impl Recording {
             )
         };
         let text = meta.get(META_PROGRAM).and_then(|m| m.get("manifest")).ok_or_else(not_ours)?;
+        let part = meta.get(crate::record::META_RUN).and_then(|m| m.get("part")).cloned();
         let manifest = Manifest::from_json(text)
             .map_err(|e| anyhow::anyhow!("{}: its program graph is unreadable: {e}", path.display()))?;
         let summary = match (meta.get(META_SUMMARY), ended) {
@@ -154,7 +157,7 @@ impl Recording {
             .filter_map(|(_, v)| parse_tag(v))
             .map(|t| Tag::new(t.time - start, t.microstep))
             .collect();
-        Ok(Recording { map, manifest, start, topics, last })
+        Ok(Recording { map, manifest, start, topics, last, part })
     }
 
     /// Calls `each(channel topic, tag relative to the start, payload)` for
@@ -189,6 +192,12 @@ fn wiring(m: &Manifest) -> Vec<(String, String, Option<String>, bool)> {
 
 pub fn run(args: &ReplayArgs) -> Result<i32> {
     let recording = Recording::open(&args.file)?;
+    if let Some(part) = &recording.part {
+        tracing::warn!(
+            "{} is part {part} of a rotated recording (--record-rotate): only its own messages are replayed",
+            args.file.display()
+        );
+    }
     let source = Source::open(&args.program, &args.args)?;
     crate::launch::ensure_launchable(&source)?;
     let manifest = source.manifest().expanded();
