@@ -41,8 +41,13 @@ impl Clock {
     }
 }
 
+/// Test-only: nanoseconds added to this process's reading of the system
+/// clock, standing for a host whose clock is off (network namespaces share
+/// one wall clock). Clock synchronization must measure and correct it.
+pub const TEST_CLOCK_SKEW_ENV: &str = "HPRM_TEST_CLOCK_SKEW_NS";
+
 /// The system clock, ns since the epoch (plus the test-only skew of
-/// [`crate::hosts::TEST_CLOCK_SKEW_ENV`], if set).
+/// [`TEST_CLOCK_SKEW_ENV`], if set).
 pub(crate) fn system_now() -> Instant {
     let now = match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
@@ -51,11 +56,11 @@ pub(crate) fn system_now() -> Instant {
     now.saturating_add(test_skew())
 }
 
-/// [`crate::hosts::TEST_CLOCK_SKEW_ENV`], read once (0 when unset).
+/// [`TEST_CLOCK_SKEW_ENV`], read once (0 when unset).
 fn test_skew() -> i64 {
     static SKEW: OnceLock<i64> = OnceLock::new();
     *SKEW.get_or_init(|| {
-        let var = crate::hosts::TEST_CLOCK_SKEW_ENV;
+        let var = TEST_CLOCK_SKEW_ENV;
         match std::env::var(var) {
             Err(_) => 0,
             Ok(v) => v.trim().parse().unwrap_or_else(|_| {

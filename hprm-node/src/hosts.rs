@@ -78,10 +78,6 @@ pub fn clock_sync() -> Result<bool, String> {
     }
 }
 
-/// Test-only: nanoseconds added to this process's reading of the system
-/// clock, standing for a host whose clock is off (network namespaces share
-/// one wall clock). Clock synchronization must measure and correct it.
-pub const TEST_CLOCK_SKEW_ENV: &str = "HPRM_TEST_CLOCK_SKEW_NS";
 
 /// In a federate of a program with hosts (`HPRM_HOST` set): the bound its
 /// TCP connections to the RTI and to peers get (`hprm_rti::liveness`), so
