@@ -78,7 +78,6 @@ pub fn clock_sync() -> Result<bool, String> {
     }
 }
 
-
 /// In a federate of a program with hosts (`HPRM_HOST` set): the bound its
 /// TCP connections to the RTI and to peers get (`hprm_rti::liveness`), so
 /// that a lost host breaks them; `None` on one host. Read once.
