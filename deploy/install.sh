@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs HPRM for systemd: the daemons (hprm-store, hprm-rti, and hprm when
-# built), the unit templates of deploy/, an example /etc/hprm/store.conf
+# Installs HPRM for systemd: the daemons (hprm-store, hprm-rti, and hprm and
+# hprm-link when built), the unit templates of deploy/, an example /etc/hprm/store.conf
 # (never overwriting one that exists), the README with the deployment and
 # troubleshooting pages of docs/, and the system user
 # `hprm` the units run as. Then, per program: hprm deploy --systemd DIR PROGRAM.
@@ -57,11 +57,19 @@ for b in hprm-store hprm-rti hprm; do
         run install -m 0755 "$from/$b" "$prefix$bin_dir/$b"
     fi
 done
+# hprm-link (programs that span hosts) is its own Cargo project: installed
+# when built (cargo build --release --manifest-path hprm-link/Cargo.toml).
+for link in "$from/hprm-link" hprm-link/target/release/hprm-link; do
+    if [ -x "$link" ]; then
+        run install -m 0755 "$link" "$prefix$bin_dir/hprm-link"
+        break
+    fi
+done
 
 units="$prefix/etc/systemd/system"
 say "unit templates -> $units"
 run install -d "$units"
-for u in hprm-store.service 'hprm-rti@.service' 'hprm-federate@.service' 'hprm@.target'; do
+for u in hprm-store.service 'hprm-rti@.service' 'hprm-federate@.service' 'hprm-link@.service' 'hprm@.target'; do
     if [ "$dry" = 1 ]; then
         printf '+ sed s|/usr/local/bin/|%s/| deploy/%s > %s/%s\n' "$bin_dir" "$u" "$units" "$u"
     else

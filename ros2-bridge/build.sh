@@ -29,7 +29,9 @@ env_file=$("$here/setup-ros2.sh" "$venv")
 . "$env_file"
 # LD_PRELOAD of libpython is for running ROS 2 nodes; build scripts do not need it.
 unset LD_PRELOAD
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}"
+# The workspace's target directory: the dependencies the bridge shares with
+# the daemons (tokio, serde, the hprm crates...) are then built once.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 say "building (release); a cold build generates the ROS 2 bindings and takes several minutes"
 start=$SECONDS
 cargo build --locked --release --manifest-path "$here/Cargo.toml" >&2

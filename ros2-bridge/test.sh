@@ -18,6 +18,8 @@ say "ROS 2 and the bridge"
 if [ -n "${CI:-}" ] && [ -z "${IDL_PACKAGE_FILTER:-}" ]; then
   export IDL_PACKAGE_FILTER="std_msgs;sensor_msgs;geometry_msgs;std_srvs"
 fi
+# build.sh and the Rust tests below share the workspace's target directory.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 bridge=$("$here/build.sh" "$venv")
 say "the hprm SDK in $venv"
 # Always (incremental): a stale hprm in the venv would test old code.

@@ -35,7 +35,10 @@ fi
 
 say "clippy, warnings as errors: the workspace and the Python extension"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
-cargo clippy --locked --manifest-path hprm-py/Cargo.toml --all-targets --quiet -- -D warnings
+# The extension's clippy shares the workspace's target directory: the check
+# builds of the crates and dependencies both projects use are then made once.
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+  cargo clippy --locked --manifest-path hprm-py/Cargo.toml --all-targets --quiet -- -D warnings
 
 machete="$tools/bin/cargo-machete"
 if ! [ -x "$machete" ] || ! "$machete" --version 2>/dev/null | grep -q "$MACHETE_VERSION"; then

@@ -44,6 +44,51 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The Python environments are downloads, not builds: they fill in the
+# background while lint and the Rust builds keep both cores busy, and the
+# steps that need them wait for them (wait_for). Each writes its own log,
+# printed only when it fails.
+# What the tests import besides the SDK (hprm-py/install.sh adds maturin,
+# numpy, pytest, pyarrow and mypy itself; listing them here only moves their
+# download forward):
+# the driving example (examples/python/driving) and its benchmark run ONNX
+# models (built at test time, random weights) on onnxruntime's CPU provider;
+# the benchmarks' smoke tests draw their plots with matplotlib. hprm-py's
+# torch tests send tensors (on the CPU); PyPI's torch pulls its CUDA
+# libraries too (about 3 GB, a minute to install). The dashboard's tests
+# parse /metrics with prometheus_client. hprm.rl's tests (test_rl.py) step
+# Gymnasium's classic environments (gymnasium: pure Python, seconds to
+# install; no Atari, no Ray). Recordings (test_record.py) are read back with
+# the public `mcap` package (pure Python, with zstandard and lz4); the codec's
+# and bench/arrow's tests send pyarrow record batches.
+PY_PACKAGES=(maturin numpy pytest pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap)
+scratch=$(mktemp -d)
+# On the way out (a failed step included): stop what still downloads,
+# remove the logs.
+cleanup() {
+  local running
+  running=$(jobs -pr)
+  [ -z "$running" ] || kill $running 2>/dev/null || true
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+prefetch() {
+  local name=$1
+  shift
+  ( exec "$@" >"$scratch/$name.log" 2>&1 ) &
+  echo $! >"$scratch/$name.pid"
+}
+wait_for() {
+  local name=$1
+  if ! wait "$(cat "$scratch/$name.pid")"; then
+    echo "preparing $name failed:" >&2
+    cat "$scratch/$name.log" >&2
+    exit 1
+  fi
+}
+prefetch python-venv bash -c '[ -x .venv/bin/python ] || python3 -m venv .venv; .venv/bin/pip install -q --prefer-binary "$@"' _ "${PY_PACKAGES[@]}"
+prefetch ros2-venv ros2-bridge/setup-ros2.sh "$PWD/.venv-ros2"
+
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
 hprm-store/schema/regen.sh --check
 
@@ -53,8 +98,7 @@ scripts/docs.sh
 step "formatting, clippy (warnings as errors), unused dependencies, ruff (scripts/lint.sh)"
 scripts/lint.sh
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+log=$scratch/rust.log
 
 step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
 cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
@@ -66,30 +110,17 @@ cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-exa
 ./target/release/perception --seconds 1
 
 step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
+wait_for python-venv
 hprm-py/install.sh "$PWD/.venv"
-# The driving example (examples/python/driving) and its benchmark run ONNX
-# models (built at test time, random weights) on onnxruntime's CPU provider;
-# the benchmarks' smoke tests draw their plots with matplotlib. hprm-py's
-# torch tests send tensors (on the CPU); PyPI's torch pulls its CUDA
-# libraries too (about 3 GB, a minute to install). The dashboard's tests
-# parse /metrics with prometheus_client. hprm.rl's tests (test_rl.py) step
-# Gymnasium's classic environments (gymnasium: pure Python, seconds to
-# install; no Atari, no Ray). Recordings (test_record.py) are read back with
-# the public `mcap` package (pure Python, with zstandard and lz4); the codec's
-# and bench/arrow's tests send pyarrow record batches.
-.venv/bin/pip install -q onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap pyarrow
-pylog=$(mktemp)
-trap 'rm -f "$log" "$pylog"' EXIT
+pylog=$scratch/python.log
 .venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl bench/arrow examples/rl examples/python/driving 2>&1 | tee "$pylog"
 
 step "soak, one minute (bench/soak/soak.py): the driving pipeline and the 10 MB broadcast against one store; fails unless memory, fds and the store's use stay bounded"
-soakdir=$(mktemp -d)
-trap 'rm -f "$log" "$pylog"; rm -rf "$soakdir"' EXIT
+soakdir=$scratch/soak
 .venv/bin/python bench/soak/soak.py --minutes 1 --interval 2 --out "$soakdir"
 
 step "free-threaded CPython (scripts/free-threaded.sh): 3.13t built from Debian's source, the SDK installed on it, its tests with the GIL off"
-ftlog=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$ftlog"; rm -rf "$soakdir"' EXIT
+ftlog=$scratch/free-threaded.log
 # Exit status 3: Debian's copy of the source could not be downloaded; that
 # skips this step (said in the summary) rather than failing the run.
 ft=0
@@ -97,13 +128,12 @@ scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
 [ "$ft" = 0 ] || [ "$ft" = 3 ] || exit "$ft"
 
 step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh, its Rust tests, a program across two network namespaces, examples/multihost/run.sh"
-lklog=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$ftlog" "$lklog"; rm -rf "$soakdir"' EXIT
+lklog=$scratch/link.log
 hprm-link/test.sh "$PWD/.venv" 2>&1 | tee "$lklog"
 
 step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
-r2log=$(mktemp)
-trap 'rm -f "$log" "$pylog" "$ftlog" "$lklog" "$r2log"; rm -rf "$soakdir"' EXIT
+r2log=$scratch/ros2.log
+wait_for ros2-venv
 ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
 
 step "summary"

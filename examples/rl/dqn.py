@@ -10,7 +10,6 @@ import argparse
 import copy
 
 import numpy as np
-import torch
 
 import hprm
 from hprm.rl import ReplayBuffer, RolloutWorker, weights_digest, weights_message
@@ -36,15 +35,21 @@ class Learner(hprm.Reactor):
     weights = hprm.Output()
 
     def __init__(self):
+        self.updates, self.returns = 0, []
+
+    @hprm.reaction(triggers="startup", effects="weights")
+    def start(self, ctx):
+        # The network is built here, in the learner's process only: every
+        # federate's process builds the program (and so runs __init__), and
+        # importing torch takes seconds on a busy machine.
+        global torch
+        import torch
+
         torch.manual_seed(0)
         torch.set_num_threads(1)
         self.q = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
         self.target = copy.deepcopy(self.q)
         self.opt = torch.optim.Adam(self.q.parameters(), lr=1e-3)
-        self.updates, self.returns = 0, []
-
-    @hprm.reaction(triggers="startup", effects="weights")
-    def start(self, ctx):
         ctx.set(self.weights, weights_message(ctx, self.q.state_dict()))
 
     @hprm.reaction(triggers="sample", effects="weights")

@@ -43,7 +43,7 @@ pub fn run(args: &BagArgs) -> Result<i32> {
 }
 
 /// The file, mapped.
-fn open(path: &Path) -> Result<memmap2::Mmap> {
+pub(crate) fn open(path: &Path) -> Result<memmap2::Mmap> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
     // SAFETY: read-only; a recording being written concurrently is read up
     // to what the reader validates (chunk CRCs).
@@ -52,7 +52,10 @@ fn open(path: &Path) -> Result<memmap2::Mmap> {
 
 /// Calls `each` for every record in file order (chunks opened); returns
 /// why the file ended early, if it did.
-fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Result<Option<String>> {
+pub(crate) fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Result<Option<String>> {
+    if !buf.starts_with(mcap::MAGIC) {
+        bail!("not an MCAP file: it does not start with MCAP's magic bytes");
+    }
     let records = match mcap::read::ChunkFlattener::new(buf) {
         Ok(r) => r,
         Err(e) => bail!("not an MCAP file: {e}"),

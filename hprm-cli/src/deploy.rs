@@ -2,6 +2,8 @@
 //! configuration that run a program as services. The files come from
 //! [`hprm_cli::systemd`] (templates in the repository's `deploy/`); this
 //! module resolves PROGRAM, writes them under DIR and prints what to do next.
+//! A program that spans hosts gets one set of units per host: under
+//! DIR/HOST for each, or, with `--host NAME`, that host's under DIR.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,14 @@ pub struct DeployArgs {
     /// one written to etc/hprm/PROGRAM/auth.key (mode 0600).
     #[arg(long)]
     pub no_auth: bool,
+    /// The RTI's key: this file's contents instead of a fresh key (every
+    /// host of a program that spans several needs the same).
+    #[arg(long, value_name = "FILE")]
+    pub auth_key_file: Option<PathBuf>,
+    /// In a program with hosts: write only this host's units, under DIR
+    /// (default: every host's, each under DIR/HOST, sharing one key).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
 }
 
 pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Result<i32> {
@@ -40,16 +50,44 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     if let Some((loc, problem)) = source.launch_problems().into_iter().next() {
         bail!("{}: {problem}", source.locate(loc));
     }
+    let auth_key = match &opts.auth_key_file {
+        Some(f) => {
+            let key =
+                std::fs::read_to_string(f).with_context(|| format!("reading the RTI's key from {}", f.display()))?;
+            if key.trim().is_empty() {
+                bail!(
+                    "--auth-key-file {}: the file is empty; give the key file of the program's other hosts",
+                    f.display()
+                );
+            }
+            Some(key)
+        }
+        // Written on every host: the same for all.
+        None if opts.host.is_none() && !source.manifest().hosts.is_empty() => Some(hprm_rti::auth::generate_key()),
+        None => None,
+    };
     let settings = SystemdOptions {
         bin_dir: opts.bin_dir.clone(),
         rti_port: opts.rti_port,
         rti_bind: opts.rti_bind.clone(),
         auth: !opts.no_auth,
+        auth_key,
+        host: opts.host.clone(),
     };
-    let deployment = hprm_cli::systemd::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
-    deployment
-        .write(dir)
-        .with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;
-    print!("{}", deployment.summary(dir));
+    // One host's units under DIR, or, for a program with hosts and no
+    // --host, every host's under DIR/HOST.
+    let shares: Vec<(Option<String>, PathBuf)> = match (&opts.host, source.manifest().hosts.as_slice()) {
+        (None, hosts) if !hosts.is_empty() => hosts.iter().map(|h| (Some(h.name.clone()), dir.join(&h.name))).collect(),
+        (host, _) => vec![(host.clone(), dir.to_path_buf())],
+    };
+    for (host, dir) in shares {
+        let settings = SystemdOptions { host, ..settings.clone() };
+        let deployment =
+            hprm_cli::systemd::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
+        deployment
+            .write(&dir)
+            .with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;
+        print!("{}", deployment.summary(&dir));
+    }
     Ok(0)
 }

@@ -28,8 +28,9 @@ pub struct Options {
     pub record: Option<crate::record::Options>,
 }
 
-/// Runs the program to its end; the exit code for `hprm`.
-pub fn run(source: Source, opts: Options) -> Result<i32> {
+/// Refuses a program that `hprm check` finds problems in, or that a
+/// launcher cannot run (a federate without a command).
+pub fn ensure_launchable(source: &Source) -> Result<()> {
     let mut problems: Vec<String> = source
         .manifest()
         .check()
@@ -40,6 +41,12 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     if !problems.is_empty() {
         bail!("the program has problems (see `hprm check`):\n  {}", problems.join("\n  "));
     }
+    Ok(())
+}
+
+/// Runs the program to its end; the exit code for `hprm`.
+pub fn run(source: Source, opts: Options) -> Result<i32> {
+    ensure_launchable(&source)?;
     let mut manifest = source.manifest().clone();
     if let Some(m) = opts.store_memory {
         manifest.store_memory = Some(m);
@@ -76,12 +83,18 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                     let each: Vec<String> = s.lost.iter().map(|(t, n)| format!("{t}: {n}")).collect();
                     format!("LOST {} ({})", s.lost.iter().map(|(_, n)| n).sum::<u64>(), each.join(", "))
                 };
-                eprintln!(
-                    "hprm: recorded {} messages ({} bytes) into {}: {losses}",
-                    s.messages,
-                    s.bytes,
-                    path.display()
-                );
+                let into = match s.files.as_slice() {
+                    [one] => one.display().to_string(),
+                    [first, .., last] => {
+                        format!("{} files, {} to {}", s.files.len(), first.display(), last.display())
+                    }
+                    [] => path.display().to_string(),
+                };
+                eprintln!("hprm: recorded {} messages ({} bytes) into {into}: {losses}", s.messages, s.bytes);
+                if let Some(full) = &s.disk_full {
+                    eprintln!("hprm: the recording {} ended early: {full}", path.display());
+                    code = code.max(1);
+                }
                 if !s.federates_missing.is_empty() {
                     eprintln!(
                         "hprm: federates not recorded (they never reached the recorder): {}",

@@ -14,6 +14,7 @@ mod graph;
 mod launch;
 mod ps;
 mod record;
+mod replay;
 mod source;
 mod store;
 mod topic;
@@ -101,6 +102,11 @@ enum Command {
         /// With --record: compression of the file's chunks.
         #[arg(long, value_enum, default_value = "zstd", requires = "record")]
         record_compression: CompressionArg,
+        /// With --record: several files, FILE-0000.mcap, FILE-0001.mcap, ..., each
+        /// closed (complete) once it holds SIZE bytes of messages or spans
+        /// DURATION of logical time: `size=512m`, `duration=60s`, or both.
+        #[arg(long, value_name = "size=SIZE,duration=DURATION", requires = "record")]
+        record_rotate: Option<record::Rotate>,
         /// Test aid: the recorder's writer sleeps this long per message (a slow disk).
         #[arg(long, value_parser = duration, hide = true, requires = "record")]
         record_throttle: Option<std::time::Duration>,
@@ -148,6 +154,13 @@ enum Command {
     Topic(topic::TopicArgs),
     /// Read a recording (`hprm launch --record`): info or echo.
     Bag(bag::BagArgs),
+    /// Run federates of a program on a recording's inputs, at their recorded
+    /// tags; with --check, compare what they send with the recording.
+    Replay(replay::ReplayArgs),
+    /// A replay federate (started by `hprm replay`): sends a replaced
+    /// federate's recorded outputs at their tags.
+    #[command(hide = true)]
+    ReplayFederate(replay::FederateArgs),
     /// Ask a running object store.
     Store {
         #[arg(value_parser = ["stats", "list"])]
@@ -226,6 +239,7 @@ fn run(cli: Cli) -> Result<i32> {
             record_policy,
             record_compression,
             record_throttle,
+            record_rotate,
             args,
         } => {
             let coordination = match (coordination, stp) {
@@ -253,6 +267,7 @@ fn run(cli: Cli) -> Result<i32> {
                     CompressionArg::None => None,
                 },
                 throttle: record_throttle,
+                rotate: record_rotate,
             });
             launch::run(
                 source,
@@ -281,5 +296,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Dashboard(args) => dashboard::run(&args),
         Command::Topic(args) => topic::run(&args),
         Command::Bag(args) => bag::run(&args),
+        Command::Replay(args) => replay::run(&args),
+        Command::ReplayFederate(args) => replay::federate(&args),
     }
 }

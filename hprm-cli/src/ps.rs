@@ -1,7 +1,8 @@
 //! `hprm ps`: the programs launched on this machine that are still
 //! running, each federate with its process, current tag, how far logical
 //! time lags behind physical time, messages per second, and messages lost
-//! and late so far (`--json`: by port and kind, `hprm_node::loss`); and each
+//! and late so far (`--json`: by port and kind, `hprm_node::loss`), the
+//! clock offset synchronization measured (between hosts); and each
 //! program's store (pid, socket) and RTI (pid, host:port).
 //!
 //! Launchers write `launch.json` and federates `status-<name>.json` into
@@ -64,9 +65,10 @@ pub fn human(ns: i64) -> String {
 }
 
 fn table(programs: &[Running], now: i64) -> String {
-    let mut rows = vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE"]
-        .map(String::from)
-        .to_vec()];
+    let mut rows =
+        vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE", "CLOCK"]
+            .map(String::from)
+            .to_vec()];
     for p in programs {
         let mut first = true;
         for f in &p.federates {
@@ -90,9 +92,11 @@ fn table(programs: &[Running], now: i64) -> String {
                     format!("{:.0}", s.messages_out_per_s),
                     s.losses.lost().to_string(),
                     s.losses.late().to_string(),
+                    // Between hosts: what clock synchronization adds to this host's clock.
+                    s.clock_offset_ns.map_or("-".into(), |o| format!("{}{}", if o > 0 { "+" } else { "" }, human(o))),
                 ],
                 None => {
-                    let mut cells = vec!["-".to_owned(); 6];
+                    let mut cells = vec!["-".to_owned(); 7];
                     cells[0] = if f.alive { "starting" } else { "-" }.into();
                     cells
                 }
@@ -100,6 +104,21 @@ fn table(programs: &[Running], now: i64) -> String {
             let mut row = head;
             row.extend([f.name.clone(), pid]);
             row.extend(rest);
+            rows.push(row);
+        }
+        // Other hosts' federates: where this host runs the RTI, its view
+        // (connected, last tag granted); else only where they run.
+        for r in &p.elsewhere {
+            let (pid, tag) = match &r.rti {
+                Some(f) => (
+                    format!("on {} ({})", r.host, if f.connected { "joined" } else { "not joined" }),
+                    f.granted_ns.map_or("-".into(), |t| format!("{} (granted)", human(t))),
+                ),
+                None => (format!("on {}", r.host), "-".into()),
+            };
+            let mut row = vec![String::new(); 3];
+            row.extend([r.name.clone(), pid, tag]);
+            row.resize(rows[0].len(), "-".into());
             rows.push(row);
         }
     }
@@ -119,6 +138,19 @@ fn table(programs: &[Running], now: i64) -> String {
         let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
         let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
+        if let Some(h) = &p.launch.hosts {
+            let how = match p.launch.rti {
+                Some(_) => "as the RTI sees them".to_string(),
+                None => "the RTI's host shows their tags".to_string(),
+            };
+            let others = p.elsewhere.len();
+            out.push_str(&format!(
+                "{}: this is host {}; {others} federate{} on other hosts ({how}; `hprm ps` there shows the rest)\n",
+                p.launch.program,
+                h.host,
+                if others == 1 { "" } else { "s" }
+            ));
+        }
     }
     out
 }

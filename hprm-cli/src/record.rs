@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -52,6 +52,11 @@ const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// Target size of a chunk before compression.
 const CHUNK_SIZE: u64 = 4 << 20;
 
+/// Room the writer keeps free on the recording's filesystem beyond the
+/// open chunk and the next message: its buffer (1 MiB), the summary and
+/// the footer. Below that, the recording ends cleanly ([`DiskFull`]).
+const RESERVE: u64 = 4 << 20;
+
 /// How long the recorder waits for a store object a message references.
 const GET_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -64,6 +69,21 @@ pub const SCHEMA_ENCODING: &str = "hprm-msgpack";
 pub const META_PROGRAM: &str = "hprm.program";
 pub const META_RUN: &str = "hprm.run";
 pub const META_SUMMARY: &str = "hprm.summary";
+
+/// Summary keys `last.FEDERATE`: the federate's last tag (its stop tag),
+/// as [`format_tag`] writes it; replay stops there.
+pub const LAST_PREFIX: &str = "last.";
+
+/// A tag in metadata: `TIME/MICROSTEP`, time in ns since the epoch.
+pub fn format_tag(t: Tag) -> String {
+    format!("{}/{}", t.time, t.microstep)
+}
+
+/// The tag [`format_tag`] wrote, `None` when `text` is not one.
+pub fn parse_tag(text: &str) -> Option<Tag> {
+    let (time, microstep) = text.split_once('/')?;
+    Some(Tag::new(time.parse().ok()?, microstep.parse().ok()?))
+}
 
 /// The schema text: how to decode a value of any channel.
 const SCHEMA_TEXT: &str = "\
@@ -89,6 +109,8 @@ pub struct Options {
     pub compression: Option<mcap::Compression>,
     /// Test aid: the writer sleeps this long per message (a slow disk).
     pub throttle: Option<Duration>,
+    /// `--record-rotate`: several files, each closed (complete) when full.
+    pub rotate: Option<Rotate>,
 }
 
 /// Whether `topic` names the output `port` (`federate.reactor.port`):
@@ -119,6 +141,8 @@ enum Entry {
     /// Messages of `topic` lost: given up by the feed, or whose store
     /// objects the recorder could not take.
     Lost { topic: Arc<str>, count: u64 },
+    /// A federate's last tag (its stop tag), from its feed's last frame.
+    End { federate: String, last: Tag },
 }
 
 /// Per channel, what the summary reports.
@@ -144,6 +168,51 @@ pub struct Summary {
     /// (topic, messages lost), only those that lost some.
     pub lost: Vec<(String, u64)>,
     pub federates_missing: Vec<String>,
+    /// The disk filled up: the file was closed early (complete and
+    /// readable), and what came after is counted in `lost`.
+    pub disk_full: Option<DiskFull>,
+    /// The files written, in order (one without `--record-rotate`).
+    pub files: Vec<PathBuf>,
+}
+
+/// Why and where a recording ended before its program did.
+#[derive(Debug, Clone)]
+pub struct DiskFull {
+    /// Bytes free on the recording's filesystem when it ended.
+    pub free: u64,
+    /// Bytes the next message needed (with the open chunk and [`RESERVE`]).
+    pub needed: u64,
+    /// The tag of the first message not recorded, since the start.
+    pub at: Tag,
+}
+
+impl std::fmt::Display for DiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the disk is full ({} bytes free, {} needed): the recording was closed at tag {}/{}, complete and readable up to there; \
+             what came after was not recorded (counted as lost). Record onto a larger disk, or fewer --topics",
+            self.free,
+            self.needed,
+            crate::topic::seconds(self.at.time),
+            self.at.microstep
+        )
+    }
+}
+
+/// Bytes an unprivileged writer may still use on `file`'s filesystem.
+fn free_bytes(file: &std::fs::File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs fills `st` when it returns 0; the fd is open.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialized by the successful call above.
+    let st = unsafe { st.assume_init() };
+    // Both are 32 bits wide on 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 impl Recorder {
@@ -161,19 +230,15 @@ impl Recorder {
             .as_array()
             .map(|f| f.iter().filter_map(|f| f["name"].as_str().map(String::from)).collect())
             .unwrap_or_default();
-        let file = std::fs::File::create(&opts.path)
-            .with_context(|| format!("cannot create the recording {}", opts.path.display()))?;
-        let mut mcap = mcap::WriteOptions::new()
-            .compression(opts.compression)
-            .chunk_size(Some(CHUNK_SIZE))
-            .profile("hprm")
-            .library(concat!("hprm ", env!("CARGO_PKG_VERSION")))
-            .create(BufWriter::with_capacity(1 << 20, file))
-            .with_context(|| format!("cannot write the recording {}", opts.path.display()))?;
-        let schema = mcap.add_schema(SCHEMA_NAME, SCHEMA_ENCODING, SCHEMA_TEXT.as_bytes())?;
-        let meta = |name: &str, metadata| mcap::records::Metadata { name: name.into(), metadata };
-        mcap.write_metadata(&meta(META_PROGRAM, BTreeMap::from([("manifest".into(), program.to_string())])))?;
-        mcap.write_metadata(&meta(META_RUN, run))?;
+        let layout = Layout {
+            path: opts.path.clone(),
+            compression: opts.compression,
+            rotate: opts.rotate,
+            program: program.to_string(),
+            run,
+        };
+        // The first file now: a path that cannot be written is refused before the program starts.
+        let first = layout.open(0)?;
         let listener =
             Listener::bind(&socket).with_context(|| format!("cannot listen for federates at {}", socket.display()))?;
         let (tx, rx) = sync_channel(BACKLOG);
@@ -183,11 +248,10 @@ impl Recorder {
         let acceptor = std::thread::Builder::new()
             .name("hprm-record-accept".into())
             .spawn(move || accept(listener, tx, topics, s))?;
-        let path = opts.path.clone();
         let throttle = opts.throttle;
         let writer = std::thread::Builder::new()
             .name("hprm-record-write".into())
-            .spawn(move || write(mcap, schema, rx, throttle, federates, &path))?;
+            .spawn(move || write(layout, first, rx, throttle, federates))?;
         Ok(Recorder { socket, stop, acceptor, writer })
     }
 
@@ -271,6 +335,9 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
             continue;
         };
         if header.port == END {
+            if header.tag.time != 0 {
+                let _ = tx.send(Entry::End { federate: hello.federate.clone(), last: header.tag });
+            }
             match serde_json::from_slice::<Vec<(u32, u64)>>(payload) {
                 Ok(counts) => lost.extend(counts),
                 Err(e) => tracing::error!(federate = %hello.federate, "unreadable final loss counts: {e}"),
@@ -315,86 +382,283 @@ fn take(decoder: &Decoder, payload: &[u8]) -> Result<(Option<Object>, Vec<Object
     Ok((spilled, objects))
 }
 
-fn write(
-    mut mcap: mcap::Writer<BufWriter<std::fs::File>>,
+/// Where a recording's files go and what each one starts with.
+struct Layout {
+    /// `--record FILE.mcap`.
+    path: PathBuf,
+    compression: Option<mcap::Compression>,
+    rotate: Option<Rotate>,
+    /// [`META_PROGRAM`]'s manifest (JSON).
+    program: String,
+    run: BTreeMap<String, String>,
+}
+
+impl Layout {
+    /// The file of part `n`: `FILE.mcap` itself without rotation, else
+    /// `FILE-0000.mcap`, `FILE-0001.mcap`, ... beside it.
+    fn path(&self, n: u32) -> PathBuf {
+        if self.rotate.is_none() {
+            return self.path.clone();
+        }
+        let stem = self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let ext = self.path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+        self.path.with_file_name(format!("{stem}-{n:04}{ext}"))
+    }
+
+    /// Creates part `n`: its schema and the program's and run's metadata.
+    fn open(&self, n: u32) -> Result<Part> {
+        let path = self.path(n);
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("cannot create the recording {}", path.display()))?;
+        let probe = file.try_clone().with_context(|| format!("cannot open {} twice", path.display()))?;
+        let mut mcap = mcap::WriteOptions::new()
+            .compression(self.compression)
+            .chunk_size(Some(CHUNK_SIZE))
+            .profile("hprm")
+            .library(concat!("hprm ", env!("CARGO_PKG_VERSION")))
+            .create(BufWriter::with_capacity(1 << 20, file))
+            .with_context(|| format!("cannot write the recording {}", path.display()))?;
+        let schema = mcap.add_schema(SCHEMA_NAME, SCHEMA_ENCODING, SCHEMA_TEXT.as_bytes())?;
+        let meta = |name: &str, metadata| mcap::records::Metadata { name: name.into(), metadata };
+        mcap.write_metadata(&meta(META_PROGRAM, BTreeMap::from([("manifest".into(), self.program.clone())])))?;
+        let mut run = self.run.clone();
+        if self.rotate.is_some() {
+            run.insert("part".into(), n.to_string());
+        }
+        mcap.write_metadata(&meta(META_RUN, run))?;
+        Ok(Part {
+            mcap,
+            probe,
+            schema,
+            path,
+            channels: HashMap::new(),
+            counts: BTreeMap::new(),
+            first: None,
+            bytes: 0,
+            unflushed: 0,
+            largest: 0,
+        })
+    }
+}
+
+/// One file of a recording (one per part with `--record-rotate`).
+struct Part {
+    mcap: mcap::Writer<BufWriter<std::fs::File>>,
+    /// The file, to ask its filesystem for room.
+    probe: std::fs::File,
     schema: u16,
+    path: PathBuf,
+    channels: HashMap<Arc<str>, u16>,
+    /// This part's messages and losses.
+    counts: BTreeMap<Arc<str>, Counts>,
+    /// The tag time of its first message.
+    first: Option<i64>,
+    /// Bytes of messages written into it.
+    bytes: u64,
+    /// Bytes written since the last flush, and the largest message among
+    /// them: what the open chunk may still hold in memory.
+    unflushed: u64,
+    largest: u64,
+}
+
+impl Part {
+    fn add_channel(&mut self, topic: &Arc<str>, federate: &str) -> Result<()> {
+        let meta = BTreeMap::from([("federate".to_string(), federate.to_string())]);
+        let id = self.mcap.add_channel(self.schema, topic, "msgpack", &meta)?;
+        self.channels.insert(topic.clone(), id);
+        self.counts.entry(topic.clone()).or_default();
+        Ok(())
+    }
+
+    /// Whether a message at `tag` of `len` bytes goes into the next part.
+    fn full(&self, rotate: Option<&Rotate>, tag: Tag) -> bool {
+        let Some(r) = rotate else { return false };
+        let by_size = r.size.is_some_and(|s| self.bytes >= s);
+        let by_time = match (r.duration, self.first) {
+            (Some(d), Some(f)) => tag.time.saturating_sub(f) >= i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+            _ => false,
+        };
+        by_size || by_time
+    }
+
+    /// Writes the summary `meta` (with this part's counts) and closes the file.
+    fn close(mut self, mut meta: BTreeMap<String, String>) -> Result<()> {
+        let (mut messages, mut lost) = (0, 0);
+        for (topic, c) in &self.counts {
+            meta.insert(format!("messages.{topic}"), c.messages.to_string());
+            meta.insert(format!("lost.{topic}"), c.lost.to_string());
+            messages += c.messages;
+            lost += c.lost;
+        }
+        meta.insert("messages".into(), messages.to_string());
+        meta.insert("lost".into(), lost.to_string());
+        let complete = lost == 0 && meta.get("federates_not_recorded").is_some_and(|m| m.is_empty());
+        meta.insert("complete".into(), complete.to_string());
+        self.mcap.write_metadata(&mcap::records::Metadata { name: META_SUMMARY.into(), metadata: meta })?;
+        self.mcap.finish().with_context(|| format!("finishing {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+/// `--record-rotate`: when a recording moves on to its next file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rotate {
+    /// Once a file holds this many bytes of messages.
+    pub size: Option<u64>,
+    /// Once a file spans this much logical time.
+    pub duration: Option<Duration>,
+}
+
+impl std::str::FromStr for Rotate {
+    type Err = String;
+
+    /// `size=SIZE` (`512m`, `2g`), `duration=DURATION` (`60s`), or both,
+    /// comma-separated.
+    fn from_str(text: &str) -> Result<Rotate, String> {
+        let mut r = Rotate::default();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some(("size", v)) => {
+                    let bytes = v.parse::<hprm_store::bytesize::ByteSize>().map_err(|e| format!("size={v}: {e}"))?;
+                    r.size = Some(bytes.0.max(1));
+                }
+                Some(("duration", v)) => {
+                    let d = hprm_node::manifest::parse_duration(v).map_err(|e| format!("duration={v}: {e}"))?;
+                    if d.is_zero() {
+                        return Err(format!("duration={v}: a file must span some time"));
+                    }
+                    r.duration = Some(d);
+                }
+                _ => return Err(format!("{item:?}: expected size=SIZE (e.g. 512m) or duration=DURATION (e.g. 60s)")),
+            }
+        }
+        if r == Rotate::default() {
+            return Err("expected size=SIZE, duration=DURATION, or both (e.g. size=512m,duration=60s)".into());
+        }
+        Ok(r)
+    }
+}
+
+fn write(
+    layout: Layout,
+    mut part: Part,
     rx: Receiver<Entry>,
     throttle: Option<Duration>,
     federates: Vec<String>,
-    path: &Path,
 ) -> Result<Summary> {
-    let mut channels: HashMap<Arc<str>, u16> = HashMap::new();
-    let mut counts: BTreeMap<Arc<str>, Counts> = BTreeMap::new();
+    // Every port recorded, with its federate: each part has a channel for each.
+    let mut ports: Vec<(Arc<str>, String)> = Vec::new();
+    let mut totals: BTreeMap<Arc<str>, Counts> = BTreeMap::new();
     let mut connected: Vec<String> = Vec::new();
+    let mut ends: BTreeMap<String, Tag> = BTreeMap::new();
     let mut start = None;
     let mut last_flush = Instant::now();
     let mut data = Vec::new();
     let mut failed: Option<anyhow::Error> = None;
+    let mut disk_full: Option<DiskFull> = None;
+    let mut files = vec![part.path.clone()];
+    // Losses are counted in the part open when they are reported, and in total.
+    let lose = |part: &mut Part, totals: &mut BTreeMap<Arc<str>, Counts>, topic: &Arc<str>, n: u64| {
+        part.counts.entry(topic.clone()).or_default().lost += n;
+        totals.entry(topic.clone()).or_default().lost += n;
+    };
     for entry in rx {
-        if failed.is_some() {
-            // The file is unusable: the rest is released unwritten (counted).
+        if failed.is_some() || (disk_full.is_some() && matches!(entry, Entry::Message { .. })) {
+            // The file is unusable, or closed early for want of room: the
+            // rest is released unwritten (counted).
             if let Entry::Message { topic, .. } = entry {
-                counts.entry(topic).or_default().lost += 1;
+                lose(&mut part, &mut totals, &topic, 1);
             }
             continue;
         }
         match entry {
-            Entry::Ports { federate, start: s, ports } => {
+            Entry::Ports { federate, start: s, ports: mine } => {
                 start.get_or_insert(s);
                 connected.push(federate.clone());
-                for p in ports {
-                    let meta = BTreeMap::from([("federate".to_string(), federate.clone())]);
-                    let id = mcap.add_channel(schema, &p, "msgpack", &meta)?;
-                    channels.insert(p.clone(), id);
-                    counts.entry(p).or_default();
+                for p in mine {
+                    part.add_channel(&p, &federate)?;
+                    totals.entry(p.clone()).or_default();
+                    ports.push((p, federate.clone()));
                 }
             }
-            Entry::Lost { topic, count } => counts.entry(topic).or_default().lost += count,
+            Entry::Lost { topic, count } => lose(&mut part, &mut totals, &topic, count),
+            Entry::End { federate, last } => {
+                ends.insert(federate, last);
+            }
             Entry::Message { topic, tag, sent, payload, spilled, objects } => {
                 let message = spilled.as_ref().map_or(payload.as_slice(), |o| o.data());
-                let Some(&channel_id) = channels.get(&topic) else { continue };
-                let c = counts.entry(topic.clone()).or_default();
-                match self_contained(message, &objects, &mut data) {
-                    Ok(()) => {}
-                    Err(e) => {
-                        tracing::error!(%topic, "a message could not be recorded: {e}");
-                        c.lost += 1;
-                        continue;
+                if !part.channels.contains_key(&topic) {
+                    continue;
+                }
+                if let Err(e) = self_contained(message, &objects, &mut data) {
+                    tracing::error!(%topic, "a message could not be recorded: {e}");
+                    lose(&mut part, &mut totals, &topic, 1);
+                    continue;
+                }
+                if part.full(layout.rotate.as_ref(), tag) {
+                    let next = layout.open(files.len() as u32);
+                    let meta = BTreeMap::from([
+                        ("start".to_string(), start.unwrap_or(0i64).to_string()),
+                        ("federates_not_recorded".to_string(), String::new()),
+                        ("next".to_string(), layout.path(files.len() as u32).display().to_string()),
+                    ]);
+                    let closed = std::mem::replace(&mut part, next?);
+                    closed.close(meta)?;
+                    files.push(part.path.clone());
+                    for (p, federate) in &ports {
+                        part.add_channel(p, federate)?;
                     }
                 }
+                // Checked before each message, so that the file can still be
+                // closed properly (chunk, summary, footer) when the disk fills.
+                let pending = part.unflushed.min(CHUNK_SIZE + part.largest);
+                let needed = pending + data.len() as u64 + RESERVE;
+                if let Some(free) = free_bytes(&part.probe).filter(|&free| free < needed) {
+                    tracing::error!(%topic, free, needed, "the recording's disk is full: closing the recording");
+                    disk_full =
+                        Some(DiskFull { free, needed, at: Tag::new(tag.time - start.unwrap_or(0), tag.microstep) });
+                    lose(&mut part, &mut totals, &topic, 1);
+                    continue;
+                }
+                let Some(&channel_id) = part.channels.get(&topic) else { continue };
                 let header = mcap::records::MessageHeader {
                     channel_id,
                     sequence: tag.microstep,
                     log_time: tag.time.max(0) as u64,
                     publish_time: sent.max(0) as u64,
                 };
-                if let Err(e) = mcap.write_to_known_channel(&header, &data) {
-                    c.lost += 1;
-                    failed = Some(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+                if let Err(e) = part.mcap.write_to_known_channel(&header, &data) {
+                    lose(&mut part, &mut totals, &topic, 1);
+                    failed = Some(anyhow::Error::new(e).context(format!("writing {}", part.path.display())));
                     continue;
                 }
-                c.messages += 1;
-                c.bytes += data.len() as u64;
+                let n = data.len() as u64;
+                for c in [part.counts.entry(topic.clone()).or_default(), totals.entry(topic).or_default()] {
+                    c.messages += 1;
+                    c.bytes += n;
+                }
+                part.first.get_or_insert(tag.time);
+                part.bytes += n;
+                part.unflushed += n;
+                part.largest = part.largest.max(n);
                 drop((spilled, objects));
                 if let Some(t) = throttle {
                     std::thread::sleep(t);
                 }
                 if last_flush.elapsed() >= FLUSH_EVERY {
                     last_flush = Instant::now();
-                    if let Err(e) = mcap.flush() {
-                        failed = Some(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+                    (part.unflushed, part.largest) = (0, 0);
+                    if let Err(e) = part.mcap.flush() {
+                        failed = Some(anyhow::Error::new(e).context(format!("writing {}", part.path.display())));
                     }
                 }
             }
         }
     }
     let missing: Vec<String> = federates.iter().filter(|f| !connected.contains(f)).cloned().collect();
-    let mut meta = BTreeMap::new();
     let (mut messages, mut bytes, mut lost_total) = (0, 0, 0);
     let mut lost = Vec::new();
-    for (topic, c) in &counts {
-        meta.insert(format!("messages.{topic}"), c.messages.to_string());
-        meta.insert(format!("lost.{topic}"), c.lost.to_string());
+    for (topic, c) in &totals {
         messages += c.messages;
         bytes += c.bytes;
         lost_total += c.lost;
@@ -402,18 +666,21 @@ fn write(
             lost.push((topic.to_string(), c.lost));
         }
     }
-    meta.insert("messages".into(), messages.to_string());
-    meta.insert("start".into(), start.unwrap_or(0i64).to_string());
-    meta.insert("lost".into(), lost_total.to_string());
-    meta.insert("complete".into(), (lost_total == 0 && missing.is_empty()).to_string());
-    meta.insert("federates_not_recorded".into(), missing.join(","));
     if let Some(e) = failed {
         // The summary cannot be written either: say what was lost here.
         return Err(e.context(format!("the recording stopped: {lost_total} messages lost")));
     }
-    mcap.write_metadata(&mcap::records::Metadata { name: META_SUMMARY.into(), metadata: meta })?;
-    mcap.finish().with_context(|| format!("finishing {}", path.display()))?;
-    Ok(Summary { messages, bytes, lost, federates_missing: missing })
+    let mut meta = BTreeMap::new();
+    meta.insert("start".into(), start.unwrap_or(0i64).to_string());
+    meta.insert("federates_not_recorded".into(), missing.join(","));
+    if let Some(d) = &disk_full {
+        meta.insert("disk_full".into(), d.to_string());
+    }
+    for (federate, last) in &ends {
+        meta.insert(format!("{LAST_PREFIX}{federate}"), format_tag(*last));
+    }
+    part.close(meta)?;
+    Ok(Summary { messages, bytes, lost, federates_missing: missing, disk_full, files })
 }
 
 /// `message` with every store reference replaced by the buffer itself,
@@ -456,6 +723,19 @@ fn inline(v: &mut rmpv::Value, objects: &[Object]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rotation_takes_a_size_a_duration_or_both() {
+        assert_eq!("size=5m".parse::<Rotate>(), Ok(Rotate { size: Some(5 << 20), duration: None }));
+        assert_eq!(
+            "size=1g, duration=60s".parse::<Rotate>(),
+            Ok(Rotate { size: Some(1 << 30), duration: Some(Duration::from_secs(60)) })
+        );
+        assert!("every=3".parse::<Rotate>().unwrap_err().contains("expected size=SIZE"));
+        assert!("size=lots".parse::<Rotate>().unwrap_err().contains("is not a size"));
+        assert!("duration=0s".parse::<Rotate>().unwrap_err().contains("must span some time"));
+        assert!("".parse::<Rotate>().is_err());
+    }
 
     #[test]
     fn topics_name_ports_in_full_or_without_the_reactor() {

@@ -24,6 +24,15 @@
 //!   (`ExecStart=`), restart policy and ordering after its RTI;
 //! - the templates themselves, with the daemons' directory filled in.
 //!
+//! A program that spans hosts (`[[host]]` tables) is deployed one host at
+//! a time ([`SystemdOptions::host`]): that host's federates, its
+//! `hprm-link@<program>.service` (the link to the other hosts' stores, with
+//! `/etc/hprm/<program>/link.conf`; the store keeps no network), and the RTI
+//! only on the host that runs it, listening on that host's address, with
+//! clock synchronization on. Federates reach the RTI at its host's address,
+//! and the link through `/run/hprm/<program>/link/link.sock`. Every host
+//! needs the same `auth.key` ([`SystemdOptions::auth_key`]).
+//!
 //! A process bank (federates `rollout[0]`, `rollout[1]`, .., see
 //! `hprm_node::manifest::bank`) gets one template unit of its own instead
 //! of a drop-in per member, `hprm-<bank>@.service`, whose instance is the
@@ -45,10 +54,11 @@ use hprm_node::manifest::bank::split_member;
 use hprm_node::manifest::{Manifest, RestartPolicy};
 
 /// The templates, as in `deploy/`; their daemons live in [`TEMPLATE_BIN_DIR`].
-pub const TEMPLATES: [(&str, &str); 4] = [
+pub const TEMPLATES: [(&str, &str); 5] = [
     ("hprm-store.service", include_str!("../../deploy/hprm-store.service")),
     ("hprm-rti@.service", include_str!("../../deploy/hprm-rti@.service")),
     ("hprm-federate@.service", include_str!("../../deploy/hprm-federate@.service")),
+    ("hprm-link@.service", include_str!("../../deploy/hprm-link@.service")),
     ("hprm@.target", include_str!("../../deploy/hprm@.target")),
 ];
 
@@ -74,6 +84,12 @@ pub struct SystemdOptions {
     /// Whether the RTI admits only federates that hold the program's key
     /// (HMAC-SHA256; on by default).
     pub auth: bool,
+    /// The key itself; `None`: a fresh one. Every host of a program that
+    /// spans several needs the same.
+    pub auth_key: Option<String>,
+    /// In a program with hosts: the host whose units to write (its
+    /// federates, its link, the RTI if it runs there).
+    pub host: Option<String>,
 }
 
 impl Default for SystemdOptions {
@@ -83,6 +99,8 @@ impl Default for SystemdOptions {
             rti_port: 15045,
             rti_bind: "127.0.0.1".into(),
             auth: true,
+            auth_key: None,
+            host: None,
         }
     }
 }
@@ -110,6 +128,10 @@ pub enum DeployError {
     RelativeBinDir(PathBuf),
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    /// A host that is not the program's, a program with hosts deployed
+    /// without one, a bad HPRM_* setting of hosts.
+    #[error("{0}")]
+    Hosts(String),
 }
 
 /// One file of a deployment.
@@ -129,8 +151,12 @@ pub struct Deployment {
     pub files: Vec<DeployFile>,
     /// The unit that starts the whole program (`hprm@<program>.target`).
     pub target: String,
-    pub rti_unit: String,
-    /// `(federate, unit)` for each federate.
+    /// The RTI's unit, on the host that runs it (every host of a program
+    /// without hosts).
+    pub rti_unit: Option<String>,
+    /// In a program with hosts: the host deployed, and its link's unit.
+    pub host: Option<(String, String)>,
+    /// `(federate, unit)` for each federate (of this host).
     pub federate_units: Vec<(String, String)>,
     /// Things the operator should know (paths under /home or /tmp, ...).
     pub notes: Vec<String>,
@@ -174,9 +200,10 @@ impl Deployment {
     pub fn summary(&self, dir: &Path) -> String {
         let mut s = String::new();
         let n = self.federate_units.len();
+        let on = self.host.as_ref().map_or(String::new(), |(h, _)| format!(", host {h}'s share"));
         let _ = writeln!(
             s,
-            "Deployment of program {} ({n} federate{}) written to {}:",
+            "Deployment of program {}{on} ({n} federate{}) written to {}:",
             self.program,
             if n == 1 { "" } else { "s" },
             dir.display()
@@ -184,20 +211,26 @@ impl Deployment {
         for f in &self.files {
             let _ = writeln!(s, "  {}", f.path.display());
         }
-        let _ = writeln!(s, "\nOn the target host (as root):");
+        let which = self.host.as_ref().map_or("the target host".to_string(), |(h, _)| format!("host {h}"));
+        let _ = writeln!(s, "\nOn {which} (as root):");
         let _ = writeln!(s, "  1. install the daemons, templates and /etc/hprm/store.conf: deploy/install.sh");
         let _ = writeln!(s, "  2. cp -r {}/etc/. /etc/", dir.display());
         let _ = writeln!(s, "  3. systemctl daemon-reload");
         let _ = writeln!(s, "  4. systemctl enable --now '{}'", self.target);
-        let _ = writeln!(s, "\nUnits: '{}' starts '{}' and:", self.target, self.rti_unit);
+        let _ = writeln!(s, "\nUnits: '{}' starts:", self.target);
+        if let Some(rti) = &self.rti_unit {
+            let _ = writeln!(s, "  {:<16} '{rti}'", "the RTI");
+        }
+        if let Some((_, link)) = &self.host {
+            let _ = writeln!(s, "  {:<16} '{link}' (install hprm-link: it is built apart)", "the link");
+        }
         for (f, u) in &self.federate_units {
             let _ = writeln!(s, "  {f:<16} '{u}'");
         }
-        let _ = writeln!(
-            s,
-            "Check: systemctl status '{}'; logs: journalctl -u '{}' -u 'hprm-federate@*'",
-            self.target, self.rti_unit
-        );
+        let daemons: Vec<&str> =
+            self.rti_unit.iter().chain(self.host.as_ref().map(|(_, l)| l)).map(String::as_str).collect();
+        let logs: String = daemons.iter().map(|u| format!(" -u '{u}'")).collect();
+        let _ = writeln!(s, "Check: systemctl status '{}'; logs: journalctl{logs} -u 'hprm-federate@*'", self.target);
         let _ = writeln!(
             s,
             "Stop: systemctl stop '{}'; restart the whole program: systemctl restart '{}'",
@@ -205,6 +238,14 @@ impl Deployment {
         );
         if let Some(key) = self.files.iter().find(|f| f.secret) {
             let _ = writeln!(s, "The RTI admits only federates holding the key /{} (mode 0600: `cp -r` keeps it; federates on other hosts need the same file, copied as securely).", key.path.display());
+        }
+        if let Some(tls) = self
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("link.conf"))
+            .filter(|f| f.contents.contains("HPRM_LINK_TLS_DIR"))
+        {
+            let _ = writeln!(s, "The links speak TLS: put the CA certificate, this host's certificate and its key where /{} says (see the Several hosts page).", tls.path.display());
         }
         if let Some(m) = &self.store_memory {
             let _ = writeln!(s, "The program asks for a {m} store: HPRM_STORE_MEMORY in /etc/hprm/store.conf must be at least that (the store is shared by every program on the host).");
@@ -234,9 +275,41 @@ pub fn systemd(
     if !opts.bin_dir.is_absolute() {
         return Err(DeployError::RelativeBinDir(opts.bin_dir.clone()));
     }
+    let hosts = || manifest.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ");
+    let share = match (&opts.host, manifest.hosts.is_empty()) {
+        (None, false) => {
+            return Err(DeployError::Hosts(format!(
+                "program {program} runs on several hosts ({}): deploy each host's units with --host NAME",
+                hosts()
+            )))
+        }
+        (Some(h), true) => {
+            return Err(DeployError::Hosts(format!(
+                "--host {h}: program {program} names no hosts ([[host]] tables); deploy it without --host"
+            )))
+        }
+        (host, _) => hprm_node::launch::HostShare::of(manifest, host.as_deref())
+            .map_err(|e| DeployError::Hosts(e.to_string()))?,
+    };
     let p = unit_escape(program);
     let target = format!("hprm@{p}.target");
     let rti_unit = format!("hprm-rti@{p}.service");
+    let link_unit = format!("hprm-link@{p}.service");
+    // Between hosts: the bound on noticing a lost host, clock sync.
+    let between = match &share {
+        Some(_) => Some((
+            hprm_node::hosts::host_timeout().map_err(DeployError::Hosts)?,
+            hprm_node::hosts::clock_sync().map_err(DeployError::Hosts)?,
+        )),
+        None => None,
+    };
+    let rti_here = share.as_ref().map_or(true, |s| s.rti_here);
+    // This host's federates.
+    let federates: Vec<_> = manifest
+        .federates
+        .iter()
+        .filter(|f| share.as_ref().map_or(true, |s| f.host.as_deref() == Some(s.me.name.as_str())))
+        .collect();
     let conf_dir = Path::new("/etc/hprm").join(program);
     let mut files = Vec::new();
     let mut notes = Vec::new();
@@ -253,25 +326,84 @@ pub fn systemd(
 
     let manifest_path = conf_dir.join("manifest.json");
     files.push(file(strip_root(&manifest_path), manifest.to_json() + "\n"));
-    let mut rti = header.clone();
-    rti.push_str(&env_line("HPRM_FEDERATION", program));
-    rti.push_str(&env_line("HPRM_FEDERATES", &manifest.federates.len().to_string()));
-    rti.push_str(&env_line("HPRM_RTI_PORT", &opts.rti_port.to_string()));
-    rti.push_str(&env_line("HPRM_RTI_BIND", &opts.rti_bind));
-    // As the launcher runs it: HPRM federates send every NET anyway, and
-    // federates on one host share its clock.
-    let mut rti_args = "--clock-sync off".to_string();
-    // systemd restarts these federates (Restart=on-failure): the RTI takes them back.
-    if let Some(restartable) = manifest.restartable() {
-        rti_args.push_str(&format!(" --restartable {restartable}"));
+    let defaults = SystemdOptions::default();
+    if share.is_some() && (opts.rti_port != defaults.rti_port || opts.rti_bind != defaults.rti_bind) {
+        notes.push(format!("program {program} spans hosts: its RTI listens on its host's address and the manifest's rti_port; --rti-port and --rti-bind are ignored"));
     }
-    rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
-    files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
+    // The RTI's port and address: the manifest's on the RTI's host.
+    let (rti_port, rti_bind) = match &share {
+        Some(s) => (manifest.rti_port.unwrap_or(hprm_node::manifest::DEFAULT_RTI_PORT), s.me.address.clone()),
+        None => (opts.rti_port, opts.rti_bind.clone()),
+    };
+    if rti_here {
+        let mut rti = header.clone();
+        rti.push_str(&env_line("HPRM_FEDERATION", program));
+        rti.push_str(&env_line("HPRM_FEDERATES", &manifest.federates.len().to_string()));
+        rti.push_str(&env_line("HPRM_RTI_PORT", &rti_port.to_string()));
+        rti.push_str(&env_line("HPRM_RTI_BIND", &rti_bind));
+        // As the launcher runs it: on one host, federates share its clock;
+        // between hosts, the RTI measures and corrects each one's offset.
+        let mut rti_args = match between {
+            Some((timeout, clock_sync)) => format!(
+                "--clock-sync {} --clock-sync-port 0 --host-timeout-ms {}",
+                if clock_sync { "on" } else { "off" },
+                timeout.as_millis().max(1)
+            ),
+            None => "--clock-sync off".to_string(),
+        };
+        // systemd restarts these federates (Restart=on-failure): the RTI takes them back.
+        if let Some(restartable) = manifest.restartable() {
+            rti_args.push_str(&format!(" --restartable {restartable}"));
+        }
+        rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
+        files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
+    }
+    let link_socket =
+        conf_dir.strip_prefix("/etc").map_or(PathBuf::new(), |p| Path::new("/run").join(p)).join("link/link.sock");
+    if let (Some(s), Some((timeout, _))) = (&share, between) {
+        let mut args = s.link_args(timeout);
+        if let Some(q) = std::env::var(hprm_node::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
+            let policy = q
+                .trim()
+                .parse::<hprm_node::Backpressure>()
+                .map_err(|e| DeployError::Hosts(format!("{}: {e}", hprm_node::hosts::LINK_QUEUE_ENV)))?;
+            args.extend(["--queue".to_string(), policy.to_string()]);
+        }
+        let mut link = header.clone();
+        // Split at whitespace by systemd ($HPRM_LINK_ARGS): host names and
+        // endpoints hold none (`hprm check`).
+        link.push_str(&env_line("HPRM_LINK_ARGS", &args.join(" ")));
+        let mut drop_in = String::new();
+        if s.me.link_endpoint().starts_with("tls/") {
+            // The identity stays root's; systemd hands it to the link as
+            // credentials, readable by its user only while it runs.
+            let tls_dir = conf_dir.join("tls");
+            link.push_str(&format!(
+                "# The links speak TLS: {0}/ca.pem (the CA), {0}/{1}.pem and {0}/{1}.key (this host's).\n",
+                tls_dir.display(),
+                s.me.name
+            ));
+            link.push_str(&env_line("HPRM_LINK_TLS_DIR", &tls_dir.to_string_lossy()));
+            let _ = writeln!(drop_in, "LoadCredential=link-ca.pem:{}/ca.pem", tls_dir.display());
+            let _ = writeln!(drop_in, "LoadCredential=link.pem:{}/{}.pem", tls_dir.display(), s.me.name);
+            let _ = writeln!(drop_in, "LoadCredential=link.key:{}/{}.key", tls_dir.display(), s.me.name);
+            let _ = writeln!(
+                drop_in,
+                "Environment=\"HPRM_LINK_TLS=--tls-ca=%d/link-ca.pem --tls-cert=%d/link.pem --tls-key=%d/link.key\""
+            );
+        }
+        files.push(file(strip_root(&conf_dir.join("link.conf")), link));
+        if !drop_in.is_empty() {
+            let text = format!("{header}[Service]\n{drop_in}");
+            files.push(file(Path::new(UNIT_DIR).join(format!("{link_unit}.d")).join(DROP_IN), text));
+        }
+    }
     // What the RTI's and each federate's unit add to take the key.
     let mut credential = String::new();
     if opts.auth {
         let key_path = conf_dir.join(AUTH_KEY);
-        files.push(DeployFile { path: strip_root(&key_path), contents: hprm_rti::auth::generate_key(), secret: true });
+        let key = opts.auth_key.clone().unwrap_or_else(hprm_rti::auth::generate_key);
+        files.push(DeployFile { path: strip_root(&key_path), contents: key, secret: true });
         credential = format!("LoadCredential={AUTH_KEY}:{}\n", key_path.display());
     }
     let mut rti_service = credential.clone();
@@ -279,13 +411,27 @@ pub fn systemd(
         let _ = writeln!(rti_service, "Environment=HPRM_RTI_AUTH=--auth-key-file=%d/{AUTH_KEY}");
     }
 
-    let rti_host = match opts.rti_bind.as_str() {
-        "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
-        other => other,
+    let rti_addr = match &share {
+        Some(s) => s.rti_addr.clone(),
+        None => {
+            let host = match opts.rti_bind.as_str() {
+                "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
+                other => other,
+            };
+            format!("{host}:{}", opts.rti_port)
+        }
     };
+    // What each federate's unit waits for: the RTI where it runs here, the link between hosts.
+    let mut needs = Vec::new();
+    if rti_here {
+        needs.push(rti_unit.as_str());
+    }
+    if share.is_some() {
+        needs.push(link_unit.as_str());
+    }
     let mut federate_units = Vec::new();
     let mut bank_templates: Vec<String> = Vec::new();
-    for f in &manifest.federates {
+    for f in federates {
         check_name("federate name", &f.name)?;
         let member = split_member(&f.name);
         let unit = match member {
@@ -304,8 +450,18 @@ pub fn systemd(
         let mut env = header.clone();
         env.push_str(&env_line("HPRM_FEDERATE", &f.name));
         env.push_str(&env_line("HPRM_FEDERATION", program));
-        env.push_str(&env_line("HPRM_RTI", &format!("{rti_host}:{}", opts.rti_port)));
+        env.push_str(&env_line("HPRM_RTI", &rti_addr));
         env.push_str(&env_line("HPRM_MANIFEST", &manifest_path.to_string_lossy()));
+        if let (Some(s), Some((timeout, clock_sync))) = (&share, between) {
+            // As `hprm launch --host` sets them.
+            env.push_str(&env_line("HPRM_HOST", &s.me.name));
+            env.push_str(&env_line("HPRM_FEDERATE_HOSTS", &s.federate_hosts));
+            env.push_str(&env_line("HPRM_LINK", &link_socket.to_string_lossy()));
+            env.push_str(&env_line(hprm_node::hosts::HOST_TIMEOUT_ENV, &format!("{}ms", timeout.as_millis().max(1))));
+            if clock_sync {
+                env.push_str(&env_line(hprm_node::hosts::CLOCK_SYNC_ENV, "1"));
+            }
+        }
         let mut paths: Vec<String> = Vec::new();
         for (k, v) in cmd.get_envs() {
             let Some(v) = v else { continue };
@@ -328,7 +484,10 @@ pub fn systemd(
         let mut drop_in =
             format!("# Written by `hprm deploy --systemd`: federate {} of program {program}.\n[Unit]\n", f.name);
         let _ = writeln!(drop_in, "Description=HPRM federate {} of program {program}", f.name);
-        let _ = writeln!(drop_in, "Requires={rti_unit}\nAfter={rti_unit}\nPartOf={target}");
+        for u in &needs {
+            let _ = writeln!(drop_in, "Requires={u}\nAfter={u}");
+        }
+        let _ = writeln!(drop_in, "PartOf={target}");
         let restart = match f.restart {
             RestartPolicy::Stop => "no",
             RestartPolicy::OnFailure => {
@@ -388,7 +547,7 @@ pub fn systemd(
     }
 
     let mut wants = format!("{header}[Unit]\n");
-    for (_, u) in &federate_units {
+    for u in needs.iter().copied().chain(federate_units.iter().map(|(_, u)| u.as_str())) {
         let _ = writeln!(wants, "Wants={u}");
     }
     files.push(file(Path::new(UNIT_DIR).join(format!("{target}.d")).join(DROP_IN), wants));
@@ -396,7 +555,7 @@ pub fn systemd(
         // A new RTI would wait for federates that systemd does not restart.
         rti_service.push_str("# No federate restarts on failure, so neither does the RTI.\nRestart=no\n");
     }
-    if !rti_service.is_empty() {
+    if !rti_service.is_empty() && rti_here {
         let text = format!("{header}[Service]\n{rti_service}");
         files.push(file(Path::new(UNIT_DIR).join(format!("{rti_unit}.d")).join(DROP_IN), text));
     }
@@ -404,7 +563,8 @@ pub fn systemd(
         program: program.into(),
         files,
         target,
-        rti_unit,
+        rti_unit: rti_here.then_some(rti_unit),
+        host: share.map(|s| (s.me.name, link_unit)),
         federate_units,
         notes,
         store_memory: manifest.store_memory.clone(),

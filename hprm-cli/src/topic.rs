@@ -70,8 +70,20 @@ fn find(w: &Watch, federate: &str) -> anyhow::Result<Running> {
     let all = status::scan(&base);
     let mut hits: Vec<Running> =
         all.iter().filter(|r| r.federates.iter().any(|f| f.name == federate)).cloned().collect();
-    if let Some(p) = &w.program {
-        hits.retain(|r| r.launch.program == *p || r.launch.pid.to_string() == *p);
+    let chosen =
+        |r: &Running| w.program.as_ref().map_or(true, |p| r.launch.program == *p || r.launch.pid.to_string() == *p);
+    hits.retain(chosen);
+    // A federate of another host (a program that spans hosts): its tap is there.
+    let elsewhere = all
+        .iter()
+        .filter(|r| hits.is_empty() && chosen(r))
+        .find_map(|r| Some((r, r.elsewhere.iter().find(|f| f.name == federate)?)));
+    if let Some((r, f)) = elsewhere {
+        bail!(
+            "federate {federate:?} of program {} runs on host {}: run `hprm topic` there (a tap reads a federate of its own host)",
+            r.launch.program,
+            f.host
+        )
     }
     match hits.len() {
         1 => Ok(hits.remove(0)),

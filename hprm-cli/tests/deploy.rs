@@ -70,3 +70,93 @@ fn deploy_writes_units_that_systemd_accepts() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--systemd"));
 }
+
+#[test]
+fn deploy_writes_each_hosts_units_with_one_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("robot.toml");
+    std::fs::write(
+        &manifest,
+        r#"name = "robot"
+rti_host = "a"
+
+[[host]]
+name = "a"
+address = "10.0.0.1"
+
+[[host]]
+name = "b"
+address = "10.0.0.2"
+
+[[federate]]
+name = "camera"
+host = "a"
+command = ["/bin/sh", "-c", "exit 0"]
+  [[federate.reactor]]
+  name = "camera"
+  outputs = ["frame"]
+
+[[federate]]
+name = "worker"
+width = 2
+hosts = ["a", "b"]
+command = ["/bin/sh", "-c", "exit 0"]
+  [[federate.reactor]]
+  name = "worker"
+  inputs = ["frame"]
+
+[[connection]]
+from = "camera.frame"
+to = "worker.frame"
+broadcast = true
+"#,
+    )
+    .expect("write the manifest");
+    let out = dir.path().join("out");
+    let deploy = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hprm"))
+            .args(["deploy", "--systemd"])
+            .arg(&out)
+            .arg(&manifest)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run hprm deploy")
+    };
+    let run = deploy(&[]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    // Every host's units under out/HOST: a runs the RTI, the camera and
+    // worker[0]; b worker[1]; both have the link and the same key.
+    let has = |host: &str, path: &str| out.join(host).join(path).exists();
+    let units = "etc/systemd/system";
+    assert!(
+        has("a", &format!("{units}/hprm-rti@robot.service.d/hprm-deploy.conf")) && !has("b", "etc/hprm/robot/rti.conf")
+    );
+    assert!(has("a", "etc/hprm/robot/worker[0].env") && !has("a", "etc/hprm/robot/worker[1].env"));
+    assert!(has("b", "etc/hprm/robot/worker[1].env") && !has("b", "etc/hprm/robot/camera.env"));
+    assert!(has("a", "etc/hprm/robot/link.conf") && has("b", "etc/hprm/robot/link.conf"));
+    let key = |host: &str| std::fs::read_to_string(out.join(host).join("etc/hprm/robot/auth.key")).expect("auth.key");
+    assert_eq!(key("a"), key("b"));
+    let env = std::fs::read_to_string(out.join("b/etc/hprm/robot/worker[1].env")).expect("env");
+    assert!(env.contains("HPRM_RTI=\"10.0.0.1:15045\"") && env.contains("HPRM_HOST=\"b\""), "{env}");
+    assert!(stdout.contains("host a's share") && stdout.contains("host b's share"), "{stdout}");
+
+    // One host, with the other's key.
+    let one = dir.path().join("one");
+    let key_file = out.join("a/etc/hprm/robot/auth.key");
+    let run = Command::new(env!("CARGO_BIN_EXE_hprm"))
+        .args(["deploy", "--systemd"])
+        .arg(&one)
+        .arg(&manifest)
+        .args(["--host", "b", "--auth-key-file"])
+        .arg(&key_file)
+        .output()
+        .expect("run hprm deploy --host b");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(std::fs::read_to_string(one.join("etc/hprm/robot/auth.key")).expect("key"), key("a"));
+    assert!(one.join("etc/hprm/robot/worker[1].env").exists() && !one.join("b").exists());
+    let run = deploy(&["--host", "c"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && err.contains("no such host; its hosts are a, b"), "{err}");
+}

@@ -77,7 +77,7 @@ fn generated_units_pass_systemd_analyze_verify() {
     let dir = tempfile::tempdir().expect("tempdir");
     d.write(dir.path()).expect("write");
     let units = dir.path().join("etc/systemd/system");
-    let mut names = vec!["hprm-store.service".to_string(), d.target.clone(), d.rti_unit.clone()];
+    let mut names = vec!["hprm-store.service".to_string(), d.target.clone(), d.rti_unit.clone().expect("the RTI")];
     names.extend(d.federate_units.iter().map(|(_, u)| u.clone()));
     verify(&names.iter().map(|n| units.join(n)).collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"));
     assert!(dir.path().join("etc/hprm/deploy-test/the sink.env").is_file());
@@ -205,10 +205,116 @@ fn generated_units_stay_as_sandboxed_as_today() {
     // The scores when these checks were added (systemd 252): a change that
     // loosens a unit's sandbox fails here; one that tightens it should
     // lower the bound.
-    let mut bounds = vec![("hprm-store.service".to_string(), 2.6), (d.rti_unit.clone(), 3.2)];
+    let mut bounds = vec![("hprm-store.service".to_string(), 2.6), (d.rti_unit.clone().expect("the RTI"), 3.2)];
     bounds.extend(d.federate_units.iter().map(|(_, u)| (u.clone(), 3.6)));
     for (unit, bound) in bounds {
         let score = exposure(&units.join(&unit));
         assert!(score <= bound, "{unit}: exposure {score} is over {bound}: its sandbox was loosened");
     }
 }
+
+/// `program()` across two hosts: the source and the RTI on `a`, the sink
+/// on `b`; the links speak TLS.
+fn program_on_hosts() -> Program {
+    let mut p = program();
+    p.host("a", "10.0.0.1", Some("tls/10.0.0.1:7447".into()))
+        .host("b", "10.0.0.2", Some("tls/10.0.0.2:7447".into()))
+        .rti_on("a", Some(15050));
+    let (source, sink) = (p.federate_named("source").expect("source"), p.federate_named("the sink").expect("sink"));
+    p.run_on(source, "a").run_on(sink, "b");
+    p
+}
+
+#[test]
+fn a_program_on_hosts_gets_each_hosts_units() {
+    let command = |name: &str| {
+        let mut c = Command::new("/opt/robot/bin/robot");
+        c.args(["--federate", name]);
+        c
+    };
+    let m = program_on_hosts().manifest();
+    let deploy = |host: Option<&str>| {
+        let opts = SystemdOptions {
+            bin_dir: PathBuf::from("/usr/local/bin"),
+            auth_key: Some("the program's key\n".into()),
+            host: host.map(String::from),
+            ..SystemdOptions::default()
+        };
+        systemd(&m, &command, &opts)
+    };
+    let e = deploy(None).expect_err("a program with hosts needs --host").to_string();
+    assert!(e.contains("runs on several hosts (a, b): deploy each host's units with --host NAME"), "{e}");
+    let e = deploy(Some("c")).expect_err("no host c").to_string();
+    assert!(e.contains("no such host; its hosts are a, b"), "{e}");
+
+    let (a, b) = (deploy(Some("a")).expect("deploy a"), deploy(Some("b")).expect("deploy b"));
+    let dirs = [tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir")];
+    a.write(dirs[0].path()).expect("write a");
+    b.write(dirs[1].path()).expect("write b");
+    let read = |d: &tempfile::TempDir, p: &str| {
+        std::fs::read_to_string(d.path().join(p)).unwrap_or_else(|e| panic!("{p}: {e}"))
+    };
+    // The RTI runs on a only, on a's address, clock synchronization on.
+    assert_eq!(a.rti_unit.as_deref(), Some("hprm-rti@deploy\\x2dtest.service"));
+    assert_eq!(b.rti_unit, None);
+    let rti = read(&dirs[0], "etc/hprm/deploy-test/rti.conf");
+    assert!(rti.contains("HPRM_RTI_BIND=\"10.0.0.1\"") && rti.contains("HPRM_RTI_PORT=\"15050\""), "{rti}");
+    assert!(rti.contains("--clock-sync on"), "{rti}");
+    assert!(!dirs[1].path().join("etc/hprm/deploy-test/rti.conf").exists());
+    // Each host its own federates, reaching the RTI at a's address and the link by its socket.
+    assert_eq!(a.federate_units.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(), ["source"]);
+    assert_eq!(b.federate_units.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(), ["the sink"]);
+    let env = read(&dirs[1], "etc/hprm/deploy-test/the sink.env");
+    for line in [
+        "HPRM_RTI=\"10.0.0.1:15050\"",
+        "HPRM_HOST=\"b\"",
+        "HPRM_LINK=\"/run/hprm/deploy-test/link/link.sock\"",
+        "HPRM_CLOCK_SYNC=\"1\"",
+    ] {
+        assert!(env.contains(line), "{line} not in {env}");
+    }
+    // b's federate waits for b's link, not for an RTI it does not run.
+    let sink = read(&dirs[1], &format!("etc/systemd/system/{}.d/hprm-deploy.conf", b.federate_units[0].1));
+    assert!(sink.contains("Requires=hprm-link@deploy\\x2dtest.service") && !sink.contains("hprm-rti@"), "{sink}");
+    let target = read(&dirs[0], "etc/systemd/system/hprm@deploy\\x2dtest.target.d/hprm-deploy.conf");
+    assert!(target.contains("Wants=hprm-rti@") && target.contains("Wants=hprm-link@"), "{target}");
+    // The link: the other host's endpoint, TLS files handed over as credentials; the same key on both hosts.
+    let link = read(&dirs[1], "etc/hprm/deploy-test/link.conf");
+    assert!(
+        link.contains("--host b --listen tls/10.0.0.2:7447") && link.contains("--connect tls/10.0.0.1:7447 --peer a"),
+        "{link}"
+    );
+    let link_drop_in = read(&dirs[1], "etc/systemd/system/hprm-link@deploy\\x2dtest.service.d/hprm-deploy.conf");
+    assert!(link_drop_in.contains("LoadCredential=link.key:/etc/hprm/deploy-test/tls/b.key"), "{link_drop_in}");
+    assert!(link_drop_in.contains("--tls-key=%d/link.key"), "{link_drop_in}");
+    assert_eq!(read(&dirs[0], "etc/hprm/deploy-test/auth.key"), read(&dirs[1], "etc/hprm/deploy-test/auth.key"));
+    // The store keeps no network; the link's sandbox is scored like the others'.
+    let units = |d: &tempfile::TempDir| d.path().join("etc/systemd/system");
+    assert!(read(&dirs[1], "etc/systemd/system/hprm-store.service").contains("PrivateNetwork=yes"));
+    for (d, unit, bound) in [
+        (&dirs[0], a.rti_unit.clone().unwrap_or_default(), 3.2),
+        (&dirs[1], b.federate_units[0].1.clone(), 3.6),
+        (&dirs[1], b.host.clone().map(|(_, l)| l).unwrap_or_default(), LINK_EXPOSURE),
+    ] {
+        let score = exposure(&units(d).join(&unit));
+        assert!(score <= bound, "{unit}: exposure {score} is over {bound}: its sandbox was loosened");
+    }
+
+    // systemd accepts b's units, with its federate's command a real binary.
+    let exe = std::env::current_exe().expect("test binary");
+    let real = |name: &str| {
+        let mut c = Command::new(&exe);
+        c.args(["--federate", name]);
+        c
+    };
+    let opts = SystemdOptions { bin_dir: bin_dir(), host: Some("b".into()), ..SystemdOptions::default() };
+    let b = systemd(&m, &real, &opts).expect("deploy b");
+    let dir = tempfile::tempdir().expect("tempdir");
+    b.write(dir.path()).expect("write b");
+    verify(&[b.target.as_str(), b.federate_units[0].1.as_str()].map(|u| dir.path().join("etc/systemd/system").join(u)))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The link unit's exposure when this check was added (systemd 252): it
+/// needs the network, which the store's unit has not.
+const LINK_EXPOSURE: f64 = 3.2;

@@ -14,6 +14,7 @@ running Python (hprm-py/install.sh) and hprm-link on PATH or in
 $HPRM_LINK_BIN_DIR (hprm-link/test.sh sets it).
 """
 
+import json
 import os
 import re
 import shutil
@@ -30,9 +31,12 @@ HERE = Path(__file__).resolve().parent
 NETNS = HERE.parent / "netns.sh"
 PROGRAM = HERE / "multihost"
 WITHIN = 120
+# How close clock synchronization must come to a skew of 300 ms (over a
+# veth, its round trips take well under a millisecond).
+CLOCK_TOLERANCE_NS = 50_000_000
 
 sys.path.insert(0, str(PROGRAM))
-from reactors import SIZES, digest, value  # noqa: E402
+from reactors import SIZES, digest, value, worked  # noqa: E402
 
 
 def _why_no_namespaces():
@@ -84,15 +88,15 @@ def hosts():
     assert prefix not in left, f"namespaces left behind: {left}"
 
 
-def _manifest(tmp_path, a, b):
-    text = (PROGRAM / "values.toml").read_text().replace("@A@", a).replace("@B@", b)
+def _manifest(tmp_path, a, b, name="values"):
+    text = (PROGRAM / f"{name}.toml").read_text().replace("@A@", a).replace("@B@", b)
     shutil.copy(PROGRAM / "reactors.py", tmp_path / "reactors.py")
-    multi = tmp_path / "values.toml"
+    multi = tmp_path / f"{name}.toml"
     multi.write_text(text)
     # The same program on one host: no [[host]] tables, no federate hosts.
     single = re.sub(r"\[\[host\]\]\nname = .*\naddress = .*\n", "", text)
-    single = re.sub(r'(?m)^(host = ".*"|rti_host = ".*")\n', "", single)
-    one = tmp_path / "values-one-host.toml"
+    single = re.sub(r'(?m)^(host = ".*"|hosts = \[.*\]|rti_host = ".*")\n', "", single)
+    one = tmp_path / f"{name}-one-host.toml"
     one.write_text(single)
     return multi, one
 
@@ -122,17 +126,19 @@ def _strip(line):
     return line[line.index("RECV ") :]
 
 
-def _launch_both(prefix, argv, env):
+def _launch_both(prefix, argv, env, extra_env=None):
     """Runs `hprm launch --host H ...` for hosts b then a, each in its
-    namespace, to their end; their outputs by host (a share that hangs is
-    killed, with its process group, after WITHIN)."""
+    namespace (with `extra_env[H]` added to `env`), to their end; their
+    outputs by host (a share that hangs is killed, with its process group,
+    after WITHIN)."""
+    extra_env = extra_env or {}
     procs = {
         host: subprocess.Popen(
             ["ip", "netns", "exec", f"{prefix}-{host}", argv[0], "launch", "--host", host, *argv[1:]],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=env,
+            env={**env, **extra_env.get(host, {})},
             start_new_session=True,
         )
         for host in ("b", "a")
@@ -202,6 +208,48 @@ def test_a_python_program_names_its_hosts_too(hosts, tmp_path):
         assert sorted(got) == sorted(expected), f"{name} on host {host}:\n{outs[host]}"
 
 
+def test_a_bank_spread_over_two_hosts_gives_the_one_host_trace(hosts, tmp_path):
+    """bank.toml: workers 0 and 2 on host a, 1 and 3 on host b (round
+    robin), each getting the source's arrays from a and sending its own to
+    the gatherer on b; then the same bank written in Python."""
+    hprm = _hprm()
+    prefix, a, b = hosts
+    multi, one = _manifest(tmp_path, a, b, "bank")
+    shutil.copy(PROGRAM / "bank.py", tmp_path / "bank.py")
+    env = _env(tmp_path)
+
+    # Host b's clock is 300 ms behind (test-only skew): clock
+    # synchronization, on by default between hosts, measures it at join
+    # and corrects physical time; tags are the one-host run's.
+    skew = -300_000_000
+    outs = _launch_both(prefix, [hprm, str(multi)], env, {"b": {"HPRM_TEST_CLOCK_SKEW_NS": str(skew)}})
+    offsets = {h: [int(x) for x in re.findall(r"clock synchronized with the RTI.*offset_ns=(-?\d+)", outs[h])] for h in ("a", "b")}
+    assert len(offsets["b"]) == 3 and len(offsets["a"]) == 3, offsets  # gather, worker[1], worker[3]; source, worker[0], worker[2]
+    for h, want in [("a", 0), ("b", -skew)]:
+        assert all(abs(o - want) < CLOCK_TOLERANCE_NS for o in offsets[h]), f"host {h}: offsets {offsets[h]}, expected {want}"
+    errors = [int(x) for x in re.findall(r"CLOCK worker\[\d\] err_ns=(-?\d+)", outs["b"])]
+    print(f"clock offsets measured on host b: {[o + skew for o in offsets['b']]} ns off the skew; physical time off by {errors} ns")
+    assert len(errors) == 4 and all(abs(e) < CLOCK_TOLERANCE_NS for e in errors), f"physical time off by {errors} ns on host b"
+    sent = [value(k) for k in range(2)]
+    for member, host in [(0, "a"), (1, "b"), (2, "a"), (3, "b")]:
+        got = [line.split("sha=")[1] for line in _trace(outs[host]) if f"RECV worker[{member}] " in line]
+        assert got == [digest(v) for v in sent], f"worker[{member}] on host {host}:\n{outs[host]}"
+        got = [line.split("sha=")[1] for line in _trace(outs["b"]) if f"RECV gather[{member}] " in line]
+        assert sorted(got) == sorted(digest(worked(v, member)) for v in sent), f"gather[{member}]:\n{outs['b']}"
+    two_hosts = sorted(_strip(line) for line in _trace(outs["a"] + outs["b"]))
+    assert len(two_hosts) == 2 * 8, two_hosts
+
+    single = subprocess.run([hprm, "launch", str(one)], capture_output=True, text=True, env=env, timeout=WITHIN)
+    assert single.returncode == 0, single.stdout + single.stderr
+    one_host = sorted(_strip(line) for line in _trace(single.stdout + single.stderr))
+    assert two_hosts == one_host, f"traces differ:\n{two_hosts}\n{one_host}"
+
+    outs = _launch_both(prefix, [hprm, str(tmp_path / "bank.py"), a, b], env)
+    for member, host in [(0, "a"), (1, "b"), (2, "a"), (3, "b")]:
+        assert any(f"RECV worker[{member}] " in line for line in _trace(outs[host])), f"worker[{member}] not on host {host}:\n{outs[host]}"
+    assert sorted(_strip(line) for line in _trace(outs["a"] + outs["b"])) == one_host
+
+
 def test_launching_a_program_with_hosts_without_host_says_how(tmp_path):
     hprm = _hprm()
     multi, _ = _manifest(tmp_path, "10.1.0.1", "10.1.0.2")
@@ -223,6 +271,32 @@ def _wait_for(what, cond, within=WITHIN):
         assert time.monotonic() < deadline, f"not within {within} s: {what}"
         time.sleep(0.02)
     return time.monotonic()
+
+
+def _ps_shows_every_host(hprm, prefix, env):
+    """`hprm ps --json` in each namespace: each host's launcher lists its
+    own federates (with the clock offset synchronization measured) and the
+    other host's; host a runs the RTI, so it shows b's receiver as the RTI
+    sees it (joined)."""
+
+    def shares(host):
+        r = subprocess.run(["ip", "netns", "exec", f"{prefix}-{host}", hprm, "ps", "--json"], capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return {p["launch"]["hosts"]["host"]: p for p in json.loads(r.stdout) if p["launch"]["program"] == "cut" and p["launch"].get("hosts")}
+
+    def joined():
+        time.sleep(0.2)
+        a = shares("a").get("a")
+        return a is not None and any(f["name"] == "sink" and f["host"] == "b" and (f["rti"] or {}).get("connected") for f in a["elsewhere"])
+
+    _wait_for("host a's hprm ps shows the receiver on host b joined", joined, within=10)
+    b = shares("b")["b"]
+    assert [(f["name"], f["host"], f["rti"]) for f in b["elsewhere"]] == [("source", "a", None)], b
+    assert [f["name"] for f in b["federates"]] == ["sink"], b
+    status = b["federates"][0]["status"]
+    assert status is not None and abs(status["clock_offset_ns"]) < CLOCK_TOLERANCE_NS, status
+    table = subprocess.run(["ip", "netns", "exec", f"{prefix}-a", hprm, "ps"], capture_output=True, text=True, env=env, timeout=30).stdout
+    assert "on b (joined)" in table and "this is host a; 1 federate on other hosts" in table, table
 
 
 def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_back(hosts, tmp_path):
@@ -250,6 +324,7 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
     dump = lambda: "\n--- host a:\n" + "".join(lines["a"]) + "\n--- host b:\n" + "".join(lines["b"])  # noqa: E731
     try:
         _wait_for("the first array on host b", lambda: said("b", "GOT "))
+        _ps_shows_every_host(hprm, prefix, env)
         ip_link = ["ip", "-n", f"{prefix}-a", "link", "set", f"{prefix}-va"]
         subprocess.run([*ip_link, "down"], check=True)
         cut = time.monotonic()

@@ -4,7 +4,8 @@
 //! (the same scale as tags), plus an offset that clock synchronization
 //! with the RTI may set for federates on other hosts.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hprm_rti::tag::Instant;
@@ -13,6 +14,8 @@ use hprm_rti::tag::Instant;
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
     offset: AtomicI64,
+    /// Whether clock synchronization has set the offset.
+    synchronized: AtomicBool,
 }
 
 impl Clock {
@@ -24,6 +27,12 @@ impl Clock {
     /// Adds `delta` ns to the offset (positive: this clock was behind).
     pub fn adjust(&self, delta: i64) {
         self.offset.fetch_add(delta, Ordering::Relaxed);
+        self.synchronized.store(true, Ordering::Relaxed);
+    }
+
+    /// The offset, once clock synchronization has measured it.
+    pub fn measured_offset(&self) -> Option<i64> {
+        self.synchronized.load(Ordering::Relaxed).then(|| self.offset())
     }
 
     /// The offset added to the system clock (ns).
@@ -32,10 +41,32 @@ impl Clock {
     }
 }
 
-/// The system clock, ns since the epoch.
+/// Test-only: nanoseconds added to this process's reading of the system
+/// clock, standing for a host whose clock is off (network namespaces share
+/// one wall clock). Clock synchronization must measure and correct it.
+pub const TEST_CLOCK_SKEW_ENV: &str = "HPRM_TEST_CLOCK_SKEW_NS";
+
+/// The system clock, ns since the epoch (plus the test-only skew of
+/// [`TEST_CLOCK_SKEW_ENV`], if set).
 pub(crate) fn system_now() -> Instant {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
+    let now = match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
         Err(_) => 0,
-    }
+    };
+    now.saturating_add(test_skew())
+}
+
+/// [`TEST_CLOCK_SKEW_ENV`], read once (0 when unset).
+fn test_skew() -> i64 {
+    static SKEW: OnceLock<i64> = OnceLock::new();
+    *SKEW.get_or_init(|| {
+        let var = TEST_CLOCK_SKEW_ENV;
+        match std::env::var(var) {
+            Err(_) => 0,
+            Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+                tracing::warn!("{var}={v:?} is not a whole number of nanoseconds; ignoring it");
+                0
+            }),
+        }
+    })
 }

@@ -214,13 +214,14 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                     cfg.connect_timeout,
                 )?);
             }
-            let (start, resume) = session.start_time(clock.now())?;
-            if let Some(r) = resume {
-                tracing::warn!(federate = %opts.federate, resume = %r, elapsed_ns = r.time.saturating_sub(start), "rejoined the running program after a restart: resuming at the RTI's tag (startup reactions run there; inputs sent while down are lost)");
-            }
+            // Measured at join: corrected before the start time is proposed.
             if let Some(offset) = session.clock_offset() {
                 tracing::info!(federate = %opts.federate, offset_ns = offset, "clock synchronized with the RTI");
                 clock.adjust(offset);
+            }
+            let (start, resume) = session.start_time(clock.now())?;
+            if let Some(r) = resume {
+                tracing::warn!(federate = %opts.federate, resume = %r, elapsed_ns = r.time.saturating_sub(start), "rejoined the running program after a restart: resuming at the RTI's tag (startup reactions run there; inputs sent while down are lost)");
             }
             if let Some(udp) = session.udp.take() {
                 clock_sync = Some(

@@ -61,6 +61,23 @@ pub fn host_timeout() -> Result<Duration, String> {
     }
 }
 
+/// The environment variable that turns clock synchronization between
+/// hosts off (`off`) or on (`on`, the default in a program with hosts);
+/// for a federate, `1` asks the RTI for it.
+pub const CLOCK_SYNC_ENV: &str = "HPRM_CLOCK_SYNC";
+
+/// Whether a program with hosts synchronizes its federates' clocks with
+/// the RTI's (`HPRM_CLOCK_SYNC`, default on); an error for another value.
+pub fn clock_sync() -> Result<bool, String> {
+    match std::env::var(CLOCK_SYNC_ENV).as_deref().map(str::trim) {
+        Err(_) | Ok("" | "on" | "1") => Ok(true),
+        Ok("off" | "0") => Ok(false),
+        Ok(v) => Err(format!(
+            "{CLOCK_SYNC_ENV}={v:?} is neither `on` nor `off` (clock synchronization between hosts, default on)"
+        )),
+    }
+}
+
 /// In a federate of a program with hosts (`HPRM_HOST` set): the bound its
 /// TCP connections to the RTI and to peers get (`hprm_rti::liveness`), so
 /// that a lost host breaks them; `None` on one host. Read once.

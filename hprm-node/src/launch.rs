@@ -473,9 +473,12 @@ fn start_rti(
 ) -> Result<(Daemon, String), NodeError> {
     let mut cmd = Command::new(find_binary("hprm-rti")?);
     let port = port.to_string();
-    cmd.args(["--port", &port, "--bind", bind, "--clock-sync", "off", "--federates", &n.to_string(), "--id", id])
-        .args(extra)
-        .env("NO_COLOR", "1")
+    cmd.args(["--port", &port, "--bind", bind, "--federates", &n.to_string(), "--id", id]).args(extra);
+    // Off unless `extra` says otherwise: processes on one host share a clock.
+    if !extra.iter().any(|a| a == "--clock-sync") {
+        cmd.args(["--clock-sync", "off"]);
+    }
+    cmd.env("NO_COLOR", "1")
         // Its Unix socket goes where the federates look for it.
         .env("HPRM_RUNTIME_DIR", dir)
         // The address comes from its "listening on" log line: keep that line.
@@ -511,23 +514,37 @@ fn start_rti(
     Ok((daemon, addr))
 }
 
-/// One host's share of a program with hosts.
-struct HostShare {
-    me: crate::manifest::HostSpec,
+/// One host's share of a program with hosts: what `hprm launch --host`
+/// starts there, and what `hprm deploy --systemd` writes units for.
+#[derive(Debug, Clone)]
+pub struct HostShare {
+    pub me: crate::manifest::HostSpec,
     /// Whether this host runs the RTI.
-    rti_here: bool,
+    pub rti_here: bool,
     /// Where every federate reaches the RTI: its host's address and port.
-    rti_addr: String,
+    pub rti_addr: String,
     /// `HPRM_FEDERATE_HOSTS` for the federates.
-    federate_hosts: String,
+    pub federate_hosts: String,
     /// The other hosts.
-    others: Vec<crate::manifest::HostSpec>,
+    pub others: Vec<crate::manifest::HostSpec>,
 }
 
 impl HostShare {
-    /// This launch's share of `m` (expanded and checked), `None` for a
-    /// program without hosts.
-    fn of(m: &Manifest, host: Option<&str>) -> Result<Option<HostShare>, NodeError> {
+    /// The arguments of this host's `hprm-link`, besides its store, socket,
+    /// queue policy and TLS identity: its name, where it listens, every
+    /// other host's endpoint, and the bound on noticing a lost host.
+    pub fn link_args(&self, host_timeout: Duration) -> Vec<String> {
+        let mut args = vec!["--host".to_string(), self.me.name.clone(), "--listen".into(), self.me.link_endpoint()];
+        args.extend(["--host-timeout-ms".to_string(), host_timeout.as_millis().max(1).to_string()]);
+        for other in &self.others {
+            args.extend(["--connect".to_string(), other.link_endpoint(), "--peer".into(), other.name.clone()]);
+        }
+        args
+    }
+
+    /// Host `host`'s share of `m` (expanded and checked), `None` for a
+    /// program without hosts (and no `host`).
+    pub fn of(m: &Manifest, host: Option<&str>) -> Result<Option<HostShare>, NodeError> {
         let names = || m.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ");
         let me = match (host, m.hosts.is_empty()) {
             (None, true) => return Ok(None),
@@ -575,8 +592,7 @@ fn start_link(
 ) -> Result<(Daemon, PathBuf), NodeError> {
     let socket = dir.join("link.sock");
     let mut cmd = Command::new(find_binary("hprm-link")?);
-    cmd.args(["--host", &share.me.name, "--listen", &share.me.link_endpoint()])
-        .args(["--host-timeout-ms", &host_timeout.as_millis().max(1).to_string()])
+    cmd.args(share.link_args(host_timeout))
         .arg("--store")
         .arg(store)
         .arg("--socket")
@@ -584,9 +600,6 @@ fn start_link(
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    for other in &share.others {
-        cmd.args(["--connect", &other.link_endpoint(), "--peer", &other.name]);
-    }
     // What a push does when its host's queue is full (the store's policies).
     if let Some(q) = std::env::var(crate::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
         let policy = q
@@ -743,6 +756,12 @@ impl Launch {
         if let Some(t) = host_timeout {
             rti_args.extend(["--host-timeout-ms".to_string(), t.as_millis().max(1).to_string()]);
         }
+        // Between hosts, clocks differ: the RTI measures each federate's
+        // offset at join and corrects it every period (UDP, any free port).
+        let clock_sync = share.is_some() && crate::hosts::clock_sync().map_err(NodeError::Launch)?;
+        if clock_sync {
+            rti_args.extend(["--clock-sync", "on", "--clock-sync-port", "0"].map(String::from));
+        }
         let rti_log = LogSink::new("hprm-rti", n_all + 1, self)?;
         let (mut rti, addr) = match &share {
             None => {
@@ -770,6 +789,11 @@ impl Launch {
             }
             None => None,
         };
+        // For `hprm ps`: every host's federates, in id order.
+        let placement = share.as_ref().map(|s| crate::status::ProgramHosts {
+            host: s.me.name.clone(),
+            federates: m.federates.iter().map(|f| (f.name.clone(), f.host.clone().unwrap_or_default())).collect(),
+        });
         // From here on: this host's federates only.
         let m = match &share {
             Some(s) => Manifest {
@@ -798,6 +822,7 @@ impl Launch {
             coordination: &m,
             trace,
             host_timeout,
+            clock_sync,
             hosts: share
                 .as_ref()
                 .zip(link.as_ref())
@@ -811,7 +836,21 @@ impl Launch {
         }
         let started_ns = crate::clock::system_now();
         let mut restarts = vec![0u32; n];
-        self.record_launch(&m, &children, &restarts, &daemons, dir.path(), started_ns);
+        let base = crate::status::LaunchInfo {
+            program: m.name.clone(),
+            pid: std::process::id(),
+            started_ns,
+            runtime_dir: dir.path().to_path_buf(),
+            federates: m
+                .federates
+                .iter()
+                .map(|f| crate::status::FederateProcess { name: f.name.clone(), pid: 0, restarts: 0 })
+                .collect(),
+            store: None,
+            rti: None,
+            hosts: placement,
+        };
+        self.record_launch(&base, &children, &restarts, &daemons);
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut done: Vec<Option<ExitStatus>> = vec![None; n];
         let mut stopping = false;
@@ -840,7 +879,7 @@ impl Launch {
                             daemons.0 =
                                 Some(crate::status::StoreProcess { pid: restarted.0.id(), socket: socket.clone() });
                             store = Some(restarted);
-                            self.record_launch(&m, &children, &restarts, &daemons, dir.path(), started_ns);
+                            self.record_launch(&base, &children, &restarts, &daemons);
                             true
                         }
                         Err(e) => {
@@ -890,7 +929,7 @@ impl Launch {
                             Ok(child) => {
                                 let old = std::mem::replace(&mut children[i].0, child).id();
                                 pids.lock().retain(|p| *p != old);
-                                self.record_launch(&m, &children, &restarts, &daemons, dir.path(), started_ns);
+                                self.record_launch(&base, &children, &restarts, &daemons);
                                 continue;
                             }
                             Err(e) => tracing::error!(federate = %f.name, "cannot restart it: {e}"),
@@ -951,21 +990,17 @@ impl Launch {
 
     /// Writes what `hprm ps` lists: the program, its federates' pids, and
     /// the store and RTI it started.
+    /// `base` holds what does not change during the launch (its
+    /// `federates` name this host's, in the order of `children`).
     fn record_launch(
         &self,
-        m: &Manifest,
+        base: &crate::status::LaunchInfo,
         children: &[(Child, LogSink)],
         restarts: &[u32],
         daemons: &(Option<crate::status::StoreProcess>, Option<crate::status::RtiProcess>),
-        dir: &Path,
-        started_ns: i64,
     ) {
         let info = crate::status::LaunchInfo {
-            program: m.name.clone(),
-            pid: std::process::id(),
-            started_ns,
-            runtime_dir: dir.to_path_buf(),
-            federates: m
+            federates: base
                 .federates
                 .iter()
                 .zip(children)
@@ -978,7 +1013,9 @@ impl Launch {
                 .collect(),
             store: daemons.0.clone(),
             rti: daemons.1.clone(),
+            ..base.clone()
         };
+        let dir = &base.runtime_dir;
         if let Err(e) = crate::status::write_launch(dir, &info) {
             tracing::warn!(
                 "cannot write {}: {e}; `hprm ps` will not list this program",
@@ -1022,6 +1059,9 @@ impl Launch {
         if let Some(t) = env.host_timeout {
             cmd.env(crate::hosts::HOST_TIMEOUT_ENV, format!("{}ms", t.as_millis().max(1)));
         }
+        if env.clock_sync {
+            cmd.env(crate::hosts::CLOCK_SYNC_ENV, "1");
+        }
         if let Some(dir) = env.trace {
             cmd.env(crate::trace::TRACE_ENV, dir);
         }
@@ -1063,6 +1103,8 @@ struct ChildEnv<'a> {
     trace: Option<&'a Path>,
     /// In a program with hosts: how soon a lost host is noticed (`HPRM_HOST_TIMEOUT`).
     host_timeout: Option<Duration>,
+    /// Whether federates synchronize their clocks with the RTI's (`HPRM_CLOCK_SYNC`).
+    clock_sync: bool,
     /// In a program with hosts: this host, `HPRM_FEDERATE_HOSTS`, the link's socket.
     hosts: Option<(&'a str, &'a str, &'a Path)>,
 }
@@ -1118,7 +1160,7 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
             }
             k
         });
-        c.clock_sync = std::env::var("HPRM_CLOCK_SYNC").is_ok_and(|v| v == "1");
+        c.clock_sync = std::env::var(crate::hosts::CLOCK_SYNC_ENV).is_ok_and(|v| v == "1");
         c
     });
     o.store = std::env::var_os("HPRM_STORE").map(PathBuf::from);

@@ -14,8 +14,10 @@
 //!   LE; physical time at sending: i64 LE; messages of this port lost
 //!   before this one: u64 LE) and the payload exactly as its receivers get
 //!   it: out-of-band buffers stay in the store and travel as references;
-//! - at its end, a header with port [`END`] followed by the final loss
-//!   counts (JSON array of `[port index, messages given up]`).
+//! - at its end, a header with port [`END`] and the federate's last tag
+//!   (its stop tag; time 0 when it stopped before processing any)
+//!   followed by the final loss counts (JSON array of `[port index,
+//!   messages given up]`). Replay stops where the recorded program stopped.
 //!
 //! Invariants: the recorder counts as one more delivery of every store
 //! object sent on a recorded port (the scheduler adds it to the port's
@@ -162,6 +164,8 @@ pub(crate) struct Feed {
     decoder: Decoder,
     /// The recorder went away: every later message is given up.
     gone: bool,
+    /// The last tag the federate processed, sent in the last frame.
+    last: Tag,
 }
 
 impl Feed {
@@ -195,12 +199,17 @@ impl Feed {
             socket.set_write_timeout(Some(bound.max(Duration::from_millis(1)))).map_err(io)?;
         }
         let lost = vec![0; ports.len()];
-        Ok(Feed { socket, policy, ports, lost, decoder, gone: false })
+        Ok(Feed { socket, policy, ports, lost, decoder, gone: false, last: Tag::new(0, 0) })
     }
 
     /// The outputs recorded: each counts the recorder as one more delivery.
     pub fn ports(&self) -> impl Iterator<Item = TriggerId> + '_ {
         self.ports.iter().map(|(t, _)| *t)
+    }
+
+    /// Notes the federate's last tag, which its last frame carries.
+    pub fn ended_at(&mut self, last: Tag) {
+        self.last = last;
     }
 
     /// Sends one value of `out` (sent at tag `tag`, physical time `sent`)
@@ -247,7 +256,7 @@ impl Drop for Feed {
         if self.gone {
             return;
         }
-        let header = Header { port: END, tag: Tag::new(0, 0), sent: 0, lost_before: 0 }.encode();
+        let header = Header { port: END, tag: self.last, sent: 0, lost_before: 0 }.encode();
         let counts: Vec<(u32, u64)> = self.ports.iter().map(|(_, i)| *i).zip(self.lost.iter().copied()).collect();
         let counts = serde_json::to_vec(&counts).unwrap_or_default();
         let _ = self.socket.set_nonblocking(false);

@@ -770,6 +770,9 @@ impl Scheduler {
     pub(crate) fn run(mut self) -> Result<RunReport, NodeError> {
         self.schedule_initial();
         let result = self.event_loop();
+        if let (Some(feed), Some(last)) = (&mut self.record, self.report.final_tag) {
+            feed.ended_at(last);
+        }
         self.leave(result.is_ok());
         result.map(|()| self.report)
     }

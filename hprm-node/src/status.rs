@@ -45,6 +45,20 @@ pub struct LaunchInfo {
     /// The RTI the launcher started for the program.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rti: Option<RtiProcess>,
+    /// In a program with hosts: this host, and where every federate runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<ProgramHosts>,
+}
+
+/// Where a program that spans hosts runs: `federates` lists every federate
+/// of the program (every host's), in the order of their ids (the RTI's
+/// numbering), with its host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramHosts {
+    /// The host this launcher runs.
+    pub host: String,
+    /// `(federate, host)` for each federate of the program.
+    pub federates: Vec<(String, String)>,
 }
 
 /// A program's `hprm-store`: its process and the socket clients connect to.
@@ -119,6 +133,10 @@ pub struct FederateStatus {
     /// reading once a period misses none), oldest first.
     #[serde(default)]
     pub timeline: Vec<RecentRun>,
+    /// What clock synchronization adds to this host's system clock to
+    /// read the RTI's (ns), when it runs (between hosts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ns: Option<i64>,
 }
 
 /// How many reactions a status lists in `busiest`.
@@ -322,6 +340,7 @@ impl Publisher {
                     connections,
                     reaction_names: board.reaction_names.get().cloned().unwrap_or_default(),
                     timeline: board.recent.since(runs_before, start),
+                    clock_offset_ns: clock.measured_offset(),
                 };
                 (runs_before, runs_last) = (runs_last, board.recent.count());
                 (last_in, last_out, last_at, last_reactions) = (msgs_in, msgs_out, now, reactions);
@@ -389,6 +408,29 @@ pub fn runtime_base() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
+/// The federates of `launch`'s program on other hosts; where this host runs
+/// the RTI, each with the RTI's view of it (its status file in `dir`; the
+/// RTI numbers federates in the order [`ProgramHosts::federates`] lists them).
+fn remote_federates(dir: &Path, launch: &LaunchInfo) -> Vec<RemoteFederate> {
+    let Some(hosts) = &launch.hosts else { return Vec::new() };
+    let rti = launch
+        .rti
+        .as_ref()
+        .and_then(|_| std::fs::read(dir.join(hprm_rti::figures::RTI_STATUS_FILE)).ok())
+        .and_then(|t| serde_json::from_slice::<hprm_rti::figures::RtiFigures>(&t).ok());
+    hosts
+        .federates
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, host))| *host != hosts.host)
+        .map(|(id, (name, host))| RemoteFederate {
+            name: name.clone(),
+            host: host.clone(),
+            rti: rti.as_ref().and_then(|r| r.federates.iter().find(|f| usize::from(f.id) == id).cloned()),
+        })
+        .collect()
+}
+
 /// Whether process `pid` exists.
 pub fn alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else { return false };
@@ -404,6 +446,19 @@ pub fn alive(pid: u32) -> bool {
 pub struct Running {
     pub launch: LaunchInfo,
     pub federates: Vec<FederateView>,
+    /// In a program with hosts: its federates on the other hosts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub elsewhere: Vec<RemoteFederate>,
+}
+
+/// A federate of a [`Running`] program on another host: what this host
+/// knows of it, the RTI's view where this host runs the RTI.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteFederate {
+    pub name: String,
+    pub host: String,
+    /// As the RTI sees it (its grants and tags), when the RTI runs here.
+    pub rti: Option<hprm_rti::figures::RtiFederate>,
 }
 
 /// One federate of a [`Running`] program.
@@ -442,7 +497,8 @@ pub fn scan(base: &Path) -> Vec<Running> {
                     FederateView { name: f.name.clone(), pid, alive: alive(pid), restarts: f.restarts, status }
                 })
                 .collect();
-            Some(Running { launch, federates })
+            let elsewhere = remote_federates(&dir, &launch);
+            Some(Running { launch, federates, elsewhere })
         })
         .collect();
     found.sort_by_key(|r| r.launch.started_ns);

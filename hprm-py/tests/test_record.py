@@ -192,3 +192,56 @@ def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hpr
         assert same(v, program_values(n, True)), f"message {n} differs"
     info = subprocess.run([str(hprm_cli), "bag", "info", str(out)], capture_output=True, text=True, env=env, timeout=60)
     assert info.returncode == 0 and "the file ends early" in info.stdout and f"messages:    {len(values)} (" in info.stdout, info.stdout
+
+
+def test_a_full_disk_ends_the_recording_cleanly(hprm_cli, env, program_values):
+    """A 16 MiB tmpfs holds values 0 (1 MB) and 1 (3 MB) but not value 2
+    (10 MB) with the room the recorder keeps for closing the file: the
+    recording is closed there, complete and readable, the rest counted as
+    lost, and the launch says so and fails; the program itself runs on."""
+    disk = Path(tempfile.mkdtemp(prefix="full-", dir="/tmp"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        disk.rmdir()
+        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        out = disk / "full.mcap"
+        r = launch(hprm_cli, env, out, 6, "10ms", 1, record_args=["--record-compression", "none"])
+        assert r.returncode == 1, r.stderr
+        assert "[sink] sink: got 6 values" in r.stderr, r.stderr
+        assert f"the recording {out} ended early: the disk is full (" in r.stderr, r.stderr
+        assert "closed at tag 0.020000000 s/0, complete and readable up to there" in r.stderr, r.stderr
+        assert "recorded 2 messages" in r.stderr and "LOST 4 (source.source.out: 4)" in r.stderr, r.stderr
+        summary, by_topic = read_back(out)
+        s = summary["hprm.summary"]
+        assert (s["messages"], s["lost"], s["complete"]) == ("2", "4", "false")
+        assert "the disk is full" in s["disk_full"]
+        got = [v for *_, v in by_topic["source.source.out"]]
+        assert len(got) == 2 and all(same(v, program_values(n, True)) for n, v in enumerate(got))
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+        disk.rmdir()
+
+
+@pytest.mark.parametrize("rotate", ["size=5m", "duration=25ms"])
+def test_a_recording_rotates_into_complete_files(hprm_cli, env, program_values, tmp_path, rotate):
+    """Values of 1, 3 and 10 MB every 10 ms: a part is full after its third
+    value either way (4 MB < 5 MB before it, 14 MB after; 20 ms < 25 ms
+    before, 30 ms after), so six values make two parts, each a complete
+    file with its own summary."""
+    out = tmp_path / "rot.mcap"
+    r = launch(hprm_cli, env, out, 6, "10ms", 1, record_args=["--record-rotate", rotate, "--record-compression", "none"])
+    assert r.returncode == 0, r.stderr
+    first, second = tmp_path / "rot-0000.mcap", tmp_path / "rot-0001.mcap"
+    assert "recorded 6 messages" in r.stderr and f"into 2 files, {first} to {second}: nothing lost" in r.stderr, r.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["rot-0000.mcap", "rot-0001.mcap"]
+    values = []
+    for n, part in enumerate((first, second)):
+        summary, by_topic = read_back(part)
+        s = summary["hprm.summary"]
+        assert (s["messages"], s["lost"], summary["hprm.run"]["part"]) == ("3", "0", str(n)), summary
+        values += [v for *_, v in by_topic["source.source.out"]]
+    assert "last.source" in summary["hprm.summary"], summary
+    assert len(values) == 6 and all(same(v, program_values(n, True)) for n, v in enumerate(values))
+    bad = launch(hprm_cli, env, tmp_path / "x.mcap", 1, record_args=["--record-rotate", "every=3"])
+    assert bad.returncode == 2 and 'expected size=SIZE (e.g. 512m) or duration=DURATION' in bad.stderr, bad.stderr

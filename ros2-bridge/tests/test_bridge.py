@@ -4,7 +4,7 @@ bridge binary.
 
 Needs the environment of ros2-bridge/setup-ros2.sh (sourced), the hprm
 package in the same Python, and the bridge built
-(ros2-bridge/target/release/hprm-ros2-bridge, or $HPRM_ROS2_BRIDGE).
+(target/release/hprm-ros2-bridge at the repository root, or $HPRM_ROS2_BRIDGE).
 """
 
 import os
@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 
 import samples  # noqa: E402
 
-BRIDGE = os.environ.get("HPRM_ROS2_BRIDGE") or os.path.join(HERE, "..", "target", "release", "hprm-ros2-bridge")
+BRIDGE = os.environ.get("HPRM_ROS2_BRIDGE") or os.path.join(HERE, "..", "..", "target", "release", "hprm-ros2-bridge")
 
 try:
     import rclpy  # noqa: F401

@@ -5,7 +5,8 @@
 //! `counter` examples of hprm-node, the daemons), which `cargo test` does
 //! not build as executables for this package (`--all-targets` builds bins
 //! as test harnesses). [`program`] finds one next to `hprm` and, when any is
-//! missing, builds them all once per test process in the test's profile.
+//! missing, builds them all once per test process in the test's profile
+//! (with every other bin and example of the workspace: see `build`).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -25,22 +26,10 @@ static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
 fn build() -> Result<(), String> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    cmd.args([
-        "build",
-        "-p",
-        "hprm-store",
-        "-p",
-        "hprm-rti",
-        "-p",
-        "hprm-examples",
-        "--bins",
-        "-p",
-        "hprm-node",
-        "--example",
-        "endless",
-        "--example",
-        "counter",
-    ]);
+    // Every bin and example of the workspace, not only those of PROGRAMS:
+    // packages selected alone unify other features of their dependencies,
+    // which would rebuild those dependencies a second time.
+    cmd.args(["build", "--workspace", "--bins", "--examples"]);
     if profile_dir().ends_with("release") {
         cmd.arg("--release");
     }

@@ -5,6 +5,7 @@ and a SHA-256 of what it got, which the test compares with what was sent
 and with a run of the same program on one host."""
 
 import hashlib
+import time
 
 import numpy as np
 
@@ -99,3 +100,37 @@ class Check(hprm.Reactor):
         a = self.inp.value
         ok = a.size == 256 << 10 and bool((a == a[0]).all())
         print(f"GOT {int(a[0])} t={ctx.elapsed} {'ok' if ok else 'BAD'}", flush=True)
+
+
+class Worker(hprm.Reactor):
+    """bank.toml's bank member: prints what it got, and sends back the
+    array XOR its member number + 1 (a value of its own, to the gatherer)."""
+
+    inp = hprm.Input()
+    out = hprm.Output()
+
+    @hprm.reaction(triggers="inp", effects="out")
+    def work(self, ctx):
+        v = self.inp.value
+        print(f"RECV worker[{self.bank_index}] t={ctx.elapsed} sha={digest(v)}", flush=True)
+        # Physical time as this federate reads it, against the true wall
+        # clock (Python's, which the test-only clock skew leaves alone).
+        print(f"CLOCK worker[{self.bank_index}] err_ns={ctx.physical_time - time.time_ns()}", flush=True)
+        ctx.set(self.out, worked(v, self.bank_index))
+
+
+def worked(v, member):
+    """What bank member `member` sends back for array `v`."""
+    return np.bitwise_xor(v, np.uint8(member + 1))
+
+
+class Gather(hprm.Reactor):
+    """bank.toml's gatherer: one line per channel of its multiport."""
+
+    ins = hprm.Input(width=4)
+
+    @hprm.reaction(triggers="ins")
+    def gather(self, ctx):
+        for i in range(len(self.ins)):
+            if self.ins[i].is_present:
+                print(f"RECV gather[{i}] t={ctx.elapsed} sha={digest(self.ins[i].value)}", flush=True)

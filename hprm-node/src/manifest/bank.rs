@@ -156,6 +156,16 @@ impl Manifest {
                     Some(_) => {}
                 }
             }
+            let hosts_problem = match (f.width, f.placement.unwrap_or_default(), &f.host) {
+                _ if f.hosts.is_empty() => None,
+                (None, ..) => Some(format!("federate {}: hosts spreads a bank's members over hosts, but the federate is not a bank; add width = N, or write host = \"...\" for one host", f.name)),
+                (Some(_), Placement::Threads, _) => Some(format!("bank {}: hosts spreads members over hosts, but placement = \"threads\" runs them all in one process; use placement = \"processes\", or host = \"...\"", f.name)),
+                (Some(_), _, Some(h)) => Some(format!("bank {}: both host = {h:?} and hosts are set; keep one (host puts every member on one host)", f.name)),
+                _ => None,
+            };
+            if let Some(message) = hosts_problem {
+                problems.push(Problem { location: at, field: Some(Field::Key("hosts")), message });
+            }
             let Some(width) = f.width else {
                 if f.placement.is_some() {
                     problems.push(Problem {
@@ -206,7 +216,14 @@ impl Manifest {
                         r
                     })
                     .collect();
-                FederateSpec { name, width: None, placement: None, reactors, ..f.clone() }
+                // Round robin over `hosts` (invariant: every member of a
+                // spread bank names its host, so the plain form needs no
+                // notion of spreading).
+                let host = match f.hosts.is_empty() {
+                    true => f.host.clone(),
+                    false => f.hosts.get(i as usize % f.hosts.len()).cloned(),
+                };
+                FederateSpec { name, width: None, placement: None, host, hosts: Vec::new(), reactors, ..f.clone() }
             };
             match f.placement.unwrap_or_default() {
                 Placement::Processes => {
@@ -454,6 +471,37 @@ mod tests {
         assert!(p
             .iter()
             .any(|p| p.location == Location::Federate { index: 0 } && p.message.contains("bank cam has width 0")));
+    }
+
+    #[test]
+    fn a_process_bank_spreads_its_members_over_hosts() {
+        use crate::manifest::HostSpec;
+        let mut m = cameras(Placement::Processes);
+        m.hosts = ["a", "b"].map(|h| HostSpec { name: h.into(), address: "10.0.0.1".into(), link: None }).to_vec();
+        m.federates[1].host = Some("a".into());
+        // Round robin: a list shorter than the bank repeats.
+        m.federates[0].hosts = vec!["a".into(), "b".into()];
+        let hosts = |m: &Manifest| m.expanded().federates.iter().map(|f| f.host.clone().unwrap()).collect::<Vec<_>>();
+        assert_eq!(hosts(&m), ["a", "b", "a", "a"]);
+        assert_eq!(m.check(), vec![]);
+        // Explicit: one host per member.
+        m.federates[0].hosts = vec!["b".into(), "b".into(), "a".into()];
+        assert_eq!(hosts(&m), ["b", "b", "a", "a"]);
+        // A host the program has not: reported once, at the bank.
+        m.federates[0].hosts = vec!["a".into(), "c".into()];
+        let p = m.check();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].location, Location::Federate { index: 0 });
+        assert!(p[0].message.contains("runs on host \"c\", which is not one of the program's hosts (a, b)"), "{p:?}");
+        // Threads share one process; host and hosts contradict; not a bank.
+        m.federates[0].hosts = vec!["a".into(), "b".into()];
+        m.federates[0].placement = Some(Placement::Threads);
+        assert!(m.check().iter().any(|p| p.message.contains("placement = \"threads\" runs them all in one process")));
+        m.federates[0].placement = None;
+        m.federates[0].host = Some("a".into());
+        assert!(m.check().iter().any(|p| p.message.contains("both host = \"a\" and hosts are set")));
+        m.federates[1].hosts = vec!["a".into()];
+        assert!(m.check().iter().any(|p| p.message.contains("federate fusion: hosts spreads a bank's members")));
     }
 
     #[test]

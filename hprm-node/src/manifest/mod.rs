@@ -139,6 +139,10 @@ pub struct FederateSpec {
     /// The host it runs on (a `[[host]]`'s name), in a program with hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// A process bank's hosts: member `i` runs on `hosts[i % len]` (round
+    /// robin; a list as long as the bank places each member explicitly).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
     /// A real-time priority (1-99) for its reactions' threads (see
     /// [`crate::realtime`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -210,6 +210,20 @@ class Bank:
             f.restart_on_failure(max_restarts)
         return self
 
+    def on(self, hosts: str | list[str]) -> Bank:
+        """Spreads a process bank's members over hosts (``Program.host``'s):
+        member ``i`` runs on ``hosts[i % len(hosts)]`` (round robin; a list
+        as long as the bank places each member), or all on one host."""
+        if isinstance(hosts, str):
+            hosts = [hosts]
+        if not hosts or not all(isinstance(h, str) for h in hosts):
+            raise ValueError(f"bank {self.name}: hosts is a host name or a non-empty list of them, not {hosts!r}")
+        if self.placement != "processes" and len(set(hosts)) > 1:
+            raise ValueError(f"bank {self.name}: its placement {self.placement!r} runs every member in one process, which cannot span hosts; use placement=\"processes\"")
+        for i, f in enumerate(self.federates):
+            f.on(hosts[i % len(hosts)])
+        return self
+
     def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Bank:
         """``Federate.realtime`` for the bank's federates (each member's
         process, or the one federate of a thread bank)."""
@@ -283,6 +297,7 @@ class Program:
         *args: Any,
         placement: str = "processes",
         member_args: list[dict[str, Any]] | Callable[[int], dict[str, Any]] | None = None,
+        hosts: str | list[str] | None = None,
         **kwargs: Any,
     ) -> Bank:
         """Adds a bank: ``width`` reactors of class ``cls`` (LF's
@@ -296,7 +311,10 @@ class Program:
         each (isolation, restart of one member); or "threads", all in one
         federate ``name`` (reactions on the runtime's worker threads,
         values between them passed by reference). The graph is the one a
-        program writing the members out by hand has."""
+        program writing the members out by hand has.
+
+        ``hosts``: in a program with hosts, where the members run
+        (``Bank.on``: round robin over the list, or one host per member)."""
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise ValueError(f"bank {name} has width {width!r}; a bank needs at least one member (width >= 1)")
         if placement not in ("processes", "threads"):
@@ -324,7 +342,8 @@ class Program:
             r = self._add_reactor(fed, member, cls, args, {**kwargs, **extra(i)}, bank=(i, width))
             fed.reactors.append(r)
             members.append(r)
-        return Bank(self, name, placement, members, federates)
+        bank = Bank(self, name, placement, members, federates)
+        return bank if hosts is None else bank.on(hosts)
 
     def _add_reactor(
         self,

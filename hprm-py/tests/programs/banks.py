@@ -198,14 +198,24 @@ class Flaky(hprm.Reactor):
             open(marker, "w").close()
             print("member 1 dies", file=sys.stderr, flush=True)
             os._exit(9)
-        if self.k > 12:
+        # A bound for a restart that never comes; Count stops the program.
+        if self.k > 300:
             ctx.request_stop()
             return
         ctx.set(self.out, (ctx.bank_index, self.k))
 
 
 class Count(hprm.Reactor):
+    """Stops the program once member 1 has come back and sent twice.
+
+    (Stopping at a fixed tick instead would race the restart: a loaded
+    machine takes longer than a few ticks to start a Python process.)
+    """
+
     ins = hprm.Input(width=3)
+
+    def __init__(self):
+        self.member1 = []
 
     @hprm.reaction(triggers="ins")
     def count(self, ctx):
@@ -213,6 +223,10 @@ class Count(hprm.Reactor):
             if self.ins[i].is_present:
                 m, k = self.ins[i].value
                 print(f"got member={m} k={k}", file=sys.stderr, flush=True)
+                if m == 1:
+                    self.member1.append(k)
+        if self.member1.count(1) == 2 and self.member1[-1] >= 2:
+            ctx.request_stop()
 
 
 class Beacon(hprm.Reactor):

@@ -1,0 +1,182 @@
+"""Replay (`hprm replay FILE.mcap PROGRAM`) with real processes: a recorded
+program's federates, run again on the recorded inputs, send exactly what
+they sent (`--check` prints `identical`); a changed reaction is caught at
+its first difference, with the tag and the port; a program mixing Python
+and Rust federates replays the same; bad input gets one clear error."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcap", reason="recordings are read back with the `mcap` package (pip install mcap)")
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = Path(__file__).parent / "programs" / "replayed.py"
+COUNT = 5
+
+
+@pytest.fixture(scope="module")
+def hprm_cli(daemons_built):
+    exe = Path(daemons_built) / "hprm"
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: build it with `cargo build -p hprm-cli` (test-all.sh does)")
+    return exe
+
+
+def environment(**extra):
+    # A short runtime directory: socket paths have a length limit.
+    runtime = tempfile.mkdtemp(prefix="rpl-", dir="/tmp")
+    return dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime, HPRM_PYTHON=sys.executable, **extra)
+
+
+def hprm(exe, *args, env=None, timeout=120):
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env or environment())
+
+
+@pytest.fixture(scope="module")
+def recording(hprm_cli, tmp_path_factory):
+    out = tmp_path_factory.mktemp("replay") / "run.mcap"
+    r = hprm(hprm_cli, "launch", "--fast", "--record", out, PROGRAM, COUNT)
+    assert r.returncode == 0, r.stderr
+    assert "nothing lost" in r.stderr and f"sink: {COUNT} results, {COUNT} acks" in r.stderr, r.stderr
+    return out
+
+
+def summary_line(r):
+    lines = [l for l in r.stdout.splitlines() if l.startswith("replay:")]
+    assert len(lines) == 1, (r.stdout, r.stderr)
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("federates", "expected"),
+    [
+        # Default: every federate that received a recorded message (worker and
+        # sink); the worker's results and acks are compared, 2 per value.
+        ((), f"replay: federates=2 messages={2 * COUNT} identical"),
+        (("source",), f"replay: federates=1 messages={COUNT} identical"),
+        (("worker",), f"replay: federates=1 messages={2 * COUNT} identical"),
+        # At the recorded speed (50 ms of logical time): the same.
+        (("worker", "--realtime"), f"replay: federates=1 messages={2 * COUNT} identical"),
+    ],
+)
+def test_each_federate_replays_identical(hprm_cli, recording, federates, expected):
+    flags = [a for f in federates for a in (("--federate", f) if not f.startswith("--") else (f,))]
+    r = hprm(hprm_cli, "replay", recording, PROGRAM, *flags, "--check", COUNT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert summary_line(r) == expected
+    if not federates:
+        # The sink, fed by the recording alone, saw everything it saw live.
+        assert f"sink: {COUNT} results, {COUNT} acks" in r.stderr, r.stderr
+
+
+def test_a_changed_reaction_is_caught_at_its_first_difference(hprm_cli, recording):
+    r = hprm(hprm_cli, "replay", recording, PROGRAM, "--federate", "worker", "--check", COUNT, env=environment(REPLAY_CHANGE="3"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = summary_line(r)
+    # Value 3 is sent at 30 ms; the sum is one more than recorded.
+    assert line.startswith('replay: first difference at tag 0.030000000 s/0 on worker.worker.out: ["sum"]: recorded '), line
+    recorded, replayed = line.split("recorded ")[1].split(", replayed ")
+    assert int(replayed) == int(recorded) + 1, line
+    # Left out of the comparison, the changed field makes no difference.
+    r = hprm(hprm_cli, "replay", recording, PROGRAM, "--federate", "worker", "--check", "--ignore", "sum", COUNT, env=environment(REPLAY_CHANGE="3"))
+    assert r.returncode == 0 and summary_line(r) == f"replay: federates=1 messages={2 * COUNT} identical", r.stdout + r.stderr
+
+
+def test_only_the_window_and_topics_asked_for_are_delivered(hprm_cli, recording):
+    # Values 1 and 2 (10 and 20 ms) only: the sink gets their results.
+    r = hprm(hprm_cli, "replay", recording, PROGRAM, "--federate", "worker", "--federate", "sink", "--from", "10ms", "--to", "25ms", COUNT)
+    assert r.returncode == 0, r.stderr
+    assert "sink: 2 results, 2 acks" in r.stderr, r.stderr
+    # The worker's acknowledgements only: the sink gets no result.
+    r = hprm(hprm_cli, "replay", recording, PROGRAM, "--federate", "sink", "--topics", "worker.ack", COUNT)
+    assert r.returncode == 0 and f"sink: 0 results, {COUNT} acks" in r.stderr, r.stderr
+    bad = hprm(hprm_cli, "replay", recording, PROGRAM, "--topics", "source.nothing", COUNT)
+    assert bad.returncode == 2 and '--topics "source.nothing": the recording has no such connection' in bad.stderr, bad.stderr
+
+
+def test_bad_input_gets_one_clear_error(hprm_cli, recording, tmp_path):
+    def error(*args):
+        r = hprm(hprm_cli, "replay", *args)
+        assert r.returncode == 2, r.stdout + r.stderr
+        errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+        assert len(errors) == 1, r.stderr
+        return errors[0]
+
+    assert "cannot open the recording" in error(tmp_path / "missing.mcap", PROGRAM)
+    text = tmp_path / "notes.mcap"
+    text.write_text("not a recording\n")
+    assert "not an MCAP file" in error(text, PROGRAM)
+    foreign = tmp_path / "foreign.mcap"
+    from mcap.writer import Writer
+
+    with open(foreign, "wb") as f:
+        w = Writer(f)
+        w.start()
+        w.finish()
+    assert "not an HPRM recording" in error(foreign, PROGRAM)
+    e = error(recording, PROGRAM, "--federate", "planner", COUNT)
+    assert "--federate planner: the recorded program replayed has no such federate; its federates are source, worker, sink" in e, e
+    other = ROOT / "hprm-py" / "tests" / "programs" / "recorded.py"
+    assert "does not have the recorded program's graph" in error(recording, other, 3)
+
+
+def test_a_rust_federate_replays_identical(hprm_cli, daemons_built, tmp_path):
+    """examples/python/mixed.py: a Python source, the Rust doubler
+    (examples/src/bin/mixed-doubler.rs), a Python sink; as a manifest, so
+    that `hprm launch` runs the doubler's binary."""
+    doubler = Path(daemons_built) / "mixed-doubler"
+    if not doubler.exists():
+        subprocess.run(["cargo", "build", "--locked", "-p", "hprm-examples", "--bin", "mixed-doubler"], cwd=ROOT, check=True)
+        doubler = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "mixed-doubler"
+    mixed = ROOT / "examples" / "python" / "mixed.py"
+    manifest = tmp_path / "mixed.toml"
+    manifest.write_text(
+        f"""name = "mixed"
+coordination = "centralized"
+timeout = "30ms"
+
+[[federate]]
+name = "source"
+module = "{mixed}"
+  [[federate.reactor]]
+  name = "source"
+  class = "Source"
+  outputs = ["out"]
+
+[[federate]]
+name = "doubler"
+command = ["{doubler}"]
+  [[federate.reactor]]
+  name = "doubler"
+  inputs = ["inp"]
+  outputs = ["out"]
+
+[[federate]]
+name = "sink"
+module = "{mixed}"
+  [[federate.reactor]]
+  name = "sink"
+  class = "Sink"
+  inputs = ["inp"]
+
+[[connection]]
+from = "source.out"
+to = "doubler.inp"
+
+[[connection]]
+from = "doubler.out"
+to = "sink.inp"
+"""
+    )
+    out = tmp_path / "mixed.mcap"
+    r = hprm(hprm_cli, "launch", "--fast", "--record", out, manifest)
+    assert r.returncode == 0 and "nothing lost" in r.stderr, r.stderr
+    assert "[sink] sink: n=8 data=float64[16384] all=8.0 shared=True" in r.stderr, r.stderr
+    r = hprm(hprm_cli, "replay", out, manifest, "--federate", "doubler", "--check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert summary_line(r) == "replay: federates=1 messages=4 identical"
