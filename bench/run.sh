@@ -155,12 +155,15 @@ fi
 
 if has hosts; then
     step "hprm-link (release; its own Cargo project: Zenoh, a few minutes the first time)"
-    if cargo build --locked --release --quiet --manifest-path "$root/hprm-link/Cargo.toml"; then
+    # Into the workspace's target directory, as hprm-link/test.sh does: the
+    # dependencies it shares with the daemons are built once.
+    link_target=${CARGO_TARGET_DIR:-$root/target}
+    if CARGO_TARGET_DIR=$link_target cargo build --locked --release --quiet --manifest-path "$root/hprm-link/Cargo.toml"; then
         step "across hosts: bench/hosts/hosts_bench.py $mode (HPRM, the TCP and Zenoh floors, dora-rs, ROS 2, interleaved)"
         hosts_args=(--out "$results")
         [ "$mode" = --quick ] && hosts_args+=(--quick)
         [ -n "$skip" ] && hosts_args+=(--skip "$skip")
-        if ! PATH="$PATH:${CARGO_TARGET_DIR:-$root/hprm-link/target}/release" "$py" "$bench_dir/hosts/hosts_bench.py" "${hosts_args[@]}"; then
+        if ! PATH="$PATH:$link_target/release" "$py" "$bench_dir/hosts/hosts_bench.py" "${hosts_args[@]}"; then
             warn "the hosts benchmark failed (see above)"
             hosts_failed=1
         fi
