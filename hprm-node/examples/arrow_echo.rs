@@ -30,7 +30,12 @@ fn inside_stream(arrow: &Arrow) -> bool {
         let mut stack = vec![column.to_data()];
         while let Some(data) = stack.pop() {
             let nulls = data.nulls().map(|n| n.buffer());
-            if !data.buffers().iter().chain(nulls).all(|b| start <= b.as_ptr() as usize && b.as_ptr() as usize + b.len() <= end) {
+            if !data
+                .buffers()
+                .iter()
+                .chain(nulls)
+                .all(|b| start <= b.as_ptr() as usize && b.as_ptr() as usize + b.len() <= end)
+            {
                 return false;
             }
             stack.extend(data.child_data().iter().cloned());

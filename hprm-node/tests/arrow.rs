@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use arrow_array::builder::{Int32Builder, ListBuilder};
 use arrow_array::types::Int32Type;
-use arrow_array::{
-    Array, ArrayRef, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
-};
+use arrow_array::{Array, ArrayRef, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Fields, Schema};
 use hprm_node::payload::{
     Arrow, ArrowKind, Buffer, Decoder, Encoder, PayloadError, StoreLink, DEFAULT_GET_TIMEOUT, DEFAULT_THRESHOLD,
@@ -26,7 +24,13 @@ use support::{eventually, StoreDaemon};
 /// column, nulls, and a NaN with a payload (compared bit for bit).
 fn batch(rows: usize) -> RecordBatch {
     let id: ArrayRef = Arc::new(Int64Array::from_iter((0..rows as i64).map(|i| (i % 7 != 3).then_some(i * 31))));
-    let x = Float64Array::from_iter_values((0..rows).map(|i| if i == 1 { f64::from_bits(0x7ff8_dead_beef_0001) } else { i as f64 / 3.0 }));
+    let x = Float64Array::from_iter_values((0..rows).map(|i| {
+        if i == 1 {
+            f64::from_bits(0x7ff8_dead_beef_0001)
+        } else {
+            i as f64 / 3.0
+        }
+    }));
     let name = StringArray::from_iter_values((0..rows).map(|i| format!("pose-{i}")));
     let pose: ArrayRef = Arc::new(StructArray::new(
         Fields::from(vec![Field::new("x", DataType::Float64, false), Field::new("name", DataType::Utf8, false)]),
@@ -175,10 +179,10 @@ fn tables_arrays_and_small_values_round_trip_inline_and_stored() {
 fn batches_of_another_schema_and_bad_streams_are_refused() {
     let store = StoreDaemon::start("64M");
     let (encoder, decoder) = codec(&store);
-    let err = Arrow::from_batches(batch(2).schema(), vec![Arrow::from_array(Arc::new(Int64Array::from(vec![1])))
-        .expect("array")
-        .into_batches()
-        .remove(0)])
+    let err = Arrow::from_batches(
+        batch(2).schema(),
+        vec![Arrow::from_array(Arc::new(Int64Array::from(vec![1]))).expect("array").into_batches().remove(0)],
+    )
     .unwrap_err();
     assert!(matches!(err, PayloadError::Arrow { .. }), "{err}");
 

@@ -106,7 +106,7 @@ impl Arrow {
     /// receiver gets a `pyarrow.Array`).
     pub fn from_array(array: ArrayRef) -> Result<Arrow, PayloadError> {
         let schema = Arc::new(Schema::new(vec![Field::new("values", array.data_type().clone(), true)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![array]).map_err(arrow_error)?;
+        let batch = RecordBatch::try_new(schema.clone(), vec![array]).map_err(write_error)?;
         Ok(Arrow { kind: ArrowKind::Array, schema, batches: vec![batch], stream: None })
     }
 
@@ -116,7 +116,7 @@ impl Arrow {
     pub fn from_stream(stream: Buffer) -> Result<Arrow, PayloadError> {
         let bytes = stream.bytes();
         let Some(ptr) = NonNull::new(bytes.as_ptr().cast_mut()) else {
-            return Err(PayloadError::Arrow { detail: "an empty stream (no schema)".into() });
+            return Err(read_error(ArrowError::IpcError("an empty stream (no schema)".into())));
         };
         // SAFETY: the bytes are valid for `len` and never written while a
         // `Buffer` over them lives (received store objects are sealed and
@@ -130,14 +130,14 @@ impl Arrow {
         let mut decoder = StreamDecoder::new();
         let mut batches = Vec::new();
         while !all.is_empty() {
-            if let Some(batch) = decoder.decode(&mut all).map_err(arrow_error)? {
+            if let Some(batch) = decoder.decode(&mut all).map_err(read_error)? {
                 batches.push(batch);
             }
         }
-        decoder.finish().map_err(arrow_error)?;
+        decoder.finish().map_err(read_error)?;
         // The schema message alone (this decoder does not expose it; a
         // stream of no batch has nothing else).
-        let sent = StreamReader::try_new(stream.bytes(), None).map_err(arrow_error)?.schema();
+        let sent = StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema();
         let mut metadata = sent.metadata().clone();
         let kind = ArrowKind::parse(metadata.remove(KIND_KEY).as_deref());
         let schema = Arc::new(Schema::new_with_metadata(sent.fields().clone(), metadata));
@@ -146,7 +146,7 @@ impl Arrow {
             .into_iter()
             .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(arrow_error)?;
+            .map_err(read_error)?;
         Ok(Arrow { kind, schema, batches, stream: Some(stream) })
     }
 
@@ -184,11 +184,11 @@ impl Arrow {
         metadata.insert(KIND_KEY.into(), self.kind.as_str().into());
         let schema = Arc::new(Schema::new_with_metadata(self.schema.fields().clone(), metadata));
         let mut counted = Counted { inner: out, written: 0 };
-        let mut writer = StreamWriter::try_new(&mut counted, &schema).map_err(arrow_error)?;
+        let mut writer = StreamWriter::try_new(&mut counted, &schema).map_err(write_error)?;
         for batch in with_schema(self.batches.clone(), &schema)? {
-            writer.write(&batch).map_err(arrow_error)?;
+            writer.write(&batch).map_err(write_error)?;
         }
-        writer.finish().map_err(arrow_error)?;
+        writer.finish().map_err(write_error)?;
         drop(writer);
         Ok(counted.written)
     }
@@ -196,11 +196,19 @@ impl Arrow {
 
 /// The batches under `schema` (Arc clones; fails if one's columns differ).
 fn with_schema(batches: Vec<RecordBatch>, schema: &SchemaRef) -> Result<Vec<RecordBatch>, PayloadError> {
-    batches.into_iter().map(|b| b.with_schema(schema.clone())).collect::<Result<_, _>>().map_err(arrow_error)
+    batches.into_iter().map(|b| b.with_schema(schema.clone())).collect::<Result<_, _>>().map_err(write_error)
 }
 
-fn arrow_error(e: ArrowError) -> PayloadError {
-    PayloadError::Arrow { detail: e.to_string() }
+fn read_error(e: ArrowError) -> PayloadError {
+    PayloadError::Arrow {
+        detail: format!(
+            "cannot read it ({e}); the sender must write one schema then record batches (pyarrow.ipc.new_stream)"
+        ),
+    }
+}
+
+fn write_error(e: ArrowError) -> PayloadError {
+    PayloadError::Arrow { detail: format!("cannot write it: {e}") }
 }
 
 /// A writer counting what goes through it.

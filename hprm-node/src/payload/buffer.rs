@@ -321,10 +321,7 @@ impl View<'_> {
             return ReadableRef { dtype: self.dtype.as_str(), shape: self.shape, data: self.bytes }.serialize(s);
         }
         let data = encoder::place(self).map_err(serde::ser::Error::custom)?;
-        s.serialize_newtype_struct(
-            rmp_serde::MSGPACK_EXT_STRUCT_NAME,
-            &(ext, serde_bytes::Bytes::new(&data)),
-        )
+        s.serialize_newtype_struct(rmp_serde::MSGPACK_EXT_STRUCT_NAME, &(ext, serde_bytes::Bytes::new(&data)))
     }
 }
 

@@ -124,7 +124,9 @@ pub enum PayloadError {
     TooLargeInline { nbytes: usize },
     /// An Arrow IPC stream (ext 5) that the arrow crates cannot read or
     /// write (the `arrow` feature).
-    #[error("Arrow IPC stream: {detail}; the sender must write one schema then record batches (pyarrow.ipc.new_stream)")]
+    #[error(
+        "Arrow IPC stream: {detail}; the sender must write one schema then record batches (pyarrow.ipc.new_stream)"
+    )]
     Arrow { detail: String },
 }
 
