@@ -311,14 +311,17 @@ struct Readable {
 
 impl View<'_> {
     pub(crate) fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.serialize_as(super::EXT_BUFFER, s)
+    }
+
+    /// Serializes the buffer as extension type `ext` (one of the buffer
+    /// types, whose data is a buffer descriptor).
+    pub(crate) fn serialize_as<S: Serializer>(&self, ext: i8, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
             return ReadableRef { dtype: self.dtype.as_str(), shape: self.shape, data: self.bytes }.serialize(s);
         }
-        let ext = encoder::place(self).map_err(serde::ser::Error::custom)?;
-        s.serialize_newtype_struct(
-            rmp_serde::MSGPACK_EXT_STRUCT_NAME,
-            &(super::EXT_BUFFER, serde_bytes::Bytes::new(&ext)),
-        )
+        let data = encoder::place(self).map_err(serde::ser::Error::custom)?;
+        s.serialize_newtype_struct(rmp_serde::MSGPACK_EXT_STRUCT_NAME, &(ext, serde_bytes::Bytes::new(&data)))
     }
 }
 

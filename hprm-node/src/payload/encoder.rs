@@ -249,21 +249,36 @@ impl Context {
         if nbytes < self.threshold {
             return Ok(LocationRef::Inline(view.bytes));
         }
+        let (id, at) = self.store_new(nbytes, |data| {
+            data.copy_from_slice(view.bytes);
+            Ok(())
+        })?;
+        if let Some(data) = view.data {
+            self.placed.push((data.clone(), id, at));
+        }
+        Ok(LocationRef::Store(id, Some(at)))
+    }
+
+    /// Creates an object of `nbytes` for this message and has `fill` write
+    /// all of its bytes (sealed with the rest of the message).
+    fn store_new(
+        &mut self,
+        nbytes: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), PayloadError>,
+    ) -> Result<(ObjectId, At), PayloadError> {
         let store = self.store.clone();
         let client = store.client()?.ok_or(PayloadError::NoStoreForBuffer { nbytes, threshold: self.threshold })?;
         let started = crate::trace::tracer().map(|t| t.now());
         let mut object = self.create(&client, nbytes as u64, self.deliveries)?;
-        object.data_mut().copy_from_slice(view.bytes);
+        // On failure the object is dropped unsealed: aborted.
+        fill(object.data_mut())?;
         let id = object.id();
         let at = At::of_mut(&object);
         if let (Some(t), Some(s)) = (crate::trace::tracer(), started) {
             t.put(id, nbytes as u64, s);
         }
         self.unsealed.push(object);
-        if let Some(data) = view.data {
-            self.placed.push((data.clone(), id, at));
-        }
-        Ok(LocationRef::Store(id, Some(at)))
+        Ok((id, at))
     }
 
     /// Seals every object of the message. Seal is one-way (it fails only
@@ -318,16 +333,7 @@ thread_local! {
 /// in the store per the policy. Outside an encode (or if its context is
 /// busy, which cannot happen as nothing re-enters it), inline.
 pub(crate) fn place(view: &View<'_>) -> Result<Vec<u8>, PayloadError> {
-    let location = CONTEXT.with(|c| {
-        let Ok(mut slot) = c.try_borrow_mut() else { return Ok(LocationRef::Inline(view.bytes)) };
-        let Some(context) = slot.as_mut() else { return Ok(LocationRef::Inline(view.bytes)) };
-        context.place(view).map_err(|e| {
-            let text = e.to_string();
-            // Keep the first typed error; serde carries only text.
-            context.error.get_or_insert(e);
-            PayloadError::Serialize { message: text }
-        })
-    })?;
+    let location = in_context(|context| context.place(view)).unwrap_or(Ok(LocationRef::Inline(view.bytes)))?;
     let descriptor = DescriptorRef {
         dtype: view.dtype.clone(),
         shape: view.shape.to_vec(),
@@ -335,6 +341,62 @@ pub(crate) fn place(view: &View<'_>) -> Result<Vec<u8>, PayloadError> {
         nbytes: view.bytes.len() as u64,
         location,
     };
+    descriptor.check()?;
+    Ok(descriptor.encode())
+}
+
+/// Runs `f` on the current encode's context: `None` outside an encode (or
+/// if its context is busy, which cannot happen as nothing re-enters it).
+/// An error is kept typed in the context (serde carries only text).
+fn in_context<T>(f: impl FnOnce(&mut Context) -> Result<T, PayloadError>) -> Option<Result<T, PayloadError>> {
+    CONTEXT.with(|c| {
+        let mut slot = c.try_borrow_mut().ok()?;
+        let context = slot.as_mut()?;
+        Some(f(context).map_err(|e| {
+            let text = e.to_string();
+            context.error.get_or_insert(e);
+            PayloadError::Serialize { message: text }
+        }))
+    })
+}
+
+/// The ext data of a one-dimensional `|u1` buffer of `nbytes` that `fill`
+/// writes (all of them) where it will travel: straight into a new store
+/// object of the current encode at or over its threshold (no copy of its
+/// own), else into inline bytes. For values serialized by writers of their
+/// own (an Arrow IPC stream), measured first.
+#[cfg_attr(not(feature = "arrow"), allow(dead_code))]
+pub(crate) fn place_written(
+    nbytes: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), PayloadError>,
+) -> Result<Vec<u8>, PayloadError> {
+    let mut fill = Some(fill);
+    let stored = in_context(|context| {
+        if nbytes < context.threshold {
+            return Ok(None);
+        }
+        match fill.take() {
+            Some(fill) => context.store_new(nbytes, fill).map(Some),
+            None => Ok(None),
+        }
+    })
+    .unwrap_or(Ok(None))?;
+    let inline = match (stored, fill) {
+        (Some(_), _) => Vec::new(),
+        (None, Some(fill)) => {
+            let mut inline = vec![0; nbytes];
+            fill(&mut inline)?;
+            inline
+        }
+        (None, None) => return Err(PayloadError::Serialize { message: "a buffer was written twice".into() }),
+    };
+    let location = match stored {
+        Some((id, at)) => LocationRef::Store(id, Some(at)),
+        None => LocationRef::Inline(&inline),
+    };
+    let shape = [nbytes];
+    let descriptor =
+        DescriptorRef { dtype: Dtype::U8, shape: shape.to_vec(), strides: None, nbytes: nbytes as u64, location };
     descriptor.check()?;
     Ok(descriptor.encode())
 }

@@ -122,6 +122,12 @@ pub enum PayloadError {
     /// most 4 GiB).
     #[error("a {nbytes}-byte buffer cannot travel inline (MessagePack limits it to 4 GiB); send it through an Encoder with a store")]
     TooLargeInline { nbytes: usize },
+    /// An Arrow IPC stream (ext 5) that the arrow crates cannot read or
+    /// write (the `arrow` feature).
+    #[error(
+        "Arrow IPC stream: {detail}; the sender must write one schema then record batches (pyarrow.ipc.new_stream)"
+    )]
+    Arrow { detail: String },
 }
 
 impl PayloadError {

@@ -27,6 +27,8 @@
 //!   itself and applies the same policy through [`EncodeSession`]
 //!   ([`Encoder::session`]) and [`Decoder::take_spilled`],
 //!   [`Decoder::references`] and [`Decoder::take`].
+//! - `Arrow` (the `arrow` feature): Arrow record batches (ext 5),
+//!   zero-copy over store memory.
 //! - [`PayloadError`]: every failure, as a sentence saying what to do.
 //!
 //! ```no_run
@@ -132,7 +134,11 @@
 //! `hprm.kind` says what the sender had: `table`, `batch`, `array` (one
 //! column named `values`) or `chunked` (the same, a chunked array).
 //! Python receivers get that pyarrow object back over the received bytes
-//! (zero-copy when stored); Rust reads the stream's bytes as a [`Buffer`].
+//! (zero-copy when stored). Rust reads the stream's bytes as a [`Buffer`],
+//! or, with the `arrow` feature, as `Arrow`: record batches whose buffers
+//! are slices of the store object (zero-copy), pinning it until the last
+//! is dropped; an `Arrow` is written as one IPC stream straight into its
+//! store object.
 //!
 //! **Ext type 6, torch tensor.** Exactly the data of ext 1 (any plain
 //! dtype, the tensor's shape, C-contiguous): a Python `torch.Tensor` whose
@@ -173,6 +179,8 @@
 //! reported late. Any extension type other than 1–6 belongs to the
 //! value's own types and is left to them.
 
+#[cfg(feature = "arrow")]
+mod arrow;
 mod buffer;
 #[doc(hidden)]
 pub mod conformance;
@@ -189,6 +197,8 @@ mod store;
 
 use std::time::Duration;
 
+#[cfg(feature = "arrow")]
+pub use arrow::{Arrow, ArrowKind, KIND_KEY};
 pub use buffer::Buffer;
 pub(crate) use decoder::taken_bytes;
 pub use decoder::Decoder;

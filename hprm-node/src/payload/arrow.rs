@@ -1,0 +1,263 @@
+//! [`Arrow`]: Arrow record batches as a port value (ext 5, an Arrow IPC
+//! stream), zero-copy over store memory; the `arrow` feature.
+//!
+//! Reading: the stream is a [`Buffer`] (a view of the store object when it
+//! came out-of-band); every Arrow buffer of the batches is a slice of one
+//! `arrow_buffer::Buffer` over those bytes, whose owner holds the
+//! [`Buffer`], so the store object stays pinned until the last Arrow
+//! buffer (of any batch, column or slice) is dropped, and is released then.
+//!
+//! Writing: the stream is measured first (written to a counter), then
+//! written straight into its store object (or inline bytes under the
+//! threshold): the batches' buffers are copied once, into the store. An
+//! [`Arrow`] received and sent on unchanged travels by reference (the same
+//! object, no copy), as a [`Buffer`] does.
+
+use std::io::Write;
+use std::panic::AssertUnwindSafe;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_ipc::reader::{StreamDecoder, StreamReader};
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{encoder, Buffer, PayloadError, EXT_ARROW};
+
+/// The schema metadata key saying what the sender had (the wire format's
+/// ext 5; the Python SDK writes and reads it too).
+pub const KIND_KEY: &str = "hprm.kind";
+
+/// What an Arrow value was on the sending side, so that a Python receiver
+/// gets the same pyarrow type back (schema metadata `hprm.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrowKind {
+    /// A `pyarrow.Table`: any number of batches (also a stream without the key).
+    Table,
+    /// A `pyarrow.RecordBatch`: one batch.
+    Batch,
+    /// A `pyarrow.Array`: one batch of one column named `values`.
+    Array,
+    /// A `pyarrow.ChunkedArray`: batches of one column named `values`.
+    Chunked,
+}
+
+impl ArrowKind {
+    /// The metadata value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArrowKind::Table => "table",
+            ArrowKind::Batch => "batch",
+            ArrowKind::Array => "array",
+            ArrowKind::Chunked => "chunked",
+        }
+    }
+
+    /// The kind a metadata value names; a stream without one (or with one
+    /// unknown) is a table, as Python reads it.
+    fn parse(text: Option<&str>) -> ArrowKind {
+        match text {
+            Some("batch") => ArrowKind::Batch,
+            Some("array") => ArrowKind::Array,
+            Some("chunked") => ArrowKind::Chunked,
+            _ => ArrowKind::Table,
+        }
+    }
+}
+
+/// Arrow record batches as a port value: ext 5 of the [wire
+/// format](super#wire-format), what the Python SDK sends for pyarrow
+/// tables, record batches and arrays.
+///
+/// Received, the batches are zero-copy views of the store object (see
+/// [`Arrow::stream`]); the object stays pinned until every batch and array
+/// taken from them is dropped. Sent, the IPC stream is written once,
+/// straight into the store object that travels.
+///
+/// Invariant: every batch has [`Arrow::schema`] (which never holds the
+/// `hprm.kind` key: that is [`Arrow::kind`]).
+#[derive(Debug, Clone)]
+pub struct Arrow {
+    kind: ArrowKind,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    /// The stream these batches were read from, while unchanged: sent on
+    /// by reference.
+    stream: Option<Buffer>,
+}
+
+impl Arrow {
+    /// One record batch (a Python receiver gets a `pyarrow.RecordBatch`).
+    pub fn from_batch(batch: RecordBatch) -> Arrow {
+        let schema = batch.schema();
+        Arrow { kind: ArrowKind::Batch, schema, batches: vec![batch], stream: None }
+    }
+
+    /// Batches of one schema (a Python receiver gets a `pyarrow.Table`).
+    /// Fails if a batch has another schema.
+    pub fn from_batches(schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arrow, PayloadError> {
+        let batches = with_schema(batches, &schema)?;
+        Ok(Arrow { kind: ArrowKind::Table, schema, batches, stream: None })
+    }
+
+    /// One array, as a batch of one column named `values` (a Python
+    /// receiver gets a `pyarrow.Array`).
+    pub fn from_array(array: ArrayRef) -> Result<Arrow, PayloadError> {
+        let schema = Arc::new(Schema::new(vec![Field::new("values", array.data_type().clone(), true)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![array]).map_err(write_error)?;
+        Ok(Arrow { kind: ArrowKind::Array, schema, batches: vec![batch], stream: None })
+    }
+
+    /// Reads an Arrow IPC stream (a schema, then record batches) without
+    /// copying it: the batches' buffers are slices of `stream`'s bytes,
+    /// which they keep alive.
+    pub fn from_stream(stream: Buffer) -> Result<Arrow, PayloadError> {
+        let bytes = stream.bytes();
+        let Some(ptr) = NonNull::new(bytes.as_ptr().cast_mut()) else {
+            return Err(read_error(ArrowError::IpcError("an empty stream (no schema)".into())));
+        };
+        // SAFETY: the bytes are valid for `len` and never written while a
+        // `Buffer` over them lives (received store objects are sealed and
+        // read-only; owned buffers are immutable), and the owner keeps the
+        // `Buffer`, hence the bytes, alive as long as any Arrow buffer
+        // sliced from this one. `AssertUnwindSafe`: nothing is mutated
+        // through the owner (it is only dropped).
+        let mut all = unsafe {
+            arrow_buffer::Buffer::from_custom_allocation(ptr, bytes.len(), Arc::new(AssertUnwindSafe(stream.clone())))
+        };
+        let mut decoder = StreamDecoder::new();
+        let mut batches = Vec::new();
+        while !all.is_empty() {
+            if let Some(batch) = decoder.decode(&mut all).map_err(read_error)? {
+                batches.push(batch);
+            }
+        }
+        decoder.finish().map_err(read_error)?;
+        // The schema message alone (this decoder does not expose it; a
+        // stream of no batch has nothing else).
+        let sent = StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema();
+        let mut metadata = sent.metadata().clone();
+        let kind = ArrowKind::parse(metadata.remove(KIND_KEY).as_deref());
+        let schema = Arc::new(Schema::new_with_metadata(sent.fields().clone(), metadata));
+        // The same columns under the schema without the key (Arc clones).
+        let batches = batches
+            .into_iter()
+            .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(read_error)?;
+        Ok(Arrow { kind, schema, batches, stream: Some(stream) })
+    }
+
+    /// What the sender had.
+    pub fn kind(&self) -> ArrowKind {
+        self.kind
+    }
+
+    /// The batches' schema (its metadata without `hprm.kind`).
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The record batches.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// The record batches, owned (each still over the received bytes).
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.batches
+    }
+
+    /// The IPC stream the batches were read from (received values): a
+    /// store object when it came out-of-band ([`Buffer::is_shared`],
+    /// [`Buffer::object_id`]).
+    pub fn stream(&self) -> Option<&Buffer> {
+        self.stream.as_ref()
+    }
+
+    /// Writes the IPC stream (the schema with `hprm.kind`, then the
+    /// batches) into `out`; returns the bytes written.
+    fn write_stream<W: Write>(&self, out: W) -> Result<usize, PayloadError> {
+        let mut metadata = self.schema.metadata().clone();
+        metadata.insert(KIND_KEY.into(), self.kind.as_str().into());
+        let schema = Arc::new(Schema::new_with_metadata(self.schema.fields().clone(), metadata));
+        let mut counted = Counted { inner: out, written: 0 };
+        let mut writer = StreamWriter::try_new(&mut counted, &schema).map_err(write_error)?;
+        for batch in with_schema(self.batches.clone(), &schema)? {
+            writer.write(&batch).map_err(write_error)?;
+        }
+        writer.finish().map_err(write_error)?;
+        drop(writer);
+        Ok(counted.written)
+    }
+}
+
+/// The batches under `schema` (Arc clones; fails if one's columns differ).
+fn with_schema(batches: Vec<RecordBatch>, schema: &SchemaRef) -> Result<Vec<RecordBatch>, PayloadError> {
+    batches.into_iter().map(|b| b.with_schema(schema.clone())).collect::<Result<_, _>>().map_err(write_error)
+}
+
+fn read_error(e: ArrowError) -> PayloadError {
+    PayloadError::Arrow {
+        detail: format!(
+            "cannot read it ({e}); the sender must write one schema then record batches (pyarrow.ipc.new_stream)"
+        ),
+    }
+}
+
+fn write_error(e: ArrowError) -> PayloadError {
+    PayloadError::Arrow { detail: format!("cannot write it: {e}") }
+}
+
+/// A writer counting what goes through it.
+struct Counted<W> {
+    inner: W,
+    written: usize,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Serialize for Arrow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        if let Some(stream) = &self.stream {
+            return stream.view().serialize_as(EXT_ARROW, s);
+        }
+        let nbytes = self.write_stream(std::io::sink()).map_err(S::Error::custom)?;
+        if s.is_human_readable() {
+            let mut bytes = Vec::with_capacity(nbytes);
+            self.write_stream(&mut bytes).map_err(S::Error::custom)?;
+            return Buffer::from_vec(bytes).serialize(s);
+        }
+        let data = encoder::place_written(nbytes, |mut dst| {
+            let written = self.write_stream(&mut dst)?;
+            if written != nbytes || !dst.is_empty() {
+                return Err(PayloadError::Arrow {
+                    detail: format!("{written} bytes written where {nbytes} were measured"),
+                });
+            }
+            Ok(())
+        })
+        .map_err(S::Error::custom)?;
+        s.serialize_newtype_struct(rmp_serde::MSGPACK_EXT_STRUCT_NAME, &(EXT_ARROW, serde_bytes::Bytes::new(&data)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Arrow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Arrow, D::Error> {
+        let stream = Buffer::deserialize(d)?;
+        Arrow::from_stream(stream).map_err(serde::de::Error::custom)
+    }
+}
