@@ -104,6 +104,10 @@ step "building (debug) and running the Rust tests: unit, integration (real daemo
 cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
 
+step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its tests, and the example the Python round trip runs"
+cargo test --locked -p hprm-node --features arrow --test arrow 2>&1 | tee -a "$log"
+cargo build --locked -p hprm-node --features arrow --example arrow-echo
+
 step "running the example programs end to end (they start their own store and RTI)"
 cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
 ./target/release/camera-frames --seconds 1 --consumers 2
