@@ -265,10 +265,7 @@ fn an_echo_whose_home_copy_was_freed_is_pushed_with_its_data_bit_exact() {
         last(&b_log).contains("pushed=1") && last(&b_log).contains("failed=0"),
         "b pushed the echo's data: {b_log}"
     );
-    assert!(
-        last(&a_log).contains("received=1") && last(&a_log).contains("failed=0"),
-        "a stored the echo: {a_log}"
-    );
+    assert!(last(&a_log).contains("received=1") && last(&a_log).contains("failed=0"), "a stored the echo: {a_log}");
     assert!(!a_log.contains("without waiting for its reply failed"), "{a_log}");
 }
 
