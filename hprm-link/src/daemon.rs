@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hprm_node::hosts::{LostHosts, PushRequest, PUSH_MAX_LEN};
 use hprm_store::protocol::message::ErrorCode;
-use hprm_store::{Backpressure, CreateOptions, Object, ObjectId, StoreClient};
+use hprm_store::{Backpressure, CreateOptions, Error as StoreError, Object, ObjectId, StoreClient};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use zenoh::bytes::ZBytes;
@@ -438,7 +438,7 @@ impl Link {
     /// delivery counted for one host.
     async fn take_home(&self, id: ObjectId) -> Result<Object, String> {
         let store = self.inner.store.clone();
-        tokio::task::spawn_blocking(move || store.get_one(id, LOCAL_GET_TIMEOUT))
+        tokio::task::spawn_blocking(move || unblamed(|| store.get_one(id, LOCAL_GET_TIMEOUT)))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("it is not in this host's store: {e}"))
@@ -588,15 +588,21 @@ impl Link {
     /// to the copy already there.
     fn store_pushed(&self, h: &Header, data: Option<&ZBytes>) -> Result<Outcome, String> {
         let store = &self.inner.store;
-        // A few rounds: between "it is here" and the redeliver the object
-        // may be freed, and between "it is not" and the create it may come.
+        // A few rounds: between "it is not here" and the create it may come
+        // (another host's push of it), and be freed again before the next
+        // redeliver.
         for _ in 0..3 {
-            if store.contains(h.id).map_err(|e| e.to_string())? {
-                match store.redeliver(h.id, h.deliveries) {
-                    Ok(()) => return Ok(Outcome::Had),
-                    Err(e) if e.code() == Some(ErrorCode::NotFound) => {}
-                    Err(e) => return Err(e.to_string()),
-                }
+            // Atomic, and answered here: the deliveries land on the copy the
+            // store holds now, or the call says it holds none. (A check for
+            // the object first, then a one-way redeliver, lost echoes: the
+            // home copy could be freed in between, the redeliver then failed
+            // unseen, and its error was blamed on the link's next call.)
+            match unblamed(|| store.redeliver_confirmed(h.id, h.deliveries)) {
+                Ok(()) => return Ok(Outcome::Had),
+                // Freed, never here, or not sealed yet (being written by
+                // another host's push, or being deleted): not held for them.
+                Err(StoreError::Rejected { code: ErrorCode::NotFound | ErrorCode::NotSealed, .. }) => {}
+                Err(e) => return Err(e.to_string()),
             }
             if h.kind == Kind::Announce {
                 return Ok(Outcome::Missing);
@@ -606,7 +612,7 @@ impl Link {
                 return Err(format!("a push of {} bytes whose header says {}", data.len(), h.data_len));
             }
             let opts = CreateOptions { deliveries: h.deliveries, wait_for_space: WAIT_FOR_SPACE };
-            let mut object = match store.create_with(h.id, h.data_len, &h.metadata, &opts) {
+            let mut object = match unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)) {
                 Ok(o) => o,
                 Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => continue,
                 Err(e) => return Err(e.to_string()),
@@ -632,6 +638,21 @@ impl Link {
             if let Some(old) = o.1.pop_front() {
                 o.0.remove(&old);
             }
+        }
+    }
+}
+
+/// `call`'s own outcome. The store reports the failure of a request sent
+/// without waiting for its reply (a seal, a release) on the connection's
+/// next call, which is then not sent: logged here and the call made again,
+/// so that one push's failure is never blamed on another (a push whose
+/// `get` of its home object failed that way was lost, its receivers left
+/// waiting).
+fn unblamed<T>(mut call: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    loop {
+        match call() {
+            Err(e @ StoreError::Earlier { .. }) => tracing::warn!("{e}"),
+            outcome => return outcome,
         }
     }
 }

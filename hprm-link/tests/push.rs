@@ -231,6 +231,44 @@ fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
     assert!(last(&a_log).contains("pushed=2") && last(&a_log).contains("duplicates=1"), "{}", last(&a_log));
 }
 
+#[test]
+fn an_echo_whose_home_copy_was_freed_is_pushed_with_its_data_bit_exact() {
+    let (mut a, mut b) = pair();
+    let (sa, sb) = (a.store(), b.store());
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    // Host b's delivery only, and no reference kept at home: once b has
+    // its copy, host a's is freed.
+    let id = put(&sa, &data, 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    let there = sb.get_one(id, WITHIN).expect("pushed to b");
+    eventually("the home copy freed once b has its copy", || !sa.contains(id).expect("contains"));
+    // b's receiver sends it back to 2 receivers on host a: b's link, which
+    // got it from a, announces it; a no longer holds it, so b must push it.
+    sb.redeliver(id, 1).expect("redeliver at b");
+    b.push(&PushRequest { ids: vec![id], hosts: vec![("a".into(), 2)] });
+    drop(there);
+    for receiver in 1..=2 {
+        let back = sa.get_one(id, WITHIN).unwrap_or_else(|e| panic!("receiver {receiver} of the echo at a: {e}"));
+        assert!(back.data() == &data[..], "the echo arrived changed");
+    }
+    eventually("a's new copy freed once its 2 receivers settled", || pending(&sa, id).is_none());
+    eventually("b's copy freed", || pending(&sb, id).is_none());
+    // The link goes on: nothing of the echo is blamed on a later push.
+    let id2 = put(&sa, &[4u8; 100_000], 1);
+    a.push(&PushRequest { ids: vec![id2], hosts: vec![("b".into(), 1)] });
+    drop(sb.get_one(id2, WITHIN).expect("the next push reaches b"));
+    eventually("its home copy freed", || pending(&sa, id2).is_none());
+
+    let (a_log, b_log) = (a.stop_link(), b.stop_link());
+    let last = |log: &str| log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string();
+    assert!(
+        last(&b_log).contains("pushed=1") && last(&b_log).contains("failed=0"),
+        "b pushed the echo's data: {b_log}"
+    );
+    assert!(last(&a_log).contains("received=1") && last(&a_log).contains("failed=0"), "a stored the echo: {a_log}");
+    assert!(!a_log.contains("without waiting for its reply failed"), "{a_log}");
+}
+
 /// A Zenoh peer answering for host `b` as a link of another protocol
 /// version would (what a host running another HPRM release looks like).
 /// It also answers pushes, so that a refused push is the link's doing.

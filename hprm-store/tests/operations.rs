@@ -197,6 +197,29 @@ fn deliveries_pin_until_released_and_ttl_frees_the_rest() {
 }
 
 #[test]
+fn a_confirmed_redeliver_of_a_freed_object_fails_itself_and_leaves_later_calls_alone() {
+    let d = Daemon::start("16M", &[]);
+    let (publisher, link) = (d.client(), d.client());
+    let id = ObjectId::random();
+    publisher.put_with(id, &[5u8; 4096], b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+    // Held (a delivery pending): the deliveries are added, and pin it.
+    link.redeliver_confirmed(id, 2).unwrap();
+    assert_eq!(publisher.list().unwrap().iter().find(|o| o.id == id).map(|o| o.pending_deliveries), Some(3));
+    for _ in 0..3 {
+        drop(publisher.get_one(id, Duration::from_secs(1)).unwrap());
+    }
+    eventually(Duration::from_secs(5), "every delivery settled: freed", || !publisher.contains(id).unwrap());
+    // Freed: this call says so (an echo's link then asks for the data),
+    // and the next call on the connection is not blamed for it.
+    let gone = link.redeliver_confirmed(id, 1).unwrap_err();
+    assert!(matches!(gone, Error::Rejected { code: ErrorCode::NotFound, .. }), "{gone}");
+    let other = ObjectId::random();
+    publisher.put(other, &[6u8; 100], b"").unwrap();
+    assert!(link.contains(other).unwrap());
+    link.sync().unwrap();
+}
+
+#[test]
 fn subscribers_see_seals_and_deletes_in_order() {
     let d = Daemon::start("16M", &[]);
     let store = d.client();

@@ -509,6 +509,22 @@ impl StoreClient {
         self.inner.conn.post(&Request::Redeliver { id, deliveries })
     }
 
+    /// Like [`StoreClient::redeliver`], but waits for the daemon's answer,
+    /// for a caller that holds no reference on the object (a link adding
+    /// another host's receivers to its copy): an object no longer held is
+    /// this call's error ([`ErrorCode::NotFound`]), never a later call's
+    /// [`Error::Earlier`]. Atomic: the deliveries are added to the object
+    /// the daemon holds at that moment, or to none.
+    ///
+    /// [`ErrorCode::NotFound`]: crate::protocol::message::ErrorCode::NotFound
+    /// [`Error::Earlier`]: crate::Error::Earlier
+    pub fn redeliver_confirmed(&self, id: ObjectId, deliveries: u32) -> Result<()> {
+        match self.inner.conn.call(&Request::Redeliver { id, deliveries })? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected("redeliver", &other)),
+        }
+    }
+
     /// Waits until the daemon has handled every request this client sent so
     /// far, and reports the first that failed without anyone waiting for
     /// its answer (a seal, the publish of a small object) as
