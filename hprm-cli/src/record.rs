@@ -380,7 +380,8 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
             continue;
         };
         if header.port == DECISION {
-            let (Some(&missed), Ok(reaction)) = (payload.first(), std::str::from_utf8(payload.get(1..).unwrap_or_default()))
+            let (Some(&missed), Ok(reaction)) =
+                (payload.first(), std::str::from_utf8(payload.get(1..).unwrap_or_default()))
             else {
                 tracing::error!(federate = %hello.federate, "an unreadable deadline decision");
                 continue;
@@ -673,7 +674,8 @@ fn write(
         totals.entry(topic.clone()).or_default().lost += n;
     };
     for entry in rx {
-        if failed.is_some() || (disk_full.is_some() && matches!(entry, Entry::Message { .. } | Entry::Decision { .. })) {
+        if failed.is_some() || (disk_full.is_some() && matches!(entry, Entry::Message { .. } | Entry::Decision { .. }))
+        {
             // The file is unusable, or closed early for want of room: the
             // rest is released unwritten (counted).
             match entry {

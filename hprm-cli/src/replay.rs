@@ -300,7 +300,10 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
             true
         })?;
         if unreadable > 0 {
-            bail!("{}: {unreadable} deadline decisions of {f} are unreadable; the recording is damaged", args.file.display());
+            bail!(
+                "{}: {unreadable} deadline decisions of {f} are unreadable; the recording is damaged",
+                args.file.display()
+            );
         }
         let file = Scratch::named(&args.file, &format!("deadlines-{f}.txt"));
         std::fs::write(&file.0, decisions.to_text())
@@ -350,7 +353,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     let source = Arc::new(source);
     let commands = source.clone();
     let (replayed_c, topics) = (replayed.clone(), args.topics.clone());
-    let decision_paths: HashMap<String, PathBuf> = decision_files.iter().map(|(f, s)| (f.clone(), s.0.clone())).collect();
+    let decision_paths: HashMap<String, PathBuf> =
+        decision_files.iter().map(|(f, s)| (f.clone(), s.0.clone())).collect();
     let launch = hprm_node::launch::Launch {
         fast: !args.realtime,
         coordination: Some(Coordination::Centralized),
@@ -408,7 +412,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         }
     }
     if args.check {
-        let decisions = if decision_topics.is_empty() { String::new() } else { format!(" deadline_decisions={decisions}") };
+        let decisions =
+            if decision_topics.is_empty() { String::new() } else { format!(" deadline_decisions={decisions}") };
         println!("replay: federates={} messages={messages}{decisions} identical", replayed.len());
     } else {
         eprintln!("hprm: replayed {} of {}: {}", replayed.len(), manifest.name, replayed.join(", "));

@@ -361,8 +361,7 @@ impl Drop for Feed {
             return;
         }
         let header = Header { port: END, tag: self.last, sent: 0, lost_before: 0 }.encode();
-        let mut counts: Vec<(u32, u64)> =
-            self.ports.iter().map(|(_, i)| *i).zip(self.lost.iter().copied()).collect();
+        let mut counts: Vec<(u32, u64)> = self.ports.iter().map(|(_, i)| *i).zip(self.lost.iter().copied()).collect();
         counts.push((DECISION, self.decisions_lost));
         let counts = serde_json::to_vec(&counts).unwrap_or_default();
         let _ = self.socket.set_nonblocking(false);
