@@ -704,10 +704,12 @@ fn write(
                 decisions_lost += count;
             }
             Entry::Decision { federate, tag, sent, reaction, missed } => {
-                decisions += 1;
-                if let Err(e) = part.decide(&federate, tag, sent, &reaction, missed) {
-                    decisions_lost += 1;
-                    failed = Some(e.context(format!("writing {}", part.path.display())));
+                match part.decide(&federate, tag, sent, &reaction, missed) {
+                    Ok(()) => decisions += 1,
+                    Err(e) => {
+                        decisions_lost += 1;
+                        failed = Some(e.context(format!("writing {}", part.path.display())));
+                    }
                 }
             }
             Entry::Message { topic, tag, sent, payload, spilled, objects } => {
@@ -864,6 +866,14 @@ mod tests {
         assert!("size=lots".parse::<Rotate>().unwrap_err().contains("is not a size"));
         assert!("duration=0s".parse::<Rotate>().unwrap_err().contains("must span some time"));
         assert!("".parse::<Rotate>().is_err());
+    }
+
+    #[test]
+    fn decisions_read_back() {
+        let data = encode_decision("app.r.work", true);
+        assert_eq!(decode_decision(&data), Some(("app.r.work".to_string(), true)));
+        assert_eq!(decode_decision(&encode_decision("x", false)), Some(("x".to_string(), false)));
+        assert_eq!(decode_decision(b"\xc0"), None, "nil is not a decision");
     }
 
     #[test]
