@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use mcap::records::Record;
 
-use crate::record::{names, META_RUN, META_SUMMARY};
+use crate::record::{decode_decision, names, DECISIONS_PREFIX, META_RUN, META_SUMMARY};
 
 #[derive(Args, Debug)]
 pub struct BagArgs {
@@ -80,6 +80,14 @@ struct Channel {
     bytes: u64,
     first: Option<u64>,
     last: u64,
+    /// On a deadline decisions channel: the decisions that missed.
+    missed: u64,
+}
+
+impl Channel {
+    fn decisions(&self) -> bool {
+        self.topic.starts_with(DECISIONS_PREFIX)
+    }
 }
 
 fn info(path: &Path) -> Result<i32> {
@@ -97,6 +105,9 @@ fn info(path: &Path) -> Result<i32> {
                 c.bytes += data.len() as u64;
                 c.first = Some(c.first.map_or(header.log_time, |f| f.min(header.log_time)));
                 c.last = c.last.max(header.log_time);
+                if c.decisions() && decode_decision(&data).is_some_and(|(_, missed)| missed) {
+                    c.missed += 1;
+                }
             }
             Record::Metadata(m) => {
                 meta.insert(m.name, m.metadata);
@@ -111,8 +122,10 @@ fn info(path: &Path) -> Result<i32> {
     println!("file:        {} ({} bytes)", path.display(), buf.len());
     println!("program:     {}", field(&run, "program"));
     println!("coordination: {}  policy: {}", field(&run, "coordination"), field(&run, "policy"));
-    let first = channels.values().filter_map(|c| c.first).min();
-    let last = channels.values().map(|c| c.last).max();
+    // Deadline decisions are not messages between federates: listed apart.
+    let (decisions, channels): (Vec<Channel>, Vec<Channel>) = channels.into_values().partition(Channel::decisions);
+    let first = channels.iter().filter_map(|c| c.first).min();
+    let last = channels.iter().map(|c| c.last).max();
     let duration = match (first, last) {
         (Some(f), Some(l)) => (l - f) as f64 / 1e9,
         _ => 0.0,
@@ -120,9 +133,14 @@ fn info(path: &Path) -> Result<i32> {
     let start: i64 = summary.and_then(|s| s.get("start")).and_then(|s| s.parse().ok()).unwrap_or(0);
     let since = |t: Option<u64>| t.map_or("-".into(), |t| format!("{:.6} s", (t as i64 - start) as f64 / 1e9));
     println!("duration:    {duration:.6} s of logical time (tags {} to {})", since(first), since(last));
-    let total: u64 = channels.values().map(|c| c.messages).sum();
-    let bytes: u64 = channels.values().map(|c| c.bytes).sum();
+    let total: u64 = channels.iter().map(|c| c.messages).sum();
+    let bytes: u64 = channels.iter().map(|c| c.bytes).sum();
     println!("messages:    {total} ({bytes} bytes)");
+    if !decisions.is_empty() {
+        let n: u64 = decisions.iter().map(|c| c.messages).sum();
+        let missed: u64 = decisions.iter().map(|c| c.missed).sum();
+        println!("decisions:   {n} deadline decisions ({missed} missed), replayed as recorded");
+    }
     match (summary, &ended) {
         (_, Some(why)) => println!(
             "losses:      unknown: the file ends early ({why}); the recorder was stopped before closing it, \
@@ -143,12 +161,19 @@ fn info(path: &Path) -> Result<i32> {
         }
     }
     println!("connections:");
-    let width = channels.values().map(|c| c.topic.len()).max().unwrap_or(0);
-    for c in channels.values() {
+    let width = channels.iter().map(|c| c.topic.len()).max().unwrap_or(0);
+    for c in &channels {
         let span = c.first.map_or(0.0, |f| (c.last - f) as f64 / 1e9);
         let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
         let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
         println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}", c.topic, c.messages, c.bytes);
+    }
+    if !decisions.is_empty() {
+        println!("deadline decisions:");
+        let width = decisions.iter().map(|c| c.topic.len()).max().unwrap_or(0);
+        for c in &decisions {
+            println!("  {:width$}  {:>8} decisions  {:>8} missed", c.topic, c.messages, c.missed);
+        }
     }
     Ok(0)
 }

@@ -90,7 +90,14 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                     }
                     [] => path.display().to_string(),
                 };
-                eprintln!("hprm: recorded {} messages ({} bytes) into {into}: {losses}", s.messages, s.bytes);
+                let decisions = match s.decisions {
+                    0 => String::new(),
+                    n => format!(" and {n} deadline decisions"),
+                };
+                eprintln!(
+                    "hprm: recorded {} messages ({} bytes){decisions} into {into}: {losses}",
+                    s.messages, s.bytes
+                );
                 if let Some(full) = &s.disk_full {
                     eprintln!("hprm: the recording {} ended early: {full}", path.display());
                     code = code.max(1);

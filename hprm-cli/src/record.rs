@@ -22,7 +22,13 @@
 //! descriptors), so a record needs nothing but the file. Metadata:
 //! [`META_PROGRAM`] (the program's manifest: federates, reactors, ports,
 //! connections, delays), [`META_RUN`] (how it was run) and, at the end,
-//! [`META_SUMMARY`] (messages and losses per channel). Chunks are closed at
+//! [`META_SUMMARY`] (messages and losses per channel). Deadline
+//! decisions (a reaction with a deadline ran its body, or its deadline
+//! handler because the deadline was missed: physical time decided, so
+//! replay needs them) go on one channel per federate, topic
+//! [`DECISIONS_PREFIX`]`FEDERATE`, schema [`DECISION_SCHEMA`]: one small
+//! message per decision (a MessagePack map `{reaction, missed}`) at its tag;
+//! the summary counts them (`decisions`, `decisions.FEDERATE`). Chunks are closed at
 //! least every [`FLUSH_EVERY`], so a recorder killed outright leaves a file
 //! readable up to its last complete chunk.
 
@@ -39,7 +45,7 @@ use anyhow::{bail, Context as _, Result};
 use hprm_node::payload::{
     BufferDescriptor, Decoder, Location, StoreLink, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
 };
-use hprm_node::record::{Connection, Header, Hello, Listener, Selection, END};
+use hprm_node::record::{Connection, Header, Hello, Listener, Selection, DECISION, END};
 use hprm_node::Tag;
 use hprm_store::Object;
 
@@ -69,6 +75,36 @@ pub const SCHEMA_ENCODING: &str = "hprm-msgpack";
 pub const META_PROGRAM: &str = "hprm.program";
 pub const META_RUN: &str = "hprm.run";
 pub const META_SUMMARY: &str = "hprm.summary";
+
+/// The topic of a federate's deadline decisions: this, then its name.
+pub const DECISIONS_PREFIX: &str = "deadlines/";
+/// The schema of deadline decision channels.
+pub const DECISION_SCHEMA: &str = "hprm.deadline_decision";
+const DECISION_SCHEMA_TEXT: &str = "\
+A deadline decision of an HPRM federate: one MessagePack map
+{\"reaction\": the reaction's path (federate.reactor.reaction), \"missed\": true when
+its deadline was missed (its deadline handler ran), false when its body ran}.
+Message header: log_time = the tag's time (ns since the epoch), sequence = the
+tag's microstep, publish_time = physical time of the decision.";
+
+/// One decision's message data (see [`DECISION_SCHEMA_TEXT`]).
+pub fn encode_decision(reaction: &str, missed: bool) -> Vec<u8> {
+    let v = rmpv::Value::Map(vec![
+        (rmpv::Value::from("reaction"), rmpv::Value::from(reaction)),
+        (rmpv::Value::from("missed"), rmpv::Value::from(missed)),
+    ]);
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = rmpv::encode::write_value(&mut out, &v);
+    out
+}
+
+/// The (reaction, missed) of a decision's message data.
+pub fn decode_decision(data: &[u8]) -> Option<(String, bool)> {
+    let v = rmpv::decode::read_value(&mut &data[..]).ok()?;
+    let field = |k: &str| v.as_map()?.iter().find(|(key, _)| key.as_str() == Some(k)).map(|(_, x)| x.clone());
+    Some((field("reaction")?.as_str()?.to_string(), field("missed")?.as_bool()?))
+}
 
 /// Summary keys `last.FEDERATE`: the federate's last tag (its stop tag),
 /// as [`format_tag`] writes it; replay stops there.
@@ -143,6 +179,11 @@ enum Entry {
     Lost { topic: Arc<str>, count: u64 },
     /// A federate's last tag (its stop tag), from its feed's last frame.
     End { federate: String, last: Tag },
+    /// A deadline decision: `reaction` (of `federate`) at `tag`, taken at
+    /// physical time `sent`.
+    Decision { federate: Arc<str>, tag: Tag, sent: i64, reaction: String, missed: bool },
+    /// Deadline decisions of `federate` the feed gave up.
+    DecisionsLost { federate: Arc<str>, count: u64 },
 }
 
 /// Per channel, what the summary reports.
@@ -165,6 +206,8 @@ pub struct Recorder {
 pub struct Summary {
     pub messages: u64,
     pub bytes: u64,
+    /// Deadline decisions recorded.
+    pub decisions: u64,
     /// (topic, messages lost), only those that lost some.
     pub lost: Vec<(String, u64)>,
     pub federates_missing: Vec<String>,
@@ -321,6 +364,8 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
     let decoder = Decoder::new(StoreLink::new(hello.store.clone()), GET_TIMEOUT);
     // Per port: messages the feed says it gave up (the last count seen).
     let mut lost: HashMap<u32, u64> = HashMap::new();
+    let federate: Arc<str> = Arc::from(hello.federate.as_str());
+    let mut decisions_lost = 0;
     loop {
         let frame = match conn.recv() {
             Ok(Some(f)) => f,
@@ -334,6 +379,26 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
             tracing::error!(federate = %hello.federate, "a {}-byte frame is shorter than a header", frame.len());
             continue;
         };
+        if header.port == DECISION {
+            let (Some(&missed), Ok(reaction)) =
+                (payload.first(), std::str::from_utf8(payload.get(1..).unwrap_or_default()))
+            else {
+                tracing::error!(federate = %hello.federate, "an unreadable deadline decision");
+                continue;
+            };
+            decisions_lost = header.lost_before;
+            let entry = Entry::Decision {
+                federate: federate.clone(),
+                tag: header.tag,
+                sent: header.sent,
+                reaction: reaction.to_string(),
+                missed: missed != 0,
+            };
+            if tx.send(entry).is_err() {
+                return;
+            }
+            continue;
+        }
         if header.port == END {
             if header.tag.time != 0 {
                 let _ = tx.send(Entry::End { federate: hello.federate.clone(), last: header.tag });
@@ -366,6 +431,10 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
         if tx.send(entry).is_err() {
             return;
         }
+    }
+    decisions_lost = lost.remove(&DECISION).unwrap_or(decisions_lost);
+    if decisions_lost > 0 {
+        let _ = tx.send(Entry::DecisionsLost { federate, count: decisions_lost });
     }
     for (port, count) in lost {
         if let (Some(topic), true) = (topic_of.get(port as usize), count > 0) {
@@ -419,6 +488,7 @@ impl Layout {
             .create(BufWriter::with_capacity(1 << 20, file))
             .with_context(|| format!("cannot write the recording {}", path.display()))?;
         let schema = mcap.add_schema(SCHEMA_NAME, SCHEMA_ENCODING, SCHEMA_TEXT.as_bytes())?;
+        let decision_schema = mcap.add_schema(DECISION_SCHEMA, SCHEMA_ENCODING, DECISION_SCHEMA_TEXT.as_bytes())?;
         let meta = |name: &str, metadata| mcap::records::Metadata { name: name.into(), metadata };
         mcap.write_metadata(&meta(META_PROGRAM, BTreeMap::from([("manifest".into(), self.program.clone())])))?;
         let mut run = self.run.clone();
@@ -430,8 +500,10 @@ impl Layout {
             mcap,
             probe,
             schema,
+            decision_schema,
             path,
             channels: HashMap::new(),
+            decisions: BTreeMap::new(),
             counts: BTreeMap::new(),
             first: None,
             bytes: 0,
@@ -447,8 +519,11 @@ struct Part {
     /// The file, to ask its filesystem for room.
     probe: std::fs::File,
     schema: u16,
+    decision_schema: u16,
     path: PathBuf,
     channels: HashMap<Arc<str>, u16>,
+    /// Per federate: its decisions channel and the decisions written there.
+    decisions: BTreeMap<Arc<str>, (u16, u64)>,
     /// This part's messages and losses.
     counts: BTreeMap<Arc<str>, Counts>,
     /// The tag time of its first message.
@@ -467,6 +542,31 @@ impl Part {
         let id = self.mcap.add_channel(self.schema, topic, "msgpack", &meta)?;
         self.channels.insert(topic.clone(), id);
         self.counts.entry(topic.clone()).or_default();
+        Ok(())
+    }
+
+    /// Writes a deadline decision on `federate`'s decisions channel.
+    fn decide(&mut self, federate: &Arc<str>, tag: Tag, sent: i64, reaction: &str, missed: bool) -> Result<()> {
+        let channel_id = match self.decisions.get(federate) {
+            Some((id, _)) => *id,
+            None => {
+                let meta = BTreeMap::from([("federate".to_string(), federate.to_string())]);
+                let topic = format!("{DECISIONS_PREFIX}{federate}");
+                let id = self.mcap.add_channel(self.decision_schema, &topic, "msgpack", &meta)?;
+                self.decisions.insert(federate.clone(), (id, 0));
+                id
+            }
+        };
+        let header = mcap::records::MessageHeader {
+            channel_id,
+            sequence: tag.microstep,
+            log_time: tag.time.max(0) as u64,
+            publish_time: sent.max(0) as u64,
+        };
+        self.mcap.write_to_known_channel(&header, &encode_decision(reaction, missed))?;
+        if let Some((_, n)) = self.decisions.get_mut(federate) {
+            *n += 1;
+        }
         Ok(())
     }
 
@@ -491,6 +591,15 @@ impl Part {
             lost += c.lost;
         }
         meta.insert("messages".into(), messages.to_string());
+        let mut decisions = 0;
+        for (federate, (_, n)) in &self.decisions {
+            meta.insert(format!("decisions.{federate}"), n.to_string());
+            decisions += n;
+        }
+        meta.insert("decisions".into(), decisions.to_string());
+        if let Some(l) = meta.get("decisions_lost").and_then(|l| l.parse::<u64>().ok()) {
+            lost += l;
+        }
         meta.insert("lost".into(), lost.to_string());
         let complete = lost == 0 && meta.get("federates_not_recorded").is_some_and(|m| m.is_empty());
         meta.insert("complete".into(), complete.to_string());
@@ -557,17 +666,22 @@ fn write(
     let mut failed: Option<anyhow::Error> = None;
     let mut disk_full: Option<DiskFull> = None;
     let mut files = vec![part.path.clone()];
+    // Deadline decisions written, and given up or not written.
+    let (mut decisions, mut decisions_lost) = (0u64, 0u64);
     // Losses are counted in the part open when they are reported, and in total.
     let lose = |part: &mut Part, totals: &mut BTreeMap<Arc<str>, Counts>, topic: &Arc<str>, n: u64| {
         part.counts.entry(topic.clone()).or_default().lost += n;
         totals.entry(topic.clone()).or_default().lost += n;
     };
     for entry in rx {
-        if failed.is_some() || (disk_full.is_some() && matches!(entry, Entry::Message { .. })) {
+        if failed.is_some() || (disk_full.is_some() && matches!(entry, Entry::Message { .. } | Entry::Decision { .. }))
+        {
             // The file is unusable, or closed early for want of room: the
             // rest is released unwritten (counted).
-            if let Entry::Message { topic, .. } = entry {
-                lose(&mut part, &mut totals, &topic, 1);
+            match entry {
+                Entry::Message { topic, .. } => lose(&mut part, &mut totals, &topic, 1),
+                Entry::Decision { .. } => decisions_lost += 1,
+                _ => {}
             }
             continue;
         }
@@ -584,6 +698,19 @@ fn write(
             Entry::Lost { topic, count } => lose(&mut part, &mut totals, &topic, count),
             Entry::End { federate, last } => {
                 ends.insert(federate, last);
+            }
+            Entry::DecisionsLost { federate, count } => {
+                tracing::warn!(%federate, count, "deadline decisions not recorded: a replay of this federate may differ");
+                decisions_lost += count;
+            }
+            Entry::Decision { federate, tag, sent, reaction, missed } => {
+                match part.decide(&federate, tag, sent, &reaction, missed) {
+                    Ok(()) => decisions += 1,
+                    Err(e) => {
+                        decisions_lost += 1;
+                        failed = Some(e.context(format!("writing {}", part.path.display())));
+                    }
+                }
             }
             Entry::Message { topic, tag, sent, payload, spilled, objects } => {
                 let message = spilled.as_ref().map_or(payload.as_slice(), |o| o.data());
@@ -672,6 +799,7 @@ fn write(
     }
     let mut meta = BTreeMap::new();
     meta.insert("start".into(), start.unwrap_or(0i64).to_string());
+    meta.insert("decisions_lost".into(), decisions_lost.to_string());
     meta.insert("federates_not_recorded".into(), missing.join(","));
     if let Some(d) = &disk_full {
         meta.insert("disk_full".into(), d.to_string());
@@ -680,7 +808,10 @@ fn write(
         meta.insert(format!("{LAST_PREFIX}{federate}"), format_tag(*last));
     }
     part.close(meta)?;
-    Ok(Summary { messages, bytes, lost, federates_missing: missing, disk_full, files })
+    if decisions_lost > 0 {
+        lost.push(("deadline decisions".into(), decisions_lost));
+    }
+    Ok(Summary { messages, bytes, decisions, lost, federates_missing: missing, disk_full, files })
 }
 
 /// `message` with every store reference replaced by the buffer itself,
@@ -735,6 +866,14 @@ mod tests {
         assert!("size=lots".parse::<Rotate>().unwrap_err().contains("is not a size"));
         assert!("duration=0s".parse::<Rotate>().unwrap_err().contains("must span some time"));
         assert!("".parse::<Rotate>().is_err());
+    }
+
+    #[test]
+    fn decisions_read_back() {
+        let data = encode_decision("app.r.work", true);
+        assert_eq!(decode_decision(&data), Some(("app.r.work".to_string(), true)));
+        assert_eq!(decode_decision(&encode_decision("x", false)), Some(("x".to_string(), false)));
+        assert_eq!(decode_decision(b"\xc0"), None, "nil is not a decision");
     }
 
     #[test]

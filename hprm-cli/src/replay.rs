@@ -22,6 +22,12 @@
 //! (every buffer inline in both, so large buffers are compared by
 //! content). The first difference by tag is reported with the port and
 //! where in the value the two differ.
+//!
+//! Deadline decisions depend on physical time, so a replayed federate does
+//! not read the clock for them: `hprm replay` hands it the decisions its
+//! recording holds ([`hprm_node::record::DECISIONS_ENV`]), and its scheduler
+//! runs, at each recorded tag, the body or the deadline handler as it did.
+//! `--check` compares its decisions with the recorded ones too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -40,7 +46,7 @@ use hprm_node::{Coordination, LogicalAction, Output, Program, Tag, Value};
 use mcap::records::Record;
 
 use crate::bag::{open, scan};
-use crate::record::{names, parse_tag, LAST_PREFIX, META_PROGRAM, META_SUMMARY};
+use crate::record::{decode_decision, names, parse_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_SUMMARY};
 use crate::source::Source;
 
 /// Messages a replay federate reads ahead of its tag.
@@ -274,6 +280,39 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
             }
         }
     }
+    // The replayed federates' recorded deadline decisions, one file each.
+    let mut decision_files: HashMap<String, Scratch> = HashMap::new();
+    let mut decision_topics: Vec<String> = Vec::new();
+    for f in &replayed {
+        let topic = format!("{DECISIONS_PREFIX}{f}");
+        if !recording.topics.contains(&topic) {
+            continue;
+        }
+        let mut decisions = hprm_node::record::Decisions::default();
+        let mut unreadable = 0;
+        recording.messages(|t, tag, data| {
+            if t == topic {
+                match decode_decision(data) {
+                    Some((reaction, missed)) => decisions.insert(&reaction, tag, missed),
+                    None => unreadable += 1,
+                }
+            }
+            true
+        })?;
+        if unreadable > 0 {
+            bail!(
+                "{}: {unreadable} deadline decisions of {f} are unreadable; the recording is damaged",
+                args.file.display()
+            );
+        }
+        let file = Scratch::named(&args.file, &format!("deadlines-{f}.txt"));
+        std::fs::write(&file.0, decisions.to_text())
+            .with_context(|| format!("writing the recorded deadline decisions into {}", file.0.display()))?;
+        decision_files.insert(f.clone(), file);
+        if args.check {
+            decision_topics.push(topic);
+        }
+    }
     let from = args.from.map_or(0, |d| d.as_nanos() as i64);
     let to = args.to.map(|d| d.as_nanos() as i64);
     // Where the recorded program stopped (each federate's last tag: the
@@ -288,7 +327,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         (None, Some(t)) => Some(Tag::new(t, 0)),
     };
     let scratch = Scratch::new(&args.file);
-    let recorder = if checked.is_empty() {
+    let recorder = if checked.is_empty() && decision_topics.is_empty() {
         None
     } else {
         let opts = crate::record::Options {
@@ -314,6 +353,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     let source = Arc::new(source);
     let commands = source.clone();
     let (replayed_c, topics) = (replayed.clone(), args.topics.clone());
+    let decision_paths: HashMap<String, PathBuf> =
+        decision_files.iter().map(|(f, s)| (f.clone(), s.0.clone())).collect();
     let launch = hprm_node::launch::Launch {
         fast: !args.realtime,
         coordination: Some(Coordination::Centralized),
@@ -321,7 +362,11 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         handle_signals: true,
         federate_command: Some(Box::new(move |name: &str| {
             if replayed_c.iter().any(|r| r == name) {
-                return commands.federate_command(name);
+                let mut c = commands.federate_command(name);
+                if let Some(p) = decision_paths.get(name) {
+                    c.env(hprm_node::record::DECISIONS_ENV, p);
+                }
+                return c;
             }
             let mut c = std::process::Command::new(&exe);
             c.arg("replay-federate").arg(&file).args(["--from", &from.to_string()]);
@@ -345,7 +390,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         eprintln!("hprm: {summary}");
         return Ok(report.exit_code().max(1));
     }
-    let mut messages = 0;
+    let (mut messages, mut decisions) = (0, 0);
     if let Some(recorded) = recorded {
         let summary = recorded.context("recording the replayed federates' outputs")?;
         if !summary.lost.is_empty() {
@@ -354,8 +399,12 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         let replay = Recording::open(&scratch.0);
         let window =
             (Tag::new(from, 0), stop.map_or(Tag::new(i64::MAX, u32::MAX), |s| Tag::new(s.time, s.microstep + 1)));
-        match compare(&recording, &replay?, &checked, window, &args.ignore)? {
-            Ok(n) => messages = n,
+        let compared: Vec<String> = checked.iter().chain(&decision_topics).cloned().collect();
+        match compare(&recording, &replay?, &compared, window, &args.ignore)? {
+            Ok(n) => {
+                messages = n[..checked.len()].iter().sum();
+                decisions = n[checked.len()..].iter().sum();
+            }
             Err(difference) => {
                 println!("replay: {difference}");
                 return Ok(1);
@@ -363,7 +412,9 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         }
     }
     if args.check {
-        println!("replay: federates={} messages={messages} identical", replayed.len());
+        let decisions =
+            if decision_topics.is_empty() { String::new() } else { format!(" deadline_decisions={decisions}") };
+        println!("replay: federates={} messages={messages}{decisions} identical", replayed.len());
     } else {
         eprintln!("hprm: replayed {} of {}: {}", replayed.len(), manifest.name, replayed.join(", "));
     }
@@ -376,8 +427,13 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(file: &Path) -> Scratch {
+        Scratch::named(file, "mcap")
+    }
+
+    /// A scratch file for the replay of `file`, its name ending in `what`.
+    fn named(file: &Path, what: &str) -> Scratch {
         let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        Scratch(std::env::temp_dir().join(format!("hprm-replay-{}-{stem}.mcap", std::process::id())))
+        Scratch(std::env::temp_dir().join(format!("hprm-replay-{}-{stem}.{what}", std::process::id())))
     }
 }
 
@@ -405,24 +461,24 @@ fn channel_messages(r: &Recording, topics: &[String], window: (Tag, Tag)) -> Res
     Ok(out)
 }
 
-/// The number of messages compared, or the first difference (by tag).
+/// The number of messages compared per topic, or the first difference (by tag).
 fn compare(
     recorded: &Recording,
     replayed: &Recording,
     topics: &[String],
     window: (Tag, Tag),
     ignore: &[String],
-) -> Result<std::result::Result<u64, String>> {
+) -> Result<std::result::Result<Vec<u64>, String>> {
     let a = channel_messages(recorded, topics, window)?;
     let b = channel_messages(replayed, topics, window)?;
     let mut first: Option<(Tag, String)> = None;
-    let mut compared = 0u64;
+    let mut compared = vec![0u64; topics.len()];
     for (i, topic) in topics.iter().enumerate() {
         let (a, b) = (&a[i], &b[i]);
         for k in 0..a.len().max(b.len()) {
             let found = match (a.get(k), b.get(k)) {
                 (Some((ta, da)), Some((tb, db))) if ta == tb => {
-                    compared += 1;
+                    compared[i] += 1;
                     if da == db {
                         continue;
                     }

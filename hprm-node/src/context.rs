@@ -41,6 +41,8 @@ pub(crate) struct TagView<'a> {
     pub fanout: &'a [u32],
     pub inbox: &'a Arc<Inbox>,
     pub clock: &'a clock::Clock,
+    /// A replay's recorded deadline decisions.
+    pub decisions: Option<&'a crate::record::Decisions>,
 }
 
 /// A reaction's view of its tag.

@@ -49,6 +49,9 @@ pub struct RunOptions {
     /// The recorder's socket and backlog policy (`hprm launch --record`):
     /// every value this federate sends to another federate is copied there.
     pub record: Option<(PathBuf, hprm_store::Backpressure)>,
+    /// A replay's recorded deadline decisions (`hprm replay`, see
+    /// [`crate::record::Decisions`]): taken instead of the clock.
+    pub decisions: Option<PathBuf>,
 }
 
 /// How long a scheduler polls its inbox (yielding its CPU to anything
@@ -73,6 +76,7 @@ impl RunOptions {
             runtime_dir: None,
             hosts: None,
             record: None,
+            decisions: None,
         }
     }
 }
@@ -240,8 +244,20 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     };
     tracing::info!(federate = %opts.federate, start, "starting");
     let watchdog = hprm_sd_notify::Watchdog::from_env();
-    let sched_opts =
-        Options { fast: opts.fast, workers: opts.workers.max(1), start, resume, watchdog, hosts: opts.hosts.clone() };
+    let decisions = match &opts.decisions {
+        // A replay that cannot take the recorded decisions would differ: it does not run.
+        Some(path) => Some(crate::record::Decisions::load(path).map_err(|e| NodeError::Launch(e.to_string()))?),
+        None => None,
+    };
+    let sched_opts = Options {
+        fast: opts.fast,
+        workers: opts.workers.max(1),
+        start,
+        resume,
+        watchdog,
+        hosts: opts.hosts.clone(),
+        decisions,
+    };
     let federation = program.name.clone();
     if let Some(t) = crate::trace::tracer() {
         t.set_start(start);

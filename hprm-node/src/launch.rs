@@ -1205,6 +1205,7 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
             Err(e) => tracing::error!("{}; this federate is not recorded", crate::record::RecordError::Policy(text, e)),
         }
     }
+    o.decisions = std::env::var_os(crate::record::DECISIONS_ENV).filter(|p| !p.is_empty()).map(PathBuf::from);
     o.handle_signals = true;
     Some(o)
 }

@@ -14,10 +14,17 @@
 //!   LE; physical time at sending: i64 LE; messages of this port lost
 //!   before this one: u64 LE) and the payload exactly as its receivers get
 //!   it: out-of-band buffers stay in the store and travel as references;
+//! - for each decision it takes on a reaction with a deadline (its body
+//!   ran, or its deadline handler because the deadline was missed), a
+//!   header with port [`DECISION`], the tag, the physical time, and the
+//!   decisions given up before this one, then one byte (1: missed) and the
+//!   reaction's path (`federate.reactor.reaction`): deadlines depend on
+//!   physical time, so replay takes these instead of reading the clock
+//!   (see [`Decisions`]);
 //! - at its end, a header with port [`END`] and the federate's last tag
 //!   (its stop tag; time 0 when it stopped before processing any)
 //!   followed by the final loss counts (JSON array of `[port index,
-//!   messages given up]`). Replay stops where the recorded program stopped.
+//!   messages given up]`, [`DECISION`] for decisions given up). Replay stops where the recorded program stopped.
 //!
 //! Invariants: the recorder counts as one more delivery of every store
 //! object sent on a recorded port (the scheduler adds it to the port's
@@ -30,6 +37,7 @@
 //! way a message given up is counted per port and reported to the
 //! recorder, never silent.
 
+use std::collections::HashMap;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,6 +62,13 @@ pub const HEADER: usize = 32;
 
 /// The port index of a federate's last frame.
 pub const END: u32 = u32::MAX;
+
+/// The port index of a deadline decision's frame.
+pub const DECISION: u32 = u32::MAX - 1;
+
+/// The file of recorded deadline decisions a replayed federate takes
+/// (written by `hprm replay`, read by [`Decisions::load`]).
+pub const DECISIONS_ENV: &str = "HPRM_REPLAY_DECISIONS";
 
 /// Room for the largest frame: an in-band payload fills at most one 64 KiB
 /// frame (a larger message is spilled into the store).
@@ -139,6 +154,72 @@ pub enum RecordError {
     Policy(String, String),
     #[error("cannot reach the recorder at {path}: {source}; is `hprm launch --record` still running?")]
     Connect { path: PathBuf, source: std::io::Error },
+    #[error("cannot read the recorded deadline decisions {path} ({DECISIONS_ENV}): {message}")]
+    Decisions { path: PathBuf, message: String },
+}
+
+/// Recorded deadline decisions, for a replay: per reaction path, per tag
+/// (relative to the start), whether the deadline was missed.
+///
+/// The text form, one decision a line: `TIME MICROSTEP MISSED REACTION`
+/// (time in ns since the start, missed `0` or `1`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Decisions {
+    by_reaction: HashMap<String, HashMap<Tag, bool>>,
+}
+
+impl Decisions {
+    pub fn insert(&mut self, reaction: &str, tag: Tag, missed: bool) {
+        self.by_reaction.entry(reaction.to_string()).or_default().insert(tag, missed);
+    }
+
+    /// The recorded decision of `reaction` at `tag` (relative to the
+    /// start), `None` when none was recorded there.
+    pub fn get(&self, reaction: &str, tag: Tag) -> Option<bool> {
+        self.by_reaction.get(reaction)?.get(&tag).copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_reaction.is_empty()
+    }
+
+    /// The text form (see [`Decisions`]).
+    pub fn to_text(&self) -> String {
+        let mut lines: Vec<String> = Vec::new();
+        for (reaction, tags) in &self.by_reaction {
+            for (tag, missed) in tags {
+                lines.push(format!("{} {} {} {reaction}\n", tag.time, tag.microstep, u8::from(*missed)));
+            }
+        }
+        lines.sort();
+        lines.concat()
+    }
+
+    /// Parses the text form.
+    pub fn parse(text: &str) -> Result<Decisions, String> {
+        let mut d = Decisions::default();
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let bad = || format!("line {}: expected `TIME MICROSTEP MISSED REACTION`, got {line:?}", n + 1);
+            let mut it = line.splitn(4, ' ');
+            let (Some(t), Some(m), Some(missed), Some(reaction)) = (it.next(), it.next(), it.next(), it.next()) else {
+                return Err(bad());
+            };
+            let tag = Tag::new(t.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+            let missed = match missed {
+                "0" => false,
+                "1" => true,
+                _ => return Err(bad()),
+            };
+            d.insert(reaction, tag, missed);
+        }
+        Ok(d)
+    }
+
+    pub fn load(path: &Path) -> Result<Decisions, RecordError> {
+        let err = |message: String| RecordError::Decisions { path: path.to_path_buf(), message };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        Decisions::parse(&text).map_err(err)
+    }
 }
 
 /// The policies a recorder's backlog accepts, parsed from `text`.
@@ -166,6 +247,8 @@ pub(crate) struct Feed {
     gone: bool,
     /// The last tag the federate processed, sent in the last frame.
     last: Tag,
+    /// Deadline decisions given up.
+    decisions_lost: u64,
 }
 
 impl Feed {
@@ -199,7 +282,7 @@ impl Feed {
             socket.set_write_timeout(Some(bound.max(Duration::from_millis(1)))).map_err(io)?;
         }
         let lost = vec![0; ports.len()];
-        Ok(Feed { socket, policy, ports, lost, decoder, gone: false, last: Tag::new(0, 0) })
+        Ok(Feed { socket, policy, ports, lost, decoder, gone: false, last: Tag::new(0, 0), decisions_lost: 0 })
     }
 
     /// The outputs recorded: each counts the recorder as one more delivery.
@@ -216,25 +299,46 @@ impl Feed {
     /// to the recorder, or gives it up (counted) as the policy says.
     pub fn publish(&mut self, out: TriggerId, tag: Tag, sent: i64, payload: &[u8]) {
         let Some(i) = self.ports.iter().position(|(p, _)| *p == out) else { return };
-        if !self.gone {
-            let header = Header { port: self.ports[i].1, tag, sent, lost_before: self.lost[i] }.encode();
-            let flags = match self.policy {
-                Backpressure::Block { .. } => MsgFlags::MSG_NOSIGNAL,
-                _ => MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-            };
-            match self.socket.send_vectored_with_flags(&[IoSlice::new(&header), IoSlice::new(payload)], flags.bits()) {
-                Ok(_) => return,
-                Err(e) if matches!(e.raw_os_error().map(Errno::from_raw), Some(Errno::EAGAIN | Errno::ENOBUFS)) => {}
-                Err(e) => {
-                    tracing::error!(
-                        "the recorder went away ({e}): this federate's later messages are not recorded (counted as lost)"
-                    );
-                    self.gone = true;
-                }
+        let header = Header { port: self.ports[i].1, tag, sent, lost_before: self.lost[i] };
+        if !self.send(&header, &[payload]) {
+            self.lost[i] += 1;
+            self.settle(payload);
+        }
+    }
+
+    /// Sends the decision taken at `tag` (physical time `now`) on
+    /// `reaction`, which has a deadline: `missed`, its deadline handler
+    /// ran; else its body. Given up (counted) as the policy says.
+    pub fn decide(&mut self, reaction: &str, tag: Tag, now: i64, missed: bool) {
+        let header = Header { port: DECISION, tag, sent: now, lost_before: self.decisions_lost };
+        if !self.send(&header, &[&[u8::from(missed)], reaction.as_bytes()]) {
+            self.decisions_lost += 1;
+        }
+    }
+
+    /// Sends one frame: `header`, then `parts`; false when it was given up.
+    fn send(&mut self, header: &Header, parts: &[&[u8]]) -> bool {
+        if self.gone {
+            return false;
+        }
+        let header = header.encode();
+        let flags = match self.policy {
+            Backpressure::Block { .. } => MsgFlags::MSG_NOSIGNAL,
+            _ => MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        };
+        let mut slices = vec![IoSlice::new(&header)];
+        slices.extend(parts.iter().map(|p| IoSlice::new(p)));
+        match self.socket.send_vectored_with_flags(&slices, flags.bits()) {
+            Ok(_) => true,
+            Err(e) if matches!(e.raw_os_error().map(Errno::from_raw), Some(Errno::EAGAIN | Errno::ENOBUFS)) => false,
+            Err(e) => {
+                tracing::error!(
+                    "the recorder went away ({e}): this federate's later messages are not recorded (counted as lost)"
+                );
+                self.gone = true;
+                false
             }
         }
-        self.lost[i] += 1;
-        self.settle(payload);
     }
 
     /// Takes and releases what `payload` references, settling the
@@ -257,7 +361,8 @@ impl Drop for Feed {
             return;
         }
         let header = Header { port: END, tag: self.last, sent: 0, lost_before: 0 }.encode();
-        let counts: Vec<(u32, u64)> = self.ports.iter().map(|(_, i)| *i).zip(self.lost.iter().copied()).collect();
+        let mut counts: Vec<(u32, u64)> = self.ports.iter().map(|(_, i)| *i).zip(self.lost.iter().copied()).collect();
+        counts.push((DECISION, self.decisions_lost));
         let counts = serde_json::to_vec(&counts).unwrap_or_default();
         let _ = self.socket.set_nonblocking(false);
         let _ = self.socket.set_write_timeout(Some(END_WAIT));
@@ -338,6 +443,20 @@ mod tests {
         frame.extend_from_slice(b"value");
         assert_eq!(Header::decode(&frame), Some((h, &b"value"[..])));
         assert_eq!(Header::decode(&frame[..HEADER - 1]), None);
+    }
+
+    #[test]
+    fn decisions_round_trip_through_their_text() {
+        let mut d = Decisions::default();
+        d.insert("app.r.work", Tag::new(10_000_000, 0), true);
+        d.insert("app.r.work", Tag::new(20_000_000, 1), false);
+        d.insert("app.r2.other", Tag::new(0, 0), false);
+        let back = Decisions::parse(&d.to_text()).unwrap();
+        assert_eq!(back, d);
+        assert_eq!(back.get("app.r.work", Tag::new(10_000_000, 0)), Some(true));
+        assert_eq!(back.get("app.r.work", Tag::new(10_000_000, 1)), None);
+        assert!(Decisions::parse("1 0 maybe app.r.work").unwrap_err().contains("line 1"));
+        assert!(Decisions::parse("1 0").is_err());
     }
 
     #[test]

@@ -159,6 +159,8 @@ pub(crate) struct Options {
     pub watchdog: Option<hprm_sd_notify::Watchdog>,
     /// Where the program's federates run, when it spans hosts.
     pub hosts: Option<crate::hosts::Hosts>,
+    /// A replay's recorded deadline decisions: taken instead of the clock.
+    pub decisions: Option<crate::record::Decisions>,
 }
 
 struct Event {
@@ -1376,6 +1378,7 @@ impl Scheduler {
             fanout: &self.plan.fanout,
             inbox: &self.inbox,
             clock: &self.clock,
+            decisions: self.plan.opts.decisions.as_ref(),
         };
         let reactors = &self.plan.reactors;
         let meta = &self.plan.meta;
@@ -1424,6 +1427,9 @@ impl Scheduler {
         self.board.ran(rs.len() as u64, missed as u64);
         for (r, o) in rs.iter().zip(outcomes) {
             self.report.reactions += 1;
+            if let (Some(missed), Some(feed)) = (o.decided, &mut self.record) {
+                feed.decide(&self.plan.meta[r].path, g, self.clock.now(), missed);
+            }
             match o.ran {
                 Ran::Deadline => self.report.deadline_misses += 1,
                 Ran::Panicked(message) => {
@@ -1671,13 +1677,16 @@ enum Ran {
 
 struct Outcome {
     ran: Ran,
+    /// For a reaction with a deadline (not run tardy): whether the
+    /// deadline was missed, which a recording records.
+    decided: Option<bool>,
     effects: Vec<Effect>,
     misuse: Vec<(&'static str, TriggerId)>,
 }
 
 impl Outcome {
     fn panicked(what: &str) -> Outcome {
-        Outcome { ran: Ran::Panicked(what.to_string()), effects: Vec::new(), misuse: Vec::new() }
+        Outcome { ran: Ran::Panicked(what.to_string()), decided: None, effects: Vec::new(), misuse: Vec::new() }
     }
 }
 
@@ -1691,9 +1700,22 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
         .triggers
         .iter()
         .any(|t| view.tardy.get(t.index()).copied().flatten().is_some() && view.values[t.index()].is_some());
+    let mut decided = None;
     let (body, ran): (&mut Body, Ran) = match (&mut h.tardy, &mut h.deadline) {
         (Some(t), _) if tardy => (t, Ran::Tardy),
-        (_, Some((d, handler))) if view.clock.now() > view.tag.time.saturating_add(*d) => (handler, Ran::Deadline),
+        (_, Some((d, handler))) => {
+            // A replay takes the recorded decision; without one (a tag the
+            // recording did not reach), the clock decides as it did live.
+            let recorded =
+                view.decisions.and_then(|ds| ds.get(&m.path, Tag::new(view.tag.time - view.start, view.tag.microstep)));
+            let missed = recorded.unwrap_or_else(|| view.clock.now() > view.tag.time.saturating_add(*d));
+            decided = Some(missed);
+            if missed {
+                (handler, Ran::Deadline)
+            } else {
+                (&mut h.body, Ran::Body)
+            }
+        }
         _ => (&mut h.body, Ran::Body),
     };
     let mut ctx = Ctx::new(view, r, &m.effects, m.bank);
@@ -1701,8 +1723,8 @@ fn execute(r: ReactionId, m: &ReactionMeta, reactors: &[Option<Mutex<ReactorRt>>
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(state, &mut ctx)));
     match result {
         Ok(()) => match ctx.failure {
-            Some(message) => Outcome { ran: Ran::Failed(message), effects: Vec::new(), misuse: ctx.misuse },
-            None => Outcome { ran, effects: ctx.out, misuse: ctx.misuse },
+            Some(message) => Outcome { ran: Ran::Failed(message), decided, effects: Vec::new(), misuse: ctx.misuse },
+            None => Outcome { ran, decided, effects: ctx.out, misuse: ctx.misuse },
         },
         Err(p) => {
             let message = p

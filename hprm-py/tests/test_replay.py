@@ -4,6 +4,7 @@ they sent (`--check` prints `identical`); a changed reaction is caught at
 its first difference, with the tag and the port; a program mixing Python
 and Rust federates replays the same; bad input gets one clear error."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -180,3 +181,54 @@ to = "sink.inp"
     r = hprm(hprm_cli, "replay", out, manifest, "--federate", "doubler", "--check")
     assert r.returncode == 0, r.stdout + r.stderr
     assert summary_line(r) == "replay: federates=1 messages=4 identical"
+
+
+DEADLINED = Path(__file__).parent / "programs" / "deadlined.py"
+SLOW = (1, 3)
+
+
+def test_deadline_decisions_are_recorded_and_replayed(hprm_cli, tmp_path):
+    """Deadlines depend on physical time: the live run (real time) misses
+    the worker's deadline where its earlier reaction sleeps (values 1 and
+    3, at least); the replay (fast, no sleep, so the clock alone would miss
+    none) runs the deadline handler at exactly the recorded tags."""
+    from mcap.reader import make_reader
+
+    from hprm import _native
+
+    out = tmp_path / "deadlines.mcap"
+    r = hprm(hprm_cli, "launch", "--record", out, DEADLINED, COUNT, env=environment(DEADLINE_SLOW=",".join(map(str, SLOW))))
+    assert r.returncode == 0, r.stderr
+    assert f"and {COUNT} deadline decisions into" in r.stderr and "nothing lost" in r.stderr, r.stderr
+    late = [l for l in r.stderr.splitlines() if "sink: late " in l]
+    assert len(late) == 1, r.stderr
+    live_late = ast.literal_eval(late[0].split("sink: late ")[1])
+    assert set(SLOW) <= set(live_late), r.stderr
+
+    # One decision per value, on the worker's decisions channel, read back with the `mcap` package.
+    codec = _native.Codec()
+    with open(out, "rb") as f:
+        reader = make_reader(f)
+        start = int(next(m for m in reader.iter_metadata() if m.name == "hprm.summary").metadata["start"])
+        decisions = []
+        for schema, channel, m in reader.iter_messages(topics=["deadlines/worker"]):
+            assert schema.name == "hprm.deadline_decision" and channel.metadata["federate"] == "worker"
+            decisions.append((m.log_time - start, codec.decode(m.data, copy=True)))
+    assert [d["reaction"] for _, d in decisions] == ["worker.worker.work"] * COUNT
+    # Value n is sent at (n + 1) * 200 ms.
+    assert [t for t, d in decisions if d["missed"]] == [(n + 1) * 200_000_000 for n in live_late], decisions
+
+    info = hprm(hprm_cli, "bag", "info", out)
+    assert info.returncode == 0, info.stderr
+    assert f"decisions:   {COUNT} deadline decisions ({len(live_late)} missed)" in info.stdout, info.stdout
+    assert "deadlines/worker" in info.stdout.split("deadline decisions:")[1], info.stdout
+
+    # Replayed (worker and sink; fast, no sleep): the same values, the same decisions.
+    r = hprm(hprm_cli, "replay", out, DEADLINED, "--check", COUNT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert summary_line(r) == f"replay: federates=2 messages={COUNT} deadline_decisions={COUNT} identical"
+    assert f"sink: late {live_late}" in r.stderr, r.stderr
+    # The clock alone, in the same fast run without the sleep, misses none: the
+    # replay's misses are the recorded decisions.
+    r = hprm(hprm_cli, "launch", "--fast", DEADLINED, COUNT)
+    assert r.returncode == 0 and "sink: late []" in r.stderr, r.stderr
