@@ -66,16 +66,18 @@ scratch=$(mktemp -d)
 # On the way out (a failed step included): stop what still downloads,
 # remove the logs.
 cleanup() {
-  local running
-  running=$(jobs -pr)
-  [ -z "$running" ] || kill $running 2>/dev/null || true
+  local pid
+  for pid in "$scratch"/*.pid; do
+    [ -e "$pid" ] && kill -- "-$(cat "$pid")" 2>/dev/null || true
+  done
   rm -rf "$scratch"
 }
 trap cleanup EXIT
 prefetch() {
   local name=$1
   shift
-  ( exec "$@" >"$scratch/$name.log" 2>&1 ) &
+  # Its own process group (setsid), so that cleanup stops pip's children too.
+  setsid --wait "$@" >"$scratch/$name.log" 2>&1 &
   echo $! >"$scratch/$name.pid"
 }
 wait_for() {
@@ -85,6 +87,7 @@ wait_for() {
     cat "$scratch/$name.log" >&2
     exit 1
   fi
+  rm "$scratch/$name.pid"
 }
 prefetch python-venv bash -c '[ -x .venv/bin/python ] || python3 -m venv .venv; .venv/bin/pip install -q --prefer-binary "$@"' _ "${PY_PACKAGES[@]}"
 prefetch ros2-venv ros2-bridge/setup-ros2.sh "$PWD/.venv-ros2"
