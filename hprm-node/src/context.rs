@@ -42,7 +42,7 @@ pub(crate) struct TagView<'a> {
     pub inbox: &'a Arc<Inbox>,
     pub clock: &'a clock::Clock,
     /// A replay's recorded deadline decisions.
-    pub decisions: Option<&'a crate::record::Decisions>,
+    pub decisions: Option<&'a crate::decisions::Decisions>,
 }
 
 /// A reaction's view of its tag.

@@ -40,8 +40,9 @@
 //!    `clock`, `trace`, [`payload`], [`log`], [`loss`], [`figures`] (the
 //!    counters and histograms the runtime keeps for dashboards).
 //! 1. **Ids and values**: `ids` (program ids, typed handles such as
-//!    [`Input`], [`Value`]), [`manifest`] (a program as plain data) and
-//!    [`realtime`] (a federate's priority and CPUs).
+//!    [`Input`], [`Value`]), [`manifest`] (a program as plain data),
+//!    [`realtime`] (a federate's priority and CPUs) and `decisions` (a
+//!    replay's recorded deadline decisions).
 //! 2. **The inbox**: what reaches the scheduler from other threads. It
 //!    knows its connections only through a trait they implement
 //!    (`inbox::PolledSource`), so the network above can feed it.
@@ -66,6 +67,7 @@
 mod bank;
 mod clock;
 mod context;
+mod decisions;
 mod error;
 mod federate;
 pub mod figures;

@@ -160,7 +160,7 @@ pub(crate) struct Options {
     /// Where the program's federates run, when it spans hosts.
     pub hosts: Option<crate::hosts::Hosts>,
     /// A replay's recorded deadline decisions: taken instead of the clock.
-    pub decisions: Option<crate::record::Decisions>,
+    pub decisions: Option<crate::decisions::Decisions>,
 }
 
 struct Event {

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("ids", 1),
     ("manifest", 1),
     ("realtime", 1),
+    ("decisions", 1),
     // 2. The inbox, with the interface its sources implement.
     ("inbox", 2),
     // 3. A reaction's context (`Ctx`), which reaction bodies in the graph take.
