@@ -19,7 +19,7 @@
 //! if it had disconnected, and no other connection notices.
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -199,12 +199,26 @@ async fn serve(stream: UnixStream, client: ClientId, shared: Arc<Shared>) {
     let outbox = (shared.outbox > 0).then(|| OutboxReader::create(shared.outbox)).and_then(|made| {
         made.inspect_err(|e| tracing::warn!(client, error = %e, "serving this client without an outbox")).ok()
     });
-    if let Err(e) = greet(&stream, client, &shared, outbox.as_ref()).await {
-        tracing::debug!(client, error = %e, "client left before the greeting");
-        return;
-    }
+    // Counted before it is greeted: a client that has its greeting is in
+    // the table, so whatever it (or anyone it tells) asks next sees it.
+    // The greeting carries a duplicate of the outbox's fd, since the table
+    // owns the reader from here on.
+    let greeting = outbox.as_ref().map(|o| o.fd().try_clone_to_owned().map(|fd| (fd, o.capacity())));
+    let greeting = match greeting.transpose() {
+        Ok(greeting) => greeting,
+        Err(e) => {
+            tracing::warn!(client, error = %e, "cannot duplicate this client's outbox; closing it");
+            return;
+        }
+    };
     let notify = Arc::new(Notify::new());
     shared.served().connect(client, outbox, notify.clone());
+    if let Err(e) = greet(&stream, client, &shared, greeting.as_ref().map(|(fd, cap)| (fd.as_fd(), *cap))).await {
+        tracing::debug!(client, error = %e, "client left before the greeting");
+        shared.served().disconnect(client);
+        return;
+    }
+    drop(greeting);
     tracing::debug!(client, "client connected");
     // Registered with the reactor only while the task waits on it: a
     // client reading a reply, or a request read while the task polls, must
@@ -250,9 +264,9 @@ async fn greet(
     stream: &UnixStream,
     client: ClientId,
     shared: &Shared,
-    outbox: Option<&OutboxReader>,
+    outbox: Option<(BorrowedFd<'_>, u64)>,
 ) -> io::Result<()> {
-    let outbox_size = outbox.map_or(0, OutboxReader::capacity);
+    let outbox_size = outbox.map_or(0, |(_, capacity)| capacity);
     let hello = Hello {
         version: VERSION,
         arena_size: shared.arena.size(),
@@ -265,7 +279,7 @@ async fn greet(
     let sent = loop {
         stream.writable().await?;
         match stream.try_io(Interest::WRITABLE, || {
-            send_hello(stream.as_fd(), &frame, shared.arena.fd(), outbox.map(OutboxReader::fd))
+            send_hello(stream.as_fd(), &frame, shared.arena.fd(), outbox.map(|(fd, _)| fd))
         }) {
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
