@@ -28,7 +28,7 @@ echo "==> virtual environment $venv"
 # only checks the stubs, which the default interpreter's run covers.
 tools="mypy"
 "$venv/bin/python" -c 'import sysconfig, sys; sys.exit(not sysconfig.get_config_var("Py_GIL_DISABLED"))' && tools=""
-"$venv/bin/pip" install -q --prefer-binary maturin numpy pytest pyarrow $tools
+"$venv/bin/pip" install -q --prefer-binary maturin numpy pytest pytest-xdist pyarrow $tools
 
 echo "==> building and installing the hprm wheel (maturin, release)"
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"

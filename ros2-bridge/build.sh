@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds hprm-ros2-bridge (release) against the ROS 2 that setup-ros2.sh
 # installs into a venv. Prints the binary's path.
+# HPRM_BRIDGE_PROFILE=dev builds it unoptimized instead: about half the
+# compile time of r2r's generated code, for tests that check behaviour
+# (test.sh under CI); benchmarks want the release build.
 #
 #   ros2-bridge/build.sh [VENV]          (default: .venv-ros2 at the repository root)
 #
@@ -32,8 +35,14 @@ unset LD_PRELOAD
 # The workspace's target directory: the dependencies the bridge shares with
 # the daemons (tokio, serde, the hprm crates...) are then built once.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-say "building (release); a cold build generates the ROS 2 bindings and takes several minutes"
+profile=${HPRM_BRIDGE_PROFILE:-release}
+case $profile in
+  release) out=release ;;
+  dev) out=debug ;;
+  *) say "error: HPRM_BRIDGE_PROFILE=$profile: use release or dev"; exit 2 ;;
+esac
+say "building ($profile); a cold build generates the ROS 2 bindings and takes several minutes"
 start=$SECONDS
-cargo build --locked --release --manifest-path "$here/Cargo.toml" >&2
+cargo build --locked --profile "$profile" --manifest-path "$here/Cargo.toml" >&2
 say "built in $((SECONDS - start)) s"
-echo "$CARGO_TARGET_DIR/release/hprm-ros2-bridge"
+echo "$CARGO_TARGET_DIR/$out/hprm-ros2-bridge"

@@ -49,7 +49,7 @@ fi
 # steps that need them wait for them (wait_for). Each writes its own log,
 # printed only when it fails.
 # What the tests import besides the SDK (hprm-py/install.sh adds maturin,
-# numpy, pytest, pyarrow and mypy itself; listing them here only moves their
+# numpy, pytest, pytest-xdist, pyarrow and mypy itself; listing them here only moves their
 # download forward):
 # the driving example (examples/python/driving) and its benchmark run ONNX
 # models (built at test time, random weights) on onnxruntime's CPU provider;
@@ -61,7 +61,7 @@ fi
 # install; no Atari, no Ray). Recordings (test_record.py) are read back with
 # the public `mcap` package (pure Python, with zstandard and lz4); the codec's
 # and bench/arrow's tests send pyarrow record batches.
-PY_PACKAGES=(maturin numpy pytest pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap)
+PY_PACKAGES=(maturin numpy pytest pytest-xdist pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap)
 scratch=$(mktemp -d)
 # On the way out (a failed step included): stop what still downloads,
 # remove the logs.
@@ -120,7 +120,10 @@ step "installing the Python SDK into .venv (hprm-py/install.sh) and running its 
 wait_for python-venv
 hprm-py/install.sh "$PWD/.venv"
 pylog=$scratch/python.log
-.venv/bin/python -m pytest -q hprm-py/tests bench/python bench/suite bench/pipeline bench/rl bench/arrow examples/rl examples/python/driving 2>&1 | tee "$pylog"
+# Two workers (pytest-xdist), one per core: most tests wait on processes
+# they started. Tests must hold on a machine loaded this way (a test that
+# counts on timing is a bug in the test).
+.venv/bin/python -m pytest -q -n 2 hprm-py/tests bench/python bench/suite bench/pipeline bench/rl bench/arrow bench/record examples/rl examples/python/driving 2>&1 | tee "$pylog"
 
 step "soak, one minute (bench/soak/soak.py): the driving pipeline and the 10 MB broadcast against one store; fails unless memory, fds and the store's use stay bounded"
 soakdir=$scratch/soak
@@ -131,7 +134,7 @@ ftlog=$scratch/free-threaded.log
 # Exit status 3: Debian's copy of the source could not be downloaded; that
 # skips this step (said in the summary) rather than failing the run.
 ft=0
-scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
+PYTEST_ADDOPTS="-n 2" scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
 [ "$ft" = 0 ] || [ "$ft" = 3 ] || exit "$ft"
 
 step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh, its Rust tests, a program across two network namespaces, examples/multihost/run.sh"
