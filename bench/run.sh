@@ -11,6 +11,9 @@
 #                    the default set: it installs Ray into bench/.venv-ray)
 #         arrow     (a pyarrow record batch one hop beside a numpy array of the same
 #                    bytes, bench/arrow/arrow_bench.py; not in the default set)
+#         record    (what recording costs: a camera program with and without
+#                    `hprm launch --record`, and the recorder's sustained rate beside
+#                    the disk's (dd), bench/record/record_bench.py; not in the default set)
 #         hosts     (broadcast and gather across two hosts, network namespaces joined
 #                    by a veth, unshaped and at 1 Gbit/s, beside the raw TCP and Zenoh
 #                    floors, dora-rs and ROS 2, bench/hosts/hosts_bench.py; needs root;
@@ -38,20 +41,20 @@ install=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick | --full) mode=$1 ;;
-        --only) [ $# -ge 2 ] || { echo "run.sh: --only needs a value: broadcast, small, pipeline, rl (comma-separated)" >&2; exit 2; }; only=$2; shift ;;
+        --only) [ $# -ge 2 ] || { echo "run.sh: --only needs a value: broadcast, small, pipeline, rl, arrow, record, hosts (comma-separated)" >&2; exit 2; }; only=$2; shift ;;
         --only=*) only=${1#--only=} ;;
         --skip) [ $# -ge 2 ] || { echo "run.sh: --skip needs a value, e.g. ros2_shm,dora" >&2; exit 2; }; skip=$2; shift ;;
         --skip=*) skip=${1#--skip=} ;;
         --no-install) install=0 ;;
         --out) [ $# -ge 2 ] || { echo "run.sh: --out needs a directory" >&2; exit 2; }; out=$2; shift ;;
         --out=*) out=${1#--out=} ;;
-        -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument '$1'; see bench/run.sh --help" >&2; exit 2 ;;
     esac
     shift
 done
 for w in ${only//,/ }; do
-    case "$w" in broadcast | small | pipeline | rl | arrow | hosts) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline, rl, arrow, hosts" >&2; exit 2 ;; esac
+    case "$w" in broadcast | small | pipeline | rl | arrow | record | hosts) ;; *) echo "run.sh: --only: unknown workload '$w'; choose from broadcast, small, pipeline, rl, arrow, record, hosts" >&2; exit 2 ;; esac
 done
 has() { [[ ",$only," == *",$1,"* ]]; }
 
@@ -117,6 +120,16 @@ if has arrow; then
     if ! "$py" "$bench_dir/arrow/arrow_bench.py" "${arrow_args[@]}"; then
         warn "the Arrow benchmark failed (see above)"
         arrow_failed=1
+    fi
+fi
+
+if has record; then
+    step "recording: bench/record/record_bench.py (a camera program with and without --record; the recorder's sustained rate beside dd's)"
+    record_args=(--hprm "$(dirname "$py")/hprm" --out "$results")
+    [ "$mode" = --quick ] && record_args+=(--quick)
+    if ! "$py" "$bench_dir/record/record_bench.py" "${record_args[@]}"; then
+        warn "the recording benchmark failed (see above)"
+        record_failed=1
     fi
 fi
 
@@ -193,7 +206,7 @@ if has small; then
     fi
 fi
 
-workloads=$(echo "$only" | tr ',' '\n' | grep -v -e '^pipeline$' -e '^rl$' -e '^arrow$' -e '^hosts$' | paste -sd, || true)
+workloads=$(echo "$only" | tr ',' '\n' | grep -v -e '^pipeline$' -e '^rl$' -e '^arrow$' -e '^record$' -e '^hosts$' | paste -sd, || true)
 if [ -n "$workloads" ]; then
     step "workloads $workloads: bench/suite/suite.py $mode"
     args=("$mode" --only "$workloads" --out "$results")
@@ -210,4 +223,4 @@ if command -v fastdds >/dev/null; then
     fastdds shm clean >/dev/null 2>&1 || warn "fastdds shm clean failed; leftover fastdds_* segments may remain in /dev/shm"
 fi
 step "done in $((SECONDS - started)) s"
-[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ] && [ -z "${arrow_failed:-}" ] && [ -z "${hosts_failed:-}" ]
+[ -z "${pipeline_failed:-}" ] && [ -z "${rl_failed:-}" ] && [ -z "${arrow_failed:-}" ] && [ -z "${record_failed:-}" ] && [ -z "${hosts_failed:-}" ]

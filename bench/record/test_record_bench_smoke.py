@@ -1,0 +1,36 @@
+"""The recording benchmark's program runs under `hprm launch --record` (tiny
+frames, real processes): every frame reaches the sink and the recorder, and
+the launcher's report parses, so the harness cannot rot unnoticed."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_the_camera_program_is_measured_and_recorded_whole(tmp_path):
+    hprm = Path(sys.executable).parent / "hprm"
+    out, rec = tmp_path / "sink.json", tmp_path / "run.mcap"
+    runtime = tempfile.mkdtemp(prefix="recb-", dir="/tmp")
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", HPRM_PYTHON=sys.executable, XDG_RUNTIME_DIR=runtime)
+    cmd = [str(hprm), "launch", "--store-memory", "64m", "--record", str(rec), "--record-compression", "none",
+           str(HERE / "record_program.py"), "--mb", "0.2", "--fps", "50", "--frames", "6", "--warmup", "2", "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["received"] == got["sent"] == 8 and len(got["latency_ms"]) == 6 and all(x > 0 for x in got["latency_ms"])
+    spec = importlib.util.spec_from_file_location("record_bench_parse", HERE / "record_bench.py")
+    # The driver parses its arguments on import: give it none.
+    argv, sys.argv = sys.argv, [str(HERE / "record_bench.py")]
+    try:
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.argv = argv
+    report = bench.recorder_line(r.stderr)
+    assert report["messages"] == 8 and report["lost"] == 0 and report["bytes"] >= 8 * got["frame_bytes"], report
