@@ -126,15 +126,16 @@ def _strip(line):
     return line[line.index("RECV ") :]
 
 
-def _launch_both(prefix, argv, env, extra_env=None):
+def _launch_both(prefix, argv, env, extra_env=None, extra_args=None):
     """Runs `hprm launch --host H ...` for hosts b then a, each in its
-    namespace (with `extra_env[H]` added to `env`), to their end; their
-    outputs by host (a share that hangs is killed, with its process group,
-    after WITHIN)."""
+    namespace (with `extra_env[H]` added to `env` and `extra_args[H]` to
+    its flags), to their end; their outputs by host (a share that hangs is
+    killed, with its process group, after WITHIN)."""
     extra_env = extra_env or {}
+    extra_args = extra_args or {}
     procs = {
         host: subprocess.Popen(
-            ["ip", "netns", "exec", f"{prefix}-{host}", argv[0], "launch", "--host", host, *argv[1:]],
+            ["ip", "netns", "exec", f"{prefix}-{host}", argv[0], "launch", "--host", host, *extra_args.get(host, []), *argv[1:]],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -222,7 +223,10 @@ def test_a_bank_spread_over_two_hosts_gives_the_one_host_trace(hosts, tmp_path):
     # synchronization, on by default between hosts, measures it at join
     # and corrects physical time; tags are the one-host run's.
     skew = -300_000_000
-    outs = _launch_both(prefix, [hprm, str(multi)], env, {"b": {"HPRM_TEST_CLOCK_SKEW_NS": str(skew)}})
+    traces = {h: tmp_path / f"trace-{h}.json" for h in ("a", "b")}
+    outs = _launch_both(
+        prefix, [hprm, str(multi)], env, {"b": {"HPRM_TEST_CLOCK_SKEW_NS": str(skew)}}, {h: ["--trace", str(t)] for h, t in traces.items()}
+    )
     offsets = {h: [int(x) for x in re.findall(r"clock synchronized with the RTI.*offset_ns=(-?\d+)", outs[h])] for h in ("a", "b")}
     assert len(offsets["b"]) == 3 and len(offsets["a"]) == 3, offsets  # gather, worker[1], worker[3]; source, worker[0], worker[2]
     for h, want in [("a", 0), ("b", -skew)]:
@@ -230,6 +234,11 @@ def test_a_bank_spread_over_two_hosts_gives_the_one_host_trace(hosts, tmp_path):
     errors = [int(x) for x in re.findall(r"CLOCK worker\[\d\] err_ns=(-?\d+)", outs["b"])]
     print(f"clock offsets measured on host b: {[o + skew for o in offsets['b']]} ns off the skew; physical time off by {errors} ns")
     assert len(errors) == 4 and all(abs(e) < CLOCK_TOLERANCE_NS for e in errors), f"physical time off by {errors} ns on host b"
+    # Each host's trace is on the RTI's clock too: host b's reactions at
+    # the start tag, which follow host a's source, start after it (b's own
+    # clock would put them 300 ms before).
+    first = {h: _first_reaction_ns(t) for h, t in traces.items()}
+    assert first["b"] - first["a"] > -CLOCK_TOLERANCE_NS, f"trace of host b is {first['a'] - first['b']} ns ahead of host a's"
     sent = [value(k) for k in range(2)]
     for member, host in [(0, "a"), (1, "b"), (2, "a"), (3, "b")]:
         got = [line.split("sha=")[1] for line in _trace(outs[host]) if f"RECV worker[{member}] " in line]
@@ -248,6 +257,16 @@ def test_a_bank_spread_over_two_hosts_gives_the_one_host_trace(hosts, tmp_path):
     for member, host in [(0, "a"), (1, "b"), (2, "a"), (3, "b")]:
         assert any(f"RECV worker[{member}] " in line for line in _trace(outs[host])), f"worker[{member}] not on host {host}:\n{outs[host]}"
     assert sorted(_strip(line) for line in _trace(outs["a"] + outs["b"])) == one_host
+
+
+def _first_reaction_ns(path):
+    """The physical start (ns since the epoch) of the earliest reaction at
+    the start tag in a merged Chrome trace."""
+    trace = json.loads(path.read_text())
+    epoch = trace["otherData"]["hprm_epoch_ns"]
+    starts = [e["ts"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("args", {}).get("tag_ns") == 0]
+    assert starts, f"no reaction at the start tag in {path}"
+    return epoch + int(min(starts) * 1000)
 
 
 def test_launching_a_program_with_hosts_without_host_says_how(tmp_path):

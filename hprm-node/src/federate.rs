@@ -281,7 +281,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let mut observed = None;
     if let Some(dir) = &opts.runtime_dir {
         // Observing is never a reason to fail: without it the federate runs unobserved.
-        let status = crate::status::Publisher::start(dir, &opts.federate, start, sched.board(), clock)
+        let status = crate::status::Publisher::start(dir, &opts.federate, start, sched.board(), clock.clone())
             .inspect_err(|e| {
                 tracing::warn!("cannot start the status thread: {e}; `hprm ps` will not see this federate's progress")
             })
@@ -323,7 +323,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     }
     // Stops the status thread, which then writes the final counts.
     drop(observed);
-    crate::trace::finish();
+    crate::trace::finish(clock.measured_offset());
     hprm_sd_notify::stopping(&match &report {
         Ok(r) => format!("federate {} finished after {} tags", opts.federate, r.tags),
         Err(e) => format!("federate {} failed: {e}", opts.federate),

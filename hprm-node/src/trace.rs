@@ -17,7 +17,12 @@
 //! every process of a host shares, so parts from different processes line
 //! up. A part stores `ts` in µs relative to its own `hprm_epoch_ns`
 //! (`otherData`), which keeps µs fractions exact in an f64; [`merge`]
-//! rebases all parts onto the earliest epoch.
+//! rebases all parts onto the earliest epoch. A federate on another host
+//! whose clock synchronization measured an offset to the RTI's host writes
+//! its epoch on that host's clock (its own epoch plus the offset, as its
+//! physical time is), so that parts from several hosts line up too; the
+//! offset is the one measured last (a trace spans seconds, drift within it
+//! is below the sync's own error).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -174,8 +179,9 @@ impl Tracer {
         self.push(Kind::Get { id, count, bytes }, NO_TAG, start, self.now());
     }
 
-    /// Writes `DIR/<federate>.json`; returns its path.
-    pub fn write(&self) -> std::io::Result<PathBuf> {
+    /// Writes `DIR/<federate>.json`, its epoch moved by `clock_offset` ns
+    /// (clock synchronization's, 0 without); returns its path.
+    pub fn write(&self, clock_offset: i64) -> std::io::Result<PathBuf> {
         let r = self.lock();
         let pid = std::process::id();
         let mut out = String::with_capacity(r.events.len() * 160 + 1024);
@@ -249,7 +255,7 @@ impl Tracer {
         }
         std::fs::create_dir_all(&self.dir)?;
         let path = self.dir.join(format!("{}.json", self.federate));
-        let text = format!("{PART_HEAD}{out}\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\"hprm_epoch_ns\":{},\"federate\":{}}}}}\n", self.epoch, json_str(&self.federate));
+        let text = format!("{PART_HEAD}{out}\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{{\"hprm_epoch_ns\":{},\"federate\":{}}}}}\n", self.epoch.saturating_add(clock_offset), json_str(&self.federate));
         std::fs::write(&path, text)?;
         Ok(path)
     }
@@ -262,10 +268,12 @@ fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
 }
 
-/// Writes this process's part, if tracing is on; logs where it went.
-pub(crate) fn finish() {
+/// Writes this process's part, if tracing is on, on the clock
+/// synchronization's reference clock (`clock_offset`, when measured); logs
+/// where it went.
+pub(crate) fn finish(clock_offset: Option<i64>) {
     if let Some(t) = tracer() {
-        match t.write() {
+        match t.write(clock_offset.unwrap_or(0)) {
             Ok(path) => tracing::debug!(path = %path.display(), "trace written"),
             Err(e) => tracing::error!("could not write the trace of {} into {}: {e}", t.federate, t.dir.display()),
         }
@@ -456,7 +464,7 @@ mod tests {
         t.grant(Tag::new(1100, 0), true);
         t.sent(Tag::new(1100, 0), false);
         t.put(ObjectId::from_bytes([7; 20]), 65536, t.now());
-        let path = t.write().unwrap();
+        let path = t.write(0).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let ev = v["traceEvents"].as_array().unwrap();
         let r = ev.iter().find(|e| e["name"] == "fed.r.react").unwrap();
@@ -467,5 +475,23 @@ mod tests {
         assert_eq!(ev.iter().find(|e| e["name"] == "PTAG").unwrap()["ph"], "i");
         assert_eq!(ev.iter().find(|e| e["name"] == "store put").unwrap()["args"]["bytes"], 65536);
         assert!(ev.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "fed \"quoted\""));
+    }
+
+    #[test]
+    fn a_synchronized_federates_part_is_on_the_reference_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tracer::new(dir.path().to_path_buf(), "far");
+        let name = t.name("far.r.react");
+        let s = t.now();
+        t.reaction(name, Tag::new(0, 0), s, s + 1000);
+        let epoch_of = |offset| {
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(t.write(offset).unwrap()).unwrap()).unwrap();
+            let ts = v["traceEvents"].as_array().unwrap().iter().find(|e| e["name"] == "far.r.react").unwrap()["ts"].as_f64();
+            (v["otherData"]["hprm_epoch_ns"].as_i64().unwrap(), ts)
+        };
+        // This clock is 3 s behind the RTI's: every event moves 3 s later,
+        // the events' spacing within the part unchanged.
+        let (plain, ts) = epoch_of(0);
+        assert_eq!(epoch_of(3_000_000_000), (plain + 3_000_000_000, ts));
     }
 }
