@@ -521,6 +521,11 @@ pub fn systemd(
         if let Some(cpus) = &f.cpus {
             let _ = writeln!(drop_in, "CPUAffinity={cpus}");
         }
+        if f.socket_priority.is_some_and(|p| p > 6) {
+            // The one right the unit then keeps: SO_PRIORITY above 6
+            // needs it (hprm_realtime's marks).
+            let _ = writeln!(drop_in, "CapabilityBoundingSet=CAP_NET_ADMIN\nAmbientCapabilities=CAP_NET_ADMIN");
+        }
         if let Some((bank, _)) = member {
             // Every member runs the same command: its env file names it.
             if !bank_templates.iter().any(|b| b == bank) {
@@ -748,6 +753,24 @@ mod tests {
         let control = unit("control");
         assert!(control.contains("CPUSchedulingPolicy=rr\nCPUSchedulingPriority=80\nCPUAffinity=2-3\n"), "{control}");
         assert!(!unit("planner").contains("CPUScheduling"));
+    }
+
+    #[test]
+    fn only_a_socket_priority_above_6_keeps_cap_net_admin() {
+        let mut m = manifest();
+        let mut control = fed("control", RestartPolicy::Stop, None);
+        control.socket_priority = Some(7);
+        let mut planner = fed("planner", RestartPolicy::Stop, None);
+        planner.socket_priority = Some(6);
+        planner.dscp = Some(hprm_node::realtime::Dscp(46));
+        m.federates = vec![control, planner];
+        let d = systemd(&m, &command, &SystemdOptions::default()).unwrap();
+        let unit = |f: &str| {
+            let path = format!("etc/systemd/system/hprm-federate@my\\x2drobot-{f}.service.d/hprm-deploy.conf");
+            d.files.iter().find(|x| x.path == Path::new(&path)).map(|x| x.contents.clone()).expect(&path)
+        };
+        assert!(unit("control").contains("CapabilityBoundingSet=CAP_NET_ADMIN\nAmbientCapabilities=CAP_NET_ADMIN\n"));
+        assert!(!unit("planner").contains("CAP_NET_ADMIN"));
     }
 
     fn command(name: &str) -> Command {

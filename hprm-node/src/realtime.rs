@@ -18,12 +18,23 @@
 //! What still spins is bounded: the store client's wait for a reply
 //! (`hprm_store::client::DEFAULT_SPIN`), which yields on every turn.
 //!
-//! No silent fallback: a federate that may not take its priority or CPUs
-//! stops with an error that says what it needs, unless it asked for
-//! `best_effort`, which logs a warning and runs as a normal process.
+//! Its TCP connections (to the RTI and to peers on other hosts) can carry
+//! marks too, `SO_PRIORITY` and DSCP ([`SocketMarks`]), so that queues in
+//! the host and in the network favour its messages over bulk traffic. The
+//! marks are the process's: [`Realtime::apply`] checks them on a throwaway
+//! socket and installs them, and every TCP connection the federate makes
+//! or accepts afterwards gets them ([`connection_marks`]). A process runs
+//! one federate (launcher, systemd); one that runs several in turn (tests)
+//! marks with the last one's.
+//!
+//! No silent fallback: a federate that may not take its priority, CPUs or
+//! marks stops with an error that says what it needs, unless it asked for
+//! `best_effort`, which logs a warning and runs without them.
+
+use std::sync::RwLock;
 
 use hprm_realtime::apply_policy;
-pub use hprm_realtime::{CpuList, Policy};
+pub use hprm_realtime::{CpuList, Dscp, Policy, SocketMarks};
 
 pub use crate::error::PlacementError;
 
@@ -37,22 +48,46 @@ pub struct Realtime {
     pub policy: Policy,
     /// The CPUs its threads may run on.
     pub cpus: Option<CpuList>,
+    /// `SO_PRIORITY` and DSCP of its TCP connections.
+    pub marks: SocketMarks,
     /// Run as a normal process, with a warning, when the rights to apply
     /// these are missing (default: stop with an error).
     pub best_effort: bool,
 }
 
+/// The marks this process's TCP connections get (see the module's
+/// documentation); unmarked until a federate applies its placement.
+static MARKS: RwLock<SocketMarks> = RwLock::new(SocketMarks { priority: None, dscp: None });
+
+/// The marks for a TCP connection this process makes or accepts now.
+pub(crate) fn connection_marks() -> SocketMarks {
+    *MARKS.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Realtime {
-    /// A priority or CPUs are asked for.
+    /// A priority, CPUs or socket marks are asked for.
     pub fn is_set(&self) -> bool {
-        self.priority.is_some() || self.cpus.is_some()
+        self.priority.is_some() || self.cpus.is_some() || self.marks.is_set()
     }
 
     /// Applies this placement to the calling thread and the threads it
-    /// starts from now on. Returns whether a real-time priority is in force
-    /// (the caller then does not busy-poll).
+    /// starts from now on, and its marks to the process's TCP connections
+    /// from now on. Returns whether a real-time priority is in force (the
+    /// caller then does not busy-poll).
     pub fn apply(&self, federate: &str) -> Result<bool, PlacementError> {
-        if !self.is_set() {
+        let marks = match self.marks.check() {
+            Ok(()) => self.marks,
+            Err(source) if self.best_effort => {
+                tracing::warn!(federate, "{source}; its connections stay unmarked (best_effort)");
+                SocketMarks::default()
+            }
+            Err(source) => return Err(PlacementError { federate: federate.to_string(), source }),
+        };
+        *MARKS.write().unwrap_or_else(std::sync::PoisonError::into_inner) = marks;
+        if marks.is_set() {
+            tracing::info!(federate, priority = ?marks.priority, dscp = ?marks.dscp.map(|d| d.0), "its TCP connections are marked");
+        }
+        if self.priority.is_none() && self.cpus.is_none() {
             return Ok(false);
         }
         match apply_policy(self.policy, self.priority, self.cpus.as_ref()) {

@@ -227,8 +227,11 @@ impl NativeProgram {
     }
 
     /// `Federate.realtime`: federate `fed`'s priority, policy (`"fifo"`,
-    /// `"rr"`) and CPUs (`"0,2-3"`), applied by its process as it starts.
-    #[pyo3(signature = (fed, priority=None, policy=None, cpus=None, best_effort=false))]
+    /// `"rr"`), CPUs (`"0,2-3"`) and its TCP connections' marks
+    /// (`socket_priority`, `dscp`: a number or a name such as `"EF"`),
+    /// applied by its process as it starts.
+    #[pyo3(signature = (fed, priority=None, policy=None, cpus=None, best_effort=false, socket_priority=None, dscp=None))]
+    #[allow(clippy::too_many_arguments)]
     fn realtime(
         &mut self,
         fed: usize,
@@ -236,23 +239,34 @@ impl NativeProgram {
         policy: Option<&str>,
         cpus: Option<&str>,
         best_effort: bool,
+        socket_priority: Option<u8>,
+        dscp: Option<&str>,
     ) -> PyResult<()> {
-        use hprm_node::realtime::{CpuList, Policy, Realtime};
+        use hprm_node::realtime::{CpuList, Dscp, Policy, Realtime, SocketMarks};
         let fid = *self.federates.get(fed).ok_or_else(|| PyValueError::new_err(format!("no federate {fed}")))?;
         if let Some(p) = priority.filter(|p| !(1..=99).contains(p)) {
             return Err(PyValueError::new_err(format!(
                 "priority {p} is out of range; real-time priorities are 1 (lowest) to 99"
             )));
         }
-        if priority.is_none() && cpus.is_none() {
-            return Err(PyValueError::new_err("give a priority (1-99), cpus (\"0,2-3\"), or both"));
+        if priority.is_none() && cpus.is_none() && socket_priority.is_none() && dscp.is_none() {
+            return Err(PyValueError::new_err(
+                "give a priority (1-99), cpus (\"0,2-3\"), socket_priority (0-6) or dscp (0-63 or a name such as \"EF\")",
+            ));
         }
+        if let Some(p) = socket_priority.filter(|&p| p > 15) {
+            return Err(PyValueError::new_err(format!(
+                "socket_priority {p} is out of range: 0 to 6, or up to 15 with CAP_NET_ADMIN"
+            )));
+        }
+        let dscp = dscp.map(str::parse::<Dscp>).transpose().map_err(PyValueError::new_err)?;
         if policy.is_some() && priority.is_none() {
             return Err(PyValueError::new_err("a policy needs a priority (1-99)"));
         }
         let policy = policy.map(str::parse::<Policy>).transpose().map_err(PyValueError::new_err)?.unwrap_or_default();
         let cpus = cpus.map(str::parse::<CpuList>).transpose().map_err(|e| PyValueError::new_err(e.to_string()))?;
-        self.program()?.realtime(fid, Realtime { priority, policy, cpus, best_effort });
+        let marks = SocketMarks { priority: socket_priority, dscp };
+        self.program()?.realtime(fid, Realtime { priority, policy, cpus, marks, best_effort });
         Ok(())
     }
 

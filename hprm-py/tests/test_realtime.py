@@ -94,3 +94,61 @@ def test_the_manifest_carries_the_placement():
     manifest = prog.manifest()
     control = manifest["federate"][0]
     assert (control["priority"], control["policy"], control["cpus"]) == (80, "rr", "0"), control
+
+
+MARKED = Path(__file__).parent / "programs" / "marked.py"
+
+
+def run_marked(socket_priority, dscp, best_effort=False, drop_net_admin=False):
+    argv = [sys.executable, str(MARKED), str(socket_priority if socket_priority is not None else "-"), str(dscp or "-"), "1" if best_effort else "0"]
+    if drop_net_admin:
+        argv = ["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin", "--", *argv]
+    # Over TCP even on one host: the connections the marks are for.
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", HPRM_LOCAL_TRANSPORT="tcp")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+
+def marks_said(r, who):
+    return next((l.split("] ", 1)[1] for l in r.stderr.splitlines() if l.startswith(f"[{who}] {who}: ") and "marks" in l), None)
+
+
+def test_a_federates_tcp_connections_carry_its_marks_and_only_its(daemons_built):
+    r = run_marked(5, "EF")
+    assert r.returncode == 0, r.stderr
+    # Read from the sockets themselves: the RTI connection and the peer connection.
+    said = marks_said(r, "source")
+    assert said is not None and said.startswith("source: marks [(5, 46)] on "), r.stderr
+    assert int(said.split(" on ")[1].split()[0]) >= 2, said
+    sink = marks_said(r, "sink")
+    assert sink is not None and sink.startswith("sink: got ") and "marks [(0, 0)]" in sink, r.stderr
+
+
+@needs_root
+@needs_setpriv
+def test_a_socket_priority_above_6_without_cap_net_admin_is_one_clear_error(daemons_built):
+    r = run_marked(7, None, drop_net_admin=True)
+    assert r.returncode != 0, r.stderr
+    line = next((l for l in r.stderr.splitlines() if "cannot give connections socket priority 7" in l), None)
+    assert line is not None, r.stderr
+    assert "federate source" in line and "CAP_NET_ADMIN" in line and "best_effort" in line, line
+    r = run_marked(7, None, best_effort=True, drop_net_admin=True)
+    assert r.returncode == 0, r.stderr
+    assert any("its connections stay unmarked (best_effort)" in l for l in r.stderr.splitlines()), r.stderr
+    assert "marks [(0, 0)]" in (marks_said(r, "source") or ""), r.stderr
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"socket_priority": 16}, "socket_priority 16 is out of range"), ({"dscp": "XX"}, "neither a number 0 to 63"), ({"dscp": 64}, "not 0 to 63")],
+)
+def test_bad_marks_are_refused_where_they_are_written(kwargs, message):
+    prog = hprm.Program("bad-marks")
+    with pytest.raises(ValueError, match=message):
+        prog.federate("f").realtime(**kwargs)
+
+
+def test_the_manifest_carries_the_marks():
+    prog = hprm.Program("marked")
+    prog.federate("control").realtime(socket_priority=6, dscp="AF41")
+    control = prog.manifest()["federate"][0]
+    assert (control["socket_priority"], control["dscp"]) == (6, 34), control

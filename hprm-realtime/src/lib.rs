@@ -1,8 +1,10 @@
 //! # hprm-realtime: real-time scheduling knobs for HPRM processes
 //!
 //! SCHED_FIFO/RR priority ([`Policy`]) and CPU affinity ([`CpuList`]),
-//! applied by [`apply`]/[`apply_policy`] or refused with a
-//! [`RealtimeError`] that says what right is missing. Used by the daemons
+//! applied by [`apply`]/[`apply_policy`], and the marks a process's TCP
+//! connections carry, `SO_PRIORITY` and DSCP ([`SocketMarks`], module
+//! `marks`); each refused with a [`RealtimeError`] that says what right is
+//! missing. Used by the daemons
 //! (`hprm-store --realtime-priority`, `hprm-rti --realtime-priority`) and by
 //! federates (`hprm_node::realtime`), so one crate holds these facts.
 //!
@@ -17,6 +19,10 @@
 use std::fmt;
 use std::io;
 use std::str::FromStr;
+
+mod marks;
+
+pub use marks::{Dscp, SocketMarks};
 
 /// CPUs written as a list of numbers and ranges: `0`, `2-3`, `0,2-3`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +116,14 @@ pub enum RealtimeError {
     Fifo { policy: Policy, priority: u8, cause: io::Error },
     #[error("cannot pin to CPUs {cpus}: {cause}; check that they exist and are allowed to this process (see `nproc` and the cgroup's cpuset)")]
     Affinity { cpus: CpuList, cause: io::Error },
+    #[error("socket priority must be 0 to 15 (above 6 with CAP_NET_ADMIN), not {0}")]
+    SocketPriorityRange(u8),
+    #[error("cannot give connections socket priority {priority} (SO_PRIORITY): {cause}; priorities above 6 need root or CAP_NET_ADMIN (under systemd: AmbientCapabilities=CAP_NET_ADMIN), or use 0 to 6")]
+    SocketPriority { priority: u8, cause: io::Error },
+    #[error("cannot mark connections with DSCP {dscp}: {cause}")]
+    Dscp { dscp: u8, cause: io::Error },
+    #[error("cannot open a socket to check the connections' marks: {0}")]
+    Probe(io::Error),
 }
 
 /// Pins the calling thread (and threads it creates later) to `cpus`, and

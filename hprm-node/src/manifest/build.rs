@@ -40,6 +40,8 @@ impl Program {
                 priority: f.realtime.priority,
                 policy: f.realtime.priority.map(|_| f.realtime.policy),
                 cpus: f.realtime.cpus.as_ref().map(ToString::to_string),
+                socket_priority: f.realtime.marks.priority,
+                dscp: f.realtime.marks.dscp,
                 best_effort: f.realtime.best_effort,
                 reactors: f.reactors.iter().map(|&r| self.reactor_spec(r)).collect(),
                 ..Default::default()
@@ -189,7 +191,7 @@ impl Program {
             if let Some(h) = &f.host {
                 p.run_on(fed, h.clone());
             }
-            if f.priority.is_some() || f.cpus.is_some() {
+            if f.priority.is_some() || f.cpus.is_some() || f.socket_priority.is_some() || f.dscp.is_some() {
                 // A bad CPU list was reported by `check`.
                 let cpus = f.cpus.as_deref().and_then(|c| c.parse().ok());
                 p.realtime(
@@ -198,6 +200,7 @@ impl Program {
                         priority: f.priority,
                         policy: f.policy.unwrap_or_default(),
                         cpus,
+                        marks: crate::realtime::SocketMarks { priority: f.socket_priority, dscp: f.dscp },
                         best_effort: f.best_effort,
                     },
                 );

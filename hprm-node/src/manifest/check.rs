@@ -326,12 +326,20 @@ impl Manifest {
             if let Some(Err(e)) = f.cpus.as_deref().map(str::parse::<hprm_realtime::CpuList>) {
                 out.add_at(at, Field::Key("cpus"), format!("federate {}: {e}", f.name));
             }
-            if f.best_effort && f.priority.is_none() && f.cpus.is_none() {
+            if let Some(p) = f.socket_priority.filter(|&p| p > 15) {
+                out.add_at(
+                    at,
+                    Field::Key("socket_priority"),
+                    format!("federate {}: socket_priority {p} is not 0 to 15 (above 6 needs CAP_NET_ADMIN)", f.name),
+                );
+            }
+            let marked = f.socket_priority.is_some() || f.dscp.is_some();
+            if f.best_effort && f.priority.is_none() && f.cpus.is_none() && !marked {
                 out.add_at(
                     at,
                     Field::Key("best_effort"),
                     format!(
-                        "federate {}: best_effort is set, but neither priority nor cpus; remove it or give them",
+                        "federate {}: best_effort is set, but neither priority, cpus, socket_priority nor dscp; remove it or give them",
                         f.name
                     ),
                 );
@@ -872,7 +880,7 @@ mod tests {
             (placed(Some(0), None, None, false), "priority 0 is out of range"),
             (placed(None, Some(hprm_realtime::Policy::Fifo), None, false), "policy is set without a priority"),
             (placed(None, None, Some("2-1"), false), "`2-1` is not a CPU list"),
-            (placed(None, None, None, true), "best_effort is set, but neither priority nor cpus"),
+            (placed(None, None, None, true), "best_effort is set, but neither priority, cpus, socket_priority nor dscp"),
         ] {
             let p = messages(&manifest(vec![f], vec![]));
             assert!(p.len() == 1 && p[0].0 == Location::Federate { index: 0 } && p[0].1.contains(want), "{p:?}");

@@ -153,8 +153,16 @@ pub struct FederateSpec {
     /// The CPUs it runs on: `"2"`, `"2-3"`, `"0,2-3"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,
-    /// Run without `priority`/`cpus`, with a warning, where the rights to
-    /// them are missing (default: stop with an error).
+    /// `SO_PRIORITY` of its TCP connections, 0 to 6 (7 to 15 with
+    /// `CAP_NET_ADMIN`); see [`crate::realtime`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_priority: Option<u8>,
+    /// The DSCP its TCP connections' packets carry: 0 to 63, or a name
+    /// (`"EF"`, `"CS6"`, `"AF41"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<hprm_realtime::Dscp>,
+    /// Run without `priority`/`cpus`/socket marks, with a warning, where the
+    /// rights to them are missing (default: stop with an error).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub best_effort: bool,
     #[serde(default, rename = "reactor")]

@@ -25,9 +25,11 @@ const SOCKET_BUFFER: usize = 4 << 20;
 
 /// TCP_NODELAY (no Nagle delay for small messages) and large kernel
 /// buffers; in a program with hosts, keepalive and a user timeout too, so
-/// that a lost host breaks the connection (`crate::hosts::tcp_loss_bound`).
+/// that a lost host breaks the connection (`crate::hosts::tcp_loss_bound`);
+/// the federate's marks (`SO_PRIORITY`, DSCP: `crate::realtime`).
 pub(crate) fn tune(stream: &TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
+    crate::realtime::connection_marks().apply(stream).map_err(io::Error::other)?;
     if let Some(bound) = crate::hosts::tcp_loss_bound() {
         hprm_rti::liveness::bound_loss(stream, bound)?;
     }

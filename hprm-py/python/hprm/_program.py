@@ -131,7 +131,15 @@ class Federate:
         self._program._native.run_on(self._index, host)
         return self
 
-    def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Federate:
+    def realtime(
+        self,
+        priority: int | None = None,
+        cpus: str | None = None,
+        policy: str = "fifo",
+        best_effort: bool = False,
+        socket_priority: int | None = None,
+        dscp: int | str | None = None,
+    ) -> Federate:
         """Runs this federate's reactions at real-time ``priority`` (1-99,
         SCHED_FIFO, or ``policy="rr"``) and/or on ``cpus`` (``"2"``,
         ``"0,2-3"``). Its process applies them as it starts, before its
@@ -139,8 +147,15 @@ class Federate:
         thread keeps the threads it waits for off its CPU). Without the
         right to (root or CAP_SYS_NICE) it stops with an error saying so,
         unless ``best_effort``: then it warns and runs as a normal process.
-        ``hprm deploy`` writes them into the federate's unit."""
-        self._program._native.realtime(self._index, priority, policy if priority is not None else None, cpus, best_effort)
+        ``hprm deploy`` writes them into the federate's unit.
+        ``socket_priority`` (SO_PRIORITY, 0-6; up to 15 with CAP_NET_ADMIN)
+        and ``dscp`` (0-63, or a name: ``"EF"``, ``"CS6"``, ``"AF41"``) mark
+        its TCP connections (to the RTI and to peers on other hosts), so that
+        queues in the host and the network favour them."""
+        native_dscp = None if dscp is None else str(dscp)
+        self._program._native.realtime(
+            self._index, priority, policy if priority is not None else None, cpus, best_effort, socket_priority, native_dscp
+        )
         return self
 
     def __getattr__(self, name: str) -> Any:
@@ -224,11 +239,19 @@ class Bank:
             f.on(hosts[i % len(hosts)])
         return self
 
-    def realtime(self, priority: int | None = None, cpus: str | None = None, policy: str = "fifo", best_effort: bool = False) -> Bank:
+    def realtime(
+        self,
+        priority: int | None = None,
+        cpus: str | None = None,
+        policy: str = "fifo",
+        best_effort: bool = False,
+        socket_priority: int | None = None,
+        dscp: int | str | None = None,
+    ) -> Bank:
         """``Federate.realtime`` for the bank's federates (each member's
         process, or the one federate of a thread bank)."""
         for f in {id(f): f for f in self.federates}.values():
-            f.realtime(priority, cpus, policy, best_effort)
+            f.realtime(priority, cpus, policy, best_effort, socket_priority, dscp)
         return self
 
 
