@@ -102,7 +102,8 @@ MARKED = Path(__file__).parent / "programs" / "marked.py"
 def run_marked(socket_priority, dscp, best_effort=False, drop_net_admin=False):
     argv = [sys.executable, str(MARKED), str(socket_priority if socket_priority is not None else "-"), str(dscp or "-"), "1" if best_effort else "0"]
     if drop_net_admin:
-        argv = ["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin", "--", *argv]
+        # Linux lets CAP_NET_RAW set high priorities too: drop both.
+        argv = ["setpriv", "--inh-caps=-net_admin,-net_raw", "--bounding-set=-net_admin,-net_raw", "--", *argv]
     # Over TCP even on one host: the connections the marks are for.
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", HPRM_LOCAL_TRANSPORT="tcp")
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)

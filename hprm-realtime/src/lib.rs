@@ -118,7 +118,7 @@ pub enum RealtimeError {
     Affinity { cpus: CpuList, cause: io::Error },
     #[error("socket priority must be 0 to 15 (above 6 with CAP_NET_ADMIN), not {0}")]
     SocketPriorityRange(u8),
-    #[error("cannot give connections socket priority {priority} (SO_PRIORITY): {cause}; priorities above 6 need root or CAP_NET_ADMIN (under systemd: AmbientCapabilities=CAP_NET_ADMIN), or use 0 to 6")]
+    #[error("cannot give connections socket priority {priority} (SO_PRIORITY): {cause}; priorities above 6 need root or CAP_NET_ADMIN (or CAP_NET_RAW; under systemd: AmbientCapabilities=CAP_NET_ADMIN), or use 0 to 6")]
     SocketPriority { priority: u8, cause: io::Error },
     #[error("cannot mark connections with DSCP {dscp}: {cause}")]
     Dscp { dscp: u8, cause: io::Error },
