@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufWriter;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -451,6 +451,29 @@ fn take(decoder: &Decoder, payload: &[u8]) -> Result<(Option<Object>, Vec<Object
     Ok((spilled, objects))
 }
 
+/// Part `n` of the rotated recording `--record FILE.mcap`: `FILE-000n.mcap` beside it.
+pub fn part_path(path: &Path, n: u32) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+    path.with_file_name(format!("{stem}-{n:04}{ext}"))
+}
+
+/// The parts of a rotated recording (`--record-rotate`), in order, when
+/// `path` names one as a whole: the base name given to `--record` (which
+/// itself is not written) or its first part `FILE-0000.mcap`. `None` for
+/// any other path (a recording of one file, or a later part alone).
+pub fn parts_of(path: &Path) -> Option<Vec<PathBuf>> {
+    let base = if path.exists() {
+        let stem = path.file_stem()?.to_str()?.strip_suffix("-0000")?;
+        let ext = path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+        path.with_file_name(format!("{stem}{ext}"))
+    } else {
+        path.to_path_buf()
+    };
+    let parts: Vec<PathBuf> = (0..).map(|n| part_path(&base, n)).take_while(|p| p.exists()).collect();
+    (!parts.is_empty()).then_some(parts)
+}
+
 /// Where a recording's files go and what each one starts with.
 struct Layout {
     /// `--record FILE.mcap`.
@@ -469,9 +492,7 @@ impl Layout {
         if self.rotate.is_none() {
             return self.path.clone();
         }
-        let stem = self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let ext = self.path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
-        self.path.with_file_name(format!("{stem}-{n:04}{ext}"))
+        part_path(&self.path, n)
     }
 
     /// Creates part `n`: its schema and the program's and run's metadata.
