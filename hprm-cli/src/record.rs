@@ -45,6 +45,7 @@ use anyhow::{bail, Context as _, Result};
 use hprm_node::payload::{
     BufferDescriptor, Decoder, Location, StoreLink, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
 };
+pub use hprm_node::manifest::record::Rotate;
 use hprm_node::record::{Connection, Header, Hello, Listener, Selection, DECISION, END};
 use hprm_node::Tag;
 use hprm_store::Object;
@@ -198,8 +199,26 @@ struct Counts {
 pub struct Recorder {
     socket: PathBuf,
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
     acceptor: JoinHandle<Vec<JoinHandle<()>>>,
     writer: JoinHandle<Result<Summary>>,
+}
+
+/// Which federates' feeds are open and which ended (a recorder that runs
+/// apart from its launcher, `hprm recorder`, ends with the program).
+#[derive(Default)]
+pub struct Progress {
+    open: std::sync::atomic::AtomicUsize,
+    /// Federates whose feed sent its last frame (their end), in order.
+    ended: std::sync::Mutex<Vec<String>>,
+}
+
+impl Progress {
+    /// Whether every federate of `federates` has ended and no feed is open.
+    pub fn all_ended(&self, federates: &[String]) -> bool {
+        let ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.open.load(Ordering::SeqCst) == 0 && federates.iter().all(|f| ended.contains(f))
+    }
 }
 
 /// What a recording holds, for the final line.
@@ -288,14 +307,21 @@ impl Recorder {
         let stop = Arc::new(AtomicBool::new(false));
         let topics = Arc::new(opts.topics.clone());
         let s = stop.clone();
+        let progress = Arc::new(Progress::default());
+        let p = progress.clone();
         let acceptor = std::thread::Builder::new()
             .name("hprm-record-accept".into())
-            .spawn(move || accept(listener, tx, topics, s))?;
+            .spawn(move || accept(listener, tx, topics, s, p))?;
         let throttle = opts.throttle;
         let writer = std::thread::Builder::new()
             .name("hprm-record-write".into())
             .spawn(move || write(layout, first, rx, throttle, federates))?;
-        Ok(Recorder { socket, stop, acceptor, writer })
+        Ok(Recorder { socket, stop, progress, acceptor, writer })
+    }
+
+    /// The federates' feeds so far.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// Waits for every federate's feed to end, writes the summary and
@@ -316,18 +342,23 @@ fn accept(
     tx: SyncSender<Entry>,
     topics: Arc<Vec<String>>,
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
 ) -> Vec<JoinHandle<()>> {
     let mut readers = Vec::new();
     loop {
         match listener.accept() {
             Ok(Some(conn)) => {
-                let (tx, topics) = (tx.clone(), topics.clone());
-                match std::thread::Builder::new()
-                    .name("hprm-record-feed".into())
-                    .spawn(move || feed(conn, &tx, &topics))
-                {
+                progress.open.fetch_add(1, Ordering::SeqCst);
+                let (tx, topics, mine) = (tx.clone(), topics.clone(), progress.clone());
+                match std::thread::Builder::new().name("hprm-record-feed".into()).spawn(move || {
+                    feed(conn, &tx, &topics, &mine);
+                    mine.open.fetch_sub(1, Ordering::SeqCst);
+                }) {
                     Ok(h) => readers.push(h),
-                    Err(e) => tracing::error!("cannot start a thread for a federate's recording: {e}"),
+                    Err(e) => {
+                        progress.open.fetch_sub(1, Ordering::SeqCst);
+                        tracing::error!("cannot start a thread for a federate's recording: {e}");
+                    }
                 }
             }
             Ok(None) if stop.load(Ordering::Relaxed) => return readers,
@@ -341,7 +372,7 @@ fn accept(
 }
 
 /// Reads one federate's feed until it ends.
-fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
+fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String], progress: &Progress) {
     let hello: Hello = match conn.recv() {
         Ok(Some(frame)) => match serde_json::from_slice(frame) {
             Ok(h) => h,
@@ -407,6 +438,7 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
                 Ok(counts) => lost.extend(counts),
                 Err(e) => tracing::error!(federate = %hello.federate, "unreadable final loss counts: {e}"),
             }
+            progress.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(hello.federate.clone());
             break;
         }
         let Some(topic) = topic_of.get(header.port as usize).cloned() else {
@@ -630,45 +662,6 @@ impl Part {
     }
 }
 
-/// `--record-rotate`: when a recording moves on to its next file.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Rotate {
-    /// Once a file holds this many bytes of messages.
-    pub size: Option<u64>,
-    /// Once a file spans this much logical time.
-    pub duration: Option<Duration>,
-}
-
-impl std::str::FromStr for Rotate {
-    type Err = String;
-
-    /// `size=SIZE` (`512m`, `2g`), `duration=DURATION` (`60s`), or both,
-    /// comma-separated.
-    fn from_str(text: &str) -> Result<Rotate, String> {
-        let mut r = Rotate::default();
-        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            match item.split_once('=') {
-                Some(("size", v)) => {
-                    let bytes = v.parse::<hprm_store::bytesize::ByteSize>().map_err(|e| format!("size={v}: {e}"))?;
-                    r.size = Some(bytes.0.max(1));
-                }
-                Some(("duration", v)) => {
-                    let d = hprm_node::manifest::parse_duration(v).map_err(|e| format!("duration={v}: {e}"))?;
-                    if d.is_zero() {
-                        return Err(format!("duration={v}: a file must span some time"));
-                    }
-                    r.duration = Some(d);
-                }
-                _ => return Err(format!("{item:?}: expected size=SIZE (e.g. 512m) or duration=DURATION (e.g. 60s)")),
-            }
-        }
-        if r == Rotate::default() {
-            return Err("expected size=SIZE, duration=DURATION, or both (e.g. size=512m,duration=60s)".into());
-        }
-        Ok(r)
-    }
-}
-
 fn write(
     layout: Layout,
     mut part: Part,
@@ -875,19 +868,6 @@ fn inline(v: &mut rmpv::Value, objects: &[Object]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rotation_takes_a_size_a_duration_or_both() {
-        assert_eq!("size=5m".parse::<Rotate>(), Ok(Rotate { size: Some(5 << 20), duration: None }));
-        assert_eq!(
-            "size=1g, duration=60s".parse::<Rotate>(),
-            Ok(Rotate { size: Some(1 << 30), duration: Some(Duration::from_secs(60)) })
-        );
-        assert!("every=3".parse::<Rotate>().unwrap_err().contains("expected size=SIZE"));
-        assert!("size=lots".parse::<Rotate>().unwrap_err().contains("is not a size"));
-        assert!("duration=0s".parse::<Rotate>().unwrap_err().contains("must span some time"));
-        assert!("".parse::<Rotate>().is_err());
-    }
 
     #[test]
     fn decisions_read_back() {

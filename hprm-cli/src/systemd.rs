@@ -695,6 +695,7 @@ mod tests {
                 fed("plan ner", RestartPolicy::Stop, None),
             ],
             connections: Vec::new(),
+            record: None,
         }
     }
 

@@ -245,3 +245,103 @@ def test_a_recording_rotates_into_complete_files(hprm_cli, env, program_values, 
     assert len(values) == 6 and all(same(v, program_values(n, True)) for n, v in enumerate(values))
     bad = launch(hprm_cli, env, tmp_path / "x.mcap", 1, record_args=["--record-rotate", "every=3"])
     assert bad.returncode == 2 and 'expected size=SIZE (e.g. 512m) or duration=DURATION' in bad.stderr, bad.stderr
+
+
+def recorded_manifest(directory, record_table):
+    """recorded.py as a TOML manifest (source and sink, 6 small values
+    10 ms apart), with `record_table` appended."""
+    manifest = directory / "recorded.toml"
+    manifest.write_text(
+        f"""name = "recorded"
+coordination = "centralized"
+
+[[federate]]
+name = "source"
+module = "{PROGRAM}"
+  [[federate.reactor]]
+  name = "source"
+  class = "Source"
+  outputs = ["out"]
+
+[[federate]]
+name = "sink"
+module = "{PROGRAM}"
+  [[federate.reactor]]
+  name = "sink"
+  class = "Sink"
+  args = {{ name = "sink" }}
+  inputs = ["inp"]
+
+[[connection]]
+from = "source.out"
+to = "sink.inp"
+
+{record_table}
+"""
+    )
+    return manifest
+
+
+def test_a_manifest_with_a_record_table_records_itself(hprm_cli, env, program_values, tmp_path):
+    """`[record]` records the program as --record would, into a path
+    relative to the manifest; a flag overrides it, --no-record turns it
+    off, and a bad setting is refused with its place in the file."""
+    (tmp_path / "runs").mkdir()
+    manifest = recorded_manifest(tmp_path, '[record]\npath = "runs/run.mcap"\ncompression = "lz4"\npolicy = "block:60s"\n')
+
+    def hprm(*args):
+        return subprocess.run([str(hprm_cli), *map(str, args)], capture_output=True, text=True, timeout=120, env=env, cwd="/")
+
+    r = hprm("launch", "--fast", manifest)
+    out = tmp_path / "runs" / "run.mcap"
+    assert r.returncode == 0 and f"recorded 6 messages" in r.stderr and f"into {out}: nothing lost" in r.stderr, r.stderr
+    summary, by_topic = read_back(out)
+    got = [v for *_, v in by_topic["source.source.out"]]
+    assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
+    assert summary["hprm.run"]["policy"] == "block:60s" and summary["hprm.summary"]["complete"] == "true", summary
+
+    other = tmp_path / "other.mcap"
+    r = hprm("launch", "--fast", "--record", other, "--topics", "source.out", manifest)
+    assert r.returncode == 0 and f"into {other}: nothing lost" in r.stderr, r.stderr
+    out.unlink()
+    r = hprm("launch", "--fast", "--no-record", manifest)
+    assert r.returncode == 0 and "hprm: recorded" not in r.stderr and not out.exists(), r.stderr
+    r = hprm("launch", "--fast", "--no-record", "--topics", "source.out", manifest)
+    assert r.returncode == 2 and "--topics applies to a recording" in r.stderr, r.stderr
+
+    bad = recorded_manifest(tmp_path, '[record]\npath = "x.mcap"\npolicy = "sometimes"\ntopics = ["sink.inp"]\n')
+    r = hprm("launch", "--fast", bad)
+    assert r.returncode == 2, r.stderr
+    assert f"{bad}:27:10: record: policy: " in r.stderr and f'{bad}:28:10: record: topics: "sink.inp": no output' in r.stderr, r.stderr
+    check = hprm("check", bad)
+    assert check.returncode == 1 and "record: policy: " in check.stdout + check.stderr, check.stdout + check.stderr
+
+
+def test_the_deployed_recorder_records_the_program_and_ends_with_it(hprm_cli, env, program_values, tmp_path):
+    """`hprm recorder`, what hprm-record@PROGRAM.service runs after `hprm
+    deploy`: a process of its own that the federates feed (HPRM_RECORD),
+    which closes the recording once every federate has ended."""
+    out = tmp_path / "deployed.mcap"
+    manifest = recorded_manifest(tmp_path, f'[record]\npath = "{out}"\n')
+    socket = Path(env["XDG_RUNTIME_DIR"]) / "rec.sock"
+    recorder = subprocess.Popen(
+        [str(hprm_cli), "recorder", "--manifest", str(manifest), "--socket", str(socket)], stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not socket.exists():
+            assert recorder.poll() is None and time.monotonic() < deadline, recorder.stderr.read()
+            time.sleep(0.05)
+        fed = dict(env, HPRM_RECORD=str(socket), HPRM_RECORD_POLICY="block:30s")
+        r = subprocess.run([str(hprm_cli), "launch", "--fast", "--no-record", str(manifest)], capture_output=True, text=True, timeout=120, env=fed)
+        assert r.returncode == 0, r.stderr
+        said = recorder.communicate(timeout=30)[1]
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+    assert recorder.returncode == 0 and f"recorded 6 messages" in said and "nothing lost" in said, said
+    summary, by_topic = read_back(out)
+    got = [v for *_, v in by_topic["source.source.out"]]
+    assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
+    assert summary["hprm.summary"]["complete"] == "true", summary

@@ -71,6 +71,7 @@ impl Program {
             rti_port: self.rti_port,
             federates,
             connections,
+            record: None,
         }
     }
 
