@@ -159,12 +159,9 @@ fn info(path: &Path) -> Result<i32> {
     let field = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_else(|| "-".into());
     match parts.as_slice() {
         [(file, _)] => println!("file:        {} ({size} bytes)", file.display()),
-        [(first, _), .., (last, _)] => println!(
-            "files:       {} parts, {} to {} ({size} bytes)",
-            parts.len(),
-            first.display(),
-            last.display()
-        ),
+        [(first, _), .., (last, _)] => {
+            println!("files:       {} parts, {} to {} ({size} bytes)", parts.len(), first.display(), last.display())
+        }
         [] => {}
     }
     println!("program:     {}", field(&run, "program"));

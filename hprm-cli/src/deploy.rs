@@ -99,8 +99,7 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     };
     for (host, dir) in shares {
         let settings = SystemdOptions { host, ..settings.clone() };
-        let deployment =
-            hprm_cli::systemd::systemd(&manifest, &|name| source.federate_command(name), &settings)?;
+        let deployment = hprm_cli::systemd::systemd(&manifest, &|name| source.federate_command(name), &settings)?;
         deployment
             .write(&dir)
             .with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;

@@ -76,11 +76,10 @@ impl RecordFlags {
                 return Ok(None);
             }
         };
-        let topics = if self.topics.is_empty() { spec.map(|s| s.topics.clone()).unwrap_or_default() } else { self.topics };
-        let policy = self
-            .policy
-            .or_else(|| spec.and_then(|s| s.policy.clone()))
-            .unwrap_or_else(|| DEFAULT_POLICY.to_string());
+        let topics =
+            if self.topics.is_empty() { spec.map(|s| s.topics.clone()).unwrap_or_default() } else { self.topics };
+        let policy =
+            self.policy.or_else(|| spec.and_then(|s| s.policy.clone())).unwrap_or_else(|| DEFAULT_POLICY.to_string());
         let compression = self.compression.or_else(|| spec.and_then(|s| s.compression)).unwrap_or_default();
         let rotate = match (self.rotate, spec.and_then(|s| s.rotate.as_deref())) {
             (Some(r), _) => Some(r),
@@ -129,8 +128,7 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         Some(r) => {
             let path = r.path.clone();
             let policy = r.policy.clone();
-            let socket =
-                hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));
+            let socket = hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));
             let recorder = start_recorder(r, &manifest, opts.coordination, opts.fast, socket.clone())?;
             // Before the launcher starts any federate: each inherits them.
             std::env::set_var(hprm_node::record::RECORD_ENV, &socket);

@@ -42,10 +42,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+pub use hprm_node::manifest::record::Rotate;
 use hprm_node::payload::{
     BufferDescriptor, Decoder, Location, StoreLink, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
 };
-pub use hprm_node::manifest::record::Rotate;
 use hprm_node::record::{Connection, Header, Hello, Listener, Selection, DECISION, END};
 use hprm_node::Tag;
 use hprm_store::Object;

@@ -96,7 +96,10 @@ pub fn run(args: &RecorderArgs) -> Result<i32> {
         if lost == 0 { "nothing lost".to_string() } else { format!("LOST {lost}") }
     );
     if !summary.federates_missing.is_empty() {
-        eprintln!("hprm: federates not recorded (they never reached the recorder): {}", summary.federates_missing.join(", "));
+        eprintln!(
+            "hprm: federates not recorded (they never reached the recorder): {}",
+            summary.federates_missing.join(", ")
+        );
     }
     Ok(i32::from(lost > 0 || summary.disk_full.is_some()))
 }

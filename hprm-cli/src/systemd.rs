@@ -244,8 +244,13 @@ impl Deployment {
         for (f, u) in &self.federate_units {
             let _ = writeln!(s, "  {f:<16} '{u}'");
         }
-        let daemons: Vec<&str> =
-            self.rti_unit.iter().chain(self.host.as_ref().map(|(_, l)| l)).chain(&self.record_unit).map(String::as_str).collect();
+        let daemons: Vec<&str> = self
+            .rti_unit
+            .iter()
+            .chain(self.host.as_ref().map(|(_, l)| l))
+            .chain(&self.record_unit)
+            .map(String::as_str)
+            .collect();
         let logs: String = daemons.iter().map(|u| format!(" -u '{u}'")).collect();
         let _ = writeln!(s, "Check: systemctl status '{}'; logs: journalctl{logs} -u 'hprm-federate@*'", self.target);
         let _ = writeln!(
@@ -460,12 +465,19 @@ pub fn systemd(
                 ))
             })?;
             let dir = dir.to_str().filter(|d| !d.contains(['\n', ' ', '"', '%', '$'])).ok_or_else(|| {
-                DeployError::Record(format!("[record] path {:?}: a unit cannot name its directory; use a plain path", r.path))
+                DeployError::Record(format!(
+                    "[record] path {:?}: a unit cannot name its directory; use a plain path",
+                    r.path
+                ))
             })?;
             let mut drop_in = format!("{header}[Service]\n");
             match Path::new(dir).strip_prefix("/var/lib") {
                 Ok(state) if !state.as_os_str().is_empty() => {
-                    let _ = writeln!(drop_in, "# systemd makes the recording's directory, the recorder's.\nStateDirectory={}", state.display());
+                    let _ = writeln!(
+                        drop_in,
+                        "# systemd makes the recording's directory, the recorder's.\nStateDirectory={}",
+                        state.display()
+                    );
                 }
                 _ => {
                     let _ = writeln!(drop_in, "ReadWritePaths={dir}");
@@ -473,7 +485,9 @@ pub fn systemd(
                         drop_in.push_str("# The recording goes into a home directory, which the template hides.\nProtectHome=read-only\n");
                     }
                     if Path::new(dir).starts_with("/tmp") || Path::new(dir).starts_with("/var/tmp") {
-                        drop_in.push_str("# The recording goes into /tmp, which the template makes private.\nPrivateTmp=no\n");
+                        drop_in.push_str(
+                            "# The recording goes into /tmp, which the template makes private.\nPrivateTmp=no\n",
+                        );
                     }
                     notes.push(format!("the recorder writes into {dir}: it must exist and be writable by user hprm (a directory under /var/lib is made by systemd)"));
                 }

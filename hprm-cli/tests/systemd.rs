@@ -382,7 +382,8 @@ fn a_recorded_program_gets_its_recorder_unit() {
     // Elsewhere than /var/lib: the directory is named writable, and the operator told.
     m.record = Some(hprm_node::manifest::RecordSpec { path: "/srv/rec/x.mcap".into(), ..Default::default() });
     let d = systemd(&m, &command, &opts).expect("deploy");
-    let drop_in = &d.files.iter().find(|f| f.path.ends_with(format!("{record}.d/hprm-deploy.conf"))).expect("drop-in").contents;
+    let drop_in =
+        &d.files.iter().find(|f| f.path.ends_with(format!("{record}.d/hprm-deploy.conf"))).expect("drop-in").contents;
     assert!(drop_in.contains("ReadWritePaths=/srv/rec\n"), "{drop_in}");
     assert!(d.notes.iter().any(|n| n.contains("/srv/rec") && n.contains("writable by user hprm")), "{:?}", d.notes);
     let env = &d.files.iter().find(|f| f.path.ends_with("the sink.env")).expect("env").contents;

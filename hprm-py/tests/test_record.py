@@ -177,6 +177,13 @@ def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hpr
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()
+    check_cut(hprm_cli, env, program_values, out)
+
+
+def check_cut(hprm_cli, env, program_values, out):
+    """`out`, whose recorder was killed outright, reads back with the
+    `mcap` package's stream reader (which needs no summary) up to its last
+    complete chunk, every message intact; `hprm bag info` counts the same."""
     codec = _native.Codec()
     values, ended = [], None
     with open(out, "rb") as f:
@@ -247,17 +254,19 @@ def test_a_recording_rotates_into_complete_files(hprm_cli, env, program_values, 
     assert bad.returncode == 2 and 'expected size=SIZE (e.g. 512m) or duration=DURATION' in bad.stderr, bad.stderr
 
 
-def recorded_manifest(directory, record_table):
-    """recorded.py as a TOML manifest (source and sink, 6 small values
-    10 ms apart), with `record_table` appended."""
+def recorded_manifest(directory, record_table, source_args=None):
+    """recorded.py as a TOML manifest (a source, a sink and a logger; 6
+    small values 10 ms apart, or with `source_args` the source runs
+    recorded.py with those), with `record_table` appended."""
     manifest = directory / "recorded.toml"
+    source = f'module = "{PROGRAM}"' if source_args is None else f"command = {[sys.executable, str(PROGRAM), *source_args]!r}".replace("'", '"')
     manifest.write_text(
         f"""name = "recorded"
 coordination = "centralized"
 
 [[federate]]
 name = "source"
-module = "{PROGRAM}"
+{source}
   [[federate.reactor]]
   name = "source"
   class = "Source"
@@ -272,9 +281,22 @@ module = "{PROGRAM}"
   args = {{ name = "sink" }}
   inputs = ["inp"]
 
+[[federate]]
+name = "logger"
+module = "{PROGRAM}"
+  [[federate.reactor]]
+  name = "logger"
+  class = "Sink"
+  args = {{ name = "logger" }}
+  inputs = ["inp"]
+
 [[connection]]
 from = "source.out"
 to = "sink.inp"
+
+[[connection]]
+from = "source.out"
+to = "logger.inp"
 
 {record_table}
 """
@@ -312,7 +334,7 @@ def test_a_manifest_with_a_record_table_records_itself(hprm_cli, env, program_va
     bad = recorded_manifest(tmp_path, '[record]\npath = "x.mcap"\npolicy = "sometimes"\ntopics = ["sink.inp"]\n')
     r = hprm("launch", "--fast", bad)
     assert r.returncode == 2, r.stderr
-    assert f"{bad}:27:10: record: policy: " in r.stderr and f'{bad}:28:10: record: topics: "sink.inp": no output' in r.stderr, r.stderr
+    assert f"{bad}:40:10: record: policy: " in r.stderr and f'{bad}:41:10: record: topics: "sink.inp": no output' in r.stderr, r.stderr
     check = hprm("check", bad)
     assert check.returncode == 1 and "record: policy: " in check.stdout + check.stderr, check.stdout + check.stderr
 
@@ -345,3 +367,36 @@ def test_the_deployed_recorder_records_the_program_and_ends_with_it(hprm_cli, en
     got = [v for *_, v in by_topic["source.source.out"]]
     assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
     assert summary["hprm.summary"]["complete"] == "true", summary
+
+
+def test_a_deployed_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hprm_cli, env, program_values, tmp_path):
+    """kill -9 of `hprm recorder` (the deployed recorder, a process of its
+    own) mid-run: the file reads back up to its last complete chunk; the
+    federates run on, counting what they can no longer record."""
+    out = tmp_path / "killed.mcap"
+    manifest = recorded_manifest(tmp_path, f'[record]\npath = "{out}"\ncompression = "none"\n', source_args=["400", "50ms", "1"])
+    socket = Path(env["XDG_RUNTIME_DIR"]) / "rec.sock"
+    recorder = subprocess.Popen([str(hprm_cli), "recorder", "--manifest", str(manifest), "--socket", str(socket)], stderr=subprocess.DEVNULL, env=env)
+    fed = dict(env, HPRM_RECORD=str(socket), HPRM_RECORD_POLICY="fail")
+    launch = None
+    try:
+        deadline = time.monotonic() + 30
+        while not socket.exists():
+            assert recorder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        launch = subprocess.Popen([str(hprm_cli), "launch", "--no-record", str(manifest)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=fed)
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.stat().st_size > 30_000_000):
+            assert launch.poll() is None and time.monotonic() < deadline, launch.stderr.read()
+            time.sleep(0.05)
+        recorder.send_signal(signal.SIGKILL)
+        recorder.wait(timeout=30)
+        launch.send_signal(signal.SIGTERM)
+        said = launch.communicate(timeout=60)[1]
+    finally:
+        for p in (recorder, launch):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert "the recorder went away" in said, said
+    check_cut(hprm_cli, env, program_values, out)

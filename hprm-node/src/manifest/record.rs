@@ -244,11 +244,13 @@ to = "det.image"
         assert!(problems[4].starts_with("record: rotate: \"every=3\": expected size=SIZE"), "{problems:?}");
         assert!(m.check().iter().all(|p| p.location == Location::Record), "{:?}", m.check());
         // An unknown key or compression is a parse error that names it.
-        let e = toml::from_str::<Manifest>(&format!("{PROGRAM}\n[record]\npath = \"x.mcap\"\ncompression = \"gzip\"\n"))
-            .unwrap_err()
-            .to_string();
+        let e =
+            toml::from_str::<Manifest>(&format!("{PROGRAM}\n[record]\npath = \"x.mcap\"\ncompression = \"gzip\"\n"))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("gzip") && e.contains("zstd"), "{e}");
-        let e = toml::from_str::<Manifest>(&format!("{PROGRAM}\n[record]\nfile = \"x.mcap\"\n")).unwrap_err().to_string();
+        let e =
+            toml::from_str::<Manifest>(&format!("{PROGRAM}\n[record]\nfile = \"x.mcap\"\n")).unwrap_err().to_string();
         assert!(e.contains("unknown field `file`"), "{e}");
     }
 }
