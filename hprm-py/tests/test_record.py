@@ -316,7 +316,7 @@ def test_a_manifest_with_a_record_table_records_itself(hprm_cli, env, program_va
 
     r = hprm("launch", "--fast", manifest)
     out = tmp_path / "runs" / "run.mcap"
-    assert r.returncode == 0 and f"recorded 6 messages" in r.stderr and f"into {out}: nothing lost" in r.stderr, r.stderr
+    assert r.returncode == 0 and "recorded 6 messages" in r.stderr and f"into {out}: nothing lost" in r.stderr, r.stderr
     summary, by_topic = read_back(out)
     got = [v for *_, v in by_topic["source.source.out"]]
     assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
@@ -362,7 +362,7 @@ def test_the_deployed_recorder_records_the_program_and_ends_with_it(hprm_cli, en
         if recorder.poll() is None:
             recorder.kill()
             recorder.wait()
-    assert recorder.returncode == 0 and f"recorded 6 messages" in said and "nothing lost" in said, said
+    assert recorder.returncode == 0 and "recorded 6 messages" in said and "nothing lost" in said, said
     summary, by_topic = read_back(out)
     got = [v for *_, v in by_topic["source.source.out"]]
     assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
