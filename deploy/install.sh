@@ -69,7 +69,7 @@ done
 units="$prefix/etc/systemd/system"
 say "unit templates -> $units"
 run install -d "$units"
-for u in hprm-store.service 'hprm-rti@.service' 'hprm-federate@.service' 'hprm-link@.service' 'hprm@.target'; do
+for u in hprm-store.service 'hprm-rti@.service' 'hprm-federate@.service' 'hprm-link@.service' 'hprm-record@.service' 'hprm@.target'; do
     if [ "$dry" = 1 ]; then
         printf '+ sed s|/usr/local/bin/|%s/| deploy/%s > %s/%s\n' "$bin_dir" "$u" "$units" "$u"
     else

@@ -3,7 +3,10 @@
 //!
 //! Both read the file from start to end, chunk by chunk, so that a file
 //! whose writer was killed (no summary at its end) is read up to its last
-//! complete chunk, and said to end early.
+//! complete chunk, and said to end early. A rotated recording
+//! (`--record-rotate`) named as a whole, by the base name given to
+//! `--record` or by its first part, is read part after part as one
+//! ([`open_parts`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +43,14 @@ pub fn run(args: &BagArgs) -> Result<i32> {
         BagCommand::Info { file } => info(file),
         BagCommand::Echo { file, topic, count } => echo(file, topic, *count),
     }
+}
+
+/// The files of the recording `path` names, each mapped, in order: the
+/// parts of a rotated recording named as a whole
+/// ([`crate::record::parts_of`]), else `path` alone.
+pub(crate) fn open_parts(path: &Path) -> Result<Vec<(PathBuf, memmap2::Mmap)>> {
+    let paths = crate::record::parts_of(path).unwrap_or_else(|| vec![path.to_path_buf()]);
+    paths.into_iter().map(|p| open(&p).map(|m| (p, m))).collect()
 }
 
 /// The file, mapped.
@@ -91,35 +102,68 @@ impl Channel {
 }
 
 fn info(path: &Path) -> Result<i32> {
-    let buf = open(path)?;
-    let mut channels: BTreeMap<u16, Channel> = BTreeMap::new();
-    let mut meta: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let ended = scan(&buf, |r| {
-        match r {
-            Record::Channel(c) => {
-                channels.entry(c.id).or_default().topic = c.topic;
-            }
-            Record::Message { header, data } => {
-                let c = channels.entry(header.channel_id).or_default();
-                c.messages += 1;
-                c.bytes += data.len() as u64;
-                c.first = Some(c.first.map_or(header.log_time, |f| f.min(header.log_time)));
-                c.last = c.last.max(header.log_time);
-                if c.decisions() && decode_decision(&data).is_some_and(|(_, missed)| missed) {
-                    c.missed += 1;
+    let parts = open_parts(path)?;
+    // By topic: a channel's id is its part's own.
+    let mut channels: BTreeMap<String, Channel> = BTreeMap::new();
+    let mut run: Option<BTreeMap<String, String>> = None;
+    // Each part's summary (none when it has none), and why one ended early.
+    let mut summaries: Vec<Option<BTreeMap<String, String>>> = Vec::new();
+    let mut ended = None;
+    for (file, buf) in &parts {
+        let mut ids: BTreeMap<u16, String> = BTreeMap::new();
+        let mut summary = None;
+        let why = scan(buf, |r| {
+            match r {
+                Record::Channel(c) => {
+                    channels.entry(c.topic.clone()).or_default().topic = c.topic.clone();
+                    ids.insert(c.id, c.topic);
                 }
+                Record::Message { header, data } => {
+                    let Some(c) = ids.get(&header.channel_id).and_then(|t| channels.get_mut(t)) else { return true };
+                    c.messages += 1;
+                    c.bytes += data.len() as u64;
+                    c.first = Some(c.first.map_or(header.log_time, |f| f.min(header.log_time)));
+                    c.last = c.last.max(header.log_time);
+                    if c.decisions() && decode_decision(&data).is_some_and(|(_, missed)| missed) {
+                        c.missed += 1;
+                    }
+                }
+                Record::Metadata(m) if m.name == META_RUN => {
+                    run.get_or_insert(m.metadata);
+                }
+                Record::Metadata(m) if m.name == META_SUMMARY => summary = Some(m.metadata),
+                _ => {}
             }
-            Record::Metadata(m) => {
-                meta.insert(m.name, m.metadata);
-            }
-            _ => {}
+            true
+        })?;
+        summaries.push(summary);
+        if let Some(why) = why {
+            ended.get_or_insert(if parts.len() > 1 { format!("{}: {why}", file.display()) } else { why });
         }
-        true
-    })?;
-    let run = meta.get(META_RUN).cloned().unwrap_or_default();
-    let summary = meta.get(META_SUMMARY);
+    }
+    let run = run.unwrap_or_default();
+    // One summary for the whole: the last part's (what only the end knows),
+    // with the losses of every part added up.
+    let summary = match summaries.iter().map(Option::as_ref).collect::<Option<Vec<_>>>() {
+        Some(all) if !all.is_empty() => {
+            let mut whole = all[all.len() - 1].clone();
+            for (k, v) in whole.iter_mut().filter(|(k, _)| *k == "lost" || k.starts_with("lost.")) {
+                *v = all.iter().filter_map(|s| s.get(k)?.parse::<u64>().ok()).sum::<u64>().to_string();
+            }
+            Some(whole)
+        }
+        _ => None,
+    };
+    let summary = summary.as_ref();
+    let size: u64 = parts.iter().map(|(_, b)| b.len() as u64).sum();
     let field = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_else(|| "-".into());
-    println!("file:        {} ({} bytes)", path.display(), buf.len());
+    match parts.as_slice() {
+        [(file, _)] => println!("file:        {} ({size} bytes)", file.display()),
+        [(first, _), .., (last, _)] => {
+            println!("files:       {} parts, {} to {} ({size} bytes)", parts.len(), first.display(), last.display())
+        }
+        [] => {}
+    }
     println!("program:     {}", field(&run, "program"));
     println!("coordination: {}  policy: {}", field(&run, "coordination"), field(&run, "policy"));
     // Deadline decisions are not messages between federates: listed apart.
@@ -179,12 +223,11 @@ fn info(path: &Path) -> Result<i32> {
 }
 
 fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
-    let buf = open(path)?;
-    let mut ids: Vec<u16> = Vec::new();
+    let parts = open_parts(path)?;
     let mut known: Vec<String> = Vec::new();
     let mut start: Option<i64> = None;
-    // The start is in the summary at the end: read it first.
-    scan(&buf, |r| {
+    // The start is in the summary at the end (of every part): read it first.
+    scan(&parts[0].1, |r| {
         if let Record::Metadata(m) = r {
             if m.name == META_SUMMARY {
                 start = m.metadata.get("start").and_then(|s| s.parse().ok());
@@ -194,27 +237,41 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
     })?;
     let start = start.unwrap_or(0);
     let mut n = 0u64;
-    let ended = scan(&buf, |r| {
-        match r {
-            Record::Channel(c) => {
-                if names(topic, &c.topic) {
-                    ids.push(c.id);
+    let mut found = false;
+    let mut ended = None;
+    for (_, buf) in &parts {
+        // A channel's id is its part's own.
+        let mut ids: Vec<u16> = Vec::new();
+        let mut done = false;
+        ended = scan(buf, |r| {
+            match r {
+                Record::Channel(c) => {
+                    if names(topic, &c.topic) {
+                        ids.push(c.id);
+                        found = true;
+                    }
+                    if !known.contains(&c.topic) {
+                        known.push(c.topic);
+                    }
                 }
-                known.push(c.topic);
-            }
-            Record::Message { header, data } if ids.contains(&header.channel_id) => {
-                println!("--- tag {}/{}", crate::topic::seconds(header.log_time as i64 - start), header.sequence);
-                println!("{}", crate::topic::render(&data));
-                n += 1;
-                if count.is_some_and(|c| n >= c) {
-                    return false;
+                Record::Message { header, data } if ids.contains(&header.channel_id) => {
+                    println!("--- tag {}/{}", crate::topic::seconds(header.log_time as i64 - start), header.sequence);
+                    println!("{}", crate::topic::render(&data));
+                    n += 1;
+                    if count.is_some_and(|c| n >= c) {
+                        done = true;
+                        return false;
+                    }
                 }
+                _ => {}
             }
-            _ => {}
+            true
+        })?;
+        if done || ended.is_some() {
+            break;
         }
-        true
-    })?;
-    if ids.is_empty() {
+    }
+    if !found {
         bail!("the recording has no connection {topic:?}; it has: {}", known.join(", "));
     }
     if let Some(why) = ended {

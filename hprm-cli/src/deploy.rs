@@ -50,6 +50,23 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     if let Some((loc, problem)) = source.launch_problems().into_iter().next() {
         bail!("{}: {problem}", source.locate(loc));
     }
+    let mut manifest = source.manifest().clone();
+    if manifest.record.is_some() {
+        let problems: Vec<String> = manifest
+            .check()
+            .into_iter()
+            .filter(|p| p.location == hprm_node::manifest::Location::Record)
+            .map(|p| format!("{}: {}", source.locate_field(p.location, p.field), p.message))
+            .collect();
+        if !problems.is_empty() {
+            bail!("the program's [record] table has problems (see `hprm check`):\n  {}", problems.join("\n  "));
+        }
+    }
+    if let Some(record) = &mut manifest.record {
+        // The units run elsewhere: the recording's path, as `hprm launch` resolves it.
+        let base = source.path().parent().map(Path::to_path_buf).unwrap_or_default();
+        record.path = base.join(&record.path).to_string_lossy().into_owned();
+    }
     let auth_key = match &opts.auth_key_file {
         Some(f) => {
             let key =
@@ -76,14 +93,13 @@ pub fn run(dir: &Path, program: &Path, args: &[String], opts: &DeployArgs) -> Re
     };
     // One host's units under DIR, or, for a program with hosts and no
     // --host, every host's under DIR/HOST.
-    let shares: Vec<(Option<String>, PathBuf)> = match (&opts.host, source.manifest().hosts.as_slice()) {
+    let shares: Vec<(Option<String>, PathBuf)> = match (&opts.host, manifest.hosts.as_slice()) {
         (None, hosts) if !hosts.is_empty() => hosts.iter().map(|h| (Some(h.name.clone()), dir.join(&h.name))).collect(),
         (host, _) => vec![(host.clone(), dir.to_path_buf())],
     };
     for (host, dir) in shares {
         let settings = SystemdOptions { host, ..settings.clone() };
-        let deployment =
-            hprm_cli::systemd::systemd(source.manifest(), &|name| source.federate_command(name), &settings)?;
+        let deployment = hprm_cli::systemd::systemd(&manifest, &|name| source.federate_command(name), &settings)?;
         deployment
             .write(&dir)
             .with_context(|| format!("writing the deployment of {} to {}", deployment.program, dir.display()))?;

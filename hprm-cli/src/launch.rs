@@ -4,11 +4,12 @@
 //! Rust program binary or `Program.launch()` in Python uses); this module
 //! turns the command line and the program's [`Source`] into one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use hprm_node::launch::Launch;
+use hprm_node::manifest::record::{Compression, DEFAULT_POLICY};
 use hprm_node::Coordination;
 
 use crate::source::Source;
@@ -26,6 +27,78 @@ pub struct Options {
     pub host: Option<String>,
     /// `--record FILE.mcap` and its options.
     pub record: Option<crate::record::Options>,
+}
+
+/// `--record FILE.mcap` and the flags that go with it, as given; the
+/// manifest's `[record]` supplies what they leave out.
+#[derive(Default)]
+pub struct RecordFlags {
+    pub path: Option<PathBuf>,
+    /// `--no-record`.
+    pub off: bool,
+    pub topics: Vec<String>,
+    pub policy: Option<String>,
+    pub compression: Option<Compression>,
+    pub rotate: Option<crate::record::Rotate>,
+    pub throttle: Option<Duration>,
+}
+
+impl RecordFlags {
+    /// The recording to make, if any: each flag given, else the program's
+    /// `[record]` setting (its relative path is relative to the manifest's
+    /// directory), else the default.
+    pub fn resolve(self, source: &Source) -> Result<Option<crate::record::Options>> {
+        let base = source.path().parent().map(Path::to_path_buf).unwrap_or_default();
+        self.over(source.manifest(), &base)
+    }
+
+    /// As [`RecordFlags::resolve`], for `manifest`, whose relative paths
+    /// are relative to `base`.
+    pub fn over(self, manifest: &hprm_node::manifest::Manifest, base: &Path) -> Result<Option<crate::record::Options>> {
+        let spec = manifest.record.as_ref().filter(|_| !self.off);
+        let path = match (self.path, spec) {
+            (Some(p), _) => p,
+            (None, Some(s)) => base.join(&s.path),
+            (None, None) => {
+                let given = [
+                    (!self.topics.is_empty(), "--topics"),
+                    (self.policy.is_some(), "--record-policy"),
+                    (self.compression.is_some(), "--record-compression"),
+                    (self.rotate.is_some(), "--record-rotate"),
+                    (self.throttle.is_some(), "--record-throttle"),
+                ];
+                if let Some((_, flag)) = given.iter().find(|(g, _)| *g) {
+                    bail!(
+                        "{flag} applies to a recording: add --record FILE.mcap{}",
+                        if self.off { " (not --no-record)" } else { ", or a [record] table to the manifest" }
+                    );
+                }
+                return Ok(None);
+            }
+        };
+        let topics =
+            if self.topics.is_empty() { spec.map(|s| s.topics.clone()).unwrap_or_default() } else { self.topics };
+        let policy =
+            self.policy.or_else(|| spec.and_then(|s| s.policy.clone())).unwrap_or_else(|| DEFAULT_POLICY.to_string());
+        let compression = self.compression.or_else(|| spec.and_then(|s| s.compression)).unwrap_or_default();
+        let rotate = match (self.rotate, spec.and_then(|s| s.rotate.as_deref())) {
+            (Some(r), _) => Some(r),
+            (None, Some(text)) => Some(text.parse().map_err(|e| anyhow::anyhow!("[record] rotate: {e}"))?),
+            (None, None) => None,
+        };
+        Ok(Some(crate::record::Options {
+            path,
+            topics,
+            policy,
+            compression: match compression {
+                Compression::Zstd => Some(mcap::Compression::Zstd),
+                Compression::Lz4 => Some(mcap::Compression::Lz4),
+                Compression::None => None,
+            },
+            throttle: self.throttle,
+            rotate,
+        }))
+    }
 }
 
 /// Refuses a program that `hprm check` finds problems in, or that a
@@ -52,7 +125,16 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         manifest.store_memory = Some(m);
     }
     let recorder = match opts.record {
-        Some(r) => Some(start_recorder(r, &manifest, opts.coordination, opts.fast)?),
+        Some(r) => {
+            let path = r.path.clone();
+            let policy = r.policy.clone();
+            let socket = hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));
+            let recorder = start_recorder(r, &manifest, opts.coordination, opts.fast, socket.clone())?;
+            // Before the launcher starts any federate: each inherits them.
+            std::env::set_var(hprm_node::record::RECORD_ENV, &socket);
+            std::env::set_var(hprm_node::record::POLICY_ENV, policy);
+            Some((recorder, path))
+        }
         None => None,
     };
     let source = std::sync::Arc::new(source);
@@ -129,39 +211,21 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     Ok(code)
 }
 
-/// Starts the recorder and tells the federates (through the environment
-/// they inherit) where it listens.
-fn start_recorder(
+/// Starts the recorder of `manifest`'s program, listening for its
+/// federates at `socket`.
+pub fn start_recorder(
     opts: crate::record::Options,
     manifest: &hprm_node::manifest::Manifest,
     coordination: Option<Coordination>,
     fast: bool,
-) -> Result<(crate::record::Recorder, PathBuf)> {
+    socket: PathBuf,
+) -> Result<crate::record::Recorder> {
     let expanded = manifest.expanded();
     for t in &opts.topics {
-        let Some((federate, port)) = t.split_once('.') else {
-            bail!("--topics {t:?}: name an output as FEDERATE.PORT or FEDERATE.REACTOR.PORT");
-        };
-        // The manifest may name an output without its reactor: the same
-        // federate and port name is enough here (the recorder resolves exactly).
-        let fed = |p: &str| p.split('.').next().unwrap_or_default().to_string();
-        let last = |p: &str| p.rsplit('.').next().unwrap_or_default().to_string();
-        let sends = expanded
-            .connections
-            .iter()
-            .any(|c| fed(&c.from) != fed(&c.to) && fed(&c.from) == federate && last(&c.from) == last(port));
-        if !sends {
-            let mut known: Vec<&str> = expanded.connections.iter().map(|c| c.from.as_str()).collect();
-            known.sort_unstable();
-            known.dedup();
-            bail!(
-                "--topics {t:?}: no output of that name is connected to another federate; recordable outputs: {}",
-                known.join(", ")
-            );
+        if let Some(e) = hprm_node::manifest::record::unknown_topic(&expanded, t) {
+            bail!("--topics {e}");
         }
     }
-    let socket = hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));
-    let path = opts.path.clone();
     let mut run = std::collections::BTreeMap::new();
     run.insert("program".to_string(), manifest.name.clone());
     let coordination = match coordination {
@@ -173,11 +237,6 @@ fn start_recorder(
     run.insert("policy".to_string(), opts.policy.clone());
     run.insert("topics".to_string(), opts.topics.join(","));
     run.insert("args".to_string(), std::env::args().collect::<Vec<_>>().join(" "));
-    let policy = opts.policy.clone();
     let program = serde_json::from_str(&expanded.to_json())?;
-    let recorder = crate::record::Recorder::start(opts, socket.clone(), program, run)?;
-    // Before the launcher starts any federate: each inherits them.
-    std::env::set_var(hprm_node::record::RECORD_ENV, &socket);
-    std::env::set_var(hprm_node::record::POLICY_ENV, policy);
-    Ok((recorder, path))
+    crate::record::Recorder::start(opts, socket, program, run)
 }

@@ -14,6 +14,7 @@ mod graph;
 mod launch;
 mod ps;
 mod record;
+mod recorder;
 mod replay;
 mod source;
 mod store;
@@ -87,28 +88,31 @@ enum Command {
         #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:9464")]
         dashboard: Option<std::net::SocketAddr>,
         /// Record every message sent between federates into FILE.mcap
-        /// (see `hprm bag`).
+        /// (see `hprm bag`); overrides the path of a manifest's [record].
         #[arg(long, value_name = "FILE.mcap")]
         record: Option<PathBuf>,
-        /// With --record: only these outputs (FEDERATE.PORT or
-        /// FEDERATE.REACTOR.PORT, comma-separated).
-        #[arg(long, value_delimiter = ',', requires = "record")]
+        /// Do not record, even if the manifest has a [record] table.
+        #[arg(long, conflicts_with = "record")]
+        no_record: bool,
+        /// With --record (or a [record] table): only these outputs
+        /// (FEDERATE.PORT or FEDERATE.REACTOR.PORT, comma-separated).
+        #[arg(long, value_delimiter = ',')]
         topics: Vec<String>,
         /// With --record: what a federate does when the recorder falls
-        /// behind: `block` (it waits, up to the bound: block:30s) or `fail`
-        /// (the message is not recorded, and counted per connection).
-        #[arg(long, default_value = "block:30s", requires = "record")]
-        record_policy: String,
-        /// With --record: compression of the file's chunks.
-        #[arg(long, value_enum, default_value = "zstd", requires = "record")]
-        record_compression: CompressionArg,
+        /// behind: `block` (it waits, up to the bound: block:30s, the default)
+        /// or `fail` (the message is not recorded, and counted per connection).
+        #[arg(long)]
+        record_policy: Option<String>,
+        /// With --record: compression of the file's chunks (default zstd).
+        #[arg(long, value_enum)]
+        record_compression: Option<CompressionArg>,
         /// With --record: several files, FILE-0000.mcap, FILE-0001.mcap, ..., each
         /// closed (complete) once it holds SIZE bytes of messages or spans
         /// DURATION of logical time: `size=512m`, `duration=60s`, or both.
-        #[arg(long, value_name = "size=SIZE,duration=DURATION", requires = "record")]
+        #[arg(long, value_name = "size=SIZE,duration=DURATION")]
         record_rotate: Option<record::Rotate>,
         /// Test aid: the recorder's writer sleeps this long per message (a slow disk).
-        #[arg(long, value_parser = duration, hide = true, requires = "record")]
+        #[arg(long, value_parser = duration, hide = true)]
         record_throttle: Option<std::time::Duration>,
         /// Arguments for the program.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -157,6 +161,10 @@ enum Command {
     /// Run federates of a program on a recording's inputs, at their recorded
     /// tags; with --check, compare what they send with the recording.
     Replay(replay::ReplayArgs),
+    /// The recorder of a program deployed as services with a [record]
+    /// table (started by its unit, hprm-record@PROGRAM.service).
+    #[command(hide = true)]
+    Recorder(recorder::RecorderArgs),
     /// A replay federate (started by `hprm replay`): sends a replaced
     /// federate's recorded outputs at their tags.
     #[command(hide = true)]
@@ -178,6 +186,16 @@ enum CompressionArg {
     Zstd,
     Lz4,
     None,
+}
+
+impl From<CompressionArg> for hprm_node::manifest::record::Compression {
+    fn from(c: CompressionArg) -> Self {
+        match c {
+            CompressionArg::Zstd => Self::Zstd,
+            CompressionArg::Lz4 => Self::Lz4,
+            CompressionArg::None => Self::None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -235,6 +253,7 @@ fn run(cli: Cli) -> Result<i32> {
             dashboard,
             host,
             record,
+            no_record,
             topics,
             record_policy,
             record_compression,
@@ -257,18 +276,16 @@ fn run(cli: Cli) -> Result<i32> {
             if let Some(listen) = dashboard {
                 dashboard::start(listen)?;
             }
-            let record = record.map(|path| record::Options {
-                path,
+            let flags = launch::RecordFlags {
+                path: record,
+                off: no_record,
                 topics,
                 policy: record_policy,
-                compression: match record_compression {
-                    CompressionArg::Zstd => Some(mcap::Compression::Zstd),
-                    CompressionArg::Lz4 => Some(mcap::Compression::Lz4),
-                    CompressionArg::None => None,
-                },
-                throttle: record_throttle,
+                compression: record_compression.map(Into::into),
                 rotate: record_rotate,
-            });
+                throttle: record_throttle,
+            };
+            let record = flags.resolve(&source)?;
             launch::run(
                 source,
                 launch::Options { coordination, fast, timeout, log_dir, store_memory, trace, host, record },
@@ -298,5 +315,6 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Bag(args) => bag::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::ReplayFederate(args) => replay::federate(&args),
+        Command::Recorder(args) => recorder::run(&args),
     }
 }

@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufWriter;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -42,6 +42,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+pub use hprm_node::manifest::record::Rotate;
 use hprm_node::payload::{
     BufferDescriptor, Decoder, Location, StoreLink, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
 };
@@ -198,8 +199,26 @@ struct Counts {
 pub struct Recorder {
     socket: PathBuf,
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
     acceptor: JoinHandle<Vec<JoinHandle<()>>>,
     writer: JoinHandle<Result<Summary>>,
+}
+
+/// Which federates' feeds are open and which ended (a recorder that runs
+/// apart from its launcher, `hprm recorder`, ends with the program).
+#[derive(Default)]
+pub struct Progress {
+    open: std::sync::atomic::AtomicUsize,
+    /// Federates whose feed sent its last frame (their end), in order.
+    ended: std::sync::Mutex<Vec<String>>,
+}
+
+impl Progress {
+    /// Whether every federate of `federates` has ended and no feed is open.
+    pub fn all_ended(&self, federates: &[String]) -> bool {
+        let ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.open.load(Ordering::SeqCst) == 0 && federates.iter().all(|f| ended.contains(f))
+    }
 }
 
 /// What a recording holds, for the final line.
@@ -288,14 +307,21 @@ impl Recorder {
         let stop = Arc::new(AtomicBool::new(false));
         let topics = Arc::new(opts.topics.clone());
         let s = stop.clone();
+        let progress = Arc::new(Progress::default());
+        let p = progress.clone();
         let acceptor = std::thread::Builder::new()
             .name("hprm-record-accept".into())
-            .spawn(move || accept(listener, tx, topics, s))?;
+            .spawn(move || accept(listener, tx, topics, s, p))?;
         let throttle = opts.throttle;
         let writer = std::thread::Builder::new()
             .name("hprm-record-write".into())
             .spawn(move || write(layout, first, rx, throttle, federates))?;
-        Ok(Recorder { socket, stop, acceptor, writer })
+        Ok(Recorder { socket, stop, progress, acceptor, writer })
+    }
+
+    /// The federates' feeds so far.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// Waits for every federate's feed to end, writes the summary and
@@ -316,18 +342,23 @@ fn accept(
     tx: SyncSender<Entry>,
     topics: Arc<Vec<String>>,
     stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
 ) -> Vec<JoinHandle<()>> {
     let mut readers = Vec::new();
     loop {
         match listener.accept() {
             Ok(Some(conn)) => {
-                let (tx, topics) = (tx.clone(), topics.clone());
-                match std::thread::Builder::new()
-                    .name("hprm-record-feed".into())
-                    .spawn(move || feed(conn, &tx, &topics))
-                {
+                progress.open.fetch_add(1, Ordering::SeqCst);
+                let (tx, topics, mine) = (tx.clone(), topics.clone(), progress.clone());
+                match std::thread::Builder::new().name("hprm-record-feed".into()).spawn(move || {
+                    feed(conn, &tx, &topics, &mine);
+                    mine.open.fetch_sub(1, Ordering::SeqCst);
+                }) {
                     Ok(h) => readers.push(h),
-                    Err(e) => tracing::error!("cannot start a thread for a federate's recording: {e}"),
+                    Err(e) => {
+                        progress.open.fetch_sub(1, Ordering::SeqCst);
+                        tracing::error!("cannot start a thread for a federate's recording: {e}");
+                    }
                 }
             }
             Ok(None) if stop.load(Ordering::Relaxed) => return readers,
@@ -341,7 +372,7 @@ fn accept(
 }
 
 /// Reads one federate's feed until it ends.
-fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
+fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String], progress: &Progress) {
     let hello: Hello = match conn.recv() {
         Ok(Some(frame)) => match serde_json::from_slice(frame) {
             Ok(h) => h,
@@ -407,6 +438,7 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String]) {
                 Ok(counts) => lost.extend(counts),
                 Err(e) => tracing::error!(federate = %hello.federate, "unreadable final loss counts: {e}"),
             }
+            progress.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(hello.federate.clone());
             break;
         }
         let Some(topic) = topic_of.get(header.port as usize).cloned() else {
@@ -451,6 +483,29 @@ fn take(decoder: &Decoder, payload: &[u8]) -> Result<(Option<Object>, Vec<Object
     Ok((spilled, objects))
 }
 
+/// Part `n` of the rotated recording `--record FILE.mcap`: `FILE-000n.mcap` beside it.
+pub fn part_path(path: &Path, n: u32) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+    path.with_file_name(format!("{stem}-{n:04}{ext}"))
+}
+
+/// The parts of a rotated recording (`--record-rotate`), in order, when
+/// `path` names one as a whole: the base name given to `--record` (which
+/// itself is not written) or its first part `FILE-0000.mcap`. `None` for
+/// any other path (a recording of one file, or a later part alone).
+pub fn parts_of(path: &Path) -> Option<Vec<PathBuf>> {
+    let base = if path.exists() {
+        let stem = path.file_stem()?.to_str()?.strip_suffix("-0000")?;
+        let ext = path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+        path.with_file_name(format!("{stem}{ext}"))
+    } else {
+        path.to_path_buf()
+    };
+    let parts: Vec<PathBuf> = (0..).map(|n| part_path(&base, n)).take_while(|p| p.exists()).collect();
+    (!parts.is_empty()).then_some(parts)
+}
+
 /// Where a recording's files go and what each one starts with.
 struct Layout {
     /// `--record FILE.mcap`.
@@ -469,9 +524,7 @@ impl Layout {
         if self.rotate.is_none() {
             return self.path.clone();
         }
-        let stem = self.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let ext = self.path.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
-        self.path.with_file_name(format!("{stem}-{n:04}{ext}"))
+        part_path(&self.path, n)
     }
 
     /// Creates part `n`: its schema and the program's and run's metadata.
@@ -606,45 +659,6 @@ impl Part {
         self.mcap.write_metadata(&mcap::records::Metadata { name: META_SUMMARY.into(), metadata: meta })?;
         self.mcap.finish().with_context(|| format!("finishing {}", self.path.display()))?;
         Ok(())
-    }
-}
-
-/// `--record-rotate`: when a recording moves on to its next file.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Rotate {
-    /// Once a file holds this many bytes of messages.
-    pub size: Option<u64>,
-    /// Once a file spans this much logical time.
-    pub duration: Option<Duration>,
-}
-
-impl std::str::FromStr for Rotate {
-    type Err = String;
-
-    /// `size=SIZE` (`512m`, `2g`), `duration=DURATION` (`60s`), or both,
-    /// comma-separated.
-    fn from_str(text: &str) -> Result<Rotate, String> {
-        let mut r = Rotate::default();
-        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            match item.split_once('=') {
-                Some(("size", v)) => {
-                    let bytes = v.parse::<hprm_store::bytesize::ByteSize>().map_err(|e| format!("size={v}: {e}"))?;
-                    r.size = Some(bytes.0.max(1));
-                }
-                Some(("duration", v)) => {
-                    let d = hprm_node::manifest::parse_duration(v).map_err(|e| format!("duration={v}: {e}"))?;
-                    if d.is_zero() {
-                        return Err(format!("duration={v}: a file must span some time"));
-                    }
-                    r.duration = Some(d);
-                }
-                _ => return Err(format!("{item:?}: expected size=SIZE (e.g. 512m) or duration=DURATION (e.g. 60s)")),
-            }
-        }
-        if r == Rotate::default() {
-            return Err("expected size=SIZE, duration=DURATION, or both (e.g. size=512m,duration=60s)".into());
-        }
-        Ok(r)
     }
 }
 
@@ -854,19 +868,6 @@ fn inline(v: &mut rmpv::Value, objects: &[Object]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rotation_takes_a_size_a_duration_or_both() {
-        assert_eq!("size=5m".parse::<Rotate>(), Ok(Rotate { size: Some(5 << 20), duration: None }));
-        assert_eq!(
-            "size=1g, duration=60s".parse::<Rotate>(),
-            Ok(Rotate { size: Some(1 << 30), duration: Some(Duration::from_secs(60)) })
-        );
-        assert!("every=3".parse::<Rotate>().unwrap_err().contains("expected size=SIZE"));
-        assert!("size=lots".parse::<Rotate>().unwrap_err().contains("is not a size"));
-        assert!("duration=0s".parse::<Rotate>().unwrap_err().contains("must span some time"));
-        assert!("".parse::<Rotate>().is_err());
-    }
 
     #[test]
     fn decisions_read_back() {

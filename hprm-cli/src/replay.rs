@@ -45,7 +45,7 @@ use hprm_node::payload::{
 use hprm_node::{Coordination, LogicalAction, Output, Program, Tag, Value};
 use mcap::records::Record;
 
-use crate::bag::{open, scan};
+use crate::bag::{open_parts, scan};
 use crate::record::{decode_decision, names, parse_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_SUMMARY};
 use crate::source::Source;
 
@@ -109,7 +109,10 @@ pub struct FederateArgs {
 
 /// What a recording says of itself.
 struct Recording {
-    map: memmap2::Mmap,
+    /// Its files, mapped: one, or the parts of a rotated recording in order.
+    maps: Vec<memmap2::Mmap>,
+    /// The file a replay federate opens to read it all again (its first).
+    first: PathBuf,
     manifest: Manifest,
     /// The recorded program's start time (ns since the epoch).
     start: i64,
@@ -122,21 +125,38 @@ struct Recording {
 }
 
 impl Recording {
+    /// Opens `path`: one file, or a rotated recording as a whole (its base
+    /// name or its first part, see `bag::open_parts`), every part complete.
     fn open(path: &Path) -> Result<Recording> {
-        let map = open(path)?;
+        let parts = open_parts(path)?;
         let mut meta: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-        let mut topics = Vec::new();
-        let ended = scan(&map, |r| {
-            match r {
-                Record::Metadata(m) => {
-                    meta.insert(m.name, m.metadata);
+        let mut topics: Vec<String> = Vec::new();
+        let mut ended = None;
+        for (file, map) in &parts {
+            // Each part has its own summary: the last one's holds the end.
+            meta.remove(META_SUMMARY);
+            let why = scan(map, |r| {
+                match r {
+                    Record::Metadata(m) => {
+                        meta.insert(m.name, m.metadata);
+                    }
+                    Record::Channel(c) if !topics.contains(&c.topic) => topics.push(c.topic),
+                    _ => {}
                 }
-                Record::Channel(c) => topics.push(c.topic),
-                _ => {}
+                true
+            })
+            .with_context(|| format!("{} is not a recording", file.display()))?;
+            let summarized = meta.contains_key(META_SUMMARY);
+            if why.is_some() || !summarized {
+                ended = Some((file.clone(), why));
+                break;
             }
-            true
-        })
-        .with_context(|| format!("{} is not a recording", path.display()))?;
+        }
+        let (at, why) = match ended {
+            Some((file, why)) => (file, why),
+            None => (path.to_path_buf(), None),
+        };
+        let path = at.as_path();
         let not_ours = || {
             anyhow::anyhow!(
                 "{} is an MCAP file but not an HPRM recording (it has no {META_PROGRAM} metadata); \
@@ -148,7 +168,7 @@ impl Recording {
         let part = meta.get(crate::record::META_RUN).and_then(|m| m.get("part")).cloned();
         let manifest = Manifest::from_json(text)
             .map_err(|e| anyhow::anyhow!("{}: its program graph is unreadable: {e}", path.display()))?;
-        let summary = match (meta.get(META_SUMMARY), ended) {
+        let summary = match (meta.get(META_SUMMARY), why) {
             (Some(s), None) => s,
             (_, Some(why)) => bail!(
                 "{} ends early ({why}): its recorder was stopped before closing it; replay needs a complete recording",
@@ -163,25 +183,37 @@ impl Recording {
             .filter_map(|(_, v)| parse_tag(v))
             .map(|t| Tag::new(t.time - start, t.microstep))
             .collect();
-        Ok(Recording { map, manifest, start, topics, last, part })
+        let part = part.filter(|_| parts.len() == 1);
+        let first = parts[0].0.clone();
+        Ok(Recording { maps: parts.into_iter().map(|(_, m)| m).collect(), first, manifest, start, topics, last, part })
     }
 
     /// Calls `each(channel topic, tag relative to the start, payload)` for
     /// every message, in file order (per channel, tag order).
     fn messages(&self, mut each: impl FnMut(&str, Tag, &[u8]) -> bool) -> Result<()> {
-        let mut topic_of: HashMap<u16, String> = HashMap::new();
         let start = self.start;
-        scan(&self.map, |r| match r {
-            Record::Channel(c) => {
-                topic_of.insert(c.id, c.topic);
-                true
+        for map in &self.maps {
+            // A channel's id is its part's own.
+            let mut topic_of: HashMap<u16, String> = HashMap::new();
+            let mut more = true;
+            scan(map, |r| match r {
+                Record::Channel(c) => {
+                    topic_of.insert(c.id, c.topic);
+                    true
+                }
+                Record::Message { header, data } => match topic_of.get(&header.channel_id) {
+                    Some(t) => {
+                        more = each(t, Tag::new(header.log_time as i64 - start, header.sequence), &data);
+                        more
+                    }
+                    None => true,
+                },
+                _ => true,
+            })?;
+            if !more {
+                break;
             }
-            Record::Message { header, data } => match topic_of.get(&header.channel_id) {
-                Some(t) => each(t, Tag::new(header.log_time as i64 - start, header.sequence), &data),
-                None => true,
-            },
-            _ => true,
-        })?;
+        }
         Ok(())
     }
 }
@@ -349,7 +381,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         Some(recorder)
     };
     let exe = std::env::current_exe().context("finding the hprm binary")?;
-    let file = args.file.canonicalize().with_context(|| format!("resolving {}", args.file.display()))?;
+    let file = recording.first.canonicalize().with_context(|| format!("resolving {}", recording.first.display()))?;
     let source = Arc::new(source);
     let commands = source.clone();
     let (replayed_c, topics) = (replayed.clone(), args.topics.clone());

@@ -220,6 +220,7 @@ fn toml_value_position(text: &str, loc: Location, field: Field) -> Option<(usize
         Location::Federate { index } => root.get("federate")?.get(index)?,
         Location::Reactor { federate, reactor } => root.get("federate")?.get(federate)?.get("reactor")?.get(reactor)?,
         Location::Connection { index } => root.get("connection")?.get(index)?,
+        Location::Record => root.get("record")?,
     };
     let value = match field {
         Field::Key(key) => table.get(key)?,
@@ -240,6 +241,10 @@ fn toml_line(text: &str, loc: Location) -> Option<usize> {
     let (mut fed, mut reactor, mut conn) = (None::<usize>, None::<usize>, None::<usize>);
     for (i, l) in text.lines().enumerate() {
         let line = i + 1;
+        let table = l.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']')).map(str::trim);
+        if loc == Location::Record && table == Some("record") {
+            return Some(line);
+        }
         if header(l, "federate") {
             fed = Some(fed.map_or(0, |f| f + 1));
             reactor = None;
@@ -296,6 +301,15 @@ mod tests {
             located(t),
             vec!["m.toml:8:8: two federates are named \"a\"; federate names must be unique".to_string()]
         );
+    }
+
+    #[test]
+    fn record_problems_point_at_their_value() {
+        let t = "name = \"x\"\n[[federate]]\nname = \"a\"\n[[federate.reactor]]\nname = \"r\"\noutputs = [\"o\"]\n[[federate]]\nname = \"b\"\n[[federate.reactor]]\nname = \"s\"\ninputs = [\"i\"]\n[[connection]]\nfrom = \"a.o\"\nto = \"b.i\"\n\n[record]\npath = \"x.mcap\"\npolicy = \"sometimes\"\n";
+        let p = located(t);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("m.toml:18:10: record: policy: "), "{p:?}");
+        assert_eq!(toml_line(t, Location::Record), Some(16));
     }
 
     #[test]

@@ -24,6 +24,14 @@
 //!   (`ExecStart=`), restart policy and ordering after its RTI;
 //! - the templates themselves, with the daemons' directory filled in.
 //!
+//! A program whose manifest has a `[record]` table gets its recorder,
+//! `hprm-record@<program>.service` (`hprm recorder`, reading the settings
+//! from the manifest, its path made absolute by `hprm deploy`), which every
+//! federate of the host requires and starts after, and feeds at
+//! `/run/hprm/<program>/record/record.sock` (`HPRM_RECORD` in its `.env`).
+//! Its drop-in lets it write the recording's directory: a `StateDirectory=`
+//! under `/var/lib`, else `ReadWritePaths=` (the directory must exist).
+//!
 //! A program that spans hosts (`[[host]]` tables) is deployed one host at
 //! a time ([`SystemdOptions::host`]): that host's federates, its
 //! `hprm-link@<program>.service` (the link to the other hosts' stores, with
@@ -54,11 +62,12 @@ use hprm_node::manifest::bank::split_member;
 use hprm_node::manifest::{Manifest, RestartPolicy};
 
 /// The templates, as in `deploy/`; their daemons live in [`TEMPLATE_BIN_DIR`].
-pub const TEMPLATES: [(&str, &str); 5] = [
+pub const TEMPLATES: [(&str, &str); 6] = [
     ("hprm-store.service", include_str!("../../deploy/hprm-store.service")),
     ("hprm-rti@.service", include_str!("../../deploy/hprm-rti@.service")),
     ("hprm-federate@.service", include_str!("../../deploy/hprm-federate@.service")),
     ("hprm-link@.service", include_str!("../../deploy/hprm-link@.service")),
+    ("hprm-record@.service", include_str!("../../deploy/hprm-record@.service")),
     ("hprm@.target", include_str!("../../deploy/hprm@.target")),
 ];
 
@@ -128,6 +137,9 @@ pub enum DeployError {
     RelativeBinDir(PathBuf),
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    /// A `[record]` table a unit cannot carry out.
+    #[error("{0}")]
+    Record(String),
     /// A host that is not the program's, a program with hosts deployed
     /// without one, a bad HPRM_* setting of hosts.
     #[error("{0}")]
@@ -156,6 +168,8 @@ pub struct Deployment {
     pub rti_unit: Option<String>,
     /// In a program with hosts: the host deployed, and its link's unit.
     pub host: Option<(String, String)>,
+    /// The recorder's unit, for a program with a `[record]` table.
+    pub record_unit: Option<String>,
     /// `(federate, unit)` for each federate (of this host).
     pub federate_units: Vec<(String, String)>,
     /// Things the operator should know (paths under /home or /tmp, ...).
@@ -224,11 +238,19 @@ impl Deployment {
         if let Some((_, link)) = &self.host {
             let _ = writeln!(s, "  {:<16} '{link}' (install hprm-link: it is built apart)", "the link");
         }
+        if let Some(record) = &self.record_unit {
+            let _ = writeln!(s, "  {:<16} '{record}'", "the recorder");
+        }
         for (f, u) in &self.federate_units {
             let _ = writeln!(s, "  {f:<16} '{u}'");
         }
-        let daemons: Vec<&str> =
-            self.rti_unit.iter().chain(self.host.as_ref().map(|(_, l)| l)).map(String::as_str).collect();
+        let daemons: Vec<&str> = self
+            .rti_unit
+            .iter()
+            .chain(self.host.as_ref().map(|(_, l)| l))
+            .chain(&self.record_unit)
+            .map(String::as_str)
+            .collect();
         let logs: String = daemons.iter().map(|u| format!(" -u '{u}'")).collect();
         let _ = writeln!(s, "Check: systemctl status '{}'; logs: journalctl{logs} -u 'hprm-federate@*'", self.target);
         let _ = writeln!(
@@ -295,6 +317,7 @@ pub fn systemd(
     let target = format!("hprm@{p}.target");
     let rti_unit = format!("hprm-rti@{p}.service");
     let link_unit = format!("hprm-link@{p}.service");
+    let record_unit = format!("hprm-record@{p}.service");
     // Between hosts: the bound on noticing a lost host, clock sync.
     let between = match &share {
         Some(_) => Some((
@@ -358,8 +381,9 @@ pub fn systemd(
         rti.push_str(&env_line("HPRM_RTI_ARGS", &rti_args));
         files.push(file(strip_root(&conf_dir.join("rti.conf")), rti));
     }
-    let link_socket =
-        conf_dir.strip_prefix("/etc").map_or(PathBuf::new(), |p| Path::new("/run").join(p)).join("link/link.sock");
+    // The program's runtime directory, /run/hprm/<program>.
+    let run_dir = conf_dir.strip_prefix("/etc").map_or(PathBuf::new(), |p| Path::new("/run").join(p));
+    let link_socket = run_dir.join("link/link.sock");
     if let (Some(s), Some((timeout, _))) = (&share, between) {
         let mut args = s.link_args(timeout);
         if let Some(q) = std::env::var(hprm_node::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
@@ -429,6 +453,54 @@ pub fn systemd(
     if share.is_some() {
         needs.push(link_unit.as_str());
     }
+    // The recorder's socket, and the policy of the federates' feeds.
+    let record_socket = run_dir.join("record/record.sock");
+    let record_feed = match &manifest.record {
+        Some(r) => {
+            let path = Path::new(&r.path);
+            let dir = path.parent().filter(|d| path.is_absolute() && !d.as_os_str().is_empty()).ok_or_else(|| {
+                DeployError::Record(format!(
+                    "[record] path {:?} is not absolute; hprm deploy makes it absolute, give it the manifest's own",
+                    r.path
+                ))
+            })?;
+            let dir = dir.to_str().filter(|d| !d.contains(['\n', ' ', '"', '%', '$'])).ok_or_else(|| {
+                DeployError::Record(format!(
+                    "[record] path {:?}: a unit cannot name its directory; use a plain path",
+                    r.path
+                ))
+            })?;
+            let mut drop_in = format!("{header}[Service]\n");
+            match Path::new(dir).strip_prefix("/var/lib") {
+                Ok(state) if !state.as_os_str().is_empty() => {
+                    let _ = writeln!(
+                        drop_in,
+                        "# systemd makes the recording's directory, the recorder's.\nStateDirectory={}",
+                        state.display()
+                    );
+                }
+                _ => {
+                    let _ = writeln!(drop_in, "ReadWritePaths={dir}");
+                    if Path::new(dir).starts_with("/home") || Path::new(dir).starts_with("/root") {
+                        drop_in.push_str("# The recording goes into a home directory, which the template hides.\nProtectHome=read-only\n");
+                    }
+                    if Path::new(dir).starts_with("/tmp") || Path::new(dir).starts_with("/var/tmp") {
+                        drop_in.push_str(
+                            "# The recording goes into /tmp, which the template makes private.\nPrivateTmp=no\n",
+                        );
+                    }
+                    notes.push(format!("the recorder writes into {dir}: it must exist and be writable by user hprm (a directory under /var/lib is made by systemd)"));
+                }
+            }
+            if let Some(s) = &share {
+                let _ = writeln!(drop_in, "Environment=\"HPRM_RECORDER_ARGS=--host {}\"", s.me.name);
+            }
+            files.push(file(Path::new(UNIT_DIR).join(format!("{record_unit}.d")).join(DROP_IN), drop_in));
+            needs.push(record_unit.as_str());
+            Some(r.policy.clone().unwrap_or_else(|| hprm_node::manifest::record::DEFAULT_POLICY.into()))
+        }
+        None => None,
+    };
     let mut federate_units = Vec::new();
     let mut bank_templates: Vec<String> = Vec::new();
     for f in federates {
@@ -461,6 +533,10 @@ pub fn systemd(
             if clock_sync {
                 env.push_str(&env_line(hprm_node::hosts::CLOCK_SYNC_ENV, "1"));
             }
+        }
+        if let Some(policy) = &record_feed {
+            env.push_str(&env_line(hprm_node::record::RECORD_ENV, &record_socket.to_string_lossy()));
+            env.push_str(&env_line(hprm_node::record::POLICY_ENV, policy));
         }
         let mut paths: Vec<String> = Vec::new();
         for (k, v) in cmd.get_envs() {
@@ -570,6 +646,7 @@ pub fn systemd(
         target,
         rti_unit: rti_here.then_some(rti_unit),
         host: share.map(|s| (s.me.name, link_unit)),
+        record_unit: record_feed.map(|_| record_unit),
         federate_units,
         notes,
         store_memory: manifest.store_memory.clone(),
@@ -700,6 +777,7 @@ mod tests {
                 fed("plan ner", RestartPolicy::Stop, None),
             ],
             connections: Vec::new(),
+            record: None,
         }
     }
 

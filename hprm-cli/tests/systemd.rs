@@ -318,3 +318,78 @@ fn a_program_on_hosts_gets_each_hosts_units() {
 /// The link unit's exposure when this check was added (systemd 252): it
 /// needs the network, which the store's unit has not.
 const LINK_EXPOSURE: f64 = 3.2;
+
+/// The recorder unit's exposure when this check was added (systemd 252):
+/// Unix sockets only, no network, no devices.
+const RECORD_EXPOSURE: f64 = 2.5;
+
+#[test]
+fn a_recorded_program_gets_its_recorder_unit() {
+    let bin = bin_dir();
+    let exe = std::env::current_exe().expect("test binary");
+    let command = |name: &str| {
+        let mut c = Command::new(&exe);
+        c.args(["--federate", name]);
+        c
+    };
+    let mut m = program().manifest();
+    m.record = Some(hprm_node::manifest::RecordSpec {
+        path: "/var/lib/hprm/deploy-test/runs/drive.mcap".into(),
+        policy: Some("fail".into()),
+        ..Default::default()
+    });
+    let opts = SystemdOptions { bin_dir: bin.clone(), ..SystemdOptions::default() };
+    let d = systemd(&m, &command, &opts).expect("deploy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    d.write(dir.path()).expect("write");
+    let units = dir.path().join("etc/systemd/system");
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let record = d.record_unit.clone().expect("a recorder unit");
+    assert_eq!(record, "hprm-record@deploy\\x2dtest.service");
+    // The recorder runs `hprm recorder` on the deployed manifest, which holds the settings.
+    let template = read("etc/systemd/system/hprm-record@.service");
+    assert!(
+        template.contains(&format!(
+            "ExecStart={}/hprm recorder --manifest /etc/hprm/%I/manifest.json --socket /run/hprm/%I/record/record.sock",
+            bin.display()
+        )) && template.contains("Type=notify\n")
+            && template.contains("Restart=no\n"),
+        "{template}"
+    );
+    let manifest = hprm_node::manifest::Manifest::from_json(&read("etc/hprm/deploy-test/manifest.json")).expect("json");
+    assert_eq!(manifest.record, m.record);
+    let drop_in = read(&format!("etc/systemd/system/{record}.d/hprm-deploy.conf"));
+    assert!(drop_in.contains("StateDirectory=hprm/deploy-test/runs\n"), "{drop_in}");
+    // Every federate feeds it, after it has started; the program's target wants it.
+    let env = read("etc/hprm/deploy-test/the sink.env");
+    assert!(
+        env.contains("HPRM_RECORD=\"/run/hprm/deploy-test/record/record.sock\"\n")
+            && env.contains("HPRM_RECORD_POLICY=\"fail\"\n"),
+        "{env}"
+    );
+    let sink = read(&format!("etc/systemd/system/{}.d/hprm-deploy.conf", d.federate_units[1].1));
+    assert!(sink.contains(&format!("Requires={record}\nAfter={record}\n")), "{sink}");
+    let target = read("etc/systemd/system/hprm@deploy\\x2dtest.target.d/hprm-deploy.conf");
+    assert!(target.contains(&format!("Wants={record}\n")), "{target}");
+    assert!(d.summary(dir.path()).contains(&format!("the recorder     '{record}'")), "{}", d.summary(dir.path()));
+
+    let mut names = vec![d.target.clone(), record.clone()];
+    names.extend(d.federate_units.iter().map(|(_, u)| u.clone()));
+    verify(&names.iter().map(|n| units.join(n)).collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"));
+    let score = exposure(&units.join(&record));
+    assert!(score <= RECORD_EXPOSURE, "{record}: exposure {score} is over {RECORD_EXPOSURE}: its sandbox was loosened");
+
+    // Elsewhere than /var/lib: the directory is named writable, and the operator told.
+    m.record = Some(hprm_node::manifest::RecordSpec { path: "/srv/rec/x.mcap".into(), ..Default::default() });
+    let d = systemd(&m, &command, &opts).expect("deploy");
+    let drop_in =
+        &d.files.iter().find(|f| f.path.ends_with(format!("{record}.d/hprm-deploy.conf"))).expect("drop-in").contents;
+    assert!(drop_in.contains("ReadWritePaths=/srv/rec\n"), "{drop_in}");
+    assert!(d.notes.iter().any(|n| n.contains("/srv/rec") && n.contains("writable by user hprm")), "{:?}", d.notes);
+    let env = &d.files.iter().find(|f| f.path.ends_with("the sink.env")).expect("env").contents;
+    assert!(env.contains("HPRM_RECORD_POLICY=\"block:30s\"\n"), "{env}");
+    // A relative path cannot be a unit's.
+    m.record = Some(hprm_node::manifest::RecordSpec { path: "x.mcap".into(), ..Default::default() });
+    let e = systemd(&m, &command, &opts).expect_err("relative").to_string();
+    assert!(e.contains("[record] path \"x.mcap\" is not absolute"), "{e}");
+}

@@ -168,16 +168,8 @@ impl Decisions {
     }
 }
 
-/// The policies a recorder's backlog accepts, parsed from `text`.
-pub fn parse_policy(text: &str) -> Result<Backpressure, String> {
-    match text.parse::<Backpressure>().map_err(|e| e.to_string())? {
-        p @ (Backpressure::Block { .. } | Backpressure::Fail) => Ok(p),
-        other => Err(format!(
-            "a recording's backlog takes `block` (the program waits for the disk; `block:30s` bounds the wait) \
-             or `fail` (a message that does not fit is given up, counted per connection), not {other:?}"
-        )),
-    }
-}
+/// The policies a recorder's backlog accepts (also a manifest's `[record]`'s).
+pub use crate::manifest::record::parse_policy;
 
 /// A federate's feed into the recorder.
 pub(crate) struct Feed {
@@ -389,14 +381,5 @@ mod tests {
         frame.extend_from_slice(b"value");
         assert_eq!(Header::decode(&frame), Some((h, &b"value"[..])));
         assert_eq!(Header::decode(&frame[..HEADER - 1]), None);
-    }
-
-    #[test]
-    fn only_block_and_fail_are_backlog_policies() {
-        assert_eq!(parse_policy("block:2s"), Ok(Backpressure::Block { bound: Duration::from_secs(2) }));
-        assert_eq!(parse_policy("fail"), Ok(Backpressure::Fail));
-        let e = parse_policy("keep-last-4").unwrap_err();
-        assert!(e.contains("`block`") && e.contains("`fail`"), "{e}");
-        assert!(parse_policy("sometimes").unwrap_err().contains("not a backpressure policy"));
     }
 }

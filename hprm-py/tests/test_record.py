@@ -177,6 +177,13 @@ def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hpr
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()
+    check_cut(hprm_cli, env, program_values, out)
+
+
+def check_cut(hprm_cli, env, program_values, out):
+    """`out`, whose recorder was killed outright, reads back with the
+    `mcap` package's stream reader (which needs no summary) up to its last
+    complete chunk, every message intact; `hprm bag info` counts the same."""
     codec = _native.Codec()
     values, ended = [], None
     with open(out, "rb") as f:
@@ -245,3 +252,151 @@ def test_a_recording_rotates_into_complete_files(hprm_cli, env, program_values, 
     assert len(values) == 6 and all(same(v, program_values(n, True)) for n, v in enumerate(values))
     bad = launch(hprm_cli, env, tmp_path / "x.mcap", 1, record_args=["--record-rotate", "every=3"])
     assert bad.returncode == 2 and 'expected size=SIZE (e.g. 512m) or duration=DURATION' in bad.stderr, bad.stderr
+
+
+def recorded_manifest(directory, record_table, source_args=None):
+    """recorded.py as a TOML manifest (a source, a sink and a logger; 6
+    small values 10 ms apart, or with `source_args` the source runs
+    recorded.py with those), with `record_table` appended."""
+    manifest = directory / "recorded.toml"
+    source = f'module = "{PROGRAM}"' if source_args is None else f"command = {[sys.executable, str(PROGRAM), *source_args]!r}".replace("'", '"')
+    manifest.write_text(
+        f"""name = "recorded"
+coordination = "centralized"
+
+[[federate]]
+name = "source"
+{source}
+  [[federate.reactor]]
+  name = "source"
+  class = "Source"
+  outputs = ["out"]
+
+[[federate]]
+name = "sink"
+module = "{PROGRAM}"
+  [[federate.reactor]]
+  name = "sink"
+  class = "Sink"
+  args = {{ name = "sink" }}
+  inputs = ["inp"]
+
+[[federate]]
+name = "logger"
+module = "{PROGRAM}"
+  [[federate.reactor]]
+  name = "logger"
+  class = "Sink"
+  args = {{ name = "logger" }}
+  inputs = ["inp"]
+
+[[connection]]
+from = "source.out"
+to = "sink.inp"
+
+[[connection]]
+from = "source.out"
+to = "logger.inp"
+
+{record_table}
+"""
+    )
+    return manifest
+
+
+def test_a_manifest_with_a_record_table_records_itself(hprm_cli, env, program_values, tmp_path):
+    """`[record]` records the program as --record would, into a path
+    relative to the manifest; a flag overrides it, --no-record turns it
+    off, and a bad setting is refused with its place in the file."""
+    (tmp_path / "runs").mkdir()
+    manifest = recorded_manifest(tmp_path, '[record]\npath = "runs/run.mcap"\ncompression = "lz4"\npolicy = "block:60s"\n')
+
+    def hprm(*args):
+        return subprocess.run([str(hprm_cli), *map(str, args)], capture_output=True, text=True, timeout=120, env=env, cwd="/")
+
+    r = hprm("launch", "--fast", manifest)
+    out = tmp_path / "runs" / "run.mcap"
+    assert r.returncode == 0 and "recorded 6 messages" in r.stderr and f"into {out}: nothing lost" in r.stderr, r.stderr
+    summary, by_topic = read_back(out)
+    got = [v for *_, v in by_topic["source.source.out"]]
+    assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
+    assert summary["hprm.run"]["policy"] == "block:60s" and summary["hprm.summary"]["complete"] == "true", summary
+
+    other = tmp_path / "other.mcap"
+    r = hprm("launch", "--fast", "--record", other, "--topics", "source.out", manifest)
+    assert r.returncode == 0 and f"into {other}: nothing lost" in r.stderr, r.stderr
+    out.unlink()
+    r = hprm("launch", "--fast", "--no-record", manifest)
+    assert r.returncode == 0 and "hprm: recorded" not in r.stderr and not out.exists(), r.stderr
+    r = hprm("launch", "--fast", "--no-record", "--topics", "source.out", manifest)
+    assert r.returncode == 2 and "--topics applies to a recording" in r.stderr, r.stderr
+
+    bad = recorded_manifest(tmp_path, '[record]\npath = "x.mcap"\npolicy = "sometimes"\ntopics = ["sink.inp"]\n')
+    r = hprm("launch", "--fast", bad)
+    assert r.returncode == 2, r.stderr
+    assert f"{bad}:40:10: record: policy: " in r.stderr and f'{bad}:41:10: record: topics: "sink.inp": no output' in r.stderr, r.stderr
+    check = hprm("check", bad)
+    assert check.returncode == 1 and "record: policy: " in check.stdout + check.stderr, check.stdout + check.stderr
+
+
+def test_the_deployed_recorder_records_the_program_and_ends_with_it(hprm_cli, env, program_values, tmp_path):
+    """`hprm recorder`, what hprm-record@PROGRAM.service runs after `hprm
+    deploy`: a process of its own that the federates feed (HPRM_RECORD),
+    which closes the recording once every federate has ended."""
+    out = tmp_path / "deployed.mcap"
+    manifest = recorded_manifest(tmp_path, f'[record]\npath = "{out}"\n')
+    socket = Path(env["XDG_RUNTIME_DIR"]) / "rec.sock"
+    recorder = subprocess.Popen(
+        [str(hprm_cli), "recorder", "--manifest", str(manifest), "--socket", str(socket)], stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not socket.exists():
+            assert recorder.poll() is None and time.monotonic() < deadline, recorder.stderr.read()
+            time.sleep(0.05)
+        fed = dict(env, HPRM_RECORD=str(socket), HPRM_RECORD_POLICY="block:30s")
+        r = subprocess.run([str(hprm_cli), "launch", "--fast", "--no-record", str(manifest)], capture_output=True, text=True, timeout=120, env=fed)
+        assert r.returncode == 0, r.stderr
+        said = recorder.communicate(timeout=30)[1]
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+    assert recorder.returncode == 0 and "recorded 6 messages" in said and "nothing lost" in said, said
+    summary, by_topic = read_back(out)
+    got = [v for *_, v in by_topic["source.source.out"]]
+    assert len(got) == 6 and all(same(v, program_values(n, False)) for n, v in enumerate(got))
+    assert summary["hprm.summary"]["complete"] == "true", summary
+
+
+def test_a_deployed_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hprm_cli, env, program_values, tmp_path):
+    """kill -9 of `hprm recorder` (the deployed recorder, a process of its
+    own) mid-run: the file reads back up to its last complete chunk; the
+    federates run on, counting what they can no longer record."""
+    out = tmp_path / "killed.mcap"
+    manifest = recorded_manifest(tmp_path, f'[record]\npath = "{out}"\ncompression = "none"\n', source_args=["400", "50ms", "1"])
+    socket = Path(env["XDG_RUNTIME_DIR"]) / "rec.sock"
+    recorder = subprocess.Popen([str(hprm_cli), "recorder", "--manifest", str(manifest), "--socket", str(socket)], stderr=subprocess.DEVNULL, env=env)
+    fed = dict(env, HPRM_RECORD=str(socket), HPRM_RECORD_POLICY="fail")
+    launch = None
+    try:
+        deadline = time.monotonic() + 30
+        while not socket.exists():
+            assert recorder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        launch = subprocess.Popen([str(hprm_cli), "launch", "--no-record", str(manifest)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=fed)
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.stat().st_size > 30_000_000):
+            assert launch.poll() is None and time.monotonic() < deadline, launch.stderr.read()
+            time.sleep(0.05)
+        recorder.send_signal(signal.SIGKILL)
+        recorder.wait(timeout=30)
+        launch.send_signal(signal.SIGTERM)
+        said = launch.communicate(timeout=60)[1]
+    finally:
+        for p in (recorder, launch):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert "the recorder went away" in said, said
+    check_cut(hprm_cli, env, program_values, out)

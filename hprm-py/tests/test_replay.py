@@ -232,3 +232,26 @@ def test_deadline_decisions_are_recorded_and_replayed(hprm_cli, tmp_path):
     # replay's misses are the recorded decisions.
     r = hprm(hprm_cli, "launch", "--fast", DEADLINED, COUNT)
     assert r.returncode == 0 and "sink: late []" in r.stderr, r.stderr
+
+
+def test_a_rotated_recording_replays_as_a_whole(hprm_cli, tmp_path):
+    """`--record-rotate size=3m` with 2 MB values: a part is full after two
+    of them, so the 5 values, 5 results and 5 acks make at least 3 parts.
+    Named by the base name given to --record, or by its first part, the
+    parts read as one recording: `bag info` counts every message, and the
+    replay of the whole is identical."""
+    out = tmp_path / "rot.mcap"
+    r = hprm(hprm_cli, "launch", "--fast", "--record", out, "--record-rotate", "size=3m", "--record-compression", "none", PROGRAM, COUNT)
+    assert r.returncode == 0 and "nothing lost" in r.stderr, r.stderr
+    parts = sorted(tmp_path.glob("rot-*.mcap"))
+    assert len(parts) >= 3 and parts[0].name == "rot-0000.mcap" and not out.exists(), parts
+    info = hprm(hprm_cli, "bag", "info", parts[0])
+    assert info.returncode == 0, info.stderr
+    assert f"files:       {len(parts)} parts, {parts[0]} to {parts[-1]}" in info.stdout, info.stdout
+    assert f"messages:    {3 * COUNT} (" in info.stdout and "losses:      none" in info.stdout, info.stdout
+    echo = hprm(hprm_cli, "bag", "echo", out, "worker.ack")
+    assert echo.returncode == 0 and f"{COUNT} messages" in echo.stderr, echo.stderr
+    r = hprm(hprm_cli, "replay", out, PROGRAM, "--check", COUNT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert summary_line(r) == f"replay: federates=2 messages={2 * COUNT} identical"
+    assert "only its own messages are replayed" not in r.stderr, r.stderr

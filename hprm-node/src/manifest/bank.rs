@@ -103,7 +103,7 @@ impl Origins {
     /// whether that entry was written out more than once.
     pub fn locate(&self, loc: Location) -> (Location, bool) {
         match loc {
-            Location::Program => (loc, false),
+            Location::Program | Location::Record => (loc, false),
             Location::Federate { index } => {
                 let f = self.federates.get(index).copied().unwrap_or(index);
                 (Location::Federate { index: f }, self.multiplied_federates.contains(&f))
@@ -421,6 +421,7 @@ mod tests {
                     ..Default::default()
                 },
             ],
+            record: None,
         }
     }
 

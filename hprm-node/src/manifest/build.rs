@@ -73,6 +73,7 @@ impl Program {
             rti_port: self.rti_port,
             federates,
             connections,
+            record: None,
         }
     }
 

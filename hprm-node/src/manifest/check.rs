@@ -26,6 +26,8 @@ pub enum Location {
     Reactor { federate: usize, reactor: usize },
     /// The `index`th connection.
     Connection { index: usize },
+    /// The `[record]` table.
+    Record,
 }
 
 /// The one value a problem is about, inside the table its [`Location`]
@@ -270,6 +272,11 @@ impl Manifest {
         }
 
         self.check_hosts(&mut out);
+        if let Some(r) = &self.record {
+            for (key, message) in r.problems(self) {
+                out.add_at(Location::Record, Field::Key(key), message);
+            }
+        }
         let mut seen = HashSet::new();
         for (fi, f) in self.federates.iter().enumerate() {
             let at = Location::Federate { index: fi };
@@ -810,6 +817,7 @@ mod tests {
             rti_port: None,
             federates,
             connections,
+            record: None,
         }
     }
 

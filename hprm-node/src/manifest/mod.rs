@@ -27,17 +27,20 @@
 //!
 //! Submodules: `bank` (member and channel names, expansion), `check`
 //! (every problem of a manifest, with its location), `build` (to and from
-//! [`Program`](crate::Program)).
+//! [`Program`](crate::Program)), `record` (the `[record]` table: the
+//! program records itself when it runs).
 
 pub mod bank;
 mod build;
 mod check;
+pub mod record;
 
 use serde::{Deserialize, Serialize};
 
 pub use bank::Placement;
 pub(crate) use check::valid_name;
 pub use check::{Field, Location, Problem};
+pub use record::RecordSpec;
 
 /// A program's graph. Field names are the TOML manifest's keys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +76,9 @@ pub struct Manifest {
     pub federates: Vec<FederateSpec>,
     #[serde(default, rename = "connection")]
     pub connections: Vec<ConnectionSpec>,
+    /// `[record]`: record the program whenever it runs (see [`record`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<RecordSpec>,
 }
 
 /// The RTI's port on its host in a program with hosts, unless `rti_port` says otherwise.
