@@ -48,7 +48,10 @@ pub(crate) enum TriggerKind {
     Shutdown,
     Timer { offset: Duration, period: Duration },
     LogicalAction { min_delay: Duration },
-    PhysicalAction { min_delay: Duration },
+    /// `codec`: how its values are encoded for a recording and decoded in
+    /// a replay; `None` for an opaque action, whose values the payload
+    /// codec cannot encode (such a program cannot be recorded).
+    PhysicalAction { min_delay: Duration, codec: Option<(EncodeFn, DecodeFn)> },
     Input { decode: DecodeFn },
     Output { encode: EncodeFn },
 }
