@@ -209,6 +209,8 @@ pub struct PhysicalEvents {
     path: PathBuf,
     reader: std::io::BufReader<std::fs::File>,
     ahead: Option<PhysicalEvent>,
+    /// The file's end was reached: no read again.
+    ended: bool,
 }
 
 /// One recorded physical action value.
@@ -235,12 +237,12 @@ impl PhysicalEvents {
     pub fn open(path: &Path) -> Result<PhysicalEvents, RecordError> {
         let file = std::fs::File::open(path)
             .map_err(|e| RecordError::Physical { path: path.to_path_buf(), message: e.to_string() })?;
-        Ok(PhysicalEvents { path: path.to_path_buf(), reader: std::io::BufReader::new(file), ahead: None })
+        Ok(PhysicalEvents { path: path.to_path_buf(), reader: std::io::BufReader::new(file), ahead: None, ended: false })
     }
 
     /// The next event, without taking it; `Ok(None)` at the end.
     pub fn peek(&mut self) -> Result<Option<&PhysicalEvent>, RecordError> {
-        if self.ahead.is_none() {
+        if self.ahead.is_none() && !self.ended {
             self.ahead = self.read().map_err(|e| RecordError::Physical { path: self.path.clone(), message: e.to_string() })?;
         }
         Ok(self.ahead.as_ref())
@@ -257,7 +259,10 @@ impl PhysicalEvents {
         let mut len = [0u8; 4];
         match self.reader.read_exact(&mut len) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.ended = true;
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         }
         let mut action = vec![0u8; u32::from_le_bytes(len) as usize];
