@@ -180,9 +180,11 @@ fn info(path: &Path) -> Result<i32> {
         for c in list {
             let span = c.first.map_or(0.0, |f| (c.last - f) as f64 / 1e9);
             let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
-            let lost =
-                summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
-            println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}", c.topic, c.messages, c.bytes);
+            let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
+            println!(
+                "  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}",
+                c.topic, c.messages, c.bytes
+            );
         }
     }
     if !decisions.is_empty() {

@@ -189,7 +189,9 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
         encode: EncodeFn,
         decode: DecodeFn,
     ) -> PhysicalAction<T> {
-        PhysicalAction::new(self.trigger(name, TriggerKind::PhysicalAction { min_delay, codec: Some((encode, decode)) }))
+        PhysicalAction::new(
+            self.trigger(name, TriggerKind::PhysicalAction { min_delay, codec: Some((encode, decode)) }),
+        )
     }
 
     /// Declares a physical action whose values cannot be serialized (a

@@ -237,13 +237,19 @@ impl PhysicalEvents {
     pub fn open(path: &Path) -> Result<PhysicalEvents, RecordError> {
         let file = std::fs::File::open(path)
             .map_err(|e| RecordError::Physical { path: path.to_path_buf(), message: e.to_string() })?;
-        Ok(PhysicalEvents { path: path.to_path_buf(), reader: std::io::BufReader::new(file), ahead: None, ended: false })
+        Ok(PhysicalEvents {
+            path: path.to_path_buf(),
+            reader: std::io::BufReader::new(file),
+            ahead: None,
+            ended: false,
+        })
     }
 
     /// The next event, without taking it; `Ok(None)` at the end.
     pub fn peek(&mut self) -> Result<Option<&PhysicalEvent>, RecordError> {
         if self.ahead.is_none() && !self.ended {
-            self.ahead = self.read().map_err(|e| RecordError::Physical { path: self.path.clone(), message: e.to_string() })?;
+            self.ahead =
+                self.read().map_err(|e| RecordError::Physical { path: self.path.clone(), message: e.to_string() })?;
         }
         Ok(self.ahead.as_ref())
     }

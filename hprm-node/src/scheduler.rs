@@ -790,7 +790,11 @@ impl Scheduler {
 
     /// Feeds this federate's physical actions from a replay's recorded
     /// values (see [`PhysicalReplay`]) instead of their live schedules.
-    pub(crate) fn set_physical_replay(&mut self, events: crate::record::PhysicalEvents, decoder: crate::payload::Decoder) {
+    pub(crate) fn set_physical_replay(
+        &mut self,
+        events: crate::record::PhysicalEvents,
+        decoder: crate::payload::Decoder,
+    ) {
         self.replay = Some(PhysicalReplay { events, decoder, queued: None, dropped: 0 });
     }
 
@@ -830,9 +834,13 @@ impl Scheduler {
                     e.action
                 )));
             };
-            let TriggerKind::PhysicalAction { codec: Some((_, decode)), .. } = self.plan.program.triggers[action.index()].kind
+            let TriggerKind::PhysicalAction { codec: Some((_, decode)), .. } =
+                self.plan.program.triggers[action.index()].kind
             else {
-                return Err(NodeError::Record(format!("physical action {} is opaque: its recorded values cannot be decoded", e.action)));
+                return Err(NodeError::Record(format!(
+                    "physical action {} is opaque: its recorded values cannot be decoded",
+                    e.action
+                )));
             };
             let decoder = match &self.replay {
                 Some(r) => r.decoder.clone(),

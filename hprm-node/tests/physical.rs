@@ -268,7 +268,10 @@ fn codec() -> (Encoder, Decoder) {
 /// A one-federate program: a thread schedules `values` on physical action
 /// `app.s.reading` (u64, one every 2 ms) and the reaction keeps each value
 /// with its tag (since the start), stopping the program after `stop_after`.
-fn sensed(values: Vec<u64>, stop_after: usize) -> (Program, std::sync::Arc<std::sync::Mutex<Vec<(Tag, u64)>>>) {
+/// What a reaction saw: each value with its tag (since the start).
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(Tag, u64)>>>;
+
+fn sensed(values: Vec<u64>, stop_after: usize) -> (Program, Seen) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut p = Program::new("app");
     let fed = p.federate("app");
@@ -374,6 +377,7 @@ fn an_opaque_physical_action_is_refused_under_a_recorder() {
     r.reaction("take").trigger(handle).body(|_, _| {});
     let mut opts = hprm_node::RunOptions::new("app");
     opts.record = Some((std::path::PathBuf::from("/nonexistent/rec.sock"), hprm_node::Backpressure::Fail));
-    let e = hprm_node::run_federate(p, opts).err().expect("refused").to_string();
+    let Err(e) = hprm_node::run_federate(p, opts) else { panic!("a recorded opaque physical action ran") };
+    let e = e.to_string();
     assert!(e.contains("cannot record physical actions app.s.handle") && e.contains("opaque_physical_action"), "{e}");
 }

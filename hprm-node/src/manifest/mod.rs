@@ -320,7 +320,12 @@ impl Manifest {
         self.federate(name)
             .into_iter()
             .flat_map(|f| f.reactors.iter())
-            .flat_map(|r| r.actions.iter().filter(|a| a.physical).map(move |a| (format!("{name}.{}.{}", r.name, a.name), a.opaque)))
+            .flat_map(|r| {
+                r.actions
+                    .iter()
+                    .filter(|a| a.physical)
+                    .map(move |a| (format!("{name}.{}.{}", r.name, a.name), a.opaque))
+            })
             .collect()
     }
 
