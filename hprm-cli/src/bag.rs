@@ -15,7 +15,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use mcap::records::Record;
 
-use crate::record::{decode_decision, names, DECISIONS_PREFIX, META_RUN, META_SUMMARY};
+use crate::record::{decode_decision, names, DECISIONS_PREFIX, META_RUN, META_SUMMARY, PHYSICAL_PREFIX};
 
 #[derive(Args, Debug)]
 pub struct BagArgs {
@@ -99,6 +99,10 @@ impl Channel {
     fn decisions(&self) -> bool {
         self.topic.starts_with(DECISIONS_PREFIX)
     }
+
+    fn physical(&self) -> bool {
+        self.topic.starts_with(PHYSICAL_PREFIX)
+    }
 }
 
 fn info(path: &Path) -> Result<i32> {
@@ -168,6 +172,8 @@ fn info(path: &Path) -> Result<i32> {
     println!("coordination: {}  policy: {}", field(&run, "coordination"), field(&run, "policy"));
     // Deadline decisions are not messages between federates: listed apart.
     let (decisions, channels): (Vec<Channel>, Vec<Channel>) = channels.into_values().partition(Channel::decisions);
+    // So are physical action values: the program's input from the world.
+    let (physical, channels): (Vec<Channel>, Vec<Channel>) = channels.into_iter().partition(Channel::physical);
     let first = channels.iter().filter_map(|c| c.first).min();
     let last = channels.iter().map(|c| c.last).max();
     let duration = match (first, last) {
@@ -180,6 +186,11 @@ fn info(path: &Path) -> Result<i32> {
     let total: u64 = channels.iter().map(|c| c.messages).sum();
     let bytes: u64 = channels.iter().map(|c| c.bytes).sum();
     println!("messages:    {total} ({bytes} bytes)");
+    if !physical.is_empty() {
+        let n: u64 = physical.iter().map(|c| c.messages).sum();
+        let bytes: u64 = physical.iter().map(|c| c.bytes).sum();
+        println!("physical:    {n} physical action values ({bytes} bytes), fed to replayed federates as recorded");
+    }
     if !decisions.is_empty() {
         let n: u64 = decisions.iter().map(|c| c.messages).sum();
         let missed: u64 = decisions.iter().map(|c| c.missed).sum();
@@ -204,13 +215,21 @@ fn info(path: &Path) -> Result<i32> {
             }
         }
     }
-    println!("connections:");
-    let width = channels.iter().map(|c| c.topic.len()).max().unwrap_or(0);
-    for c in &channels {
-        let span = c.first.map_or(0.0, |f| (c.last - f) as f64 / 1e9);
-        let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
-        let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
-        println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}", c.topic, c.messages, c.bytes);
+    for (title, list) in [("connections:", &channels), ("physical actions:", &physical)] {
+        if list.is_empty() && title != "connections:" {
+            continue;
+        }
+        println!("{title}");
+        let width = list.iter().map(|c| c.topic.len()).max().unwrap_or(0);
+        for c in list {
+            let span = c.first.map_or(0.0, |f| (c.last - f) as f64 / 1e9);
+            let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
+            let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
+            println!(
+                "  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}",
+                c.topic, c.messages, c.bytes
+            );
+        }
     }
     if !decisions.is_empty() {
         println!("deadline decisions:");

@@ -172,10 +172,14 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                     }
                     [] => path.display().to_string(),
                 };
-                let decisions = match s.decisions {
-                    0 => String::new(),
-                    n => format!(" and {n} deadline decisions"),
-                };
+                let mut also = Vec::new();
+                if s.physical > 0 {
+                    also.push(format!("{} physical action values", s.physical));
+                }
+                if s.decisions > 0 {
+                    also.push(format!("{} deadline decisions", s.decisions));
+                }
+                let decisions = if also.is_empty() { String::new() } else { format!(" and {}", also.join(" and ")) };
                 eprintln!(
                     "hprm: recorded {} messages ({} bytes){decisions} into {into}: {losses}",
                     s.messages, s.bytes
@@ -221,6 +225,16 @@ pub fn start_recorder(
     socket: PathBuf,
 ) -> Result<crate::record::Recorder> {
     let expanded = manifest.expanded();
+    // Opaque physical actions are known from the program's types: refused
+    // before anything runs (values that fail to encode are known only when
+    // scheduled: the federate stops there, see `hprm_node::record`).
+    let opaque = expanded
+        .federates
+        .iter()
+        .flat_map(|f| expanded.physical_actions(&f.name))
+        .filter_map(|(path, opaque)| opaque.then_some(path))
+        .collect();
+    hprm_node::record::refuse_opaque(opaque)?;
     for t in &opts.topics {
         if let Some(e) = hprm_node::manifest::record::unknown_topic(&expanded, t) {
             bail!("--topics {e}");

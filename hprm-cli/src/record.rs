@@ -28,7 +28,12 @@
 //! replay needs them) go on one channel per federate, topic
 //! [`DECISIONS_PREFIX`]`FEDERATE`, schema [`DECISION_SCHEMA`]: one small
 //! message per decision (a MessagePack map `{reaction, missed}`) at its tag;
-//! the summary counts them (`decisions`, `decisions.FEDERATE`). Chunks are closed at
+//! the summary counts them (`decisions`, `decisions.FEDERATE`). Values
+//! scheduled on physical actions (sensor input: replay feeds them back
+//! instead of running the hardware) go on one channel per action, topic
+//! [`PHYSICAL_PREFIX`]`federate.reactor.action`, schema [`SCHEMA_NAME`] like
+//! a connection's, at the tag each value took; always recorded, whatever
+//! `--topics` says, and counted apart (`physical`). Chunks are closed at
 //! least every [`FLUSH_EVERY`], so a recorder killed outright leaves a file
 //! readable up to its last complete chunk.
 
@@ -79,6 +84,9 @@ pub const META_SUMMARY: &str = "hprm.summary";
 
 /// The topic of a federate's deadline decisions: this, then its name.
 pub const DECISIONS_PREFIX: &str = "deadlines/";
+/// The topic of a physical action's values: this, then its full path.
+pub const PHYSICAL_PREFIX: &str = "physical/";
+
 /// The schema of deadline decision channels.
 pub const DECISION_SCHEMA: &str = "hprm.deadline_decision";
 const DECISION_SCHEMA_TEXT: &str = "\
@@ -225,6 +233,8 @@ impl Progress {
 pub struct Summary {
     pub messages: u64,
     pub bytes: u64,
+    /// Physical action values recorded (not in `messages`).
+    pub physical: u64,
     /// Deadline decisions recorded.
     pub decisions: u64,
     /// (topic, messages lost), only those that lost some.
@@ -381,13 +391,21 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String], progres
         Ok(None) => return,
         Err(e) => return tracing::error!("reading a federate's hello to the recorder: {e}"),
     };
-    let selected: Vec<u32> = (0..hello.ports.len() as u32)
+    // Physical actions are numbered after the ports, and always recorded.
+    let outputs = hello.ports.len() as u32;
+    let selected: Vec<u32> = (0..outputs)
         .filter(|&i| topics.is_empty() || topics.iter().any(|t| names(t, &hello.ports[i as usize])))
+        .chain(outputs..outputs + hello.physical.len() as u32)
         .collect();
     if let Err(e) = conn.select(&Selection { ports: selected.clone() }) {
         return tracing::error!(federate = %hello.federate, "cannot answer the federate's hello: {e}");
     }
-    let topic_of: Vec<Arc<str>> = hello.ports.iter().map(|p| Arc::from(p.as_str())).collect();
+    let topic_of: Vec<Arc<str>> = hello
+        .ports
+        .iter()
+        .map(|p| Arc::from(p.as_str()))
+        .chain(hello.physical.iter().map(|p| Arc::from(format!("{PHYSICAL_PREFIX}{p}"))))
+        .collect();
     let ports = selected.iter().map(|&i| topic_of[i as usize].clone()).collect();
     if tx.send(Entry::Ports { federate: hello.federate.clone(), start: hello.start, ports }).is_err() {
         return;
@@ -636,14 +654,19 @@ impl Part {
 
     /// Writes the summary `meta` (with this part's counts) and closes the file.
     fn close(mut self, mut meta: BTreeMap<String, String>) -> Result<()> {
-        let (mut messages, mut lost) = (0, 0);
+        let (mut messages, mut physical, mut lost) = (0, 0, 0);
         for (topic, c) in &self.counts {
             meta.insert(format!("messages.{topic}"), c.messages.to_string());
             meta.insert(format!("lost.{topic}"), c.lost.to_string());
-            messages += c.messages;
+            if topic.starts_with(PHYSICAL_PREFIX) {
+                physical += c.messages;
+            } else {
+                messages += c.messages;
+            }
             lost += c.lost;
         }
         meta.insert("messages".into(), messages.to_string());
+        meta.insert("physical".into(), physical.to_string());
         let mut decisions = 0;
         for (federate, (_, n)) in &self.decisions {
             meta.insert(format!("decisions.{federate}"), n.to_string());
@@ -797,11 +820,15 @@ fn write(
         }
     }
     let missing: Vec<String> = federates.iter().filter(|f| !connected.contains(f)).cloned().collect();
-    let (mut messages, mut bytes, mut lost_total) = (0, 0, 0);
+    let (mut messages, mut bytes, mut physical, mut lost_total) = (0, 0, 0, 0);
     let mut lost = Vec::new();
     for (topic, c) in &totals {
-        messages += c.messages;
-        bytes += c.bytes;
+        if topic.starts_with(PHYSICAL_PREFIX) {
+            physical += c.messages;
+        } else {
+            messages += c.messages;
+            bytes += c.bytes;
+        }
         lost_total += c.lost;
         if c.lost > 0 {
             lost.push((topic.to_string(), c.lost));
@@ -825,7 +852,7 @@ fn write(
     if decisions_lost > 0 {
         lost.push(("deadline decisions".into(), decisions_lost));
     }
-    Ok(Summary { messages, bytes, decisions, lost, federates_missing: missing, disk_full, files })
+    Ok(Summary { messages, bytes, physical, decisions, lost, federates_missing: missing, disk_full, files })
 }
 
 /// `message` with every store reference replaced by the buffer itself,

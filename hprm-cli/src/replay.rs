@@ -28,6 +28,14 @@
 //! recording holds ([`hprm_node::record::DECISIONS_ENV`]), and its scheduler
 //! runs, at each recorded tag, the body or the deadline handler as it did.
 //! `--check` compares its decisions with the recorded ones too.
+//!
+//! Physical actions take their values from the world (sensors), so a
+//! replayed federate's physical actions are fed from the recording: `hprm
+//! replay` hands it the values of its `physical/` channels
+//! ([`hprm_node::record::PHYSICAL_ENV`]), and its scheduler puts each in its
+//! queue at its recorded tag; what the program's own threads schedule (the
+//! live sensor, started by its reactions as usual) is dropped. A federate
+//! whose physical actions were recorded counts as one with recorded inputs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -46,7 +54,9 @@ use hprm_node::{Coordination, LogicalAction, Output, Program, Tag, Value};
 use mcap::records::Record;
 
 use crate::bag::{open_parts, scan};
-use crate::record::{decode_decision, names, parse_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_SUMMARY};
+use crate::record::{
+    decode_decision, names, parse_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_SUMMARY, PHYSICAL_PREFIX,
+};
 use crate::source::Source;
 
 /// Messages a replay federate reads ahead of its tag.
@@ -259,17 +269,27 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     let delivered = |topic: &str| args.topics.is_empty() || args.topics.iter().any(|t| names(t, topic));
     let conns = &manifest.connections;
     let crossing = |from: &str, to: &str| federate_of(from) != federate_of(to);
-    // Federates that received a recorded message.
+    // Per federate: the recorded channels of its physical actions.
+    let physical_of = |f: &str| -> Vec<String> {
+        manifest
+            .physical_actions(f)
+            .into_iter()
+            .map(|(path, _)| format!("{PHYSICAL_PREFIX}{path}"))
+            .filter(|t| recording.topics.contains(t))
+            .collect()
+    };
+    // Federates that received a recorded message, or whose physical actions were recorded.
     let fed_inputs: Vec<String> = manifest
         .federates
         .iter()
         .map(|f| f.name.clone())
         .filter(|f| {
-            conns.iter().any(|c| {
-                crossing(&c.from, &c.to)
-                    && federate_of(&c.to) == f
-                    && recording.topics.iter().any(|t| names(&c.from, t) && delivered(t))
-            })
+            !physical_of(f).is_empty()
+                || conns.iter().any(|c| {
+                    crossing(&c.from, &c.to)
+                        && federate_of(&c.to) == f
+                        && recording.topics.iter().any(|t| names(&c.from, t) && delivered(t))
+                })
         })
         .collect();
     let replayed: Vec<String> = if args.federates.is_empty() {
@@ -347,6 +367,55 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     }
     let from = args.from.map_or(0, |d| d.as_nanos() as i64);
     let to = args.to.map(|d| d.as_nanos() as i64);
+    // The replayed federates' recorded physical action values, one file each.
+    let mut physical_files: HashMap<String, Scratch> = HashMap::new();
+    let mut physical_values = 0u64;
+    for f in &replayed {
+        let declared = manifest.physical_actions(f);
+        let prefix = format!("{PHYSICAL_PREFIX}{f}.");
+        if let Some(t) = recording
+            .topics
+            .iter()
+            .filter(|t| t.starts_with(&prefix))
+            .find(|t| !declared.iter().any(|(path, _)| t.strip_prefix(PHYSICAL_PREFIX) == Some(path.as_str())))
+        {
+            bail!(
+                "{} has values of physical action {}, which {} does not declare; replay the program that was recorded",
+                args.file.display(),
+                &t[PHYSICAL_PREFIX.len()..],
+                args.program.display()
+            );
+        }
+        let channels = physical_of(f);
+        if channels.is_empty() {
+            for (path, _) in &declared {
+                tracing::warn!("physical action {path} was not recorded: it runs live in the replay");
+            }
+            continue;
+        }
+        let mut events: Vec<hprm_node::record::PhysicalEvent> = Vec::new();
+        recording.messages(|t, tag, data| {
+            if channels.iter().any(|c| c == t) && tag.time >= from && to.map_or(true, |to| tag.time <= to) {
+                let action = t[PHYSICAL_PREFIX.len()..].to_string();
+                events.push(hprm_node::record::PhysicalEvent { action, tag, payload: data.to_vec() });
+            }
+            true
+        })?;
+        // Per channel the file is in tag order; across channels, chunks interleave.
+        events.sort_by_key(|e| e.tag);
+        physical_values += events.len() as u64;
+        let file = Scratch::named(&args.file, &format!("physical-{f}.bin"));
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(&file.0).with_context(|| format!("creating {}", file.0.display()))?,
+        );
+        for e in &events {
+            hprm_node::record::PhysicalEvents::write(&mut out, e)
+                .with_context(|| format!("writing the recorded physical action values into {}", file.0.display()))?;
+        }
+        std::io::Write::flush(&mut out)
+            .with_context(|| format!("writing the recorded physical action values into {}", file.0.display()))?;
+        physical_files.insert(f.clone(), file);
+    }
     // Where the recorded program stopped (each federate's last tag: the
     // latest is the stop); the replay asks for the stop there, by `--to`
     // at the latest. A stop at microstep 0 is a timeout, which the
@@ -387,6 +456,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     let (replayed_c, topics) = (replayed.clone(), args.topics.clone());
     let decision_paths: HashMap<String, PathBuf> =
         decision_files.iter().map(|(f, s)| (f.clone(), s.0.clone())).collect();
+    let physical_paths: HashMap<String, PathBuf> =
+        physical_files.iter().map(|(f, s)| (f.clone(), s.0.clone())).collect();
     let launch = hprm_node::launch::Launch {
         fast: !args.realtime,
         coordination: Some(Coordination::Centralized),
@@ -397,6 +468,9 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
                 let mut c = commands.federate_command(name);
                 if let Some(p) = decision_paths.get(name) {
                     c.env(hprm_node::record::DECISIONS_ENV, p);
+                }
+                if let Some(p) = physical_paths.get(name) {
+                    c.env(hprm_node::record::PHYSICAL_ENV, p);
                 }
                 return c;
             }
@@ -446,7 +520,9 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     if args.check {
         let decisions =
             if decision_topics.is_empty() { String::new() } else { format!(" deadline_decisions={decisions}") };
-        println!("replay: federates={} messages={messages}{decisions} identical", replayed.len());
+        let physical =
+            if physical_files.is_empty() { String::new() } else { format!(" physical_values={physical_values}") };
+        println!("replay: federates={} messages={messages}{physical}{decisions} identical", replayed.len());
     } else {
         eprintln!("hprm: replayed {} of {}: {}", replayed.len(), manifest.name, replayed.join(", "));
     }

@@ -49,6 +49,9 @@ pub enum NodeError {
     Io { context: String, source: std::io::Error },
     #[error("{0}")]
     Launch(String),
+    /// A recording (`--record`) or a replay (`hprm replay`) cannot go on.
+    #[error("{0}")]
+    Record(String),
     #[error(transparent)]
     Placement(#[from] PlacementError),
 }

@@ -52,6 +52,10 @@ pub struct RunOptions {
     /// A replay's recorded deadline decisions (`hprm replay`, see
     /// [`crate::record::Decisions`]): taken instead of the clock.
     pub decisions: Option<PathBuf>,
+    /// A replay's recorded physical action values (`hprm replay`, see
+    /// [`crate::record::PhysicalEvents`]): fed at their recorded tags,
+    /// instead of what the program's threads schedule.
+    pub physical: Option<PathBuf>,
 }
 
 /// How long a scheduler polls its inbox (yielding its CPU to anything
@@ -77,6 +81,7 @@ impl RunOptions {
             hosts: None,
             record: None,
             decisions: None,
+            physical: None,
         }
     }
 }
@@ -263,7 +268,31 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         t.set_start(start);
     }
     let store_socket = opts.store.clone();
+    // This federate's physical actions: (trigger, path, encodable).
+    let physical: Vec<(crate::ids::TriggerId, String, bool)> = (0..program.triggers.len())
+        .map(|i| crate::ids::TriggerId(i as u32))
+        .filter_map(|t| match program.triggers[t.index()].kind {
+            TriggerKind::PhysicalAction { codec, .. }
+                if program.reactors[program.triggers[t.index()].reactor.index()].federate == fed =>
+            {
+                Some((t, program.port_path(t), codec.is_some()))
+            }
+            _ => None,
+        })
+        .collect();
+    if opts.record.is_some() {
+        // Known from the types: refused before this federate runs anything.
+        let opaque = physical.iter().filter(|(_, _, encodable)| !encodable).map(|(_, p, _)| p.clone()).collect();
+        crate::record::refuse_opaque(opaque).map_err(|e| NodeError::Record(e.to_string()))?;
+    }
+    let replayed = match &opts.physical {
+        Some(path) => Some(crate::record::PhysicalEvents::open(path).map_err(|e| NodeError::Record(e.to_string()))?),
+        None => None,
+    };
     let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, board, &idx)?;
+    if let Some(events) = replayed {
+        sched.set_physical_replay(events, feed_decoder.clone());
+    }
     if let Some((path, policy)) = &opts.record {
         // Asked for by the launcher: a federate that cannot be recorded
         // does not run unrecorded.
@@ -272,8 +301,9 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             start,
             store: store_socket,
             ports: tappable.iter().map(|(_, p)| p.clone()).collect(),
+            physical: physical.iter().map(|(_, p, _)| p.clone()).collect(),
         };
-        let ports: Vec<_> = tappable.iter().map(|(t, _)| *t).collect();
+        let ports: Vec<_> = tappable.iter().map(|(t, _)| *t).chain(physical.iter().map(|(t, _, _)| *t)).collect();
         let feed = crate::record::Feed::connect(path, *policy, &hello, &ports, feed_decoder)
             .map_err(|e| NodeError::Launch(e.to_string()))?;
         sched.set_record(feed);

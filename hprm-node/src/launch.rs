@@ -1206,6 +1206,7 @@ pub fn options_from_env(program: &Program) -> Option<RunOptions> {
         }
     }
     o.decisions = std::env::var_os(crate::record::DECISIONS_ENV).filter(|p| !p.is_empty()).map(PathBuf::from);
+    o.physical = std::env::var_os(crate::record::PHYSICAL_ENV).filter(|p| !p.is_empty()).map(PathBuf::from);
     o.handle_signals = true;
     Some(o)
 }

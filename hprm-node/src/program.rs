@@ -46,11 +46,26 @@ pub enum Coordination {
 pub(crate) enum TriggerKind {
     Startup,
     Shutdown,
-    Timer { offset: Duration, period: Duration },
-    LogicalAction { min_delay: Duration },
-    PhysicalAction { min_delay: Duration },
-    Input { decode: DecodeFn },
-    Output { encode: EncodeFn },
+    Timer {
+        offset: Duration,
+        period: Duration,
+    },
+    LogicalAction {
+        min_delay: Duration,
+    },
+    /// `codec`: how its values are encoded for a recording and decoded in
+    /// a replay; `None` for an opaque action, whose values the payload
+    /// codec cannot encode (such a program cannot be recorded).
+    PhysicalAction {
+        min_delay: Duration,
+        codec: Option<(EncodeFn, DecodeFn)>,
+    },
+    Input {
+        decode: DecodeFn,
+    },
+    Output {
+        encode: EncodeFn,
+    },
 }
 
 impl TriggerKind {

@@ -172,9 +172,37 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
         LogicalAction::new(self.trigger(name, TriggerKind::LogicalAction { min_delay }))
     }
 
-    /// Declares a physical action.
-    pub fn physical_action<T: Send + Sync + 'static>(&mut self, name: &str, min_delay: Duration) -> PhysicalAction<T> {
-        PhysicalAction::new(self.trigger(name, TriggerKind::PhysicalAction { min_delay }))
+    /// Declares a physical action. Its values are serializable like a
+    /// port's, so that `hprm launch --record` records them and `hprm
+    /// replay` feeds them back without the hardware.
+    pub fn physical_action<T: PortValue>(&mut self, name: &str, min_delay: Duration) -> PhysicalAction<T> {
+        let codec = Some((encode_value::<T> as EncodeFn, decode_value::<T> as DecodeFn));
+        PhysicalAction::new(self.trigger(name, TriggerKind::PhysicalAction { min_delay, codec }))
+    }
+
+    /// Declares a physical action with its own codec (language bindings,
+    /// whose values are not Rust types: see [`ReactorBuilder::output_with`]).
+    pub fn physical_action_with<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        min_delay: Duration,
+        encode: EncodeFn,
+        decode: DecodeFn,
+    ) -> PhysicalAction<T> {
+        PhysicalAction::new(
+            self.trigger(name, TriggerKind::PhysicalAction { min_delay, codec: Some((encode, decode)) }),
+        )
+    }
+
+    /// Declares a physical action whose values cannot be serialized (a
+    /// handle, a closure). The program runs as any other, but cannot be
+    /// recorded: `hprm launch --record` refuses it, naming the action.
+    pub fn opaque_physical_action<T: Send + Sync + 'static>(
+        &mut self,
+        name: &str,
+        min_delay: Duration,
+    ) -> PhysicalAction<T> {
+        PhysicalAction::new(self.trigger(name, TriggerKind::PhysicalAction { min_delay, codec: None }))
     }
 
     /// The reactor's startup trigger.

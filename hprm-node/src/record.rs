@@ -7,8 +7,9 @@
 //! and sends, one datagram each:
 //! - a [`Hello`] (JSON): its name, its start tag, its store's socket and the
 //!   outputs it sends to other federates (a message names its port by its
-//!   index in that list); the recorder answers with a [`Selection`], the
-//!   indices of the ports it records (`--topics`);
+//!   index in that list) and its physical actions (numbered after the
+//!   outputs); the recorder answers with a [`Selection`], the indices of
+//!   the ports it records (`--topics`; physical actions always);
 //! - for each value it sends on one of them, a [`HEADER`]-byte header (port
 //!   index: u32 LE; microstep: u32 LE; tag time, ns since the epoch: i64
 //!   LE; physical time at sending: i64 LE; messages of this port lost
@@ -21,6 +22,17 @@
 //!   reaction's path (`federate.reactor.reaction`): deadlines depend on
 //!   physical time, so replay takes these instead of reading the clock
 //!   (see [`Decisions`]);
+//! - for each value scheduled on one of its physical actions, a header with
+//!   the action's index, the tag the value took, the physical time, and
+//!   the payload as the action's codec encodes it (large buffers through
+//!   the store, the recorder counting as their one delivery): sensor input
+//!   depends on the world, so replay feeds these back ([`PhysicalEvents`])
+//!   instead of running the hardware. A physical action whose values
+//!   cannot be encoded makes the recording impossible: an opaque one
+//!   (its type is known, so the federate refuses to start,
+//!   [`RecordError::Opaque`]), or a value the codec fails on (a Python
+//!   object that cannot be pickled: known only when it is scheduled, so
+//!   the federate stops there, [`RecordError::Unencodable`]);
 //! - at its end, a header with port [`END`] and the federate's last tag
 //!   (its stop tag; time 0 when it stopped before processing any)
 //!   followed by the final loss counts (JSON array of `[port index,
@@ -70,6 +82,11 @@ pub const DECISION: u32 = u32::MAX - 1;
 /// (written by `hprm replay`, read by [`Decisions::load`]).
 pub const DECISIONS_ENV: &str = "HPRM_REPLAY_DECISIONS";
 
+/// The file of recorded physical action values a replayed federate takes
+/// instead of its live ones (written by `hprm replay` with
+/// [`PhysicalEvents::write`]).
+pub const PHYSICAL_ENV: &str = "HPRM_REPLAY_PHYSICAL";
+
 /// Room for the largest frame: an in-band payload fills at most one 64 KiB
 /// frame (a larger message is spilled into the store).
 pub const MAX_FRAME: usize = (64 << 10) + HEADER + 64;
@@ -95,6 +112,11 @@ pub struct Hello {
     /// Full paths (`federate.reactor.port`) of the recorded outputs; a
     /// message's port index is its place here.
     pub ports: Vec<String>,
+    /// Full paths (`federate.reactor.action`) of its physical actions; the
+    /// index of a value scheduled on one is its place here plus the number
+    /// of `ports`.
+    #[serde(default)]
+    pub physical: Vec<String>,
 }
 
 /// The recorder's answer to a [`Hello`].
@@ -156,6 +178,111 @@ pub enum RecordError {
     Connect { path: PathBuf, source: std::io::Error },
     #[error("cannot read the recorded deadline decisions {path} ({DECISIONS_ENV}): {message}")]
     Decisions { path: PathBuf, message: String },
+    #[error("cannot record physical actions {}: their values cannot be encoded (declared with `opaque_physical_action`), \
+             and a recording holds every physical action's values so that replay needs no hardware; \
+             declare them with `physical_action` (a serde type), or run without --record", actions.join(", "))]
+    Opaque { actions: Vec<String> },
+    #[error("cannot record physical action {action} of federate {federate}: it was scheduled with a value the payload codec \
+             cannot encode ({message}); a recording holds every physical action's values so that replay needs no hardware: \
+             schedule plain values, arrays or picklable objects, or run without --record")]
+    Unencodable { federate: String, action: String, message: String },
+    #[error("cannot read the recorded physical action values {path} ({PHYSICAL_ENV}): {message}")]
+    Physical { path: PathBuf, message: String },
+}
+
+/// Refuses a recording of `actions` (full paths) when any is opaque.
+pub fn refuse_opaque(opaque: Vec<String>) -> Result<(), RecordError> {
+    if opaque.is_empty() {
+        Ok(())
+    } else {
+        Err(RecordError::Opaque { actions: opaque })
+    }
+}
+
+/// Recorded physical action values, as a replayed federate takes them: a
+/// file of events in tag order, each `[u32 LE path length][path][i64 LE
+/// tag time since the start][u32 LE microstep][u64 LE payload length]
+/// [payload]`, the payload self-contained (its buffers inline). Read one
+/// event at a time, so a replay holds one value ahead, whatever the
+/// file's size.
+pub struct PhysicalEvents {
+    path: PathBuf,
+    reader: std::io::BufReader<std::fs::File>,
+    ahead: Option<PhysicalEvent>,
+    /// The file's end was reached: no read again.
+    ended: bool,
+}
+
+/// One recorded physical action value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhysicalEvent {
+    /// The action's full path (`federate.reactor.action`).
+    pub action: String,
+    /// Relative to the start.
+    pub tag: Tag,
+    pub payload: Vec<u8>,
+}
+
+impl PhysicalEvents {
+    /// Appends `event` to a file of events (see [`PhysicalEvents`]).
+    pub fn write(out: &mut impl std::io::Write, event: &PhysicalEvent) -> std::io::Result<()> {
+        out.write_all(&(event.action.len() as u32).to_le_bytes())?;
+        out.write_all(event.action.as_bytes())?;
+        out.write_all(&event.tag.time.to_le_bytes())?;
+        out.write_all(&event.tag.microstep.to_le_bytes())?;
+        out.write_all(&(event.payload.len() as u64).to_le_bytes())?;
+        out.write_all(&event.payload)
+    }
+
+    pub fn open(path: &Path) -> Result<PhysicalEvents, RecordError> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| RecordError::Physical { path: path.to_path_buf(), message: e.to_string() })?;
+        Ok(PhysicalEvents {
+            path: path.to_path_buf(),
+            reader: std::io::BufReader::new(file),
+            ahead: None,
+            ended: false,
+        })
+    }
+
+    /// The next event, without taking it; `Ok(None)` at the end.
+    pub fn peek(&mut self) -> Result<Option<&PhysicalEvent>, RecordError> {
+        if self.ahead.is_none() && !self.ended {
+            self.ahead =
+                self.read().map_err(|e| RecordError::Physical { path: self.path.clone(), message: e.to_string() })?;
+        }
+        Ok(self.ahead.as_ref())
+    }
+
+    /// Takes the next event.
+    pub fn take(&mut self) -> Result<Option<PhysicalEvent>, RecordError> {
+        self.peek()?;
+        Ok(self.ahead.take())
+    }
+
+    fn read(&mut self) -> std::io::Result<Option<PhysicalEvent>> {
+        use std::io::Read;
+        let mut len = [0u8; 4];
+        match self.reader.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.ended = true;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+        let mut action = vec![0u8; u32::from_le_bytes(len) as usize];
+        self.reader.read_exact(&mut action)?;
+        let action = String::from_utf8(action).map_err(|_| std::io::Error::other("an action path is not UTF-8"))?;
+        let (mut time, mut micro, mut n) = ([0u8; 8], [0u8; 4], [0u8; 8]);
+        self.reader.read_exact(&mut time)?;
+        self.reader.read_exact(&mut micro)?;
+        self.reader.read_exact(&mut n)?;
+        let mut payload = vec![0u8; u64::from_le_bytes(n) as usize];
+        self.reader.read_exact(&mut payload)?;
+        let tag = Tag::new(i64::from_le_bytes(time), u32::from_le_bytes(micro));
+        Ok(Some(PhysicalEvent { action, tag, payload }))
+    }
 }
 
 /// Loading a replay's decisions, with this module's error (the type lives
@@ -228,6 +355,11 @@ impl Feed {
         self.ports.iter().map(|(t, _)| *t)
     }
 
+    /// Whether values of `out` (an output or a physical action) are recorded.
+    pub fn records(&self, out: TriggerId) -> bool {
+        self.ports.iter().any(|(p, _)| *p == out)
+    }
+
     /// Notes the federate's last tag, which its last frame carries.
     pub fn ended_at(&mut self, last: Tag) {
         self.last = last;
@@ -241,6 +373,14 @@ impl Feed {
         if !self.send(&header, &[payload]) {
             self.lost[i] += 1;
             self.settle(payload);
+        }
+    }
+
+    /// Counts a value of `out` given up before it reached the feed (its
+    /// encoding failed because the store went away).
+    pub fn give_up(&mut self, out: TriggerId) {
+        if let Some(i) = self.ports.iter().position(|(p, _)| *p == out) {
+            self.lost[i] += 1;
         }
     }
 
@@ -381,5 +521,33 @@ mod tests {
         frame.extend_from_slice(b"value");
         assert_eq!(Header::decode(&frame), Some((h, &b"value"[..])));
         assert_eq!(Header::decode(&frame[..HEADER - 1]), None);
+    }
+
+    #[test]
+    fn physical_events_read_back_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("physical");
+        let events = [
+            PhysicalEvent { action: "s.r.reading".into(), tag: Tag::new(2_000_000, 0), payload: vec![1, 2, 3] },
+            PhysicalEvent { action: "s.r.other".into(), tag: Tag::new(2_000_000, 1), payload: Vec::new() },
+        ];
+        let mut out = Vec::new();
+        for e in &events {
+            PhysicalEvents::write(&mut out, e).unwrap();
+        }
+        std::fs::write(&path, &out).unwrap();
+        let mut r = PhysicalEvents::open(&path).unwrap();
+        assert_eq!(r.peek().unwrap(), Some(&events[0]));
+        assert_eq!(r.take().unwrap().as_ref(), Some(&events[0]));
+        assert_eq!(r.take().unwrap().as_ref(), Some(&events[1]));
+        assert_eq!(r.take().unwrap(), None);
+        // A file cut inside an event is named, not read as its end.
+        std::fs::write(&path, &out[..out.len() - 1]).unwrap();
+        let mut r = PhysicalEvents::open(&path).unwrap();
+        r.take().unwrap();
+        let e = r.take().unwrap_err().to_string();
+        assert!(e.contains(PHYSICAL_ENV) && e.contains("physical"), "{e}");
+        let e = refuse_opaque(vec!["cam.c.handle".into()]).unwrap_err().to_string();
+        assert!(e.contains("cam.c.handle") && e.contains("opaque_physical_action"), "{e}");
     }
 }

@@ -249,8 +249,27 @@ pub(crate) struct Scheduler {
     tap: Option<Arc<crate::tap::TapHub>>,
     /// The recorder's feed (`hprm launch --record`).
     record: Option<crate::record::Feed>,
+    /// A replay's recorded physical action values (`hprm replay`).
+    replay: Option<PhysicalReplay>,
     /// This host's `hprm-link`, when the program spans hosts.
     link: Option<crate::hosts::LinkClient>,
+}
+
+/// A replay's physical actions: fed from the recording at their recorded
+/// tags, while what the program's own threads schedule (the live sensor)
+/// is dropped. Sensor threads are the program's code, started by its
+/// reactions, so they still run: only their values are not taken.
+///
+/// Invariant: the queue always holds the earliest recorded values not yet
+/// processed (those of one tag, `queued`), so no NET this federate sends
+/// promises a tag past them.
+struct PhysicalReplay {
+    events: crate::record::PhysicalEvents,
+    decoder: crate::payload::Decoder,
+    /// The tag (absolute) of the recorded values in the queue.
+    queued: Option<Tag>,
+    /// Live schedules dropped.
+    dropped: u64,
 }
 
 /// What is fixed when the federate starts: the program, this federate's
@@ -454,7 +473,7 @@ impl Plan {
             Mode::Centralized if downstreams > 0 && !opts.fast => {
                 let actions = program.federates[fed.index()].reactors.iter().flat_map(|r| {
                     program.triggers.iter().filter(move |t| t.reactor == *r).filter_map(|t| match t.kind {
-                        TriggerKind::PhysicalAction { min_delay } => Some(duration_ns(min_delay)),
+                        TriggerKind::PhysicalAction { min_delay, .. } => Some(duration_ns(min_delay)),
                         _ => None,
                     })
                 });
@@ -744,6 +763,7 @@ impl Scheduler {
             board,
             tap: None,
             record: None,
+            replay: None,
             link,
         })
     }
@@ -766,6 +786,79 @@ impl Scheduler {
             self.plan.fanout[out.index()] += 1;
         }
         self.record = Some(feed);
+    }
+
+    /// Feeds this federate's physical actions from a replay's recorded
+    /// values (see [`PhysicalReplay`]) instead of their live schedules.
+    pub(crate) fn set_physical_replay(
+        &mut self,
+        events: crate::record::PhysicalEvents,
+        decoder: crate::payload::Decoder,
+    ) {
+        self.replay = Some(PhysicalReplay { events, decoder, queued: None, dropped: 0 });
+    }
+
+    /// Puts the next recorded physical values (all of the earliest tag not
+    /// yet queued) in the queue once the last ones were processed.
+    fn feed_recorded_physical(&mut self) -> Result<(), NodeError> {
+        let current = self.tag.current;
+        let Some(r) = &mut self.replay else { return Ok(()) };
+        if r.queued.is_some_and(|t| t > current) {
+            return Ok(());
+        }
+        r.queued = None;
+        let start = self.plan.start.time;
+        let mut due = Vec::new();
+        loop {
+            let err = |e: crate::record::RecordError| NodeError::Record(e.to_string());
+            let Some(next) = r.events.peek().map_err(err)? else { break };
+            let tag = Tag::new(start.saturating_add(next.tag.time), next.tag.microstep);
+            if r.queued.is_some_and(|q| q != tag) {
+                break;
+            }
+            r.queued = Some(tag);
+            if let Some(e) = r.events.take().map_err(err)? {
+                due.push((tag, e));
+            }
+        }
+        for (tag, e) in due {
+            let fed = &self.plan.name;
+            let Some(action) = (0..self.plan.program.triggers.len()).map(|i| TriggerId(i as u32)).find(|&t| {
+                matches!(self.plan.program.triggers[t.index()].kind, TriggerKind::PhysicalAction { .. })
+                    && self.plan.program.reactors[self.plan.program.triggers[t.index()].reactor.index()].federate
+                        == self.plan.fed
+                    && self.plan.program.port_path(t) == e.action
+            }) else {
+                return Err(NodeError::Record(format!(
+                    "the recording has values of physical action {}, which federate {fed} of this program does not declare;                      replay it with the program that was recorded",
+                    e.action
+                )));
+            };
+            let TriggerKind::PhysicalAction { codec: Some((_, decode)), .. } =
+                self.plan.program.triggers[action.index()].kind
+            else {
+                return Err(NodeError::Record(format!(
+                    "physical action {} is opaque: its recorded values cannot be decoded",
+                    e.action
+                )));
+            };
+            let decoder = match &self.replay {
+                Some(r) => r.decoder.clone(),
+                None => return Ok(()),
+            };
+            let value = decode(&e.payload, &decoder).map_err(|err| {
+                NodeError::Record(format!(
+                    "the recorded value of physical action {} at {}/{} cannot be decoded ({err});                      replay it with the program that was recorded",
+                    e.action,
+                    e.tag.time,
+                    e.tag.microstep
+                ))
+            })?;
+            // A recorded tag is never earlier than the tag processed when it
+            // was taken; the same holds in the replay, which processes the same tags.
+            self.push_event(tag.max(self.after()), action, value, None);
+        }
+        Ok(())
     }
 
     /// Runs the federate to its stop tag, then resigns.
@@ -917,6 +1010,9 @@ impl Scheduler {
     }
 
     fn next_tag(&mut self) -> Tag {
+        if let Err(e) = self.feed_recorded_physical() {
+            self.fatal.get_or_insert(e);
+        }
         if self.tag.queue.is_empty() && self.stop.stop_tag == FOREVER && !self.can_receive() {
             // Nothing can happen any more: stop (LF: at the next microstep).
             self.stop.stop_tag = self.after();
@@ -1166,12 +1262,35 @@ impl Scheduler {
                 self.stop.stop_barrier = None;
             }
             Incoming::Physical { action, extra, value } => {
-                let min_delay = match self.plan.program.triggers[action.index()].kind {
-                    TriggerKind::PhysicalAction { min_delay } => duration_ns(min_delay),
-                    _ => 0,
+                if let Some(r) = &mut self.replay {
+                    if r.dropped == 0 {
+                        tracing::info!(federate = %self.plan.name, "replay: live physical action values are dropped; the recorded ones are fed instead");
+                    }
+                    r.dropped += 1;
+                    return;
+                }
+                let (min_delay, codec) = match self.plan.program.triggers[action.index()].kind {
+                    TriggerKind::PhysicalAction { min_delay, codec } => (duration_ns(min_delay), codec),
+                    _ => (0, None),
                 };
                 let t = self.clock.now().saturating_add(min_delay).saturating_add(extra);
                 let tag = self.physical_tag(t, action);
+                if let (Some(feed), Some((encode, _))) = (self.record.as_mut().filter(|f| f.records(action)), codec) {
+                    // The recorder is the one delivery of what the value puts in the store.
+                    match encode(&value, &self.encoder, 1) {
+                        Ok(payload) => feed.publish(action, tag, self.clock.now(), &payload),
+                        Err(e) if e.is_store_lost() => feed.give_up(action),
+                        Err(e) => {
+                            let e = crate::record::RecordError::Unencodable {
+                                federate: self.plan.name.clone(),
+                                action: self.plan.program.port_path(action),
+                                message: e.to_string(),
+                            };
+                            self.fatal.get_or_insert(NodeError::Record(e.to_string()));
+                            return;
+                        }
+                    }
+                }
                 self.push_event(tag, action, value, None);
             }
             Incoming::PeerClosed(f) => {

@@ -485,8 +485,10 @@ mod tests {
         let s = t.now();
         t.reaction(name, Tag::new(0, 0), s, s + 1000);
         let epoch_of = |offset| {
-            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(t.write(offset).unwrap()).unwrap()).unwrap();
-            let ts = v["traceEvents"].as_array().unwrap().iter().find(|e| e["name"] == "far.r.react").unwrap()["ts"].as_f64();
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(t.write(offset).unwrap()).unwrap()).unwrap();
+            let ts = v["traceEvents"].as_array().unwrap().iter().find(|e| e["name"] == "far.r.react").unwrap()["ts"]
+                .as_f64();
             (v["otherData"]["hprm_epoch_ns"].as_i64().unwrap(), ts)
         };
         // This clock is 3 s behind the RTI's: every event moves 3 s later,

@@ -20,7 +20,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hprm_node::launch::{Launch, LaunchReport};
-use hprm_node::{Coordination, Ctx, Program};
+use hprm_node::payload::{Decoder, Encoder, StoreLink};
+use hprm_node::{Coordination, Ctx, Program, Tag};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -252,4 +253,131 @@ fn a_loop_with_after_0_fed_by_a_physical_action_does_not_stall() {
     let sent = run.values("sensor", "sent");
     assert_every_value(&sent, &run.values("echo", "got"), 0);
     assert_every_value(&sent, &run.values("sensor", "back"), 1);
+}
+
+// ------------------------------------------------- recording and replaying
+
+/// The payload codec, without a store (the values here are small).
+fn codec() -> (Encoder, Decoder) {
+    (
+        Encoder::new(StoreLink::new(None), hprm_node::payload::DEFAULT_THRESHOLD),
+        Decoder::new(StoreLink::new(None), Duration::from_secs(1)),
+    )
+}
+
+/// A one-federate program: a thread schedules `values` on physical action
+/// `app.s.reading` (u64, one every 2 ms) and the reaction keeps each value
+/// with its tag (since the start), stopping the program after `stop_after`.
+/// What a reaction saw: each value with its tag (since the start).
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(Tag, u64)>>>;
+
+fn sensed(values: Vec<u64>, stop_after: usize) -> (Program, Seen) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut p = Program::new("app");
+    let fed = p.federate("app");
+    let mut r = p.reactor(fed, "s", ());
+    let start = r.startup();
+    let reading = r.physical_action::<u64>("reading", Duration::ZERO);
+    r.reaction("start").trigger(start).body(move |_, ctx| {
+        let s = ctx.physical_scheduler(reading);
+        let values = values.clone();
+        std::thread::spawn(move || {
+            for v in values {
+                std::thread::sleep(2 * MS);
+                s.schedule(v, Duration::ZERO);
+            }
+        });
+    });
+    let kept = seen.clone();
+    r.reaction("take").trigger(reading).body(move |_, ctx| {
+        let v = *ctx.physical_value(reading).expect("triggered by reading");
+        let t = ctx.tag();
+        let mut kept = kept.lock().unwrap();
+        kept.push((Tag::new(t.time - ctx.start_time(), t.microstep), v));
+        if kept.len() == stop_after {
+            ctx.request_stop();
+        }
+    });
+    (p, seen)
+}
+
+/// Under a recorder (this test stands in for `hprm launch --record`'s),
+/// each value scheduled on a typed physical action goes to it, encoded, at
+/// the tag it took.
+#[test]
+fn physical_action_values_go_to_the_recorder_at_their_tags() {
+    use hprm_node::record::{Header, Hello, Listener, Selection, END};
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rec.sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let recorder = std::thread::spawn(move || {
+        let mut conn = loop {
+            match listener.accept().unwrap() {
+                Some(c) => break c,
+                None => std::thread::sleep(MS),
+            }
+        };
+        let hello: Hello = serde_json::from_slice(conn.recv().unwrap().unwrap()).unwrap();
+        conn.select(&Selection { ports: vec![0] }).unwrap();
+        let mut frames = Vec::new();
+        while let Some(frame) = conn.recv().unwrap() {
+            let (h, payload) = Header::decode(frame).unwrap();
+            if h.port == END {
+                break;
+            }
+            frames.push((h, codec().1.decode::<u64>(payload).unwrap()));
+        }
+        (hello, frames)
+    });
+    let (program, seen) = sensed(vec![11, 22, 33], 3);
+    let mut opts = hprm_node::RunOptions::new("app");
+    opts.record = Some((socket, hprm_node::Backpressure::Fail));
+    let report = hprm_node::run_federate(program, opts).expect("run");
+    let (hello, frames) = recorder.join().unwrap();
+    assert_eq!((hello.ports.len(), hello.physical), (0, vec!["app.s.reading".to_string()]));
+    assert!(report.final_tag.is_some());
+    let recorded: Vec<(u32, u64)> = frames.iter().map(|(h, v)| (h.port, *v)).collect();
+    assert_eq!(recorded, vec![(0, 11), (0, 22), (0, 33)]);
+    // The tags the reaction saw are the recorded ones.
+    let seen = seen.lock().unwrap().clone();
+    let tags: Vec<Tag> = frames.iter().map(|(h, _)| Tag::new(h.tag.time - hello.start, h.tag.microstep)).collect();
+    assert_eq!(seen.iter().map(|(t, _)| *t).collect::<Vec<_>>(), tags);
+}
+
+/// In a replay, the recorded values come at their recorded tags (microsteps
+/// included), and what the live thread schedules is dropped.
+#[test]
+fn a_replay_feeds_recorded_values_and_drops_live_ones() {
+    use hprm_node::record::{PhysicalEvent, PhysicalEvents};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("physical.bin");
+    let recorded = vec![(Tag::new(5_000_000, 0), 7u64), (Tag::new(5_000_000, 1), 8), (Tag::new(9_000_000, 0), 9)];
+    let mut out = Vec::new();
+    for (tag, v) in &recorded {
+        let payload = codec().0.encode(v, 0).unwrap();
+        PhysicalEvents::write(&mut out, &PhysicalEvent { action: "app.s.reading".into(), tag: *tag, payload }).unwrap();
+    }
+    std::fs::write(&file, out).unwrap();
+    let (program, seen) = sensed(vec![1000, 2000, 3000], 3);
+    let mut opts = hprm_node::RunOptions::new("app");
+    opts.fast = true;
+    opts.physical = Some(file);
+    hprm_node::run_federate(program, opts).expect("replay");
+    assert_eq!(*seen.lock().unwrap(), recorded);
+}
+
+/// A physical action whose type cannot be encoded cannot be recorded: the
+/// federate refuses to start, naming it.
+#[test]
+fn an_opaque_physical_action_is_refused_under_a_recorder() {
+    let mut p = Program::new("app");
+    let fed = p.federate("app");
+    let mut r = p.reactor(fed, "s", ());
+    let handle = r.opaque_physical_action::<std::sync::mpsc::Sender<()>>("handle", Duration::ZERO);
+    r.reaction("take").trigger(handle).body(|_, _| {});
+    let mut opts = hprm_node::RunOptions::new("app");
+    opts.record = Some((std::path::PathBuf::from("/nonexistent/rec.sock"), hprm_node::Backpressure::Fail));
+    let Err(e) = hprm_node::run_federate(p, opts) else { panic!("a recorded opaque physical action ran") };
+    let e = e.to_string();
+    assert!(e.contains("cannot record physical actions app.s.handle") && e.contains("opaque_physical_action"), "{e}");
 }

@@ -317,7 +317,12 @@ impl NativeProgram {
 
     fn physical_action(&mut self, reactor: usize, name: &str, min_delay_ns: i64) -> PyResult<usize> {
         let r = self.reactor_id(reactor)?;
-        let h = self.program()?.reactor_mut::<PyObject>(r).physical_action::<PyVal>(name, ns(min_delay_ns));
+        let h = self.program()?.reactor_mut::<PyObject>(r).physical_action_with::<PyVal>(
+            name,
+            ns(min_delay_ns),
+            encode_port,
+            decode_port,
+        );
         Ok(self.push(Handle::Physical(h), name))
     }
 

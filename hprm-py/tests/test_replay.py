@@ -255,3 +255,100 @@ def test_a_rotated_recording_replays_as_a_whole(hprm_cli, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert summary_line(r) == f"replay: federates=2 messages={2 * COUNT} identical"
     assert "only its own messages are replayed" not in r.stderr, r.stderr
+
+
+SENSED = Path(__file__).parent / "programs" / "sensed.py"
+READING = "physical/sensor.sensor.reading"
+
+
+def sink_got(stderr):
+    lines = [l for l in stderr.splitlines() if "sink: got " in l]
+    assert len(lines) == 1, stderr
+    return ast.literal_eval(lines[0].split("sink: got ")[1])
+
+
+def test_physical_action_values_are_recorded_and_replayed(hprm_cli, tmp_path):
+    """A sensor thread schedules readings made from physical time (no two
+    live runs read the same): the recording holds each value at the tag it
+    took, and the replay feeds them back at those tags while the live
+    thread's own readings are dropped, so the sensor sends again exactly
+    what it sent and the sink gets it at the same tags."""
+    import numpy as np
+    from mcap.reader import make_reader
+
+    from hprm import _native
+
+    out = tmp_path / "sensed.mcap"
+    r = hprm(hprm_cli, "launch", "--record", out, SENSED, COUNT)
+    assert r.returncode == 0, r.stderr
+    assert f"and {COUNT} physical action values into" in r.stderr and "nothing lost" in r.stderr, r.stderr
+    live = sink_got(r.stderr)
+    assert [n for n, _, _ in live] == list(range(1, COUNT + 1)), live
+
+    # One channel for the action, read back with the `mcap` package: each
+    # value (its 160 KB array went through the store) at its tag.
+    codec = _native.Codec()
+    with open(out, "rb") as f:
+        reader = make_reader(f)
+        start = int(next(m for m in reader.iter_metadata() if m.name == "hprm.summary").metadata["start"])
+        readings = []
+        for schema, channel, m in reader.iter_messages(topics=[READING]):
+            assert schema.name == "hprm.value" and channel.metadata["federate"] == "sensor"
+            readings.append((m.log_time - start, codec.decode(m.data, copy=True)))
+    assert [(elapsed, v["t"]) for elapsed, v in readings] == [(elapsed, t) for _, t, elapsed in live], readings
+    for _, v in readings:
+        assert np.array_equal(v["data"], np.random.default_rng(v["t"]).random(20_000))
+
+    info = hprm(hprm_cli, "bag", "info", out)
+    assert info.returncode == 0, info.stderr
+    assert f"physical:    {COUNT} physical action values" in info.stdout, info.stdout
+    assert READING in info.stdout.split("physical actions:")[1], info.stdout
+
+    # Replayed (sensor and sink, fast): the recorded readings, not the live thread's.
+    r = hprm(hprm_cli, "replay", out, SENSED, "--check", COUNT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert summary_line(r) == f"replay: federates=2 messages={COUNT} physical_values={COUNT} identical"
+    assert sink_got(r.stderr) == live, r.stderr
+
+
+def test_a_physical_action_value_that_cannot_be_encoded_stops_the_recording(hprm_cli, tmp_path):
+    """A Python physical action's values have no declared type: the first
+    one the codec cannot encode (here a lock) stops the recorded program
+    with one error naming the federate and the action."""
+    r = hprm(hprm_cli, "launch", "--record", tmp_path / "locked.mcap", SENSED, COUNT, env=environment(SENSED_LOCK="1"))
+    assert r.returncode != 0, r.stderr
+    assert (
+        "cannot record physical action sensor.sensor.reading of federate sensor: it was scheduled with a value "
+        "the payload codec cannot encode (" in r.stderr
+    ), r.stderr
+    assert "lock" in r.stderr.split("cannot encode (")[1], r.stderr
+    # Unrecorded, the same program runs: the lock never leaves the sensor.
+    r = hprm(hprm_cli, "launch", SENSED, COUNT, env=environment(SENSED_LOCK="1"))
+    assert r.returncode == 0 and len(sink_got(r.stderr)) == COUNT, r.stderr
+
+
+def test_an_opaque_physical_action_is_refused_before_anything_runs(hprm_cli, tmp_path):
+    """A Rust `opaque_physical_action` (its type cannot be encoded) shows in
+    the manifest: `--record` refuses the program before starting anything."""
+    ran = tmp_path / "ran"
+    manifest = tmp_path / "opaque.toml"
+    manifest.write_text(
+        f"""name = "opaque"
+
+[[federate]]
+name = "camera"
+command = ["sh", "-c", "touch {ran}"]
+  [[federate.reactor]]
+  name = "cam"
+  [[federate.reactor.action]]
+  name = "handle"
+  physical = true
+  opaque = true
+"""
+    )
+    out = tmp_path / "opaque.mcap"
+    r = hprm(hprm_cli, "launch", "--record", out, manifest)
+    assert r.returncode == 2, r.stderr
+    errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "cannot record physical actions camera.cam.handle: their values cannot be encoded" in errors[0], r.stderr
+    assert not ran.exists() and not out.exists()

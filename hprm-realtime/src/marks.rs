@@ -71,7 +71,11 @@ impl SocketMarks {
             // DSCP is the top six bits of the TOS / traffic class byte; the
             // low two (ECN) stay the kernel's.
             let tos = i32::from(dscp.0) << 2;
-            let set = if ipv6 { setsockopt(socket, sockopt::Ipv6TClass, &tos) } else { setsockopt(socket, sockopt::IpTos, &tos) };
+            let set = if ipv6 {
+                setsockopt(socket, sockopt::Ipv6TClass, &tos)
+            } else {
+                setsockopt(socket, sockopt::IpTos, &tos)
+            };
             set.map_err(|e| RealtimeError::Dscp { dscp: dscp.0, cause: io::Error::from(e) })?;
         }
         if let Some(priority) = self.priority {
@@ -178,7 +182,11 @@ mod tests {
             let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             marks.apply(&stream).unwrap();
             assert_eq!(getsockopt(&stream, sockopt::Priority).unwrap(), 5);
-            let tos = if host == "::1" { getsockopt(&stream, sockopt::Ipv6TClass) } else { getsockopt(&stream, sockopt::IpTos) };
+            let tos = if host == "::1" {
+                getsockopt(&stream, sockopt::Ipv6TClass)
+            } else {
+                getsockopt(&stream, sockopt::IpTos)
+            };
             assert_eq!(tos.unwrap() >> 2, 46, "{host}");
         }
     }

@@ -105,12 +105,18 @@ impl Program {
                     offset: format_duration(*offset),
                     period: format_duration(*period),
                 }),
-                TriggerKind::LogicalAction { min_delay } => {
-                    spec.actions.push(ActionSpec { name, physical: false, min_delay: format_duration(*min_delay) })
-                }
-                TriggerKind::PhysicalAction { min_delay } => {
-                    spec.actions.push(ActionSpec { name, physical: true, min_delay: format_duration(*min_delay) })
-                }
+                TriggerKind::LogicalAction { min_delay } => spec.actions.push(ActionSpec {
+                    name,
+                    physical: false,
+                    min_delay: format_duration(*min_delay),
+                    opaque: false,
+                }),
+                TriggerKind::PhysicalAction { min_delay, codec } => spec.actions.push(ActionSpec {
+                    name,
+                    physical: true,
+                    min_delay: format_duration(*min_delay),
+                    opaque: codec.is_none(),
+                }),
                 TriggerKind::Startup | TriggerKind::Shutdown => {}
             }
         }

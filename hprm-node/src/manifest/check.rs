@@ -888,7 +888,10 @@ mod tests {
             (placed(Some(0), None, None, false), "priority 0 is out of range"),
             (placed(None, Some(hprm_realtime::Policy::Fifo), None, false), "policy is set without a priority"),
             (placed(None, None, Some("2-1"), false), "`2-1` is not a CPU list"),
-            (placed(None, None, None, true), "best_effort is set, but neither priority, cpus, socket_priority nor dscp"),
+            (
+                placed(None, None, None, true),
+                "best_effort is set, but neither priority, cpus, socket_priority nor dscp",
+            ),
         ] {
             let p = messages(&manifest(vec![f], vec![]));
             assert!(p.len() == 1 && p[0].0 == Location::Federate { index: 0 } && p[0].1.contains(want), "{p:?}");

@@ -240,6 +240,11 @@ pub struct ActionSpec {
     pub physical: bool,
     #[serde(default = "zero")]
     pub min_delay: String,
+    /// A physical action whose values the payload codec cannot encode (a
+    /// Rust `opaque_physical_action`): `hprm launch --record` refuses the
+    /// program, since a recording holds every physical action's values.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opaque: bool,
 }
 
 /// A reaction: what triggers it, what it reads, what it may set.
@@ -321,6 +326,21 @@ impl Manifest {
     /// The federate named `name`.
     pub fn federate(&self, name: &str) -> Option<&FederateSpec> {
         self.federates.iter().find(|f| f.name == name)
+    }
+
+    /// The physical actions of federate `name` (of an expanded manifest):
+    /// full paths (`federate.reactor.action`) and whether each is opaque.
+    pub fn physical_actions(&self, name: &str) -> Vec<(String, bool)> {
+        self.federate(name)
+            .into_iter()
+            .flat_map(|f| f.reactors.iter())
+            .flat_map(|r| {
+                r.actions
+                    .iter()
+                    .filter(|a| a.physical)
+                    .map(move |a| (format!("{name}.{}.{}", r.name, a.name), a.opaque))
+            })
+            .collect()
     }
 
     /// The ids of the federates restarted on failure (`restart =
