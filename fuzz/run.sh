@@ -17,7 +17,7 @@
 # hprm-py/fuzz/. It needs HPRM_PYTHON, a Python with numpy and the hprm SDK
 # installed (hprm-py/install.sh; default .venv/bin/python), which builds it
 # (PYO3_PYTHON), writes its seeds (hprm-py/fuzz/seeds.py) and lends it numpy
-# (PYTHONPATH). Not in `all`'s default list: name it.
+# (PYTHONPATH) and libpython (LD_LIBRARY_PATH). Not in `all`'s default list: name it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 phase=${1:-all}
@@ -40,7 +40,8 @@ project() {
         local python=${HPRM_PYTHON:-$PWD/.venv/bin/python}
         export PYO3_PYTHON="$python"
         PYTHONPATH=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-        export PYTHONPATH
+        LD_LIBRARY_PATH=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        export PYTHONPATH LD_LIBRARY_PATH
         [ -d "$fdir/seeds" ] || "$python" "$fdir/seeds.py" "$fdir/seeds/$1"
     fi
     mkdir -p "$fdir/logs"

@@ -261,12 +261,15 @@ fn bridge_configs(dir: &Path) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut configs = Vec::new();
     let module = std::fs::read_to_string(root.join("ros2-bridge/src/config.rs")).expect("config.rs");
-    let doc: Vec<&str> = module.lines().filter_map(|l| l.strip_prefix("//!")).map(|l| l.strip_prefix(' ').unwrap_or(l)).collect();
+    let doc: Vec<&str> =
+        module.lines().filter_map(|l| l.strip_prefix("//!")).map(|l| l.strip_prefix(' ').unwrap_or(l)).collect();
     configs.extend(toml_blocks(&doc.join("\n")));
     let book = std::fs::read_to_string(root.join("docs/src/ros2-bridge.md")).expect("ros2-bridge.md");
     configs.extend(toml_blocks(&book));
     let topic = |topic: &str, ty: &str, direction: &str, port: &str, extra: &str| {
-        format!("[[topic]]\ntopic = \"{topic}\"\ntype = \"{ty}\"\ndirection = \"{direction}\"\nport = \"{port}\"\n{extra}")
+        format!(
+            "[[topic]]\ntopic = \"{topic}\"\ntype = \"{ty}\"\ndirection = \"{direction}\"\nport = \"{port}\"\n{extra}"
+        )
     };
     configs.push(topic("/camera/image", "sensor_msgs/msg/Image", "ros->hprm", "img", ""));
     configs.push(topic("/a", "std_msgs/msg/String", "ros->hprm", "a", "qos = { reliability = \"best_effort\" }\n"));
