@@ -62,7 +62,7 @@ fi
 # the build machines cannot reach (deny.toml says how to check them).
 say "cargo deny: licenses, bans, sources of every Cargo project (deny.toml)"
 for manifest in Cargo.toml hprm-py/Cargo.toml hprm-py/fuzz/Cargo.toml ros2-bridge/Cargo.toml hprm-link/Cargo.toml fuzz/Cargo.toml; do
-  "$deny" --log-level error --manifest-path "$manifest" check --config deny.toml licenses bans sources \
+  "$deny" --log-level error --manifest-path "$manifest" --config deny.toml check licenses bans sources \
     || { echo "cargo deny refused the dependencies of $manifest (see above; deny.toml is the policy)" >&2; exit 1; }
 done
 
