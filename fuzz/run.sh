@@ -39,6 +39,10 @@ project() {
         fdir=hprm-py/fuzz
         local python=${HPRM_PYTHON:-$PWD/.venv/bin/python}
         export PYO3_PYTHON="$python"
+        # hprm-py's build.rs copies the daemons from there instead of
+        # building them (a nested build under the fuzzer's sanitizer flags
+        # fails to link): the venv's, which install.sh put there.
+        export HPRM_DAEMONS_DIR=${HPRM_DAEMONS_DIR:-$(dirname "$python")}
         PYTHONPATH=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         LD_LIBRARY_PATH=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         export PYTHONPATH LD_LIBRARY_PATH
