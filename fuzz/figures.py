@@ -4,15 +4,24 @@ per target, libFuzzer's executions, rate, edges and features covered,
 corpus size, crashes; then llvm-cov's line and region coverage of the
 decoder's own files (cargo fuzz coverage over the minimized corpus).
 
-    python3 fuzz/figures.py > bench/results/fuzz-DATE.md-part
+    python3 fuzz/figures.py [target...] > bench/results/fuzz-DATE.md-part
+
+(py_payload's logs and corpus are under hprm-py/fuzz/, its own project.)
 """
 
 import pathlib
 import re
 import sys
 
-LOGS = pathlib.Path(__file__).resolve().parent / "logs"
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+FUZZ = pathlib.Path(__file__).resolve().parent
+# Targets in a project of their own: its folder.
+PROJECTS = {"py_payload": FUZZ.parent / "hprm-py" / "fuzz"}
+
+
+def folder(target, kind):
+    """The target's logs/ or corpus/ folder."""
+    return PROJECTS.get(target, FUZZ) / kind
+
 # The files holding each target's decoder (what "coverage per decoder" measures).
 DECODERS = {
     "rti_frames": ["hprm-rti/src/wire.rs", "hprm-rti/src/frames.rs"],
@@ -31,11 +40,13 @@ DECODERS = {
         "hprm-node/src/manifest/check.rs",
         "hprm-node/src/manifest/bank.rs",
     ],
+    "bridge_config": ["ros2-bridge/src/config.rs"],
+    "py_payload": ["hprm-py/src/codec.rs"],
 }
 
 
 def run_figures(target):
-    log = LOGS / f"{target}.log"
+    log = folder(target, "logs") / f"{target}.log"
     if not log.exists():
         return None
     text = log.read_text(errors="replace")
@@ -53,7 +64,7 @@ def run_figures(target):
 
 
 def coverage(target):
-    cov = LOGS / f"{target}.cov"
+    cov = folder(target, "logs") / f"{target}.cov"
     if not cov.exists():
         return []
     rows = []
@@ -71,19 +82,20 @@ def coverage(target):
 
 def main():
     out = sys.stdout
+    targets = sys.argv[1:] or list(DECODERS)
     out.write("| target | seconds | executions | exec/s (mean) | edges (cov) | features | corpus (minimized) | OOM/timeout/crash |\n")
     out.write("|---|---|---|---|---|---|---|---|\n")
-    for t in DECODERS:
+    for t in targets:
         f = run_figures(t)
         if f is None:
             out.write(f"| `{t}` | not run | | | | | | |\n")
             continue
-        files = list((CORPUS / t).glob("*"))
+        files = list((folder(t, "corpus") / t).glob("*"))
         size = sum(p.stat().st_size for p in files)
         out.write(f"| `{t}` | {f['secs']} | {f['execs']} | {f['rate']} | {f['cov']} | {f['ft']} | {len(files)} files, {size} B | {f['faults']} |\n")
     out.write("\nCoverage of each decoder's files by its minimized corpus (`cargo fuzz coverage`, llvm-cov):\n\n")
     out.write("| target | file | regions | lines |\n|---|---|---|---|\n")
-    for t in DECODERS:
+    for t in targets:
         for f, regions, lines in coverage(t):
             out.write(f"| `{t}` | `{f}` | {regions} | {lines} |\n")
 

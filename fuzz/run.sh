@@ -11,64 +11,97 @@
 # Writes: fuzz/corpus-full/ (everything found, not committed),
 # fuzz/corpus/ (minimized, committed), fuzz/artifacts/ (crashes),
 # fuzz/logs/<target>.log and fuzz/logs/<target>.cov (llvm-cov's report).
+#
+# py_payload, the Python extension's reader, is a project of its own
+# (hprm-py/fuzz/, which embeds the interpreter): the same folders are under
+# hprm-py/fuzz/. It needs HPRM_PYTHON, a Python with numpy and the hprm SDK
+# installed (hprm-py/install.sh; default .venv/bin/python), which builds it
+# (PYO3_PYTHON), writes its seeds (hprm-py/fuzz/seeds.py) and lends it numpy
+# (PYTHONPATH) and libpython (LD_LIBRARY_PATH). Not in `all`'s default list: name it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 phase=${1:-all}
 secs=${2:-600}
 shift 2 || shift $# || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(rti_frames store_frames store_handshake outbox payload manifest)
+[ ${#targets[@]} -gt 0 ] || targets=(rti_frames store_frames store_handshake outbox payload manifest bridge_config)
 export PATH="$HOME/.cache/hprm-tools/bin:$PATH"
 tdir=${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-fuzz/target}-fuzz}
 sysroot=$(rustc +nightly --print sysroot)
 llvm="$sysroot/lib/rustlib/x86_64-unknown-linux-gnu/bin"
-mkdir -p fuzz/logs
 [ -d fuzz/seeds ] || cargo run -q -p hprm-fuzz --example seeds -- fuzz/seeds
+
+# The project holding target $1, and its environment.
+fdir=fuzz
+extra=()
+project() {
+    fdir=fuzz
+    extra=()
+    if [ "$1" = py_payload ]; then
+        fdir=hprm-py/fuzz
+        # The embedded interpreter is never finalized: what it holds at
+        # exit is not a leak of the reader's.
+        extra=(-detect_leaks=0)
+        local python=${HPRM_PYTHON:-$PWD/.venv/bin/python}
+        export PYO3_PYTHON="$python"
+        # hprm-py's build.rs copies the daemons from there instead of
+        # building them (a nested build under the fuzzer's sanitizer flags
+        # fails to link): the venv's, which install.sh put there.
+        export HPRM_DAEMONS_DIR=${HPRM_DAEMONS_DIR:-$(dirname "$python")}
+        PYTHONPATH=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        LD_LIBRARY_PATH=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        export PYTHONPATH LD_LIBRARY_PATH
+        [ -d "$fdir/seeds" ] || "$python" "$fdir/seeds.py" "$fdir/seeds/$1"
+    fi
+    mkdir -p "$fdir/logs"
+}
 
 run() {
     local t=$1
-    mkdir -p "fuzz/corpus-full/$t" "fuzz/corpus/$t"
-    cp -n "fuzz/seeds/$t"/* "fuzz/corpus/$t"/* "fuzz/corpus-full/$t/" 2>/dev/null || true
+    project "$t"
+    mkdir -p "$fdir/corpus-full/$t" "$fdir/corpus/$t"
+    cp -n "$fdir/seeds/$t"/* "$fdir/corpus/$t"/* "$fdir/corpus-full/$t/" 2>/dev/null || true
     # One fuzzing process at a time (the machine is shared), in fork mode so
     # that a crash, a timeout or an OOM is saved (fuzz/artifacts/<target>/)
     # and the run goes on for its whole time.
     # FUZZ_PREBUILT=1: run the binaries built before, as they are (the
     # sources may have moved on; a rebuild under AddressSanitizer is long).
-    local fuzz=(cargo +nightly fuzz run --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" --)
+    local fuzz=(cargo +nightly fuzz run --fuzz-dir "$fdir" --target-dir "$tdir" "$t" "$fdir/corpus-full/$t" --)
     if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
-        mkdir -p "fuzz/artifacts/$t"
-        fuzz=("$tdir/x86_64-unknown-linux-gnu/release/$t" "-artifact_prefix=fuzz/artifacts/$t/" "fuzz/corpus-full/$t")
+        mkdir -p "$fdir/artifacts/$t"
+        fuzz=("$tdir/x86_64-unknown-linux-gnu/release/$t" "-artifact_prefix=$fdir/artifacts/$t/" "$fdir/corpus-full/$t")
     fi
     nice -n 15 "${fuzz[@]}" \
-        -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
-        -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"fuzz/logs/$t.log" 2>&1 || true
-    grep -E "^#[0-9]+:" "fuzz/logs/$t.log" | tail -1 || true
+        "${extra[@]}" -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
+        -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"$fdir/logs/$t.log" 2>&1 || true
+    grep -E "^#[0-9]+:" "$fdir/logs/$t.log" | tail -1 || true
     # Minimized (in place), then committed as fuzz/corpus/<target>/.
     if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
-        local full="fuzz/corpus-full/$t" merged
+        local full="$fdir/corpus-full/$t" merged
         merged=$(mktemp -d)
         # The smallest set of inputs covering every feature (set cover), to
         # keep the committed corpora small.
-        nice -n 15 "${fuzz[0]}" -set_cover_merge=1 "$merged" "$full" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+        nice -n 15 "${fuzz[0]}" -set_cover_merge=1 "$merged" "$full" >"$fdir/logs/$t.cmin.log" 2>&1 || true
         # Kept as it was if the merge failed.
         if [ -n "$(ls -A "$merged")" ]; then rm -rf "$full" && mv "$merged" "$full"; else rm -rf "$merged"; fi
     else
-        nice -n 15 cargo +nightly fuzz cmin --target-dir "$tdir" "$t" "fuzz/corpus-full/$t" >"fuzz/logs/$t.cmin.log" 2>&1 || true
+        nice -n 15 cargo +nightly fuzz cmin --fuzz-dir "$fdir" --target-dir "$tdir" "$t" "$fdir/corpus-full/$t" >"$fdir/logs/$t.cmin.log" 2>&1 || true
     fi
-    rm -rf "fuzz/corpus/$t"
-    mkdir -p "fuzz/corpus/$t"
-    cp "fuzz/corpus-full/$t"/* "fuzz/corpus/$t/"
+    rm -rf "$fdir/corpus/$t"
+    mkdir -p "$fdir/corpus/$t"
+    cp "$fdir/corpus-full/$t"/* "$fdir/corpus/$t/"
 }
 
 coverage() {
     local t=$1
-    nice -n 15 cargo +nightly fuzz coverage --target-dir "$tdir" "$t" "fuzz/corpus/$t" >"fuzz/logs/$t.coverage-build.log" 2>&1
+    project "$t"
+    nice -n 15 cargo +nightly fuzz coverage --fuzz-dir "$fdir" --target-dir "$tdir" "$t" "$fdir/corpus/$t" >"$fdir/logs/$t.coverage-build.log" 2>&1
     # With --target-dir, cargo fuzz coverage builds into the fuzz build's
     # place: run it for a target only once its fuzzing is over.
     local bin="$tdir/x86_64-unknown-linux-gnu/release/$t"
-    "$llvm/llvm-cov" report "$bin" -instr-profile="fuzz/coverage/$t/coverage.profdata" \
-        -ignore-filename-regex='/(\.cargo|rustc|\.rustup)/|fuzz_targets/' >"fuzz/logs/$t.cov"
-    tail -1 "fuzz/logs/$t.cov"
+    "$llvm/llvm-cov" report "$bin" -instr-profile="$fdir/coverage/$t/coverage.profdata" \
+        -ignore-filename-regex='/(\.cargo|rustc|\.rustup)/|fuzz_targets/' >"$fdir/logs/$t.cov"
+    tail -1 "$fdir/logs/$t.cov"
 }
 
 for t in "${targets[@]}"; do

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The project's habits, checked: formatting (rustfmt.toml), clippy with
-# warnings as errors, no unused dependency (cargo machete), and ruff on the
-# Python code (ruff.toml). Run by scripts/test-all.sh; on its own:
+# warnings as errors, no unused dependency (cargo machete), the
+# dependencies' licenses, duplicates and sources (cargo deny, deny.toml),
+# and ruff on the Python code (ruff.toml). Run by scripts/test-all.sh; on its own:
 #   scripts/lint.sh            (check)
 #   scripts/lint.sh --fix      (format the Rust and Python code, apply ruff's safe fixes)
-# Tools not shipped with Rust (cargo-machete, ruff) go into a cache outside
-# the clone, ${HPRM_TOOLS:-$HOME/.cache/hprm-tools}, pinned.
+# Tools not shipped with Rust (cargo-machete, cargo-deny, ruff) go into a
+# cache outside the clone, ${HPRM_TOOLS:-$HOME/.cache/hprm-tools}, pinned.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MACHETE_VERSION=0.9.2
+# 0.20.2 needs Rust 1.88 to build (its rust-version).
+DENY_VERSION=0.20.2
 RUFF_VERSION=0.17.6
 tools=${HPRM_TOOLS:-${HOME:-/tmp}/.cache/hprm-tools}
 mkdir -p "$tools"
@@ -22,7 +25,7 @@ say() { printf '[lint] %s\n' "$*"; }
 # (outside the workspace); rustfmt reads their crate roots directly, so
 # formatting them needs neither Python, ROS 2 nor a Zenoh build. (Clippy
 # on hprm-link builds Zenoh: hprm-link/test.sh --clippy.)
-rust_roots=(hprm-py/src/lib.rs ros2-bridge/src/main.rs hprm-link/src/lib.rs hprm-link/src/main.rs hprm-link/tests/push.rs)
+rust_roots=(hprm-py/src/lib.rs hprm-py/fuzz/fuzz_targets/py_payload.rs ros2-bridge/src/main.rs hprm-link/src/lib.rs hprm-link/src/main.rs hprm-link/tests/push.rs)
 if [ $fix = 1 ]; then
   say "formatting the Rust code"
   cargo fmt --all
@@ -48,6 +51,20 @@ if ! [ -x "$machete" ] || ! "$machete" --version 2>/dev/null | grep -q "$MACHETE
 fi
 say "cargo machete: no unused dependency in any Cargo project"
 "$machete" . hprm-py ros2-bridge hprm-link
+
+deny="$tools/bin/cargo-deny"
+if ! [ -x "$deny" ] || ! "$deny" --version 2>/dev/null | grep -q "$DENY_VERSION"; then
+  say "installing cargo-deny $DENY_VERSION into $tools (cargo install; several minutes the first time)"
+  cargo install cargo-deny --locked --version "$DENY_VERSION" --root "$tools" --quiet \
+    || { echo "missing: cargo-deny $DENY_VERSION (cargo install failed; needs crates.io)" >&2; exit 1; }
+fi
+# Advisories are not checked: their database is fetched from GitHub, which
+# the build machines cannot reach (deny.toml says how to check them).
+say "cargo deny: licenses, bans, sources of every Cargo project (deny.toml)"
+for manifest in Cargo.toml hprm-py/Cargo.toml hprm-py/fuzz/Cargo.toml ros2-bridge/Cargo.toml hprm-link/Cargo.toml fuzz/Cargo.toml; do
+  "$deny" --log-level error --manifest-path "$manifest" --config deny.toml check licenses bans sources \
+    || { echo "cargo deny refused the dependencies of $manifest (see above; deny.toml is the policy)" >&2; exit 1; }
+done
 
 ruff="$tools/ruff-venv/bin/ruff"
 if ! [ -x "$ruff" ] || ! "$ruff" --version 2>/dev/null | grep -q "$RUFF_VERSION"; then

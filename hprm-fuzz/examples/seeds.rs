@@ -254,11 +254,61 @@ fn manifests(dir: &Path) {
     }
 }
 
+/// The bridge's TOML mappings: the examples of its docs (the config
+/// module's and the book page's `toml` blocks) and the configs its tests
+/// write, accepted and refused.
+fn bridge_configs(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut configs = Vec::new();
+    let module = std::fs::read_to_string(root.join("ros2-bridge/src/config.rs")).expect("config.rs");
+    let doc: Vec<&str> =
+        module.lines().filter_map(|l| l.strip_prefix("//!")).map(|l| l.strip_prefix(' ').unwrap_or(l)).collect();
+    configs.extend(toml_blocks(&doc.join("\n")));
+    let book = std::fs::read_to_string(root.join("docs/src/ros2-bridge.md")).expect("ros2-bridge.md");
+    configs.extend(toml_blocks(&book));
+    let topic = |topic: &str, ty: &str, direction: &str, port: &str, extra: &str| {
+        format!(
+            "[[topic]]\ntopic = \"{topic}\"\ntype = \"{ty}\"\ndirection = \"{direction}\"\nport = \"{port}\"\n{extra}"
+        )
+    };
+    configs.push(topic("/camera/image", "sensor_msgs/msg/Image", "ros->hprm", "img", ""));
+    configs.push(topic("/a", "std_msgs/msg/String", "ros->hprm", "a", "qos = { reliability = \"best_effort\" }\n"));
+    configs.push(topic("/a", "std_msgs/msg/String", "up", "a", ""));
+    configs.push(topic("/1a", "std_msgs/msg/String", "hprm->ros", "a", "time = \"header\"\n"));
+    configs.push("[[topic]]\n".into());
+    configs.push(
+        "[[service]]\nservice = \"/s\"\ntype = \"std_srvs/srv/Trigger\"\nrole = \"client\"\nrequest = \"a\"\nresponse = \"b\"\n"
+            .into(),
+    );
+    for (i, text) in configs.iter().enumerate() {
+        write(dir, "bridge_config", &format!("config-{i:02}.toml"), text.as_bytes());
+    }
+}
+
+/// The contents of the fenced `toml` blocks of a Markdown text.
+fn toml_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, "```toml") => current = Some(Vec::new()),
+            (Some(block), "```") => {
+                blocks.push(block.join("\n") + "\n");
+                current = None;
+            }
+            (Some(block), _) => block.push(line),
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
 fn main() {
     let dir: PathBuf = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| "fuzz/seeds".into());
     rti(&dir);
     store(&dir);
     payload(&dir);
     manifests(&dir);
+    bridge_configs(&dir);
     println!("seeds written to {}", dir.display());
 }

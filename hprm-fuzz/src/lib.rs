@@ -22,13 +22,14 @@ use std::time::Duration;
 pub type Harness = fn(&[u8]);
 
 /// Every target, by the name of its cargo-fuzz target and corpus folder.
-pub const TARGETS: [(&str, Harness); 6] = [
+pub const TARGETS: [(&str, Harness); 7] = [
     ("rti_frames", rti_frames),
     ("store_frames", store_frames),
     ("store_handshake", store_handshake),
     ("outbox", outbox),
     ("payload", payload),
     ("manifest", manifest),
+    ("bridge_config", bridge_config),
 ];
 
 /// Splits `data` into the chunk size its first byte picks (1..=256) and
@@ -232,5 +233,38 @@ pub fn manifest(data: &[u8]) {
     let _ = expanded.check();
     if problems.is_empty() {
         let _ = Manifest::from_json(&expanded.to_json());
+    }
+}
+
+/// The ROS 2 bridge's config parser, compiled here from the bridge's own
+/// source file: the bridge needs a ROS 2 install to build (r2r), its
+/// config module needs only serde, toml and thiserror. (Its unit tests run
+/// here too, in the root workspace's test command.)
+#[path = "../../ros2-bridge/src/config.rs"]
+// `Config::load` reads a file: the harness parses text. The bridge's own
+// code is not held to clippy's style lints (its build needs ROS 2, which
+// scripts/lint.sh does without), so neither is this copy of it.
+#[allow(dead_code, clippy::nonminimal_bool)]
+mod bridge_config;
+
+/// The ROS 2 bridge's TOML mappings (`hprm-ros2-bridge --config`): parsed
+/// and checked; an accepted config lists one port per topic and two per
+/// service, each named once (what the bridge federate's ports are built
+/// from), and a refused one gives an error that names the file.
+pub fn bridge_config(data: &[u8]) {
+    use bridge_config::{Config, ConfigError};
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let path = std::path::Path::new("bridge.toml");
+    match Config::parse(text, path) {
+        Ok(config) => {
+            let ports = config.ports();
+            assert_eq!(ports.len(), config.topics.len() + 2 * config.services.len());
+            let names: std::collections::HashSet<&str> = ports.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names.len(), ports.len(), "a port named twice passed the check");
+        }
+        Err(e @ (ConfigError::Syntax { .. } | ConfigError::Invalid { .. })) => {
+            assert!(e.to_string().contains("bridge.toml"), "an error that does not name the file: {e}");
+        }
+        Err(e @ ConfigError::Read { .. }) => panic!("parsing text read a file: {e}"),
     }
 }

@@ -16,7 +16,7 @@
 
 use pyo3::prelude::*;
 
-mod codec;
+pub mod codec;
 mod runtime;
 mod store_memory;
 mod view;

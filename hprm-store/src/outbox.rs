@@ -111,25 +111,81 @@ pub enum OutboxError {
     Corrupt(String),
 }
 
-/// The shared mapping and the atomics inside it.
-struct Ring {
+/// An atomic word of the control block, as the protocol uses it.
+pub trait Word<T> {
+    fn load(&self, order: Ordering) -> T;
+    fn store(&self, value: T, order: Ordering);
+}
+
+impl Word<u64> for AtomicU64 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u64 {
+        AtomicU64::load(self, order)
+    }
+    #[inline(always)]
+    fn store(&self, value: u64, order: Ordering) {
+        AtomicU64::store(self, value, order)
+    }
+}
+
+impl Word<u32> for AtomicU32 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u32 {
+        AtomicU32::load(self, order)
+    }
+    #[inline(always)]
+    fn store(&self, value: u32, order: Ordering) {
+        AtomicU32::store(self, value, order)
+    }
+}
+
+/// Where an outbox's control words and ring bytes live: [`Mapped`], the
+/// memfd mapping the daemon and a client share (every real outbox), or,
+/// under `--cfg loom`, the tests' `loom_model::Heap`: heap memory whose
+/// atomics and bytes the loom model checker tracks
+/// (docs/src/reliability.md). A type parameter, not a trait object: each
+/// is compiled on its own, and [`Mapped`]'s code is what it was before the
+/// parameter existed.
+pub trait Memory {
+    type U64: Word<u64>;
+    type U32: Word<u32>;
+    fn tail(&self) -> &Self::U64;
+    fn head(&self) -> &Self::U64;
+    fn wake(&self) -> &Self::U32;
+    /// A sequentially consistent fence (the Dekker pair's).
+    fn fence_seq_cst(&self);
+    /// Copies `src` into the ring at byte `at`.
+    ///
+    /// # Safety
+    /// `at + src.len() <= capacity`, and the caller owns those bytes.
+    unsafe fn copy_in(&self, at: usize, src: &[u8]);
+    /// Copies the ring's bytes at `at` into `dst`.
+    ///
+    /// # Safety
+    /// `at + dst.len() <= capacity`.
+    unsafe fn copy_out(&self, at: usize, dst: &mut [u8]);
+}
+
+/// The shared mapping of a real outbox (the layout above).
+pub struct Mapped {
     map: MmapRaw,
-    capacity: u64,
+    file: File,
 }
 
 // SAFETY: only raw pointers into the mapping are handed out; the protocol
 // (one writer of the ring's free space and the tail, one of the head and the
 // wake word) decides who touches which bytes.
-unsafe impl Send for Ring {}
-unsafe impl Sync for Ring {}
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
 
-impl Ring {
-    fn map(file: &File, capacity: u64) -> Result<Ring, OutboxError> {
+impl Mapped {
+    fn map(file: File, capacity: u64) -> Result<Mapped, OutboxError> {
         check_capacity(capacity)?;
-        let map = MmapOptions::new().len((RING + capacity) as usize).map_raw(file).map_err(OutboxError::Map)?;
-        Ok(Ring { map, capacity })
+        let map = MmapOptions::new().len((RING + capacity) as usize).map_raw(&file).map_err(OutboxError::Map)?;
+        Ok(Mapped { map, file })
     }
 
+    #[inline(always)]
     fn control(&self) -> &Control {
         // SAFETY: the mapping is page-aligned (so aligned for `Control`)
         // and at least RING >= size_of::<Control>() bytes long; it lives as
@@ -137,21 +193,63 @@ impl Ring {
         // process writing it concurrently is no data race.
         unsafe { &*(self.map.as_mut_ptr() as *const Control) }
     }
+}
 
+impl Memory for Mapped {
+    type U64 = AtomicU64;
+    type U32 = AtomicU32;
+    #[inline(always)]
+    fn tail(&self) -> &AtomicU64 {
+        &self.control().tail
+    }
+    #[inline(always)]
+    fn head(&self) -> &AtomicU64 {
+        &self.control().head
+    }
+    #[inline(always)]
+    fn wake(&self) -> &AtomicU32 {
+        &self.control().wake
+    }
+    #[inline(always)]
+    fn fence_seq_cst(&self) {
+        fence(Ordering::SeqCst);
+    }
+    #[inline(always)]
+    unsafe fn copy_in(&self, at: usize, src: &[u8]) {
+        // SAFETY: inside the ring (the caller's contract), which starts at
+        // RING in a mapping of RING + capacity bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.map.as_mut_ptr().add(RING as usize + at), src.len()) }
+    }
+    #[inline(always)]
+    unsafe fn copy_out(&self, at: usize, dst: &mut [u8]) {
+        // SAFETY: as in `copy_in`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.map.as_mut_ptr().add(RING as usize + at), dst.as_mut_ptr(), dst.len())
+        }
+    }
+}
+
+/// An outbox's memory and its ring's size.
+struct Ring<M> {
+    mem: M,
+    capacity: u64,
+}
+
+impl<M: Memory> Ring<M> {
     /// Copies `buf.len()` bytes into the ring at position `pos` (taken
     /// modulo the capacity), wrapping at the end.
     ///
     /// # Safety
     /// The caller owns those bytes of the ring (free space, for the writer).
+    #[inline(always)]
     unsafe fn write_at(&self, pos: u64, buf: &[u8]) {
         let at = pos % self.capacity;
         let first = buf.len().min((self.capacity - at) as usize);
         // SAFETY: both parts lie inside the ring (at < capacity, first <=
         // capacity - at, and the rest <= at since len <= capacity).
         unsafe {
-            let ring = self.map.as_mut_ptr().add(RING as usize);
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), ring.add(at as usize), first);
-            std::ptr::copy_nonoverlapping(buf.as_ptr().add(first), ring, buf.len() - first);
+            self.mem.copy_in(at as usize, &buf[..first]);
+            self.mem.copy_in(0, &buf[first..]);
         }
     }
 
@@ -160,14 +258,15 @@ impl Ring {
     /// # Safety
     /// `buf.len() <= capacity`. The bytes may be changed concurrently by a
     /// misbehaving client; the copy is what gets validated.
+    #[inline(always)]
     unsafe fn read_at(&self, pos: u64, buf: &mut [u8]) {
         let at = pos % self.capacity;
         let first = buf.len().min((self.capacity - at) as usize);
+        let (front, back) = buf.split_at_mut(first);
         // SAFETY: as in `write_at`.
         unsafe {
-            let ring = self.map.as_mut_ptr().add(RING as usize);
-            std::ptr::copy_nonoverlapping(ring.add(at as usize), buf.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(ring, buf.as_mut_ptr().add(first), buf.len() - first);
+            self.mem.copy_out(at as usize, front);
+            self.mem.copy_out(0, back);
         }
     }
 }
@@ -185,14 +284,13 @@ pub fn check_capacity(capacity: u64) -> Result<(), OutboxError> {
 /// thread-safe by itself: the connection holds it under the lock that also
 /// orders its socket writes (the `after` of an entry must count every frame
 /// sent before it).
-pub struct OutboxWriter {
-    ring: Ring,
+pub struct OutboxWriter<M = Mapped> {
+    ring: Ring<M>,
     /// Our copy of the tail (only we write it).
     tail: u64,
-    _file: File,
 }
 
-impl OutboxWriter {
+impl OutboxWriter<Mapped> {
     /// Maps the outbox the daemon handed over with its Hello.
     pub fn map(fd: OwnedFd, capacity: u64) -> Result<OutboxWriter, OutboxError> {
         let file = File::from(fd);
@@ -200,17 +298,19 @@ impl OutboxWriter {
         if actual != RING + capacity {
             return Err(OutboxError::SizeMismatch { actual, announced: capacity });
         }
-        let ring = Ring::map(&file, capacity)?;
-        let tail = ring.control().tail.load(Ordering::Relaxed);
-        Ok(OutboxWriter { ring, tail, _file: file })
+        let ring = Ring { mem: Mapped::map(file, capacity)?, capacity };
+        let tail = ring.mem.tail().load(Ordering::Relaxed);
+        Ok(OutboxWriter { ring, tail })
     }
+}
 
+impl<M: Memory> OutboxWriter<M> {
     /// Appends `frame` (one encoded request frame), sent after `after`
     /// socket frames. False if it does not fit now: send it over the
     /// socket instead.
     pub fn push(&mut self, after: u64, frame: &[u8]) -> bool {
         let need = entry_len(frame.len() as u64);
-        let head = self.ring.control().head.load(Ordering::Acquire);
+        let head = self.ring.mem.head().load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.ring.capacity || need > self.ring.capacity - used {
             return false;
@@ -225,7 +325,7 @@ impl OutboxWriter {
             self.ring.write_at(self.tail + ENTRY_HEADER, frame);
         }
         self.tail += need;
-        self.ring.control().tail.store(self.tail, Ordering::Release);
+        self.ring.mem.tail().store(self.tail, Ordering::Release);
         true
     }
 
@@ -233,21 +333,20 @@ impl OutboxWriter {
     pub fn wake_wanted(&self) -> bool {
         // The client's half of the Dekker pair (module docs): the tail
         // store above must be ordered before this load.
-        fence(Ordering::SeqCst);
-        self.ring.control().wake.load(Ordering::Relaxed) != 0
+        self.ring.mem.fence_seq_cst();
+        self.ring.mem.wake().load(Ordering::Relaxed) != 0
     }
 }
 
 /// The daemon's end: owns the memory, takes entries, sets the wake word.
-pub struct OutboxReader {
-    ring: Ring,
-    file: File,
+pub struct OutboxReader<M = Mapped> {
+    ring: Ring<M>,
     /// Our copy of the head (only we write it).
     head: u64,
     wake: bool,
 }
 
-impl OutboxReader {
+impl OutboxReader<Mapped> {
     /// Makes an outbox with a ring of `capacity` bytes: an anonymous memfd
     /// sealed at its size.
     pub fn create(capacity: u64) -> Result<OutboxReader, OutboxError> {
@@ -264,15 +363,17 @@ impl OutboxReader {
         // reads of it fault.
         let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
         fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(create)?;
-        let ring = Ring::map(&file, capacity)?;
-        Ok(OutboxReader { ring, file, head: 0, wake: false })
+        let ring = Ring { mem: Mapped::map(file, capacity)?, capacity };
+        Ok(OutboxReader { ring, head: 0, wake: false })
     }
 
     /// The descriptor to hand to the client.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
+        self.ring.mem.file.as_fd()
     }
+}
 
+impl<M: Memory> OutboxReader<M> {
     /// Ring bytes, as announced in the Hello.
     pub fn capacity(&self) -> u64 {
         self.ring.capacity
@@ -280,13 +381,13 @@ impl OutboxReader {
 
     /// Whether the client has appended anything not taken yet.
     pub fn has_entries(&self) -> bool {
-        self.ring.control().tail.load(Ordering::Acquire) != self.head
+        self.ring.mem.tail().load(Ordering::Acquire) != self.head
     }
 
     /// The client's append position: every entry it has posted so far
     /// lies before it. Positions only grow.
     pub fn written(&self) -> u64 {
-        self.ring.control().tail.load(Ordering::Acquire)
+        self.ring.mem.tail().load(Ordering::Acquire)
     }
 
     /// Whether every entry before `position` (an earlier
@@ -300,7 +401,7 @@ impl OutboxReader {
     /// and it was sent after no more than `handled` socket frames of the
     /// client. Ok(false): nothing to take now.
     pub fn take(&mut self, handled: u64, frame: &mut Vec<u8>) -> Result<bool, OutboxError> {
-        let tail = self.ring.control().tail.load(Ordering::Acquire);
+        let tail = self.ring.mem.tail().load(Ordering::Acquire);
         let avail = tail.wrapping_sub(self.head);
         if avail == 0 {
             return Ok(false);
@@ -335,7 +436,7 @@ impl OutboxReader {
         // SAFETY: len <= avail <= capacity.
         unsafe { self.ring.read_at(self.head + ENTRY_HEADER, frame) };
         self.head += entry_len(len);
-        self.ring.control().head.store(self.head, Ordering::Release);
+        self.ring.mem.head().store(self.head, Ordering::Release);
         Ok(true)
     }
 
@@ -347,9 +448,177 @@ impl OutboxReader {
             return false;
         }
         self.wake = on;
-        self.ring.control().wake.store(u32::from(on), Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        self.ring.mem.wake().store(u32::from(on), Ordering::Relaxed);
+        self.ring.mem.fence_seq_cst();
         on
+    }
+}
+
+/// The outbox over heap memory that the loom model checker tracks (its
+/// atomics, and each ring byte as a loom cell, so that a read of a byte
+/// the other side may be writing is reported as a data race): built under
+/// `--cfg loom` only, for the models in `outbox_loom` below.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::{Memory, OutboxReader, OutboxWriter, Ring, Word};
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    use loom::sync::Arc;
+
+    struct Shared {
+        tail: AtomicU64,
+        head: AtomicU64,
+        wake: AtomicU32,
+        bytes: Box<[UnsafeCell<u8>]>,
+    }
+
+    // SAFETY: as for `Mapped`: the protocol decides who touches which
+    // bytes, and here loom checks that it does.
+    unsafe impl Send for Shared {}
+    unsafe impl Sync for Shared {}
+
+    /// One outbox's memory, shared by its two ends.
+    pub struct Heap(Arc<Shared>);
+
+    impl Word<u64> for AtomicU64 {
+        fn load(&self, order: Ordering) -> u64 {
+            AtomicU64::load(self, order)
+        }
+        fn store(&self, value: u64, order: Ordering) {
+            AtomicU64::store(self, value, order)
+        }
+    }
+
+    impl Word<u32> for AtomicU32 {
+        fn load(&self, order: Ordering) -> u32 {
+            AtomicU32::load(self, order)
+        }
+        fn store(&self, value: u32, order: Ordering) {
+            AtomicU32::store(self, value, order)
+        }
+    }
+
+    impl Memory for Heap {
+        type U64 = AtomicU64;
+        type U32 = AtomicU32;
+        fn tail(&self) -> &AtomicU64 {
+            &self.0.tail
+        }
+        fn head(&self) -> &AtomicU64 {
+            &self.0.head
+        }
+        fn wake(&self) -> &AtomicU32 {
+            &self.0.wake
+        }
+        fn fence_seq_cst(&self) {
+            loom::sync::atomic::fence(Ordering::SeqCst);
+        }
+        unsafe fn copy_in(&self, at: usize, src: &[u8]) {
+            for (cell, &b) in self.0.bytes[at..at + src.len()].iter().zip(src) {
+                // SAFETY: loom checks that no other access races with it.
+                cell.with_mut(|p| unsafe { *p = b });
+            }
+        }
+        unsafe fn copy_out(&self, at: usize, dst: &mut [u8]) {
+            for (cell, d) in self.0.bytes[at..at + dst.len()].iter().zip(dst) {
+                // SAFETY: as in `copy_in`.
+                *d = cell.with(|p| unsafe { *p });
+            }
+        }
+    }
+
+    /// The daemon's and the client's ends of one outbox with a ring of
+    /// `capacity` bytes, a power of two of at least 32 (smaller than a real
+    /// one's, so that a few entries wrap around).
+    pub fn pair(capacity: u64) -> (OutboxReader<Heap>, OutboxWriter<Heap>) {
+        assert!(capacity.is_power_of_two() && capacity >= 32);
+        let shared = Arc::new(Shared {
+            tail: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            wake: AtomicU32::new(0),
+            bytes: (0..capacity).map(|_| UnsafeCell::new(0)).collect(),
+        });
+        let reader = OutboxReader { ring: Ring { mem: Heap(shared.clone()), capacity }, head: 0, wake: false };
+        let writer = OutboxWriter { ring: Ring { mem: Heap(shared), capacity }, tail: 0 };
+        (reader, writer)
+    }
+}
+
+/// Models of the outbox protocol (module docs) under every interleaving
+/// and every reordering the memory orderings allow (loom):
+/// `RUSTFLAGS="--cfg loom" cargo test -p hprm-store --release --lib outbox_loom`.
+#[cfg(all(test, loom))]
+mod outbox_loom {
+    use super::loom_model::pair;
+    use super::HEADER_LEN;
+    use loom::thread;
+
+    fn frame(len: usize, fill: u8) -> Vec<u8> {
+        vec![fill; len]
+    }
+
+    /// One writer, one reader, a 64-byte ring and entries of 24, 32 and 24
+    /// bytes: the third lies across the end of the ring (its header split)
+    /// and fits only once the reader has taken the first. The reader gets
+    /// every frame whole, in order, and no byte is read while written.
+    #[test]
+    fn entries_cross_the_wrap_whole_and_in_order() {
+        loom::model(|| {
+            let (mut reader, mut writer) = pair(64);
+            let frames = [frame(HEADER_LEN, 1), frame(2 * HEADER_LEN, 2), frame(HEADER_LEN, 3)];
+            let sent = frames.clone();
+            let client = thread::spawn(move || {
+                for f in &sent {
+                    while !writer.push(0, f) {
+                        thread::yield_now();
+                    }
+                }
+            });
+            let mut out = Vec::new();
+            for f in &frames {
+                while !reader.take(0, &mut out).expect("a well-formed outbox") {
+                    thread::yield_now();
+                }
+                assert_eq!(&out, f);
+            }
+            client.join().expect("the client");
+            assert!(!reader.has_entries());
+        });
+    }
+
+    /// The wake word and the tail are a Dekker pair: when the daemon sets
+    /// the word while the client posts, the daemon's second read sees the
+    /// post or the client sees the word (or both): a post is never left
+    /// unnoticed with nobody sending a Flush.
+    #[test]
+    fn the_wake_word_or_the_post_is_seen() {
+        loom::model(|| {
+            let (mut reader, mut writer) = pair(64);
+            let client = thread::spawn(move || {
+                assert!(writer.push(0, &frame(HEADER_LEN, 9)));
+                writer.wake_wanted()
+            });
+            assert!(reader.set_wake(true), "setting the word asks for a second read");
+            let post_seen = reader.has_entries();
+            let flush_sent = client.join().expect("the client");
+            assert!(post_seen || flush_sent, "a post that neither side noticed");
+        });
+    }
+
+    /// An entry posted after socket frames the daemon has not handled yet
+    /// stays in the ring until it has, whatever the interleaving.
+    #[test]
+    fn an_entry_waits_for_the_frames_sent_before_it() {
+        loom::model(|| {
+            let (mut reader, mut writer) = pair(32);
+            let client = thread::spawn(move || assert!(writer.push(1, &frame(HEADER_LEN, 5))));
+            let mut out = Vec::new();
+            assert!(!reader.take(0, &mut out).expect("a well-formed outbox"));
+            client.join().expect("the client");
+            assert!(!reader.take(0, &mut out).expect("a well-formed outbox"));
+            assert!(reader.take(1, &mut out).expect("a well-formed outbox"));
+            assert_eq!(out, frame(HEADER_LEN, 5));
+        });
     }
 }
 
@@ -423,7 +692,7 @@ mod tests {
         let (mut r, w) = pair(MIN_CAPACITY);
         let mut out = Vec::new();
         // A tail beyond the ring.
-        w.ring.control().tail.store(MIN_CAPACITY + 8, Ordering::Release);
+        w.ring.mem.tail().store(MIN_CAPACITY + 8, Ordering::Release);
         assert!(matches!(r.take(u64::MAX, &mut out), Err(OutboxError::Corrupt(_))));
         // A length beyond what was appended.
         let (mut r, mut w) = pair(MIN_CAPACITY);
