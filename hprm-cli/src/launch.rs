@@ -139,6 +139,12 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
     };
     let source = std::sync::Arc::new(source);
     let commands = source.clone();
+    // The recorder reads its feeds to their end before the store stops.
+    let drain = recorder.as_ref().map(|(r, _)| {
+        let progress = r.progress();
+        Box::new(move || crate::record::Recorder::drain(&progress, crate::record::DRAIN_BOUND))
+            as Box<dyn Fn() + Send + Sync>
+    });
     let launch = Launch {
         fast: opts.fast,
         timeout: opts.timeout,
@@ -149,6 +155,7 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
         handle_signals: true,
         trace: opts.trace,
         host: opts.host,
+        before_daemons_stop: drain,
         ..Launch::default()
     };
     let report = launch.run_manifest(&manifest);

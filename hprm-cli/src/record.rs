@@ -72,6 +72,12 @@ const RESERVE: u64 = 4 << 20;
 /// How long the recorder waits for a store object a message references.
 const GET_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `hprm launch` waits, once its federates have exited, for the
+/// recorder to read its feeds to their end before it stops the store
+/// ([`Recorder::drain`]): a backlog is at most the store's memory, which a
+/// disk writes in seconds.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(120);
+
 /// The schema of every channel.
 pub const SCHEMA_NAME: &str = "hprm.value";
 /// Its encoding (the schema data is a text for people and programs that
@@ -330,8 +336,28 @@ impl Recorder {
     }
 
     /// The federates' feeds so far.
-    pub fn progress(&self) -> &Progress {
-        &self.progress
+    pub fn progress(&self) -> Arc<Progress> {
+        self.progress.clone()
+    }
+
+    /// Once the federates have exited: waits (up to `bound`, [`DRAIN_BOUND`]
+    /// under `hprm launch`) until every
+    /// feed is read to its end, so that each message left in a feed has
+    /// taken its store objects (the entries waiting for the writer keep
+    /// them mapped) before the store stops. A program faster than the disk
+    /// leaves such a backlog behind it (`block` policy).
+    pub fn drain(progress: &Progress, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        while progress.open.load(Ordering::SeqCst) > 0 {
+            if Instant::now() > deadline {
+                tracing::warn!(
+                    "the recorder's feeds were not read to their end within {bound:?} of the program's end; \
+                     what they still hold is lost when the store stops (and counted)"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Waits for every federate's feed to end, writes the summary and

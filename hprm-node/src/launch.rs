@@ -73,6 +73,12 @@ pub struct Launch {
     /// (its store, its `hprm-link`, its federates, and the RTI if it is the
     /// RTI's host). Required for such a program; refused for one without.
     pub host: Option<String>,
+    /// Called once every federate has exited, before the daemons the
+    /// launcher started are stopped: whoever still holds references into
+    /// the store takes their objects here. A recorder reads the messages
+    /// its feeds still hold (`hprm launch --record`); after the store
+    /// stops, their objects could no longer be taken.
+    pub before_daemons_stop: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// The environment variable naming a running store for launches to use
@@ -97,6 +103,7 @@ impl Default for Launch {
             trace: None,
             store: std::env::var_os(STORE_ENV).filter(|s| !s.is_empty()).map(PathBuf::from),
             host: None,
+            before_daemons_stop: None,
         }
     }
 }
@@ -952,6 +959,9 @@ impl Launch {
                 }
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(hook) = &self.before_daemons_stop {
+            hook();
         }
         let rti_status = match &mut rti {
             Some(rti) => wait_timeout(&mut rti.0, Duration::from_secs(5)),

@@ -161,6 +161,27 @@ def test_a_slow_recorder_blocks_or_loses_exactly_what_it_reports(hprm_cli, env, 
         assert lost == 0 and recorded == list(range(count)) and s["complete"] == "true"
 
 
+def test_a_backlog_left_when_the_program_ends_is_recorded_before_the_store_stops(hprm_cli, env, program_values, tmp_path):
+    """Large values (through the store) sent faster than a slow writer
+    (the throttle) takes them, under `block`: the program ends with
+    messages still in the recorder's feeds, whose store objects the
+    recorder takes before the launcher stops the store; every one is
+    recorded, nothing lost. (The launcher used to stop the store first:
+    the backlog was lost, and counted.)"""
+    out = tmp_path / "backlog.mcap"
+    # More than the recorder queues between its feeds and its writer (64):
+    # the rest waits in the feeds when the program ends.
+    count = 160
+    flags = ["--record-policy", "block:60s", "--record-throttle", "40ms", "--record-compression", "none"]
+    r = launch(hprm_cli, env, out, count, "1us", "s", record_args=flags)
+    assert r.returncode == 0, r.stderr
+    assert f"recorded {count} messages" in r.stderr and "nothing lost" in r.stderr, r.stderr
+    _, by_topic = read_back(out)
+    got = by_topic["source.source.out"]
+    assert [v["n"] for *_, v in got] == list(range(count))
+    assert all(same(v, program_values(v["n"], "s")) for *_, v in got)
+
+
 def test_a_recorder_killed_outright_leaves_a_file_readable_to_its_last_chunk(hprm_cli, env, program_values, tmp_path):
     out = tmp_path / "killed.mcap"
     # Real time: 1 MB to 10 MB every 50 ms for 20 s, killed after a few chunks.

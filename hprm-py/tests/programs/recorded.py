@@ -1,11 +1,12 @@
 """A source federate sends COUNT nested values, one every PERIOD of
 logical time, to a sink federate and a logger federate (test_record.py
-records them). With BIG, each value holds a 1, 3 or 10 MB array (through
-the store); without, only small ones. `value(n)` is the n-th value, so the
+records them). With BIG 1, each value holds a 1, 3 or 10 MB array (through
+the store); with BIG s, a 100 KB one (through the store too); without,
+only small ones. `value(n)` is the n-th value, so the
 test can compare what it reads back with what was sent. The sink checks
 each value and prints how many it got and their sum.
 
-Usage: python recorded.py COUNT [PERIOD] [BIG: 0|1]
+Usage: python recorded.py COUNT [PERIOD] [BIG: 0|1|s]
 """
 
 import sys
@@ -18,7 +19,7 @@ import hprm
 ARGS = sys.argv[1:] if __name__ == "__main__" else []
 COUNT = int(ARGS[0]) if ARGS else 6
 PERIOD = ARGS[1] if len(ARGS) > 1 else "10ms"
-BIG = len(ARGS) > 2 and ARGS[2] == "1"
+BIG = {"1": True, "s": "s"}.get(ARGS[2], False) if len(ARGS) > 2 else False
 
 
 def value(n, big):
@@ -28,7 +29,7 @@ def value(n, big):
         "nested": {"list": [n, n * 2.5, "x" * (n % 7), None, True], "small": np.arange(n + 4, dtype=np.int32)},
     }
     if big:
-        size = (1_000_000, 3_000_000, 10_000_000)[n % 3]
+        size = 100_000 if big == "s" else (1_000_000, 3_000_000, 10_000_000)[n % 3]
         v["big"] = (np.arange(size, dtype=np.uint32) * (n + 1)).astype(np.uint8)
     return v
 
