@@ -17,10 +17,10 @@ file once the program ends, counted in the time. Beside it, the disk: `dd`
 of as many bytes, in the recorder's chunk size (4 MiB), `conv=fsync`, into
 the same directory, just before.
 
-dora-rs: its wheels (dora-rs-cli) have no recorder command to run beside
-this one (checked at run time: `dora record --help`); rosbag2 has no wheels
-here, and its published sustained rate (about 110-120 MB/s) is quoted as
-context only.
+dora-rs: dora-rs-cli 1.1 has `dora record`; this benchmark checks for it
+and says so, but does not drive it yet (it needs a dora dataflow of the
+same camera). rosbag2 has no wheels here, and its published sustained rate
+(about 110-120 MB/s) is quoted as context only.
 
 Writes OUT/record-DATE[-quick].{json,md,png}. Targets: no silent loss; the
 saturation rate within 1.5x of the disk's; added p50 latency under 5%.
@@ -117,13 +117,15 @@ def fsync_file(path: Path) -> None:
 
 
 def dora_recorder() -> str:
-    dora = shutil.which("dora")
+    beside = Path(sys.executable).parent / "dora"
+    dora = str(beside) if beside.exists() else shutil.which("dora")
     if dora is None:
-        return "not run: no `dora` command (pip install dora-rs-cli)"
+        return "not run: no `dora` command (pip install dora-rs-cli; bench/run.sh installs it)"
     r = subprocess.run([dora, "record", "--help"], capture_output=True, text=True)
     if r.returncode != 0:
         return "not run: this dora-rs-cli has no `dora record` command"
-    return "available, not yet driven by this benchmark"
+    version = subprocess.run([dora, "--version"], capture_output=True, text=True).stdout.strip()
+    return f"not run: {version} has `dora record`, which this benchmark does not drive yet (a dataflow of its own is needed)"
 
 
 def pct(xs: list[float], q: float) -> float:
