@@ -48,16 +48,19 @@ CHUNK = 4 << 20  # the recorder's chunk size (hprm-cli/src/record.rs)
 SATURATION_TARGET = 1.5
 LATENCY_TARGET = 0.05
 
-p = argparse.ArgumentParser()
-p.add_argument("--quick", action="store_true")
-p.add_argument("--hprm", default=shutil.which("hprm") or str(Path(sys.executable).parent / "hprm"), help="the hprm command")
-p.add_argument("--dir", default=None, help="where recordings and dd's file go (default: a temporary directory in /var/tmp)")
-p.add_argument("--out", default=str(ROOT / "bench" / "results"))
-ARGS = p.parse_args()
-SECONDS = 2 if ARGS.quick else 6
-PASSES = 1 if ARGS.quick else 3
 LIVE = [(2.7, 30), (2.7, 60), (2.7, 120), (10.0, 10)]
-SATURATION_FRAMES = 150 if ARGS.quick else 600
+# Set by main() from the command line, so the module imports without one.
+ARGS = argparse.Namespace()
+SECONDS = PASSES = SATURATION_FRAMES = 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--hprm", default=shutil.which("hprm") or str(Path(sys.executable).parent / "hprm"), help="the hprm command")
+    p.add_argument("--dir", default=None, help="where recordings and dd's file go (default: a temporary directory in /var/tmp)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    return p.parse_args(argv)
 
 
 def log(msg: str) -> None:
@@ -134,6 +137,11 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
+    global ARGS, SECONDS, PASSES, SATURATION_FRAMES
+    ARGS = parse_args()
+    SECONDS = 2 if ARGS.quick else 6
+    PASSES = 1 if ARGS.quick else 3
+    SATURATION_FRAMES = 150 if ARGS.quick else 600
     base = Path(ARGS.dir) if ARGS.dir else Path(tempfile.mkdtemp(prefix="hprm-record-bench-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
     live: dict[str, dict] = {}

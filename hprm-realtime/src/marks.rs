@@ -44,6 +44,9 @@ impl SocketMarks {
 
     /// Applies the marks to one connection (IPv4 or IPv6).
     pub fn apply(&self, stream: &TcpStream) -> Result<(), RealtimeError> {
+        if !self.is_set() {
+            return Ok(());
+        }
         let ipv6 = stream.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
         self.apply_to(stream, ipv6)
     }
