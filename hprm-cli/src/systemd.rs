@@ -557,6 +557,12 @@ pub fn systemd(
             return Err(DeployError::EmptyCommand { federate: f.name.clone() });
         }
         paths.push(argv[0].clone());
+        // What the command runs may live elsewhere: a venv's python is a
+        // link to the interpreter it was made from (pyenv's is under
+        // /root or /home), and systemd follows the link inside the sandbox.
+        if let Ok(real) = std::fs::canonicalize(&exe) {
+            paths.push(text(real.as_os_str())?);
+        }
         let mut drop_in =
             format!("# Written by `hprm deploy --systemd`: federate {} of program {program}.\n[Unit]\n", f.name);
         let _ = writeln!(drop_in, "Description=HPRM federate {} of program {program}", f.name);
@@ -593,6 +599,9 @@ pub fn systemd(
             // federate, finding them in force, leaves them as they are.
             let policy = f.policy.unwrap_or_default().name();
             let _ = writeln!(drop_in, "CPUSchedulingPolicy={policy}\nCPUSchedulingPriority={priority}");
+        } else {
+            // Without a priority in the manifest nothing asks for one.
+            let _ = writeln!(drop_in, "RestrictRealtime=yes");
         }
         if let Some(cpus) = &f.cpus {
             let _ = writeln!(drop_in, "CPUAffinity={cpus}");
@@ -601,16 +610,6 @@ pub fn systemd(
             // The one right the unit then keeps: SO_PRIORITY above 6
             // needs it (hprm_realtime's marks).
             let _ = writeln!(drop_in, "CapabilityBoundingSet=CAP_NET_ADMIN\nAmbientCapabilities=CAP_NET_ADMIN");
-        }
-        if let Some((bank, _)) = member {
-            // Every member runs the same command: its env file names it.
-            if !bank_templates.iter().any(|b| b == bank) {
-                bank_templates.push(bank.to_string());
-                let template = bank_template(program, bank, &drop_in, &opts.bin_dir.to_string_lossy());
-                files.push(file(Path::new(UNIT_DIR).join(format!("hprm-{}@.service", unit_escape(bank))), template));
-            }
-            federate_units.push((f.name.clone(), unit));
-            continue;
         }
         let under = |roots: &[&str]| paths.iter().find(|p| roots.iter().any(|r| Path::new(p).starts_with(r))).cloned();
         if let Some(home) = under(&["/home", "/root", "/run/user"]) {
@@ -622,6 +621,16 @@ pub fn systemd(
         if let Some(tmp) = under(&["/tmp", "/var/tmp"]) {
             drop_in.push_str("# The command lives in /tmp, which the template makes private.\nPrivateTmp=no\n");
             notes.push(format!("federate {} runs from {tmp}, which does not survive a reboot; install the program under /opt or /usr/local", f.name));
+        }
+        if let Some((bank, _)) = member {
+            // Every member runs the same command: its env file names it.
+            if !bank_templates.iter().any(|b| b == bank) {
+                bank_templates.push(bank.to_string());
+                let template = bank_template(program, bank, &drop_in, &opts.bin_dir.to_string_lossy());
+                files.push(file(Path::new(UNIT_DIR).join(format!("hprm-{}@.service", unit_escape(bank))), template));
+            }
+            federate_units.push((f.name.clone(), unit));
+            continue;
         }
         files.push(file(Path::new(UNIT_DIR).join(format!("{unit}.d")).join(DROP_IN), drop_in));
         federate_units.push((f.name.clone(), unit));
@@ -831,6 +840,9 @@ mod tests {
         let control = unit("control");
         assert!(control.contains("CPUSchedulingPolicy=rr\nCPUSchedulingPriority=80\nCPUAffinity=2-3\n"), "{control}");
         assert!(!unit("planner").contains("CPUScheduling"));
+        // Only the federate given a priority may take one.
+        assert!(!control.contains("RestrictRealtime"), "{control}");
+        assert!(unit("planner").contains("RestrictRealtime=yes\n"));
     }
 
     #[test]
@@ -962,6 +974,20 @@ mod tests {
         let d = systemd(&m, &tmp, &SystemdOptions::default()).unwrap();
         assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf")
             .contains("PrivateTmp=no\n"));
+
+        // A link to a program in /tmp (as a venv's python links to the
+        // interpreter it was made from): what systemd runs is the target.
+        let target = tempfile::tempdir().unwrap();
+        let real = target.path().join("robot");
+        std::fs::write(&real, "#!/bin/sh\n").unwrap();
+        let links = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let link = links.path().join("robot");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let linked = |_: &str| Command::new(&link);
+        let d = systemd(&m, &linked, &SystemdOptions::default()).unwrap();
+        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf")
+            .contains("PrivateTmp=no\n"));
+        assert!(d.notes.iter().any(|n| n.contains(&*real.to_string_lossy())), "{:?}", d.notes);
     }
 
     #[test]
