@@ -108,7 +108,7 @@ pub(crate) struct Inbox {
     /// [`NOT_POLLING`]: their reader threads stay away from the sockets
     /// for [`TAKEOVER`] after it.
     polled_at: AtomicU64,
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(all(test, loom), allow(dead_code))]
     epoch: Instant,
 }
 
@@ -171,14 +171,14 @@ impl Inbox {
         TAKEOVER.checked_sub(age).filter(|d| !d.is_zero())
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(all(test, loom)))]
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
     /// Time does not pass in a model (`crate::sync`): a reader thread never
     /// takes the sockets back by itself, only when it is handed them.
-    #[cfg(loom)]
+    #[cfg(all(test, loom))]
     fn now_ns(&self) -> u64 {
         0
     }

@@ -12,28 +12,28 @@
 //! at every call. They add nothing at run time: the same `std` lock, the
 //! same guard.
 //!
-//! Under `--cfg loom` (the model checker's build, docs/src/reliability.md)
-//! the same names are the model checker's: loom's atomics, threads and
-//! parking, a [`OnceLock`] whose publication loom tracks, and a lock and
-//! condition variable built on loom's atomics that poison as `std`'s do
-//! (loom's own `Mutex` cannot be taken again after a panic). Normal builds
-//! compile exactly the `std` items.
+//! In the lib's tests under `--cfg loom` (the model checker's build,
+//! docs/src/reliability.md) the same names are the model checker's: loom's
+//! atomics, threads and parking, a [`OnceLock`] whose publication loom
+//! tracks, and a lock and condition variable built on loom's atomics that
+//! poison as `std`'s do (loom's own `Mutex` cannot be taken again after a
+//! panic). Every other build compiles exactly the `std` items.
 
 use std::sync::{PoisonError, TryLockError};
 use std::time::Duration;
 
-#[cfg(not(loom))]
+#[cfg(not(all(test, loom)))]
 use std::sync as lock;
-#[cfg(not(loom))]
+#[cfg(not(all(test, loom)))]
 pub(crate) use std::sync::{atomic, MutexGuard, OnceLock};
-#[cfg(not(loom))]
+#[cfg(not(all(test, loom)))]
 pub(crate) use std::thread;
 
-#[cfg(loom)]
-use modelled as lock;
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 pub(crate) use loom::sync::atomic;
-#[cfg(loom)]
+#[cfg(all(test, loom))]
+use modelled as lock;
+#[cfg(all(test, loom))]
 pub(crate) use modelled::{thread, MutexGuard, OnceLock};
 
 /// `std::sync::Mutex` whose `lock` recovers from poison.
@@ -41,12 +41,12 @@ pub(crate) use modelled::{thread, MutexGuard, OnceLock};
 pub(crate) struct Mutex<T: ?Sized>(lock::Mutex<T>);
 
 impl<T> Mutex<T> {
-    #[cfg(not(loom))]
+    #[cfg(not(all(test, loom)))]
     pub const fn new(value: T) -> Mutex<T> {
         Mutex(lock::Mutex::new(value))
     }
 
-    #[cfg(loom)]
+    #[cfg(all(test, loom))]
     pub fn new(value: T) -> Mutex<T> {
         Mutex(lock::Mutex::new(value))
     }
@@ -73,12 +73,12 @@ impl<T: ?Sized> Mutex<T> {
 pub(crate) struct Condvar(lock::Condvar);
 
 impl Condvar {
-    #[cfg(not(loom))]
+    #[cfg(not(all(test, loom)))]
     pub const fn new() -> Condvar {
         Condvar(lock::Condvar::new())
     }
 
-    #[cfg(loom)]
+    #[cfg(all(test, loom))]
     pub fn new() -> Condvar {
         Condvar(lock::Condvar::new())
     }
@@ -115,11 +115,12 @@ impl Condvar {
 }
 
 /// The model checker's versions of `std`'s lock, condition variable,
-/// `OnceLock` and thread functions, with `std`'s signatures (`--cfg loom`
-/// only). Time does not pass in a model: a timed wait or park lasts until
-/// it is woken, so a model whose progress hangs on a timeout, not on a
-/// wake-up, ends in a deadlock that loom reports.
-#[cfg(loom)]
+/// `OnceLock` and thread functions, with `std`'s signatures (the lib's
+/// tests under `--cfg loom` only). Time does not pass in a model: a timed
+/// wait or park lasts until it is woken, so a model whose progress hangs
+/// on a timeout, not on a wake-up, fails (loom reports a deadlock, or a
+/// waiter that spins for ever).
+#[cfg(all(test, loom))]
 mod modelled {
     use loom::cell::UnsafeCell;
     use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -322,7 +323,7 @@ mod modelled {
 /// `try_lock` answering `None` for a poisoned lock.
 #[cfg(all(test, loom))]
 mod sync_loom {
-    use super::{thread, Condvar, Mutex};
+    use crate::sync::{thread, Condvar, Mutex};
     use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
     use std::sync::Arc;
     use std::time::Duration;
