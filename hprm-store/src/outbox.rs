@@ -546,7 +546,7 @@ mod loom_model {
 
 /// Models of the outbox protocol (module docs) under every interleaving
 /// and every reordering the memory orderings allow (loom):
-/// `RUSTFLAGS="--cfg loom" cargo test -p hprm-store --release --lib outbox_loom`.
+/// `scripts/loom.sh outbox_loom` (docs/src/reliability.md).
 #[cfg(all(test, loom))]
 mod outbox_loom {
     use super::loom_model::pair;

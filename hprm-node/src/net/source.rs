@@ -26,9 +26,8 @@
 //! same [`Receiving`] calls, in the order they were read.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::{JoinHandle, Thread};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use hprm_rti::frames::Frame;
 use hprm_rti::wire::Message;
@@ -36,9 +35,10 @@ use hprm_rti::wire::Message;
 use hprm_rti::tag::Tag;
 
 use crate::ids::{DecodeFn, TriggerId};
-use crate::inbox::{Inbox, Incoming, PolledSource, Undelivered};
+use crate::inbox::{Inbox, Incoming, PolledSource, ReaderThread, Undelivered};
 use crate::net::socket::{wait_readable, FrameReader, ReadError};
 use crate::payload::Decoder;
+use crate::sync::atomic::{fence, AtomicBool, Ordering};
 use crate::sync::Mutex;
 
 /// Who is at the other end, which decides what its messages mean.
@@ -62,7 +62,7 @@ pub(crate) struct Source {
     /// The connection ended (closed, broken, or the peer resigned) and its
     /// end was reported; nobody reads it again.
     ended: AtomicBool,
-    thread: OnceLock<Thread>,
+    thread: ReaderThread,
 }
 
 impl Source {
@@ -80,7 +80,7 @@ impl Source {
             label,
             rx,
             ended: AtomicBool::new(false),
-            thread: OnceLock::new(),
+            thread: ReaderThread::default(),
         });
         source.rx.inbox.add_source(&source);
         let s = source.clone();
@@ -88,14 +88,9 @@ impl Source {
     }
 
     fn serve(&self) {
-        let _ = self.thread.set(std::thread::current());
-        // Pairs with the fence in `Inbox::hand_over`: either the scheduler
-        // sees this thread (and unparks it) or this thread sees that the
-        // scheduler stopped polling.
-        fence(Ordering::SeqCst);
+        self.thread.register();
         while !self.ended.load(Ordering::Acquire) {
-            if let Some(wait) = self.rx.inbox.scheduler_polls() {
-                std::thread::park_timeout(wait);
+            if self.thread.stay_away(&self.rx.inbox) {
                 continue;
             }
             if let Err(e) = wait_readable(self.fd) {
@@ -222,9 +217,7 @@ impl PolledSource for Source {
     /// Tells a parked reader thread to look again (the scheduler stopped
     /// polling).
     fn wake_reader(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
+        self.thread.wake();
     }
 
     /// Stops reading for good (see `Inbox::close_sources`). When it
@@ -237,6 +230,12 @@ impl PolledSource for Source {
         // (the RTI's, whose writer shares it) are not cut short.
         // `fd` is open as long as `self` (see the field).
         let _ = nix::sys::socket::shutdown(self.fd, nix::sys::socket::Shutdown::Read);
+        // Pairs with the fence in `ReaderThread::register`: either this
+        // sees the reader thread (and unparks it) or the thread sees
+        // `ended`. Without it a thread registering now could park, while
+        // the scheduler polls, until TAKEOVER ran out (the model
+        // `close_wakes_a_reader_thread_parked_while_the_scheduler_polls`).
+        fence(Ordering::SeqCst);
         self.wake_reader();
         drop(self.reader.lock());
     }
@@ -304,6 +303,121 @@ enum Ending {
     /// The RTI sent FAILED.
     RtiFailed,
     Broke(ReadError),
+}
+
+/// Models of a connection's end (loom, `scripts/loom.sh`): the real
+/// [`Source`] on a socket pair, its `ended` flag, reader lock and reader
+/// thread's hand-over under every interleaving and reordering (no read
+/// blocks: the other end has closed, or the reader thread only parks).
+/// Each was seen to fail with a mistake put in on purpose and taken out
+/// again (named at each).
+#[cfg(all(test, loom))]
+mod source_loom {
+    use std::collections::VecDeque;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::net::socket::{FrameWriter, Stream};
+    use crate::payload::StoreLink;
+    use crate::sync::thread;
+
+    /// An RTI connection with `grants` grants waiting to be read, and its
+    /// other end (dropped: the end of the connection waits too).
+    fn source(grants: i64) -> (Arc<Inbox>, Arc<Source>, FrameWriter) {
+        let inbox = Arc::new(Inbox::new(Duration::ZERO));
+        let rx = Arc::new(Receiving {
+            inputs: Vec::new(),
+            decoder: Decoder::new(StoreLink::new(None), Duration::from_secs(1)),
+            inbox: inbox.clone(),
+            board: Arc::default(),
+        });
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        let mut writer = FrameWriter::new(Stream::Unix(theirs));
+        for t in 0..grants {
+            writer.queue(&Message::TagAdvanceGrant(Tag::new(t, 0))).expect("queued");
+        }
+        writer.flush().expect("written");
+        let reader = FrameReader::new(Stream::Unix(ours));
+        let source = Arc::new(Source {
+            fd: reader.raw_fd(),
+            reader: Mutex::new(reader),
+            peer: Peer::Rti { addr: "model".into() },
+            label: "the RTI at model".into(),
+            rx,
+            ended: AtomicBool::new(false),
+            thread: ReaderThread::default(),
+        });
+        inbox.add_source(&source);
+        (inbox, source, writer)
+    }
+
+    /// What was handed on so far, as grant times, and -1 for the end.
+    fn handed_on(inbox: &Inbox) -> Vec<i64> {
+        let mut out = VecDeque::new();
+        inbox.drain(&mut out);
+        out.into_iter()
+            .map(|i| match i {
+                Incoming::Grant(t) => t.time,
+                Incoming::RtiLost(_) => -1,
+                _ => panic!("neither a grant nor the end"),
+            })
+            .collect()
+    }
+
+    /// `read` (the reader thread's loop, or the scheduler's poll) runs on
+    /// two grants and the end while `close` is called: once `close`
+    /// returns nothing more is handed on, and what was is in order, with
+    /// the end last and once. Caught: `pump` without its check of `ended`
+    /// under the lock (a reader that read `ended` before `close` stored
+    /// it hands on grants after `close` returned).
+    fn nothing_after_close(read: fn(&Source)) {
+        loom::model(move || {
+            let (inbox, source, writer) = source(2);
+            drop(writer);
+            let reading = {
+                let source = source.clone();
+                thread::spawn(move || read(&source))
+            };
+            source.close();
+            let before = handed_on(&inbox);
+            reading.join().expect("the reader");
+            let after = handed_on(&inbox);
+            assert!(after.is_empty(), "handed on after the close: {after:?} (before it: {before:?})");
+            assert!([0, 1, -1].starts_with(&before), "out of order: {before:?}");
+        });
+    }
+
+    #[test]
+    fn nothing_is_handed_on_by_the_reader_thread_after_close_returns() {
+        nothing_after_close(Source::serve);
+    }
+
+    #[test]
+    fn nothing_is_handed_on_by_the_scheduler_after_close_returns() {
+        nothing_after_close(|s| s.poll());
+    }
+
+    /// The scheduler has just polled (an empty socket, its other end
+    /// open), so a reader thread that starts parks; `close` wakes it
+    /// whenever it registered. Caught: `close` without its SeqCst fence
+    /// (the thread registers after `close` looked for it, reads `ended`
+    /// as it was, and parks for good, here where time does not pass).
+    #[test]
+    fn close_wakes_a_reader_thread_parked_while_the_scheduler_polls() {
+        loom::model(|| {
+            let (inbox, source, writer) = source(0);
+            assert!(handed_on(&inbox).is_empty());
+            let reading = {
+                let source = source.clone();
+                thread::spawn(move || source.serve())
+            };
+            source.close();
+            reading.join().expect("the reader thread");
+            assert!(handed_on(&inbox).is_empty(), "nothing but the close happened");
+            drop(writer);
+        });
+    }
 }
 
 #[cfg(test)]
