@@ -20,7 +20,7 @@
 //! register) are generated once from PyPI's `foxglove-schemas-protobuf`
 //! by `foxglove/regen.py`, which prints the numbers to compare.
 
-use hprm_node::payload::{BufferDescriptor, Dtype, Location, EXT_BUFFER, EXT_TENSOR};
+use hprm_node::payload::{Dtype, InlineBuffer, EXT_BUFFER, EXT_TENSOR};
 use rmpv::ValueRef;
 
 /// The topic of a channel's views: this, then the channel's topic (and
@@ -90,8 +90,9 @@ fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Opt
     if !matches!(*ty, EXT_BUFFER | EXT_TENSOR) {
         return None;
     }
-    let d = BufferDescriptor::decode(data).ok()?;
-    let Location::Inline(bytes) = &d.location else { return None };
+    // Borrowed: a value's arrays are not copied unless shown.
+    let d = InlineBuffer::parse(data).ok()??;
+    let bytes = d.bytes;
     if !contiguous(&d) {
         return None;
     }
@@ -122,7 +123,7 @@ fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Opt
 }
 
 /// Whether the buffer's bytes are in C order (no strides, or the C ones).
-fn contiguous(d: &BufferDescriptor) -> bool {
+fn contiguous(d: &InlineBuffer<'_>) -> bool {
     let Some(strides) = &d.strides else { return true };
     let mut expected = d.dtype.itemsize() as i64;
     for (&n, &s) in d.shape.iter().zip(strides).rev() {
@@ -274,6 +275,7 @@ impl Protobuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hprm_node::payload::{BufferDescriptor, Location};
 
     #[test]
     fn varints_are_protobufs() {
