@@ -245,10 +245,7 @@ fn info(path: &Path) -> Result<i32> {
             let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
             // A view's losses are its channel's.
             let lost = if c.view() { format!("({})", c.of) } else { format!("lost {lost}") };
-            println!(
-                "  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  {lost}",
-                c.topic, c.messages, c.bytes
-            );
+            println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  {lost}", c.topic, c.messages, c.bytes);
         }
     }
     if !decisions.is_empty() {
