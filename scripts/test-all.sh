@@ -59,9 +59,12 @@ fi
 # parse /metrics with prometheus_client. hprm.rl's tests (test_rl.py) step
 # Gymnasium's classic environments (gymnasium: pure Python, seconds to
 # install; no Atari, no Ray). Recordings (test_record.py) are read back with
-# the public `mcap` package (pure Python, with zstandard and lz4); the codec's
+# the public `mcap` package (pure Python, with zstandard and lz4), their
+# Foxglove views (test_record_foxglove.py) decoded with mcap-protobuf-support
+# and foxglove-schemas-protobuf (pure Python, over protobuf); the codec's
 # and bench/arrow's tests send pyarrow record batches.
-PY_PACKAGES=(maturin numpy pytest pytest-xdist pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap)
+PY_PACKAGES=(maturin numpy pytest pytest-xdist pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap
+  mcap-protobuf-support foxglove-schemas-protobuf)
 scratch=$(mktemp -d)
 # On the way out (a failed step included): stop what still downloads,
 # remove the logs.

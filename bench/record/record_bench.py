@@ -74,7 +74,9 @@ def run(work: Path, mb: float, fps: float, frames: int, record: Path | None, fas
     if fast:
         cmd.append("--fast")
     if record is not None:
-        cmd += ["--record", str(record), "--record-compression", "none"]
+        # The frames are HxWx3 images: without `off` each would be written twice (its
+        # Foxglove view too); the benchmark measures the values' own path, as it did before views.
+        cmd += ["--record", str(record), "--record-compression", "none", "--record-foxglove", "off"]
     cmd += [str(PROGRAM), "--mb", str(mb), "--fps", str(fps), "--frames", str(frames), "--out", str(out)]
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", HPRM_PYTHON=sys.executable)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)

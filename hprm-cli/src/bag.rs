@@ -93,6 +93,8 @@ struct Channel {
     last: u64,
     /// On a deadline decisions channel: the decisions that missed.
     missed: u64,
+    /// On a Foxglove view: its schema and the channel it shows.
+    of: String,
 }
 
 impl Channel {
@@ -102,6 +104,11 @@ impl Channel {
 
     fn physical(&self) -> bool {
         self.topic.starts_with(PHYSICAL_PREFIX)
+    }
+
+    /// A Foxglove view of another channel's values ([`crate::foxglove`]).
+    fn view(&self) -> bool {
+        self.topic.starts_with(crate::foxglove::PREFIX)
     }
 }
 
@@ -115,11 +122,17 @@ fn info(path: &Path) -> Result<i32> {
     let mut ended = None;
     for (file, buf) in &parts {
         let mut ids: BTreeMap<u16, String> = BTreeMap::new();
+        let mut schemas: BTreeMap<u16, String> = BTreeMap::new();
         let mut summary = None;
         let why = scan(buf, |r| {
             match r {
                 Record::Channel(c) => {
-                    channels.entry(c.topic.clone()).or_default().topic = c.topic.clone();
+                    let entry = channels.entry(c.topic.clone()).or_default();
+                    entry.topic = c.topic.clone();
+                    if let Some(of) = c.metadata.get("view_of") {
+                        let schema = schemas.get(&c.schema_id).map_or("", String::as_str);
+                        entry.of = format!("{schema} of {of}");
+                    }
                     ids.insert(c.id, c.topic);
                 }
                 Record::Message { header, data } => {
@@ -131,6 +144,9 @@ fn info(path: &Path) -> Result<i32> {
                     if c.decisions() && decode_decision(&data).is_some_and(|(_, missed)| missed) {
                         c.missed += 1;
                     }
+                }
+                Record::Schema { header, .. } => {
+                    schemas.insert(header.id, header.name);
                 }
                 Record::Metadata(m) if m.name == META_RUN => {
                     run.get_or_insert(m.metadata);
@@ -174,6 +190,8 @@ fn info(path: &Path) -> Result<i32> {
     let (decisions, channels): (Vec<Channel>, Vec<Channel>) = channels.into_values().partition(Channel::decisions);
     // So are physical action values: the program's input from the world.
     let (physical, channels): (Vec<Channel>, Vec<Channel>) = channels.into_iter().partition(Channel::physical);
+    // And the Foxglove views, which repeat values of the channels above.
+    let (views, channels): (Vec<Channel>, Vec<Channel>) = channels.into_iter().partition(Channel::view);
     let first = channels.iter().filter_map(|c| c.first).min();
     let last = channels.iter().map(|c| c.last).max();
     let duration = match (first, last) {
@@ -215,7 +233,7 @@ fn info(path: &Path) -> Result<i32> {
             }
         }
     }
-    for (title, list) in [("connections:", &channels), ("physical actions:", &physical)] {
+    for (title, list) in [("connections:", &channels), ("physical actions:", &physical), ("foxglove views:", &views)] {
         if list.is_empty() && title != "connections:" {
             continue;
         }
@@ -225,10 +243,9 @@ fn info(path: &Path) -> Result<i32> {
             let span = c.first.map_or(0.0, |f| (c.last - f) as f64 / 1e9);
             let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
             let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
-            println!(
-                "  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  lost {lost}",
-                c.topic, c.messages, c.bytes
-            );
+            // A view's losses are its channel's.
+            let lost = if c.view() { format!("({})", c.of) } else { format!("lost {lost}") };
+            println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  {lost}", c.topic, c.messages, c.bytes);
         }
     }
     if !decisions.is_empty() {
@@ -261,12 +278,17 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
     for (_, buf) in &parts {
         // A channel's id is its part's own.
         let mut ids: Vec<u16> = Vec::new();
+        // Those of Foxglove views (protobuf, not HPRM values).
+        let mut views: Vec<u16> = Vec::new();
         let mut done = false;
         ended = scan(buf, |r| {
             match r {
                 Record::Channel(c) => {
                     if names(topic, &c.topic) {
                         ids.push(c.id);
+                        if c.topic.starts_with(crate::foxglove::PREFIX) {
+                            views.push(c.id);
+                        }
                         found = true;
                     }
                     if !known.contains(&c.topic) {
@@ -275,7 +297,11 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
                 }
                 Record::Message { header, data } if ids.contains(&header.channel_id) => {
                     println!("--- tag {}/{}", crate::topic::seconds(header.log_time as i64 - start), header.sequence);
-                    println!("{}", crate::topic::render(&data));
+                    if views.contains(&header.channel_id) {
+                        println!("a Foxglove view (protobuf, {} bytes): open the file in Foxglove", data.len());
+                    } else {
+                        println!("{}", crate::topic::render(&data));
+                    }
                     n += 1;
                     if count.is_some_and(|c| n >= c) {
                         done = true;

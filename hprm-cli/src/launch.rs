@@ -40,6 +40,8 @@ pub struct RecordFlags {
     pub policy: Option<String>,
     pub compression: Option<Compression>,
     pub rotate: Option<crate::record::Rotate>,
+    /// `--record-foxglove on|off`.
+    pub foxglove: Option<bool>,
     pub throttle: Option<Duration>,
 }
 
@@ -65,6 +67,7 @@ impl RecordFlags {
                     (self.policy.is_some(), "--record-policy"),
                     (self.compression.is_some(), "--record-compression"),
                     (self.rotate.is_some(), "--record-rotate"),
+                    (self.foxglove.is_some(), "--record-foxglove"),
                     (self.throttle.is_some(), "--record-throttle"),
                 ];
                 if let Some((_, flag)) = given.iter().find(|(g, _)| *g) {
@@ -97,6 +100,7 @@ impl RecordFlags {
             },
             throttle: self.throttle,
             rotate,
+            foxglove: self.foxglove.or_else(|| spec.and_then(|s| s.foxglove)).unwrap_or(true),
         }))
     }
 }

@@ -10,6 +10,7 @@ mod bag;
 mod check;
 mod dashboard;
 mod deploy;
+mod foxglove;
 mod graph;
 mod launch;
 mod ps;
@@ -111,6 +112,11 @@ enum Command {
         /// DURATION of logical time: `size=512m`, `duration=60s`, or both.
         #[arg(long, value_name = "size=SIZE,duration=DURATION")]
         record_rotate: Option<record::Rotate>,
+        /// With --record: also write values that are images (HxW, HxWx3,
+        /// HxWx4 uint8 arrays) and point clouds (Nx3, Nx4 float32) with
+        /// Foxglove's schemas, on channels foxglove/TOPIC (default on).
+        #[arg(long, value_name = "on|off", value_parser = clap::builder::BoolishValueParser::new())]
+        record_foxglove: Option<bool>,
         /// Test aid: the recorder's writer sleeps this long per message (a slow disk).
         #[arg(long, value_parser = duration, hide = true)]
         record_throttle: Option<std::time::Duration>,
@@ -259,6 +265,7 @@ fn run(cli: Cli) -> Result<i32> {
             record_compression,
             record_throttle,
             record_rotate,
+            record_foxglove,
             args,
         } => {
             let coordination = match (coordination, stp) {
@@ -283,6 +290,7 @@ fn run(cli: Cli) -> Result<i32> {
                 policy: record_policy,
                 compression: record_compression.map(Into::into),
                 rotate: record_rotate,
+                foxglove: record_foxglove,
                 throttle: record_throttle,
             };
             let record = flags.resolve(&source)?;

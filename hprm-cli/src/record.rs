@@ -53,6 +53,8 @@ use hprm_node::payload::{
 };
 use hprm_node::record::{Connection, Header, Hello, Listener, Selection, DECISION, END};
 use hprm_node::Tag;
+
+use crate::foxglove;
 use hprm_store::Object;
 
 /// Messages queued between the federates' threads and the writer.
@@ -162,6 +164,9 @@ pub struct Options {
     pub throttle: Option<Duration>,
     /// `--record-rotate`: several files, each closed (complete) when full.
     pub rotate: Option<Rotate>,
+    /// Also write images and point clouds with Foxglove's schemas
+    /// ([`crate::foxglove`]); `--record-foxglove`, on by default.
+    pub foxglove: bool,
 }
 
 /// Whether `topic` names the output `port` (`federate.reactor.port`):
@@ -312,6 +317,7 @@ impl Recorder {
             path: opts.path.clone(),
             compression: opts.compression,
             rotate: opts.rotate,
+            foxglove: opts.foxglove,
             program: program.to_string(),
             run,
         };
@@ -556,6 +562,8 @@ struct Layout {
     path: PathBuf,
     compression: Option<mcap::Compression>,
     rotate: Option<Rotate>,
+    /// Whether values get Foxglove views ([`crate::foxglove`]).
+    foxglove: bool,
     /// [`META_PROGRAM`]'s manifest (JSON).
     program: String,
     run: BTreeMap<String, String>,
@@ -600,6 +608,7 @@ impl Layout {
             decision_schema,
             path,
             channels: HashMap::new(),
+            views: HashMap::new(),
             decisions: BTreeMap::new(),
             counts: BTreeMap::new(),
             first: None,
@@ -619,6 +628,8 @@ struct Part {
     decision_schema: u16,
     path: PathBuf,
     channels: HashMap<Arc<str>, u16>,
+    /// Foxglove views' channels, by topic: (id, what it shows).
+    views: HashMap<String, (u16, foxglove::Kind)>,
     /// Per federate: its decisions channel and the decisions written there.
     decisions: BTreeMap<Arc<str>, (u16, u64)>,
     /// This part's messages and losses.
@@ -640,6 +651,31 @@ impl Part {
         self.channels.insert(topic.clone(), id);
         self.counts.entry(topic.clone()).or_default();
         Ok(())
+    }
+
+    /// Writes `view`, of a message of `topic` with `header`, on its view
+    /// channel (made at its first view). A view whose kind differs from
+    /// its channel's (a map entry that was an image and is now a point
+    /// cloud) is left out: a channel has one schema.
+    fn show(&mut self, topic: &str, header: &mcap::records::MessageHeader, view: &foxglove::View) -> Result<u64> {
+        let name = match &view.key {
+            Some(key) => format!("{}{topic}/{key}", foxglove::PREFIX),
+            None => format!("{}{topic}", foxglove::PREFIX),
+        };
+        let channel_id = match self.views.get(&name) {
+            Some(&(id, kind)) if kind == view.kind => id,
+            Some(_) => return Ok(0),
+            None => {
+                let (schema_name, fds) = view.kind.schema();
+                let schema = self.mcap.add_schema(schema_name, foxglove::ENCODING, fds)?;
+                let meta = BTreeMap::from([("view_of".to_string(), topic.to_string())]);
+                let id = self.mcap.add_channel(schema, &name, foxglove::ENCODING, &meta)?;
+                self.views.insert(name, (id, view.kind));
+                id
+            }
+        };
+        self.mcap.write_to_known_channel(&mcap::records::MessageHeader { channel_id, ..*header }, &view.message)?;
+        Ok(view.message.len() as u64)
     }
 
     /// Writes a deadline decision on `federate`'s decisions channel.
@@ -799,10 +835,12 @@ fn write(
                         part.add_channel(p, federate)?;
                     }
                 }
+                let views = if layout.foxglove { foxglove::views(&data, tag.time) } else { Vec::new() };
+                let shown: u64 = views.iter().map(|v| v.message.len() as u64).sum();
                 // Checked before each message, so that the file can still be
                 // closed properly (chunk, summary, footer) when the disk fills.
                 let pending = part.unflushed.min(CHUNK_SIZE + part.largest);
-                let needed = pending + data.len() as u64 + RESERVE;
+                let needed = pending + data.len() as u64 + shown + RESERVE;
                 if let Some(free) = free_bytes(&part.probe).filter(|&free| free < needed) {
                     tracing::error!(%topic, free, needed, "the recording's disk is full: closing the recording");
                     disk_full =
@@ -823,14 +861,25 @@ fn write(
                     continue;
                 }
                 let n = data.len() as u64;
-                for c in [part.counts.entry(topic.clone()).or_default(), totals.entry(topic).or_default()] {
+                for c in [part.counts.entry(topic.clone()).or_default(), totals.entry(topic.clone()).or_default()] {
                     c.messages += 1;
                     c.bytes += n;
                 }
+                // The views count in the file's size, not in the messages.
+                let mut written = n;
+                for v in &views {
+                    match part.show(&topic, &header, v) {
+                        Ok(w) => written += w,
+                        Err(e) => {
+                            failed = Some(e.context(format!("writing {}", part.path.display())));
+                            break;
+                        }
+                    }
+                }
                 part.first.get_or_insert(tag.time);
-                part.bytes += n;
-                part.unflushed += n;
-                part.largest = part.largest.max(n);
+                part.bytes += written;
+                part.unflushed += written;
+                part.largest = part.largest.max(written);
                 drop((spilled, objects));
                 if let Some(t) = throttle {
                     std::thread::sleep(t);

@@ -438,6 +438,8 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
             compression: None,
             throttle: None,
             rotate: None,
+            // Only the outputs' own channels are compared.
+            foxglove: false,
         };
         let mut run = BTreeMap::new();
         run.insert("program".to_string(), manifest.name.clone());

@@ -10,6 +10,7 @@
 //! policy = "block:30s"             # or "fail"
 //! compression = "zstd"             # or "lz4", "none"
 //! rotate = "size=512m,duration=60s"
+//! foxglove = false                 # default true
 //! ```
 //!
 //! The values are those of the flags, parsed by the same functions
@@ -46,6 +47,10 @@ pub struct RecordSpec {
     /// Several files, each closed once full ([`Rotate`]'s text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotate: Option<String>,
+    /// Whether images and point clouds are also written with Foxglove's
+    /// schemas (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foxglove: Option<bool>,
 }
 
 /// The compression of a recording's chunks.
@@ -204,7 +209,7 @@ to = "det.image"
     #[test]
     fn a_record_table_parses_and_round_trips() {
         let text = format!(
-            "{PROGRAM}\n[record]\npath = \"runs/x.mcap\"\ntopics = [\"cam.image\"]\npolicy = \"fail\"\ncompression = \"lz4\"\nrotate = \"size=5m\"\n"
+            "{PROGRAM}\n[record]\npath = \"runs/x.mcap\"\ntopics = [\"cam.image\"]\npolicy = \"fail\"\ncompression = \"lz4\"\nrotate = \"size=5m\"\nfoxglove = false\n"
         );
         let m: Manifest = toml::from_str(&text).expect("parses");
         let r = m.record.clone().expect("a record table");
@@ -216,6 +221,7 @@ to = "det.image"
                 policy: Some("fail".into()),
                 compression: Some(Compression::Lz4),
                 rotate: Some("size=5m".into()),
+                foxglove: Some(false),
             }
         );
         assert!(m.check().is_empty(), "{:?}", m.check());

@@ -95,6 +95,32 @@ impl BufferDescriptor {
     }
 }
 
+/// A buffer whose bytes are inline in its descriptor, borrowed from the
+/// message that holds it (a recorder reads arrays out of a recorded message
+/// without copying them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlineBuffer<'a> {
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    /// As [`BufferDescriptor::strides`].
+    pub strides: Option<Vec<i64>>,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> InlineBuffer<'a> {
+    /// Parses and validates ext 1 data bytes as [`BufferDescriptor::decode`]
+    /// does; `None` when the bytes are in the store.
+    pub fn parse(data: &'a [u8]) -> Result<Option<InlineBuffer<'a>>, PayloadError> {
+        let d = DescriptorRef::parse(data)?;
+        Ok(match d.location {
+            LocationRef::Inline(bytes) => {
+                Some(InlineBuffer { dtype: d.dtype, shape: d.shape, strides: d.strides, bytes })
+            }
+            LocationRef::Store(..) => None,
+        })
+    }
+}
+
 /// [`Location`] borrowing its inline bytes (from the buffer being sent, or
 /// the message being read), so the codec copies them only once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,6 +469,10 @@ mod tests {
             0xc4, 0x03, 1, 2, 3,          // inline bin
         ]);
         assert_eq!(BufferDescriptor::decode(&bytes).unwrap(), d);
+        let borrowed = InlineBuffer::parse(&bytes).unwrap().expect("inline");
+        assert_eq!((borrowed.dtype, borrowed.shape, borrowed.strides), (Dtype::U8, vec![3], None));
+        assert_eq!(borrowed.bytes, [1, 2, 3]);
+        assert!(std::ptr::eq(borrowed.bytes, &bytes[bytes.len() - 3..]), "borrowed, not copied");
     }
 
     #[test]
@@ -462,6 +492,7 @@ mod tests {
         expected.extend_from_slice(&[0xab; 20]);
         assert_eq!(bytes, expected);
         assert_eq!(BufferDescriptor::decode(&bytes).unwrap(), d);
+        assert_eq!(InlineBuffer::parse(&bytes).unwrap(), None, "in the store, not inline");
     }
 
     #[test]
