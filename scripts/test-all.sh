@@ -114,10 +114,12 @@ step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its t
 cargo test --locked -p hprm-node --features arrow --test arrow 2>&1 | tee -a "$log"
 cargo build --locked -p hprm-node --features arrow --example arrow-echo
 
-# --cfg loom, in a target directory of its own (target/loom): about 3.5
-# minutes from cold on 2 cores, 1 when it is warm (docs/src/reliability.md).
+# --cfg loom, in a target directory of its own: about 3.5 minutes from cold
+# on 2 cores, 1 when it is warm (docs/src/reliability.md). Kept beside the
+# cached tools, so that a fresh clone on this machine finds it warm (cargo's
+# fingerprints rebuild whatever changed).
 step "loom models of the concurrent pieces (scripts/loom.sh): the outbox ring; hprm-node's lock, inbox, sources, figures"
-scripts/loom.sh 2>&1 | tee -a "$log"
+LOOM_TARGET_DIR="${LOOM_TARGET_DIR:-$HOME/.cache/hprm-tools/loom-target}" scripts/loom.sh 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
 cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
