@@ -15,6 +15,7 @@ mod launch;
 mod ps;
 mod record;
 mod recorder;
+mod recording;
 mod replay;
 mod source;
 mod store;
