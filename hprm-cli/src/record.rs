@@ -55,10 +55,9 @@ use hprm_node::record::{Connection, Header, Hello, Listener, Selection, DECISION
 use hprm_node::Tag;
 use hprm_store::Object;
 
-// The file's format as its reader reads it (`crate::recording`), defined there.
-pub use crate::recording::{
-    decode_decision, encode_decision, format_tag, parse_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_RUN,
-    META_SUMMARY, PHYSICAL_PREFIX,
+// The file's names and encodings, defined with its reader.
+use crate::recording::{
+    encode_decision, format_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_RUN, META_SUMMARY, PHYSICAL_PREFIX,
 };
 
 /// Messages queued between the federates' threads and the writer.
@@ -884,6 +883,7 @@ fn inline(v: &mut rmpv::Value, objects: &[Object]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recording::decode_decision;
 
     #[test]
     fn decisions_read_back() {

@@ -56,7 +56,7 @@ use mcap::records::Record;
 use crate::bag::open_parts;
 use crate::record::names;
 use crate::recording::{
-    decode_decision, messages, parse_tag, program, scan, Program, DECISIONS_PREFIX, META_SUMMARY, PHYSICAL_PREFIX,
+    self, decode_decision, messages, parse_tag, program, scan, DECISIONS_PREFIX, META_SUMMARY, PHYSICAL_PREFIX,
 };
 use crate::source::Source;
 
@@ -113,7 +113,7 @@ pub struct FederateArgs {
     #[arg(long, value_delimiter = ',')]
     pub topics: Vec<String>,
     /// Ask for the stop at this tag (since the start, as
-    /// `crate::record::format_tag` writes it).
+    /// `crate::recording::format_tag` writes it).
     #[arg(long)]
     pub stop_at: Option<String>,
 }
@@ -167,7 +167,7 @@ impl Recording {
             Some((file, why)) => (file, why),
             None => (path.to_path_buf(), None),
         };
-        let Program { manifest, start, last, part } = program(&meta, why, &at)?;
+        let recording::Program { manifest, start, last, part } = program(&meta, why, &at)?;
         let part = part.filter(|_| parts.len() == 1);
         let first = parts[0].0.clone();
         Ok(Recording { maps: parts.into_iter().map(|(_, m)| m).collect(), first, manifest, start, topics, last, part })
@@ -440,7 +440,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
                 c.args(["--topics", &topics.join(",")]);
             }
             if let Some(s) = stop {
-                c.args(["--stop-at", &crate::record::format_tag(s)]);
+                c.args(["--stop-at", &crate::recording::format_tag(s)]);
             }
             c
         })),
@@ -981,7 +981,7 @@ mod tests {
     #[test]
     fn tags_in_metadata_read_back() {
         let t = Tag::new(1_795_738_290_400_866_613, 2);
-        assert_eq!(parse_tag(&crate::record::format_tag(t)), Some(t));
+        assert_eq!(parse_tag(&crate::recording::format_tag(t)), Some(t));
         assert_eq!(parse_tag("12"), None);
         assert_eq!(parse_tag("x/1"), None);
     }
