@@ -58,8 +58,16 @@ project() {
     if [ "$1" = py_payload ]; then
         fdir=hprm-py/fuzz
         # The embedded interpreter is never finalized: what it holds at
-        # exit is not a leak of the reader's.
+        # exit is not a leak of the reader's (LeakSanitizer's check at the
+        # exit of each fork-mode job too, hence ASAN_OPTIONS). An
+        # allocation too large for the machine fails as it does outside
+        # the sanitizer (a MemoryError, which the reader answers as a
+        # PayloadError: CPython's unpickler sizes its memo by the index a
+        # pickle names) instead of aborting; Rust's own allocation failures
+        # still abort, and libFuzzer's -malloc_limit_mb (-rss_limit_mb)
+        # still reports any that succeeds above it.
         extra=(-detect_leaks=0)
+        export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
         local python=${HPRM_PYTHON:-$PWD/.venv/bin/python}
         export PYO3_PYTHON="$python"
         # hprm-py's build.rs copies the daemons from there instead of
