@@ -159,7 +159,8 @@ fn info(path: &Path) -> Result<i32> {
         _ => 0.0,
     };
     let start: i64 = summary.and_then(|s| s.get("start")).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let since = |t: Option<u64>| t.map_or("-".into(), |t| format!("{:.6} s", (t as i64).saturating_sub(start) as f64 / 1e9));
+    let since =
+        |t: Option<u64>| t.map_or("-".into(), |t| format!("{:.6} s", (t as i64).saturating_sub(start) as f64 / 1e9));
     println!("duration:    {duration:.6} s of logical time (tags {} to {})", since(first), since(last));
     let total: u64 = channels.iter().map(|c| c.messages).sum();
     let bytes: u64 = channels.iter().map(|c| c.bytes).sum();
@@ -252,7 +253,11 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
                     }
                 }
                 Record::Message { header, data } if ids.contains(&header.channel_id) => {
-                    println!("--- tag {}/{}", crate::topic::seconds((header.log_time as i64).saturating_sub(start)), header.sequence);
+                    println!(
+                        "--- tag {}/{}",
+                        crate::topic::seconds((header.log_time as i64).saturating_sub(start)),
+                        header.sequence
+                    );
                     println!("{}", crate::topic::render(&data));
                     n += 1;
                     if count.is_some_and(|c| n >= c) {

@@ -349,8 +349,11 @@ fn recordings(dir: &Path) {
             .create(Cursor::new(Vec::new()))
             .expect("writer");
         w.write_metadata(&meta("hprm.program", &[("manifest", manifest)])).expect("metadata");
-        w.write_metadata(&meta("hprm.run", &[("program", "rec"), ("coordination", "centralized"), ("policy", "block")]))
-            .expect("metadata");
+        w.write_metadata(&meta(
+            "hprm.run",
+            &[("program", "rec"), ("coordination", "centralized"), ("policy", "block")],
+        ))
+        .expect("metadata");
         let value = w.add_schema("hprm.value", "hprm-msgpack", b"an HPRM port value").expect("schema");
         let decision = w.add_schema("hprm.deadline_decision", "hprm-msgpack", b"a deadline decision").expect("schema");
         let none = BTreeMap::new();
@@ -378,15 +381,29 @@ fn recordings(dir: &Path) {
             w.write_to_known_channel(&header(out), &v).expect("message");
             w.write_to_known_channel(&header(phys), &v).expect("message");
             let missed = n % 2 == 1;
-            let d = [&[0x82, 0xa8][..], b"reaction", &[0xaa], b"sink.r.run", &[0xa6], b"missed", &[0xc2 + u8::from(missed)]]
-                .concat();
+            let d = [
+                &[0x82, 0xa8][..],
+                b"reaction",
+                &[0xaa],
+                b"sink.r.run",
+                &[0xa6],
+                b"missed",
+                &[0xc2 + u8::from(missed)],
+            ]
+            .concat();
             w.write_to_known_channel(&header(decisions), &d).expect("message");
         }
         let start_text = start.to_string();
         let last = format!("{}/0", start + 30_000_000);
         w.write_metadata(&meta(
             "hprm.summary",
-            &[("start", &start_text), ("lost", "0"), ("last.src", &last), ("last.sink", &last), ("lost.src.r.out", "0")],
+            &[
+                ("start", &start_text),
+                ("lost", "0"),
+                ("last.src", &last),
+                ("last.sink", &last),
+                ("lost.src.r.out", "0"),
+            ],
         ))
         .expect("metadata");
         w.finish().expect("finish");
