@@ -328,7 +328,6 @@ mod link_wire;
 /// sent: byte 0 picks the hello reply (0), a push's header (1) or a
 /// push's outcome byte (2); a header or hello that decodes is encoded
 /// again and must decode to the same.
-
 pub fn link_wire(data: &[u8]) {
     use link_wire::{hello, parse_hello, Header, Outcome, LINK_VERSION};
     let Some((&which, bytes)) = data.split_first() else { return };
