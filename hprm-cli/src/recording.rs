@@ -85,7 +85,21 @@ pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Resu
         LinearReaderOptions::default().with_validate_chunk_crcs(true).with_record_length_limit(record_limit(buf.len()));
     let mut reader = LinearReader::new_with_options(options);
     let mut rest = buf;
-    while let Some(event) = reader.next_event() {
+    loop {
+        // mcap 0.24 subtracts a record's length from what its chunk holds
+        // unchecked: a record longer than its chunk overflows, which panics
+        // where overflow checks are on (debug builds; a release build wraps
+        // and reads on to an error). Found by the mcap fuzz target; such a
+        // panic is the file's error here.
+        let step = &mut reader;
+        let event = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let step = step;
+            step.next_event()
+        })) {
+            Ok(Some(event)) => event,
+            Ok(None) => break,
+            Err(_) => return Ok(Some("a record is longer than the chunk that holds it".into())),
+        };
         match event {
             Ok(LinearReadEvent::ReadRequest(need)) => {
                 let n = need.min(rest.len());
