@@ -42,6 +42,8 @@ DECODERS = {
     ],
     "bridge_config": ["ros2-bridge/src/config.rs"],
     "py_payload": ["hprm-py/src/codec.rs"],
+    "mcap": ["hprm-cli/src/recording.rs"],
+    "link_wire": ["hprm-link/src/wire.rs"],
 }
 
 

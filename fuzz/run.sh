@@ -24,12 +24,30 @@ phase=${1:-all}
 secs=${2:-600}
 shift 2 || shift $# || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(rti_frames store_frames store_handshake outbox payload manifest bridge_config)
+[ ${#targets[@]} -gt 0 ] || targets=(rti_frames store_frames store_handshake outbox payload manifest bridge_config mcap link_wire)
 export PATH="$HOME/.cache/hprm-tools/bin:$PATH"
 tdir=${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-fuzz/target}-fuzz}
 sysroot=$(rustc +nightly --print sysroot)
 llvm="$sysroot/lib/rustlib/x86_64-unknown-linux-gnu/bin"
 [ -d fuzz/seeds ] || cargo run -q -p hprm-fuzz --example seeds -- fuzz/seeds
+
+# mcap's seeds also hold real recordings: a small program of the tests
+# (hprm-py/tests/programs/recorded.py) recorded by `hprm launch --record`
+# as test_record.py records it, once per compression, with the `hprm` of
+# HPRM_PYTHON's venv (skipped, saying so, without one).
+record_seeds() {
+    local python=${HPRM_PYTHON:-$PWD/.venv/bin/python} rt c
+    local hprm
+    hprm=$(dirname "$python")/hprm
+    [ -x "$hprm" ] || { echo "no $hprm: mcap is seeded without real recordings" >&2; return 0; }
+    mkdir -p fuzz/seeds/mcap
+    for c in zstd lz4 none; do
+        rt=$(mktemp -d /tmp/fuzz-rec-XXXX)
+        XDG_RUNTIME_DIR=$rt HPRM_PYTHON=$python RUST_LOG=warn "$hprm" launch --fast --record "fuzz/seeds/mcap/recorded-$c" \
+            --record-compression "$c" hprm-py/tests/programs/recorded.py 3 >/dev/null 2>&1 || echo "recording with $c failed" >&2
+        rm -rf "$rt"
+    done
+}
 
 # The project holding target $1, and its environment.
 fdir=fuzz
@@ -40,8 +58,16 @@ project() {
     if [ "$1" = py_payload ]; then
         fdir=hprm-py/fuzz
         # The embedded interpreter is never finalized: what it holds at
-        # exit is not a leak of the reader's.
+        # exit is not a leak of the reader's (LeakSanitizer's check at the
+        # exit of each fork-mode job too, hence ASAN_OPTIONS). An
+        # allocation too large for the machine fails as it does outside
+        # the sanitizer (a MemoryError, which the reader answers as a
+        # PayloadError: CPython's unpickler sizes its memo by the index a
+        # pickle names) instead of aborting; Rust's own allocation failures
+        # still abort, and libFuzzer's -malloc_limit_mb (-rss_limit_mb)
+        # still reports any that succeeds above it.
         extra=(-detect_leaks=0)
+        export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
         local python=${HPRM_PYTHON:-$PWD/.venv/bin/python}
         export PYO3_PYTHON="$python"
         # hprm-py's build.rs copies the daemons from there instead of
@@ -53,6 +79,7 @@ project() {
         export PYTHONPATH LD_LIBRARY_PATH
         [ -d "$fdir/seeds" ] || "$python" "$fdir/seeds.py" "$fdir/seeds/$1"
     fi
+    [ "$1" != mcap ] || [ -e fuzz/seeds/mcap/recorded-zstd ] || record_seeds
     mkdir -p "$fdir/logs"
 }
 

@@ -15,7 +15,8 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use mcap::records::Record;
 
-use crate::record::{decode_decision, names, DECISIONS_PREFIX, META_RUN, META_SUMMARY, PHYSICAL_PREFIX};
+use crate::record::names;
+use crate::recording::{decode_decision, scan, DECISIONS_PREFIX, META_RUN, META_SUMMARY, PHYSICAL_PREFIX};
 
 #[derive(Args, Debug)]
 pub struct BagArgs {
@@ -59,29 +60,6 @@ pub(crate) fn open(path: &Path) -> Result<memmap2::Mmap> {
     // SAFETY: read-only; a recording being written concurrently is read up
     // to what the reader validates (chunk CRCs).
     unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))
-}
-
-/// Calls `each` for every record in file order (chunks opened); returns
-/// why the file ended early, if it did.
-pub(crate) fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Result<Option<String>> {
-    if !buf.starts_with(mcap::MAGIC) {
-        bail!("not an MCAP file: it does not start with MCAP's magic bytes");
-    }
-    let records = match mcap::read::ChunkFlattener::new(buf) {
-        Ok(r) => r,
-        Err(e) => bail!("not an MCAP file: {e}"),
-    };
-    for r in records {
-        match r {
-            Ok(r) => {
-                if !each(r) {
-                    return Ok(None);
-                }
-            }
-            Err(e) => return Ok(Some(e.to_string())),
-        }
-    }
-    Ok(None)
 }
 
 #[derive(Default)]
@@ -199,7 +177,8 @@ fn info(path: &Path) -> Result<i32> {
         _ => 0.0,
     };
     let start: i64 = summary.and_then(|s| s.get("start")).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let since = |t: Option<u64>| t.map_or("-".into(), |t| format!("{:.6} s", (t as i64 - start) as f64 / 1e9));
+    let since =
+        |t: Option<u64>| t.map_or("-".into(), |t| format!("{:.6} s", (t as i64).saturating_sub(start) as f64 / 1e9));
     println!("duration:    {duration:.6} s of logical time (tags {} to {})", since(first), since(last));
     let total: u64 = channels.iter().map(|c| c.messages).sum();
     let bytes: u64 = channels.iter().map(|c| c.bytes).sum();
@@ -296,7 +275,11 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
                     }
                 }
                 Record::Message { header, data } if ids.contains(&header.channel_id) => {
-                    println!("--- tag {}/{}", crate::topic::seconds(header.log_time as i64 - start), header.sequence);
+                    println!(
+                        "--- tag {}/{}",
+                        crate::topic::seconds((header.log_time as i64).saturating_sub(start)),
+                        header.sequence
+                    );
                     if views.contains(&header.channel_id) {
                         println!("a Foxglove view (protobuf, {} bytes): open the file in Foxglove", data.len());
                     } else {

@@ -16,6 +16,7 @@ mod launch;
 mod ps;
 mod record;
 mod recorder;
+mod recording;
 mod replay;
 mod source;
 mod store;

@@ -57,6 +57,11 @@ use hprm_node::Tag;
 use crate::foxglove;
 use hprm_store::Object;
 
+// The file's names and encodings, defined with its reader.
+use crate::recording::{
+    encode_decision, format_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_RUN, META_SUMMARY, PHYSICAL_PREFIX,
+};
+
 /// Messages queued between the federates' threads and the writer.
 const BACKLOG: usize = 64;
 
@@ -85,15 +90,6 @@ pub const SCHEMA_NAME: &str = "hprm.value";
 /// Its encoding (the schema data is a text for people and programs that
 /// know nothing of HPRM).
 pub const SCHEMA_ENCODING: &str = "hprm-msgpack";
-/// The metadata records.
-pub const META_PROGRAM: &str = "hprm.program";
-pub const META_RUN: &str = "hprm.run";
-pub const META_SUMMARY: &str = "hprm.summary";
-
-/// The topic of a federate's deadline decisions: this, then its name.
-pub const DECISIONS_PREFIX: &str = "deadlines/";
-/// The topic of a physical action's values: this, then its full path.
-pub const PHYSICAL_PREFIX: &str = "physical/";
 
 /// The schema of deadline decision channels.
 pub const DECISION_SCHEMA: &str = "hprm.deadline_decision";
@@ -103,40 +99,6 @@ A deadline decision of an HPRM federate: one MessagePack map
 its deadline was missed (its deadline handler ran), false when its body ran}.
 Message header: log_time = the tag's time (ns since the epoch), sequence = the
 tag's microstep, publish_time = physical time of the decision.";
-
-/// One decision's message data (see [`DECISION_SCHEMA_TEXT`]).
-pub fn encode_decision(reaction: &str, missed: bool) -> Vec<u8> {
-    let v = rmpv::Value::Map(vec![
-        (rmpv::Value::from("reaction"), rmpv::Value::from(reaction)),
-        (rmpv::Value::from("missed"), rmpv::Value::from(missed)),
-    ]);
-    let mut out = Vec::new();
-    // Writing into a Vec cannot fail.
-    let _ = rmpv::encode::write_value(&mut out, &v);
-    out
-}
-
-/// The (reaction, missed) of a decision's message data.
-pub fn decode_decision(data: &[u8]) -> Option<(String, bool)> {
-    let v = rmpv::decode::read_value(&mut &data[..]).ok()?;
-    let field = |k: &str| v.as_map()?.iter().find(|(key, _)| key.as_str() == Some(k)).map(|(_, x)| x.clone());
-    Some((field("reaction")?.as_str()?.to_string(), field("missed")?.as_bool()?))
-}
-
-/// Summary keys `last.FEDERATE`: the federate's last tag (its stop tag),
-/// as [`format_tag`] writes it; replay stops there.
-pub const LAST_PREFIX: &str = "last.";
-
-/// A tag in metadata: `TIME/MICROSTEP`, time in ns since the epoch.
-pub fn format_tag(t: Tag) -> String {
-    format!("{}/{}", t.time, t.microstep)
-}
-
-/// The tag [`format_tag`] wrote, `None` when `text` is not one.
-pub fn parse_tag(text: &str) -> Option<Tag> {
-    let (time, microstep) = text.split_once('/')?;
-    Some(Tag::new(time.parse().ok()?, microstep.parse().ok()?))
-}
 
 /// The schema text: how to decode a value of any channel.
 const SCHEMA_TEXT: &str = "\
@@ -970,6 +932,7 @@ fn inline(v: &mut rmpv::Value, objects: &[Object]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recording::decode_decision;
 
     #[test]
     fn decisions_read_back() {

@@ -53,9 +53,10 @@ use hprm_node::payload::{
 use hprm_node::{Coordination, LogicalAction, Output, Program, Tag, Value};
 use mcap::records::Record;
 
-use crate::bag::{open_parts, scan};
-use crate::record::{
-    decode_decision, names, parse_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_SUMMARY, PHYSICAL_PREFIX,
+use crate::bag::open_parts;
+use crate::record::names;
+use crate::recording::{
+    self, decode_decision, messages, parse_tag, program, scan, DECISIONS_PREFIX, META_SUMMARY, PHYSICAL_PREFIX,
 };
 use crate::source::Source;
 
@@ -112,7 +113,7 @@ pub struct FederateArgs {
     #[arg(long, value_delimiter = ',')]
     pub topics: Vec<String>,
     /// Ask for the stop at this tag (since the start, as
-    /// `crate::record::format_tag` writes it).
+    /// `crate::recording::format_tag` writes it).
     #[arg(long)]
     pub stop_at: Option<String>,
 }
@@ -166,33 +167,7 @@ impl Recording {
             Some((file, why)) => (file, why),
             None => (path.to_path_buf(), None),
         };
-        let path = at.as_path();
-        let not_ours = || {
-            anyhow::anyhow!(
-                "{} is an MCAP file but not an HPRM recording (it has no {META_PROGRAM} metadata); \
-                 record one with `hprm launch --record FILE.mcap PROGRAM`",
-                path.display()
-            )
-        };
-        let text = meta.get(META_PROGRAM).and_then(|m| m.get("manifest")).ok_or_else(not_ours)?;
-        let part = meta.get(crate::record::META_RUN).and_then(|m| m.get("part")).cloned();
-        let manifest = Manifest::from_json(text)
-            .map_err(|e| anyhow::anyhow!("{}: its program graph is unreadable: {e}", path.display()))?;
-        let summary = match (meta.get(META_SUMMARY), why) {
-            (Some(s), None) => s,
-            (_, Some(why)) => bail!(
-                "{} ends early ({why}): its recorder was stopped before closing it; replay needs a complete recording",
-                path.display()
-            ),
-            (None, None) => bail!("{} has no summary ({META_SUMMARY}): its recorder did not finish it", path.display()),
-        };
-        let start: i64 = summary.get("start").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let last = summary
-            .iter()
-            .filter(|(k, _)| k.starts_with(LAST_PREFIX))
-            .filter_map(|(_, v)| parse_tag(v))
-            .map(|t| Tag::new(t.time - start, t.microstep))
-            .collect();
+        let recording::Program { manifest, start, last, part } = program(&meta, why, &at)?;
         let part = part.filter(|_| parts.len() == 1);
         let first = parts[0].0.clone();
         Ok(Recording { maps: parts.into_iter().map(|(_, m)| m).collect(), first, manifest, start, topics, last, part })
@@ -201,26 +176,8 @@ impl Recording {
     /// Calls `each(channel topic, tag relative to the start, payload)` for
     /// every message, in file order (per channel, tag order).
     fn messages(&self, mut each: impl FnMut(&str, Tag, &[u8]) -> bool) -> Result<()> {
-        let start = self.start;
         for map in &self.maps {
-            // A channel's id is its part's own.
-            let mut topic_of: HashMap<u16, String> = HashMap::new();
-            let mut more = true;
-            scan(map, |r| match r {
-                Record::Channel(c) => {
-                    topic_of.insert(c.id, c.topic);
-                    true
-                }
-                Record::Message { header, data } => match topic_of.get(&header.channel_id) {
-                    Some(t) => {
-                        more = each(t, Tag::new(header.log_time as i64 - start, header.sequence), &data);
-                        more
-                    }
-                    None => true,
-                },
-                _ => true,
-            })?;
-            if !more {
+            if !messages(map, self.start, &mut each)? {
                 break;
             }
         }
@@ -485,7 +442,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
                 c.args(["--topics", &topics.join(",")]);
             }
             if let Some(s) = stop {
-                c.args(["--stop-at", &crate::record::format_tag(s)]);
+                c.args(["--stop-at", &crate::recording::format_tag(s)]);
             }
             c
         })),
@@ -1026,7 +983,7 @@ mod tests {
     #[test]
     fn tags_in_metadata_read_back() {
         let t = Tag::new(1_795_738_290_400_866_613, 2);
-        assert_eq!(parse_tag(&crate::record::format_tag(t)), Some(t));
+        assert_eq!(parse_tag(&crate::recording::format_tag(t)), Some(t));
         assert_eq!(parse_tag("12"), None);
         assert_eq!(parse_tag("x/1"), None);
     }

@@ -310,5 +310,134 @@ fn main() {
     payload(&dir);
     manifests(&dir);
     bridge_configs(&dir);
+    recordings(&dir);
+    link(&dir);
     println!("seeds written to {}", dir.display());
+}
+
+/// MCAP files laid out as `hprm launch --record` writes them (a program's
+/// manifest, its run and summary metadata, a value channel, a deadline
+/// decisions channel, a physical action channel), in the writer's
+/// variants: chunks compressed with zstd or lz4 or not at all, no chunks,
+/// and chunks without CRCs (so that a mutated chunk is read, not refused
+/// by its CRC); and a file cut short, as a killed recorder leaves one.
+/// The real recordings of the tests join them in fuzz/seeds/mcap/
+/// (see fuzz/run.sh).
+fn recordings(dir: &Path) {
+    use std::collections::BTreeMap;
+    use std::io::Cursor;
+    let variants: [(&str, Option<mcap::Compression>, bool, bool); 5] = [
+        ("zstd", Some(mcap::Compression::Zstd), true, true),
+        ("lz4", Some(mcap::Compression::Lz4), true, true),
+        ("plain", None, true, true),
+        ("unchunked", None, false, true),
+        ("no-crcs", None, true, false),
+    ];
+    let manifest = r#"{"name":"rec","federate":[{"name":"src"},{"name":"sink"}],"connection":[{"from":"src.out","to":"sink.inp"}]}"#;
+    let meta = |name: &str, kv: &[(&str, &str)]| mcap::records::Metadata {
+        name: name.into(),
+        metadata: kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    for (name, compression, chunks, crcs) in variants {
+        let mut w = mcap::WriteOptions::new()
+            .compression(compression)
+            .use_chunks(chunks)
+            .chunk_size(Some(256))
+            .calculate_chunk_crcs(crcs)
+            .calculate_data_section_crc(crcs)
+            .calculate_summary_section_crc(crcs)
+            .create(Cursor::new(Vec::new()))
+            .expect("writer");
+        w.write_metadata(&meta("hprm.program", &[("manifest", manifest)])).expect("metadata");
+        w.write_metadata(&meta(
+            "hprm.run",
+            &[("program", "rec"), ("coordination", "centralized"), ("policy", "block")],
+        ))
+        .expect("metadata");
+        let value = w.add_schema("hprm.value", "hprm-msgpack", b"an HPRM port value").expect("schema");
+        let decision = w.add_schema("hprm.deadline_decision", "hprm-msgpack", b"a deadline decision").expect("schema");
+        let none = BTreeMap::new();
+        let out = w.add_channel(value, "src.r.out", "msgpack", &none).expect("channel");
+        let phys = w.add_channel(value, "physical/src.r.sensor", "msgpack", &none).expect("channel");
+        let decisions = w.add_channel(decision, "deadlines/sink", "msgpack", &none).expect("channel");
+        let start = 1_700_000_000_000_000_000u64;
+        for n in 0..4u64 {
+            use rmpv::Value as V;
+            let v = V::Map(vec![
+                (V::from("n"), V::from(n)),
+                (V::from("name"), V::from(format!("frame-{n}"))),
+                (V::from("list"), V::Array(vec![V::from(n), V::from(2.5), V::Nil, V::from(true)])),
+                (V::from("raw"), V::Binary(vec![n as u8; 12])),
+            ]);
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, &v).expect("into a Vec");
+            let v = bytes;
+            let header = |channel_id| mcap::records::MessageHeader {
+                channel_id,
+                sequence: n as u32 % 2,
+                log_time: start + n * 10_000_000,
+                publish_time: start + n * 10_000_000 + 5,
+            };
+            w.write_to_known_channel(&header(out), &v).expect("message");
+            w.write_to_known_channel(&header(phys), &v).expect("message");
+            let missed = n % 2 == 1;
+            let d = [
+                &[0x82, 0xa8][..],
+                b"reaction",
+                &[0xaa],
+                b"sink.r.run",
+                &[0xa6],
+                b"missed",
+                &[0xc2 + u8::from(missed)],
+            ]
+            .concat();
+            w.write_to_known_channel(&header(decisions), &d).expect("message");
+        }
+        let start_text = start.to_string();
+        let last = format!("{}/0", start + 30_000_000);
+        w.write_metadata(&meta(
+            "hprm.summary",
+            &[
+                ("start", &start_text),
+                ("lost", "0"),
+                ("last.src", &last),
+                ("last.sink", &last),
+                ("lost.src.r.out", "0"),
+            ],
+        ))
+        .expect("metadata");
+        w.finish().expect("finish");
+        let bytes = w.into_inner().into_inner();
+        write(dir, "mcap", name, &bytes);
+        if name == "plain" {
+            write(dir, "mcap", "cut-short", &bytes[..bytes.len() * 2 / 3]);
+        }
+    }
+}
+
+/// The store link's messages (`hprm-link/src/wire.rs`, by its encoders'
+/// layout): hello replies of this version and another, push headers of
+/// both kinds, and each outcome byte; byte 0 picks the decoder (see
+/// `hprm_fuzz::link_wire`).
+fn link(dir: &Path) {
+    const VERSION: u8 = 2;
+    let mut hello = vec![0, VERSION];
+    hello.extend_from_slice(&0xfeed_0001u64.to_le_bytes());
+    hello.extend_from_slice(b"perception");
+    write(dir, "link_wire", "hello", &hello);
+    write(dir, "link_wire", "hello-other-version", &[0, VERSION + 1, b'x']);
+    for (kind, name, meta) in [(1u8, "push-data", &b"meta"[..]), (2, "push-announce", &b""[..])] {
+        let mut h = vec![1, VERSION, kind];
+        h.extend_from_slice(&[0x11; ObjectId::LEN]);
+        h.extend_from_slice(&3u32.to_le_bytes());
+        h.extend_from_slice(&(50u64 << 20).to_le_bytes());
+        h.extend_from_slice(&(meta.len() as u16).to_le_bytes());
+        h.extend_from_slice(meta);
+        h.push(6);
+        h.extend_from_slice(b"camera");
+        write(dir, "link_wire", name, &h);
+    }
+    for b in 1..=3u8 {
+        write(dir, "link_wire", &format!("outcome-{b}"), &[2, b]);
+    }
 }

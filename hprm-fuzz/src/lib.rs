@@ -22,7 +22,7 @@ use std::time::Duration;
 pub type Harness = fn(&[u8]);
 
 /// Every target, by the name of its cargo-fuzz target and corpus folder.
-pub const TARGETS: [(&str, Harness); 7] = [
+pub const TARGETS: [(&str, Harness); 9] = [
     ("rti_frames", rti_frames),
     ("store_frames", store_frames),
     ("store_handshake", store_handshake),
@@ -30,6 +30,8 @@ pub const TARGETS: [(&str, Harness); 7] = [
     ("payload", payload),
     ("manifest", manifest),
     ("bridge_config", bridge_config),
+    ("mcap", mcap),
+    ("link_wire", link_wire),
 ];
 
 /// Splits `data` into the chunk size its first byte picks (1..=256) and
@@ -266,5 +268,90 @@ pub fn bridge_config(data: &[u8]) {
             assert!(e.to_string().contains("bridge.toml"), "an error that does not name the file: {e}");
         }
         Err(e @ ConfigError::Read { .. }) => panic!("parsing text read a file: {e}"),
+    }
+}
+
+/// How `hprm bag` and `hprm replay` read a recording, compiled here from
+/// the command's own source file (`hprm-cli` is a binary; its reading
+/// needs only mcap, rmpv, anyhow and hprm-node).
+#[path = "../../hprm-cli/src/recording.rs"]
+// The writer's half (`encode_decision`, `format_tag`) is not a decoder.
+#[allow(dead_code)]
+mod recording;
+
+/// A recording (MCAP), read as `hprm bag info|echo` and `hprm replay`
+/// read one: every record, chunks opened (zstd, lz4, CRCs checked); each
+/// message's value decoded (a deadline decision, or the MessagePack value
+/// `hprm bag echo` prints); the messages with their tags relative to the
+/// start; and what the metadata says of the recorded program (its
+/// manifest, start, last tags). Every reading ends in an error at worst.
+pub fn mcap(data: &[u8]) {
+    use mcap::records::Record;
+    use std::collections::BTreeMap;
+    let mut meta: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut topics: std::collections::HashMap<u16, String> = std::collections::HashMap::new();
+    let scanned = recording::scan(data, |r| {
+        match r {
+            Record::Channel(c) => {
+                topics.insert(c.id, c.topic);
+            }
+            Record::Message { header, data } => match topics.get(&header.channel_id) {
+                Some(t) if t.starts_with(recording::DECISIONS_PREFIX) => {
+                    let _ = recording::decode_decision(&data);
+                }
+                _ => {
+                    let _ = rmpv::decode::read_value(&mut &data[..]);
+                }
+            },
+            Record::Metadata(m) => {
+                meta.insert(m.name, m.metadata);
+            }
+            _ => {}
+        }
+        true
+    });
+    let Ok(why) = scanned else { return };
+    let start = recording::program(&meta, why, std::path::Path::new("fuzz.mcap")).map_or(0, |p| p.start);
+    let whole = recording::messages(data, start, |_, _, _| true);
+    assert!(whole.is_ok(), "messages() refused what scan() read");
+}
+
+/// The store link's wire format, compiled here alone from the link's
+/// source file: the link's crate needs Zenoh, its wire format only
+/// `hprm-store`'s object ids. (Its unit tests run here too.)
+#[path = "../../hprm-link/src/wire.rs"]
+// The keys and host names are the link's own, not decoders.
+#[allow(dead_code)]
+mod link_wire;
+
+/// The store link's messages between hosts, as a link reads what a peer
+/// sent: byte 0 picks the hello reply (0), a push's header (1) or a
+/// push's outcome byte (2); a header or hello that decodes is encoded
+/// again and must decode to the same.
+pub fn link_wire(data: &[u8]) {
+    use link_wire::{hello, parse_hello, Header, Outcome, LINK_VERSION};
+    let Some((&which, bytes)) = data.split_first() else { return };
+    match which % 3 {
+        0 => {
+            if let Ok(h) = parse_hello(bytes) {
+                if h.version == LINK_VERSION {
+                    assert_eq!(parse_hello(&hello(&h.host, h.arena)), Ok(h), "parse(hello(h)) != h");
+                }
+            }
+        }
+        1 => {
+            if let Ok(h) = Header::decode(bytes) {
+                assert!(h.metadata.len() <= usize::from(u16::MAX));
+                // The name read lossily may outgrow the 255 bytes a header holds.
+                if h.from.len() <= 255 {
+                    assert_eq!(Header::decode(&h.encode()), Ok(h), "decode(encode(h)) != h");
+                }
+            }
+        }
+        _ => {
+            if let Some(&b) = bytes.first() {
+                assert_eq!(Outcome::from_byte(b).map(|o| o as u8), Some(b).filter(|b| (1..=3).contains(b)));
+            }
+        }
     }
 }
