@@ -144,3 +144,13 @@ def daemons_built():
     subprocess.run(["cargo", "build", "--release", "-p", "hprm-store", "-p", "hprm-rti"], cwd=ROOT, check=True)
     os.environ["HPRM_BIN_DIR"] = str(ROOT / "target" / "release")
     return ROOT / "target" / "release"
+
+
+@pytest.fixture(scope="session")
+def hprm_cli(daemons_built):
+    """The `hprm` CLI binary: next to the daemons, else built there."""
+    exe = Path(daemons_built) / "hprm"
+    if not exe.exists():
+        release = ["--release"] if Path(daemons_built).name == "release" else []
+        subprocess.run(["cargo", "build", *release, "-p", "hprm-cli"], cwd=ROOT, check=True)
+    return exe

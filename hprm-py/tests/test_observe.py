@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 PROGRAMS = Path(__file__).parent / "programs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,16 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(script, *args, env=None, timeout=120):
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", **(env or {}))
     return subprocess.run([sys.executable, str(PROGRAMS / script), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="session")
-def hprm_cli(daemons_built):
-    """The `hprm` CLI binary: next to the daemons, else built there."""
-    exe = Path(daemons_built) / "hprm"
-    if not exe.exists():
-        release = ["--release"] if Path(daemons_built).name == "release" else []
-        subprocess.run(["cargo", "build", *release, "-p", "hprm-cli"], cwd=ROOT, check=True)
-    return exe
 
 
 def test_a_python_program_traces_every_reaction(daemons_built, tmp_path):

@@ -43,14 +43,6 @@ def shown():
 
 
 @pytest.fixture(scope="module")
-def hprm_cli(daemons_built):
-    exe = Path(daemons_built) / "hprm"
-    if not exe.exists():
-        pytest.fail(f"{exe} is missing: build it with `cargo build -p hprm-cli` (test-all.sh does)")
-    return exe
-
-
-@pytest.fixture(scope="module")
 def env():
     # A short runtime directory: socket paths have a length limit.
     runtime = tempfile.mkdtemp(prefix="fox-", dir="/tmp")

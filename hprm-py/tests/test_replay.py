@@ -20,14 +20,6 @@ PROGRAM = Path(__file__).parent / "programs" / "replayed.py"
 COUNT = 5
 
 
-@pytest.fixture(scope="module")
-def hprm_cli(daemons_built):
-    exe = Path(daemons_built) / "hprm"
-    if not exe.exists():
-        pytest.fail(f"{exe} is missing: build it with `cargo build -p hprm-cli` (test-all.sh does)")
-    return exe
-
-
 def environment(**extra):
     # A short runtime directory: socket paths have a length limit.
     runtime = tempfile.mkdtemp(prefix="rpl-", dir="/tmp")
