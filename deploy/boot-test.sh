@@ -10,10 +10,12 @@
 #
 # Inside, as an administrator would: deploy/install.sh (binaries, templates,
 # the user hprm), `hprm deploy --systemd` of examples/python/mixed.py (Python
-# and Rust federates, arrays through the store), then the store and the
-# program's target started at boot. Passes when the store is up, the RTI and
-# every federate ended with status 0 and no restart, and the sink received
-# every value.
+# and Rust federates, arrays through the store) and of
+# examples/manifest/pipeline.toml with a [record] table (its recorder unit),
+# then the store and both programs' targets started at boot. Passes when the
+# store is up, both RTIs, every federate and the recorder ended with status 0
+# and no restart, the sink received every value doubled, and the recording
+# holds every camera frame and says it lost nothing.
 #
 #   deploy/boot-test.sh [--from DIR] [--python PY]
 #
@@ -62,7 +64,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-program=mixed
+recording=/var/lib/hprm-boot/pipeline.mcap
 root=$work/root
 cat > "$work/inner.sh" <<EOF
 set -euo pipefail
@@ -104,7 +106,15 @@ chroot $root /bin/bash -euc '
     deploy/install.sh --from $from > /dev/null
     HPRM_PYTHON=$python $from/hprm deploy --systemd /root/deploy examples/python/mixed.py $from/mixed-doubler > /dev/null
     cp -r /root/deploy/etc/. /etc/
-    printf "[Unit]\nDescription=HPRM boot test\nWants=hprm-store.service hprm@$program.target\n" > /etc/systemd/system/hprm-boot.target
+    # A recorded program beside it, deployed from a TOML manifest with a
+    # [record] table: its recorder unit writes under /var/lib.
+    mkdir -p /srv/hprm-boot
+    cp examples/manifest/reactors.py /srv/hprm-boot/
+    cp examples/manifest/pipeline.toml /srv/hprm-boot/
+    printf "\n[record]\npath = \"$recording\"\n" >> /srv/hprm-boot/pipeline.toml
+    HPRM_PYTHON=$python $from/hprm deploy --systemd /root/deploy2 --rti-port 15046 /srv/hprm-boot/pipeline.toml > /dev/null
+    cp -r /root/deploy2/etc/. /etc/
+    printf "[Unit]\nDescription=HPRM boot test\nWants=hprm-store.service hprm@mixed.target hprm@pipeline.target\n" > /etc/systemd/system/hprm-boot.target
 '
 exec chroot $root /usr/bin/env -i container=hprm-boot-test PATH=/usr/sbin:/usr/bin:/sbin:/bin \
     /lib/systemd/systemd --system --unit=hprm-boot.target --log-target=journal --show-status=no
@@ -124,20 +134,26 @@ done
 inside() { nsenter -t "$pid" -m -p -n -u -i -r -w "$@"; }
 journal() { inside journalctl --no-pager -o short-monotonic -u 'hprm-*' >&2 || true; }
 
-rti="hprm-rti@$program.service"
-# The RTI exits 0 once every federate has resigned: the program's end.
-# (Before it starts it is inactive too, with no exit time.)
 show() { inside systemctl show -p "$1" --value "$2" 2>/dev/null || true; }
-state=""
-for _ in $(seq 1200); do
-    state="$(show ActiveState "$rti") $(show Result "$rti")"
-    case "$state" in
-        "inactive success") [ "$(show ExecMainExitTimestampMonotonic "$rti")" != 0 ] && break ;;
-        "failed "*|"inactive "*) journal; fail "$rti ended as: $state" ;;
-    esac
-    sleep 0.1
-done
-[ "$state" = "inactive success" ] || { journal; fail "the program did not end within 120 s ($rti: $state)"; }
+# Waits until UNIT has run and ended (before it starts it is inactive too,
+# with no exit time); fails unless it ended with success.
+ended() {
+    local state=""
+    for _ in $(seq 600); do
+        state="$(show ActiveState "$1") $(show Result "$1")"
+        case "$state" in
+            "inactive success") [ "$(show ExecMainExitTimestampMonotonic "$1")" != 0 ] && return 0 ;;
+            "failed "*|"inactive "*) journal; fail "$1 ended as: $state" ;;
+        esac
+        sleep 0.2
+    done
+    journal; fail "$1 did not end within 2 minutes ($state)"
+}
+# An RTI exits 0 once every federate has resigned: its program's end. The
+# recorder closes its file once every federate of the host has ended.
+ended "hprm-rti@mixed.service"
+ended "hprm-rti@pipeline.service"
+ended "hprm-record@pipeline.service"
 
 units=$(inside systemctl list-units --all --plain --no-legend 'hprm-*' | awk '{print $1}')
 say "units: $(echo "$units" | paste -sd' ')"
@@ -150,8 +166,8 @@ for u in $units; do
     got="$(show Result "$u") $(show ExecMainStatus "$u") $(show NRestarts "$u")"
     [ "$got" = "success 0 0" ] || { journal; fail "$u ended as (result, status, restarts) $got"; }
 done
-[ "$federates" = 3 ] || { journal; fail "$federates federate units ran, not 3"; }
-log=$(inside journalctl --no-pager -o cat -u 'hprm-federate@*' 2>/dev/null)
+[ "$federates" = 6 ] || { journal; fail "$federates federate units ran, not 6 (3 per program)"; }
+log=$(inside journalctl --no-pager -o cat -u 'hprm-federate@mixed-*' 2>/dev/null)
 # The Rust federate doubled each value (the counter and the array): the
 # sink prints n=2k and an array all 2k.
 got=$(printf '%s\n' "$log" | grep '^sink: n=' || true)
@@ -159,5 +175,11 @@ values=$(printf '%s\n' "$got" | grep -c . || true)
 [ "$values" -ge 3 ] || { journal; fail "the sink received $values values, not 3 or more"; }
 wrong=$(printf '%s\n' "$got" | awk '{ split($2, n, "="); split($4, a, "="); if (n[2] % 2 != 0 || a[2] + 0 != n[2]) print }')
 [ -z "$wrong" ] || { journal; fail "values not doubled: $wrong"; }
-printf '%s\n' "$log" | grep -qi 'panicked\|Traceback' && { journal; fail "a federate crashed"; }
-say "ok: the store up, the RTI and $federates federates ended with status 0 and no restart; the sink got $values values, each doubled"
+inside journalctl --no-pager -o cat -u 'hprm-*' 2>/dev/null | grep -qi 'panicked\|Traceback' && { journal; fail "a process crashed"; }
+# Every frame the camera sent (1 s at 50 ms: tags 0 to 1 s) is in the
+# recording, read back by `hprm bag info`; nothing lost.
+info=$(inside "$from/hprm" bag info "$recording" 2>&1) || { journal; echo "$info" >&2; fail "hprm bag info $recording failed"; }
+frames=$(printf '%s\n' "$info" | awk '$1 == "camera.camera.frame" { print $2 }')
+[ "$frames" = 21 ] || { echo "$info" >&2; fail "the recording holds ${frames:-no} camera frames, not 21"; }
+printf '%s\n' "$info" | grep -q '^losses: *none' || { echo "$info" >&2; fail "the recording says it lost something"; }
+say "ok: the store up; 2 RTIs, $federates federates and the recorder ended with status 0 and no restart; the sink got $values values, each doubled; the recording holds all $frames frames"
