@@ -418,14 +418,18 @@ mod tests {
         // room for 4 GiB before reading it.
         let channel = [&1u16.to_le_bytes()[..], &0u16.to_le_bytes(), &0xFFFF_FFF0u32.to_le_bytes(), b"/a"].concat();
         let why = scan(&file_of(mcap::records::op::CHANNEL, &channel), |_| true).expect("MCAP").expect("refused");
-        assert_eq!(why, "its Channel record's topic needs 4294967280 bytes but only 2 remain in the record: the file is damaged");
+        assert_eq!(
+            why,
+            "its Channel record's topic needs 4294967280 bytes but only 2 remain in the record: the file is damaged"
+        );
         // A metadata map's key past the map's own length.
         let map = [&8u32.to_le_bytes()[..], &0x7FFF_FFFFu32.to_le_bytes(), b"kkkk"].concat();
         let metadata = [&1u32.to_le_bytes()[..], b"m", &map].concat();
         let why = check_lengths(mcap::records::op::METADATA, &metadata).expect_err("refused");
         assert_eq!((why.record, why.field, why.claimed, why.left), ("Metadata", "metadata", 0x7FFF_FFFF, 4));
         // An attachment without room for its CRC (mcap slices past it).
-        let attachment = [&[0u8; 16][..], &0u32.to_le_bytes(), &0u32.to_le_bytes(), &2u64.to_le_bytes(), b"ab"].concat();
+        let attachment =
+            [&[0u8; 16][..], &0u32.to_le_bytes(), &0u32.to_le_bytes(), &2u64.to_le_bytes(), b"ab"].concat();
         let why = check_lengths(mcap::records::op::ATTACHMENT, &attachment).expect_err("refused");
         assert_eq!((why.record, why.field), ("Attachment", "CRC"));
     }
