@@ -72,6 +72,161 @@ pub fn record_limit(len: usize) -> usize {
     len.saturating_mul(64).max(64 << 20)
 }
 
+/// A record whose field, by its size or the length it claims, needs more
+/// than its body holds.
+#[derive(Debug, PartialEq)]
+pub struct BadLength {
+    pub record: &'static str,
+    pub field: &'static str,
+    pub claimed: u64,
+    pub left: usize,
+}
+
+impl std::fmt::Display for BadLength {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (record, field, claimed, left) = (self.record, self.field, self.claimed, self.left);
+        write!(f, "its {record} record's {field} needs {claimed} bytes but only {left} remain in the record: the file is damaged")
+    }
+}
+
+/// The body of one record, read field by field as mcap 0.24 parses it.
+struct Fields<'a> {
+    record: &'static str,
+    rest: &'a [u8],
+}
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, field: &'static str, n: u64) -> Result<&'a [u8], BadLength> {
+        let left = self.rest.len();
+        match usize::try_from(n) {
+            Ok(n) if n <= left => {
+                let (taken, rest) = self.rest.split_at(n);
+                self.rest = rest;
+                Ok(taken)
+            }
+            _ => Err(BadLength { record: self.record, field, claimed: n, left }),
+        }
+    }
+
+    fn fixed(&mut self, field: &'static str, n: u64) -> Result<(), BadLength> {
+        self.take(field, n).map(drop)
+    }
+
+    fn length(&mut self, field: &'static str, width: usize) -> Result<u64, BadLength> {
+        let bytes = self.take(field, width as u64)?;
+        Ok(bytes.iter().rev().fold(0, |n, &b| n << 8 | u64::from(b)))
+    }
+
+    /// A string, or bytes, or an array or a map of fixed-size entries:
+    /// a u32 length in bytes, then that many bytes.
+    fn prefixed(&mut self, field: &'static str) -> Result<&'a [u8], BadLength> {
+        let n = self.length(field, 4)?;
+        self.take(field, n)
+    }
+
+    /// A map of strings to strings: a u32 length in bytes, then strings.
+    fn string_map(&mut self, field: &'static str) -> Result<(), BadLength> {
+        let mut entries = Fields { record: self.record, rest: self.prefixed(field)? };
+        while !entries.rest.is_empty() {
+            entries.prefixed(field)?;
+            entries.prefixed(field)?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a record whose inner lengths (a string's u32 length, a map's or
+/// an array's u32 length in bytes, a schema's or an attachment's data
+/// length) claim more than its body holds, before mcap parses it: mcap
+/// 0.24 makes room for what a string's length says before reading it, so
+/// a record of a few bytes claiming a 4 GiB topic aborted the reader for
+/// want of memory (47 inputs of the `mcap` fuzz target). What passes here
+/// is parsed within its body's bytes. The fields are mcap 0.24's
+/// (`mcap::records`, `mcap::read::parse_record`), as the MCAP spec
+/// orders them; other opcodes mcap leaves unparsed.
+pub fn check_lengths(opcode: u8, body: &[u8]) -> Result<(), BadLength> {
+    use mcap::records::op;
+    let record = match opcode {
+        op::HEADER => "Header",
+        op::SCHEMA => "Schema",
+        op::CHANNEL => "Channel",
+        op::CHUNK => "Chunk",
+        op::MESSAGE_INDEX => "MessageIndex",
+        op::CHUNK_INDEX => "ChunkIndex",
+        op::ATTACHMENT => "Attachment",
+        op::ATTACHMENT_INDEX => "AttachmentIndex",
+        op::STATISTICS => "Statistics",
+        op::METADATA => "Metadata",
+        op::METADATA_INDEX => "MetadataIndex",
+        // Fixed sizes (Footer, Message's header, SummaryOffset, DataEnd)
+        // or not parsed: mcap reads these within the body.
+        _ => return Ok(()),
+    };
+    let mut f = Fields { record, rest: body };
+    match opcode {
+        op::HEADER => {
+            f.prefixed("profile")?;
+            f.prefixed("library")?;
+        }
+        op::SCHEMA => {
+            f.fixed("id", 2)?;
+            f.prefixed("name")?;
+            f.prefixed("encoding")?;
+            f.prefixed("data")?;
+        }
+        op::CHANNEL => {
+            f.fixed("id and schema id", 4)?;
+            f.prefixed("topic")?;
+            f.prefixed("message encoding")?;
+            f.string_map("metadata")?;
+        }
+        op::CHUNK => {
+            f.fixed("times, uncompressed size and CRC", 28)?;
+            f.prefixed("compression")?;
+            let n = f.length("records", 8)?;
+            f.take("records", n)?;
+        }
+        op::MESSAGE_INDEX => {
+            f.fixed("channel id", 2)?;
+            f.prefixed("records")?;
+        }
+        op::CHUNK_INDEX => {
+            f.fixed("times, chunk offset and length", 32)?;
+            f.prefixed("message index offsets")?;
+            f.fixed("message index length", 8)?;
+            f.prefixed("compression")?;
+            f.fixed("compressed and uncompressed sizes", 16)?;
+        }
+        op::ATTACHMENT => {
+            f.fixed("times", 16)?;
+            f.prefixed("name")?;
+            f.prefixed("media type")?;
+            let n = f.length("data", 8)?;
+            f.take("data", n)?;
+            f.fixed("CRC", 4)?;
+        }
+        op::ATTACHMENT_INDEX => {
+            f.fixed("offset, length, times and data size", 40)?;
+            f.prefixed("name")?;
+            f.prefixed("media type")?;
+        }
+        op::STATISTICS => {
+            f.fixed("counts and times", 42)?;
+            f.prefixed("channel message counts")?;
+        }
+        op::METADATA => {
+            f.prefixed("name")?;
+            f.string_map("metadata")?;
+        }
+        op::METADATA_INDEX => {
+            f.fixed("offset and length", 16)?;
+            f.prefixed("name")?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Calls `each` for every record in file order (chunks opened, their CRCs
 /// checked) until it returns false; returns why the file ended early, if
 /// it did. No record longer than [`record_limit`] is read.
@@ -107,13 +262,16 @@ pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Resu
                 reader.notify_read(n);
                 rest = &rest[n..];
             }
-            Ok(LinearReadEvent::Record { data, opcode }) => match mcap::read::parse_record(opcode, data) {
+            Ok(LinearReadEvent::Record { data, opcode }) => match check_lengths(opcode, data)
+                .map_err(|why| why.to_string())
+                .and_then(|()| mcap::read::parse_record(opcode, data).map_err(|e| e.to_string()))
+            {
                 Ok(r) => {
                     if !each(r.into_owned()) {
                         return Ok(None);
                     }
                 }
-                Err(e) => return Ok(Some(e.to_string())),
+                Err(why) => return Ok(Some(why)),
             },
             Err(e) => return Ok(Some(e.to_string())),
         }
@@ -243,5 +401,69 @@ mod tests {
         file.extend_from_slice(&chunk);
         let why = scan(&file, |_| true).expect("an MCAP file").expect("it ends early");
         assert!(why.contains("exceeds limit"), "{why}");
+    }
+
+    /// Magic, then one record (opcode, u64 length, body).
+    fn file_of(opcode: u8, body: &[u8]) -> Vec<u8> {
+        let mut file = mcap::MAGIC.to_vec();
+        file.push(opcode);
+        file.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        file.extend_from_slice(body);
+        file
+    }
+
+    #[test]
+    fn an_inner_length_past_its_record_is_refused_naming_the_field() {
+        // A channel whose topic claims 0xFFFFFFF0 bytes: mcap would make
+        // room for 4 GiB before reading it.
+        let channel = [&1u16.to_le_bytes()[..], &0u16.to_le_bytes(), &0xFFFF_FFF0u32.to_le_bytes(), b"/a"].concat();
+        let why = scan(&file_of(mcap::records::op::CHANNEL, &channel), |_| true).expect("MCAP").expect("refused");
+        assert_eq!(
+            why,
+            "its Channel record's topic needs 4294967280 bytes but only 2 remain in the record: the file is damaged"
+        );
+        // A metadata map's key past the map's own length.
+        let map = [&8u32.to_le_bytes()[..], &0x7FFF_FFFFu32.to_le_bytes(), b"kkkk"].concat();
+        let metadata = [&1u32.to_le_bytes()[..], b"m", &map].concat();
+        let why = check_lengths(mcap::records::op::METADATA, &metadata).expect_err("refused");
+        assert_eq!((why.record, why.field, why.claimed, why.left), ("Metadata", "metadata", 0x7FFF_FFFF, 4));
+        // An attachment without room for its CRC (mcap slices past it).
+        let attachment =
+            [&[0u8; 16][..], &0u32.to_le_bytes(), &0u32.to_le_bytes(), &2u64.to_le_bytes(), b"ab"].concat();
+        let why = check_lengths(mcap::records::op::ATTACHMENT, &attachment).expect_err("refused");
+        assert_eq!((why.record, why.field), ("Attachment", "CRC"));
+    }
+
+    #[test]
+    fn records_as_mcap_writes_them_pass_the_length_check() {
+        let mut out = std::io::Cursor::new(Vec::new());
+        let mut w = mcap::WriteOptions::new().use_chunks(false).create(&mut out).expect("writer");
+        let schema = w.add_schema("s", "jsonschema", b"{}").expect("schema");
+        let meta = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        let channel = w.add_channel(schema, "/t", "json", &meta).expect("channel");
+        let header = mcap::records::MessageHeader { channel_id: channel, sequence: 0, log_time: 1, publish_time: 1 };
+        w.write_to_known_channel(&header, b"{}").expect("message");
+        w.write_metadata(&mcap::records::Metadata { name: "m".into(), metadata: meta }).expect("metadata");
+        let attachment = mcap::Attachment {
+            log_time: 1,
+            create_time: 1,
+            name: "a".into(),
+            media_type: "text/plain".into(),
+            data: std::borrow::Cow::Borrowed(b"x"),
+        };
+        w.attach(&attachment).expect("attachment");
+        w.finish().expect("finish");
+        drop(w);
+        let mut kinds = Vec::new();
+        let why = scan(out.get_ref(), |r| {
+            kinds.push(r.opcode());
+            true
+        })
+        .expect("MCAP");
+        assert_eq!(why, None);
+        use mcap::records::op;
+        for kind in [op::HEADER, op::SCHEMA, op::CHANNEL, op::MESSAGE, op::METADATA, op::ATTACHMENT, op::STATISTICS] {
+            assert!(kinds.contains(&kind), "no record {kind:#x} in {kinds:x?}");
+        }
     }
 }
