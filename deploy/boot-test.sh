@@ -50,8 +50,9 @@ done
 [ -x "$python" ] || fail "$python is missing: hprm-py/install.sh .venv (or give --python)"
 [ -x /lib/systemd/systemd ] || fail "no /lib/systemd/systemd: apt-get install systemd"
 
-# Under /var/tmp, not /tmp: the booted system empties its /tmp, and the
-# overlay's own mount point must lie outside what it hides.
+# /tmp inside is the overlay's copy of the host's (the repository may be
+# a clone there); what the booted system writes or removes there stays in
+# the overlay. Its tmpfiles units are masked all the same.
 work=$(mktemp -d /var/tmp/hprm-boot.XXXXXX)
 pid=""
 cleanup() {
@@ -82,7 +83,6 @@ mkdir -p $root/sys/fs/cgroup/unified $root/sys/fs/cgroup/systemd
 mount -t cgroup2 cgroup2 $root/sys/fs/cgroup/unified
 mount -t cgroup -o none,name=systemd cgroup $root/sys/fs/cgroup/systemd
 mount -t tmpfs tmpfs $root/run
-mount -t tmpfs tmpfs $root/tmp
 # systemd shares its mounts with the namespaces it makes for services (each
 # unit's credentials are mounted in one and seen from the others) only when
 # they propagate; a booted host's systemd makes / shared itself, in a
