@@ -556,12 +556,16 @@ pub fn systemd(
         if argv[0].is_empty() {
             return Err(DeployError::EmptyCommand { federate: f.name.clone() });
         }
-        paths.push(argv[0].clone());
-        // What the command runs may live elsewhere: a venv's python is a
-        // link to the interpreter it was made from (pyenv's is under
-        // /root or /home), and systemd follows the link inside the sandbox.
-        if let Ok(real) = std::fs::canonicalize(&exe) {
-            paths.push(text(real.as_os_str())?);
+        // What the unit must reach: the command, the paths among its
+        // arguments (a Python program's script), and where each leads (a
+        // venv's python is a link to the interpreter it was made from,
+        // pyenv's under /root or /home; systemd follows it inside the
+        // sandbox).
+        for a in argv.iter().filter(|a| Path::new(a.as_str()).is_absolute()) {
+            paths.push(a.clone());
+            if let Ok(real) = std::fs::canonicalize(a) {
+                paths.push(text(real.as_os_str())?);
+            }
         }
         let mut drop_in =
             format!("# Written by `hprm deploy --systemd`: federate {} of program {program}.\n[Unit]\n", f.name);
@@ -988,6 +992,15 @@ mod tests {
         assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf")
             .contains("PrivateTmp=no\n"));
         assert!(d.notes.iter().any(|n| n.contains(&*real.to_string_lossy())), "{:?}", d.notes);
+        // A script in a home directory, run by an interpreter that is not.
+        let script = |_: &str| {
+            let mut c = Command::new("/bin/sh");
+            c.arg("/home/ann/robot/main.py");
+            c
+        };
+        let d = systemd(&m, &script, &SystemdOptions::default()).unwrap();
+        assert!(get(&d, "etc/systemd/system/hprm-federate@my\\x2drobot-camera.service.d/hprm-deploy.conf")
+            .contains("ProtectHome=read-only\n"));
     }
 
     #[test]
