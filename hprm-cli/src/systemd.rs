@@ -984,7 +984,8 @@ mod tests {
         let target = tempfile::tempdir().unwrap();
         let real = target.path().join("robot");
         std::fs::write(&real, "#!/bin/sh\n").unwrap();
-        let links = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        // The link outside /tmp (the repository itself may be a clone there).
+        let links = tempfile::tempdir_in("/dev/shm").unwrap();
         let link = links.path().join("robot");
         std::os::unix::fs::symlink(&real, &link).unwrap();
         let linked = |_: &str| Command::new(&link);
