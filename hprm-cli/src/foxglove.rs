@@ -90,12 +90,10 @@ fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Opt
     if !matches!(*ty, EXT_BUFFER | EXT_TENSOR) {
         return None;
     }
-    // Borrowed: a value's arrays are not copied unless shown.
+    // Borrowed: a value's arrays are not copied unless shown. A strided
+    // one (a transposed view) is not C-contiguous: refused, not shown.
     let d = InlineBuffer::parse(data).ok()??;
     let bytes = d.bytes;
-    if !contiguous(&d) {
-        return None;
-    }
     if d.dtype == Dtype::U8 {
         let (height, width, channels) = match d.shape[..] {
             [h, w] => (h, w, 1),
@@ -120,19 +118,6 @@ fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Opt
         return Some((Kind::PointCloud, encode_cloud(time, frame, fields, bytes)));
     }
     None
-}
-
-/// Whether the buffer's bytes are in C order (no strides, or the C ones).
-fn contiguous(d: &InlineBuffer<'_>) -> bool {
-    let Some(strides) = &d.strides else { return true };
-    let mut expected = d.dtype.itemsize() as i64;
-    for (&n, &s) in d.shape.iter().zip(strides).rev() {
-        if n > 1 && s != expected {
-            return false;
-        }
-        expected *= n as i64;
-    }
-    true
 }
 
 /// Channels per pixel of the image encodings a map may name.

@@ -95,27 +95,25 @@ impl BufferDescriptor {
     }
 }
 
-/// A buffer whose bytes are inline in its descriptor, borrowed from the
-/// message that holds it (a recorder reads arrays out of a recorded message
-/// without copying them).
+/// A C-contiguous buffer whose bytes are inline in its descriptor,
+/// borrowed from the message that holds it (a recorder reads arrays out of
+/// a recorded message without copying them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InlineBuffer<'a> {
     pub dtype: Dtype,
     pub shape: Vec<usize>,
-    /// As [`BufferDescriptor::strides`].
-    pub strides: Option<Vec<i64>>,
     pub bytes: &'a [u8],
 }
 
 impl<'a> InlineBuffer<'a> {
     /// Parses and validates ext 1 data bytes as [`BufferDescriptor::decode`]
-    /// does; `None` when the bytes are in the store.
+    /// does, and refuses a strided layout other than C order (as a
+    /// [`super::Buffer`] does); `None` when the bytes are in the store.
     pub fn parse(data: &'a [u8]) -> Result<Option<InlineBuffer<'a>>, PayloadError> {
         let d = DescriptorRef::parse(data)?;
+        d.require_contiguous()?;
         Ok(match d.location {
-            LocationRef::Inline(bytes) => {
-                Some(InlineBuffer { dtype: d.dtype, shape: d.shape, strides: d.strides, bytes })
-            }
+            LocationRef::Inline(bytes) => Some(InlineBuffer { dtype: d.dtype, shape: d.shape, bytes }),
             LocationRef::Store(..) => None,
         })
     }
@@ -470,7 +468,7 @@ mod tests {
         ]);
         assert_eq!(BufferDescriptor::decode(&bytes).unwrap(), d);
         let borrowed = InlineBuffer::parse(&bytes).unwrap().expect("inline");
-        assert_eq!((borrowed.dtype, borrowed.shape, borrowed.strides), (Dtype::U8, vec![3], None));
+        assert_eq!((borrowed.dtype, borrowed.shape), (Dtype::U8, vec![3]));
         assert_eq!(borrowed.bytes, [1, 2, 3]);
         assert!(std::ptr::eq(borrowed.bytes, &bytes[bytes.len() - 3..]), "borrowed, not copied");
     }
