@@ -411,7 +411,7 @@ impl<'py> Walk<'py> {
         if buffer.bytes().len() >= self.threshold {
             let deliveries = self.session.deliveries();
             let born = crate::store_memory::seal_for_sending(buffer.bytes(), deliveries)
-                .map_err(|source| payload_error(CodecError::Store { op: "seal", source }))?;
+                .map_err(|source| payload_error(CodecError::from_store("seal", buffer.bytes().len() as u64, source)))?;
             if let Some(sending) = born {
                 // Made in the store by numpy inside a reaction: sent by
                 // reference. Sealed now, so the array that was sent becomes

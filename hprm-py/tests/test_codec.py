@@ -729,6 +729,24 @@ def test_arrays_made_in_a_store_memory_scope_are_born_in_the_store(store, eventu
     assert hprm.store_object_id(small) is None
 
 
+def test_an_array_born_in_a_store_that_died_is_lost_as_store_lost_not_as_an_error(store):
+    # The runtime counts a value lost with the store (store_lost, one per
+    # receiver, in the launcher's summary) and any other encode failure as
+    # an error (unsent): the seal of a born array must say which it was.
+    (producer,) = codecs(store, 1)
+    with producer.store_memory():
+        frame = np.full(200_000, 7, dtype=np.uint8)
+    assert hprm.store_object_id(frame) is not None
+    store.process.kill()
+    store.process.wait()
+    # A one-way write to the outbox cannot see the death; a request can,
+    # and the connection then knows it is broken.
+    with pytest.raises(Exception):
+        producer.store_objects()
+    with pytest.raises(hprm.StoreLostError, match="went away"):
+        producer.encode({"frame": frame}, deliveries=2)
+
+
 def test_born_arrays_resize_and_free_on_any_thread(store, eventually):
     (producer,) = codecs(store, 1)
     with producer.store_memory():

@@ -144,7 +144,7 @@ impl PayloadError {
 
     /// Classifies a failed store operation: a full store and a timed-out
     /// get deserve their own advice.
-    pub(crate) fn from_store(op: &'static str, nbytes: u64, source: hprm_store::Error) -> PayloadError {
+    pub fn from_store(op: &'static str, nbytes: u64, source: hprm_store::Error) -> PayloadError {
         match source {
             hprm_store::Error::Rejected { code: ErrorCode::OutOfMemory, message, .. } => {
                 PayloadError::StoreFull { nbytes, message }
