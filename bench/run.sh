@@ -9,8 +9,9 @@
 #         pipeline  (workload 5: the driving pipeline, bench/pipeline/run.py)
 #         rl        (reinforcement learning beside Ray, bench/rl/rl_bench.py; not in
 #                    the default set: it installs Ray into bench/.venv-ray)
-#         arrow     (a pyarrow record batch one hop beside a numpy array of the same
-#                    bytes, bench/arrow/arrow_bench.py; not in the default set)
+#         arrow     (an Arrow record batch one hop beside a plain array of the same
+#                    bytes, in Python and Rust, and dora-rs's Arrow path,
+#                    bench/arrow/arrow_bench.py; not in the default set)
 #         record    (what recording costs: a camera program with and without
 #                    `hprm launch --record`, and the recorder's sustained rate beside
 #                    the disk's (dd), bench/record/record_bench.py; not in the default set)
@@ -114,8 +115,8 @@ if has pipeline; then
 fi
 
 if has arrow; then
-    step "Arrow: bench/arrow/arrow_bench.py (a record batch one hop beside the numpy array of its bytes)"
-    arrow_args=(--python "$py" --out "$results")
+    step "Arrow: bench/arrow/arrow_bench.py (a record batch one hop beside a plain array of its bytes, Python and Rust, and dora-rs)"
+    arrow_args=(--python "$py" --dora-python "$py" --out "$results")
     [ "$mode" = --quick ] && arrow_args+=(--quick)
     if ! "$py" "$bench_dir/arrow/arrow_bench.py" "${arrow_args[@]}"; then
         warn "the Arrow benchmark failed (see above)"

@@ -110,9 +110,9 @@ step "building (debug) and running the Rust tests: unit, integration (real daemo
 cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
 
-step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its tests, and the example the Python round trip runs"
+step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its tests, the example the Python round trip runs and the Arrow benchmark's Rust hop"
 cargo test --locked -p hprm-node --features arrow --test arrow 2>&1 | tee -a "$log"
-cargo build --locked -p hprm-node --features arrow --example arrow-echo
+cargo build --locked -p hprm-node --features arrow --example arrow-echo --example arrow-hop
 
 # --cfg loom, in a target directory of its own: about 3.5 minutes from cold
 # on 2 cores, 1 when it is warm (docs/src/reliability.md). Kept beside the

@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_ipc::reader::{StreamDecoder, StreamReader};
-use arrow_ipc::writer::StreamWriter;
+use arrow_ipc::writer::{write_message, DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions};
+use arrow_ipc::MetadataVersion;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -177,19 +178,67 @@ impl Arrow {
         self.stream.as_ref()
     }
 
-    /// Writes the IPC stream (the schema with `hprm.kind`, then the
-    /// batches) into `out`; returns the bytes written.
-    fn write_stream<W: Write>(&self, out: W) -> Result<usize, PayloadError> {
+    /// The IPC stream (the schema with `hprm.kind`, then the batches),
+    /// encoded once: measured, then written where it goes.
+    fn encode(&self) -> Result<Encoded, PayloadError> {
         let mut metadata = self.schema.metadata().clone();
         metadata.insert(KIND_KEY.into(), self.kind.as_str().into());
         let schema = Arc::new(Schema::new_with_metadata(self.schema.fields().clone(), metadata));
-        let mut counted = Counted { inner: out, written: 0 };
-        let mut writer = StreamWriter::try_new(&mut counted, &schema).map_err(write_error)?;
+        let options = IpcWriteOptions::try_new(ALIGNMENT, false, MetadataVersion::V5).map_err(write_error)?;
+        // As `StreamWriter` does (arrow-ipc 54): dictionary ids as the
+        // options say, a replaced dictionary written again, not refused.
+        #[allow(deprecated)]
+        let mut tracker = DictionaryTracker::new_with_preserve_dict_id(false, options.preserve_dict_id());
+        let generator = IpcDataGenerator::default();
+        let mut messages = vec![generator.schema_to_bytes_with_dictionary_tracker(&schema, &mut tracker, &options)];
         for batch in with_schema(self.batches.clone(), &schema)? {
-            writer.write(&batch).map_err(write_error)?;
+            let (dictionaries, batch) = generator.encoded_batch(&batch, &mut tracker, &options).map_err(write_error)?;
+            messages.extend(dictionaries);
+            messages.push(batch);
         }
-        writer.finish().map_err(write_error)?;
-        drop(writer);
+        Ok(Encoded { messages, options })
+    }
+}
+
+/// An IPC stream's messages, encoded (each batch's buffers copied once,
+/// into its message's body), not yet framed.
+///
+/// Encoding once matters for large values: the stream's length must be
+/// known before its store object is allocated, and encoding it a second
+/// time to write it would copy every buffer twice more.
+struct Encoded {
+    messages: Vec<EncodedData>,
+    options: IpcWriteOptions,
+}
+
+/// What every message's parts are padded to: `IpcWriteOptions`'s default,
+/// here where [`Encoded::len`] can read it.
+const ALIGNMENT: usize = 64;
+
+/// The end of an IPC stream: a continuation marker and a zero length.
+const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+impl Encoded {
+    /// The framed stream's length in bytes: what [`Encoded::write`] writes.
+    ///
+    /// A message is framed (`arrow_ipc::writer::write_message`, the IPC
+    /// format's encapsulation) as an 8-byte prefix (continuation marker,
+    /// length) and its flatbuffer, padded together to the alignment, then
+    /// its body, which the encoder already padded. `write` checks the
+    /// count against this, so a change of framing is an error, never a
+    /// corrupt object.
+    fn len(&self) -> usize {
+        let framed = |m: &EncodedData| (8 + m.ipc_message.len()).next_multiple_of(ALIGNMENT) + m.arrow_data.len();
+        self.messages.iter().map(framed).sum::<usize>() + END_OF_STREAM.len()
+    }
+
+    /// Writes the framed stream into `out`; returns the bytes written.
+    fn write<W: Write>(self, out: W) -> Result<usize, PayloadError> {
+        let mut counted = Counted { inner: out, written: 0 };
+        for message in self.messages {
+            write_message(&mut counted, message, &self.options).map_err(write_error)?;
+        }
+        counted.write_all(&END_OF_STREAM).map_err(|e| write_error(e.into()))?;
         Ok(counted.written)
     }
 }
@@ -235,14 +284,15 @@ impl Serialize for Arrow {
         if let Some(stream) = &self.stream {
             return stream.view().serialize_as(EXT_ARROW, s);
         }
-        let nbytes = self.write_stream(std::io::sink()).map_err(S::Error::custom)?;
+        let encoded = self.encode().map_err(S::Error::custom)?;
+        let nbytes = encoded.len();
         if s.is_human_readable() {
             let mut bytes = Vec::with_capacity(nbytes);
-            self.write_stream(&mut bytes).map_err(S::Error::custom)?;
+            encoded.write(&mut bytes).map_err(S::Error::custom)?;
             return Buffer::from_vec(bytes).serialize(s);
         }
         let data = encoder::place_written(nbytes, |mut dst| {
-            let written = self.write_stream(&mut dst)?;
+            let written = encoded.write(&mut dst)?;
             if written != nbytes || !dst.is_empty() {
                 return Err(PayloadError::Arrow {
                     detail: format!("{written} bytes written where {nbytes} were measured"),
