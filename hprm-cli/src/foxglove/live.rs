@@ -162,7 +162,11 @@ mod server {
                 Err(e) => return tracing::warn!("foxglove: nothing to stream: {e:#}"),
             };
             for port in ports {
+                // A federate of another host (a program with hosts) is read there.
                 let Ok((federate, _)) = split(&port) else { continue };
+                if !program.federates.iter().any(|f| f.name == federate) {
+                    continue;
+                }
                 let mut reader = Reader::new(&ctx, &base, &program, federate.to_string(), port, None);
                 let _ = std::thread::Builder::new().name("hprm-foxglove".into()).spawn(move || {
                     if reader.attach() {
