@@ -30,10 +30,12 @@ echo "==> virtual environment $venv"
 # releases only (--prefer-binary takes those rather than building the
 # newest from source), and mypy's compiled dependencies none at all: mypy
 # only checks the stubs, which the default interpreter's run covers.
-tools="mypy"
+# websockets: the Foxglove protocol client of test_foxglove_live.py, which
+# also needs foxglove-schemas-protobuf (scripts/test-all.sh installs both
+# into its main environment; elsewhere the test is skipped).
+tools="mypy websockets"
 "$venv/bin/python" -c 'import sysconfig, sys; sys.exit(not sysconfig.get_config_var("Py_GIL_DISABLED"))' && tools=""
-# websockets: the Foxglove protocol client of test_foxglove_live.py.
-"$venv/bin/pip" install -q --prefer-binary maturin numpy pytest pytest-xdist pyarrow websockets $tools
+"$venv/bin/pip" install -q --prefer-binary maturin numpy pytest pytest-xdist pyarrow $tools
 
 echo "==> building and installing the hprm wheel (maturin, release)"
 PATH="$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation "$root/hprm-py"
