@@ -38,6 +38,8 @@ fi
 
 say "clippy, warnings as errors: the workspace and the Python extension"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
+# hprm-cli's optional Foxglove server (`hprm foxglove`; Foxglove's SDK needs Rust 1.88).
+cargo clippy --locked -p hprm-cli --features foxglove-live --all-targets --quiet -- -D warnings
 # The extension's clippy shares the workspace's target directory: the check
 # builds of the crates and dependencies both projects use are then made once.
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
@@ -62,7 +64,10 @@ fi
 # the build machines cannot reach (deny.toml says how to check them).
 say "cargo deny: licenses, bans, sources of every Cargo project (deny.toml)"
 for manifest in Cargo.toml hprm-py/Cargo.toml hprm-py/fuzz/Cargo.toml ros2-bridge/Cargo.toml hprm-link/Cargo.toml fuzz/Cargo.toml; do
-  "$deny" --log-level error --manifest-path "$manifest" --config deny.toml check licenses bans sources \
+  # The workspace's optional Foxglove server counts: its dependencies ship when built in.
+  features=()
+  [ "$manifest" = Cargo.toml ] && features=(--features hprm-cli/foxglove-live)
+  "$deny" --log-level error --manifest-path "$manifest" --config deny.toml "${features[@]}" check licenses bans sources \
     || { echo "cargo deny refused the dependencies of $manifest (see above; deny.toml is the policy)" >&2; exit 1; }
 done
 

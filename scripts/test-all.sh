@@ -61,10 +61,17 @@ fi
 # install; no Atari, no Ray). Recordings (test_record.py) are read back with
 # the public `mcap` package (pure Python, with zstandard and lz4), their
 # Foxglove views (test_record_foxglove.py) decoded with mcap-protobuf-support
-# and foxglove-schemas-protobuf (pure Python, over protobuf); the codec's
-# and bench/arrow's tests send pyarrow record batches.
+# and foxglove-schemas-protobuf (pure Python, over protobuf), which also
+# decode what `hprm foxglove` streams to test_foxglove_live.py's protocol
+# client (websockets, pure Python); the codec's and bench/arrow's tests
+# send pyarrow record batches.
 PY_PACKAGES=(maturin numpy pytest pytest-xdist pyarrow mypy onnx onnxruntime matplotlib torch prometheus_client gymnasium mcap
-  mcap-protobuf-support foxglove-schemas-protobuf)
+  mcap-protobuf-support foxglove-schemas-protobuf websockets)
+# The `hprm` command the Python tests run is built with `hprm foxglove`
+# (hprm-cli's cargo feature foxglove-live, off by default: Foxglove's SDK
+# needs Rust 1.88), here and by hprm-py/install.sh, so that both release
+# builds are the same one.
+export HPRM_CLI_FEATURES=foxglove-live
 scratch=$(mktemp -d)
 # On the way out (a failed step included): stop what still downloads,
 # remove the logs.
@@ -122,7 +129,7 @@ step "loom models of the concurrent pieces (scripts/loom.sh): the outbox ring; h
 LOOM_TARGET_DIR="${LOOM_TARGET_DIR:-$HOME/.cache/hprm-tools/loom-target}" scripts/loom.sh 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
-cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples
+cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples --features "hprm-cli/$HPRM_CLI_FEATURES"
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 

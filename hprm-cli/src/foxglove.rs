@@ -19,6 +19,11 @@
 //! whose FileDescriptorSets (the schema data Foxglove's own writers
 //! register) are generated once from PyPI's `foxglove-schemas-protobuf`
 //! by `foxglove/regen.py`, which prints the numbers to compare.
+//!
+//! [`live`]: the same views, and the values themselves, streamed live to
+//! Foxglove's app over its WebSocket protocol (`hprm foxglove`).
+
+pub mod live;
 
 use hprm_node::payload::{Dtype, InlineBuffer, EXT_BUFFER, EXT_TENSOR};
 use rmpv::ValueRef;

@@ -89,6 +89,11 @@ enum Command {
         /// `--dashboard=ADDR:PORT`).
         #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:9464")]
         dashboard: Option<std::net::SocketAddr>,
+        /// Serve `hprm foxglove` (a Foxglove WebSocket endpoint streaming every
+        /// connection) while it runs (`--foxglove`: on 127.0.0.1:8765;
+        /// `--foxglove=ADDR:PORT`). Needs the `foxglove-live` cargo feature.
+        #[arg(long, value_name = "ADDR:PORT", num_args = 0..=1, require_equals = true, default_missing_value = "127.0.0.1:8765")]
+        foxglove: Option<std::net::SocketAddr>,
         /// Record every message sent between federates into FILE.mcap
         /// (see `hprm bag`); overrides the path of a manifest's [record].
         #[arg(long, value_name = "FILE.mcap")]
@@ -161,6 +166,10 @@ enum Command {
     /// Serve a live page of the programs running on this host, and their
     /// figures for Prometheus (`/metrics`). Read-only; localhost by default.
     Dashboard(dashboard::DashboardArgs),
+    /// Stream a running program's connections live to Foxglove's app (a
+    /// Foxglove WebSocket endpoint; images and point clouds under Foxglove's
+    /// schemas). Read-only; localhost by default.
+    Foxglove(foxglove::live::FoxgloveArgs),
     /// Watch what a running federate sends on a port: echo or hz.
     Topic(topic::TopicArgs),
     /// Read a recording (`hprm launch --record`): info or echo.
@@ -258,6 +267,7 @@ fn run(cli: Cli) -> Result<i32> {
             store_memory,
             trace,
             dashboard,
+            foxglove,
             host,
             record,
             no_record,
@@ -283,6 +293,9 @@ fn run(cli: Cli) -> Result<i32> {
             let source = Source::open(&program, &args)?;
             if let Some(listen) = dashboard {
                 dashboard::start(listen)?;
+            }
+            if let Some(listen) = foxglove {
+                foxglove::live::start(listen)?;
             }
             let flags = launch::RecordFlags {
                 path: record,
@@ -320,6 +333,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Store { what, socket, json } => store::run(&what, &socket, json),
         Command::Ps(args) => ps::run(&args),
         Command::Dashboard(args) => dashboard::run(&args),
+        Command::Foxglove(args) => foxglove::live::run(&args),
         Command::Topic(args) => topic::run(&args),
         Command::Bag(args) => bag::run(&args),
         Command::Replay(args) => replay::run(&args),
