@@ -13,7 +13,8 @@ fn main() {
     let mut services = String::new();
     let mut actions = String::new();
     for m in r2r_common::get_wanted_messages() {
-        let (name, path) = (format!("{}/{}/{}", m.module, m.prefix, m.name), format!("r2r::{}::{}::{}", m.module, m.prefix, m.name));
+        let (name, path) =
+            (format!("{}/{}/{}", m.module, m.prefix, m.name), format!("r2r::{}::{}::{}", m.module, m.prefix, m.name));
         match m.prefix.as_str() {
             "srv" => writeln!(services, "    {name:?} => {path}::Service,"),
             "action" => writeln!(actions, "    {name:?} => {path}::Action,"),

@@ -134,9 +134,9 @@ impl Outcome {
             Some(Value::Str(s)) if s == "succeeded" => Ok(Outcome::Succeeded),
             Some(Value::Str(s)) if s == "aborted" => Ok(Outcome::Aborted),
             Some(Value::Str(s)) if s == "canceled" => Ok(Outcome::Canceled),
-            Some(other) => Err(format!(
-                "\"status\" is {other:?}; use \"succeeded\" (the default), \"aborted\" or \"canceled\""
-            )),
+            Some(other) => {
+                Err(format!("\"status\" is {other:?}; use \"succeeded\" (the default), \"aborted\" or \"canceled\""))
+            }
         }
     }
 }
@@ -315,7 +315,10 @@ impl<A: WrappedActionTypeSupport + 'static> ServedGoals for TypedGoals<A> {
 
 impl<A: WrappedActionTypeSupport> TypedGoals<A> {
     fn unknown(&self, id: &str) -> ConvertError {
-        ConvertError::Ros(format!("no {} goal {id} is running (its result was sent already, or the id is wrong)", self.name))
+        ConvertError::Ros(format!(
+            "no {} goal {id} is running (its result was sent already, or the id is wrong)",
+            self.name
+        ))
     }
 }
 

@@ -314,8 +314,7 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.topics.is_empty() && self.services.is_empty() && self.actions.is_empty() && self.parameters.is_empty()
-        {
+        if self.topics.is_empty() && self.services.is_empty() && self.actions.is_empty() && self.parameters.is_empty() {
             return Err("it maps nothing; add at least one [[topic]], [[service]], [[action]] or [[parameter]]".into());
         }
         check_ros_name("node", &self.ros.node, false)?;
@@ -574,7 +573,9 @@ port = "gain"
         assert!(e.contains("missing field `default`"), "{e}");
         let twice = "[[parameter]]\nname = \"a\"\ntype = \"bool\"\ndefault = true\nport = \"p\"\n[[parameter]]\nname = \"a\"\ntype = \"bool\"\ndefault = true\nport = \"q\"\n";
         assert!(error(twice).contains("declared twice"));
-        for (ty, default) in [("integer[]", "[1, -2]"), ("double[]", "[1, 2.5]"), ("string[]", "[]"), ("string", "\"x\"")] {
+        for (ty, default) in
+            [("integer[]", "[1, -2]"), ("double[]", "[1, 2.5]"), ("string[]", "[]"), ("string", "\"x\"")]
+        {
             let text = format!("[[parameter]]\nname = \"a.b\"\ntype = \"{ty}\"\ndefault = {default}\nport = \"p\"\n");
             assert!(parse(&text).is_ok(), "{ty} = {default}");
         }

@@ -36,7 +36,10 @@ use anyhow::Context;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "hprm-ros2-bridge", about = "ROS 2 topics, services, actions and parameters as ports of an HPRM federate")]
+#[command(
+    name = "hprm-ros2-bridge",
+    about = "ROS 2 topics, services, actions and parameters as ports of an HPRM federate"
+)]
 struct Args {
     /// The bridge config (TOML): [[topic]], [[service]], [[action]] and [[parameter]] mappings.
     #[arg(long)]

@@ -154,7 +154,12 @@ mod tests {
 
     fn declared() -> Declared {
         let params: Vec<ParameterMap> = vec![
-            ParameterMap { name: "gain".into(), param_type: ParamType::Double, default: toml::Value::Integer(2), port: "g".into() },
+            ParameterMap {
+                name: "gain".into(),
+                param_type: ParamType::Double,
+                default: toml::Value::Integer(2),
+                port: "g".into(),
+            },
             ParameterMap {
                 name: "names".into(),
                 param_type: ParamType::StringArray,

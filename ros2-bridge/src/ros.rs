@@ -198,17 +198,17 @@ impl RosSide {
         }
         let mut service_support: Vec<Box<dyn ServiceSupport>> = Vec::new();
         for s in &config.services {
-            service_support.push(
-                services::support(&s.srv_type)
-                    .ok_or_else(|| RosError::UnknownService { service: s.service.clone(), type_name: s.srv_type.clone() })?,
-            );
+            service_support.push(services::support(&s.srv_type).ok_or_else(|| RosError::UnknownService {
+                service: s.service.clone(),
+                type_name: s.srv_type.clone(),
+            })?);
         }
         let mut action_support: Vec<Box<dyn ActionSupport>> = Vec::new();
         for a in &config.actions {
-            action_support.push(
-                actions::support(&a.action_type)
-                    .ok_or_else(|| RosError::UnknownAction { action: a.action.clone(), type_name: a.action_type.clone() })?,
-            );
+            action_support.push(actions::support(&a.action_type).ok_or_else(|| RosError::UnknownAction {
+                action: a.action.clone(),
+                type_name: a.action_type.clone(),
+            })?);
         }
 
         let start = |what: &str| {
@@ -415,9 +415,9 @@ impl RosSide {
         let mut initial = Vec::new();
         if !config.parameters.is_empty() {
             let declared = Arc::new(Mutex::new(Declared::new(&config.parameters)));
-            let (serve, events) = node
-                .make_derived_parameter_handler(declared.clone())
-                .map_err(|source| RosError::Mapping { name: "parameters".into(), what: format!("r2r refused them: {source}") })?;
+            let (serve, events) = node.make_derived_parameter_handler(declared.clone()).map_err(|source| {
+                RosError::Mapping { name: "parameters".into(), what: format!("r2r refused them: {source}") }
+            })?;
             tasks.push(serve.boxed());
             let mut by_name = HashMap::new();
             for p in &config.parameters {
