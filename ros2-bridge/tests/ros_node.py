@@ -115,7 +115,8 @@ def fibonacci_client(node, action):
     out = {}
     for name, order in [("short", 4), ("canceled", 1000)]:
         feedback = []
-        goal = spin_until(node, client.send_goal_async(Fibonacci.Goal(order=order), feedback_callback=lambda f: feedback.append(list(f.feedback.sequence))), "goal response")
+        sent = client.send_goal_async(Fibonacci.Goal(order=order), feedback_callback=lambda f, got=feedback: got.append(list(f.feedback.sequence)))
+        goal = spin_until(node, sent, "goal response")
         assert goal.accepted, "the goal was rejected"
         result = goal.get_result_async()
         cancel = None
