@@ -2,8 +2,9 @@
 //! config, spun by its own thread.
 //!
 //! [`RosSide::start`] creates the node, its subscriptions, publishers,
-//! service and action clients and servers, declared parameters, checks the QoS and types of the publishers
-//! and subscriptions already on the graph, and starts the thread.
+//! service and action clients and servers and declared parameters, checks
+//! the QoS and types of the publishers and subscriptions already on the
+//! graph, and starts the thread.
 //! Everything that can be wrong with a mapping is found there, before the
 //! federate joins the federation. What arrives from ROS goes to an
 //! [`Inlet`] (set once the federate has started: until then, messages are
