@@ -11,7 +11,7 @@
 set -euo pipefail
 venv=$(realpath -m "${1:-.venv-ros2}")
 python=${PYTHON:-python3}
-packages=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-sensor-msgs ros-geometry-msgs ros-std-srvs ros-builtin-interfaces numpy)
+packages=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-sensor-msgs ros-geometry-msgs ros-std-srvs ros-builtin-interfaces ros-action-msgs ros-rcl-action ros-test-msgs numpy)
 
 say() { printf '[setup-ros2] %s\n' "$*" >&2; }
 
@@ -51,7 +51,7 @@ ENV
 
 # shellcheck disable=SC1091
 . "$venv/ros2-env.sh"
-"$venv/bin/python" -c 'import rclpy, std_msgs.msg, sensor_msgs.msg, geometry_msgs.msg, std_srvs.srv' \
+"$venv/bin/python" -c 'import rclpy, rclpy.action, std_msgs.msg, sensor_msgs.msg, geometry_msgs.msg, std_srvs.srv, test_msgs.action' \
   || { say "error: rclpy does not import in $venv; see the message above"; exit 1; }
 say "ROS 2 ready in $venv; run: . $venv/ros2-env.sh"
 echo "$venv/ros2-env.sh"

@@ -14,11 +14,12 @@ say() { printf '\n[ros2-bridge test] %s\n' "$*" >&2; }
 
 say "ROS 2 and the bridge"
 # CI builds cold every time: bindings for the packages the tests use only
-# (a full build also covers lifecycle_msgs, rosgraph_msgs, ...).
+# (test_msgs: the services and the Fibonacci action of test_interfaces.py;
+# a full build also covers lifecycle_msgs, rosgraph_msgs, ...).
 # And unoptimized: the tests check behaviour, and r2r's generated code
 # compiles in about half the time without optimization.
 if [ -n "${CI:-}" ] && [ -z "${IDL_PACKAGE_FILTER:-}" ]; then
-  export IDL_PACKAGE_FILTER="std_msgs;sensor_msgs;geometry_msgs;std_srvs"
+  export IDL_PACKAGE_FILTER="std_msgs;sensor_msgs;geometry_msgs;std_srvs;test_msgs"
 fi
 if [ -n "${CI:-}" ]; then
   export HPRM_BRIDGE_PROFILE="${HPRM_BRIDGE_PROFILE:-dev}"

@@ -25,7 +25,7 @@ say() { printf '[lint] %s\n' "$*"; }
 # (outside the workspace); rustfmt reads their crate roots directly, so
 # formatting them needs neither Python, ROS 2 nor a Zenoh build. (Clippy
 # on hprm-link builds Zenoh: hprm-link/test.sh --clippy.)
-rust_roots=(hprm-py/src/lib.rs hprm-py/fuzz/fuzz_targets/py_payload.rs ros2-bridge/src/main.rs hprm-link/src/lib.rs hprm-link/src/main.rs hprm-link/tests/push.rs)
+rust_roots=(hprm-py/src/lib.rs hprm-py/fuzz/fuzz_targets/py_payload.rs ros2-bridge/src/main.rs ros2-bridge/build.rs hprm-link/src/lib.rs hprm-link/src/main.rs hprm-link/tests/push.rs)
 if [ $fix = 1 ]; then
   say "formatting the Rust code"
   cargo fmt --all

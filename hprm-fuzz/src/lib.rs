@@ -250,9 +250,10 @@ pub fn manifest(data: &[u8]) {
 mod bridge_config;
 
 /// The ROS 2 bridge's TOML mappings (`hprm-ros2-bridge --config`): parsed
-/// and checked; an accepted config lists one port per topic and two per
-/// service, each named once (what the bridge federate's ports are built
-/// from), and a refused one gives an error that names the file.
+/// and checked; an accepted config lists one port per topic and
+/// parameter, two per service and two to four per action, each named once
+/// (what the bridge federate's ports are built from), and a refused one
+/// gives an error that names the file.
 pub fn bridge_config(data: &[u8]) {
     use bridge_config::{Config, ConfigError};
     let Ok(text) = std::str::from_utf8(data) else { return };
@@ -260,7 +261,15 @@ pub fn bridge_config(data: &[u8]) {
     match Config::parse(text, path) {
         Ok(config) => {
             let ports = config.ports();
-            assert_eq!(ports.len(), config.topics.len() + 2 * config.services.len());
+            let actions: usize = config
+                .actions
+                .iter()
+                .map(|a| 2 + usize::from(a.feedback.is_some()) + usize::from(a.cancel.is_some()))
+                .sum();
+            assert_eq!(
+                ports.len(),
+                config.topics.len() + config.parameters.len() + 2 * config.services.len() + actions
+            );
             let names: std::collections::HashSet<&str> = ports.iter().map(|p| p.name.as_str()).collect();
             assert_eq!(names.len(), ports.len(), "a port named twice passed the check");
         }

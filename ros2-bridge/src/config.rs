@@ -1,5 +1,6 @@
-//! The bridge's configuration file (TOML): which ROS 2 topics and services
-//! map to which ports of the bridge federate, with QoS and time mapping.
+//! The bridge's configuration file (TOML): which ROS 2 topics, services,
+//! actions and parameters map to which ports of the bridge federate, with
+//! QoS and time mapping.
 //!
 //! ```toml
 //! [ros]
@@ -20,6 +21,21 @@
 //! role = "client"               # HPRM calls ROS: request = input, response = output
 //! request = "reset"             # "server": ROS calls HPRM: request = output, response = input
 //! response = "reset_done"
+//!
+//! [[action]]
+//! action = "/fibonacci"
+//! type = "test_msgs/action/Fibonacci"
+//! role = "client"               # HPRM sends goals: goal, cancel = inputs; feedback, result = outputs
+//! goal = "fib_goal"             # "server": ROS sends goals: goal, cancel = outputs; feedback, result = inputs
+//! result = "fib_result"
+//! feedback = "fib_feedback"     # optional
+//! cancel = "fib_cancel"         # optional (a server without it rejects cancel requests)
+//!
+//! [[parameter]]
+//! name = "gain"                 # a parameter of the bridge's node, settable from ROS
+//! type = "double"               # bool, integer, double, string, byte[], bool[], integer[], double[], string[]
+//! default = 1.5
+//! port = "gain"                 # output: the value at start, then each new value set
 //! ```
 //!
 //! [`Config::load`]/[`Config::parse`] check everything that can be checked
@@ -51,6 +67,10 @@ pub struct Config {
     pub topics: Vec<TopicMap>,
     #[serde(default, rename = "service")]
     pub services: Vec<ServiceMap>,
+    #[serde(default, rename = "action")]
+    pub actions: Vec<ActionMap>,
+    #[serde(default, rename = "parameter")]
+    pub parameters: Vec<ParameterMap>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -171,6 +191,104 @@ pub enum Role {
     Server,
 }
 
+/// One action mapped to goal, result and (optional) feedback and cancel
+/// ports. Client: HPRM sends goals and cancels (inputs), feedback and
+/// results come back (outputs). Server: the other way round.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionMap {
+    pub action: String,
+    #[serde(rename = "type")]
+    pub action_type: String,
+    pub role: Role,
+    pub goal: String,
+    pub result: String,
+    #[serde(default)]
+    pub feedback: Option<String>,
+    #[serde(default)]
+    pub cancel: Option<String>,
+}
+
+impl ActionMap {
+    /// Its ports, with whether each is an output of the bridge.
+    pub fn ports(&self) -> Vec<PortUse> {
+        let server = self.role == Role::Server;
+        let mut out = vec![PortUse { name: self.goal.clone(), output: server }];
+        out.extend(self.cancel.iter().map(|p| PortUse { name: p.clone(), output: server }));
+        out.extend(self.feedback.iter().map(|p| PortUse { name: p.clone(), output: !server }));
+        out.push(PortUse { name: self.result.clone(), output: !server });
+        out
+    }
+}
+
+/// A parameter the bridge's node declares: ROS nodes set it (rclpy's
+/// parameter client, `ros2 param set`), HPRM gets each value on `port`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParameterMap {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub param_type: ParamType,
+    pub default: toml::Value,
+    pub port: String,
+}
+
+/// A ROS 2 parameter type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ParamType {
+    #[serde(rename = "bool")]
+    Bool,
+    #[serde(rename = "integer")]
+    Integer,
+    #[serde(rename = "double")]
+    Double,
+    #[serde(rename = "string")]
+    String,
+    #[serde(rename = "byte[]")]
+    ByteArray,
+    #[serde(rename = "bool[]")]
+    BoolArray,
+    #[serde(rename = "integer[]")]
+    IntegerArray,
+    #[serde(rename = "double[]")]
+    DoubleArray,
+    #[serde(rename = "string[]")]
+    StringArray,
+}
+
+impl ParamType {
+    /// Whether `v` is a value of this type (an integer is a double too).
+    pub fn fits(self, v: &toml::Value) -> bool {
+        use toml::Value as T;
+        let each = |ok: fn(&T) -> bool| matches!(v, T::Array(items) if items.iter().all(ok));
+        match self {
+            ParamType::Bool => matches!(v, T::Boolean(_)),
+            ParamType::Integer => matches!(v, T::Integer(_)),
+            ParamType::Double => matches!(v, T::Float(_) | T::Integer(_)),
+            ParamType::String => matches!(v, T::String(_)),
+            ParamType::ByteArray => each(|x| matches!(x, T::Integer(0..=255))),
+            ParamType::BoolArray => each(|x| matches!(x, T::Boolean(_))),
+            ParamType::IntegerArray => each(|x| matches!(x, T::Integer(_))),
+            ParamType::DoubleArray => each(|x| matches!(x, T::Float(_) | T::Integer(_))),
+            ParamType::StringArray => each(|x| matches!(x, T::String(_))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamType::Bool => "bool",
+            ParamType::Integer => "integer",
+            ParamType::Double => "double",
+            ParamType::String => "string",
+            ParamType::ByteArray => "byte[]",
+            ParamType::BoolArray => "bool[]",
+            ParamType::IntegerArray => "integer[]",
+            ParamType::DoubleArray => "double[]",
+            ParamType::StringArray => "string[]",
+        }
+    }
+}
+
 /// A port the config asks for, with the direction HPRM sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortUse {
@@ -196,8 +314,8 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.topics.is_empty() && self.services.is_empty() {
-            return Err("it maps nothing; add at least one [[topic]] or [[service]]".into());
+        if self.topics.is_empty() && self.services.is_empty() && self.actions.is_empty() && self.parameters.is_empty() {
+            return Err("it maps nothing; add at least one [[topic]], [[service]], [[action]] or [[parameter]]".into());
         }
         check_ros_name("node", &self.ros.node, false)?;
         let mut ports = HashSet::new();
@@ -229,6 +347,30 @@ impl Config {
             port(&s.request, &what)?;
             port(&s.response, &what)?;
         }
+        for a in &self.actions {
+            let what = format!("action {:?}", a.action);
+            check_ros_name(&what, &a.action, true)?;
+            check_type_name(&what, &a.action_type, "action")?;
+            for p in a.ports() {
+                port(&p.name, &what)?;
+            }
+        }
+        let mut names = HashSet::new();
+        for p in &self.parameters {
+            let what = format!("parameter {:?}", p.name);
+            check_parameter_name(&what, &p.name)?;
+            if !names.insert(p.name.as_str()) {
+                return Err(format!("{what} is declared twice; each [[parameter]] needs its own name"));
+            }
+            if !p.param_type.fits(&p.default) {
+                return Err(format!(
+                    "{what}: default = {} is not a {} value; give a default of the parameter's type",
+                    p.default,
+                    p.param_type.name()
+                ));
+            }
+            port(&p.port, &what)?;
+        }
         Ok(())
     }
 
@@ -241,6 +383,12 @@ impl Config {
         for s in &self.services {
             out.push(PortUse { name: s.request.clone(), output: s.role == Role::Server });
             out.push(PortUse { name: s.response.clone(), output: s.role == Role::Client });
+        }
+        for a in &self.actions {
+            out.extend(a.ports());
+        }
+        for p in &self.parameters {
+            out.push(PortUse { name: p.port.clone(), output: true });
         }
         out
     }
@@ -270,7 +418,22 @@ fn check_ros_name(what: &str, name: &str, path: bool) -> Result<(), String> {
     }
 }
 
-/// `pkg/msg/Name` (or `pkg/srv/Name`).
+/// A parameter name: letters, digits and `_`, in `.`-separated parts that
+/// do not start with a digit.
+fn check_parameter_name(what: &str, name: &str) -> Result<(), String> {
+    let ok = name.split('.').all(|part| {
+        !part.is_empty()
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !part.starts_with(|c: char| c.is_ascii_digit())
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what}: not a valid parameter name (letters, digits and _, in parts separated by ., each not starting with a digit)"))
+    }
+}
+
+/// `pkg/msg/Name` (or `pkg/srv/Name`, `pkg/action/Name`).
 fn check_type_name(what: &str, name: &str, kind: &str) -> Result<(), String> {
     let parts: Vec<&str> = name.split('/').collect();
     if parts.len() == 3 && parts[1] == kind && !parts[0].is_empty() && !parts[2].is_empty() {
@@ -278,7 +441,11 @@ fn check_type_name(what: &str, name: &str, kind: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "{what}: type {name:?} must be written package/{kind}/Name, e.g. {}",
-            if kind == "msg" { "sensor_msgs/msg/Image" } else { "std_srvs/srv/Trigger" }
+            match kind {
+                "msg" => "sensor_msgs/msg/Image",
+                "srv" => "std_srvs/srv/Trigger",
+                _ => "test_msgs/action/Fibonacci",
+            }
         ))
     }
 }
@@ -315,6 +482,28 @@ type = "std_srvs/srv/Trigger"
 role = "server"
 request = "reset"
 response = "reset_done"
+
+[[action]]
+action = "/fibonacci"
+type = "test_msgs/action/Fibonacci"
+role = "client"
+goal = "fib_goal"
+result = "fib_result"
+feedback = "fib_feedback"
+cancel = "fib_cancel"
+
+[[action]]
+action = "navigate"
+type = "nav2_msgs/action/NavigateToPose"
+role = "server"
+goal = "nav_goal"
+result = "nav_result"
+
+[[parameter]]
+name = "control.gain"
+type = "double"
+default = 2
+port = "gain"
 "#;
 
     #[test]
@@ -333,8 +522,63 @@ response = "reset_done"
         let ports: Vec<(String, bool)> = c.ports().into_iter().map(|p| (p.name, p.output)).collect();
         assert_eq!(
             ports,
-            vec![("image".into(), true), ("cmd".into(), false), ("reset".into(), true), ("reset_done".into(), false)]
+            vec![
+                ("image".into(), true),
+                ("cmd".into(), false),
+                ("reset".into(), true),
+                ("reset_done".into(), false),
+                // An action HPRM calls: goal and cancel in, feedback and result out.
+                ("fib_goal".into(), false),
+                ("fib_cancel".into(), false),
+                ("fib_feedback".into(), true),
+                ("fib_result".into(), true),
+                // One HPRM serves: the other way round.
+                ("nav_goal".into(), true),
+                ("nav_result".into(), false),
+                ("gain".into(), true),
+            ]
         );
+        assert_eq!(c.parameters[0].param_type, ParamType::Double);
+    }
+
+    const FIB: &str = "[[action]]\naction = \"/fib\"\ntype = \"test_msgs/action/Fibonacci\"\nrole = \"client\"\ngoal = \"g\"\nresult = \"r\"\n";
+
+    #[test]
+    fn refuses_bad_actions_and_parameters_with_a_sentence() {
+        assert!(parse(FIB).is_ok());
+        let e = error(&FIB.replace("action/Fibonacci", "srv/Fibonacci"));
+        assert!(e.contains("package/action/Name, e.g. test_msgs/action/Fibonacci"), "{e}");
+        let e = error(&FIB.replace("client", "caller"));
+        assert!(e.contains("unknown variant `caller`"), "{e}");
+        let e = error(&FIB.replace("result = \"r\"", "result = \"g\""));
+        assert!(e.contains("port \"g\" is used twice"), "{e}");
+        let e = error(&FIB.replace("/fib", "/2fib"));
+        assert!(e.contains("not a valid ROS 2 name"), "{e}");
+        let e = error(&(FIB.to_string() + "feedbacks = \"f\"\n"));
+        assert!(e.contains("unknown field `feedbacks`"), "{e}");
+        let param = |name: &str, ty: &str, default: &str| {
+            error(&format!("[[parameter]]\nname = \"{name}\"\ntype = \"{ty}\"\ndefault = {default}\nport = \"p\"\n"))
+        };
+        let e = param("gain", "float", "1.0");
+        assert!(e.contains("unknown variant `float`") && e.contains("double"), "{e}");
+        let e = param("gain", "double", "\"high\"");
+        assert!(e.contains("default = \"high\" is not a double value"), "{e}");
+        let e = param("gain", "byte[]", "[1, 256]");
+        assert!(e.contains("is not a byte[] value"), "{e}");
+        let e = param("2gain", "double", "1.0");
+        assert!(e.contains("not a valid parameter name"), "{e}");
+        let e = param("a..b", "double", "1.0");
+        assert!(e.contains("not a valid parameter name"), "{e}");
+        let e = error("[[parameter]]\nname = \"a\"\ntype = \"bool\"\nport = \"p\"\n");
+        assert!(e.contains("missing field `default`"), "{e}");
+        let twice = "[[parameter]]\nname = \"a\"\ntype = \"bool\"\ndefault = true\nport = \"p\"\n[[parameter]]\nname = \"a\"\ntype = \"bool\"\ndefault = true\nport = \"q\"\n";
+        assert!(error(twice).contains("declared twice"));
+        for (ty, default) in
+            [("integer[]", "[1, -2]"), ("double[]", "[1, 2.5]"), ("string[]", "[]"), ("string", "\"x\"")]
+        {
+            let text = format!("[[parameter]]\nname = \"a.b\"\ntype = \"{ty}\"\ndefault = {default}\nport = \"p\"\n");
+            assert!(parse(&text).is_ok(), "{ty} = {default}");
+        }
     }
 
     fn error(text: &str) -> String {

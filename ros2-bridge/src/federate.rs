@@ -62,9 +62,9 @@ pub fn check_ports(manifest: &Manifest, name: &str, config: &Config) -> Result<(
     for PortUse { name: port, output } in &wanted {
         let io = |o: bool| {
             if o {
-                "an output (ros->hprm, a service request served or a response received)"
+                "an output (ros->hprm, a service request served or a response received, an action's goal or cancel served or its feedback or result received, a parameter)"
             } else {
-                "an input (hprm->ros, a service call or a response)"
+                "an input (hprm->ros, a service call or a response, an action's goal or cancel sent or its feedback or result served)"
             }
         };
         match declared.get(port.as_str()) {
@@ -84,7 +84,7 @@ pub fn check_ports(manifest: &Manifest, name: &str, config: &Config) -> Result<(
     let unmapped: Vec<&str> = declared.keys().copied().filter(|p| !wanted.iter().any(|w| w.name == *p)).collect();
     if !unmapped.is_empty() {
         return Err(FederateError::Ports(format!(
-            "federate {name:?} declares port(s) {} that no [[topic]] or [[service]] of the config maps",
+            "federate {name:?} declares port(s) {} that no [[topic]], [[service]], [[action]] or [[parameter]] of the config maps",
             sorted(unmapped.into_iter())
         )));
     }

@@ -1,10 +1,15 @@
-//! `hprm-ros2-bridge`: ROS 2 topics and services as ports of one HPRM
-//! federate (r2r).
+//! `hprm-ros2-bridge`: ROS 2 topics, services, actions and parameters as
+//! ports of one HPRM federate (r2r).
 //!
-//! - `config`: the TOML file mapping topics/services to ports.
+//! - `config`: the TOML file mapping topics, services, actions and
+//!   parameters to ports.
 //! - `messages`: ROS messages <-> port values ([`value::Value`]), images,
 //!   point clouds and multi-arrays as numpy-compatible buffers.
-//! - `services`: std_srvs calls and servers.
+//! - `services`: service calls and servers, of every service type r2r was
+//!   built with (build.rs lists them).
+//! - `actions`: action clients and servers (goals, feedback, results,
+//!   cancels), of every action type r2r was built with.
+//! - `parameters`: the bridge node's declared parameters.
 //! - `ros`: the r2r node and its spinning thread.
 //! - `graph`: the subscriptions on a topic (r2r lists only publishers).
 //! - `federate`: the bridge's reactors, built from the launcher's manifest.
@@ -14,10 +19,12 @@
 //! `HPRM_FEDERATE`, `HPRM_MANIFEST`, `HPRM_RTI`, `HPRM_STORE`).
 //! `--check` sets up the ROS side, reports problems and exits.
 
+mod actions;
 mod config;
 mod federate;
 mod graph;
 mod messages;
+mod parameters;
 mod ros;
 mod services;
 mod value;
@@ -29,9 +36,12 @@ use anyhow::Context;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "hprm-ros2-bridge", about = "ROS 2 topics and services as ports of an HPRM federate")]
+#[command(
+    name = "hprm-ros2-bridge",
+    about = "ROS 2 topics, services, actions and parameters as ports of an HPRM federate"
+)]
 struct Args {
-    /// The bridge config (TOML): [[topic]] and [[service]] mappings.
+    /// The bridge config (TOML): [[topic]], [[service]], [[action]] and [[parameter]] mappings.
     #[arg(long)]
     config: PathBuf,
     /// The program manifest (JSON); default: $HPRM_MANIFEST, set by the launcher.
@@ -83,12 +93,25 @@ fn run(args: Args) -> anyhow::Result<()> {
     let loaners = manifest.as_ref().map(|(m, name)| federate::loaners(m, name, &config)).unwrap_or_default();
     let mut ros = ros::RosSide::start(&config, Duration::from_millis(args.discovery_ms), loaners)?;
     let Some((manifest, name)) = manifest else {
-        println!("hprm-ros2-bridge: {} topic(s) and {} service(s) ready", config.topics.len(), config.services.len());
+        println!(
+            "hprm-ros2-bridge: {} topic(s), {} service(s), {} action(s) and {} parameter(s) ready",
+            config.topics.len(),
+            config.services.len(),
+            config.actions.len(),
+            config.parameters.len()
+        );
         return Ok(());
     };
     let program = federate::build(&manifest, &name, &mut ros)?;
     let opts = hprm_node::launch::options_from_env(&program).context("HPRM_FEDERATE is not set")?;
-    tracing::info!(federate = %name, topics = config.topics.len(), services = config.services.len(), "bridge running");
+    tracing::info!(
+        federate = %name,
+        topics = config.topics.len(),
+        services = config.services.len(),
+        actions = config.actions.len(),
+        parameters = config.parameters.len(),
+        "bridge running"
+    );
     let report = hprm_node::run_federate(program, opts).context("the bridge federate failed")?;
     tracing::info!(tags = report.tags, "bridge stopped");
     drop(ros);

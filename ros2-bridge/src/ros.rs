@@ -2,8 +2,9 @@
 //! config, spun by its own thread.
 //!
 //! [`RosSide::start`] creates the node, its subscriptions, publishers,
-//! service clients and servers, checks the QoS and types of the publishers
-//! and subscriptions already on the graph, and starts the thread.
+//! service and action clients and servers and declared parameters, checks
+//! the QoS and types of the publishers and subscriptions already on the
+//! graph, and starts the thread.
 //! Everything that can be wrong with a mapping is found there, before the
 //! federate joins the federation. What arrives from ROS goes to an
 //! [`Inlet`] (set once the federate has started: until then, messages are
@@ -18,13 +19,15 @@ use std::time::{Duration, Instant};
 
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use r2r::qos::{DurabilityPolicy, HistoryPolicy, ReliabilityPolicy};
 use r2r::QosProfile;
 
+use crate::actions::{self, ActionSupport, ClientPorts, Emit, GoalSender, ServerPorts, ThreadTask};
 use crate::config::{Config, Direction, Durability, Qos, Reliability, Role, TimeSource};
 use crate::graph;
 use crate::messages::{self, ConvertError, LocalTask, MessageSupport, ValuePublisher};
+use crate::parameters::{self, Declared};
 use crate::services::{self, Responder, ServiceSupport};
 use crate::value::Value;
 
@@ -33,10 +36,10 @@ use crate::value::Value;
 pub enum RosError {
     #[error("topic {topic:?}: message type {type_name:?} is not one this bridge was built with; install its package into the ROS 2 prefix and rebuild the bridge (ros2-bridge/build.sh), or fix the type name")]
     UnknownType { topic: String, type_name: String },
-    #[error(
-        "service {service:?}: service type {type_name:?} is not supported; the bridge serves and calls {supported}"
-    )]
-    UnknownService { service: String, type_name: String, supported: String },
+    #[error("service {service:?}: service type {type_name:?} is not one this bridge was built with; install its package into the ROS 2 prefix and rebuild the bridge (ros2-bridge/build.sh), or fix the type name")]
+    UnknownService { service: String, type_name: String },
+    #[error("action {action:?}: action type {type_name:?} is not one this bridge was built with; install its package into the ROS 2 prefix and rebuild the bridge (ros2-bridge/build.sh), or fix the type name")]
+    UnknownAction { action: String, type_name: String },
     #[error("cannot start ROS 2 ({what}): {source}; source the environment that ros2-bridge/setup-ros2.sh prints")]
     Start { what: String, source: r2r::Error },
     #[error("cannot start the ROS 2 thread: {0}")]
@@ -72,13 +75,27 @@ impl Inlet {
     fn is_connected(&self) -> bool {
         self.0.get().is_some()
     }
+
+    /// Delivers to `port` with no delay, for the ROS thread's tasks.
+    fn emitter(&self, port: &str) -> Emit {
+        let (inlet, port) = (self.clone(), port.to_string());
+        Arc::new(move |v| {
+            inlet.deliver(&port, v, Duration::ZERO);
+        })
+    }
 }
+
+/// What the ROS thread does with a value HPRM sent on a port: the tasks
+/// it returns are driven by that thread.
+type Handler = Box<dyn FnMut(Value) -> Vec<ThreadTask> + Send>;
 
 /// What HPRM sends into ROS, by port.
 pub enum Outlet {
     Topic(Box<dyn ValuePublisher>),
-    /// Requests of a service HPRM calls.
-    Call(mpsc::Sender<Value>),
+    /// To the ROS thread's [`Handler`] of the port: requests of a service
+    /// HPRM calls, goals and cancels of actions, feedback and results of
+    /// goals HPRM serves.
+    Thread(mpsc::Sender<Value>),
     /// Responses to requests HPRM serves, answered in request order.
     Respond(Arc<Mutex<VecDeque<Box<dyn Responder>>>>),
 }
@@ -88,7 +105,7 @@ impl Outlet {
     pub fn send(&self, v: Value) -> Result<(), ConvertError> {
         match self {
             Outlet::Topic(p) => p.publish(v),
-            Outlet::Call(tx) => tx.send(v).map_err(|_| ConvertError::Ros("the ROS thread has stopped".into())),
+            Outlet::Thread(tx) => tx.send(v).map_err(|_| ConvertError::Ros("the ROS thread has stopped".into())),
             Outlet::Respond(pending) => {
                 let next = pending.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
                 match next {
@@ -185,7 +202,13 @@ impl RosSide {
             service_support.push(services::support(&s.srv_type).ok_or_else(|| RosError::UnknownService {
                 service: s.service.clone(),
                 type_name: s.srv_type.clone(),
-                supported: services::SUPPORTED.join(", "),
+            })?);
+        }
+        let mut action_support: Vec<Box<dyn ActionSupport>> = Vec::new();
+        for a in &config.actions {
+            action_support.push(actions::support(&a.action_type).ok_or_else(|| RosError::UnknownAction {
+                action: a.action.clone(),
+                type_name: a.action_type.clone(),
             })?);
         }
 
@@ -207,7 +230,12 @@ impl RosSide {
         let mut tasks: Vec<LocalTask> = Vec::new();
         let mut inlets = HashMap::new();
         let mut outlets = HashMap::new();
-        let mut callers = Vec::new();
+        let mut handlers: Vec<(mpsc::Receiver<Value>, Handler)> = Vec::new();
+        let mut handle = |port: &str, outlets: &mut HashMap<String, Outlet>, h: Handler| {
+            let (tx, rx) = mpsc::channel();
+            outlets.insert(port.to_string(), Outlet::Thread(tx));
+            handlers.push((rx, h));
+        };
         for (t, support) in config.topics.iter().zip(&topic_support) {
             let mapping = |source: r2r::Error| RosError::Mapping {
                 name: format!("topic {:?}", t.topic),
@@ -253,9 +281,26 @@ impl RosSide {
                 Role::Client => {
                     let inlet = Inlet::default();
                     let caller = support.client(&mut node, &s.service).map_err(mapping)?;
-                    let (tx, rx) = mpsc::channel();
-                    outlets.insert(s.request.clone(), Outlet::Call(tx));
-                    callers.push((rx, caller, inlet.clone(), s.response.clone(), s.service.clone()));
+                    let (emit, service) = (inlet.emitter(&s.response), s.service.clone());
+                    handle(
+                        &s.request,
+                        &mut outlets,
+                        Box::new(move |request| match caller.call(request) {
+                            Ok(response) => {
+                                let (emit, service) = (emit.clone(), service.clone());
+                                vec![response
+                                    .map(move |r| match r {
+                                        Ok(v) => emit(v),
+                                        Err(e) => tracing::warn!(service = %service, "call failed: {e}"),
+                                    })
+                                    .boxed_local()]
+                            }
+                            Err(e) => {
+                                tracing::warn!(service = %service, "cannot call: {e}");
+                                Vec::new()
+                            }
+                        }),
+                    );
                     inlets.insert(s.response.clone(), inlet);
                 }
                 Role::Server => {
@@ -281,6 +326,125 @@ impl RosSide {
                     inlets.insert(s.request.clone(), inlet);
                 }
             }
+        }
+
+        for (a, support) in config.actions.iter().zip(action_support) {
+            let mapping = |source: r2r::Error| RosError::Mapping {
+                name: format!("action {:?}", a.action),
+                what: format!("r2r refused the action: {source}"),
+            };
+            // Inlets of the ports that carry data into HPRM, by port.
+            let mut inlet = |port: &str| {
+                let i = Inlet::default();
+                inlets.insert(port.to_string(), i.clone());
+                i
+            };
+            match a.role {
+                Role::Client => {
+                    let sender: Arc<Mutex<Box<dyn GoalSender>>> =
+                        Arc::new(Mutex::new(support.client(&mut node, &a.action).map_err(mapping)?));
+                    let ports = ClientPorts {
+                        feedback: a.feedback.as_deref().map(|p| inlet(p).emitter(p)),
+                        result: inlet(&a.result).emitter(&a.result),
+                    };
+                    let (goals, name) = (sender.clone(), a.action.clone());
+                    handle(
+                        &a.goal,
+                        &mut outlets,
+                        Box::new(move |goal| {
+                            let sent = goals.lock().unwrap_or_else(PoisonError::into_inner).send(goal, ports.clone());
+                            sent.map(|t| vec![t])
+                                .inspect_err(|e| tracing::warn!(action = %name, "goal not sent: {e}"))
+                                .unwrap_or_default()
+                        }),
+                    );
+                    if let Some(cancel) = &a.cancel {
+                        let name = a.action.clone();
+                        handle(
+                            cancel,
+                            &mut outlets,
+                            Box::new(move |id| {
+                                sender
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .cancel(id)
+                                    .inspect_err(|e| tracing::warn!(action = %name, "not canceled: {e}"))
+                                    .unwrap_or_default()
+                            }),
+                        );
+                    }
+                }
+                Role::Server => {
+                    let goal = inlet(&a.goal);
+                    let ready = goal.clone();
+                    let ports = ServerPorts {
+                        goal: goal.emitter(&a.goal),
+                        ready: Arc::new(move || ready.is_connected()),
+                        cancel: a.cancel.as_deref().map(|p| inlet(p).emitter(p)),
+                    };
+                    let (task, served) = support.serve(&mut node, &a.action, ports).map_err(mapping)?;
+                    tasks.push(task);
+                    if let Some(feedback) = &a.feedback {
+                        let (goals, name) = (served.clone(), a.action.clone());
+                        handle(
+                            feedback,
+                            &mut outlets,
+                            Box::new(move |v| {
+                                if let Err(e) = goals.feedback(v) {
+                                    tracing::warn!(action = %name, "feedback not sent: {e}");
+                                }
+                                Vec::new()
+                            }),
+                        );
+                    }
+                    let name = a.action.clone();
+                    handle(
+                        &a.result,
+                        &mut outlets,
+                        Box::new(move |v| {
+                            if let Err(e) = served.finish(v) {
+                                tracing::warn!(action = %name, "result not sent: {e}");
+                            }
+                            Vec::new()
+                        }),
+                    );
+                }
+            }
+        }
+        // Each parameter's value goes to HPRM once the federate has
+        // started, then each new one.
+        let mut initial = Vec::new();
+        if !config.parameters.is_empty() {
+            let declared = Arc::new(Mutex::new(Declared::new(&config.parameters)));
+            let (serve, events) = node.make_derived_parameter_handler(declared.clone()).map_err(|source| {
+                RosError::Mapping { name: "parameters".into(), what: format!("r2r refused them: {source}") }
+            })?;
+            tasks.push(serve.boxed());
+            let mut by_name = HashMap::new();
+            for p in &config.parameters {
+                let i = Inlet::default();
+                inlets.insert(p.port.clone(), i.clone());
+                by_name.insert(p.name.clone(), i.emitter(&p.port));
+                let current = declared.clone();
+                let name = p.name.clone();
+                initial.push((
+                    i,
+                    Box::new(move || {
+                        let d = current.lock().unwrap_or_else(PoisonError::into_inner);
+                        d.value(&name).map(parameters::to_value).unwrap_or(Value::Nil)
+                    }) as Box<dyn Fn() -> Value + Send>,
+                ));
+            }
+            tasks.push(
+                events
+                    .for_each(move |(name, value)| {
+                        if let Some(emit) = by_name.get(&name) {
+                            emit(parameters::to_value(&value));
+                        }
+                        std::future::ready(())
+                    })
+                    .boxed(),
+            );
         }
 
         // Let discovery find the publishers already running, then check them.
@@ -347,7 +511,7 @@ impl RosSide {
         let halt = stop.clone();
         let thread = std::thread::Builder::new()
             .name("ros2-spin".into())
-            .spawn(move || spin(node, tasks, callers, halt))
+            .spawn(move || spin(node, tasks, handlers, initial, halt))
             .map_err(RosError::Thread)?;
         Ok(RosSide { inlets, outlets, stop, thread: Some(thread) })
     }
@@ -380,9 +544,16 @@ fn header_delay(v: &Value) -> Duration {
     Duration::from_nanos(stamp.saturating_sub(now).max(0) as u64)
 }
 
-type Caller = (mpsc::Receiver<Value>, Box<dyn services::Caller>, Inlet, String, String);
+/// A parameter's port, and its current value: sent once the port is connected.
+type Initial = (Inlet, Box<dyn Fn() -> Value + Send>);
 
-fn spin(mut node: r2r::Node, tasks: Vec<LocalTask>, callers: Vec<Caller>, stop: Arc<AtomicBool>) {
+fn spin(
+    mut node: r2r::Node,
+    tasks: Vec<LocalTask>,
+    mut handlers: Vec<(mpsc::Receiver<Value>, Handler)>,
+    mut initial: Vec<Initial>,
+    stop: Arc<AtomicBool>,
+) {
     let mut pool = LocalPool::new();
     let spawner = pool.spawner();
     for t in tasks {
@@ -392,25 +563,16 @@ fn spin(mut node: r2r::Node, tasks: Vec<LocalTask>, callers: Vec<Caller>, stop: 
     }
     while !stop.load(Ordering::Relaxed) {
         node.spin_once(Duration::from_millis(5));
-        for (rx, caller, inlet, port, service) in &callers {
-            while let Ok(request) = rx.try_recv() {
-                let (inlet, port, service) = (inlet.clone(), port.clone(), service.clone());
-                match caller.call(request) {
-                    Ok(response) => {
-                        let done = response.map(move |r| match r {
-                            Ok(v) => {
-                                inlet.deliver(&port, v, Duration::ZERO);
-                            }
-                            Err(e) => tracing::warn!(service = %service, "call failed: {e}"),
-                        });
-                        if let Err(e) = spawner.spawn_local(done.boxed()) {
-                            tracing::error!("cannot wait for a service response: {e}");
-                        }
+        for (rx, handler) in &mut handlers {
+            while let Ok(v) = rx.try_recv() {
+                for task in handler(v) {
+                    if let Err(e) = spawner.spawn_local(task) {
+                        tracing::error!("cannot start a ROS task: {e}");
                     }
-                    Err(e) => tracing::warn!(service = %service, "cannot call: {e}"),
                 }
             }
         }
+        initial.retain(|(inlet, value)| !(inlet.is_connected() && inlet.deliver("parameter", value(), Duration::ZERO)));
         pool.run_until_stalled();
     }
 }

@@ -3,8 +3,9 @@
 //! ([`ServiceSupport::serve`], [`Responder`]).
 //!
 //! Requests and responses convert field by field, like plain messages
-//! (`messages::plain_to_value`). Supported: the std_srvs services
-//! ([`SUPPORTED`]).
+//! (`messages::plain_to_value`); fields a value leaves out take their
+//! defaults. Supported: every service type of the packages r2r was built
+//! with ([`support`]).
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -12,8 +13,6 @@ use std::pin::Pin;
 
 use futures::{FutureExt, StreamExt};
 use r2r::{QosProfile, WrappedServiceTypeSupport};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use crate::messages::{plain_from_value, plain_to_value, ConvertError, LocalTask};
 use crate::value::Value;
@@ -40,83 +39,81 @@ pub trait ServiceSupport {
     fn serve(&self, node: &mut r2r::Node, service: &str, sink: RequestSink) -> Result<LocalTask, r2r::Error>;
 }
 
-/// A service type with Rust structs in r2r, and its ROS name.
-trait NamedService: WrappedServiceTypeSupport + Send + 'static
-where
-    Self::Request: Serialize + DeserializeOwned + Default + Send,
-    Self::Response: Serialize + DeserializeOwned + Default + Send,
-{
-    const NAME: &'static str;
-}
-
-macro_rules! std_srvs {
-    ($($srv:ident),*) => {
-        $(impl NamedService for r2r::std_srvs::srv::$srv::Service {
-            const NAME: &'static str = concat!("std_srvs/srv/", stringify!($srv));
-        })*
-        /// The service types the bridge carries.
-        pub const SUPPORTED: &[&str] = &[$(concat!("std_srvs/srv/", stringify!($srv))),*];
-
+/// The service types r2r was built with (build.rs lists them), each
+/// through its Rust structs: r2r 0.9 has no untyped service server.
+macro_rules! service_table {
+    ($($name:literal => $t:ty,)*) => {
+        /// The support of service type `name`; `None` when r2r was not
+        /// built with it.
         pub fn support(name: &str) -> Option<Box<dyn ServiceSupport>> {
-            $(if name == <r2r::std_srvs::srv::$srv::Service as NamedService>::NAME {
-                return Some(Box::new(Typed::<r2r::std_srvs::srv::$srv::Service>(PhantomData)));
-            })*
-            None
+            match name {
+                $($name => Some(Box::new(Typed::<$t>(PhantomData, $name))),)*
+                _ => None,
+            }
         }
     };
 }
 
-std_srvs!(Trigger, SetBool, Empty);
+// The action table of the same file is `actions`' to expand.
+macro_rules! action_table {
+    ($($t:tt)*) => {};
+}
 
-struct Typed<S>(PhantomData<fn() -> S>);
+include!(concat!(env!("OUT_DIR"), "/interfaces.rs"));
 
-struct TypedCaller<S: WrappedServiceTypeSupport>(r2r::Client<S>);
+/// A service type's Rust structs, and its ROS name.
+struct Typed<S>(PhantomData<fn() -> S>, &'static str);
 
-impl<S: NamedService> Caller for TypedCaller<S>
+struct TypedCaller<S: WrappedServiceTypeSupport>(r2r::Client<S>, &'static str);
+
+impl<S: WrappedServiceTypeSupport + 'static> Caller for TypedCaller<S>
 where
-    S::Request: Serialize + DeserializeOwned + Default + Send,
-    S::Response: Serialize + DeserializeOwned + Default + Send,
+    S::Request: Send,
+    S::Response: Send,
 {
     fn call(&self, request: Value) -> Result<Response, ConvertError> {
-        let req: S::Request = plain_from_value(S::NAME, request)?;
-        let fut = self.0.request(&req).map_err(|e| ConvertError::Ros(format!("calling {}: {e}", S::NAME)))?;
+        let name = self.1;
+        let req: S::Request = plain_from_value(name, request)?;
+        let fut = self.0.request(&req).map_err(|e| ConvertError::Ros(format!("calling {name}: {e}")))?;
         Ok(async move {
             match fut.await {
-                Ok(resp) => plain_to_value(S::NAME, &resp),
-                Err(e) => Err(ConvertError::Ros(format!("{} call failed: {e}", S::NAME))),
+                Ok(resp) => plain_to_value(name, &resp),
+                Err(e) => Err(ConvertError::Ros(format!("{name} call failed: {e}"))),
             }
         }
         .boxed())
     }
 }
 
-struct TypedResponder<S: WrappedServiceTypeSupport>(r2r::ServiceRequest<S>);
+struct TypedResponder<S: WrappedServiceTypeSupport>(r2r::ServiceRequest<S>, &'static str);
 
-impl<S: NamedService> Responder for TypedResponder<S>
+impl<S: WrappedServiceTypeSupport + 'static> Responder for TypedResponder<S>
 where
-    S::Request: Serialize + DeserializeOwned + Default + Send,
-    S::Response: Serialize + DeserializeOwned + Default + Send,
+    S::Request: Send,
+    S::Response: Send,
 {
     fn respond(self: Box<Self>, response: Value) -> Result<(), ConvertError> {
-        let resp: S::Response = plain_from_value(S::NAME, response)?;
-        self.0.respond(resp).map_err(|e| ConvertError::Ros(format!("responding to {}: {e}", S::NAME)))
+        let name = self.1;
+        let resp: S::Response = plain_from_value(name, response)?;
+        self.0.respond(resp).map_err(|e| ConvertError::Ros(format!("responding to {name}: {e}")))
     }
 }
 
-impl<S: NamedService> ServiceSupport for Typed<S>
+impl<S: WrappedServiceTypeSupport + Send + 'static> ServiceSupport for Typed<S>
 where
-    S::Request: Serialize + DeserializeOwned + Default + Send,
-    S::Response: Serialize + DeserializeOwned + Default + Send,
+    S::Request: Send,
+    S::Response: Send,
 {
     fn client(&self, node: &mut r2r::Node, service: &str) -> Result<Box<dyn Caller>, r2r::Error> {
-        Ok(Box::new(TypedCaller(node.create_client::<S>(service, QosProfile::services_default())?)))
+        Ok(Box::new(TypedCaller(node.create_client::<S>(service, QosProfile::services_default())?, self.1)))
     }
 
     fn serve(&self, node: &mut r2r::Node, service: &str, mut sink: RequestSink) -> Result<LocalTask, r2r::Error> {
+        let name = self.1;
         let requests = node.create_service::<S>(service, QosProfile::services_default())?;
         Ok(Box::pin(requests.for_each(move |req| {
-            let v = plain_to_value(S::NAME, &req.message);
-            sink(v.map(|v| (v, Box::new(TypedResponder(req)) as Box<dyn Responder>)));
+            let v = plain_to_value(name, &req.message);
+            sink(v.map(|v| (v, Box::new(TypedResponder(req, name)) as Box<dyn Responder>)));
             std::future::ready(())
         })))
     }

@@ -5,6 +5,13 @@
   ros_node.py roundtrip KIND IN OUT FILE N         publish on IN, record what comes back on OUT
   ros_node.py serve SERVICE                        std_srvs/SetBool: success = data, message "got <data>"
   ros_node.py call SERVICE FILE N                  call std_srvs/Trigger N times, record the responses
+  ros_node.py servers SERVICE ACTION               test_msgs BasicTypes (int32_value + 100, "ros got <string_value>")
+                                                   and Fibonacci (a step every 100 ms, cancelable)
+  ros_node.py call_basic SERVICE FILE N            call test_msgs/BasicTypes N times, record the responses
+  ros_node.py fib_client ACTION FILE               a Fibonacci goal of order 4 to its result, then one of
+                                                   order 1000 canceled at its second feedback; records both
+  ros_node.py params NODE FILE                     set and get the bridge node's parameter "gain" (rclpy's
+                                                   parameter client), record the outcomes
 
 QOS is "reliable" (default), "best_effort" or "transient_local" (reliable,
 transient local). Prints "ready" once its entities exist.
@@ -40,6 +47,115 @@ def write(path, obj):
     with open(tmp, "wb") as f:
         pickle.dump(obj, f)
     os.replace(tmp, path)
+
+
+def serve_interfaces(node, service, action):
+    """A BasicTypes service and a Fibonacci action server, spun by several
+    threads (the action's execute callback sleeps between steps)."""
+    from rclpy.action import ActionServer, CancelResponse, GoalResponse
+    from rclpy.callback_groups import ReentrantCallbackGroup
+    from rclpy.executors import MultiThreadedExecutor
+    from test_msgs.action import Fibonacci
+    from test_msgs.srv import BasicTypes
+
+    def basic(req, resp):
+        resp.int32_value = req.int32_value + 100
+        resp.string_value = f"ros got {req.string_value}"
+        resp.float64_value = req.float64_value
+        return resp
+
+    def execute(goal):
+        seq = [0, 1]
+        for _ in range(1, goal.request.order):
+            if goal.is_cancel_requested:
+                goal.canceled()
+                return Fibonacci.Result(sequence=seq)
+            seq.append(seq[-1] + seq[-2])
+            goal.publish_feedback(Fibonacci.Feedback(sequence=seq))
+            time.sleep(0.1)
+        goal.succeed()
+        return Fibonacci.Result(sequence=seq)
+
+    group = ReentrantCallbackGroup()
+    node.create_service(BasicTypes, service, basic, callback_group=group)
+    ActionServer(
+        node,
+        Fibonacci,
+        action,
+        execute_callback=execute,
+        goal_callback=lambda _: GoalResponse.ACCEPT,
+        cancel_callback=lambda _: CancelResponse.ACCEPT,
+        callback_group=group,
+    )
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    print("ready", flush=True)
+    executor.spin()
+
+
+def spin_until(node, fut, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not fut.done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {what} in {timeout:.0f} s")
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return fut.result()
+
+
+def fibonacci_client(node, action):
+    """Goal order 4 to its result; then order 1000, canceled at its second
+    feedback. Returns what each goal got."""
+    from rclpy.action import ActionClient
+    from test_msgs.action import Fibonacci
+
+    client = ActionClient(node, Fibonacci, action)
+    print("ready", flush=True)
+    while not client.wait_for_server(timeout_sec=0.5):
+        pass
+    out = {}
+    for name, order in [("short", 4), ("canceled", 1000)]:
+        feedback = []
+        sent = client.send_goal_async(Fibonacci.Goal(order=order), feedback_callback=lambda f, got=feedback: got.append(list(f.feedback.sequence)))
+        goal = spin_until(node, sent, "goal response")
+        assert goal.accepted, "the goal was rejected"
+        result = goal.get_result_async()
+        cancel = None
+        while not result.done():
+            rclpy.spin_once(node, timeout_sec=0.05)
+            if name == "canceled" and cancel is None and len(feedback) >= 2:
+                cancel = spin_until(node, goal.cancel_goal_async(), "cancel response")
+        res = result.result()
+        out[name] = {
+            "feedback": feedback,
+            "status": res.status,
+            "sequence": list(res.result.sequence),
+            "canceling": None if cancel is None else len(cancel.goals_canceling),
+        }
+        print(f"{name}: status {res.status}", flush=True)
+    return out
+
+
+def set_parameters(node, bridge):
+    """Sets the bridge's "gain" to 0.25 (a double), then to a string (of the
+    wrong type), then "undeclared"; reads "gain" back."""
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+
+    client = AsyncParameterClient(node, bridge)
+    print("ready", flush=True)
+    while not client.wait_for_services(timeout_sec=0.5):
+        pass
+    out = {}
+    for name, param in [
+        ("double", Parameter("gain", Parameter.Type.DOUBLE, 0.25)),
+        ("string", Parameter("gain", Parameter.Type.STRING, "high")),
+        ("undeclared", Parameter("undeclared", Parameter.Type.DOUBLE, 1.0)),
+    ]:
+        r = spin_until(node, client.set_parameters([param]), f"answer to setting {name}").results[0]
+        out[name] = (r.successful, r.reason)
+    values = spin_until(node, client.get_parameters(["gain"]), "parameter values").values
+    out["gain"] = values[0].double_value
+    return out
 
 
 def main():
@@ -117,6 +233,32 @@ def main():
                     client.remove_pending_request(fut)
                     print("call timed out; retrying", flush=True)
             write(out, got)
+        elif mode == "servers":
+            serve_interfaces(node, sys.argv[2], sys.argv[3])
+        elif mode == "call_basic":
+            from test_msgs.srv import BasicTypes
+
+            service, out, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+            client = node.create_client(BasicTypes, service)
+            print("ready", flush=True)
+            while not client.wait_for_service(timeout_sec=0.5):
+                pass
+            got = []
+            while len(got) < n:
+                k = len(got) + 1
+                fut = client.call_async(BasicTypes.Request(int32_value=k, string_value=f"ros {k}"))
+                rclpy.spin_until_future_complete(node, fut, timeout_sec=3.0)
+                if fut.done():
+                    got.append(samples.plain(fut.result()))
+                else:
+                    # As in "call": a response lost during discovery.
+                    client.remove_pending_request(fut)
+                    print("call timed out; retrying", flush=True)
+            write(out, got)
+        elif mode == "fib_client":
+            write(sys.argv[3], fibonacci_client(node, sys.argv[2]))
+        elif mode == "params":
+            write(sys.argv[3], set_parameters(node, sys.argv[2]))
         else:
             raise SystemExit(f"unknown mode {mode!r}")
     except KeyboardInterrupt:

@@ -263,7 +263,9 @@ def bridge_check(config, *extra):
         ('[[topic]]\ntopic = "/a"\ntype = "std_msgs/msg/String"\nport = "a"\n', "missing field `direction`"),
         ("[[topic]\n", "is not valid"),
         ('[[topic]]\ntopic = "/a"\ntype = "nope_msgs/msg/Thing"\ndirection = "ros->hprm"\nport = "a"\n', "is not one this bridge was built with"),
-        ('[[service]]\nservice = "/s"\ntype = "nope_srvs/srv/Thing"\nrole = "client"\nrequest = "a"\nresponse = "b"\n', "is not supported"),
+        ('[[service]]\nservice = "/s"\ntype = "nope_srvs/srv/Thing"\nrole = "client"\nrequest = "a"\nresponse = "b"\n', "service type \"nope_srvs/srv/Thing\" is not one this bridge was built with"),
+        ('[[action]]\naction = "/a"\ntype = "nope_msgs/action/Thing"\nrole = "server"\ngoal = "a"\nresult = "b"\n', "action type \"nope_msgs/action/Thing\" is not one this bridge was built with"),
+        ('[[parameter]]\nname = "gain"\ntype = "double"\ndefault = "high"\nport = "g"\n', "default = \"high\" is not a double value"),
     ],
 )
 def test_bad_configs_fail_at_start_with_one_sentence(tmp_path, text, message):

@@ -12,7 +12,7 @@ pub enum ConvertError {
 }
 
 impl ConvertError {
-    pub(super) fn shape(type_name: &str, what: impl Into<String>) -> ConvertError {
+    pub fn shape(type_name: &str, what: impl Into<String>) -> ConvertError {
         ConvertError::Shape { type_name: type_name.into(), what: what.into() }
     }
 }
