@@ -227,7 +227,10 @@ mod tests {
         assert_eq!(cells(lines[1])[4..7], ["camera", "a", "-"], "{text}");
         assert_eq!(cells(lines[2])[..4], ["detector", "b", "4321", "1.50"], "{text}");
         assert_eq!(cells(lines[3])[..5], ["planner", "b", "4321", "silent", "10.00"], "{text}");
-        assert!(text.contains("robot: this is host a; 2 federates on other hosts (1 reporting through hprm-link)"), "{text}");
+        assert!(
+            text.contains("robot: this is host a; 2 federates on other hosts (1 reporting through hprm-link)"),
+            "{text}"
+        );
         // Without hosts, no HOST column.
         let mut one = Running { elsewhere: vec![], ..running };
         one.launch.hosts = None;

@@ -18,8 +18,8 @@ use hprm_store::{Backpressure, CreateOptions, Error as StoreError, Object, Objec
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use zenoh::bytes::ZBytes;
-use zenoh::sample::SampleKind;
 use zenoh::qos::Priority;
+use zenoh::sample::SampleKind;
 
 use crate::error::LinkError;
 use crate::queue::{Queues, Ticket, Turn};

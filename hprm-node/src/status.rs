@@ -435,7 +435,8 @@ fn remote_federates(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<RemoteF
         .enumerate()
         .filter(|(_, (_, host))| *host != hosts.host)
         .map(|(id, (name, host))| {
-            let mirror = mirrors.entry(host.as_str()).or_insert_with(|| read_mirror(dir, host, &launch.program)).as_ref();
+            let mirror =
+                mirrors.entry(host.as_str()).or_insert_with(|| read_mirror(dir, host, &launch.program)).as_ref();
             let reported = mirror.and_then(|m| m.report.federates.iter().find(|f| f.name == *name));
             let fresh = mirror.is_some_and(|m| now_ns - m.received_ns < MIRROR_FRESH.as_nanos() as i64);
             RemoteFederate {
