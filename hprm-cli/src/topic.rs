@@ -343,6 +343,43 @@ mod tests {
     use super::*;
     use hprm_node::payload::{Buffer, Encoder};
 
+    #[test]
+    fn a_federate_of_another_host_is_tapped_there_and_the_error_says_how() {
+        use hprm_node::status::{write_launch, FederateProcess, LaunchInfo, ProgramHosts};
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("hprm-1-1");
+        std::fs::create_dir(&dir).unwrap();
+        let launch = LaunchInfo {
+            program: "robot".into(),
+            pid: std::process::id(),
+            started_ns: 1,
+            runtime_dir: dir.clone(),
+            federates: vec![FederateProcess { name: "camera".into(), pid: 0, restarts: 0 }],
+            store: None,
+            rti: None,
+            hosts: Some(ProgramHosts {
+                host: "a".into(),
+                federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
+            }),
+        };
+        write_launch(&dir, &launch).unwrap();
+        let w = Watch {
+            topic: "detector.boxes".into(),
+            count: None,
+            program: None,
+            runtime_base: Some(base.path().to_path_buf()),
+            window: 1000,
+        };
+        let e = find(&w, "detector", "hz").unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "federate \"detector\" of program robot runs on host b: run `hprm topic hz detector.boxes` on host b"
+            ),
+            "{e}"
+        );
+        assert_eq!(find(&w, "camera", "hz").unwrap().launch.program, "robot");
+    }
+
     #[derive(serde::Serialize)]
     struct Frame {
         stamp: u64,
