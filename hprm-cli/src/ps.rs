@@ -3,11 +3,13 @@
 //! time lags behind physical time, messages per second, and messages lost
 //! and late so far (`--json`: by port and kind, `hprm_node::loss`), the
 //! clock offset synchronization measured (between hosts); and each
-//! program's store (pid, socket) and RTI (pid, host:port).
+//! program's store (pid, socket) and RTI (pid, host:port). A program that
+//! spans hosts lists every host's federates, with a HOST column.
 //!
 //! Launchers write `launch.json` and federates `status-<name>.json` into
-//! the program's runtime directory (`hprm_node::status`); this only reads
-//! them, so it never disturbs a program.
+//! the program's runtime directory, and each host's `hprm-link` mirrors the
+//! other hosts' there (`hprm_node::status`); this only reads them, so it
+//! never disturbs a program.
 
 use std::path::PathBuf;
 
@@ -64,19 +66,44 @@ pub fn human(ns: i64) -> String {
     format!("{sign}{text}")
 }
 
+/// A federate's figures from its status: TAG, LAG, IN/S, OUT/S, LOST, LATE, CLOCK.
+fn figures(s: &status::FederateStatus) -> Vec<String> {
+    vec![
+        format!("{}/{}", human(s.tag_ns), s.microstep),
+        human(s.lag_ns),
+        format!("{:.0}", s.messages_in_per_s),
+        format!("{:.0}", s.messages_out_per_s),
+        s.losses.lost().to_string(),
+        s.losses.late().to_string(),
+        // Between hosts: what clock synchronization adds to this host's clock.
+        s.clock_offset_ns.map_or("-".into(), |o| format!("{}{}", if o > 0 { "+" } else { "" }, human(o))),
+    ]
+}
+
 fn table(programs: &[Running], now: i64) -> String {
-    let mut rows =
-        vec![["PROGRAM", "PID", "UP", "FEDERATE", "FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE", "CLOCK"]
-            .map(String::from)
-            .to_vec()];
+    // A HOST column only where a program spans hosts.
+    let hosts = programs.iter().any(|p| p.launch.hosts.is_some());
+    let mut header = vec!["PROGRAM", "PID", "UP", "FEDERATE"];
+    if hosts {
+        header.push("HOST");
+    }
+    header.extend(["FED PID", "TAG", "LAG", "IN/S", "OUT/S", "LOST", "LATE", "CLOCK"]);
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
     for p in programs {
         let mut first = true;
-        for f in &p.federates {
-            let head = if std::mem::take(&mut first) {
+        let mut head = |name: &str, host: Option<&str>| {
+            let mut row = if std::mem::take(&mut first) {
                 vec![p.launch.program.clone(), p.launch.pid.to_string(), human(now - p.launch.started_ns)]
             } else {
                 vec![String::new(); 3]
             };
+            row.push(name.to_owned());
+            if hosts {
+                row.push(host.unwrap_or("-").to_owned());
+            }
+            row
+        };
+        for f in &p.federates {
             let pid = if f.alive {
                 f.pid.to_string()
             } else if f.pid == 0 {
@@ -85,39 +112,38 @@ fn table(programs: &[Running], now: i64) -> String {
                 format!("{} (exited)", f.pid)
             };
             let rest = match &f.status {
-                Some(s) => vec![
-                    format!("{}/{}", human(s.tag_ns), s.microstep),
-                    human(s.lag_ns),
-                    format!("{:.0}", s.messages_in_per_s),
-                    format!("{:.0}", s.messages_out_per_s),
-                    s.losses.lost().to_string(),
-                    s.losses.late().to_string(),
-                    // Between hosts: what clock synchronization adds to this host's clock.
-                    s.clock_offset_ns.map_or("-".into(), |o| format!("{}{}", if o > 0 { "+" } else { "" }, human(o))),
-                ],
+                Some(s) => figures(s),
                 None => {
                     let mut cells = vec!["-".to_owned(); 7];
                     cells[0] = if f.alive { "starting" } else { "-" }.into();
                     cells
                 }
             };
-            let mut row = head;
-            row.extend([f.name.clone(), pid]);
+            let mut row = head(&f.name, f.host.as_deref());
+            row.push(pid);
             row.extend(rest);
             rows.push(row);
         }
-        // Other hosts' federates: where this host runs the RTI, its view
-        // (connected, last tag granted); else only where they run.
+        // Other hosts' federates: as their hosts report them (through the
+        // links), and where this host runs the RTI, its view (joined, last
+        // tag granted). Their pids are other machines' processes.
         for r in &p.elsewhere {
-            let (pid, tag) = match &r.rti {
-                Some(f) => (
-                    format!("on {} ({})", r.host, if f.connected { "joined" } else { "not joined" }),
-                    f.granted_ns.map_or("-".into(), |t| format!("{} (granted)", human(t))),
-                ),
-                None => (format!("on {}", r.host), "-".into()),
+            let mut pid = if r.pid == 0 { "-".to_string() } else { r.pid.to_string() };
+            if let Some(f) = &r.rti {
+                pid.push_str(if f.connected { " (joined)" } else { " (not joined)" });
+            }
+            let rest = match (&r.status, r.reported_ns, &r.rti) {
+                (Some(s), _, _) => figures(s),
+                // Its host stopped reporting (lost, or its share ended).
+                (None, Some(t), _) if now - t >= status::MIRROR_FRESH.as_nanos() as i64 => {
+                    vec![format!("silent {}", human(now - t))]
+                }
+                (None, _, Some(f)) => vec![f.granted_ns.map_or("-".into(), |t| format!("{} (granted)", human(t)))],
+                _ => vec!["-".into()],
             };
-            let mut row = vec![String::new(); 3];
-            row.extend([r.name.clone(), pid, tag]);
+            let mut row = head(&r.name, Some(&r.host));
+            row.push(pid);
+            row.extend(rest);
             row.resize(rows[0].len(), "-".into());
             rows.push(row);
         }
@@ -139,13 +165,11 @@ fn table(programs: &[Running], now: i64) -> String {
         let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
         if let Some(h) = &p.launch.hosts {
-            let how = match p.launch.rti {
-                Some(_) => "as the RTI sees them".to_string(),
-                None => "the RTI's host shows their tags".to_string(),
-            };
             let others = p.elsewhere.len();
+            let reported = p.elsewhere.iter().filter(|r| r.status.is_some()).count();
+            let rti = if p.launch.rti.is_some() { "; joined: as the RTI sees them" } else { "" };
             out.push_str(&format!(
-                "{}: this is host {}; {others} federate{} on other hosts ({how}; `hprm ps` there shows the rest)\n",
+                "{}: this is host {}; {others} federate{} on other hosts ({reported} reporting through hprm-link{rti})\n",
                 p.launch.program,
                 h.host,
                 if others == 1 { "" } else { "s" }
@@ -158,6 +182,60 @@ fn table(programs: &[Running], now: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_across_hosts_lists_every_hosts_federates_with_its_host() {
+        use hprm_node::status::{FederateStatus, FederateView, LaunchInfo, ProgramHosts, RemoteFederate};
+        let now = 100_000_000_000;
+        let remote = |name: &str, status: Option<FederateStatus>, reported_ns| RemoteFederate {
+            name: name.into(),
+            host: "b".into(),
+            pid: 4321,
+            restarts: 0,
+            reported_ns,
+            status,
+            rti: None,
+        };
+        let running = Running {
+            launch: LaunchInfo {
+                program: "robot".into(),
+                pid: 1,
+                started_ns: now - 5_000_000_000,
+                runtime_dir: "/nonexistent".into(),
+                federates: vec![],
+                store: None,
+                rti: None,
+                hosts: Some(ProgramHosts { host: "a".into(), federates: vec![] }),
+            },
+            federates: vec![FederateView {
+                name: "camera".into(),
+                host: Some("a".into()),
+                pid: 0,
+                alive: false,
+                restarts: 0,
+                status: None,
+            }],
+            elsewhere: vec![
+                remote("detector", Some(FederateStatus { tag_ns: 1_500_000_000, ..Default::default() }), Some(now)),
+                remote("planner", None, Some(now - 10_000_000_000)),
+            ],
+        };
+        let text = table(std::slice::from_ref(&running), now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("FEDERATE  HOST  FED PID"), "{text}");
+        let cells = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(cells(lines[1])[4..7], ["camera", "a", "-"], "{text}");
+        assert_eq!(cells(lines[2])[..4], ["detector", "b", "4321", "1.50"], "{text}");
+        assert_eq!(cells(lines[3])[..5], ["planner", "b", "4321", "silent", "10.00"], "{text}");
+        assert!(
+            text.contains("robot: this is host a; 2 federates on other hosts (1 reporting through hprm-link)"),
+            "{text}"
+        );
+        // Without hosts, no HOST column.
+        let mut one = Running { elsewhere: vec![], ..running };
+        one.launch.hosts = None;
+        assert!(!table(&[one], now).contains("HOST"));
+    }
 
     #[test]
     fn durations_read_well() {

@@ -64,8 +64,8 @@ pub fn run(args: &TopicArgs) -> anyhow::Result<i32> {
 }
 
 /// The running program holding `federate`, chosen by `--program` when
-/// several do.
-fn find(w: &Watch, federate: &str) -> anyhow::Result<Running> {
+/// several do; `verb` (echo, hz) names the command in errors.
+fn find(w: &Watch, federate: &str, verb: &str) -> anyhow::Result<Running> {
     let base = w.runtime_base.clone().unwrap_or_else(status::runtime_base);
     let all = status::scan(&base);
     let mut hits: Vec<Running> =
@@ -73,15 +73,22 @@ fn find(w: &Watch, federate: &str) -> anyhow::Result<Running> {
     let chosen =
         |r: &Running| w.program.as_ref().map_or(true, |p| r.launch.program == *p || r.launch.pid.to_string() == *p);
     hits.retain(chosen);
-    // A federate of another host (a program that spans hosts): its tap is there.
+    // A federate of another host (a program that spans hosts): its tap is
+    // there. Taps are not forwarded through hprm-link on purpose: a tapped
+    // port's every message (camera frames) would then cross the link
+    // between hosts beside the program's own pushes, and watching must
+    // never disturb the program. `hprm ps` shows its figures here.
     let elsewhere = all
         .iter()
         .filter(|r| hits.is_empty() && chosen(r))
         .find_map(|r| Some((r, r.elsewhere.iter().find(|f| f.name == federate)?)));
     if let Some((r, f)) = elsewhere {
         bail!(
-            "federate {federate:?} of program {} runs on host {}: run `hprm topic` there (a tap reads a federate of its own host)",
+            "federate {federate:?} of program {} runs on host {}: run `hprm topic {verb} {}` on host {} \
+             (a tap reads a federate of its own host; `hprm ps` here shows its tag and rates)",
             r.launch.program,
+            f.host,
+            w.topic,
             f.host
         )
     }
@@ -112,11 +119,11 @@ fn find(w: &Watch, federate: &str) -> anyhow::Result<Running> {
     }
 }
 
-fn attach(w: &Watch) -> anyhow::Result<TapClient> {
+fn attach(w: &Watch, verb: &str) -> anyhow::Result<TapClient> {
     let Some((federate, port)) = w.topic.split_once('.') else {
         bail!("{:?} is not FEDERATE.PORT; name the port as FEDERATE.PORT (e.g. camera.image)", w.topic);
     };
-    let program = find(w, federate)?;
+    let program = find(w, federate, verb)?;
     Ok(TapClient::attach(&program.launch.runtime_dir, federate, port)?)
 }
 
@@ -141,7 +148,7 @@ fn watch(
 }
 
 fn echo(w: &Watch) -> anyhow::Result<i32> {
-    let mut tap = attach(w)?;
+    let mut tap = attach(w, "echo")?;
     eprintln!("echoing {} (Ctrl-C to stop)", tap.port);
     let mut dropped = 0;
     let n = watch(w, &mut tap, |m, _| {
@@ -182,7 +189,7 @@ fn rates(window: &std::collections::VecDeque<(Instant, i64)>) -> Rates {
 }
 
 fn hz(w: &Watch) -> anyhow::Result<i32> {
-    let mut tap = attach(w)?;
+    let mut tap = attach(w, "hz")?;
     eprintln!("rate of {} (Ctrl-C to stop)", tap.port);
     let mut window = std::collections::VecDeque::new();
     let mut last_print = Instant::now();
@@ -335,6 +342,43 @@ fn ext(out: &mut String, ty: i8, data: &[u8]) {
 mod tests {
     use super::*;
     use hprm_node::payload::{Buffer, Encoder};
+
+    #[test]
+    fn a_federate_of_another_host_is_tapped_there_and_the_error_says_how() {
+        use hprm_node::status::{write_launch, FederateProcess, LaunchInfo, ProgramHosts};
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("hprm-1-1");
+        std::fs::create_dir(&dir).unwrap();
+        let launch = LaunchInfo {
+            program: "robot".into(),
+            pid: std::process::id(),
+            started_ns: 1,
+            runtime_dir: dir.clone(),
+            federates: vec![FederateProcess { name: "camera".into(), pid: 0, restarts: 0 }],
+            store: None,
+            rti: None,
+            hosts: Some(ProgramHosts {
+                host: "a".into(),
+                federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
+            }),
+        };
+        write_launch(&dir, &launch).unwrap();
+        let w = Watch {
+            topic: "detector.boxes".into(),
+            count: None,
+            program: None,
+            runtime_base: Some(base.path().to_path_buf()),
+            window: 1000,
+        };
+        let e = find(&w, "detector", "hz").unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "federate \"detector\" of program robot runs on host b: run `hprm topic hz detector.boxes` on host b"
+            ),
+            "{e}"
+        );
+        assert_eq!(find(&w, "camera", "hz").unwrap().launch.program, "robot");
+    }
 
     #[derive(serde::Serialize)]
     struct Frame {

@@ -6,18 +6,20 @@
 //! into the store does not hold up other pushes or the Zenoh session.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hprm_node::hosts::{LostHosts, PushRequest, PUSH_MAX_LEN};
+use hprm_node::status::{self, HostReport};
 use hprm_store::protocol::message::ErrorCode;
 use hprm_store::{Backpressure, CreateOptions, Error as StoreError, Object, ObjectId, StoreClient};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use zenoh::bytes::ZBytes;
 use zenoh::qos::Priority;
+use zenoh::sample::SampleKind;
 
 use crate::error::LinkError;
 use crate::queue::{Queues, Ticket, Turn};
@@ -62,6 +64,11 @@ pub struct LinkConfig {
     pub queue: Backpressure,
     /// How many pushes each host's queue holds (`keep-last-N`: N).
     pub queue_depth: usize,
+    /// The program's runtime directory on this host, if the link is to
+    /// share status: it publishes this host's federates' status from there
+    /// and mirrors the other hosts' into it (`hprm_node::status`), for
+    /// `hprm ps` and the dashboard.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 /// The files of a host's TLS identity. Every link presents its certificate
@@ -122,6 +129,8 @@ struct Inner {
     /// Objects received from another host: by id, that host; oldest first.
     origins: Mutex<(HashMap<ObjectId, String>, VecDeque<ObjectId>)>,
     counters: Counters,
+    /// Set as the link stops: no mirror is written after its cleanup.
+    stopping: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -156,9 +165,13 @@ impl Link {
                 peers: Mutex::new(peers),
                 origins: Mutex::default(),
                 counters: Counters::default(),
+                stopping: AtomicBool::new(false),
             }),
         };
         link.declare().await?;
+        if let Some(dir) = link.inner.cfg.runtime_dir.clone() {
+            link.share_status(dir).await?;
+        }
         // None lost yet (and none a link that ran before listed).
         link.write_lost_hosts();
         for peer in link.inner.cfg.peers.clone() {
@@ -195,6 +208,7 @@ impl Link {
         }
         let _ = std::fs::remove_file(path);
         let _ = std::fs::remove_file(self.inner.lost_hosts.path());
+        self.unshare_status().await;
         let c = &self.inner.counters;
         tracing::info!(
             pushed = c.pushed.load(Ordering::Relaxed),
@@ -229,6 +243,98 @@ impl Link {
             }
         });
         Ok(())
+    }
+
+    /// Publishes this host's share of the program in `dir` once per status
+    /// period, and mirrors the other hosts' into `dir` as they come.
+    ///
+    /// Status rides Zenoh beside the pushes (a put per host per period, at
+    /// the lowest data priority, so it never delays a value or a probe)
+    /// rather than each `hprm ps` asking every host: a reader then needs
+    /// no network, and a host that goes silent shows as such at once.
+    async fn share_status(&self, dir: PathBuf) -> Result<(), LinkError> {
+        let zerr = |e: zenoh::Error| LinkError::Zenoh(e.to_string());
+        let session = &self.inner.session;
+        let subscriber = session.declare_subscriber(wire::status_key("*")).await.map_err(zerr)?;
+        let link = self.clone();
+        let mirrors = dir.clone();
+        tokio::spawn(async move {
+            while let Ok(sample) = subscriber.recv_async().await {
+                link.mirror(&mirrors, &sample).await;
+            }
+        });
+        let publisher = session
+            .declare_publisher(wire::status_key(&self.inner.cfg.host))
+            .priority(Priority::DataLow)
+            .await
+            .map_err(zerr)?;
+        tokio::spawn(async move {
+            let mut said = false;
+            loop {
+                let d = dir.clone();
+                let report = tokio::task::spawn_blocking(move || status::host_report(&d)).await.ok().flatten();
+                if let Some(report) = report {
+                    if let Err(e) = publisher.put(report.encode()).await {
+                        if !std::mem::replace(&mut said, true) {
+                            tracing::warn!("cannot publish this host's status: {e}; other hosts' `hprm ps` will not see its federates' progress");
+                        }
+                    }
+                }
+                tokio::time::sleep(status::STATUS_PERIOD).await;
+            }
+        });
+        Ok(())
+    }
+
+    /// Writes (or, for a delete, removes) the mirror of another host's
+    /// status in `dir`. Only the program's other hosts are mirrored.
+    async fn mirror(&self, dir: &Path, sample: &zenoh::sample::Sample) {
+        let Some(host) = wire::status_host(sample.key_expr().as_str()).map(str::to_owned) else { return };
+        if host == self.inner.cfg.host || !self.inner.cfg.peers.contains(&host) {
+            return;
+        }
+        let report = match sample.kind() {
+            SampleKind::Delete => None,
+            SampleKind::Put => match HostReport::decode(&sample.payload().to_bytes()) {
+                Ok(r) if r.host == host => Some(r),
+                Ok(r) => {
+                    tracing::debug!("host {host}'s status names host {}: ignored", r.host);
+                    return;
+                }
+                Err(why) => {
+                    tracing::debug!("host {host}'s status: {why}");
+                    return;
+                }
+            },
+        };
+        let link = self.clone();
+        let dir = dir.to_path_buf();
+        let written = tokio::task::spawn_blocking(move || {
+            if link.inner.stopping.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            match &report {
+                Some(r) => status::write_mirror(&dir, r),
+                None => status::remove_mirror(&dir, &host),
+            }
+        })
+        .await;
+        if let Ok(Err(e)) = written {
+            tracing::debug!("mirroring another host's status: {e}");
+        }
+    }
+
+    /// As the link stops: tells the other hosts to drop this host's
+    /// mirror, and removes the ones it wrote here.
+    async fn unshare_status(&self) {
+        let Some(dir) = &self.inner.cfg.runtime_dir else { return };
+        self.inner.stopping.store(true, Ordering::Release);
+        if let Err(e) = self.inner.session.delete(wire::status_key(&self.inner.cfg.host)).await {
+            tracing::debug!("withdrawing this host's status: {e}");
+        }
+        for peer in &self.inner.cfg.peers {
+            let _ = status::remove_mirror(dir, peer);
+        }
     }
 
     /// Probes `peer` every quarter of the host timeout, for good: its

@@ -41,6 +41,12 @@
 //! store's backpressure policies ([`queue`]); probes and announces travel
 //! at higher Zenoh priorities than bulk data, so they never wait behind it.
 //!
+//! Status: given the program's runtime directory (`--runtime-dir`, which
+//! `hprm launch --host` passes), a link publishes its host's share of the
+//! program once a status period and mirrors the other hosts' into that
+//! directory (`hprm_node::status`, [`wire::status_key`]), so `hprm ps` and
+//! the dashboard on any host list every host's federates.
+//!
 //! Security: with [`Tls`] the links speak TLS with mutual authentication
 //! (Zenoh's `tls/` endpoints): each presents its host's certificate and
 //! accepts only peers whose certificate the program's CA signed.

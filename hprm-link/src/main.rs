@@ -55,6 +55,11 @@ struct Args {
     /// How many pushes each host's queue holds (keep-last-N: N).
     #[arg(long, value_name = "N", default_value_t = hprm_link::queue::DEFAULT_DEPTH)]
     queue_depth: usize,
+    /// The program's runtime directory on this host (`hprm launch` passes
+    /// it): this host's federates' status is published from there to the
+    /// other hosts, and theirs mirrored into it, for `hprm ps`.
+    #[arg(long, value_name = "DIR")]
+    runtime_dir: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -84,6 +89,7 @@ fn main() -> Result<()> {
         },
         queue: args.queue,
         queue_depth: args.queue_depth,
+        runtime_dir: args.runtime_dir,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {

@@ -13,6 +13,12 @@
 //!   reply's payload is one [`Outcome`] byte; a refused push (another
 //!   version, a malformed header, a store that cannot take the object)
 //!   gets an error reply whose payload is a sentence saying why.
+//!
+//! And, when it knows the program's runtime directory, it publishes on
+//! - `hprm/link/<host>/status`: once per status period, the host's share
+//!   of the program (`hprm_node::status::HostReport`, JSON), which the
+//!   other hosts' links mirror for their `hprm ps`; a delete on that key
+//!   when the link stops, so they drop the mirror at once.
 
 use hprm_store::ObjectId;
 
@@ -27,6 +33,16 @@ pub fn hello_key(host: &str) -> String {
 /// The key of `host`'s push queryable.
 pub fn push_key(host: &str) -> String {
     format!("hprm/link/{host}/push")
+}
+
+/// The key `host`'s link publishes its host's status on.
+pub fn status_key(host: &str) -> String {
+    format!("hprm/link/{host}/status")
+}
+
+/// The host whose status a sample on `key` ([`status_key`]) carries.
+pub fn status_host(key: &str) -> Option<&str> {
+    key.strip_prefix("hprm/link/")?.strip_suffix("/status").filter(|h| valid_host(h))
 }
 
 /// Whether `name` can be a host name: it becomes one chunk of Zenoh keys.
@@ -182,6 +198,15 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_key_names_its_host() {
+        assert_eq!(status_host(&status_key("perception-1")), Some("perception-1"));
+        assert_eq!(status_host("hprm/link/a/push"), None);
+        assert_eq!(status_host("hprm/link/a/b/status"), None);
+        assert_eq!(status_host("hprm/link//status"), None);
+        assert_eq!(status_host("other/a/status"), None);
+    }
 
     #[test]
     fn headers_round_trip_and_other_versions_are_refused_by_name() {

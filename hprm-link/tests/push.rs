@@ -4,7 +4,8 @@
 //! request named; the home object is freed once the remote copy exists; an
 //! echo back to the home host moves no data; bad requests are refused and
 //! the link stays up; a host whose link goes silent is lost by name within
-//! the host timeout, and pushes resume once it is back.
+//! the host timeout, and pushes resume once it is back; each link mirrors
+//! the other host's status (for `hprm ps`) and withdraws its own as it stops.
 //!
 //! `hprm-store` is taken from `$HPRM_STORE_BIN`, else next to this test's
 //! `hprm-link` (test.sh builds both into one target directory).
@@ -515,4 +516,60 @@ fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_
             .is_some_and(|l| l.contains("dropped=3") && l.contains("pushed=3")),
         "{log}"
     );
+}
+
+/// A runtime directory for host `host`'s share of program `robot`: its
+/// launch (federate `fed`, run by this test's process) and, with a tag,
+/// that federate's status file, as a launcher and a federate write them.
+fn share(host: &str, fed: &str, tag_ns: Option<i64>) -> tempfile::TempDir {
+    use hprm_node::status::{write_launch, FederateProcess, LaunchInfo, ProgramHosts};
+    let dir = tempfile::tempdir().expect("a runtime directory");
+    let me = std::process::id();
+    let launch = LaunchInfo {
+        program: "robot".into(),
+        pid: me,
+        started_ns: 1,
+        runtime_dir: dir.path().to_path_buf(),
+        federates: vec![FederateProcess { name: fed.into(), pid: me, restarts: 0 }],
+        store: None,
+        rti: None,
+        hosts: Some(ProgramHosts {
+            host: host.into(),
+            federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
+        }),
+    };
+    write_launch(dir.path(), &launch).expect("write launch.json");
+    if let Some(tag) = tag_ns {
+        let status = format!(
+            r#"{{"federate":"{fed}","pid":{me},"start_ns":1,"tag_ns":{tag},"microstep":0,"lag_ns":0,"messages_in":0,
+                "messages_out":0,"messages_in_per_s":0.0,"messages_out_per_s":0.0,"updated_ns":1}}"#
+        );
+        std::fs::write(dir.path().join(format!("status-{fed}.json")), status).expect("write the status");
+    }
+    dir
+}
+
+#[test]
+fn each_link_mirrors_the_other_hosts_status_and_withdraws_its_own_when_it_stops() {
+    let (run_a, run_b) = (share("a", "camera", None), share("b", "detector", Some(1_500_000_000)));
+    let (pa, pb) = (free_port(), free_port());
+    let (ea, eb) = (format!("tcp/127.0.0.1:{pa}"), format!("tcp/127.0.0.1:{pb}"));
+    let arg = |d: &tempfile::TempDir| vec!["--runtime-dir".to_string(), d.path().display().to_string()];
+    let mut a = Host::start_with("a", &ea, ("b", &eb), &arg(&run_a));
+    let mut b = Host::start_with("b", &eb, ("a", &ea), &arg(&run_b));
+    let mirror_b = run_a.path().join("host-b.json");
+    let mirror_a = run_b.path().join("host-a.json");
+    eventually("host a mirrors host b's federate with its tag", || {
+        read(&mirror_b).contains(r#""name":"detector""#) && read(&mirror_b).contains(r#""tag_ns":1500000000"#)
+    });
+    eventually("host b mirrors host a's share", || read(&mirror_a).contains(r#""name":"camera""#));
+    // Host b stops: its link withdraws its status, and host a's mirror goes at once.
+    let log_b = b.stop_link();
+    assert!(!mirror_a.exists(), "host b's link left its mirror of host a behind:\n{log_b}");
+    eventually("host a drops host b's mirror when b's link stops", || !mirror_b.exists());
+    // Host a's link, stopping, leaves no mirror behind either.
+    a.stop_link();
+    assert!(std::fs::read_dir(run_a.path())
+        .expect("list")
+        .all(|e| { !e.expect("an entry").file_name().to_string_lossy().starts_with("host-") }));
 }

@@ -295,8 +295,11 @@ def _wait_for(what, cond, within=WITHIN):
 def _ps_shows_every_host(hprm, prefix, env):
     """`hprm ps --json` in each namespace: each host's launcher lists its
     own federates (with the clock offset synchronization measured) and the
-    other host's; host a runs the RTI, so it shows b's receiver as the RTI
-    sees it (joined)."""
+    other host's, as that host reports them through the links: its host,
+    its pid there, a tag that moves; host a runs the RTI, so it shows b's
+    receiver as the RTI sees it too (joined). Returns host a's runtime
+    directory (the namespaces share /tmp, so each host's `hprm ps` lists
+    both shares: each is told apart by its host)."""
 
     def shares(host):
         r = subprocess.run(["ip", "netns", "exec", f"{prefix}-{host}", hprm, "ps", "--json"], capture_output=True, text=True, env=env, timeout=30)
@@ -309,13 +312,35 @@ def _ps_shows_every_host(hprm, prefix, env):
         return a is not None and any(f["name"] == "sink" and f["host"] == "b" and (f["rti"] or {}).get("connected") for f in a["elsewhere"])
 
     _wait_for("host a's hprm ps shows the receiver on host b joined", joined, within=10)
+    b_pids = {int(p) for p in subprocess.run(["ip", "netns", "pids", f"{prefix}-b"], capture_output=True, text=True).stdout.split()}
+    tags = {"a": [], "b": []}
+
+    def moving():
+        time.sleep(0.2)
+        for here, there, name in [("a", "b", "sink"), ("b", "a", "source")]:
+            (f,) = [f for f in shares(here)[here]["elsewhere"] if f["name"] == name]
+            assert f["host"] == there, f
+            if f["status"] is not None:
+                assert f["status"]["federate"] == name and f["pid"] == f["status"]["pid"] > 0, f
+                tags[here].append(f["status"]["tag_ns"])
+        return all(t and t[-1] > t[0] for t in tags.values())
+
+    _wait_for("each host's hprm ps shows the other host's federate with a moving tag", moving, within=15)
+    a = shares("a")["a"]
+    (sink,) = [f for f in a["elsewhere"] if f["name"] == "sink"]
+    assert sink["pid"] in b_pids, f"host a shows the receiver's pid {sink['pid']}, not a process of host b ({sorted(b_pids)})"
+    assert [(f["name"], f["host"]) for f in a["federates"]] == [("source", "a")], a
     b = shares("b")["b"]
     assert [(f["name"], f["host"], f["rti"]) for f in b["elsewhere"]] == [("source", "a", None)], b
     assert [f["name"] for f in b["federates"]] == ["sink"], b
     status = b["federates"][0]["status"]
     assert status is not None and abs(status["clock_offset_ns"]) < CLOCK_TOLERANCE_NS, status
     table = subprocess.run(["ip", "netns", "exec", f"{prefix}-a", hprm, "ps"], capture_output=True, text=True, env=env, timeout=30).stdout
-    assert "on b (joined)" in table and "this is host a; 1 federate on other hosts" in table, table
+    # FEDERATE HOST FED-PID TAG: b's receiver with its pid there and a tag.
+    assert re.search(r"^\s+sink\s+b\s+\d+ \(joined\)\s+\d", table, re.M), table
+    assert "this is host a; 1 federate on other hosts (1 reporting through hprm-link" in table, table
+    print(f"host a's hprm ps saw the receiver on host b at tags {tags['a']} ns")
+    return Path(a["launch"]["runtime_dir"])
 
 
 def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_back(hosts, tmp_path):
@@ -343,7 +368,7 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
     dump = lambda: "\n--- host a:\n" + "".join(lines["a"]) + "\n--- host b:\n" + "".join(lines["b"])  # noqa: E731
     try:
         _wait_for("the first array on host b", lambda: said("b", "GOT "))
-        _ps_shows_every_host(hprm, prefix, env)
+        runtime_a = _ps_shows_every_host(hprm, prefix, env)
         ip_link = ["ip", "-n", f"{prefix}-a", "link", "set", f"{prefix}-va"]
         subprocess.run([*ip_link, "down"], check=True)
         cut = time.monotonic()
@@ -376,6 +401,12 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
     after = [line for line in lines["b"][back:] if "GOT " in line]
     assert after, f"no array reached host b after the link came back:{out}"
     assert got_before > 0 and not said("b", " BAD"), out
+    # The mirrors went with the program: host a's runtime directory (where
+    # its link mirrored host b's federates) is gone, and no `hprm ps` lists them.
+    assert not runtime_a.exists(), f"left behind: {sorted(os.listdir(runtime_a))}"
+    for host in ("a", "b"):
+        r = _in(prefix, host, hprm, "ps", "--json")
+        assert not [p for p in json.loads(r.stdout) if p["launch"]["program"] == "cut"], r.stdout
     assert _shm() == shm_before, f"left in /dev/shm: {_shm() - shm_before}"
     for host in ("a", "b"):
         pids = subprocess.run(["ip", "netns", "pids", f"{prefix}-{host}"], capture_output=True, text=True).stdout.split()

@@ -604,6 +604,10 @@ fn start_link(
         .arg(store)
         .arg("--socket")
         .arg(&socket)
+        // Where it reads this host's federates' status, and mirrors the
+        // other hosts' (`crate::status`), for `hprm ps` and the dashboard.
+        .arg("--runtime-dir")
+        .arg(dir)
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -8,6 +8,14 @@
 //! [`Board`] (relaxed atomics, no I/O, no lock). Files are replaced by
 //! rename, so a reader never sees half of one. [`scan`] finds the programs
 //! whose launcher is still alive.
+//!
+//! In a program that spans hosts, each host's `hprm-link` publishes its
+//! host's share ([`HostReport`], read by [`host_report`]) to the other
+//! hosts' links once a period, and writes theirs into its own runtime
+//! directory as `host-<host>.json` ([`write_mirror`]), so `scan` lists
+//! every host's federates. A mirrored federate is never taken for a process
+//! of this host: its pid is only shown, never signalled, and it counts as
+//! running while its host's reports keep coming ([`MIRROR_FRESH`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -411,8 +419,11 @@ pub fn runtime_base() -> PathBuf {
 /// The federates of `launch`'s program on other hosts; where this host runs
 /// the RTI, each with the RTI's view of it (its status file in `dir`; the
 /// RTI numbers federates in the order [`ProgramHosts::federates`] lists them).
-fn remote_federates(dir: &Path, launch: &LaunchInfo) -> Vec<RemoteFederate> {
+/// With their own hosts' reports where this host's link mirrored them
+/// (current at `now_ns`, this host's clock).
+fn remote_federates(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<RemoteFederate> {
     let Some(hosts) = &launch.hosts else { return Vec::new() };
+    let mut mirrors: std::collections::HashMap<&str, Option<Mirror>> = std::collections::HashMap::new();
     let rti = launch
         .rti
         .as_ref()
@@ -423,12 +434,119 @@ fn remote_federates(dir: &Path, launch: &LaunchInfo) -> Vec<RemoteFederate> {
         .iter()
         .enumerate()
         .filter(|(_, (_, host))| *host != hosts.host)
-        .map(|(id, (name, host))| RemoteFederate {
-            name: name.clone(),
-            host: host.clone(),
-            rti: rti.as_ref().and_then(|r| r.federates.iter().find(|f| usize::from(f.id) == id).cloned()),
+        .map(|(id, (name, host))| {
+            let mirror =
+                mirrors.entry(host.as_str()).or_insert_with(|| read_mirror(dir, host, &launch.program)).as_ref();
+            let reported = mirror.and_then(|m| m.report.federates.iter().find(|f| f.name == *name));
+            let fresh = mirror.is_some_and(|m| now_ns - m.received_ns < MIRROR_FRESH.as_nanos() as i64);
+            RemoteFederate {
+                name: name.clone(),
+                host: host.clone(),
+                pid: reported.map_or(0, |f| f.pid),
+                restarts: reported.map_or(0, |f| f.restarts),
+                reported_ns: reported.and(mirror.map(|m| m.received_ns)),
+                status: reported.and_then(|f| f.status.clone()).filter(|_| fresh),
+                rti: rti.as_ref().and_then(|r| r.federates.iter().find(|f| usize::from(f.id) == id).cloned()),
+            }
         })
         .collect()
+}
+
+/// How long a mirrored report counts as current after it arrived: a
+/// few status periods, so that one late report does not blank a row.
+pub const MIRROR_FRESH: Duration = Duration::from_secs(3);
+
+/// What one host of a program says of its share: its federates, as its
+/// own `hprm ps` reads them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostReport {
+    pub program: String,
+    pub host: String,
+    pub federates: Vec<ReportedFederate>,
+}
+
+impl HostReport {
+    /// The report as it travels between hosts (JSON).
+    pub fn encode(&self) -> Vec<u8> {
+        // Plain data with string keys: serializing cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// A report another host sent; why it is not one.
+    pub fn decode(bytes: &[u8]) -> Result<HostReport, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("not a host's status report: {e}"))
+    }
+}
+
+/// One federate of a [`HostReport`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportedFederate {
+    pub name: String,
+    /// Its process on its own host (0 before it started).
+    pub pid: u32,
+    pub restarts: u32,
+    /// Its last status, while its process runs.
+    pub status: Option<FederateStatus>,
+}
+
+/// Another host's report as this host's link mirrored it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Mirror {
+    /// When this host received it (its clock, ns since the epoch): the
+    /// reporting host's clock may differ.
+    received_ns: i64,
+    report: HostReport,
+}
+
+/// The system clock, ns since the epoch.
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn mirror_path(dir: &Path, host: &str) -> PathBuf {
+    dir.join(format!("host-{host}.json"))
+}
+
+/// This host's share of the program launched into `dir`, for the other
+/// hosts; `None` when `dir` holds no launch (yet) of a program with hosts.
+pub fn host_report(dir: &Path) -> Option<HostReport> {
+    let launch: LaunchInfo = serde_json::from_slice(&std::fs::read(dir.join(LAUNCH_FILE)).ok()?).ok()?;
+    let host = launch.hosts.as_ref()?.host.clone();
+    let federates = local_federates(dir, &launch)
+        .into_iter()
+        .map(|f| ReportedFederate {
+            status: f.status.filter(|_| f.alive),
+            name: f.name,
+            pid: f.pid,
+            restarts: f.restarts,
+        })
+        .collect();
+    Some(HostReport { program: launch.program, host, federates })
+}
+
+/// Writes another host's report into `dir` (received now), replacing the
+/// last one from that host.
+pub fn write_mirror(dir: &Path, report: &HostReport) -> std::io::Result<()> {
+    let mirror = Mirror { received_ns: wall_ns(), report: report.clone() };
+    let text = serde_json::to_vec(&mirror).map_err(std::io::Error::other)?;
+    replace(&mirror_path(dir, &report.host), &text)
+}
+
+/// Removes the mirror of `host`'s report from `dir`, if there is one.
+pub fn remove_mirror(dir: &Path, host: &str) -> std::io::Result<()> {
+    match std::fs::remove_file(mirror_path(dir, host)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// `host`'s mirrored report of `program` in `dir` and when it arrived;
+/// `None` without one, or for another program.
+fn read_mirror(dir: &Path, host: &str, program: &str) -> Option<Mirror> {
+    let m: Mirror = serde_json::from_slice(&std::fs::read(mirror_path(dir, host)).ok()?).ok()?;
+    (m.report.host == host && m.report.program == program).then_some(m)
 }
 
 /// Whether process `pid` exists.
@@ -457,6 +575,19 @@ pub struct Running {
 pub struct RemoteFederate {
     pub name: String,
     pub host: String,
+    /// Its process there, as its host reported it (0: not reported). Never
+    /// signalled or looked up here: it is another machine's process.
+    pub pid: u32,
+    /// How many times its host's launcher restarted it.
+    pub restarts: u32,
+    /// When its host's last report of it arrived (this host's clock, ns
+    /// since the epoch); `None`: none came (no link mirrors reports here,
+    /// or that host is not up).
+    pub reported_ns: Option<i64>,
+    /// Its last status, from its host's report while reports keep coming
+    /// ([`MIRROR_FRESH`]); `None` before it started, once it ended, and
+    /// when its host went silent.
+    pub status: Option<FederateStatus>,
     /// As the RTI sees it (its grants and tags), when the RTI runs here.
     pub rti: Option<hprm_rti::figures::RtiFederate>,
 }
@@ -465,6 +596,9 @@ pub struct RemoteFederate {
 #[derive(Debug, Clone, Serialize)]
 pub struct FederateView {
     pub name: String,
+    /// This host, in a program with hosts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub pid: u32,
     pub alive: bool,
     /// How many times its launcher restarted it.
@@ -477,6 +611,7 @@ pub struct FederateView {
 /// alive, oldest first. Unreadable or foreign directories are skipped.
 pub fn scan(base: &Path) -> Vec<Running> {
     let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let now = wall_ns();
     let mut found: Vec<Running> = entries
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("hprm-"))
@@ -486,21 +621,110 @@ pub fn scan(base: &Path) -> Vec<Running> {
             if !alive(launch.pid) {
                 return None;
             }
-            let federates = launch
-                .federates
-                .iter()
-                .map(|f| {
-                    let status = std::fs::read(status_path(&dir, &f.name))
-                        .ok()
-                        .and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
-                    let pid = status.as_ref().map_or(f.pid, |s| s.pid);
-                    FederateView { name: f.name.clone(), pid, alive: alive(pid), restarts: f.restarts, status }
-                })
-                .collect();
-            let elsewhere = remote_federates(&dir, &launch);
+            let federates = local_federates(&dir, &launch);
+            let elsewhere = remote_federates(&dir, &launch, now);
             Some(Running { launch, federates, elsewhere })
         })
         .collect();
     found.sort_by_key(|r| r.launch.started_ns);
     found
+}
+
+/// The federates `launch` started in `dir`, each with its status file.
+fn local_federates(dir: &Path, launch: &LaunchInfo) -> Vec<FederateView> {
+    launch
+        .federates
+        .iter()
+        .map(|f| {
+            let status = std::fs::read(status_path(dir, &f.name))
+                .ok()
+                .and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
+            let pid = status.as_ref().map_or(f.pid, |s| s.pid);
+            FederateView {
+                name: f.name.clone(),
+                host: launch.hosts.as_ref().map(|h| h.host.clone()),
+                pid,
+                alive: alive(pid),
+                restarts: f.restarts,
+                status,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(dir: &Path, host: &str) -> LaunchInfo {
+        LaunchInfo {
+            program: "robot".into(),
+            pid: std::process::id(),
+            started_ns: 1,
+            runtime_dir: dir.to_path_buf(),
+            federates: vec![FederateProcess { name: "camera".into(), pid: std::process::id(), restarts: 1 }],
+            store: None,
+            rti: None,
+            hosts: Some(ProgramHosts {
+                host: host.into(),
+                federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
+            }),
+        }
+    }
+
+    fn status(name: &str, tag_ns: i64) -> FederateStatus {
+        FederateStatus { federate: name.into(), pid: std::process::id(), tag_ns, ..FederateStatus::default() }
+    }
+
+    #[test]
+    fn a_host_reports_its_own_federates_and_mirrors_of_other_hosts_fill_in_theirs() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        // No launch yet: nothing to report.
+        assert!(host_report(a.path()).is_none());
+        write_launch(a.path(), &launch(a.path(), "a")).unwrap();
+        let mut on_b = launch(b.path(), "b");
+        on_b.federates[0].name = "detector".into();
+        write_launch(b.path(), &on_b).unwrap();
+        replace(&status_path(b.path(), "detector"), &serde_json::to_vec(&status("detector", 7)).unwrap()).unwrap();
+
+        let report = host_report(b.path()).unwrap();
+        assert_eq!((report.program.as_str(), report.host.as_str()), ("robot", "b"));
+        assert_eq!(report.federates.len(), 1);
+        assert_eq!(report.federates[0].restarts, 1);
+        assert_eq!(report.federates[0].status.as_ref().map(|s| s.tag_ns), Some(7));
+
+        // Before any mirror: host a knows only where detector runs.
+        let now = wall_ns();
+        let before = remote_federates(a.path(), &launch(a.path(), "a"), now);
+        assert_eq!(before.len(), 1);
+        assert_eq!((before[0].name.as_str(), before[0].host.as_str(), before[0].pid), ("detector", "b", 0));
+        assert!(before[0].status.is_none() && before[0].reported_ns.is_none());
+
+        write_mirror(a.path(), &report).unwrap();
+        let now = wall_ns();
+        let after = remote_federates(a.path(), &launch(a.path(), "a"), now);
+        assert_eq!(after[0].pid, std::process::id());
+        assert_eq!(after[0].restarts, 1);
+        assert_eq!(after[0].status.as_ref().map(|s| s.tag_ns), Some(7));
+        let received = after[0].reported_ns.unwrap();
+
+        // A host that went silent: its federates are still named, with
+        // when it last reported, but no status.
+        let later = received + MIRROR_FRESH.as_nanos() as i64 + 1;
+        let stale = remote_federates(a.path(), &launch(a.path(), "a"), later);
+        assert!(stale[0].status.is_none() && stale[0].reported_ns == Some(received));
+
+        // Another program's report (a stale file, a second program) is not this one's.
+        let other = HostReport { program: "other".into(), ..report.clone() };
+        write_mirror(a.path(), &other).unwrap();
+        assert!(remote_federates(a.path(), &launch(a.path(), "a"), wall_ns())[0].reported_ns.is_none());
+
+        remove_mirror(a.path(), "b").unwrap();
+        remove_mirror(a.path(), "b").unwrap();
+        assert!(!mirror_path(a.path(), "b").exists());
+        // A malformed mirror is skipped, not an error.
+        std::fs::write(mirror_path(a.path(), "b"), b"{not json").unwrap();
+        assert!(remote_federates(a.path(), &launch(a.path(), "a"), wall_ns())[0].reported_ns.is_none());
+    }
 }

@@ -1,5 +1,6 @@
 //! What the dashboard shows, read afresh for each request: the programs
-//! launched on this host (`hprm_node::status::scan`, as `hprm ps`), each
+//! launched on this host (`hprm_node::status::scan`, as `hprm ps`, with
+//! the federates of their other hosts that the links mirror here), each
 //! one's graph (the manifest its launcher wrote into its runtime
 //! directory) and its store's figures (asked over a store connection kept
 //! per socket).
@@ -164,6 +165,16 @@ impl Reader {
                             restarts: f.restarts,
                             status: f.status.filter(|_| f.alive),
                         })
+                        // Other hosts' federates, as their hosts report them
+                        // through the links: running while reports come.
+                        .chain(r.elsewhere.into_iter().map(|f| Federate {
+                            alive: f.status.is_some(),
+                            name: f.name,
+                            host: f.host,
+                            pid: f.pid,
+                            restarts: f.restarts,
+                            status: f.status,
+                        }))
                         .collect(),
                     links,
                     store,
