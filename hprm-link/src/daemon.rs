@@ -123,6 +123,10 @@ struct Inner {
     store: StoreClient,
     session: zenoh::Session,
     peers: Mutex<HashMap<String, Peer>>,
+    /// Woken whenever a peer's state changes (`watch_peer` is the one
+    /// writer of `peers`): a push to a lost host waits on it for one
+    /// probe period before it fails.
+    peers_changed: tokio::sync::Notify,
     /// Where the lost hosts are listed for this host's federates.
     lost_hosts: LostHosts,
     queues: Queues,
@@ -163,6 +167,7 @@ impl Link {
                 lost_hosts,
                 queues,
                 peers: Mutex::new(peers),
+                peers_changed: tokio::sync::Notify::new(),
                 origins: Mutex::default(),
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
@@ -344,9 +349,7 @@ impl Link {
     /// logged once, naming the host.
     async fn watch_peer(self, peer: String) {
         let bound = self.inner.cfg.host_timeout;
-        // A few probes per host timeout; each gives up by the next, and
-        // the host is lost when none was answered for a host timeout.
-        let every = (bound / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let every = self.probe_period();
         let mut said_waiting = false;
         let started = tokio::time::Instant::now();
         let mut answered = started;
@@ -423,11 +426,39 @@ impl Link {
             lock(&self.inner.peers).insert(peer.clone(), now);
             if changed {
                 self.write_lost_hosts();
+                self.inner.peers_changed.notify_waiters();
             }
             if refused {
                 return;
             }
             tokio::time::sleep(every).await;
+        }
+    }
+
+    /// How often a peer is probed: a few probes per host timeout; each
+    /// gives up by the next, and the host is lost when none was answered
+    /// for a host timeout.
+    fn probe_period(&self) -> Duration {
+        (self.inner.cfg.host_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Whether the lost host `host` is linked again within one probe
+    /// period. A host that comes back is relinked by its next probe, and
+    /// its federates may rejoin the program before that: a push in
+    /// between would fail and leave their receiver waiting for a value
+    /// that was never sent. Waiting one probe period bounds what a push
+    /// to a host that stays lost costs.
+    async fn relinked(&self, host: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + self.probe_period();
+        loop {
+            // Registered before the state is read, so no change is missed.
+            let changed = self.inner.peers_changed.notified();
+            if matches!(lock(&self.inner.peers).get(host), Some(Peer::Linked(_))) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return false;
+            }
         }
     }
 
@@ -555,9 +586,10 @@ impl Link {
         // drops, on every path) settles the delivery counted for `host`, so
         // a failed push leaves the home object pinned by nothing of ours.
         let object: Object = self.take_home(id).await?;
-        match lock(&self.inner.peers).get(host) {
-            Some(Peer::Refused(why)) => return Err(why.clone()),
-            Some(Peer::Lost(_)) => {
+        let state = lock(&self.inner.peers).get(host).cloned();
+        match state {
+            Some(Peer::Refused(why)) => return Err(why),
+            Some(Peer::Lost(_)) if !self.relinked(host).await => {
                 return Err(format!(
                     "host {host} is lost (its hprm-link has not answered for {:?})",
                     self.inner.cfg.host_timeout
