@@ -309,14 +309,15 @@ fn each_in_chunk<'a>(offset: u64, records: &[u8], each: &mut impl FnMut(Record<'
     let mut rest = records;
     while !rest.is_empty() {
         let at = records.len() - rest.len();
-        let (head, after) = rest.split_at(rest.len().min(9));
-        let Some((&opcode, len)) = head.split_first().filter(|_| head.len() == 9) else {
+        let Some(([opcode], (len, after))) =
+            rest.split_first_chunk::<1>().and_then(|(op, rest)| Some((op, rest.split_first_chunk::<8>()?)))
+        else {
             return Err(format!(
                 "the chunk at byte {offset} ends inside a record's opcode and length (byte {at} of its {} bytes of records): the file is damaged",
                 records.len()
             ));
         };
-        let len = len.iter().rev().fold(0u64, |n, &b| n << 8 | u64::from(b));
+        let (opcode, len) = (*opcode, u64::from_le_bytes(*len));
         let Some(body) = usize::try_from(len).ok().and_then(|n| after.get(..n)) else {
             return Err(format!(
                 "the chunk at byte {offset} has a record (opcode {opcode:#04x}, at byte {at} of its records) of {len} bytes but only {} remain in the chunk: the file is damaged",
