@@ -255,11 +255,14 @@ fn chunk_records<'c>(offset: u64, header: &ChunkHeader, data: &'c [u8], limit: u
     let size = usize::try_from(declared).ok().filter(|&n| n <= limit).ok_or_else(|| {
         format!("{at} claims {declared} bytes once decompressed, more than the {limit} this reader takes from a file of its size: the file is damaged")
     })?;
-    let undecodable = |e: std::io::Error| format!("{at} cannot be decompressed ({}): {e}: the file is damaged", header.compression);
+    let undecodable =
+        |e: std::io::Error| format!("{at} cannot be decompressed ({}): {e}: the file is damaged", header.compression);
     let records = match header.compression.as_str() {
         "" => Cow::Borrowed(data),
-        "zstd" => Cow::Owned(read_exactly(zstd::stream::read::Decoder::with_buffer(data).map_err(undecodable)?, size).map_err(undecodable)?),
-        "lz4" => Cow::Owned(read_exactly(lz4::Decoder::new(data).map_err(undecodable)?, size).map_err(undecodable)?),
+        "zstd" => {
+            Cow::Owned(zstd::stream::read::Decoder::with_buffer(data).and_then(|d| read_exactly(d, size)).map_err(undecodable)?)
+        }
+        "lz4" => Cow::Owned(lz4::Decoder::new(data).and_then(|d| read_exactly(d, size)).map_err(undecodable)?),
         other => {
             return Err(format!(
                 "{at} is compressed with {other:?}, which this reader cannot decompress (it reads zstd, lz4 and uncompressed chunks)"
@@ -288,15 +291,16 @@ fn chunk_records<'c>(offset: u64, header: &ChunkHeader, data: &'c [u8], limit: u
 
 /// What `from` holds when that is exactly `size` bytes, else what it holds
 /// up to one byte more than `size` (never more, whatever it would give).
+/// Bytes past the first `size` that do not decompress are not an error:
+/// a compressor may pad its last frame, and mcap's own reader skips what
+/// follows a chunk's declared size.
 fn read_exactly(mut from: impl std::io::Read, size: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::new();
     from.by_ref().take(size as u64).read_to_end(&mut out)?;
-    if out.len() == size {
-        let mut one = [0u8];
-        if from.read(&mut one)? == 1 {
-            out.push(one[0]);
-        }
+    let mut one = [0u8];
+    if out.len() == size && matches!(from.read(&mut one), Ok(1)) {
+        out.push(one[0]);
     }
     Ok(out)
 }
@@ -326,7 +330,9 @@ fn each_in_chunk<'a>(offset: u64, records: &[u8], each: &mut impl FnMut(Record<'
         };
         rest = &after[body.len()..];
         if opcode == op::CHUNK {
-            return Err(format!("the chunk at byte {offset} holds a chunk (at byte {at} of its records): the file is damaged"));
+            return Err(format!(
+                "the chunk at byte {offset} holds a chunk (at byte {at} of its records): the file is damaged"
+            ));
         }
         let record = parse(opcode, body).map_err(|why| format!("in the chunk at byte {offset}: {why}"))?;
         if !each(record.into_owned()) {
@@ -506,7 +512,9 @@ mod tests {
         file.extend_from_slice(&chunk);
         let why = scan(&file, |_| true).expect("an MCAP file").expect("it ends early");
         assert!(
-            why.starts_with("the chunk at byte 8 claims 1152921504606846976 bytes once decompressed, more than the 67108864"),
+            why.starts_with(
+                "the chunk at byte 8 claims 1152921504606846976 bytes once decompressed, more than the 67108864"
+            ),
             "{why}"
         );
     }
@@ -520,8 +528,10 @@ mod tests {
     fn channel_and_message() -> Vec<u8> {
         use mcap::records::op;
         let s = |x: &str| [&(x.len() as u32).to_le_bytes()[..], x.as_bytes()].concat();
-        let channel = [&1u16.to_le_bytes()[..], &0u16.to_le_bytes(), &s("/t"), &s("msgpack"), &0u32.to_le_bytes()].concat();
-        let message = [&1u16.to_le_bytes()[..], &0u32.to_le_bytes(), &1u64.to_le_bytes(), &1u64.to_le_bytes(), b"*"].concat();
+        let channel =
+            [&1u16.to_le_bytes()[..], &0u16.to_le_bytes(), &s("/t"), &s("msgpack"), &0u32.to_le_bytes()].concat();
+        let message =
+            [&1u16.to_le_bytes()[..], &0u32.to_le_bytes(), &1u64.to_le_bytes(), &1u64.to_le_bytes(), b"*"].concat();
         [record(op::CHANNEL, &channel), record(op::MESSAGE, &message)].concat()
     }
 
@@ -553,8 +563,14 @@ mod tests {
         ]
         .concat();
         let footer = [0u8; 20];
-        [mcap::MAGIC, &record(op::CHUNK, &chunk), &record(op::DATA_END, &[0; 4]), &record(op::FOOTER, &footer), mcap::MAGIC]
-            .concat()
+        [
+            mcap::MAGIC,
+            &record(op::CHUNK, &chunk),
+            &record(op::DATA_END, &[0; 4]),
+            &record(op::FOOTER, &footer),
+            mcap::MAGIC,
+        ]
+        .concat()
     }
 
     /// The topics of the messages `scan` reads from `file`, and why it ended early.
@@ -585,14 +601,26 @@ mod tests {
             assert!(seen.is_empty(), "{compression:?}");
             assert_eq!(
                 why.as_deref(),
-                Some(format!("the chunk at byte 8 holds {n} bytes of records but its header says {}: the file is damaged", n + 4).as_str()),
+                Some(
+                    format!(
+                        "the chunk at byte 8 holds {n} bytes of records but its header says {}: the file is damaged",
+                        n + 4
+                    )
+                    .as_str()
+                ),
                 "{compression:?}"
             );
             let (_, why) = messages_of(&chunked_file(compression, &records, n - 4, 0));
             let got = if compression.is_empty() { n.to_string() } else { format!("more than {}", n - 4) };
             assert_eq!(
                 why.as_deref(),
-                Some(format!("the chunk at byte 8 holds {got} bytes of records but its header says {}: the file is damaged", n - 4).as_str()),
+                Some(
+                    format!(
+                        "the chunk at byte 8 holds {got} bytes of records but its header says {}: the file is damaged",
+                        n - 4
+                    )
+                    .as_str()
+                ),
                 "{compression:?}"
             );
         }
@@ -641,6 +669,16 @@ mod tests {
             why,
             format!("the chunk at byte 8 has records whose CRC is {crc:#010x} but its header says {:#010x}: the file is damaged", crc ^ 1)
         );
+        // Padding after the zstd frame is skipped, as mcap skips it.
+        let mut padded = chunked_file("zstd", &records, n, crc);
+        let data_end = padded.len() - 8 - 29 - 13;
+        padded.splice(data_end..data_end, [0u8; 5]);
+        let (chunk_len, data_len) = (8 + 9, 8 + 9 + 32 + 4);
+        for at in [chunk_len - 8, data_len] {
+            let v = u64::from_le_bytes(padded[at..at + 8].try_into().expect("8 bytes")) + 5;
+            padded[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(messages_of(&padded), (vec!["/t".to_string()], None));
         // Not zstd at all.
         let mut file = chunked_file("zstd", &records, n, 0);
         file[8 + 9 + 32 + 4 + 8] ^= 0xff;
