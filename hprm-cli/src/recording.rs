@@ -7,8 +7,8 @@
 //! A recording is a file from anywhere: every function here takes its
 //! bytes as they are and answers an error for what is not a recording,
 //! never a panic. It needs nothing of the command but `mcap`, `zstd`,
-//! `lz4`, `crc32fast`, `rmpv`, `anyhow` and `hprm-node`, so that the fuzz harness (`hprm-fuzz`)
-//! compiles this file as it is.
+//! `lz4`, `crc32fast`, `rmpv`, `anyhow` and `hprm-node`, so that the fuzz
+//! harness (`hprm-fuzz`) compiles this file as it is.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -245,7 +245,7 @@ fn parse(opcode: u8, body: &[u8]) -> Result<Record<'_>, String> {
 /// mcap 0.24's own chunk reader is not used: given a chunk that
 /// decompresses to less than its header's `uncompressed_size`, it calls
 /// the decompressor again with no input, which makes no progress, for
-/// ever (`hprm bag info` hung on a 199-byte file; fixed in mcap 0.26,
+/// ever (`hprm bag info` hung on a 196-byte file; fixed in mcap 0.26,
 /// whose rust-version is above ours); given one that decompresses to more,
 /// or a record longer than its chunk, it overflows a subtraction (5
 /// inputs of the `mcap` fuzz target).
