@@ -6,17 +6,18 @@
 //!
 //! A recording is a file from anywhere: every function here takes its
 //! bytes as they are and answers an error for what is not a recording,
-//! never a panic. It needs nothing of the command but `mcap`, `rmpv`,
-//! `anyhow` and `hprm-node`, so that the fuzz harness (`hprm-fuzz`)
-//! compiles this file as it is.
+//! never a panic. It needs nothing of the command but `mcap`, `zstd`,
+//! `lz4`, `crc32fast`, `rmpv`, `anyhow` and `hprm-node`, so that the fuzz
+//! harness (`hprm-fuzz`) compiles this file as it is.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use anyhow::{bail, Result};
 use hprm_node::manifest::Manifest;
 use hprm_node::Tag;
-use mcap::records::Record;
+use mcap::records::{ChunkHeader, Record};
 
 /// The metadata records.
 pub const META_PROGRAM: &str = "hprm.program";
@@ -65,11 +66,14 @@ pub fn parse_tag(text: &str) -> Option<Tag> {
 /// The longest record (a chunk's records decompressed included) [`scan`]
 /// reads from a file of `len` bytes: what compression gives a real
 /// recording, never what a chunk header claims. A chunk's header says how
-/// large it decompresses to, and the reader makes room for that much
-/// first: a 2.6 KB file claiming 10^17 bytes aborted `hprm bag info` (found
-/// by the `mcap` fuzz target).
+/// large it decompresses to, and mcap 0.24's reader made room for that
+/// much first: a 2.6 KB file claiming 10^17 bytes aborted `hprm bag info`
+/// (found by the `mcap` fuzz target). At most `isize::MAX`, the most a
+/// buffer may hold, so that a record's length plus its opcode and length
+/// fields never overflows (a 64 MiB file on a 32-bit computer would
+/// otherwise allow any u32 length).
 pub fn record_limit(len: usize) -> usize {
-    len.saturating_mul(64).max(64 << 20)
+    len.saturating_mul(64).max(64 << 20).min(isize::MAX as usize)
 }
 
 /// A record whose field, by its size or the length it claims, needs more
@@ -227,34 +231,135 @@ pub fn check_lengths(opcode: u8, body: &[u8]) -> Result<(), BadLength> {
     Ok(())
 }
 
+/// A record's body parsed as mcap 0.24 parses it, once [`check_lengths`]
+/// has found every inner length within the body.
+fn parse(opcode: u8, body: &[u8]) -> Result<Record<'_>, String> {
+    check_lengths(opcode, body).map_err(|why| why.to_string())?;
+    mcap::read::parse_record(opcode, body).map_err(|e| e.to_string())
+}
+
+/// The records of the chunk at byte `offset` of its file, decompressed
+/// into exactly the size its header declares, which must be at most
+/// `limit`, their CRC checked when the header gives one (not 0).
+///
+/// mcap 0.24's own chunk reader is not used: given a chunk that
+/// decompresses to less than its header's `uncompressed_size`, it calls
+/// the decompressor again with no input, which makes no progress, for
+/// ever (`hprm bag info` hung on a 196-byte file; fixed in mcap 0.26,
+/// whose rust-version is above ours); given one that decompresses to more,
+/// or a record longer than its chunk, it overflows a subtraction (5
+/// inputs of the `mcap` fuzz target).
+fn chunk_records<'c>(offset: u64, header: &ChunkHeader, data: &'c [u8], limit: usize) -> Result<Cow<'c, [u8]>, String> {
+    let at = format!("the chunk at byte {offset}");
+    let declared = header.uncompressed_size;
+    let size = usize::try_from(declared).ok().filter(|&n| n <= limit).ok_or_else(|| {
+        format!("{at} claims {declared} bytes once decompressed, more than the {limit} this reader takes from a file of its size: the file is damaged")
+    })?;
+    let undecodable =
+        |e: std::io::Error| format!("{at} cannot be decompressed ({}): {e}: the file is damaged", header.compression);
+    let records = match header.compression.as_str() {
+        "" => Cow::Borrowed(data),
+        "zstd" => {
+            Cow::Owned(zstd::stream::read::Decoder::with_buffer(data).and_then(|d| read_exactly(d, size)).map_err(undecodable)?)
+        }
+        "lz4" => Cow::Owned(lz4::Decoder::new(data).and_then(|d| read_exactly(d, size)).map_err(undecodable)?),
+        other => {
+            return Err(format!(
+                "{at} is compressed with {other:?}, which this reader cannot decompress (it reads zstd, lz4 and uncompressed chunks)"
+            ))
+        }
+    };
+    if records.len() != size {
+        // A decompressor is read up to one byte past the declared size.
+        let got = match records.len() {
+            n if n < size || header.compression.is_empty() => n.to_string(),
+            _ => format!("more than {declared}"),
+        };
+        return Err(format!("{at} holds {got} bytes of records but its header says {declared}: the file is damaged"));
+    }
+    let saved = header.uncompressed_crc;
+    if saved != 0 {
+        let calculated = crc32fast::hash(&records);
+        if calculated != saved {
+            return Err(format!(
+                "{at} has records whose CRC is {calculated:#010x} but its header says {saved:#010x}: the file is damaged"
+            ));
+        }
+    }
+    Ok(records)
+}
+
+/// What `from` holds when that is exactly `size` bytes, else what it holds
+/// up to one byte more than `size` (never more, whatever it would give).
+/// Bytes past the first `size` that do not decompress are not an error:
+/// a compressor may pad its last frame, and mcap's own reader skips what
+/// follows a chunk's declared size.
+fn read_exactly(mut from: impl std::io::Read, size: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    from.by_ref().take(size as u64).read_to_end(&mut out)?;
+    let mut one = [0u8];
+    if out.len() == size && matches!(from.read(&mut one), Ok(1)) {
+        out.push(one[0]);
+    }
+    Ok(out)
+}
+
+/// Calls `each` for every record of a chunk's `records` (as
+/// [`chunk_records`] opened it) until it returns false; returns whether it
+/// went on to the end.
+fn each_in_chunk<'a>(offset: u64, records: &[u8], each: &mut impl FnMut(Record<'a>) -> bool) -> Result<bool, String> {
+    use mcap::records::op;
+    let mut rest = records;
+    while !rest.is_empty() {
+        let at = records.len() - rest.len();
+        let Some(([opcode], (len, after))) =
+            rest.split_first_chunk::<1>().and_then(|(op, rest)| Some((op, rest.split_first_chunk::<8>()?)))
+        else {
+            return Err(format!(
+                "the chunk at byte {offset} ends inside a record's opcode and length (byte {at} of its {} bytes of records): the file is damaged",
+                records.len()
+            ));
+        };
+        let (opcode, len) = (*opcode, u64::from_le_bytes(*len));
+        let Some(body) = usize::try_from(len).ok().and_then(|n| after.get(..n)) else {
+            return Err(format!(
+                "the chunk at byte {offset} has a record (opcode {opcode:#04x}, at byte {at} of its records) of {len} bytes but only {} remain in the chunk: the file is damaged",
+                after.len()
+            ));
+        };
+        rest = &after[body.len()..];
+        if opcode == op::CHUNK {
+            return Err(format!(
+                "the chunk at byte {offset} holds a chunk (at byte {at} of its records): the file is damaged"
+            ));
+        }
+        let record = parse(opcode, body).map_err(|why| format!("in the chunk at byte {offset}: {why}"))?;
+        if !each(record.into_owned()) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Calls `each` for every record in file order (chunks opened, their CRCs
 /// checked) until it returns false; returns why the file ended early, if
-/// it did. No record longer than [`record_limit`] is read.
+/// it did. No record longer than [`record_limit`] is read, a chunk's
+/// decompressed records included.
 pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Result<Option<String>> {
     use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
     if !buf.starts_with(mcap::MAGIC) {
         bail!("not an MCAP file: it does not start with MCAP's magic bytes");
     }
-    // mcap::read::ChunkFlattener, with a bound on the records' lengths.
-    let options =
-        LinearReaderOptions::default().with_validate_chunk_crcs(true).with_record_length_limit(record_limit(buf.len()));
+    let limit = record_limit(buf.len());
+    // Chunks come whole, undecoded: `chunk_records` opens them.
+    let options = LinearReaderOptions::default().with_emit_chunks(true).with_record_length_limit(limit);
     let mut reader = LinearReader::new_with_options(options);
     let mut rest = buf;
-    loop {
-        // mcap 0.24 subtracts a record's length from what its chunk holds
-        // unchecked: a record longer than its chunk overflows, which panics
-        // where overflow checks are on (debug builds; a release build wraps
-        // and reads on to an error). Found by the mcap fuzz target; such a
-        // panic is the file's error here.
-        let step = &mut reader;
-        let event = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-            let step = step;
-            step.next_event()
-        })) {
-            Ok(Some(event)) => event,
-            Ok(None) => break,
-            Err(_) => return Ok(Some("a record is longer than the chunk that holds it".into())),
-        };
+    // Where the next record starts: the reader yields every record after
+    // the magic, each as its opcode, its u64 length and its body.
+    let mut offset = mcap::MAGIC.len() as u64;
+    while let Some(event) = reader.next_event() {
         match event {
             Ok(LinearReadEvent::ReadRequest(need)) => {
                 let n = need.min(rest.len());
@@ -262,17 +367,23 @@ pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Resu
                 reader.notify_read(n);
                 rest = &rest[n..];
             }
-            Ok(LinearReadEvent::Record { data, opcode }) => match check_lengths(opcode, data)
-                .map_err(|why| why.to_string())
-                .and_then(|()| mcap::read::parse_record(opcode, data).map_err(|e| e.to_string()))
-            {
-                Ok(r) => {
-                    if !each(r.into_owned()) {
-                        return Ok(None);
+            Ok(LinearReadEvent::Record { data, opcode }) => {
+                let at = offset;
+                offset += 9 + data.len() as u64;
+                let more = match parse(opcode, data) {
+                    Ok(Record::Chunk { header, data }) => {
+                        match chunk_records(at, &header, &data, limit).and_then(|r| each_in_chunk(at, &r, &mut each)) {
+                            Ok(more) => more,
+                            Err(why) => return Ok(Some(why)),
+                        }
                     }
+                    Ok(record) => each(record.into_owned()),
+                    Err(why) => return Ok(Some(why)),
+                };
+                if !more {
+                    return Ok(None);
                 }
-                Err(why) => return Ok(Some(why)),
-            },
+            }
             Err(e) => return Ok(Some(e.to_string())),
         }
     }
@@ -400,7 +511,202 @@ mod tests {
         file.extend_from_slice(&(chunk.len() as u64).to_le_bytes());
         file.extend_from_slice(&chunk);
         let why = scan(&file, |_| true).expect("an MCAP file").expect("it ends early");
-        assert!(why.contains("exceeds limit"), "{why}");
+        assert!(
+            why.starts_with(
+                "the chunk at byte 8 claims 1152921504606846976 bytes once decompressed, more than the 67108864"
+            ),
+            "{why}"
+        );
+    }
+
+    /// One record's bytes: opcode, u64 length, body.
+    fn record(opcode: u8, body: &[u8]) -> Vec<u8> {
+        [&[opcode][..], &(body.len() as u64).to_le_bytes(), body].concat()
+    }
+
+    /// A channel (id 1, topic "/t") and one message on it, as a chunk holds them.
+    fn channel_and_message() -> Vec<u8> {
+        use mcap::records::op;
+        let s = |x: &str| [&(x.len() as u32).to_le_bytes()[..], x.as_bytes()].concat();
+        let channel =
+            [&1u16.to_le_bytes()[..], &0u16.to_le_bytes(), &s("/t"), &s("msgpack"), &0u32.to_le_bytes()].concat();
+        let message =
+            [&1u16.to_le_bytes()[..], &0u32.to_le_bytes(), &1u64.to_le_bytes(), &1u64.to_le_bytes(), b"*"].concat();
+        [record(op::CHANNEL, &channel), record(op::MESSAGE, &message)].concat()
+    }
+
+    /// A complete file (magic, one chunk, data end, footer, magic) whose
+    /// chunk holds `records` compressed with `compression` and declares
+    /// `declared` bytes once decompressed and the CRC `crc`.
+    fn chunked_file(compression: &str, records: &[u8], declared: u64, crc: u32) -> Vec<u8> {
+        use mcap::records::op;
+        let data = match compression {
+            "zstd" => zstd::encode_all(records, 0).expect("zstd"),
+            "lz4" => {
+                let mut e = lz4::EncoderBuilder::new().build(Vec::new()).expect("lz4");
+                std::io::Write::write_all(&mut e, records).expect("lz4");
+                let (data, done) = e.finish();
+                done.expect("lz4");
+                data
+            }
+            _ => records.to_vec(),
+        };
+        let chunk = [
+            &1u64.to_le_bytes()[..],
+            &1u64.to_le_bytes(),
+            &declared.to_le_bytes(),
+            &crc.to_le_bytes(),
+            &(compression.len() as u32).to_le_bytes(),
+            compression.as_bytes(),
+            &(data.len() as u64).to_le_bytes(),
+            &data,
+        ]
+        .concat();
+        let footer = [0u8; 20];
+        [
+            mcap::MAGIC,
+            &record(op::CHUNK, &chunk),
+            &record(op::DATA_END, &[0; 4]),
+            &record(op::FOOTER, &footer),
+            mcap::MAGIC,
+        ]
+        .concat()
+    }
+
+    /// The topics of the messages `scan` reads from `file`, and why it ended early.
+    fn messages_of(file: &[u8]) -> (Vec<String>, Option<String>) {
+        let (mut topics, mut seen) = (HashMap::new(), Vec::new());
+        let why = scan(file, |r| {
+            match r {
+                Record::Channel(c) => drop(topics.insert(c.id, c.topic)),
+                Record::Message { header, .. } => seen.push(topics[&header.channel_id].clone()),
+                _ => {}
+            }
+            true
+        })
+        .expect("an MCAP file");
+        (seen, why)
+    }
+
+    #[test]
+    fn a_chunk_decompressing_to_other_than_its_declared_size_is_refused_naming_it() {
+        // mcap 0.24's chunk reader looped for ever on a chunk 4 bytes
+        // short (each compression), and overflowed on one 4 bytes long.
+        let records = channel_and_message();
+        let n = records.len() as u64;
+        for compression in ["", "zstd", "lz4"] {
+            let (seen, why) = messages_of(&chunked_file(compression, &records, n, crc32fast::hash(&records)));
+            assert_eq!((seen, why), (vec!["/t".to_string()], None), "{compression:?}");
+            let (seen, why) = messages_of(&chunked_file(compression, &records, n + 4, 0));
+            assert!(seen.is_empty(), "{compression:?}");
+            assert_eq!(
+                why.as_deref(),
+                Some(
+                    format!(
+                        "the chunk at byte 8 holds {n} bytes of records but its header says {}: the file is damaged",
+                        n + 4
+                    )
+                    .as_str()
+                ),
+                "{compression:?}"
+            );
+            let (_, why) = messages_of(&chunked_file(compression, &records, n - 4, 0));
+            let got = if compression.is_empty() { n.to_string() } else { format!("more than {}", n - 4) };
+            assert_eq!(
+                why.as_deref(),
+                Some(
+                    format!(
+                        "the chunk at byte 8 holds {got} bytes of records but its header says {}: the file is damaged",
+                        n - 4
+                    )
+                    .as_str()
+                ),
+                "{compression:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_fuzz_regressions_of_chunks_end_in_their_errors() {
+        // fuzz/regressions/mcap/, each a complete file with one chunk of a
+        // channel and a message (66 bytes of records) and no CRC. mcap
+        // 0.24's chunk reader looped for ever on the zstd and lz4 chunks
+        // 4 bytes short, and overflowed a subtraction on the chunk
+        // decompressing to more than it claims and on the record longer
+        // than its chunk (its panic caught then by a catch_unwind in
+        // `scan`). It ignored an uncompressed chunk's declared size.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/mcap");
+        for (file, why) in [
+            ("chunk-uncompressed-4-bytes-short.mcap", "the chunk at byte 34 holds 66 bytes of records but its header says 70"),
+            ("chunk-zstd-4-bytes-short.mcap", "the chunk at byte 34 holds 66 bytes of records but its header says 70"),
+            ("chunk-lz4-4-bytes-short.mcap", "the chunk at byte 34 holds 66 bytes of records but its header says 70"),
+            ("chunk-zstd-4-bytes-more-than-it-claims.mcap", "the chunk at byte 34 holds more than 62 bytes of records but its header says 62"),
+            (
+                "chunk-record-longer-than-the-chunk.mcap",
+                "the chunk at byte 34 has a record (opcode 0x05, at byte 34 of its records) of 33 bytes but only 23 remain",
+            ),
+            // The fuzzer's input of that kind: its CRC refuses it now, before its records are read.
+            ("record-longer-than-its-chunk.mcap", "the chunk at byte 39 has records whose CRC is 0x5cffc06a"),
+        ] {
+            let data = std::fs::read(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let ended = scan(&data, |_| true).expect("an MCAP file").unwrap_or_default();
+            assert!(ended.starts_with(why), "{file}: {ended}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_unknown_damaged_or_holding_damaged_records_is_refused_naming_it() {
+        let records = channel_and_message();
+        let n = records.len() as u64;
+        let refused = |file: Vec<u8>| messages_of(&file).1.expect("refused");
+        assert_eq!(
+            refused(chunked_file("bz2", &records, n, 0)),
+            "the chunk at byte 8 is compressed with \"bz2\", which this reader cannot decompress (it reads zstd, lz4 and uncompressed chunks)"
+        );
+        let crc = crc32fast::hash(&records);
+        let why = refused(chunked_file("zstd", &records, n, crc ^ 1));
+        assert_eq!(
+            why,
+            format!("the chunk at byte 8 has records whose CRC is {crc:#010x} but its header says {:#010x}: the file is damaged", crc ^ 1)
+        );
+        // Padding after the zstd frame is skipped, as mcap skips it.
+        let mut padded = chunked_file("zstd", &records, n, crc);
+        let data_end = padded.len() - 8 - 29 - 13;
+        padded.splice(data_end..data_end, [0u8; 5]);
+        let (chunk_len, data_len) = (8 + 9, 8 + 9 + 32 + 4);
+        for at in [chunk_len - 8, data_len] {
+            let v = u64::from_le_bytes(padded[at..at + 8].try_into().expect("8 bytes")) + 5;
+            padded[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(messages_of(&padded), (vec!["/t".to_string()], None));
+        // Not zstd at all.
+        let mut file = chunked_file("zstd", &records, n, 0);
+        file[8 + 9 + 32 + 4 + 8] ^= 0xff;
+        assert!(refused(file).starts_with("the chunk at byte 8 cannot be decompressed (zstd): "));
+        // A record longer than the chunk that holds it, and one cut short.
+        let long = [&records[..], &record(mcap::records::op::MESSAGE, &[0; 30])[..30]].concat();
+        assert_eq!(
+            refused(chunked_file("lz4", &long, long.len() as u64, 0)),
+            format!("the chunk at byte 8 has a record (opcode 0x05, at byte {n} of its records) of 30 bytes but only 21 remain in the chunk: the file is damaged")
+        );
+        let cut = [&records[..], &[5, 1]].concat();
+        assert_eq!(
+            refused(chunked_file("", &cut, cut.len() as u64, 0)),
+            format!("the chunk at byte 8 ends inside a record's opcode and length (byte {n} of its {} bytes of records): the file is damaged", cut.len())
+        );
+        // A record whose inner length is past its body, and a chunk in a chunk.
+        let topic = [&1u16.to_le_bytes()[..], &0u16.to_le_bytes(), &0xFFFF_FFF0u32.to_le_bytes(), b"/a"].concat();
+        let bad = record(mcap::records::op::CHANNEL, &topic);
+        assert_eq!(
+            refused(chunked_file("zstd", &bad, bad.len() as u64, 0)),
+            "in the chunk at byte 8: its Channel record's topic needs 4294967280 bytes but only 2 remain in the record: the file is damaged"
+        );
+        let inner = chunked_file("", &records, n, 0);
+        let nested = record(mcap::records::op::CHUNK, &inner[8 + 9..inner.len() - 8 - 9 - 4 - 9 - 20]);
+        assert_eq!(
+            refused(chunked_file("", &nested, nested.len() as u64, 0)),
+            "the chunk at byte 8 holds a chunk (at byte 0 of its records): the file is damaged"
+        );
     }
 
     /// Magic, then one record (opcode, u64 length, body).

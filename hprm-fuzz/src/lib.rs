@@ -282,7 +282,7 @@ pub fn bridge_config(data: &[u8]) {
 
 /// How `hprm bag` and `hprm replay` read a recording, compiled here from
 /// the command's own source file (`hprm-cli` is a binary; its reading
-/// needs only mcap, rmpv, anyhow and hprm-node).
+/// needs only mcap, zstd, lz4, crc32fast, rmpv, anyhow and hprm-node).
 #[path = "../../hprm-cli/src/recording.rs"]
 // The writer's half (`encode_decision`, `format_tag`) is not a decoder.
 #[allow(dead_code)]
