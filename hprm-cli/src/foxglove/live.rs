@@ -1,5 +1,7 @@
 //! `hprm foxglove` and `hprm launch --foxglove`: a Foxglove WebSocket
-//! endpoint (protocol `foxglove.websocket.v1`) that streams a running
+//! endpoint (the `foxglove.websocket.v1` protocol, which the `foxglove`
+//! crate's server offers under the subprotocol name `foxglove.sdk.v1`:
+//! clients must ask for that name) that streams a running
 //! program's connections live, so that Foxglove's app shows the program as
 //! it shows a ROS 2 robot.
 //!
