@@ -93,6 +93,27 @@ def serve_interfaces(node, service, action):
     executor.spin()
 
 
+def call_n(node, srv, service, n, request):
+    """Calls `service` until `n` calls have answered (the k-th call, from 1,
+    sends `request(k)`) and returns the answers as plain values."""
+    client = node.create_client(srv, service)
+    print("ready", flush=True)
+    while not client.wait_for_service(timeout_sec=0.5):
+        pass
+    got = []
+    while len(got) < n:
+        # A response can be lost while discovery of the response path is
+        # still under way (a ROS 2 race): retry after 3 s.
+        fut = client.call_async(request(len(got) + 1))
+        rclpy.spin_until_future_complete(node, fut, timeout_sec=3.0)
+        if fut.done():
+            got.append(samples.plain(fut.result()))
+        else:
+            client.remove_pending_request(fut)
+            print("call timed out; retrying", flush=True)
+    return got
+
+
 def spin_until(node, fut, what, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not fut.done():
@@ -217,44 +238,17 @@ def main():
             from std_srvs.srv import Trigger
 
             service, out, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
-            client = node.create_client(Trigger, service)
-            print("ready", flush=True)
-            while not client.wait_for_service(timeout_sec=0.5):
-                pass
-            got = []
-            while len(got) < n:
-                # A response can be lost while discovery of the response
-                # path is still under way (a ROS 2 race): retry after 3 s.
-                fut = client.call_async(Trigger.Request())
-                rclpy.spin_until_future_complete(node, fut, timeout_sec=3.0)
-                if fut.done():
-                    got.append(samples.plain(fut.result()))
-                else:
-                    client.remove_pending_request(fut)
-                    print("call timed out; retrying", flush=True)
-            write(out, got)
+            write(out, call_n(node, Trigger, service, n, lambda k: Trigger.Request()))
         elif mode == "servers":
             serve_interfaces(node, sys.argv[2], sys.argv[3])
         elif mode == "call_basic":
             from test_msgs.srv import BasicTypes
 
             service, out, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
-            client = node.create_client(BasicTypes, service)
-            print("ready", flush=True)
-            while not client.wait_for_service(timeout_sec=0.5):
-                pass
-            got = []
-            while len(got) < n:
-                k = len(got) + 1
-                fut = client.call_async(BasicTypes.Request(int32_value=k, string_value=f"ros {k}"))
-                rclpy.spin_until_future_complete(node, fut, timeout_sec=3.0)
-                if fut.done():
-                    got.append(samples.plain(fut.result()))
-                else:
-                    # As in "call": a response lost during discovery.
-                    client.remove_pending_request(fut)
-                    print("call timed out; retrying", flush=True)
-            write(out, got)
+            def request(k):
+                return BasicTypes.Request(int32_value=k, string_value=f"ros {k}")
+
+            write(out, call_n(node, BasicTypes, service, n, request))
         elif mode == "fib_client":
             write(sys.argv[3], fibonacci_client(node, sys.argv[2]))
         elif mode == "params":
