@@ -33,11 +33,12 @@ fn a_program_over_its_quota_is_refused_and_others_are_not_starved() {
     let text = e.to_string();
     assert!(text.contains("program greedy over its quota") && text.contains("--quota greedy=SIZE"), "{text}");
 
-    // Another program (or a client naming none) has the rest of the arena.
+    // Another program (or a client naming none, with no quota given) has
+    // the rest of the arena.
     let calm = client(&d, Some("calm"));
     let big = hold(&calm, 8 * MIB).expect("another program is not limited by greedy's quota");
     let anonymous = client(&d, None);
-    drop(hold(&anonymous, 2 * MIB).expect("a client naming no program is not limited"));
+    drop(hold(&anonymous, 2 * MIB).expect("the unnamed clients have no quota here"));
 
     // What greedy lets go of is cache it may reuse: its own objects make
     // room for it.
@@ -59,6 +60,42 @@ fn a_program_over_its_quota_is_refused_and_others_are_not_starved() {
     drop(again);
     waiter.join().expect("waiter").expect("created once greedy released what it held");
     drop(big);
+}
+
+#[test]
+fn clients_that_name_no_program_share_one_quota() {
+    // A client cannot escape the quotas by leaving its program's name out:
+    // the unnamed clients are one program, held to --default-quota
+    // together (here 4 MiB), however many connections they open.
+    let d = Daemon::start("16M", &["--default-quota", "4M"]);
+    let (a, b) = (client(&d, None), client(&d, None));
+    let mut held: Vec<_> = (0..2).map(|_| hold(&a, MIB - 4096).expect("within the quota")).collect();
+    held.extend((0..2).map(|_| hold(&b, MIB - 4096).expect("within the shared quota")));
+    for (who, c) in [("a", &a), ("b", &b), ("a third", &client(&d, None))] {
+        let e = hold(c, MIB).expect_err("the unnamed clients are at their shared quota");
+        assert_eq!(e.code(), Some(ErrorCode::QuotaExceeded), "{who}: {e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("program (unnamed) (the clients that name no program")
+                && text.contains("ConnectOptions::program")
+                && text.contains("--quota '(unnamed)=SIZE'"),
+            "{who}: {text}"
+        );
+    }
+    // A named program has its own quota beside them.
+    let named = client(&d, Some("named"));
+    let mine = hold(&named, 3 * MIB).expect("a named program is not charged for the unnamed clients");
+    // What one unnamed client lets go of, another may use.
+    held.truncate(3);
+    let again = hold(&b, MIB - 4096).expect("room the unnamed clients freed");
+    drop((held, again, mine));
+
+    // A quota of their own replaces --default-quota.
+    let d = Daemon::start("16M", &["--default-quota", "4M", "--quota", "(unnamed)=1M"]);
+    let lone = client(&d, None);
+    let e = hold(&lone, 2 * MIB).expect_err("over the unnamed clients' own quota");
+    assert_eq!(e.code(), Some(ErrorCode::QuotaExceeded), "{e}");
+    assert!(e.to_string().contains("0 B of 1 MiB in use"), "{e}");
 }
 
 #[test]

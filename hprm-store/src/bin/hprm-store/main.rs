@@ -111,10 +111,12 @@ struct ServeArgs {
     /// `--quota perception=512M`: a create that would go over waits for
     /// room as it would in a full arena, or fails with QuotaExceeded. A
     /// program is what its clients name when they connect (hprm-node names
-    /// the program's name); clients that name none are not limited.
+    /// the program's name); clients that name none share the program
+    /// `(unnamed)`: `--quota '(unnamed)=64M'`.
     #[arg(long, value_parser = parse_quota)]
     quota: Vec<Quota>,
-    /// The quota of programs that --quota does not list.
+    /// The quota of programs that --quota does not list (`(unnamed)`, the
+    /// clients that name no program, included).
     #[arg(long)]
     default_quota: Option<ByteSize>,
     /// For tests only: the outboxes of the clients whose ids this file

@@ -164,10 +164,16 @@ pub struct TableConfig {
     pub delivery_ttl: Duration,
     /// Bytes each program's objects may take at most (`--quota`), and the
     /// limit of programs not listed (`--default-quota`). Clients that do not
-    /// say which program they belong to are not limited.
+    /// say which program they belong to share one program,
+    /// [`UNNAMED_PROGRAM`], so that leaving the name out escapes no limit.
     pub quotas: HashMap<String, u64>,
     pub default_quota: Option<u64>,
 }
+
+/// The program of every client that names none (`Identify`): one bucket,
+/// charged and limited as a program (`--quota '(unnamed)=SIZE'`, else
+/// `--default-quota`). Parenthesized, as no manifest's program name is.
+pub const UNNAMED_PROGRAM: &str = "(unnamed)";
 
 pub struct ObjectTable {
     arena: Arc<Arena>,
@@ -202,6 +208,8 @@ pub struct ObjectTable {
     settled: Vec<ObjectId>,
     /// Bytes of blocks held by each program's objects.
     usage: HashMap<Arc<str>, u64>,
+    /// [`UNNAMED_PROGRAM`], shared by the records of unnamed clients.
+    unnamed: Arc<str>,
     /// Settled messages by the generation that stamped them, to be freed by
     /// [`ObjectTable::reap`] of that generation.
     settling: HashMap<u64, Vec<ObjectId>>,
@@ -252,6 +260,7 @@ impl ObjectTable {
             settling: HashMap::new(),
             orphaned: HashMap::new(),
             usage: HashMap::new(),
+            unnamed: Arc::from(UNNAMED_PROGRAM),
         }
     }
 
@@ -377,9 +386,16 @@ impl ObjectTable {
         Outcome::Wait { wait: wait_id, rx, timeout: Some(wait) }
     }
 
+    /// The program `client` is charged to: the one it named, else the
+    /// shared [`UNNAMED_PROGRAM`].
+    fn program(&self, client: ClientId) -> Option<Arc<str>> {
+        let named = self.clients.get(&client)?.program.clone();
+        Some(named.unwrap_or_else(|| self.unnamed.clone()))
+    }
+
     /// The quota of `client`'s program, if it has one.
     fn quota(&self, client: ClientId) -> Option<(Arc<str>, u64)> {
-        let program = self.clients.get(&client)?.program.clone()?;
+        let program = self.program(client)?;
         let quota = self.config.quotas.get(&*program).copied().or(self.config.default_quota)?;
         Some((program, quota))
     }
@@ -430,10 +446,18 @@ impl ObjectTable {
     fn quota_exceeded(&self, client: ClientId, id: ObjectId, len: u64) -> Reply {
         let (program, quota) = self.quota(client).unwrap_or_else(|| (Arc::from("?"), 0));
         let used = self.usage.get(&program).copied().unwrap_or(0);
+        let (whose, raise) = if *program == *UNNAMED_PROGRAM {
+            (
+                format!("program {program} (the clients that name no program, which share one quota)"),
+                format!("name the client's program when it connects (ConnectOptions::program), or raise their quota (hprm-store --quota '{program}=SIZE')"),
+            )
+        } else {
+            (format!("program {program}"), format!("raise its quota (hprm-store --quota {program}=SIZE)"))
+        };
         err(
             ErrorCode::QuotaExceeded,
             format!(
-                "object {id} ({}) would take program {program} over its quota: {} of {} in use by its objects; release what it holds, wait for space, or raise its quota (hprm-store --quota {program}=SIZE)",
+                "object {id} ({}) would take {whose} over its quota: {} of {} in use by its objects; release what it holds, wait for space, or {raise}",
                 ByteSize(len),
                 ByteSize(used),
                 ByteSize(quota)
@@ -443,7 +467,7 @@ impl ObjectTable {
 
     /// Charges `len` bytes to `client`'s program; returns the program.
     fn charge(&mut self, client: ClientId, len: u64) -> Option<Arc<str>> {
-        let program = self.clients.get(&client)?.program.clone()?;
+        let program = self.program(client)?;
         *self.usage.entry(program.clone()).or_insert(0) += len;
         Some(program)
     }
