@@ -351,7 +351,7 @@ impl StandaloneRti {
     /// 127.0.0.1, with `HPRM_RUNTIME_DIR=runtime_dir`. Its log is kept, not
     /// printed ([`StandaloneRti::last_words`]).
     pub fn start(federates: usize, id: &str, extra: &[String], runtime_dir: &Path) -> Result<StandaloneRti, NodeError> {
-        let log = LogSink { prefix: "[hprm-rti]".into(), echo: false, file: None, tail: Arc::default() };
+        let log = LogSink::kept("[hprm-rti]");
         let (daemon, addr) = start_rti(federates, id, extra, runtime_dir, &log, ("127.0.0.1", 0))?;
         Ok(StandaloneRti { _daemon: daemon, addr, runtime_dir: runtime_dir.to_path_buf(), log })
     }
@@ -387,6 +387,10 @@ struct LogSink {
     echo: bool,
     file: Option<Arc<Mutex<std::fs::File>>>,
     tail: Arc<Mutex<VecDeque<String>>>,
+    /// The threads copying this process's pipes (one more per restart).
+    /// A process's exit is seen before its last lines are copied: whoever
+    /// reads `tail` to say why it failed [`drain`](LogSink::drain)s first.
+    relays: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
 }
 
 /// Lines of a federate's output kept for the failure report.
@@ -413,13 +417,18 @@ impl LogSink {
             }
             None => None,
         };
-        Ok(LogSink { prefix, echo: true, file, tail: Arc::default() })
+        Ok(LogSink { prefix, echo: true, file, tail: Arc::default(), relays: Arc::default() })
+    }
+
+    /// A sink that only keeps the last lines (nothing echoed, no file).
+    fn kept(prefix: &str) -> LogSink {
+        LogSink { prefix: prefix.into(), echo: false, file: None, tail: Arc::default(), relays: Arc::default() }
     }
 
     /// Copies a child's output here, line by line, on a thread of its own.
     fn relay(&self, out: impl Read + Send + 'static) {
         let sink = self.clone();
-        std::thread::spawn(move || {
+        let relay = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if sink.echo {
                     eprintln!("{} {line}", sink.prefix);
@@ -434,6 +443,15 @@ impl LogSink {
                 tail.push_back(line);
             }
         });
+        self.relays.lock().push(relay);
+    }
+
+    /// Waits until every pipe of this (exited) process is copied to its
+    /// end, or `until`: a grandchild that inherited a pipe may hold it open.
+    fn drain(&self, until: Instant) {
+        while self.relays.lock().iter().any(|r| !r.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn last_words(&self) -> Vec<String> {
@@ -985,6 +1003,11 @@ impl Launch {
                 crate::trace::merge(&trace_parts, &names, out).map_err(|e| NodeError::Launch(e.to_string()))?;
             tracing::info!(events, "trace written to {} (open it in ui.perfetto.dev)", out.display());
         }
+        // Every process but the store has exited: its last lines (a federate's
+        // error, the RTI's farewell) come before the report, which names
+        // a federate as failed only if its error line is in.
+        let until = Instant::now() + Duration::from_secs(2);
+        children.iter().map(|(_, log)| log).chain([&rti_log]).for_each(|log| log.drain(until));
         let last_words = children.iter().map(|(_, log)| log.last_words()).collect();
         let federates = m
             .federates
@@ -1314,5 +1337,41 @@ impl Program {
             }
         };
         std::process::exit(code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process's exit is seen before its last lines are read: here a
+    /// grandchild holds the pipe and writes 300 ms after the child exited,
+    /// so the line is certainly not in yet when the child is reaped, and a
+    /// report that did not drain would miss it.
+    #[test]
+    fn drain_waits_for_the_last_lines_of_an_exited_process() {
+        let sink = LogSink::kept("[t]");
+        let mut child = Command::new("sh")
+            .args(["-c", "(sleep 0.3; echo 'error: the last words') & exit 1"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        sink.relay(child.stdout.take().expect("piped"));
+        assert!(!child.wait().expect("wait").success());
+        assert!(sink.last_words().is_empty(), "the line was written after the exit");
+        sink.drain(Instant::now() + Duration::from_secs(30));
+        assert_eq!(sink.last_words(), ["error: the last words"]);
+    }
+
+    /// A pipe held open past the bound does not hold the launcher.
+    #[test]
+    fn drain_gives_up_at_its_bound() {
+        let sink = LogSink::kept("[t]");
+        let mut child =
+            Command::new("sh").args(["-c", "(sleep 30) & exit 0"]).stdout(Stdio::piped()).spawn().expect("sh");
+        sink.relay(child.stdout.take().expect("piped"));
+        child.wait().expect("wait");
+        sink.drain(Instant::now() + Duration::from_millis(200));
+        assert!(sink.relays.lock().iter().any(|r| !r.is_finished()), "drain returned only once the pipe closed");
     }
 }
