@@ -6,6 +6,13 @@
 //! minimizes what it finds into `fuzz/corpus/`.
 //!
 //! `cargo run -p hprm-fuzz --example seeds -- fuzz/seeds`
+//!
+//! With `--captured DIR [CORPUS] [--max-per-target N]`, it turns instead
+//! the traffic the daemons captured under `HPRM_FUZZ_CAPTURE=DIR` (see
+//! `hprm_local_socket::capture`, `fuzz/capture.sh`) into inputs of the
+//! targets ([`hprm_fuzz::captured`]), each replayed through its harness,
+//! and adds those the corpus (default `fuzz/corpus`) lacks, named by
+//! content hash, at most N (default 32) per target: the first by name.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -304,7 +311,11 @@ fn toml_blocks(text: &str) -> Vec<String> {
 }
 
 fn main() {
-    let dir: PathBuf = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| "fuzz/seeds".into());
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--captured") {
+        return captured(&args[1..]);
+    }
+    let dir: PathBuf = args.first().map(PathBuf::from).unwrap_or_else(|| "fuzz/seeds".into());
     rti(&dir);
     store(&dir);
     payload(&dir);
@@ -439,5 +450,66 @@ fn link(dir: &Path) {
     }
     for b in 1..=3u8 {
         write(dir, "link_wire", &format!("outcome-{b}"), &[2, b]);
+    }
+}
+
+/// `--captured DIR [CORPUS] [--max-per-target N]`: see the module's doc.
+fn captured(args: &[std::ffi::OsString]) {
+    use std::collections::BTreeMap;
+    let mut paths = Vec::new();
+    let mut max = 32;
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
+        if a == "--max-per-target" {
+            max = args
+                .next()
+                .and_then(|n| n.to_str()?.parse().ok())
+                .unwrap_or_else(|| panic!("--max-per-target takes a number"));
+        } else {
+            paths.push(PathBuf::from(a));
+        }
+    }
+    let Some(dir) = paths.first() else { panic!("usage: seeds --captured DIR [CORPUS] [--max-per-target N]") };
+    let corpus = paths.get(1).cloned().unwrap_or_else(|| "fuzz/corpus".into());
+    // Every input made, by target and name (so deduplicated, in name order).
+    let mut made: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+    let mut files = 0;
+    let Ok(folders) = std::fs::read_dir(dir) else {
+        println!("nothing captured in {}", dir.display());
+        return;
+    };
+    for entry in folders.flatten() {
+        let folder = entry.file_name().to_string_lossy().into_owned();
+        let Ok(captures) = std::fs::read_dir(entry.path()) else { continue };
+        for capture in captures.flatten() {
+            // Skip a capture still being written (`.tmp-*`).
+            if capture.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let bytes = std::fs::read(capture.path()).unwrap_or_else(|e| panic!("{}: {e}", capture.path().display()));
+            files += 1;
+            for (target, input) in hprm_fuzz::captured::inputs(&folder, &bytes) {
+                made.entry(target).or_default().insert(hprm_local_socket::capture::file_name(&input), input);
+            }
+        }
+    }
+    println!("{files} captured files in {}", dir.display());
+    for (target, inputs) in made {
+        let harness = hprm_fuzz::TARGETS.iter().find(|(t, _)| *t == target).expect("a target of TARGETS").1;
+        let folder = corpus.join(target);
+        std::fs::create_dir_all(&folder).expect("corpus folder");
+        let total = inputs.len();
+        let mut added = 0;
+        for (name, input) in inputs {
+            let path = folder.join(&name);
+            if added == max || path.exists() {
+                continue;
+            }
+            // A harness that panics here is a finding: it fails this run.
+            harness(&input);
+            std::fs::write(&path, &input).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            added += 1;
+        }
+        println!("{target}: {total} inputs, {added} added to {}", folder.display());
     }
 }

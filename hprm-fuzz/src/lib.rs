@@ -18,6 +18,8 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+pub mod captured;
+
 /// A harness: takes any bytes, returns (a panic is a finding).
 pub type Harness = fn(&[u8]);
 

@@ -37,6 +37,9 @@
 //! reactor, and which task polls, is [`polling`]'s business: one task at a
 //! time polls for all of a daemon's connections ([`Polling`], read through
 //! each connection's [`Poller`]).
+//!
+//! What the daemons read from these sockets can be saved for the fuzzers'
+//! seeds ([`capture`], with `HPRM_FUZZ_CAPTURE` set; off by default).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream as StdTcpStream};
@@ -46,6 +49,7 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+pub mod capture;
 pub mod polling;
 
 pub use polling::{IdleWork, Polled, Poller, Polling};

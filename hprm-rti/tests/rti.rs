@@ -33,17 +33,28 @@ impl Rti {
 
     /// An RTI whose Unix socket lies in `runtime_dir`.
     fn start_in(federates: u16, extra: &[&str], runtime_dir: &std::path::Path) -> Rti {
+        Rti::start_with(federates, extra, runtime_dir, |_| {})
+    }
+
+    /// An RTI whose Unix socket lies in `runtime_dir`, its command
+    /// completed by `setup` (environment, working directory).
+    fn start_with(
+        federates: u16,
+        extra: &[&str],
+        runtime_dir: &std::path::Path,
+        setup: impl FnOnce(&mut Command),
+    ) -> Rti {
         // `--bind` in `extra` replaces the default (a flag given twice is an error).
         let bind = if extra.contains(&"--bind") { &[][..] } else { &["--bind", "127.0.0.1"][..] };
-        let mut child = Command::new(RTI_BIN)
-            .args(["--port", "0", "--federates", &federates.to_string(), "--id", "test-federation"])
+        let mut cmd = Command::new(RTI_BIN);
+        cmd.args(["--port", "0", "--federates", &federates.to_string(), "--id", "test-federation"])
             .args(bind)
             .args(extra)
             .env("RUST_LOG", "debug")
             .env("HPRM_RUNTIME_DIR", runtime_dir)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn hprm-rti");
+            .stderr(Stdio::piped());
+        setup(&mut cmd);
+        let mut child = cmd.spawn().expect("spawn hprm-rti");
         let stderr = BufReader::new(child.stderr.take().unwrap());
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -983,4 +994,71 @@ fn a_connection_whose_messages_come_further_apart_than_the_spin_mostly_stops_pol
         "the RTI used {} ms of CPU relaying 100 messages 4 ms apart with a 2 ms spin",
         cost.cpu_ticks * 10
     );
+}
+
+/// Runs two federates that exchange tagged messages and resign, through an
+/// RTI started in a fresh working directory with `HPRM_FUZZ_CAPTURE` set
+/// to `capture` (or unset); returns the working directory.
+fn captured_run(capture: Option<&str>) -> tempfile::TempDir {
+    let cwd = tempfile::tempdir().unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let mut rti = Rti::start_with(2, &["--clock-sync", "off"], runtime.path(), |cmd| {
+        cmd.current_dir(cwd.path()).env_remove("HPRM_FUZZ_CAPTURE");
+        if let Some(dir) = capture {
+            cmd.env("HPRM_FUZZ_CAPTURE", cwd.path().join(dir));
+        }
+    });
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    f[0].send(&Message::NextEventTag(t(s, 0)));
+    f[1].send(&Message::NextEventTag(t(s, 0)));
+    for i in 0..3 {
+        let msg = Message::TaggedMessage { port: 0, fed: 1, tag: t(s, i), payload: vec![0x92, 1, i as u8] };
+        f[0].send(&msg);
+        while f[1].recv() != msg {}
+    }
+    f[0].send(&Message::Resign);
+    f[1].send(&Message::Resign);
+    let status = rti.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "all resigned: exit 0\n{}", rti.log());
+    cwd
+}
+
+#[test]
+fn with_hprm_fuzz_capture_each_connections_bytes_are_saved_as_whole_messages() {
+    let cwd = captured_run(Some("captured"));
+    let dir = cwd.path().join("captured/rti_frames");
+    let mut files: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no {}: {e}", dir.display()))
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(files.len(), 2, "one file per federate's connection");
+    files.sort_by_key(|f| f.len());
+    for file in &files {
+        let mut messages = Vec::new();
+        let mut rest = &file[..];
+        while !rest.is_empty() {
+            let (m, n) = decode(rest, &Limits::default()).unwrap().expect("the stream ends with a whole message");
+            messages.push(m);
+            rest = &rest[n..];
+        }
+        assert!(matches!(messages[0], Message::FedIds { .. }), "the handshake first: {messages:?}");
+        assert_eq!(messages.last(), Some(&Message::Resign), "{messages:?}");
+    }
+    let tagged = |f: &[u8]| {
+        let mut rest = f;
+        let mut n = 0;
+        while let Some((m, used)) = decode(rest, &Limits::default()).unwrap() {
+            n += usize::from(matches!(m, Message::TaggedMessage { .. }));
+            rest = &rest[used..];
+        }
+        n
+    };
+    assert_eq!(files.iter().map(|f| tagged(f)).max(), Some(3), "the sender's three messages");
+}
+
+#[test]
+fn without_hprm_fuzz_capture_nothing_is_saved() {
+    let cwd = captured_run(None);
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "the RTI wrote {left:?}");
 }

@@ -23,19 +23,25 @@ impl Daemon {
     /// Starts `hprm-store --socket <tmp>/store.sock --memory <memory> <extra>`
     /// and waits until it accepts connections.
     pub fn start(memory: &str, extra: &[&str]) -> Daemon {
+        Daemon::start_with(memory, extra, |_| {})
+    }
+
+    /// As [`Daemon::start`], the command completed by `setup`
+    /// (environment, working directory).
+    pub fn start_with(memory: &str, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("store.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("log file");
-        let child = Command::new(STORE_BIN)
-            .arg("--socket")
+        let mut cmd = Command::new(STORE_BIN);
+        cmd.arg("--socket")
             .arg(&socket)
             .args(["--memory", memory])
             .args(extra)
             .env("RUST_LOG", "debug")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn hprm-store");
+            .stderr(log);
+        setup(&mut cmd);
+        let child = cmd.spawn().expect("spawn hprm-store");
         let mut d = Daemon { child, socket, dir };
         d.wait_ready();
         d

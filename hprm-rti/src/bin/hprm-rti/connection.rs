@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hprm_local_socket::{Polled, Poller, Polling};
+use hprm_local_socket::{capture, Polled, Poller, Polling};
 use hprm_rti::frames::{Frame, FrameBuffer};
 use hprm_rti::grant::{FedId, Upstream};
 use hprm_rti::wire::{encode, Limits, Message, RejectReason, WireError};
@@ -46,6 +46,8 @@ struct Reader {
     frames: FrameBuffer,
     /// Polls the socket after each message, with the other connections.
     poller: Poller,
+    /// The bytes read, kept for the fuzzers' seeds (`HPRM_FUZZ_CAPTURE`).
+    capture: Option<capture::Stream>,
 }
 
 /// A connection's read buffer to begin with: two of the largest relayed
@@ -66,13 +68,21 @@ enum ReadError {
 
 impl Reader {
     fn new(rd: ReadHalf, polling: Arc<Polling>) -> Reader {
-        Reader { rd, frames: FrameBuffer::new(READ_BUFFER, Limits::default()), poller: Poller::new(polling) }
+        Reader {
+            rd,
+            frames: FrameBuffer::new(READ_BUFFER, Limits::default()),
+            poller: Poller::new(polling),
+            capture: capture::Stream::start("rti_frames"),
+        }
     }
 
     /// Counts `n` bytes read into the buffer's spare room.
     fn took(&mut self, n: usize) -> Result<(), ReadError> {
         if n == 0 {
             return Err(ReadError::Closed);
+        }
+        if let Some(c) = &mut self.capture {
+            c.record(&self.frames.spare()[..n]);
         }
         self.frames.filled(n);
         Ok(())

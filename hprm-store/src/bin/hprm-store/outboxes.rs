@@ -38,6 +38,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hprm_local_socket::capture;
 use hprm_store::outbox::OutboxReader;
 use hprm_store::protocol::frame::{parse_header, HEADER_LEN, MAX_REQUEST_BODY};
 use hprm_store::protocol::message::{decode_request, Reply, Request};
@@ -66,6 +67,9 @@ struct ClientOutbox {
     broken: Option<String>,
     /// Wakes the client's task when `posted` or `broken` changed.
     notify: Arc<Notify>,
+    /// The entries taken, one after another as over the socket: request
+    /// frames kept for the fuzzers' seeds (`HPRM_FUZZ_CAPTURE`).
+    capture: Option<capture::Stream>,
 }
 
 impl ClientOutbox {
@@ -97,7 +101,11 @@ impl ClientOutbox {
             if self.entry.is_empty() {
                 match self.reader.take(bound, &mut self.entry) {
                     Ok(false) => break,
-                    Ok(true) => {}
+                    Ok(true) => {
+                        if let Some(c) = &mut self.capture {
+                            c.record(&self.entry);
+                        }
+                    }
                     Err(e) => {
                         self.broken = Some(e.to_string());
                         break;
@@ -181,7 +189,15 @@ impl Served {
         if let Some(reader) = outbox {
             self.outboxes.insert(
                 client,
-                ClientOutbox { reader, entry: Vec::new(), handled: 0, posted: Vec::new(), broken: None, notify },
+                ClientOutbox {
+                    reader,
+                    entry: Vec::new(),
+                    handled: 0,
+                    posted: Vec::new(),
+                    broken: None,
+                    notify,
+                    capture: capture::Stream::start("store_frames"),
+                },
             );
         }
         self.settle();

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use hprm_local_socket::{LocalSocket, Poller, Polling};
+use hprm_local_socket::{capture, LocalSocket, Poller, Polling};
 use hprm_store::arena::Arena;
 use hprm_store::outbox::OutboxReader;
 use hprm_store::protocol::frame::{FrameBuffer, FrameError, MAX_REQUEST_BODY, VERSION};
@@ -276,6 +276,7 @@ async fn greet(
         outbox_size,
     };
     let frame = Encoder::default().reply(0, &Reply::Hello(hello)).to_vec();
+    capture::save("store_handshake", &frame);
     let sent = loop {
         stream.writable().await?;
         match stream.try_io(Interest::WRITABLE, || {
@@ -339,6 +340,8 @@ async fn read_loop(
 ) -> Result<(), Closing> {
     let mut frames = FrameBuffer::new(MAX_REQUEST_BODY);
     let mut poller = Poller::new(shared.polling.clone());
+    // The request frames read, kept for the fuzzers' seeds (`HPRM_FUZZ_CAPTURE`).
+    let mut capture = capture::Stream::start("store_frames");
     loop {
         let mut woken = false;
         while let Some(len) = frames.poll()? {
@@ -392,6 +395,9 @@ async fn read_loop(
                 tracing::warn!(client, "client closed the connection in the middle of a frame");
             }
             return Ok(());
+        }
+        if let Some(c) = &mut capture {
+            c.record(&frames.spare()[..n]);
         }
         frames.commit(n);
     }
