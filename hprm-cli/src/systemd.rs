@@ -393,6 +393,7 @@ pub fn systemd(
                 .map_err(|e| DeployError::Hosts(format!("{}: {e}", hprm_node::hosts::LINK_QUEUE_ENV)))?;
             args.extend(["--queue".to_string(), policy.to_string()]);
         }
+        args.extend(hprm_node::hosts::link_dscp_args().map_err(DeployError::Hosts)?);
         let mut link = header.clone();
         // Split at whitespace by systemd ($HPRM_LINK_ARGS): host names and
         // endpoints hold none (`hprm check`).

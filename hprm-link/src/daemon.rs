@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hprm_node::hosts::{LostHosts, PushRequest, PUSH_MAX_LEN};
+use hprm_node::realtime::Dscp;
 use hprm_node::status::{self, HostReport};
 use hprm_store::protocol::message::ErrorCode;
 use hprm_store::{Backpressure, CreateOptions, Error as StoreError, Object, ObjectId, StoreClient};
@@ -22,6 +23,7 @@ use zenoh::qos::Priority;
 use zenoh::sample::SampleKind;
 
 use crate::error::LinkError;
+use crate::marks::{self, Prioritizer};
 use crate::queue::{Queues, Ticket, Turn};
 use crate::wire::{self, Header, Hello, Kind, Outcome, LINK_VERSION};
 
@@ -69,6 +71,10 @@ pub struct LinkConfig {
     /// and mirrors the other hosts' into it (`hprm_node::status`), for
     /// `hprm ps` and the dashboard.
     pub runtime_dir: Option<PathBuf>,
+    /// The DSCP the link's connections carry (listen and connect
+    /// endpoints alike; one an endpoint names itself, `#dscp=`, wins);
+    /// `None`: unmarked. See [`crate::marks`].
+    pub dscp: Option<Dscp>,
 }
 
 /// The files of a host's TLS identity. Every link presents its certificate
@@ -181,6 +187,9 @@ impl Link {
         link.write_lost_hosts();
         for peer in link.inner.cfg.peers.clone() {
             tokio::spawn(link.clone().watch_peer(peer));
+        }
+        if let Some(prioritizer) = link.inner.cfg.dscp.and_then(Prioritizer::new) {
+            tokio::spawn(link.clone().prioritize(prioritizer));
         }
         Ok(link)
     }
@@ -432,6 +441,27 @@ impl Link {
                 return;
             }
             tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Gives the link's connections the socket priority of their DSCP
+    /// once per probe period, for good ([`Prioritizer`]): a connection
+    /// accepted since (a reconnect) runs at priority 0 for at most that long.
+    async fn prioritize(self, prioritizer: Prioritizer) {
+        let prioritizer = Arc::new(prioritizer);
+        let mut said = false;
+        loop {
+            let p = prioritizer.clone();
+            if let Ok(n) = tokio::task::spawn_blocking(move || p.sweep()).await {
+                if n > 0 && !std::mem::replace(&mut said, true) {
+                    tracing::info!(
+                        "the link's connections carry DSCP {} at socket priority {}, as Linux gives that DSCP",
+                        prioritizer.dscp().0,
+                        prioritizer.priority()
+                    );
+                }
+            }
+            tokio::time::sleep(self.probe_period()).await;
         }
     }
 
@@ -805,15 +835,19 @@ async fn reply_err(query: &zenoh::query::Query, why: String) {
 /// Peer mode on exactly the configured endpoints; no multicast scouting; a
 /// lease of the host timeout, so that a lost host's session closes within
 /// it; connections to the configured endpoints retried often, so that
-/// traffic resumes soon after the link is back.
+/// traffic resumes soon after the link is back; every endpoint marked
+/// with the link's DSCP.
 fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
     let lease = cfg.host_timeout.as_millis().max(4);
     let mut c = zenoh::Config::default();
-    let list = |v: &[String]| format!("[{}]", v.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(","));
+    let list = |v: &[String]| -> Result<String, LinkError> {
+        let marked = v.iter().map(|e| marks::marked_endpoint(e, cfg.dscp)).collect::<Result<Vec<_>, _>>()?;
+        Ok(format!("[{}]", marked.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(",")))
+    };
     let settings = vec![
         ("mode", "\"peer\"".to_string()),
-        ("listen/endpoints", list(&cfg.listen)),
-        ("connect/endpoints", list(&cfg.connect)),
+        ("listen/endpoints", list(&cfg.listen)?),
+        ("connect/endpoints", list(&cfg.connect)?),
         ("scouting/multicast/enabled", "false".into()),
         ("transport/link/tx/lease", lease.to_string()),
         ("transport/link/tx/keep_alive", "4".into()),

@@ -47,6 +47,11 @@
 //! directory (`hprm_node::status`, [`wire::status_key`]), so `hprm ps` and
 //! the dashboard on any host list every host's federates.
 //!
+//! On the wire: the link's connections carry a DSCP, AF11 by default
+//! ([`marks`], `--dscp`), so that queues that honour it (Linux's
+//! pfifo_fast bands, DSCP-aware switches, Wi-Fi access categories) let the
+//! RTI's and the peers' small messages pass the link's bulk data.
+//!
 //! Security: with [`Tls`] the links speak TLS with mutual authentication
 //! (Zenoh's `tls/` endpoints): each presents its host's certificate and
 //! accepts only peers whose certificate the program's CA signed.
@@ -56,9 +61,11 @@
 
 mod daemon;
 mod error;
+pub mod marks;
 pub mod queue;
 pub mod wire;
 
 pub use daemon::{Link, LinkConfig, Tls};
 pub use error::LinkError;
 pub use hprm_node::hosts::PushRequest;
+pub use marks::DEFAULT_DSCP;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use hprm_link::{Link, LinkConfig, Tls};
+use hprm_node::realtime::Dscp;
 
 /// Links this host's hprm-store to the other hosts of a program over Zenoh:
 /// store objects sent to receivers on other hosts are pushed to their stores.
@@ -60,6 +61,33 @@ struct Args {
     /// other hosts, and theirs mirrored into it, for `hprm ps`.
     #[arg(long, value_name = "DIR")]
     runtime_dir: Option<PathBuf>,
+    /// The DSCP of the link's TCP/TLS connections, so that queues between
+    /// the hosts let other traffic (the RTI's, peers') pass the link's bulk
+    /// data: a number 0 to 63, a name (AF11, CS1, EF, ...) or `none` (no
+    /// mark). The default is AF11 ("high-throughput data"), at socket
+    /// priority 2: pfifo_fast's lowest band (hprm launch: HPRM_LINK_DSCP).
+    #[arg(long, value_name = "DSCP|none", default_value_t = DscpArg(Some(hprm_link::DEFAULT_DSCP)), value_parser = parse_dscp)]
+    dscp: DscpArg,
+}
+
+/// `--dscp`: a DSCP, or `none`.
+#[derive(Debug, Clone, Copy)]
+struct DscpArg(Option<Dscp>);
+
+impl std::fmt::Display for DscpArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(d) => write!(f, "{}", d.0),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+fn parse_dscp(s: &str) -> Result<DscpArg, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(DscpArg(None));
+    }
+    s.parse::<Dscp>().map(|d| DscpArg(Some(d))).map_err(|e| format!("{e}; or `none` for no mark"))
 }
 
 fn main() -> Result<()> {
@@ -90,6 +118,7 @@ fn main() -> Result<()> {
         queue: args.queue,
         queue_depth: args.queue_depth,
         runtime_dir: args.runtime_dir,
+        dscp: args.dscp.0,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {

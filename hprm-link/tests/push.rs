@@ -5,7 +5,8 @@
 //! echo back to the home host moves no data; bad requests are refused and
 //! the link stays up; a host whose link goes silent is lost by name within
 //! the host timeout, and pushes resume once it is back; each link mirrors
-//! the other host's status (for `hprm ps`) and withdraws its own as it stops.
+//! the other host's status (for `hprm ps`) and withdraws its own as it stops;
+//! the links' connections carry their DSCP (AF11 unless told otherwise).
 //!
 //! `hprm-store` is taken from `$HPRM_STORE_BIN`, else next to this test's
 //! `hprm-link` (test.sh builds both into one target directory).
@@ -572,4 +573,66 @@ fn each_link_mirrors_the_other_hosts_status_and_withdraws_its_own_when_it_stops(
     assert!(std::fs::read_dir(run_a.path())
         .expect("list")
         .all(|e| { !e.expect("an entry").file_name().to_string_lossy().starts_with("host-") }));
+}
+
+/// The TOS byte and socket priority of each established TCP connection
+/// from or to one of `ports`, as iproute2's `ss --tos` reports them
+/// (`tos:0x28 class_id:0x2`; the class id is the priority where no cgroup
+/// sets one).
+fn connection_marks(ports: &[u16]) -> Vec<String> {
+    let filter = ports.iter().map(|p| format!("sport = :{p} or dport = :{p}")).collect::<Vec<_>>().join(" or ");
+    let out = Command::new("ss")
+        .args(["-tnH", "--tos", "state", "established"])
+        .arg(format!("( {filter} )"))
+        .output()
+        .expect("run ss (iproute2), which reads the connections' TOS");
+    assert!(out.status.success(), "ss: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let field = |name: &str| {
+                let v = line.split_whitespace().find_map(|w| w.strip_prefix(name));
+                v.unwrap_or_else(|| panic!("no {name} in ss's line {line:?}")).to_string()
+            };
+            format!("tos:{} priority:{}", field("tos:"), field("class_id:"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_links_connections_carry_af11_at_its_priority_by_default_and_no_mark_with_dscp_none() {
+    // Both ends of every connection: the connecting socket gets the TOS
+    // from its endpoint and the priority from the kernel, the accepted one
+    // the TOS from its listener and the priority from the link's sweep.
+    let cases = [
+        (vec![], "tos:0x28 priority:0x2"),
+        (vec!["--dscp".to_string(), "none".to_string()], "tos:0 priority:0"),
+        (vec!["--dscp=EF".into()], "tos:0xb8 priority:0x4"),
+    ];
+    for (args, want) in cases {
+        let (pa, pb) = (free_port(), free_port());
+        let (ea, eb) = (format!("tcp/127.0.0.1:{pa}"), format!("tcp/127.0.0.1:{pb}"));
+        let a = Host::start_with("a", &ea, ("b", &eb), &args);
+        let b = Host::start_with("b", &eb, ("a", &ea), &args);
+        eventually("the links see each other", || {
+            a.log().contains("linked to host b") && b.log().contains("linked to host a")
+        });
+        // The sweep runs once per probe period (125 ms here).
+        let mut marks = Vec::new();
+        eventually(&format!("{args:?}: both ends of the links' connections have {want}"), || {
+            marks = connection_marks(&[pa, pb]);
+            marks.len() >= 2 && marks.iter().all(|m| m == want)
+        });
+    }
+}
+
+#[test]
+fn a_bad_dscp_is_refused_by_name() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hprm-link"))
+        .args(["--host", "a", "--listen", "tcp/127.0.0.1:1", "--dscp", "AF99"])
+        .output()
+        .expect("run hprm-link");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--dscp") && err.contains("AF99") && err.contains("none"), "{err}");
 }

@@ -130,6 +130,27 @@ pub fn auth_key_file(program: &str, spans_hosts: bool) -> Result<Option<PathBuf>
 /// link's `--queue`).
 pub const LINK_QUEUE_ENV: &str = "HPRM_LINK_QUEUE";
 
+/// The environment variable naming the DSCP of `hprm-link`'s connections
+/// (the link's `--dscp`: a number 0 to 63, a name such as `AF11`, or
+/// `none`); unset, the link's default (AF11, bulk data).
+pub const LINK_DSCP_ENV: &str = "HPRM_LINK_DSCP";
+
+/// The link's `--dscp` arguments that [`LINK_DSCP_ENV`] asks for, checked
+/// (a bad value is named before any link starts); none where it is unset.
+pub fn link_dscp_args() -> Result<Vec<String>, String> {
+    let Some(value) = std::env::var(LINK_DSCP_ENV).ok().filter(|v| !v.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let value = value.trim();
+    let arg = if value.eq_ignore_ascii_case("none") {
+        "none".to_string()
+    } else {
+        let dscp: crate::realtime::Dscp = value.parse().map_err(|e| format!("{LINK_DSCP_ENV}: {e}, or none"))?;
+        dscp.0.to_string()
+    };
+    Ok(vec!["--dscp".to_string(), arg])
+}
+
 /// Describes an I/O error `e` on the connection to the RTI, met while
 /// `doing`: in a program with hosts, a timeout means keepalive or
 /// `TCP_USER_TIMEOUT` gave up, so the RTI's host went silent, and the

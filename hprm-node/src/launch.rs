@@ -637,6 +637,8 @@ fn start_link(
             .map_err(|e| NodeError::Launch(format!("{}: {e}", crate::hosts::LINK_QUEUE_ENV)))?;
         cmd.args(["--queue", &policy.to_string()]);
     }
+    // The DSCP of its connections (its default: AF11).
+    cmd.args(crate::hosts::link_dscp_args().map_err(NodeError::Launch)?);
     // This host's TLS identity, for links over `tls/` endpoints.
     let tls: Vec<_> = crate::hosts::LINK_TLS_ENV.iter().map(|(var, _)| std::env::var_os(var)).collect();
     match tls.iter().filter(|v| v.is_some()).count() {
