@@ -140,7 +140,7 @@ pylog=$scratch/python.log
 # Two workers (pytest-xdist), one per core: most tests wait on processes
 # they started. Tests must hold on a machine loaded this way (a test that
 # counts on timing is a bug in the test).
-.venv/bin/python -m pytest -q -n 2 hprm-py/tests bench/python bench/suite bench/pipeline bench/rl bench/arrow bench/record examples/rl examples/python/driving 2>&1 | tee "$pylog"
+.venv/bin/python -m pytest -q -n 2 hprm-py/tests bench/python bench/suite bench/soak bench/pipeline bench/rl bench/arrow bench/record examples/rl examples/python/driving 2>&1 | tee "$pylog"
 
 step "a real systemd (deploy/boot-test.sh): booted in namespaces over an overlay of /, the store and a deployed program's units run under it, sandbox and system call filter included"
 if [ "$(id -u)" = 0 ]; then

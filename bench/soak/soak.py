@@ -27,10 +27,18 @@ fds, the store's bytes and objects) GROWS if both
     beyond noise: the lower end of the slope's 95% confidence interval
     (Student's t, n - 2 degrees of freedom) is above 0, and
   - the growth that slope adds up to over the judged window is material:
-    more than --tolerance (default 5%) of the series' mean, and more than
-    a floor per figure (1 MiB of RSS or store bytes, 1 fd, 1 object),
+    more than --tolerance (default 5%) of the series' mean, more than a
+    floor per figure (1 MiB of RSS or store bytes, 1 fd, 1 object), and
+    more than three times the samples' own scatter around the fitted line
+    (their residual standard deviation),
 so that neither a tiny but steady drift of a big number nor noise alone
-reads as a leak. The run is BOUNDED when no series grows and, once both
+reads as a leak. The scatter term is for the store's figures, which are
+a queue's level: they move by whole 10 MB messages from one sample to
+the next, and a machine that gets busier mid-run deepens the queue for a
+while; a level shift that small against its own swing is not told apart
+from a leak in a short run, while a leak keeps growing past any swing
+(the 30-minute run). Steady series (RSS, fds) scatter little, so the
+term leaves their limits as they were. The run is BOUNDED when no series grows and, once both
 programs have ended, the store is back to its starting use: no object is
 held (referenced, or awaiting a delivery, after at most the store's
 delivery TTL), and after evicting what it keeps as cache (settled objects,
@@ -68,6 +76,8 @@ sys.path.insert(0, str(HERE.parent / "common"))
 MIB = 1 << 20
 # The smallest growth over the judged window that can be a leak, by figure.
 FLOORS = {"rss_bytes": MIB, "anon_bytes": MIB, "fds": 1, "store_bytes": MIB, "store_objects": 1}
+# A growth within this many residual standard deviations of the samples is noise (see the verdict above).
+SCATTERS = 3
 WARMUP_MAX_S = 300.0
 STOP_WITHIN_S = 120.0  # for both programs to stop after SIGTERM
 STORE_MEMORY = "1G"
@@ -225,9 +235,10 @@ def fit(ts: list[float], ys: list[float]) -> dict:
     b = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / stt
     a = my - b * mt
     resid = sum((y - a - b * t) ** 2 for t, y in zip(ts, ys))
-    se = math.sqrt(resid / (n - 2) / stt) if n > 2 else math.inf
+    scatter = math.sqrt(resid / (n - 2)) if n > 2 else math.inf
+    se = scatter / math.sqrt(stt) if n > 2 else math.inf
     half = t975(n - 2) * se if n > 2 else math.inf
-    return {"slope": b, "low": b - half, "high": b + half, "mean": my}
+    return {"slope": b, "low": b - half, "high": b + half, "mean": my, "scatter": scatter}
 
 
 def judge(rows: list[tuple], warmup_s: float, tolerance: float) -> list[dict]:
@@ -245,7 +256,7 @@ def judge(rows: list[tuple], warmup_s: float, tolerance: float) -> list[dict]:
         f = fit(ts, ys)
         window = ts[-1] - ts[0]
         growth = f["slope"] * window
-        limit = max(tolerance * abs(f["mean"]), FLOORS[fig])
+        limit = max(tolerance * abs(f["mean"]), FLOORS[fig], SCATTERS * f["scatter"])
         grows = f["low"] > 0 and growth > limit
         out.append({"program": prog, "process": proc, "figure": fig, "samples": len(pts), "mean": f["mean"],
                     "slope_per_min": f["slope"] * 60, "ci_per_min": (f["low"] * 60, f["high"] * 60),
@@ -271,7 +282,8 @@ def markdown(meta: dict, verdicts: list[dict], end: dict, bounded: bool) -> str:
              f"samples: {meta['name']}.csv.", "",
              f"**Verdict: {'BOUNDED' if bounded else 'NOT BOUNDED'}.** A series grows when the lower end of its "
              f"least-squares slope's 95% confidence interval is above 0 and the growth that slope adds up to over the "
-             f"judged window exceeds {meta['tolerance']:.0%} of its mean and a floor (1 MiB, 1 fd, 1 object).", "",
+             f"judged window exceeds {meta['tolerance']:.0%} of its mean, a floor (1 MiB, 1 fd, 1 object) and "
+             f"{SCATTERS} times the samples' scatter around the fitted line (residual standard deviation).", "",
              "| program | process | figure | samples | mean | slope / min (95% CI) | growth over window | limit | grows |",
              "|---|---|---|---:|---:|---|---:|---:|---|"]
     for v in verdicts:
