@@ -219,6 +219,7 @@ mod tests {
                 remote("detector", Some(FederateStatus { tag_ns: 1_500_000_000, ..Default::default() }), Some(now)),
                 remote("planner", None, Some(now - 10_000_000_000)),
             ],
+            other_hosts: vec![],
         };
         let text = table(std::slice::from_ref(&running), now);
         let lines: Vec<&str> = text.lines().collect();

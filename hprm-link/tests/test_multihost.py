@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -343,6 +344,105 @@ def _ps_shows_every_host(hprm, prefix, env):
     return Path(a["launch"]["runtime_dir"])
 
 
+def _dashboard_on_b_shows_host_as_store_and_the_rti(hprm, prefix, env):
+    """`hprm dashboard` on host b shows host a's store (its figures as a's
+    link reports them, labelled host="a" in /metrics) beside b's own, and
+    the RTI's figures although the RTI runs on host a. The namespaces share
+    /tmp, where a dashboard would also find host a's share itself: this one
+    reads a directory holding only host b's share (a link to its runtime
+    directory), so what it shows of host a came through the links."""
+    r = _in(prefix, "b", hprm, "ps", "--json", env=env)
+    (runtime_b,) = [p["launch"]["runtime_dir"] for p in json.loads(r.stdout) if p["launch"]["program"] == "cut" and (p["launch"].get("hosts") or {}).get("host") == "b"]
+    base = Path(tempfile.mkdtemp(prefix="hprm-dash-b-"))
+    (base / Path(runtime_b).name).symlink_to(runtime_b)
+    dash = subprocess.Popen(
+        ["ip", "netns", "exec", f"{prefix}-b", hprm, "dashboard", "--listen", "127.0.0.1:0", "--runtime-base", str(base)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        first = dash.stdout.readline()
+        m = re.search(r"http://([\d.:]+)/", first)
+        assert m, first
+        fetch = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+        get = lambda path: _in(prefix, "b", sys.executable, "-c", fetch, f"http://{m.group(1)}{path}").stdout  # noqa: E731
+        seen = {}
+
+        def shown():
+            time.sleep(0.2)
+            (p,) = [p for p in json.loads(get("/api/programs"))["programs"] if p["name"] == "cut"]
+            seen["program"] = p
+            others = {st["host"]: st for st in p["other_stores"]}
+            return (p["store"] or {}).get("host") == "b" and (others.get("a") or {}).get("stats") is not None and p["rti_figures"] is not None
+
+        _wait_for("host b's dashboard shows host a's store and the RTI", shown, within=15)
+        p = seen["program"]
+        assert p["rti"] is None and p["rti_host"] == "a", p
+        assert p["store"]["stats"] is not None, p["store"]
+        (store_a,) = [st for st in p["other_stores"] if st["host"] == "a"]
+        assert store_a["stats"]["capacity"] > 0 and store_a["pid"] > 0, store_a
+        assert store_a["pid"] != p["store"]["pid"], (store_a, p["store"])
+        # The RTI numbers the program's federates: source (on a), sink (on b).
+        assert p["rti_figures"]["names"] == ["source", "sink"], p["rti_figures"]
+        assert [f["id"] for f in p["rti_figures"]["federates"]] == [0, 1], p["rti_figures"]
+        metrics = get("/metrics")
+        for host in ("a", "b"):
+            m = re.search(rf'^hprm_store_capacity_bytes\{{program="cut",host="{host}"\}} (\d+)$', metrics, re.M)
+            assert m and int(m.group(1)) > 0, f"no store capacity of host {host}:\n{metrics}"
+            assert f'hprm_store_up{{program="cut",host="{host}"}} 1' in metrics, metrics
+        assert 'hprm_rti_up{program="cut"} 1' in metrics, metrics
+        assert re.search(r'^hprm_rti_grants_total\{program="cut",federate="sink"\} \d+$', metrics, re.M), metrics
+        print(f"host b's dashboard showed host a's store: {store_a['stats']}")
+    finally:
+        os.killpg(dash.pid, signal.SIGKILL)
+        dash.wait()
+        shutil.rmtree(base)
+
+
+def test_the_dashboard_on_one_host_shows_the_other_hosts_store_and_the_rti(hosts, tmp_path):
+    """The cut program, left running (no cut) until the dashboard of host b
+    showed host a's store and the RTI, then stopped (SIGTERM, as a person's
+    Ctrl-C would): nothing is left behind."""
+    hprm = _hprm()
+    prefix, a, b = hosts
+    shutil.copy(PROGRAM / "reactors.py", tmp_path / "reactors.py")
+    program = tmp_path / "cut.toml"
+    text = (PROGRAM / "cut.toml").read_text().replace("@A@", a).replace("@B@", b)
+    # Long enough for any machine to get through the checks: stopped after them.
+    program.write_text(text.replace('timeout = "9s"', 'timeout = "300s"'))
+    env = _env(tmp_path)
+    lines = {"a": [], "b": []}
+    procs = {}
+    for host in ("b", "a"):
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", f"{prefix}-{host}", hprm, "launch", "--host", host, str(program)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        threading.Thread(target=lambda p=p, out=lines[host]: out.extend(p.stdout), daemon=True).start()
+        procs[host] = p
+    try:
+        _wait_for("the first array on host b", lambda: any("GOT " in line for line in lines["b"]))
+        _dashboard_on_b_shows_host_as_store_and_the_rti(hprm, prefix, env)
+        for host in ("b", "a"):
+            procs[host].send_signal(signal.SIGTERM)
+            procs[host].wait(timeout=WITHIN)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for host in ("a", "b"):
+        r = _in(prefix, host, hprm, "ps", "--json", env=env)
+        assert not [p for p in json.loads(r.stdout) if p["launch"]["program"] == "cut"], r.stdout
+
+
 def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_back(hosts, tmp_path):
     hprm = _hprm()
     prefix, a, b = hosts
@@ -413,8 +513,8 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
         assert not pids, f"processes left in host {host}'s namespace: {pids}"
 
 
-def _in(prefix, host, *argv, check=True):
-    return subprocess.run(["ip", "netns", "exec", f"{prefix}-{host}", *argv], capture_output=True, text=True, check=check)
+def _in(prefix, host, *argv, check=True, env=None):
+    return subprocess.run(["ip", "netns", "exec", f"{prefix}-{host}", *argv], capture_output=True, text=True, check=check, env=env)
 
 
 def test_values_cross_a_1gbit_link_that_drops_half_a_percent_bit_exact(hosts, tmp_path):

@@ -424,11 +424,7 @@ pub fn runtime_base() -> PathBuf {
 fn remote_federates(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<RemoteFederate> {
     let Some(hosts) = &launch.hosts else { return Vec::new() };
     let mut mirrors: std::collections::HashMap<&str, Option<Mirror>> = std::collections::HashMap::new();
-    let rti = launch
-        .rti
-        .as_ref()
-        .and_then(|_| std::fs::read(dir.join(hprm_rti::figures::RTI_STATUS_FILE)).ok())
-        .and_then(|t| serde_json::from_slice::<hprm_rti::figures::RtiFigures>(&t).ok());
+    let rti = rti_figures(dir, launch);
     hosts
         .federates
         .iter()
@@ -457,12 +453,78 @@ fn remote_federates(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<RemoteF
 pub const MIRROR_FRESH: Duration = Duration::from_secs(3);
 
 /// What one host of a program says of its share: its federates, as its
-/// own `hprm ps` reads them.
+/// own `hprm ps` reads them, its store's figures and, where it runs the
+/// RTI, the RTI's (for the other hosts' dashboards). Its size is bounded
+/// by the program's: a status per federate, one store, one RTI.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostReport {
     pub program: String,
     pub host: String,
     pub federates: Vec<ReportedFederate>,
+    /// The program's store on that host (absent from hosts older than
+    /// this field, and where the launch has no store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreReport>,
+    /// The RTI's figures, from the host that runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rti: Option<hprm_rti::figures::RtiFigures>,
+}
+
+/// A host's store, as its dashboard and its link read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreReport {
+    pub pid: u32,
+    pub socket: PathBuf,
+    /// Absent when the store could not be asked (`error` says why).
+    pub stats: Option<StoreFigures>,
+    pub error: Option<String>,
+}
+
+/// The store's figures that matter to a person watching a program (the
+/// dashboard's, on every host: one layout for the page, `/metrics` and
+/// the reports between hosts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreFigures {
+    pub capacity: u64,
+    pub bytes_in_use: u64,
+    pub objects: u64,
+    pub objects_referenced: u64,
+    pub pending_deliveries: u64,
+    pub clients: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub expired_deliveries: u64,
+    pub creates_refused: u64,
+    pub creates_over_quota: u64,
+}
+
+impl From<&hprm_store::Stats> for StoreFigures {
+    fn from(s: &hprm_store::Stats) -> StoreFigures {
+        StoreFigures {
+            capacity: s.capacity,
+            bytes_in_use: s.bytes_in_use,
+            objects: s.objects_created + s.objects_sealed,
+            objects_referenced: s.objects_referenced,
+            pending_deliveries: s.pending_deliveries,
+            clients: s.clients,
+            evictions: s.evictions,
+            evicted_bytes: s.evicted_bytes,
+            expired_deliveries: s.expired_deliveries,
+            creates_refused: s.creates_refused,
+            creates_over_quota: s.creates_over_quota,
+        }
+    }
+}
+
+/// The figures the RTI of `launch` last wrote into `dir`, while it runs
+/// (absent until it wrote them, and without an RTI on this host).
+pub fn rti_figures(dir: &Path, launch: &LaunchInfo) -> Option<hprm_rti::figures::RtiFigures> {
+    launch
+        .rti
+        .as_ref()
+        .filter(|rti| alive(rti.pid))
+        .and_then(|_| std::fs::read(dir.join(hprm_rti::figures::RTI_STATUS_FILE)).ok())
+        .and_then(|t| serde_json::from_slice(&t).ok())
 }
 
 impl HostReport {
@@ -511,7 +573,11 @@ fn mirror_path(dir: &Path, host: &str) -> PathBuf {
 
 /// This host's share of the program launched into `dir`, for the other
 /// hosts; `None` when `dir` holds no launch (yet) of a program with hosts.
-pub fn host_report(dir: &Path) -> Option<HostReport> {
+/// `store_figures` asks the launch's store (its figures, or why not).
+pub fn host_report(
+    dir: &Path,
+    store_figures: impl FnOnce(&StoreProcess) -> Result<StoreFigures, String>,
+) -> Option<HostReport> {
     let launch: LaunchInfo = serde_json::from_slice(&std::fs::read(dir.join(LAUNCH_FILE)).ok()?).ok()?;
     let host = launch.hosts.as_ref()?.host.clone();
     let federates = local_federates(dir, &launch)
@@ -523,7 +589,15 @@ pub fn host_report(dir: &Path) -> Option<HostReport> {
             restarts: f.restarts,
         })
         .collect();
-    Some(HostReport { program: launch.program, host, federates })
+    let store = launch.store.as_ref().map(|s| {
+        let (stats, error) = match store_figures(s) {
+            Ok(f) => (Some(f), None),
+            Err(e) => (None, Some(e)),
+        };
+        StoreReport { pid: s.pid, socket: s.socket.clone(), stats, error }
+    });
+    let rti = rti_figures(dir, &launch);
+    Some(HostReport { program: launch.program, host, federates, store, rti })
 }
 
 /// Writes another host's report into `dir` (received now), replacing the
@@ -567,6 +641,9 @@ pub struct Running {
     /// In a program with hosts: its federates on the other hosts.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub elsewhere: Vec<RemoteFederate>,
+    /// In a program with hosts: the other hosts' stores and the RTI.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_hosts: Vec<OtherHost>,
 }
 
 /// A federate of a [`Running`] program on another host: what this host
@@ -607,6 +684,46 @@ pub struct FederateView {
     pub status: Option<FederateStatus>,
 }
 
+/// What another host of a [`Running`] program reported of its store and
+/// the RTI, from its last report while reports keep coming ([`MIRROR_FRESH`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct OtherHost {
+    pub host: String,
+    /// When its last report arrived (this host's clock, ns since the
+    /// epoch); `None`: none came.
+    pub reported_ns: Option<i64>,
+    /// Its store; `None` when it has none, or its reports stopped.
+    pub store: Option<StoreReport>,
+    /// The RTI's figures, where that host runs the RTI.
+    pub rti: Option<hprm_rti::figures::RtiFigures>,
+}
+
+/// The other hosts of `launch`'s program (in the order they first appear
+/// among its federates), with their mirrored reports in `dir` (current at
+/// `now_ns`, this host's clock).
+fn other_hosts(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<OtherHost> {
+    let Some(hosts) = &launch.hosts else { return Vec::new() };
+    let mut names: Vec<&str> = Vec::new();
+    for (_, host) in &hosts.federates {
+        if *host != hosts.host && !names.contains(&host.as_str()) {
+            names.push(host);
+        }
+    }
+    names
+        .into_iter()
+        .map(|host| {
+            let mirror = read_mirror(dir, host, &launch.program);
+            let fresh = mirror.as_ref().filter(|m| now_ns - m.received_ns < MIRROR_FRESH.as_nanos() as i64);
+            OtherHost {
+                host: host.to_owned(),
+                reported_ns: mirror.as_ref().map(|m| m.received_ns),
+                store: fresh.and_then(|m| m.report.store.clone()),
+                rti: fresh.and_then(|m| m.report.rti.clone()),
+            }
+        })
+        .collect()
+}
+
 /// Every program under `base` (see [`runtime_base`]) whose launcher is
 /// alive, oldest first. Unreadable or foreign directories are skipped.
 pub fn scan(base: &Path) -> Vec<Running> {
@@ -623,7 +740,8 @@ pub fn scan(base: &Path) -> Vec<Running> {
             }
             let federates = local_federates(&dir, &launch);
             let elsewhere = remote_federates(&dir, &launch, now);
-            Some(Running { launch, federates, elsewhere })
+            let other_hosts = other_hosts(&dir, &launch, now);
+            Some(Running { launch, federates, elsewhere, other_hosts })
         })
         .collect();
     found.sort_by_key(|r| r.launch.started_ns);
@@ -681,14 +799,24 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         // No launch yet: nothing to report.
-        assert!(host_report(a.path()).is_none());
+        assert!(host_report(a.path(), |_| Err("no store".into())).is_none());
         write_launch(a.path(), &launch(a.path(), "a")).unwrap();
         let mut on_b = launch(b.path(), "b");
         on_b.federates[0].name = "detector".into();
         write_launch(b.path(), &on_b).unwrap();
         replace(&status_path(b.path(), "detector"), &serde_json::to_vec(&status("detector", 7)).unwrap()).unwrap();
 
-        let report = host_report(b.path()).unwrap();
+        let figures = StoreFigures { bytes_in_use: 4096, objects: 2, evictions: 3, ..StoreFigures::default() };
+        // Without a store in the launch, none is reported (and not asked).
+        assert!(host_report(b.path(), |_| unreachable!()).unwrap().store.is_none());
+        on_b.store = Some(StoreProcess { pid: 42, socket: "/run/b/store.sock".into() });
+        write_launch(b.path(), &on_b).unwrap();
+        let report = host_report(b.path(), |s| {
+            assert_eq!(s.pid, 42);
+            Ok(figures.clone())
+        })
+        .unwrap();
+        assert_eq!(report.store.as_ref().and_then(|s| s.stats.as_ref()), Some(&figures));
         assert_eq!((report.program.as_str(), report.host.as_str()), ("robot", "b"));
         assert_eq!(report.federates.len(), 1);
         assert_eq!(report.federates[0].restarts, 1);
@@ -708,12 +836,22 @@ mod tests {
         assert_eq!(after[0].restarts, 1);
         assert_eq!(after[0].status.as_ref().map(|s| s.tag_ns), Some(7));
         let received = after[0].reported_ns.unwrap();
+        let hosts = other_hosts(a.path(), &launch(a.path(), "a"), now);
+        assert_eq!(hosts.len(), 1);
+        assert_eq!((hosts[0].host.as_str(), hosts[0].reported_ns), ("b", Some(received)));
+        assert_eq!(hosts[0].store.as_ref().and_then(|s| s.stats.as_ref()), Some(&figures));
+        // Reports of older hosts, without a store or the RTI, still read.
+        let old: HostReport = serde_json::from_str(r#"{"program":"robot","host":"b","federates":[]}"#).unwrap();
+        assert!(old.store.is_none() && old.rti.is_none());
 
         // A host that went silent: its federates are still named, with
         // when it last reported, but no status.
         let later = received + MIRROR_FRESH.as_nanos() as i64 + 1;
         let stale = remote_federates(a.path(), &launch(a.path(), "a"), later);
         assert!(stale[0].status.is_none() && stale[0].reported_ns == Some(received));
+        // A silent host's store figures are not shown as current.
+        let stale_hosts = other_hosts(a.path(), &launch(a.path(), "a"), later);
+        assert!(stale_hosts[0].store.is_none() && stale_hosts[0].reported_ns == Some(received));
 
         // Another program's report (a stale file, a second program) is not this one's.
         let other = HostReport { program: "other".into(), ..report.clone() };

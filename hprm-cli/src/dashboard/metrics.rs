@@ -2,7 +2,9 @@
 //! `prometheus-client` crate.
 //!
 //! Names and labels: every series carries `program`; a federate's also
-//! `federate` and `host`, a port's also `port`, a connection's
+//! `federate` and `host`, a store's `host` (every host's store of a program
+//! with hosts, as the hosts' links report them; the RTI's families carry
+//! no host: a program has one RTI, wherever it runs), a port's also `port`, a connection's
 //! `connection` (`sender port -> receiver port`, counted by the receiving
 //! `federate`), a reaction's `reaction`. Counters are what the processes count
 //! from their start (messages in and out, losses by kind, the store's
@@ -161,7 +163,8 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
                 }
             }
         }
-        if p.rti.is_some() {
+        // Where the RTI runs on another host, its figures come in that host's reports.
+        if p.rti.is_some() || p.rti_figures.is_some() {
             rti_up.get_or_create(&labels(&[("program", prog)])).set(i64::from(p.rti_figures.is_some()));
         }
         if let Some(rti) = &p.rti_figures {
@@ -179,10 +182,11 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
                 }
             }
         }
-        if let Some(store) = &p.store {
-            let l = labels(&[("program", prog)]);
-            store_up.get_or_create(&l).set(i64::from(store.stats.is_some()));
-            if let Some(s) = &store.stats {
+        // This host's store and the other hosts' (as their links report them).
+        for store in p.store.iter().chain(&p.other_stores) {
+            let l = labels(&[("program", prog), ("host", &store.host)]);
+            store_up.get_or_create(&l).set(i64::from(store.report.stats.is_some()));
+            if let Some(s) = &store.report.stats {
                 let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
                 store_bytes.get_or_create(&l).set(int(s.bytes_in_use));
                 store_capacity.get_or_create(&l).set(int(s.capacity));
@@ -268,7 +272,11 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     );
     reg.register("federate_losses", "Messages lost or late, by kind (hprm_node::loss), all ports together", losses);
     reg.register("port_losses", "Messages lost or late, by input or output port and kind", port_losses);
-    reg.register("store_up", "The program's store answered", store_up);
+    reg.register(
+        "store_up",
+        "A store of the program answered (another host's: as that host's last report says)",
+        store_up,
+    );
     reg.register("store_bytes_in_use", "Arena bytes held by objects", store_bytes);
     reg.register("store_capacity_bytes", "Arena bytes", store_capacity);
     reg.register("store_objects", "Objects in the store (created or sealed)", store_objects);
@@ -294,10 +302,11 @@ pub fn encode_text(snap: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dashboard::snapshot::{Federate, Program};
+    use crate::dashboard::snapshot::{Federate, Program, RtiView, Store};
     use hprm_node::figures::ConnectionFigures;
     use hprm_node::loss::Losses;
-    use hprm_node::status::FederateStatus;
+    use hprm_node::status::{FederateStatus, StoreFigures, StoreReport};
+    use hprm_rti::figures::{RtiFederate, RtiFigures};
 
     #[test]
     fn a_snapshot_becomes_openmetrics_with_every_loss_kind() {
@@ -335,6 +344,15 @@ mod tests {
                 ..FederateStatus::default()
             }),
         };
+        let store = |host: &str, bytes: u64| Store {
+            host: host.into(),
+            report: StoreReport {
+                pid: 3,
+                socket: "/run/store.sock".into(),
+                stats: Some(StoreFigures { bytes_in_use: bytes, evictions: bytes / 100, ..StoreFigures::default() }),
+                error: None,
+            },
+        };
         let snap = Snapshot {
             now_ns: 0,
             programs: vec![Program {
@@ -343,9 +361,19 @@ mod tests {
                 started_ns: 0,
                 federates: vec![fed("source", Losses::default()), fed("sink", losses)],
                 links: Vec::new(),
-                store: None,
+                store: Some(store("here", 100)),
+                other_stores: vec![store("a", 200)],
+                // The RTI runs on host a: its figures came in a's reports.
                 rti: None,
-                rti_figures: None,
+                rti_figures: Some(RtiView {
+                    figures: RtiFigures {
+                        relayed: 9,
+                        federates: vec![RtiFederate { id: 1, grants: 4, ..RtiFederate::default() }],
+                        ..RtiFigures::default()
+                    },
+                    names: vec!["source".into(), "sink".into()],
+                }),
+                rti_host: Some("a".into()),
             }],
         };
         let text = encode_text(&snap);
@@ -384,6 +412,16 @@ mod tests {
             text.contains(r#"hprm_federate_restarts_total{program="demo",federate="sink",host="here"} 1"#),
             "{text}"
         );
+        // Every host's store, labelled with its host.
+        for (host, bytes, evictions) in [("here", 100, 1), ("a", 200, 2)] {
+            let l = format!(r#"program="demo",host="{host}""#);
+            assert!(text.contains(&format!("hprm_store_up{{{l}}} 1")), "{text}");
+            assert!(text.contains(&format!("hprm_store_bytes_in_use{{{l}}} {bytes}")), "{text}");
+            assert!(text.contains(&format!("hprm_store_evictions_total{{{l}}} {evictions}")), "{text}");
+        }
+        assert!(text.contains(r#"hprm_rti_up{program="demo"} 1"#), "{text}");
+        assert!(text.contains(r#"hprm_rti_relayed_messages_total{program="demo"} 9"#), "{text}");
+        assert!(text.contains(r#"hprm_rti_grants_total{program="demo",federate="sink"} 4"#), "{text}");
         for kind in Loss::ALL {
             let zero = format!(
                 r#"hprm_federate_losses_total{{program="demo",federate="source",host="here",kind="{}"}} 0"#,

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use hprm_node::manifest::Manifest;
-use hprm_node::status::{self, FederateStatus, RtiProcess};
-use hprm_rti::figures::{RtiFigures, RTI_STATUS_FILE};
+use hprm_node::status::{self, FederateStatus, RtiProcess, StoreFigures, StoreReport};
+use hprm_rti::figures::RtiFigures;
 use hprm_store::{ConnectOptions, StoreClient};
 use serde::Serialize;
 
@@ -30,10 +30,18 @@ pub struct Program {
     pub federates: Vec<Federate>,
     /// Federate to federate, from the manifest (empty if it is unreadable).
     pub links: Vec<Link>,
+    /// This host's store.
     pub store: Option<Store>,
+    /// The other hosts' stores, as their links report them (a program with
+    /// hosts), in the order the hosts first appear among the federates.
+    pub other_stores: Vec<Store>,
+    /// The RTI's process, where it runs on this host.
     pub rti: Option<RtiProcess>,
-    /// The RTI's own figures (absent until it wrote them, and without an RTI).
+    /// The RTI's own figures (absent until it wrote them, and without an
+    /// RTI), read here or reported by the host that runs it.
     pub rti_figures: Option<RtiView>,
+    /// Where the RTI whose figures these are runs.
+    pub rti_host: Option<String>,
 }
 
 /// The RTI's figures, its federates named.
@@ -70,29 +78,14 @@ pub struct Link {
     pub physical: bool,
 }
 
+/// A store of the program: this host's (asked here) or another host's (as
+/// that host's link last reported it).
 #[derive(Debug, Serialize)]
 pub struct Store {
-    pub socket: PathBuf,
-    pub pid: u32,
-    /// Absent when the store could not be asked (`error` says why).
-    pub stats: Option<StoreFigures>,
-    pub error: Option<String>,
-}
-
-/// The store's figures that matter to a person watching a program.
-#[derive(Debug, Serialize)]
-pub struct StoreFigures {
-    pub capacity: u64,
-    pub bytes_in_use: u64,
-    pub objects: u64,
-    pub objects_referenced: u64,
-    pub pending_deliveries: u64,
-    pub clients: u64,
-    pub evictions: u64,
-    pub evicted_bytes: u64,
-    pub expired_deliveries: u64,
-    pub creates_refused: u64,
-    pub creates_over_quota: u64,
+    /// The host it runs on (this machine's name in a program without hosts).
+    pub host: String,
+    #[serde(flatten)]
+    pub report: StoreReport,
 }
 
 /// Reads snapshots; keeps one store connection per socket between reads.
@@ -117,26 +110,45 @@ impl Reader {
                     .ok()
                     .and_then(|t| Manifest::from_json(&t).ok());
                 let links = manifest.as_ref().map(links).unwrap_or_default();
-                let rti_figures = r
-                    .launch
-                    .rti
-                    .as_ref()
-                    .filter(|rti| status::alive(rti.pid))
-                    .and_then(|_| std::fs::read(r.launch.runtime_dir.join(RTI_STATUS_FILE)).ok())
-                    .and_then(|t| serde_json::from_slice::<RtiFigures>(&t).ok())
-                    .map(|figures| {
-                        // Federate ids are their places in the program, as
-                        // the launcher started them (a launch of one host's
-                        // share lists fewer: the manifest lists them all).
-                        let launched: Vec<String> = r.launch.federates.iter().map(|f| f.name.clone()).collect();
-                        let names = match &manifest {
-                            Some(m) if launched.len() != figures.federates.len() => {
-                                m.federates.iter().map(|f| f.name.clone()).collect()
-                            }
-                            _ => launched,
-                        };
-                        RtiView { figures, names }
-                    });
+                // This host's name in the program (its `[[host]]`), else the machine's.
+                let local = r.launch.hosts.as_ref().map_or_else(|| here.clone(), |h| h.host.clone());
+                let (rti_host, rti_figures) = match status::rti_figures(&r.launch.runtime_dir, &r.launch) {
+                    Some(f) => (Some(local.clone()), Some(f)),
+                    None => r
+                        .other_hosts
+                        .iter()
+                        .find_map(|h| Some((Some(h.host.clone()), Some(h.rti.clone()?))))
+                        .unwrap_or((None, None)),
+                };
+                let rti_figures = rti_figures.map(|figures| {
+                    // Federate ids are their places in the program, as
+                    // the launcher started them (a launch of one host's
+                    // share lists fewer: the manifest lists them all).
+                    let launched: Vec<String> = r.launch.federates.iter().map(|f| f.name.clone()).collect();
+                    let names = match &manifest {
+                        Some(m) if launched.len() != figures.federates.len() => {
+                            m.federates.iter().map(|f| f.name.clone()).collect()
+                        }
+                        _ => launched,
+                    };
+                    RtiView { figures, names }
+                });
+                let other_stores = r
+                    .other_hosts
+                    .iter()
+                    .map(|h| Store {
+                        host: h.host.clone(),
+                        report: h.store.clone().unwrap_or_else(|| StoreReport {
+                            pid: 0,
+                            socket: Default::default(),
+                            stats: None,
+                            error: Some(match h.reported_ns {
+                                Some(_) => format!("host {} stopped reporting", h.host),
+                                None => format!("no report from host {} (yet)", h.host),
+                            }),
+                        }),
+                    })
+                    .collect();
                 let host_of = |name: &str| {
                     manifest
                         .as_ref()
@@ -148,7 +160,10 @@ impl Reader {
                         Ok(f) => (Some(f), None),
                         Err(e) => (None, Some(e)),
                     };
-                    Store { socket: s.socket.clone(), pid: s.pid, stats, error }
+                    Store {
+                        host: local.clone(),
+                        report: StoreReport { socket: s.socket.clone(), pid: s.pid, stats, error },
+                    }
                 });
                 Program {
                     name: r.launch.program,
@@ -178,8 +193,10 @@ impl Reader {
                         .collect(),
                     links,
                     store,
+                    other_stores,
                     rti: r.launch.rti,
                     rti_figures,
+                    rti_host,
                 }
             })
             .collect();
@@ -195,19 +212,7 @@ impl Reader {
         }
         let stats = self.stores.get(socket).map(StoreClient::stats);
         match stats {
-            Some(Ok(s)) => Ok(StoreFigures {
-                capacity: s.capacity,
-                bytes_in_use: s.bytes_in_use,
-                objects: s.objects_created + s.objects_sealed,
-                objects_referenced: s.objects_referenced,
-                pending_deliveries: s.pending_deliveries,
-                clients: s.clients,
-                evictions: s.evictions,
-                evicted_bytes: s.evicted_bytes,
-                expired_deliveries: s.expired_deliveries,
-                creates_refused: s.creates_refused,
-                creates_over_quota: s.creates_over_quota,
-            }),
+            Some(Ok(s)) => Ok(StoreFigures::from(&s)),
             Some(Err(e)) => {
                 // A store that died and came back: a new connection next time.
                 self.stores.remove(socket);
