@@ -4,6 +4,7 @@ federates as for Rust ones: both run on hprm-node's scheduler."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -54,13 +55,22 @@ def test_a_tap_on_a_python_federate(hprm_cli, tmp_path):
                 break
             assert time.monotonic() < deadline, echo.stderr
             time.sleep(0.2)
+        # A tap drops what a slow reader cannot take, and says so on a line of
+        # its own; on a loaded machine the program may also end before the
+        # third message. Each message shown must be whole and at its tag.
         lines = echo.stdout.splitlines()
-        assert len(lines) == 6, echo.stdout
-        first = int(lines[1].split('"n": ')[1].split(",")[0])
-        for i in range(3):
-            n = first + i
-            assert lines[2 * i] == f"--- tag {n // 100}.{(n % 100) * 10_000_000:09d} s/0", echo.stdout
-            assert lines[2 * i + 1].startswith(f'{{"n": {n}, "arr": <buffer <i8 [4] 32 bytes inline: '), echo.stdout
+        shown = [l for l in lines if not re.fullmatch(r"\(\d+ messages dropped: this tap read too slowly\)", l)]
+        assert 2 <= len(shown) <= 6 and len(shown) % 2 == 0, echo.stdout
+        seen = []
+        for tag, value in zip(shown[0::2], shown[1::2]):
+            n = int(value.split('"n": ')[1].split(",")[0])
+            assert tag == f"--- tag {n // 100}.{(n % 100) * 10_000_000:09d} s/0", echo.stdout
+            assert value.startswith(f'{{"n": {n}, "arr": <buffer <i8 [4] 32 bytes inline: '), echo.stdout
+            seen.append(n)
+        assert seen == sorted(set(seen)), echo.stdout
+        if len(lines) == len(shown) == 6:
+            # Nothing dropped: three messages in a row.
+            assert seen == list(range(seen[0], seen[0] + 3)), echo.stdout
         hz = subprocess.run([str(hprm_cli), "topic", "hz", "source.out", "-n", "20"], capture_output=True, text=True, env=env, timeout=60)
         assert hz.returncode == 0 and "messages: 20" in hz.stdout.splitlines()[-1], hz
         _, err = prog.communicate(timeout=60)
