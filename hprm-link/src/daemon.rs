@@ -290,10 +290,11 @@ impl Link {
                 // The launch's store is the one this link serves (the
                 // launcher starts the link on its store's socket).
                 let figures = move |_: &status::StoreProcess| {
-                    unblamed(|| l.inner.store.stats()).map(|s| status::StoreFigures::from(&s)).map_err(|e| e.to_string())
+                    unblamed(|| l.inner.store.stats())
+                        .map(|s| status::StoreFigures::from(&s))
+                        .map_err(|e| e.to_string())
                 };
-                let report =
-                    tokio::task::spawn_blocking(move || status::host_report(&d, figures)).await.ok().flatten();
+                let report = tokio::task::spawn_blocking(move || status::host_report(&d, figures)).await.ok().flatten();
                 if let Some(report) = report {
                     if let Err(e) = publisher.put(report.encode()).await {
                         if !std::mem::replace(&mut said, true) {

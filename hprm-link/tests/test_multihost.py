@@ -402,18 +402,10 @@ def _dashboard_on_b_shows_host_as_store_and_the_rti(hprm, prefix, env):
         shutil.rmtree(base)
 
 
-def test_the_dashboard_on_one_host_shows_the_other_hosts_store_and_the_rti(hosts, tmp_path):
-    """The cut program, left running (no cut) until the dashboard of host b
-    showed host a's store and the RTI, then stopped (SIGTERM, as a person's
-    Ctrl-C would): nothing is left behind."""
-    hprm = _hprm()
-    prefix, a, b = hosts
-    shutil.copy(PROGRAM / "reactors.py", tmp_path / "reactors.py")
-    program = tmp_path / "cut.toml"
-    text = (PROGRAM / "cut.toml").read_text().replace("@A@", a).replace("@B@", b)
-    # Long enough for any machine to get through the checks: stopped after them.
-    program.write_text(text.replace('timeout = "9s"', 'timeout = "300s"'))
-    env = _env(tmp_path)
+def _start_both(prefix, hprm, program, env):
+    """Starts each host's share of `program` in its namespace (b first) and
+    gathers each one's output line by line as it comes: (processes, lines),
+    both by host."""
     lines = {"a": [], "b": []}
     procs = {}
     for host in ("b", "a"):
@@ -427,6 +419,22 @@ def test_the_dashboard_on_one_host_shows_the_other_hosts_store_and_the_rti(hosts
         )
         threading.Thread(target=lambda p=p, out=lines[host]: out.extend(p.stdout), daemon=True).start()
         procs[host] = p
+    return procs, lines
+
+
+def test_the_dashboard_on_one_host_shows_the_other_hosts_store_and_the_rti(hosts, tmp_path):
+    """The cut program, left running (no cut) until the dashboard of host b
+    showed host a's store and the RTI, then stopped (SIGTERM, as a person's
+    Ctrl-C would): nothing is left behind."""
+    hprm = _hprm()
+    prefix, a, b = hosts
+    shutil.copy(PROGRAM / "reactors.py", tmp_path / "reactors.py")
+    program = tmp_path / "cut.toml"
+    text = (PROGRAM / "cut.toml").read_text().replace("@A@", a).replace("@B@", b)
+    # Long enough for any machine to get through the checks: stopped after them.
+    program.write_text(text.replace('timeout = "9s"', 'timeout = "300s"'))
+    env = _env(tmp_path)
+    procs, lines = _start_both(prefix, hprm, program, env)
     try:
         _wait_for("the first array on host b", lambda: any("GOT " in line for line in lines["b"]))
         _dashboard_on_b_shows_host_as_store_and_the_rti(hprm, prefix, env)
@@ -451,19 +459,7 @@ def test_a_link_cut_mid_run_is_noticed_by_name_and_traffic_resumes_when_it_is_ba
     program.write_text((PROGRAM / "cut.toml").read_text().replace("@A@", a).replace("@B@", b))
     shm_before = _shm()
     env = _env(tmp_path)
-    lines = {"a": [], "b": []}
-    procs = {}
-    for host in ("b", "a"):
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", f"{prefix}-{host}", hprm, "launch", "--host", host, str(program)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        threading.Thread(target=lambda p=p, out=lines[host]: out.extend(p.stdout), daemon=True).start()
-        procs[host] = p
+    procs, lines = _start_both(prefix, hprm, program, env)
     said = lambda host, text: any(text in line for line in lines[host])  # noqa: E731
     dump = lambda: "\n--- host a:\n" + "".join(lines["a"]) + "\n--- host b:\n" + "".join(lines["b"])  # noqa: E731
     try:
