@@ -49,17 +49,20 @@ pub fn inputs(target: &str, bytes: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     }
 }
 
-/// Where to cut an RTI stream, and the payloads of the messages before
-/// that (each once).
+/// Where to cut an RTI stream, and the payloads (each once) of every whole
+/// message in it, those past the cut included: the capture keeps up to
+/// [`hprm_local_socket::capture::MAX_STREAM_BYTES`] (64 KiB) of a stream, and a payload is a
+/// small input of its own whichever part of the stream carried it.
 fn rti_messages(bytes: &[u8]) -> (usize, Vec<Vec<u8>>) {
     let limits = Limits::default();
-    let mut end = 0;
+    let mut read = 0;
+    let mut cut = 0;
     let mut payloads: Vec<Vec<u8>> = Vec::new();
-    while let Ok(Some((msg, n))) = decode(&bytes[end..], &limits) {
-        if end + n > MAX_INPUT {
-            break;
+    while let Ok(Some((msg, n))) = decode(&bytes[read..], &limits) {
+        read += n;
+        if read <= MAX_INPUT {
+            cut = read;
         }
-        end += n;
         if let Message::TaggedMessage { payload, .. }
         | Message::P2pMessage { payload, .. }
         | Message::P2pTaggedMessage { payload, .. } = msg
@@ -69,7 +72,7 @@ fn rti_messages(bytes: &[u8]) -> (usize, Vec<Vec<u8>>) {
             }
         }
     }
-    (if end == 0 { bytes.len().min(MAX_INPUT) } else { end }, payloads)
+    (if cut == 0 { bytes.len().min(MAX_INPUT) } else { cut }, payloads)
 }
 
 /// Where to cut a stream of store frames.
@@ -118,6 +121,20 @@ mod tests {
         let payloads: Vec<_> = made[1..].iter().map(|(t, p)| (*t, p.clone())).collect();
         assert_eq!(payloads, (0..3).map(|i| ("payload", vec![i; 100])).collect::<Vec<_>>());
         crate::rti_frames(input);
+    }
+
+    #[test]
+    fn payloads_past_the_cut_are_inputs_too() {
+        let mut stream = Vec::new();
+        let tag = Tag { time: 5, microstep: 0 };
+        for _ in 0..200 {
+            encode(&Message::TaggedMessage { port: 0, fed: 1, tag, payload: vec![1; 100] }, &mut stream);
+        }
+        assert!(stream.len() > MAX_INPUT);
+        encode(&Message::TaggedMessage { port: 0, fed: 1, tag, payload: vec![2; 100] }, &mut stream);
+        let made = inputs("rti_frames", &stream);
+        assert!(made[0].1.len() <= MAX_INPUT + 1);
+        assert!(made.contains(&("payload", vec![2; 100])), "the last message's payload, past the cut");
     }
 
     #[test]
