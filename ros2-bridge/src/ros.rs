@@ -52,7 +52,10 @@ pub enum RosError {
 /// Where values from ROS go: the scheduler of the physical action that
 /// emits them on the bridge's port, once the federate runs.
 #[derive(Clone, Default)]
-pub struct Inlet(Arc<OnceLock<Box<dyn Fn(Value, Duration) + Send + Sync>>>);
+pub struct Inlet(Arc<OnceLock<Schedule>>);
+
+/// Schedules a value on a physical action, `Duration` after now.
+type Schedule = Box<dyn Fn(Value, Duration) + Send + Sync>;
 
 impl Inlet {
     pub fn connect(&self, schedule: impl Fn(Value, Duration) + Send + Sync + 'static) {
