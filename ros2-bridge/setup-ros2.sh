@@ -11,7 +11,9 @@
 set -euo pipefail
 venv=$(realpath -m "${1:-.venv-ros2}")
 python=${PYTHON:-python3}
-packages=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-sensor-msgs ros-geometry-msgs ros-std-srvs ros-builtin-interfaces ros-action-msgs ros-rcl-action ros-test-msgs numpy)
+# mcap and mcap-ros2-support: the tests read recordings of bridged values back
+# (their ros2msg/cdr channels) as a reader that knows nothing of HPRM would.
+packages=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-sensor-msgs ros-geometry-msgs ros-std-srvs ros-builtin-interfaces ros-action-msgs ros-rcl-action ros-test-msgs numpy mcap mcap-ros2-support)
 
 say() { printf '[setup-ros2] %s\n' "$*" >&2; }
 

@@ -71,8 +71,11 @@ struct Channel {
     last: u64,
     /// On a deadline decisions channel: the decisions that missed.
     missed: u64,
-    /// On a Foxglove view: its schema and the channel it shows.
+    /// On a Foxglove view or a foreign channel: its schema and the channel it shows.
     of: String,
+    /// A physical action's values in another system's encoding (a ROS 2
+    /// topic's CDR messages, `record::Foreign`): its message encoding.
+    foreign: Option<String>,
 }
 
 impl Channel {
@@ -87,6 +90,10 @@ impl Channel {
     /// A Foxglove view of another channel's values ([`crate::foxglove`]).
     fn view(&self) -> bool {
         self.topic.starts_with(crate::foxglove::PREFIX)
+    }
+
+    fn foreign(&self) -> bool {
+        self.foreign.is_some()
     }
 }
 
@@ -110,6 +117,9 @@ fn info(path: &Path) -> Result<i32> {
                     if let Some(of) = c.metadata.get("view_of") {
                         let schema = schemas.get(&c.schema_id).map_or("", String::as_str);
                         entry.of = format!("{schema} of {of}");
+                        if !c.topic.starts_with(crate::foxglove::PREFIX) {
+                            entry.foreign = Some(c.message_encoding.clone());
+                        }
                     }
                     ids.insert(c.id, c.topic);
                 }
@@ -170,6 +180,8 @@ fn info(path: &Path) -> Result<i32> {
     let (physical, channels): (Vec<Channel>, Vec<Channel>) = channels.into_iter().partition(Channel::physical);
     // And the Foxglove views, which repeat values of the channels above.
     let (views, channels): (Vec<Channel>, Vec<Channel>) = channels.into_iter().partition(Channel::view);
+    // And the physical action values written again in another system's encoding (ROS 2 topics).
+    let (foreign, channels): (Vec<Channel>, Vec<Channel>) = channels.into_iter().partition(Channel::foreign);
     let first = channels.iter().filter_map(|c| c.first).min();
     let last = channels.iter().map(|c| c.last).max();
     let duration = match (first, last) {
@@ -212,7 +224,12 @@ fn info(path: &Path) -> Result<i32> {
             }
         }
     }
-    for (title, list) in [("connections:", &channels), ("physical actions:", &physical), ("foxglove views:", &views)] {
+    for (title, list) in [
+        ("connections:", &channels),
+        ("physical actions:", &physical),
+        ("foxglove views:", &views),
+        ("ros 2 topics (as the bridge received them):", &foreign),
+    ] {
         if list.is_empty() && title != "connections:" {
             continue;
         }
@@ -223,7 +240,11 @@ fn info(path: &Path) -> Result<i32> {
             let rate = if span > 0.0 { format!("{:.3} msg/s", (c.messages - 1) as f64 / span) } else { "-".into() };
             let lost = summary.and_then(|s| s.get(&format!("lost.{}", c.topic))).cloned().unwrap_or_else(|| "?".into());
             // A view's losses are its channel's.
-            let lost = if c.view() { format!("({})", c.of) } else { format!("lost {lost}") };
+            let lost = match &c.foreign {
+                Some(encoding) => format!("({encoding} {})", c.of),
+                None if c.view() => format!("({})", c.of),
+                None => format!("lost {lost}"),
+            };
             println!("  {:width$}  {:>8} messages  {:>12} bytes  {rate:>16}  {lost}", c.topic, c.messages, c.bytes);
         }
     }
@@ -257,16 +278,17 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
     for (_, buf) in &parts {
         // A channel's id is its part's own.
         let mut ids: Vec<u16> = Vec::new();
-        // Those of Foxglove views (protobuf, not HPRM values).
-        let mut views: Vec<u16> = Vec::new();
+        // Those of Foxglove views (protobuf, not HPRM values), and of
+        // another system's messages (ROS 2's CDR): their encoding.
+        let mut views: Vec<(u16, String)> = Vec::new();
         let mut done = false;
         ended = scan(buf, |r| {
             match r {
                 Record::Channel(c) => {
                     if names(topic, &c.topic) {
                         ids.push(c.id);
-                        if c.topic.starts_with(crate::foxglove::PREFIX) {
-                            views.push(c.id);
+                        if c.topic.starts_with(crate::foxglove::PREFIX) || c.metadata.contains_key("view_of") {
+                            views.push((c.id, c.message_encoding.clone()));
                         }
                         found = true;
                     }
@@ -280,10 +302,16 @@ fn echo(path: &Path, topic: &str, count: Option<u64>) -> Result<i32> {
                         crate::topic::seconds((header.log_time as i64).saturating_sub(start)),
                         header.sequence
                     );
-                    if views.contains(&header.channel_id) {
-                        println!("a Foxglove view (protobuf, {} bytes): open the file in Foxglove", data.len());
-                    } else {
-                        println!("{}", crate::topic::render(&data));
+                    match views.iter().find(|(id, _)| *id == header.channel_id) {
+                        Some((_, e)) if e == crate::foxglove::ENCODING => {
+                            println!("a Foxglove view (protobuf, {} bytes): open the file in Foxglove", data.len())
+                        }
+                        Some((_, e)) => println!(
+                            "a message in {e} ({} bytes), as its system sent it: read it with that system's tools \
+                             (ROS 2's CDR: mcap-ros2-support, Foxglove)",
+                            data.len()
+                        ),
+                        None => println!("{}", crate::topic::render(&data)),
                     }
                     n += 1;
                     if count.is_some_and(|c| n >= c) {

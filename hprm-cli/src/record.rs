@@ -33,7 +33,11 @@
 //! instead of running the hardware) go on one channel per action, topic
 //! [`PHYSICAL_PREFIX`]`federate.reactor.action`, schema [`SCHEMA_NAME`] like
 //! a connection's, at the tag each value took; always recorded, whatever
-//! `--topics` says, and counted apart (`physical`). Chunks are closed at
+//! `--topics` says, and counted apart (`physical`). A physical action whose
+//! values are another system's messages in its own encoding (the ROS 2
+//! bridge's topics, `hprm_node::record::Foreign`) has them written a second
+//! time, their bytes as they are, on a channel of that topic, schema and
+//! encoding (`ros2msg`, `cdr`), as Foxglove views are. Chunks are closed at
 //! least every [`FLUSH_EVERY`], so a recorder killed outright leaves a file
 //! readable up to its last complete chunk.
 
@@ -51,7 +55,7 @@ pub use hprm_node::manifest::record::Rotate;
 use hprm_node::payload::{
     BufferDescriptor, Decoder, Location, StoreLink, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_TENSOR,
 };
-use hprm_node::record::{Connection, Header, Hello, Listener, Selection, DECISION, END};
+use hprm_node::record::{Connection, Foreign, Header, Hello, Listener, Selection, DECISION, END};
 use hprm_node::Tag;
 
 use crate::foxglove;
@@ -145,8 +149,10 @@ pub fn names(topic: &str, port: &str) -> bool {
 
 /// What each federate's thread hands the writer.
 enum Entry {
-    /// A federate's recorded ports: one channel each.
-    Ports { federate: String, start: i64, ports: Vec<Arc<str>> },
+    /// A federate's recorded ports: one channel each; and for those of its
+    /// physical actions whose values are another system's messages
+    /// (`Hello::foreign`), by topic, how to write them as such.
+    Ports { federate: String, start: i64, ports: Vec<Arc<str>>, foreign: Vec<(Arc<str>, Foreign)> },
     Message {
         topic: Arc<str>,
         tag: Tag,
@@ -401,7 +407,13 @@ fn feed(mut conn: Connection, tx: &SyncSender<Entry>, topics: &[String], progres
         .chain(hello.physical.iter().map(|p| Arc::from(format!("{PHYSICAL_PREFIX}{p}"))))
         .collect();
     let ports = selected.iter().map(|&i| topic_of[i as usize].clone()).collect();
-    if tx.send(Entry::Ports { federate: hello.federate.clone(), start: hello.start, ports }).is_err() {
+    let foreign = hello
+        .foreign
+        .iter()
+        .filter(|(path, _)| hello.physical.contains(path))
+        .map(|(path, f)| (Arc::from(format!("{PHYSICAL_PREFIX}{path}")), f.clone()))
+        .collect();
+    if tx.send(Entry::Ports { federate: hello.federate.clone(), start: hello.start, ports, foreign }).is_err() {
         return;
     }
     let decoder = Decoder::new(StoreLink::new(hello.store.clone()), GET_TIMEOUT);
@@ -571,6 +583,7 @@ impl Layout {
             path,
             channels: HashMap::new(),
             views: HashMap::new(),
+            foreign: HashMap::new(),
             decisions: BTreeMap::new(),
             counts: BTreeMap::new(),
             first: None,
@@ -592,6 +605,9 @@ struct Part {
     channels: HashMap<Arc<str>, u16>,
     /// Foxglove views' channels, by topic: (id, what it shows).
     views: HashMap<String, (u16, foxglove::Kind)>,
+    /// The channels of physical action values in another system's
+    /// encoding ([`Foreign`]), by the action's own channel's topic.
+    foreign: HashMap<Arc<str>, u16>,
     /// Per federate: its decisions channel and the decisions written there.
     decisions: BTreeMap<Arc<str>, (u16, u64)>,
     /// This part's messages and losses.
@@ -612,6 +628,16 @@ impl Part {
         let id = self.mcap.add_channel(self.schema, topic, "msgpack", &meta)?;
         self.channels.insert(topic.clone(), id);
         self.counts.entry(topic.clone()).or_default();
+        Ok(())
+    }
+
+    /// The channel of `topic`'s values as `f` says (a ROS 2 topic, its
+    /// message definition, CDR): its metadata `view_of` names `topic`.
+    fn add_foreign(&mut self, topic: &Arc<str>, f: &Foreign) -> Result<()> {
+        let schema = self.mcap.add_schema(&f.schema_name, &f.schema_encoding, f.schema.as_bytes())?;
+        let meta = BTreeMap::from([("view_of".to_string(), topic.to_string())]);
+        let id = self.mcap.add_channel(schema, &f.topic, &f.message_encoding, &meta)?;
+        self.foreign.insert(topic.clone(), id);
         Ok(())
     }
 
@@ -718,6 +744,8 @@ fn write(
 ) -> Result<Summary> {
     // Every port recorded, with its federate: each part has a channel for each.
     let mut ports: Vec<(Arc<str>, String)> = Vec::new();
+    // And every one recorded in another system's encoding too: each part has those channels.
+    let mut foreign: Vec<(Arc<str>, Foreign)> = Vec::new();
     let mut totals: BTreeMap<Arc<str>, Counts> = BTreeMap::new();
     let mut connected: Vec<String> = Vec::new();
     let mut ends: BTreeMap<String, Tag> = BTreeMap::new();
@@ -747,13 +775,17 @@ fn write(
             continue;
         }
         match entry {
-            Entry::Ports { federate, start: s, ports: mine } => {
+            Entry::Ports { federate, start: s, ports: mine, foreign: theirs } => {
                 start.get_or_insert(s);
                 connected.push(federate.clone());
                 for p in mine {
                     part.add_channel(&p, &federate)?;
                     totals.entry(p.clone()).or_default();
                     ports.push((p, federate.clone()));
+                }
+                for (p, f) in theirs {
+                    part.add_foreign(&p, &f)?;
+                    foreign.push((p, f));
                 }
             }
             Entry::Lost { topic, count } => lose(&mut part, &mut totals, &topic, count),
@@ -796,9 +828,15 @@ fn write(
                     for (p, federate) in &ports {
                         part.add_channel(p, federate)?;
                     }
+                    for (p, f) in &foreign {
+                        part.add_foreign(p, f)?;
+                    }
                 }
                 let views = if layout.foxglove { foxglove::views(&data, tag.time) } else { Vec::new() };
-                let shown: u64 = views.iter().map(|v| v.message.len() as u64).sum();
+                // The value's bytes in another system's encoding, borrowed from `data`.
+                let native = part.foreign.get(&topic).and_then(|&id| Some((id, foreign_bytes(&data)?)));
+                let shown: u64 = views.iter().map(|v| v.message.len() as u64).sum::<u64>()
+                    + native.map_or(0, |(_, b)| b.len() as u64);
                 // Checked before each message, so that the file can still be
                 // closed properly (chunk, summary, footer) when the disk fills.
                 let pending = part.unflushed.min(CHUNK_SIZE + part.largest);
@@ -829,6 +867,15 @@ fn write(
                 }
                 // The views count in the file's size, not in the messages.
                 let mut written = n;
+                if let Some((channel_id, bytes)) = native {
+                    let native_header = mcap::records::MessageHeader { channel_id, ..header };
+                    match part.mcap.write_to_known_channel(&native_header, bytes) {
+                        Ok(()) => written += bytes.len() as u64,
+                        Err(e) => {
+                            failed = Some(anyhow::Error::new(e).context(format!("writing {}", part.path.display())))
+                        }
+                    }
+                }
                 for v in &views {
                     match part.show(&topic, &header, v) {
                         Ok(w) => written += w,
@@ -892,6 +939,22 @@ fn write(
     Ok(Summary { messages, bytes, physical, decisions, lost, federates_missing: missing, disk_full, files })
 }
 
+/// The bytes of a value that is one message in another system's encoding
+/// (`Hello::foreign`): a MessagePack bin, or a one-dimensional `uint8`
+/// buffer (ext 1 or ext 4, inline), borrowed from `value`. `None` for a
+/// value of another form, which has no copy in that encoding.
+fn foreign_bytes(value: &[u8]) -> Option<&[u8]> {
+    use rmpv::ValueRef;
+    match rmpv::decode::read_value_ref(&mut &value[..]).ok()? {
+        ValueRef::Binary(b) => Some(b),
+        ValueRef::Ext(EXT_BUFFER | EXT_BYTES, data) => {
+            let d = hprm_node::payload::InlineBuffer::parse(data).ok()??;
+            (d.dtype == hprm_node::payload::Dtype::U8 && d.shape.len() == 1).then_some(d.bytes)
+        }
+        _ => None,
+    }
+}
+
 /// `message` with every store reference replaced by the buffer itself,
 /// into `out`.
 fn self_contained(message: &[u8], objects: &[Object], out: &mut Vec<u8>) -> Result<()> {
@@ -940,6 +1003,25 @@ mod tests {
         assert_eq!(decode_decision(&data), Some(("app.r.work".to_string(), true)));
         assert_eq!(decode_decision(&encode_decision("x", false)), Some(("x".to_string(), false)));
         assert_eq!(decode_decision(b"\xc0"), None, "nil is not a decision");
+    }
+
+    #[test]
+    fn foreign_bytes_are_a_bin_or_a_flat_uint8_buffer() {
+        use hprm_node::payload::{Buffer, Encoder, StoreLink, DEFAULT_THRESHOLD};
+        let encoder = Encoder::new(StoreLink::new(None), DEFAULT_THRESHOLD);
+        let cdr = vec![0u8, 1, 0, 0, 5, 0, 0, 0];
+        let flat = encoder.encode(&Buffer::from_vec(cdr.clone()), 1).unwrap();
+        assert_eq!(foreign_bytes(&flat), Some(&cdr[..]));
+        let mut bin = Vec::new();
+        rmpv::encode::write_value(&mut bin, &rmpv::Value::Binary(cdr.clone())).unwrap();
+        assert_eq!(foreign_bytes(&bin), Some(&cdr[..]));
+        // Shaped, of another dtype, or not bytes at all: no copy in another encoding.
+        let shaped = encoder.encode(&Buffer::from_vec(cdr.clone()).with_shape(&[2, 4]).unwrap(), 1).unwrap();
+        assert_eq!(foreign_bytes(&shaped), None);
+        let floats = encoder.encode(&Buffer::from_elements(vec![1.0f32, 2.0]), 1).unwrap();
+        assert_eq!(foreign_bytes(&floats), None);
+        assert_eq!(foreign_bytes(&encoder.encode(&"text", 1).unwrap()), None);
+        assert_eq!(foreign_bytes(b""), None);
     }
 
     #[test]

@@ -226,8 +226,21 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
     let delivered = |topic: &str| args.topics.is_empty() || args.topics.iter().any(|t| names(t, topic));
     let conns = &manifest.connections;
     let crossing = |from: &str, to: &str| federate_of(from) != federate_of(to);
+    // A federate run by a command of its own that builds its reactors
+    // from the manifest when it starts (an external federate: the ROS 2
+    // bridge) declares no physical action in the manifest, and may have
+    // some: those the recording has for it are its own (it refuses one it
+    // does not declare, as any replayed federate does).
+    let external = |f: &str| {
+        manifest.federate(f).is_some_and(|s| s.command.as_ref().is_some_and(|c| !c.is_empty()))
+            && manifest.physical_actions(f).is_empty()
+    };
     // Per federate: the recorded channels of its physical actions.
     let physical_of = |f: &str| -> Vec<String> {
+        if external(f) {
+            let prefix = format!("{PHYSICAL_PREFIX}{f}.");
+            return recording.topics.iter().filter(|t| t.starts_with(&prefix)).cloned().collect();
+        }
         manifest
             .physical_actions(f)
             .into_iter()
@@ -235,13 +248,15 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
             .filter(|t| recording.topics.contains(t))
             .collect()
     };
-    // Federates that received a recorded message, or whose physical actions were recorded.
+    // Federates that received a recorded message, or whose physical actions
+    // were recorded. An external federate is not replayed unless named
+    // (it needs what it bridges to, e.g. ROS 2): its outputs are recorded.
     let fed_inputs: Vec<String> = manifest
         .federates
         .iter()
         .map(|f| f.name.clone())
         .filter(|f| {
-            !physical_of(f).is_empty()
+            (!external(f) && !physical_of(f).is_empty())
                 || conns.iter().any(|c| {
                     crossing(&c.from, &c.to)
                         && federate_of(&c.to) == f
@@ -333,7 +348,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         if let Some(t) = recording
             .topics
             .iter()
-            .filter(|t| t.starts_with(&prefix))
+            .filter(|t| t.starts_with(&prefix) && !external(f))
             .find(|t| !declared.iter().any(|(path, _)| t.strip_prefix(PHYSICAL_PREFIX) == Some(path.as_str())))
         {
             bail!(

@@ -289,6 +289,9 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         Some(path) => Some(crate::record::PhysicalEvents::open(path).map_err(|e| NodeError::Record(e.to_string()))?),
         None => None,
     };
+    // What of them is also recorded in another system's encoding (the hello says so).
+    let foreign: std::collections::BTreeMap<String, crate::record::Foreign> =
+        physical.iter().filter_map(|(t, p, _)| program.foreign.get(t).map(|f| (p.clone(), f.clone()))).collect();
     let mut sched = Scheduler::new(program, fed, sched_opts, clock.clone(), inbox, encoder, transport, board, &idx)?;
     if let Some(events) = replayed {
         sched.set_physical_replay(events, feed_decoder.clone());
@@ -302,6 +305,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             store: store_socket,
             ports: tappable.iter().map(|(_, p)| p.clone()).collect(),
             physical: physical.iter().map(|(_, p, _)| p.clone()).collect(),
+            foreign,
         };
         let ports: Vec<_> = tappable.iter().map(|(t, _)| *t).chain(physical.iter().map(|(t, _, _)| *t)).collect();
         let feed = crate::record::Feed::connect(path, *policy, &hello, &ports, feed_decoder)

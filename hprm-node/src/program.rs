@@ -148,6 +148,10 @@ pub struct Program {
     pub(crate) rti_port: Option<u16>,
     /// Outputs whose backpressure is not the default, by output.
     pub(crate) backpressure: HashMap<TriggerId, Backpressure>,
+    /// Physical actions whose values are messages of another system in
+    /// its own encoding, recorded a second time as such
+    /// ([`crate::ReactorBuilder::record_foreign`]).
+    pub(crate) foreign: HashMap<TriggerId, crate::record::Foreign>,
     /// Problems found while building, reported all at once by [`Program::validate`].
     pub(crate) problems: Vec<String>,
 }
@@ -176,6 +180,7 @@ impl Program {
             reactions: Vec::new(),
             connections: Vec::new(),
             backpressure: HashMap::new(),
+            foreign: HashMap::new(),
             hosts: Vec::new(),
             rti_host: None,
             rti_port: None,

@@ -180,6 +180,18 @@ impl<'p, S: Send + 'static> ReactorBuilder<'p, S> {
         PhysicalAction::new(self.trigger(name, TriggerKind::PhysicalAction { min_delay, codec }))
     }
 
+    /// Says that the values scheduled on `action` are messages of another
+    /// system (a ROS 2 topic's) in that system's own encoding: a bytes
+    /// value or a one-dimensional `uint8` array holding one message. A
+    /// recording then writes each value a second time, its bytes as they
+    /// are, on a channel with `foreign`'s topic, schema and encoding, so
+    /// that the other system's tools read them (the value's own channel
+    /// is unchanged: replay reads that one). Values of another form are
+    /// recorded on the value's own channel only.
+    pub fn record_foreign<T>(&mut self, action: PhysicalAction<T>, foreign: crate::record::Foreign) {
+        self.program.foreign.insert(action.into(), foreign);
+    }
+
     /// Declares a physical action with its own codec (language bindings,
     /// whose values are not Rust types: see [`ReactorBuilder::output_with`]).
     pub fn physical_action_with<T: Send + Sync + 'static>(

@@ -8,7 +8,9 @@
 //! - a [`Hello`] (JSON): its name, its start tag, its store's socket and the
 //!   outputs it sends to other federates (a message names its port by its
 //!   index in that list) and its physical actions (numbered after the
-//!   outputs); the recorder answers with a [`Selection`], the indices of
+//!   outputs), with, for those of them whose values are messages of
+//!   another system in its own encoding, how to record those too
+//!   ([`Foreign`]); the recorder answers with a [`Selection`], the indices of
 //!   the ports it records (`--topics`; physical actions always);
 //! - for each value it sends on one of them, a [`HEADER`]-byte header (port
 //!   index: u32 LE; microstep: u32 LE; tag time, ns since the epoch: i64
@@ -49,6 +51,7 @@
 //! way a message given up is counted per port and reported to the
 //! recorder, never silent.
 
+use std::collections::BTreeMap;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -117,6 +120,31 @@ pub struct Hello {
     /// of `ports`.
     #[serde(default)]
     pub physical: Vec<String>,
+    /// By path in `physical`: the actions whose values are messages of
+    /// another system in its own encoding, which the recorder also writes
+    /// as such (a ROS 2 bridge's topics: `ros2msg` schemas, `cdr`
+    /// messages).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub foreign: BTreeMap<String, Foreign>,
+}
+
+/// How a physical action's values, each one message of another system in
+/// that system's encoding (a bytes value or a one-dimensional `uint8`
+/// array), are recorded a second time: an MCAP channel of their own, the
+/// bytes as they are (see `ReactorBuilder::record_foreign`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Foreign {
+    /// The channel's topic (a ROS 2 topic's full name, `/camera/image`).
+    pub topic: String,
+    /// The schema's name (`sensor_msgs/msg/Image`).
+    pub schema_name: String,
+    /// The schema's encoding (`ros2msg`).
+    pub schema_encoding: String,
+    /// The schema's data, a text (the message definition, dependencies
+    /// included, as rosbag2 writes it).
+    pub schema: String,
+    /// The messages' encoding (`cdr`).
+    pub message_encoding: String,
 }
 
 /// The recorder's answer to a [`Hello`].
@@ -521,6 +549,32 @@ mod tests {
         frame.extend_from_slice(b"value");
         assert_eq!(Header::decode(&frame), Some((h, &b"value"[..])));
         assert_eq!(Header::decode(&frame[..HEADER - 1]), None);
+    }
+
+    #[test]
+    fn a_hello_names_the_actions_recorded_in_another_encoding() {
+        let foreign = Foreign {
+            topic: "/chatter".into(),
+            schema_name: "std_msgs/msg/String".into(),
+            schema_encoding: "ros2msg".into(),
+            schema: "string data\n".into(),
+            message_encoding: "cdr".into(),
+        };
+        let hello = Hello {
+            federate: "ros".into(),
+            start: 5,
+            store: None,
+            ports: vec!["ros.ros.chatter".into()],
+            physical: vec!["ros.ros.chatter_from_ros".into()],
+            foreign: BTreeMap::from([("ros.ros.chatter_from_ros".to_string(), foreign.clone())]),
+        };
+        let back: Hello = serde_json::from_slice(&serde_json::to_vec(&hello).unwrap()).unwrap();
+        assert_eq!(back.foreign.get("ros.ros.chatter_from_ros"), Some(&foreign));
+        // Without any, the hello says nothing of them.
+        let plain = Hello { foreign: BTreeMap::new(), ..hello };
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("foreign"), "{text}");
+        assert!(serde_json::from_str::<Hello>(&text).unwrap().foreign.is_empty());
     }
 
     #[test]

@@ -16,6 +16,8 @@ use hprm_node::{Program, ProgramError};
 
 use hprm_node::payload::{Encoder, StoreLink, DEFAULT_THRESHOLD};
 
+use hprm_node::record::Foreign;
+
 use crate::config::{Config, Direction, PortUse};
 use crate::messages::Loaner;
 use crate::ros::RosSide;
@@ -123,10 +125,48 @@ pub fn loaners(manifest: &Manifest, name: &str, config: &Config) -> HashMap<Stri
     out
 }
 
+/// For each ros->hprm topic, by port: its channel in a recording, as
+/// rosbag2 writes one (the topic's full name, schema encoding `ros2msg`
+/// with the type's definition, messages in `cdr`). A type whose `.msg`
+/// files cannot be found is left out, with a warning: its values are
+/// still recorded, as values.
+pub fn foreign(config: &Config) -> HashMap<String, Foreign> {
+    let mut out = HashMap::new();
+    for t in config.topics.iter().filter(|t| t.direction == Direction::RosToHprm) {
+        match crate::definition::definition(&t.msg_type) {
+            Ok(schema) => {
+                out.insert(
+                    t.port.clone(),
+                    Foreign {
+                        topic: crate::ros::resolve(&config.ros.namespace, &t.topic),
+                        schema_name: t.msg_type.clone(),
+                        schema_encoding: "ros2msg".into(),
+                        schema,
+                        message_encoding: "cdr".into(),
+                    },
+                );
+            }
+            Err(e) => tracing::warn!(
+                topic = %t.topic,
+                "the recording will not hold this topic's messages as ROS 2 messages (CDR), only as values: {e}"
+            ),
+        }
+    }
+    out
+}
+
 /// The program, with the bridge federate `name`'s reactors wired to `ros`.
-pub fn build(manifest: &Manifest, name: &str, ros: &mut RosSide) -> Result<Program, FederateError> {
+/// `foreign`, by port of a ros->hprm topic: how a recording writes its
+/// messages as ROS did (`record_foreign`, [`foreign`]).
+pub fn build(
+    manifest: &Manifest,
+    name: &str,
+    ros: &mut RosSide,
+    mut foreign: HashMap<String, Foreign>,
+) -> Result<Program, FederateError> {
     let mut inlets = std::mem::take(&mut ros.inlets);
     let mut outlets = std::mem::take(&mut ros.outlets);
+    let mut cdr = std::mem::take(&mut ros.cdr);
     let program = Program::from_manifest(manifest, name, |prog, fed, spec: &ReactorSpec| {
         let mut r = prog.reactor(fed, spec.name.clone(), ());
         let startup = r.startup();
@@ -134,11 +174,26 @@ pub fn build(manifest: &Manifest, name: &str, ros: &mut RosSide) -> Result<Progr
         for port in spec.outputs.iter().map(|d| port_decl(d).0) {
             let out = r.output::<Value>(port);
             let action = r.physical_action::<Value>(&format!("{port}_from_ros"), std::time::Duration::ZERO);
+            // A message from a ROS topic is scheduled as its CDR bytes when
+            // the program is recorded (and comes back so in a replay):
+            // converted here, the same way live and replayed. A message
+            // already converted (not recorded) is any other value.
+            let decode = cdr.remove(port);
+            let name = port.to_string();
             r.reaction(&format!("{port}_emit")).trigger(action).effect(out).body(move |_, ctx| {
-                if let Some(v) = ctx.physical_value(action).cloned() {
-                    ctx.set(out, v);
-                }
+                let v = match (ctx.physical_value(action), &decode) {
+                    (Some(Value::Buffer(bytes)), Some(decode)) => match decode.decode_cdr(bytes.bytes()) {
+                        Ok(v) => v,
+                        Err(e) => return tracing::warn!(port = %name, "dropped a message: {e}"),
+                    },
+                    (Some(v), _) => v.clone(),
+                    (None, _) => return,
+                };
+                ctx.set(out, v);
             });
+            if let Some(f) = foreign.remove(port) {
+                r.record_foreign(action, f);
+            }
             if let Some(inlet) = inlets.remove(port) {
                 connect.push((inlet, action));
             }

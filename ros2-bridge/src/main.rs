@@ -12,6 +12,8 @@
 //! - `parameters`: the bridge node's declared parameters.
 //! - `ros`: the r2r node and its spinning thread.
 //! - `graph`: the subscriptions on a topic (r2r lists only publishers).
+//! - `definition`: message definitions (`.msg` files, dependencies
+//!   included), which a recording's ROS 2 channels carry.
 //! - `federate`: the bridge's reactors, built from the launcher's manifest.
 //!
 //! Run by an HPRM launcher as the command of an external federate:
@@ -21,6 +23,7 @@
 
 mod actions;
 mod config;
+mod definition;
 mod federate;
 mod graph;
 mod messages;
@@ -90,8 +93,17 @@ fn run(args: Args) -> anyhow::Result<()> {
         federate::check_ports(&m, &name, &config)?;
         Some((m, name))
     };
-    let loaners = manifest.as_ref().map(|(m, name)| federate::loaners(m, name, &config)).unwrap_or_default();
-    let mut ros = ros::RosSide::start(&config, Duration::from_millis(args.discovery_ms), loaners)?;
+    // Recorded (`hprm launch --record`, or a checked replay): messages from
+    // ROS topics travel as ROS serialized them, into the recording, and
+    // are converted in the federate (see `ros::RosSide::start`). Loaners
+    // are not used then: the conversion is in a reaction, whose output
+    // the recorder may count as one more receiver.
+    let recorded = !args.check && std::env::var_os(hprm_node::record::RECORD_ENV).is_some();
+    let loaners = match &manifest {
+        Some((m, name)) if !recorded => federate::loaners(m, name, &config),
+        _ => Default::default(),
+    };
+    let mut ros = ros::RosSide::start(&config, Duration::from_millis(args.discovery_ms), loaners, recorded)?;
     let Some((manifest, name)) = manifest else {
         println!(
             "hprm-ros2-bridge: {} topic(s), {} service(s), {} action(s) and {} parameter(s) ready",
@@ -102,7 +114,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     };
-    let program = federate::build(&manifest, &name, &mut ros)?;
+    let foreign = if recorded { federate::foreign(&config) } else { Default::default() };
+    let program = federate::build(&manifest, &name, &mut ros, foreign)?;
     let opts = hprm_node::launch::options_from_env(&program).context("HPRM_FEDERATE is not set")?;
     tracing::info!(
         federate = %name,

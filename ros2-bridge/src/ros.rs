@@ -30,6 +30,7 @@ use crate::messages::{self, ConvertError, LocalTask, MessageSupport, ValuePublis
 use crate::parameters::{self, Declared};
 use crate::services::{self, Responder, ServiceSupport};
 use crate::value::Value;
+use hprm_node::payload::Buffer;
 
 /// A start-up failure of the ROS side, as a sentence.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +52,10 @@ pub enum RosError {
 /// Where values from ROS go: the scheduler of the physical action that
 /// emits them on the bridge's port, once the federate runs.
 #[derive(Clone, Default)]
-pub struct Inlet(Arc<OnceLock<Box<dyn Fn(Value, Duration) + Send + Sync>>>);
+pub struct Inlet(Arc<OnceLock<Schedule>>);
+
+/// Schedules a value on a physical action, `Duration` after now.
+type Schedule = Box<dyn Fn(Value, Duration) + Send + Sync>;
 
 impl Inlet {
     pub fn connect(&self, schedule: impl Fn(Value, Duration) + Send + Sync + 'static) {
@@ -122,6 +126,10 @@ impl Outlet {
 pub struct RosSide {
     pub inlets: HashMap<String, Inlet>,
     pub outlets: HashMap<String, Outlet>,
+    /// By port of a ros->hprm topic: its message type, which turns the
+    /// CDR bytes scheduled on the port's physical action (when recording,
+    /// and in a replay of a recording) into the port's value.
+    pub cdr: HashMap<String, Arc<dyn MessageSupport>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -183,14 +191,19 @@ fn endpoint_node(namespace: &str, name: &str) -> String {
 impl RosSide {
     /// Sets up every mapping of `config` and starts spinning. `discovery`
     /// is how long to let the graph settle before checking the publishers
-    /// and subscriptions already on it.
+    /// and subscriptions already on it. With `raw` (the program is
+    /// recorded), messages from ROS topics reach their inlets as ROS
+    /// serialized them, a `uint8` array of CDR bytes, and the port's
+    /// reaction converts them ([`RosSide::cdr`]): so the recording holds
+    /// the bytes, and a replay converts them as the live run did.
     pub fn start(
         config: &Config,
         discovery: Duration,
         mut loaners: HashMap<String, messages::Loaner>,
+        raw: bool,
     ) -> Result<RosSide, RosError> {
         // Types first: they need no ROS context.
-        let mut topic_support: Vec<Box<dyn MessageSupport>> = Vec::new();
+        let mut topic_support: Vec<Arc<dyn MessageSupport>> = Vec::new();
         for t in &config.topics {
             topic_support.push(
                 messages::support(&t.msg_type)
@@ -230,6 +243,7 @@ impl RosSide {
         let mut tasks: Vec<LocalTask> = Vec::new();
         let mut inlets = HashMap::new();
         let mut outlets = HashMap::new();
+        let mut cdr = HashMap::new();
         let mut handlers: Vec<(mpsc::Receiver<Value>, Handler)> = Vec::new();
         let mut handle = |port: &str, outlets: &mut HashMap<String, Outlet>, h: Handler| {
             let (tx, rx) = mpsc::channel();
@@ -243,6 +257,27 @@ impl RosSide {
             };
             let qos = qos_profile(&t.qos);
             match t.direction {
+                Direction::RosToHprm if raw => {
+                    let inlet = Inlet::default();
+                    let (to, port, time, decode) = (inlet.clone(), t.port.clone(), t.time, support.clone());
+                    let sink = Box::new(move |bytes: Vec<u8>| {
+                        // The stamp needs the message: converted here too
+                        // (an unreadable one is dropped by the reaction).
+                        let extra = match time {
+                            TimeSource::Arrival => Duration::ZERO,
+                            TimeSource::Header => {
+                                decode.decode_cdr(&bytes).map_or(Duration::ZERO, |v| header_delay(&v))
+                            }
+                        };
+                        to.deliver(&port, Value::Buffer(Buffer::from_vec(bytes)), extra);
+                    });
+                    tasks.push(
+                        messages::subscribe_raw(&mut node, &t.topic, support.type_name(), qos, sink)
+                            .map_err(mapping)?,
+                    );
+                    inlets.insert(t.port.clone(), inlet);
+                    cdr.insert(t.port.clone(), support.clone());
+                }
                 Direction::RosToHprm => {
                     let inlet = Inlet::default();
                     let (to, port, time, name) = (inlet.clone(), t.port.clone(), t.time, t.topic.clone());
@@ -263,6 +298,7 @@ impl RosSide {
                     });
                     tasks.push(support.subscribe(&mut node, &t.topic, qos, sink, loaner).map_err(mapping)?);
                     inlets.insert(t.port.clone(), inlet);
+                    cdr.insert(t.port.clone(), support.clone());
                 }
                 Direction::HprmToRos => {
                     outlets.insert(
@@ -513,7 +549,7 @@ impl RosSide {
             .name("ros2-spin".into())
             .spawn(move || spin(node, tasks, handlers, initial, halt))
             .map_err(RosError::Thread)?;
-        Ok(RosSide { inlets, outlets, stop, thread: Some(thread) })
+        Ok(RosSide { inlets, outlets, cdr, stop, thread: Some(thread) })
     }
 }
 
@@ -528,7 +564,7 @@ impl Drop for RosSide {
 
 /// A topic name as the graph knows it (relative names under the node's
 /// namespace).
-fn resolve(namespace: &str, topic: &str) -> String {
+pub fn resolve(namespace: &str, topic: &str) -> String {
     if topic.starts_with('/') {
         topic.to_string()
     } else {

@@ -48,7 +48,7 @@ pub use convert::{json_to_value, plain_from_value, plain_to_value, value_to_json
 pub use error::ConvertError;
 pub use layout::{cloud_layout, image_layout, multiarray_shape};
 pub use loaner::Loaner;
-pub use support::{header_stamp, support, Bridged, LocalTask, MessageSupport, ValuePublisher};
+pub use support::{header_stamp, subscribe_raw, support, Bridged, LocalTask, MessageSupport, ValuePublisher};
 // The submodules share one namespace: each reads the others' helpers
 // through `super::*`.
 use convert::*;

@@ -4,10 +4,15 @@
 
 use super::*;
 
+use std::sync::Arc;
+
 /// A future driven by the bridge's ROS thread.
 pub type LocalTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Where received messages go.
 pub type Sink = Box<dyn FnMut(Result<Value, ConvertError>) + Send>;
+/// Where received messages go as ROS serialized them (CDR, its 4-byte
+/// encapsulation header first).
+pub type RawSink = Box<dyn FnMut(Vec<u8>) + Send>;
 
 /// Publishes values on one topic.
 pub trait ValuePublisher: Send + Sync {
@@ -34,6 +39,35 @@ pub trait MessageSupport: Send + Sync {
         topic: &str,
         qos: QosProfile,
     ) -> Result<Box<dyn ValuePublisher>, r2r::Error>;
+
+    /// The ROS name of the type (`pkg/msg/Name`).
+    fn type_name(&self) -> &str;
+
+    /// A message as ROS serialized it (what [`subscribe_raw`] gives) to the
+    /// value [`MessageSupport::subscribe`] gives for it, without a
+    /// [`Loaner`]: deserialized by ROS (rmw) into the same message, then
+    /// converted by the same code.
+    fn decode_cdr(&self, bytes: &[u8]) -> Result<Value, ConvertError>;
+}
+
+/// Subscribes on `node` to `topic` of type `type_name` without
+/// deserializing: `sink` gets each message's CDR bytes (rosbag2's way).
+pub fn subscribe_raw(
+    node: &mut r2r::Node,
+    topic: &str,
+    type_name: &str,
+    qos: QosProfile,
+    mut sink: RawSink,
+) -> Result<LocalTask, r2r::Error> {
+    let stream = node.subscribe_raw(topic, type_name, qos)?;
+    Ok(Box::pin(stream.for_each(move |bytes| {
+        sink(bytes);
+        std::future::ready(())
+    })))
+}
+
+fn deserialize_error(name: &str, e: r2r::Error) -> ConvertError {
+    ConvertError::Ros(format!("deserializing a {name} from its CDR bytes: {e}"))
 }
 
 /// A message type with a Rust struct in r2r; `to_value`/`from_value`
@@ -109,6 +143,14 @@ impl<T: Bridged> MessageSupport for Typed<T> {
     ) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
         Ok(Box::new(TypedPublisher(node.create_publisher::<T>(topic, qos)?)))
     }
+
+    fn type_name(&self) -> &str {
+        T::NAME
+    }
+
+    fn decode_cdr(&self, bytes: &[u8]) -> Result<Value, ConvertError> {
+        T::from_serialized_bytes(bytes).map_err(|e| deserialize_error(T::NAME, e))?.to_value()
+    }
 }
 
 /// A future built on one thread and then polled only by the ROS thread it
@@ -170,14 +212,25 @@ impl MessageSupport for Untyped {
     ) -> Result<Box<dyn ValuePublisher>, r2r::Error> {
         Ok(Box::new(UntypedPublisher(node.create_publisher_untyped(topic, &self.0, qos)?, self.0.clone())))
     }
+
+    fn type_name(&self) -> &str {
+        &self.0
+    }
+
+    fn decode_cdr(&self, bytes: &[u8]) -> Result<Value, ConvertError> {
+        let mut msg = r2r::WrappedNativeMsgUntyped::new_from(&self.0).map_err(|e| deserialize_error(&self.0, e))?;
+        msg.from_serialized_bytes(bytes).map_err(|e| deserialize_error(&self.0, e))?;
+        // As r2r's untyped subscription converts what it takes.
+        msg.to_json().map(json_to_value).map_err(|e| ConvertError::Ros(format!("receiving {}: {e}", self.0)))
+    }
 }
 
 /// Every type with a Rust struct, by ROS name.
 macro_rules! typed_table {
     ($($t:ty),* $(,)?) => {
-        fn typed(name: &str) -> Option<Box<dyn MessageSupport>> {
+        fn typed(name: &str) -> Option<Arc<dyn MessageSupport>> {
             $(if name == <$t as Bridged>::NAME {
-                return Some(Box::new(Typed::<$t>(PhantomData)));
+                return Some(Arc::new(Typed::<$t>(PhantomData)));
             })*
             None
         }
@@ -203,11 +256,11 @@ typed_table! {
 
 /// The support of `name`: its Rust struct, else the generic path when r2r
 /// was built with the type; `None` when the bridge cannot carry it.
-pub fn support(name: &str) -> Option<Box<dyn MessageSupport>> {
+pub fn support(name: &str) -> Option<Arc<dyn MessageSupport>> {
     typed(name).or_else(|| {
         r2r::WrappedNativeMsgUntyped::new_from(name)
             .ok()
-            .map(|_| Box::new(Untyped(name.to_string())) as Box<dyn MessageSupport>)
+            .map(|_| Arc::new(Untyped(name.to_string())) as Arc<dyn MessageSupport>)
     })
 }
 
