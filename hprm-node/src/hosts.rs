@@ -331,7 +331,7 @@ impl PushRequest {
     }
 }
 
-pub use crate::payload::LostHosts;
+pub use crate::payload::{FetchAnswer, FetchRequest, LostHosts, FETCH_MAX_ITEMS, FETCH_TAG};
 
 /// A federate's connection to its host's link, opened on first use and
 /// again after it broke.
