@@ -172,6 +172,18 @@ struct Dispatch {
     order: VecDeque<(ObjectId, String, u64, tokio::time::Instant)>,
 }
 
+impl Dispatch {
+    /// One push of this object to this host ended.
+    fn end_pending(&mut self, key: &(ObjectId, String)) {
+        if let Some(n) = self.pending.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.pending.remove(key);
+            }
+        }
+    }
+}
+
 /// What became of a receiver's ask for one object, on this host.
 #[derive(Debug, Clone)]
 enum Verdict {
@@ -775,14 +787,7 @@ impl Link {
 
     /// One push of `id` to `host` ended.
     fn end_pending(&self, id: ObjectId, host: &str) {
-        let mut d = lock(&self.inner.dispatch);
-        let key = (id, host.to_string());
-        if let Some(n) = d.pending.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                d.pending.remove(&key);
-            }
-        }
+        lock(&self.inner.dispatch).end_pending(&(id, host.to_string()));
     }
 
     /// A push of `id` to `host` (`pending`: counted as such) was dropped or
@@ -810,12 +815,7 @@ impl Link {
             let mut d = lock(&self.inner.dispatch);
             let key = (id, host.to_string());
             if pending {
-                if let Some(n) = d.pending.get_mut(&key) {
-                    *n -= 1;
-                    if *n == 0 {
-                        d.pending.remove(&key);
-                    }
-                }
+                d.end_pending(&key);
             }
             if window.is_zero() || refused || host == self.inner.cfg.host {
                 Some(object)
@@ -1010,14 +1010,21 @@ impl Link {
                 Ok((FetchReply::Data { header, more: again }, data)) => {
                     let link = self.clone();
                     let stored = tokio::task::spawn_blocking(move || link.store_pushed(&header, Some(&data))).await;
-                    match stored {
+                    let failed = match stored {
                         Ok(Ok(Outcome::Stored | Outcome::Had)) => {
                             self.inner.counters.fetched.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(%id, "fetched object {id} from host {home}");
+                            None
                         }
-                        Ok(Ok(Outcome::Missing)) => {}
-                        Ok(Err(why)) => tracing::error!(%id, "storing object {id} fetched from host {home}: {why}"),
-                        Err(e) => tracing::error!(%id, "storing object {id} fetched from host {home}: {e}"),
+                        Ok(Ok(Outcome::Missing)) => Some("an announce came back".to_string()),
+                        Ok(Err(why)) => Some(why),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    // The home host released it once it sent it: lost.
+                    if let Some(why) = failed.filter(|_| !more) {
+                        tracing::error!(%id, "storing object {id} fetched from host {home}: {why}");
+                        let reason = format!("it was fetched, but storing it here failed: {why}");
+                        return Verdict::Gone { host: home, reason };
                     }
                     more = again;
                     if !more {
@@ -1040,7 +1047,7 @@ impl Link {
             }
             more = false;
             // On its way (or the home host did not answer): look again
-            // when a push lands or a notice comes, or after a probe period.
+            // when a push lands or a notice comes, or after a host timeout.
             let wait = (self.probe_period() * 4).min(deadline.saturating_duration_since(tokio::time::Instant::now()));
             if wait.is_zero() {
                 return Verdict::Pending;
