@@ -92,9 +92,9 @@ pub struct LinkConfig {
 }
 
 /// The default of [`LinkConfig::fetch_window`]: the get timeout of the
-/// federates' receivers (`hprm_node::federate`), so that a receiver that
-/// began waiting when the push was dropped can still fetch it.
-pub const DEFAULT_FETCH_WINDOW: Duration = Duration::from_secs(10);
+/// federates' receivers, so that a receiver that began waiting when the
+/// push was dropped can still fetch it.
+pub const DEFAULT_FETCH_WINDOW: Duration = hprm_node::hosts::RECEIVER_GET_TIMEOUT;
 
 /// The files of a host's TLS identity. Every link presents its certificate
 /// both when it listens and when it connects (mutual TLS), and accepts
