@@ -428,29 +428,49 @@ fn recordings(dir: &Path) {
 
 /// The store link's messages (`hprm-link/src/wire.rs`, by its encoders'
 /// layout): hello replies of this version and another, push headers of
-/// both kinds, and each outcome byte; byte 0 picks the decoder (see
-/// `hprm_fuzz::link_wire`).
+/// both kinds, each outcome byte, a fetch, its replies and a dropped-push
+/// notice; byte 0 picks the decoder (see `hprm_fuzz::link_wire`).
 fn link(dir: &Path) {
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
     let mut hello = vec![0, VERSION];
     hello.extend_from_slice(&0xfeed_0001u64.to_le_bytes());
     hello.extend_from_slice(b"perception");
     write(dir, "link_wire", "hello", &hello);
     write(dir, "link_wire", "hello-other-version", &[0, VERSION + 1, b'x']);
+    let mut data_header = Vec::new();
     for (kind, name, meta) in [(1u8, "push-data", &b"meta"[..]), (2, "push-announce", &b""[..])] {
         let mut h = vec![1, VERSION, kind];
         h.extend_from_slice(&[0x11; ObjectId::LEN]);
         h.extend_from_slice(&3u32.to_le_bytes());
+        h.extend_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
         h.extend_from_slice(&(50u64 << 20).to_le_bytes());
         h.extend_from_slice(&(meta.len() as u16).to_le_bytes());
         h.extend_from_slice(meta);
         h.push(6);
         h.extend_from_slice(b"camera");
         write(dir, "link_wire", name, &h);
+        if kind == 1 {
+            data_header = h[1..].to_vec();
+        }
     }
     for b in 1..=3u8 {
         write(dir, "link_wire", &format!("outcome-{b}"), &[2, b]);
     }
+    let mut fetch = vec![3, VERSION];
+    fetch.extend_from_slice(&[0x11; ObjectId::LEN]);
+    fetch.extend_from_slice(b"detector");
+    write(dir, "link_wire", "fetch", &fetch);
+    let mut data = vec![4, VERSION, 2];
+    data.extend_from_slice(&data_header);
+    write(dir, "link_wire", "fetch-reply-data", &data);
+    write(dir, "link_wire", "fetch-reply-pending", &[4, VERSION, 3]);
+    write(dir, "link_wire", "fetch-reply-gone", &[&[4, VERSION, 4][..], b"freed"].concat());
+    let mut dropped = vec![5, VERSION];
+    dropped.extend_from_slice(&[0x11; ObjectId::LEN]);
+    dropped.push(6);
+    dropped.extend_from_slice(b"camera");
+    dropped.extend_from_slice(b"its push queue is full");
+    write(dir, "link_wire", "dropped", &dropped);
 }
 
 /// `--captured DIR [CORPUS] [--max-per-target N]`: see the module's doc.

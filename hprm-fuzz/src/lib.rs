@@ -336,13 +336,14 @@ pub fn mcap(data: &[u8]) {
 mod link_wire;
 
 /// The store link's messages between hosts, as a link reads what a peer
-/// sent: byte 0 picks the hello reply (0), a push's header (1) or a
-/// push's outcome byte (2); a header or hello that decodes is encoded
-/// again and must decode to the same.
+/// sent: byte 0 picks the hello reply (0), a push's header (1), a push's
+/// outcome byte (2), a fetch (3), a fetch's reply (4) or a dropped-push
+/// notice (5); a message that decodes is encoded again and must decode to
+/// the same.
 pub fn link_wire(data: &[u8]) {
-    use link_wire::{hello, parse_hello, Header, Outcome, LINK_VERSION};
+    use link_wire::{hello, parse_hello, Dropped, Fetch, FetchReply, Header, Outcome, LINK_VERSION};
     let Some((&which, bytes)) = data.split_first() else { return };
-    match which % 3 {
+    match which % 6 {
         0 => {
             if let Ok(h) = parse_hello(bytes) {
                 if h.version == LINK_VERSION {
@@ -359,9 +360,30 @@ pub fn link_wire(data: &[u8]) {
                 }
             }
         }
-        _ => {
+        2 => {
             if let Some(&b) = bytes.first() {
                 assert_eq!(Outcome::from_byte(b).map(|o| o as u8), Some(b).filter(|b| (1..=3).contains(b)));
+            }
+        }
+        3 => {
+            // The name read lossily is re-encoded as read.
+            if let Ok(f) = Fetch::decode(bytes) {
+                assert_eq!(Fetch::decode(&f.encode()), Ok(f), "decode(encode(fetch)) != fetch");
+            }
+        }
+        4 => {
+            if let Ok(r) = FetchReply::decode(bytes) {
+                let fits = !matches!(&r, FetchReply::Data { header, .. } if header.from.len() > 255);
+                if fits {
+                    assert_eq!(FetchReply::decode(&r.encode()), Ok(r), "decode(encode(reply)) != reply");
+                }
+            }
+        }
+        _ => {
+            if let Ok(d) = Dropped::decode(bytes) {
+                if d.from.len() <= 255 {
+                    assert_eq!(Dropped::decode(&d.encode()), Ok(d), "decode(encode(notice)) != notice");
+                }
             }
         }
     }

@@ -5,13 +5,13 @@
 //! tokio's blocking pool, never on the runtime's workers, so a 50 MB copy
 //! into the store does not hold up other pushes or the Zenoh session.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hprm_node::hosts::{LostHosts, PushRequest, PUSH_MAX_LEN};
+use hprm_node::hosts::{FetchAnswer, FetchRequest, LostHosts, PushRequest, FETCH_TAG, PUSH_MAX_LEN};
 use hprm_node::realtime::Dscp;
 use hprm_node::status::{self, HostReport};
 use hprm_store::protocol::message::ErrorCode;
@@ -25,7 +25,7 @@ use zenoh::sample::SampleKind;
 use crate::error::LinkError;
 use crate::marks::{self, Prioritizer};
 use crate::queue::{Queues, Ticket, Turn};
-use crate::wire::{self, Header, Hello, Kind, Outcome, LINK_VERSION};
+use crate::wire::{self, Dropped, Fetch, FetchReply, Header, Hello, Kind, Outcome, LINK_VERSION};
 
 /// Objects received from other hosts whose origin a link remembers (to
 /// announce them back without data).
@@ -34,6 +34,16 @@ const ORIGINS_KEPT: usize = 4096;
 /// How long a push's `get` of its own host's object waits: the sender
 /// sealed it before asking, so it is there unless the sender's store lost it.
 const LOCAL_GET_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Pushes whose tokens a link remembers having applied (see
+/// [`Header::token`]): far more than can be in flight or held at once.
+const TOKENS_KEPT: usize = 4096;
+
+/// Most objects a link keeps for fetches at once (over every host); past
+/// it the oldest is released early. A bound on the memory kept pinned when
+/// a host misses many pushes in a window (one lost for long, a queue that
+/// drops most of a fast producer's values).
+const HELD_MAX: usize = 256;
 
 /// How long creating a pushed object waits for room in a full store.
 const WAIT_FOR_SPACE: Duration = Duration::from_secs(5);
@@ -75,7 +85,16 @@ pub struct LinkConfig {
     /// endpoints alike; one an endpoint names itself, `#dscp=`, wins);
     /// `None`: unmarked. See [`crate::marks`].
     pub dscp: Option<Dscp>,
+    /// How long the home reference of an object whose push to a host was
+    /// dropped or failed is kept for that host to fetch it; zero: not
+    /// kept (its receivers there learn it is gone when they ask).
+    pub fetch_window: Duration,
 }
+
+/// The default of [`LinkConfig::fetch_window`]: the get timeout of the
+/// federates' receivers, so that a receiver that began waiting when the
+/// push was dropped can still fetch it.
+pub const DEFAULT_FETCH_WINDOW: Duration = hprm_node::hosts::RECEIVER_GET_TIMEOUT;
 
 /// The files of a host's TLS identity. Every link presents its certificate
 /// both when it listens and when it connects (mutual TLS), and accepts
@@ -116,6 +135,61 @@ struct Counters {
     failed: AtomicU64,
     /// Given up by a host's queue (`drop-oldest`, `keep-last-N`).
     dropped: AtomicU64,
+    /// Objects this link sent another host by fetch, and their bytes.
+    served: AtomicU64,
+    served_bytes: AtomicU64,
+    /// Objects this link fetched from another host.
+    fetched: AtomicU64,
+    /// Fetches answered `gone` (here, for another host's, or there).
+    gone: AtomicU64,
+    /// Kept objects released at the end of their fetch window unfetched.
+    expired: AtomicU64,
+}
+
+/// One push, as its receiving host knows it: the sending host and the
+/// push's token ([`Header::token`]).
+type PushKey = (String, u64);
+
+/// The home reference of an object whose push to a host was dropped or
+/// failed, kept for that host to fetch it: releasing it settles the
+/// delivery the sender counted for that host, as a push's reply does.
+struct Held {
+    token: u64,
+    receivers: u32,
+    object: Object,
+}
+
+/// The home side of pushes (see [`Link::hold`], [`Link::serve_fetch`]).
+#[derive(Default)]
+struct Dispatch {
+    /// Pushes admitted and not ended, by object and host: how many.
+    pending: HashMap<(ObjectId, String), u32>,
+    /// Dropped or failed pushes whose object is kept, by object and host,
+    /// oldest first.
+    held: HashMap<(ObjectId, String), VecDeque<Held>>,
+    /// Every held push in the order it was kept, with its end: the fetch
+    /// window's clock (entries already fetched are skipped).
+    order: VecDeque<(ObjectId, String, u64, tokio::time::Instant)>,
+}
+
+impl Dispatch {
+    /// One push of this object to this host ended.
+    fn end_pending(&mut self, key: &(ObjectId, String)) {
+        if let Some(n) = self.pending.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.pending.remove(key);
+            }
+        }
+    }
+}
+
+/// What became of a receiver's ask for one object, on this host.
+#[derive(Debug, Clone)]
+enum Verdict {
+    Here,
+    Pending,
+    Gone { host: String, reason: String },
 }
 
 /// A running link. Cheap to clone.
@@ -138,6 +212,19 @@ struct Inner {
     queues: Queues,
     /// Objects received from another host: by id, that host; oldest first.
     origins: Mutex<(HashMap<ObjectId, String>, VecDeque<ObjectId>)>,
+    /// The pushes whose deliveries this store took, by sending host and
+    /// token ([`Header::token`]); oldest first.
+    applied: Mutex<(HashSet<PushKey>, VecDeque<PushKey>)>,
+    /// The next push's token: random start, so that a restarted link's
+    /// tokens are not its last run's.
+    next_token: AtomicU64,
+    dispatch: Mutex<Dispatch>,
+    /// Fetches in progress here, by object: the asks of several receivers
+    /// of one object share one.
+    fetches: Mutex<HashMap<ObjectId, tokio::sync::watch::Receiver<Option<Verdict>>>>,
+    /// Woken when a push is stored here or a dropped-push notice comes: a
+    /// fetch told the push is on its way looks again.
+    arrivals: tokio::sync::Notify,
     counters: Counters,
     /// Set as the link stops: no mirror is written after its cleanup.
     stopping: AtomicBool,
@@ -175,6 +262,11 @@ impl Link {
                 peers: Mutex::new(peers),
                 peers_changed: tokio::sync::Notify::new(),
                 origins: Mutex::default(),
+                applied: Mutex::default(),
+                next_token: AtomicU64::new(u64::from_le_bytes(ObjectId::random().0[..8].try_into().unwrap_or([0; 8]))),
+                dispatch: Mutex::default(),
+                fetches: Mutex::default(),
+                arrivals: tokio::sync::Notify::new(),
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
             }),
@@ -191,6 +283,7 @@ impl Link {
         if let Some(prioritizer) = link.inner.cfg.dscp.and_then(Prioritizer::new) {
             tokio::spawn(link.clone().prioritize(prioritizer));
         }
+        tokio::spawn(link.clone().expire_held());
         Ok(link)
     }
 
@@ -232,8 +325,17 @@ impl Link {
             duplicates = c.duplicates.load(Ordering::Relaxed),
             failed = c.failed.load(Ordering::Relaxed),
             dropped = c.dropped.load(Ordering::Relaxed),
+            served = c.served.load(Ordering::Relaxed),
+            served_bytes = c.served_bytes.load(Ordering::Relaxed),
+            fetched = c.fetched.load(Ordering::Relaxed),
+            gone = c.gone.load(Ordering::Relaxed),
+            expired = c.expired.load(Ordering::Relaxed),
             "hprm-link stopping"
         );
+        // The objects still kept for fetches: released now, not when the
+        // process exits (the store would settle them then all the same).
+        let held: Vec<Held> = std::mem::take(&mut lock(&self.inner.dispatch).held).into_values().flatten().collect();
+        drop(held);
         Ok(())
     }
 
@@ -254,6 +356,33 @@ impl Link {
         tokio::spawn(async move {
             while let Ok(query) = push.recv_async().await {
                 tokio::spawn(link.clone().receive(query));
+            }
+        });
+        let fetch = self.inner.session.declare_queryable(wire::fetch_key(host)).await.map_err(zerr)?;
+        let link = self.clone();
+        tokio::spawn(async move {
+            while let Ok(query) = fetch.recv_async().await {
+                tokio::spawn(link.clone().serve_fetch(query));
+            }
+        });
+        let dropped = self.inner.session.declare_subscriber(wire::dropped_key(host)).await.map_err(zerr)?;
+        let link = self.clone();
+        tokio::spawn(async move {
+            while let Ok(sample) = dropped.recv_async().await {
+                match Dropped::decode(&sample.payload().to_bytes()) {
+                    Ok(d) => {
+                        tracing::info!(
+                            id = %d.id,
+                            "host {} could not push object {} here ({}); it keeps it for a fetch, which a receiver here \
+                             waiting for it makes",
+                            d.from,
+                            d.id,
+                            d.why
+                        );
+                        link.inner.arrivals.notify_waiters();
+                    }
+                    Err(why) => tracing::warn!("a dropped-push notice: {why}"),
+                }
             }
         });
         Ok(())
@@ -440,9 +569,14 @@ impl Link {
             }
             let changed =
                 matches!((&before, &now), (Peer::Lost(_), Peer::Linked(_)) | (Peer::Linked(_), Peer::Lost(_)));
+            let any_change = before != now;
             lock(&self.inner.peers).insert(peer.clone(), now);
             if changed {
                 self.write_lost_hosts();
+            }
+            // Any change: a push waits to see its host relinked, a fetch
+            // to learn which host an arena is.
+            if any_change {
                 self.inner.peers_changed.notify_waiters();
             }
             if refused {
@@ -550,6 +684,15 @@ impl Link {
                 tracing::warn!("a federate's connection broke inside a push request: {e}");
                 return;
             }
+            if body.first() == Some(&FETCH_TAG) {
+                // A receiver's ask, on a connection of its own: answered
+                // once, then closed.
+                match FetchRequest::decode(&body) {
+                    Ok(req) => self.answer_fetch(stream, req).await,
+                    Err(e) => tracing::error!("malformed fetch request: {e}; closing that federate's connection"),
+                }
+                return;
+            }
             match PushRequest::decode(&body) {
                 // Under `block`, a full queue holds this federate's
                 // requests here (the socket then fills and holds the sender).
@@ -567,45 +710,398 @@ impl Link {
     async fn push_all(&self, req: PushRequest) {
         for &id in &req.ids {
             for (host, receivers) in &req.hosts {
+                let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
                 match self.inner.queues.admit(host).await {
                     Ok(ticket) => {
-                        tokio::spawn(self.clone().push(id, host.clone(), *receivers, ticket));
+                        *lock(&self.inner.dispatch).pending.entry((id, host.clone())).or_insert(0) += 1;
+                        tokio::spawn(self.clone().push(id, host.clone(), *receivers, token, ticket));
                     }
                     Err(why) => {
                         self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
+                        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", self.fallback());
                         let link = self.clone();
-                        tokio::spawn(async move { drop(link.take_home(id).await) });
+                        let host = host.clone();
+                        let receivers = *receivers;
+                        tokio::spawn(async move {
+                            if let Ok(object) = link.take_home(id).await {
+                                link.hold(id, &host, token, receivers, object, why, false).await;
+                            }
+                        });
                     }
                 }
             }
         }
     }
 
+    /// What becomes of a push that did not reach its host, for the logs.
+    fn fallback(&self) -> String {
+        match self.inner.cfg.fetch_window {
+            w if w.is_zero() => "its receivers there will report it missing (no --fetch-window)".into(),
+            w => format!("kept here for {w:?} for its receivers there to fetch"),
+        }
+    }
+
     /// Pushes object `id` to `host` for `receivers` receivers there, when
     /// its queue's turn comes. Holds one reference on the home object
     /// meanwhile; releasing it at the end settles the delivery the sender
-    /// counted for `host`.
-    async fn push(self, id: ObjectId, host: String, receivers: u32, mut ticket: Ticket) {
+    /// counted for `host`; a push that is dropped or fails keeps it for a
+    /// fetch instead ([`Link::hold`]).
+    async fn push(self, id: ObjectId, host: String, receivers: u32, token: u64, mut ticket: Ticket) {
         let _on_the_wire = match ticket.turn().await {
             Turn::Go(place) => place,
             Turn::Dropped => {
                 self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 let (policy, depth) = (self.inner.cfg.queue, self.inner.queues.depth());
-                tracing::warn!(
-                    %id,
-                    %host,
-                    "object {id} dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep); \
-                     its receivers there will report it missing"
-                );
-                drop(self.take_home(id).await);
+                let why = format!("dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep)");
+                tracing::warn!(%id, %host, "object {id} {why}; {}", self.fallback());
+                match self.take_home(id).await {
+                    Ok(object) => self.hold(id, &host, token, receivers, object, why, true).await,
+                    Err(_) => self.end_pending(id, &host),
+                }
                 return;
             }
         };
-        let result = self.try_push(id, &host, receivers).await;
-        if let Err(why) = result {
-            self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
+        // Taken first, whatever happens next: releasing it (when `object`
+        // drops, on every path) settles the delivery counted for `host`.
+        let object = match self.take_home(id).await {
+            Ok(o) => o,
+            Err(why) => {
+                self.end_pending(id, &host);
+                self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
+                return;
+            }
+        };
+        match self.try_push(&object, id, &host, receivers, token).await {
+            Ok(()) => {
+                self.end_pending(id, &host);
+                drop(object);
+            }
+            Err(why) => {
+                self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", self.fallback());
+                self.hold(id, &host, token, receivers, object, why, true).await;
+            }
+        }
+    }
+
+    /// One push of `id` to `host` ended.
+    fn end_pending(&self, id: ObjectId, host: &str) {
+        lock(&self.inner.dispatch).end_pending(&(id, host.to_string()));
+    }
+
+    /// A push of `id` to `host` (`pending`: counted as such) was dropped or
+    /// failed for `why`: its home reference `object` is kept for the fetch
+    /// window, for `host`'s receivers to fetch it, and `host` is told. Not
+    /// kept with no window, or for a host refused (of another protocol
+    /// version, which cannot fetch).
+    ///
+    /// Kept and no longer pending in one step, so a fetch always finds it
+    /// in one state or the other.
+    #[allow(clippy::too_many_arguments)]
+    async fn hold(
+        &self,
+        id: ObjectId,
+        host: &str,
+        token: u64,
+        receivers: u32,
+        object: Object,
+        why: String,
+        pending: bool,
+    ) {
+        let window = self.inner.cfg.fetch_window;
+        let refused = matches!(lock(&self.inner.peers).get(host), Some(Peer::Refused(_)));
+        let released = {
+            let mut d = lock(&self.inner.dispatch);
+            let key = (id, host.to_string());
+            if pending {
+                d.end_pending(&key);
+            }
+            if window.is_zero() || refused || host == self.inner.cfg.host {
+                Some(object)
+            } else {
+                d.order.push_back((id, host.to_string(), token, tokio::time::Instant::now() + window));
+                d.held.entry(key).or_default().push_back(Held { token, receivers, object });
+                None
+            }
+        };
+        if released.is_some() {
+            return; // Dropped here: that settles the host's delivery.
+        }
+        let notice = Dropped { id, from: self.inner.cfg.host.clone(), why };
+        let put = self.inner.session.put(wire::dropped_key(host), notice.encode()).priority(Priority::InteractiveLow);
+        if let Err(e) = put.await {
+            tracing::debug!(%id, %host, "announcing a dropped push: {e}");
+        }
+    }
+
+    /// Releases the objects kept for fetches once their window ends (or
+    /// early, past [`HELD_MAX`]), for good: each release settles its
+    /// host's delivery of the home object.
+    async fn expire_held(self) {
+        let every = (self.inner.cfg.fetch_window / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        loop {
+            tokio::time::sleep(every).await;
+            let now = tokio::time::Instant::now();
+            let mut released = Vec::new();
+            {
+                let mut d = lock(&self.inner.dispatch);
+                while let Some((id, host, token, until)) = d.order.front().cloned() {
+                    if until > now && d.order.len() <= HELD_MAX {
+                        break;
+                    }
+                    d.order.pop_front();
+                    let key = (id, host);
+                    let Some(list) = d.held.get_mut(&key) else { continue };
+                    if let Some(at) = list.iter().position(|h| h.token == token) {
+                        released.extend(list.remove(at).map(|h| (key.0, key.1.clone(), h)));
+                    }
+                    if list.is_empty() {
+                        d.held.remove(&key);
+                    }
+                }
+            }
+            for (id, host, held) in released {
+                self.inner.counters.expired.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%id, %host, "object {id}, kept for host {host} to fetch, was not fetched within the fetch window; released");
+                drop(held);
+            }
+        }
+    }
+
+    /// Answers another host's fetch: the data of a push to it that was
+    /// dropped or failed (and kept), or that one is on its way, or that
+    /// the object is gone.
+    async fn serve_fetch(self, query: zenoh::query::Query) {
+        let fetch = match query.attachment().map(|a| Fetch::decode(&a.to_bytes())) {
+            Some(Ok(f)) => f,
+            Some(Err(why)) => return reply_err(&query, why).await,
+            None => return reply_err(&query, "a fetch without its object id".into()).await,
+        };
+        let (id, host) = (fetch.id, fetch.from);
+        let key = (id, host.clone());
+        let (taken, pending) = {
+            let mut d = lock(&self.inner.dispatch);
+            let taken = d.held.get_mut(&key).and_then(|list| list.pop_front().map(|h| (h, !list.is_empty())));
+            if d.held.get(&key).is_some_and(VecDeque::is_empty) {
+                d.held.remove(&key);
+            }
+            (taken, d.pending.contains_key(&key))
+        };
+        let reply = match taken {
+            Some((held, more)) => {
+                let object = &held.object;
+                let header = Header {
+                    kind: Kind::Data,
+                    id,
+                    deliveries: held.receivers,
+                    token: held.token,
+                    data_len: object.data().len() as u64,
+                    metadata: object.metadata().to_vec(),
+                    from: self.inner.cfg.host.clone(),
+                };
+                let attachment = FetchReply::Data { header, more }.encode();
+                let sent = query.reply(query.key_expr().clone(), object.data().to_vec()).attachment(attachment).await;
+                match sent {
+                    Ok(()) => {
+                        self.inner.counters.served.fetch_add(1, Ordering::Relaxed);
+                        self.inner.counters.served_bytes.fetch_add(object.data().len() as u64, Ordering::Relaxed);
+                        tracing::info!(%id, %host, "host {host} fetched object {id}");
+                    }
+                    Err(e) => tracing::warn!(%id, %host, "sending object {id} to host {host}, which fetched it: {e}"),
+                }
+                // Released: host's delivery of the home object settled.
+                drop(held);
+                return;
+            }
+            None if pending => FetchReply::Pending,
+            None => {
+                let store = self.inner.store.clone();
+                let here = tokio::task::spawn_blocking(move || unblamed(|| store.contains(id))).await;
+                match here {
+                    // In the store, with no push of it to that host ruled
+                    // on: its push request may not be read yet (a full
+                    // queue under `block` holds the federate's requests).
+                    Ok(Ok(true)) => FetchReply::Pending,
+                    _ => {
+                        self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
+                        FetchReply::Gone(format!(
+                            "host {} no longer has object {id} and keeps no push of it for host {host} (it was freed \
+                             once its deliveries settled, or kept for a fetch longer than the fetch window of {:?})",
+                            self.inner.cfg.host, self.inner.cfg.fetch_window
+                        ))
+                    }
+                }
+            }
+        };
+        if let Err(e) = query.reply(query.key_expr().clone(), ZBytes::new()).attachment(reply.encode()).await {
+            tracing::debug!(%id, %host, "answering a fetch: {e}");
+        }
+    }
+
+    /// Answers a receiver's ask on its connection `stream`, once every
+    /// object it names is here or cannot come.
+    async fn answer_fetch(&self, mut stream: UnixStream, req: FetchRequest) {
+        use tokio::io::AsyncWriteExt;
+        let asks: Vec<_> =
+            req.ids.iter().map(|&id| tokio::spawn(self.clone().fetched(id, req.arenas.clone()))).collect();
+        let mut answer = FetchAnswer::Here;
+        for ask in asks {
+            match ask.await {
+                Ok(Verdict::Here) => {}
+                Ok(Verdict::Gone { host, reason }) => {
+                    answer = FetchAnswer::Gone { host, reason };
+                    break;
+                }
+                Ok(Verdict::Pending) | Err(_) => answer = FetchAnswer::Pending,
+            }
+        }
+        if let Err(e) = stream.write_all(&answer.encode()).await {
+            tracing::debug!("answering a receiver's fetch: {e}");
+        }
+    }
+
+    /// The verdict on object `id` for a receiver here, fetching it from the
+    /// host whose store's arena is one of `arenas` if need be; one fetch
+    /// per object, however many receivers ask.
+    async fn fetched(self, id: ObjectId, arenas: Vec<u64>) -> Verdict {
+        let mut rx = {
+            let mut fetches = lock(&self.inner.fetches);
+            match fetches.get(&id) {
+                Some(rx) => rx.clone(),
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    fetches.insert(id, rx.clone());
+                    let link = self.clone();
+                    tokio::spawn(async move {
+                        let verdict = link.fetch(id, &arenas).await;
+                        lock(&link.inner.fetches).remove(&id);
+                        let _ = tx.send(Some(verdict));
+                    });
+                    rx
+                }
+            }
+        };
+        let verdict = match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or(Verdict::Pending),
+            Err(_) => Verdict::Pending,
+        };
+        verdict
+    }
+
+    /// Fetches object `id` from its home host (the host whose store's
+    /// arena is one of `arenas`), unless it is here or comes by push:
+    /// bounded by the push timeout (a push on its way ends by then).
+    async fn fetch(&self, id: ObjectId, arenas: &[u64]) -> Verdict {
+        let deadline = tokio::time::Instant::now() + self.inner.cfg.push_timeout;
+        let mut more = false;
+        loop {
+            // Registered before looking, so that no arrival is missed.
+            let arrived = self.inner.arrivals.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            if !more && self.have(id).await {
+                return Verdict::Here;
+            }
+            let Some(home) = self.home_of(arenas, deadline).await else {
+                return Verdict::Pending;
+            };
+            match self.ask_fetch(&home, id).await {
+                Ok((FetchReply::Data { header, more: again }, data)) => {
+                    let link = self.clone();
+                    let stored = tokio::task::spawn_blocking(move || link.store_pushed(&header, Some(&data))).await;
+                    let failed = match stored {
+                        Ok(Ok(Outcome::Stored | Outcome::Had)) => {
+                            self.inner.counters.fetched.fetch_add(1, Ordering::Relaxed);
+                            tracing::info!(%id, "fetched object {id} from host {home}");
+                            None
+                        }
+                        Ok(Ok(Outcome::Missing)) => Some("an announce came back".to_string()),
+                        Ok(Err(why)) => Some(why),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    // The home host released it once it sent it: lost.
+                    if let Some(why) = failed.filter(|_| !more) {
+                        tracing::error!(%id, "storing object {id} fetched from host {home}: {why}");
+                        let reason = format!("it was fetched, but storing it here failed: {why}");
+                        return Verdict::Gone { host: home, reason };
+                    }
+                    more = again;
+                    if !more {
+                        return Verdict::Here;
+                    }
+                    continue;
+                }
+                Ok((FetchReply::Gone(reason), _)) if !more => {
+                    self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
+                    // It may have come by push meanwhile.
+                    if self.have(id).await {
+                        return Verdict::Here;
+                    }
+                    tracing::warn!(%id, "object {id} cannot be fetched from host {home}: {reason}");
+                    return Verdict::Gone { host: home, reason };
+                }
+                Ok((FetchReply::Gone(_), _)) => return Verdict::Here,
+                Ok((FetchReply::Pending, _)) => {}
+                Err(why) => tracing::debug!(%id, "fetching object {id} from host {home}: {why}"),
+            }
+            more = false;
+            // On its way (or the home host did not answer): look again
+            // when a push lands or a notice comes, or after a host timeout.
+            let wait = (self.probe_period() * 4).min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            if wait.is_zero() {
+                return Verdict::Pending;
+            }
+            let _ = tokio::time::timeout(wait, arrived).await;
+        }
+    }
+
+    /// Whether object `id` is sealed in this host's store.
+    async fn have(&self, id: ObjectId) -> bool {
+        let store = self.inner.store.clone();
+        matches!(tokio::task::spawn_blocking(move || unblamed(|| store.contains(id))).await, Ok(Ok(true)))
+    }
+
+    /// The host whose store's arena is one of `arenas`, waiting until
+    /// `deadline` for the peers' first answers (a link that just started).
+    async fn home_of(&self, arenas: &[u64], deadline: tokio::time::Instant) -> Option<String> {
+        loop {
+            let changed = self.inner.peers_changed.notified();
+            let found = lock(&self.inner.peers).iter().find_map(|(name, p)| match p {
+                Peer::Linked(a) | Peer::Lost(a) if arenas.contains(a) => Some(name.clone()),
+                _ => None,
+            });
+            if found.is_some() {
+                return found;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// One fetch query to `home`: its reply, with the data for
+    /// [`FetchReply::Data`].
+    async fn ask_fetch(&self, home: &str, id: ObjectId) -> Result<(FetchReply, ZBytes), String> {
+        let fetch = Fetch { id, from: self.inner.cfg.host.clone() };
+        // At the data priority: the reply, which carries the object's
+        // data, travels at its query's.
+        let replies = self
+            .inner
+            .session
+            .get(wire::fetch_key(home))
+            .priority(Priority::Data)
+            .attachment(fetch.encode())
+            .timeout(self.inner.cfg.push_timeout)
+            .await
+            .map_err(|e| format!("Zenoh: {e}"))?;
+        let reply = replies.recv_async().await.map_err(|_| format!("host {home}'s hprm-link did not answer"))?;
+        match reply.into_result() {
+            Ok(sample) => {
+                let attachment = sample.attachment().map(|a| a.to_bytes().into_owned()).unwrap_or_default();
+                Ok((FetchReply::decode(&attachment)?, sample.payload().clone()))
+            }
+            Err(e) => Err(format!("host {home} refused it: {}", String::from_utf8_lossy(&e.payload().to_bytes()))),
         }
     }
 
@@ -619,11 +1115,14 @@ impl Link {
             .map_err(|e| format!("it is not in this host's store: {e}"))
     }
 
-    async fn try_push(&self, id: ObjectId, host: &str, receivers: u32) -> Result<(), String> {
-        // Taken first, whatever happens next: releasing it (when `object`
-        // drops, on every path) settles the delivery counted for `host`, so
-        // a failed push leaves the home object pinned by nothing of ours.
-        let object: Object = self.take_home(id).await?;
+    async fn try_push(
+        &self,
+        object: &Object,
+        id: ObjectId,
+        host: &str,
+        receivers: u32,
+        token: u64,
+    ) -> Result<(), String> {
         let state = lock(&self.inner.peers).get(host).cloned();
         match state {
             Some(Peer::Refused(why)) => return Err(why),
@@ -642,6 +1141,7 @@ impl Link {
             kind: Kind::Announce,
             id,
             deliveries: receivers,
+            token,
             data_len: object.data().len() as u64,
             metadata: object.metadata().to_vec(),
             from: self.inner.cfg.host.clone(),
@@ -670,7 +1170,6 @@ impl Link {
             }
             Outcome::Missing => return Err(format!("host {host} answered a push with data as if it had none")),
         }
-        drop(object);
         Ok(())
     }
 
@@ -748,6 +1247,8 @@ impl Link {
                     }
                     Outcome::Missing => {}
                 }
+                // A fetch told that this push was on its way looks again.
+                self.inner.arrivals.notify_waiters();
                 if let Err(e) = query.reply(query.key_expr().clone(), [outcome as u8]).await {
                     tracing::warn!(%id, "replying to host {from}'s push: {e}");
                 }
@@ -760,9 +1261,36 @@ impl Link {
         }
     }
 
-    /// Puts a pushed object into this host's store, or adds the deliveries
-    /// to the copy already there.
+    /// Puts a pushed (or fetched) object into this host's store, or adds
+    /// the deliveries to the copy already there; a push whose token was
+    /// applied before (the same push fetched, or pushed after all) adds
+    /// none: [`Outcome::Had`].
     fn store_pushed(&self, h: &Header, data: Option<&ZBytes>) -> Result<Outcome, String> {
+        let key = (h.from.clone(), h.token);
+        {
+            // Claimed before storing, so a push and a fetch of one push
+            // racing here store it once.
+            let mut applied = lock(&self.inner.applied);
+            if !applied.0.insert(key.clone()) {
+                return Ok(Outcome::Had);
+            }
+            applied.1.push_back(key.clone());
+            while applied.1.len() > TOKENS_KEPT {
+                if let Some(old) = applied.1.pop_front() {
+                    applied.0.remove(&old);
+                }
+            }
+        }
+        let outcome = self.store_once(h, data);
+        if !matches!(outcome, Ok(Outcome::Stored | Outcome::Had)) {
+            // Not applied: the data push that follows a missing announce,
+            // or a fetch after a failure, may apply it.
+            lock(&self.inner.applied).0.remove(&key);
+        }
+        outcome
+    }
+
+    fn store_once(&self, h: &Header, data: Option<&ZBytes>) -> Result<Outcome, String> {
         let store = &self.inner.store;
         // A few rounds: between "it is not here" and the create it may come
         // (another host's push of it), and be freed again before the next

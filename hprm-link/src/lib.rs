@@ -27,9 +27,24 @@
 //!    it, and each one's release settles its delivery.
 //! 4. On the reply, the sending link releases its reference: that settles
 //!    the delivery the sender counted for that host. So the home object
-//!    stays pinned until every remote host holds its copy. A push that
-//!    fails (a refused or silent host) is logged with the object and host
-//!    and releases its reference too: nothing waits on that host's copy.
+//!    stays pinned until every remote host holds its copy.
+//! 5. Fetch on demand, the fallback: a push that is dropped by its queue
+//!    or fails (a silent host, a host whose link is not up) keeps its
+//!    reference for the fetch window (`--fetch-window`) and tells that host
+//!    ([`wire::Dropped`]). A receiver there that finds nothing after a
+//!    first short wait asks its own link (`hprm_node::hosts::FetchRequest`,
+//!    on the same socket), which asks the home host, found by the arena its
+//!    descriptor names ([`wire::Fetch`]): the reply carries the data (stored
+//!    as a push's, with the receivers' deliveries; the kept reference is
+//!    released, settling that host's delivery), or says the push is still
+//!    on its way, or that the object is gone, which the receiver counts as
+//!    the value lost at once, with that reason. Kept references not fetched
+//!    are released when the window ends. A refused host is not kept for.
+//!
+//! Every push carries a token naming it ([`wire::Header::token`]): a
+//! receiving link adds one push's deliveries once, whether it came by push,
+//! by fetch, or both (a push counted failed by its timeout that arrived
+//! after all).
 //!
 //! Duplicates cost no transfer: a host that already has the id (an echo
 //! of a value back to its home host, a second push) adds the deliveries to
@@ -65,7 +80,7 @@ pub mod marks;
 pub mod queue;
 pub mod wire;
 
-pub use daemon::{Link, LinkConfig, Tls};
+pub use daemon::{Link, LinkConfig, Tls, DEFAULT_FETCH_WINDOW};
 pub use error::LinkError;
 pub use hprm_node::hosts::PushRequest;
 pub use marks::DEFAULT_DSCP;

@@ -68,6 +68,11 @@ struct Args {
     /// priority 2: pfifo_fast's lowest band (hprm launch: HPRM_LINK_DSCP).
     #[arg(long, value_name = "DSCP|none", default_value_t = DscpArg(Some(hprm_link::DEFAULT_DSCP)), value_parser = parse_dscp)]
     dscp: DscpArg,
+    /// How long an object whose push to a host was dropped or failed stays
+    /// kept here for that host's receivers to fetch, in seconds (0: not
+    /// kept; they learn it is gone when they ask).
+    #[arg(long, value_name = "SECONDS", default_value_t = hprm_link::DEFAULT_FETCH_WINDOW.as_secs_f64())]
+    fetch_window: f64,
 }
 
 /// `--dscp`: a DSCP, or `none`.
@@ -102,6 +107,8 @@ fn main() -> Result<()> {
     if !(args.push_timeout.is_finite() && args.push_timeout > 0.0) {
         anyhow::bail!("--push-timeout must be a positive number of seconds, not {}", args.push_timeout);
     }
+    let fetch_window = Duration::try_from_secs_f64(args.fetch_window)
+        .with_context(|| format!("--fetch-window must be a number of seconds, 0 or more, not {}", args.fetch_window))?;
     let cfg = LinkConfig {
         host: args.host,
         store: args.store,
@@ -119,6 +126,7 @@ fn main() -> Result<()> {
         queue_depth: args.queue_depth,
         runtime_dir: args.runtime_dir,
         dscp: args.dscp.0,
+        fetch_window,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {

@@ -14,9 +14,9 @@
 //!   make room (pushes already on the wire are never cut);
 //! - `fail`: the new push fails at once.
 //!
-//! A push that fails or is dropped is counted and logged by the link, and
-//! settles its host's delivery of the home object, so nothing stays pinned
-//! for it; the host's receivers wait out their get timeout for it.
+//! A push that fails or is dropped is counted and logged by the link, which
+//! keeps the home object for that host for its fetch window and tells the
+//! host: its receivers there fetch it on demand (see the crate's docs).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};

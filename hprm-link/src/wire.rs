@@ -14,6 +14,17 @@
 //!   version, a malformed header, a store that cannot take the object)
 //!   gets an error reply whose payload is a sentence saying why.
 //!
+//! - `hprm/link/<host>/fetch`: a query whose attachment is a [`Fetch`]
+//!   (which object, for which host) and whose reply's attachment is a
+//!   [`FetchReply`]; for [`FetchReply::Data`] the reply's payload is the
+//!   object's data and its attachment ends with the [`Header`] the receiving
+//!   link stores it with, exactly as a push's.
+//!
+//! It subscribes to
+//! - `hprm/link/<host>/dropped`: a [`Dropped`] notice, put by a link whose
+//!   push of an object to this host was dropped by its queue or failed, and
+//!   which keeps the object for a fetch for its fetch window.
+//!
 //! And, when it knows the program's runtime directory, it publishes on
 //! - `hprm/link/<host>/status`: once per status period, the host's share
 //!   of the program (`hprm_node::status::HostReport`, JSON), which the
@@ -23,7 +34,7 @@
 use hprm_store::ObjectId;
 
 /// Version of this protocol; hosts of different versions refuse each other.
-pub const LINK_VERSION: u8 = 2;
+pub const LINK_VERSION: u8 = 3;
 
 /// The key of `host`'s hello queryable.
 pub fn hello_key(host: &str) -> String {
@@ -33,6 +44,16 @@ pub fn hello_key(host: &str) -> String {
 /// The key of `host`'s push queryable.
 pub fn push_key(host: &str) -> String {
     format!("hprm/link/{host}/push")
+}
+
+/// The key of `host`'s fetch queryable.
+pub fn fetch_key(host: &str) -> String {
+    format!("hprm/link/{host}/fetch")
+}
+
+/// The key `host`'s link hears dropped pushes announced on.
+pub fn dropped_key(host: &str) -> String {
+    format!("hprm/link/{host}/dropped")
 }
 
 /// The key `host`'s link publishes its host's status on.
@@ -103,6 +124,7 @@ pub enum Kind {
 /// u8      Kind
 /// 20      object id
 /// u32 LE  deliveries: the receivers on the receiving host
+/// u64 LE  token: this push's, unique per sending link ([`Header::token`])
 /// u64 LE  data length
 /// u16 LE  metadata length, then the metadata
 /// u8      sender's host name length, then the name
@@ -112,13 +134,19 @@ pub struct Header {
     pub kind: Kind,
     pub id: ObjectId,
     pub deliveries: u32,
+    /// Names one push (one object, one host, its receivers there), so the
+    /// receiving link adds its deliveries once: a push and the fetch of the
+    /// same push (its home link counted it failed, yet it arrived late),
+    /// or two fetches of it, carry the same token, and only the first
+    /// counts. Two pushes of one object (a value sent twice) carry two.
+    pub token: u64,
     pub data_len: u64,
     pub metadata: Vec<u8>,
     /// The sending host.
     pub from: String,
 }
 
-const FIXED: usize = 1 + 1 + ObjectId::LEN + 4 + 8 + 2 + 1;
+const FIXED: usize = 1 + 1 + ObjectId::LEN + 4 + 8 + 8 + 2 + 1;
 
 impl Header {
     pub fn encode(&self) -> Vec<u8> {
@@ -127,6 +155,7 @@ impl Header {
         out.push(self.kind as u8);
         out.extend_from_slice(&self.id.0);
         out.extend_from_slice(&self.deliveries.to_le_bytes());
+        out.extend_from_slice(&self.token.to_le_bytes());
         out.extend_from_slice(&self.data_len.to_le_bytes());
         out.extend_from_slice(&(self.metadata.len() as u16).to_le_bytes());
         out.extend_from_slice(&self.metadata);
@@ -155,6 +184,10 @@ impl Header {
         id.copy_from_slice(&bytes[2..2 + ObjectId::LEN]);
         let rest = &bytes[2 + ObjectId::LEN..];
         let deliveries = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        let mut token = [0u8; 8];
+        token.copy_from_slice(&rest[4..12]);
+        let token = u64::from_le_bytes(token);
+        let rest = &rest[8..];
         let mut len = [0u8; 8];
         len.copy_from_slice(&rest[4..12]);
         let data_len = u64::from_le_bytes(len);
@@ -168,7 +201,139 @@ impl Header {
             return Err(format!("a push header whose sender's name should be {from_len} bytes has {}", from.len()));
         }
         let from = String::from_utf8_lossy(from).into_owned();
-        Ok(Header { kind, id: ObjectId::from_bytes(id), deliveries, data_len, metadata: metadata.to_vec(), from })
+        Ok(Header {
+            kind,
+            id: ObjectId::from_bytes(id),
+            deliveries,
+            token,
+            data_len,
+            metadata: metadata.to_vec(),
+            from,
+        })
+    }
+}
+
+/// A fetch query's attachment: `u8 LINK_VERSION`, the object id, the
+/// asking host's name (the rest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    pub id: ObjectId,
+    /// The host that asks: the home link serves what it kept for that host.
+    pub from: String,
+}
+
+impl Fetch {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![LINK_VERSION];
+        out.extend_from_slice(&self.id.0);
+        out.extend_from_slice(self.from.as_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Fetch, String> {
+        let (&version, rest) = bytes.split_first().ok_or("an empty fetch")?;
+        if version != LINK_VERSION {
+            return Err(format!(
+                "this host's hprm-link speaks link protocol {LINK_VERSION}, the asker {version}: run the same HPRM release on every host"
+            ));
+        }
+        if rest.len() < ObjectId::LEN {
+            return Err("a fetch shorter than its object id".into());
+        }
+        let (id, from) = rest.split_at(ObjectId::LEN);
+        let mut bytes = [0u8; ObjectId::LEN];
+        bytes.copy_from_slice(id);
+        Ok(Fetch { id: ObjectId::from_bytes(bytes), from: String::from_utf8_lossy(from).into_owned() })
+    }
+}
+
+/// A fetch's reply (its attachment: `u8 LINK_VERSION`, `u8` kind, then
+/// for `Data` the [`Header`], for `Gone` the reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchReply {
+    /// The object's data follows as the payload, to be stored with this
+    /// header; `more`: the home link keeps another push of the same object
+    /// for this host (a value sent twice), to fetch in turn.
+    Data { header: Header, more: bool },
+    /// A push of it to the asking host is queued or on the wire (or not
+    /// ruled on yet): it comes, or a [`Dropped`] notice does.
+    Pending,
+    /// The home host no longer has it for the asker, and why.
+    Gone(String),
+}
+
+impl FetchReply {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![LINK_VERSION];
+        match self {
+            FetchReply::Data { header, more } => {
+                out.push(if *more { 2 } else { 1 });
+                out.extend_from_slice(&header.encode());
+            }
+            FetchReply::Pending => out.push(3),
+            FetchReply::Gone(why) => {
+                out.push(4);
+                out.extend_from_slice(why.as_bytes());
+            }
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<FetchReply, String> {
+        match bytes {
+            [LINK_VERSION, k @ (1 | 2), header @ ..] => {
+                Ok(FetchReply::Data { header: Header::decode(header)?, more: *k == 2 })
+            }
+            [LINK_VERSION, 3] => Ok(FetchReply::Pending),
+            [LINK_VERSION, 4, why @ ..] => Ok(FetchReply::Gone(String::from_utf8_lossy(why).into_owned())),
+            [LINK_VERSION, ..] => Err("a fetch reply of unknown kind".into()),
+            _ => Err("a fetch reply of another link protocol version".into()),
+        }
+    }
+}
+
+/// A dropped-push notice: `u8 LINK_VERSION`, the object id, `u8` length
+/// and name of the home host, then why the push was dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub id: ObjectId,
+    /// The object's home host, which keeps it for a fetch.
+    pub from: String,
+    pub why: String,
+}
+
+impl Dropped {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![LINK_VERSION];
+        out.extend_from_slice(&self.id.0);
+        let from = &self.from.as_bytes()[..self.from.len().min(255)];
+        out.push(from.len() as u8);
+        out.extend_from_slice(from);
+        out.extend_from_slice(self.why.as_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Dropped, String> {
+        let rest = match bytes.split_first() {
+            Some((&LINK_VERSION, rest)) => rest,
+            _ => return Err("a dropped-push notice of another link protocol version".into()),
+        };
+        if rest.len() < ObjectId::LEN + 1 {
+            return Err("a dropped-push notice shorter than its object id".into());
+        }
+        let (id, rest) = rest.split_at(ObjectId::LEN);
+        let n = usize::from(rest[0]);
+        let rest = &rest[1..];
+        if rest.len() < n {
+            return Err("a dropped-push notice ends inside its host's name".into());
+        }
+        let mut bytes = [0u8; ObjectId::LEN];
+        bytes.copy_from_slice(id);
+        Ok(Dropped {
+            id: ObjectId::from_bytes(bytes),
+            from: String::from_utf8_lossy(&rest[..n]).into_owned(),
+            why: String::from_utf8_lossy(&rest[n..]).into_owned(),
+        })
     }
 }
 
@@ -214,6 +379,7 @@ mod tests {
             kind: Kind::Data,
             id: ObjectId::random(),
             deliveries: 3,
+            token: 0x0123_4567_89ab_cdef,
             data_len: 50 << 20,
             metadata: b"m".to_vec(),
             from: "a".into(),
@@ -227,6 +393,15 @@ mod tests {
         other[0] = LINK_VERSION + 1;
         let e = Header::decode(&other).unwrap_err();
         assert!(e.contains("protocol") && e.contains("same HPRM release"), "{e}");
+        for r in
+            [FetchReply::Data { header: h.clone(), more: true }, FetchReply::Pending, FetchReply::Gone("freed".into())]
+        {
+            assert_eq!(FetchReply::decode(&r.encode()).unwrap(), r);
+        }
+        let f = Fetch { id: h.id, from: "b".into() };
+        assert_eq!(Fetch::decode(&f.encode()).unwrap(), f);
+        let d = Dropped { id: h.id, from: "a".into(), why: "its push queue is full".into() };
+        assert_eq!(Dropped::decode(&d.encode()).unwrap(), d);
         let h = Hello { version: LINK_VERSION, arena: 0xfeed_0001, host: "perception".into() };
         assert_eq!(parse_hello(&hello("perception", 0xfeed_0001)).unwrap(), h);
         assert_eq!(parse_hello(&[LINK_VERSION + 1, b'x']).unwrap().version, LINK_VERSION + 1);

@@ -331,7 +331,7 @@ fn a_silent_host_is_lost_by_name_within_the_host_timeout_and_pushes_resume_when_
         a.log().contains(&format!("object {id} did not reach host b: host b is lost"))
     });
     assert!(stopped.elapsed() < Duration::from_secs(8), "a push to a lost host waited for its timeout");
-    eventually("and the home copy is not pinned by it", || pending(&sa, id).is_none());
+    eventually("and the home copy is released at the end of its fetch window", || pending(&sa, id).is_none());
 
     b.signal_link("CONT");
     eventually("b is back", || a.log().contains("host b is back"));
@@ -481,7 +481,8 @@ fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_
     let (pa, pb) = (free_port(), free_port());
     let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
     let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
-    let with_queue: Vec<String> = [&slow[..], &["--queue".into(), "keep-last-3".into()]].concat();
+    let with_queue: Vec<String> =
+        [&slow[..], &["--queue", "keep-last-3", "--fetch-window", "1"].map(String::from)[..]].concat();
     let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &with_queue);
     let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
     eventually("the links see each other", || {
@@ -501,7 +502,9 @@ fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_
         ids.iter().copied().filter(|id| a.log().contains(&format!("object {id} dropped"))).collect();
     assert_eq!(dropped.len(), 3, "{}", a.log());
     for id in &dropped {
-        eventually("a dropped push settles b's delivery of it", || pending(&sa, *id).is_none());
+        eventually("a dropped push settles b's delivery of it at the end of its fetch window", || {
+            pending(&sa, *id).is_none()
+        });
     }
     b.signal_link("CONT");
     let kept: Vec<ObjectId> = ids.iter().copied().filter(|id| !dropped.contains(id)).collect();
@@ -635,4 +638,137 @@ fn a_bad_dscp_is_refused_by_name() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--dscp") && err.contains("AF99") && err.contains("none"), "{err}");
+}
+
+/// Host `host`'s receiver: a decoder of its store that asks its link to
+/// fetch what was not pushed, as a federate's does.
+fn receiver(host: &Host) -> hprm_node::payload::Decoder {
+    use hprm_node::payload::{Decoder, StoreLink};
+    let store = StoreLink::new(Some(host.dir.path().join("store.sock")));
+    Decoder::new(store, WITHIN)
+        .watching_hosts(Some(hprm_node::hosts::LostHosts::of_link(&host.dir.path().join("link.sock"))))
+}
+
+/// A value of `len` bytes sent from `host`'s store with one delivery (one
+/// other host's), as a federate encodes it: the message and its object.
+fn send(host: &Host, len: usize, seed: u8) -> (Vec<u8>, Vec<u8>, ObjectId) {
+    use hprm_node::payload::{Buffer, Decoder, Encoder, StoreLink, DEFAULT_THRESHOLD};
+    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    let enc = Encoder::new(StoreLink::new(Some(host.dir.path().join("store.sock"))), DEFAULT_THRESHOLD);
+    let bytes = enc.encode(&Buffer::from_vec(data.clone()), 1).expect("encode");
+    let ids = Decoder::references(&bytes).expect("references");
+    assert_eq!(ids.len(), 1);
+    (bytes, data, ids[0])
+}
+
+fn read_value(dec: &hprm_node::payload::Decoder, bytes: &[u8]) -> Result<Vec<u8>, hprm_node::payload::PayloadError> {
+    let got: hprm_node::payload::Buffer = dec.decode(bytes)?;
+    Ok(got.as_slice::<u8>().expect("bytes").to_vec())
+}
+
+/// No object left in the store: every delivery settled, nothing kept.
+fn assert_empty(store: &StoreClient, what: &str) {
+    eventually(what, || store.list().expect("list").is_empty());
+}
+
+#[test]
+fn a_push_dropped_by_its_queue_is_fetched_by_the_receiver_and_nothing_is_left() {
+    for policy in ["fail", "keep-last-1"] {
+        // b's link stopped, with a long host timeout: b is not lost and
+        // a's pushes to it stay on the wire, so a's queue (3 deep) fills,
+        // and the fourth push fails (`fail`) or drops the oldest waiting
+        // one (`keep-last-1`).
+        let (pa, pb) = (free_port(), free_port());
+        let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
+        let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
+        let queue = ["--queue", policy, "--queue-depth", "3"].map(String::from);
+        let with_queue: Vec<String> = [&slow[..], &queue[..]].concat();
+        let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &with_queue);
+        let mut b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
+        eventually("the links see each other", || {
+            a.log().contains("linked to host b") && b.log().contains("linked to host a")
+        });
+        let (sa, sb) = (a.store(), b.store());
+        b.signal_link("STOP");
+        let values: Vec<_> = (0..4u8).map(|k| send(&a, 300_000, k)).collect();
+        for (_, _, id) in &values {
+            a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+        }
+        let missed = match policy {
+            "fail" => "push queue is full",
+            _ => "dropped from host b's push queue",
+        };
+        eventually("one push not sent", || a.log().contains(missed));
+        let lost: Vec<ObjectId> = values
+            .iter()
+            .map(|v| v.2)
+            .filter(|id| a.log().lines().any(|l| l.contains(&format!("object {id}")) && l.contains(missed)))
+            .collect();
+        assert_eq!(lost.len(), 1, "{policy}: {}", a.log());
+        assert!(pending(&sa, lost[0]).is_some(), "{policy}: the missed push keeps its object at home for a fetch");
+        b.signal_link("CONT");
+        let dec = receiver(&b);
+        for (bytes, data, id) in &values {
+            let got = read_value(&dec, bytes).unwrap_or_else(|e| panic!("{policy}: object {id}: {e}"));
+            assert!(got == *data, "{policy}: object {id} arrived changed");
+        }
+        eventually("b fetched the missed one", || b.log().contains(&format!("fetched object {} from host a", lost[0])));
+        assert!(a.log().contains(&format!("host b fetched object {}", lost[0])), "{}", a.log());
+        assert!(b.log().contains(&format!("host a could not push object {} here", lost[0])), "{}", b.log());
+        assert_empty(&sa, "every home object freed once b had its copy");
+        assert_empty(&sb, "every copy on b freed once its receiver read it");
+        let a_log = a.stop_link();
+        let last = a_log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string();
+        assert!(last.contains("pushed=3") && last.contains("served=1") && last.contains("expired=0"), "{a_log}");
+        let b_log = b.stop_link();
+        let last = b_log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string();
+        assert!(last.contains("received=3") && last.contains("fetched=1"), "{b_log}");
+    }
+}
+
+#[test]
+fn a_host_whose_link_starts_after_the_push_fetches_the_value() {
+    let (pa, pb) = (free_port(), free_port());
+    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
+    let a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &["--push-timeout".into(), "2".into()]);
+    let (bytes, data, id) = send(&a, 1 << 20, 9);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    eventually("the push to b, not started, fails", || a.log().contains(&format!("object {id} did not reach host b")));
+    let sa = a.store();
+    assert!(pending(&sa, id).is_some(), "kept at home for a fetch");
+    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &[]);
+    let got = read_value(&receiver(&b), &bytes).expect("the value, fetched");
+    assert!(got == data, "the fetched value arrived changed");
+    assert!(b.log().contains(&format!("fetched object {id} from host a")), "{}", b.log());
+    assert_empty(&sa, "the home object freed once b fetched it");
+    assert_empty(&b.store(), "b's copy freed once its receiver read it");
+}
+
+#[test]
+fn a_fetch_of_an_object_freed_at_home_is_answered_gone_and_the_value_counted_lost_with_that_reason() {
+    let (a, b) = pair();
+    let (bytes, data, id) = send(&a, 200_000, 3);
+    // Never pushed, and read at home (its one delivery): freed there.
+    let home = hprm_node::payload::Decoder::new(
+        hprm_node::payload::StoreLink::new(Some(a.dir.path().join("store.sock"))),
+        WITHIN,
+    );
+    assert!(read_value(&home, &bytes).expect("read at home") == data);
+    let sa = a.store();
+    assert_empty(&sa, "freed at home");
+    let started = Instant::now();
+    let e = read_value(&receiver(&b), &bytes).expect_err("gone");
+    let waited = started.elapsed();
+    match &e {
+        hprm_node::payload::PayloadError::Gone { host, missing, reason, .. } => {
+            assert_eq!((host.as_str(), missing.as_slice()), ("a", &[id][..]), "{e}");
+            assert!(reason.contains(&format!("host a no longer has object {id}")), "{e}");
+        }
+        other => panic!("not gone: {other}"),
+    }
+    // Well before the receiver's get timeout (30 s here; 10 s in a federate).
+    assert!(waited < WITHIN / 2, "the receiver waited {waited:?}");
+    assert!(e.to_string().contains("cannot be fetched from there any more"), "{e}");
+    assert_empty(&b.store(), "nothing left on b");
+    assert!(b.log().contains(&format!("object {id} cannot be fetched from host a")), "{}", b.log());
 }

@@ -135,7 +135,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
     let store = StoreLink::for_program(opts.store.clone(), &program.name);
     let encoder = Encoder::new(store.clone(), program.threshold)
         .with_wait_for_space(hprm_store::Backpressure::default().wait_for_space());
-    let decoder = Decoder::new(store, Duration::from_secs(10))
+    let decoder = Decoder::new(store, crate::hosts::RECEIVER_GET_TIMEOUT)
         .watching_hosts(opts.hosts.as_ref().map(|h| crate::hosts::LostHosts::of_link(&h.link)));
     let feed_decoder = decoder.clone();
 

@@ -43,6 +43,12 @@ use crate::sync::Mutex;
 /// retransmissions (200 ms each), well under a second.
 pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How long a federate's receiver waits for the store objects of a value
+/// it received (`hprm_node::federate`'s decoder): the bound on a value
+/// whose objects come from another host, and so the default of how long
+/// `hprm-link` keeps a dropped push for a fetch.
+pub const RECEIVER_GET_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The environment variable that sets [`host_timeout`] (a duration: `500ms`,
 /// `2s`).
 pub const HOST_TIMEOUT_ENV: &str = "HPRM_HOST_TIMEOUT";
@@ -331,7 +337,7 @@ impl PushRequest {
     }
 }
 
-pub use crate::payload::LostHosts;
+pub use crate::payload::{FetchAnswer, FetchRequest, LostHosts, FETCH_MAX_ITEMS, FETCH_TAG};
 
 /// A federate's connection to its host's link, opened on first use and
 /// again after it broke.

@@ -67,6 +67,10 @@ pub struct Decoder {
 /// looks whether that host was lost (then gives up at once).
 const HOST_CHECK: Duration = Duration::from_millis(50);
 
+/// Every how many of those waits a receiver that could not reach its link
+/// asks it again to fetch what is missing (a link that starts late).
+const ASK_AGAIN: u32 = 5;
+
 impl Decoder {
     /// A decoder reading out-of-band buffers from `store`, waiting up to
     /// `get_timeout` (usually [`DEFAULT_GET_TIMEOUT`]) for an object that is
@@ -87,7 +91,10 @@ impl Decoder {
     /// of `nbytes`) for objects whose descriptors name the arenas
     /// `arenas`: at once for the whole timeout when no host is watched or
     /// every arena is this store's; else in short waits, between which a
-    /// lost host owning one of the arenas ends it.
+    /// lost host owning one of the arenas ends it, and after the first of
+    /// which the link is asked to fetch what is still missing
+    /// ([`super::FetchRequest`]): its answer that the objects are gone
+    /// ends the wait too ([`PayloadError::Gone`]).
     fn wait_for<T>(
         &self,
         op: &'static str,
@@ -96,11 +103,16 @@ impl Decoder {
         mut get: impl FnMut(Duration) -> Result<T, hprm_store::Error>,
     ) -> Result<T, PayloadError> {
         let here = self.store.client().ok().flatten().map(|c| c.arena_id());
-        let foreign: Vec<u64> = arenas.iter().copied().filter(|a| Some(*a) != here).collect();
+        let mut foreign: Vec<u64> = arenas.iter().copied().filter(|a| Some(*a) != here).collect();
+        foreign.sort_unstable();
+        foreign.dedup();
         let Some(lost) = self.lost_hosts.as_ref().filter(|_| !foreign.is_empty()) else {
             return get(self.get_timeout).map_err(|e| PayloadError::from_store(op, nbytes, e));
         };
         let started = std::time::Instant::now();
+        let mut ask: Option<super::fetch::Ask> = None;
+        let mut answered = false;
+        let mut slices = 0u32;
         loop {
             let left = self.get_timeout.saturating_sub(started.elapsed());
             match get(left.min(HOST_CHECK)) {
@@ -108,6 +120,25 @@ impl Decoder {
                     if let Some(host) = foreign.iter().find_map(|arena| lost.host_of(*arena)) {
                         return Err(PayloadError::HostLost { host, missing, waited: started.elapsed() });
                     }
+                    // Asked once answered; until the link answers (or is
+                    // reached: it may start after this receiver), again
+                    // every few waits.
+                    if let Some(a) = ask.as_mut() {
+                        match a.poll() {
+                            Some(super::FetchAnswer::Gone { host, reason }) => {
+                                return Err(PayloadError::Gone { host, reason, missing, waited: started.elapsed() })
+                            }
+                            Some(_) => {
+                                answered = true;
+                                ask = None;
+                            }
+                            None => {}
+                        }
+                    } else if !answered && slices % ASK_AGAIN == 0 {
+                        let req = super::FetchRequest { arenas: foreign.clone(), ids: missing.clone() };
+                        ask = super::fetch::Ask::send(lost.link(), &req);
+                    }
+                    slices += 1;
                     if left <= HOST_CHECK {
                         return Err(PayloadError::NotInStore { missing, waited: started.elapsed() });
                     }

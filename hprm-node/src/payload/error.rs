@@ -73,6 +73,16 @@ pub enum PayloadError {
         missing.len(), list_ids(missing)
     )]
     HostLost { host: String, missing: Vec<ObjectId>, waited: Duration },
+    /// Referenced objects of another host's store were not pushed here,
+    /// and this host's link, asked to fetch them, heard from that host
+    /// that it no longer has them.
+    #[error(
+        "{} object(s) of this value sent from host {host} did not reach this host and cannot be fetched from there any \
+         more ({}; {reason}; waited {waited:?}): the value is lost; a push dropped by the sending host's link queue \
+         (HPRM_LINK_QUEUE) or failed is kept for a fetch only for the link's --fetch-window",
+        missing.len(), list_ids(missing)
+    )]
+    Gone { host: String, reason: String, missing: Vec<ObjectId>, waited: Duration },
     /// Any other failure of a store operation.
     #[error("object store {op} failed: {source}")]
     Store { op: &'static str, source: hprm_store::Error },

@@ -17,12 +17,20 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostHosts {
     path: PathBuf,
+    /// The link's socket, where a receiver asks for a fetch
+    /// ([`super::FetchRequest`]).
+    link: PathBuf,
 }
 
 impl LostHosts {
     /// The file of the link whose socket is `link`.
     pub fn of_link(link: &Path) -> LostHosts {
-        LostHosts { path: link.with_extension("lost") }
+        LostHosts { path: link.with_extension("lost"), link: link.to_path_buf() }
+    }
+
+    /// The socket of the link that writes this file.
+    pub fn link(&self) -> &Path {
+        &self.link
     }
 
     pub fn path(&self) -> &Path {

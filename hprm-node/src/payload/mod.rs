@@ -189,6 +189,7 @@ mod descriptor;
 mod dtype;
 mod encoder;
 mod error;
+mod fetch;
 mod lost;
 pub mod msgpack;
 pub mod oob;
@@ -209,6 +210,7 @@ pub use descriptor::{
 pub use dtype::{Dtype, Element};
 pub use encoder::{EncodeSession, Encoder, Loan};
 pub use error::PayloadError;
+pub use fetch::{FetchAnswer, FetchRequest, FETCH_MAX_ITEMS, FETCH_TAG};
 pub use lost::LostHosts;
 pub use store::StoreLink;
 
