@@ -386,14 +386,7 @@ pub fn systemd(
     let link_socket = run_dir.join("link/link.sock");
     if let (Some(s), Some((timeout, _))) = (&share, between) {
         let mut args = s.link_args(timeout);
-        if let Some(q) = std::env::var(hprm_node::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
-            let policy = q
-                .trim()
-                .parse::<hprm_node::Backpressure>()
-                .map_err(|e| DeployError::Hosts(format!("{}: {e}", hprm_node::hosts::LINK_QUEUE_ENV)))?;
-            args.extend(["--queue".to_string(), policy.to_string()]);
-        }
-        args.extend(hprm_node::hosts::link_dscp_args().map_err(DeployError::Hosts)?);
+        args.extend(hprm_node::hosts::link_env_args().map_err(DeployError::Hosts)?);
         let mut link = header.clone();
         // Split at whitespace by systemd ($HPRM_LINK_ARGS): host names and
         // endpoints hold none (`hprm check`).

@@ -141,20 +141,43 @@ pub const LINK_QUEUE_ENV: &str = "HPRM_LINK_QUEUE";
 /// `none`); unset, the link's default (AF11, bulk data).
 pub const LINK_DSCP_ENV: &str = "HPRM_LINK_DSCP";
 
-/// The link's `--dscp` arguments that [`LINK_DSCP_ENV`] asks for, checked
-/// (a bad value is named before any link starts); none where it is unset.
-pub fn link_dscp_args() -> Result<Vec<String>, String> {
-    let Some(value) = std::env::var(LINK_DSCP_ENV).ok().filter(|v| !v.trim().is_empty()) else {
-        return Ok(Vec::new());
-    };
-    let value = value.trim();
-    let arg = if value.eq_ignore_ascii_case("none") {
-        "none".to_string()
-    } else {
-        let dscp: crate::realtime::Dscp = value.parse().map_err(|e| format!("{LINK_DSCP_ENV}: {e}, or none"))?;
-        dscp.0.to_string()
-    };
-    Ok(vec!["--dscp".to_string(), arg])
+/// The environment variable naming how long `hprm-link` keeps an object
+/// whose push to a host was dropped or failed, for that host's receivers to
+/// fetch (a duration, `2s`, or `0` to keep none; the link's
+/// `--fetch-window`); unset, the link's default, [`RECEIVER_GET_TIMEOUT`].
+pub const LINK_FETCH_WINDOW_ENV: &str = "HPRM_LINK_FETCH_WINDOW";
+
+/// The `hprm-link` arguments that the environment asks for
+/// ([`LINK_QUEUE_ENV`], [`LINK_DSCP_ENV`], [`LINK_FETCH_WINDOW_ENV`]),
+/// checked, so that a bad value is named before any link starts: the one
+/// reading of them, for `hprm launch --host` and `hprm deploy` alike.
+pub fn link_env_args() -> Result<Vec<String>, String> {
+    let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    let mut args = Vec::new();
+    if let Some(q) = var(LINK_QUEUE_ENV) {
+        let policy = q.parse::<hprm_store::Backpressure>().map_err(|e| format!("{LINK_QUEUE_ENV}: {e}"))?;
+        args.extend(["--queue".to_string(), policy.to_string()]);
+    }
+    if let Some(value) = var(LINK_DSCP_ENV) {
+        let arg = if value.eq_ignore_ascii_case("none") {
+            "none".to_string()
+        } else {
+            let dscp: crate::realtime::Dscp = value.parse().map_err(|e| format!("{LINK_DSCP_ENV}: {e}, or none"))?;
+            dscp.0.to_string()
+        };
+        args.extend(["--dscp".to_string(), arg]);
+    }
+    if let Some(value) = var(LINK_FETCH_WINDOW_ENV) {
+        let window = if value == "0" { Ok(Duration::ZERO) } else { crate::manifest::parse_duration(&value) };
+        let window = window.map_err(|_| {
+            format!(
+                "{LINK_FETCH_WINDOW_ENV}={value:?} is not a duration: write it like 2s or 500ms, or 0 to keep no \
+                 dropped push for a fetch (default {RECEIVER_GET_TIMEOUT:?})"
+            )
+        })?;
+        args.extend(["--fetch-window".to_string(), window.as_secs_f64().to_string()]);
+    }
+    Ok(args)
 }
 
 /// Describes an I/O error `e` on the connection to the RTI, met while
@@ -405,6 +428,33 @@ impl LinkClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The one test of this binary that sets these variables.
+    #[test]
+    fn the_links_arguments_come_from_the_environment_checked() {
+        let vars = [LINK_QUEUE_ENV, LINK_DSCP_ENV, LINK_FETCH_WINDOW_ENV];
+        for v in vars {
+            std::env::remove_var(v);
+        }
+        assert_eq!(link_env_args(), Ok(Vec::new()));
+        std::env::set_var(LINK_QUEUE_ENV, " keep-last-2 ");
+        std::env::set_var(LINK_DSCP_ENV, "none");
+        std::env::set_var(LINK_FETCH_WINDOW_ENV, "1500ms");
+        assert_eq!(
+            link_env_args().unwrap(),
+            ["--queue", "keep-last-2", "--dscp", "none", "--fetch-window", "1.5"].map(String::from)
+        );
+        std::env::set_var(LINK_FETCH_WINDOW_ENV, "0");
+        assert_eq!(link_env_args().unwrap()[4..], ["--fetch-window", "0"].map(String::from));
+        std::env::set_var(LINK_FETCH_WINDOW_ENV, "soon");
+        let e = link_env_args().unwrap_err();
+        assert!(e.contains("HPRM_LINK_FETCH_WINDOW=\"soon\" is not a duration"), "{e}");
+        std::env::set_var(LINK_QUEUE_ENV, "sometimes");
+        assert!(link_env_args().unwrap_err().starts_with("HPRM_LINK_QUEUE: "));
+        for v in vars {
+            std::env::remove_var(v);
+        }
+    }
 
     #[test]
     fn push_requests_round_trip_and_bad_frames_are_named() {

@@ -629,16 +629,9 @@ fn start_link(
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // What a push does when its host's queue is full (the store's policies).
-    if let Some(q) = std::env::var(crate::hosts::LINK_QUEUE_ENV).ok().filter(|q| !q.trim().is_empty()) {
-        let policy = q
-            .trim()
-            .parse::<hprm_store::Backpressure>()
-            .map_err(|e| NodeError::Launch(format!("{}: {e}", crate::hosts::LINK_QUEUE_ENV)))?;
-        cmd.args(["--queue", &policy.to_string()]);
-    }
-    // The DSCP of its connections (its default: AF11).
-    cmd.args(crate::hosts::link_dscp_args().map_err(NodeError::Launch)?);
+    // What a push does when its host's queue is full, the DSCP of its
+    // connections, how long a dropped push is kept for a fetch.
+    cmd.args(crate::hosts::link_env_args().map_err(NodeError::Launch)?);
     // This host's TLS identity, for links over `tls/` endpoints.
     let tls: Vec<_> = crate::hosts::LINK_TLS_ENV.iter().map(|(var, _)| std::env::var_os(var)).collect();
     match tls.iter().filter(|v| v.is_some()).count() {
