@@ -137,9 +137,13 @@ impl Arrow {
             }
         }
         decoder.finish().map_err(read_error)?;
-        // The schema message alone (this decoder does not expose it; a
-        // stream of no batch has nothing else).
-        let sent = StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema();
+        // The schema the batches were decoded under (the stream's, with its
+        // metadata); this decoder does not expose it otherwise, so a stream
+        // of no batch has its schema message read again, alone.
+        let sent = match batches.first() {
+            Some(batch) => batch.schema(),
+            None => StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema(),
+        };
         let mut metadata = sent.metadata().clone();
         let kind = ArrowKind::parse(metadata.remove(KIND_KEY).as_deref());
         let schema = Arc::new(Schema::new_with_metadata(sent.fields().clone(), metadata));
