@@ -165,6 +165,12 @@ fn tables_arrays_and_small_values_round_trip_inline_and_stored() {
     assert_bit_exact(&small, &got.batches()[0]);
     assert_bit_exact(&batch(3), &got.batches()[1]);
 
+    // A table of no batch: its schema (metadata and dictionary fields
+    // included) and kind come from the schema message alone.
+    let empty = Arrow::from_batches(small.schema(), Vec::new()).expect("table");
+    let got: Arrow = decoder.decode(&encoder.encode(&empty, 1).expect("encode")).expect("decode");
+    assert_eq!((got.kind(), got.schema(), got.batches().len()), (ArrowKind::Table, &small.schema(), 0));
+
     // An array, large: stored.
     let values: ArrayRef = Arc::new(Float64Array::from_iter_values((0..100_000).map(f64::from)));
     let bytes = encoder.encode(&Arrow::from_array(values.clone()).expect("array"), 1).expect("encode");

@@ -7,24 +7,25 @@
 //! [`Buffer`], so the store object stays pinned until the last Arrow
 //! buffer (of any batch, column or slice) is dropped, and is released then.
 //!
-//! Writing: the stream is measured first (written to a counter), then
-//! written straight into its store object (or inline bytes under the
-//! threshold): the batches' buffers are copied once, into the store. An
+//! Writing ([`stream`]): the stream is planned first (its headers built,
+//! its exact length known), then written straight into its store object
+//! (or inline bytes under the threshold): each of the batches' buffers is
+//! copied once, into the store, and nowhere else. An
 //! [`Arrow`] received and sent on unchanged travels by reference (the same
 //! object, no copy), as a [`Buffer`] does.
 
-use std::io::Write;
+mod stream;
+
 use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_ipc::reader::{StreamDecoder, StreamReader};
-use arrow_ipc::writer::{write_message, DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions};
-use arrow_ipc::MetadataVersion;
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use self::stream::Stream;
 use super::{encoder, Buffer, PayloadError, EXT_ARROW};
 
 /// The schema metadata key saying what the sender had (the wire format's
@@ -136,9 +137,13 @@ impl Arrow {
             }
         }
         decoder.finish().map_err(read_error)?;
-        // The schema message alone (this decoder does not expose it; a
-        // stream of no batch has nothing else).
-        let sent = StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema();
+        // The schema the batches were decoded under (the stream's, with its
+        // metadata); this decoder does not expose it otherwise, so a stream
+        // of no batch has its schema message read again, alone.
+        let sent = match batches.first() {
+            Some(batch) => batch.schema(),
+            None => StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema(),
+        };
         let mut metadata = sent.metadata().clone();
         let kind = ArrowKind::parse(metadata.remove(KIND_KEY).as_deref());
         let schema = Arc::new(Schema::new_with_metadata(sent.fields().clone(), metadata));
@@ -179,67 +184,13 @@ impl Arrow {
     }
 
     /// The IPC stream (the schema with `hprm.kind`, then the batches),
-    /// encoded once: measured, then written where it goes.
-    fn encode(&self) -> Result<Encoded, PayloadError> {
+    /// planned: measured, then written where it goes ([`stream`]).
+    fn plan(&self) -> Result<Stream, PayloadError> {
         let mut metadata = self.schema.metadata().clone();
         metadata.insert(KIND_KEY.into(), self.kind.as_str().into());
         let schema = Arc::new(Schema::new_with_metadata(self.schema.fields().clone(), metadata));
-        let options = IpcWriteOptions::try_new(ALIGNMENT, false, MetadataVersion::V5).map_err(write_error)?;
-        // As `StreamWriter` does (arrow-ipc 54): dictionary ids as the
-        // options say, a replaced dictionary written again, not refused.
-        #[allow(deprecated)]
-        let mut tracker = DictionaryTracker::new_with_preserve_dict_id(false, options.preserve_dict_id());
-        let generator = IpcDataGenerator::default();
-        let mut messages = vec![generator.schema_to_bytes_with_dictionary_tracker(&schema, &mut tracker, &options)];
-        for batch in with_schema(self.batches.clone(), &schema)? {
-            let (dictionaries, batch) = generator.encoded_batch(&batch, &mut tracker, &options).map_err(write_error)?;
-            messages.extend(dictionaries);
-            messages.push(batch);
-        }
-        Ok(Encoded { messages, options })
-    }
-}
-
-/// An IPC stream's messages, encoded (each batch's buffers copied once,
-/// into its message's body), not yet framed.
-///
-/// Encoding once matters for large values: the stream's length must be
-/// known before its store object is allocated, and encoding it a second
-/// time to write it would copy every buffer twice more.
-struct Encoded {
-    messages: Vec<EncodedData>,
-    options: IpcWriteOptions,
-}
-
-/// What every message's parts are padded to: `IpcWriteOptions`'s default,
-/// here where [`Encoded::len`] can read it.
-const ALIGNMENT: usize = 64;
-
-/// The end of an IPC stream: a continuation marker and a zero length.
-const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
-
-impl Encoded {
-    /// The framed stream's length in bytes: what [`Encoded::write`] writes.
-    ///
-    /// A message is framed (`arrow_ipc::writer::write_message`, the IPC
-    /// format's encapsulation) as an 8-byte prefix (continuation marker,
-    /// length) and its flatbuffer, padded together to the alignment, then
-    /// its body, which the encoder already padded. `write` checks the
-    /// count against this, so a change of framing is an error, never a
-    /// corrupt object.
-    fn len(&self) -> usize {
-        let framed = |m: &EncodedData| (8 + m.ipc_message.len()).next_multiple_of(ALIGNMENT) + m.arrow_data.len();
-        self.messages.iter().map(framed).sum::<usize>() + END_OF_STREAM.len()
-    }
-
-    /// Writes the framed stream into `out`; returns the bytes written.
-    fn write<W: Write>(self, out: W) -> Result<usize, PayloadError> {
-        let mut counted = Counted { inner: out, written: 0 };
-        for message in self.messages {
-            write_message(&mut counted, message, &self.options).map_err(write_error)?;
-        }
-        counted.write_all(&END_OF_STREAM).map_err(|e| write_error(e.into()))?;
-        Ok(counted.written)
+        let batches = with_schema(self.batches.clone(), &schema)?;
+        Stream::plan(&schema, &batches).map_err(write_error)
     }
 }
 
@@ -260,47 +211,21 @@ fn write_error(e: ArrowError) -> PayloadError {
     PayloadError::Arrow { detail: format!("cannot write it: {e}") }
 }
 
-/// A writer counting what goes through it.
-struct Counted<W> {
-    inner: W,
-    written: usize,
-}
-
-impl<W: Write> Write for Counted<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.written += n;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 impl Serialize for Arrow {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error;
         if let Some(stream) = &self.stream {
             return stream.view().serialize_as(EXT_ARROW, s);
         }
-        let encoded = self.encode().map_err(S::Error::custom)?;
-        let nbytes = encoded.len();
+        let stream = self.plan().map_err(S::Error::custom)?;
+        let nbytes = stream.len();
         if s.is_human_readable() {
-            let mut bytes = Vec::with_capacity(nbytes);
-            encoded.write(&mut bytes).map_err(S::Error::custom)?;
+            let mut bytes = vec![0; nbytes];
+            stream.write(&mut bytes).map_err(|e| S::Error::custom(write_error(e)))?;
             return Buffer::from_vec(bytes).serialize(s);
         }
-        let data = encoder::place_written(nbytes, |mut dst| {
-            let written = encoded.write(&mut dst)?;
-            if written != nbytes || !dst.is_empty() {
-                return Err(PayloadError::Arrow {
-                    detail: format!("{written} bytes written where {nbytes} were measured"),
-                });
-            }
-            Ok(())
-        })
-        .map_err(S::Error::custom)?;
+        let data =
+            encoder::place_written(nbytes, |dst| stream.write(dst).map_err(write_error)).map_err(S::Error::custom)?;
         s.serialize_newtype_struct(rmp_serde::MSGPACK_EXT_STRUCT_NAME, &(EXT_ARROW, serde_bytes::Bytes::new(&data)))
     }
 }
