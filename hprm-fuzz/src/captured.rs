@@ -51,7 +51,7 @@ pub fn inputs(target: &str, bytes: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
 
 /// Where to cut an RTI stream, and the payloads (each once) of every whole
 /// message in it, those past the cut included: the capture keeps up to
-/// [`hprm_local_socket::capture::MAX_STREAM_BYTES`] (64 KiB) of a stream, and a payload is a
+/// `hprm_local_socket::capture::MAX_STREAM_BYTES` (64 KiB) of a stream, and a payload is a
 /// small input of its own whichever part of the stream carried it.
 fn rti_messages(bytes: &[u8]) -> (usize, Vec<Vec<u8>>) {
     let limits = Limits::default();
