@@ -159,6 +159,12 @@ done
 [ "$(show a ExecMainStartTimestampMonotonic hprm-federate@span-source.service)" != 0 ] || fail "a: the source never ran"
 [ "$(show b ExecMainStartTimestampMonotonic hprm-federate@span-sink.service)" != 0 ] || fail "b: the sink never ran"
 
+# Both hosts hold the one key the RTI admits federates with (the sink
+# joined from b with it).
+for h in a b; do
+    inside $h cmp -s /etc/hprm/span/auth.key "$work/auth.key" || fail "$h: /etc/hprm/span/auth.key is not the key given to hprm deploy"
+done
+
 inside a journalctl --no-pager -o cat -u hprm-federate@span-source.service | grep '^SENT ' | sed 's/^SENT //' | sort > "$work/sent"
 inside b journalctl --no-pager -o cat -u hprm-federate@span-sink.service | grep '^RECV ' | sed 's/^RECV //' | sort > "$work/received"
 sent=$(wc -l < "$work/sent")
