@@ -5,7 +5,7 @@
 # troubleshooting pages of docs/, and the system user
 # `hprm` the units run as. Then, per program: hprm deploy --systemd DIR PROGRAM.
 #
-#   deploy/install.sh [--prefix ROOT] [--bin-dir DIR] [--from DIR] [--dry-run]
+#   deploy/install.sh [--prefix ROOT] [--bin-dir DIR] [--from DIR] [--link FILE] [--dry-run]
 #
 #   --prefix ROOT  install into ROOT instead of / (a package or image root,
 #                  or a test); no user is created and systemd is not reloaded
@@ -13,18 +13,21 @@
 #                  the units' ExecStart lines point there
 #   --from DIR     take built binaries from DIR instead of building them
 #                  (default: cargo build --release, then target/release)
+#   --link FILE    the hprm-link binary (default: DIR/hprm-link, else
+#                  hprm-link/target/release/hprm-link, when built)
 #   --dry-run      print what would be done, change nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-prefix="" bin_dir=/usr/local/bin from="" dry=0
+prefix="" bin_dir=/usr/local/bin from="" link="" dry=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
         --bin-dir) bin_dir="${2:?--bin-dir needs a directory}"; shift 2 ;;
         --from) from="${2:?--from needs a directory}"; shift 2 ;;
+        --link) link="${2:?--link needs the hprm-link binary}"; shift 2 ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1; see deploy/install.sh --help" >&2; exit 2 ;;
     esac
 done
@@ -59,12 +62,19 @@ for b in hprm-store hprm-rti hprm; do
 done
 # hprm-link (programs that span hosts) is its own Cargo project: installed
 # when built (cargo build --release --manifest-path hprm-link/Cargo.toml).
-for link in "$from/hprm-link" hprm-link/target/release/hprm-link; do
-    if [ -x "$link" ]; then
-        run install -m 0755 "$link" "$prefix$bin_dir/hprm-link"
-        break
-    fi
-done
+if [ -n "$link" ]; then
+    [ "$dry" = 1 ] || [ -x "$link" ] || { echo "install.sh: --link $link is not an executable" >&2; exit 1; }
+    run install -m 0755 "$link" "$prefix$bin_dir/hprm-link"
+else
+    for l in "$from/hprm-link" hprm-link/target/release/hprm-link; do
+        if [ -x "$l" ]; then
+            link=$l
+            run install -m 0755 "$l" "$prefix$bin_dir/hprm-link"
+            break
+        fi
+    done
+    [ -n "$link" ] || echo "    no hprm-link built: programs that span hosts need it (cargo build --release --manifest-path hprm-link/Cargo.toml, or --link FILE)"
+fi
 
 units="$prefix/etc/systemd/system"
 say "unit templates -> $units"

@@ -5,9 +5,12 @@
 #     loopback TCP (tests/push.rs: data path, deliveries, echo, bad input);
 #   - the namespace tests (tests/test_multihost.py, pytest): a program across
 #     two network namespaces, each host its own store, link and federates;
-#   - the example examples/multihost/run.sh (camera -> detector across hosts).
-# The namespace tests and the example need root and `ip` (iproute2); without
-# them they skip, saying why. The SDK must be installed in VENV first
+#   - the example examples/multihost/run.sh (camera -> detector across hosts);
+#   - deploy/boot-hosts-test.sh: the program deployed with `hprm deploy
+#     --systemd` on two hosts, each a real systemd booted in its namespaces
+#     (needs systemd and the release binaries: hprm-py/install.sh builds them).
+# The namespace tests, the example and the boot test need root and `ip`
+# (iproute2); without them they skip, saying why. The SDK must be installed in VENV first
 # (hprm-py/install.sh VENV). Ends with one line: "hprm-link: N passed, M failed, K skipped".
 #   hprm-link/test.sh [--clippy] [VENV]      (default VENV: .venv at the repository root)
 set -euo pipefail
@@ -49,8 +52,28 @@ else
   echo "skipped: $reason" | tee -a "$log"
   echo "1 skipped in 0s" >>"$log"
 fi
+say "deployed across two booted systemds: deploy/boot-hosts-test.sh"
+release="$CARGO_TARGET_DIR/release"
+if [ "$(id -u)" != 0 ]; then
+  echo "skipped: deploy/boot-hosts-test.sh needs root (overlay mounts and namespaces)" | tee -a "$log"
+  echo "1 skipped in 0s" >>"$log"
+elif ! command -v ip >/dev/null; then
+  echo "skipped: deploy/boot-hosts-test.sh needs 'ip' (apt-get install iproute2)" | tee -a "$log"
+  echo "1 skipped in 0s" >>"$log"
+elif [ ! -x /lib/systemd/systemd ]; then
+  echo "skipped: deploy/boot-hosts-test.sh needs systemd (apt-get install systemd)" | tee -a "$log"
+  echo "1 skipped in 0s" >>"$log"
+elif [ ! -x "$release/hprm" ] || [ ! -x "$release/hprm-store" ] || [ ! -x "$release/hprm-rti" ]; then
+  echo "skipped: deploy/boot-hosts-test.sh needs the release binaries in $release (cargo build --release -p hprm-cli -p hprm-store -p hprm-rti; hprm-py/install.sh builds them)" | tee -a "$log"
+  echo "1 skipped in 0s" >>"$log"
+else
+  # The link built above (debug): this test is about the units, not speed.
+  "$root/deploy/boot-hosts-test.sh" --from "$release" --link "$CARGO_TARGET_DIR/debug/hprm-link" --python "$venv/bin/python" 2>&1 | tee -a "$log" || rc=1
+fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      / in [0-9.]+s/ && /(passed|failed|skipped|error)/ && !/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i; if ($(i+1) ~ /^errors?/) f += $i } }
      /^multihost: frames=/ { p += 1 }
+     /^\[boot-hosts-test\] ok:/ { p += 1 }
+     /^\[boot-hosts-test\] FAILED/ { f += 1 }
      END { printf "hprm-link: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit $rc

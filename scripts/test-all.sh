@@ -161,7 +161,7 @@ ft=0
 PYTEST_ADDOPTS="-n 2" scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
 [ "$ft" = 0 ] || [ "$ft" = 3 ] || exit "$ft"
 
-step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh, its Rust tests, a program across two network namespaces, examples/multihost/run.sh"
+step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh, its Rust tests, a program across two network namespaces, examples/multihost/run.sh, a program deployed on two booted systemds (deploy/boot-hosts-test.sh)"
 lklog=$scratch/link.log
 hprm-link/test.sh "$PWD/.venv" 2>&1 | tee "$lklog"
 

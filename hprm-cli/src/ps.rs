@@ -25,17 +25,27 @@ pub struct PsArgs {
     /// else the temporary directory, as `hprm launch` does).
     #[arg(long, value_name = "DIR")]
     pub runtime_base: Option<PathBuf>,
+    /// Where `hprm deploy --systemd` put the launch files of programs
+    /// deployed on this host (DIR/PROGRAM/launch.json).
+    #[arg(long, value_name = "DIR", default_value = status::DEPLOYED_BASE)]
+    pub deployed: PathBuf,
 }
 
 pub fn run(args: &PsArgs) -> anyhow::Result<i32> {
     let base = args.runtime_base.clone().unwrap_or_else(status::runtime_base);
-    let running = status::scan(&base);
+    // Launched programs, then those systemd runs.
+    let mut running = status::scan(&base);
+    running.extend(status::scan_deployed(&args.deployed));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&running)?);
         return Ok(0);
     }
     if running.is_empty() {
-        println!("no HPRM program is running (looked for hprm-*/launch.json in {})", base.display());
+        println!(
+            "no HPRM program is running (looked for hprm-*/launch.json in {} and deployed programs' in {})",
+            base.display(),
+            args.deployed.display()
+        );
         return Ok(0);
     }
     print!("{}", table(&running, now_ns()));
@@ -93,7 +103,13 @@ fn table(programs: &[Running], now: i64) -> String {
         let mut first = true;
         let mut head = |name: &str, host: Option<&str>| {
             let mut row = if std::mem::take(&mut first) {
-                vec![p.launch.program.clone(), p.launch.pid.to_string(), human(now - p.launch.started_ns)]
+                // Deployed: systemd runs it, and it is up since the federation's start.
+                let (pid, up) = match (p.launch.deployed, p.launch.started_ns) {
+                    (true, 0) => ("systemd".into(), "-".into()),
+                    (true, t) => ("systemd".into(), human(now - t)),
+                    (false, t) => (p.launch.pid.to_string(), human(now - t)),
+                };
+                vec![p.launch.program.clone(), pid, up]
             } else {
                 vec![String::new(); 3]
             };
@@ -159,8 +175,11 @@ fn table(programs: &[Running], now: i64) -> String {
     // The daemons under the table, one line per program: a socket path is
     // too long for a column.
     for p in programs {
-        let daemon =
-            |pid: u32, at: String| format!("pid {}{} at {at}", pid, if status::alive(pid) { "" } else { " (exited)" });
+        // A deployed program's store and RTI are systemd's units: their pids are not recorded.
+        let daemon = |pid: u32, at: String| match pid {
+            0 if p.launch.deployed => format!("under systemd at {at}"),
+            _ => format!("pid {}{} at {at}", pid, if status::alive(pid) { "" } else { " (exited)" }),
+        };
         let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
         let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
@@ -206,6 +225,7 @@ mod tests {
                 store: None,
                 rti: None,
                 hosts: Some(ProgramHosts { host: "a".into(), federates: vec![] }),
+                deployed: false,
             },
             federates: vec![FederateView {
                 name: "camera".into(),

@@ -14,6 +14,10 @@
 //! - `etc/hprm/<program>/<federate>.env`: each federate's `HPRM_*` environment
 //!   (and the environment its command needs);
 //! - `etc/hprm/<program>/manifest.json`: the graph, as `HPRM_MANIFEST`;
+//! - `etc/hprm/<program>/launch.json`: the program on this host as `hprm ps`
+//!   and the link read it (`hprm_node::status::LaunchInfo::deployed`): its
+//!   federates here, each writing its status into its unit's runtime
+//!   directory under `/run/hprm/<program>/`;
 //! - `etc/hprm/<program>/auth.key` (mode 0600, root's): the shared key of
 //!   the RTI's HMAC authentication of federates, fresh for each deployment
 //!   (unless [`SystemdOptions::auth`] is off). systemd hands it to the RTI
@@ -77,6 +81,9 @@ pub const TEMPLATE_BIN_DIR: &str = "/usr/local/bin";
 
 /// Where systemd reads units and drop-ins of the administrator.
 const UNIT_DIR: &str = "etc/systemd/system";
+
+/// The store's socket, as `hprm-store.service` gives it.
+const STORE_SOCKET: &str = "/run/hprm/store.sock";
 
 /// The name of every drop-in this module writes.
 const DROP_IN: &str = "hprm-deploy.conf";
@@ -633,6 +640,29 @@ pub fn systemd(
         files.push(file(Path::new(UNIT_DIR).join(format!("{unit}.d")).join(DROP_IN), drop_in));
         federate_units.push((f.name.clone(), unit));
     }
+
+    // What `hprm ps` and the link read of the program on this host: a
+    // launch without a launcher, its units' directories under run_dir.
+    let launch = hprm_node::status::LaunchInfo {
+        program: program.into(),
+        pid: 0,
+        started_ns: 0,
+        runtime_dir: run_dir.clone(),
+        federates: federate_units
+            .iter()
+            .map(|(name, _)| hprm_node::status::FederateProcess { name: name.clone(), pid: 0, restarts: 0 })
+            .collect(),
+        store: Some(hprm_node::status::StoreProcess { pid: 0, socket: Path::new(STORE_SOCKET).to_path_buf() }),
+        rti: rti_here.then(|| hprm_node::status::RtiProcess { pid: 0, addr: format!("{rti_bind}:{rti_port}") }),
+        hosts: share.as_ref().map(|s| hprm_node::status::ProgramHosts {
+            host: s.me.name.clone(),
+            federates: manifest.federates.iter().filter_map(|f| Some((f.name.clone(), f.host.clone()?))).collect(),
+        }),
+        deployed: true,
+    };
+    // Plain data with string keys: serializing cannot fail.
+    let launch = serde_json::to_string_pretty(&launch).unwrap_or_default() + "\n";
+    files.push(file(strip_root(&conf_dir.join(hprm_node::status::LAUNCH_FILE)), launch));
 
     let mut wants = format!("{header}[Unit]\n");
     for u in needs.iter().copied().chain(federate_units.iter().map(|(_, u)| u.as_str())) {

@@ -361,6 +361,7 @@ mod tests {
                 host: "a".into(),
                 federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
             }),
+            deployed: false,
         };
         write_launch(&dir, &launch).unwrap();
         let w = Watch {

@@ -288,6 +288,25 @@ fn a_program_on_hosts_gets_each_hosts_units() {
     assert!(link_drop_in.contains("LoadCredential=link.key:/etc/hprm/deploy-test/tls/b.key"), "{link_drop_in}");
     assert!(link_drop_in.contains("--tls-key=%d/link.key"), "{link_drop_in}");
     assert_eq!(read(&dirs[0], "etc/hprm/deploy-test/auth.key"), read(&dirs[1], "etc/hprm/deploy-test/auth.key"));
+    // What `hprm ps` and b's link read of b's share: its federate, every
+    // federate's host, the units' directories under /run/hprm; no launcher.
+    let launch: hprm_node::status::LaunchInfo =
+        serde_json::from_str(&read(&dirs[1], "etc/hprm/deploy-test/launch.json")).expect("launch.json");
+    assert!(launch.deployed && launch.pid == 0, "{launch:?}");
+    assert_eq!(launch.runtime_dir, PathBuf::from("/run/hprm/deploy-test"));
+    assert_eq!(launch.federates.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["the sink"]);
+    assert_eq!(launch.federate_dir(&launch.runtime_dir, "the sink"), PathBuf::from("/run/hprm/deploy-test/the sink"));
+    let hosts = launch.hosts.clone().expect("hosts");
+    assert_eq!(hosts.host, "b");
+    assert_eq!(hosts.federates, [("source".to_string(), "a".to_string()), ("the sink".to_string(), "b".to_string())]);
+    assert!(launch.rti.is_none(), "the RTI runs on a");
+    let a_launch: hprm_node::status::LaunchInfo =
+        serde_json::from_str(&read(&dirs[0], "etc/hprm/deploy-test/launch.json")).expect("launch.json");
+    assert_eq!(a_launch.rti.map(|r| r.addr), Some("10.0.0.1:15050".to_string()));
+    // The link reads it and mirrors the other hosts where `hprm ps` looks.
+    let link_unit = read(&dirs[1], "etc/systemd/system/hprm-link@.service");
+    assert!(link_unit.contains("--runtime-dir /run/hprm/%I/link --launch /etc/hprm/%I/launch.json"), "{link_unit}");
+    assert_eq!(launch.mirror_dir(&launch.runtime_dir), PathBuf::from("/run/hprm/deploy-test/link"));
     // The store keeps no network; the link's sandbox is scored like the others'.
     let units = |d: &tempfile::TempDir| d.path().join("etc/systemd/system");
     assert!(read(&dirs[1], "etc/systemd/system/hprm-store.service").contains("PrivateNetwork=yes"));

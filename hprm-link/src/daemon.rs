@@ -81,6 +81,10 @@ pub struct LinkConfig {
     /// and mirrors the other hosts' into it (`hprm_node::status`), for
     /// `hprm ps` and the dashboard.
     pub runtime_dir: Option<PathBuf>,
+    /// The program's launch file (`launch.json`: a launcher's in
+    /// `runtime_dir`, or the one `hprm deploy --systemd` wrote): what this
+    /// host's share is; `None` with `runtime_dir`: `runtime_dir/launch.json`.
+    pub launch: Option<PathBuf>,
     /// The DSCP the link's connections carry (listen and connect
     /// endpoints alike; one an endpoint names itself, `#dscp=`, wins);
     /// `None`: unmarked. See [`crate::marks`].
@@ -412,10 +416,11 @@ impl Link {
             .await
             .map_err(zerr)?;
         let link = self.clone();
+        let launch = self.inner.cfg.launch.clone().unwrap_or_else(|| dir.join(status::LAUNCH_FILE));
         tokio::spawn(async move {
             let mut said = false;
             loop {
-                let (d, l) = (dir.clone(), link.clone());
+                let (d, l) = (launch.clone(), link.clone());
                 // The launch's store is the one this link serves (the
                 // launcher starts the link on its store's socket).
                 let figures = move |_: &status::StoreProcess| {

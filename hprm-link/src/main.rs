@@ -61,6 +61,12 @@ struct Args {
     /// other hosts, and theirs mirrored into it, for `hprm ps`.
     #[arg(long, value_name = "DIR")]
     runtime_dir: Option<PathBuf>,
+    /// The program's launch file, when it is not DIR/launch.json: a program
+    /// deployed under systemd has /etc/hprm/PROGRAM/launch.json (written by
+    /// `hprm deploy --systemd`, which passes it with --runtime-dir
+    /// /run/hprm/PROGRAM/link).
+    #[arg(long, value_name = "FILE", requires = "runtime_dir")]
+    launch: Option<PathBuf>,
     /// The DSCP of the link's TCP/TLS connections, so that queues between
     /// the hosts let other traffic (the RTI's, peers') pass the link's bulk
     /// data: a number 0 to 63, a name (AF11, CS1, EF, ...) or `none` (no
@@ -102,6 +108,9 @@ fn main() -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,zenoh=warn")),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: under systemd, stderr is the journal,
+        // whose readers (and greps) would get the escape codes.
+        .with_ansi(hprm_node::log::ansi())
         .init();
     let args = Args::parse();
     if !(args.push_timeout.is_finite() && args.push_timeout > 0.0) {
@@ -124,6 +133,7 @@ fn main() -> Result<()> {
         },
         queue: args.queue,
         queue_depth: args.queue_depth,
+        launch: args.launch.or_else(|| args.runtime_dir.as_ref().map(|d| d.join(hprm_node::status::LAUNCH_FILE))),
         runtime_dir: args.runtime_dir,
         dscp: args.dscp.0,
         fetch_window,

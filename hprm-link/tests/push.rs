@@ -541,6 +541,7 @@ fn share(host: &str, fed: &str, tag_ns: Option<i64>) -> tempfile::TempDir {
             host: host.into(),
             federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
         }),
+        deployed: false,
     };
     write_launch(dir.path(), &launch).expect("write launch.json");
     if let Some(tag) = tag_ns {

@@ -873,6 +873,7 @@ impl Launch {
             store: None,
             rti: None,
             hosts: placement,
+            deployed: false,
         };
         self.record_launch(&base, &children, &restarts, &daemons);
         let deadline = self.timeout.map(|t| Instant::now() + t);

@@ -16,6 +16,15 @@
 //! every host's federates. A mirrored federate is never taken for a process
 //! of this host: its pid is only shown, never signalled, and it counts as
 //! running while its host's reports keep coming ([`MIRROR_FRESH`]).
+//!
+//! A program deployed under systemd (`hprm deploy --systemd`) has no
+//! launcher: `hprm deploy` writes its `launch.json` into
+//! `/etc/hprm/<program>/` ([`DEPLOYED_BASE`]) with [`LaunchInfo::deployed`]
+//! set and `pid` 0, and each of its units has a runtime directory of its
+//! own under `/run/hprm/<program>/` (a federate's `<federate>/`, the RTI's
+//! `rti/`, the link's `link/`, where the link mirrors the other hosts'
+//! reports). [`scan_deployed`] lists such a program while one of its
+//! processes runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -56,6 +65,53 @@ pub struct LaunchInfo {
     /// In a program with hosts: this host, and where every federate runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<ProgramHosts>,
+    /// Deployed under systemd: no launcher (`pid` 0, `started_ns` 0, the
+    /// store's and RTI's pids 0), and each unit writes into its own
+    /// directory under `runtime_dir` ([`LaunchInfo::federate_dir`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deployed: bool,
+}
+
+/// Where `hprm deploy --systemd` puts each program's `launch.json`
+/// (`/etc/hprm/<program>/`), which [`scan_deployed`] reads.
+pub const DEPLOYED_BASE: &str = "/etc/hprm";
+
+/// Where a deployed program's units keep their runtime directories
+/// (`/run/hprm/<program>/`).
+pub const DEPLOYED_RUNTIME_BASE: &str = "/run/hprm";
+
+impl LaunchInfo {
+    /// Where federate `name` writes its status, `dir` being the program's
+    /// runtime directory: `dir` itself for a launch; for a deployed program
+    /// its unit's own directory (`<federate>/`, a bank member `bank[3]`'s
+    /// `bank-3/`, as the units name them).
+    pub fn federate_dir(&self, dir: &Path, name: &str) -> PathBuf {
+        if !self.deployed {
+            return dir.to_path_buf();
+        }
+        match crate::manifest::bank::split_member(name) {
+            Some((bank, i)) => dir.join(format!("{bank}-{i}")),
+            None => dir.join(name),
+        }
+    }
+
+    /// Where the RTI writes its figures ([`hprm_rti::figures::RTI_STATUS_FILE`]).
+    pub fn rti_dir(&self, dir: &Path) -> PathBuf {
+        if self.deployed {
+            dir.join("rti")
+        } else {
+            dir.to_path_buf()
+        }
+    }
+
+    /// Where the host's link mirrors the other hosts' reports.
+    pub fn mirror_dir(&self, dir: &Path) -> PathBuf {
+        if self.deployed {
+            dir.join("link")
+        } else {
+            dir.to_path_buf()
+        }
+    }
 }
 
 /// Where a program that spans hosts runs: `federates` lists every federate
@@ -431,8 +487,10 @@ fn remote_federates(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<RemoteF
         .enumerate()
         .filter(|(_, (_, host))| *host != hosts.host)
         .map(|(id, (name, host))| {
-            let mirror =
-                mirrors.entry(host.as_str()).or_insert_with(|| read_mirror(dir, host, &launch.program)).as_ref();
+            let mirror = mirrors
+                .entry(host.as_str())
+                .or_insert_with(|| read_mirror(&launch.mirror_dir(dir), host, &launch.program))
+                .as_ref();
             let reported = mirror.and_then(|m| m.report.federates.iter().find(|f| f.name == *name));
             let fresh = mirror.is_some_and(|m| now_ns - m.received_ns < MIRROR_FRESH.as_nanos() as i64);
             RemoteFederate {
@@ -519,12 +577,12 @@ impl From<&hprm_store::Stats> for StoreFigures {
 /// The figures the RTI of `launch` last wrote into `dir`, while it runs
 /// (absent until it wrote them, and without an RTI on this host).
 pub fn rti_figures(dir: &Path, launch: &LaunchInfo) -> Option<hprm_rti::figures::RtiFigures> {
-    launch
-        .rti
-        .as_ref()
-        .filter(|rti| alive(rti.pid))
-        .and_then(|_| std::fs::read(dir.join(hprm_rti::figures::RTI_STATUS_FILE)).ok())
-        .and_then(|t| serde_json::from_slice(&t).ok())
+    // A deployed RTI's pid is not known beforehand: its figures name it.
+    let rti = launch.rti.as_ref().filter(|rti| launch.deployed || alive(rti.pid))?;
+    let figures: hprm_rti::figures::RtiFigures =
+        serde_json::from_slice(&std::fs::read(launch.rti_dir(dir).join(hprm_rti::figures::RTI_STATUS_FILE)).ok()?)
+            .ok()?;
+    (rti.pid != 0 || alive(figures.pid)).then_some(figures)
 }
 
 impl HostReport {
@@ -571,14 +629,17 @@ fn mirror_path(dir: &Path, host: &str) -> PathBuf {
     dir.join(format!("host-{host}.json"))
 }
 
-/// This host's share of the program launched into `dir`, for the other
-/// hosts; `None` when `dir` holds no launch (yet) of a program with hosts.
-/// `store_figures` asks the launch's store (its figures, or why not).
+/// This host's share of the program that `launch_file` describes (a
+/// launcher's `launch.json` in the program's runtime directory, or the one
+/// `hprm deploy` wrote), for the other hosts; `None` when there is no
+/// launch (yet) of a program with hosts. `store_figures` asks the launch's
+/// store (its figures, or why not).
 pub fn host_report(
-    dir: &Path,
+    launch_file: &Path,
     store_figures: impl FnOnce(&StoreProcess) -> Result<StoreFigures, String>,
 ) -> Option<HostReport> {
-    let launch: LaunchInfo = serde_json::from_slice(&std::fs::read(dir.join(LAUNCH_FILE)).ok()?).ok()?;
+    let launch: LaunchInfo = serde_json::from_slice(&std::fs::read(launch_file).ok()?).ok()?;
+    let dir = &program_dir(launch_file, &launch);
     let host = launch.hosts.as_ref()?.host.clone();
     let federates = local_federates(dir, &launch)
         .into_iter()
@@ -598,6 +659,16 @@ pub fn host_report(
     });
     let rti = rti_figures(dir, &launch);
     Some(HostReport { program: launch.program, host, federates, store, rti })
+}
+
+/// The runtime directory of the program `launch_file` describes: the
+/// launch file's own, or a deployed program's under `/run/hprm`.
+fn program_dir(launch_file: &Path, launch: &LaunchInfo) -> PathBuf {
+    if launch.deployed {
+        launch.runtime_dir.clone()
+    } else {
+        launch_file.parent().map_or_else(PathBuf::new, Path::to_path_buf)
+    }
 }
 
 /// Writes another host's report into `dir` (received now), replacing the
@@ -712,7 +783,7 @@ fn other_hosts(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<OtherHost> {
     names
         .into_iter()
         .map(|host| {
-            let mirror = read_mirror(dir, host, &launch.program);
+            let mirror = read_mirror(&launch.mirror_dir(dir), host, &launch.program);
             let fresh = mirror.as_ref().filter(|m| now_ns - m.received_ns < MIRROR_FRESH.as_nanos() as i64);
             OtherHost {
                 host: host.to_owned(),
@@ -748,13 +819,52 @@ pub fn scan(base: &Path) -> Vec<Running> {
     found
 }
 
+/// Every program deployed under systemd whose `launch.json` is in a
+/// directory of `base` (see [`DEPLOYED_BASE`]) and of which something runs
+/// on this host: a federate, the RTI, or the link (its mirrors of the other
+/// hosts' reports, which it removes as it stops). Its start is the
+/// federation's, once a federate or the RTI reports it.
+pub fn scan_deployed(base: &Path) -> Vec<Running> {
+    let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
+    let now = wall_ns();
+    let mut found: Vec<Running> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let mut launch: LaunchInfo =
+                serde_json::from_slice(&std::fs::read(e.path().join(LAUNCH_FILE)).ok()?).ok()?;
+            if !launch.deployed {
+                return None;
+            }
+            let dir = launch.runtime_dir.clone();
+            let federates = local_federates(&dir, &launch);
+            let rti = rti_figures(&dir, &launch);
+            let elsewhere = remote_federates(&dir, &launch, now);
+            let other_hosts = other_hosts(&dir, &launch, now);
+            let linked = elsewhere.iter().any(|r| r.reported_ns.is_some());
+            if !federates.iter().any(|f| f.alive) && rti.is_none() && !linked {
+                return None;
+            }
+            launch.started_ns = federates
+                .iter()
+                .filter_map(|f| f.status.as_ref().map(|s| s.start_ns))
+                .chain(rti.map(|r| r.start_ns))
+                .filter(|&t| t > 0)
+                .min()
+                .unwrap_or(0);
+            Some(Running { launch, federates, elsewhere, other_hosts })
+        })
+        .collect();
+    found.sort_by(|a, b| a.launch.program.cmp(&b.launch.program));
+    found
+}
+
 /// The federates `launch` started in `dir`, each with its status file.
 fn local_federates(dir: &Path, launch: &LaunchInfo) -> Vec<FederateView> {
     launch
         .federates
         .iter()
         .map(|f| {
-            let status = std::fs::read(status_path(dir, &f.name))
+            let status = std::fs::read(status_path(&launch.federate_dir(dir, &f.name), &f.name))
                 .ok()
                 .and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
             let pid = status.as_ref().map_or(f.pid, |s| s.pid);
@@ -787,6 +897,7 @@ mod tests {
                 host: host.into(),
                 federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
             }),
+            deployed: false,
         }
     }
 
@@ -799,7 +910,7 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         // No launch yet: nothing to report.
-        assert!(host_report(a.path(), |_| Err("no store".into())).is_none());
+        assert!(host_report(&a.path().join(LAUNCH_FILE), |_| Err("no store".into())).is_none());
         write_launch(a.path(), &launch(a.path(), "a")).unwrap();
         let mut on_b = launch(b.path(), "b");
         on_b.federates[0].name = "detector".into();
@@ -808,10 +919,10 @@ mod tests {
 
         let figures = StoreFigures { bytes_in_use: 4096, objects: 2, evictions: 3, ..StoreFigures::default() };
         // Without a store in the launch, none is reported (and not asked).
-        assert!(host_report(b.path(), |_| unreachable!()).unwrap().store.is_none());
+        assert!(host_report(&b.path().join(LAUNCH_FILE), |_| unreachable!()).unwrap().store.is_none());
         on_b.store = Some(StoreProcess { pid: 42, socket: "/run/b/store.sock".into() });
         write_launch(b.path(), &on_b).unwrap();
-        let report = host_report(b.path(), |s| {
+        let report = host_report(&b.path().join(LAUNCH_FILE), |s| {
             assert_eq!(s.pid, 42);
             Ok(figures.clone())
         })
@@ -864,5 +975,66 @@ mod tests {
         // A malformed mirror is skipped, not an error.
         std::fs::write(mirror_path(a.path(), "b"), b"{not json").unwrap();
         assert!(remote_federates(a.path(), &launch(a.path(), "a"), wall_ns())[0].reported_ns.is_none());
+    }
+
+    #[test]
+    fn a_deployed_program_is_listed_from_its_units_directories_while_something_of_it_runs() {
+        let etc = tempfile::tempdir().unwrap();
+        let run = tempfile::tempdir().unwrap();
+        let mut deployed = launch(run.path(), "a");
+        deployed.pid = 0;
+        deployed.started_ns = 0;
+        deployed.deployed = true;
+        deployed.federates =
+            ["camera", "w[1]"].iter().map(|n| FederateProcess { name: (*n).into(), pid: 0, restarts: 0 }).collect();
+        deployed.store = Some(StoreProcess { pid: 0, socket: "/run/hprm/store.sock".into() });
+        std::fs::create_dir(etc.path().join("robot")).unwrap();
+        let launch_file = etc.path().join("robot").join(LAUNCH_FILE);
+        std::fs::write(&launch_file, serde_json::to_vec(&deployed).unwrap()).unwrap();
+        // Nothing of it runs: not listed (its units' directories are gone).
+        assert!(scan_deployed(etc.path()).is_empty());
+
+        // Each unit writes into its own directory, a bank member's named as its unit's.
+        assert_eq!(deployed.federate_dir(run.path(), "w[1]"), run.path().join("w-1"));
+        for (dir, name) in [("camera", "camera"), ("w-1", "w[1]")] {
+            std::fs::create_dir(run.path().join(dir)).unwrap();
+            let s = FederateStatus { start_ns: 5, ..status(name, 9) };
+            replace(&status_path(&run.path().join(dir), name), &serde_json::to_vec(&s).unwrap()).unwrap();
+        }
+        let found = scan_deployed(etc.path());
+        assert_eq!(found.len(), 1);
+        let r = &found[0];
+        assert_eq!(r.launch.started_ns, 5, "its start is the federation's");
+        assert!(r.federates.iter().all(|f| f.alive && f.status.as_ref().map(|s| s.tag_ns) == Some(9)));
+        // The link's mirror of host b, in its own directory.
+        std::fs::create_dir(run.path().join("link")).unwrap();
+        let b = HostReport {
+            program: "robot".into(),
+            host: "b".into(),
+            federates: vec![ReportedFederate {
+                name: "detector".into(),
+                pid: 77,
+                restarts: 0,
+                status: Some(status("detector", 3)),
+            }],
+            store: None,
+            rti: None,
+        };
+        write_mirror(&run.path().join("link"), &b).unwrap();
+        let found = scan_deployed(etc.path());
+        assert_eq!(found[0].elsewhere[0].pid, 77);
+        assert_eq!(found[0].elsewhere[0].status.as_ref().map(|s| s.tag_ns), Some(3));
+        // What this host's link publishes: read through the launch file hprm deploy wrote.
+        let report = host_report(&launch_file, |_| Err("none".into())).unwrap();
+        assert_eq!(report.federates.len(), 2);
+        assert!(report.federates.iter().all(|f| f.status.is_some()));
+
+        // Only the link runs (the federates ended): still listed, by its mirrors.
+        for (dir, name) in [("camera", "camera"), ("w-1", "w[1]")] {
+            std::fs::remove_file(status_path(&run.path().join(dir), name)).unwrap();
+        }
+        assert_eq!(scan_deployed(etc.path()).len(), 1);
+        remove_mirror(&run.path().join("link"), "b").unwrap();
+        assert!(scan_deployed(etc.path()).is_empty());
     }
 }
