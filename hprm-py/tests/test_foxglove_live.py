@@ -332,7 +332,7 @@ def test_values_through_the_store_are_shown_and_released(built_in, env, store_bi
         _, err = first.communicate(timeout=30)
         counts = re.search(rf"hprm foxglove: {FRAME}: (\d+) values, (\d+) images and clouds shown, (\d+) not shown", err)
         assert counts and int(counts.group(2)) >= 6, err
-        print(f"hprm foxglove: {counts.group(0)}")
+        print(counts.group(0))
     finally:
         for s in servers:
             if s.poll() is None:
