@@ -39,6 +39,8 @@ IMAGE_VIEW, CLOUD_VIEW = f"foxglove/{FRAME}/image", f"foxglove/{CLOUD}"
 SUBPROTOCOL = "foxglove.sdk.v1"
 # Binary server messages: opcode 1 is a message of a subscription.
 MESSAGE_DATA = 1
+# A subscribed channel with nothing for this long is subscribed again (see Client.until).
+RESUBSCRIBE_AFTER = 2.0
 
 
 def hprm(exe, env, *args, timeout=60):
@@ -114,6 +116,7 @@ class Client:
         self.info = None
         self.channels = {}  # topic -> advertised channel
         self.subscriptions = {}  # subscription id -> topic
+        self.subscribed_at = {}  # topic -> when last subscribed
         self.messages = []  # (topic, log time, payload)
 
     def __enter__(self):
@@ -142,9 +145,17 @@ class Client:
         while not done():
             assert time.monotonic() < deadline, f"no {what} within {timeout} s: channels {sorted(self.channels)}, {len(self.messages)} messages"
             try:
-                self.receive(timeout=max(0.01, deadline - time.monotonic()))
+                self.receive(timeout=min(RESUBSCRIBE_AFTER, max(0.01, deadline - time.monotonic())))
             except TimeoutError:
                 pass
+            # Foxglove's server (the foxglove crate, 0.30) adds a channel to a client's table just
+            # after queueing its advertisement, so a subscription sent back at once may find it
+            # unknown and be dropped (it logs "attempted to subscribe to unknown channel"): a
+            # subscribed topic that stays silent is subscribed again.
+            now = time.monotonic()
+            silent = [t for t, at in self.subscribed_at.items() if now - at > RESUBSCRIBE_AFTER and not self.of(t)]
+            if silent:
+                self.subscribe(*silent)
 
     def subscribe(self, *topics):
         subs = []
@@ -152,6 +163,7 @@ class Client:
             sub = len(self.subscriptions) + 1
             self.subscriptions[sub] = topic
             subs.append({"id": sub, "channelId": self.channels[topic]["id"]})
+            self.subscribed_at[topic] = time.monotonic()
         self.ws.send(json.dumps({"op": "subscribe", "subscriptions": subs}))
 
     def of(self, topic):
