@@ -25,7 +25,8 @@
 
 pub mod live;
 
-use hprm_node::payload::{Dtype, InlineBuffer, EXT_BUFFER, EXT_TENSOR};
+use hprm_node::payload::{BufferRef, Dtype, EXT_BUFFER, EXT_TENSOR};
+use hprm_store::ObjectId;
 use rmpv::ValueRef;
 
 /// The topic of a channel's views: this, then the channel's topic (and
@@ -62,8 +63,25 @@ pub struct View {
 /// The views of `value` (one MessagePack value, every buffer inline) at
 /// logical time `time` (ns since the epoch); empty when it shows nothing.
 pub fn views(value: &[u8], time: i64) -> Vec<View> {
-    let Ok(v) = rmpv::decode::read_value_ref(&mut &value[..]) else { return Vec::new() };
-    let mut out = Vec::new();
+    views_in(value, time, |_| None).0
+}
+
+/// The views of `value` at logical time `time`, its buffers in the store
+/// read from `store` (the data of the objects the reader holds), and the
+/// views that could not be made (their key and kind): images or clouds in
+/// store objects `store` does not hold.
+pub fn views_in<'a>(
+    value: &'a [u8],
+    time: i64,
+    store: impl Fn(&ObjectId) -> Option<&'a [u8]>,
+) -> (Vec<View>, Vec<(Option<String>, Kind)>) {
+    let Ok(v) = rmpv::decode::read_value_ref(&mut &value[..]) else { return (Vec::new(), Vec::new()) };
+    let (mut out, mut missing) = (Vec::new(), Vec::new());
+    let mut shown = |key: Option<&str>, shown: Option<Shown>| match shown {
+        Some(Shown::View(kind, message)) => out.push(View { key: key.map(str::to_string), kind, message }),
+        Some(Shown::NotHeld(kind)) => missing.push((key.map(str::to_string), kind)),
+        None => {}
+    };
     match &v {
         ValueRef::Map(entries) => {
             let text = |name: &str| {
@@ -74,37 +92,46 @@ pub fn views(value: &[u8], time: i64) -> Vec<View> {
             };
             let (encoding, frame) = (text("encoding"), text("frame_id").unwrap_or_default());
             for (k, v) in entries {
-                if let (ValueRef::String(key), Some((kind, message))) = (k, view(v, time, encoding, frame)) {
+                if let ValueRef::String(key) = k {
                     let Some(key) = key.as_str() else { continue };
-                    out.push(View { key: Some(key.to_string()), kind, message });
+                    shown(Some(key), view(v, time, encoding, frame, &store));
                 }
             }
         }
-        other => {
-            if let Some((kind, message)) = view(other, time, None, "") {
-                out.push(View { key: None, kind, message });
-            }
-        }
+        other => shown(None, view(other, time, None, "", &store)),
     }
-    out
+    (out, missing)
+}
+
+/// What [`view`] made of a value that is an image or a point cloud.
+enum Shown {
+    View(Kind, Vec<u8>),
+    /// Its bytes are in a store object the reader does not hold.
+    NotHeld(Kind),
 }
 
 /// The view of one value, if it is an image or a point cloud.
-fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Option<(Kind, Vec<u8>)> {
+fn view<'a>(
+    v: &ValueRef<'a>,
+    time: i64,
+    encoding: Option<&str>,
+    frame: &str,
+    store: &impl Fn(&ObjectId) -> Option<&'a [u8]>,
+) -> Option<Shown> {
     let ValueRef::Ext(ty, data) = v else { return None };
     if !matches!(*ty, EXT_BUFFER | EXT_TENSOR) {
         return None;
     }
     // Borrowed: a value's arrays are not copied unless shown. A strided
     // one (a transposed view) is not C-contiguous: refused, not shown.
-    let d = InlineBuffer::parse(data).ok()??;
-    let bytes = d.bytes;
+    let d = BufferRef::parse(data, store).ok()?;
     if d.dtype == Dtype::U8 {
         let (height, width, channels) = match d.shape[..] {
             [h, w] => (h, w, 1),
             [h, w, c @ (3 | 4)] => (h, w, c),
             _ => return None,
         };
+        let Some(bytes) = d.bytes else { return Some(Shown::NotHeld(Kind::Image)) };
         let default = match channels {
             1 => "mono8",
             3 => "rgb8",
@@ -112,7 +139,7 @@ fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Opt
         };
         let encoding = encoding.filter(|e| channels_of(e) == Some(channels)).unwrap_or(default);
         let image = Image { height: height.try_into().ok()?, width: width.try_into().ok()?, encoding, frame };
-        return Some((Kind::Image, image.encode(time, bytes)));
+        return Some(Shown::View(Kind::Image, image.encode(time, bytes)));
     }
     if d.dtype.as_str() == "<f4" {
         let fields: &[&str] = match d.shape[..] {
@@ -120,7 +147,8 @@ fn view(v: &ValueRef<'_>, time: i64, encoding: Option<&str>, frame: &str) -> Opt
             [_, 4] => &["x", "y", "z", "intensity"],
             _ => return None,
         };
-        return Some((Kind::PointCloud, encode_cloud(time, frame, fields, bytes)));
+        let Some(bytes) = d.bytes else { return Some(Shown::NotHeld(Kind::PointCloud)) };
+        return Some(Shown::View(Kind::PointCloud, encode_cloud(time, frame, fields, bytes)));
     }
     None
 }
@@ -352,6 +380,37 @@ mod tests {
         let mut mono = Protobuf(Vec::new());
         mono.bytes(IMAGE_ENCODING, b"mono8");
         assert!(v[0].message.windows(mono.0.len()).any(|w| w == mono.0), "mono8, not bgr8");
+    }
+
+    #[test]
+    fn buffers_in_the_store_are_shown_from_the_objects_held_and_counted_when_not_held() {
+        let id = ObjectId::random();
+        let pixels: Vec<u8> = (0..4 * 6 * 3).map(|i| i as u8).collect();
+        let d = BufferDescriptor {
+            dtype: Dtype::U8,
+            shape: vec![4, 6, 3],
+            strides: None,
+            nbytes: pixels.len() as u64,
+            location: Location::Store(id),
+        };
+        let value = encoded(&rmpv::Value::Map(vec![(
+            rmpv::Value::from("left"),
+            rmpv::Value::Ext(EXT_BUFFER, d.encode().expect("a valid descriptor")),
+        )]));
+        let (shown, missing) = views_in(&value, 0, |wanted| (*wanted == id).then_some(&pixels[..]));
+        assert!(missing.is_empty());
+        let inline = views(
+            &encoded(&rmpv::Value::Map(vec![(rmpv::Value::from("left"), array(Dtype::U8, &[4, 6, 3], None))])),
+            0,
+        );
+        assert_eq!(shown[0].message, inline[0].message, "the same view as for the same bytes inline");
+        // Not held: no view, but its key and kind, to count it.
+        let (shown, missing) = views_in(&value, 0, |_| None);
+        assert!(shown.is_empty());
+        assert_eq!(missing, [(Some("left".to_string()), Kind::Image)]);
+        // An object that is not the buffer's size is refused, not read.
+        let (shown, missing) = views_in(&value, 0, |_| Some(&pixels[1..]));
+        assert!(shown.is_empty() && missing.is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! and late so far (`--json`: by port and kind, `hprm_node::loss`), the
 //! clock offset synchronization measured (between hosts); and each
 //! program's store (pid, socket) and RTI (pid, host:port). A program that
-//! spans hosts lists every host's federates, with a HOST column.
+//! spans hosts lists every host's federates, with a HOST column, and each
+//! other host's store with its figures as that host last reported them.
 //!
 //! Launchers write `launch.json` and federates `status-<name>.json` into
 //! the program's runtime directory, and each host's `hprm-link` mirrors the
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use hprm_node::status::{self, Running};
+use hprm_store::bytesize::ByteSize;
 
 #[derive(Args, Debug)]
 pub struct PsArgs {
@@ -183,6 +185,16 @@ fn table(programs: &[Running], now: i64) -> String {
         let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
         let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
+        // The other hosts' stores, as their links last reported them
+        // (this host's own is not asked: `hprm ps` only reads files).
+        for h in &p.other_hosts {
+            out.push_str(&format!(
+                "{}: store on host {}: {}\n",
+                p.launch.program,
+                h.host,
+                store_figures(&h.store_report())
+            ));
+        }
         if let Some(h) = &p.launch.hosts {
             let others = p.elsewhere.len();
             let reported = p.elsewhere.iter().filter(|r| r.status.is_some()).count();
@@ -198,13 +210,35 @@ fn table(programs: &[Running], now: i64) -> String {
     out
 }
 
+/// A store's figures in a line (or why there are none): bytes in use of
+/// its capacity, objects (held by a client; deliveries not yet taken),
+/// evictions, creates refused (no room; over the program's quota).
+fn store_figures(r: &status::StoreReport) -> String {
+    let Some(f) = &r.stats else { return r.error.clone().unwrap_or_else(|| "no figures".into()) };
+    format!(
+        "pid {}: {} in use of {}, {} objects ({} held, {} deliveries pending), {} evictions, {} creates refused for room, {} over quota",
+        r.pid,
+        ByteSize(f.bytes_in_use),
+        ByteSize(f.capacity),
+        f.objects,
+        f.objects_referenced,
+        f.pending_deliveries,
+        f.evictions,
+        f.creates_refused,
+        f.creates_over_quota
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_program_across_hosts_lists_every_hosts_federates_with_its_host() {
-        use hprm_node::status::{FederateStatus, FederateView, LaunchInfo, ProgramHosts, RemoteFederate};
+        use hprm_node::status::{
+            FederateStatus, FederateView, LaunchInfo, OtherHost, ProgramHosts, RemoteFederate, StoreFigures,
+            StoreReport,
+        };
         let now = 100_000_000_000;
         let remote = |name: &str, status: Option<FederateStatus>, reported_ns| RemoteFederate {
             name: name.into(),
@@ -239,9 +273,39 @@ mod tests {
                 remote("detector", Some(FederateStatus { tag_ns: 1_500_000_000, ..Default::default() }), Some(now)),
                 remote("planner", None, Some(now - 10_000_000_000)),
             ],
-            other_hosts: vec![],
+            other_hosts: vec![
+                OtherHost {
+                    host: "b".into(),
+                    reported_ns: Some(now),
+                    store: Some(StoreReport {
+                        pid: 77,
+                        socket: "/run/b/store.sock".into(),
+                        stats: Some(StoreFigures {
+                            capacity: 256 << 20,
+                            bytes_in_use: 3 << 20,
+                            objects: 4,
+                            objects_referenced: 1,
+                            pending_deliveries: 2,
+                            evictions: 5,
+                            creates_refused: 6,
+                            creates_over_quota: 7,
+                            ..StoreFigures::default()
+                        }),
+                        error: None,
+                    }),
+                    rti: None,
+                },
+                OtherHost { host: "c".into(), reported_ns: Some(now - 10_000_000_000), store: None, rti: None },
+            ],
         };
         let text = table(std::slice::from_ref(&running), now);
+        assert!(
+            text.contains(
+                "robot: store on host b: pid 77: 3 MiB in use of 256 MiB, 4 objects (1 held, 2 deliveries pending), 5 evictions, 6 creates refused for room, 7 over quota\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("robot: store on host c: host c stopped reporting\n"), "{text}");
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("FEDERATE  HOST  FED PID"), "{text}");
         let cells = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();

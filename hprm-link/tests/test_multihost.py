@@ -340,6 +340,8 @@ def _ps_shows_every_host(hprm, prefix, env):
     # FEDERATE HOST FED-PID TAG: b's receiver with its pid there and a tag.
     assert re.search(r"^\s+sink\s+b\s+\d+ \(joined\)\s+\d", table, re.M), table
     assert "this is host a; 1 federate on other hosts (1 reporting through hprm-link" in table, table
+    # Under the table, host b's store with the figures b's link reported (b's receiver reads from it).
+    assert re.search(r"^cut: store on host b: pid \d+: [\d.]+ (B|KiB|MiB) in use of [\d.]+ (MiB|GiB), \d+ objects \(\d+ held, \d+ deliveries pending\), \d+ evictions, 0 creates refused for room, 0 over quota$", table, re.M), table
     print(f"host a's hprm ps saw the receiver on host b at tags {tags['a']} ns")
     return Path(a["launch"]["runtime_dir"])
 

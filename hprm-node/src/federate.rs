@@ -308,7 +308,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             foreign,
         };
         let ports: Vec<_> = tappable.iter().map(|(t, _)| *t).chain(physical.iter().map(|(t, _, _)| *t)).collect();
-        let feed = crate::record::Feed::connect(path, *policy, &hello, &ports, feed_decoder)
+        let feed = crate::record::Feed::connect(path, *policy, &hello, &ports, feed_decoder.clone())
             .map_err(|e| NodeError::Launch(e.to_string()))?;
         sched.set_record(feed);
     }
@@ -320,7 +320,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
                 tracing::warn!("cannot start the status thread: {e}; `hprm ps` will not see this federate's progress")
             })
             .ok();
-        let tap = match crate::tap::listen(dir, &opts.federate, tappable, start) {
+        let tap = match crate::tap::listen(dir, &opts.federate, tappable, start, Some(feed_decoder.clone())) {
             Ok((hub, file)) => {
                 sched.set_tap(hub);
                 Some(file)

@@ -450,13 +450,8 @@ impl Feed {
     /// Takes and releases what `payload` references, settling the
     /// recorder's delivery of each store object of a message given up.
     fn settle(&self, payload: &[u8]) {
-        let spilled = match self.decoder.take_spilled(payload) {
-            Ok(s) => s,
-            Err(e) => return tracing::debug!("a lost recording's spilled message could not be released: {e}"),
-        };
-        let message = spilled.as_ref().map_or(payload, |o| o.data());
-        if let Err(e) = self.decoder.take_message(message) {
-            tracing::debug!("a lost recording's buffers could not be released: {e}");
+        if let Err(e) = self.decoder.settle(payload) {
+            tracing::debug!("a lost recording's store objects could not be released: {e}");
         }
     }
 }

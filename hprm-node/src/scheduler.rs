@@ -1617,9 +1617,14 @@ impl Scheduler {
         for &out in outs {
             let dests = &self.plan.remote[out.index()];
             let value = self.tag.values[out.index()].clone();
+            // One delivery more per tap that holds the value's store objects.
+            let for_taps = match (&value, &self.tap) {
+                (Some(_), Some(tap)) => tap.reserve(out),
+                _ => 0,
+            };
             let payload = match (&value, &self.plan.program.triggers[out.index()].kind) {
                 (Some(v), TriggerKind::Output { encode, .. }) => {
-                    let deliveries = self.plan.fanout[out.index()];
+                    let deliveries = self.plan.fanout[out.index()] + for_taps;
                     match encode(v, self.output_encoders.get(&out).unwrap_or(&self.encoder), deliveries) {
                         Ok(p) => {
                             self.push_to_hosts(out, &p);
@@ -1646,7 +1651,7 @@ impl Scheduler {
                 _ => None,
             };
             if let (Some(p), Some(tap)) = (&payload, &self.tap) {
-                tap.publish(out, g, p);
+                tap.publish(out, g, p, for_taps);
             }
             if let (Some(p), Some(feed)) = (&payload, &mut self.record) {
                 feed.publish(out, g, self.clock.now(), p);

@@ -538,6 +538,18 @@ pub struct StoreReport {
     pub error: Option<String>,
 }
 
+impl StoreReport {
+    /// The report of the store `process`, from what asking it gave: its
+    /// figures, or why there are none.
+    pub fn from_result(process: &StoreProcess, figures: Result<StoreFigures, String>) -> StoreReport {
+        let (stats, error) = match figures {
+            Ok(f) => (Some(f), None),
+            Err(e) => (None, Some(e)),
+        };
+        StoreReport { pid: process.pid, socket: process.socket.clone(), stats, error }
+    }
+}
+
 /// The store's figures that matter to a person watching a program (the
 /// dashboard's, on every host: one layout for the page, `/metrics` and
 /// the reports between hosts).
@@ -650,13 +662,7 @@ pub fn host_report(
             restarts: f.restarts,
         })
         .collect();
-    let store = launch.store.as_ref().map(|s| {
-        let (stats, error) = match store_figures(s) {
-            Ok(f) => (Some(f), None),
-            Err(e) => (None, Some(e)),
-        };
-        StoreReport { pid: s.pid, socket: s.socket.clone(), stats, error }
-    });
+    let store = launch.store.as_ref().map(|s| StoreReport::from_result(s, store_figures(s)));
     let rti = rti_figures(dir, &launch);
     Some(HostReport { program: launch.program, host, federates, store, rti })
 }
@@ -767,6 +773,22 @@ pub struct OtherHost {
     pub store: Option<StoreReport>,
     /// The RTI's figures, where that host runs the RTI.
     pub rti: Option<hprm_rti::figures::RtiFigures>,
+}
+
+impl OtherHost {
+    /// Its store as `hprm ps` and the dashboard show it: what it last
+    /// reported, or why nothing is shown (its reports stopped, or none came).
+    pub fn store_report(&self) -> StoreReport {
+        self.store.clone().unwrap_or_else(|| StoreReport {
+            pid: 0,
+            socket: PathBuf::new(),
+            stats: None,
+            error: Some(match self.reported_ns {
+                Some(_) => format!("host {} stopped reporting", self.host),
+                None => format!("no report from host {} (yet)", self.host),
+            }),
+        })
+    }
 }
 
 /// The other hosts of `launch`'s program (in the order they first appear

@@ -218,3 +218,69 @@ fn tap_sees_what_a_port_sends_without_changing_the_result() {
     assert_eq!(number_after(&log, "sink: got", "got"), ticks + 1);
     assert_eq!(number_after(&log, "sink: got", "sum"), ticks * (ticks + 1) / 2);
 }
+
+/// A holding tap (as `hprm foxglove` attaches one) on `source.frame`,
+/// whose 64 KiB frames travel through the store: each held message's
+/// object is read where it lies, with the bytes the source sent; while
+/// the tap keeps [`MAX_HELD`] messages unreleased the next ones come
+/// unheld, and once it releases them they come held again; the sink reads
+/// every frame undamaged (it checks each), so the tap's deliveries never
+/// settled one of its own.
+#[test]
+fn a_holding_tap_reads_frames_in_the_store_and_holds_at_most_max_held() {
+    use hprm_node::tap::MAX_HELD;
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let child = launch(&["--ticks", "400"], runtime.path());
+    let running = wait_for(Duration::from_secs(30), "the program's runtime directory", || {
+        status::scan(runtime.path()).into_iter().next()
+    });
+    let (dir, store) = (running.launch.runtime_dir, running.launch.store.expect("a store").socket);
+    let decoder = Decoder::new(StoreLink::new(Some(store)), Duration::from_secs(10));
+    let mut tap = wait_for(Duration::from_secs(30), "a holding tap attaches", || {
+        TapClient::attach_holding(&dir, "source", "frame", decoder.clone()).ok()
+    });
+    assert!(tap.holds(), "a federate with a store lets a tap hold");
+    let mut kept = Vec::new();
+    let (mut released, mut unheld_while_full, mut after, mut held_after) = (false, 0, 0, 0);
+    loop {
+        let m = match tap.next(Some(Duration::from_secs(20))).expect("tap read") {
+            Next::Message(m) => m,
+            Next::Closed => break,
+            Next::Timeout => panic!("no message for 20 s"),
+        };
+        let n = m.elapsed_ns / 10_000_000;
+        if let Some(h) = &m.held {
+            let ids = Decoder::references(h.message(&m.payload)).expect("a valid message");
+            let data = h.object(&ids[0]).expect("the frame's object is held");
+            assert!(
+                data.len() == 64 << 10 && data.iter().all(|b| i64::from(*b) == n % 251),
+                "frame {n} read in the store"
+            );
+        }
+        if released {
+            after += 1;
+            held_after += u64::from(m.held.is_some());
+            continue;
+        }
+        // Kept, not released: the first MAX_HELD are held, the next ones cannot be.
+        if kept.len() as u64 >= MAX_HELD {
+            unheld_while_full += u64::from(m.held.is_none());
+        }
+        kept.push(m);
+        if kept.len() as u64 == MAX_HELD + 2 {
+            assert_eq!(kept.iter().filter(|m| m.held.is_some()).count() as u64, MAX_HELD, "{kept:?}");
+            // Released (the objects, then the count): later ones are held again.
+            kept.clear();
+            released = true;
+        }
+    }
+    let log = finish(child, Duration::from_secs(30));
+    assert_eq!(unheld_while_full, 2, "beyond {MAX_HELD} unreleased, messages come unheld");
+    assert!(after > 0 && held_after == after, "held again once released: {held_after} of {after}");
+    // The sink checked every frame (a damaged one fails it) and got them all.
+    let frames = |who: &str| {
+        let line = log.lines().find(|l| l.contains(who)).unwrap_or_else(|| panic!("no {who:?} in:\n{log}"));
+        line.rsplit(", ").next().and_then(|f| f.trim().strip_suffix(" frames")).map(str::to_owned)
+    };
+    assert_eq!(frames("source: sent"), frames("sink: got"), "{log}");
+}

@@ -284,6 +284,29 @@ fn small_loan_travels_by_reference_too() {
 }
 
 #[test]
+fn loan_sent_to_more_receivers_than_loaned_for_announces_the_others() {
+    // A tap that holds the message (`hprm_node::tap`) is one receiver more
+    // than the loan was made for: the object still travels as it is, and
+    // once every receiver released it nothing is left pinned.
+    let store = StoreDaemon::start("16M");
+    let admin = store.client();
+    let (encoder, decoder) = codec(&store);
+    let mut loan = encoder.loan(Dtype::U8, &[MIB], 1).unwrap();
+    loan.as_mut_slice::<u8>().unwrap().fill(5);
+    let id = loan.id();
+    let sent = loan.finish().unwrap();
+    let bytes = encoder.encode(&sent, 2).unwrap();
+    assert_eq!(admin.list().unwrap().len(), 1, "no copy");
+    for _ in 0..2 {
+        let got: Buffer = decoder.decode(&bytes).unwrap();
+        assert_eq!(got.object_id(), Some(id));
+        assert!(got.bytes().iter().all(|b| *b == 5));
+    }
+    drop(sent);
+    assert_clean(&admin);
+}
+
+#[test]
 fn unfinished_loan_is_aborted() {
     let store = StoreDaemon::start("64M");
     let admin = store.client();

@@ -133,37 +133,17 @@ impl Reader {
                     };
                     RtiView { figures, names }
                 });
-                let other_stores = r
-                    .other_hosts
-                    .iter()
-                    .map(|h| Store {
-                        host: h.host.clone(),
-                        report: h.store.clone().unwrap_or_else(|| StoreReport {
-                            pid: 0,
-                            socket: Default::default(),
-                            stats: None,
-                            error: Some(match h.reported_ns {
-                                Some(_) => format!("host {} stopped reporting", h.host),
-                                None => format!("no report from host {} (yet)", h.host),
-                            }),
-                        }),
-                    })
-                    .collect();
+                let other_stores =
+                    r.other_hosts.iter().map(|h| Store { host: h.host.clone(), report: h.store_report() }).collect();
                 let host_of = |name: &str| {
                     manifest
                         .as_ref()
                         .and_then(|m| m.federates.iter().find(|f| f.name == name)?.host.clone())
                         .unwrap_or_else(|| here.clone())
                 };
-                let store = r.launch.store.as_ref().map(|s| {
-                    let (stats, error) = match self.store_figures(&s.socket) {
-                        Ok(f) => (Some(f), None),
-                        Err(e) => (None, Some(e)),
-                    };
-                    Store {
-                        host: local.clone(),
-                        report: StoreReport { socket: s.socket.clone(), pid: s.pid, stats, error },
-                    }
+                let store = r.launch.store.as_ref().map(|s| Store {
+                    host: local.clone(),
+                    report: StoreReport::from_result(s, self.store_figures(&s.socket)),
                 });
                 Program {
                     name: r.launch.program,

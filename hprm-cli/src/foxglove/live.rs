@@ -15,9 +15,22 @@
 //! - channels `foxglove/TOPIC[/KEY]`: the value's images and point clouds
 //!   under Foxglove's schemas (`foxglove.RawImage`, `foxglove.PointCloud`,
 //!   protobuf), the views the recorder writes ([`super::views`]), each
-//!   advertised when the first value showing it arrives. Only buffers sent
-//!   in-band (up to 64 KiB) are shown: a buffer in the store is not read,
-//!   since a reference taken by a tap would settle a receiver's delivery.
+//!   advertised when the first value showing it arrives.
+//!
+//! Buffers in the store (64 KiB or more: most camera frames) are read
+//! where they lie: each tap *holds* store objects (`TapClient::
+//! attach_holding`), so the federate creates each value's objects with one
+//! delivery more, for it; the reader takes them, converts them and
+//! releases them, which settles that delivery, like any receiver's. A tap
+//! holds at most `hprm_node::tap::MAX_HELD` values at a time: a reader
+//! that falls behind gets the next values unheld, and their images and
+//! clouds are not shown (counted, warned about, and summed up at the end)
+//! rather than pinning store memory without bound; the program is never
+//! slowed. Foxglove's server queues at most [`BACKLOG`] messages per
+//! client, dropping the oldest for a client that reads too slowly. When
+//! the reader ends (the program ended, or Ctrl-C), its tap takes and
+//! releases whatever held values were still on their way
+//! (`TapClient`'s drop), so no delivery is left to the store's TTL.
 //!
 //! Messages are stamped with their tag's time (ns since the epoch). A
 //! value is only encoded while a client subscribes to its channel. The
@@ -57,6 +70,11 @@ pub struct FoxgloveArgs {
     pub runtime_base: Option<PathBuf>,
 }
 
+/// Messages Foxglove's server queues for one client before it drops the
+/// oldest (its default, 1,024 camera frames, is a gigabyte).
+#[cfg_attr(not(feature = "foxglove-live"), allow(dead_code))]
+const BACKLOG: usize = 128;
+
 #[cfg(not(feature = "foxglove-live"))]
 const NOT_BUILT: &str = "this hprm was built without the Foxglove WebSocket server; \
     build it in with `cargo build -p hprm-cli --features foxglove-live` (needs Rust 1.88)";
@@ -85,19 +103,40 @@ mod server {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+
     use anyhow::{bail, Context as _};
     use foxglove::{Context, PartialMetadata, RawChannel, Schema, WebSocketServerHandle};
     use hprm_node::manifest::Manifest;
+    use hprm_node::payload::{Decoder, StoreLink};
     use hprm_node::status::{self, Running};
-    use hprm_node::tap::{Next, TapClient, TapError};
+    use hprm_node::tap::{Next, TapClient, TapError, TapMessage, MAX_HELD};
+    use hprm_store::{ConnectOptions, StoreClient};
 
-    use super::{json, FoxgloveArgs};
-    use crate::foxglove::{views, ENCODING, PREFIX};
+    use super::{json, FoxgloveArgs, BACKLOG};
+    use crate::foxglove::{views_in, Kind, ENCODING, PREFIX};
 
     /// How often a reader looks again for a federate not (yet, or no
     /// longer) running, and how long it waits for a message before checking
     /// that its program still runs.
     const RETRY: Duration = Duration::from_millis(200);
+
+    /// How long a reader waits for a store object a held message
+    /// references (sealed before the message was sent: at once).
+    const TAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// The least time between two warnings of a port's views not shown.
+    const WARN_EVERY: Duration = Duration::from_secs(10);
+
+    /// Set by SIGINT and SIGTERM under `hprm foxglove`: the readers end
+    /// (releasing what their taps hold) and the server stops.
+    static STOP: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_signal(_: libc::c_int) {
+        // Async-signal-safe: one atomic store.
+        STOP.store(true, Ordering::SeqCst);
+    }
 
     pub fn run(args: &FoxgloveArgs) -> anyhow::Result<i32> {
         let base = args.runtime_base.clone().unwrap_or_else(status::runtime_base);
@@ -122,13 +161,18 @@ mod server {
                     names.join(", ")
                 );
             }
-            let tap = TapClient::attach(&program.launch.runtime_dir, federate, local)?;
+            let tap = tap(&program, federate, local)?;
             if !taps.iter().any(|(_, t)| t.port == tap.port) {
                 taps.push((federate.to_string(), tap));
             }
         }
         let ctx = Context::new();
+        // On failure the taps drop here, releasing what they hold.
         let server = listen(&ctx, args.listen, &program.launch.program)?;
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: the handler only stores into an atomic.
+            unsafe { libc::signal(signal, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        }
         eprintln!("streaming {} of program {} (Ctrl-C to stop)", names(&taps), program.launch.program);
         let readers: Vec<_> = taps
             .into_iter()
@@ -140,7 +184,11 @@ mod server {
         for r in readers {
             let _ = r.join();
         }
-        eprintln!("program {} ended", program.launch.program);
+        if STOP.load(Ordering::SeqCst) {
+            eprintln!("stopped");
+        } else {
+            eprintln!("program {} ended", program.launch.program);
+        }
         drop(server);
         Ok(0)
     }
@@ -185,6 +233,7 @@ mod server {
         let server = ctx
             .websocket_server()
             .name(name)
+            .message_backlog_size(BACKLOG)
             .bind(addr.ip().to_string(), addr.port())
             .capabilities([])
             .start_blocking()
@@ -244,6 +293,44 @@ mod server {
         taps.iter().map(|(_, t)| t.port.as_str()).collect::<Vec<_>>().join(", ")
     }
 
+    /// Taps `port` (`local`: without the federate) of `federate` of
+    /// `program`, holding store objects when the program has a store
+    /// (else, or when it cannot be reached, a plain tap: buffers in the
+    /// store are listed, not shown).
+    fn tap(program: &Running, federate: &str, local: &str) -> Result<TapClient, TapError> {
+        let dir = &program.launch.runtime_dir;
+        let Some(store) = &program.launch.store else { return TapClient::attach(dir, federate, local) };
+        // Not pre-faulted: only the objects shown are read.
+        let opts = ConnectOptions { populate: Some(false), ..ConnectOptions::default() };
+        match StoreClient::connect_with(&store.socket, &opts) {
+            Ok(client) => {
+                let decoder = Decoder::new(StoreLink::from_client(client), TAKE_TIMEOUT);
+                TapClient::attach_holding(dir, federate, local, decoder)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "foxglove: cannot reach the program's store at {} ({e}): {federate}.{local}'s buffers in the store are not shown",
+                    store.socket.display()
+                );
+                TapClient::attach(dir, federate, local)
+            }
+        }
+    }
+
+    /// What a reader did, for its warnings and its last line.
+    #[derive(Default)]
+    struct Counts {
+        values: u64,
+        /// Images and clouds sent to a subscribed client.
+        shown: u64,
+        /// Images and clouds a client subscribed to but did not get: their
+        /// values reached this reader unheld (it held `MAX_HELD` already).
+        not_shown: u64,
+        /// Values the tap lost (its socket full: the reader fell behind).
+        lost: u64,
+        warned: Option<(Instant, u64)>,
+    }
+
     /// One tapped port and its channels.
     struct Reader {
         ctx: Arc<Context>,
@@ -260,6 +347,9 @@ mod server {
         start: Option<i64>,
         value: Option<Arc<RawChannel>>,
         views: HashMap<Option<String>, Arc<RawChannel>>,
+        counts: Counts,
+        /// Values lost by the taps of earlier lives of the federate.
+        lost_before: u64,
     }
 
     impl Reader {
@@ -281,6 +371,8 @@ mod server {
                 start: None,
                 value: None,
                 views: HashMap::new(),
+                counts: Counts::default(),
+                lost_before: 0,
             }
         }
 
@@ -292,9 +384,12 @@ mod server {
         /// once the program has ended or the federate refused the port.
         fn attach(&mut self) -> bool {
             loop {
+                if STOP.load(Ordering::SeqCst) {
+                    return false;
+                }
                 let Some(program) = self.program() else { return false };
                 let local = self.port.strip_prefix(&format!("{}.", self.federate)).unwrap_or(&self.port).to_string();
-                match TapClient::attach(&program.launch.runtime_dir, &self.federate, &local) {
+                match tap(&program, &self.federate, &local) {
                     Ok(tap) => {
                         self.port = tap.port.clone();
                         self.tap = Some(tap);
@@ -316,9 +411,15 @@ mod server {
                     if self.value.is_none() {
                         self.value = self.channel(self.port.clone(), None, "json");
                     }
-                    loop {
+                    let mut lost = 0;
+                    while !STOP.load(Ordering::SeqCst) {
                         match tap.next(Some(RETRY)) {
-                            Ok(Next::Message(m)) => self.send(m.elapsed_ns, &m.payload),
+                            // Dropped after it is sent: a held value's
+                            // objects are released then.
+                            Ok(Next::Message(m)) => {
+                                lost = m.dropped;
+                                self.send(&m);
+                            }
                             Ok(Next::Timeout) if status::alive(self.launcher) => {}
                             Ok(Next::Timeout | Next::Closed) => break,
                             Err(e) => {
@@ -326,7 +427,11 @@ mod server {
                                 break;
                             }
                         }
+                        self.counts.lost = self.lost_before + lost;
                     }
+                    self.lost_before += lost;
+                    // Dropped now: it releases what was still on its way.
+                    drop(tap);
                 }
                 // The federate restarted (or the program ended): read its
                 // next life, if any.
@@ -337,6 +442,11 @@ mod server {
             for c in self.value.iter().chain(self.views.values()) {
                 c.close();
             }
+            let c = &self.counts;
+            eprintln!(
+                "hprm foxglove: {}: {} values, {} images and clouds shown, {} not shown (the viewer fell behind), {} values lost by the tap",
+                self.port, c.values, c.shown, c.not_shown, c.lost
+            );
         }
 
         /// The federation's start, from the federate's status file (written
@@ -358,34 +468,65 @@ mod server {
             b.build_raw().map_err(|e| tracing::warn!("foxglove: a channel of {}: {e}", self.port)).ok()
         }
 
-        fn send(&mut self, elapsed_ns: i64, payload: &[u8]) {
+        /// The channel of the view `key` of this port (advertised now if
+        /// it is new).
+        fn view_channel(&mut self, key: &Option<String>, kind: Kind) -> Option<Arc<RawChannel>> {
+            if !self.views.contains_key(key) {
+                let topic = match key {
+                    Some(k) => format!("{PREFIX}{}/{k}", self.port),
+                    None => format!("{PREFIX}{}", self.port),
+                };
+                let (name, data) = kind.schema();
+                let c = self.channel(topic, Some(Schema::new(name, ENCODING, data)), ENCODING)?;
+                self.views.insert(key.clone(), c);
+            }
+            self.views.get(key).cloned()
+        }
+
+        fn send(&mut self, m: &TapMessage) {
             // Before the federate's first status (the moment it starts), a
             // value has no time: it is not streamed.
             let Some(start) = self.start() else { return };
-            let time = start.saturating_add(elapsed_ns);
+            self.counts.values += 1;
+            let time = start.saturating_add(m.elapsed_ns);
             let meta = || PartialMetadata::with_log_time(u64::try_from(time).unwrap_or(0));
+            // A held spilled message's value is read from its object.
+            let message = m.held.as_ref().map_or(&m.payload[..], |h| h.message(&m.payload));
             if let Some(c) = self.value.as_ref().filter(|c| c.has_sinks()) {
-                c.log_with_meta(json(payload).to_string().as_bytes(), meta());
+                c.log_with_meta(json(message).to_string().as_bytes(), meta());
             }
             // Views are made while a client watches one, or until the
             // port's views are known (a value's first views advertise them).
-            if self.views.is_empty() || self.views.values().any(|c| c.has_sinks()) {
-                for v in views(payload, time) {
-                    if !self.views.contains_key(&v.key) {
-                        let topic = match &v.key {
-                            Some(k) => format!("{PREFIX}{}/{k}", self.port),
-                            None => format!("{PREFIX}{}", self.port),
-                        };
-                        let (name, data) = v.kind.schema();
-                        let Some(c) = self.channel(topic, Some(Schema::new(name, ENCODING, data)), ENCODING) else {
-                            continue;
-                        };
-                        self.views.insert(v.key.clone(), c);
-                    }
-                    if let Some(c) = self.views.get(&v.key).filter(|c| c.has_sinks()) {
-                        c.log_with_meta(&v.message, meta());
-                    }
+            if !(self.views.is_empty() || self.views.values().any(|c| c.has_sinks())) {
+                return;
+            }
+            let (views, not_held) = views_in(message, time, |id| m.held.as_ref().and_then(|h| h.object(id)));
+            for v in views {
+                if let Some(c) = self.view_channel(&v.key, v.kind).filter(|c| c.has_sinks()) {
+                    c.log_with_meta(&v.message, meta());
+                    self.counts.shown += 1;
                 }
+            }
+            for (key, kind) in not_held {
+                if self.view_channel(&key, kind).is_some_and(|c| c.has_sinks()) {
+                    self.counts.not_shown += 1;
+                }
+            }
+            self.warn_if_behind();
+        }
+
+        /// Says, at most every [`WARN_EVERY`], that views were not shown
+        /// since the last warning.
+        fn warn_if_behind(&mut self) {
+            let c = &mut self.counts;
+            let (last, before) = c.warned.unwrap_or((Instant::now() - WARN_EVERY, 0));
+            if c.not_shown > before && last.elapsed() >= WARN_EVERY {
+                tracing::warn!(
+                    "foxglove: {}: {} images and clouds not shown so far: this viewer fell behind (it holds at most {MAX_HELD} values of a port in the store, and skips the others)",
+                    self.port,
+                    c.not_shown
+                );
+                c.warned = Some((Instant::now(), c.not_shown));
             }
         }
     }

@@ -108,24 +108,28 @@ impl Stored {
         Stored { object, prepaid: Mutex::new(prepaid) }
     }
 
-    /// Takes the prepaid deliveries if they are exactly `deliveries`.
-    pub(crate) fn take_prepaid(&self, deliveries: u32) -> bool {
+    /// Takes the prepaid deliveries for a message to `deliveries`
+    /// receivers: `Some(more)`, the receivers still to announce beyond
+    /// those paid (a tap holding the message besides the receivers the
+    /// loan was made for, `crate::tap`); `None` when nothing was prepaid
+    /// (any more), or more than `deliveries` were.
+    pub(crate) fn take_prepaid(&self, deliveries: u32) -> Option<u32> {
         let mut prepaid = self.prepaid.lock();
         match *prepaid {
-            Some(d) if d == deliveries => {
+            Some(d) if d <= deliveries => {
                 *prepaid = None;
-                true
+                Some(deliveries - d)
             }
             Some(d) => {
                 tracing::warn!(
                     id = %self.object.id(),
                     loaned_for = d,
                     sent_to = deliveries,
-                    "a loaned buffer is sent to another number of receivers than it was loaned for; its unused deliveries pin it until the store's delivery TTL"
+                    "a loaned buffer is sent to fewer receivers than it was loaned for; its unused deliveries pin it until the store's delivery TTL"
                 );
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 

@@ -209,6 +209,17 @@ impl Decoder {
         Ok(Some(object))
     }
 
+    /// Takes and releases every store object `payload` references (the
+    /// spilled message and the buffers in it): settles one delivery of
+    /// each, for a message this side will not read (a recording or a tap's
+    /// copy given up), so that nothing stays pinned until the store's
+    /// delivery TTL.
+    pub fn settle(&self, payload: &[u8]) -> Result<(), PayloadError> {
+        let spilled = self.take_spilled(payload)?;
+        let message = spilled.as_ref().map_or(payload, |o| o.data());
+        self.take_message(message).map(drop)
+    }
+
     /// Validates an in-band message (one well-formed value, well-formed
     /// buffer descriptors, no spilled-message reference inside) and returns
     /// the distinct store objects it references, in order of appearance,

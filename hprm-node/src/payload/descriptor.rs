@@ -95,27 +95,40 @@ impl BufferDescriptor {
     }
 }
 
-/// A C-contiguous buffer whose bytes are inline in its descriptor,
-/// borrowed from the message that holds it (a recorder reads arrays out of
-/// a recorded message without copying them).
+/// A C-contiguous buffer read where it lies, borrowed: from the message
+/// that holds it (inline), or from a store object the reader holds (a
+/// recorder or a live viewer reads arrays out of a message without
+/// copying them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InlineBuffer<'a> {
+pub struct BufferRef<'a> {
     pub dtype: Dtype,
     pub shape: Vec<usize>,
-    pub bytes: &'a [u8],
+    /// `None`: in a store object the reader does not hold.
+    pub bytes: Option<&'a [u8]>,
 }
 
-impl<'a> InlineBuffer<'a> {
+impl<'a> BufferRef<'a> {
     /// Parses and validates ext 1 data bytes as [`BufferDescriptor::decode`]
     /// does, and refuses a strided layout other than C order (as a
-    /// [`super::Buffer`] does); `None` when the bytes are in the store.
-    pub fn parse(data: &'a [u8]) -> Result<Option<InlineBuffer<'a>>, PayloadError> {
+    /// [`super::Buffer`] does). The bytes of a buffer in the store are
+    /// `store`'s data of its object, when the reader holds it.
+    pub fn parse(data: &'a [u8], store: impl Fn(&ObjectId) -> Option<&'a [u8]>) -> Result<BufferRef<'a>, PayloadError> {
         let d = DescriptorRef::parse(data)?;
         d.require_contiguous()?;
-        Ok(match d.location {
-            LocationRef::Inline(bytes) => Some(InlineBuffer { dtype: d.dtype, shape: d.shape, bytes }),
-            LocationRef::Store(..) => None,
-        })
+        let bytes = match d.location {
+            LocationRef::Inline(bytes) => Some(bytes),
+            LocationRef::Store(id, _) => match store(&id) {
+                Some(bytes) if bytes.len() as u64 != d.nbytes => {
+                    return Err(PayloadError::malformed(format!(
+                        "store object {id} holds {} bytes, its descriptor says {}",
+                        bytes.len(),
+                        d.nbytes
+                    )))
+                }
+                found => found,
+            },
+        };
+        Ok(BufferRef { dtype: d.dtype, shape: d.shape, bytes })
     }
 }
 
@@ -467,10 +480,11 @@ mod tests {
             0xc4, 0x03, 1, 2, 3,          // inline bin
         ]);
         assert_eq!(BufferDescriptor::decode(&bytes).unwrap(), d);
-        let borrowed = InlineBuffer::parse(&bytes).unwrap().expect("inline");
+        let borrowed = BufferRef::parse(&bytes, |_| unreachable!("inline")).unwrap();
         assert_eq!((borrowed.dtype, borrowed.shape), (Dtype::U8, vec![3]));
-        assert_eq!(borrowed.bytes, [1, 2, 3]);
-        assert!(std::ptr::eq(borrowed.bytes, &bytes[bytes.len() - 3..]), "borrowed, not copied");
+        let inline = borrowed.bytes.expect("inline");
+        assert_eq!(inline, [1, 2, 3]);
+        assert!(std::ptr::eq(inline, &bytes[bytes.len() - 3..]), "borrowed, not copied");
     }
 
     #[test]
@@ -490,7 +504,11 @@ mod tests {
         expected.extend_from_slice(&[0xab; 20]);
         assert_eq!(bytes, expected);
         assert_eq!(BufferDescriptor::decode(&bytes).unwrap(), d);
-        assert_eq!(InlineBuffer::parse(&bytes).unwrap(), None, "in the store, not inline");
+        assert_eq!(BufferRef::parse(&bytes, |_| None).unwrap().bytes, None, "in the store, not held");
+        // Held: the object's data, which must be the buffer's size.
+        let data = vec![7u8; 480 * 640 * 3 * 4];
+        assert_eq!(BufferRef::parse(&bytes, |id| (*id == ID).then_some(&data[..])).unwrap().bytes, Some(&data[..]));
+        assert!(BufferRef::parse(&bytes, |_| Some(&data[1..])).is_err(), "a short object is refused");
     }
 
     #[test]

@@ -166,8 +166,9 @@ impl Encoder {
     /// The object is created with `deliveries + 1` deliveries: one for each
     /// receiver of the first message that carries it, paid in advance, and
     /// one for the producer's own reference (see [`Loan::finish`]). Encode
-    /// it for the same number of receivers: for another number it is
-    /// copied, and the prepaid deliveries pin the loaned object until the
+    /// it for at least as many receivers: more are announced to the store
+    /// at the seal (a tap holding the message, `crate::tap`); for fewer,
+    /// the prepaid deliveries left over pin the loaned object until the
     /// store's delivery TTL runs out. Even a loan under the threshold
     /// travels by reference the first time, for the same reason.
     pub fn loan(&self, dtype: Dtype, shape: &[usize], deliveries: u32) -> Result<Loan, PayloadError> {
@@ -206,10 +207,12 @@ struct Context {
     /// alive, so their keys cannot be reused by another allocation), with
     /// where their objects lie.
     placed: Vec<(Data, ObjectId, At)>,
-    /// Loaned objects whose prepaid deliveries this encode used.
-    prepaid_taken: Vec<Arc<Stored>>,
-    /// Objects received earlier and sent on by reference.
-    redelivered: Vec<SentOn>,
+    /// Loaned objects whose prepaid deliveries this encode used, with
+    /// how many were prepaid.
+    prepaid_taken: Vec<(Arc<Stored>, u32)>,
+    /// Objects sent on by reference (received earlier, or loaned for fewer
+    /// receivers than this message has), with the receivers to announce.
+    redelivered: Vec<(SentOn, u32)>,
     /// The typed error behind a serde error, reported instead of serde's
     /// text.
     error: Option<PayloadError>,
@@ -233,13 +236,18 @@ impl Context {
             if let Data::Stored(stored) = data {
                 let id = stored.object.id();
                 let at = At::of(&stored.object);
-                if stored.take_prepaid(self.deliveries) {
-                    self.prepaid_taken.push(stored.clone());
+                if let Some(more) = stored.take_prepaid(self.deliveries) {
+                    self.prepaid_taken.push((stored.clone(), self.deliveries - more));
+                    if more > 0 {
+                        // The producer holds its own reference until after
+                        // the seal: announcing more receivers is safe.
+                        self.redelivered.push((SentOn::Buffer(stored.clone()), more));
+                    }
                 } else {
                     // Sent on (an echo, a relay): announce its new receivers
                     // to the store instead of copying it (at seal, once the
                     // whole message encoded).
-                    self.redelivered.push(SentOn::Buffer(stored.clone()));
+                    self.redelivered.push((SentOn::Buffer(stored.clone()), self.deliveries));
                 }
                 self.placed.push((data.clone(), id, at));
                 return Ok(LocationRef::Store(id, Some(at)));
@@ -284,8 +292,8 @@ impl Context {
     /// Seals every object of the message. Seal is one-way (it fails only
     /// on a broken connection), and receivers' gets wait until it lands.
     fn seal_all(&mut self) -> Result<(), PayloadError> {
-        for sent in self.redelivered.drain(..) {
-            sent.object().redeliver(self.deliveries).map_err(|e| PayloadError::from_store("redeliver", 0, e))?;
+        for (sent, deliveries) in self.redelivered.drain(..) {
+            sent.object().redeliver(deliveries).map_err(|e| PayloadError::from_store("redeliver", 0, e))?;
         }
         for object in self.unsealed.drain(..) {
             let id = object.id();
@@ -302,8 +310,8 @@ impl Context {
     fn undo(&mut self) {
         self.unsealed.clear();
         self.redelivered.clear();
-        for stored in self.prepaid_taken.drain(..) {
-            stored.restore_prepaid(self.deliveries);
+        for (stored, prepaid) in self.prepaid_taken.drain(..) {
+            stored.restore_prepaid(prepaid);
         }
     }
 }
@@ -542,7 +550,7 @@ impl EncodeSession {
         if !self.seen.iter().any(|(k, ..)| *k == key) {
             self.seen.push((key, id, at));
             if redeliver {
-                self.context.redelivered.push(SentOn::Object(object));
+                self.context.redelivered.push((SentOn::Object(object), self.context.deliveries));
             }
         }
         let location = LocationRef::Store(id, Some(at));

@@ -204,8 +204,8 @@ pub use buffer::Buffer;
 pub(crate) use decoder::taken_bytes;
 pub use decoder::Decoder;
 pub use descriptor::{
-    BufferDescriptor, InlineBuffer, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED,
-    EXT_SPILLED, EXT_TENSOR, MAX_DIMS,
+    BufferDescriptor, BufferRef, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
+    EXT_TENSOR, MAX_DIMS,
 };
 pub use dtype::{Dtype, Element};
 pub use encoder::{EncodeSession, Encoder, Loan};
