@@ -948,8 +948,9 @@ fn foreign_bytes(value: &[u8]) -> Option<&[u8]> {
     match rmpv::decode::read_value_ref(&mut &value[..]).ok()? {
         ValueRef::Binary(b) => Some(b),
         ValueRef::Ext(EXT_BUFFER | EXT_BYTES, data) => {
-            let d = hprm_node::payload::InlineBuffer::parse(data).ok()??;
-            (d.dtype == hprm_node::payload::Dtype::U8 && d.shape.len() == 1).then_some(d.bytes)
+            // Inline only: a recorded message is self-contained by now.
+            let d = hprm_node::payload::BufferRef::parse(data, |_| None).ok()?;
+            (d.dtype == hprm_node::payload::Dtype::U8 && d.shape.len() == 1).then_some(d.bytes).flatten()
         }
         _ => None,
     }
