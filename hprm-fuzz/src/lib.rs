@@ -240,10 +240,13 @@ pub fn manifest(data: &[u8]) {
     }
 }
 
-/// The ROS 2 bridge's config parser, compiled here from the bridge's own
-/// source file: the bridge needs a ROS 2 install to build (r2r), its
-/// config module needs only serde, toml and thiserror. (Its unit tests run
-/// here too, in the root workspace's test command.)
+// The ROS 2 bridge's config parser, compiled here from the bridge's own
+// source file: the bridge needs a ROS 2 install to build (r2r), its
+// config module needs only serde, toml and thiserror. (Its unit tests run
+// here too, in the root workspace's test command.) A plain comment, not a
+// doc comment: rustdoc resolves the links of a module whose docs are both
+// outer and inner in the outer docs' scope (rust-lang/rust#134904), where
+// the file's own links (`Config::load`...) would not resolve.
 #[path = "../../ros2-bridge/src/config.rs"]
 // `Config::load` reads a file: the harness parses text. The bridge's own
 // code is not held to clippy's style lints (its build needs ROS 2, which
@@ -282,9 +285,10 @@ pub fn bridge_config(data: &[u8]) {
     }
 }
 
-/// How `hprm bag` and `hprm replay` read a recording, compiled here from
-/// the command's own source file (`hprm-cli` is a binary; its reading
-/// needs only mcap, zstd, lz4, crc32fast, rmpv, anyhow and hprm-node).
+// How `hprm bag` and `hprm replay` read a recording, compiled here from
+// the command's own source file (`hprm-cli` is a binary; its reading
+// needs only mcap, zstd, lz4, crc32fast, rmpv, anyhow and hprm-node).
+// Not a doc comment, for the reason given at `bridge_config`.
 #[path = "../../hprm-cli/src/recording.rs"]
 // The writer's half (`encode_decision`, `format_tag`) is not a decoder.
 #[allow(dead_code)]
@@ -327,9 +331,10 @@ pub fn mcap(data: &[u8]) {
     assert!(whole.is_ok(), "messages() refused what scan() read");
 }
 
-/// The store link's wire format, compiled here alone from the link's
-/// source file: the link's crate needs Zenoh, its wire format only
-/// `hprm-store`'s object ids. (Its unit tests run here too.)
+// The store link's wire format, compiled here alone from the link's
+// source file: the link's crate needs Zenoh, its wire format only
+// `hprm-store`'s object ids. (Its unit tests run here too.) Not a doc
+// comment, for the reason given at `bridge_config`.
 #[path = "../../hprm-link/src/wire.rs"]
 // The keys and host names are the link's own, not decoders.
 #[allow(dead_code)]

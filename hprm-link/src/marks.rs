@@ -6,7 +6,7 @@
 //! - the DSCP in every packet's IP header (the TOS byte, IPv6's traffic
 //!   class), for switches, routers and Wi-Fi that honour it. Zenoh sets it
 //!   on each socket from the endpoint's configuration
-//!   ([`marked_endpoint`]); a connection a listener accepts inherits it.
+//!   (`marked_endpoint`); a connection a listener accepts inherits it.
 //! - the socket priority, for this host's own qdisc (pfifo_fast's three
 //!   bands, a `prio` qdisc): Linux derives it from the TOS byte when a
 //!   socket sets one, but a connection a listener accepts starts at

@@ -13,9 +13,9 @@
 //! polling threads on a two-CPU machine) the latency followed where the
 //! kernel happened to put them.
 //!
-//! So one connection task at a time is the [`Spinner`]: it polls its own
+//! So one connection task at a time is the `Spinner`: it polls its own
 //! socket and those of the others that want to poll, which wait as
-//! [`Watch`]es (parked tasks, their sockets not in the reactor). When a
+//! `Watch`es (parked tasks, their sockets not in the reactor). When a
 //! watched socket has data, the spinner hands its role to that task and
 //! becomes a watcher itself: the task it woke runs next on the same
 //! worker (tokio's LIFO slot), no thread is woken, and only one daemon
@@ -25,7 +25,7 @@
 //! run at once).
 //!
 //! Connections waiting in the reactor are watched as well
-//! ([`Polling::watch`]): the spinner keeps its worker from the reactor
+//! (`Polling::watch`): the spinner keeps its worker from the reactor
 //! between turns, and the other worker is not always there to take it
 //! (a worker that parks while another holds the reactor sleeps on a
 //! condition variable instead, and stays there). Before they were watched,
@@ -41,10 +41,10 @@
 //! ([`Poller::unless_suspended`]); a spinner parked in an await would
 //! leave the watchers waiting for a look that does not come.
 //!
-//! Invariant: `Set::spinner` is true exactly while one [`Spinner`] holds
-//! the role, or a woken [`Watch`] was handed it and has not yet turned it
+//! Invariant: `Set::spinner` is true exactly while one `Spinner` holds
+//! the role, or a woken `Watch` was handed it and has not yet turned it
 //! into one (or dropped it, which releases it). Whoever releases the role
-//! wakes every watcher that only polls ([`Woken::Retry`]), so none is left
+//! wakes every watcher that only polls (`Woken::Retry`), so none is left
 //! without a spinner; watchers in the reactor stay, the reactor wakes them.
 
 use std::future::Future;

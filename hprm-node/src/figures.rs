@@ -8,8 +8,8 @@
 //! [`ReactionFigures`] in the federate's status file, where `hprm
 //! dashboard` reads them.
 //!
-//! [`Recent`] keeps the last runs of a federate's reactions (which, at
-//! what tag, from when to when), for a live timeline.
+//! `Recent` keeps the last runs of a federate's reactions (which, at what
+//! tag, from when to when: [`RecentRun`]), for a live timeline.
 //!
 //! Latency is from a message's logical send time (the sender's tag, which
 //! in real-time execution a sender reaches at or just after physical time
@@ -155,7 +155,7 @@ pub struct ReactionFigures {
     pub mean_ns: u64,
 }
 
-/// How many runs [`Recent`] keeps: at least the runs of two status
+/// How many runs `Recent` keeps: at least the runs of two status
 /// periods of a federate running 2,000 reactions a second.
 pub const RECENT_RUNS: usize = 4096;
 

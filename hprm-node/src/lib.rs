@@ -76,8 +76,8 @@ mod ids;
 mod inbox;
 pub mod launch;
 mod level;
-/// How HPRM processes log: [`log::ansi`] decides whether a log may use colour.
 pub mod loss;
+/// How HPRM processes log: [`log::ansi`] decides whether a log may use colour.
 pub mod log {
     pub use hprm_sd_notify::{ansi, ansi_for};
 }

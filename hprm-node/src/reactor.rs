@@ -3,7 +3,7 @@
 //! [`ReactorBuilder`] (from [`Program::reactor`]) declares what a reactor
 //! has and returns typed, `Copy` handles ([`Input`], [`Output`], [`Timer`],
 //! [`LogicalAction`], [`PhysicalAction`]) that reaction bodies use with
-//! [`Ctx`](crate::Ctx). A reaction declares its triggers (what makes it
+//! [`Ctx`]. A reaction declares its triggers (what makes it
 //! run), sources (inputs it reads without being triggered) and effects
 //! (outputs it sets, actions it schedules); the runtime orders reactions
 //! at one tag by these declarations, so an undeclared effect is an error.

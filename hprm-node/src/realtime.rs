@@ -23,7 +23,7 @@
 //! the host and in the network favour its messages over bulk traffic. The
 //! marks are the process's: [`Realtime::apply`] checks them on a throwaway
 //! socket and installs them, and every TCP connection the federate makes
-//! or accepts afterwards gets them ([`connection_marks`]). A process runs
+//! or accepts afterwards gets them (`connection_marks`). A process runs
 //! one federate (launcher, systemd); one that runs several in turn (tests)
 //! marks with the last one's.
 //!

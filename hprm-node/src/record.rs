@@ -3,7 +3,7 @@
 //!
 //! A launcher that records listens on a Unix `SOCK_SEQPACKET` socket and
 //! names it to every federate in [`RECORD_ENV`], with the backlog policy
-//! in [`POLICY_ENV`]. Each federate connects once at start ([`Feed::connect`])
+//! in [`POLICY_ENV`]. Each federate connects once at start (`Feed::connect`)
 //! and sends, one datagram each:
 //! - a [`Hello`] (JSON): its name, its start tag, its store's socket and the
 //!   outputs it sends to other federates (a message names its port by its

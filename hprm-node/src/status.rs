@@ -5,7 +5,7 @@
 //! `hprm-<pid>-<time>/`). Each federate started with `HPRM_RUNTIME_DIR`
 //! rewrites `status-<federate>.json` ([`FederateStatus`]) about once a
 //! second from a thread of its own: the scheduler only bumps counters in a
-//! [`Board`] (relaxed atomics, no I/O, no lock). Files are replaced by
+//! `Board` (relaxed atomics, no I/O, no lock). Files are replaced by
 //! rename, so a reader never sees half of one. [`scan`] finds the programs
 //! whose launcher is still alive.
 //!

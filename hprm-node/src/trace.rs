@@ -10,7 +10,7 @@
 //! Invariants: recording never does I/O and never allocates beyond the
 //! buffer reserved up front (until that fills; then it grows like any
 //! `Vec`); with tracing off, a recording point costs one load and branch
-//! ([`tracer`]). One process traces one federate: the recorder is global
+//! (`tracer`). One process traces one federate: the recorder is global
 //! because the payload codec, which has no federate handle, records too.
 //!
 //! Timestamps are the system clock (ns since the Unix epoch), the clock

@@ -8,7 +8,7 @@
 //! allocator's bookkeeping lives in the daemon's heap, never in the arena, so a
 //! client scribbling over shared memory cannot corrupt it.
 //!
-//! Invariants (checked by [`Allocator::check`] in tests):
+//! Invariants (checked by `Allocator::check` in tests):
 //! - every block offset and length is a multiple of [`ALIGN`];
 //! - free blocks never overlap, never touch (touching ones are merged), and
 //!   `by_size` and `by_offset` describe the same set;

@@ -7,7 +7,7 @@
 //! is sent per event, and a program that runs without a dashboard pays
 //! nothing for one.
 //!
-//! - [`snapshot`]: what is read, once per request: programs, federates,
+//! - [`mod@snapshot`]: what is read, once per request: programs, federates,
 //!   their graph, each store's figures.
 //! - [`metrics`]: a snapshot in the Prometheus text format (`GET /metrics`).
 //! - `page.html`: the page (`GET /`), embedded; it follows `GET /events`
