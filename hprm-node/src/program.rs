@@ -151,7 +151,7 @@ pub struct Program {
     /// Physical actions whose values are messages of another system in
     /// its own encoding, recorded a second time as such
     /// ([`crate::ReactorBuilder::record_foreign`]).
-    pub(crate) foreign: HashMap<TriggerId, crate::record::Foreign>,
+    pub(crate) foreign: HashMap<TriggerId, crate::manifest::record::Foreign>,
     /// Problems found while building, reported all at once by [`Program::validate`].
     pub(crate) problems: Vec<String>,
 }

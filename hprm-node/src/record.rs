@@ -128,24 +128,10 @@ pub struct Hello {
     pub foreign: BTreeMap<String, Foreign>,
 }
 
-/// How a physical action's values, each one message of another system in
-/// that system's encoding (a bytes value or a one-dimensional `uint8`
-/// array), are recorded a second time: an MCAP channel of their own, the
-/// bytes as they are (see `ReactorBuilder::record_foreign`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Foreign {
-    /// The channel's topic (a ROS 2 topic's full name, `/camera/image`).
-    pub topic: String,
-    /// The schema's name (`sensor_msgs/msg/Image`).
-    pub schema_name: String,
-    /// The schema's encoding (`ros2msg`).
-    pub schema_encoding: String,
-    /// The schema's data, a text (the message definition, dependencies
-    /// included, as rosbag2 writes it).
-    pub schema: String,
-    /// The messages' encoding (`cdr`).
-    pub message_encoding: String,
-}
+/// How a physical action's values in another system's encoding are
+/// recorded a second time (declared by the program, hence kept with the
+/// program's data: `manifest::record`).
+pub use crate::manifest::record::Foreign;
 
 /// The recorder's answer to a [`Hello`].
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -16,6 +16,11 @@
 //! The values are those of the flags, parsed by the same functions
 //! ([`parse_policy`], [`Rotate`]); [`RecordSpec::problems`] says what is
 //! wrong with each, for `hprm check`.
+//!
+//! Also here, as part of a program's data though not of its manifest:
+//! [`Foreign`], how a physical action whose values are another system's
+//! messages has them recorded a second time in that system's encoding
+//! (declared in code, `ReactorBuilder::record_foreign`).
 
 use std::time::Duration;
 
@@ -160,6 +165,25 @@ impl std::str::FromStr for Rotate {
         }
         Ok(r)
     }
+}
+
+/// How a physical action's values, each one message of another system in
+/// that system's encoding (a bytes value or a one-dimensional `uint8`
+/// array), are recorded a second time: an MCAP channel of their own, the
+/// bytes as they are (see `ReactorBuilder::record_foreign`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Foreign {
+    /// The channel's topic (a ROS 2 topic's full name, `/camera/image`).
+    pub topic: String,
+    /// The schema's name (`sensor_msgs/msg/Image`).
+    pub schema_name: String,
+    /// The schema's encoding (`ros2msg`).
+    pub schema_encoding: String,
+    /// The schema's data, a text (the message definition, dependencies
+    /// included, as rosbag2 writes it).
+    pub schema: String,
+    /// The messages' encoding (`cdr`).
+    pub message_encoding: String,
 }
 
 #[cfg(test)]
