@@ -1354,6 +1354,13 @@ impl Scheduler {
             self.report.tardy += 1;
             self.lose(port, Loss::Tardy);
             let at = self.after();
+            // `stop_tag` only decreases: past it, no tag is left at which
+            // the tardy handler could run (the message came after the
+            // federate's last tag). Counted tardy all the same, and said so.
+            if at > self.stop.stop_tag {
+                tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, "tardy message (STP violation) after the federate's last tag: no tardy handler runs for it");
+                return;
+            }
             tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
             self.push_event(at, port, value, Some(tag));
         }
