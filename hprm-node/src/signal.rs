@@ -27,7 +27,9 @@
 //! a running federate, a running launch) and the dispositions it replaced
 //! are restored when the last guard drops. A Python process therefore
 //! gets its own SIGINT handling (`KeyboardInterrupt`) back once
-//! `run_federate` or a launch returns.
+//! `run_federate` or a launch returns. A launched federate's process is the
+//! exception: it keeps the handler, dropping signals, until it exits (see
+//! [`Listening`]'s drop).
 //!
 //! System calls go through `nix`, as in the rest of the workspace, except
 //! in [`on_signal`] itself: a signal handler must stay minimal and
@@ -125,8 +127,17 @@ impl Drop for Listening {
         // federate finished; with the old disposition back it would kill
         // the process on its way out, and the launcher would report the
         // federate as failed (signal 15).
-        let stopped_by_signal = matches!(self.0, Role::Federate) && l.first.is_some();
-        if l.federate.is_none() && l.launches.is_empty() && !stopped_by_signal {
+        //
+        // A launched federate (its process exists to run this federate: the
+        // launcher set `HPRM_FEDERATE`) keeps it too, however it ended: a
+        // launcher that saw another federate fail sends SIGTERM at any
+        // moment, and one landing between this drop and the process's exit
+        // would replace the federate's own status (a clean 0, or its error
+        // line and exit 1) with "killed by signal 15". Only a process that
+        // goes on after the federate (an interactive Python session, an
+        // application embedding one) needs its old dispositions back.
+        let keep = matches!(self.0, Role::Federate) && (l.first.is_some() || launched_federate());
+        if l.federate.is_none() && l.launches.is_empty() && !keep {
             if let Some(replaced) = l.replaced.take() {
                 for (sig, old) in SIGNALS.iter().zip(replaced.iter()) {
                     // SAFETY: restores a disposition sigaction(2) reported.
@@ -135,6 +146,13 @@ impl Drop for Listening {
             }
         }
     }
+}
+
+/// Whether this process was started by a launcher to run one federate
+/// (the launcher names the federate in `HPRM_FEDERATE`; `launch` reads it
+/// back as the federate's options).
+fn launched_federate() -> bool {
+    std::env::var_os("HPRM_FEDERATE").is_some()
 }
 
 /// A federate: SIGINT and SIGTERM stop it through `inbox` while the guard lives.

@@ -161,6 +161,21 @@ def test_signals_stop_a_torch_and_onnxruntime_program_cleanly(daemons_built, how
     check_clean(finish(p, seen), p, runtime, libs)
 
 
+def test_a_launched_federate_keeps_sigterm_handled_until_its_process_exits(daemons_built):
+    # Only `left` hears a signal; `source` and `right` stop at the common tag
+    # it asks for. Each federate's process must still catch (and drop) the
+    # SIGTERM a launcher sends once it has stopped: the launcher stops the
+    # others when one fails, at any moment, and the default disposition
+    # would turn a clean exit (or a failed federate's own error) into
+    # "killed by signal 15".
+    p, seen, runtime = start(["numpy"], extra=["--report-sigterm"])
+    send("one-federate-SIGTERM", p)
+    out = finish(p, seen)
+    check_clean(out, p, runtime, ["numpy"])
+    for f in FEDERATES:
+        assert f"{f} exits with SIGTERM caught" in out, out
+
+
 @pytest.mark.parametrize("how", ["launcher-SIGTERM", "one-federate-SIGTERM"])
 def test_libraries_imported_after_hprm_do_not_matter(daemons_built, how):
     p, seen, runtime = start(["numpy"], extra=["--after"])

@@ -4,9 +4,12 @@ startup and at shutdown. It imports the libraries named on its command
 line before hprm (numpy, torch, onnxruntime): those start threads of their
 own when imported, which a signal may be delivered to.
 
-Usage: python stoppable.py [LIB[,LIB...]] [--after] [--slow-shutdown]
+Usage: python stoppable.py [LIB[,LIB...]] [--after] [--slow-shutdown] [--report-sigterm]
   --after: import the libraries after hprm
   --slow-shutdown: the source's shutdown reaction takes a minute
+  --report-sigterm: each federate prints, as its process exits, what
+    SIGTERM would do to it then ("NAME exits with SIGTERM default" when it
+    would kill the process)
 """
 
 import importlib
@@ -87,5 +90,25 @@ for name in ("left", "right"):
     r = prog.federate(name, Receiver, name)
     prog.connect(src.out, r.inp)
 
+
+
+def report_sigterm():
+    """Prints this process's SIGTERM disposition as the kernel has it
+    (Python's `signal.getsignal` knows only its own handlers)."""
+    import os
+
+    with open("/proc/self/status") as f:
+        masks = {k: int(v, 16) for k, v in (l.split(":\t") for l in f) if k in ("SigIgn", "SigCgt")}
+    bit = 1 << (15 - 1)
+    how = "caught" if masks["SigCgt"] & bit else "ignored" if masks["SigIgn"] & bit else "default"
+    print(f"{os.environ['HPRM_FEDERATE']} exits with SIGTERM {how}", flush=True)
+
+
 if __name__ == "__main__":
+    import os
+
+    if "--report-sigterm" in sys.argv and os.environ.get("HPRM_FEDERATE"):
+        import atexit
+
+        atexit.register(report_sigterm)
     prog.launch()
