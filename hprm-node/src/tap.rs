@@ -42,6 +42,7 @@
 
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -50,7 +51,7 @@ use std::time::Duration;
 use hprm_rti::tag::Tag;
 use hprm_store::{Object, ObjectId};
 use nix::errno::Errno;
-use nix::sys::socket::MsgFlags;
+use nix::sys::socket::{recv, MsgFlags};
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::ids::TriggerId;
@@ -89,7 +90,6 @@ pub fn socket_path(runtime_dir: &Path, federate: &str) -> PathBuf {
 /// address goes through `/proc/self/fd/N/NAME`, N a descriptor of the
 /// directory, which the kernel resolves to the same file.
 pub(crate) fn unix_addr(path: &Path) -> std::io::Result<(SockAddr, Option<std::fs::File>)> {
-    use std::os::fd::AsRawFd;
     if path.as_os_str().len() < 100 {
         return Ok((SockAddr::unix(path)?, None));
     }
@@ -122,10 +122,12 @@ impl Subscriber {
     /// unreleased (its counts are read only when that many seem to be).
     fn has_room(&mut self) -> bool {
         if self.held - self.released >= MAX_HELD {
-            let mut buf = [MaybeUninit::<u8>::uninit(); 8];
-            while let Ok(8) = self.socket.recv_with_flags(&mut buf, MsgFlags::MSG_DONTWAIT.bits()) {
-                // SAFETY: recv initialized the 8 bytes.
-                let count = u64::from_le_bytes(buf.map(|b| unsafe { b.assume_init() }));
+            // Each datagram from the tap is one count (8 bytes, little
+            // endian); only a whole one is read. nix's `recv` takes an
+            // initialized buffer, which socket2's does not.
+            let mut buf = [0u8; 8];
+            while let Ok(8) = recv(self.socket.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+                let count = u64::from_le_bytes(buf);
                 // Counts only grow, and never past what was sent.
                 self.released = self.released.max(count.min(self.held));
             }
@@ -311,37 +313,36 @@ fn resolve(federate: &str, wanted: &str, ports: &[(TriggerId, String)]) -> Resul
 
 fn attach(hub: &TapHub, socket: Socket, federate: &str, ports: &[(TriggerId, String)]) {
     let _ = socket.set_read_timeout(Some(HANDSHAKE));
-    let mut buf = [MaybeUninit::<u8>::uninit(); 512];
-    let Ok(n) = socket.recv(&mut buf) else { return };
-    // SAFETY: recv initialized the first n bytes.
-    let wanted: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
-    let answer =
-        match std::str::from_utf8(&wanted).map_err(|_| "the port name is not UTF-8".to_string()).and_then(|w| {
-            let (port, hold) = w.strip_suffix(HOLD).map_or((w, false), |p| (p, true));
-            resolve(federate, port.trim(), ports).map(|r| (r, hold))
-        }) {
-            Ok(((out, path), hold)) => {
-                let holds = hold && hub.decoder.is_some();
-                if socket
-                    .send(serde_json::json!({"ok": true, "port": path, "holds": holds}).to_string().as_bytes())
-                    .is_err()
-                {
-                    return;
-                }
-                // Room for bursts; when even that is full, messages are dropped.
-                let _ = socket.set_send_buffer_size(1 << 20);
-                tracing::info!(port = %path, holds, "tap attached");
-                // Counted under the lock, as `publish` counts departures.
-                let mut subs = hub.subscribers.lock();
-                subs.push(Subscriber { out, socket, dropped: 0, holds, held: 0, released: 0, reserved: false });
-                if holds {
-                    hub.holders.fetch_add(1, Ordering::Relaxed);
-                }
-                hub.active.fetch_add(1, Ordering::Relaxed);
+    let mut buf = [0u8; 512];
+    // Blocking, bounded by the read timeout above.
+    let Ok(n) = recv(socket.as_raw_fd(), &mut buf, MsgFlags::empty()) else { return };
+    let wanted = &buf[..n];
+    let answer = match std::str::from_utf8(wanted).map_err(|_| "the port name is not UTF-8".to_string()).and_then(|w| {
+        let (port, hold) = w.strip_suffix(HOLD).map_or((w, false), |p| (p, true));
+        resolve(federate, port.trim(), ports).map(|r| (r, hold))
+    }) {
+        Ok(((out, path), hold)) => {
+            let holds = hold && hub.decoder.is_some();
+            if socket
+                .send(serde_json::json!({"ok": true, "port": path, "holds": holds}).to_string().as_bytes())
+                .is_err()
+            {
                 return;
             }
-            Err(e) => serde_json::json!({"ok": false, "error": e}).to_string(),
-        };
+            // Room for bursts; when even that is full, messages are dropped.
+            let _ = socket.set_send_buffer_size(1 << 20);
+            tracing::info!(port = %path, holds, "tap attached");
+            // Counted under the lock, as `publish` counts departures.
+            let mut subs = hub.subscribers.lock();
+            subs.push(Subscriber { out, socket, dropped: 0, holds, held: 0, released: 0, reserved: false });
+            if holds {
+                hub.holders.fetch_add(1, Ordering::Relaxed);
+            }
+            hub.active.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Err(e) => serde_json::json!({"ok": false, "error": e}).to_string(),
+    };
     let _ = socket.send(answer.as_bytes());
 }
 
