@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything the ROS 2 bridge's tests need, then the tests: a ROS 2 from
 # PyPI in a venv (setup-ros2.sh), the hprm SDK installed into that same venv
-# (rclpy and hprm in one Python), the bridge built (build.sh), its Rust unit
-# tests and its pytest suite (real rclpy nodes, a real HPRM program).
-# Ends with one line: "ros2-bridge: N passed, M failed, K skipped".
+# (rclpy and hprm in one Python), the bridge built (build.sh), clippy on it
+# (-D warnings), its Rust unit tests and its pytest suite (real rclpy nodes,
+# a real HPRM program). Ends with one line: "ros2-bridge: N passed, M
+# failed, K skipped" (plus "; clippy found problems" when it did).
 #
 #   ros2-bridge/test.sh [VENV]          (default: .venv-ros2 at the repository root)
 set -euo pipefail
@@ -38,12 +39,20 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
+clippy=ok
+say "clippy -D warnings (the bridge is outside the workspace: the workspace's lint step does not reach it)"
+# As build.sh builds (same environment, profile and package filter, no
+# LD_PRELOAD), so that it reuses that build's generated bindings.
+if ! (unset LD_PRELOAD; cargo clippy --locked --all-targets --profile "${HPRM_BRIDGE_PROFILE:-release}" --manifest-path "$here/Cargo.toml" -- -D warnings); then
+  rc=1
+  clippy=failed
+fi
 say "Rust unit tests (config, value tree, conversions)"
 cargo test --locked --profile "${HPRM_BRIDGE_PROFILE:-release}" --manifest-path "$here/Cargo.toml" 2>&1 | tee -a "$log" || rc=1
 say "pytest: rclpy nodes <-> hprm-ros2-bridge <-> HPRM Python federates"
 HPRM_ROS2_BRIDGE="$bridge" "$venv/bin/python" -m pytest -q "$here/tests" 2>&1 | tee -a "$log" || rc=1
 # One "test result" line per cargo test binary, one pytest summary line.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+awk -v clippy="$clippy" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      / in [0-9.]+s/ && /(passed|failed|skipped|error)/ && !/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i; if ($(i+1) ~ /^errors?/) f += $i } }
-     END { printf "ros2-bridge: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+     END { printf "ros2-bridge: %d passed, %d failed, %d skipped%s\n", p, f, s, clippy == "ok" ? "" : "; clippy found problems (above)" }' "$log"
 exit $rc

@@ -406,11 +406,13 @@ fn location(text: &str, span: Option<std::ops::Range<usize>>) -> String {
 /// A ROS 2 topic/service/node name: letters, digits, `_` and (for
 /// topics) `/` and `~`, not starting with a digit.
 fn check_ros_name(what: &str, name: &str, path: bool) -> Result<(), String> {
+    // A topic may be `/` alone, but no longer one ends with `/`.
+    let trailing_slash = path && name.len() > 1 && name.ends_with('/');
     let ok = !name.is_empty()
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || (path && (c == '/' || c == '~')))
         && !name.trim_start_matches('/').starts_with(|c: char| c.is_ascii_digit())
         && !name.contains("//")
-        && !(path && name.len() > 1 && name.ends_with('/'));
+        && !trailing_slash;
     if ok {
         Ok(())
     } else {

@@ -113,10 +113,9 @@ pub fn cloud_layout(c: &r2r::sensor_msgs::msg::PointCloud2, nbytes: usize) -> (D
     let (h, w, ps, rs, n) = (c.height as usize, c.width as usize, c.point_step as usize, c.row_step as usize, nbytes);
     let order = if c.is_bigendian { '>' } else { '<' };
     let common = c.fields.first().and_then(|f| point_field(f.datatype)).filter(|&(kind, size)| {
-        c.fields
-            .iter()
-            .all(|f| point_field(f.datatype) == Some((kind, size)) && f.offset as usize % size == 0 && f.count <= 1)
-            && ps % size == 0
+        c.fields.iter().all(|f| {
+            point_field(f.datatype) == Some((kind, size)) && (f.offset as usize).is_multiple_of(size) && f.count <= 1
+        }) && ps.is_multiple_of(size)
             && ps > 0
     });
     if let Some((kind, size)) = common {
