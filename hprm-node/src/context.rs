@@ -15,6 +15,7 @@ use hprm_rti::tag::{Instant, Tag};
 use crate::clock;
 use crate::ids::{duration_ns, Input, LogicalAction, Multiport, Output, PhysicalAction, ReactionId, TriggerId, Value};
 use crate::inbox::{Inbox, Incoming};
+use crate::loss::Loss;
 use crate::payload::{Dtype, Encoder, Loan, PayloadError};
 
 /// A reaction body (also deadline and tardy handlers): the reactor's state
@@ -24,8 +25,14 @@ pub(crate) type Body = Box<dyn FnMut(&mut (dyn Any + Send), &mut Ctx<'_>) + Send
 /// An effect recorded by a reaction.
 pub(crate) enum Effect {
     Set(TriggerId, Value),
-    Schedule { action: TriggerId, delay: Duration, value: Value },
+    Schedule {
+        action: TriggerId,
+        delay: Duration,
+        value: Value,
+    },
     RequestStop,
+    /// A message meant for the port counted lost or late (`crate::loss`).
+    Lost(TriggerId, Loss),
 }
 
 /// What every reaction of a tag shares (read-only while a level runs).
@@ -168,6 +175,18 @@ impl<'a> Ctx<'a> {
     /// [`Ctx::loan`] of `len` bytes (dtype `|u1`, one dimension).
     pub fn loan_bytes<T>(&mut self, output: Output<T>, len: usize) -> Result<Loan, PayloadError> {
         self.loan(output, Dtype::U8, &[len])
+    }
+
+    /// Counts one message of `output` lost (or late), as the runtime counts
+    /// its own losses: under the port's path, in the federate's exit
+    /// summary, its [`RunReport`](crate::RunReport) and its status (`hprm
+    /// ps`). For a reaction that drops what it was given to send on
+    /// `output` (a bridge that cannot decode a foreign message: `Loss::Undecodable`),
+    /// so that the program does not say it lost nothing.
+    pub fn lost<T>(&mut self, output: Output<T>, loss: Loss) {
+        if self.declared(output.id, "counts a loss of output") {
+            self.out.push(Effect::Lost(output.id, loss));
+        }
     }
 
     /// Asks the program to stop at the next microstep (all federates stop

@@ -1604,6 +1604,7 @@ impl Scheduler {
                 self.push_event(tag, action, value, None);
             }
             Effect::RequestStop => self.request_stop(),
+            Effect::Lost(port, loss) => self.lose(port, loss),
         }
     }
 

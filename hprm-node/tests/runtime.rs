@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use hprm_node::loss::Loss;
 use hprm_node::{run_federate, Ctx, NodeError, Program, RunOptions};
 
 const MS: Duration = Duration::from_millis(1);
@@ -298,4 +299,30 @@ fn an_unknown_federate_names_the_known_ones() {
     r.reaction("x").trigger(s).body(|_, _| {});
     let err = run_federate(p, fast("detector")).expect_err("unknown");
     assert_eq!(err.to_string(), "no federate named \"detector\" in program \"one\"; its federates are: camera");
+}
+
+#[test]
+fn a_reaction_counts_what_it_drops_as_the_runtime_counts_its_losses() {
+    // A bridge's reaction given a foreign message it cannot decode sets
+    // nothing: `Ctx::lost` makes the drop show where the runtime's own
+    // losses do, under the output's path.
+    let mut p = Program::new("dropping");
+    p.timeout(20 * MS);
+    let f = p.federate("f");
+    {
+        let mut r = p.reactor(f, "bridge", 0u32);
+        let t = r.timer("t", Duration::ZERO, 10 * MS);
+        let out = r.output::<u32>("out");
+        r.reaction("convert").trigger(t).effect(out).body(move |n, ctx| {
+            *n += 1;
+            if *n % 2 == 1 {
+                ctx.lost(out, Loss::Undecodable);
+            } else {
+                ctx.set(out, *n);
+            }
+        });
+    }
+    let report = run_federate(p, fast("f")).expect("runs");
+    assert_eq!(report.losses.total(Loss::Undecodable), 2, "{:?}", report.losses);
+    assert_eq!(report.losses.summary(), "2 messages lost, 0 late: f.bridge.out: 2 undecodable");
 }

@@ -16,6 +16,7 @@ use hprm_node::{Program, ProgramError};
 
 use hprm_node::payload::{Encoder, StoreLink, DEFAULT_THRESHOLD};
 
+use hprm_node::loss::Loss;
 use hprm_node::record::Foreign;
 
 use crate::config::{Config, Direction, PortUse};
@@ -167,6 +168,8 @@ pub fn build(
     let mut inlets = std::mem::take(&mut ros.inlets);
     let mut outlets = std::mem::take(&mut ros.outlets);
     let mut cdr = std::mem::take(&mut ros.cdr);
+    // Shared, not taken: the bridge's summary reads them when it stops.
+    let dropped = ros.dropped.clone();
     let program = Program::from_manifest(manifest, name, |prog, fed, spec: &ReactorSpec| {
         let mut r = prog.reactor(fed, spec.name.clone(), ());
         let startup = r.startup();
@@ -178,13 +181,18 @@ pub fn build(
             // the program is recorded (and comes back so in a replay):
             // converted here, the same way live and replayed. A message
             // already converted (not recorded) is any other value.
-            let decode = cdr.remove(port);
-            let name = port.to_string();
+            // A publisher's bytes that do not decode as the topic's type are
+            // dropped, counted by the bridge and as the output's loss.
+            let decode = cdr.remove(port).zip(dropped.get(port).cloned());
             r.reaction(&format!("{port}_emit")).trigger(action).effect(out).body(move |_, ctx| {
                 let v = match (ctx.physical_value(action), &decode) {
-                    (Some(Value::Buffer(bytes)), Some(decode)) => match decode.decode_cdr(bytes.bytes()) {
+                    (Some(Value::Buffer(bytes)), Some((decode, drops))) => match decode.decode_cdr(bytes.bytes()) {
                         Ok(v) => v,
-                        Err(e) => return tracing::warn!(port = %name, "dropped a message: {e}"),
+                        Err(e) => {
+                            drops.drop_one(&e);
+                            ctx.lost(out, Loss::Undecodable);
+                            return;
+                        }
                     },
                     (Some(v), _) => v.clone(),
                     (None, _) => return,

@@ -12,6 +12,7 @@
 //! - `parameters`: the bridge node's declared parameters.
 //! - `ros`: the r2r node and its spinning thread.
 //! - `graph`: the subscriptions on a topic (r2r lists only publishers).
+//! - `dropped`: messages from ROS 2 that could not be decoded, by topic.
 //! - `definition`: message definitions (`.msg` files, dependencies
 //!   included), which a recording's ROS 2 channels carry.
 //! - `federate`: the bridge's reactors, built from the launcher's manifest.
@@ -24,6 +25,7 @@
 mod actions;
 mod config;
 mod definition;
+mod dropped;
 mod federate;
 mod graph;
 mod messages;
@@ -125,8 +127,17 @@ fn run(args: Args) -> anyhow::Result<()> {
         parameters = config.parameters.len(),
         "bridge running"
     );
-    let report = hprm_node::run_federate(program, opts).context("the bridge federate failed")?;
-    tracing::info!(tags = report.tags, "bridge stopped");
+    let result = hprm_node::run_federate(program, opts);
+    // Said however the run ended: what the bridge dropped is no less lost.
+    let dropped = dropped::summary(ros.dropped.values().map(|d| &**d));
+    let any = ros.dropped.values().any(|d| d.count() > 0);
+    match &result {
+        Ok(report) if any => tracing::warn!(tags = report.tags, "bridge stopped; {dropped}"),
+        Ok(report) => tracing::info!(tags = report.tags, "bridge stopped; {dropped}"),
+        Err(_) if any => tracing::warn!("{dropped}"),
+        Err(_) => {}
+    }
+    result.context("the bridge federate failed")?;
     drop(ros);
     Ok(())
 }

@@ -25,6 +25,7 @@ use r2r::QosProfile;
 
 use crate::actions::{self, ActionSupport, ClientPorts, Emit, GoalSender, ServerPorts, ThreadTask};
 use crate::config::{Config, Direction, Durability, Qos, Reliability, Role, TimeSource};
+use crate::dropped::Dropped;
 use crate::graph;
 use crate::messages::{self, ConvertError, LocalTask, MessageSupport, ValuePublisher};
 use crate::parameters::{self, Declared};
@@ -130,6 +131,8 @@ pub struct RosSide {
     /// CDR bytes scheduled on the port's physical action (when recording,
     /// and in a replay of a recording) into the port's value.
     pub cdr: HashMap<String, Arc<dyn MessageSupport>>,
+    /// By port of a ros->hprm topic: the messages it dropped undecoded.
+    pub dropped: HashMap<String, Arc<Dropped>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -244,6 +247,7 @@ impl RosSide {
         let mut inlets = HashMap::new();
         let mut outlets = HashMap::new();
         let mut cdr = HashMap::new();
+        let mut dropped = HashMap::new();
         let mut handlers: Vec<(mpsc::Receiver<Value>, Handler)> = Vec::new();
         let mut handle = |port: &str, outlets: &mut HashMap<String, Outlet>, h: Handler| {
             let (tx, rx) = mpsc::channel();
@@ -256,6 +260,9 @@ impl RosSide {
                 what: format!("r2r refused it: {source}"),
             };
             let qos = qos_profile(&t.qos);
+            if t.direction == Direction::RosToHprm {
+                dropped.insert(t.port.clone(), Arc::new(Dropped::new(&t.topic, support.type_name())));
+            }
             match t.direction {
                 Direction::RosToHprm if raw => {
                     let inlet = Inlet::default();
@@ -280,7 +287,7 @@ impl RosSide {
                 }
                 Direction::RosToHprm => {
                     let inlet = Inlet::default();
-                    let (to, port, time, name) = (inlet.clone(), t.port.clone(), t.time, t.topic.clone());
+                    let (to, port, time, drops) = (inlet.clone(), t.port.clone(), t.time, dropped[&t.port].clone());
                     let sink = Box::new(move |v: Result<Value, ConvertError>| match v {
                         Ok(v) => {
                             let extra = match time {
@@ -289,7 +296,7 @@ impl RosSide {
                             };
                             to.deliver(&port, v, extra);
                         }
-                        Err(e) => tracing::warn!(topic = %name, "dropped a message: {e}"),
+                        Err(e) => drops.drop_one(&e),
                     });
                     let loaner = loaners.remove(&t.port).map(|mut l| {
                         let inlet = inlet.clone();
@@ -549,7 +556,7 @@ impl RosSide {
             .name("ros2-spin".into())
             .spawn(move || spin(node, tasks, handlers, initial, halt))
             .map_err(RosError::Thread)?;
-        Ok(RosSide { inlets, outlets, cdr, stop, thread: Some(thread) })
+        Ok(RosSide { inlets, outlets, cdr, dropped, stop, thread: Some(thread) })
     }
 }
 

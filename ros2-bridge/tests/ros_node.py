@@ -1,6 +1,9 @@
 """A real rclpy node for the bridge tests, in its own process.
 
   ros_node.py pub KIND TOPIC [PERIOD_S] [QOS]      publish make(KIND, k), k = 1, 2, ... forever
+  ros_node.py garble KIND TOPIC [PERIOD_S]         as pub, but every even k sends make(KIND, k)'s CDR bytes cut
+                                                   in half (rclpy publishes bytes as they are): no reader
+                                                   can decode those
   ros_node.py sub KIND TOPIC OUT N [QOS]           record the first N messages (plain) to OUT (pickle), then exit
   ros_node.py roundtrip KIND IN OUT FILE N         publish on IN, record what comes back on OUT
   ros_node.py serve SERVICE                        std_srvs/SetBool: success = data, message "got <data>"
@@ -193,6 +196,22 @@ def main():
             while True:
                 k += 1
                 pub.publish(samples.make(kind, k))
+                rclpy.spin_once(node, timeout_sec=period)
+        elif mode == "garble":
+            from rclpy.serialization import serialize_message
+
+            kind, topic = sys.argv[2], sys.argv[3]
+            period = float(sys.argv[4]) if len(sys.argv) > 4 else 0.1
+            pub = node.create_publisher(msg_class(kind), topic, qos())
+            print("ready", flush=True)
+            k = 0
+            while True:
+                k += 1
+                msg = samples.make(kind, k)
+                if k % 2 == 0:
+                    cdr = serialize_message(msg)
+                    msg = cdr[: len(cdr) // 2]
+                pub.publish(msg)
                 rclpy.spin_once(node, timeout_sec=period)
         elif mode == "sub":
             kind, topic, out, n = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])

@@ -164,3 +164,30 @@ def test_bridged_values_are_recorded_as_ros2_cdr_and_replay(procs, tmp_path, top
             assert len(replayed[kind]) == 3, kind
             for a, b in zip(live[kind], replayed[kind]):
                 samples.assert_same(a, b, kind)
+
+
+def test_a_message_the_bridge_cannot_decode_is_counted_lost_per_topic(procs, tmp_path, topics):  # noqa: F811
+    """A publisher's bytes that are not a message of the topic's type: ROS
+    delivers them as they are to the bridge's raw subscription (recording),
+    and the bridge's reaction cannot decode them. Each is dropped and
+    counted: in the federate's losses (its exit summary, `hprm ps`), under
+    the bridge's output port, and in the bridge's own summary by topic."""
+    ros_node(procs, "garble", "string", f"{topics}/string", 0.2)
+    config = write_config(tmp_path, [(f"{topics}/string", "string", "ros->hprm", "string")])
+    rec, out = tmp_path / "bridge.mcap", tmp_path / "got.pkl"
+    p = procs([HPRM, "launch", "--record", str(rec), PROGRAM, BRIDGE, str(config), str(out), "--record", "string", "--count", "3"], "launch")
+    finish(p)
+    text = p.text()
+    # Only whole messages (odd k) came through.
+    got = pickle.load(open(out, "rb"))["string"]
+    assert len(got) == 3 and all(index_of("string", v) % 2 == 1 for v in got), got
+    ros = [line for line in text.splitlines() if line.startswith("[ros]")]
+    warned = [line for line in ros if "dropped a message that could not be decoded as std_msgs/msg/String" in line]
+    # Between the first whole message and the third, a garbled one at least.
+    assert warned, text
+    n = len(warned)
+    done = [line for line in ros if "done; " in line]
+    assert len(done) == 1 and f"done; {n} messages lost, 0 late: ros.ros.string: {n} undecodable" in done[0], text
+    stopped = [line for line in ros if "bridge stopped; " in line]
+    assert len(stopped) == 1, text
+    assert f"bridge stopped; {n} ROS 2 message(s) dropped: {topics}/string: {n} undecodable (std_msgs/msg/String)" in stopped[0], text
