@@ -22,6 +22,10 @@ pub enum Loss {
     /// Arrived after its tag had been processed (decentralized, an STP
     /// violation): delivered late, at a later tag, to the tardy handler.
     Tardy,
+    /// Arrived after its tag had been processed, during the receiver's last
+    /// tag (an STP violation too): no later tag is left for its tardy
+    /// handler, so its value is dropped.
+    AfterLastTag,
     /// Its payload could not be decoded (corrupt, or its object was no
     /// longer in the store): dropped, the input absent.
     Undecodable,
@@ -38,13 +42,21 @@ pub enum Loss {
 }
 
 impl Loss {
-    pub const ALL: [Loss; 6] =
-        [Loss::Tardy, Loss::Undecodable, Loss::Unsent, Loss::Dropped, Loss::PeerLost, Loss::StoreLost];
+    pub const ALL: [Loss; 7] = [
+        Loss::Tardy,
+        Loss::AfterLastTag,
+        Loss::Undecodable,
+        Loss::Unsent,
+        Loss::Dropped,
+        Loss::PeerLost,
+        Loss::StoreLost,
+    ];
 
     /// The name in summaries and JSON.
     pub fn name(self) -> &'static str {
         match self {
             Loss::Tardy => "tardy",
+            Loss::AfterLastTag => "after_last_tag",
             Loss::Undecodable => "undecodable",
             Loss::Unsent => "unsent",
             Loss::Dropped => "dropped",
@@ -66,6 +78,8 @@ pub struct LossCounts {
     #[serde(default)]
     pub tardy: u64,
     #[serde(default)]
+    pub after_last_tag: u64,
+    #[serde(default)]
     pub undecodable: u64,
     #[serde(default)]
     pub unsent: u64,
@@ -81,6 +95,7 @@ impl LossCounts {
     fn slot(&mut self, loss: Loss) -> &mut u64 {
         match loss {
             Loss::Tardy => &mut self.tardy,
+            Loss::AfterLastTag => &mut self.after_last_tag,
             Loss::Undecodable => &mut self.undecodable,
             Loss::Unsent => &mut self.unsent,
             Loss::Dropped => &mut self.dropped,
@@ -92,6 +107,7 @@ impl LossCounts {
     pub fn get(&self, loss: Loss) -> u64 {
         match loss {
             Loss::Tardy => self.tardy,
+            Loss::AfterLastTag => self.after_last_tag,
             Loss::Undecodable => self.undecodable,
             Loss::Unsent => self.unsent,
             Loss::Dropped => self.dropped,
@@ -179,8 +195,20 @@ mod tests {
         let json = serde_json::to_string(&l).unwrap();
         assert_eq!(
             json,
-            r#"{"fusion.cam":{"tardy":0,"undecodable":1,"unsent":0,"dropped":2,"peer_lost":0,"store_lost":0},"planner.in":{"tardy":1,"undecodable":0,"unsent":0,"dropped":0,"peer_lost":0,"store_lost":0}}"#
+            r#"{"fusion.cam":{"tardy":0,"after_last_tag":0,"undecodable":1,"unsent":0,"dropped":2,"peer_lost":0,"store_lost":0},"planner.in":{"tardy":1,"after_last_tag":0,"undecodable":0,"unsent":0,"dropped":0,"peer_lost":0,"store_lost":0}}"#
         );
         assert_eq!(serde_json::from_str::<Losses>(&json).unwrap(), l);
+        // A status file written before a kind existed still reads.
+        let old: Losses = serde_json::from_str(r#"{"planner.in":{"tardy":1}}"#).unwrap();
+        assert_eq!(old.late(), 1);
+    }
+
+    #[test]
+    fn a_tardy_message_after_the_last_tag_is_lost_not_late() {
+        let mut l = Losses::default();
+        l.count("planner.in", Loss::Tardy, 2);
+        l.count("planner.in", Loss::AfterLastTag, 1);
+        assert_eq!((l.lost(), l.late()), (1, 2));
+        assert_eq!(l.summary(), "1 messages lost, 2 late: planner.in: 2 tardy, 1 after_last_tag");
     }
 }

@@ -1352,15 +1352,24 @@ impl Scheduler {
             self.push_event(tag, port, value, None);
         } else {
             self.report.tardy += 1;
-            self.lose(port, Loss::Tardy);
-            let at = self.after();
+            // Each tardy message of a port gets a tag of its own: two read
+            // in one go (both after their tags) would otherwise share the
+            // next microstep, where the second replaced the first (one
+            // event per trigger and tag), counted tardy but never handled.
+            let mut at = self.after();
+            while self.tag.queue.get(&at).is_some_and(|events| events.iter().any(|e| e.trigger == port)) {
+                at = at.delayed(Delay::After(0));
+            }
             // `stop_tag` only decreases: past it, no tag is left at which
             // the tardy handler could run (the message came after the
-            // federate's last tag). Counted tardy all the same, and said so.
+            // federate's last tag). An STP violation all the same, but its
+            // value is dropped: counted lost, not late, and said so.
             if at > self.stop.stop_tag {
-                tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, "tardy message (STP violation) after the federate's last tag: no tardy handler runs for it");
+                self.lose(port, Loss::AfterLastTag);
+                tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, "tardy message (STP violation) after the federate's last tag: no tardy handler runs for it; its value is dropped (counted lost: after_last_tag)");
                 return;
             }
+            self.lose(port, Loss::Tardy);
             tracing::warn!(federate = %self.plan.name, port = %self.plan.program.port_path(port), intended = %tag, delivered = %at, "tardy message (STP violation): it arrived after its tag had been processed");
             self.push_event(at, port, value, Some(tag));
         }

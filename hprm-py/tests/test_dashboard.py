@@ -102,7 +102,7 @@ def test_metrics_parse_and_their_counters_move(running):
     assert value(second, "hprm_store_capacity_bytes", program="ticker") > 0
     # Every loss kind, for every federate, zero ones too.
     kinds = {s.labels["kind"] for s in second["hprm_federate_losses"].samples if s.labels.get("federate") == "sink"}
-    assert kinds == {"tardy", "undecodable", "unsent", "dropped", "peer_lost", "store_lost"}, kinds
+    assert kinds == {"tardy", "after_last_tag", "undecodable", "unsent", "dropped", "peer_lost", "store_lost"}, kinds
     assert all(s.value == 0 for s in second["hprm_federate_losses"].samples if s.labels.get("program") == "ticker")
 
 
