@@ -104,7 +104,7 @@ for _ in $(seq 300); do
     sleep 0.2
 done
 printf '%s\n' "$watched" | grep -q "$rti_line" || { echo "$watched" >&2; journal one; fail "hprm ps of group hprm shows no RTI figures of the deployed program watched"; }
-frame=$(as_operator timeout 30 "$from/hprm" topic echo camera.frame -n 1 2>&1) || { echo "$frame" >&2; journal one; fail "hprm topic echo camera.frame of group hprm failed on the deployed program watched"; }
+frame=$(as_operator timeout 30 "$from/hprm" topic echo --program watched camera.frame -n 1 2>&1) || { echo "$frame" >&2; journal one; fail "hprm topic echo camera.frame of group hprm failed on the deployed program watched"; }
 printf '%s\n' "$frame" | grep -q '^--- tag ' || { echo "$frame" >&2; fail "hprm topic echo printed no message of the deployed program watched"; }
 inside one systemctl stop hprm@watched.target
 # An RTI exits 0 once every federate has resigned: its program's end. The
