@@ -15,7 +15,10 @@
 # then the store and both programs' targets started at boot. Passes when the
 # store is up, both RTIs, every federate and the recorder ended with status 0
 # and no restart, the sink received every value doubled, and the recording
-# holds every camera frame and says it lost nothing.
+# holds every camera frame and says it lost nothing. A third program (the
+# pipeline without its timeout) runs until stopped, for an operator: a user
+# in group hprm, not root, whose `hprm ps` shows it with the RTI's figures
+# and whose `hprm topic echo` taps its camera.
 #
 #   deploy/boot-test.sh [--from DIR] [--python PY]
 #
@@ -78,13 +81,32 @@ cp examples/manifest/pipeline.toml /srv/hprm-boot/
 printf "\n[record]\npath = \"$recording\"\n" >> /srv/hprm-boot/pipeline.toml
 HPRM_PYTHON=$python $from/hprm deploy --systemd /root/deploy2 --rti-port 15046 /srv/hprm-boot/pipeline.toml > /dev/null
 cp -r /root/deploy2/etc/. /etc/
-printf "[Unit]\nDescription=HPRM boot test\nWants=hprm-store.service hprm@mixed.target hprm@pipeline.target\n" > /etc/systemd/system/hprm-boot.target
+# The pipeline again, running until stopped, and its operator.
+sed -e 's/^name = "pipeline"/name = "watched"/' -e '/^timeout/d' examples/manifest/pipeline.toml > /srv/hprm-boot/watched.toml
+HPRM_PYTHON=$python $from/hprm deploy --systemd /root/deploy3 --rti-port 15047 /srv/hprm-boot/watched.toml > /dev/null
+cp -r /root/deploy3/etc/. /etc/
+useradd --no-create-home --groups hprm --shell /usr/sbin/nologin hprm-operator
+printf "[Unit]\nDescription=HPRM boot test\nWants=hprm-store.service hprm@mixed.target hprm@pipeline.target hprm@watched.target\n" > /etc/systemd/system/hprm-boot.target
 EOF
 boot_prepare one hprm-boot hprm-boot.target "$work/one/setup.sh"
 
 say "booting systemd in namespaces over an overlay of / ($work)"
 boot_start one
 boot_go one
+# While the watched program runs, its operator (group hprm) sees it: hprm ps
+# with the RTI's figures (rti.json is the group's to read), hprm topic
+# through the camera's tap in its unit's directory. Then it is stopped.
+as_operator() { inside one runuser -u hprm-operator -- "$@"; }
+rti_line="^watched: .*rti under systemd at 127.0.0.1:15047: 3/3 federates joined"
+for _ in $(seq 300); do
+    watched=$(as_operator "$from/hprm" ps 2>&1 || true)
+    printf '%s\n' "$watched" | grep -q "$rti_line" && break
+    sleep 0.2
+done
+printf '%s\n' "$watched" | grep -q "$rti_line" || { echo "$watched" >&2; journal one; fail "hprm ps of group hprm shows no RTI figures of the deployed program watched"; }
+frame=$(as_operator timeout 30 "$from/hprm" topic echo --program watched camera.frame -n 1 2>&1) || { echo "$frame" >&2; journal one; fail "hprm topic echo camera.frame of group hprm failed on the deployed program watched"; }
+printf '%s\n' "$frame" | grep -q '^--- tag ' || { echo "$frame" >&2; fail "hprm topic echo printed no message of the deployed program watched"; }
+inside one systemctl stop hprm@watched.target
 # An RTI exits 0 once every federate has resigned: its program's end. The
 # recorder closes its file once every federate of the host has ended.
 ended one "hprm-rti@mixed.service"
@@ -97,7 +119,8 @@ store="$(show one ActiveState hprm-store.service) $(show one SubState hprm-store
 [ "$store" = "active running" ] || { journal one; fail "hprm-store.service is $store, not active running"; }
 federates=0
 for u in $units; do
-    case "$u" in hprm-federate@*) ;; *) continue ;; esac
+    # The watched program's were stopped, not ended.
+    case "$u" in hprm-federate@watched-*) continue ;; hprm-federate@*) ;; *) continue ;; esac
     federates=$((federates + 1))
     got="$(show one Result "$u") $(show one ExecMainStatus "$u") $(show one NRestarts "$u")"
     [ "$got" = "success 0 0" ] || { journal one; fail "$u ended as (result, status, restarts) $got"; }
@@ -118,4 +141,4 @@ info=$(inside one "$from/hprm" bag info "$recording" 2>&1) || { journal one; ech
 frames=$(printf '%s\n' "$info" | awk '$1 == "camera.camera.frame" { print $2 }')
 [ "$frames" = 21 ] || { echo "$info" >&2; fail "the recording holds ${frames:-no} camera frames, not 21"; }
 printf '%s\n' "$info" | grep -q '^losses: *none' || { echo "$info" >&2; fail "the recording says it lost something"; }
-say "ok: the store up; 2 RTIs, $federates federates and the recorder ended with status 0 and no restart; the sink got $values values, each doubled; the recording holds all $frames frames"
+say "ok: the store up; 2 RTIs, $federates federates and the recorder ended with status 0 and no restart; the sink got $values values, each doubled; the recording holds all $frames frames; an operator of group hprm saw the deployed program watched (hprm ps with its RTI's figures, hprm topic echo)"

@@ -3,19 +3,23 @@
 //! time lags behind physical time, messages per second, and messages lost
 //! and late so far (`--json`: by port and kind, `hprm_node::loss`), the
 //! clock offset synchronization measured (between hosts); and each
-//! program's store (pid, socket) and RTI (pid, host:port). A program that
-//! spans hosts lists every host's federates, with a HOST column, and each
-//! other host's store with its figures as that host last reported them.
+//! program's store (pid, socket) and RTI (pid, host:port, and its figures
+//! where they are readable). A program that spans hosts lists every host's
+//! federates, with a HOST column, and each other host's store with its
+//! figures as that host last reported them; on a host without the RTI, the
+//! RTI's host and address (from the program's manifest).
 //!
 //! Launchers write `launch.json` and federates `status-<name>.json` into
 //! the program's runtime directory, and each host's `hprm-link` mirrors the
 //! other hosts' there (`hprm_node::status`); this only reads them, so it
-//! never disturbs a program.
+//! never disturbs a program. Programs deployed under systemd are found as
+//! launched ones are ([`Places`], `hprm_node::status::discover`).
 
 use std::path::PathBuf;
 
 use clap::Args;
 use hprm_node::status::{self, Running};
+use hprm_rti::figures::RtiFigures;
 use hprm_store::bytesize::ByteSize;
 
 #[derive(Args, Debug)]
@@ -23,6 +27,14 @@ pub struct PsArgs {
     /// Print JSON (one array of programs) instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub places: Places,
+}
+
+/// Where the commands that watch running programs (`hprm ps`, `hprm
+/// topic`, `hprm dashboard`) look for them: launched and deployed alike.
+#[derive(Args, Debug, Clone)]
+pub struct Places {
     /// Where launchers put runtime directories (default: $XDG_RUNTIME_DIR,
     /// else the temporary directory, as `hprm launch` does).
     #[arg(long, value_name = "DIR")]
@@ -33,21 +45,40 @@ pub struct PsArgs {
     pub deployed: PathBuf,
 }
 
+impl Default for Places {
+    fn default() -> Places {
+        Places { runtime_base: None, deployed: status::DEPLOYED_BASE.into() }
+    }
+}
+
+impl Places {
+    pub fn runtime_base(&self) -> PathBuf {
+        self.runtime_base.clone().unwrap_or_else(status::runtime_base)
+    }
+
+    /// The programs running here: launched ones, then deployed ones.
+    pub fn running(&self) -> Vec<Running> {
+        status::discover(&self.runtime_base(), &self.deployed)
+    }
+
+    /// Where [`Places::running`] looked, for a message saying it found nothing.
+    pub fn looked(&self) -> String {
+        format!(
+            "looked for hprm-*/launch.json in {} and deployed programs' in {}",
+            self.runtime_base().display(),
+            self.deployed.display()
+        )
+    }
+}
+
 pub fn run(args: &PsArgs) -> anyhow::Result<i32> {
-    let base = args.runtime_base.clone().unwrap_or_else(status::runtime_base);
-    // Launched programs, then those systemd runs.
-    let mut running = status::scan(&base);
-    running.extend(status::scan_deployed(&args.deployed));
+    let running = args.places.running();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&running)?);
         return Ok(0);
     }
     if running.is_empty() {
-        println!(
-            "no HPRM program is running (looked for hprm-*/launch.json in {} and deployed programs' in {})",
-            base.display(),
-            args.deployed.display()
-        );
+        println!("no HPRM program is running ({})", args.places.looked());
         return Ok(0);
     }
     print!("{}", table(&running, now_ns()));
@@ -183,7 +214,10 @@ fn table(programs: &[Running], now: i64) -> String {
             _ => format!("pid {}{} at {at}", pid, if status::alive(pid) { "" } else { " (exited)" }),
         };
         let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
-        let rti = p.launch.rti.as_ref().map_or("-".into(), |r| daemon(r.pid, r.addr.clone()));
+        let rti = match &p.launch.rti {
+            Some(r) => local_rti(daemon(r.pid, r.addr.clone()), p.rti_figures()),
+            None => remote_rti(p),
+        };
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
         // The other hosts' stores, as their links last reported them
         // (this host's own is not asked: `hprm ps` only reads files).
@@ -208,6 +242,43 @@ fn table(programs: &[Running], now: i64) -> String {
         }
     }
     out
+}
+
+/// The RTI of this host (`at`: its process and address) with its figures
+/// when they are readable, or why not.
+fn local_rti(at: String, figures: Result<Option<RtiFigures>, String>) -> String {
+    match figures {
+        Ok(Some(f)) => format!("{at}: {}", rti_figures(&f)),
+        // It has not written them yet (it writes them once a second).
+        Ok(None) => at,
+        Err(why) => format!("{at}: its figures are not readable here ({why})"),
+    }
+}
+
+/// The RTI of a program whose RTI runs on another host: where (its host
+/// and address from the program's hosts), and its figures as that host's
+/// link last reported them, or that they are not readable here.
+fn remote_rti(p: &Running) -> String {
+    let Some(place) = p.manifest().and_then(|m| p.rti_place(&m)) else { return "-".into() };
+    let at = format!("on host {} ({})", place.host, place.addr);
+    match p.other_hosts.iter().find_map(|h| Some((h.host.as_str(), h.rti.as_ref()?))) {
+        Some((host, f)) => format!("{at}: {} (as host {host} reports through hprm-link)", rti_figures(f)),
+        None => format!(
+            "{at}: its figures are not readable here (they are on host {}; hprm-link brings them while it runs there and here)",
+            place.host
+        ),
+    }
+}
+
+/// The RTI's figures in a few words: federates joined, messages relayed.
+fn rti_figures(f: &RtiFigures) -> String {
+    let joined = f.federates.iter().filter(|x| x.connected).count();
+    format!(
+        "{joined}/{} federates joined, {} messages relayed ({:.0}/s)",
+        f.federates.len(),
+        f.relayed,
+        f.relayed_per_s
+    )
 }
 
 /// A store's figures in a line (or why there are none): bytes in use of
@@ -261,6 +332,7 @@ mod tests {
                 hosts: Some(ProgramHosts { host: "a".into(), federates: vec![] }),
                 deployed: false,
             },
+            launch_dir: "/nonexistent".into(),
             federates: vec![FederateView {
                 name: "camera".into(),
                 host: Some("a".into()),
@@ -320,6 +392,70 @@ mod tests {
         let mut one = Running { elsewhere: vec![], ..running };
         one.launch.hosts = None;
         assert!(!table(&[one], now).contains("HOST"));
+    }
+
+    #[test]
+    fn a_host_without_the_rti_says_where_it_runs_and_whether_its_figures_are_readable() {
+        use hprm_node::status::{LaunchInfo, OtherHost, ProgramHosts};
+        use hprm_rti::figures::RtiFederate;
+        let etc = tempfile::tempdir().unwrap();
+        let manifest = r#"{"name": "robot", "rti_port": 15050,
+            "host": [{"name": "a", "address": "10.0.0.1"}, {"name": "b", "address": "10.0.0.2"}]}"#;
+        std::fs::write(etc.path().join(status::MANIFEST_FILE), manifest).unwrap();
+        let on_b = Running {
+            launch: LaunchInfo {
+                program: "robot".into(),
+                pid: 0,
+                started_ns: 0,
+                runtime_dir: "/nonexistent".into(),
+                federates: vec![],
+                store: None,
+                rti: None,
+                hosts: Some(ProgramHosts {
+                    host: "b".into(),
+                    federates: vec![("camera".into(), "a".into()), ("detector".into(), "b".into())],
+                }),
+                deployed: true,
+            },
+            launch_dir: etc.path().to_path_buf(),
+            federates: vec![],
+            elsewhere: vec![],
+            other_hosts: vec![OtherHost { host: "a".into(), reported_ns: Some(1), store: None, rti: None }],
+        };
+        let text = table(std::slice::from_ref(&on_b), 2);
+        assert!(
+            text.contains("robot: store -; rti on host a (10.0.0.1:15050): its figures are not readable here (they are on host a;"),
+            "{text}"
+        );
+        // Host a's link reports them: shown, saying whose report they are.
+        let joined = |connected| RtiFederate { connected, ..RtiFederate::default() };
+        let figures = RtiFigures {
+            relayed: 12,
+            relayed_per_s: 3.0,
+            federates: vec![joined(true), joined(false)],
+            ..RtiFigures::default()
+        };
+        let mut reported = on_b.clone();
+        reported.other_hosts[0].rti = Some(figures.clone());
+        let text = table(&[reported], 2);
+        assert!(
+            text.contains("rti on host a (10.0.0.1:15050): 1/2 federates joined, 12 messages relayed (3/s) (as host a reports through hprm-link)"),
+            "{text}"
+        );
+        // Without its manifest, where the RTI runs is not known.
+        std::fs::remove_file(etc.path().join(status::MANIFEST_FILE)).unwrap();
+        assert!(table(&[on_b], 2).contains("robot: store -; rti -\n"));
+        // On the RTI's host: its figures, or plainly why they are not shown.
+        let at = || "under systemd at 10.0.0.1:15050".to_string();
+        assert_eq!(
+            local_rti(at(), Ok(Some(figures))),
+            "under systemd at 10.0.0.1:15050: 1/2 federates joined, 12 messages relayed (3/s)"
+        );
+        assert_eq!(local_rti(at(), Ok(None)), at());
+        assert_eq!(
+            local_rti(at(), Err("cannot read /run/hprm/robot/rti/rti.json: Permission denied".into())),
+            "under systemd at 10.0.0.1:15050: its figures are not readable here (cannot read /run/hprm/robot/rti/rti.json: Permission denied)"
+        );
     }
 
     #[test]

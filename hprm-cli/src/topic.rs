@@ -1,7 +1,9 @@
 //! `hprm topic echo|hz FEDERATE.PORT`: what a running federate sends on
 //! an output, through a tap (`hprm_node::tap`) that never disturbs the
 //! program: the federate copies each message without blocking, dropping
-//! (and counting) what a slow tap cannot take.
+//! (and counting) what a slow tap cannot take. Launched and deployed
+//! programs alike (found as `hprm ps` finds them, [`Places`]); a deployed
+//! federate's tap is in its unit's runtime directory.
 //!
 //! `echo` prints each message: its tag and its value as JSON-like text;
 //! buffers are shown by dtype, shape and where they are (the first bytes
@@ -9,7 +11,6 @@
 //! `ros2 topic hz`: by arrival (wall clock) and by tag (logical time).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -17,8 +18,10 @@ use clap::{Args, Subcommand};
 use hprm_node::payload::{
     BufferDescriptor, Location, SpilledMessage, EXT_ARROW, EXT_BUFFER, EXT_BYTES, EXT_PICKLED, EXT_SPILLED,
 };
-use hprm_node::status::{self, Running};
+use hprm_node::status::Running;
 use hprm_node::tap::{Next, TapClient, TapMessage};
+
+use crate::ps::Places;
 
 #[derive(Args, Debug)]
 pub struct TopicArgs {
@@ -47,10 +50,8 @@ pub struct Watch {
     /// have that federate (see `hprm ps`).
     #[arg(long)]
     pub program: Option<String>,
-    /// Where launchers put runtime directories (default: $XDG_RUNTIME_DIR,
-    /// else the temporary directory).
-    #[arg(long, value_name = "DIR")]
-    pub runtime_base: Option<PathBuf>,
+    #[command(flatten)]
+    pub places: Places,
     /// hz: messages the rate is computed over.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(2..))]
     pub window: u64,
@@ -66,8 +67,7 @@ pub fn run(args: &TopicArgs) -> anyhow::Result<i32> {
 /// The running program holding `federate`, chosen by `--program` when
 /// several do; `verb` (echo, hz) names the command in errors.
 fn find(w: &Watch, federate: &str, verb: &str) -> anyhow::Result<Running> {
-    let base = w.runtime_base.clone().unwrap_or_else(status::runtime_base);
-    let all = status::scan(&base);
+    let all = w.places.running();
     let mut hits: Vec<Running> =
         all.iter().filter(|r| r.federates.iter().any(|f| f.name == federate)).cloned().collect();
     let chosen =
@@ -95,7 +95,10 @@ fn find(w: &Watch, federate: &str, verb: &str) -> anyhow::Result<Running> {
     match hits.len() {
         1 => Ok(hits.remove(0)),
         0 if all.is_empty() => {
-            bail!("no HPRM program is running (looked in {}); start one with `hprm launch`", base.display())
+            bail!(
+                "no HPRM program is running ({}); start one with `hprm launch` (or its deployed units)",
+                w.places.looked()
+            )
         }
         0 => {
             let feds: Vec<String> = all
@@ -109,8 +112,13 @@ fn find(w: &Watch, federate: &str, verb: &str) -> anyhow::Result<Running> {
             )
         }
         _ => {
-            let progs: Vec<String> =
-                hits.iter().map(|r| format!("{} (pid {})", r.launch.program, r.launch.pid)).collect();
+            let progs: Vec<String> = hits
+                .iter()
+                .map(|r| match r.launch.deployed {
+                    true => format!("{} (deployed)", r.launch.program),
+                    false => format!("{} (pid {})", r.launch.program, r.launch.pid),
+                })
+                .collect();
             bail!(
                 "several running programs have a federate named {federate:?}: {}; pick one with --program NAME|PID",
                 progs.join(", ")
@@ -124,7 +132,7 @@ fn attach(w: &Watch, verb: &str) -> anyhow::Result<TapClient> {
         bail!("{:?} is not FEDERATE.PORT; name the port as FEDERATE.PORT (e.g. camera.image)", w.topic);
     };
     let program = find(w, federate, verb)?;
-    Ok(TapClient::attach(&program.launch.runtime_dir, federate, port)?)
+    Ok(TapClient::attach(&program.tap_dir(federate), federate, port)?)
 }
 
 /// Calls `each` for every tapped message until `--count` or the end.
@@ -368,7 +376,7 @@ mod tests {
             topic: "detector.boxes".into(),
             count: None,
             program: None,
-            runtime_base: Some(base.path().to_path_buf()),
+            places: Places { runtime_base: Some(base.path().to_path_buf()), deployed: base.path().join("etc") },
             window: 1000,
         };
         let e = find(&w, "detector", "hz").unwrap_err().to_string();
@@ -379,6 +387,34 @@ mod tests {
             "{e}"
         );
         assert_eq!(find(&w, "camera", "hz").unwrap().launch.program, "robot");
+
+        // Deployed beside it, a program with federate lidar: found as the
+        // launched one is, its tap in its unit's directory.
+        let run = base.path().join("run");
+        std::fs::create_dir_all(run.join("lidar")).unwrap();
+        let deployed = LaunchInfo {
+            program: "mapper".into(),
+            pid: 0,
+            started_ns: 0,
+            runtime_dir: run.clone(),
+            federates: vec![FederateProcess { name: "lidar".into(), pid: 0, restarts: 0 }],
+            hosts: None,
+            deployed: true,
+            ..launch
+        };
+        std::fs::create_dir_all(base.path().join("etc/mapper")).unwrap();
+        write_launch(&base.path().join("etc/mapper"), &deployed).unwrap();
+        let e = find(&w, "lidar", "echo").unwrap_err().to_string();
+        assert!(e.contains("no running program has a federate named \"lidar\""), "not running yet: {e}");
+        let status = format!(
+            r#"{{"federate":"lidar","pid":{},"start_ns":1,"tag_ns":0,"microstep":0,"lag_ns":0,"messages_in":0,
+            "messages_out":0,"messages_in_per_s":0.0,"messages_out_per_s":0.0,"updated_ns":1}}"#,
+            std::process::id()
+        );
+        std::fs::write(run.join("lidar/status-lidar.json"), status).unwrap();
+        let found = find(&w, "lidar", "echo").unwrap();
+        assert_eq!(found.launch.program, "mapper");
+        assert_eq!(found.tap_dir("lidar"), run.join("lidar"));
     }
 
     #[derive(serde::Serialize)]

@@ -233,3 +233,169 @@ fn launch_trace_holds_every_reaction_and_the_grants() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && err.contains("/nonexistent-dir") && err.contains("does not exist"), "{err}");
 }
+
+/// Processes a test started, killed when it ends (a failed assertion included).
+struct Started(Vec<Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A TCP port free now on localhost.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// `GET path` of the HTTP server at `addr`: its body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the dashboard");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("send the request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read the response");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("not an HTTP response: {text}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// A program deployed with `hprm deploy --systemd`, run as its units run
+/// it (the daemons and each federate with its unit's environment and
+/// runtime directory), with /etc/hprm and /run/hprm moved under a
+/// temporary directory: `hprm ps`, `hprm topic` and the dashboard all find
+/// it through its launch file, and the tap of each federate in its unit's
+/// directory.
+#[test]
+fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (etc, run, launched) = (root.path().join("etc"), root.path().join("run"), root.path().join("launched"));
+    for d in [&etc, &run, &launched] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let port = free_port();
+    let out = root.path().join("deploy");
+    let o = Command::new(hprm())
+        .args(["deploy", "--systemd"])
+        .arg(&out)
+        .args(["--no-auth", "--rti-port", &port.to_string()])
+        .arg(counter())
+        .env("HPRM_BIN_DIR", support::profile_dir())
+        .output()
+        .expect("run hprm deploy");
+    assert!(o.status.success(), "{o:?}");
+    // What hprm deploy wrote for /etc/hprm/counter, with /run/hprm moved.
+    let conf = out.join("etc/hprm/counter");
+    let read = |name: &str| std::fs::read_to_string(conf.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let program_etc = etc.join("counter");
+    let program_run = run.join("counter");
+    std::fs::create_dir(&program_etc).expect("mkdir");
+    let moved = |text: String| text.replace("/run/hprm", &run.to_string_lossy());
+    std::fs::write(program_etc.join("launch.json"), moved(read("launch.json"))).expect("launch.json");
+    std::fs::write(program_etc.join("manifest.json"), read("manifest.json")).expect("manifest.json");
+    let store_socket = run.join("store.sock");
+
+    // The units' processes: the store, the RTI, each federate.
+    let daemon = |name: &str| Command::new(support::profile_dir().join(name));
+    let mut started = Started(Vec::new());
+    let mut store = daemon("hprm-store");
+    store.arg("--socket").arg(&store_socket).args(["--memory", "64m"]).stderr(Stdio::null());
+    started.0.push(store.spawn().expect("start hprm-store"));
+    std::fs::create_dir_all(program_run.join("rti")).expect("mkdir");
+    let mut rti = daemon("hprm-rti");
+    rti.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--federates", "2", "--id", "counter"])
+        .args(["--clock-sync", "off"])
+        .env("HPRM_RUNTIME_DIR", program_run.join("rti"))
+        .env("HPRM_SOCKET_DIR", &run)
+        .stderr(Stdio::null());
+    started.0.push(rti.spawn().expect("start hprm-rti"));
+    wait_for(Duration::from_secs(30), "the store listens", || store_socket.exists().then_some(()));
+    for federate in ["source", "sink"] {
+        let dir = program_run.join(federate);
+        std::fs::create_dir(&dir).expect("mkdir");
+        let mut c = Command::new(counter());
+        // Its unit's environment: its env file, then the unit's own settings.
+        for line in read(&format!("{federate}.env")).lines().filter(|l| !l.starts_with('#')) {
+            let (k, v) = line.split_once('=').unwrap_or_else(|| panic!("not KEY=VALUE: {line}"));
+            c.env(k, v.trim_matches('"'));
+        }
+        c.env("HPRM_MANIFEST", program_etc.join("manifest.json"))
+            .env("HPRM_STORE", &store_socket)
+            .env("HPRM_RUNTIME_DIR", &dir)
+            .env("HPRM_SOCKET_DIR", &run)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        started.0.push(c.spawn().expect("start a federate"));
+    }
+
+    let hprm_at = |args: &[&str]| {
+        Command::new(hprm())
+            .args(args)
+            .args(["--runtime-base".as_ref(), launched.as_os_str(), "--deployed".as_ref(), etc.as_os_str()])
+            .output()
+            .expect("run hprm")
+    };
+    // hprm ps lists it, with the RTI's figures (its file in the RTI's unit directory).
+    let table = wait_for(Duration::from_secs(60), "ps shows the RTI with both federates joined", || {
+        let text = stdout(&hprm_at(&["ps"]));
+        text.contains(&format!("rti under systemd at 127.0.0.1:{port}: 2/2 federates joined")).then_some(text)
+    });
+    assert!(table.contains("counter  systemd") && table.contains("source") && table.contains("sink"), "{table}");
+
+    // hprm topic: the same program, through the tap in source's unit directory.
+    let echo = hprm_at(&["topic", "echo", "source.count", "-n", "3"]);
+    assert!(echo.status.success(), "{echo:?}");
+    let text = stdout(&echo);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    assert!(lines[0].starts_with("--- tag ") && lines[1].parse::<u64>().is_ok(), "{text}");
+    let hz = hprm_at(&["topic", "hz", "sink.nope"]);
+    let err = String::from_utf8_lossy(&hz.stderr);
+    assert!(!hz.status.success() && err.contains("refused the tap"), "the sink's own tap answers: {err}");
+
+    // The dashboard: the program, its federates, RTI and store figures.
+    let mut dashboard = Command::new(hprm())
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--runtime-base"])
+        .arg(&launched)
+        .arg("--deployed")
+        .arg(&etc)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start hprm dashboard");
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(dashboard.stdout.take().expect("stdout")), &mut first)
+        .expect("the dashboard's address");
+    started.0.push(dashboard);
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first}"))
+        .to_owned();
+    let snap: serde_json::Value =
+        serde_json::from_str(&http_get(&addr, "/api/programs")).expect("/api/programs is JSON");
+    let programs = snap["programs"].as_array().expect("programs");
+    assert_eq!(programs.len(), 1, "{snap}");
+    let p = &programs[0];
+    assert_eq!((&p["name"], &p["deployed"], &p["pid"]), (&"counter".into(), &true.into(), &0.into()), "{p}");
+    assert!(p["started_ns"].as_i64().is_some_and(|t| t > 0), "its federation's start: {p}");
+    let feds = p["federates"].as_array().expect("federates");
+    assert_eq!(feds.len(), 2, "{p}");
+    for f in feds {
+        assert!(f["alive"] == true && f["status"]["tag_ns"].as_i64().is_some(), "{f}");
+    }
+    assert!(!p["links"].as_array().expect("links").is_empty(), "its graph, from the deployed manifest: {p}");
+    let rti = &p["rti_figures"];
+    assert_eq!(rti["federates"].as_array().map(Vec::len), Some(2), "{p}");
+    assert_eq!(rti["names"], serde_json::json!(["source", "sink"]), "{p}");
+    assert!(p["rti_error"].is_null(), "{p}");
+    assert_eq!(p["store"]["socket"].as_str(), Some(store_socket.to_string_lossy().as_ref()), "{p}");
+    assert!(p["store"]["stats"]["capacity"].as_u64().is_some_and(|c| c > 0), "the store's figures: {p}");
+    let metrics = http_get(&addr, "/metrics");
+    assert!(metrics.contains("program=\"counter\",federate=\"source\""), "{metrics}");
+}

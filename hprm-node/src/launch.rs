@@ -592,11 +592,11 @@ impl HostShare {
                 NodeError::Launch(format!("--host {h}: program {} has no such host; its hosts are {}", m.name, names()))
             })?,
         };
-        let rti = m.rti_host().ok_or_else(|| NodeError::Launch("the program names no host for the RTI".into()))?;
-        let port = m.rti_port.unwrap_or(crate::manifest::DEFAULT_RTI_PORT);
+        let no_rti = || NodeError::Launch("the program names no host for the RTI".into());
+        let rti = m.rti_host().ok_or_else(no_rti)?;
         Ok(Some(HostShare {
             rti_here: rti.name == me.name,
-            rti_addr: format!("{}:{port}", rti.address),
+            rti_addr: m.rti_addr().ok_or_else(no_rti)?,
             federate_hosts: crate::hosts::Hosts::format_list(
                 m.federates.iter().filter_map(|f| Some((f.name.as_str(), f.host.as_deref()?))),
             ),

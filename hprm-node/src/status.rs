@@ -25,6 +25,12 @@
 //! `rti/`, the link's `link/`, where the link mirrors the other hosts'
 //! reports). [`scan_deployed`] lists such a program while one of its
 //! processes runs.
+//!
+//! [`discover`] is what every command that looks at running programs
+//! calls (`hprm ps`, `hprm topic`, the dashboard): launched programs, then
+//! deployed ones. Where a program's files are, for a reader, is
+//! [`Running`]'s to say ([`Running::tap_dir`], [`Running::manifest_path`]),
+//! so that a launched and a deployed program read alike.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -589,12 +595,24 @@ impl From<&hprm_store::Stats> for StoreFigures {
 /// The figures the RTI of `launch` last wrote into `dir`, while it runs
 /// (absent until it wrote them, and without an RTI on this host).
 pub fn rti_figures(dir: &Path, launch: &LaunchInfo) -> Option<hprm_rti::figures::RtiFigures> {
+    read_rti_figures(dir, launch).ok().flatten()
+}
+
+/// As [`rti_figures`], and why this reader cannot read them when the file
+/// is there but not readable (a deployed RTI's, to a user outside group
+/// `hprm`).
+pub fn read_rti_figures(dir: &Path, launch: &LaunchInfo) -> Result<Option<hprm_rti::figures::RtiFigures>, String> {
     // A deployed RTI's pid is not known beforehand: its figures name it.
-    let rti = launch.rti.as_ref().filter(|rti| launch.deployed || alive(rti.pid))?;
-    let figures: hprm_rti::figures::RtiFigures =
-        serde_json::from_slice(&std::fs::read(launch.rti_dir(dir).join(hprm_rti::figures::RTI_STATUS_FILE)).ok()?)
-            .ok()?;
-    (rti.pid != 0 || alive(figures.pid)).then_some(figures)
+    let Some(rti) = launch.rti.as_ref().filter(|rti| launch.deployed || alive(rti.pid)) else { return Ok(None) };
+    let path = launch.rti_dir(dir).join(hprm_rti::figures::RTI_STATUS_FILE);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    // Replaced by rename: never half written; anything else is not figures.
+    let Ok(figures) = serde_json::from_slice::<hprm_rti::figures::RtiFigures>(&text) else { return Ok(None) };
+    Ok((rti.pid != 0 || alive(figures.pid)).then_some(figures))
 }
 
 impl HostReport {
@@ -710,10 +728,14 @@ pub fn alive(pid: u32) -> bool {
     matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Ok(()) | Err(nix::errno::Errno::EPERM))
 }
 
-/// A launched program that is still running.
+/// A program that is still running, launched or deployed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Running {
     pub launch: LaunchInfo,
+    /// The directory of its `launch.json`, where the manifest lies beside
+    /// it: the runtime directory of a launch, `/etc/hprm/<program>/` of a
+    /// deployed program.
+    pub launch_dir: PathBuf,
     pub federates: Vec<FederateView>,
     /// In a program with hosts: its federates on the other hosts.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -834,7 +856,7 @@ pub fn scan(base: &Path) -> Vec<Running> {
             let federates = local_federates(&dir, &launch);
             let elsewhere = remote_federates(&dir, &launch, now);
             let other_hosts = other_hosts(&dir, &launch, now);
-            Some(Running { launch, federates, elsewhere, other_hosts })
+            Some(Running { launch, launch_dir: dir, federates, elsewhere, other_hosts })
         })
         .collect();
     found.sort_by_key(|r| r.launch.started_ns);
@@ -852,32 +874,89 @@ pub fn scan_deployed(base: &Path) -> Vec<Running> {
     let mut found: Vec<Running> = entries
         .filter_map(Result::ok)
         .filter_map(|e| {
+            let launch_dir = e.path();
             let mut launch: LaunchInfo =
-                serde_json::from_slice(&std::fs::read(e.path().join(LAUNCH_FILE)).ok()?).ok()?;
+                serde_json::from_slice(&std::fs::read(launch_dir.join(LAUNCH_FILE)).ok()?).ok()?;
             if !launch.deployed {
                 return None;
             }
             let dir = launch.runtime_dir.clone();
             let federates = local_federates(&dir, &launch);
-            let rti = rti_figures(&dir, &launch);
+            let rti = read_rti_figures(&dir, &launch);
             let elsewhere = remote_federates(&dir, &launch, now);
             let other_hosts = other_hosts(&dir, &launch, now);
             let linked = elsewhere.iter().any(|r| r.reported_ns.is_some());
-            if !federates.iter().any(|f| f.alive) && rti.is_none() && !linked {
+            // Figures this reader may not read still say that the RTI
+            // runs: its unit's directory, and the file in it, go as it stops.
+            let rti_runs = !matches!(rti, Ok(None));
+            if !federates.iter().any(|f| f.alive) && !rti_runs && !linked {
                 return None;
             }
             launch.started_ns = federates
                 .iter()
                 .filter_map(|f| f.status.as_ref().map(|s| s.start_ns))
-                .chain(rti.map(|r| r.start_ns))
+                .chain(rti.ok().flatten().map(|r| r.start_ns))
                 .filter(|&t| t > 0)
                 .min()
                 .unwrap_or(0);
-            Some(Running { launch, federates, elsewhere, other_hosts })
+            Some(Running { launch, launch_dir, federates, elsewhere, other_hosts })
         })
         .collect();
     found.sort_by(|a, b| a.launch.program.cmp(&b.launch.program));
     found
+}
+
+/// Every program running on this host: those launched under
+/// `runtime_base` ([`scan`], oldest first), then those deployed with their
+/// launch files under `deployed_base` ([`scan_deployed`], by name). The
+/// one way `hprm ps`, `hprm topic` and the dashboard find programs.
+pub fn discover(runtime_base: &Path, deployed_base: &Path) -> Vec<Running> {
+    let mut found = scan(runtime_base);
+    found.extend(scan_deployed(deployed_base));
+    found
+}
+
+/// Name of the manifest a launcher (or `hprm deploy`) writes beside
+/// `launch.json`.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// Where a program's RTI runs, from the program's hosts (its `[[host]]`
+/// tables): that host's name and the address federates join it at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RtiPlace {
+    pub host: String,
+    pub addr: String,
+}
+
+impl Running {
+    /// Where federate `federate` of this host listens for taps
+    /// ([`crate::tap::socket_path`]): its status file's directory.
+    pub fn tap_dir(&self, federate: &str) -> PathBuf {
+        self.launch.federate_dir(&self.launch.runtime_dir, federate)
+    }
+
+    /// The program's manifest, beside its launch file.
+    pub fn manifest_path(&self) -> PathBuf {
+        self.launch_dir.join(MANIFEST_FILE)
+    }
+
+    /// The program's manifest; `None` when it is unreadable (a launcher
+    /// that has not written it yet).
+    pub fn manifest(&self) -> Option<crate::manifest::Manifest> {
+        crate::manifest::Manifest::from_json(&std::fs::read_to_string(self.manifest_path()).ok()?).ok()
+    }
+
+    /// Where the RTI of this program runs when the program has hosts,
+    /// from `manifest` (its [`Running::manifest`]); `None` without hosts.
+    pub fn rti_place(&self, manifest: &crate::manifest::Manifest) -> Option<RtiPlace> {
+        self.launch.hosts.as_ref()?;
+        Some(RtiPlace { host: manifest.rti_host()?.name.clone(), addr: manifest.rti_addr()? })
+    }
+
+    /// The figures of this host's RTI ([`read_rti_figures`]).
+    pub fn rti_figures(&self) -> Result<Option<hprm_rti::figures::RtiFigures>, String> {
+        read_rti_figures(&self.launch.runtime_dir, &self.launch)
+    }
 }
 
 /// The federates `launch` started in `dir`, each with its status file.
@@ -1058,5 +1137,84 @@ mod tests {
         assert_eq!(scan_deployed(etc.path()).len(), 1);
         remove_mirror(&run.path().join("link"), "b").unwrap();
         assert!(scan_deployed(etc.path()).is_empty());
+    }
+
+    #[test]
+    fn discover_finds_launched_and_deployed_programs_and_says_where_their_files_are() {
+        let runtime = tempfile::tempdir().unwrap();
+        let etc = tempfile::tempdir().unwrap();
+        let run = tempfile::tempdir().unwrap();
+        assert!(discover(runtime.path(), etc.path()).is_empty());
+        // A launch: its files in its runtime directory.
+        let launched_dir = runtime.path().join("hprm-1-1");
+        std::fs::create_dir(&launched_dir).unwrap();
+        let mut launched = launch(&launched_dir, "a");
+        launched.program = "launched".into();
+        launched.hosts = None;
+        write_launch(&launched_dir, &launched).unwrap();
+        // A deployed program on host b, its RTI on host a: its launch file
+        // and manifest under etc, its units' directories under run.
+        let mut deployed = launch(run.path(), "b");
+        (deployed.pid, deployed.started_ns, deployed.deployed) = (0, 0, true);
+        deployed.federates[0].name = "detector".into();
+        std::fs::create_dir(etc.path().join("robot")).unwrap();
+        std::fs::write(etc.path().join("robot").join(LAUNCH_FILE), serde_json::to_vec(&deployed).unwrap()).unwrap();
+        let manifest = r#"{"name": "robot", "rti_host": "a",
+            "host": [{"name": "b", "address": "10.0.0.2"}, {"name": "a", "address": "10.0.0.1"}]}"#;
+        std::fs::write(etc.path().join("robot").join(MANIFEST_FILE), manifest).unwrap();
+        std::fs::create_dir(run.path().join("detector")).unwrap();
+        let s = FederateStatus { start_ns: 5, ..status("detector", 9) };
+        replace(&status_path(&run.path().join("detector"), "detector"), &serde_json::to_vec(&s).unwrap()).unwrap();
+
+        let found = discover(runtime.path(), etc.path());
+        let names: Vec<&str> = found.iter().map(|r| r.launch.program.as_str()).collect();
+        assert_eq!(names, ["launched", "robot"], "launched programs first, then deployed ones");
+        let (l, d) = (&found[0], &found[1]);
+        assert_eq!(l.tap_dir("camera"), launched_dir);
+        assert_eq!(l.manifest_path(), launched_dir.join(MANIFEST_FILE));
+        assert!(l.manifest().is_none() && l.launch.hosts.is_none());
+        // A deployed federate's tap is in its unit's directory, beside its status.
+        assert_eq!(d.tap_dir("detector"), run.path().join("detector"));
+        assert_eq!(d.manifest_path(), etc.path().join("robot").join(MANIFEST_FILE));
+        let m = d.manifest().expect("the deployed manifest");
+        assert_eq!(
+            d.rti_place(&m),
+            Some(RtiPlace { host: "a".into(), addr: format!("10.0.0.1:{}", crate::manifest::DEFAULT_RTI_PORT) })
+        );
+        assert!(matches!(d.rti_figures(), Ok(None)), "no RTI on host b");
+    }
+
+    #[test]
+    fn a_deployed_rti_whose_figures_cannot_be_read_is_still_seen_running_and_says_why() {
+        let etc = tempfile::tempdir().unwrap();
+        let run = tempfile::tempdir().unwrap();
+        let mut deployed = launch(run.path(), "a");
+        (deployed.pid, deployed.started_ns, deployed.deployed, deployed.hosts) = (0, 0, true, None);
+        deployed.federates[0].pid = 0;
+        deployed.rti = Some(RtiProcess { pid: 0, addr: "127.0.0.1:15045".into() });
+        std::fs::create_dir(etc.path().join("robot")).unwrap();
+        std::fs::write(etc.path().join("robot").join(LAUNCH_FILE), serde_json::to_vec(&deployed).unwrap()).unwrap();
+        // The RTI's unit has not started: its directory is not there.
+        assert!(matches!(read_rti_figures(run.path(), &deployed), Ok(None)));
+        assert!(scan_deployed(etc.path()).is_empty());
+        let rti_dir = deployed.rti_dir(run.path());
+        std::fs::create_dir(&rti_dir).unwrap();
+        let file = rti_dir.join(hprm_rti::figures::RTI_STATUS_FILE);
+        let figures = hprm_rti::figures::RtiFigures { pid: std::process::id(), start_ns: 7, ..Default::default() };
+        std::fs::write(&file, serde_json::to_vec(&figures).unwrap()).unwrap();
+        let found = scan_deployed(etc.path());
+        assert_eq!(found.len(), 1, "only its RTI runs");
+        assert_eq!(found[0].launch.started_ns, 7);
+        assert_eq!(found[0].rti_figures().map(|f| f.map(|f| f.start_ns)), Ok(Some(7)));
+        // A file this reader cannot read (these tests may run as root, for
+        // whom modes do not refuse a read: a directory in its place refuses
+        // it for everyone): the RTI runs, and why its figures are missing.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        let found = scan_deployed(etc.path());
+        assert_eq!(found.len(), 1, "its unreadable figures still say that the RTI runs");
+        let why = found[0].rti_figures().unwrap_err();
+        assert!(why.starts_with(&format!("cannot read {}: ", file.display())), "{why}");
+        assert!(rti_figures(run.path(), &deployed).is_none());
     }
 }

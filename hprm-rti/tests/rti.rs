@@ -1062,3 +1062,45 @@ fn without_hprm_fuzz_capture_nothing_is_saved() {
     let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(left.is_empty(), "the RTI wrote {left:?}");
 }
+
+/// A deployed RTI runs with `UMask=0077` as user `hprm`: its figures file
+/// is readable by its group all the same (operators in group `hprm` read
+/// it with `hprm ps` and the dashboard), and what else it creates (its
+/// Unix socket) stays its own.
+#[test]
+fn the_figures_file_is_group_readable_under_a_private_umask_and_nothing_else_is() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "umask 077 && exec \"$0\" \"$@\"", RTI_BIN])
+        .args(["--port", "0", "--bind", "127.0.0.1", "--federates", "1", "--id", "test-federation"])
+        .env("HPRM_RUNTIME_DIR", dir.path())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn hprm-rti");
+    let figures = dir.path().join(hprm_rti::figures::RTI_STATUS_FILE);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !figures.exists() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("no {} within 20 s", figures.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let modes: Vec<(String, u32)> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| Some((e.file_name().to_string_lossy().into_owned(), e.metadata().ok()?.permissions().mode())))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    for (name, mode) in &modes {
+        match name.as_str() {
+            "rti.json" => assert_eq!(mode & 0o777, 0o640, "{name}: {mode:o}"),
+            // A rewrite caught between its write and its rename.
+            "rti.json.tmp" => {}
+            _ => assert_eq!(mode & 0o077, 0, "{name} is readable by others: {mode:o}"),
+        }
+    }
+    assert!(modes.len() > 1, "its socket beside the figures: {modes:?}");
+}

@@ -358,6 +358,7 @@ mod tests {
             programs: vec![Program {
                 name: "demo".into(),
                 pid: 1,
+                deployed: false,
                 started_ns: 0,
                 federates: vec![fed("source", Losses::default()), fed("sink", losses)],
                 links: Vec::new(),
@@ -374,6 +375,8 @@ mod tests {
                     names: vec!["source".into(), "sink".into()],
                 }),
                 rti_host: Some("a".into()),
+                rti_place: None,
+                rti_error: None,
             }],
         };
         let text = encode_text(&snap);

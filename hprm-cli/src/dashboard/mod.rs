@@ -1,4 +1,5 @@
-//! `hprm dashboard`: a live view of the programs running on this host, in
+//! `hprm dashboard`: a live view of the programs running on this host,
+//! launched or deployed under systemd (found as `hprm ps` finds them), in
 //! a browser and for Prometheus.
 //!
 //! It only reads what programs already publish (their runtime directories,
@@ -23,7 +24,6 @@ mod snapshot;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,15 +32,17 @@ use clap::Args;
 
 use snapshot::Reader;
 
+use crate::ps::Places;
+
 #[derive(Args, Debug)]
 pub struct DashboardArgs {
     /// Where to listen; port 0 picks a free one (the address is printed).
     /// Anything but localhost exposes the programs' figures to the network.
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub listen: SocketAddr,
-    /// Where launchers put runtime directories (default: as `hprm ps`).
-    #[arg(long, value_name = "DIR")]
-    pub runtime_base: Option<PathBuf>,
+    /// Where to find programs (as `hprm ps`): launched and deployed.
+    #[command(flatten)]
+    pub places: Places,
 }
 
 const PAGE: &str = include_str!("page.html");
@@ -49,28 +51,31 @@ const PAGE: &str = include_str!("page.html");
 const EVENT_PERIOD: Duration = Duration::from_secs(1);
 
 pub fn run(args: &DashboardArgs) -> anyhow::Result<i32> {
-    let base = args.runtime_base.clone().unwrap_or_else(hprm_node::status::runtime_base);
-    let server = bind(args.listen, &base)?;
-    serve_forever(&server, &base);
+    let server = bind(args.listen, &args.places)?;
+    serve_forever(&server, args.places.clone());
     Ok(0)
 }
 
 /// Starts a dashboard on a thread of its own (`hprm launch --dashboard`):
 /// it lives as long as the process.
 pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
-    let base = hprm_node::status::runtime_base();
-    let server = bind(listen, &base)?;
-    std::thread::Builder::new().name("hprm-dashboard".into()).spawn(move || serve_forever(&server, &base))?;
+    let places = Places::default();
+    let server = bind(listen, &places)?;
+    std::thread::Builder::new().name("hprm-dashboard".into()).spawn(move || serve_forever(&server, places))?;
     Ok(())
 }
 
 /// Listens, and says where (port 0 picks one).
-fn bind(listen: SocketAddr, base: &std::path::Path) -> anyhow::Result<tiny_http::Server> {
+fn bind(listen: SocketAddr, places: &Places) -> anyhow::Result<tiny_http::Server> {
     let server = tiny_http::Server::http(listen).map_err(|e| anyhow::anyhow!("{e}")).with_context(|| {
         format!("cannot listen on {listen}; is another dashboard running there? (--listen ADDR:PORT)")
     })?;
     let addr = server.server_addr().to_ip().context("the server has no IP address")?;
-    println!("hprm dashboard: http://{addr}/ (metrics: http://{addr}/metrics), reading {}", base.display());
+    println!(
+        "hprm dashboard: http://{addr}/ (metrics: http://{addr}/metrics), reading {} and {}",
+        places.runtime_base().display(),
+        places.deployed.display()
+    );
     if !addr.ip().is_loopback() {
         eprintln!("note: listening on {addr}, not localhost: anyone who can reach it can read the programs' figures");
     }
@@ -87,8 +92,8 @@ fn snapshot(reader: &SharedReader) -> snapshot::Snapshot {
     reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).read()
 }
 
-fn serve_forever(server: &tiny_http::Server, base: &std::path::Path) {
-    let reader: SharedReader = Arc::new(Mutex::new(Reader::new(base.to_path_buf())));
+fn serve_forever(server: &tiny_http::Server, places: Places) {
+    let reader: SharedReader = Arc::new(Mutex::new(Reader::new(places)));
     for request in server.incoming_requests() {
         let reader = reader.clone();
         // One thread per request: `/events` holds its connection open.

@@ -1,18 +1,19 @@
 //! What the dashboard shows, read afresh for each request: the programs
-//! launched on this host (`hprm_node::status::scan`, as `hprm ps`, with
-//! the federates of their other hosts that the links mirror here), each
-//! one's graph (the manifest its launcher wrote into its runtime
-//! directory) and its store's figures (asked over a store connection kept
-//! per socket).
+//! launched or deployed on this host (`hprm_node::status::discover`, as
+//! `hprm ps`, with the federates of their other hosts that the links
+//! mirror here), each one's graph (the manifest beside its launch file)
+//! and its store's figures (asked over a store connection kept per socket).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use hprm_node::manifest::Manifest;
-use hprm_node::status::{self, FederateStatus, RtiProcess, StoreFigures, StoreReport};
+use hprm_node::status::{FederateStatus, RtiPlace, RtiProcess, StoreFigures, StoreReport};
 use hprm_rti::figures::RtiFigures;
 use hprm_store::{ConnectOptions, StoreClient};
 use serde::Serialize;
+
+use crate::ps::Places;
 
 /// Every running program, at `now_ns` (ns since the epoch).
 #[derive(Debug, Serialize)]
@@ -24,8 +25,12 @@ pub struct Snapshot {
 #[derive(Debug, Serialize)]
 pub struct Program {
     pub name: String,
-    /// The launcher's process.
+    /// The launcher's process (0 for a deployed program: systemd runs it).
     pub pid: u32,
+    /// Deployed under systemd (`hprm deploy --systemd`), not launched.
+    pub deployed: bool,
+    /// Since when it runs: the launch, or a deployed program's federation
+    /// start (0 until a federate or the RTI reports one).
     pub started_ns: i64,
     pub federates: Vec<Federate>,
     /// Federate to federate, from the manifest (empty if it is unreadable).
@@ -42,6 +47,11 @@ pub struct Program {
     pub rti_figures: Option<RtiView>,
     /// Where the RTI whose figures these are runs.
     pub rti_host: Option<String>,
+    /// Where the RTI runs in a program with hosts (from its manifest).
+    pub rti_place: Option<RtiPlace>,
+    /// Why this host's RTI's figures are not shown though it writes them
+    /// (its file is not readable by this dashboard's user).
+    pub rti_error: Option<String>,
 }
 
 /// The RTI's figures, its federates named.
@@ -90,29 +100,34 @@ pub struct Store {
 
 /// Reads snapshots; keeps one store connection per socket between reads.
 pub struct Reader {
-    base: PathBuf,
+    places: Places,
     /// This machine's name, the host of federates of programs without hosts.
     host: String,
     stores: HashMap<PathBuf, StoreClient>,
 }
 
 impl Reader {
-    pub fn new(base: PathBuf) -> Reader {
-        Reader { base, host: hostname(), stores: HashMap::new() }
+    pub fn new(places: Places) -> Reader {
+        Reader { places, host: hostname(), stores: HashMap::new() }
     }
 
     pub fn read(&mut self) -> Snapshot {
         let here = self.host.clone();
-        let programs = status::scan(&self.base)
+        let programs = self
+            .places
+            .running()
             .into_iter()
             .map(|r| {
-                let manifest = std::fs::read_to_string(r.launch.runtime_dir.join("manifest.json"))
-                    .ok()
-                    .and_then(|t| Manifest::from_json(&t).ok());
+                let manifest = r.manifest();
                 let links = manifest.as_ref().map(links).unwrap_or_default();
+                let rti_place = manifest.as_ref().and_then(|m| r.rti_place(m));
                 // This host's name in the program (its `[[host]]`), else the machine's.
                 let local = r.launch.hosts.as_ref().map_or_else(|| here.clone(), |h| h.host.clone());
-                let (rti_host, rti_figures) = match status::rti_figures(&r.launch.runtime_dir, &r.launch) {
+                let (local_rti, rti_error) = match r.rti_figures() {
+                    Ok(f) => (f, None),
+                    Err(why) => (None, Some(why)),
+                };
+                let (rti_host, rti_figures) = match local_rti {
                     Some(f) => (Some(local.clone()), Some(f)),
                     None => r
                         .other_hosts
@@ -148,6 +163,7 @@ impl Reader {
                 Program {
                     name: r.launch.program,
                     pid: r.launch.pid,
+                    deployed: r.launch.deployed,
                     started_ns: r.launch.started_ns,
                     federates: r
                         .federates
@@ -177,6 +193,8 @@ impl Reader {
                     rti: r.launch.rti,
                     rti_figures,
                     rti_host,
+                    rti_place,
+                    rti_error,
                 }
             })
             .collect();

@@ -313,6 +313,13 @@ impl Manifest {
         }
     }
 
+    /// Where every federate of a program with hosts joins the RTI: its
+    /// host's address and the program's `rti_port`.
+    pub fn rti_addr(&self) -> Option<String> {
+        let port = self.rti_port.unwrap_or(DEFAULT_RTI_PORT);
+        Some(format!("{}:{port}", self.rti_host()?.address))
+    }
+
     /// The manifest in `$HPRM_MANIFEST`, when a launcher set it.
     pub fn from_env() -> Result<Option<Manifest>, String> {
         let Some(path) = std::env::var_os("HPRM_MANIFEST") else { return Ok(None) };

@@ -122,10 +122,20 @@ pub fn path() -> Option<PathBuf> {
     std::env::var_os("HPRM_RUNTIME_DIR").filter(|d| !d.is_empty()).map(|d| Path::new(&d).join(RTI_STATUS_FILE))
 }
 
+/// The status file's mode: readable by the RTI's group too, whatever the
+/// umask. A deployed RTI runs as user `hprm` with `UMask=0077` (what else
+/// it creates stays its own), and operators in group `hprm` read its
+/// figures with `hprm ps` and the dashboard; a launcher's runtime directory
+/// is its user's alone anyway.
+pub const FILE_MODE: u32 = 0o640;
+
 /// Writes `figures` to `path` through a temporary file and a rename, so a
 /// reader never sees half of it.
 pub fn write(path: &Path, figures: &RtiFigures) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec(figures).map_err(std::io::Error::other)?)?;
+    // Set after creating it: a mode given at creation would be masked.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(FILE_MODE))?;
     std::fs::rename(&tmp, path)
 }
