@@ -63,7 +63,9 @@ def test_a_tap_on_a_python_federate(hprm_cli, tmp_path):
         assert 2 <= len(shown) <= 6 and len(shown) % 2 == 0, echo.stdout
         seen = []
         for tag, value in zip(shown[0::2], shown[1::2]):
-            n = int(value.split('"n": ')[1].split(",")[0])
+            m = re.match(r'\{"n": (\d+),', value)
+            assert m, f"not a value of the ticker: {value!r}\n{echo.stdout}"
+            n = int(m.group(1))
             assert tag == f"--- tag {n // 100}.{(n % 100) * 10_000_000:09d} s/0", echo.stdout
             assert value.startswith(f'{{"n": {n}, "arr": <buffer <i8 [4] 32 bytes inline: '), echo.stdout
             seen.append(n)
