@@ -15,8 +15,11 @@
 # must list the other host's federate with its figures (reported through
 # the links). Passes when, on both hosts, the RTI (on a) and every federate
 # ended with status 0 and no restart, the store and the link ran without a
-# restart and stop with status 0, the link on a pushed every array, and the
-# sink received every value the source sent, bit-exact (SHA-256).
+# restart and stop with status 0, the link on a pushed every array, the
+# sink received every value the source sent, bit-exact (SHA-256), and each
+# host's recorder (hprm-record@span.service) recorded its share, which
+# `hprm bag merge` joins into the program's recording, whole (every value
+# the source sent, nothing lost).
 #
 #   deploy/boot-hosts-test.sh [--from DIR] [--link FILE] [--python PY]
 #
@@ -137,8 +140,11 @@ done
 ended a "hprm-rti@span.service"
 ended a "hprm-federate@span-source.service"
 ended b "hprm-federate@span-sink.service"
+# Each host's recorder closes its share once its host's federates ended.
+ended a "hprm-record@span.service"
+ended b "hprm-record@span.service"
 for h in a b; do
-    for u in hprm-federate@span-source.service hprm-federate@span-sink.service hprm-rti@span.service; do
+    for u in hprm-federate@span-source.service hprm-federate@span-sink.service hprm-rti@span.service hprm-record@span.service; do
         [ "$(show $h LoadState $u)" = loaded ] || continue
         [ "$(show $h ExecMainStartTimestampMonotonic $u)" != 0 ] || continue
         got="$(show $h Result $u) $(show $h ExecMainStatus $u) $(show $h NRestarts $u)"
@@ -174,4 +180,15 @@ diff "$work/sent" "$work/received" >&2 || { journal b; fail "the sink did not re
 # The arrays crossed through the links: host a's pushed each one to b.
 pushed=$(inside a journalctl --no-pager -o cat -u hprm-link@span.service | grep -o 'pushed=[0-9]*' | tail -1 | cut -d= -f2)
 [ "${pushed:-0}" -ge "$sent" ] || { journal a; fail "host a's link pushed ${pushed:-no} objects, not one per value ($sent)"; }
-say "ok: on a and b the store, the link, the RTI and both federates ended with status 0 and no restart; the sink got all $received values bit-exact (arrays through the links: $pushed pushed); hprm ps on each host showed the other's federate"
+# The hosts' shares, brought to one place and merged: the program's recording, whole.
+for h in a b; do
+    inside $h cat /var/lib/hprm-span/span.mcap > "$work/span-$h.mcap" || { journal $h; fail "$h: no recording at /var/lib/hprm-span/span.mcap"; }
+done
+merged=$("$from/hprm" bag merge "$work/span-a.mcap" "$work/span-b.mcap" -o "$work/span.mcap" 2>&1) || { echo "$merged" >&2; fail "hprm bag merge of the hosts' shares failed"; }
+printf '%s\n' "$merged" | grep -q 'nothing lost; recorded whole$' || { echo "$merged" >&2; fail "the merged recording is not whole"; }
+info=$("$from/hprm" bag info "$work/span.mcap" 2>&1) || { echo "$info" >&2; fail "hprm bag info of the merged recording failed"; }
+for topic in source.source.big source.source.small; do
+    n=$(printf '%s\n' "$info" | awk -v t=$topic '$1 == t { print $2 }')
+    [ "$n" = "$sent" ] || { echo "$info" >&2; fail "the merged recording holds ${n:-no} messages of $topic, not the $sent sent"; }
+done
+say "ok: on a and b the store, the link, the RTI and both federates ended with status 0 and no restart; the sink got all $received values bit-exact (arrays through the links: $pushed pushed); hprm ps on each host showed the other's federate; the hosts' recordings merged whole ($sent values of each output)"

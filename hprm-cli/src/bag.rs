@@ -37,12 +37,34 @@ pub enum BagCommand {
         #[arg(long, short = 'n', value_name = "N")]
         count: Option<u64>,
     },
+    /// Join the shares of a program that spans hosts (each host's
+    /// `hprm launch --host H --record FILE`) into its whole recording.
+    Merge {
+        /// Each host's share, once.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The whole recording to write.
+        #[arg(short, long, value_name = "WHOLE.mcap")]
+        output: PathBuf,
+        /// Compression of its chunks (default zstd).
+        #[arg(long, value_enum)]
+        compression: Option<crate::CompressionArg>,
+    },
 }
 
 pub fn run(args: &BagArgs) -> Result<i32> {
     match &args.command {
         BagCommand::Info { file } => info(file),
         BagCommand::Echo { file, topic, count } => echo(file, topic, *count),
+        BagCommand::Merge { files, output, compression } => crate::merge::run(&crate::merge::Options {
+            inputs: files.clone(),
+            output: output.clone(),
+            compression: match compression.unwrap_or(crate::CompressionArg::Zstd) {
+                crate::CompressionArg::Zstd => Some(mcap::Compression::Zstd),
+                crate::CompressionArg::Lz4 => Some(mcap::Compression::Lz4),
+                crate::CompressionArg::None => None,
+            },
+        }),
     }
 }
 
@@ -174,6 +196,15 @@ fn info(path: &Path) -> Result<i32> {
     }
     println!("program:     {}", field(&run, "program"));
     println!("coordination: {}  policy: {}", field(&run, "coordination"), field(&run, "policy"));
+    // A program that spans hosts: one host's share, or the shares merged.
+    match (run.get(crate::recording::RUN_HOST), run.get(crate::recording::RUN_HOSTS)) {
+        (Some(host), hosts) => println!(
+            "hosts:       host {host}'s share of hosts {} (its federates only; hprm bag merge joins the shares)",
+            hosts.map_or("?".to_string(), |h| h.replace(',', ", "))
+        ),
+        (None, Some(hosts)) => println!("hosts:       {}, merged into one recording", hosts.replace(',', ", ")),
+        (None, None) => {}
+    }
     // Deadline decisions are not messages between federates: listed apart.
     let (decisions, channels): (Vec<Channel>, Vec<Channel>) = channels.into_values().partition(Channel::decisions);
     // So are physical action values: the program's input from the world.

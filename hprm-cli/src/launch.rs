@@ -133,13 +133,19 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
             let path = r.path.clone();
             let policy = r.policy.clone();
             let socket = hprm_node::status::runtime_base().join(format!("hprm-record-{}.sock", std::process::id()));
-            let recorder = start_recorder(r, &manifest, opts.coordination, opts.fast, socket.clone())?;
+            let recorder =
+                start_recorder(r, &manifest, opts.coordination, opts.fast, socket.clone(), opts.host.as_deref())?;
             // Before the launcher starts any federate: each inherits them.
             std::env::set_var(hprm_node::record::RECORD_ENV, &socket);
             std::env::set_var(hprm_node::record::POLICY_ENV, policy);
             Some((recorder, path))
         }
         None => None,
+    };
+    // A host's share records only its own federates: say how to make it whole.
+    let share = match (&recorder, opts.host.as_deref()) {
+        (Some((_, path)), Some(h)) if !manifest.hosts.is_empty() => Some(crate::merge::share_note(&manifest, h, path)),
+        _ => None,
     };
     let source = std::sync::Arc::new(source);
     let commands = source.clone();
@@ -205,6 +211,9 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
                         s.federates_missing.join(", ")
                     );
                 }
+                if let Some(share) = &share {
+                    eprintln!("hprm: {share}");
+                }
             }
             Err(e) => {
                 eprintln!("hprm: the recording {} is incomplete: {e:#}", path.display());
@@ -227,13 +236,16 @@ pub fn run(source: Source, opts: Options) -> Result<i32> {
 }
 
 /// Starts the recorder of `manifest`'s program, listening for its
-/// federates at `socket`.
+/// federates at `socket`; in a program with hosts, of host `host`'s
+/// federates (its share, which `hprm bag merge` joins with the other
+/// hosts' into the program's recording: see `crate::merge`).
 pub fn start_recorder(
     opts: crate::record::Options,
     manifest: &hprm_node::manifest::Manifest,
     coordination: Option<Coordination>,
     fast: bool,
     socket: PathBuf,
+    host: Option<&str>,
 ) -> Result<crate::record::Recorder> {
     let expanded = manifest.expanded();
     // Opaque physical actions are known from the program's types: refused
@@ -262,6 +274,10 @@ pub fn start_recorder(
     run.insert("policy".to_string(), opts.policy.clone());
     run.insert("topics".to_string(), opts.topics.join(","));
     run.insert("args".to_string(), std::env::args().collect::<Vec<_>>().join(" "));
+    if let Some(h) = host.filter(|_| !manifest.hosts.is_empty()) {
+        run.insert(crate::recording::RUN_HOST.to_string(), h.to_string());
+        run.insert(crate::recording::RUN_HOSTS.to_string(), crate::recording::hosts_recorded(manifest).join(","));
+    }
     let program = serde_json::from_str(&expanded.to_json())?;
     crate::record::Recorder::start(opts, socket, program, run)
 }

@@ -13,6 +13,7 @@ mod deploy;
 mod foxglove;
 mod graph;
 mod launch;
+mod merge;
 mod ps;
 mod record;
 mod recorder;
@@ -172,7 +173,7 @@ enum Command {
     Foxglove(foxglove::live::FoxgloveArgs),
     /// Watch what a running federate sends on a port: echo or hz.
     Topic(topic::TopicArgs),
-    /// Read a recording (`hprm launch --record`): info or echo.
+    /// Read a recording (`hprm launch --record`): info or echo; merge hosts' shares.
     Bag(bag::BagArgs),
     /// Run federates of a program on a recording's inputs, at their recorded
     /// tags; with --check, compare what they send with the recording.
@@ -197,7 +198,7 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum CompressionArg {
     Zstd,
     Lz4,

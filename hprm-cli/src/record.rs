@@ -39,7 +39,11 @@
 //! time, their bytes as they are, on a channel of that topic, schema and
 //! encoding (`ros2msg`, `cdr`), as Foxglove views are. Chunks are closed at
 //! least every [`FLUSH_EVERY`], so a recorder killed outright leaves a file
-//! readable up to its last complete chunk.
+//! readable up to its last complete chunk. In a program that spans hosts,
+//! each host's recorder records that host's federates: its file is the
+//! host's *share* (`host` and `hosts` in [`META_RUN`], the other hosts'
+//! federates as `federates_elsewhere` in the summary), which `crate::merge`
+//! joins with the other hosts' into the program's whole recording.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufWriter;
@@ -63,7 +67,8 @@ use hprm_store::Object;
 
 // The file's names and encodings, defined with its reader.
 use crate::recording::{
-    encode_decision, format_tag, DECISIONS_PREFIX, LAST_PREFIX, META_PROGRAM, META_RUN, META_SUMMARY, PHYSICAL_PREFIX,
+    encode_decision, format_tag, DECISIONS_PREFIX, FEDERATES_ELSEWHERE, LAST_PREFIX, META_PROGRAM, META_RUN,
+    META_SUMMARY, PHYSICAL_PREFIX, RUN_HOST,
 };
 
 /// Messages queued between the federates' threads and the writer.
@@ -277,10 +282,18 @@ impl Recorder {
         run: BTreeMap<String, String>,
     ) -> Result<Recorder> {
         hprm_node::record::parse_policy(&opts.policy).map_err(|e| anyhow::anyhow!("--record-policy: {e}"))?;
-        let federates: Vec<String> = program["federates"]
-            .as_array()
-            .map(|f| f.iter().filter_map(|f| f["name"].as_str().map(String::from)).collect())
-            .unwrap_or_default();
+        // One host's share ([`RUN_HOST`] in `run`) holds that host's
+        // federates; the others' are `federates_elsewhere` in its summary.
+        let host = run.get(RUN_HOST).cloned();
+        let (mut federates, mut elsewhere) = (Vec::new(), Vec::new());
+        for f in program["federates"].as_array().into_iter().flatten() {
+            let Some(name) = f["name"].as_str() else { continue };
+            if host.is_none() || f["host"].as_str() == host.as_deref() {
+                federates.push(name.to_string());
+            } else {
+                elsewhere.push(name.to_string());
+            }
+        }
         let layout = Layout {
             path: opts.path.clone(),
             compression: opts.compression,
@@ -305,7 +318,7 @@ impl Recorder {
         let throttle = opts.throttle;
         let writer = std::thread::Builder::new()
             .name("hprm-record-write".into())
-            .spawn(move || write(layout, first, rx, throttle, federates))?;
+            .spawn(move || write(layout, first, rx, throttle, federates, elsewhere))?;
         Ok(Recorder { socket, stop, progress, acceptor, writer })
     }
 
@@ -727,7 +740,10 @@ impl Part {
             lost += l;
         }
         meta.insert("lost".into(), lost.to_string());
-        let complete = lost == 0 && meta.get("federates_not_recorded").is_some_and(|m| m.is_empty());
+        // A host's share is never whole: the other hosts' federates are elsewhere.
+        let complete = lost == 0
+            && meta.get("federates_not_recorded").is_some_and(|m| m.is_empty())
+            && meta.get(FEDERATES_ELSEWHERE).map_or(true, |m| m.is_empty());
         meta.insert("complete".into(), complete.to_string());
         self.mcap.write_metadata(&mcap::records::Metadata { name: META_SUMMARY.into(), metadata: meta })?;
         self.mcap.finish().with_context(|| format!("finishing {}", self.path.display()))?;
@@ -741,6 +757,7 @@ fn write(
     rx: Receiver<Entry>,
     throttle: Option<Duration>,
     federates: Vec<String>,
+    elsewhere: Vec<String>,
 ) -> Result<Summary> {
     // Every port recorded, with its federate: each part has a channel for each.
     let mut ports: Vec<(Arc<str>, String)> = Vec::new();
@@ -820,6 +837,7 @@ fn write(
                     let meta = BTreeMap::from([
                         ("start".to_string(), start.unwrap_or(0i64).to_string()),
                         ("federates_not_recorded".to_string(), String::new()),
+                        (FEDERATES_ELSEWHERE.to_string(), elsewhere.join(",")),
                         ("next".to_string(), layout.path(files.len() as u32).display().to_string()),
                     ]);
                     let closed = std::mem::replace(&mut part, next?);
@@ -926,6 +944,7 @@ fn write(
     meta.insert("start".into(), start.unwrap_or(0i64).to_string());
     meta.insert("decisions_lost".into(), decisions_lost.to_string());
     meta.insert("federates_not_recorded".into(), missing.join(","));
+    meta.insert(FEDERATES_ELSEWHERE.into(), elsewhere.join(","));
     if let Some(d) = &disk_full {
         meta.insert("disk_full".into(), d.to_string());
     }

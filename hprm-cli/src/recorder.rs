@@ -78,7 +78,8 @@ pub fn run(args: &RecorderArgs) -> Result<i32> {
         unsafe { libc::signal(signal, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
     let path = opts.path.clone();
-    let recorder = crate::launch::start_recorder(opts, &manifest, None, false, args.socket.clone())?;
+    let recorder =
+        crate::launch::start_recorder(opts, &manifest, None, false, args.socket.clone(), args.host.as_deref())?;
     hprm_sd_notify::ready(&format!("recording program {} into {}", manifest.name, path.display()));
     tracing::info!(program = %manifest.name, "recording into {} (federates reach it at {})", path.display(), args.socket.display());
     while !STOP.load(Ordering::SeqCst) && !recorder.progress().all_ended(&federates) {
@@ -100,6 +101,9 @@ pub fn run(args: &RecorderArgs) -> Result<i32> {
             "hprm: federates not recorded (they never reached the recorder): {}",
             summary.federates_missing.join(", ")
         );
+    }
+    if let Some(h) = args.host.as_deref().filter(|_| !manifest.hosts.is_empty()) {
+        eprintln!("hprm: {}", crate::merge::share_note(&manifest, h, &path));
     }
     Ok(i32::from(lost > 0 || summary.disk_full.is_some()))
 }

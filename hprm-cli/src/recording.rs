@@ -24,6 +24,31 @@ pub const META_PROGRAM: &str = "hprm.program";
 pub const META_RUN: &str = "hprm.run";
 pub const META_SUMMARY: &str = "hprm.summary";
 
+/// [`META_RUN`] keys of one host's share of a program that spans hosts
+/// (`hprm launch --host H --record`, `hprm recorder --host H`): the host
+/// whose federates the file holds, and the hosts whose files make the
+/// program's recording whole ([`hosts_recorded`], comma-separated).
+/// `hprm bag merge` joins the shares into one file, which has
+/// [`RUN_HOSTS`] and no [`RUN_HOST`].
+pub const RUN_HOST: &str = "host";
+pub const RUN_HOSTS: &str = "hosts";
+
+/// [`META_SUMMARY`] key: the federates of other hosts, which a host's share
+/// does not hold (comma-separated; empty for a whole recording).
+pub const FEDERATES_ELSEWHERE: &str = "federates_elsewhere";
+
+/// The hosts of `m` that run federates, in the program's order: those
+/// whose shares make its recording whole (a host that runs only the RTI
+/// records nothing).
+pub fn hosts_recorded(m: &Manifest) -> Vec<String> {
+    let m = m.expanded();
+    m.hosts
+        .iter()
+        .filter(|h| m.federates.iter().any(|f| f.host.as_deref() == Some(h.name.as_str())))
+        .map(|h| h.name.clone())
+        .collect()
+}
+
 /// The topic of a federate's deadline decisions: this, then its name.
 pub const DECISIONS_PREFIX: &str = "deadlines/";
 /// The topic of a physical action's values: this, then its full path.
@@ -347,6 +372,16 @@ fn each_in_chunk<'a>(offset: u64, records: &[u8], each: &mut impl FnMut(Record<'
 /// it did. No record longer than [`record_limit`] is read, a chunk's
 /// decompressed records included.
 pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Result<Option<String>> {
+    scan_located(buf, |_, r| each(r))
+}
+
+/// As [`scan`], also telling `each` where each record lies: the byte
+/// offset of the chunk that holds it (`None` for a record outside
+/// chunks), which [`chunk_messages`] opens again.
+pub fn scan_located<'a>(
+    buf: &'a [u8],
+    mut each: impl FnMut(Option<u64>, Record<'a>) -> bool,
+) -> Result<Option<String>> {
     use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
     if !buf.starts_with(mcap::MAGIC) {
         bail!("not an MCAP file: it does not start with MCAP's magic bytes");
@@ -372,12 +407,14 @@ pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Resu
                 offset += 9 + data.len() as u64;
                 let more = match parse(opcode, data) {
                     Ok(Record::Chunk { header, data }) => {
-                        match chunk_records(at, &header, &data, limit).and_then(|r| each_in_chunk(at, &r, &mut each)) {
+                        let mut located = |r| each(Some(at), r);
+                        match chunk_records(at, &header, &data, limit).and_then(|r| each_in_chunk(at, &r, &mut located))
+                        {
                             Ok(more) => more,
                             Err(why) => return Ok(Some(why)),
                         }
                     }
-                    Ok(record) => each(record.into_owned()),
+                    Ok(record) => each(None, record.into_owned()),
                     Err(why) => return Ok(Some(why)),
                 };
                 if !more {
@@ -388,6 +425,34 @@ pub fn scan<'a>(buf: &'a [u8], mut each: impl FnMut(Record<'a>) -> bool) -> Resu
         }
     }
     Ok(None)
+}
+
+/// The messages (header and data, in order) of the chunk at byte `offset`
+/// of `buf`, as [`scan_located`] found it: opened and checked as [`scan`]
+/// opens it.
+pub fn chunk_messages(buf: &[u8], offset: u64) -> Result<Vec<(mcap::records::MessageHeader, Vec<u8>)>> {
+    let at = usize::try_from(offset).ok().filter(|&at| at < buf.len());
+    let record = at.and_then(|at| {
+        let (&opcode, rest) = buf[at..].split_first()?;
+        let (len, rest) = rest.split_first_chunk::<8>()?;
+        Some((opcode, rest.get(..usize::try_from(u64::from_le_bytes(*len)).ok()?)?))
+    });
+    let Some((mcap::records::op::CHUNK, body)) = record else {
+        bail!("no chunk at byte {offset}: the file changed since it was read");
+    };
+    let Ok(Record::Chunk { header, data }) = parse(mcap::records::op::CHUNK, body) else {
+        bail!("the chunk at byte {offset} is unreadable: the file changed since it was read");
+    };
+    let records = chunk_records(offset, &header, &data, record_limit(buf.len())).map_err(anyhow::Error::msg)?;
+    let mut out = Vec::new();
+    each_in_chunk(offset, &records, &mut |r| {
+        if let Record::Message { header, data } = r {
+            out.push((header, data.into_owned()));
+        }
+        true
+    })
+    .map_err(anyhow::Error::msg)?;
+    Ok(out)
 }
 
 /// Calls `each(channel topic, tag relative to `start`, payload)` for

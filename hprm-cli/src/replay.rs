@@ -56,7 +56,8 @@ use mcap::records::Record;
 use crate::bag::open_parts;
 use crate::record::names;
 use crate::recording::{
-    self, decode_decision, messages, parse_tag, program, scan, DECISIONS_PREFIX, META_SUMMARY, PHYSICAL_PREFIX,
+    self, decode_decision, messages, parse_tag, program, scan, DECISIONS_PREFIX, META_RUN, META_SUMMARY,
+    PHYSICAL_PREFIX,
 };
 use crate::source::Source;
 
@@ -168,6 +169,15 @@ impl Recording {
             None => (path.to_path_buf(), None),
         };
         let recording::Program { manifest, start, last, part } = program(&meta, why, &at)?;
+        if let Some(host) = meta.get(META_RUN).and_then(|r| r.get(recording::RUN_HOST)) {
+            let hosts = recording::hosts_recorded(&manifest);
+            bail!(
+                "{} is host {host}'s share of program {} (hosts {}): it holds only that host's federates;                  merge every host's share into the whole recording first (hprm bag merge A.mcap B.mcap -o WHOLE.mcap)                  and replay that",
+                path.display(),
+                manifest.name,
+                hosts.join(", ")
+            );
+        }
         let part = part.filter(|_| parts.len() == 1);
         let first = parts[0].0.clone();
         Ok(Recording { maps: parts.into_iter().map(|(_, m)| m).collect(), first, manifest, start, topics, last, part })
@@ -183,6 +193,20 @@ impl Recording {
         }
         Ok(())
     }
+}
+
+/// `m` on this host alone: a replay runs every federate here, whatever
+/// hosts the program was recorded on (the recording holds what crossed
+/// between them), so the hosts, and each federate's, are left out.
+fn one_host(m: &Manifest) -> Manifest {
+    let mut m = m.clone();
+    m.hosts.clear();
+    (m.rti_host, m.rti_port) = (None, None);
+    for f in &mut m.federates {
+        f.host = None;
+        f.hosts.clear();
+    }
+    m
 }
 
 /// `federate.…` of a port path.
@@ -463,7 +487,7 @@ pub fn run(args: &ReplayArgs) -> Result<i32> {
         })),
         ..hprm_node::launch::Launch::default()
     };
-    let report = launch.run_manifest(source.manifest());
+    let report = launch.run_manifest(&one_host(source.manifest()));
     let recorded = recorder.map(|r| r.finish());
     let report = report?;
     if let Some(summary) = report.failure_summary(&manifest.name) {

@@ -577,3 +577,82 @@ def test_decentralized_across_hosts_an_stp_that_covers_the_link_has_nothing_tard
     assert sorted(on_time + tardy) == list(range(1, len(on_time) + len(tardy) + 1)), out
     assert f"{len(tardy)} late: receiver." in done and f".inp: {len(tardy)} tardy" in done, done
     print(f"decentralized across hosts, STP 0: {len(tardy)} of {len(on_time) + len(tardy)} messages tardy, the tardy handler ran for each")
+
+
+def _recorded_messages(path):
+    """(topic, log_time, sequence, data) of every message of the recording
+    `path`, in file order, and its metadata by name, read with the public
+    `mcap` package."""
+    from mcap.reader import make_reader
+
+    with open(path, "rb") as f:
+        reader = make_reader(f)
+        messages = [(c.topic, m.log_time, m.sequence, m.data) for _, c, m in reader.iter_messages(log_time_order=False)]
+        meta = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+    return messages, meta
+
+
+def test_a_program_across_two_hosts_is_recorded_whole_by_merging_the_hosts_shares(hosts, tmp_path):
+    """recorded.toml: a source on host a sends a 256 KiB array and a counter
+    to a sink on host b, which acknowledges each pair to a tally on a. Each
+    host records its own federates (`hprm launch --host H --record`); `hprm
+    bag merge` joins the two shares into one recording, which the `mcap`
+    package reads back (every message, bit-exact against what was sent, in
+    tag order) and `hprm replay --check` replays as `identical`. A share
+    alone is refused by the merge (naming the missing host) and by replay."""
+    pytest.importorskip("mcap.reader", reason="the `mcap` package reads recordings back (pip install mcap)")
+    from hprm import _native
+    from recorded import SIZE, array
+
+    hprm = _hprm()
+    prefix, a, b = hosts
+    multi, _ = _manifest(tmp_path, a, b, "recorded")
+    shutil.copy(PROGRAM / "recorded.py", tmp_path / "recorded.py")
+    env = _env(tmp_path)
+    shares = {h: tmp_path / f"share-{h}.mcap" for h in ("a", "b")}
+    outs = _launch_both(prefix, [hprm, str(multi)], env, extra_args={h: ["--record", str(p)] for h, p in shares.items()})
+    for h, path in shares.items():
+        assert f"into {path}: nothing lost" in outs[h], outs[h]
+        assert f"{path} is host {h}'s share of program recorded (hosts a, b)" in outs[h], outs[h]
+
+    def run(*argv):
+        r = subprocess.run([hprm, *map(str, argv)], capture_output=True, text=True, env=env, timeout=WITHIN)
+        return r.returncode, r.stdout + r.stderr
+
+    whole = tmp_path / "whole.mcap"
+    rc, out = run("bag", "merge", shares["a"], "-o", whole)
+    assert rc == 2 and "host b's share is missing" in out, out
+    rc, out = run("replay", shares["b"], multi, "--check")
+    assert rc == 2 and "is host b's share of program recorded" in out and "hprm bag merge" in out, out
+    rc, out = run("bag", "merge", shares["b"], shares["a"], "-o", whole)
+    assert rc == 0 and "recorded whole" in out and "nothing lost" in out, out
+    print(out.strip())
+
+    merged, meta = _recorded_messages(whole)
+    parts = [m for h in ("a", "b") for m in _recorded_messages(shares[h])[0]]
+    assert sorted(merged) == sorted(parts), "the merged file holds exactly the shares' messages"
+    assert [m[1:3] for m in merged] == sorted(m[1:3] for m in merged), "the merged messages are in tag order"
+    summary = meta["hprm.summary"]
+    assert (summary["complete"], summary["lost"], summary["federates_not_recorded"]) == ("true", "0", ""), summary
+    assert "host" not in meta["hprm.run"] and meta["hprm.run"]["hosts"] == "a,b", meta["hprm.run"]
+
+    codec = _native.Codec()
+    by_topic = {}
+    for topic, log_time, seq, data in merged:
+        by_topic.setdefault(topic, []).append(((log_time, seq), codec.decode(data)))
+    assert set(by_topic) == {"source.source.big", "source.source.small", "sink.sink.ack"}, sorted(by_topic)
+    ks = {tag: k for tag, k in by_topic["source.source.small"]}
+    assert list(ks.values()) == list(range(len(ks))) and len(ks) >= 5, ks
+    assert len(by_topic["source.source.big"]) == len(ks) == len(by_topic["sink.sink.ack"])
+    for tag, big in by_topic["source.source.big"]:
+        want = array(ks[tag])
+        assert big.dtype == want.dtype and big.shape == (SIZE,) and big.tobytes() == want.tobytes(), f"array {ks[tag]}"
+    for tag, ack in by_topic["sink.sink.ack"]:
+        want = array(ks[tag])
+        assert ack == {"k": ks[tag], "sum": int(want.sum()), "first": want[:4].tobytes()}, (tag, ack)
+
+    rc, out = run("replay", whole, multi, "--check")
+    assert rc == 0, out
+    line = re.search(rf"replay: federates=2 messages={len(ks)} identical", out)
+    assert line, out
+    print(line.group(0))
