@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hprm_node::hosts::{FetchAnswer, FetchRequest, LostHosts, PushRequest, FETCH_TAG, PUSH_MAX_LEN};
 use hprm_node::realtime::Dscp;
@@ -752,6 +752,7 @@ impl Link {
     /// counted for `host`; a push that is dropped or fails keeps it for a
     /// fetch instead ([`Link::hold`]).
     async fn push(self, id: ObjectId, host: String, receivers: u32, token: u64, mut ticket: Ticket) {
+        let queued = Instant::now();
         let _on_the_wire = match ticket.turn().await {
             Turn::Go(place) => place,
             Turn::Dropped => {
@@ -766,6 +767,7 @@ impl Link {
                 return;
             }
         };
+        let turn = Instant::now();
         // Taken first, whatever happens next: releasing it (when `object`
         // drops, on every path) settles the delivery counted for `host`.
         let object = match self.take_home(id).await {
@@ -777,7 +779,19 @@ impl Link {
                 return;
             }
         };
-        match self.try_push(&object, id, &host, receivers, token).await {
+        let taken = Instant::now();
+        let pushed = self.try_push(&object, id, &host, receivers, token).await;
+        // The stages of a push, for profiling the data path (debug level;
+        // the receiving side logs its own, `stored`, with the same clock).
+        tracing::debug!(
+            %id, %host,
+            bytes = object.data().len(),
+            queue_us = (turn - queued).as_micros() as u64,
+            get_us = (taken - turn).as_micros() as u64,
+            push_us = taken.elapsed().as_micros() as u64,
+            "push timing"
+        );
+        match pushed {
             Ok(()) => {
                 self.end_pending(id, &host);
                 drop(object);
@@ -1162,7 +1176,9 @@ impl Link {
             }
         }
         header.kind = Kind::Data;
+        let copying = Instant::now();
         let data = object.data().to_vec();
+        tracing::debug!(%id, %host, copy_us = copying.elapsed().as_micros() as u64, sent_at_us = wall_us(), "push data copied, sending");
         let outcome = self.ask(host, &header, Some(data)).await?;
         let c = &self.inner.counters;
         match outcome {
@@ -1210,6 +1226,7 @@ impl Link {
             r = replies.recv_async() => r,
             bound = lost => return Err(format!("host {host} was lost during the push (silent for {bound:?})")),
         };
+        tracing::debug!(%host, id = %header.id, replied_at_us = wall_us(), "push answered");
         let Ok(reply) = reply else {
             return Err(format!(
                 "host {host}'s hprm-link did not answer within {timeout:?}: is it running, and are the hosts' Zenoh endpoints right?"
@@ -1229,6 +1246,8 @@ impl Link {
 
     /// Answers one push from another host.
     async fn receive(self, query: zenoh::query::Query) {
+        let arrived = Instant::now();
+        let arrived_at_us = wall_us();
         let header = match query.attachment().map(|a| Header::decode(&a.to_bytes())) {
             Some(Ok(h)) => h,
             Some(Err(why)) => return reply_err(&query, why).await,
@@ -1238,7 +1257,9 @@ impl Link {
         let link = self.clone();
         let from = header.from.clone();
         let id = header.id;
+        let slices = payload.as_ref().map_or(0, |p| p.slices().count());
         let outcome = tokio::task::spawn_blocking(move || link.store_pushed(&header, payload.as_ref())).await;
+        tracing::debug!(%id, %from, arrived_at_us, slices, store_us = arrived.elapsed().as_micros() as u64, "push received");
         match outcome {
             Ok(Ok(outcome)) => {
                 let c = &self.inner.counters;
@@ -1320,19 +1341,29 @@ impl Link {
             if data.len() as u64 != h.data_len {
                 return Err(format!("a push of {} bytes whose header says {}", data.len(), h.data_len));
             }
+            let creating = Instant::now();
             let opts = CreateOptions { deliveries: h.deliveries, wait_for_space: WAIT_FOR_SPACE };
             let mut object = match unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)) {
                 Ok(o) => o,
                 Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => continue,
                 Err(e) => return Err(e.to_string()),
             };
+            let created = Instant::now();
             let out = object.data_mut();
             let mut at = 0;
             for slice in data.slices() {
                 out[at..at + slice.len()].copy_from_slice(slice);
                 at += slice.len();
             }
+            let copied = Instant::now();
             object.seal().map_err(|e| e.to_string())?;
+            tracing::debug!(
+                id = %h.id,
+                create_us = (created - creating).as_micros() as u64,
+                copy_us = (copied - created).as_micros() as u64,
+                seal_us = copied.elapsed().as_micros() as u64,
+                "push stored"
+            );
             return Ok(Outcome::Stored);
         }
         Err(format!("object {} kept appearing and vanishing in this host's store", h.id))
@@ -1349,6 +1380,13 @@ impl Link {
             }
         }
     }
+}
+
+/// Microseconds since the epoch: the wall clock, so that the sending and
+/// the receiving link's timing lines of one push line up where both hosts
+/// share a clock (namespaces of one machine).
+fn wall_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 /// `call`'s own outcome. The store reports the failure of a request sent
