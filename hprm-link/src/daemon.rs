@@ -160,7 +160,7 @@ type PushKey = (String, u64);
 struct Held {
     token: u64,
     receivers: u32,
-    object: Object,
+    object: Arc<Object>,
 }
 
 /// The home side of pushes (see [`Link::hold`], [`Link::serve_fetch`]).
@@ -729,7 +729,7 @@ impl Link {
                         let receivers = *receivers;
                         tokio::spawn(async move {
                             if let Ok(object) = link.take_home(id).await {
-                                link.hold(id, &host, token, receivers, object, why, false).await;
+                                link.hold(id, &host, token, receivers, Arc::new(object), why, false).await;
                             }
                         });
                     }
@@ -761,17 +761,19 @@ impl Link {
                 let why = format!("dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep)");
                 tracing::warn!(%id, %host, "object {id} {why}; {}", self.fallback());
                 match self.take_home(id).await {
-                    Ok(object) => self.hold(id, &host, token, receivers, object, why, true).await,
+                    Ok(object) => self.hold(id, &host, token, receivers, Arc::new(object), why, true).await,
                     Err(_) => self.end_pending(id, &host),
                 }
                 return;
             }
         };
         let turn = Instant::now();
-        // Taken first, whatever happens next: releasing it (when `object`
-        // drops, on every path) settles the delivery counted for `host`.
+        // Taken first, whatever happens next: releasing it (when the last
+        // handle on `object` drops, on every path: here, or where Zenoh
+        // drops the payload lent from it) settles the delivery counted for
+        // `host`.
         let object = match self.take_home(id).await {
-            Ok(o) => o,
+            Ok(o) => Arc::new(o),
             Err(why) => {
                 self.end_pending(id, &host);
                 self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -824,7 +826,7 @@ impl Link {
         host: &str,
         token: u64,
         receivers: u32,
-        object: Object,
+        object: Arc<Object>,
         why: String,
         pending: bool,
     ) {
@@ -920,7 +922,7 @@ impl Link {
                     from: self.inner.cfg.host.clone(),
                 };
                 let attachment = FetchReply::Data { header, more }.encode();
-                let sent = query.reply(query.key_expr().clone(), object.data().to_vec()).attachment(attachment).await;
+                let sent = query.reply(query.key_expr().clone(), lent(object)).attachment(attachment).await;
                 match sent {
                     Ok(()) => {
                         self.inner.counters.served.fetch_add(1, Ordering::Relaxed);
@@ -929,7 +931,8 @@ impl Link {
                     }
                     Err(e) => tracing::warn!(%id, %host, "sending object {id} to host {host}, which fetched it: {e}"),
                 }
-                // Released: host's delivery of the home object settled.
+                // Released (once Zenoh drops the reply's payload too): host's
+                // delivery of the home object settled.
                 drop(held);
                 return;
             }
@@ -1136,7 +1139,7 @@ impl Link {
 
     async fn try_push(
         &self,
-        object: &Object,
+        object: &Arc<Object>,
         id: ObjectId,
         host: &str,
         receivers: u32,
@@ -1176,10 +1179,8 @@ impl Link {
             }
         }
         header.kind = Kind::Data;
-        let copying = Instant::now();
-        let data = object.data().to_vec();
-        tracing::debug!(%id, %host, copy_us = copying.elapsed().as_micros() as u64, sent_at_us = wall_us(), "push data copied, sending");
-        let outcome = self.ask(host, &header, Some(data)).await?;
+        tracing::debug!(%id, %host, sent_at_us = wall_us(), "push data sending");
+        let outcome = self.ask(host, &header, Some(lent(object))).await?;
         let c = &self.inner.counters;
         match outcome {
             Outcome::Stored => {
@@ -1195,7 +1196,7 @@ impl Link {
     }
 
     /// One push query to `host`; its outcome, or why it failed.
-    async fn ask(&self, host: &str, header: &Header, data: Option<Vec<u8>>) -> Result<Outcome, String> {
+    async fn ask(&self, host: &str, header: &Header, data: Option<ZBytes>) -> Result<Outcome, String> {
         let timeout = self.inner.cfg.push_timeout;
         // Bulk data at the data priority; announces (no data) above it and
         // the probes higher still, so neither waits behind a large push.
@@ -1382,6 +1383,21 @@ impl Link {
     }
 }
 
+/// The bytes of a home object as a Zenoh payload, not copied: Zenoh's
+/// fragmenter reads them from the store's mapping straight into its
+/// batches. The payload holds a handle on the store reference, so the
+/// object stays in the store (and its host's delivery unsettled) until
+/// both the push and Zenoh are done with it, whichever ends last.
+fn lent(object: &Arc<Object>) -> ZBytes {
+    struct Lent(Arc<Object>);
+    impl AsRef<[u8]> for Lent {
+        fn as_ref(&self) -> &[u8] {
+            self.0.data()
+        }
+    }
+    ZBytes::from(bytes::Bytes::from_owner(Lent(Arc::clone(object))))
+}
+
 /// Microseconds since the epoch: the wall clock, so that the sending and
 /// the receiving link's timing lines of one push line up where both hosts
 /// share a clock (namespaces of one machine).
@@ -1412,10 +1428,10 @@ async fn reply_err(query: &zenoh::query::Query, why: String) {
 }
 
 /// Peer mode on exactly the configured endpoints; no multicast scouting; a
-/// lease of the host timeout, so that a lost host's session closes within
-/// it; connections to the configured endpoints retried often, so that
-/// traffic resumes soon after the link is back; every endpoint marked
-/// with the link's DSCP.
+/// deep send queue for bulk data; a lease of the host timeout, so that a
+/// lost host's session closes within it; connections to the configured
+/// endpoints retried often, so that traffic resumes soon after the link is
+/// back; every endpoint marked with the link's DSCP.
 fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
     let lease = cfg.host_timeout.as_millis().max(4);
     let mut c = zenoh::Config::default();
@@ -1430,6 +1446,13 @@ fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
         ("scouting/multicast/enabled", "false".into()),
         ("transport/link/tx/lease", lease.to_string()),
         ("transport/link/tx/keep_alive", "4".into()),
+        // The data priority's send queue at its most batches (16 of 64 KiB,
+        // allocated as used; Zenoh's default is 2): a large push is cut into
+        // a fragment per batch, and with 2 the fragmenter waited on the
+        // socket writer for every 128 KiB. Measured with push_load, 50 MB
+        // pushes between two namespaces: 36 -> 26 ms on the wire (see
+        // docs/src/hosts.md, "Performance across hosts").
+        ("transport/link/tx/queue/size/data", "16".into()),
         ("connect/retry", "{ period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2 }".into()),
     ];
     let endpoints = || cfg.listen.iter().chain(&cfg.connect);
