@@ -1,8 +1,9 @@
 """Broadcast and gather across two hosts (issue 26, item 7): a source on host
 a, 4 receivers on host b, echo and fresh replies, 1 KB to 50 MB, over one
 veth link between two network namespaces of this machine
-(hprm-link/netns.sh), unshaped and limited to 1 Gbit/s by a tbf qdisc on
-both ends (this kernel has no netem).
+(hprm-link/netns.sh), unshaped and limited to 1 Gbit/s on both ends as
+shaping.py does (tbf, with a pfifo_fast child so that the link's
+AF11-marked bulk data waits behind small packets).
 
 Systems, run interleaved (every repetition runs every system at every point
 before the next repetition starts, so that the machine's load drifts over
@@ -20,6 +21,8 @@ across the hosts, the link is set down, and the time until each side names
 the host it lost is measured.
 
     python hosts_bench.py [--quick] [--out DIR] [--skip KEYS] [--reps N]
+        [--sizes BYTES,..] [--variants echo,fresh] [--shapes unshaped,1gbit]
+        [--cuts N] [--name STEM]
 
 Needs root (namespaces, tc) and the hprm SDK in this Python, hprm-link on
 PATH (bench/run.sh --only hosts builds it). Writes DIR/hosts-DATE.{md,json,png}
@@ -48,6 +51,8 @@ BROADCAST = ROOT / "bench" / "broadcast"
 NETNS = ROOT / "hprm-link" / "netns.sh"
 CUT = ROOT / "hprm-link" / "tests" / "multihost"
 sys.path.insert(0, str(ROOT / "bench" / "python"))
+sys.path.insert(0, str(HERE))
+import shaping  # noqa: E402
 from pybench import summarize  # noqa: E402
 
 KB, MB = 1_000, 1_000_000
@@ -67,11 +72,16 @@ LABELS = {
     "dora": "dora-rs 1.1 (a daemon per host)",
 }
 BASELINES = ("ros2", "dora")
+# Each shape's rate (None: the veth as it is).
+SHAPES = {"unshaped": None, "1gbit": "1gbit"}
 # The host timeout of HPRM's broadcast trials. With the default (500 ms)
-# the 1 Gbit/s link saturated by 10 and 50 MB pushes delays the RTI's
-# small packets past it (tbf queues them behind the bulk data, and drops
-# some), and the RTI's connections break (TCP_USER_TIMEOUT): the results
-# file says so. The host-loss measurement keeps the default.
+# the 1 Gbit/s link saturated by 10 and 50 MB pushes delayed the RTI's
+# small packets past it when the shaping was tbf with its FIFO child
+# (they queued behind the bulk data, and some were dropped), and the RTI's
+# connections broke (TCP_USER_TIMEOUT); shaping.py's pfifo_fast child now
+# puts the link's AF11-marked bulk data behind them, as a switch honouring
+# DSCP would. Kept at 2 s so that runs compare with the earlier ones. The
+# host-loss measurement keeps the default.
 HOST_TIMEOUT = "2s"
 
 
@@ -84,8 +94,8 @@ def size_text(n: int) -> str:
 
 
 class Hosts:
-    """Two namespaces joined by a veth pair; shape() puts a 1 Gbit/s tbf
-    qdisc on both ends of the link, or takes it off."""
+    """Two namespaces joined by a veth pair; shape() limits both ends of
+    the link to 1 Gbit/s (shaping.py), or takes the limit off."""
 
     def __init__(self, prefix: str, subnet: str):
         self.prefix, self.subnet = prefix, subnet
@@ -107,12 +117,7 @@ class Hosts:
 
     def shape(self, shape: str) -> None:
         for h in "ab":
-            dev = ["dev", f"{self.prefix}-v{h}", "root"]
-            subprocess.run(["ip", "netns", "exec", self.ns(h), "tc", "qdisc", "del", *dev], capture_output=True)
-            if shape == "1gbit":
-                subprocess.run(
-                    ["ip", "netns", "exec", self.ns(h), "tc", "qdisc", "add", *dev, "tbf", "rate", "1gbit", "burst", "128kb", "latency", "50ms"], check=True
-                )
+            shaping.shape(self.ns(h), f"{self.prefix}-v{h}", SHAPES[shape])
 
     def link(self, up: bool) -> None:
         subprocess.run(["ip", "-n", self.ns("a"), "link", "set", f"{self.prefix}-va", "up" if up else "down"], check=True)
@@ -362,16 +367,17 @@ def report(r: dict, stem: Path, note: str) -> None:
         "",
         "Issue 26, item 7: a source on host a sends an S-byte numpy array to 4 receivers on host b; each replies "
         "(echo: the array it received; fresh: a new S-byte array); latency = from the source's send to the last reply. "
-        "The hosts are two network namespaces of one machine joined by a veth pair; `1gbit`: a tbf qdisc "
-        "(rate 1gbit, burst 128kb, latency 50ms) on both ends of the link (this kernel has no netem). "
+        "The hosts are two network namespaces of one machine joined by a veth pair; `1gbit`: "
+        f"{shaping.describe('1gbit')} on both ends of the link (this kernel has no netem), so that hprm-link's bulk data, "
+        "marked AF11, waits behind unmarked small packets such as the RTI's. "
         f"Medians in ms over {plan['reps']} interleaved repetition(s) of {plan['rounds']} rounds "
-        f"(after {plan['warmup']} warm-up rounds each), produced by `bench/run.sh --only hosts{' --quick' if 'quick' in stem.name else ''}`.",
+        f"(after {plan['warmup']} warm-up rounds each), produced by `{r.get('command', 'bench/run.sh --only hosts')}`.",
         "",
         note,
         "",
-        f"HPRM's broadcast trials run with `HPRM_HOST_TIMEOUT={r.get('host_timeout', HOST_TIMEOUT)}`: with the default 500 ms, "
-        "a 1 Gbit/s link saturated by 10 and 50 MB pushes delays the RTI's small packets (the tbf qdisc queues them behind "
-        "the bulk data and drops some) past the host timeout, and the RTI's connections break (see the results' discussion).",
+        f"HPRM's broadcast trials run with `HPRM_HOST_TIMEOUT={r.get('host_timeout', HOST_TIMEOUT)}`: with the default 500 ms "
+        "and tbf's default FIFO child (before the pfifo_fast child), a 1 Gbit/s link saturated by 10 and 50 MB pushes delayed "
+        "the RTI's small packets past the host timeout, and the RTI's connections broke (hosts-2026-11-27.md).",
         "",
         "Floors: raw TCP moves exactly the bytes the workload needs (echo: S bytes a->b + 4 x 16-byte replies; "
         "fresh: plus 4 x S bytes b->a) on one connection; raw Zenoh the same bytes as Zenoh puts between two peers "
@@ -395,19 +401,9 @@ def report(r: dict, stem: Path, note: str) -> None:
             md.append("")
     md += ["## Targets", ""]
     md += targets(r)
-    md += ["", "## Host-loss detection", ""]
-    md.append(
-        "cut.toml (hprm-link/tests/multihost) runs across the hosts with the default `HPRM_HOST_TIMEOUT` (500 ms); once host b "
-        "has its first array the veth is set down; seconds from the cut until host a's link logs `lost host b`, host b's "
-        "`lost host a`, and host b's receiver fails with `the RTI's host stopped answering`:"
-    )
-    md.append("")
-    md.append("| cut | host a: lost host b | host b: lost host a | receiver: RTI lost |")
-    md.append("|---|---|---|---|")
-    for i, c in enumerate(r["host_loss"]):
-        md.append(
-            f"| {i + 1} | {c.get('a_lost_b', '-')} s | {c.get('b_lost_a', '-')} s | {c.get('rti_lost', '-')} s |" + (f" {c['error']}" if "error" in c else "")
-        )
+    if r["host_loss"]:
+        md += ["", "## Host-loss detection", ""]
+        md += host_loss(r)
     if r["errors"]:
         md += ["", "## Failures", ""]
         for point, e in sorted(r["errors"].items()):
@@ -417,6 +413,22 @@ def report(r: dict, stem: Path, note: str) -> None:
     stem.with_suffix(".md").write_text("\n".join(md))
     stem.with_suffix(".json").write_text(json.dumps(r, indent=1))
     plot(r, stem.with_suffix(".png"))
+
+
+def host_loss(r: dict) -> list[str]:
+    md = [
+        "cut.toml (hprm-link/tests/multihost) runs across the hosts with the default `HPRM_HOST_TIMEOUT` (500 ms); once host b "
+        "has its first array the veth is set down; seconds from the cut until host a's link logs `lost host b`, host b's "
+        "`lost host a`, and host b's receiver fails with `the RTI's host stopped answering`:",
+        "",
+        "| cut | host a: lost host b | host b: lost host a | receiver: RTI lost |",
+        "|---|---|---|---|",
+    ]
+    for i, c in enumerate(r["host_loss"]):
+        md.append(
+            f"| {i + 1} | {c.get('a_lost_b', '-')} s | {c.get('b_lost_a', '-')} s | {c.get('rti_lost', '-')} s |" + (f" {c['error']}" if "error" in c else "")
+        )
+    return md
 
 
 def targets(r: dict) -> list[str]:
@@ -492,6 +504,10 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma-separated keys: " + ", ".join(LABELS))
     ap.add_argument("--reps", type=int, help="interleaved repetitions (default: the plan's)")
     ap.add_argument("--sizes", help="comma-separated bytes (default: the plan's)")
+    ap.add_argument("--variants", help="comma-separated, of echo, fresh (default: the plan's)")
+    ap.add_argument("--shapes", help="comma-separated, of " + ", ".join(SHAPES) + " (default: the plan's)")
+    ap.add_argument("--cuts", type=int, help="host-loss detection runs (default: the plan's; 0: none)")
+    ap.add_argument("--name", help="the results' file stem in --out (default: hosts-DATE, hosts-DATE-quick)")
     ap.add_argument("--note", default="", help="a sentence for the results file (e.g. how loaded the machine was)")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -501,6 +517,14 @@ def main() -> None:
         plan["reps"] = a.reps
     if a.sizes:
         plan["sizes"] = [int(x) for x in a.sizes.split(",")]
+    for field, given, allowed in (("variants", a.variants, ("echo", "fresh")), ("shapes", a.shapes, tuple(SHAPES))):
+        if given:
+            chosen = given.split(",")
+            if bad := [x for x in chosen if x not in allowed]:
+                sys.exit(f"hosts_bench: --{field}: unknown {bad}; choose from {', '.join(allowed)}")
+            plan[field] = chosen
+    if a.cuts is not None:
+        plan["cuts"] = a.cuts
     env = dict(os.environ)
     key = Path(tempfile.mkdtemp(prefix="hosts-key-", dir="/tmp")) / "auth.key"
     key.write_text(os.urandom(16).hex())
@@ -513,9 +537,16 @@ def main() -> None:
     env["NO_COLOR"] = "1"
     load = os.getloadavg()
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
-    stem = Path(a.out) / f"hosts-{date}{'-quick' if a.quick else ''}"
+    stem = Path(a.out) / (a.name or f"hosts-{date}{'-quick' if a.quick else ''}")
+    # The command line, for the results file: run.sh's, unless a narrower
+    # plan than run.sh asks for was chosen here.
+    narrowed = a.name or a.sizes or a.variants or a.shapes or a.cuts is not None or a.reps
+    command = f"bench/run.sh --only hosts{' --quick' if a.quick else ''}"
+    if narrowed:
+        command = "bench/hosts/hosts_bench.py " + " ".join(x for x in sys.argv[1:])
 
     def write(r):
+        r["command"] = command
         r["machine"] = {"cpus": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in load], "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
         note = a.note or (
             f"Machine: {os.cpu_count()} CPUs shared with other work (load average {load[0]:.1f} at the start, "

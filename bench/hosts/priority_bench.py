@@ -54,6 +54,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+import shaping  # noqa: E402
+
 NETNS = ROOT / "hprm-link" / "netns.sh"
 BROADCAST = ROOT / "bench" / "broadcast"
 PREFIX, SUBNET = "hprmprio", "10.214.0"
@@ -126,9 +129,7 @@ def in_ns(h: str, *argv: str) -> list[str]:
 
 def shape(rate: str) -> None:
     for h in "ab":
-        dev = ["dev", f"{PREFIX}-v{h}"]
-        sh(*in_ns(h, "tc", "qdisc", "add", *dev, "root", "handle", "1:", "tbf", "rate", rate, "burst", "128kb", "latency", "50ms"))
-        sh(*in_ns(h, "tc", "qdisc", "add", *dev, "parent", "1:1", "handle", "10:", "pfifo_fast"))
+        shaping.shape(f"{PREFIX}-{h}", f"{PREFIX}-v{h}", rate)
 
 
 def wait_for(path: Path, text: str, limit: float = 30) -> None:

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hprm_node::hosts::{FetchAnswer, FetchRequest, LostHosts, PushRequest, FETCH_TAG, PUSH_MAX_LEN};
 use hprm_node::realtime::Dscp;
@@ -160,7 +160,7 @@ type PushKey = (String, u64);
 struct Held {
     token: u64,
     receivers: u32,
-    object: Object,
+    object: Arc<Object>,
 }
 
 /// The home side of pushes (see [`Link::hold`], [`Link::serve_fetch`]).
@@ -729,7 +729,7 @@ impl Link {
                         let receivers = *receivers;
                         tokio::spawn(async move {
                             if let Ok(object) = link.take_home(id).await {
-                                link.hold(id, &host, token, receivers, object, why, false).await;
+                                link.hold(id, &host, token, receivers, Arc::new(object), why, false).await;
                             }
                         });
                     }
@@ -752,6 +752,7 @@ impl Link {
     /// counted for `host`; a push that is dropped or fails keeps it for a
     /// fetch instead ([`Link::hold`]).
     async fn push(self, id: ObjectId, host: String, receivers: u32, token: u64, mut ticket: Ticket) {
+        let queued = Instant::now();
         let _on_the_wire = match ticket.turn().await {
             Turn::Go(place) => place,
             Turn::Dropped => {
@@ -760,16 +761,19 @@ impl Link {
                 let why = format!("dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep)");
                 tracing::warn!(%id, %host, "object {id} {why}; {}", self.fallback());
                 match self.take_home(id).await {
-                    Ok(object) => self.hold(id, &host, token, receivers, object, why, true).await,
+                    Ok(object) => self.hold(id, &host, token, receivers, Arc::new(object), why, true).await,
                     Err(_) => self.end_pending(id, &host),
                 }
                 return;
             }
         };
-        // Taken first, whatever happens next: releasing it (when `object`
-        // drops, on every path) settles the delivery counted for `host`.
+        let turn = Instant::now();
+        // Taken first, whatever happens next: releasing it (when the last
+        // handle on `object` drops, on every path: here, or where Zenoh
+        // drops the payload lent from it) settles the delivery counted for
+        // `host`.
         let object = match self.take_home(id).await {
-            Ok(o) => o,
+            Ok(o) => Arc::new(o),
             Err(why) => {
                 self.end_pending(id, &host);
                 self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -777,7 +781,19 @@ impl Link {
                 return;
             }
         };
-        match self.try_push(&object, id, &host, receivers, token).await {
+        let taken = Instant::now();
+        let pushed = self.try_push(&object, id, &host, receivers, token).await;
+        // The stages of a push, for profiling the data path (debug level;
+        // the receiving side logs its own, `stored`, with the same clock).
+        tracing::debug!(
+            %id, %host,
+            bytes = object.data().len(),
+            queue_us = (turn - queued).as_micros() as u64,
+            get_us = (taken - turn).as_micros() as u64,
+            push_us = taken.elapsed().as_micros() as u64,
+            "push timing"
+        );
+        match pushed {
             Ok(()) => {
                 self.end_pending(id, &host);
                 drop(object);
@@ -810,7 +826,7 @@ impl Link {
         host: &str,
         token: u64,
         receivers: u32,
-        object: Object,
+        object: Arc<Object>,
         why: String,
         pending: bool,
     ) {
@@ -906,7 +922,7 @@ impl Link {
                     from: self.inner.cfg.host.clone(),
                 };
                 let attachment = FetchReply::Data { header, more }.encode();
-                let sent = query.reply(query.key_expr().clone(), object.data().to_vec()).attachment(attachment).await;
+                let sent = query.reply(query.key_expr().clone(), lent(object)).attachment(attachment).await;
                 match sent {
                     Ok(()) => {
                         self.inner.counters.served.fetch_add(1, Ordering::Relaxed);
@@ -915,7 +931,8 @@ impl Link {
                     }
                     Err(e) => tracing::warn!(%id, %host, "sending object {id} to host {host}, which fetched it: {e}"),
                 }
-                // Released: host's delivery of the home object settled.
+                // Released (once Zenoh drops the reply's payload too): host's
+                // delivery of the home object settled.
                 drop(held);
                 return;
             }
@@ -1122,7 +1139,7 @@ impl Link {
 
     async fn try_push(
         &self,
-        object: &Object,
+        object: &Arc<Object>,
         id: ObjectId,
         host: &str,
         receivers: u32,
@@ -1162,8 +1179,8 @@ impl Link {
             }
         }
         header.kind = Kind::Data;
-        let data = object.data().to_vec();
-        let outcome = self.ask(host, &header, Some(data)).await?;
+        tracing::debug!(%id, %host, sent_at_us = wall_us(), "push data sending");
+        let outcome = self.ask(host, &header, Some(lent(object))).await?;
         let c = &self.inner.counters;
         match outcome {
             Outcome::Stored => {
@@ -1179,7 +1196,7 @@ impl Link {
     }
 
     /// One push query to `host`; its outcome, or why it failed.
-    async fn ask(&self, host: &str, header: &Header, data: Option<Vec<u8>>) -> Result<Outcome, String> {
+    async fn ask(&self, host: &str, header: &Header, data: Option<ZBytes>) -> Result<Outcome, String> {
         let timeout = self.inner.cfg.push_timeout;
         // Bulk data at the data priority; announces (no data) above it and
         // the probes higher still, so neither waits behind a large push.
@@ -1210,6 +1227,7 @@ impl Link {
             r = replies.recv_async() => r,
             bound = lost => return Err(format!("host {host} was lost during the push (silent for {bound:?})")),
         };
+        tracing::debug!(%host, id = %header.id, replied_at_us = wall_us(), "push answered");
         let Ok(reply) = reply else {
             return Err(format!(
                 "host {host}'s hprm-link did not answer within {timeout:?}: is it running, and are the hosts' Zenoh endpoints right?"
@@ -1229,6 +1247,8 @@ impl Link {
 
     /// Answers one push from another host.
     async fn receive(self, query: zenoh::query::Query) {
+        let arrived = Instant::now();
+        let arrived_at_us = wall_us();
         let header = match query.attachment().map(|a| Header::decode(&a.to_bytes())) {
             Some(Ok(h)) => h,
             Some(Err(why)) => return reply_err(&query, why).await,
@@ -1238,7 +1258,9 @@ impl Link {
         let link = self.clone();
         let from = header.from.clone();
         let id = header.id;
+        let slices = payload.as_ref().map_or(0, |p| p.slices().count());
         let outcome = tokio::task::spawn_blocking(move || link.store_pushed(&header, payload.as_ref())).await;
+        tracing::debug!(%id, %from, arrived_at_us, slices, store_us = arrived.elapsed().as_micros() as u64, "push received");
         match outcome {
             Ok(Ok(outcome)) => {
                 let c = &self.inner.counters;
@@ -1320,19 +1342,29 @@ impl Link {
             if data.len() as u64 != h.data_len {
                 return Err(format!("a push of {} bytes whose header says {}", data.len(), h.data_len));
             }
+            let creating = Instant::now();
             let opts = CreateOptions { deliveries: h.deliveries, wait_for_space: WAIT_FOR_SPACE };
             let mut object = match unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)) {
                 Ok(o) => o,
                 Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => continue,
                 Err(e) => return Err(e.to_string()),
             };
+            let created = Instant::now();
             let out = object.data_mut();
             let mut at = 0;
             for slice in data.slices() {
                 out[at..at + slice.len()].copy_from_slice(slice);
                 at += slice.len();
             }
+            let copied = Instant::now();
             object.seal().map_err(|e| e.to_string())?;
+            tracing::debug!(
+                id = %h.id,
+                create_us = (created - creating).as_micros() as u64,
+                copy_us = (copied - created).as_micros() as u64,
+                seal_us = copied.elapsed().as_micros() as u64,
+                "push stored"
+            );
             return Ok(Outcome::Stored);
         }
         Err(format!("object {} kept appearing and vanishing in this host's store", h.id))
@@ -1349,6 +1381,28 @@ impl Link {
             }
         }
     }
+}
+
+/// The bytes of a home object as a Zenoh payload, not copied: Zenoh's
+/// fragmenter reads them from the store's mapping straight into its
+/// batches. The payload holds a handle on the store reference, so the
+/// object stays in the store (and its host's delivery unsettled) until
+/// both the push and Zenoh are done with it, whichever ends last.
+fn lent(object: &Arc<Object>) -> ZBytes {
+    struct Lent(Arc<Object>);
+    impl AsRef<[u8]> for Lent {
+        fn as_ref(&self) -> &[u8] {
+            self.0.data()
+        }
+    }
+    ZBytes::from(bytes::Bytes::from_owner(Lent(Arc::clone(object))))
+}
+
+/// Microseconds since the epoch: the wall clock, so that the sending and
+/// the receiving link's timing lines of one push line up where both hosts
+/// share a clock (namespaces of one machine).
+fn wall_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 /// `call`'s own outcome. The store reports the failure of a request sent
@@ -1374,10 +1428,10 @@ async fn reply_err(query: &zenoh::query::Query, why: String) {
 }
 
 /// Peer mode on exactly the configured endpoints; no multicast scouting; a
-/// lease of the host timeout, so that a lost host's session closes within
-/// it; connections to the configured endpoints retried often, so that
-/// traffic resumes soon after the link is back; every endpoint marked
-/// with the link's DSCP.
+/// deep send queue for bulk data; a lease of the host timeout, so that a
+/// lost host's session closes within it; connections to the configured
+/// endpoints retried often, so that traffic resumes soon after the link is
+/// back; every endpoint marked with the link's DSCP.
 fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
     let lease = cfg.host_timeout.as_millis().max(4);
     let mut c = zenoh::Config::default();
@@ -1392,6 +1446,13 @@ fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
         ("scouting/multicast/enabled", "false".into()),
         ("transport/link/tx/lease", lease.to_string()),
         ("transport/link/tx/keep_alive", "4".into()),
+        // The data priority's send queue at its most batches (16 of 64 KiB,
+        // allocated as used; Zenoh's default is 2): a large push is cut into
+        // a fragment per batch, and with 2 the fragmenter waited on the
+        // socket writer for every 128 KiB. Measured with push_load, 50 MB
+        // pushes between two namespaces: 36 -> 26 ms on the wire (see
+        // docs/src/hosts.md, "Performance across hosts").
+        ("transport/link/tx/queue/size/data", "16".into()),
         ("connect/retry", "{ period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2 }".into()),
     ];
     let endpoints = || cfg.listen.iter().chain(&cfg.connect);
