@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use hprm_node::launch::{Launch, LaunchReport};
 use hprm_node::payload::Buffer;
-use hprm_node::{run_federate, Coordination, Ctx, Program};
+use hprm_node::{run_federate, Coordination, Ctx, Input, Program, ReactorBuilder};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -282,20 +282,26 @@ fn tardy() -> Program {
         let t = r.timer("t", Duration::ZERO, 20 * MS);
         let i = r.input::<u64>("in");
         r.reaction("tick").trigger(t).body(|_, _| {});
-        r.reaction("got")
-            .trigger(i)
-            .tardy(move |_, ctx| {
-                let intended = ctx.intended_tag(i).expect("tardy inputs carry their intended tag");
-                record(
-                    ctx,
-                    format!("tardy {} intended {}", ctx.get(i).expect("present"), intended.time - ctx.start_time()),
-                );
-            })
-            .body(move |_, ctx| record(ctx, format!("on time {}", ctx.get(i).expect("present"))));
+        record_arrivals(&mut r, i);
         i
     };
     p.connect(out, inp);
     p
+}
+
+/// Reaction `got` of a receiver: records each value of `i`, on time or
+/// tardy (with the tag it was meant for, from the start).
+fn record_arrivals<S: Send + 'static>(r: &mut ReactorBuilder<'_, S>, i: Input<u64>) {
+    r.reaction("got")
+        .trigger(i)
+        .tardy(move |_, ctx| {
+            let intended = ctx.intended_tag(i).expect("tardy inputs carry their intended tag");
+            record(
+                ctx,
+                format!("tardy {} intended {}", ctx.get(i).expect("present"), intended.time - ctx.start_time()),
+            );
+        })
+        .body(move |_, ctx| record(ctx, format!("on time {}", ctx.get(i).expect("present"))));
 }
 
 /// Two messages that arrive tardy together: the sender sends for tags 0
@@ -328,16 +334,7 @@ fn tardy_pair() -> Program {
             record(ctx, "held");
             std::thread::sleep(1000 * MS);
         });
-        r.reaction("got")
-            .trigger(i)
-            .tardy(move |_, ctx| {
-                let intended = ctx.intended_tag(i).expect("tardy inputs carry their intended tag");
-                record(
-                    ctx,
-                    format!("tardy {} intended {}", ctx.get(i).expect("present"), intended.time - ctx.start_time()),
-                );
-            })
-            .body(move |_, ctx| record(ctx, format!("on time {}", ctx.get(i).expect("present"))));
+        record_arrivals(&mut r, i);
         p.connect(out, i);
     }
     p
