@@ -116,6 +116,8 @@ log=$scratch/rust.log
 step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
 cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
+# `hprm foxglove` (feature foxglove-live, off by default) on a deployed program.
+cargo test --locked -p hprm-cli --features foxglove-live --test inspect 2>&1 | tee -a "$log"
 
 step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its tests, the example the Python round trip runs and the Arrow benchmark's Rust hop"
 cargo test --locked -p hprm-node --features arrow --test arrow 2>&1 | tee -a "$log"

@@ -398,4 +398,29 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
     assert!(p["store"]["stats"]["capacity"].as_u64().is_some_and(|c| c > 0), "the store's figures: {p}");
     let metrics = http_get(&addr, "/metrics");
     assert!(metrics.contains("program=\"counter\",federate=\"source\""), "{metrics}");
+
+    // hprm foxglove: the same program, its port tapped in source's unit
+    // directory (scripts/test-all.sh also runs this test with the server
+    // built in).
+    let mut fox = Command::new(hprm())
+        .args(["foxglove", "--listen", "127.0.0.1:0", "--topics", "source.count", "--runtime-base"])
+        .arg(&launched)
+        .arg("--deployed")
+        .arg(&etc)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hprm foxglove");
+    let err = fox.stderr.take().expect("stderr");
+    started.0.push(fox);
+    // Its first line that says what it does (or why not), past the log's.
+    let said = std::io::BufRead::lines(std::io::BufReader::new(err))
+        .map_while(Result::ok)
+        .find(|l| l.contains("streaming") || l.contains("error"))
+        .unwrap_or_default();
+    if cfg!(feature = "foxglove-live") {
+        assert!(said.contains("streaming source.counter.count of program counter"), "{said}");
+    } else {
+        assert!(said.contains("built without the Foxglove WebSocket server"), "{said}");
+    }
 }

@@ -44,7 +44,6 @@
 //! `foxglove-live`; without it, both commands say how to build it in.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use clap::Args;
 use hprm_node::payload::{
@@ -65,9 +64,9 @@ pub struct FoxgloveArgs {
     /// comma-separated); default: every connection's sending port.
     #[arg(long, value_delimiter = ',')]
     pub topics: Vec<String>,
-    /// Where launchers put runtime directories (default: as `hprm ps`).
-    #[arg(long, value_name = "DIR")]
-    pub runtime_base: Option<PathBuf>,
+    /// Where to look for the program: launched and deployed ones, as `hprm ps`.
+    #[command(flatten)]
+    pub places: crate::ps::Places,
 }
 
 /// Messages Foxglove's server queues for one client before it drops the
@@ -99,7 +98,7 @@ pub use server::{run, start};
 mod server {
     use std::collections::HashMap;
     use std::net::SocketAddr;
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -139,8 +138,7 @@ mod server {
     }
 
     pub fn run(args: &FoxgloveArgs) -> anyhow::Result<i32> {
-        let base = args.runtime_base.clone().unwrap_or_else(status::runtime_base);
-        let program = find(&base, args.program.as_deref())?;
+        let program = find(&args.places, args.program.as_deref())?;
         let ports = if args.topics.is_empty() { connections(&program)? } else { args.topics.clone() };
         if ports.is_empty() {
             bail!(
@@ -177,7 +175,7 @@ mod server {
         let readers: Vec<_> = taps
             .into_iter()
             .map(|(federate, tap)| {
-                let reader = Reader::new(&ctx, &base, &program, federate, tap.port.clone(), Some(tap));
+                let reader = Reader::new(&ctx, &args.places, &program, federate, tap.port.clone(), Some(tap));
                 std::thread::Builder::new().name("hprm-foxglove".into()).spawn(move || reader.run())
             })
             .collect::<Result<_, _>>()?;
@@ -196,13 +194,13 @@ mod server {
     pub fn start(listen_on: SocketAddr) -> anyhow::Result<()> {
         let ctx = Context::new();
         let server = listen(&ctx, listen_on, "hprm launch")?;
-        let base = status::runtime_base();
+        let places = crate::ps::Places::default();
         std::thread::Builder::new().name("hprm-foxglove".into()).spawn(move || {
             // The server lives as long as the launcher.
             let _server = server;
             let me = std::process::id();
             let program = loop {
-                if let Some(p) = status::scan(&base).into_iter().find(|r| r.launch.pid == me) {
+                if let Some(p) = status::scan(&places.runtime_base()).into_iter().find(|r| r.launch.pid == me) {
                     break p;
                 }
                 std::thread::sleep(RETRY);
@@ -217,7 +215,7 @@ mod server {
                 if !program.federates.iter().any(|f| f.name == federate) {
                     continue;
                 }
-                let mut reader = Reader::new(&ctx, &base, &program, federate.to_string(), port, None);
+                let mut reader = Reader::new(&ctx, &places, &program, federate.to_string(), port, None);
                 let _ = std::thread::Builder::new().name("hprm-foxglove".into()).spawn(move || {
                     if reader.attach() {
                         reader.run();
@@ -247,14 +245,14 @@ mod server {
     }
 
     /// The running program named `name` (or launched by pid `name`), or
-    /// the only one running.
-    fn find(base: &Path, name: Option<&str>) -> anyhow::Result<Running> {
-        let mut all = status::scan(base);
+    /// the only one running, launched or deployed.
+    fn find(places: &crate::ps::Places, name: Option<&str>) -> anyhow::Result<Running> {
+        let mut all = places.running();
         let list = |all: &[Running]| {
             all.iter().map(|r| format!("{} (pid {})", r.launch.program, r.launch.pid)).collect::<Vec<_>>().join(", ")
         };
         if all.is_empty() {
-            bail!("no HPRM program is running (looked in {}); start one with `hprm launch`", base.display());
+            bail!("no HPRM program is running ({}); start one with `hprm launch`", places.looked());
         }
         if let Some(name) = name {
             let Some(i) = all.iter().position(|r| r.launch.program == name || r.launch.pid.to_string() == name) else {
@@ -271,7 +269,7 @@ mod server {
     /// Every connection's sending port, once each, from the manifest the
     /// launcher wrote.
     fn connections(program: &Running) -> anyhow::Result<Vec<String>> {
-        let path = program.launch.runtime_dir.join("manifest.json");
+        let path = program.manifest_path();
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let manifest = Manifest::from_json(&text).with_context(|| format!("reading {}", path.display()))?;
         let mut ports: Vec<String> = Vec::new();
@@ -298,7 +296,7 @@ mod server {
     /// (else, or when it cannot be reached, a plain tap: buffers in the
     /// store are listed, not shown).
     fn tap(program: &Running, federate: &str, local: &str) -> Result<TapClient, TapError> {
-        let dir = &program.launch.runtime_dir;
+        let dir = &program.tap_dir(federate);
         let Some(store) = &program.launch.store else { return TapClient::attach(dir, federate, local) };
         // Not pre-faulted: only the objects shown are read.
         let opts = ConnectOptions { populate: Some(false), ..ConnectOptions::default() };
@@ -334,10 +332,11 @@ mod server {
     /// One tapped port and its channels.
     struct Reader {
         ctx: Arc<Context>,
-        base: PathBuf,
-        /// Its launcher: the port is read again after a federate's restart
-        /// for as long as the launcher runs.
-        launcher: u32,
+        places: crate::ps::Places,
+        /// Its program, by the directory of its launch file (a launcher's
+        /// runtime directory, or a deployment's): the port is read again
+        /// after a federate's restart for as long as the program runs.
+        launch_dir: PathBuf,
         federate: String,
         /// The port as named (for attaching again), then as the tap names it.
         port: String,
@@ -355,7 +354,7 @@ mod server {
     impl Reader {
         fn new(
             ctx: &Arc<Context>,
-            base: &Path,
+            places: &crate::ps::Places,
             program: &Running,
             federate: String,
             port: String,
@@ -363,8 +362,8 @@ mod server {
         ) -> Reader {
             Reader {
                 ctx: ctx.clone(),
-                base: base.to_path_buf(),
-                launcher: program.launch.pid,
+                places: places.clone(),
+                launch_dir: program.launch_dir.clone(),
                 federate,
                 port,
                 tap,
@@ -377,7 +376,7 @@ mod server {
         }
 
         fn program(&self) -> Option<Running> {
-            status::scan(&self.base).into_iter().find(|r| r.launch.pid == self.launcher)
+            self.places.running().into_iter().find(|r| r.launch_dir == self.launch_dir)
         }
 
         /// Taps the port, waiting for its federate to (re)start; false
@@ -420,7 +419,9 @@ mod server {
                                 lost = m.dropped;
                                 self.send(&m);
                             }
-                            Ok(Next::Timeout) if status::alive(self.launcher) => {}
+                            // Quiet: go on while the program runs (a
+                            // deployed one has no launcher to watch).
+                            Ok(Next::Timeout) if self.program().is_some() => {}
                             Ok(Next::Timeout | Next::Closed) => break,
                             Err(e) => {
                                 tracing::warn!("foxglove: reading {}: {e}", self.port);

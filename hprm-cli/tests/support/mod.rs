@@ -33,6 +33,11 @@ fn build() -> Result<(), String> {
     if profile_dir().ends_with("release") {
         cmd.arg("--release");
     }
+    // `hprm` itself is one of the bins rebuilt: with this test's features,
+    // or it would replace the `hprm` under test with one without them.
+    if cfg!(feature = "foxglove-live") {
+        cmd.args(["--features", "hprm-cli/foxglove-live"]);
+    }
     eprintln!("building the programs of the hprm tests: {cmd:?}");
     match cmd.status() {
         Ok(s) if s.success() => Ok(()),
