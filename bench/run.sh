@@ -13,8 +13,9 @@
 #                    bytes, in Python and Rust, and dora-rs's Arrow path,
 #                    bench/arrow/arrow_bench.py; not in the default set)
 #         record    (what recording costs: a camera program with and without
-#                    `hprm launch --record`, and the recorder's sustained rate beside
-#                    the disk's (dd), bench/record/record_bench.py; not in the default set)
+#                    `hprm launch --record`, the same with and without `dora record`,
+#                    and the recorder's sustained rate beside the disk's (dd),
+#                    bench/record/record_bench.py; not in the default set)
 #         hosts     (broadcast and gather across two hosts, network namespaces joined
 #                    by a veth, unshaped and at 1 Gbit/s, beside the raw TCP and Zenoh
 #                    floors, dora-rs and ROS 2, bench/hosts/hosts_bench.py; needs root;
@@ -125,9 +126,10 @@ if has arrow; then
 fi
 
 if has record; then
-    step "recording: bench/record/record_bench.py (a camera program with and without --record; the recorder's sustained rate beside dd's)"
+    step "recording: bench/record/record_bench.py (a camera program with and without --record, and with and without dora record; the recorder's sustained rate beside dd's)"
     record_args=(--hprm "$(dirname "$py")/hprm" --out "$results")
     [ "$mode" = --quick ] && record_args+=(--quick)
+    case ",$skip," in *,dora,*) record_args+=(--skip-dora) ;; esac
     if ! "$py" "$bench_dir/record/record_bench.py" "${record_args[@]}"; then
         warn "the recording benchmark failed (see above)"
         record_failed=1

@@ -17,10 +17,14 @@ file once the program ends, counted in the time. Beside it, the disk: `dd`
 of as many bytes, in the recorder's chunk size (4 MiB), `conv=fsync`, into
 the same directory, just before.
 
-dora-rs: dora-rs-cli 1.1 has `dora record`; this benchmark checks for it
-and says so, but does not drive it yet (it needs a dora dataflow of the
-same camera). rosbag2 has no wheels here, and its published sustained rate
-(about 110-120 MB/s) is quoted as context only.
+dora-rs, where its wheels are installed (`dora` beside this Python or on
+PATH): the same camera and sink as a dora dataflow (record_dora.py), each
+live workload run without and with `dora record --proxy` (its default way
+needs a binary no wheel ships; record_dora.py says why), after HPRM's runs: frames the recorder counts, frames the sink missed, and the
+live path's latency; plus a 1 KB control row, which shows the harness
+records what dora's recorder does record. rosbag2 has no wheels here, and
+its published sustained rate (about 110-120 MB/s) is quoted as context
+only.
 
 Writes OUT/record-DATE[-quick].{json,md,png}. Targets: no silent loss; the
 saturation rate within 1.5x of the disk's; added p50 latency under 5%.
@@ -44,11 +48,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PROGRAM = HERE / "record_program.py"
+DORA = HERE / "record_dora.py"
 CHUNK = 4 << 20  # the recorder's chunk size (hprm-cli/src/record.rs)
 SATURATION_TARGET = 1.5
 LATENCY_TARGET = 0.05
 
 LIVE = [(2.7, 30), (2.7, 60), (2.7, 120), (10.0, 10)]
+# dora only: frames small enough for what `dora record --proxy` does record.
+DORA_CONTROL = (0.001, 30)
 # Set by main() from the command line, so the module imports without one.
 ARGS = argparse.Namespace()
 SECONDS = PASSES = SATURATION_FRAMES = 0
@@ -60,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hprm", default=shutil.which("hprm") or str(Path(sys.executable).parent / "hprm"), help="the hprm command")
     p.add_argument("--dir", default=None, help="where recordings and dd's file go (default: a temporary directory in /var/tmp)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--skip-dora", action="store_true", help="leave dora-rs's recorder out")
     return p.parse_args(argv)
 
 
@@ -121,16 +129,70 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def dora_recorder() -> str:
+def dora_command() -> str | None:
     beside = Path(sys.executable).parent / "dora"
-    dora = str(beside) if beside.exists() else shutil.which("dora")
+    return str(beside) if beside.exists() else shutil.which("dora")
+
+
+def dora_run(work: Path, mb: float, fps: float, frames: int, record: bool) -> dict:
+    out = work / "dora-sink.json"
+    out.unlink(missing_ok=True)
+    drec = work / "dora.drec"
+    cmd = [sys.executable, str(DORA), "--mb", str(mb), "--fps", str(fps), "--frames", str(frames), "--out", str(out)]
+    if record:
+        cmd += ["--record", str(drec)]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    drec.unlink(missing_ok=True)
+    if r.returncode != 0 or not out.exists():
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def dora_side(base: Path) -> dict:
+    """dora-rs's recorder on the same workloads, or why it did not run."""
+    dora = dora_command()
     if dora is None:
-        return "not run: no `dora` command (pip install dora-rs-cli; bench/run.sh installs it)"
+        return {"status": "not run: no `dora` command (pip install dora-rs-cli dora-rs; bench/run.sh installs it)", "rows": {}}
     r = subprocess.run([dora, "record", "--help"], capture_output=True, text=True)
     if r.returncode != 0:
-        return "not run: this dora-rs-cli has no `dora record` command"
+        return {"status": "not run: this dora-rs-cli has no `dora record` command", "rows": {}}
+    sys.path.insert(0, str(HERE))
+    import record_dora
+
     version = subprocess.run([dora, "--version"], capture_output=True, text=True).stdout.strip()
-    return f"not run: {version} has `dora record`, which this benchmark does not drive yet (a dataflow of its own is needed)"
+    injected = record_dora.injected_recorder_error(dora)
+    status = f"{version}, `dora record --proxy`" + (f" (its default, an injected record node, cannot run here: {injected})" if injected else "")
+    rows: dict[str, dict] = {}
+    work = [(mb, fps) for mb, fps in LIVE] + [DORA_CONTROL]
+    total, k = PASSES * len(work) * 2, 0
+    with record_dora.Coordinator():
+        for _ in range(PASSES):
+            for mb, fps in work:
+                key = f"{mb:g} MB @ {fps:g} fps"
+                row = rows.setdefault(key, {"mb": mb, "fps": fps, "plain": [], "recorded": [], "sent": 0, "kept": 0, "missed": 0, "loss_said": []})
+                for mode in ("plain", "recorded"):
+                    k += 1
+                    got = dora_run(base, mb, fps, int(SECONDS * fps), mode == "recorded")
+                    row[mode] += got["latency_ms"]
+                    row["missed"] += got["sent"] - got["received"]
+                    row["period_ms"] = got["period_ms"]
+                    if mode == "recorded":
+                        # The recorder counts every message it kept: the frames and the
+                        # sink's one `ready`, which is not a frame.
+                        row["sent"] += got["sent"]
+                        row["kept"] += max(0, got["recorded"] - 1)
+                        row["loss_said"] += got["recorder_loss"]
+                    log(f"[dora {k}/{total}] {key} {mode}: p50 {statistics.median(got['latency_ms']):.2f} ms, received {got['received']}/{got['sent']}"
+                        + (f", {got['recorder_line']}" if mode == "recorded" else ""))
+    summary = {}
+    for key, row in rows.items():
+        a, b = statistics.median(row["plain"]), statistics.median(row["recorded"])
+        summary[key] = {
+            "plain_p50": a, "recorded_p50": b, "added_p50": (b - a) / a, "frames": row["sent"], "recorded": row["kept"],
+            "missed": row["missed"], "loss_said": sorted(set(row["loss_said"])), "period_ms": row["period_ms"],
+        }
+    return {"status": status, "rows": summary}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -178,6 +240,7 @@ def main() -> None:
         rate = size / ((synced - got["first_ns"]) / 1e9)
         rec.unlink(missing_ok=True)
         log(f"recorder, saturated: {rate / 1e6:.0f} MB/s ({size / 1e6:.0f} MB, {got['recorder']['line']})")
+        dora = dora_side(base) if not ARGS.skip_dora else {"status": "not run: --skip-dora", "rows": {}}
     finally:
         if not ARGS.dir:
             shutil.rmtree(base, ignore_errors=True)
@@ -189,11 +252,10 @@ def main() -> None:
             "added_p50": (b - a) / a, "lost": row["lost"], "missed": row["missed"], "messages": row["messages"], "MB_per_s": row["mb"] * row["fps"],
         }
     sat = {"disk_Bps": disk, "recorder_Bps": rate, "ratio": disk / rate, "bytes": size, "lost": got["recorder"]["lost"], "line": got["recorder"]["line"]}
-    dora = dora_recorder()
     write(summary, sat, dora)
 
 
-def write(summary: dict, sat: dict, dora: str) -> None:
+def write(summary: dict, sat: dict, dora: dict) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     stem = f"record-{date}{'-quick' if ARGS.quick else ''}"
     out = Path(ARGS.out)
@@ -232,8 +294,33 @@ def write(summary: dict, sat: dict, dora: str) -> None:
         "",
         f"Silent loss: {'none' if silent else 'FRAMES MISSED BY THE SINK'} (every loss the recorder had is in the `lost` column, from its own count).",
         "",
-        f"dora-rs: {dora}. rosbag2 (no wheels here): its published sustained rate is about 110-120 MB/s, context only.",
+        "## Beside dora-rs's recorder",
+        "",
     ]
+    if dora["rows"]:
+        lines += [
+            f"The same camera and sink as a dora dataflow (`bench/record/record_dora.py`), run without and with the recorder: {dora['status']}.",
+            "Without: `dora start`; with: `dora start --debug` and `dora record --proxy`, the camera starting once the recorder",
+            "says it records. dora's timers are whole milliseconds (the period is in the table). Recorded: frames in the",
+            "recording by the recorder's own closing count (less the sink's one `ready` message); loss reported: what the",
+            "recorder said about loss.",
+            "",
+            "| workload | period (ms) | p50 plain (ms) | p50 recorded (ms) | added p50 | frames recorded / sent | loss reported | missed by the sink |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for key, r in dora["rows"].items():
+            said = "; ".join(r["loss_said"]) or "none"
+            lines.append(
+                f"| {key} | {r['period_ms']} | {r['plain_p50']:.2f} | {r['recorded_p50']:.2f} | {r['added_p50']:+.1%} | {r['recorded']} / {r['frames']} | {said} | {r['missed']} |"
+            )
+        silent = [k for k, r in dora["rows"].items() if r["recorded"] < r["frames"] and not r["loss_said"]]
+        lines += [
+            "",
+            f"dora-rs silent loss: {', '.join(silent) if silent else 'none'} (frames missing from its recording while it reported no loss).",
+        ]
+    else:
+        lines.append(f"dora-rs: {dora['status']}.")
+    lines += ["", "rosbag2 (no wheels here): its published sustained rate is about 110-120 MB/s, context only."]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
