@@ -222,17 +222,17 @@ pub fn run(opts: &Options) -> Result<i32> {
 
 /// The files `inputs` name, in order: a rotated share named as a whole (by
 /// the base name given to `--record`, which itself is not written, or by
-/// its first part `FILE-0000.mcap`) gives its parts found beside it
-/// ([`crate::record::parts_of`], as `hprm bag info` and `hprm replay` read
-/// one); any other path is itself. A part both found so and named itself
-/// (a shell's `share-a-*.mcap`) is read once; a file named twice is kept
-/// twice, to be refused as given twice.
+/// its first part `FILE-0000.mcap`, as `hprm bag info` and `hprm replay`
+/// take one: [`crate::record::parts_of`]) gives every part beside it
+/// ([`parts_beside`]); any other path is itself. A part both found so and
+/// named itself (a shell's `share-a-*.mcap`) is read once; a file named
+/// twice is kept twice, to be refused as given twice.
 fn files_named(inputs: &[PathBuf]) -> Vec<PathBuf> {
     let key = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let (mut out, mut found) = (Vec::new(), BTreeSet::new());
     let mut named: BTreeSet<PathBuf> = BTreeSet::new();
     for path in inputs {
-        match crate::record::parts_of(path) {
+        match crate::record::parts_of(path).map(|first| parts_beside(&first[0])) {
             Some(parts) => {
                 for p in parts {
                     let k = key(&p);
@@ -251,6 +251,29 @@ fn files_named(inputs: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Every part of the rotated recording whose first part is `first`
+/// (`FILE-0000.mcap`): the files beside it named `FILE-N.mcap`, N of four
+/// digits or more, in part order, past any gap (unlike
+/// [`crate::record::parts_of`], which stops there), so that a part missing
+/// in the middle is named as missing rather than taken for the end.
+fn parts_beside(first: &Path) -> Vec<PathBuf> {
+    let stem = first.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some(base) = stem.strip_suffix("-0000") else { return vec![first.to_path_buf()] };
+    let ext = first.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+    let dir = first.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else { return vec![first.to_path_buf()] };
+    let mut parts: Vec<(u32, PathBuf)> = entries
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let n = name.strip_prefix(base)?.strip_prefix('-')?.strip_suffix(ext.as_str())?;
+            (n.len() >= 4 && n.bytes().all(|b| b.is_ascii_digit())).then_some(())?;
+            Some((n.parse().ok()?, first.with_file_name(&name)))
+        })
+        .collect();
+    parts.sort();
+    parts.into_iter().map(|(_, p)| p).collect()
 }
 
 /// Reads `path` (pass one): its metadata, schemas, channels, and the index
@@ -1171,11 +1194,11 @@ mod tests {
                 Ok(_) => panic!("merged"),
                 Err(e) => format!("{e:#}"),
             };
-        // A part in the middle (the first part finds the others beside it,
-        // and the middle one is gone): named where it belongs.
+        // A part in the middle gone (the base name finds the parts beside
+        // it, past the gap): named where it belongs.
         let middle = d.join("ra-0001.mcap");
         std::fs::rename(&middle, d.join("away.mcap")).expect("rename");
-        let e = refused(vec![parts[0].clone(), parts[2].clone(), b.clone()]);
+        let e = refused(vec![d.join("ra.mcap"), b.clone()]);
         assert!(
             e.starts_with(&format!(
                 "host a's share was recorded with --record-rotate and 1 of its parts is missing: {}",
@@ -1187,7 +1210,7 @@ mod tests {
         // The first part, given the later ones.
         let e = refused(vec![parts[1].clone(), parts[2].clone(), b.clone()]);
         assert!(e.contains(&format!("is missing: {};", d.join("ra-0000.mcap").display())), "{e}");
-        // The last part (the first found beside it stops at the gap).
+        // The last part gone: the one before it names a next.
         std::fs::rename(&parts[2], d.join("elsewhere.mcap")).expect("rename");
         let e = refused(vec![parts[0].clone(), b.clone()]);
         assert!(
