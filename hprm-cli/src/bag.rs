@@ -40,7 +40,9 @@ pub enum BagCommand {
     /// Join the shares of a program that spans hosts (each host's
     /// `hprm launch --host H --record FILE`) into its whole recording.
     Merge {
-        /// Each host's share, once.
+        /// Each host's share, once; a share recorded with --record-rotate by
+        /// its base name or its first part (the other parts are found beside
+        /// it), or by every part.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// The whole recording to write.

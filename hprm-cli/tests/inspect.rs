@@ -398,6 +398,34 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
     assert!(p["store"]["stats"]["capacity"].as_u64().is_some_and(|c| c > 0), "the store's figures: {p}");
     let metrics = http_get(&addr, "/metrics");
     assert!(metrics.contains("program=\"counter\",federate=\"source\""), "{metrics}");
+    assert!(metrics.contains(r#"hprm_rti_up{program="counter"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"hprm_rti_figures_readable{program="counter"} 1"#), "{metrics}");
+
+    // The RTI's figures unreadable (a directory in the file's place: these
+    // tests may run as root, whom a file's mode does not refuse; the RTI
+    // then stops writing them and runs on): the dashboard still says the
+    // RTI is up, that its figures are unreadable, why, and what to do.
+    let figures = program_run.join("rti").join("rti.json");
+    wait_for(Duration::from_secs(30), "the RTI's figures replaced by a directory", || {
+        let _ = std::fs::remove_file(&figures);
+        std::fs::create_dir(&figures).ok()
+    });
+    let metrics = wait_for(Duration::from_secs(30), "the dashboard finds the RTI's figures unreadable", || {
+        let m = http_get(&addr, "/metrics");
+        m.contains(r#"hprm_rti_figures_readable{program="counter"} 0"#).then_some(m)
+    });
+    assert!(metrics.contains(r#"hprm_rti_up{program="counter"} 1"#), "the RTI still runs: {metrics}");
+    assert!(!metrics.contains("hprm_rti_relayed_messages_total"), "no figures to show: {metrics}");
+    let snap: serde_json::Value =
+        serde_json::from_str(&http_get(&addr, "/api/programs")).expect("/api/programs is JSON");
+    let p = &snap["programs"][0];
+    assert_eq!(p["rti_running"], true, "{p}");
+    let why = p["rti_error"].as_str().unwrap_or_else(|| panic!("no rti_error: {p}"));
+    assert!(
+        why.starts_with(&format!("the RTI runs, but cannot read {}: ", figures.display()))
+            && why.contains("add this dashboard's user to it (sudo usermod -aG hprm USER"),
+        "{why}"
+    );
 
     // hprm foxglove: the same program, its port tapped in source's unit
     // directory (scripts/test-all.sh also runs this test with the server

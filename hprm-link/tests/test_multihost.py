@@ -656,3 +656,65 @@ def test_a_program_across_two_hosts_is_recorded_whole_by_merging_the_hosts_share
     line = re.search(rf"replay: federates=2 messages={len(ks)} identical", out)
     assert line, out
     print(line.group(0))
+
+
+def test_shares_recorded_with_rotation_merge_as_unrotated_ones_and_a_missing_part_is_refused(hosts, tmp_path):
+    """recorded.toml run twice: once each host recording its share into one
+    file, once with `--record-rotate` (host a's 256 KiB arrays fill a part
+    every few ticks, host b's acknowledgements a part every 200 ms of
+    logical time). Each run's shares are merged; the rotated shares (named
+    by their base names, the parts found beside them) merge into exactly
+    the messages of the unrotated ones, in the same tag order (tags since
+    each run's start, values bit-exact), with the same counts; `hprm replay
+    --check` of it says `identical`. With a part of host a's share gone,
+    the merge is refused naming that part's file."""
+    pytest.importorskip("mcap.reader", reason="the `mcap` package reads recordings back (pip install mcap)")
+    hprm = _hprm()
+    prefix, a, b = hosts
+    multi, _ = _manifest(tmp_path, a, b, "recorded")
+    shutil.copy(PROGRAM / "recorded.py", tmp_path / "recorded.py")
+    env = _env(tmp_path)
+
+    def run(*argv):
+        r = subprocess.run([hprm, *map(str, argv)], capture_output=True, text=True, env=env, timeout=WITHIN)
+        return r.returncode, r.stdout + r.stderr
+
+    def since_start(path):
+        """The merged file's messages as (topic, tag since the start, microstep, data), and its summary."""
+        messages, meta = _recorded_messages(path)
+        start = int(meta["hprm.summary"]["start"])
+        return [(t, log_time - start, seq, data) for t, log_time, seq, data in messages], meta["hprm.summary"]
+
+    plain = {h: tmp_path / f"plain-{h}.mcap" for h in ("a", "b")}
+    _launch_both(prefix, [hprm, str(multi)], env, extra_args={h: ["--record", str(p)] for h, p in plain.items()})
+    rc, out = run("bag", "merge", plain["a"], plain["b"], "-o", tmp_path / "plain.mcap")
+    assert rc == 0 and "recorded whole" in out, out
+    want, want_summary = since_start(tmp_path / "plain.mcap")
+
+    rotated = {h: tmp_path / f"rot-{h}.mcap" for h in ("a", "b")}
+    rotate = ["--record-rotate", "size=600k,duration=200ms"]
+    outs = _launch_both(prefix, [hprm, str(multi)], env, extra_args={h: ["--record", str(p), *rotate] for h, p in rotated.items()})
+    parts = {h: sorted(tmp_path.glob(f"rot-{h}-*.mcap")) for h in ("a", "b")}
+    assert len(parts["a"]) >= 3 and len(parts["b"]) >= 2, (parts, outs)
+    assert not any(p.exists() for p in rotated.values()), "a rotated recording's base name is not written"
+    whole = tmp_path / "whole.mcap"
+    rc, out = run("bag", "merge", rotated["b"], rotated["a"], "-o", whole)
+    assert rc == 0 and "recorded whole" in out and "nothing lost" in out, out
+    print(out.strip(), f"({len(parts['a'])} parts from host a, {len(parts['b'])} from host b)")
+    got, summary = since_start(whole)
+    assert len(got) == len(want) and got == want, "every message, in tag order, as the unrotated shares merged give"
+
+    def counts(s):
+        kept = ("messages", "lost", "physical", "decisions", "complete", "federates_not_recorded")
+        return {k: v for k, v in s.items() if k.split(".")[0] in kept}
+
+    assert counts(summary) == counts(want_summary), (summary, want_summary)
+    rc, out = run("replay", whole, multi, "--check")
+    assert rc == 0 and re.search(r"replay: federates=2 messages=\d+ identical", out), out
+
+    # A part in the middle of host a's share gone: refused, naming its file.
+    gone = parts["a"][1]
+    gone.rename(tmp_path / "elsewhere.mcap")
+    rc, out = run("bag", "merge", rotated["a"], rotated["b"], "-o", tmp_path / "refused.mcap")
+    assert rc != 0 and f"host a's share was recorded with --record-rotate and 1 of its parts is missing: {gone}" in out, out
+    assert not (tmp_path / "refused.mcap").exists()

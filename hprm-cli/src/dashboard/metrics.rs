@@ -107,6 +107,7 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     let conn_bytes = Counters::default();
     let conn_latency = Family::<Labels, Counted>::default();
     let rti_up = IntGauges::default();
+    let rti_readable = IntGauges::default();
     let rti_relayed = Counters::default();
     let rti_grants = Counters::default();
     let rti_grant_latency = Family::<Labels, Counted>::default();
@@ -163,9 +164,15 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
                 }
             }
         }
-        // Where the RTI runs on another host, its figures come in that host's reports.
+        // Up from its liveness, not from its figures: an RTI whose figures
+        // this dashboard's user cannot read still runs. Where the RTI runs
+        // on another host, its figures come in that host's reports.
         if p.rti.is_some() || p.rti_figures.is_some() {
-            rti_up.get_or_create(&labels(&[("program", prog)])).set(i64::from(p.rti_figures.is_some()));
+            let l = labels(&[("program", prog)]);
+            rti_up.get_or_create(&l).set(i64::from(p.rti_running));
+            if p.rti_running {
+                rti_readable.get_or_create(&l).set(i64::from(p.rti_error.is_none()));
+            }
         }
         if let Some(rti) = &p.rti_figures {
             rti_relayed.get_or_create(&labels(&[("program", prog)])).inc_by(rti.figures.relayed);
@@ -250,7 +257,17 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
         prometheus_client::registry::Unit::Seconds,
         conn_latency,
     );
-    reg.register("rti_up", "The program's RTI publishes its figures", rti_up);
+    reg.register(
+        "rti_up",
+        "The program's RTI runs (its process, here; its figures in its host's reports, elsewhere)",
+        rti_up,
+    );
+    reg.register(
+        "rti_figures_readable",
+        "A running RTI's figures can be read by this dashboard (0: its figures file is not readable by this user, \
+         the rti_* figures are missing; /api/programs' rti_error says why and what to do)",
+        rti_readable,
+    );
     reg.register("rti_relayed_messages", "Tagged messages the RTI relayed between federates", rti_relayed);
     reg.register("rti_grants", "Tag advance grants (TAG, PTAG) the RTI sent a federate", rti_grants);
     reg.register_with_unit(
@@ -376,6 +393,7 @@ mod tests {
                 }),
                 rti_host: Some("a".into()),
                 rti_place: None,
+                rti_running: true,
                 rti_error: None,
             }],
         };
@@ -432,5 +450,50 @@ mod tests {
             );
             assert!(text.contains(&zero), "{zero} in {text}");
         }
+    }
+
+    /// Program `name` with an RTI on this host (`rti_running`, `rti_error`)
+    /// and nothing else.
+    fn with_rti_here(name: &str, rti_running: bool, rti_error: Option<&str>) -> Program {
+        Program {
+            name: name.into(),
+            pid: 1,
+            deployed: true,
+            started_ns: 0,
+            federates: Vec::new(),
+            links: Vec::new(),
+            store: None,
+            other_stores: Vec::new(),
+            rti: Some(hprm_node::status::RtiProcess { pid: 0, addr: "127.0.0.1:15045".into() }),
+            rti_figures: None,
+            rti_host: None,
+            rti_place: None,
+            rti_running,
+            rti_error: rti_error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn an_rti_whose_figures_cannot_be_read_is_up_and_says_its_figures_are_unreadable() {
+        let why = "the RTI runs, but cannot read /run/hprm/robot/rti/rti.json: Permission denied (os error 13); ...";
+        let snap = Snapshot {
+            now_ns: 0,
+            programs: vec![
+                with_rti_here("robot", true, Some(why)),
+                with_rti_here("quiet", true, None),
+                with_rti_here("gone", false, None),
+            ],
+        };
+        let text = encode_text(&snap);
+        assert!(text.contains(r#"hprm_rti_up{program="robot"} 1"#), "up, though unreadable: {text}");
+        assert!(text.contains(r#"hprm_rti_figures_readable{program="robot"} 0"#), "{text}");
+        assert!(!text.contains(r#"hprm_rti_relayed_messages_total{program="robot"}"#), "no figures: {text}");
+        // Running, its figures not written yet: nothing unreadable.
+        assert!(text.contains(r#"hprm_rti_up{program="quiet"} 1"#), "{text}");
+        assert!(text.contains(r#"hprm_rti_figures_readable{program="quiet"} 1"#), "{text}");
+        // Stopped: down, and no readability to speak of.
+        assert!(text.contains(r#"hprm_rti_up{program="gone"} 0"#), "{text}");
+        assert!(!text.contains(r#"hprm_rti_figures_readable{program="gone"}"#), "{text}");
+        assert!(text.contains("# TYPE hprm_rti_figures_readable gauge"), "{text}");
     }
 }

@@ -13,7 +13,9 @@
 //! - [`metrics`]: a snapshot in the Prometheus text format (`GET /metrics`).
 //! - `page.html`: the page (`GET /`), embedded; it follows `GET /events`
 //!   (server-sent events, a snapshot as JSON every second) and draws the
-//!   graph itself, so nothing but this binary is needed at run time.
+//!   graph itself, so nothing but this binary is needed at run time. The
+//!   loss kinds it shows are put in when it is served ([`page`]), from
+//!   `hprm_node::loss`, their one list.
 //!
 //! Read-only by construction: every route is a GET of a view; nothing in
 //! the page can send a command. It listens on localhost unless told
@@ -46,6 +48,28 @@ pub struct DashboardArgs {
 }
 
 const PAGE: &str = include_str!("page.html");
+
+/// Where [`PAGE`] takes the loss kinds, as JSON.
+const LOSS_KINDS_SLOT: &str = "@LOSS_KINDS@";
+
+/// The page as served: [`PAGE`] with every loss kind of
+/// [`hprm_node::loss::Loss::ALL`], in its order, as `{"name", "lost"}`
+/// (`lost`: false for a kind that counts a message delivered late, as
+/// `LossCounts::lost` tells), so that a kind added to the runtime shows on
+/// the page without touching it.
+fn page() -> String {
+    use hprm_node::loss::{Loss, LossCounts, Losses};
+    let kinds: Vec<serde_json::Value> = Loss::ALL
+        .iter()
+        .map(|&kind| {
+            let mut one = Losses::default();
+            one.count("port", kind, 1);
+            let lost = one.0.values().map(LossCounts::lost).sum::<u64>() == 1;
+            serde_json::json!({ "name": kind.name(), "lost": lost })
+        })
+        .collect();
+    PAGE.replace(LOSS_KINDS_SLOT, &serde_json::Value::from(kinds).to_string())
+}
 
 /// How often `/events` sends a snapshot.
 const EVENT_PERIOD: Duration = Duration::from_secs(1);
@@ -116,7 +140,7 @@ fn serve(request: tiny_http::Request, reader: &SharedReader) {
     }
     let path = request.url().split('?').next().unwrap_or("/").to_owned();
     match path.as_str() {
-        "/" => respond(request, 200, "text/html; charset=utf-8", PAGE.into()),
+        "/" => respond(request, 200, "text/html; charset=utf-8", page()),
         "/metrics" => respond(
             request,
             200,
@@ -148,5 +172,35 @@ fn events(request: tiny_http::Request, reader: &SharedReader) {
             return;
         }
         std::thread::sleep(EVENT_PERIOD);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hprm_node::loss::Loss;
+
+    /// The loss kinds the served page holds, as it reads them.
+    fn kinds_in(page: &str) -> Vec<(String, bool)> {
+        let open = r#"<script id="loss-kinds" type="application/json">"#;
+        let start = page.find(open).expect("the page has its loss kinds' element") + open.len();
+        let end = start + page[start..].find("</script>").expect("the element ends");
+        let kinds: Vec<serde_json::Value> = serde_json::from_str(&page[start..end]).expect("the kinds are JSON");
+        kinds
+            .iter()
+            .map(|k| (k["name"].as_str().expect("a name").to_string(), k["lost"].as_bool().expect("lost or late")))
+            .collect()
+    }
+
+    #[test]
+    fn the_page_gets_every_loss_kind_of_the_runtime_and_has_no_list_of_its_own() {
+        let served = page();
+        assert!(!served.contains(LOSS_KINDS_SLOT), "the slot is filled");
+        let want: Vec<(String, bool)> = Loss::ALL.iter().map(|k| (k.name().to_string(), *k != Loss::Tardy)).collect();
+        assert_eq!(kinds_in(&served), want);
+        // The page names no kind itself: a list there would be a second one.
+        for kind in Loss::ALL {
+            assert!(!PAGE.contains(&format!("\"{}\"", kind.name())), "page.html names {kind} itself");
+        }
     }
 }

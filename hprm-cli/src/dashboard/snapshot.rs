@@ -4,7 +4,7 @@
 //! mirror here), each one's graph (the manifest beside its launch file)
 //! and its store's figures (asked over a store connection kept per socket).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use hprm_node::manifest::Manifest;
@@ -49,8 +49,15 @@ pub struct Program {
     pub rti_host: Option<String>,
     /// Where the RTI runs in a program with hosts (from its manifest).
     pub rti_place: Option<RtiPlace>,
-    /// Why this host's RTI's figures are not shown though it writes them
-    /// (its file is not readable by this dashboard's user).
+    /// Whether the program's RTI runs: on this host, its process is alive
+    /// (a deployed one's pid is not recorded: its figures file is there,
+    /// readable or not, since its unit's directory goes as it stops); on
+    /// another host, that host's reports bring its figures. Not whether its
+    /// figures could be read: see `rti_error`.
+    pub rti_running: bool,
+    /// Why this host's RTI's figures are not shown though it runs and
+    /// writes them (its file is not readable by this dashboard's user), and
+    /// what to do about it.
     pub rti_error: Option<String>,
 }
 
@@ -104,11 +111,27 @@ pub struct Reader {
     /// This machine's name, the host of federates of programs without hosts.
     host: String,
     stores: HashMap<PathBuf, StoreClient>,
+    /// The programs whose RTI's figures this reader could not read, each
+    /// logged once (until they are readable again): snapshots come every
+    /// second.
+    unreadable: HashSet<String>,
 }
 
 impl Reader {
     pub fn new(places: Places) -> Reader {
-        Reader { places, host: hostname(), stores: HashMap::new() }
+        Reader { places, host: hostname(), stores: HashMap::new(), unreadable: HashSet::new() }
+    }
+
+    /// Logs, once, that `program`'s RTI's figures are unreadable (`why`),
+    /// or forgets it once they are readable again.
+    fn say_once(&mut self, program: &str, why: Option<&str>) {
+        match why {
+            Some(why) if self.unreadable.insert(program.to_owned()) => {
+                tracing::warn!(program, "the RTI runs, but its figures are not readable by this dashboard: {why}");
+            }
+            Some(_) => {}
+            None => drop(self.unreadable.remove(program)),
+        }
     }
 
     pub fn read(&mut self) -> Snapshot {
@@ -123,10 +146,16 @@ impl Reader {
                 let rti_place = manifest.as_ref().and_then(|m| r.rti_place(m));
                 // This host's name in the program (its `[[host]]`), else the machine's.
                 let local = r.launch.hosts.as_ref().map_or_else(|| here.clone(), |h| h.host.clone());
-                let (local_rti, rti_error) = match r.rti_figures() {
+                let read = r.rti_figures();
+                let rti_here = r.launch.rti.as_ref().is_some_and(|rti| match rti.pid {
+                    0 => r.launch.deployed && !matches!(read, Ok(None)),
+                    pid => hprm_node::status::alive(pid),
+                });
+                let (local_rti, rti_error) = match read {
                     Ok(f) => (f, None),
-                    Err(why) => (None, Some(why)),
+                    Err(why) => (None, Some(unreadable(&r.launch.program, r.launch.deployed, &why))),
                 };
+                self.say_once(&r.launch.program, rti_error.as_deref());
                 let (rti_host, rti_figures) = match local_rti {
                     Some(f) => (Some(local.clone()), Some(f)),
                     None => r
@@ -191,6 +220,7 @@ impl Reader {
                     store,
                     other_stores,
                     rti: r.launch.rti,
+                    rti_running: rti_here || rti_figures.is_some(),
                     rti_figures,
                     rti_host,
                     rti_place,
@@ -219,6 +249,21 @@ impl Reader {
             None => Err("no connection".into()),
         }
     }
+}
+
+/// Why `program`'s RTI's figures cannot be read (`why`, the error reading
+/// its file), and what to do: a deployed RTI's `rti.json` is readable by
+/// group `hprm` (mode 0640, in a directory of mode 0750), a launched one's
+/// by the user who launched it.
+fn unreadable(program: &str, deployed: bool, why: &str) -> String {
+    let fix = if deployed {
+        "its file is readable by group hprm: add this dashboard's user to it \
+         (sudo usermod -aG hprm USER, then log in again) or run the dashboard as a member"
+            .to_string()
+    } else {
+        format!("run the dashboard as the user who launched {program}")
+    };
+    format!("the RTI runs, but {why}; {fix}")
 }
 
 /// The federate a port path (`federate.reactor.port`) belongs to.
