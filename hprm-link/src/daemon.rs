@@ -1343,6 +1343,17 @@ impl Link {
                 return;
             }
             None if pending => FetchReply::Pending,
+            // A copy made there from this host's data (still lent for): the
+            // asking host had it and freed it (its notice on the way), so it
+            // is not coming again; "on its way" would hold the receiver
+            // until its get timeout.
+            None if lock(&self.inner.lent).by_key.contains_key(&key) => {
+                self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
+                FetchReply::Gone(format!(
+                    "host {host} had its copy of object {id} (pushed from host {}) and freed it",
+                    self.inner.cfg.host
+                ))
+            }
             None => {
                 let store = self.inner.store.clone();
                 let here = tokio::task::spawn_blocking(move || unblamed(|| store.contains(id))).await;
@@ -1791,9 +1802,8 @@ impl Link {
             // Counted before it exists, so its deletion is never read first;
             // uncounted on every path that does not make it.
             self.expect_copy(h.id, &h.from);
-            let made = unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)).map_err(|e| {
+            let made = unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)).inspect_err(|_| {
                 self.copy_gone(h.id);
-                e
             });
             let mut object = match made {
                 Ok(o) => o,
