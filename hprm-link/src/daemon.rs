@@ -589,33 +589,38 @@ impl Link {
     /// Keeps `object`, this push's (or fetch's) reference on the home
     /// object, for as long as `host`'s copy of it lives ([`Lent`]); the
     /// oldest lent references go early past the bound.
-    async fn lend(&self, id: ObjectId, host: &str, object: Arc<Object>) {
-        let bound = self.inner.store.arena_size() / 4;
-        if lock(&self.inner.lent).early.contains_key(&(id, host.to_string())) {
-            // Its copy is freed already: no reserve needed (below).
-        } else {
-            let store = self.inner.store.clone();
-            let reserve = tokio::task::spawn_blocking(move || {
-                unblamed(|| store.redeliver_confirmed(id, ECHO_RESERVE))?;
-                unblamed(|| store.get(&[id; ECHO_RESERVE as usize], LOCAL_GET_TIMEOUT))
-            })
-            .await;
-            let reserve = match reserve {
-                Ok(Ok(r)) => r,
-                // Lent without: an echo's early reads may then leave a
-                // delivery pending until the TTL (see [`Loan`]).
-                Ok(Err(e)) => {
-                    tracing::debug!(%id, "no echo reserve on object {id}: {e}");
-                    Vec::new()
-                }
-                Err(e) => {
-                    tracing::debug!(%id, "no echo reserve on object {id}: {e}");
-                    Vec::new()
-                }
-            };
-            return self.keep(id, host, Loan { object, _reserve: reserve }, bound);
+    /// The echo reserve of a loan ([`Loan`]): [`ECHO_RESERVE`] more
+    /// deliveries on home object `id` and as many references to settle them.
+    /// Taken before the data leaves, so that it precedes any echo of it
+    /// (an echo needs the copy the data makes); dropped unused (settling
+    /// what it added) when the push makes no copy.
+    async fn echo_reserve(&self, id: ObjectId) -> Vec<Object> {
+        let store = self.inner.store.clone();
+        let reserve = tokio::task::spawn_blocking(move || {
+            unblamed(|| store.redeliver_confirmed(id, ECHO_RESERVE))?;
+            unblamed(|| store.get(&[id; ECHO_RESERVE as usize], LOCAL_GET_TIMEOUT))
+        })
+        .await;
+        match reserve {
+            Ok(Ok(r)) => r,
+            // Lent without: an echo's early reads may then leave a delivery
+            // pending until the TTL (see [`Loan`]).
+            Ok(Err(e)) => {
+                tracing::debug!(%id, "no echo reserve on object {id}: {e}");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::debug!(%id, "no echo reserve on object {id}: {e}");
+                Vec::new()
+            }
         }
-        self.keep(id, host, Loan { object, _reserve: Vec::new() }, bound);
+    }
+
+    /// Keeps `object` (this push's or fetch's reference on home object `id`)
+    /// and its echo `reserve` for as long as `host`'s copy lives ([`Lent`]).
+    fn lend(&self, id: ObjectId, host: &str, object: Arc<Object>, reserve: Vec<Object>) {
+        let bound = self.inner.store.arena_size() / 4;
+        self.keep(id, host, Loan { object, _reserve: reserve }, bound);
     }
 
     fn keep(&self, id: ObjectId, host: &str, object: Loan, bound: u64) {
@@ -1324,7 +1329,8 @@ impl Link {
                 // leaves, so that the notice, however early, finds it. (If
                 // storing fails there, no notice comes: the reference stays
                 // until the bounds release it.)
-                self.lend(id, &host, Arc::clone(object)).await;
+                let reserve = self.echo_reserve(id).await;
+                self.lend(id, &host, Arc::clone(object), reserve);
                 let sent = query.reply(query.key_expr().clone(), lent(object)).attachment(attachment).await;
                 match sent {
                     Ok(()) => {
@@ -1625,6 +1631,7 @@ impl Link {
         };
         header.kind = Kind::Data;
         tracing::debug!(%id, %host, sent_at_us = wall_us(), "push data sending");
+        let reserve = self.echo_reserve(id).await;
         let c = &self.inner.counters;
         c.sent.fetch_add(1, Ordering::Relaxed);
         c.sent_bytes.fetch_add(header.data_len, Ordering::Relaxed);
@@ -1633,7 +1640,9 @@ impl Link {
             // This push's data made host's copy: this reference is kept
             // while that copy lives ([`Lent`]); lent before the push ends,
             // so that host's notice, however early, finds it.
-            self.lend(id, host, Arc::clone(object)).await;
+            self.lend(id, host, Arc::clone(object), reserve);
+        } else {
+            drop(reserve);
         }
         drop(sending);
         match outcome? {

@@ -198,11 +198,15 @@ fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
     let held = sa.get_one(id, WITHIN).expect("held at home");
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
     let there = sb.get_one(id, WITHIN).expect("pushed to b");
+    // Once b's reply reached a, a keeps its copy for b's, with the loan's
+    // echo reserve of deliveries (see the link's `Loan`).
+    eventually("a lent its copy for b's", || pending(&sa, id).is_some_and(|n| n > 1));
+    let lent = pending(&sa, id).expect("lent");
     // b's receiver sends it on to a receiver on host a: one more delivery
     // here for host a, then the request to b's link.
     sb.redeliver(id, 1).expect("redeliver at b");
     b.push(&PushRequest { ids: vec![id], hosts: vec![("a".into(), 1)] });
-    eventually("host a's copy gets the echo's delivery", || pending(&sa, id) == Some(1));
+    eventually("host a's copy gets the echo's delivery", || pending(&sa, id) == Some(lent + 1));
     drop(there);
     eventually("b's copy freed", || pending(&sb, id).is_none());
     let echo = sa.get_one(id, WITHIN).expect("the echo's receiver at a");
@@ -853,4 +857,78 @@ fn a_fetch_of_an_object_freed_at_home_is_answered_gone_and_the_value_counted_los
     eventually("b's link says the object cannot be fetched", || {
         b.log().contains(&format!("object {id} cannot be fetched from host a"))
     });
+}
+
+/// What host `home`'s link answers a fetch of `id` for host `from`, asked
+/// over the link protocol by a Zenoh peer of this test (as `from`'s link
+/// would ask it).
+async fn ask_fetch(s: &zenoh::Session, home: &str, from: &str, id: ObjectId) -> hprm_link::wire::FetchReply {
+    use hprm_link::wire::{fetch_key, Fetch, FetchReply};
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let fetch = Fetch { id, from: from.into() };
+        // Each reply as it comes: not held for the final one.
+        let replies = s
+            .get(fetch_key(home))
+            .consolidation(zenoh::query::ConsolidationMode::None)
+            .attachment(fetch.encode())
+            .timeout(Duration::from_millis(500))
+            .await
+            .expect("get");
+        if let Ok(reply) = replies.recv_async().await {
+            let sample = reply.into_result().expect("a fetch reply");
+            let attachment = sample.attachment().map(|a| a.to_bytes().into_owned()).unwrap_or_default();
+            return FetchReply::decode(&attachment).expect("a fetch reply of this version");
+        }
+        // Not routed yet (the session just connected): asked again.
+        assert!(Instant::now() < deadline, "host {home}'s link did not answer a fetch");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_fetch_never_overtakes_a_push_on_the_wire_or_queued_and_the_data_moves_once() {
+    // Host b's link stopped, with long timeouts: a's pushes to b stay on
+    // the wire (two at a time) and the others wait in a's queue.
+    let (pa, pb) = (free_port(), free_port());
+    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
+    let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
+    let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &slow);
+    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
+    eventually("the links see each other", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let ids: Vec<ObjectId> = (0..4u8).map(|k| put(&sa, &vec![k; 300_000], 1)).collect();
+    for id in &ids {
+        a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+    }
+    // Host b's receivers, finding nothing, fetch: a answers that each is on
+    // its way (on the wire or queued), never with the data a second time.
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let session = rt.block_on(async {
+        let mut c = zenoh::Config::default();
+        for (k, v) in [
+            ("mode", "\"peer\"".to_string()),
+            ("connect/endpoints", format!("[\"tcp/127.0.0.1:{pa}\"]")),
+            ("scouting/multicast/enabled", "false".into()),
+        ] {
+            c.insert_json5(k, &v).expect("config");
+        }
+        zenoh::open(c).await.expect("open a Zenoh session")
+    });
+    for id in &ids {
+        let reply = rt.block_on(ask_fetch(&session, "a", "b", *id));
+        assert_eq!(reply, hprm_link::wire::FetchReply::Pending, "object {id}: {}", a.log());
+    }
+    b.signal_link("CONT");
+    for id in &ids {
+        if let Err(e) = sb.get_one(*id, WITHIN) {
+            panic!("object {id} did not reach b: {e}\n{}\n{}", a.log(), b.log());
+        }
+    }
+    eventually("every home copy freed once b's were", || ids.iter().all(|id| pending(&sa, *id).is_none()));
+    let end = counters(&a.stop_link());
+    assert!(end.contains(" sent=4 ") && end.contains("served=0") && end.contains("pushed=4"), "{end}");
 }
