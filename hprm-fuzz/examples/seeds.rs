@@ -428,12 +428,14 @@ fn recordings(dir: &Path) {
 
 /// The store link's messages (`hprm-link/src/wire.rs`, by its encoders'
 /// layout): hello replies of this version and another, push headers of
-/// both kinds, each outcome byte, a fetch, its replies and a dropped-push
-/// notice; byte 0 picks the decoder (see `hprm_fuzz::link_wire`).
+/// both kinds, each outcome byte, a fetch, its replies, a dropped-push
+/// notice and a released notice; byte 0 picks the decoder (see
+/// `hprm_fuzz::link_wire`).
 fn link(dir: &Path) {
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
     let mut hello = vec![0, VERSION];
     hello.extend_from_slice(&0xfeed_0001u64.to_le_bytes());
+    hello.extend_from_slice(&7u64.to_le_bytes());
     hello.extend_from_slice(b"perception");
     write(dir, "link_wire", "hello", &hello);
     write(dir, "link_wire", "hello-other-version", &[0, VERSION + 1, b'x']);
@@ -471,6 +473,11 @@ fn link(dir: &Path) {
     dropped.extend_from_slice(b"camera");
     dropped.extend_from_slice(b"its push queue is full");
     write(dir, "link_wire", "dropped", &dropped);
+    let mut released = vec![6, VERSION, 8];
+    released.extend_from_slice(b"detector");
+    released.extend_from_slice(&[0x11; ObjectId::LEN]);
+    released.extend_from_slice(&[0x22; ObjectId::LEN]);
+    write(dir, "link_wire", "released", &released);
 }
 
 /// `--captured DIR [CORPUS] [--max-per-target N]`: see the module's doc.

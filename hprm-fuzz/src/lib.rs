@@ -342,17 +342,17 @@ mod link_wire;
 
 /// The store link's messages between hosts, as a link reads what a peer
 /// sent: byte 0 picks the hello reply (0), a push's header (1), a push's
-/// outcome byte (2), a fetch (3), a fetch's reply (4) or a dropped-push
-/// notice (5); a message that decodes is encoded again and must decode to
-/// the same.
+/// outcome byte (2), a fetch (3), a fetch's reply (4), a dropped-push
+/// notice (5) or a released notice (6); a message that decodes is encoded
+/// again and must decode to the same.
 pub fn link_wire(data: &[u8]) {
-    use link_wire::{hello, parse_hello, Dropped, Fetch, FetchReply, Header, Outcome, LINK_VERSION};
+    use link_wire::{hello, parse_hello, Dropped, Fetch, FetchReply, Header, Outcome, Released, LINK_VERSION};
     let Some((&which, bytes)) = data.split_first() else { return };
-    match which % 6 {
+    match which % 7 {
         0 => {
             if let Ok(h) = parse_hello(bytes) {
                 if h.version == LINK_VERSION {
-                    assert_eq!(parse_hello(&hello(&h.host, h.arena)), Ok(h), "parse(hello(h)) != h");
+                    assert_eq!(parse_hello(&hello(&h.host, h.arena, h.incarnation)), Ok(h), "parse(hello(h)) != h");
                 }
             }
         }
@@ -384,10 +384,18 @@ pub fn link_wire(data: &[u8]) {
                 }
             }
         }
-        _ => {
+        5 => {
             if let Ok(d) = Dropped::decode(bytes) {
                 if d.from.len() <= 255 {
                     assert_eq!(Dropped::decode(&d.encode()), Ok(d), "decode(encode(notice)) != notice");
+                }
+            }
+        }
+        _ => {
+            // The name read lossily may outgrow the 255 bytes a notice holds.
+            if let Ok(r) = Released::decode(bytes) {
+                if r.from.len() <= 255 {
+                    assert_eq!(Released::decode(&r.encode()), Ok(r), "decode(encode(released)) != released");
                 }
             }
         }

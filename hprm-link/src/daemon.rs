@@ -25,7 +25,7 @@ use zenoh::sample::SampleKind;
 use crate::error::LinkError;
 use crate::marks::{self, Prioritizer};
 use crate::queue::{Queues, Ticket, Turn};
-use crate::wire::{self, Dropped, Fetch, FetchReply, Header, Hello, Kind, Outcome, LINK_VERSION};
+use crate::wire::{self, Dropped, Fetch, FetchReply, Header, Hello, Kind, Outcome, Released, LINK_VERSION};
 
 /// Objects received from other hosts whose origin a link remembers (to
 /// announce them back without data).
@@ -44,6 +44,11 @@ const TOKENS_KEPT: usize = 4096;
 /// a host misses many pushes in a window (one lost for long, a queue that
 /// drops most of a fast producer's values).
 const HELD_MAX: usize = 256;
+
+/// Most home objects a link lends to remote copies at once (over every
+/// host; see [`Lent`]); past it, or past a quarter of its store's arena in
+/// bytes, the oldest lent reference is released early.
+const LENT_MAX: usize = 4096;
 
 /// How long creating a pushed object waits for room in a full store.
 const WAIT_FOR_SPACE: Duration = Duration::from_secs(5);
@@ -148,6 +153,14 @@ struct Counters {
     gone: AtomicU64,
     /// Kept objects released at the end of their fetch window unfetched.
     expired: AtomicU64,
+    /// Data pushes this link put on the wire (whatever their outcome), and
+    /// their bytes: the transfers it paid for.
+    sent: AtomicU64,
+    sent_bytes: AtomicU64,
+    /// Lent references released when their host said its copy was freed,
+    /// and released early (host lost, its link restarted, over the bound).
+    returned: AtomicU64,
+    reclaimed: AtomicU64,
 }
 
 /// One push, as its receiving host knows it: the sending host and the
@@ -187,6 +200,136 @@ impl Dispatch {
         }
     }
 }
+
+/// The home references this link keeps for the remote copies made from
+/// its store's objects (by push or fetch): one per copy, released when the
+/// copy's host says it freed it ([`Released`]).
+///
+/// Invariant: while a remote host holds a copy of a home object (and this
+/// link has not given it up early, below), the home object is in this
+/// host's store. An echo is announced by the echoing host while it still
+/// holds its copy (its push holds a reference on it), so the announce
+/// always finds the home copy and moves no data.
+///
+/// Why this and not a window after the last push (the other design): a
+/// window is a guess at how long the remote receivers take, too short for
+/// a slow one (the echo then moves the data back) and too long for a fast
+/// one (memory pinned for nothing); this one pins exactly as long as the
+/// copy lives, which the remote store's own budget bounds. The references
+/// are the deliveries the sender counted for those hosts, so the store
+/// accounts them like any receiver's: under its budget, never evictable
+/// while held, and a producer that outruns them waits or fails by the
+/// store's policy, as for a slow local receiver.
+///
+/// A lent reference is only ever an optimization: releasing it early is
+/// always safe (a later echo finds the home copy gone, answers `Missing`,
+/// and the data follows, as before). So no remote host can pin it for
+/// ever: all of a host's are released when it is lost (silent for the
+/// host timeout), when its link restarts (another incarnation in its
+/// hello: the new link does not know the copies), when it is refused;
+/// and the oldest are released past [`LENT_MAX`] objects or a quarter of
+/// the store's arena in bytes. A notice that never comes (a lost put)
+/// pins the reference until one of those.
+#[derive(Default)]
+struct Lent {
+    /// By object and host: the references, oldest first, each with its
+    /// sequence number in `order`.
+    by_key: HashMap<(ObjectId, String), VecDeque<(u64, Loan)>>,
+    /// Every lent reference in the order it was lent (entries already
+    /// released are skipped).
+    order: VecDeque<(ObjectId, String, u64)>,
+    /// Notices that came before the reference they release was lent: the
+    /// copy's host stored it, its receivers read it and it said so before
+    /// this link handled the push's reply. Counted only while that data
+    /// push is on the wire ([`Inner::sending`]), consumed by its
+    /// [`Link::lend`], cleared when it ends.
+    early: HashMap<(ObjectId, String), u32>,
+    /// The references held, and their objects' bytes.
+    count: usize,
+    bytes: u64,
+    next: u64,
+}
+
+impl Lent {
+    /// Keeps `object` for `host`'s copy; returns the references released
+    /// early to stay within `max` objects and `bound` bytes, oldest first.
+    fn put(&mut self, id: ObjectId, host: &str, object: Loan, max: usize, bound: u64) -> Vec<Loan> {
+        let seq = self.next;
+        self.next += 1;
+        self.count += 1;
+        self.bytes += object.object.data().len() as u64;
+        self.by_key.entry((id, host.to_string())).or_default().push_back((seq, object));
+        self.order.push_back((id, host.to_string(), seq));
+        let mut early = Vec::new();
+        while self.count > max || self.bytes > bound {
+            let Some((id, host, seq)) = self.order.pop_front() else { break };
+            early.extend(self.remove(&(id, host), seq));
+        }
+        // The order's entries of references already returned: dropped
+        // when the order has grown past twice the references held.
+        if self.order.len() > 2 * self.count + 64 {
+            let by_key = &self.by_key;
+            self.order.retain(|(id, host, seq)| {
+                by_key.get(&(*id, host.clone())).is_some_and(|l| l.iter().any(|(s, _)| s == seq))
+            });
+        }
+        early
+    }
+
+    fn remove(&mut self, key: &(ObjectId, String), seq: u64) -> Option<Loan> {
+        let list = self.by_key.get_mut(key)?;
+        let at = list.iter().position(|(s, _)| *s == seq)?;
+        let (_, object) = list.remove(at)?;
+        if list.is_empty() {
+            self.by_key.remove(key);
+        }
+        self.count -= 1;
+        self.bytes = self.bytes.saturating_sub(object.object.data().len() as u64);
+        Some(object)
+    }
+
+    /// Takes the oldest reference lent for `key` out, if any.
+    fn take(&mut self, key: &(ObjectId, String)) -> Option<Loan> {
+        let seq = self.by_key.get(key)?.front()?.0;
+        self.remove(key, seq)
+    }
+
+    /// Takes every reference lent for `host` out.
+    fn take_host(&mut self, host: &str) -> Vec<Loan> {
+        let keys: Vec<_> = self.by_key.keys().filter(|(_, h)| h == host).cloned().collect();
+        let mut out = Vec::new();
+        for key in keys {
+            while let Some(o) = self.take(&key) {
+                out.push(o);
+            }
+        }
+        out
+    }
+}
+
+/// One lent reference ([`Lent`]): the push's (or fetch's) reference on the
+/// home object, which is the delivery the sender counted for the copy's
+/// host, and [`ECHO_RESERVE`] more references with as many deliveries,
+/// added when it was lent.
+///
+/// Why the reserve: the store counts deliveries, not receivers, and a
+/// release when none is pending settles nothing. An echo's receivers on
+/// this host may read the home object (their descriptor came through the
+/// RTI or a peer) before the echoing host's announce has added their
+/// deliveries: without the reserve, the first one's release settled the
+/// copy's host's delivery and the second's was lost, so once the announce
+/// added theirs one delivery stayed pending until the delivery TTL (seen
+/// in tests). With it, early releases draw on the reserve, the announce
+/// refills it, and releasing the loan settles what is left: the count
+/// balances for up to [`ECHO_RESERVE`] early reads per copy.
+struct Loan {
+    object: Arc<Object>,
+    _reserve: Vec<Object>,
+}
+
+/// The references (and deliveries) a loan adds to its home object: more
+/// than the receivers one host has of one output in any program we know.
+const ECHO_RESERVE: u32 = 16;
 
 /// What became of a receiver's ask for one object, on this host.
 #[derive(Debug, Clone)]
@@ -232,6 +375,36 @@ struct Inner {
     counters: Counters,
     /// Set as the link stops: no mirror is written after its cleanup.
     stopping: AtomicBool,
+    /// This link's incarnation ([`Hello::incarnation`]).
+    incarnation: u64,
+    /// Home references kept for remote copies ([`Lent`]).
+    lent: Mutex<Lent>,
+    /// The copies in this host's store made from other hosts' objects, by
+    /// id: their home host and how many were stored whose deletion was not
+    /// seen yet. Counted before the copy is created, so that its deletion
+    /// is never seen first; a count above one is a copy freed and stored
+    /// again before the first one's deletion was read.
+    copies: Mutex<HashMap<ObjectId, (String, u32)>>,
+    /// The data pushes on the wire, by object and host: a second push of
+    /// the same object to the same host waits for the first, then only
+    /// announces (one transfer however many pushes). Ended when the
+    /// [`Sending`] guard drops.
+    sending: Mutex<HashMap<(ObjectId, String), tokio::sync::watch::Receiver<()>>>,
+}
+
+/// The one data push of an object to a host on the wire ([`Inner::sending`]):
+/// dropping it ends it, waking the pushes that wait to announce.
+struct Sending {
+    inner: Arc<Inner>,
+    key: (ObjectId, String),
+    _done: tokio::sync::watch::Sender<()>,
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        lock(&self.inner.sending).remove(&self.key);
+        lock(&self.inner.lent).early.remove(&self.key);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -273,6 +446,10 @@ impl Link {
                 arrivals: tokio::sync::Notify::new(),
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
+                incarnation: u64::from_le_bytes(ObjectId::random().0[8..16].try_into().unwrap_or([1; 8])),
+                lent: Mutex::default(),
+                copies: Mutex::default(),
+                sending: Mutex::default(),
             }),
         };
         link.declare().await?;
@@ -288,6 +465,7 @@ impl Link {
             tokio::spawn(link.clone().prioritize(prioritizer));
         }
         tokio::spawn(link.clone().expire_held());
+        link.watch_copies()?;
         Ok(link)
     }
 
@@ -334,12 +512,18 @@ impl Link {
             fetched = c.fetched.load(Ordering::Relaxed),
             gone = c.gone.load(Ordering::Relaxed),
             expired = c.expired.load(Ordering::Relaxed),
+            sent = c.sent.load(Ordering::Relaxed),
+            sent_bytes = c.sent_bytes.load(Ordering::Relaxed),
+            returned = c.returned.load(Ordering::Relaxed),
+            reclaimed = c.reclaimed.load(Ordering::Relaxed),
             "hprm-link stopping"
         );
         // The objects still kept for fetches: released now, not when the
         // process exits (the store would settle them then all the same).
         let held: Vec<Held> = std::mem::take(&mut lock(&self.inner.dispatch).held).into_values().flatten().collect();
         drop(held);
+        let lent = std::mem::take(&mut *lock(&self.inner.lent));
+        drop(lent);
         Ok(())
     }
 
@@ -347,7 +531,7 @@ impl Link {
         let host = &self.inner.cfg.host;
         let zerr = |e: zenoh::Error| LinkError::Zenoh(e.to_string());
         let hello = self.inner.session.declare_queryable(wire::hello_key(host)).await.map_err(zerr)?;
-        let answer = wire::hello(host, self.inner.store.arena_id());
+        let answer = wire::hello(host, self.inner.store.arena_id(), self.inner.incarnation);
         tokio::spawn(async move {
             while let Ok(query) = hello.recv_async().await {
                 if let Err(e) = query.reply(query.key_expr().clone(), answer.clone()).await {
@@ -386,6 +570,209 @@ impl Link {
                         link.inner.arrivals.notify_waiters();
                     }
                     Err(why) => tracing::warn!("a dropped-push notice: {why}"),
+                }
+            }
+        });
+        let released = self.inner.session.declare_subscriber(wire::released_key(host)).await.map_err(zerr)?;
+        let link = self.clone();
+        tokio::spawn(async move {
+            while let Ok(sample) = released.recv_async().await {
+                match Released::decode(&sample.payload().to_bytes()) {
+                    Ok(r) => link.returned(&r),
+                    Err(why) => tracing::warn!("a released notice: {why}"),
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Keeps `object`, this push's (or fetch's) reference on the home
+    /// object, for as long as `host`'s copy of it lives ([`Lent`]); the
+    /// oldest lent references go early past the bound.
+    /// The echo reserve of a loan ([`Loan`]): [`ECHO_RESERVE`] more
+    /// deliveries on home object `id` and as many references to settle them.
+    /// Taken before the data leaves, so that it precedes any echo of it
+    /// (an echo needs the copy the data makes); dropped unused (settling
+    /// what it added) when the push makes no copy.
+    async fn echo_reserve(&self, id: ObjectId) -> Vec<Object> {
+        let store = self.inner.store.clone();
+        let reserve = tokio::task::spawn_blocking(move || {
+            unblamed(|| store.redeliver_confirmed(id, ECHO_RESERVE))?;
+            unblamed(|| store.get(&[id; ECHO_RESERVE as usize], LOCAL_GET_TIMEOUT))
+        })
+        .await;
+        match reserve {
+            Ok(Ok(r)) => r,
+            // Lent without: an echo's early reads may then leave a delivery
+            // pending until the TTL (see [`Loan`]).
+            Ok(Err(e)) => {
+                tracing::debug!(%id, "no echo reserve on object {id}: {e}");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::debug!(%id, "no echo reserve on object {id}: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Keeps `object` (this push's or fetch's reference on home object `id`)
+    /// and its echo `reserve` for as long as `host`'s copy lives ([`Lent`]).
+    fn lend(&self, id: ObjectId, host: &str, object: Arc<Object>, reserve: Vec<Object>) {
+        let bound = self.inner.store.arena_size() / 4;
+        self.keep(id, host, Loan { object, _reserve: reserve }, bound);
+    }
+
+    fn keep(&self, id: ObjectId, host: &str, object: Loan, bound: u64) {
+        let early = {
+            let mut lent = lock(&self.inner.lent);
+            let key = (id, host.to_string());
+            if let Some(n) = lent.early.get_mut(&key) {
+                // Its copy is freed already: released at once (below).
+                *n -= 1;
+                if *n == 0 {
+                    lent.early.remove(&key);
+                }
+                drop(lent);
+                self.inner.counters.returned.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            lent.put(id, host, object, LENT_MAX, bound)
+        };
+        if !early.is_empty() {
+            self.inner.counters.reclaimed.fetch_add(early.len() as u64, Ordering::Relaxed);
+            tracing::debug!(
+                n = early.len(),
+                "lent references released early: over the bound of {LENT_MAX} objects or {bound} bytes"
+            );
+        }
+    }
+
+    /// `r.from` freed its copies of `r.ids`: the references lent for them
+    /// are released, each settling that host's delivery of its home object.
+    fn returned(&self, r: &Released) {
+        let on_the_wire: HashSet<ObjectId> = {
+            let sending = lock(&self.inner.sending);
+            r.ids.iter().copied().filter(|&id| sending.contains_key(&(id, r.from.clone()))).collect()
+        };
+        let objects: Vec<_> = {
+            let mut lent = lock(&self.inner.lent);
+            let mut objects = Vec::new();
+            for &id in &r.ids {
+                let key = (id, r.from.clone());
+                match lent.take(&key) {
+                    Some(o) => objects.push(o),
+                    // Before the reply of the push that made that copy was
+                    // handled here: its lend releases it at once.
+                    None if on_the_wire.contains(&id) => *lent.early.entry(key).or_insert(0) += 1,
+                    None => {}
+                }
+            }
+            objects
+        };
+        tracing::debug!(host = %r.from, n = objects.len(), of = r.ids.len(), "host {} freed its copies", r.from);
+        self.inner.counters.returned.fetch_add(objects.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Releases every reference lent for `host`'s copies, for `why`.
+    fn reclaim(&self, host: &str, why: &str) {
+        let objects = lock(&self.inner.lent).take_host(host);
+        if !objects.is_empty() {
+            self.inner.counters.reclaimed.fetch_add(objects.len() as u64, Ordering::Relaxed);
+            tracing::info!(%host, "released the {} home objects kept for host {host}'s copies: {why}", objects.len());
+        }
+    }
+
+    /// A copy of `id` from `home` is about to be created here: counted
+    /// first ([`Inner::copies`]).
+    fn expect_copy(&self, id: ObjectId, home: &str) {
+        let mut copies = lock(&self.inner.copies);
+        let entry = copies.entry(id).or_insert_with(|| (home.to_string(), 0));
+        entry.0 = home.to_string();
+        entry.1 += 1;
+    }
+
+    /// A copy counted by [`Link::expect_copy`] was not made after all, or
+    /// was freed: its home host, when that was the last one counted.
+    fn copy_gone(&self, id: ObjectId) -> Option<String> {
+        let mut copies = lock(&self.inner.copies);
+        let entry = copies.get_mut(&id)?;
+        entry.1 -= 1;
+        if entry.1 > 0 {
+            return Some(entry.0.clone());
+        }
+        copies.remove(&id).map(|(home, _)| home)
+    }
+
+    /// Watches this host's store for the copies made here being freed, and
+    /// tells each one's home host ([`Released`], batched), which releases
+    /// the reference it kept for it. The store's notifications arrive on a
+    /// connection of their own, read by a thread; a subscription that
+    /// lagged (the store cut it off) is reopened and the copies not in the
+    /// store any more are told then.
+    fn watch_copies(&self) -> Result<(), LinkError> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, ObjectId)>();
+        let link = self.clone();
+        let mut subscription = self
+            .inner
+            .store
+            .subscribe()
+            .map_err(|source| LinkError::Store { path: self.inner.cfg.store.clone(), source })?;
+        std::thread::Builder::new()
+            .name("hprm-link-copies".into())
+            .spawn(move || loop {
+                loop {
+                    match subscription.recv() {
+                        Ok(hprm_store::protocol::message::Notification::Deleted { id }) => {
+                            if let Some(home) = link.copy_gone(id) {
+                                if tx.send((home, id)).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!("the store's notifications of freed objects stopped ({e}); resubscribing");
+                            break;
+                        }
+                    }
+                }
+                subscription = loop {
+                    std::thread::sleep(Duration::from_millis(200));
+                    match link.inner.store.subscribe() {
+                        Ok(s) => break s,
+                        Err(e) => tracing::debug!("resubscribing to the store: {e}"),
+                    }
+                };
+                // Freed while not subscribed: found by looking.
+                let ids: Vec<ObjectId> = lock(&link.inner.copies).keys().copied().collect();
+                for id in ids {
+                    if matches!(unblamed(|| link.inner.store.contains(id)), Ok(false)) {
+                        if let Some(home) = lock(&link.inner.copies).remove(&id).map(|(home, _)| home) {
+                            let _ = tx.send((home, id));
+                        }
+                    }
+                }
+            })
+            .map_err(LinkError::Thread)?;
+        let link = self.clone();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut by_host: HashMap<String, Vec<ObjectId>> = HashMap::new();
+                by_host.entry(first.0).or_default().push(first.1);
+                while let Ok((home, id)) = rx.try_recv() {
+                    by_host.entry(home).or_default().push(id);
+                }
+                for (home, ids) in by_host {
+                    let notice = Released { from: link.inner.cfg.host.clone(), ids };
+                    let put = link
+                        .inner
+                        .session
+                        .put(wire::released_key(&home), notice.encode())
+                        .priority(Priority::InteractiveLow);
+                    if let Err(e) = put.await {
+                        tracing::debug!(%home, "telling host {home} its objects' copies were freed: {e}");
+                    }
                 }
             }
         });
@@ -505,6 +892,7 @@ impl Link {
         let started = tokio::time::Instant::now();
         let mut answered = started;
         let mut said_silent = false;
+        let mut incarnation = None;
         loop {
             let probe = self
                 .inner
@@ -551,6 +939,10 @@ impl Link {
                 },
                 Some(hello) => match hello {
                     Ok(h) if h.version == LINK_VERSION && h.host == peer => {
+                        if incarnation.is_some_and(|i| i != h.incarnation) {
+                            self.reclaim(&peer, "its hprm-link restarted and does not know them");
+                        }
+                        incarnation = Some(h.incarnation);
                         match before {
                             Peer::Lost(_) => tracing::warn!(%peer, "host {peer} is back; pushing to it again"),
                             Peer::Unknown => tracing::info!(%peer, "linked to host {peer}"),
@@ -575,6 +967,12 @@ impl Link {
             let changed =
                 matches!((&before, &now), (Peer::Lost(_), Peer::Linked(_)) | (Peer::Linked(_), Peer::Lost(_)));
             let any_change = before != now;
+            if matches!((&before, &now), (Peer::Linked(_), Peer::Lost(_))) {
+                self.reclaim(&peer, "the host is lost");
+            }
+            if refused {
+                self.reclaim(&peer, "the host is refused");
+            }
             lock(&self.inner.peers).insert(peer.clone(), now);
             if changed {
                 self.write_lost_hosts();
@@ -794,7 +1192,11 @@ impl Link {
             "push timing"
         );
         match pushed {
-            Ok(()) => {
+            // Stored: this push's data made host's copy, and `try_push` lent
+            // its reference (a clone of `object`) for as long as it lives.
+            // Had: its deliveries were added to host's copy: this reference
+            // is released, settling the delivery counted for that host.
+            Ok(_) => {
                 self.end_pending(id, &host);
                 drop(object);
             }
@@ -922,6 +1324,13 @@ impl Link {
                     from: self.inner.cfg.host.clone(),
                 };
                 let attachment = FetchReply::Data { header, more }.encode();
+                // Host stores it as a push's copy and says when it freed it:
+                // kept as lent until then ([`Lent`]), from before the reply
+                // leaves, so that the notice, however early, finds it. (If
+                // storing fails there, no notice comes: the reference stays
+                // until the bounds release it.)
+                let reserve = self.echo_reserve(id).await;
+                self.lend(id, &host, Arc::clone(object), reserve);
                 let sent = query.reply(query.key_expr().clone(), lent(object)).attachment(attachment).await;
                 match sent {
                     Ok(()) => {
@@ -929,14 +1338,28 @@ impl Link {
                         self.inner.counters.served_bytes.fetch_add(object.data().len() as u64, Ordering::Relaxed);
                         tracing::info!(%id, %host, "host {host} fetched object {id}");
                     }
-                    Err(e) => tracing::warn!(%id, %host, "sending object {id} to host {host}, which fetched it: {e}"),
+                    Err(e) => {
+                        tracing::warn!(%id, %host, "sending object {id} to host {host}, which fetched it: {e}");
+                        // Not lent after all: released (once Zenoh drops the
+                        // reply's payload too), settling host's delivery.
+                        drop(lock(&self.inner.lent).take(&key));
+                    }
                 }
-                // Released (once Zenoh drops the reply's payload too): host's
-                // delivery of the home object settled.
                 drop(held);
                 return;
             }
             None if pending => FetchReply::Pending,
+            // A copy made there from this host's data (still lent for): the
+            // asking host had it and freed it (its notice on the way), so it
+            // is not coming again; "on its way" would hold the receiver
+            // until its get timeout.
+            None if lock(&self.inner.lent).by_key.contains_key(&key) => {
+                self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
+                FetchReply::Gone(format!(
+                    "host {host} had its copy of object {id} (pushed from host {}) and freed it",
+                    self.inner.cfg.host
+                ))
+            }
             None => {
                 let store = self.inner.store.clone();
                 let here = tokio::task::spawn_blocking(move || unblamed(|| store.contains(id))).await;
@@ -1137,6 +1560,16 @@ impl Link {
             .map_err(|e| format!("it is not in this host's store: {e}"))
     }
 
+    /// Pushes `object` to `host`: its final outcome, [`Outcome::Stored`]
+    /// when this push's data made the copy there.
+    ///
+    /// One data transfer per object and host, however many pushes of it
+    /// there are: a push whose object is believed there (it came from
+    /// there, or a copy this link made there is still lent for) announces
+    /// it first; a push that finds another data push of the same object to
+    /// the same host on the wire waits for that one to end, then announces
+    /// (adding its deliveries); only a push answered [`Outcome::Missing`]
+    /// with no data push on the wire sends the data.
     async fn try_push(
         &self,
         object: &Arc<Object>,
@@ -1144,7 +1577,7 @@ impl Link {
         host: &str,
         receivers: u32,
         token: u64,
-    ) -> Result<(), String> {
+    ) -> Result<Outcome, String> {
         let state = lock(&self.inner.peers).get(host).cloned();
         match state {
             Some(Peer::Refused(why)) => return Err(why),
@@ -1168,31 +1601,62 @@ impl Link {
             metadata: object.metadata().to_vec(),
             from: self.inner.cfg.host.clone(),
         };
+        let key = (id, host.to_string());
         let came_from_there = lock(&self.inner.origins).0.get(&id).is_some_and(|h| h == host);
-        if came_from_there {
+        let mut believed_there = came_from_there || lock(&self.inner.lent).by_key.contains_key(&key);
+        let sending = loop {
+            let on_the_wire = lock(&self.inner.sending).get(&key).cloned();
+            if let Some(mut done) = on_the_wire {
+                // Ends (Err) when that push's guard drops, whatever its outcome.
+                let _ = done.changed().await;
+            } else if !believed_there {
+                let mut sending = lock(&self.inner.sending);
+                if sending.contains_key(&key) {
+                    continue; // Another push's data went out first: wait for it.
+                }
+                let (tx, rx) = tokio::sync::watch::channel(());
+                sending.insert(key.clone(), rx);
+                break Sending { inner: self.inner.clone(), key, _done: tx };
+            }
+            believed_there = false;
             match self.ask(host, &header, None).await? {
                 Outcome::Had | Outcome::Stored => {
                     self.inner.counters.announced.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
+                    return Ok(Outcome::Had);
                 }
+                // Not there (any more): the data goes, unless another push's
+                // is on the wire by now.
                 Outcome::Missing => {}
             }
-        }
+        };
         header.kind = Kind::Data;
         tracing::debug!(%id, %host, sent_at_us = wall_us(), "push data sending");
-        let outcome = self.ask(host, &header, Some(lent(object))).await?;
+        let reserve = self.echo_reserve(id).await;
         let c = &self.inner.counters;
-        match outcome {
+        c.sent.fetch_add(1, Ordering::Relaxed);
+        c.sent_bytes.fetch_add(header.data_len, Ordering::Relaxed);
+        let outcome = self.ask(host, &header, Some(lent(object))).await;
+        if matches!(outcome, Ok(Outcome::Stored)) {
+            // This push's data made host's copy: this reference is kept
+            // while that copy lives ([`Lent`]); lent before the push ends,
+            // so that host's notice, however early, finds it.
+            self.lend(id, host, Arc::clone(object), reserve);
+        } else {
+            drop(reserve);
+        }
+        drop(sending);
+        match outcome? {
             Outcome::Stored => {
                 c.pushed.fetch_add(1, Ordering::Relaxed);
                 c.pushed_bytes.fetch_add(header.data_len, Ordering::Relaxed);
+                Ok(Outcome::Stored)
             }
             Outcome::Had => {
                 c.announced.fetch_add(1, Ordering::Relaxed);
+                Ok(Outcome::Had)
             }
-            Outcome::Missing => return Err(format!("host {host} answered a push with data as if it had none")),
+            Outcome::Missing => Err(format!("host {host} answered a push with data as if it had none")),
         }
-        Ok(())
     }
 
     /// One push query to `host`; its outcome, or why it failed.
@@ -1344,7 +1808,13 @@ impl Link {
             }
             let creating = Instant::now();
             let opts = CreateOptions { deliveries: h.deliveries, wait_for_space: WAIT_FOR_SPACE };
-            let mut object = match unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)) {
+            // Counted before it exists, so its deletion is never read first;
+            // uncounted on every path that does not make it.
+            self.expect_copy(h.id, &h.from);
+            let made = unblamed(|| store.create_with(h.id, h.data_len, &h.metadata, &opts)).inspect_err(|_| {
+                self.copy_gone(h.id);
+            });
+            let mut object = match made {
                 Ok(o) => o,
                 Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => continue,
                 Err(e) => return Err(e.to_string()),
@@ -1357,7 +1827,10 @@ impl Link {
                 at += slice.len();
             }
             let copied = Instant::now();
-            object.seal().map_err(|e| e.to_string())?;
+            object.seal().map_err(|e| {
+                self.copy_gone(h.id);
+                e.to_string()
+            })?;
             tracing::debug!(
                 id = %h.id,
                 create_us = (created - creating).as_micros() as u64,

@@ -13,6 +13,8 @@ pub enum LinkError {
     Config { what: String, detail: String },
     #[error("cannot open the Zenoh session: {0}; check the --listen address is this host's and free")]
     Zenoh(String),
+    #[error("cannot start the thread that watches the store for freed copies: {0}")]
+    Thread(std::io::Error),
     #[error("cannot listen on {path}: {source}")]
     Socket { path: PathBuf, source: std::io::Error },
 }

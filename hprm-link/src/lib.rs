@@ -25,9 +25,19 @@
 //!    receivers' decoders, which found the descriptor naming another
 //!    store's arena, were waiting for that id in their own store: they get
 //!    it, and each one's release settles its delivery.
-//! 4. On the reply, the sending link releases its reference: that settles
-//!    the delivery the sender counted for that host. So the home object
-//!    stays pinned until every remote host holds its copy.
+//! 4. On the reply, the sending link keeps its reference for as long as
+//!    that host's copy lives: the receiving link watches its store for the
+//!    copies it made being freed (its receivers done) and tells the home
+//!    link ([`wire::Released`]), which then releases it, settling the
+//!    delivery the sender counted for that host. So the home object stays
+//!    pinned until every remote copy made from it is freed, and an echo
+//!    (a remote receiver sending the value back, or on to another host
+//!    that had it) always finds it there. The references kept this way
+//!    are the store's ordinary ones, under its budget; they are released
+//!    early (always safe: an echo then carries its data) when the host is
+//!    lost, when its link restarts, and past a bound (4096 objects or a
+//!    quarter of the store's arena). See `Lent` in `daemon.rs` for the
+//!    invariant and why this rather than a window after the push.
 //! 5. Fetch on demand, the fallback: a push that is dropped by its queue
 //!    or fails (a silent host, a host whose link is not up) keeps its
 //!    reference for the fetch window (`--fetch-window`) and tells that host
@@ -48,9 +58,11 @@
 //!
 //! Duplicates cost no transfer: a host that already has the id (an echo
 //! of a value back to its home host, a second push) adds the deliveries to
-//! its copy instead. A link remembers which host each object it received
-//! came from, and announces such objects back to that host without data;
-//! only if that host no longer has it does the data follow.
+//! its copy instead. A link announces without data an object it received
+//! from that host or whose copy there it still keeps its reference for;
+//! a push of an object whose data push to the same host is on the wire
+//! waits for that one, then announces. Only if that host no longer has it
+//! does the data follow, once however many pushes found it missing.
 //!
 //! Flow control: pushes to each host go through a bounded queue with the
 //! store's backpressure policies ([`queue`]); probes and announces travel

@@ -5,7 +5,9 @@
 //!
 //! - `hprm/link/<host>/hello`: replies [`hello`]: the protocol version
 //!   (always the first byte, in every version), the arena id of the host's
-//!   store and the host's name. Each link asks this of every peer it is
+//!   store, the link's incarnation (random per link process: a home link
+//!   that sees it change knows the copies it lent for are no longer
+//!   tracked there) and the host's name. Each link asks this of every peer it is
 //!   told of before pushing to it, and refuses a peer of another version;
 //!   it keeps asking, a few times per host timeout, to notice a lost host.
 //! - `hprm/link/<host>/push`: a query whose attachment is a [`Header`]
@@ -23,7 +25,11 @@
 //! It subscribes to
 //! - `hprm/link/<host>/dropped`: a [`Dropped`] notice, put by a link whose
 //!   push of an object to this host was dropped by its queue or failed, and
-//!   which keeps the object for a fetch for its fetch window.
+//!   which keeps the object for a fetch for its fetch window;
+//! - `hprm/link/<host>/released`: a [`Released`] notice, put by a link
+//!   whose copies of objects this host pushed (or served by fetch) were
+//!   freed: this host releases the reference it held for each (see the
+//!   crate's docs, "The home copy outlives the remote copies").
 //!
 //! And, when it knows the program's runtime directory, it publishes on
 //! - `hprm/link/<host>/status`: once per status period, the host's share
@@ -34,7 +40,7 @@
 use hprm_store::ObjectId;
 
 /// Version of this protocol; hosts of different versions refuse each other.
-pub const LINK_VERSION: u8 = 3;
+pub const LINK_VERSION: u8 = 4;
 
 /// The key of `host`'s hello queryable.
 pub fn hello_key(host: &str) -> String {
@@ -54,6 +60,11 @@ pub fn fetch_key(host: &str) -> String {
 /// The key `host`'s link hears dropped pushes announced on.
 pub fn dropped_key(host: &str) -> String {
     format!("hprm/link/{host}/dropped")
+}
+
+/// The key `host`'s link hears of its lent objects' remote copies freed on.
+pub fn released_key(host: &str) -> String {
+    format!("hprm/link/{host}/released")
 }
 
 /// The key `host`'s link publishes its host's status on.
@@ -80,30 +91,37 @@ pub struct Hello {
     /// The arena id of the host's store: descriptors of values sent from
     /// there name it (`hprm_node::hosts::LostHosts`).
     pub arena: u64,
+    /// Random per link process: another value from the same host is a
+    /// link that restarted, which does not know the copies its host holds.
+    pub incarnation: u64,
     pub host: String,
 }
 
-/// A hello reply: `u8` version, `u64 LE` arena id, the host's name.
-pub fn hello(host: &str, arena: u64) -> Vec<u8> {
+/// A hello reply: `u8` version, `u64 LE` arena id, `u64 LE` incarnation,
+/// the host's name.
+pub fn hello(host: &str, arena: u64, incarnation: u64) -> Vec<u8> {
     let mut out = vec![LINK_VERSION];
     out.extend_from_slice(&arena.to_le_bytes());
+    out.extend_from_slice(&incarnation.to_le_bytes());
     out.extend_from_slice(host.as_bytes());
     out
 }
 
 /// Reads a hello reply. Of another version only the version is read (the
-/// rest may be laid out otherwise): `arena` 0 and `host` empty.
+/// rest may be laid out otherwise): `arena` and `incarnation` 0, `host` empty.
 pub fn parse_hello(bytes: &[u8]) -> Result<Hello, String> {
     let (&version, rest) = bytes.split_first().ok_or("an empty hello")?;
     if version != LINK_VERSION {
-        return Ok(Hello { version, arena: 0, host: String::new() });
+        return Ok(Hello { version, arena: 0, incarnation: 0, host: String::new() });
     }
-    if rest.len() < 8 {
-        return Err(format!("a hello of {} bytes, shorter than its arena id", bytes.len()));
+    if rest.len() < 16 {
+        return Err(format!("a hello of {} bytes, shorter than its arena id and incarnation", bytes.len()));
     }
-    let (arena, name) = rest.split_at(8);
+    let (arena, rest) = rest.split_at(8);
+    let (incarnation, name) = rest.split_at(8);
     let arena = u64::from_le_bytes(arena.try_into().map_err(|_| "a hello without its arena id")?);
-    Ok(Hello { version, arena, host: String::from_utf8_lossy(name).into_owned() })
+    let incarnation = u64::from_le_bytes(incarnation.try_into().map_err(|_| "a hello without its incarnation")?);
+    Ok(Hello { version, arena, incarnation, host: String::from_utf8_lossy(name).into_owned() })
 }
 
 /// What a push carries.
@@ -337,6 +355,51 @@ impl Dropped {
     }
 }
 
+/// A released notice: `u8 LINK_VERSION`, `u8` length and name of the
+/// host whose copies were freed, then the objects' ids (20 bytes each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    /// The host that held the copies.
+    pub from: String,
+    pub ids: Vec<ObjectId>,
+}
+
+impl Released {
+    pub fn encode(&self) -> Vec<u8> {
+        let from = &self.from.as_bytes()[..self.from.len().min(255)];
+        let mut out = Vec::with_capacity(2 + from.len() + self.ids.len() * ObjectId::LEN);
+        out.push(LINK_VERSION);
+        out.push(from.len() as u8);
+        out.extend_from_slice(from);
+        for id in &self.ids {
+            out.extend_from_slice(&id.0);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Released, String> {
+        let rest = match bytes.split_first() {
+            Some((&LINK_VERSION, rest)) => rest,
+            _ => return Err("a released notice of another link protocol version".into()),
+        };
+        let Some((&n, rest)) = rest.split_first() else { return Err("an empty released notice".into()) };
+        let n = usize::from(n);
+        if rest.len() < n || (rest.len() - n) % ObjectId::LEN != 0 {
+            return Err(format!("a released notice of {} bytes does not end on an object id", bytes.len()));
+        }
+        let (from, ids) = rest.split_at(n);
+        let ids = ids
+            .chunks_exact(ObjectId::LEN)
+            .map(|c| {
+                let mut id = [0u8; ObjectId::LEN];
+                id.copy_from_slice(c);
+                ObjectId::from_bytes(id)
+            })
+            .collect();
+        Ok(Released { from: String::from_utf8_lossy(from).into_owned(), ids })
+    }
+}
+
 /// A push's successful reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -402,8 +465,11 @@ mod tests {
         assert_eq!(Fetch::decode(&f.encode()).unwrap(), f);
         let d = Dropped { id: h.id, from: "a".into(), why: "its push queue is full".into() };
         assert_eq!(Dropped::decode(&d.encode()).unwrap(), d);
-        let h = Hello { version: LINK_VERSION, arena: 0xfeed_0001, host: "perception".into() };
-        assert_eq!(parse_hello(&hello("perception", 0xfeed_0001)).unwrap(), h);
+        let h = Hello { version: LINK_VERSION, arena: 0xfeed_0001, incarnation: 7, host: "perception".into() };
+        assert_eq!(parse_hello(&hello("perception", 0xfeed_0001, 7)).unwrap(), h);
+        let r = Released { from: "b".into(), ids: vec![ObjectId::random(), ObjectId::random()] };
+        assert_eq!(Released::decode(&r.encode()).unwrap(), r);
+        assert!(Released::decode(&r.encode()[..30]).is_err());
         assert_eq!(parse_hello(&[LINK_VERSION + 1, b'x']).unwrap().version, LINK_VERSION + 1);
         assert!(parse_hello(&[LINK_VERSION, 1, 2]).is_err());
         assert!(valid_host("a-1.b_c") && !valid_host("a/b") && !valid_host("*") && !valid_host(""));

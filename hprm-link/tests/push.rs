@@ -1,8 +1,9 @@
 //! Two "hosts" on this machine (each a real hprm-store and a real
 //! hprm-link, linked over Zenoh on loopback TCP): objects pushed from one
 //! arrive in the other's store under the same id, with the deliveries the
-//! request named; the home object is freed once the remote copy exists; an
-//! echo back to the home host moves no data; bad requests are refused and
+//! request named; the home object lives as long as the remote copy does,
+//! so an echo back to the home host moves no data (and a lost host does
+//! not pin it); pushes of one object to one host share one transfer; bad requests are refused and
 //! the link stays up; a host whose link goes silent is lost by name within
 //! the host timeout, and pushes resume once it is back; each link mirrors
 //! the other host's status (for `hprm ps`) and withdraws its own as it stops;
@@ -197,11 +198,15 @@ fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
     let held = sa.get_one(id, WITHIN).expect("held at home");
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
     let there = sb.get_one(id, WITHIN).expect("pushed to b");
+    // Once b's reply reached a, a keeps its copy for b's, with the loan's
+    // echo reserve of deliveries (see the link's `Loan`).
+    eventually("a lent its copy for b's", || pending(&sa, id).is_some_and(|n| n > 1));
+    let lent = pending(&sa, id).expect("lent");
     // b's receiver sends it on to a receiver on host a: one more delivery
     // here for host a, then the request to b's link.
     sb.redeliver(id, 1).expect("redeliver at b");
     b.push(&PushRequest { ids: vec![id], hosts: vec![("a".into(), 1)] });
-    eventually("host a's copy gets the echo's delivery", || pending(&sa, id) == Some(1));
+    eventually("host a's copy gets the echo's delivery", || pending(&sa, id) == Some(lent + 1));
     drop(there);
     eventually("b's copy freed", || pending(&sb, id).is_none());
     let echo = sa.get_one(id, WITHIN).expect("the echo's receiver at a");
@@ -233,19 +238,61 @@ fn an_echo_back_to_the_home_host_moves_no_data_and_bad_requests_are_refused() {
     assert!(last(&a_log).contains("pushed=2") && last(&a_log).contains("duplicates=1"), "{}", last(&a_log));
 }
 
+/// The counters line a link logs as it stops.
+fn counters(log: &str) -> String {
+    log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string()
+}
+
 #[test]
-fn an_echo_whose_home_copy_was_freed_is_pushed_with_its_data_bit_exact() {
+fn the_home_copy_lives_as_long_as_the_remote_copy_so_an_echo_moves_no_data() {
     let (mut a, mut b) = pair();
     let (sa, sb) = (a.store(), b.store());
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    // Host b's delivery only, and no reference kept at home: once b has
-    // its copy, host a's is freed.
+    // Host b's delivery only, and no reference kept at home by the
+    // producer: before, host a's copy was freed as soon as b had its own.
     let id = put(&sa, &data, 1);
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
     let there = sb.get_one(id, WITHIN).expect("pushed to b");
-    eventually("the home copy freed once b has its copy", || !sa.contains(id).expect("contains"));
-    // b's receiver sends it back to 2 receivers on host a: b's link, which
-    // got it from a, announces it; a no longer holds it, so b must push it.
+    // b's receiver sends it back to 2 receivers on host a, as echoing
+    // receivers do: one more delivery at b for host a, then the request.
+    sb.redeliver(id, 1).expect("redeliver at b");
+    b.push(&PushRequest { ids: vec![id], hosts: vec![("a".into(), 2)] });
+    drop(there);
+    for receiver in 1..=2 {
+        let back = sa.get_one(id, WITHIN).unwrap_or_else(|e| panic!("receiver {receiver} of the echo at a: {e}"));
+        assert!(back.data() == &data[..], "the echo arrived changed");
+    }
+    eventually("b's copy freed", || pending(&sb, id).is_none());
+    // b's link tells a its copy is freed: a releases the reference it kept.
+    eventually("a's copy freed once b's was and its 2 receivers settled", || !sa.contains(id).expect("contains"));
+    let (a_log, b_log) = (a.stop_link(), b.stop_link());
+    let (a_end, b_end) = (counters(&a_log), counters(&b_log));
+    assert!(b_end.contains(" sent=0 ") && b_end.contains("announced=1"), "b announced the echo, sent no data: {b_log}");
+    assert!(a_end.contains(" sent=1 ") && a_end.contains("duplicates=1"), "a: {a_log}");
+    assert!(a_end.contains("returned=1") && a_end.contains("reclaimed=0"), "a got b's notice: {a_log}");
+}
+
+#[test]
+fn a_lost_host_does_not_pin_the_home_copy_and_an_echo_after_it_is_pushed_with_its_data_bit_exact() {
+    let (mut a, mut b) = pair();
+    let (sa, sb) = (a.store(), b.store());
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8).collect();
+    let id = put(&sa, &data, 1);
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    let there = sb.get_one(id, WITHIN).expect("pushed to b");
+    // Once b's reply reached a, a lends its copy for b's: the loan adds its
+    // echo reserve to the home copy's pending deliveries.
+    eventually("a lent its copy for b's", || pending(&sa, id).is_some_and(|n| n > 1));
+    // Host b goes silent: a loses it and releases what it kept for b's
+    // copies, although b still holds its copy.
+    b.signal_link("STOP");
+    eventually("a loses b", || a.log().contains("lost host b"));
+    eventually("the home copy freed once b is lost", || !sa.contains(id).expect("contains"));
+    assert!(a.log().contains("released the 1 home objects kept for host b's copies: the host is lost"), "{}", a.log());
+    b.signal_link("CONT");
+    eventually("b is back", || a.log().contains("host b is back"));
+    // b's receiver sends it back to 2 receivers on host a: b's link
+    // announces it; a no longer holds it, so b pushes the data.
     sb.redeliver(id, 1).expect("redeliver at b");
     b.push(&PushRequest { ids: vec![id], hosts: vec![("a".into(), 2)] });
     drop(there);
@@ -254,6 +301,7 @@ fn an_echo_whose_home_copy_was_freed_is_pushed_with_its_data_bit_exact() {
         assert!(back.data() == &data[..], "the echo arrived changed");
     }
     eventually("a's new copy freed once its 2 receivers settled", || pending(&sa, id).is_none());
+    // b keeps its copy for a's (made from b's data) until a says it freed it.
     eventually("b's copy freed", || pending(&sb, id).is_none());
     // The link goes on: nothing of the echo is blamed on a later push.
     let id2 = put(&sa, &[4u8; 100_000], 1);
@@ -262,13 +310,43 @@ fn an_echo_whose_home_copy_was_freed_is_pushed_with_its_data_bit_exact() {
     eventually("its home copy freed", || pending(&sa, id2).is_none());
 
     let (a_log, b_log) = (a.stop_link(), b.stop_link());
-    let last = |log: &str| log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string();
-    assert!(
-        last(&b_log).contains("pushed=1") && last(&b_log).contains("failed=0"),
-        "b pushed the echo's data: {b_log}"
-    );
-    assert!(last(&a_log).contains("received=1") && last(&a_log).contains("failed=0"), "a stored the echo: {a_log}");
+    let (a_end, b_end) = (counters(&a_log), counters(&b_log));
+    assert!(b_end.contains("pushed=1") && b_end.contains("failed=0"), "b pushed the echo's data: {b_log}");
+    assert!(b_end.contains("returned=1"), "a told b it freed its copy: {b_log}");
+    assert!(a_end.contains("received=1") && a_end.contains("failed=0"), "a stored the echo: {a_log}");
     assert!(!a_log.contains("without waiting for its reply failed"), "{a_log}");
+}
+
+#[test]
+fn pushes_of_one_object_to_one_host_share_one_data_transfer() {
+    let (mut a, mut b) = pair();
+    let (sa, sb) = (a.store(), b.store());
+    let data: Vec<u8> = (0..10u32 << 20).map(|i| (i.wrapping_mul(40_503) >> 7) as u8).collect();
+    // Two pushes of one object to host b (a value sent twice), each for
+    // one receiver there: the sender counted two deliveries for b.
+    let id = put(&sa, &data, 2);
+    a.push(&PushRequest { ids: vec![id, id], hosts: vec![("b".into(), 1)] });
+    let first = sb.get_one(id, WITHIN).expect("pushed to b");
+    assert!(first.data() == &data[..], "arrived changed");
+    eventually("b's copy has both pushes' receivers", || pending(&sb, id) == Some(2));
+    // A late push of it, while b still holds its copy: an announce.
+    sa.redeliver_confirmed(id, 1).expect("one more delivery at home, for b");
+    a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
+    eventually("b's copy has the late push's receiver too", || pending(&sb, id) == Some(3));
+    drop(first);
+    for _ in 0..2 {
+        drop(sb.get_one(id, WITHIN).expect("b's other receivers"));
+    }
+    eventually("b's copy freed", || pending(&sb, id).is_none());
+    eventually("a's copy freed once b's was", || !sa.contains(id).expect("contains"));
+    let (a_log, b_log) = (a.stop_link(), b.stop_link());
+    let (a_end, b_end) = (counters(&a_log), counters(&b_log));
+    assert!(
+        a_end.contains(" sent=1 ") && a_end.contains(&format!("sent_bytes={}", 10u64 << 20)),
+        "one data transfer for three pushes: {a_log}"
+    );
+    assert!(a_end.contains("pushed=1") && a_end.contains("announced=2") && a_end.contains("failed=0"), "{a_log}");
+    assert!(b_end.contains("received=1") && b_end.contains("duplicates=2"), "{b_log}");
 }
 
 /// A Zenoh peer answering for host `b` as a link of another protocol
@@ -779,4 +857,78 @@ fn a_fetch_of_an_object_freed_at_home_is_answered_gone_and_the_value_counted_los
     eventually("b's link says the object cannot be fetched", || {
         b.log().contains(&format!("object {id} cannot be fetched from host a"))
     });
+}
+
+/// What host `home`'s link answers a fetch of `id` for host `from`, asked
+/// over the link protocol by a Zenoh peer of this test (as `from`'s link
+/// would ask it).
+async fn ask_fetch(s: &zenoh::Session, home: &str, from: &str, id: ObjectId) -> hprm_link::wire::FetchReply {
+    use hprm_link::wire::{fetch_key, Fetch, FetchReply};
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let fetch = Fetch { id, from: from.into() };
+        // Each reply as it comes: not held for the final one.
+        let replies = s
+            .get(fetch_key(home))
+            .consolidation(zenoh::query::ConsolidationMode::None)
+            .attachment(fetch.encode())
+            .timeout(Duration::from_millis(500))
+            .await
+            .expect("get");
+        if let Ok(reply) = replies.recv_async().await {
+            let sample = reply.into_result().expect("a fetch reply");
+            let attachment = sample.attachment().map(|a| a.to_bytes().into_owned()).unwrap_or_default();
+            return FetchReply::decode(&attachment).expect("a fetch reply of this version");
+        }
+        // Not routed yet (the session just connected): asked again.
+        assert!(Instant::now() < deadline, "host {home}'s link did not answer a fetch");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_fetch_never_overtakes_a_push_on_the_wire_or_queued_and_the_data_moves_once() {
+    // Host b's link stopped, with long timeouts: a's pushes to b stay on
+    // the wire (two at a time) and the others wait in a's queue.
+    let (pa, pb) = (free_port(), free_port());
+    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
+    let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
+    let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &slow);
+    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
+    eventually("the links see each other", || {
+        a.log().contains("linked to host b") && b.log().contains("linked to host a")
+    });
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let ids: Vec<ObjectId> = (0..4u8).map(|k| put(&sa, &vec![k; 300_000], 1)).collect();
+    for id in &ids {
+        a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+    }
+    // Host b's receivers, finding nothing, fetch: a answers that each is on
+    // its way (on the wire or queued), never with the data a second time.
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let session = rt.block_on(async {
+        let mut c = zenoh::Config::default();
+        for (k, v) in [
+            ("mode", "\"peer\"".to_string()),
+            ("connect/endpoints", format!("[\"tcp/127.0.0.1:{pa}\"]")),
+            ("scouting/multicast/enabled", "false".into()),
+        ] {
+            c.insert_json5(k, &v).expect("config");
+        }
+        zenoh::open(c).await.expect("open a Zenoh session")
+    });
+    for id in &ids {
+        let reply = rt.block_on(ask_fetch(&session, "a", "b", *id));
+        assert_eq!(reply, hprm_link::wire::FetchReply::Pending, "object {id}: {}", a.log());
+    }
+    b.signal_link("CONT");
+    for id in &ids {
+        if let Err(e) = sb.get_one(*id, WITHIN) {
+            panic!("object {id} did not reach b: {e}\n{}\n{}", a.log(), b.log());
+        }
+    }
+    eventually("every home copy freed once b's were", || ids.iter().all(|id| pending(&sa, *id).is_none()));
+    let end = counters(&a.stop_link());
+    assert!(end.contains(" sent=4 ") && end.contains("served=0") && end.contains("pushed=4"), "{end}");
 }

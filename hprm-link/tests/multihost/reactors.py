@@ -134,3 +134,61 @@ class Gather(hprm.Reactor):
         for i in range(len(self.ins)):
             if self.ins[i].is_present:
                 print(f"RECV gather[{i}] t={ctx.elapsed} sha={digest(self.ins[i].value)}", flush=True)
+
+
+ECHO_SIZE = 10 << 20
+ECHO_ROUNDS = 3
+
+
+def echo_value(k):
+    """echo.toml's k-th array (10 MiB)."""
+    return np.random.default_rng(100 + k).integers(0, 256, ECHO_SIZE, dtype=np.uint8)
+
+
+class EchoSource(hprm.Reactor):
+    """echo.toml's source: every 300 ms, one of ECHO_ROUNDS 10 MiB arrays,
+    with its number (as the hosts benchmark's rounds). Its timer ticks
+    every 10 ms: a sender releases its own reference on a value at its
+    next tag, so the home copy is held only by what the link keeps for the
+    remote host's copy (as in the benchmark, whose source moves on at once)."""
+
+    out = hprm.Output()
+
+    def __init__(self):
+        self.tick = hprm.Timer(period="10ms")
+        self.n = 0
+        self.k = 0
+
+    @hprm.reaction(triggers="tick", effects="out")
+    def send(self, ctx):
+        if self.n % 30 == 0 and self.k < ECHO_ROUNDS:
+            ctx.set(self.out, {"k": self.k, "data": echo_value(self.k)})
+            self.k += 1
+        self.n += 1
+
+
+class Echo(hprm.Reactor):
+    """echo.toml's echoer: sends the array it received back in a value of
+    its own, as it is (the same store object, by reference)."""
+
+    inp = hprm.Input()
+    out = hprm.Output()
+
+    @hprm.reaction(triggers="inp", effects="out")
+    def echo(self, ctx):
+        v = self.inp.value
+        ctx.set(self.out, {"k": v["k"], "data": v["data"]})
+
+
+class Back(hprm.Reactor):
+    """echo.toml's receiver of the echoes: one line per echo, with a SHA-256."""
+
+    back0 = hprm.Input()
+    back1 = hprm.Input()
+
+    @hprm.reaction(triggers="back0,back1")
+    def receive(self, ctx):
+        for name in ("back0", "back1"):
+            port = getattr(self, name)
+            if port.is_present:
+                print(f"BACK {name} t={ctx.elapsed} sha={digest(port.value['data'])}", flush=True)
