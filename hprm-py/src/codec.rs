@@ -124,13 +124,7 @@ pub fn encode<'py>(
     encoder: &'py Encoder,
     deliveries: u32,
 ) -> PyResult<Vec<u8>> {
-    let mut walk = Walk {
-        py,
-        session: encoder.session(deliveries),
-        store: encoder.store(),
-        threshold: encoder.threshold(),
-        held: Vec::new(),
-    };
+    let mut walk = Walk { py, session: encoder.session(deliveries), threshold: encoder.threshold(), held: Vec::new() };
     let mut message = Vec::new();
     walk.value(&mut message, value, 0)?;
     // On an error above, dropping the walk drops its session, which aborts
@@ -155,8 +149,6 @@ enum Held {
 struct Walk<'py> {
     py: Python<'py>,
     session: EncodeSession,
-    /// Where a buffer made during the walk is born (`arrow`).
-    store: &'py StoreLink,
     threshold: usize,
     held: Vec<Held>,
 }

@@ -7,6 +7,8 @@ import collections
 import decimal
 import gc
 import math
+import subprocess
+import sys
 import threading
 import time
 
@@ -895,6 +897,40 @@ def test_arrow_schemas_changing_between_messages_each_decode_with_their_own(stor
         has_dictionary = i == len(sent) - 2
         assert (_arrow._direct(stream) is None) == has_dictionary, i
         assert pa.ipc.open_stream(pa.py_buffer(stream)).read_all().num_rows == (len(value) if not hasattr(value, "num_rows") else value.num_rows)
+
+
+def test_an_arrow_writer_that_keeps_the_store_memory_fails_the_send_and_leaves_nothing(store):
+    """The codec lends the IPC writer the object's memory as a memoryview
+    and takes it back before the object is sealed: a writer that keeps it
+    must fail the send, not keep a way to write into a sealed object. (In a
+    process of its own: the codec looks `plan_ipc` up once.)"""
+    pytest.importorskip("pyarrow")
+    program = f"""
+import gc, sys
+import numpy as np, pyarrow as pa
+from hprm import _arrow, _native
+kept = []
+plan = _arrow.plan_ipc
+def keeping(obj):
+    size, write = plan(obj)
+    def write_and_keep(target):
+        write(target)
+        kept.append(pa.py_buffer(target))
+    return size, write_and_keep
+_arrow.plan_ipc = keeping
+codec = _native.Codec({store.socket!r})
+try:
+    codec.encode(pa.record_batch({{"x": pa.array(np.arange(100_000, dtype=np.float64))}}))
+except _native.PayloadError as e:
+    print("refused:", e)
+kept.clear()
+gc.collect()
+print("objects:", len(codec.store_objects()))
+"""
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "refused: the Arrow IPC writer kept a reference to the memory it wrote into" in r.stdout, r.stdout
+    assert "objects: 0" in r.stdout, r.stdout
 
 
 def test_rust_reads_an_arrow_stream_as_bytes(store):
