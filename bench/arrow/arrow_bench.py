@@ -4,6 +4,7 @@ interleaved pass after pass in one run (issue 28: target, the record batch
 within 1.2x of the array).
 
     python bench/arrow/arrow_bench.py [--quick] [--out DIR] [--rust-bin PATH] [--dora-python PATH]
+        [--baseline-python PATH --baseline-label NAME] [--name STEM]
 
 Systems, each two processes passing one value a hop:
 - hprm Python: a numpy array, and a pyarrow record batch whose one column
@@ -14,6 +15,10 @@ Systems, each two processes passing one value a hop:
 - dora-rs: a pyarrow array between two Python nodes (``arrow_dora.py``,
   with ``--dora-python``, default this interpreter; skipped, and said so,
   without dora).
+
+With ``--baseline-python`` (an interpreter whose hprm is another build,
+e.g. the commit before a change), hprm Python's two hops run with it too,
+interleaved with the others, as ``hprm-py@NAME``: a before/after in one run.
 
 Each sends one copy of the bytes into its shared memory per message. The
 period grows with the size (20 ms per MB, at least 50 ms), so that no
@@ -45,11 +50,18 @@ p.add_argument("--python", default=sys.executable, help="the interpreter with hp
 p.add_argument("--dora-python", default=sys.executable, help="an interpreter with dora-rs, dora-rs-cli and pyarrow")
 p.add_argument("--rust-bin", help="hprm-node's arrow-hop example (default: built here, release)")
 p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+p.add_argument("--baseline-python", help="an interpreter with another build of hprm, run beside --python")
+p.add_argument("--baseline-label", default="baseline", help="what --baseline-python's hprm is (e.g. a commit)")
+p.add_argument("--name", help="the results' file stem (default arrow-DATE[-quick])")
+p.add_argument("--passes", type=int, help="interleaved passes (default 3, --quick 1)")
 ARGS = p.parse_args()
 SIZES = [10] if ARGS.quick else [1, 10, 50]
-PASSES = 1 if ARGS.quick else 3
+PASSES = ARGS.passes or (1 if ARGS.quick else 3)
 # (system, kind): what each hop sends.
 RUNS = [("hprm-py", "numpy"), ("hprm-py", "arrow"), ("hprm-rust", "buffer"), ("hprm-rust", "arrow"), ("dora", "arrow")]
+BASELINE = f"hprm-py@{ARGS.baseline_label}"
+if ARGS.baseline_python:
+    RUNS[2:2] = [(BASELINE, "numpy"), (BASELINE, "arrow")]
 
 
 def progress(text: str) -> None:
@@ -86,8 +98,9 @@ def hop(system: str, kind: str, mb: float, binary: Path | None) -> list[float]:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
         common = ["--mb", str(mb), "--messages", str(n), "--out", str(out)]
-        if system == "hprm-py":
-            cmd = [ARGS.python, str(HERE / "arrow_hop.py"), "--kind", kind, "--period", f"{period_ms}ms", *common]
+        if system in ("hprm-py", BASELINE):
+            python = ARGS.python if system == "hprm-py" else ARGS.baseline_python
+            cmd = [python, str(HERE / "arrow_hop.py"), "--kind", kind, "--period", f"{period_ms}ms", *common]
         elif system == "dora":
             cmd = [ARGS.dora_python, str(HERE / "arrow_dora.py"), "--period-ms", str(period_ms), *common]
             env["PATH"] = f"{os.path.dirname(ARGS.dora_python)}:{env.get('PATH', '')}"
@@ -110,6 +123,9 @@ def label(system: str, kind: str) -> str:
     return f"{system} {kind}"
 
 
+STARTED_LOAD = os.getloadavg()
+
+
 def main() -> None:
     binary = rust_bin()
     skipped = dora_missing()
@@ -130,15 +146,18 @@ def main() -> None:
         r = {name: {"p50": statistics.median(v), "p99": pct(v, 0.99), "n": len(v)} for name, v in by.items()}
         r["python_arrow_over_numpy"] = r["hprm-py arrow"]["p50"] / r["hprm-py numpy"]["p50"]
         r["rust_arrow_over_buffer"] = r["hprm-rust arrow"]["p50"] / r["hprm-rust buffer"]["p50"]
+        if ARGS.baseline_python:
+            r["baseline_python_arrow_over_numpy"] = r[f"{BASELINE} arrow"]["p50"] / r[f"{BASELINE} numpy"]["p50"]
         if "dora arrow" in r:
             r["dora_over_hprm_py_arrow"] = r["dora arrow"]["p50"] / r["hprm-py arrow"]["p50"]
         rows[mb] = r
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    stem = f"arrow-{date}{'-quick' if ARGS.quick else ''}"
+    stem = ARGS.name or f"arrow-{date}{'-quick' if ARGS.quick else ''}"
     out = Path(ARGS.out)
     out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
-    (out / f"{stem}.json").write_text(json.dumps({"latency_ms": lat, "summary": rows, "loadavg": load, "dora_skipped": skipped}, indent=1))
+    started_load = STARTED_LOAD
+    (out / f"{stem}.json").write_text(json.dumps({"latency_ms": lat, "summary": rows, "loadavg_start": started_load, "loadavg": load, "dora_skipped": skipped, "baseline": ARGS.baseline_label if ARGS.baseline_python else None}, indent=1))
     names = [label(*r) for r in runs]
     lines = [
         f"# Arrow one hop, in Python and Rust, beside a plain array of the same bytes and beside dora-rs ({stem})",
@@ -148,7 +167,7 @@ def main() -> None:
         "and a record batch whose one column is that memory; hprm Rust: an `f64` Buffer and a record batch of one Float64",
         "column; dora-rs 1.1: a pyarrow array between Python nodes. Latency: stamp before the send to the receiver's",
         f"reaction (dora: input event), after a warm-up; period 20 ms per MB (at least 50 ms); {PASSES} interleaved passes",
-        f"(`bench/arrow/`). Load average at the end: {load[0]:.1f} on {os.cpu_count()} cores.",
+        f"(`bench/arrow/`). Load average (1 min) at the start {started_load[0]:.1f}, at the end {load[0]:.1f}, on {os.cpu_count()} cores.",
         "",
         "p50 (p99), ms:",
         "",
@@ -166,6 +185,10 @@ def main() -> None:
         met = "MET" if max(r["python_arrow_over_numpy"], r["rust_arrow_over_buffer"]) <= TARGET else "NOT MET"
         dora = f"{r['dora_over_hprm_py_arrow']:.2f}x" if "dora_over_hprm_py_arrow" in r else "skipped"
         lines.append(f"| {mb} MB | {r['python_arrow_over_numpy']:.2f}x | {r['rust_arrow_over_buffer']:.2f}x | {met} | {dora} |")
+    if ARGS.baseline_python:
+        lines += ["", f"| size | Python: Arrow / numpy, this build | the same, {BASELINE} |", "|---|---|---|"]
+        for mb, r in rows.items():
+            lines.append(f"| {mb} MB | {r['python_arrow_over_numpy']:.2f}x | {r['baseline_python_arrow_over_numpy']:.2f}x |")
     if skipped:
         lines += ["", f"dora-rs was skipped: {skipped}."]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")

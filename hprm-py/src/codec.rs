@@ -106,7 +106,7 @@ static GENERIC: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static DTYPE: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 static ASCONTIGUOUS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static FROMBUFFER: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
-static TO_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+static PLAN_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static FROM_IPC: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static TO_NUMPY: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 static FROM_NUMPY: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
@@ -124,13 +124,7 @@ pub fn encode<'py>(
     encoder: &'py Encoder,
     deliveries: u32,
 ) -> PyResult<Vec<u8>> {
-    let mut walk = Walk {
-        py,
-        session: encoder.session(deliveries),
-        store: encoder.store(),
-        threshold: encoder.threshold(),
-        held: Vec::new(),
-    };
+    let mut walk = Walk { py, session: encoder.session(deliveries), threshold: encoder.threshold(), held: Vec::new() };
     let mut message = Vec::new();
     walk.value(&mut message, value, 0)?;
     // On an error above, dropping the walk drops its session, which aborts
@@ -155,8 +149,6 @@ enum Held {
 struct Walk<'py> {
     py: Python<'py>,
     session: EncodeSession,
-    /// Where a buffer made during the walk is born (`arrow`).
-    store: &'py StoreLink,
     threshold: usize,
     held: Vec<Held>,
 }
@@ -348,24 +340,34 @@ impl<'py> Walk<'py> {
     }
 
     /// A pyarrow table, batch or array (`v`'s type is one of pyarrow's) as
-    /// one Arrow IPC stream (ext 5); false for anything else. `to_ipc`
-    /// writes the stream into a numpy byte array, made here inside a
-    /// store-memory scope, so a large one is born in the store: the stream
-    /// is then sent by reference, the pyarrow buffers copied once, into the
-    /// store. (Values are encoded after the reaction that set them, outside
-    /// the reaction's own scope.)
+    /// one Arrow IPC stream (ext 5); false for anything else. `plan_ipc`
+    /// measures the stream and gives the function that writes it; the
+    /// session creates the object of that size (or inline bytes, under the
+    /// threshold) and that function writes the stream straight into it: the
+    /// pyarrow buffers are copied once, into the object sent, which is
+    /// sealed with the message like any buffer. (Before, the stream was
+    /// written into a numpy array born in the store, which cost a numpy
+    /// memory scope, the array's allocation through numpy's handler and a
+    /// seal of its own per message.)
     fn arrow(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<bool> {
-        let scope = crate::store_memory::Scope::enter(self.py, self.store, self.threshold)?;
-        let stream = imported(self.py, &TO_IPC, "hprm._arrow", "to_ipc")?.call1((v,));
-        if let Some(scope) = scope {
-            scope.exit(self.py)?;
-        }
-        let stream = stream?;
-        if stream.is_none() {
+        let py = self.py;
+        let plan = imported(py, &PLAN_IPC, "hprm._arrow", "plan_ipc")?.call1((v,))?;
+        if plan.is_none() {
             return Ok(false);
         }
-        self.array(out, &stream, EXT_ARROW)?;
-        Ok(true)
+        let (nbytes, write): (usize, Bound<'py, PyAny>) = plan.extract()?;
+        let mut failure = None;
+        let written = self.session.write_filled(out, EXT_ARROW, nbytes, |bytes| {
+            write_into(&write, bytes).map_err(|e| {
+                let message = e.to_string();
+                failure = Some(e);
+                CodecError::Serialize { message }
+            })
+        });
+        match written {
+            Ok(_) => Ok(true),
+            Err(e) => Err(failure.take().unwrap_or_else(|| payload_error(e))),
+        }
     }
 
     /// A torch tensor (`v`'s type is one of torch's) as the numpy array
@@ -531,6 +533,31 @@ fn plain_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Option<Dtype>> {
     let text: String = dtype.getattr(intern!(py, "str"))?.extract()?;
     // Anything the wire grammar cannot carry is pickled instead.
     Ok(Dtype::parse(&text).ok())
+}
+
+/// Calls `write` with a writable memoryview over `bytes`, released before
+/// this returns: nothing Python holds may point into `bytes` afterwards
+/// (they become a sealed store object, or are aborted). Fails if `write`
+/// kept an export of the view (its release then fails).
+fn write_into(write: &Bound<'_, PyAny>, bytes: &mut [u8]) -> PyResult<()> {
+    let py = write.py();
+    let len = ffi::Py_ssize_t::try_from(bytes.len())
+        .map_err(|_| PayloadError::new_err(format!("an Arrow IPC stream of {} bytes is too large", bytes.len())))?;
+    // SAFETY: `bytes` is valid and writable for `len` bytes for this whole
+    // call, and the view over it is released below, before `bytes` is
+    // given back.
+    let view = unsafe { ffi::PyMemoryView_FromMemory(bytes.as_mut_ptr().cast(), len, ffi::PyBUF_WRITE) };
+    // SAFETY: a new reference, or null with an exception set.
+    let view = unsafe { Bound::from_owned_ptr_or_err(py, view) }?;
+    let called = write.call1((&view,));
+    let released = view.call_method0(intern!(py, "release"));
+    called?;
+    released.map_err(|e| {
+        PayloadError::new_err(format!(
+            "the Arrow IPC writer kept a reference to the memory it wrote into ({e}); nothing was sent"
+        ))
+    })?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,8 @@ import collections
 import decimal
 import gc
 import math
+import subprocess
+import sys
 import threading
 import time
 
@@ -828,19 +830,20 @@ def test_pyarrow_values_travel_as_arrow_ipc_zero_copy(store, eventually):
     assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
 
 
-def test_an_arrow_stream_made_in_a_reaction_is_written_once_straight_into_the_store(store, eventually):
+def test_an_arrow_stream_is_written_once_straight_into_the_store_object_sent(store, eventually):
     pa = pytest.importorskip("pyarrow")
     from hprm._arrow import to_ipc
 
     producer, receiver = codecs(store, 2)
     batch = pa.record_batch({"v": pa.array(np.arange(500_000, dtype=np.float64)), "k": pa.array([f"k{i % 5}" for i in range(500_000)]).dictionary_encode()})
     with producer.store_memory():
-        # The stream is built in a store object (numpy's handler, as in every reaction)...
+        # `to_ipc` (not the codec's path) builds the stream in a store object inside a reaction...
         stream = to_ipc(batch)
         assert hprm.store_object_id(stream) is not None
         del stream
-        # ...and that very object is sent: one object, sealed by the send, no copy into another.
-        data = producer.encode({"batch": batch}, deliveries=1)
+    # ...and the codec writes it straight into the object it sends, in a reaction or not:
+    # one object, sealed by the send, no copy into another.
+    data = producer.encode({"batch": batch}, deliveries=1)
     objects = producer.store_objects()
     assert len(objects) == 1 and objects[0]["sealed"], objects
     got = receiver.decode(data)["batch"]
@@ -849,6 +852,85 @@ def test_an_arrow_stream_made_in_a_reaction_is_written_once_straight_into_the_st
     del got
     gc.collect()
     assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
+
+
+def test_arrow_schemas_changing_between_messages_each_decode_with_their_own(store):
+    """Both sides learn a schema once and reuse it (the sender its schema
+    message's size, the receiver the schema it reads batches against): a
+    message whose schema differs from the last, even only in metadata or
+    in the kind sent, must still come back exactly as it was sent."""
+    pa = pytest.importorskip("pyarrow")
+    from hprm import _arrow
+
+    producer, receiver = codecs(store, 2)
+    n = 300_000  # over the threshold: the streams travel in the store
+    x = np.linspace(0, 1, n)
+    base = pa.record_batch({"x": pa.array(x)})
+    nested = pa.record_batch({
+        "l": pa.array([[i, i + 1] if i % 3 else None for i in range(n)], pa.list_(pa.int32())),
+        "s": pa.array([{"a": i, "b": f"b{i % 11}"} for i in range(n)]),
+        "t": pa.array([None if i % 5 == 0 else f"t{i}" for i in range(n)]),
+    })
+    sent = [
+        base,
+        base.replace_schema_metadata({"camera": "left"}),  # the same fields, other metadata
+        base.replace_schema_metadata({"camera": "right"}),
+        pa.record_batch({"x": pa.array(x), "y": pa.array(x * 2)}),  # a column more
+        base,  # the first schema again
+        pa.Table.from_batches([base]),  # the same schema, another kind
+        pa.Table.from_batches([base.slice(0, 1000), base.slice(1000, 5), base.slice(1005)]),  # batches of a table
+        pa.table({"x": pa.array([], pa.float64())}),  # a table of no rows
+        pa.array(x),
+        pa.chunked_array([x[:7], x[7:]]),
+        nested.slice(17, n - 40),  # offsets into its buffers
+        pa.record_batch({"k": pa.array([f"k{i % 5}" for i in range(n)]).dictionary_encode()}),  # dictionaries: the general path
+        pa.record_batch({"x": pa.array(x, pa.float32())}),  # the name of the first, another type
+    ]
+    for i, value in enumerate(sent):
+        got = receiver.decode(producer.encode(value))
+        assert type(got) is type(value) and got.equals(value), (i, value, got)
+        if hasattr(value, "schema"):
+            assert got.schema.metadata == value.schema.metadata, (i, got.schema.metadata)
+        # Which path each took: the streams without dictionaries are
+        # measured from their batch sizes and read message by message.
+        stream = _arrow.to_ipc(value)
+        has_dictionary = i == len(sent) - 2
+        assert (_arrow._direct(stream) is None) == has_dictionary, i
+        assert pa.ipc.open_stream(pa.py_buffer(stream)).read_all().num_rows == (len(value) if not hasattr(value, "num_rows") else value.num_rows)
+
+
+def test_an_arrow_writer_that_keeps_the_store_memory_fails_the_send_and_leaves_nothing(store):
+    """The codec lends the IPC writer the object's memory as a memoryview
+    and takes it back before the object is sealed: a writer that keeps it
+    must fail the send, not keep a way to write into a sealed object. (In a
+    process of its own: the codec looks `plan_ipc` up once.)"""
+    pytest.importorskip("pyarrow")
+    program = f"""
+import gc, sys
+import numpy as np, pyarrow as pa
+from hprm import _arrow, _native
+kept = []
+plan = _arrow.plan_ipc
+def keeping(obj):
+    size, write = plan(obj)
+    def write_and_keep(target):
+        write(target)
+        kept.append(pa.py_buffer(target))
+    return size, write_and_keep
+_arrow.plan_ipc = keeping
+codec = _native.Codec({store.socket!r})
+try:
+    codec.encode(pa.record_batch({{"x": pa.array(np.arange(100_000, dtype=np.float64))}}))
+except _native.PayloadError as e:
+    print("refused:", e)
+kept.clear()
+gc.collect()
+print("objects:", len(codec.store_objects()))
+"""
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "refused: the Arrow IPC writer kept a reference to the memory it wrote into" in r.stdout, r.stdout
+    assert "objects: 0" in r.stdout, r.stdout
 
 
 def test_rust_reads_an_arrow_stream_as_bytes(store):

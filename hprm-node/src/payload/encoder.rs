@@ -478,6 +478,46 @@ impl EncodeSession {
         Ok(id)
     }
 
+    /// Appends to `out` a byte string (`ext` [`EXT_BYTES`] or
+    /// [`EXT_ARROW`]) of `nbytes` that `fill` writes, all of them, where it
+    /// will travel: straight into a new store object (created with the
+    /// session's deliveries, sealed by [`EncodeSession::finish`]) at or over
+    /// the threshold, else into inline bytes. For values serialized by
+    /// writers of their own (a binding's Arrow IPC stream), measured first:
+    /// the bytes are written once, with no copy of their own. Returns the
+    /// store object, if the bytes went there.
+    ///
+    /// Creating an object is a round trip to the store, as in
+    /// [`EncodeSession::write_buffer`].
+    pub fn write_filled(
+        &mut self,
+        out: &mut Vec<u8>,
+        ext: i8,
+        nbytes: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), PayloadError>,
+    ) -> Result<Option<ObjectId>, PayloadError> {
+        let shape = [nbytes];
+        if ext != EXT_BYTES && ext != EXT_ARROW {
+            return Err(PayloadError::Serialize { message: format!("extension type {ext} is not a byte string") });
+        }
+        let mut inline = Vec::new();
+        let (location, id) = if nbytes >= self.context.threshold {
+            let (id, at) = self.context.store_new(nbytes, fill)?;
+            (LocationRef::Store(id, Some(at)), Some(id))
+        } else {
+            inline.resize(nbytes, 0);
+            fill(&mut inline)?;
+            (LocationRef::Inline(&inline), None)
+        };
+        let descriptor =
+            DescriptorRef { dtype: Dtype::U8, shape: shape.to_vec(), strides: None, nbytes: nbytes as u64, location };
+        descriptor.check()?;
+        let data = descriptor.encode();
+        Writer(out).ext_header(ext, data.len());
+        out.extend_from_slice(&data);
+        Ok(id)
+    }
+
     /// Writes a [`Buffer`] (a binding's handle on one, e.g. a finished
     /// [`Loan`]) as [`Encoder::encode`] would: by reference when it is in
     /// the store (a loan's first send uses its prepaid deliveries), else by

@@ -405,6 +405,41 @@ fn byte_strings_are_buffers_to_rust() {
 }
 
 #[test]
+fn a_byte_string_filled_in_place_is_what_the_same_bytes_written_make() {
+    // What the Python SDK's Arrow path writes: measured, then filled where
+    // it travels (inline here: under the threshold, no store).
+    let written = {
+        let mut session = Encoder::default().session(1);
+        let mut message = Vec::new();
+        session.write_buffer(&mut message, EXT_ARROW, &Dtype::U8, &[5], b"arrow", false).unwrap();
+        session.finish(message).unwrap()
+    };
+    let mut session = Encoder::default().session(1);
+    let mut message = Vec::new();
+    let placed = session.write_filled(&mut message, EXT_ARROW, 5, |bytes| {
+        bytes.copy_from_slice(b"arrow");
+        Ok(())
+    });
+    assert_eq!(placed.unwrap(), None, "under the threshold: inline");
+    assert_eq!(session.finish(message).unwrap(), written);
+    // A fill that fails fails the write, which appends nothing.
+    let mut session = Encoder::default().session(1);
+    let mut message = Vec::new();
+    let e = session
+        .write_filled(&mut message, EXT_BYTES, 3, |_| Err(PayloadError::Serialize { message: "no".into() }))
+        .unwrap_err();
+    assert!(matches!(&e, PayloadError::Serialize { message } if message == "no"), "{e:?}");
+    assert!(message.is_empty());
+    // Over the threshold and no store: the encoder's own error, before any fill.
+    let mut session = Encoder::new(StoreLink::none(), 4).session(1);
+    let e = session.write_filled(&mut Vec::new(), EXT_ARROW, 4, |_| unreachable!("filled")).unwrap_err();
+    assert!(matches!(e, PayloadError::NoStoreForBuffer { nbytes: 4, threshold: 4 }), "{e:?}");
+    // Only byte strings are filled this way.
+    let e = Encoder::default().session(1).write_filled(&mut Vec::new(), EXT_BUFFER, 1, |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("not a byte string"), "{e}");
+}
+
+#[test]
 fn torch_tensors_are_buffers_to_rust() {
     // Python writes a tensor as ext 6 over ext 1's data, any plain dtype.
     let values: Vec<u8> = [1.5f32, -2.0, 3.25, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
