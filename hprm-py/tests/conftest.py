@@ -16,6 +16,11 @@
 - ``eventually(predicate, timeout=5.0)``: polls until ``predicate()`` is
   true. Releases of store references are one-way messages, so what a test
   lists may lag behind what it dropped by a moment.
+- ``runtime_base``: a directory of the test's own for ``XDG_RUNTIME_DIR``,
+  short enough to be used: launchers and ``hprm ps``/``hprm topic`` ignore
+  one longer than 44 bytes (``hprm_node::status::runtime_base``) and fall
+  back to the temporary directory, where the programs of the tests running
+  beside it are found too (``tmp_path`` is far longer).
 """
 
 import os
@@ -128,6 +133,18 @@ def _eventually(predicate, timeout=5.0, what="the condition"):
 @pytest.fixture
 def eventually():
     return _eventually
+
+
+@pytest.fixture
+def runtime_base():
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="hprm-t-", dir="/tmp")
+    # Its runtime directories (and their sockets) go under it: a path
+    # within the 44 bytes a runtime base may have.
+    assert len(d) <= 44, d
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -180,12 +180,12 @@ def test_check_refuses_a_manifest_whose_widths_differ(tmp_path):
     assert f"{m}:20:9: bank none has width 0; a bank needs at least one member" in r.stderr + r.stdout, r.stderr
 
 
-def test_ps_and_topic_name_bank_members(daemons_built, tmp_path):
+def test_ps_and_topic_name_bank_members(daemons_built, runtime_base):
     hprm_cmd = Path(daemons_built) / "hprm"
     if not hprm_cmd.exists():
         hprm_cmd = Path(sys.executable).parent / "hprm"
     ticks = 400
-    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(tmp_path))
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime_base)
     prog = subprocess.Popen([sys.executable, str(PROGRAMS / "banks.py"), "live", str(ticks)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 60

@@ -43,9 +43,9 @@ def test_a_python_program_traces_every_reaction(daemons_built, tmp_path):
     assert sum(e["name"] == "store get" for e in events) >= 5
 
 
-def test_a_tap_on_a_python_federate(hprm_cli, tmp_path):
+def test_a_tap_on_a_python_federate(hprm_cli, runtime_base):
     ticks = 300
-    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=str(tmp_path))
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime_base)
     prog = subprocess.Popen([sys.executable, str(PROGRAMS / "ticker.py"), str(ticks)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 60
