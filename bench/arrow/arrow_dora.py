@@ -22,11 +22,14 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from dora_baseline import dora_command  # noqa: E402  (not `dora`: that is dora-rs's own package)
 
 
 def parse() -> tuple[argparse.Namespace, list[str]]:
@@ -92,7 +95,7 @@ def sink(args) -> None:
 
 
 def run(args, argv: list[str]) -> None:
-    dora = shutil.which("dora", path=os.path.dirname(sys.executable)) or shutil.which("dora")
+    dora = dora_command()
     if dora is None:
         raise SystemExit("the dora CLI is not installed: pip install dora-rs-cli dora-rs pyarrow")
     me = os.path.abspath(__file__)

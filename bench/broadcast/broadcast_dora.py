@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from dora_baseline import dora_command  # noqa: E402  (not `dora`: that is dora-rs's own package)
 
 from broadcast_common import RECEIVERS, ROUND_TIMEOUT_S, fail, fresh_reply, make_payload, mark, parse_args, reply_problem, write_result
 
@@ -135,7 +138,7 @@ def dataflow(args, argv: list[str]) -> str:
 
 
 def run(args, argv: list[str]) -> None:
-    dora = shutil.which("dora", path=os.path.dirname(sys.executable)) or shutil.which("dora")
+    dora = dora_command()
     if dora is None:
         fail(args.out, "the dora CLI is not installed: pip install dora-rs-cli dora-rs pyarrow")
     with tempfile.TemporaryDirectory(prefix="bcast-dora-") as tmp:

@@ -32,7 +32,6 @@ import importlib.util
 import json
 import os
 import platform
-import shutil
 import signal
 import statistics
 import subprocess
@@ -186,9 +185,12 @@ def run_ros2(variant: str, plan: dict, seed: int, tmp: Path, carla: str | None) 
 
 
 def dora_command() -> str:
-    for c in (Path(sys.prefix) / "bin" / "dora", shutil.which("dora")):
-        if c and Path(c).exists():
-            return str(c)
+    sys.path.insert(0, str(ROOT / "bench" / "common"))
+    from dora_baseline import dora_command as installed
+
+    dora = installed()
+    if dora:
+        return dora
     raise Skip("dora-rs is not installed: pip install dora-rs-cli dora-rs pyarrow (into this Python's venv)")
 
 

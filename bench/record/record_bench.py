@@ -129,11 +129,6 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def dora_command() -> str | None:
-    beside = Path(sys.executable).parent / "dora"
-    return str(beside) if beside.exists() else shutil.which("dora")
-
-
 def dora_run(work: Path, mb: float, fps: float, frames: int, record: bool) -> dict:
     out = work / "dora-sink.json"
     out.unlink(missing_ok=True)
@@ -151,15 +146,15 @@ def dora_run(work: Path, mb: float, fps: float, frames: int, record: bool) -> di
 
 def dora_side(base: Path) -> dict:
     """dora-rs's recorder on the same workloads, or why it did not run."""
-    dora = dora_command()
+    sys.path.insert(0, str(HERE))
+    import record_dora
+
+    dora = record_dora.dora_command()
     if dora is None:
         return {"status": "not run: no `dora` command (pip install dora-rs-cli dora-rs; bench/run.sh installs it)", "rows": {}}
     r = subprocess.run([dora, "record", "--help"], capture_output=True, text=True)
     if r.returncode != 0:
         return {"status": "not run: this dora-rs-cli has no `dora record` command", "rows": {}}
-    sys.path.insert(0, str(HERE))
-    import record_dora
-
     version = subprocess.run([dora, "--version"], capture_output=True, text=True).stdout.strip()
     injected = record_dora.injected_recorder_error(dora)
     status = f"{version}, `dora record --proxy`" + (f" (its default, an injected record node, cannot run here: {injected})" if injected else "")

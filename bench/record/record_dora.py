@@ -37,13 +37,15 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from dora_baseline import dora_command  # noqa: E402  (not `dora`: that is dora-rs's own package)
 
 WIDTH = 1280
 
@@ -116,8 +118,8 @@ def sink(args) -> None:
             break
 
 
-def dora_command() -> str:
-    dora = shutil.which("dora", path=os.path.dirname(sys.executable)) or shutil.which("dora")
+def installed_dora() -> str:
+    dora = dora_command()
     if dora is None:
         raise SystemExit("the dora CLI is not installed: pip install dora-rs-cli dora-rs pyarrow")
     return dora
@@ -156,7 +158,7 @@ def injected_recorder_error(dora: str) -> str | None:
 
 def run(args, argv: list[str]) -> None:
     """One run on a coordinator the caller started (`dora up`)."""
-    dora = dora_command()
+    dora = installed_dora()
     period_ms = max(1, round(1000 / args.fps))
     with tempfile.TemporaryDirectory(prefix="record-dora-") as tmp:
         go = os.path.join(tmp, "go")
@@ -210,7 +212,7 @@ class Coordinator:
     """`dora up` for the runs of one benchmark, `dora down` after (a context manager)."""
 
     def __enter__(self) -> str:
-        self.dora = dora_command()
+        self.dora = installed_dora()
         r = subprocess.run([self.dora, "up"], capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise SystemExit(f"dora up failed: {(r.stderr or r.stdout)[-2000:]}")
