@@ -146,13 +146,27 @@ fn read(p: &Path) -> String {
 }
 
 fn pair() -> (Host, Host) {
+    let (a, b, _) = pair_with(&[], &[]);
+    (a, b)
+}
+
+/// Hosts a and b, each linked to the other, with more `args_a` and
+/// `args_b` for their links; and the ports their links listen on.
+fn pair_with(args_a: &[String], args_b: &[String]) -> (Host, Host, [u16; 2]) {
     let (pa, pb) = (free_port(), free_port());
-    let a = Host::start("a", pa, ("b", pb));
-    let b = Host::start("b", pb, ("a", pa));
+    let (ea, eb) = (format!("tcp/127.0.0.1:{pa}"), format!("tcp/127.0.0.1:{pb}"));
+    let a = Host::start_with("a", &ea, ("b", &eb), args_a);
+    let b = Host::start_with("b", &eb, ("a", &ea), args_b);
     eventually("the links see each other", || {
         a.log().contains("linked to host b") && b.log().contains("linked to host a")
     });
-    (a, b)
+    (a, b, [pa, pb])
+}
+
+/// Link arguments under which a host whose link is stopped is not lost
+/// and pushes to it stay on the wire: a long host timeout and push timeout.
+fn patient() -> Vec<String> {
+    ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec()
 }
 
 fn put(store: &StoreClient, data: &[u8], deliveries: u32) -> ObjectId {
@@ -556,16 +570,9 @@ fn over_tls_only_hosts_with_a_certificate_of_the_programs_ca_are_linked() {
 fn a_full_push_queue_drops_its_oldest_waiting_pushes_under_keep_last_and_counts_them() {
     // Host b's link is stopped with a long host timeout on both sides: b
     // is not lost, and pushes to it stay on the wire, so a's queue fills.
-    let (pa, pb) = (free_port(), free_port());
-    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
-    let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
     let with_queue: Vec<String> =
-        [&slow[..], &["--queue", "keep-last-3", "--fetch-window", "1"].map(String::from)[..]].concat();
-    let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &with_queue);
-    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
-    eventually("the links see each other", || {
-        a.log().contains("linked to host b") && b.log().contains("linked to host a")
-    });
+        [&patient()[..], &["--queue", "keep-last-3", "--fetch-window", "1"].map(String::from)[..]].concat();
+    let (mut a, b, _) = pair_with(&with_queue, &patient());
     let (sa, sb) = (a.store(), b.store());
     b.signal_link("STOP");
     let ids: Vec<ObjectId> = (0..6u8).map(|k| put(&sa, &vec![k; 200_000], 1)).collect();
@@ -692,13 +699,7 @@ fn the_links_connections_carry_af11_at_its_priority_by_default_and_no_mark_with_
         (vec!["--dscp=EF".into()], "tos:0xb8 priority:0x4"),
     ];
     for (args, want) in cases {
-        let (pa, pb) = (free_port(), free_port());
-        let (ea, eb) = (format!("tcp/127.0.0.1:{pa}"), format!("tcp/127.0.0.1:{pb}"));
-        let a = Host::start_with("a", &ea, ("b", &eb), &args);
-        let b = Host::start_with("b", &eb, ("a", &ea), &args);
-        eventually("the links see each other", || {
-            a.log().contains("linked to host b") && b.log().contains("linked to host a")
-        });
+        let (_a, _b, [pa, pb]) = pair_with(&args, &args);
         // The sweep runs once per probe period (125 ms here).
         let mut marks = Vec::new();
         eventually(&format!("{args:?}: both ends of the links' connections have {want}"), || {
@@ -757,16 +758,9 @@ fn a_push_dropped_by_its_queue_is_fetched_by_the_receiver_and_nothing_is_left() 
         // a's pushes to it stay on the wire, so a's queue (3 deep) fills,
         // and the fourth push fails (`fail`) or drops the oldest waiting
         // one (`keep-last-1`).
-        let (pa, pb) = (free_port(), free_port());
-        let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
-        let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
         let queue = ["--queue", policy, "--queue-depth", "3"].map(String::from);
-        let with_queue: Vec<String> = [&slow[..], &queue[..]].concat();
-        let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &with_queue);
-        let mut b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
-        eventually("the links see each other", || {
-            a.log().contains("linked to host b") && b.log().contains("linked to host a")
-        });
+        let with_queue: Vec<String> = [&patient()[..], &queue[..]].concat();
+        let (mut a, mut b, _) = pair_with(&with_queue, &patient());
         let (sa, sb) = (a.store(), b.store());
         b.signal_link("STOP");
         let values: Vec<_> = (0..4u8).map(|k| send(&a, 300_000, k)).collect();
@@ -890,14 +884,7 @@ async fn ask_fetch(s: &zenoh::Session, home: &str, from: &str, id: ObjectId) -> 
 fn a_fetch_never_overtakes_a_push_on_the_wire_or_queued_and_the_data_moves_once() {
     // Host b's link stopped, with long timeouts: a's pushes to b stay on
     // the wire (two at a time) and the others wait in a's queue.
-    let (pa, pb) = (free_port(), free_port());
-    let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
-    let slow: Vec<String> = ["--host-timeout-ms", "60000", "--push-timeout", "60"].map(String::from).to_vec();
-    let mut a = Host::start_with("a", &tcp(pa), ("b", &tcp(pb)), &slow);
-    let b = Host::start_with("b", &tcp(pb), ("a", &tcp(pa)), &slow);
-    eventually("the links see each other", || {
-        a.log().contains("linked to host b") && b.log().contains("linked to host a")
-    });
+    let (mut a, b, [pa, _]) = pair_with(&patient(), &patient());
     let (sa, sb) = (a.store(), b.store());
     b.signal_link("STOP");
     let ids: Vec<ObjectId> = (0..4u8).map(|k| put(&sa, &vec![k; 300_000], 1)).collect();
