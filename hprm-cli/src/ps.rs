@@ -215,7 +215,11 @@ fn table(programs: &[Running], now: i64) -> String {
         };
         let store = p.launch.store.as_ref().map_or("-".into(), |s| daemon(s.pid, s.socket.display().to_string()));
         let rti = match &p.launch.rti {
-            Some(r) => local_rti(daemon(r.pid, r.addr.clone()), p.rti_figures()),
+            Some(r) => local_rti(
+                daemon(r.pid, r.addr.clone()),
+                p.rti_figures(),
+                &rti_figures_fix(&p.launch.program, p.launch.deployed),
+            ),
             None => remote_rti(p),
         };
         out.push_str(&format!("{}: store {store}; rti {rti}\n", p.launch.program));
@@ -246,12 +250,26 @@ fn table(programs: &[Running], now: i64) -> String {
 
 /// The RTI of this host (`at`: its process and address) with its figures
 /// when they are readable, or why not.
-fn local_rti(at: String, figures: Result<Option<RtiFigures>, String>) -> String {
+fn local_rti(at: String, figures: Result<Option<RtiFigures>, String>, fix: &str) -> String {
     match figures {
         Ok(Some(f)) => format!("{at}: {}", rti_figures(&f)),
         // It has not written them yet (it writes them once a second).
         Ok(None) => at,
-        Err(why) => format!("{at}: its figures are not readable here ({why})"),
+        Err(why) => format!("{at}: its figures are not readable here ({why}); {fix}"),
+    }
+}
+
+/// What to do when a running RTI's figures cannot be read here (the one
+/// advice `hprm ps` and the dashboard give): a deployed RTI's `rti.json`
+/// is readable by group `hprm` (mode 0640, in a directory of mode 0750), a
+/// launched one's by the user who launched it.
+pub(crate) fn rti_figures_fix(program: &str, deployed: bool) -> String {
+    if deployed {
+        "its file is readable by group hprm: add this user to it \
+         (sudo usermod -aG hprm USER, then log in again) or run this as a member"
+            .to_string()
+    } else {
+        format!("run this as the user who launched {program}")
     }
 }
 
@@ -448,14 +466,18 @@ mod tests {
         // On the RTI's host: its figures, or plainly why they are not shown.
         let at = || "under systemd at 10.0.0.1:15050".to_string();
         assert_eq!(
-            local_rti(at(), Ok(Some(figures))),
+            local_rti(at(), Ok(Some(figures)), "never shown"),
             "under systemd at 10.0.0.1:15050: 1/2 federates joined, 12 messages relayed (3/s)"
         );
-        assert_eq!(local_rti(at(), Ok(None)), at());
+        let fix = rti_figures_fix("robot", true);
+        assert_eq!(local_rti(at(), Ok(None), &fix), at());
         assert_eq!(
-            local_rti(at(), Err("cannot read /run/hprm/robot/rti/rti.json: Permission denied".into())),
-            "under systemd at 10.0.0.1:15050: its figures are not readable here (cannot read /run/hprm/robot/rti/rti.json: Permission denied)"
+            local_rti(at(), Err("cannot read /run/hprm/robot/rti/rti.json: Permission denied".into()), &fix),
+            "under systemd at 10.0.0.1:15050: its figures are not readable here (cannot read /run/hprm/robot/rti/rti.json: \
+             Permission denied); its file is readable by group hprm: add this user to it (sudo usermod -aG hprm USER, \
+             then log in again) or run this as a member"
         );
+        assert_eq!(rti_figures_fix("robot", false), "run this as the user who launched robot");
     }
 
     #[test]

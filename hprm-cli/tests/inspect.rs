@@ -423,7 +423,7 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
     let why = p["rti_error"].as_str().unwrap_or_else(|| panic!("no rti_error: {p}"));
     assert!(
         why.starts_with(&format!("the RTI runs, but cannot read {}: ", figures.display()))
-            && why.contains("add this dashboard's user to it (sudo usermod -aG hprm USER"),
+            && why.contains("add this user to it (sudo usermod -aG hprm USER"),
         "{why}"
     );
 

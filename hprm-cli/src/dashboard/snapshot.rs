@@ -252,18 +252,9 @@ impl Reader {
 }
 
 /// Why `program`'s RTI's figures cannot be read (`why`, the error reading
-/// its file), and what to do: a deployed RTI's `rti.json` is readable by
-/// group `hprm` (mode 0640, in a directory of mode 0750), a launched one's
-/// by the user who launched it.
+/// its file), and what to do ([`crate::ps::rti_figures_fix`]).
 fn unreadable(program: &str, deployed: bool, why: &str) -> String {
-    let fix = if deployed {
-        "its file is readable by group hprm: add this dashboard's user to it \
-         (sudo usermod -aG hprm USER, then log in again) or run the dashboard as a member"
-            .to_string()
-    } else {
-        format!("run the dashboard as the user who launched {program}")
-    };
-    format!("the RTI runs, but {why}; {fix}")
+    format!("the RTI runs, but {why}; {}", crate::ps::rti_figures_fix(program, deployed))
 }
 
 /// The federate a port path (`federate.reactor.port`) belongs to.
