@@ -213,13 +213,18 @@ class Coordinator:
 
     def __enter__(self) -> str:
         self.dora = installed_dora()
-        r = subprocess.run([self.dora, "up"], capture_output=True, text=True, timeout=120)
+        # The coordinator and daemon write their logs under `out/` of their
+        # working directory: a directory of their own, not the caller's.
+        self.tmp = tempfile.TemporaryDirectory(prefix="record-dora-up-")
+        r = subprocess.run([self.dora, "up"], cwd=self.tmp.name, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
+            self.tmp.cleanup()
             raise SystemExit(f"dora up failed: {(r.stderr or r.stdout)[-2000:]}")
         return self.dora
 
     def __exit__(self, *_exc) -> None:
-        subprocess.run([self.dora, "down", "--force"], capture_output=True, timeout=120)
+        subprocess.run([self.dora, "down", "--force"], cwd=self.tmp.name, capture_output=True, timeout=120)
+        self.tmp.cleanup()
 
 
 def main() -> None:
