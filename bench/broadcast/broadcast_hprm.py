@@ -22,6 +22,7 @@ arrives (no tardy handler: the reaction's body runs for it).
 
 from __future__ import annotations
 
+import resource
 import time
 
 import numpy as np
@@ -52,6 +53,12 @@ ARGS = parse_args(extra=_args)
 SIZE, VARIANT, WARMUP, TOTAL = ARGS.size, ARGS.variant, ARGS.warmup, ARGS.warmup + ARGS.rounds
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (a write to a store page not
+    yet in its page table is one; so is each page a pre-fault maps)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class Source(hprm.Reactor):
     out = hprm.Output()
     reply0 = hprm.Input()
@@ -69,9 +76,19 @@ class Source(hprm.Reactor):
         # Time spent in the send itself (the copy into the store), to show
         # where the latency goes.
         self.set_ns: list[int] = []
+        # The warm-up rounds' latencies: where a store's cold pages show
+        # (the first rounds land on blocks no process has written yet).
+        self.warmup_ns: list[int] = []
+        # Minor page faults of this process over the measured rounds (from
+        # the first measured send to the last reply): 0 a round once every
+        # block in use has been written before (issue 23).
+        self.faults_at_warmup: int | None = None
+        self.faults = 0
         self.error: str | None = None
 
     def send(self, ctx):
+        if self.round == WARMUP:
+            self.faults_at_warmup = minor_faults()
         mark(self.payload, self.round)
         self.replies = 0
         self.stamp = time.perf_counter_ns()
@@ -108,8 +125,12 @@ class Source(hprm.Reactor):
             return
         if self.round >= WARMUP:
             self.latency.append(now - self.stamp)
+        else:
+            self.warmup_ns.append(now - self.stamp)
         self.round += 1
         if self.round >= TOTAL:
+            if self.faults_at_warmup is not None:
+                self.faults = minor_faults() - self.faults_at_warmup
             ctx.request_stop()
             return
         self.send(ctx)
@@ -118,7 +139,8 @@ class Source(hprm.Reactor):
     def report(self, ctx):
         if self.error is None and len(self.latency) < ARGS.rounds:
             self.error = f"stopped after {len(self.latency)} of {ARGS.rounds} measured rounds"
-        write_result(ARGS.out, self.latency, self.first, self.error, send_ns=self.set_ns)
+        write_result(ARGS.out, self.latency, self.first, self.error, send_ns=self.set_ns, warmup_ns=self.warmup_ns,
+                     minor_faults=self.faults)
 
 
 class Receiver(hprm.Reactor):
@@ -133,12 +155,15 @@ class Receiver(hprm.Reactor):
         self.index = index
         self.started: list[int] = []
         self.replied: list[int] = []
+        self.faults_at_warmup: int | None = None
 
     @hprm.reaction(triggers="inp", effects="reply")
     def answer(self, ctx):
         now = time.perf_counter_ns()
         v = self.inp.value
         r = v["round"]
+        if r == WARMUP:
+            self.faults_at_warmup = minor_faults()
         if VARIANT == "echo":
             data = v["data"]  # the received store object, sent on by reference
         else:
@@ -150,7 +175,8 @@ class Receiver(hprm.Reactor):
 
     @hprm.reaction(triggers="shutdown")
     def report(self, ctx):
-        write_result(f"{ARGS.out}.recv{self.index}", self.replied, self.started)
+        faults = 0 if self.faults_at_warmup is None else minor_faults() - self.faults_at_warmup
+        write_result(f"{ARGS.out}.recv{self.index}", self.replied, self.started, minor_faults=faults)
 
 
 prog = hprm.Program(f"bcast-{ARGS.coordination}", coordination=ARGS.coordination, stp="5ms")

@@ -8,7 +8,11 @@
 //! into an object can never hit SIGBUS because tmpfs ran out of room later.
 //!
 //! Clients receive the descriptor once per connection (SCM_RIGHTS, see
-//! `protocol`) and map it with [`Arena::map_fd`].
+//! `protocol`) and map it with [`Arena::map_fd`]. Unless the daemon runs
+//! with `--populate`, a client maps the pages of each object it creates
+//! as it creates it ([`Arena::prefault_for_write`], see `crate::prefault`),
+//! and the daemon zeroes the arena's pages in the background
+//! ([`Arena::zero_in_background`]).
 //!
 //! Ownership: an `Arena` owns its mapping; the bytes inside belong to whoever
 //! the daemon's object table says owns the enclosing block (the creator while
@@ -23,6 +27,7 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::bytesize::ByteSize;
+use crate::prefault::{self, Prefault};
 
 /// Size of the huge pages `--hugepages` asks for (the x86-64 and aarch64 default).
 const HUGE_PAGE: u64 = 2 << 20;
@@ -64,6 +69,8 @@ pub struct Arena {
     file: File,
     map: MmapRaw,
     size: u64,
+    /// Which pages this process has mapped for writing.
+    prefault: Prefault,
 }
 
 // SAFETY: `Arena` hands out only raw pointers; who may touch which bytes is
@@ -128,7 +135,7 @@ impl Arena {
             opts.populate();
         }
         let map = opts.map_raw(&file).map_err(|source| ArenaError::Map { size: ByteSize(size), source })?;
-        Ok(Arena { file, map, size })
+        Ok(Arena { file, map, size, prefault: Prefault::new(size, populate) })
     }
 
     /// Size in bytes.
@@ -151,6 +158,25 @@ impl Arena {
         debug_assert!(offset <= self.size);
         // SAFETY: the caller keeps offset within the mapping.
         unsafe { self.map.as_mut_ptr().add(offset as usize) }
+    }
+
+    /// Maps the pages of `[offset, offset + len)` for writing in this
+    /// process, those not mapped before, in one system call: the creator of
+    /// an object calls it before writing, so that its writes do not fault
+    /// page by page (`crate::prefault`). Nothing to do in a mapping made
+    /// with `populate`. The range is clipped to the arena.
+    pub fn prefault_for_write(&self, offset: u64, len: u64) {
+        // SAFETY: `map` is this arena's live mapping of `size` bytes.
+        unsafe { self.prefault.for_write(self.map.as_mut_ptr(), offset, len) }
+    }
+
+    /// Starts zeroing the arena's pages ahead of the clients, on a thread
+    /// of the lowest priority (`crate::prefault::zero_in_background`): the
+    /// daemon's side, for an arena in a memfd that is not pre-faulted.
+    pub fn zero_in_background(self: &std::sync::Arc<Self>) -> io::Result<()> {
+        // The thread holds a reference, so the mapping outlives it.
+        let base = self.map.as_mut_ptr() as usize;
+        prefault::zero_in_background(base, self.size, self.clone()).map(drop)
     }
 
     /// Whether `[offset, offset + len)` lies inside the arena.
@@ -215,6 +241,44 @@ mod tests {
             *a.ptr_at(4096) = 42;
             assert_eq!(*b.ptr_at(4096), 42);
         }
+    }
+
+    /// This thread's minor page faults so far.
+    fn minor_faults() -> i64 {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: `usage` is valid for getrusage to write.
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) }, 0);
+        // SAFETY: initialised by the successful call.
+        unsafe { usage.assume_init() }.ru_minflt
+    }
+
+    /// A second process's view, as a client has it: pages another mapping
+    /// wrote are resident, but writing them through this mapping faults
+    /// page by page unless they were pre-faulted for writing.
+    #[test]
+    fn prefaulted_pages_take_no_faults_on_write() {
+        const LEN: usize = 4 << 20;
+        let a = Arena::create(&ArenaOptions { size: 2 * LEN as u64, dir: None, hugepages: false, populate: false })
+            .unwrap();
+        // SAFETY: the whole arena is this test's.
+        unsafe { std::ptr::write_bytes(a.ptr_at(0), 1, 2 * LEN) };
+        let b = Arena::map_fd(a.fd().try_clone_to_owned().unwrap(), a.size(), false).unwrap();
+        let write = |offset: u64| {
+            let before = minor_faults();
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(b.ptr_at(offset), 2, LEN) };
+            minor_faults() - before
+        };
+        // Not pre-faulted: one fault a page (the check that this test can fail).
+        let cold = write(0);
+        assert!(cold >= (LEN / 4096) as i64 / 2, "only {cold} faults writing {LEN} bytes of a fresh mapping");
+        b.prefault_for_write(LEN as u64, LEN as u64);
+        if !b.prefault.enabled() {
+            eprintln!("MADV_POPULATE_WRITE unsupported here (Linux < 5.14): nothing to check");
+            return;
+        }
+        let warm = write(LEN as u64);
+        assert!(warm < 16, "{warm} faults writing {LEN} pre-faulted bytes ({cold} without)");
     }
 
     #[test]

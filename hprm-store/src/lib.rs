@@ -16,6 +16,8 @@
 //! - [`outbox`]: each client's queue of one-way requests (seal, claim,
 //!   release, ...) in shared memory, which the daemon reads when they can
 //!   matter instead of being woken for each.
+//! - `prefault`: mapping an object's pages into the writer's page table in
+//!   one system call when the store is not pre-faulted (`--populate`).
 //! - [`allocator`]: best-fit placement of objects inside the arena.
 //! - [`policy`]: [`Backpressure`], what a producer does when the store is
 //!   full or a receiver falls behind: the vocabulary the whole runtime uses.
@@ -53,6 +55,7 @@ mod error;
 pub mod id;
 pub mod outbox;
 pub mod policy;
+mod prefault;
 pub mod protocol;
 
 pub use client::{ConnectOptions, CreateOptions, Deletion, Evicted, Object, ObjectMut, StoreClient, Subscription};

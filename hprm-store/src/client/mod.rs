@@ -347,6 +347,7 @@ impl StoreClient {
                 metadata_offset: offset + size,
                 metadata_size: metadata.len() as u64,
             };
+            self.inner.arena.prefault_for_write(offset, size + metadata.len() as u64);
             // SAFETY: the block is reserved for this client and taken out of
             // its pool, so nothing else writes it; it lies in the arena
             // (checked when reserved) and holds data + metadata (its class).
@@ -368,6 +369,10 @@ impl StoreClient {
         match self.inner.conn.call(&req)? {
             Reply::Created(placement) => {
                 self.check_placement("create", &placement)?;
+                // The creator is about to write all of it (the daemon has
+                // written the metadata): its pages may be resident but not yet
+                // in this process's page table.
+                self.inner.arena.prefault_for_write(placement.data_offset, placement.data_size);
                 Ok(ObjectMut::new(self.inner.clone(), id, placement, None))
             }
             other => Err(unexpected("create", &other)),

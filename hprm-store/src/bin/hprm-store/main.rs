@@ -230,6 +230,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // seconds, and a stop request in that time must still end cleanly.
         let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        // Zeroing ahead of clients is for the default arena, a memfd of
+        // small pages: a hugetlbfs file's pages are zeroed by fallocate, and
+        // populating a file on a disk (--dir) would dirty it for writeback.
+        let zero_ahead = !args.populate && !args.hugepages && args.dir.is_none();
         let arena = Arena::create(&ArenaOptions {
             size: memory.0,
             dir: args.dir,
@@ -237,6 +241,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             populate: args.populate,
         })?;
         let arena = Arc::new(arena);
+        if zero_ahead {
+            if let Err(e) = arena.zero_in_background() {
+                tracing::warn!(error = %e, "cannot start zeroing the arena ahead of clients; their first writes will");
+            }
+        }
         let quotas = args.quota.iter().map(|q| (q.program.clone(), q.bytes.0)).collect();
         let config =
             TableConfig { delivery_ttl: args.delivery_ttl, quotas, default_quota: args.default_quota.map(|q| q.0) };
