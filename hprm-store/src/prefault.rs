@@ -167,16 +167,21 @@ fn page_size() -> u64 {
     }
 }
 
+/// How much of the arena [`zero_in_background`] zeroes at normal priority
+/// before it drops to `SCHED_IDLE` (a multiple of its 2 MiB step).
+pub(crate) const EAGER_ZEROING: u64 = 256 << 20;
+
 /// Zeroes the arena's pages ahead of the clients, on a thread of its own,
 /// from the start of the arena up, where the allocator places objects first.
 ///
 /// The first [`EAGER_ZEROING`] bytes are zeroed at normal time-sharing
 /// priority (`SCHED_OTHER`, also when the daemon's threads run real-time
-/// with `--realtime-priority`, which must not spin on zeroing): about 0.1 s of one CPU on the 2-core VM of `bench/results/`,
-/// spent while the program's processes start (a Python federate takes a
-/// second or more to import), which is what makes it done before the first
-/// messages. At the lowest priority (`SCHED_IDLE`) it was not: with the CPUs
-/// busy starting the program, 256 MiB took 5.3 s. The rest of a larger arena
+/// with `--realtime-priority`: those must not spin on zeroing): 0.1-0.2 s
+/// of one CPU on the 2-core VM of `bench/results/`, spent while the
+/// program's processes start (a Python federate takes a second or more to
+/// import), which is what gets it done before the first messages. At the
+/// lowest priority (`SCHED_IDLE`) it was not: with the CPUs busy starting
+/// the program, 256 MiB took 5.3 s. The rest of a larger arena
 /// is zeroed at `SCHED_IDLE`, only on otherwise idle CPUs, so that a large
 /// arena costs no one time.
 ///
@@ -191,10 +196,6 @@ fn page_size() -> u64 {
 ///
 /// `base..base + size` must be a shared mapping of the arena that `owner`
 /// keeps alive: the thread holds `owner` until it is done.
-/// How much of the arena [`zero_in_background`] zeroes at normal priority
-/// before it drops to `SCHED_IDLE` (a multiple of its 2 MiB step).
-pub(crate) const EAGER_ZEROING: u64 = 256 << 20;
-
 pub(crate) fn zero_in_background<T: Send + 'static>(
     base: usize,
     size: u64,
