@@ -209,7 +209,9 @@ impl Dispatch {
 /// link has not given it up early, below), the home object is in this
 /// host's store. An echo is announced by the echoing host while it still
 /// holds its copy (its push holds a reference on it), so the announce
-/// always finds the home copy and moves no data.
+/// always finds the home copy and moves no data. (The store's settling of
+/// an echo's receivers here that release before that announce counts
+/// them relies on it too: the reference is held until then.)
 ///
 /// Why this and not a window after the last push (the other design): a
 /// window is a guess at how long the remote receivers take, too short for
@@ -257,7 +259,7 @@ impl Lent {
         let seq = self.next;
         self.next += 1;
         self.count += 1;
-        self.bytes += object.object.data().len() as u64;
+        self.bytes += object.data().len() as u64;
         self.by_key.entry((id, host.to_string())).or_default().push_back((seq, object));
         self.order.push_back((id, host.to_string(), seq));
         let mut early = Vec::new();
@@ -284,7 +286,7 @@ impl Lent {
             self.by_key.remove(key);
         }
         self.count -= 1;
-        self.bytes = self.bytes.saturating_sub(object.object.data().len() as u64);
+        self.bytes = self.bytes.saturating_sub(object.data().len() as u64);
         Some(object)
     }
 
@@ -309,27 +311,8 @@ impl Lent {
 
 /// One lent reference ([`Lent`]): the push's (or fetch's) reference on the
 /// home object, which is the delivery the sender counted for the copy's
-/// host, and [`ECHO_RESERVE`] more references with as many deliveries,
-/// added when it was lent.
-///
-/// Why the reserve: the store counts deliveries, not receivers, and a
-/// release when none is pending settles nothing. An echo's receivers on
-/// this host may read the home object (their descriptor came through the
-/// RTI or a peer) before the echoing host's announce has added their
-/// deliveries: without the reserve, the first one's release settled the
-/// copy's host's delivery and the second's was lost, so once the announce
-/// added theirs one delivery stayed pending until the delivery TTL (seen
-/// in tests). With it, early releases draw on the reserve, the announce
-/// refills it, and releasing the loan settles what is left: the count
-/// balances for up to [`ECHO_RESERVE`] early reads per copy.
-struct Loan {
-    object: Arc<Object>,
-    _reserve: Vec<Object>,
-}
-
-/// The references (and deliveries) a loan adds to its home object: more
-/// than the receivers one host has of one output in any program we know.
-const ECHO_RESERVE: u32 = 16;
+/// host; dropping it settles that delivery.
+type Loan = Arc<Object>;
 
 /// What became of a receiver's ask for one object, on this host.
 #[derive(Debug, Clone)]
@@ -586,41 +569,19 @@ impl Link {
         Ok(())
     }
 
-    /// Keeps `object`, this push's (or fetch's) reference on the home
-    /// object, for as long as `host`'s copy of it lives ([`Lent`]); the
+    /// Keeps `object`, this push's (or fetch's) reference on home object
+    /// `id`, for as long as `host`'s copy of it lives ([`Lent`]); the
     /// oldest lent references go early past the bound.
-    /// The echo reserve of a loan ([`Loan`]): [`ECHO_RESERVE`] more
-    /// deliveries on home object `id` and as many references to settle them.
-    /// Taken before the data leaves, so that it precedes any echo of it
-    /// (an echo needs the copy the data makes); dropped unused (settling
-    /// what it added) when the push makes no copy.
-    async fn echo_reserve(&self, id: ObjectId) -> Vec<Object> {
-        let store = self.inner.store.clone();
-        let reserve = tokio::task::spawn_blocking(move || {
-            unblamed(|| store.redeliver_confirmed(id, ECHO_RESERVE))?;
-            unblamed(|| store.get(&[id; ECHO_RESERVE as usize], LOCAL_GET_TIMEOUT))
-        })
-        .await;
-        match reserve {
-            Ok(Ok(r)) => r,
-            // Lent without: an echo's early reads may then leave a delivery
-            // pending until the TTL (see [`Loan`]).
-            Ok(Err(e)) => {
-                tracing::debug!(%id, "no echo reserve on object {id}: {e}");
-                Vec::new()
-            }
-            Err(e) => {
-                tracing::debug!(%id, "no echo reserve on object {id}: {e}");
-                Vec::new()
-            }
-        }
-    }
-
-    /// Keeps `object` (this push's or fetch's reference on home object `id`)
-    /// and its echo `reserve` for as long as `host`'s copy lives ([`Lent`]).
-    fn lend(&self, id: ObjectId, host: &str, object: Arc<Object>, reserve: Vec<Object>) {
+    ///
+    /// Only this one reference, the delivery the sender counted for
+    /// `host`: an echo's receivers here may read the home object and
+    /// release it before `host`'s announce of the echo counts their
+    /// deliveries, and the store settles such an early release when the
+    /// announce counts it (its `Entry::early_settles`), so the count
+    /// balances without more deliveries held in reserve.
+    fn lend(&self, id: ObjectId, host: &str, object: Arc<Object>) {
         let bound = self.inner.store.arena_size() / 4;
-        self.keep(id, host, Loan { object, _reserve: reserve }, bound);
+        self.keep(id, host, object, bound);
     }
 
     fn keep(&self, id: ObjectId, host: &str, object: Loan, bound: u64) {
@@ -637,6 +598,8 @@ impl Link {
                 self.inner.counters.returned.fetch_add(1, Ordering::Relaxed);
                 return;
             }
+            // Its own target, so that tests can wait for it alone.
+            tracing::debug!(target: "hprm_link::lent", %id, %host, "lent object {id} for host {host}'s copy");
             lent.put(id, host, object, LENT_MAX, bound)
         };
         if !early.is_empty() {
@@ -1329,8 +1292,7 @@ impl Link {
                 // leaves, so that the notice, however early, finds it. (If
                 // storing fails there, no notice comes: the reference stays
                 // until the bounds release it.)
-                let reserve = self.echo_reserve(id).await;
-                self.lend(id, &host, Arc::clone(object), reserve);
+                self.lend(id, &host, Arc::clone(object));
                 let sent = query.reply(query.key_expr().clone(), lent(object)).attachment(attachment).await;
                 match sent {
                     Ok(()) => {
@@ -1631,7 +1593,6 @@ impl Link {
         };
         header.kind = Kind::Data;
         tracing::debug!(%id, %host, sent_at_us = wall_us(), "push data sending");
-        let reserve = self.echo_reserve(id).await;
         let c = &self.inner.counters;
         c.sent.fetch_add(1, Ordering::Relaxed);
         c.sent_bytes.fetch_add(header.data_len, Ordering::Relaxed);
@@ -1640,9 +1601,7 @@ impl Link {
             // This push's data made host's copy: this reference is kept
             // while that copy lives ([`Lent`]); lent before the push ends,
             // so that host's notice, however early, finds it.
-            self.lend(id, host, Arc::clone(object), reserve);
-        } else {
-            drop(reserve);
+            self.lend(id, host, Arc::clone(object));
         }
         drop(sending);
         match outcome? {
@@ -1731,7 +1690,6 @@ impl Link {
                 match outcome {
                     Outcome::Stored => {
                         c.received.fetch_add(1, Ordering::Relaxed);
-                        self.remember_origin(id, from.clone());
                     }
                     Outcome::Had => {
                         c.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -1827,6 +1785,10 @@ impl Link {
                 at += slice.len();
             }
             let copied = Instant::now();
+            // Remembered before the seal: from the seal on, this host's
+            // receivers read the copy and may echo it at once, and an echo
+            // pushed before its origin was known went back with its data.
+            self.remember_origin(h.id, h.from.clone());
             object.seal().map_err(|e| {
                 self.copy_gone(h.id);
                 e.to_string()

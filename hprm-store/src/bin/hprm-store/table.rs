@@ -35,6 +35,10 @@
 //!   echoes what it has only claimed). The release that ends a refused
 //!   claim is absorbed (`failed_claims`). A client that leaves with such a
 //!   claim still waiting leaves what it owes to the seal (`orphaned`).
+//! - A release of a message that finds no delivery pending settles the
+//!   next one counted (`Entry::early_settles`, which says why that is
+//!   safe): `pending_deliveries - early_settles` is the deliveries counted
+//!   minus the releases, in whatever order they came.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -87,7 +91,51 @@ struct Entry {
     sealed: bool,
     creator: ClientId,
     refs: u32,
+    /// Deliveries counted and not settled yet. Never nonzero together
+    /// with `early_settles` ([`Entry::count`] spends those first,
+    /// [`Entry::settle`] this first).
     pending_deliveries: u32,
+    /// Releases of this message that came before the delivery they settle
+    /// was counted: they settle the next deliveries counted
+    /// ([`Entry::count`]).
+    ///
+    /// Why a release can come first: a message's deliveries are counted by
+    /// whoever sends it on (its creator, a redeliver), and its receivers
+    /// learn of it by another way (the RTI, a peer socket). An echo back
+    /// to the home host is the case: its receivers there read the home
+    /// object (held by the link for the echoing host's copy) and release
+    /// it before that host's link has announced the echo, the redeliver
+    /// that counts them. Forgotten, the first such release settled the
+    /// echoing host's delivery and the next settled nothing, so once the
+    /// announce counted them one delivery stayed pending until the TTL.
+    ///
+    /// Why remembering it is safe: every holder of a message counts as a
+    /// delivery (a receiver, a link pushing it on, a loan, a recorder), so
+    /// a release that finds none pending is one whose delivery is still to
+    /// be counted, and would have settled it coming after. Then
+    /// `pending_deliveries - early_settles` is always the deliveries
+    /// counted minus the releases, whatever their order: the message waits
+    /// for exactly the receivers that have not let go. It never frees a
+    /// message early on its own: a delivery still to be counted is counted
+    /// by a client that holds the message until then (the link keeps its
+    /// reference for the echoing host's copy until that host freed it,
+    /// after its announce); if nobody does and the message is freed, this
+    /// goes with it and the late redeliver finds it gone (`NotFound`), as
+    /// any redeliver of a freed object does.
+    ///
+    /// Bounded: at most [`MAX_EARLY_SETTLES`] (past it a release settles
+    /// nothing, as before: its delivery waits for the TTL, the safe side),
+    /// in the entry, so forgotten with the object. Not taken for plain
+    /// objects (never sent with deliveries: their gets are cache reads,
+    /// not deliveries), nor while `forgiven` deliveries remain.
+    early_settles: u32,
+    /// Deliveries the TTL gave up on ([`ObjectTable::expire_deliveries`])
+    /// whose receivers may still release late: the next releases are taken
+    /// as theirs, before any settles a delivery counted since or counts as
+    /// early. (A release after expiry cannot be told from another; taking
+    /// it as late keeps the message longer, never shorter: at worst the
+    /// deliveries counted since wait for the TTL again.)
+    forgiven: u32,
     delivery_deadline: Option<Instant>,
     delete_pending: bool,
     /// `Some(t)` iff the object is in `lru` under key `t`.
@@ -112,7 +160,35 @@ impl Entry {
     fn visible(&self) -> bool {
         self.sealed && !self.delete_pending
     }
+
+    /// Counts `n` more deliveries, less the releases that came before
+    /// them (see [`Entry::early_settles`]).
+    fn count(&mut self, n: u32) {
+        let early = self.early_settles.min(n);
+        self.early_settles -= early;
+        self.pending_deliveries = self.pending_deliveries.saturating_add(n - early);
+    }
+
+    /// `n` holders let go (released, or left): each is a late one whose
+    /// delivery the TTL gave up on while any is left (`forgiven`), else
+    /// settles one pending delivery, else is early (see
+    /// [`Entry::early_settles`]).
+    fn settle(&mut self, n: u32) {
+        let late = self.forgiven.min(n);
+        self.forgiven -= late;
+        let settled = self.pending_deliveries.min(n - late);
+        self.pending_deliveries -= settled;
+        if self.message {
+            let early = n - late - settled;
+            self.early_settles = self.early_settles.saturating_add(early).min(MAX_EARLY_SETTLES);
+        }
+    }
 }
+
+/// Most releases one message remembers having come before the deliveries
+/// they settle ([`Entry::early_settles`]): more than the receivers one
+/// host has of one output in any program we know.
+pub const MAX_EARLY_SETTLES: u32 = 256;
 
 #[derive(Default)]
 struct ClientRecord {
@@ -538,6 +614,8 @@ impl ObjectTable {
                 creator: client,
                 refs: 0,
                 pending_deliveries: deliveries,
+                early_settles: 0,
+                forgiven: 0,
                 delivery_deadline: None,
                 delete_pending: false,
                 lru_tick: None,
@@ -635,6 +713,8 @@ impl ObjectTable {
                 creator: client,
                 refs: 0,
                 pending_deliveries: deliveries,
+                early_settles: 0,
+                forgiven: 0,
                 delivery_deadline,
                 delete_pending: false,
                 lru_tick: None,
@@ -669,8 +749,9 @@ impl ObjectTable {
         }
         e.sealed = true;
         if let Some(o) = self.orphaned.remove(&id) {
-            e.pending_deliveries = e.pending_deliveries.saturating_add(o.redeliveries).saturating_sub(o.collected);
             e.message |= o.redeliveries > 0;
+            e.count(o.redeliveries);
+            e.settle(o.collected);
         }
         if e.pending_deliveries > 0 {
             let d = Instant::now() + ttl;
@@ -711,9 +792,9 @@ impl ObjectTable {
             // Its creator announcing receivers before the seal, in the same
             // write (`ObjectMut::seal_and_send`): counted before the seal
             // wakes any waiting claim, so no receiver's release can come
-            // first and be lost. The seal starts the TTL.
-            e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
+            // first. The seal starts the TTL.
             e.message |= deliveries > 0;
+            e.count(deliveries);
             return Reply::Done;
         }
         if !e.sealed || e.delete_pending {
@@ -723,8 +804,9 @@ impl ObjectTable {
         if deliveries == 0 {
             return Reply::Done;
         }
-        e.pending_deliveries = e.pending_deliveries.saturating_add(deliveries);
         e.message = true;
+        // Releases that came first settle their deliveries now.
+        e.count(deliveries);
         let d = Instant::now() + ttl;
         if let Some(old) = e.delivery_deadline.replace(d) {
             self.deadlines.remove(&(old, id));
@@ -1151,6 +1233,7 @@ impl ObjectTable {
             }
             count += u64::from(e.pending_deliveries);
             tracing::warn!(%id, undelivered = e.pending_deliveries, "delivery TTL expired; consumers never released the object");
+            e.forgiven = e.forgiven.saturating_add(e.pending_deliveries);
             e.pending_deliveries = 0;
             e.delivery_deadline = None;
             self.refresh_lru(id);
@@ -1205,7 +1288,7 @@ impl ObjectTable {
             e.refs -= n;
             // A consumer that got the object and went away has collected its
             // delivery: settle, so the object need not wait for the TTL.
-            e.pending_deliveries = e.pending_deliveries.saturating_sub(n);
+            e.settle(n);
             self.after_unref(id);
         }
         self.retry_creates();
@@ -1233,8 +1316,8 @@ impl ObjectTable {
         }
         let Some(e) = self.objects.get_mut(&id) else { return };
         e.refs -= 1;
-        if settle && e.pending_deliveries > 0 {
-            e.pending_deliveries -= 1;
+        if settle {
+            e.settle(1);
         }
         self.after_unref(id);
     }
@@ -1641,6 +1724,82 @@ mod tests {
         assert_eq!(t.stats().pending_deliveries, 0);
         reap(&mut t);
         assert!(!t.objects.contains_key(&id), "freed once everyone let go");
+    }
+
+    #[test]
+    fn a_release_before_the_redeliver_that_counts_it_settles_it_and_nothing_leaks() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        // Sent to one other host: its link (client 9) holds the home object
+        // for that host's copy, its delivery.
+        put(&mut t, id, 1000, 1);
+        assert!(matches!(get(&mut t, 9, id), Reply::Objects(_)));
+        // The echo's two receivers here read it and let go before the
+        // echoing host's announce counted them.
+        for c in [2, 3] {
+            assert!(matches!(get(&mut t, c, id), Reply::Objects(_)));
+            t.handle(c, &Request::Release { id });
+        }
+        assert_eq!((t.objects[&id].pending_deliveries, t.objects[&id].early_settles), (0, 1));
+        // The announce: two deliveries, one settled already.
+        assert_eq!(reply(t.handle(9, &Request::Redeliver { id, deliveries: 2 })), Reply::Done);
+        assert_eq!((t.objects[&id].pending_deliveries, t.objects[&id].early_settles), (1, 0));
+        reap(&mut t);
+        assert!(t.objects.contains_key(&id), "held by the link");
+        // The other host freed its copy: the link lets go, and that is all.
+        t.handle(9, &Request::Release { id });
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&id), "freed: no delivery left for the TTL");
+        assert_eq!(t.expire_deliveries(Instant::now() + Duration::from_secs(61)), 0);
+
+        // Bounded: past MAX_EARLY_SETTLES a release settles nothing.
+        let many = ObjectId::random();
+        put(&mut t, many, 1000, 1);
+        assert!(matches!(get(&mut t, 9, many), Reply::Objects(_)));
+        for _ in 0..MAX_EARLY_SETTLES + 10 {
+            assert!(matches!(get(&mut t, 2, many), Reply::Objects(_)));
+            t.handle(2, &Request::Release { id: many });
+        }
+        assert_eq!(t.objects[&many].early_settles, MAX_EARLY_SETTLES);
+        t.handle(9, &Request::Release { id: many });
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&many), "forgotten with the object");
+
+        // A plain object's gets are no deliveries: a later send counts all.
+        let plain = ObjectId::random();
+        put(&mut t, plain, 1000, 0);
+        for c in [2, 9] {
+            assert!(matches!(get(&mut t, c, plain), Reply::Objects(_)));
+        }
+        t.handle(2, &Request::Release { id: plain });
+        assert_eq!(reply(t.handle(9, &Request::Redeliver { id: plain, deliveries: 2 })), Reply::Done);
+        assert_eq!(t.objects[&plain].pending_deliveries, 2);
+    }
+
+    #[test]
+    fn releases_after_the_ttl_gave_up_on_their_deliveries_are_late_not_early() {
+        let mut t = table(1 << 20);
+        let id = ObjectId::random();
+        put(&mut t, id, 1000, 3);
+        for c in [2, 3, 9] {
+            assert!(matches!(get(&mut t, c, id), Reply::Objects(_)));
+        }
+        t.handle(2, &Request::Release { id });
+        assert_eq!(t.expire_deliveries(Instant::now() + Duration::from_secs(61)), 2);
+        // Client 3 was late, not early: its release does not settle the
+        // receivers client 9 sends the message on to.
+        t.handle(3, &Request::Release { id });
+        assert_eq!(t.objects[&id].early_settles, 0);
+        assert_eq!(reply(t.handle(9, &Request::Redeliver { id, deliveries: 2 })), Reply::Done);
+        assert_eq!(t.objects[&id].pending_deliveries, 2, "client 9's receivers are due");
+        t.handle(9, &Request::Release { id });
+        for c in [4, 5] {
+            reap(&mut t);
+            assert!(matches!(get(&mut t, c, id), Reply::Objects(_)), "receiver {c} finds it");
+            t.handle(c, &Request::Release { id });
+        }
+        reap(&mut t);
+        assert!(!t.objects.contains_key(&id));
     }
 
     #[test]
