@@ -129,8 +129,10 @@ def run(system: str, env: str) -> dict:
     atari = env.startswith("ALE/")
     steps = (50 if ARGS.quick else 100) if atari else 200
     # Long enough that a second of another session's build is a small part
-    # of a run (15 Gym rounds lasted 0.3-0.6 s, and passes differed up to 2x).
-    rounds = (2 if atari else 5) if ARGS.quick else (10 if atari else 30)
+    # of a run (15 Gym rounds lasted 0.3-0.6 s, and passes differed up to 2x;
+    # rl-2026-11-28.md: at 10 Atari rounds Ray led HPRM on Pong, at 20 HPRM
+    # led Ray, interleaved, minutes apart).
+    rounds = (2 if atari else 5) if ARGS.quick else (20 if atari else 30)
     warmup = 1 if atari else 2
     args = ["--env", env, "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup)]
     if system == FLOORS:
