@@ -15,13 +15,16 @@ GYM = ["CartPole-v1", "Pendulum-v1", "Blackjack-v1"]
 ATARI = ["ALE/Pong-v5", "ALE/MsPacman-v5", "ALE/SpaceInvaders-v5"]
 
 
-
-def parse_args(placement: bool = False) -> argparse.Namespace:
-    """The arguments every collection program (HPRM, Ray, the floor) takes."""
+def parse_args(placement: bool = False, first: bool = False) -> argparse.Namespace:
+    """The arguments every collection program (HPRM, Ray, the floor) takes;
+    ``first``: also the first worker's seed (the floor's share of the
+    workers when one floor runs per core)."""
     p = argparse.ArgumentParser()
     p.add_argument("--env", required=True)
     if placement:
         p.add_argument("--placement", choices=("threads", "processes"), required=True)
+    if first:
+        p.add_argument("--first", type=int, default=0)
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=10)

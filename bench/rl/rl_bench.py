@@ -7,7 +7,12 @@ Per environment, every system collects with the same workers (N, one
 environment each, seeds 0..N-1, the same linear policy, the same steps a
 round), warm-up rounds excluded. The systems run interleaved, one after
 another, pass after pass, so a busy moment of the host falls on all of
-them alike. Writes bench/results/rl-DATE[-quick].{json,md,png}.
+them alike; the load average before each run is recorded beside its
+rate. Beside the floor (one process: one core's rate; the issue's limit
+is cores x that), "floor x cores" runs one floor per core side by side,
+each with its share of the seeds: the limit as measured under the load
+the machine has at that moment. Writes
+bench/results/rl-DATE[-quick].{json,md,png}.
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+from collect import ATARI, GYM  # noqa: E402  (numpy only: no hprm, no Ray)
 
 p = argparse.ArgumentParser()
 p.add_argument("--quick", action="store_true", help="fewer rounds, one pass")
@@ -41,9 +50,10 @@ ARGS = p.parse_args()
 
 FT = "hprm-threads-3.13t"  # the threads placement on free-threaded CPython, the GIL off
 HPRM = ("hprm-threads", FT, "hprm-processes")
-SYSTEMS = ["floor", "hprm-threads", FT, "hprm-processes", "ray"]
-GYM = ["CartPole-v1", "Pendulum-v1", "Blackjack-v1"]
-ATARI = ["ALE/Pong-v5", "ALE/MsPacman-v5", "ALE/SpaceInvaders-v5"]
+CORES = os.cpu_count() or 1
+FLOORS = "floor-x-cores"  # one floor per core side by side: the limit, measured
+SYSTEMS = ["floor", FLOORS, "hprm-threads", FT, "hprm-processes", "ray"]
+MARL_SYSTEMS = ["floor", "hprm-threads", FT, "hprm-processes", "ray"]
 PASSES = 1 if ARGS.quick else 2
 
 
@@ -93,12 +103,41 @@ def launch(system: str, stem: str, args: list[str]) -> dict:
         return json.loads(out.read_text())
 
 
+def floors_side_by_side(args: list[str]) -> dict:
+    """One floor per core at once, the workers' seeds shared out among
+    them: the rate the machine gives the collection without middleware
+    now (the sum of theirs), under whatever else it runs."""
+    n = min(CORES, ARGS.workers)
+    shares = [ARGS.workers // n + (1 if i < ARGS.workers % n else 0) for i in range(n)]
+    with tempfile.TemporaryDirectory() as d:
+        procs, first = [], 0
+        for i, w in enumerate(shares):
+            out = Path(d) / f"r{i}.json"
+            cmd = [ARGS.hprm_python, str(HERE / "rl_floor.py"), *args, "--workers", str(w), "--first", str(first), "--out", str(out)]
+            procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), out))
+            first += w
+        # Every floor is waited for before any failure is reported: none is left running.
+        ended = [(proc.communicate(timeout=900)[1], proc.returncode, out) for proc, out in procs]
+        failed = [f"exit {code}: {err[-600:]}" for err, code, out in ended if not out.exists()]
+        if failed:
+            return {"error": failed[0]}
+        got = [json.loads(out.read_text()) for _, _, out in ended]
+    return {"transitions": sum(g["transitions"] for g in got), "rate": sum(g["rate"] for g in got), "floors": got}
+
+
 def run(system: str, env: str) -> dict:
     atari = env.startswith("ALE/")
     steps = (50 if ARGS.quick else 100) if atari else 200
-    rounds = (2 if atari else 5) if ARGS.quick else (6 if atari else 15)
+    # Long enough that a second of another session's build is a small part
+    # of a run (15 Gym rounds lasted 0.3-0.6 s, and passes differed up to 2x;
+    # rl-2026-11-28.md: at 10 Atari rounds Ray led HPRM on Pong, at 20 HPRM
+    # led Ray, interleaved, minutes apart).
+    rounds = (2 if atari else 5) if ARGS.quick else (20 if atari else 30)
     warmup = 1 if atari else 2
-    return launch(system, "rl", ["--env", env, "--workers", str(ARGS.workers), "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup)])
+    args = ["--env", env, "--steps", str(steps), "--rounds", str(rounds), "--warmup", str(warmup)]
+    if system == FLOORS:
+        return floors_side_by_side(args)
+    return launch(system, "rl", [*args, "--workers", str(ARGS.workers)])
 
 
 DQN_SYSTEMS = ["hprm-threads", "hprm-processes", "ray"]
@@ -132,7 +171,6 @@ def dqn() -> dict:
     return sweep("dqn", available(DQN_SYSTEMS), batches, run_dqn, lambda b: f"batch {b}", lambda g: f"{g['updates']} updates in {g['seconds']:.1f} s")
 
 
-MARL_SYSTEMS = SYSTEMS
 MARL_TARGET = 5.12  # the thesis's multi-agent inference speed-up over Ray
 
 
@@ -166,6 +204,7 @@ def main() -> None:
     if FT in systems and envs != GYM and not ft_atari:
         skipped[f"{FT} on Atari"] = f"no ale-py at {ARGS.ft_python}"
     rates: dict[str, dict[str, list[float]]] = {e: {s: [] for s in systems} for e in envs}
+    loads: dict[str, dict[str, list[float]]] = {e: {s: [] for s in systems} for e in envs}
     errors: dict[str, str] = {}
     total, k, t_start = PASSES * len(envs) * len(systems), 0, time.monotonic()
     for _ in range(PASSES):
@@ -175,17 +214,19 @@ def main() -> None:
                 if s == FT and env in ATARI and not ft_atari:
                     continue
                 t = time.monotonic()
+                load = os.getloadavg()[0]
                 got = run(s, env)
                 if "error" in got:
                     errors[f"{env} {s}"] = got["error"]
                     print(f"[{k}/{total}] {env} {s}: FAILED {got['error'][-200:]}", flush=True)
                     continue
                 rates[env][s].append(got["rate"])
-                print(f"[{k}/{total}] {env} {s}: {got['rate']:,.0f}/s ({time.monotonic() - t:.0f} s; {time.monotonic() - t_start:.0f} s so far)", flush=True)
-    finish(rates, errors, skipped, dqn_runs, marl_runs)
+                loads[env][s].append(load)
+                print(f"[{k}/{total}] {env} {s}: {got['rate']:,.0f}/s, load {load:.1f} ({time.monotonic() - t:.0f} s; {time.monotonic() - t_start:.0f} s so far)", flush=True)
+    finish(rates, errors, skipped, dqn_runs, marl_runs, loads)
 
 
-def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict, marl_runs: dict) -> None:
+def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict, marl_runs: dict, loads: dict | None = None) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     stem = f"rl-{date}{'-quick' if ARGS.quick else ''}"
     out = Path(ARGS.out)
@@ -194,24 +235,30 @@ def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict, marl_runs: 
     earlier = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").exists() else {}
     if not rates and earlier.get("rates"):
         rates, errors, skipped = earlier["rates"], {**earlier.get("errors", {}), **errors}, {**earlier.get("skipped", {}), **skipped}
+        loads = earlier.get("loads")
+    loads = loads or {}
     if not dqn_runs and earlier.get("dqn"):
         dqn_runs = earlier["dqn"]
     if not marl_runs and earlier.get("marl"):
         marl_runs = earlier["marl"]
-    cores = os.cpu_count() or 1
     summary = {}
     for env in rates:
         med = {s: statistics.median(v) for s, v in rates[env].items() if v}
         hprm = max(((med[s], s) for s in HPRM if s in med), default=(None, None))
-        row = {"median": med, "best_hprm": hprm[1], "cores": cores}
+        row = {"median": med, "best_hprm": hprm[1], "cores": CORES}
         if hprm[0] is not None and "ray" in med:
             row["vs_ray"] = hprm[0] / med["ray"]
         if hprm[0] is not None and "floor" in med:
-            row["limit"] = cores * med["floor"]
+            row["limit"] = CORES * med["floor"]
             row["of_limit"] = hprm[0] / row["limit"]
+        if hprm[0] is not None and FLOORS in med:
+            row["of_measured_limit"] = hprm[0] / med[FLOORS]
+        every = [x for v in loads.get(env, {}).values() for x in v]
+        if every:
+            row["load"] = [min(every), statistics.median(every), max(every)]
         summary[env] = row
     load = os.getloadavg()
-    result = {"rates": rates, "summary": summary, "dqn": dqn_runs, "marl": marl_runs, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}
+    result = {"rates": rates, "loads": loads, "summary": summary, "dqn": dqn_runs, "marl": marl_runs, "errors": errors, "skipped": skipped, "workers": ARGS.workers, "loadavg": load}
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     write_md(out / f"{stem}.md", summary, errors, skipped, load, stem, dqn_runs, marl_runs)
     if summary:
@@ -239,17 +286,18 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
         f"random action), 200 steps a round (Atari {50 if ARGS.quick else 100}, 80x80 grayscale, frameskip 4), warm-up rounds excluded; transitions",
         "(Atari: observations) per second, median of the",
         f"passes ({PASSES}). Floor: the same collection in one process without middleware (one core); the machine's limit is",
-        f"{os.cpu_count()} cores x floor. HPRM: `hprm.rl.RolloutWorker` banks driven by a weights broadcast; Ray: one actor per worker,",
-        "`ray.put` weights, `ray.wait` gathering (`bench/rl/`).",
+        f"{CORES} cores x floor (the issue's definition); floor x {CORES}: {CORES} floors side by side, each with its share of the seeds,",
+        "the limit as measured under the machine's load at that moment. HPRM: `hprm.rl.RolloutWorker` banks driven by a weights",
+        "broadcast; Ray: one actor per worker, `ray.put` weights, `ray.wait` gathering (`bench/rl/`).",
         "",
-        f"**The machine was loaded**: it is shared with another session compiling Rust (load average at the end {load[0]:.1f},",
-        f"{load[1]:.1f}, {load[2]:.1f} on {os.cpu_count()} cores). The systems ran interleaved so they saw the same load; absolute rates are",
-        "low and the limit (cores x floor) is the floor's share of a busy machine.",
+        f"Load average (1 min) before the runs: the last column, min/median/max over every run of the row; {CORES} cores.",
+        "The machine is shared with other sessions' builds: the systems ran interleaved so they saw the same load, and",
+        f"the load average at the end was {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}.",
         "",
         "## Data collection",
         "",
-        "| environment | floor (1 core) | HPRM threads | HPRM threads, 3.13t | HPRM processes | Ray | best HPRM / Ray (target >= 2x) | best HPRM / limit (target >= 90%) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| environment | floor (1 core) | floor x {CORES} | HPRM threads | HPRM threads, 3.13t | HPRM processes | Ray | best HPRM / Ray (target >= 2x) | best HPRM / {CORES} x floor (target >= 90%) | best HPRM / floor x {CORES} | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env, row in summary.items():
         m = row["median"]
@@ -257,7 +305,9 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
 
         vr = f"{row['vs_ray']:.2f}x: {verdict(row['vs_ray'] >= 2)}" if "vs_ray" in row else "—"
         ol = f"{100 * row['of_limit']:.0f}%: {verdict(row['of_limit'] >= 0.9)}" if "of_limit" in row else "—"
-        lines.append(f"| {env} | {f['floor']} | {f['hprm-threads']} | {f[FT]} | {f['hprm-processes']} | {f['ray']} | {vr} | {ol} |")
+        om = f"{100 * row['of_measured_limit']:.0f}%" if "of_measured_limit" in row else "—"
+        ld = "/".join(f"{x:.1f}" for x in row["load"]) if "load" in row else "—"
+        lines.append(f"| {env} | {f['floor']} | {f[FLOORS]} | {f['hprm-threads']} | {f[FT]} | {f['hprm-processes']} | {f['ray']} | {vr} | {ol} | {om} | {ld} |")
     if dqn_runs:
         lines += [
             "",
@@ -325,14 +375,14 @@ def plot(path: Path, summary: dict) -> None:
         return
     envs = list(summary)
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.16
+    width = 0.8 / len(SYSTEMS)
     for i, s in enumerate(SYSTEMS):
         vals = [summary[e]["median"].get(s, 0) for e in envs]
         ax.bar([x + i * width for x in range(len(envs))], vals, width, label=s)
-    ax.set_xticks([x + 2 * width for x in range(len(envs))], [e.replace("ALE/", "").replace("-v5", "").replace("-v1", "") for e in envs])
+    ax.set_xticks([x + (len(SYSTEMS) - 1) * width / 2 for x in range(len(envs))], [e.replace("ALE/", "").replace("-v5", "").replace("-v1", "") for e in envs])
     ax.set_ylabel("transitions / s")
     ax.set_yscale("log")
-    ax.set_title(f"RL data collection, {ARGS.workers} workers (loaded 2-core machine)")
+    ax.set_title(f"RL data collection, {ARGS.workers} workers ({CORES}-core machine, shared)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

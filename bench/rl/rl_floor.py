@@ -3,6 +3,11 @@ another, with no middleware; its rate is what one core does, so the
 machine's limit is cores x this rate.
 
     python rl_floor.py --env ENV --workers N --steps S --rounds R --warmup W --out FILE.json
+        [--first I]
+
+``--first I``: the workers' seeds start at I (rl_bench.py runs one floor
+per core side by side, each with its share of the seeds, to measure the
+machine's limit under the load it has rather than extrapolate it).
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import collect  # noqa: E402
 
-ARGS = collect.parse_args()
+ARGS = collect.parse_args(first=True)
 
-workers = [collect.Collector(ARGS.env, i, ARGS.steps) for i in range(ARGS.workers)]
+workers = [collect.Collector(ARGS.env, ARGS.first + i, ARGS.steps) for i in range(ARGS.workers)]
 params = collect.initial_weights(ARGS.env)
 n, t0 = 0, time.perf_counter()
 for r in range(ARGS.warmup + ARGS.rounds):

@@ -67,6 +67,28 @@ def test_rollout_workers_send_the_transitions_their_seeds_give(env, placement, d
     assert "'reward': [100]" in got[0]
 
 
+def test_a_rollout_worker_makes_its_environments_on_its_first_round():
+    # Every process of a program constructs every reactor: a worker that
+    # made its environments in __init__ made them in every federate's
+    # process (a bank of N: N x N environments, N stepped).
+    made = []
+
+    def factory():
+        made.append(1)
+        return gymnasium.make("CartPole-v1")
+
+    w = Member(0, env=factory, steps=5, envs=2, seed=3)
+    assert made == []
+    b = w.collect()
+    assert len(made) == 2 and len(b["reward"]) == 10
+    w.collect()
+    assert len(made) == 2
+    # The same transitions as a worker whose environments were touched before its first round.
+    early = Member(0, env="CartPole-v1", steps=5, envs=2, seed=3)
+    assert len(early.envs) == 2
+    assert digest(early.collect()) == digest(b)
+
+
 @pytest.mark.parametrize("placement", ["threads", "processes"])
 def test_weights_are_written_once_and_read_zero_copy_by_every_member(placement, daemons_built):
     r = launch("rl_blocks.py", "weights", placement)

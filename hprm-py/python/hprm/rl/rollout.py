@@ -49,6 +49,12 @@ class RolloutWorker(Reactor):
     stacks when it samples); a stack at an episode's start repeats its first
     frame.
 
+    The environments are made (and reset with their seeds) on first use,
+    not in ``__init__``: every process of a program constructs every
+    reactor of it, so a bank of N workers in the processes placement would
+    otherwise make N x N environments (N x N Atari emulators, a minute and
+    more of start-up on 2 cores) where N are stepped.
+
     Determinism: environment j of this worker has seed ``seeds[j]`` (by
     default ``seed + bank_index * envs + j``), used for its resets and for
     its policy generator, so the transitions depend on the seeds and the
@@ -76,22 +82,32 @@ class RolloutWorker(Reactor):
             seeds = [seed + self.bank_index * envs + j for j in range(envs)]
         if len(seeds) != envs:
             raise ValueError(f"RolloutWorker: {len(seeds)} seeds for {envs} environments; give one seed per environment")
+        if not (isinstance(env, str) or callable(env)):
+            _make(env)  # raises the TypeError that says what to give
         self.steps = steps
         self.frame_stack = frame_stack
         self.policy = policy
-        self.envs = [_make(env) for _ in range(envs)]
+        self._env, self._seeds, self._envs = env, [int(s) for s in seeds], None
         self.rngs = [np.random.default_rng(s) for s in seeds]
         self.params: Any = None
         self.round = 0
         self.obs: list[Any] = []
         self.stacks: list[list[np.ndarray]] = []
-        for e, s in zip(self.envs, seeds):
-            e.action_space.seed(int(s))
-            o, _ = e.reset(seed=int(s))
-            self.obs.append(np.asarray(o))
-            self.stacks.append([np.asarray(o)] * frame_stack)
         self.returns: list[float] = []
         self._running = [0.0] * envs
+
+    @property
+    def envs(self) -> list[Any]:
+        """The worker's environments, made and reset with their seeds on
+        the first access (see the class's docstring)."""
+        if self._envs is None:
+            self._envs = [_make(self._env) for _ in self._seeds]
+            for e, s in zip(self._envs, self._seeds):
+                e.action_space.seed(s)
+                o, _ = e.reset(seed=s)
+                self.obs.append(np.asarray(o))
+                self.stacks.append([np.asarray(o)] * self.frame_stack)
+        return self._envs
 
     def act(self, j: int, obs: np.ndarray) -> Any:
         """Environment j's action for ``obs``: the policy's, or a random one
@@ -110,11 +126,12 @@ class RolloutWorker(Reactor):
     def collect(self) -> dict[str, Any]:
         """One round: ``steps`` transitions from every environment."""
         self.returns: list[float] = []
+        envs = self.envs  # made on the first round, which fills self.obs and self.stacks
         if self.frame_stack > 1:
             out = self._collect_frames()
         else:
             cols: dict[str, list[Any]] = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
-            for j, env in enumerate(self.envs):
+            for j, env in enumerate(envs):
                 obs = self.obs[j]
                 for _ in range(self.steps):
                     a = self.act(j, obs)
