@@ -183,14 +183,76 @@ impl Arrow {
         self.stream.as_ref()
     }
 
+    /// The same batches, sent as `kind` (what a Python receiver gets back):
+    /// for bindings that know what their sender had (the Python SDK's
+    /// pyarrow types). A batch and an array are one batch, an array and a
+    /// chunked array one column named `values`; anything else is refused.
+    pub fn with_kind(mut self, kind: ArrowKind) -> Result<Arrow, PayloadError> {
+        let one_batch = self.batches.len() == 1;
+        let one_column = self.schema.fields().len() == 1 && self.schema.field(0).name() == "values";
+        let fits = match kind {
+            ArrowKind::Table => true,
+            ArrowKind::Batch => one_batch,
+            ArrowKind::Array => one_batch && one_column,
+            ArrowKind::Chunked => one_column,
+        };
+        if !fits {
+            return Err(write_error(ArrowError::InvalidArgumentError(format!(
+                "{} batches of {} columns cannot be sent as a {}",
+                self.batches.len(),
+                self.schema.fields().len(),
+                kind.as_str()
+            ))));
+        }
+        self.kind = kind;
+        // A stream read from elsewhere would say another kind.
+        self.stream = None;
+        Ok(self)
+    }
+
+    /// Whether the stream of these batches is framed straight into its
+    /// destination, each Arrow buffer copied once: every column is of a
+    /// type listed in the `stream` module's docs (all but the view types,
+    /// unions and run-end encoded ones). Otherwise arrow-ipc's encoder
+    /// writes it, copying every buffer into a `Vec` of its own first.
+    pub fn framed_in_place(&self) -> bool {
+        stream::framed_here(&self.schema)
+    }
+
     /// The IPC stream (the schema with `hprm.kind`, then the batches),
-    /// planned: measured, then written where it goes ([`stream`]).
-    fn plan(&self) -> Result<Stream, PayloadError> {
+    /// planned: measured, then written where it goes. What the serializer
+    /// writes, and what a binding writes through
+    /// [`EncodeSession::write_filled`](super::EncodeSession::write_filled).
+    pub fn plan(&self) -> Result<PlannedStream, PayloadError> {
         let mut metadata = self.schema.metadata().clone();
         metadata.insert(KIND_KEY.into(), self.kind.as_str().into());
         let schema = Arc::new(Schema::new_with_metadata(self.schema.fields().clone(), metadata));
         let batches = with_schema(self.batches.clone(), &schema)?;
-        Stream::plan(&schema, &batches).map_err(write_error)
+        Stream::plan(&schema, &batches).map(PlannedStream).map_err(write_error)
+    }
+}
+
+/// The IPC stream of an [`Arrow`] value, planned ([`Arrow::plan`]): its
+/// headers built, its bodies still the batches' own buffers (which it
+/// keeps alive), its exact length known before anything is allocated.
+pub struct PlannedStream(Stream);
+
+impl PlannedStream {
+    /// The stream's length in bytes: what [`PlannedStream::write`] writes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never: a stream holds at least its schema message and end marker.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the stream into `out`, which must be [`PlannedStream::len`]
+    /// bytes long (every byte is written, padding included: store memory
+    /// is not zeroed).
+    pub fn write(&self, out: &mut [u8]) -> Result<(), PayloadError> {
+        self.0.write(out).map_err(write_error)
     }
 }
 
@@ -221,11 +283,10 @@ impl Serialize for Arrow {
         let nbytes = stream.len();
         if s.is_human_readable() {
             let mut bytes = vec![0; nbytes];
-            stream.write(&mut bytes).map_err(|e| S::Error::custom(write_error(e)))?;
+            stream.write(&mut bytes).map_err(S::Error::custom)?;
             return Buffer::from_vec(bytes).serialize(s);
         }
-        let data =
-            encoder::place_written(nbytes, |dst| stream.write(dst).map_err(write_error)).map_err(S::Error::custom)?;
+        let data = encoder::place_written(nbytes, |dst| stream.write(dst)).map_err(S::Error::custom)?;
         s.serialize_newtype_struct(rmp_serde::MSGPACK_EXT_STRUCT_NAME, &(EXT_ARROW, serde_bytes::Bytes::new(&data)))
     }
 }
