@@ -1,7 +1,9 @@
 //! pyarrow values imported into arrow-rs through the Arrow C data
 //! interface, so that hprm-node's IPC writer (`hprm_node::payload::Arrow`,
 //! the one place the ext 5 stream's layout is written) writes their stream
-//! straight into the store object sent.
+//! straight into the store object sent; and received record batches and
+//! arrays read by hprm-node's reader over the store object and exported to
+//! pyarrow through the same interface ([`read`]).
 //!
 //! Why: pyarrow's own writer costs a dozen Python-level calls per message
 //! (a writer made, the schema message written, each batch), and those run
@@ -25,19 +27,22 @@
 //! - subclasses of the four types, and a pyarrow without the capsule
 //!   protocol.
 //!
-//! The counts of values each writer took are kept (`_arrow_writers`), for
-//! the tests that check which path a value took.
+//! The counts of values each writer and the Rust reader took are kept
+//! (`_arrow_writers`, `_arrow_readers`), for the tests that check which
+//! path a value took.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::ffi::{from_ffi_and_data_type, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
-use arrow_array::{make_array, RecordBatch, RecordBatchOptions};
+use arrow_array::{make_array, Array, RecordBatch, RecordBatchOptions, StructArray};
 use arrow_data::ArrayData;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use hprm_node::payload::{Arrow, ArrowKind};
+use hprm_store::Object;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
@@ -52,6 +57,8 @@ static CHUNKED_ARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
 /// Python writer (`_arrow_writers`).
 static WRITTEN_BY_RUST: AtomicU64 = AtomicU64::new(0);
 static LEFT_TO_PYTHON: AtomicU64 = AtomicU64::new(0);
+/// Values read by [`read`], for the tests (`_arrow_readers`).
+static READ_BY_RUST: AtomicU64 = AtomicU64::new(0);
 
 /// Most schemas kept (a program sends one schema per output, rarely more).
 const MOST_KEPT: usize = 16;
@@ -298,6 +305,69 @@ fn normalized(data: ArrayData) -> ArrayData {
     unsafe { data.into_builder().child_data(children).build_unchecked() }
 }
 
+/// The pyarrow `RecordBatch` or `Array` a received stream (a store object)
+/// holds, read by hprm-node's reader (`Arrow::from_memory`: zero-copy, the
+/// columns' buffers are slices of the object, which they keep until pyarrow
+/// releases the last of them) and handed to pyarrow through the Arrow C
+/// data interface; `None` for what `hprm._arrow.from_ipc` reads instead
+/// (tables and chunked arrays, several batches, a stream this reader
+/// refuses: the Python reader then says what is wrong with it).
+///
+/// Why: pyarrow's stream reading, driven from Python, costs some 100 us
+/// per message with cold caches (a hop's pace); the C data interface's
+/// import is one call.
+pub(crate) fn read(py: Python<'_>, object: Arc<Object>) -> PyResult<Option<Bound<'_, PyAny>>> {
+    let owner = Arc::new(AssertUnwindSafe(object.clone()));
+    // SAFETY: a received object is sealed (never written again) and stays
+    // mapped while the `Arc` (the owner) lives.
+    let Ok(arrow) = (unsafe { Arrow::from_memory(object.data(), owner) }) else { return Ok(None) };
+    let (class, schema, data) = match (arrow.kind(), arrow.batches()) {
+        // A batch of no column would lose its row count as a struct array.
+        (ArrowKind::Batch, [batch]) if batch.num_columns() > 0 => (
+            RECORD_BATCH.import(py, "pyarrow", "RecordBatch")?,
+            FFI_ArrowSchema::try_from(batch.schema().as_ref()),
+            StructArray::from(batch.clone()).into_data(),
+        ),
+        (ArrowKind::Array, [batch]) if batch.num_columns() == 1 => (
+            ARRAY.import(py, "pyarrow", "Array")?,
+            FFI_ArrowSchema::try_from(batch.schema().field(0)),
+            batch.column(0).to_data(),
+        ),
+        _ => return Ok(None),
+    };
+    // A pyarrow without the capsule protocol (before 14): from_ipc.
+    let (Ok(import), Ok(schema)) = (class.getattr(intern!(py, "_import_from_c_capsule")), schema) else {
+        return Ok(None);
+    };
+    let array = FFI_ArrowArray::new(&data);
+    match import.call1((capsule(py, schema, "arrow_schema")?, capsule(py, array, "arrow_array")?)) {
+        Ok(value) => {
+            READ_BY_RUST.fetch_add(1, Ordering::Relaxed);
+            Ok(Some(value))
+        }
+        // What pyarrow cannot import from arrow-rs, it reads from the stream.
+        Err(e) => {
+            tracing::debug!("pyarrow did not import a received {} ({e}): read by from_ipc", arrow.kind().as_str());
+            Ok(None)
+        }
+    }
+}
+
+/// A PyCapsule named `name` holding `value` (the C data interface's way):
+/// the consumer moves the struct out, leaving a released one, which the
+/// capsule's drop then leaves alone; unconsumed, the drop releases it.
+fn capsule<'py, T: 'static + Send>(py: Python<'py>, value: T, name: &str) -> PyResult<Bound<'py, PyCapsule>> {
+    let name = CString::new(name).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    PyCapsule::new(py, value, Some(name))
+}
+
+/// `_arrow_readers()`: how many pyarrow values this process's codecs have
+/// read through [`read`] (the others were read by `hprm._arrow.from_ipc`).
+#[pyfunction]
+fn _arrow_readers() -> u64 {
+    READ_BY_RUST.load(Ordering::Relaxed)
+}
+
 /// `_arrow_writers()`: how many pyarrow values this process's codecs have
 /// had written by the Rust writer and by pyarrow's, `(rust, python)`; for
 /// the tests that check which path a value took.
@@ -307,5 +377,6 @@ fn _arrow_writers() -> (u64, u64) {
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_arrow_writers, m)?)
+    m.add_function(wrap_pyfunction!(_arrow_writers, m)?)?;
+    m.add_function(wrap_pyfunction!(_arrow_readers, m)?)
 }

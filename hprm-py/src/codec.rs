@@ -720,10 +720,13 @@ impl<'py> Build<'py> {
             }
             Token::Ext(EXT_BUFFER, data) => self.array(data)?,
             Token::Ext(EXT_BYTES, data) => self.byte_string(data)?,
-            Token::Ext(EXT_ARROW, data) => {
-                let stream = self.byte_string(data)?;
-                imported(self.py, &FROM_IPC, "hprm._arrow", "from_ipc")?.call1((stream,))?
-            }
+            Token::Ext(EXT_ARROW, data) => match self.arrow(data)? {
+                Some(value) => value,
+                None => {
+                    let stream = self.byte_string(data)?;
+                    imported(self.py, &FROM_IPC, "hprm._arrow", "from_ipc")?.call1((stream,))?
+                }
+            },
             Token::Ext(EXT_TENSOR, data) => {
                 // An array like ext 1 (a private copy with `copy`), then a
                 // tensor over it; the array where torch is missing.
@@ -760,6 +763,22 @@ impl<'py> Build<'py> {
     }
 
     /// Ext 4: bytes (a read-only memoryview over the store when large).
+    /// An Arrow stream (ext 5) in the store, read by `crate::arrow::read`
+    /// over the object (zero-copy); `None` for what `hprm._arrow.from_ipc`
+    /// reads: with `copy`, inline streams, and what `read` leaves to it.
+    fn arrow(&mut self, data: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if self.copy {
+            return Ok(None);
+        }
+        let d = BufferDescriptor::decode(data).map_err(payload_error)?;
+        match d.location {
+            Location::Store(id) if d.dtype == Dtype::U8 && d.shape.len() == 1 => {
+                crate::arrow::read(self.py, self.checked_object(id, d.nbytes)?)
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn byte_string(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let d = BufferDescriptor::decode(data).map_err(payload_error)?;
         if d.dtype != Dtype::U8 || d.shape.len() != 1 {

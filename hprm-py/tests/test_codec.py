@@ -952,7 +952,9 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
     hprm-node frames (nested, dictionary, sliced, with nulls, with metadata)
     take the Rust writer; each comes back equal and of its own type, its
     bytes bit-exact (NaN payloads included), its schema metadata kept, and
-    a large one read over the store object the sender wrote once."""
+    a large one read over the store object the sender wrote once (a batch
+    or an array by the Rust reader, handed to pyarrow through the C data
+    interface; the store object released when pyarrow lets go of it)."""
     pa = pytest.importorskip("pyarrow")
     producer, receiver = codecs(store, 2)
     n = 200_000
@@ -967,21 +969,24 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
         "label": pa.array([("car", "bike", "person")[j % 3] for j in range(n)]).dictionary_encode(),
         "flag": pa.array(i % 3 == 0),
     }).replace_schema_metadata({"frame": "base_link", "rate": "10"})
+    # (value, whether the receiver reads it in Rust: a batch or an array in the store)
     values = [
-        nested,
-        nested.slice(17, n - 40),  # sliced: the struct column's children are not (the C data interface's way)
-        pa.Table.from_batches([nested.slice(0, 1000), nested.slice(1000)]),
-        pa.array(x),
-        pa.array([{"a": j, "b": [j] * (j % 3)} for j in range(100)]).slice(3, 50),
-        pa.chunked_array([x[:7], x[7:]]),
-        pa.table({"x": pa.array([], pa.float64())}),
+        (nested, True),
+        (nested.slice(17, n - 40), True),  # sliced: the struct column's children are not (the C data interface's way)
+        (pa.Table.from_batches([nested.slice(0, 1000), nested.slice(1000)]), False),
+        (pa.array(x), True),
+        (pa.array([{"a": j, "b": [j] * (j % 3)} for j in range(100)]).slice(3, 50), False),  # inline
+        (pa.chunked_array([x[:7], x[7:]]), False),
+        (pa.table({"x": pa.array([], pa.float64())}), False),
     ]
     probe = np.zeros(MIB, np.uint8)  # its view tells where the store is mapped
     start, end = shared_buffer_of(receiver.decode(producer.encode(probe))).mapping
-    for k, value in enumerate(values):
+    for k, (value, read_in_rust) in enumerate(values):
         data, writer = arrow_writers_of(producer, value)
         assert writer == "rust", (k, value.schema if hasattr(value, "schema") else value.type)
+        read = _native._arrow_readers()
         got = receiver.decode(data)
+        assert _native._arrow_readers() - read == read_in_rust, k
         assert type(got) is type(value) and got.equals(value), (k, value, got)
         if hasattr(value, "schema"):
             assert got.schema == value.schema and got.schema.metadata == value.schema.metadata, k
@@ -989,7 +994,9 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
     with_nan = x.copy()
     with_nan[3] = nan
     sent = nested.set_column(0, "x", pa.array(with_nan))
+    read = _native._arrow_readers()
     got = receiver.decode(producer.encode({"batch": sent}))["batch"]
+    assert _native._arrow_readers() == read + 1
     column = got.column("x")
     assert column.buffers()[1].to_pybytes() == with_nan.tobytes(), "bit-exact, NaN payload included"
     for name in ("x", "id", "points"):

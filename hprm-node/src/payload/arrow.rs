@@ -116,19 +116,34 @@ impl Arrow {
     /// copying it: the batches' buffers are slices of `stream`'s bytes,
     /// which they keep alive.
     pub fn from_stream(stream: Buffer) -> Result<Arrow, PayloadError> {
-        let bytes = stream.bytes();
+        let owner = Arc::new(AssertUnwindSafe(stream.clone()));
+        // SAFETY: the bytes are never written while a `Buffer` over them
+        // lives (received store objects are sealed and read-only; owned
+        // buffers are immutable), and the owner is a clone of that Buffer.
+        let mut arrow = unsafe { Arrow::from_memory(stream.bytes(), owner) }?;
+        arrow.stream = Some(stream);
+        Ok(arrow)
+    }
+
+    /// Reads an Arrow IPC stream in memory that `owner` keeps (a binding's
+    /// handle on a received store object), without copying it: the
+    /// batches' buffers are slices of `bytes`, and hold `owner` until the
+    /// last of them is dropped. Not sent on by reference (no [`Buffer`]).
+    ///
+    /// # Safety
+    ///
+    /// `bytes` must stay valid, and never be written, for as long as
+    /// `owner` lives.
+    pub unsafe fn from_memory(
+        bytes: &[u8],
+        owner: Arc<dyn arrow_buffer::alloc::Allocation>,
+    ) -> Result<Arrow, PayloadError> {
         let Some(ptr) = NonNull::new(bytes.as_ptr().cast_mut()) else {
             return Err(read_error(ArrowError::IpcError("an empty stream (no schema)".into())));
         };
-        // SAFETY: the bytes are valid for `len` and never written while a
-        // `Buffer` over them lives (received store objects are sealed and
-        // read-only; owned buffers are immutable), and the owner keeps the
-        // `Buffer`, hence the bytes, alive as long as any Arrow buffer
-        // sliced from this one. `AssertUnwindSafe`: nothing is mutated
-        // through the owner (it is only dropped).
-        let mut all = unsafe {
-            arrow_buffer::Buffer::from_custom_allocation(ptr, bytes.len(), Arc::new(AssertUnwindSafe(stream.clone())))
-        };
+        // SAFETY: the caller's: `owner` keeps the bytes valid and unchanged,
+        // and every Arrow buffer sliced from this one holds `owner`.
+        let mut all = unsafe { arrow_buffer::Buffer::from_custom_allocation(ptr, bytes.len(), owner) };
         let mut decoder = StreamDecoder::new();
         let mut batches = Vec::new();
         while !all.is_empty() {
@@ -142,7 +157,7 @@ impl Arrow {
         // of no batch has its schema message read again, alone.
         let sent = match batches.first() {
             Some(batch) => batch.schema(),
-            None => StreamReader::try_new(stream.bytes(), None).map_err(read_error)?.schema(),
+            None => StreamReader::try_new(bytes, None).map_err(read_error)?.schema(),
         };
         let mut metadata = sent.metadata().clone();
         let kind = ArrowKind::parse(metadata.remove(KIND_KEY).as_deref());
@@ -153,7 +168,7 @@ impl Arrow {
             .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(read_error)?;
-        Ok(Arrow { kind, schema, batches, stream: Some(stream) })
+        Ok(Arrow { kind, schema, batches, stream: None })
     }
 
     /// What the sender had.

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from os import PathLike
 from typing import Any, final
 
-__all__ = ["PayloadError", "StoreLostError", "Codec", "_rust_encode_example", "_rust_decode_check", "_rust_decode_buffer", "_arrow_writers", "SharedBuffer", "LoanView", "StoreMemory", "_store_object_at", "init_logging", "NativeProgram", "Context", "PhysicalScheduler"]
+__all__ = ["PayloadError", "StoreLostError", "Codec", "_rust_encode_example", "_rust_decode_check", "_rust_decode_buffer", "_arrow_writers", "_arrow_readers", "SharedBuffer", "LoanView", "StoreMemory", "_store_object_at", "init_logging", "NativeProgram", "Context", "PhysicalScheduler"]
 
 class PayloadError(ValueError):
     """A payload that cannot be encoded or decoded (says what and why)."""
@@ -143,3 +143,5 @@ def _rust_decode_check(data: bytes, store_socket: str | PathLike[str] | None = N
 def _rust_decode_buffer(data: bytes, store_socket: str | PathLike[str] | None = None) -> tuple[str, list[int], bytes, bool]: ...
 # Values this process's codecs had written by the Rust Arrow writer and by pyarrow's: (rust, python).
 def _arrow_writers() -> tuple[int, int]: ...
+# Arrow values this process's codecs read with the Rust reader (the others: hprm._arrow.from_ipc).
+def _arrow_readers() -> int: ...
