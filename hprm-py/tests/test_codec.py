@@ -1002,7 +1002,12 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
     for name in ("x", "id", "points"):
         address = got.column(name).buffers()[1].address
         assert start <= address < end, (name, hex(address), hex(start), hex(end))
-    del got, column
+    # copy=True: a private copy, read by hprm._arrow.from_ipc, not the Rust reader.
+    read = _native._arrow_readers()
+    copied = receiver.decode(producer.encode(nested), copy=True)
+    assert _native._arrow_readers() == read and copied.equals(nested)
+    assert not start <= copied.column("x").buffers()[1].address < end
+    del got, column, copied
     gc.collect()
     assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
 
