@@ -310,8 +310,9 @@ fn normalized(data: ArrayData) -> ArrayData {
 /// columns' buffers are slices of the object, which they keep until pyarrow
 /// releases the last of them) and handed to pyarrow through the Arrow C
 /// data interface; `None` for what `hprm._arrow.from_ipc` reads instead
-/// (tables and chunked arrays, several batches, a stream this reader
-/// refuses: the Python reader then says what is wrong with it).
+/// (tables and chunked arrays, several batches, maps with keys marked
+/// sorted, a stream this reader refuses: the Python reader then says what
+/// is wrong with it).
 ///
 /// Why: pyarrow's stream reading, driven from Python, costs some 100 us
 /// per message with cold caches (a hop's pace); the C data interface's
@@ -321,6 +322,9 @@ pub(crate) fn read(py: Python<'_>, object: Arc<Object>) -> PyResult<Option<Bound
     // SAFETY: a received object is sealed (never written again) and stays
     // mapped while the `Arc` (the owner) lives.
     let Ok(arrow) = (unsafe { Arrow::from_memory(object.data(), owner) }) else { return Ok(None) };
+    if arrow.schema().fields().iter().any(|f| has_sorted_map(f.data_type())) {
+        return Ok(None);
+    }
     let (class, schema, data) = match (arrow.kind(), arrow.batches()) {
         // A batch of no column would lose its row count as a struct array.
         (ArrowKind::Batch, [batch]) if batch.num_columns() > 0 => (
@@ -350,6 +354,27 @@ pub(crate) fn read(py: Python<'_>, object: Arc<Object>) -> PyResult<Option<Bound
             tracing::debug!("pyarrow did not import a received {} ({e}): read by from_ipc", arrow.kind().as_str());
             Ok(None)
         }
+    }
+}
+
+/// Whether `data_type` is or holds a map whose keys are marked sorted:
+/// arrow-rs 54's export of a field overwrites the flag that says so (its
+/// `Field` conversion sets the field's flags after the type's), so pyarrow
+/// would get an unsorted map type; such values are read by `from_ipc`.
+fn has_sorted_map(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Map(_, true) => true,
+        DataType::Map(f, false)
+        | DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f) => has_sorted_map(f.data_type()),
+        DataType::Struct(fields) => fields.iter().any(|f| has_sorted_map(f.data_type())),
+        DataType::Union(fields, _) => fields.iter().any(|(_, f)| has_sorted_map(f.data_type())),
+        DataType::Dictionary(_, values) => has_sorted_map(values),
+        DataType::RunEndEncoded(_, values) => has_sorted_map(values.data_type()),
+        _ => false,
     }
 }
 

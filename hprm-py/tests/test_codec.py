@@ -969,6 +969,18 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
         "label": pa.array([("car", "bike", "person")[j % 3] for j in range(n)]).dictionary_encode(),
         "flag": pa.array(i % 3 == 0),
     }).replace_schema_metadata({"frame": "base_link", "rate": "10"})
+    assorted = pa.record_batch({
+        "f16": pa.array(np.arange(n, dtype=np.float16)),
+        "d256": pa.array([decimal.Decimal(j % 1000) / 8 for j in range(n)], pa.decimal256(40, 5)),
+        "ts": pa.array(i, pa.timestamp("ns", tz="Europe/Paris")),
+        "ll": pa.array([[str(j)] * (j % 3) for j in range(n)], pa.large_list(pa.large_string())),
+        "fsl": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(2 * n, dtype=np.int16)), 2),
+        "map": pa.array([[(f"k{j % 9}", j)] for j in range(n)], pa.map_(pa.string(), pa.int32())),
+        "sd": pa.StructArray.from_arrays([pa.array([("a", "b")[j % 2] for j in range(n)]).dictionary_encode(), pa.array(i)], names=["d", "i"]),
+        "null": pa.nulls(n),
+        "dur": pa.array(i, pa.duration("us")),
+        "bin": pa.array([bytes([j % 256]) * (j % 4) for j in range(n)], pa.binary()),
+    })
     # (value, whether the receiver reads it in Rust: a batch or an array in the store)
     values = [
         (nested, True),
@@ -978,6 +990,10 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
         (pa.array([{"a": j, "b": [j] * (j % 3)} for j in range(100)]).slice(3, 50), False),  # inline
         (pa.chunked_array([x[:7], x[7:]]), False),
         (pa.table({"x": pa.array([], pa.float64())}), False),
+        (assorted, True),
+        (assorted.slice(5, 77_000), True),
+        # A map with keys marked sorted: arrow-rs 54's export drops the mark, so from_ipc reads it.
+        (pa.record_batch({"m": pa.array([[(f"k{j % 9}", j)] for j in range(n)], pa.map_(pa.string(), pa.int32(), keys_sorted=True))}), False),
     ]
     probe = np.zeros(MIB, np.uint8)  # its view tells where the store is mapped
     start, end = shared_buffer_of(receiver.decode(producer.encode(probe))).mapping
