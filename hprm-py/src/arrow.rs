@@ -319,9 +319,12 @@ fn normalized(data: ArrayData) -> ArrayData {
 /// import is one call.
 pub(crate) fn read(py: Python<'_>, object: Arc<Object>) -> PyResult<Option<Bound<'_, PyAny>>> {
     let owner = Arc::new(AssertUnwindSafe(object.clone()));
+    // A stream the reader refuses, or (a malformed one) panics on, is left
+    // to from_ipc, which raises an error saying what is wrong with it.
     // SAFETY: a received object is sealed (never written again) and stays
     // mapped while the `Arc` (the owner) lives.
-    let Ok(arrow) = (unsafe { Arrow::from_memory(object.data(), owner) }) else { return Ok(None) };
+    let read = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { Arrow::from_memory(object.data(), owner) }));
+    let Ok(Ok(arrow)) = read else { return Ok(None) };
     if arrow.schema().fields().iter().any(|f| has_sorted_map(f.data_type())) {
         return Ok(None);
     }

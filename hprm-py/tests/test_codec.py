@@ -1031,7 +1031,8 @@ def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(
 def test_what_the_rust_writer_cannot_take_is_written_by_pyarrow(store):
     """The fallback: an ordered dictionary (arrow-rs 54 would import it
     unordered), a view type and a union (not framed by hprm-node: pyarrow's
-    writer copies once where arrow-ipc's would twice) go through
+    writer copies once where arrow-ipc's would twice), a list view and a
+    32-bit decimal (arrow-rs 54 has neither) go through
     `hprm._arrow.plan_ipc`, and come back as they were."""
     pa = pytest.importorskip("pyarrow")
     producer, receiver = codecs(store, 2)
@@ -1042,11 +1043,19 @@ def test_what_the_rust_writer_cannot_take_is_written_by_pyarrow(store):
         pa.record_batch({"o": pa.array([("a", "b")[j % 2] for j in range(n)]).dictionary_encode().cast(ordered)}),
         pa.record_batch({"v": pa.array([f"v{j}" for j in range(1000)], pa.string_view()), "x": pa.array(np.arange(1000.0))}),
         pa.UnionArray.from_dense(pa.array([0, 1, 0], pa.int8()), pa.array([0, 0, 1], pa.int32()), [pa.array([1, 2]), pa.array(["a"])], ["i", "s"]),
+        # In the store, and of types arrow-rs 54 neither imports nor reads (its IPC reader would
+        # panic on them): the receiver must leave them to from_ipc too.
+        pa.record_batch({"lv": pa.array([[j] * (j % 3) for j in range(n)], pa.list_view(pa.int32()))}),
     ]
+    if hasattr(pa, "decimal32"):
+        values.append(pa.array([decimal.Decimal(j % 1000) for j in range(n)], pa.decimal32(9, 0)))
     for k, value in enumerate(values):
         data, writer = arrow_writers_of(producer, value)
         assert writer == "python", k
+        read = _native._arrow_readers()
         got = receiver.decode(data)
+        # The ordered dictionary is read in Rust (its flag survives that way); the others by from_ipc.
+        assert _native._arrow_readers() - read == (k == 0), k
         assert type(got) is type(value) and got.equals(value), (k, got)
         assert got.schema == value.schema if hasattr(value, "schema") else got.type == value.type, k
     assert receiver.decode(producer.encode(values[0])).schema.field("o").type.ordered

@@ -141,6 +141,7 @@ impl Arrow {
         let Some(ptr) = NonNull::new(bytes.as_ptr().cast_mut()) else {
             return Err(read_error(ArrowError::IpcError("an empty stream (no schema)".into())));
         };
+        check_readable(bytes).map_err(read_error)?;
         // SAFETY: the caller's: `owner` keeps the bytes valid and unchanged,
         // and every Arrow buffer sliced from this one holds `owner`.
         let mut all = unsafe { arrow_buffer::Buffer::from_custom_allocation(ptr, bytes.len(), owner) };
@@ -269,6 +270,43 @@ impl PlannedStream {
     pub fn write(&self, out: &mut [u8]) -> Result<(), PayloadError> {
         self.0.write(out).map_err(write_error)
     }
+}
+
+/// Refuses a stream whose schema arrow-ipc 54's reader would panic on
+/// rather than refuse (its type conversion `unimplemented!`s list views,
+/// and decimals of other widths than 128 and 256 bits: what pyarrow 16 and
+/// later can send). Anything else about the stream the reader checks.
+fn check_readable(bytes: &[u8]) -> Result<(), ArrowError> {
+    let word = |at: usize| bytes.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok());
+    // The first message: the continuation marker and its length (or, in
+    // the legacy format, the length alone), then its flatbuffer.
+    let (start, len) = match word(0) {
+        Some([0xff, 0xff, 0xff, 0xff]) => (8, word(4)),
+        _ => (4, word(0)),
+    };
+    let Some(len) = len.and_then(|l| usize::try_from(i32::from_le_bytes(l)).ok()) else { return Ok(()) };
+    let Some(Ok(message)) = bytes.get(start..start + len).map(arrow_ipc::root_as_message) else { return Ok(()) };
+    let Some(schema) = message.header_as_schema() else { return Ok(()) };
+    schema.fields().iter().flatten().try_for_each(|field| readable_field(&field))
+}
+
+fn readable_field(field: &arrow_ipc::Field<'_>) -> Result<(), ArrowError> {
+    let name = field.name().unwrap_or_default();
+    match field.type_type() {
+        arrow_ipc::Type::ListView | arrow_ipc::Type::LargeListView => {
+            return Err(ArrowError::IpcError(format!("field {name:?} is a list view, which arrow-rs 54 cannot read")));
+        }
+        arrow_ipc::Type::Decimal => {
+            let bits = field.type_as_decimal().map(|d| d.bitWidth()).unwrap_or(128);
+            if bits != 128 && bits != 256 {
+                return Err(ArrowError::IpcError(format!(
+                    "field {name:?} is a {bits}-bit decimal, which arrow-rs 54 cannot read"
+                )));
+            }
+        }
+        _ => {}
+    }
+    field.children().iter().flatten().try_for_each(|child| readable_field(&child))
 }
 
 /// The batches under `schema` (Arc clones; fails if one's columns differ).
