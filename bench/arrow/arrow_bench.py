@@ -3,8 +3,8 @@ the same bytes, in Python and in Rust, beside dora-rs's Arrow path, all
 interleaved pass after pass in one run (issue 28: target, the record batch
 within 1.2x of the array).
 
-    python bench/arrow/arrow_bench.py [--quick] [--out DIR] [--rust-bin PATH] [--dora-python PATH]
-        [--baseline-python PATH --baseline-label NAME] [--name STEM]
+    python bench/arrow/arrow_bench.py [--quick] [--out DIR] [--rust-bin PATH | --no-rust] [--dora-python PATH]
+        [--baseline-python PATH --baseline-label NAME] [--name STEM] [--sizes MB ...] [--passes N]
 
 Systems, each two processes passing one value a hop:
 - hprm Python: a numpy array, and a pyarrow record batch whose one column
@@ -54,14 +54,18 @@ p.add_argument("--baseline-python", help="an interpreter with another build of h
 p.add_argument("--baseline-label", default="baseline", help="what --baseline-python's hprm is (e.g. a commit)")
 p.add_argument("--name", help="the results' file stem (default arrow-DATE[-quick])")
 p.add_argument("--passes", type=int, help="interleaved passes (default 3, --quick 1)")
+p.add_argument("--sizes", type=lambda t: int(t) if float(t).is_integer() else float(t), nargs="+", help="message sizes, MB (default 1 10 50, --quick 10)")
+p.add_argument("--no-rust", action="store_true", help="leave out the Rust hops (a before/after of the Python SDK alone)")
 ARGS = p.parse_args()
-SIZES = [10] if ARGS.quick else [1, 10, 50]
+SIZES = ARGS.sizes or ([10] if ARGS.quick else [1, 10, 50])
 PASSES = ARGS.passes or (1 if ARGS.quick else 3)
 # (system, kind): what each hop sends.
 RUNS = [("hprm-py", "numpy"), ("hprm-py", "arrow"), ("hprm-rust", "buffer"), ("hprm-rust", "arrow"), ("dora", "arrow")]
 BASELINE = f"hprm-py@{ARGS.baseline_label}"
 if ARGS.baseline_python:
     RUNS[2:2] = [(BASELINE, "numpy"), (BASELINE, "arrow")]
+if ARGS.no_rust:
+    RUNS = [r for r in RUNS if r[0] != "hprm-rust"]
 
 
 def progress(text: str) -> None:
@@ -127,7 +131,7 @@ STARTED_LOAD = os.getloadavg()
 
 
 def main() -> None:
-    binary = rust_bin()
+    binary = None if ARGS.no_rust else rust_bin()
     skipped = dora_missing()
     runs = [r for r in RUNS if not (r[0] == "dora" and skipped)]
     if skipped:
@@ -145,7 +149,8 @@ def main() -> None:
     for mb, by in lat.items():
         r = {name: {"p50": statistics.median(v), "p99": pct(v, 0.99), "n": len(v)} for name, v in by.items()}
         r["python_arrow_over_numpy"] = r["hprm-py arrow"]["p50"] / r["hprm-py numpy"]["p50"]
-        r["rust_arrow_over_buffer"] = r["hprm-rust arrow"]["p50"] / r["hprm-rust buffer"]["p50"]
+        if not ARGS.no_rust:
+            r["rust_arrow_over_buffer"] = r["hprm-rust arrow"]["p50"] / r["hprm-rust buffer"]["p50"]
         if ARGS.baseline_python:
             r["baseline_python_arrow_over_numpy"] = r[f"{BASELINE} arrow"]["p50"] / r[f"{BASELINE} numpy"]["p50"]
         if "dora arrow" in r:
@@ -182,9 +187,11 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for mb, r in rows.items():
-        met = "MET" if max(r["python_arrow_over_numpy"], r["rust_arrow_over_buffer"]) <= TARGET else "NOT MET"
+        rust = r.get("rust_arrow_over_buffer")
+        met = "MET" if max(r["python_arrow_over_numpy"], rust or 0) <= TARGET else "NOT MET"
         dora = f"{r['dora_over_hprm_py_arrow']:.2f}x" if "dora_over_hprm_py_arrow" in r else "skipped"
-        lines.append(f"| {mb} MB | {r['python_arrow_over_numpy']:.2f}x | {r['rust_arrow_over_buffer']:.2f}x | {met} | {dora} |")
+        rust_text = f"{rust:.2f}x" if rust is not None else "not run"
+        lines.append(f"| {mb} MB | {r['python_arrow_over_numpy']:.2f}x | {rust_text} | {met} | {dora} |")
     if ARGS.baseline_python:
         lines += ["", f"| size | Python: Arrow / numpy, this build | the same, {BASELINE} |", "|---|---|---|"]
         for mb, r in rows.items():

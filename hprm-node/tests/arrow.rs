@@ -197,3 +197,34 @@ fn batches_of_another_schema_and_bad_streams_are_refused() {
     let err = decoder.decode::<Arrow>(&bytes).unwrap_err();
     assert!(err.to_string().contains("Arrow IPC stream"), "{err}");
 }
+
+/// What a binding says it sent (`with_kind`, as the Python SDK does for a
+/// pyarrow chunked array) is what the receiver gets; a kind the batches
+/// cannot be is refused. The stream a binding writes itself (`plan`, then
+/// `write` into a destination of exactly its length) reads back the same.
+#[test]
+fn kinds_set_by_a_binding_travel_and_impossible_ones_are_refused() {
+    let store = StoreDaemon::start("64M");
+    let (encoder, decoder) = codec(&store);
+    let values = Arrow::from_array(Arc::new(Float64Array::from(vec![1.5, 2.5]))).expect("array");
+    let schema = values.schema().clone();
+    let chunks = values.into_batches();
+    let chunked = Arrow::from_batches(schema.clone(), vec![chunks[0].clone(), chunks[0].slice(1, 1)])
+        .and_then(|a| a.with_kind(ArrowKind::Chunked))
+        .expect("chunked");
+    let got: Arrow = decoder.decode(&encoder.encode(&chunked, 1).expect("encode")).expect("decode");
+    assert_eq!((got.kind(), got.batches().len()), (ArrowKind::Chunked, 2));
+    assert_eq!(got.batches()[1].columns(), chunks[0].slice(1, 1).columns());
+
+    let two = Arrow::from_batches(schema, vec![chunks[0].clone(), chunks[0].clone()]).expect("table");
+    assert!(matches!(two.clone().with_kind(ArrowKind::Batch), Err(PayloadError::Arrow { .. })));
+    assert!(matches!(Arrow::from_batch(batch(3)).with_kind(ArrowKind::Array), Err(PayloadError::Arrow { .. })));
+
+    assert!(two.framed_in_place());
+    let planned = two.plan().expect("plan");
+    let mut bytes = vec![0xa5; planned.len()];
+    planned.write(&mut bytes).expect("write");
+    assert!(planned.write(&mut bytes[1..]).is_err(), "a destination of another length");
+    let got = Arrow::from_stream(Buffer::from_vec(bytes)).expect("read");
+    assert_eq!((got.kind(), got.batches().len()), (ArrowKind::Table, 2));
+}

@@ -340,21 +340,33 @@ impl<'py> Walk<'py> {
     }
 
     /// A pyarrow table, batch or array (`v`'s type is one of pyarrow's) as
-    /// one Arrow IPC stream (ext 5); false for anything else. `plan_ipc`
-    /// measures the stream and gives the function that writes it; the
-    /// session creates the object of that size (or inline bytes, under the
-    /// threshold) and that function writes the stream straight into it: the
-    /// pyarrow buffers are copied once, into the object sent, which is
-    /// sealed with the message like any buffer. (Before, the stream was
-    /// written into a numpy array born in the store, which cost a numpy
-    /// memory scope, the array's allocation through numpy's handler and a
-    /// seal of its own per message.)
+    /// one Arrow IPC stream (ext 5); false for anything else. Either writer
+    /// measures the stream first; the session creates the object of that
+    /// size (or inline bytes, under the threshold) and the stream is
+    /// written straight into it: the pyarrow buffers are copied once, into
+    /// the object sent, which is sealed with the message like any buffer.
+    ///
+    /// The writer is hprm-node's (`crate::arrow`: the value imported through
+    /// the Arrow C data interface, its stream planned and written in Rust,
+    /// without the GIL when it goes to the store) for all it takes; else
+    /// pyarrow's, driven by `hprm._arrow.plan_ipc`, which gives the size and
+    /// the function that writes into a memoryview over the destination.
     fn arrow(&mut self, out: &mut Vec<u8>, v: &Bound<'py, PyAny>) -> PyResult<bool> {
         let py = self.py;
+        if let Some(arrow) = crate::arrow::import(v)? {
+            let stream = arrow.plan().map_err(payload_error)?;
+            let session = &mut self.session;
+            let mut write = || session.write_filled(out, EXT_ARROW, stream.len(), |bytes| stream.write(bytes));
+            let written = if stream.len() >= self.threshold { py.allow_threads(write) } else { write() };
+            written.map_err(payload_error)?;
+            crate::arrow::count(true);
+            return Ok(true);
+        }
         let plan = imported(py, &PLAN_IPC, "hprm._arrow", "plan_ipc")?.call1((v,))?;
         if plan.is_none() {
             return Ok(false);
         }
+        crate::arrow::count(false);
         let (nbytes, write): (usize, Bound<'py, PyAny>) = plan.extract()?;
         let mut failure = None;
         let written = self.session.write_filled(out, EXT_ARROW, nbytes, |bytes| {
@@ -708,10 +720,13 @@ impl<'py> Build<'py> {
             }
             Token::Ext(EXT_BUFFER, data) => self.array(data)?,
             Token::Ext(EXT_BYTES, data) => self.byte_string(data)?,
-            Token::Ext(EXT_ARROW, data) => {
-                let stream = self.byte_string(data)?;
-                imported(self.py, &FROM_IPC, "hprm._arrow", "from_ipc")?.call1((stream,))?
-            }
+            Token::Ext(EXT_ARROW, data) => match self.arrow(data)? {
+                Some(value) => value,
+                None => {
+                    let stream = self.byte_string(data)?;
+                    imported(self.py, &FROM_IPC, "hprm._arrow", "from_ipc")?.call1((stream,))?
+                }
+            },
             Token::Ext(EXT_TENSOR, data) => {
                 // An array like ext 1 (a private copy with `copy`), then a
                 // tensor over it; the array where torch is missing.
@@ -748,6 +763,22 @@ impl<'py> Build<'py> {
     }
 
     /// Ext 4: bytes (a read-only memoryview over the store when large).
+    /// An Arrow stream (ext 5) in the store, read by `crate::arrow::read`
+    /// over the object (zero-copy); `None` for what `hprm._arrow.from_ipc`
+    /// reads: with `copy`, inline streams, and what `read` leaves to it.
+    fn arrow(&mut self, data: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if self.copy {
+            return Ok(None);
+        }
+        let d = BufferDescriptor::decode(data).map_err(payload_error)?;
+        match d.location {
+            Location::Store(id) if d.dtype == Dtype::U8 && d.shape.len() == 1 => {
+                crate::arrow::read(self.py, self.checked_object(id, d.nbytes)?)
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn byte_string(&mut self, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let d = BufferDescriptor::decode(data).map_err(payload_error)?;
         if d.dtype != Dtype::U8 || d.shape.len() != 1 {

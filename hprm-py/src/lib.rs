@@ -8,6 +8,8 @@
 //!   serializer (scalars in-band as MessagePack, numpy arrays and large
 //!   byte buffers out-of-band through the object store, pickle 5 for the
 //!   rest), the same wire format as `hprm_node::payload`.
+//! - `arrow`: pyarrow values imported through the Arrow C data interface,
+//!   so that hprm-node's Arrow IPC writer writes their streams.
 //! - `view`: read-only Python buffers over store objects, the base of the
 //!   zero-copy numpy arrays receivers get.
 //! - `store_memory`: numpy's memory handler inside reactions, so large
@@ -16,6 +18,7 @@
 
 use pyo3::prelude::*;
 
+mod arrow;
 pub mod codec;
 mod runtime;
 mod store_memory;
@@ -31,6 +34,7 @@ mod view;
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     codec::register(m)?;
+    arrow::register(m)?;
     view::register(m)?;
     runtime::register(m)?;
     Ok(())

@@ -900,10 +900,12 @@ def test_arrow_schemas_changing_between_messages_each_decode_with_their_own(stor
 
 
 def test_an_arrow_writer_that_keeps_the_store_memory_fails_the_send_and_leaves_nothing(store):
-    """The codec lends the IPC writer the object's memory as a memoryview
-    and takes it back before the object is sealed: a writer that keeps it
-    must fail the send, not keep a way to write into a sealed object. (In a
-    process of its own: the codec looks `plan_ipc` up once.)"""
+    """The codec lends pyarrow's IPC writer (the fallback's) the object's
+    memory as a memoryview and takes it back before the object is sealed: a
+    writer that keeps it must fail the send, not keep a way to write into a
+    sealed object. (In a process of its own: the codec looks `plan_ipc` up
+    once. The batch has an ordered dictionary column, which the Rust writer
+    leaves to pyarrow's.)"""
     pytest.importorskip("pyarrow")
     program = f"""
 import gc, sys
@@ -920,7 +922,8 @@ def keeping(obj):
 _arrow.plan_ipc = keeping
 codec = _native.Codec({store.socket!r})
 try:
-    codec.encode(pa.record_batch({{"x": pa.array(np.arange(100_000, dtype=np.float64))}}))
+    ordered = pa.dictionary(pa.int32(), pa.int64(), ordered=True)
+    codec.encode(pa.record_batch({{"x": pa.array(np.arange(100_000, dtype=np.float64)), "o": pa.array([1] * 100_000).dictionary_encode().cast(ordered)}}))
 except _native.PayloadError as e:
     print("refused:", e)
 kept.clear()
@@ -931,6 +934,131 @@ print("objects:", len(codec.store_objects()))
     assert r.returncode == 0, r.stderr
     assert "refused: the Arrow IPC writer kept a reference to the memory it wrote into" in r.stdout, r.stdout
     assert "objects: 0" in r.stdout, r.stdout
+
+
+def arrow_writers_of(codec, value):
+    """What `codec` sent `value` as, and which writer wrote its stream:
+    "rust" (hprm-node's, the value imported through the Arrow C data
+    interface) or "python" (pyarrow's, through `hprm._arrow.plan_ipc`)."""
+    rust, python = _native._arrow_writers()
+    data = codec.encode(value)
+    after = _native._arrow_writers()
+    assert after[0] - rust + after[1] - python == 1, (value, after)
+    return data, "rust" if after[0] > rust else "python"
+
+
+def test_pyarrow_values_are_written_by_the_rust_writer_into_the_store_zero_copy(store, eventually):
+    """Record batches, tables, arrays and chunked arrays of the types
+    hprm-node frames (nested, dictionary, sliced, with nulls, with metadata)
+    take the Rust writer; each comes back equal and of its own type, its
+    bytes bit-exact (NaN payloads included), its schema metadata kept, and
+    a large one read over the store object the sender wrote once (a batch
+    or an array by the Rust reader, handed to pyarrow through the C data
+    interface; the store object released when pyarrow lets go of it)."""
+    pa = pytest.importorskip("pyarrow")
+    producer, receiver = codecs(store, 2)
+    n = 200_000
+    nan = np.frombuffer(np.uint64(0x7FF8_DEAD_BEEF_0001).tobytes(), np.float64)[0]
+    x = np.linspace(0, 1, n)
+    i = np.arange(n)
+    nested = pa.record_batch({
+        "x": pa.array(x),
+        "id": pa.array(i * 31, pa.int64(), mask=(i % 7 == 3)),
+        "pose": pa.StructArray.from_arrays([pa.array(i / 3.0), pa.array([f"p{j % 13}" for j in range(n)])], names=["x", "name"]),
+        "points": pa.array([None if j % 5 == 0 else list(range(j % 4)) for j in range(n)], pa.list_(pa.int32())),
+        "label": pa.array([("car", "bike", "person")[j % 3] for j in range(n)]).dictionary_encode(),
+        "flag": pa.array(i % 3 == 0),
+    }).replace_schema_metadata({"frame": "base_link", "rate": "10"})
+    assorted = pa.record_batch({
+        "f16": pa.array(np.arange(n, dtype=np.float16)),
+        "d256": pa.array([decimal.Decimal(j % 1000) / 8 for j in range(n)], pa.decimal256(40, 5)),
+        "ts": pa.array(i, pa.timestamp("ns", tz="Europe/Paris")),
+        "ll": pa.array([[str(j)] * (j % 3) for j in range(n)], pa.large_list(pa.large_string())),
+        "fsl": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(2 * n, dtype=np.int16)), 2),
+        "map": pa.array([[(f"k{j % 9}", j)] for j in range(n)], pa.map_(pa.string(), pa.int32())),
+        "sd": pa.StructArray.from_arrays([pa.array([("a", "b")[j % 2] for j in range(n)]).dictionary_encode(), pa.array(i)], names=["d", "i"]),
+        "null": pa.nulls(n),
+        "dur": pa.array(i, pa.duration("us")),
+        "bin": pa.array([bytes([j % 256]) * (j % 4) for j in range(n)], pa.binary()),
+    })
+    # (value, whether the receiver reads it in Rust: a batch or an array in the store)
+    values = [
+        (nested, True),
+        (nested.slice(17, n - 40), True),  # sliced: the struct column's children are not (the C data interface's way)
+        (pa.Table.from_batches([nested.slice(0, 1000), nested.slice(1000)]), False),
+        (pa.array(x), True),
+        (pa.array([{"a": j, "b": [j] * (j % 3)} for j in range(100)]).slice(3, 50), False),  # inline
+        (pa.chunked_array([x[:7], x[7:]]), False),
+        (pa.table({"x": pa.array([], pa.float64())}), False),
+        (assorted, True),
+        (assorted.slice(5, 77_000), True),
+        # A map with keys marked sorted: arrow-rs 54's export drops the mark, so from_ipc reads it.
+        (pa.record_batch({"m": pa.array([[(f"k{j % 9}", j)] for j in range(n)], pa.map_(pa.string(), pa.int32(), keys_sorted=True))}), False),
+    ]
+    probe = np.zeros(MIB, np.uint8)  # its view tells where the store is mapped
+    start, end = shared_buffer_of(receiver.decode(producer.encode(probe))).mapping
+    for k, (value, read_in_rust) in enumerate(values):
+        data, writer = arrow_writers_of(producer, value)
+        assert writer == "rust", (k, value.schema if hasattr(value, "schema") else value.type)
+        read = _native._arrow_readers()
+        got = receiver.decode(data)
+        assert _native._arrow_readers() - read == read_in_rust, k
+        assert type(got) is type(value) and got.equals(value), (k, value, got)
+        if hasattr(value, "schema"):
+            assert got.schema == value.schema and got.schema.metadata == value.schema.metadata, k
+    # Bit-exact where equals() cannot tell (NaN is unequal to itself).
+    with_nan = x.copy()
+    with_nan[3] = nan
+    sent = nested.set_column(0, "x", pa.array(with_nan))
+    read = _native._arrow_readers()
+    got = receiver.decode(producer.encode({"batch": sent}))["batch"]
+    assert _native._arrow_readers() == read + 1
+    column = got.column("x")
+    assert column.buffers()[1].to_pybytes() == with_nan.tobytes(), "bit-exact, NaN payload included"
+    for name in ("x", "id", "points"):
+        address = got.column(name).buffers()[1].address
+        assert start <= address < end, (name, hex(address), hex(start), hex(end))
+    # copy=True: a private copy, read by hprm._arrow.from_ipc, not the Rust reader.
+    read = _native._arrow_readers()
+    copied = receiver.decode(producer.encode(nested), copy=True)
+    assert _native._arrow_readers() == read and copied.equals(nested)
+    assert not start <= copied.column("x").buffers()[1].address < end
+    del got, column, copied
+    gc.collect()
+    assert all(o["pending_deliveries"] == 0 for o in settled(producer, eventually))
+
+
+def test_what_the_rust_writer_cannot_take_is_written_by_pyarrow(store):
+    """The fallback: an ordered dictionary (arrow-rs 54 would import it
+    unordered), a view type and a union (not framed by hprm-node: pyarrow's
+    writer copies once where arrow-ipc's would twice), a list view and a
+    32-bit decimal (arrow-rs 54 has neither) go through
+    `hprm._arrow.plan_ipc`, and come back as they were."""
+    pa = pytest.importorskip("pyarrow")
+    producer, receiver = codecs(store, 2)
+    n = 100_000
+    ordered = pa.dictionary(pa.int32(), pa.string(), ordered=True)
+
+    values = [
+        pa.record_batch({"o": pa.array([("a", "b")[j % 2] for j in range(n)]).dictionary_encode().cast(ordered)}),
+        pa.record_batch({"v": pa.array([f"v{j}" for j in range(1000)], pa.string_view()), "x": pa.array(np.arange(1000.0))}),
+        pa.UnionArray.from_dense(pa.array([0, 1, 0], pa.int8()), pa.array([0, 0, 1], pa.int32()), [pa.array([1, 2]), pa.array(["a"])], ["i", "s"]),
+        # In the store, and of types arrow-rs 54 neither imports nor reads (its IPC reader would
+        # panic on them): the receiver must leave them to from_ipc too.
+        pa.record_batch({"lv": pa.array([[j] * (j % 3) for j in range(n)], pa.list_view(pa.int32()))}),
+    ]
+    if hasattr(pa, "decimal32"):
+        values.append(pa.array([decimal.Decimal(j % 1000) for j in range(n)], pa.decimal32(9, 0)))
+    for k, value in enumerate(values):
+        data, writer = arrow_writers_of(producer, value)
+        assert writer == "python", k
+        read = _native._arrow_readers()
+        got = receiver.decode(data)
+        # The ordered dictionary is read in Rust (its flag survives that way); the others by from_ipc.
+        assert _native._arrow_readers() - read == (k == 0), k
+        assert type(got) is type(value) and got.equals(value), (k, got)
+        assert got.schema == value.schema if hasattr(value, "schema") else got.type == value.type, k
+    assert receiver.decode(producer.encode(values[0])).schema.field("o").type.ordered
 
 
 def test_rust_reads_an_arrow_stream_as_bytes(store):

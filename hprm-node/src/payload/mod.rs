@@ -199,7 +199,7 @@ mod store;
 use std::time::Duration;
 
 #[cfg(feature = "arrow")]
-pub use arrow::{Arrow, ArrowKind, KIND_KEY};
+pub use arrow::{Arrow, ArrowKind, PlannedStream, KIND_KEY};
 pub use buffer::Buffer;
 pub(crate) use decoder::taken_bytes;
 pub use decoder::Decoder;

@@ -1,9 +1,15 @@
 """pyarrow values as Arrow IPC streams (ext 5 of the wire format).
 
-The codec calls ``plan_ipc`` for objects of pyarrow's own types and writes
-the stream straight into the buffer it sends (a store object when large);
-``from_ipc`` rebuilds the object over the received bytes without copying
-them (pyarrow's arrays then point into the store's shared memory). The schema's metadata key
+The codec has hprm-node's writer write the stream of most pyarrow values
+(imported through the Arrow C data interface: ``hprm-py/src/arrow.rs``,
+whose docs list what it leaves here); for the rest it calls ``plan_ipc``
+and writes the stream with pyarrow straight into the buffer it sends (a
+store object when large), in the same format. A received record batch or
+array in the store is read in Rust too (over the object, handed to pyarrow
+through the C data interface); ``from_ipc`` reads the rest (tables, chunked
+arrays, inline streams, ``copy=True``), rebuilding the object over the
+received bytes without copying them (pyarrow's arrays then point into the
+store's shared memory). The schema's metadata key
 ``hprm.kind`` carries what the sender had, so a table comes back a table,
 a record batch a record batch, an array an array.
 
