@@ -211,3 +211,39 @@ def test_ports_are_only_usable_inside_reactions():
     r = f.reactor("r", Recorder, [])
     with pytest.raises(RuntimeError, match="only inside a reaction"):
         _ = r.instance.inp.value
+
+
+class Base(hprm.Reactor):
+    inp = hprm.Input()
+
+    def __init__(self, log):
+        self.log = log
+        self.tick = hprm.Timer(period="10ms")
+
+    @hprm.reaction(triggers="tick")
+    def first(self, ctx):
+        self.log.append(("base first", ctx.elapsed))
+
+    @hprm.reaction(triggers="tick")
+    def second(self, ctx):
+        self.log.append(("base second", ctx.elapsed))
+
+
+class Derived(Base):
+    inp = hprm.Input()  # redeclared: still one port
+
+    @hprm.reaction(triggers="tick")
+    def first(self, ctx):
+        self.log.append(("derived first", ctx.elapsed))
+
+
+def test_a_subclass_that_redefines_a_reaction_or_port_replaces_it_in_its_place():
+    log = []
+    prog = hprm.Program("override", timeout="0ms")
+    f = prog.federate("f")
+    d = f.reactor("d", Derived, log)
+    assert d.inp is not None
+    run(prog)
+    # The redefined reaction runs instead of its parent's, and keeps its
+    # parent's place (its LF priority): before `second`.
+    assert log == [("derived first", 0), ("base second", 0)]

@@ -13,7 +13,7 @@ from ._context import _invoker
 from ._durations import Duration, duration_ns
 from ._launch import LaunchFailed, _daemons_found, _fail_federate, _init_logging
 from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer, _BoundMultiport, _BoundPort
-from ._reactor import Reactor, _Reaction
+from ._reactor import Reactor, _declared, _Reaction
 
 
 class PortRef(NamedTuple):
@@ -388,26 +388,26 @@ class Program:
         r = ReactorRef(self, n.reactor(fed._index, name, instance), instance, f"{fed.name}.{name}")
         names: dict[str, int | list[int]] = {}
         bound: dict[str, _BoundPort | _BoundMultiport] = {}
-        for klass in reversed(cls.__mro__):
-            for attr, v in vars(klass).items():
-                if not isinstance(v, (Input, Output)):
-                    continue
-                if isinstance(v, Output):
-                    declare = lambda reactor, name, v=v: n.output(reactor, name, v.backpressure)  # noqa: E731
-                else:
-                    declare = n.input
-                width = v._width_of(instance)
-                if width is None:
-                    index = declare(r._index, attr)
-                    names[attr] = index
-                    bound[attr] = _BoundPort(instance, index, attr)
-                else:
-                    # A multiport is its channels: ports attr[0], attr[1], ...
-                    channels = [declare(r._index, f"{attr}[{k}]") for k in range(width)]
-                    names[attr] = channels
-                    bound[attr] = _BoundMultiport([_BoundPort(instance, c, f"{attr}[{k}]") for k, c in enumerate(channels)], attr)
-                r._ports[attr] = names[attr]
-                r._kinds[attr] = "input" if isinstance(v, Input) else "output"
+        declared = _declared(cls)
+        for attr, v in declared.items():
+            if not isinstance(v, (Input, Output)):
+                continue
+            if isinstance(v, Output):
+                declare = lambda reactor, name, v=v: n.output(reactor, name, v.backpressure)  # noqa: E731
+            else:
+                declare = n.input
+            width = v._width_of(instance)
+            if width is None:
+                index = declare(r._index, attr)
+                names[attr] = index
+                bound[attr] = _BoundPort(instance, index, attr)
+            else:
+                # A multiport is its channels: ports attr[0], attr[1], ...
+                channels = [declare(r._index, f"{attr}[{k}]") for k in range(width)]
+                names[attr] = channels
+                bound[attr] = _BoundMultiport([_BoundPort(instance, c, f"{attr}[{k}]") for k, c in enumerate(channels)], attr)
+            r._ports[attr] = names[attr]
+            r._kinds[attr] = "input" if isinstance(v, Input) else "output"
         instance.__dict__["_hprm_bound"] = bound
         physical = []
         for attr, v in list(vars(instance).items()):
@@ -421,7 +421,7 @@ class Program:
                 v._owner = instance
                 physical.append(v)
         instance.__dict__["_hprm_physical"] = physical
-        reactions = [v for klass in reversed(cls.__mro__) for v in vars(klass).values() if isinstance(v, _Reaction)]
+        reactions = [v for v in declared.values() if isinstance(v, _Reaction)]
         for rx in reactions:
 
             def resolve(ns: list[str], what: str, rx: _Reaction = rx) -> list[int]:

@@ -48,6 +48,19 @@ class _Reaction:
         return self.fn(instance, ctx)
 
 
+def _declared(cls: type) -> dict[str, Any]:
+    """A reactor class's attributes as Python resolves them: a subclass's
+    definition replaces its parent's of the same name (in the parent's place
+    in the order, which for reactions is their LF priority), and one set to
+    anything else (``None``) removes it. Ports and reactions are declared
+    from this, so a redefined reaction or port is declared once, not once
+    per class that defines it."""
+    resolved: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        resolved.update(vars(klass))
+    return resolved
+
+
 def _names(x: Names) -> list[str]:
     if x is None:
         return []

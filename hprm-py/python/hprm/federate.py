@@ -22,6 +22,7 @@ from typing import Any
 
 from . import Input, Output, Program, Reactor, external
 from ._launch import _fail_federate
+from ._reactor import _declared
 
 
 def _port_names(decls: list[str]) -> list[str]:
@@ -62,12 +63,11 @@ def _load_module(name: str) -> Any:
 
 def _class_ports(cls: type) -> tuple[list[str], list[str]]:
     ins, outs = [], []
-    for klass in reversed(cls.__mro__):
-        for attr, v in vars(klass).items():
-            if isinstance(v, Input):
-                ins.append(attr)
-            elif isinstance(v, Output):
-                outs.append(attr)
+    for attr, v in _declared(cls).items():
+        if isinstance(v, Input):
+            ins.append(attr)
+        elif isinstance(v, Output):
+            outs.append(attr)
     return ins, outs
 
 
