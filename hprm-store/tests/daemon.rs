@@ -241,12 +241,18 @@ fn realtime_priority_and_cpu_pinning_apply_to_every_thread_or_fail_clearly() {
             let pid = child.id();
             for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
                 let task = task.unwrap().path();
-                let sched = std::fs::read_to_string(task.join("sched")).unwrap();
+                // The thread that zeroes the arena ahead of clients ends when
+                // it is done, possibly while this reads it: a thread gone is
+                // one that ended (every other thread lives as long as the daemon).
+                let (Ok(name), Ok(sched)) =
+                    (std::fs::read_to_string(task.join("comm")), std::fs::read_to_string(task.join("sched")))
+                else {
+                    assert!(!task.exists(), "cannot read {}", task.display());
+                    continue;
+                };
                 let policy = sched.lines().find(|l| l.starts_with("policy")).unwrap();
-                // The thread that zeroes the arena ahead of clients must not
-                // run real-time (it would take a CPU for as long as it
-                // zeroes): time-sharing or idle, never FIFO.
-                let name = std::fs::read_to_string(task.join("comm")).unwrap();
+                // That thread must not run real-time (it would take a CPU for
+                // as long as it zeroes): time-sharing or idle, never FIFO.
                 if name.trim_end() == "hprm-store-zero" {
                     let p = policy.trim_end();
                     assert!(p.ends_with(" 0") || p.ends_with(" 5"), "the zeroing thread runs real-time: {policy}");
