@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{next_command, pattern, placed, worker, Daemon, Worker};
-use hprm_store::{CreateOptions, ErrorCode, ObjectId};
+use hprm_store::{CreateOptions, ErrorCode, ObjectId, Placement, StoreClient};
 
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(2);
 const MIB: usize = 1 << 20;
@@ -20,40 +20,19 @@ const MIB: usize = 1 << 20;
 fn child() {
     let Some((role, store, args)) = worker() else { return };
     match role.as_str() {
-        // The echoer: told where a message lies, claims it and sends it
-        // back (redeliver), then, told to, checks what it holds.
-        "echo" => {
-            let (id, p) = placed(&args);
-            let size = p.data_size;
-            println!("CLIENT {}", store.client_id());
-            assert_eq!(next_command(), "echo");
-            let held = store.claim(id, p, CLAIM_TIMEOUT).unwrap();
-            held.redeliver(1).unwrap();
-            println!("ECHOED");
-            assert_eq!(next_command(), "check");
-            // A frame of its own: the daemon reads its outbox now.
-            let synced = store.sync();
-            let intact = held.data() == &pattern(id.as_bytes(), size as usize)[..];
-            println!(
-                "RESULT claim {} bytes {}",
-                if synced.is_ok() { "ok" } else { "failed" },
-                if intact { "intact" } else { "overwritten" }
-            );
-            drop(held);
-            store.sync().unwrap();
-            println!("DONE");
-        }
-        // The forwarder: told where a message lies, claims it and sends
-        // it on to two receivers (redeliver), then, told to, checks what
-        // it holds and lets go.
+        // The forwarder: told where a message lies and to how many it goes
+        // on (1: an echo back to its sender), claims it and sends it on
+        // (redeliver), then, told to, checks what it holds and lets go.
         "forward" => {
             let (id, p) = placed(&args);
+            let receivers: u32 = args[3].parse().expect("a count of receivers");
             println!("CLIENT {}", store.client_id());
             assert_eq!(next_command(), "forward");
             let held = store.claim(id, p, CLAIM_TIMEOUT).unwrap();
-            held.redeliver(2).unwrap();
+            held.redeliver(receivers).unwrap();
             println!("FORWARDED");
             assert_eq!(next_command(), "check");
+            // A frame of its own: the daemon reads its outbox now.
             let synced = store.sync();
             let intact = held.data() == &pattern(id.as_bytes(), p.data_size as usize)[..];
             println!(
@@ -69,6 +48,31 @@ fn child() {
     }
 }
 
+/// A 1 MiB message with one delivery, sealed by `sender`, taken by a
+/// forwarder process that sends it on to `receivers` (a redeliver) and
+/// whose outbox the daemon reads only on the forwarder's own frames until
+/// `hold` is emptied (the daemon's `--debug-hold-outboxes` hook).
+fn held_forwarder(
+    d: &Daemon,
+    hold: &std::path::Path,
+    sender: &StoreClient,
+    receivers: u32,
+) -> (ObjectId, Placement, Worker) {
+    let id = ObjectId::random();
+    let mut obj =
+        sender.create_with(id, MIB as u64, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
+    obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), MIB));
+    let p = obj.placement();
+    obj.seal().unwrap();
+    let args = [id.to_string(), p.data_offset.to_string(), p.data_size.to_string(), receivers.to_string()];
+    let mut forward = Worker::spawn("forward", &d.socket, &args);
+    let client = forward.expect_line("CLIENT ");
+    std::fs::write(hold, client.trim_start_matches("CLIENT ")).unwrap();
+    forward.send("forward");
+    forward.expect_line("FORWARDED");
+    (id, p, forward)
+}
+
 #[test]
 fn an_echo_whose_claim_is_read_after_the_last_release_keeps_its_message() {
     // The daemon reads the echoer's outbox only on the echoer's own frames
@@ -80,19 +84,7 @@ fn an_echo_whose_claim_is_read_after_the_last_release_keeps_its_message() {
     let hold_path = hold.path().to_str().unwrap().to_owned();
     let d = Daemon::start("4M", &["--debug-hold-outboxes", &hold_path]);
     let sender = d.light_client();
-    let id = ObjectId::random();
-    let mut obj =
-        sender.create_with(id, MIB as u64, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
-    obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), MIB));
-    let p = obj.placement();
-    obj.seal().unwrap();
-
-    let args = [id.to_string(), p.data_offset.to_string(), p.data_size.to_string()];
-    let mut echo = Worker::spawn("echo", &d.socket, &args);
-    let client = echo.expect_line("CLIENT ");
-    std::fs::write(hold.path(), client.trim_start_matches("CLIENT ")).unwrap();
-    echo.send("echo");
-    echo.expect_line("ECHOED");
+    let (id, p, mut echo) = held_forwarder(&d, hold.path(), &sender, 1);
 
     // The echo comes back: claimed, read, released; then a frame of the
     // sender's, so the daemon reads every outbox it may.
@@ -140,19 +132,7 @@ fn releases_read_before_the_redeliver_that_counts_them_settle_it_and_nothing_sta
     let hold_path = hold.path().to_str().unwrap().to_owned();
     let d = Daemon::start("4M", &["--debug-hold-outboxes", &hold_path, "--delivery-ttl", "10m"]);
     let sender = d.light_client();
-    let id = ObjectId::random();
-    let mut obj =
-        sender.create_with(id, MIB as u64, b"", &CreateOptions { deliveries: 1, ..Default::default() }).unwrap();
-    obj.data_mut().copy_from_slice(&pattern(id.as_bytes(), MIB));
-    let p = obj.placement();
-    obj.seal().unwrap();
-
-    let args = [id.to_string(), p.data_offset.to_string(), p.data_size.to_string()];
-    let mut forward = Worker::spawn("forward", &d.socket, &args);
-    let client = forward.expect_line("CLIENT ");
-    std::fs::write(hold.path(), client.trim_start_matches("CLIENT ")).unwrap();
-    forward.send("forward");
-    forward.expect_line("FORWARDED");
+    let (id, p, mut forward) = held_forwarder(&d, hold.path(), &sender, 2);
 
     // The two receivers (their descriptors came another way) read it and
     // let go; each sync is a frame, so its release has been read.
