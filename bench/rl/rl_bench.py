@@ -157,12 +157,15 @@ def sweep(name: str, systems: list[str], points: list, runner, label, figure) ->
         for p in points:
             for s in systems:
                 k += 1
+                load = os.getloadavg()[0]
                 got = runner(s, p)
                 if "error" in got:
                     print(f"[{name} {k}/{total}] {label(p)} {s}: FAILED {got['error'][-200:]}", flush=True)
                     continue
+                # The load average before the run: the machine may be shared.
+                got["load"] = load
                 runs[str(p)][s].append(got)
-                print(f"[{name} {k}/{total}] {label(p)} {s}: {figure(got)}, digest {got['digest'][:12]}", flush=True)
+                print(f"[{name} {k}/{total}] {label(p)} {s}: {figure(got)}, digest {got['digest'][:12]}, load {load:.1f}", flush=True)
     return runs
 
 
@@ -270,6 +273,13 @@ def finish(rates: dict, errors: dict, skipped: dict, dqn_runs: dict, marl_runs: 
     print(f"wrote {out / stem}.{{json,md,png}}")
 
 
+def sweep_load(by: dict) -> str:
+    """min/median/max of the load averages before a sweep point's runs
+    ("—" for runs of before they were recorded)."""
+    every = [r["load"] for v in by.values() for r in v if "load" in r]
+    return "/".join(f"{x:.1f}" for x in (min(every), statistics.median(every), max(every))) if every else "—"
+
+
 def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
@@ -317,8 +327,8 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
             "the same algorithm, seeds and sampling in both systems (`bench/rl/dqn_core.py`). Time from the first round to the last update,",
             "median of the passes; target: HPRM's best placement takes >= 31% less time than Ray.",
             "",
-            "| batch | HPRM threads (s) | HPRM processes (s) | Ray (s) | time saved vs Ray | target | weights equal |",
-            "|---|---|---|---|---|---|---|",
+            "| batch | HPRM threads (s) | HPRM processes (s) | Ray (s) | time saved vs Ray | target | weights equal | load |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for b, by in dqn_runs.items():
             med = {s: statistics.median(r["seconds"] for r in v) for s, v in by.items() if v}
@@ -330,7 +340,7 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
             def cell(s, med=med):
                 return f"{med[s]:.1f}" if s in med else "—"
 
-            lines.append(f"| {b} | {cell('hprm-threads')} | {cell('hprm-processes')} | {cell('ray')} | {saved} | {ok} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} |")
+            lines.append(f"| {b} | {cell('hprm-threads')} | {cell('hprm-processes')} | {cell('ray')} | {saved} | {ok} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} | {sweep_load(by)} |")
         lines += ["", f"Learning curves: `{stem}-dqn.png` (mean episode return a round against updates; the systems' curves coincide)."]
     if marl_runs:
         lines += [
@@ -344,8 +354,8 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
             "each step (`bench/rl/marl_*.py`). Environment steps per second, median of the passes; target: best HPRM >= 5.12x",
             "Ray (the thesis's ratio). Every system takes the same actions (one digest of the action sequence per agent count).",
             "",
-            "| agents | floor (no middleware) | HPRM threads | HPRM threads, 3.13t | HPRM processes | Ray | best HPRM / Ray (target >= 5.12x) | same actions |",
-            "|---|---|---|---|---|---|---|---|",
+            "| agents | floor (no middleware) | HPRM threads | HPRM threads, 3.13t | HPRM processes | Ray | best HPRM / Ray (target >= 5.12x) | same actions | load |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for n, by in marl_runs.items():
             med = marl_medians(by)
@@ -356,7 +366,7 @@ def write_md(path: Path, summary: dict, errors: dict, skipped: dict, load, stem:
             def mcell(s, med=med):
                 return f"{med[s]:,.0f}" if s in med else "—"
 
-            lines.append(f"| {n} | {mcell('floor')} | {mcell('hprm-threads')} | {mcell(FT)} | {mcell('hprm-processes')} | {mcell('ray')} | {ratio} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} |")
+            lines.append(f"| {n} | {mcell('floor')} | {mcell('hprm-threads')} | {mcell(FT)} | {mcell('hprm-processes')} | {mcell('ray')} | {ratio} | {'yes (one digest)' if len(digests) == 1 else f'no ({len(digests)} digests)'} | {sweep_load(by)} |")
         lines += ["", f"Plot: `{stem}-marl.png` (steps per second against agents)."]
     for k, v in skipped.items():
         lines += ["", f"Skipped {k}: {v}."]

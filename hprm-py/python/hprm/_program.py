@@ -16,6 +16,80 @@ from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer, _BoundM
 from ._reactor import Reactor, _declared, _Reaction
 
 
+def _runs_here(federate: str) -> bool:
+    """Whether this process runs federate ``federate``'s reactors: every
+    process does, except a federate's process that the launcher started
+    (``HPRM_FEDERATE``), which runs its own only."""
+    local = os.environ.get("HPRM_FEDERATE")
+    return not local or local == federate
+
+
+_manifests: dict[str, dict[str, Any]] = {}
+
+
+def _launch_manifest() -> dict[str, Any] | None:
+    """The program's manifest that the launcher hands a federate's process
+    (``HPRM_MANIFEST``, JSON), read once; None without one."""
+    path = os.environ.get("HPRM_MANIFEST")
+    if not path:
+        return None
+    if path not in _manifests:
+        import json
+
+        try:
+            with open(path) as f:
+                _manifests[path] = json.load(f)
+        except (OSError, ValueError):
+            return None
+    return _manifests[path]
+
+
+def _stub_widths(declared: dict[str, Any], instance: Reactor, federate: str, reactor: str) -> dict[str, int | None] | None:
+    """The widths of the ports of another federate's reactor (None for a
+    single port), known without running its ``__init__``: from the class
+    (an int, or "bank": the member's bank_width, set already), else from
+    the launcher's manifest. None when some width is known only to
+    ``__init__`` (an attribute it sets) and no manifest names it: then the
+    reactor is constructed, as it must be to have the same ports as in its
+    own process."""
+    widths: dict[str, int | None] = {}
+    manifest_widths: dict[str, int | None] | None = None
+    for attr, v in declared.items():
+        if not isinstance(v, (Input, Output)):
+            continue
+        if v.width is None or isinstance(v.width, int) or v.width == "bank":
+            widths[attr] = v._width_of(instance)
+            continue
+        if manifest_widths is None:
+            manifest_widths = _manifest_widths(federate, reactor)
+            if manifest_widths is None:
+                return None
+        if attr not in manifest_widths:
+            return None
+        widths[attr] = manifest_widths[attr]
+    return widths
+
+
+def _manifest_widths(federate: str, reactor: str) -> dict[str, int | None] | None:
+    """Port widths of reactor ``reactor`` of ``federate`` in the launcher's
+    manifest (``frames[4]`` -> 4, ``out`` -> None)."""
+    m = _launch_manifest()
+    if m is None:
+        return None
+    for f in m.get("federate", []):
+        if f.get("name") != federate:
+            continue
+        for r in f.get("reactor", []):
+            if r.get("name") != reactor:
+                continue
+            widths: dict[str, int | None] = {}
+            for decl in [*r.get("inputs", []), *r.get("outputs", [])]:
+                base, channel = _split_channel(str(decl).split(":", 1)[0].strip())
+                widths[base] = channel
+            return widths
+    return None
+
+
 class PortRef(NamedTuple):
     """A port of a reactor in a program (``camera.frame`` on what
     ``Program.federate`` or ``Federate.reactor`` returned), for
@@ -69,10 +143,26 @@ class ReactorRef:
     def __init__(self, program: Program, index: int, instance: Reactor, name: str) -> None:
         self._program = program
         self._index = index
-        self.instance = instance
+        self._instance = instance
+        # Set for another federate's reactor in a launched federate's
+        # process (a stub, see ``Program._add_reactor``): its ``__init__``,
+        # not run yet.
+        self._pending_init: Callable[[], None] | None = None
         self.name = name
         self._ports: dict[str, int | list[int]] = {}
         self._kinds: dict[str, str] = {}
+
+    @property
+    def instance(self) -> Reactor:
+        """The reactor object. Another federate's reactor, in a launched
+        federate's process, is constructed (its ``__init__`` run) only when
+        this is read: it runs no reaction there."""
+        init = self.__dict__.get("_pending_init")
+        if init is not None:
+            self._pending_init = None
+            init()
+        instance: Reactor = self.__dict__["_instance"]
+        return instance
 
     def _port(self, name: str) -> PortRef | Ports | None:
         ports = self.__dict__.get("_ports", {})
@@ -383,12 +473,26 @@ class Program:
         instance = cls.__new__(cls)
         if bank is not None:
             instance.bank_index, instance.bank_width = bank
-        instance.__init__(*args, **kwargs)
+        declared = _declared(cls)
+        # Every process builds the whole program (the same script runs as
+        # each federate), but a federate's process runs only its own
+        # reactors: another federate's is a stub there, its ports declared
+        # from the class (and, for a width its __init__ sets, from the
+        # launcher's manifest), with no timer, action or reaction and its
+        # __init__ not run. So a reactor that opens a camera, a GPU model or
+        # an emulator in __init__ does so in its own process only, as Rust
+        # federates built from a manifest do (`Program::from_manifest`,
+        # port-only stubs). The process that describes the whole program
+        # (the launcher, or `hprm check/graph/launch` asking for the graph)
+        # constructs every reactor: timers, actions and reactions are
+        # declared by __init__, and the graph it writes has them.
+        widths = None if _runs_here(fed.name) else _stub_widths(declared, instance, fed.name, name)
+        if widths is None:
+            instance.__init__(*args, **kwargs)
         n = self._native
         r = ReactorRef(self, n.reactor(fed._index, name, instance), instance, f"{fed.name}.{name}")
         names: dict[str, int | list[int]] = {}
         bound: dict[str, _BoundPort | _BoundMultiport] = {}
-        declared = _declared(cls)
         for attr, v in declared.items():
             if not isinstance(v, (Input, Output)):
                 continue
@@ -396,7 +500,7 @@ class Program:
                 declare = lambda reactor, name, v=v: n.output(reactor, name, v.backpressure)  # noqa: E731
             else:
                 declare = n.input
-            width = v._width_of(instance)
+            width = v._width_of(instance) if widths is None else widths[attr]
             if width is None:
                 index = declare(r._index, attr)
                 names[attr] = index
@@ -409,6 +513,10 @@ class Program:
             r._ports[attr] = names[attr]
             r._kinds[attr] = "input" if isinstance(v, Input) else "output"
         instance.__dict__["_hprm_bound"] = bound
+        if widths is not None:
+            # A stub: constructed only if a user reads ReactorRef.instance.
+            r._pending_init = lambda: instance.__init__(*args, **kwargs)
+            return r
         physical = []
         for attr, v in list(vars(instance).items()):
             if isinstance(v, Timer):

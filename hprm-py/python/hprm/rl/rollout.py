@@ -50,10 +50,11 @@ class RolloutWorker(Reactor):
     frame.
 
     The environments are made (and reset with their seeds) on first use,
-    not in ``__init__``: every process of a program constructs every
-    reactor of it, so a bank of N workers in the processes placement would
-    otherwise make N x N environments (N x N Atari emulators, a minute and
-    more of start-up on 2 cores) where N are stepped.
+    not in ``__init__``: a federate's process constructs only its own
+    reactors, but the launcher constructs every reactor once to describe
+    the program (timers and reactions are declared by ``__init__``), and
+    would make every worker's environments there, to step none of them (N
+    Atari emulators in the launcher of a bank of N).
 
     Determinism: environment j of this worker has seed ``seeds[j]`` (by
     default ``seed + bank_index * envs + j``), used for its resets and for
