@@ -116,12 +116,13 @@ pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
 ///
 /// Why: the dashboard must never compete with the program it watches. Its
 /// figures are counters the federates keep whether watched or not, so a
-/// dashboard held back on a busy machine loses nothing: its next read
-/// has the same counts, later. A program that keeps every core busy shows
-/// a page that updates late; a program with a core to spare (the usual
-/// case: the dashboard wants about a millisecond a second) sees no
-/// difference. Lowering one's own priority needs no privilege; where the
-/// kernel refuses anyway, the dashboard runs at normal priority, and says so.
+/// dashboard held back on a busy machine loses nothing: its next read has
+/// the same counts, later. A program that keeps every core busy shows a
+/// page that updates late; a program with a core to spare (the usual case:
+/// the dashboard wants a few ms of CPU a second, about 10 with a page and
+/// a scrape on the 1 MB broadcast) sees no difference. Lowering one's own
+/// priority needs no privilege; where the kernel refuses anyway, the
+/// dashboard runs at normal priority, and says so.
 fn yield_to_the_programs() {
     #[cfg(target_os = "linux")]
     {
