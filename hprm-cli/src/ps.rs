@@ -61,6 +61,12 @@ impl Places {
         status::discover(&self.runtime_base(), &self.deployed)
     }
 
+    /// [`Places::running`] for a reader that reads again and again: the
+    /// status files unchanged since `files` parsed them are not parsed again.
+    pub fn running_with(&self, files: &mut status::StatusFiles) -> Vec<Running> {
+        status::discover_with(&self.runtime_base(), &self.deployed, files)
+    }
+
     /// Where [`Places::running`] looked, for a message saying it found nothing.
     pub fn looked(&self) -> String {
         format!(

@@ -452,3 +452,78 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
         assert!(said.contains("built without the Foxglove WebSocket server"), "{said}");
     }
 }
+
+/// The scheduling policy of each thread of process `pid` (field 41 of
+/// `/proc/PID/task/TID/stat`), by thread id.
+#[cfg(target_os = "linux")]
+fn thread_policies(pid: u32) -> Vec<(String, i64)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    tasks
+        .filter_map(|t| {
+            let tid = t.ok()?.file_name().to_string_lossy().into_owned();
+            // A thread that ended since the listing has no stat.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 1..];
+            Some((tid, rest.split_whitespace().nth(41 - 3)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// What watching costs the watched: `hprm dashboard` runs every thread
+/// under SCHED_IDLE (it never competes with a program for a core), and
+/// its `/events` followers share one read a period: two browsers get the
+/// same snapshots, not one each.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut dashboard = Command::new(hprm())
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--runtime-base"])
+        .arg(dir.path())
+        .arg("--deployed")
+        .arg(dir.path().join("etc"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start hprm dashboard");
+    let mut first = String::new();
+    BufReader::new(dashboard.stdout.take().expect("stdout")).read_line(&mut first).expect("the dashboard's address");
+    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).expect("an address").to_owned();
+    let follow = |addr: &str| {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the dashboard");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
+        write!(s, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send the request");
+        BufReader::new(s)
+    };
+    let next_event = |r: &mut BufReader<std::net::TcpStream>| loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).expect("an event") > 0, "the stream ended");
+        if let Some(data) = line.strip_prefix("data: ") {
+            return data.trim_end().to_owned();
+        }
+    };
+    let (mut a, mut b) = (follow(&addr), follow(&addr));
+    // Each snapshot holds the time it was read (now_ns): the same text on
+    // both streams is the same read.
+    let mut from_a: Vec<String> = (0..3).map(|_| next_event(&mut a)).collect();
+    let from_b: Vec<String> = (0..3).map(|_| next_event(&mut b)).collect();
+    assert!(from_a.iter().all(|e| e.contains("\"now_ns\"")), "{from_a:?}");
+    // b may have joined a period after a: match them from b's first.
+    let start = from_a.iter().position(|e| *e == from_b[0]);
+    let start = start.unwrap_or_else(|| panic!("b's first snapshot is none of a's: a {from_a:?}, b {from_b:?}"));
+    from_a.extend((0..start).map(|_| next_event(&mut a)));
+    assert_eq!(from_a[start..start + 3], from_b[..], "the followers got reads of their own");
+    let policies = thread_policies(dashboard.id());
+    assert!(policies.len() >= 3, "the server, the pacer and the streams' threads: {policies:?}");
+    for (tid, policy) in &policies {
+        assert_eq!(
+            *policy,
+            i64::from(libc::SCHED_IDLE),
+            "thread {tid} of the dashboard is not SCHED_IDLE: {policies:?}"
+        );
+    }
+    let _ = dashboard.kill();
+    let _ = dashboard.wait();
+}

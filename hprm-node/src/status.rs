@@ -671,7 +671,7 @@ pub fn host_report(
     let launch: LaunchInfo = serde_json::from_slice(&std::fs::read(launch_file).ok()?).ok()?;
     let dir = &program_dir(launch_file, &launch);
     let host = launch.hosts.as_ref()?.host.clone();
-    let federates = local_federates(dir, &launch)
+    let federates = local_federates(dir, &launch, &mut StatusFiles::default())
         .into_iter()
         .map(|f| ReportedFederate {
             status: f.status.filter(|_| f.alive),
@@ -842,6 +842,11 @@ fn other_hosts(dir: &Path, launch: &LaunchInfo, now_ns: i64) -> Vec<OtherHost> {
 /// Every program under `base` (see [`runtime_base`]) whose launcher is
 /// alive, oldest first. Unreadable or foreign directories are skipped.
 pub fn scan(base: &Path) -> Vec<Running> {
+    scan_with(base, &mut StatusFiles::default())
+}
+
+/// [`scan`], with the status files parsed through `files`.
+fn scan_with(base: &Path, files: &mut StatusFiles) -> Vec<Running> {
     let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
     let now = wall_ns();
     let mut found: Vec<Running> = entries
@@ -853,7 +858,7 @@ pub fn scan(base: &Path) -> Vec<Running> {
             if !alive(launch.pid) {
                 return None;
             }
-            let federates = local_federates(&dir, &launch);
+            let federates = local_federates(&dir, &launch, files);
             let elsewhere = remote_federates(&dir, &launch, now);
             let other_hosts = other_hosts(&dir, &launch, now);
             Some(Running { launch, launch_dir: dir, federates, elsewhere, other_hosts })
@@ -869,6 +874,11 @@ pub fn scan(base: &Path) -> Vec<Running> {
 /// hosts' reports, which it removes as it stops). Its start is the
 /// federation's, once a federate or the RTI reports it.
 pub fn scan_deployed(base: &Path) -> Vec<Running> {
+    scan_deployed_with(base, &mut StatusFiles::default())
+}
+
+/// [`scan_deployed`], with the status files parsed through `files`.
+fn scan_deployed_with(base: &Path, files: &mut StatusFiles) -> Vec<Running> {
     let Ok(entries) = std::fs::read_dir(base) else { return Vec::new() };
     let now = wall_ns();
     let mut found: Vec<Running> = entries
@@ -881,7 +891,7 @@ pub fn scan_deployed(base: &Path) -> Vec<Running> {
                 return None;
             }
             let dir = launch.runtime_dir.clone();
-            let federates = local_federates(&dir, &launch);
+            let federates = local_federates(&dir, &launch, files);
             let rti = read_rti_figures(&dir, &launch);
             let elsewhere = remote_federates(&dir, &launch, now);
             let other_hosts = other_hosts(&dir, &launch, now);
@@ -911,9 +921,94 @@ pub fn scan_deployed(base: &Path) -> Vec<Running> {
 /// launch files under `deployed_base` ([`scan_deployed`], by name). The
 /// one way `hprm ps`, `hprm topic` and the dashboard find programs.
 pub fn discover(runtime_base: &Path, deployed_base: &Path) -> Vec<Running> {
-    let mut found = scan(runtime_base);
-    found.extend(scan_deployed(deployed_base));
+    discover_with(runtime_base, deployed_base, &mut StatusFiles::default())
+}
+
+/// [`discover`] for a reader that reads again and again (the dashboard):
+/// `files` keeps the status files it parsed, and parses again only those
+/// rewritten since.
+pub fn discover_with(runtime_base: &Path, deployed_base: &Path, files: &mut StatusFiles) -> Vec<Running> {
+    let mut found = scan_with(runtime_base, files);
+    found.extend(scan_deployed_with(deployed_base, files));
+    files.forget_unread();
     found
+}
+
+/// Federates' status files as last parsed, so that a reader that reads
+/// them more often than they change parses each version once: a federate
+/// rewrites its file once a [`STATUS_PERIOD`], and with the timeline of its
+/// last runs it is the bulk of what a dashboard reads (hundreds of KB for
+/// a busy federate), while the dashboard's `/events` and `/metrics` read
+/// on periods of their own.
+///
+/// A version is the file's inode, modification time and length: a status
+/// file is only ever replaced whole, by a rename ([`replace`]), never
+/// written in place, so a new version has a new inode or (an inode number
+/// reused at once) a new modification time. A file replaced between the
+/// look at its version and its read is stored under the older version,
+/// and so parsed again next time: never a stale status, at worst one
+/// parse more.
+#[derive(Debug, Default)]
+pub struct StatusFiles {
+    parsed: std::collections::HashMap<PathBuf, ParsedStatus>,
+    /// Files parsed in all (what the cache saves shows against reads).
+    parses: u64,
+}
+
+#[derive(Debug)]
+struct ParsedStatus {
+    version: FileVersion,
+    status: FederateStatus,
+    /// Read since the last [`StatusFiles::forget_unread`].
+    read: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct FileVersion {
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+impl StatusFiles {
+    /// The status in the file at `path` (`None`: missing or unreadable).
+    pub fn read(&mut self, path: &Path) -> Option<FederateStatus> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        let version = FileVersion { inode: meta.ino(), modified: meta.modified().ok(), len: meta.len() };
+        if let Some(p) = self.parsed.get_mut(path) {
+            if p.version == version {
+                p.read = true;
+                return Some(p.status.clone());
+            }
+        }
+        let status: FederateStatus = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        self.parses += 1;
+        self.parsed.insert(path.to_owned(), ParsedStatus { version, status: status.clone(), read: true });
+        Some(status)
+    }
+
+    /// How many files it parsed in all.
+    pub fn parses(&self) -> u64 {
+        self.parses
+    }
+
+    /// How many files it holds.
+    pub fn len(&self) -> usize {
+        self.parsed.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.parsed.is_empty()
+    }
+
+    /// Forgets the files not read since the last call (federates and
+    /// programs that ended), so that a long-running reader holds only
+    /// what is running.
+    fn forget_unread(&mut self) {
+        self.parsed.retain(|_, p| std::mem::take(&mut p.read));
+    }
 }
 
 /// Name of the manifest a launcher (or `hprm deploy`) writes beside
@@ -960,14 +1055,12 @@ impl Running {
 }
 
 /// The federates `launch` started in `dir`, each with its status file.
-fn local_federates(dir: &Path, launch: &LaunchInfo) -> Vec<FederateView> {
+fn local_federates(dir: &Path, launch: &LaunchInfo, files: &mut StatusFiles) -> Vec<FederateView> {
     launch
         .federates
         .iter()
         .map(|f| {
-            let status = std::fs::read(status_path(&launch.federate_dir(dir, &f.name), &f.name))
-                .ok()
-                .and_then(|t| serde_json::from_slice::<FederateStatus>(&t).ok());
+            let status = files.read(&status_path(&launch.federate_dir(dir, &f.name), &f.name));
             let pid = status.as_ref().map_or(f.pid, |s| s.pid);
             FederateView {
                 name: f.name.clone(),
@@ -1000,6 +1093,33 @@ mod tests {
             }),
             deployed: false,
         }
+    }
+
+    #[test]
+    fn status_files_are_parsed_once_per_version_and_forgotten_when_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = StatusFiles::default();
+        let (a, b) = (status_path(dir.path(), "a"), status_path(dir.path(), "b"));
+        replace(&a, &serde_json::to_vec(&status("a", 1)).unwrap()).unwrap();
+        replace(&b, &serde_json::to_vec(&status("b", 1)).unwrap()).unwrap();
+        assert_eq!(files.read(&a).map(|s| s.tag_ns), Some(1));
+        assert_eq!(files.read(&b).map(|s| s.tag_ns), Some(1));
+        // Unchanged: the same status, not parsed again.
+        assert_eq!(files.read(&a).map(|s| s.tag_ns), Some(1));
+        assert_eq!(files.parses(), 2);
+        // Rewritten (as a federate does, by a rename): parsed again, even
+        // with the same length and within the clock's resolution.
+        replace(&a, &serde_json::to_vec(&status("a", 2)).unwrap()).unwrap();
+        assert_eq!(files.read(&a).map(|s| s.tag_ns), Some(2));
+        assert_eq!(files.parses(), 3);
+        files.forget_unread();
+        // b ended: its file goes, and so does its entry once a pass missed it.
+        std::fs::remove_file(&b).unwrap();
+        assert!(files.read(&b).is_none());
+        assert_eq!(files.read(&a).map(|s| s.tag_ns), Some(2));
+        files.forget_unread();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(files.parses(), 3);
     }
 
     fn status(name: &str, tag_ns: i64) -> FederateStatus {

@@ -8,8 +8,9 @@
 //! is sent per event, and a program that runs without a dashboard pays
 //! nothing for one.
 //!
-//! - [`mod@snapshot`]: what is read, once per request: programs, federates,
-//!   their graph, each store's figures.
+//! - [`mod@snapshot`]: what is read: programs, federates, their graph,
+//!   each store's figures; once per `/metrics` or `/api/programs` request,
+//!   and once a period for all `/events` followers together ([`Shared`]).
 //! - [`metrics`]: a snapshot in the Prometheus text format (`GET /metrics`).
 //! - `page.html`: the page (`GET /`), embedded; it follows `GET /events`
 //!   (server-sent events, a snapshot as JSON every second) and draws the
@@ -20,19 +21,24 @@
 //! Read-only by construction: every route is a GET of a view; nothing in
 //! the page can send a command. It listens on localhost unless told
 //! otherwise.
+//!
+//! Cheap to keep open: with no client it does nothing (its threads block
+//! in accept and on a condition variable); its threads run under
+//! `SCHED_IDLE` ([`yield_to_the_programs`]), so it never takes a core from
+//! the program it watches.
 
 mod metrics;
 mod snapshot;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 
-use snapshot::Reader;
+use snapshot::{Reader, Snapshot};
 
 use crate::ps::Places;
 
@@ -75,18 +81,62 @@ fn page() -> String {
 const EVENT_PERIOD: Duration = Duration::from_secs(1);
 
 pub fn run(args: &DashboardArgs) -> anyhow::Result<i32> {
+    // Before the server's threads exist, so that every one inherits it.
+    yield_to_the_programs();
     let server = bind(args.listen, &args.places)?;
     serve_forever(&server, args.places.clone());
     Ok(0)
 }
 
 /// Starts a dashboard on a thread of its own (`hprm launch --dashboard`):
-/// it lives as long as the process.
+/// it lives as long as the process. The thread binds (so that the server's
+/// own threads are its children and inherit its priority) and says how
+/// that went before this returns.
 pub fn start(listen: SocketAddr) -> anyhow::Result<()> {
     let places = Places::default();
-    let server = bind(listen, &places)?;
-    std::thread::Builder::new().name("hprm-dashboard".into()).spawn(move || serve_forever(&server, places))?;
-    Ok(())
+    let (bound, result) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("hprm-dashboard".into()).spawn(move || {
+        // The launcher's own threads keep their priority: only the
+        // dashboard's yield.
+        yield_to_the_programs();
+        match bind(listen, &places) {
+            Ok(server) => {
+                let _ = bound.send(Ok(()));
+                serve_forever(&server, places);
+            }
+            Err(e) => drop(bound.send(Err(e))),
+        }
+    })?;
+    result.recv().context("the dashboard's thread ended before it listened")?
+}
+
+/// Puts the calling thread, and the threads it starts from now on, under
+/// `SCHED_IDLE`: they run only on a core that nothing else of normal
+/// priority wants.
+///
+/// Why: the dashboard must never compete with the program it watches. Its
+/// figures are counters the federates keep whether watched or not, so a
+/// dashboard held back on a busy machine loses nothing: its next read has
+/// the same counts, later. A program that keeps every core busy shows a
+/// page that updates late; a program with a core to spare (the usual case:
+/// the dashboard wants a few ms of CPU a second, about 10 with a page and
+/// a scrape on the 1 MB broadcast) sees no difference. Lowering one's own
+/// priority needs no privilege; where the kernel refuses anyway, the
+/// dashboard runs at normal priority, and says so.
+fn yield_to_the_programs() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the call's duration;
+        // pid 0 is the calling thread.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        if rc != 0 {
+            tracing::warn!(
+                "cannot lower the dashboard's priority (SCHED_IDLE): {}; it runs at normal priority",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
 }
 
 /// Listens, and says where (port 0 picks one).
@@ -106,26 +156,16 @@ fn bind(listen: SocketAddr, places: &Places) -> anyhow::Result<tiny_http::Server
     Ok(server)
 }
 
-/// One reader for every request, so that each store is asked over one
-/// connection kept open, not one opened per request.
-type SharedReader = Arc<Mutex<Reader>>;
-
-fn snapshot(reader: &SharedReader) -> snapshot::Snapshot {
-    // A request thread that panicked mid-read left nothing half-written
-    // that matters: the next read starts afresh.
-    reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).read()
-}
-
 fn serve_forever(server: &tiny_http::Server, places: Places) {
-    let reader: SharedReader = Arc::new(Mutex::new(Reader::new(places)));
+    let shared = Arc::new(Shared::new(Reader::new(places)));
     for request in server.incoming_requests() {
-        let reader = reader.clone();
+        let shared = shared.clone();
         // One thread per request: `/events` holds its connection open.
-        std::thread::spawn(move || serve(request, &reader));
+        std::thread::spawn(move || serve(request, &shared));
     }
 }
 
-fn serve(request: tiny_http::Request, reader: &SharedReader) {
+fn serve(request: tiny_http::Request, shared: &Arc<Shared>) {
     let header = |v: &str| tiny_http::Header::from_bytes(&b"Content-Type"[..], v.as_bytes()).ok();
     let respond = |request: tiny_http::Request, code: u16, content_type: &str, body: String| {
         let mut r = tiny_http::Response::from_string(body).with_status_code(code);
@@ -145,33 +185,177 @@ fn serve(request: tiny_http::Request, reader: &SharedReader) {
             request,
             200,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics::encode_text(&snapshot(reader)),
+            // Encoded straight from the read: no JSON made for a scrape.
+            metrics::encode_text(&shared.fresh()),
         ),
-        "/api/programs" => {
-            let body = serde_json::to_string(&snapshot(reader)).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-            respond(request, 200, "application/json", body)
-        }
-        "/events" => events(request, reader),
+        "/api/programs" => respond(request, 200, "application/json", Read::new(&shared.fresh()).json),
+        "/events" => events(request, shared),
         _ => respond(request, 404, "text/plain", format!("no page {path}; try / or /metrics\n")),
     }
 }
 
-/// `/events`: a snapshot every [`EVENT_PERIOD`] until the browser goes (a
-/// write fails). Written on the raw connection, each event flushed at once:
-/// a chunked response body would wait for a full chunk.
-fn events(request: tiny_http::Request, reader: &SharedReader) {
+/// `/events`: the followers' snapshot every [`EVENT_PERIOD`] (see
+/// [`Shared::follow`]) until the browser goes (a write fails). Written on
+/// the raw connection, each event flushed at once: a chunked response body
+/// would wait for a full chunk.
+fn events(request: tiny_http::Request, shared: &Arc<Shared>) {
     let mut out = request.into_writer();
     let head =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
     if out.write_all(head.as_bytes()).and_then(|()| out.flush()).is_err() {
         return;
     }
+    let mut follower = Shared::follow(shared);
     loop {
-        let Ok(json) = serde_json::to_string(&snapshot(reader)) else { return };
-        if out.write_all(format!("data: {json}\n\n").as_bytes()).and_then(|()| out.flush()).is_err() {
+        let read = follower.next();
+        let sent = out
+            .write_all(b"data: ")
+            .and_then(|()| out.write_all(read.json.as_bytes()))
+            .and_then(|()| out.write_all(b"\n\n"))
+            .and_then(|()| out.flush());
+        if sent.is_err() {
             return;
         }
-        std::thread::sleep(EVENT_PERIOD);
+    }
+}
+
+/// One read of every program as JSON (the `/events` data and the
+/// `/api/programs` body), serialised once for every client that gets it.
+struct Read {
+    json: String,
+}
+
+impl Read {
+    fn new(snapshot: &Snapshot) -> Read {
+        let json = serde_json::to_string(snapshot).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        Read { json }
+    }
+}
+
+/// What the clients share: one [`Reader`] (so that each store is asked
+/// over one connection kept open, not one per request) and the followers'
+/// reads.
+///
+/// Invariant: while `/events` has followers, one thread (the pacer, see
+/// [`Shared::pace`]) reads once per [`EVENT_PERIOD`] and every follower
+/// sends that read: N browsers cost one read and one serialisation a
+/// period, not N. With no follower the pacer waits on a condition
+/// variable, without a timeout: a dashboard nobody watches does nothing.
+struct Shared {
+    reader: Mutex<Reader>,
+    followers: Mutex<Followers>,
+    /// Signalled when a read is published or the followers change.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Followers {
+    /// How many `/events` streams are open.
+    count: usize,
+    /// The pacer's last read, and its number (0: none yet).
+    latest: Option<Arc<Read>>,
+    generation: u64,
+    /// Whether the pacer thread runs (started with the first follower).
+    pacing: bool,
+}
+
+impl Shared {
+    fn new(reader: Reader) -> Shared {
+        Shared { reader: Mutex::new(reader), followers: Mutex::new(Followers::default()), changed: Condvar::new() }
+    }
+
+    // A thread that panicked while holding one of these locks left nothing
+    // half-written that matters: a read starts afresh, and the followers'
+    // state is a count and a pointer.
+    fn followers(&self) -> std::sync::MutexGuard<'_, Followers> {
+        self.followers.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A read made now, for one request (`/metrics`, `/api/programs`): a
+    /// scrape gets the figures as they are when it asks (the status files
+    /// the pacer's read parsed and that are unchanged are not parsed again).
+    fn fresh(&self) -> Snapshot {
+        self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).read()
+    }
+
+    /// Joins the `/events` followers (starting the pacer with the first).
+    fn follow(shared: &Arc<Shared>) -> Follower {
+        let mut f = shared.followers();
+        f.count += 1;
+        if !f.pacing {
+            f.pacing = true;
+            let pacer = shared.clone();
+            let spawned = std::thread::Builder::new().name("hprm-dashboard-pacer".into()).spawn(move || pacer.pace());
+            if let Err(e) = spawned {
+                f.pacing = false;
+                tracing::warn!("cannot start the dashboard's pacer thread: {e}; /events will send nothing");
+            }
+        }
+        shared.changed.notify_all();
+        // A new follower gets the pacer's last read at once (at most a
+        // period old), or, with none, the read the pacer makes as soon as
+        // it has a follower.
+        let seen = if f.latest.is_some() { f.generation - 1 } else { f.generation };
+        Follower { shared: shared.clone(), seen }
+    }
+
+    /// The pacer: while anyone follows, a read a period, published to all.
+    fn pace(&self) {
+        loop {
+            {
+                let mut f = self.followers();
+                while f.count == 0 {
+                    f = self.changed.wait(f).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
+            let read = Arc::new(Read::new(&self.fresh()));
+            {
+                let mut f = self.followers();
+                f.latest = Some(read);
+                f.generation += 1;
+                self.changed.notify_all();
+                // A period to the next read; early only for a follower that
+                // came after the last one left (it has no read to start
+                // from), never for one more beside others: one read a period.
+                let early = |f: &mut Followers| f.count > 0 && f.latest.is_none();
+                drop(self.changed.wait_timeout_while(f, EVENT_PERIOD, |f| !early(f)));
+            }
+        }
+    }
+}
+
+/// One `/events` stream's place among the followers; leaving (dropped when
+/// the stream ends) lets the pacer stop when it was the last.
+struct Follower {
+    shared: Arc<Shared>,
+    /// The generation of the last read it got.
+    seen: u64,
+}
+
+impl Follower {
+    /// The next read after the last one this follower got.
+    fn next(&mut self) -> Arc<Read> {
+        let mut f = self.shared.followers();
+        loop {
+            if f.generation > self.seen {
+                if let Some(read) = &f.latest {
+                    self.seen = f.generation;
+                    return read.clone();
+                }
+            }
+            f = self.shared.changed.wait(f).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let mut f = self.shared.followers();
+        f.count -= 1;
+        if f.count == 0 {
+            // Nobody to send it to: the last read goes with its last reader.
+            f.latest = None;
+        }
     }
 }
 
@@ -190,6 +374,87 @@ mod tests {
             .iter()
             .map(|k| (k["name"].as_str().expect("a name").to_string(), k["lost"].as_bool().expect("lost or late")))
             .collect()
+    }
+
+    /// Shared state over two empty directories: reads find no program.
+    fn nothing_running() -> (Arc<Shared>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let places = Places { runtime_base: Some(dir.path().join("run")), deployed: dir.path().join("etc") };
+        (Arc::new(Shared::new(Reader::new(places))), dir)
+    }
+
+    fn generation(shared: &Shared) -> u64 {
+        shared.followers().generation
+    }
+
+    #[test]
+    fn followers_share_one_read_a_period_and_the_pacer_rests_without_them() {
+        let (shared, _dir) = nothing_running();
+        let mut first = Shared::follow(&shared);
+        let one = first.next();
+        assert_eq!(generation(&shared), 1, "the first follower's read is made at once");
+        // A second follower starts from the same read, not from one of its own.
+        let mut second = Shared::follow(&shared);
+        let also = second.next();
+        assert!(Arc::ptr_eq(&one, &also), "a second follower got a read of its own");
+        assert!(one.json.contains("\"programs\":[]"), "{}", one.json);
+        // The next period's read, one for both.
+        let (a, b) = (first.next(), second.next());
+        assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &one));
+        assert_eq!(generation(&shared), 2);
+        drop((first, second));
+        // Nobody follows: the pacer may finish the period it was in, then
+        // reads nothing more.
+        std::thread::sleep(EVENT_PERIOD * 2);
+        let resting = generation(&shared);
+        std::thread::sleep(EVENT_PERIOD * 2);
+        assert_eq!(generation(&shared), resting, "the pacer read for no follower");
+        assert!(shared.followers().latest.is_none(), "the last read outlived its readers");
+        // A follower coming back is served at once, by the same pacer.
+        let mut again = Shared::follow(&shared);
+        again.next();
+        assert_eq!(generation(&shared), resting + 1);
+    }
+
+    /// The scheduling policy of thread `tid` of this process, from
+    /// `/proc/self/task/TID/stat` (field 41).
+    #[cfg(target_os = "linux")]
+    fn policy_of(tid: i64) -> i64 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("the thread's stat");
+        let rest = &stat[stat.rfind(')').expect("the command's end") + 1..];
+        // Fields count from 3 after the command; the policy is the 41st.
+        rest.split_whitespace().nth(41 - 3).expect("a policy field").parse().expect("a number")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_dashboards_threads_yield_and_the_launchers_keep_their_priority() {
+        // SAFETY: gettid has no preconditions.
+        let tid = || i64::from(unsafe { libc::gettid() });
+        let me = tid();
+        // Both threads stay alive until asked: an ended thread has no stat.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            yield_to_the_programs();
+            let (ctx, crx) = std::sync::mpsc::channel();
+            let (cgo, cwait) = std::sync::mpsc::channel::<()>();
+            let child = std::thread::spawn(move || {
+                ctx.send(tid()).expect("the parent waits");
+                let _ = cwait.recv();
+            });
+            tx.send((tid(), crx.recv().expect("the child's id"))).expect("the test waits");
+            let _ = wait.recv();
+            drop(cgo);
+            child.join().expect("the child thread");
+        });
+        let (dashboard, child) = rx.recv().expect("the yielding thread's ids");
+        // A thread it starts afterwards (a request's, the pacer) inherits it.
+        assert_eq!(policy_of(dashboard), i64::from(libc::SCHED_IDLE), "the dashboard's thread");
+        assert_eq!(policy_of(child), i64::from(libc::SCHED_IDLE), "a thread the dashboard started");
+        assert_eq!(policy_of(me), i64::from(libc::SCHED_OTHER), "the thread that started the dashboard");
+        drop(go);
+        holder.join().expect("the yielding thread");
     }
 
     #[test]

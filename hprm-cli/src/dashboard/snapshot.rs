@@ -1,4 +1,5 @@
-//! What the dashboard shows, read afresh for each request: the programs
+//! What the dashboard shows, read afresh for each request (a status file
+//! parsed again only once its federate rewrote it): the programs
 //! launched or deployed on this host (`hprm_node::status::discover`, as
 //! `hprm ps`, with the federates of their other hosts that the links
 //! mirror here), each one's graph (the manifest beside its launch file)
@@ -8,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use hprm_node::manifest::Manifest;
-use hprm_node::status::{FederateStatus, RtiPlace, RtiProcess, StoreFigures, StoreReport};
+use hprm_node::status::{FederateStatus, RtiPlace, RtiProcess, StatusFiles, StoreFigures, StoreReport};
 use hprm_rti::figures::RtiFigures;
 use hprm_store::{ConnectOptions, StoreClient};
 use serde::Serialize;
@@ -111,6 +112,10 @@ pub struct Reader {
     /// This machine's name, the host of federates of programs without hosts.
     host: String,
     stores: HashMap<PathBuf, StoreClient>,
+    /// The federates' status files as last parsed: `/events` and
+    /// `/metrics` read on periods of their own, and a file is parsed once
+    /// whichever reads it first after the federate rewrote it.
+    status_files: StatusFiles,
     /// The programs whose RTI's figures this reader could not read, each
     /// logged once (until they are readable again): snapshots come every
     /// second.
@@ -119,7 +124,13 @@ pub struct Reader {
 
 impl Reader {
     pub fn new(places: Places) -> Reader {
-        Reader { places, host: hostname(), stores: HashMap::new(), unreadable: HashSet::new() }
+        Reader {
+            places,
+            host: hostname(),
+            stores: HashMap::new(),
+            status_files: StatusFiles::default(),
+            unreadable: HashSet::new(),
+        }
     }
 
     /// Logs, once, that `program`'s RTI's figures are unreadable (`why`),
@@ -138,7 +149,7 @@ impl Reader {
         let here = self.host.clone();
         let programs = self
             .places
-            .running()
+            .running_with(&mut self.status_files)
             .into_iter()
             .map(|r| {
                 let manifest = r.manifest();

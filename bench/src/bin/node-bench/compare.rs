@@ -4,6 +4,7 @@
 //! launch picks its daemons.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use hprm_bench::summary::median;
@@ -112,6 +113,8 @@ pub(crate) fn compare(daemons: [Daemons; 2], dashboard_b: Option<&Path>, run: Ru
     let size = if workload == Workload::Rate { RATE_SIZE } else { size };
     eprintln!("node-bench compare: {workload:?} over {}, {size} B, {rounds} rounds, {launches} launches of each build; {what}", coord.label());
     let mut figures = [Vec::new(), Vec::new()];
+    // The dashboard's own CPU time and run time over side B's launches.
+    let (mut dashboard_cpu, mut dashboard_wall, mut cpu_known) = (Duration::ZERO, Duration::ZERO, true);
     for i in 1..=launches {
         for (side, co) in sides.iter().enumerate() {
             let warmup = rounds / 10;
@@ -121,7 +124,11 @@ pub(crate) fn compare(daemons: [Daemons; 2], dashboard_b: Option<&Path>, run: Ru
             };
             let l = co.launch(co.spec(workload, coord, size, rounds, warmup, Variant::Echo))?;
             if let Some(w) = watched {
-                let reads = w.stop();
+                let crate::watch::Watching { reads, cpu, wall } = w.stop();
+                match cpu {
+                    Some(cpu) => (dashboard_cpu, dashboard_wall) = (dashboard_cpu + cpu, dashboard_wall + wall),
+                    None => cpu_known = false,
+                }
                 if reads == 0 {
                     bail!("the dashboard was never read during launch {i}: the measurement would not show its cost");
                 }
@@ -167,6 +174,14 @@ pub(crate) fn compare(daemons: [Daemons; 2], dashboard_b: Option<&Path>, run: Ru
         );
     }
     println!("  B / A: {:.2}x", medians[1] / medians[0]);
+    if dashboard_b.is_some() && cpu_known {
+        println!(
+            "  the dashboard's own CPU: {:.1} ms a second ({:.2} s over {:.1} s of watched launches)",
+            dashboard_cpu.as_secs_f64() * 1e3 / dashboard_wall.as_secs_f64().max(1e-9),
+            dashboard_cpu.as_secs_f64(),
+            dashboard_wall.as_secs_f64()
+        );
+    }
     Ok(())
 }
 

@@ -12,13 +12,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 /// A running dashboard and its readers; [`Watched::stop`] ends them.
 pub(crate) struct Watched {
     dashboard: Child,
+    started: Instant,
     stop: Arc<AtomicBool>,
     reads: Arc<AtomicU64>,
     readers: Vec<JoinHandle<()>>,
@@ -61,11 +62,15 @@ impl Watched {
                 }
             })
         };
-        Ok(Watched { dashboard, stop, reads, readers: vec![events, scrapes] })
+        Ok(Watched { dashboard, started: Instant::now(), stop, reads, readers: vec![events, scrapes] })
     }
 
-    /// Stops the readers and the dashboard; how many reads they made.
-    pub(crate) fn stop(mut self) -> u64 {
+    /// Stops the readers and the dashboard: how many reads they made, and
+    /// what the dashboard's process cost.
+    pub(crate) fn stop(mut self) -> Watching {
+        let wall = self.started.elapsed();
+        // Read before the kill: a reaped process has no /proc entry.
+        let cpu = cpu_time(self.dashboard.id());
         self.stop.store(true, Ordering::Relaxed);
         // The events reader is blocked in a read: ending the dashboard ends it.
         let _ = self.dashboard.kill();
@@ -73,8 +78,34 @@ impl Watched {
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
-        self.reads.load(Ordering::Relaxed)
+        Watching { reads: self.reads.load(Ordering::Relaxed), cpu, wall }
     }
+}
+
+/// What one watched launch's dashboard did.
+pub(crate) struct Watching {
+    /// Snapshots and scrapes its readers got.
+    pub(crate) reads: u64,
+    /// The CPU time its process used (every thread, ended ones included);
+    /// `None` where /proc could not tell.
+    pub(crate) cpu: Option<Duration>,
+    /// How long it ran.
+    pub(crate) wall: Duration,
+}
+
+/// The user and system CPU time of process `pid` so far, from
+/// `/proc/PID/stat` (which counts the threads that ended too, unlike the
+/// per-thread schedstat), in USER_HZ ticks: 100 a second on Linux's x86
+/// and Arm ABIs, so the figure is good to 10 ms per launch.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: fields count from
+    // after its closing one (utime and stime are fields 14 and 15).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
 
 /// GETs `path` and reads the whole answer.
