@@ -453,10 +453,10 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
     }
 }
 
-/// The scheduling policy of each thread of process `pid` (field 41 of
+/// The nice value of each thread of process `pid` (field 19 of
 /// `/proc/PID/task/TID/stat`), by thread id.
 #[cfg(target_os = "linux")]
-fn thread_policies(pid: u32) -> Vec<(String, i64)> {
+fn thread_nices(pid: u32) -> Vec<(String, i64)> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
     tasks
         .filter_map(|t| {
@@ -464,13 +464,13 @@ fn thread_policies(pid: u32) -> Vec<(String, i64)> {
             // A thread that ended since the listing has no stat.
             let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
             let rest = &stat[stat.rfind(')')? + 1..];
-            Some((tid, rest.split_whitespace().nth(41 - 3)?.parse().ok()?))
+            Some((tid, rest.split_whitespace().nth(19 - 3)?.parse().ok()?))
         })
         .collect()
 }
 
 /// What watching costs the watched: `hprm dashboard` runs every thread
-/// under SCHED_IDLE (it never competes with a program for a core), and
+/// at nice 10 (the program it watches comes first on a busy core), and
 /// its `/events` followers share one read a period: two browsers get the
 /// same snapshots, not one each.
 #[cfg(target_os = "linux")]
@@ -515,14 +515,10 @@ fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
     let start = start.unwrap_or_else(|| panic!("b's first snapshot is none of a's: a {from_a:?}, b {from_b:?}"));
     from_a.extend((0..start).map(|_| next_event(&mut a)));
     assert_eq!(from_a[start..start + 3], from_b[..], "the followers got reads of their own");
-    let policies = thread_policies(dashboard.id());
-    assert!(policies.len() >= 3, "the server, the pacer and the streams' threads: {policies:?}");
-    for (tid, policy) in &policies {
-        assert_eq!(
-            *policy,
-            i64::from(libc::SCHED_IDLE),
-            "thread {tid} of the dashboard is not SCHED_IDLE: {policies:?}"
-        );
+    let nices = thread_nices(dashboard.id());
+    assert!(nices.len() >= 3, "the server, the pacer and the streams' threads: {nices:?}");
+    for (tid, nice) in &nices {
+        assert!(*nice >= 10, "thread {tid} of the dashboard is not at nice 10: {nices:?}");
     }
     let _ = dashboard.kill();
     let _ = dashboard.wait();
