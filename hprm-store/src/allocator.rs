@@ -21,10 +21,11 @@
 //! whichever client creates first, so when several processes each write a
 //! fresh large object every round, each keeps landing on blocks it has never
 //! written until it has mapped the whole region in use. [`WarmRanges`]
-//! records what one client has written, and [`Allocator::allocate_warm`]
-//! places its next large object inside that when a free block there fits.
-//! It is a preference only: it never fails a request that best fit would
-//! serve, since the caller falls back to [`Allocator::allocate`].
+//! records what one client has written, and
+//! [`Allocator::allocate_preferring`] places its next large object inside
+//! that when a free block there fits, else outside what other clients have
+//! written. It is a preference only: it never fails a request that best
+//! fit would serve, since the caller falls back to [`Allocator::allocate`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -229,7 +230,7 @@ impl Allocator {
     }
 }
 
-/// Free blocks [`Allocator::allocate_warm`] looks at, at most, per request.
+/// Free blocks [`Allocator::allocate_within`] looks at, at most, per request.
 pub const WARM_SCAN_LIMIT: usize = 256;
 
 /// Objects smaller than this are placed by best fit alone: their pages cost
@@ -410,6 +411,8 @@ mod tests {
     }
 
     #[test]
+    // A list of one range is meant: the ranges a set holds.
+    #[allow(clippy::single_range_in_vec_init)]
     fn warm_ranges_widen_to_pages_merge_and_stay_bounded() {
         let mut w = WarmRanges::default();
         w.insert(Block { offset: 4096 + 64, len: 128 });
@@ -434,6 +437,8 @@ mod tests {
     }
 
     #[test]
+    // A list of one range is meant: the ranges a set holds.
+    #[allow(clippy::single_range_in_vec_init)]
     fn outside_is_the_complement_of_every_set() {
         let a = warm_of(&[Block { offset: 4096, len: 4096 }, Block { offset: 5 * 4096, len: 4096 }]);
         let b = warm_of(&[Block { offset: 4096, len: 2 * 4096 }, Block { offset: 9 * 4096, len: 4096 }]);
