@@ -10,6 +10,15 @@ allocate a new array in the store (``ctx.alloc_array``) and fill it. The
 replies come back one microstep later (``after="0ms"``); the next round is
 sent from the reaction that received the round's last reply.
 
+``--payload reference`` (echo only) measures the same round with nothing
+copied at all: the source copies its array into a store array once and
+sends that same array every round, by reference; its ends keep round 0's
+mark, which the replies are checked against. The source also times a warm
+memcpy of the payload's size (two private arrays, both touched before)
+after the last round, in the same process, while the receivers wait idle
+for the next tag (``memcpy_ns``): issue 23's target
+compares the private round with the by-reference one plus 3 such copies.
+
 Decentralized in fast mode every tag has the start time (only microsteps
 advance), so the STP window is closed after the first tag: replies after
 the first of a round may arrive tardy, at a later tag. The source counts
@@ -42,6 +51,13 @@ def _args(p):
         "would run; default: what a new user gets (256 MiB, not pre-faulted); default-populated: 256 MiB, pre-faulted",
     )
     p.add_argument(
+        "--payload",
+        choices=("private", "reference"),
+        default="private",
+        help="private: the source copies its own array into the store each round; reference: it sends one store "
+        "array every round, by reference (no copy; echo only)",
+    )
+    p.add_argument(
         "--hosts",
         metavar="ADDRESS_A,ADDRESS_B",
         help="span two hosts (bench/hosts): the source and the RTI on host a, the receivers on host b; "
@@ -51,6 +67,23 @@ def _args(p):
 
 ARGS = parse_args(extra=_args)
 SIZE, VARIANT, WARMUP, TOTAL = ARGS.size, ARGS.variant, ARGS.warmup, ARGS.warmup + ARGS.rounds
+BY_REFERENCE = ARGS.payload == "reference"
+if BY_REFERENCE and VARIANT != "echo":
+    raise SystemExit("--payload reference needs --variant echo (fresh replies copy nothing from the source)")
+MEMCPY_SAMPLES = 30
+
+
+def warm_memcpy_ns(src: np.ndarray) -> list[int]:
+    """One copy of `src` into a private array, both already touched, timed
+    MEMCPY_SAMPLES times after 3 untimed."""
+    dst = np.empty_like(src)
+    samples = []
+    for i in range(3 + MEMCPY_SAMPLES):
+        t0 = time.perf_counter_ns()
+        np.copyto(dst, src)
+        if i >= 3:
+            samples.append(time.perf_counter_ns() - t0)
+    return samples
 
 
 def minor_faults() -> int:
@@ -84,15 +117,27 @@ class Source(hprm.Reactor):
         # block in use has been written before (issue 23).
         self.faults_at_warmup: int | None = None
         self.faults = 0
+        self.memcpy_ns: list[int] = []
         self.error: str | None = None
+        # --payload reference: the store array sent every round (made in the
+        # first round: store arrays come from a reaction's context).
+        self.shared = None
 
     def send(self, ctx):
         if self.round == WARMUP:
             self.faults_at_warmup = minor_faults()
-        mark(self.payload, self.round)
+        if BY_REFERENCE:
+            if self.shared is None:
+                self.shared = ctx.alloc_array((SIZE,), np.uint8)
+                np.copyto(self.shared, self.payload)
+                mark(self.shared, 0)
+            data = self.shared
+        else:
+            mark(self.payload, self.round)
+            data = self.payload
         self.replies = 0
         self.stamp = time.perf_counter_ns()
-        ctx.set(self.out, {"round": self.round, "stamp": self.stamp, "data": self.payload})
+        ctx.set(self.out, {"round": self.round, "stamp": self.stamp, "data": data})
         if self.round >= WARMUP:
             self.set_ns.append(time.perf_counter_ns() - self.stamp)
 
@@ -110,7 +155,7 @@ class Source(hprm.Reactor):
             v = port.value
             if v["round"] != self.round:
                 continue
-            problem = reply_problem(v["data"], SIZE, self.round, VARIANT)
+            problem = reply_problem(v["data"], SIZE, 0 if BY_REFERENCE else self.round, VARIANT)
             if problem:
                 self.error = problem
                 ctx.request_stop()
@@ -131,6 +176,7 @@ class Source(hprm.Reactor):
         if self.round >= TOTAL:
             if self.faults_at_warmup is not None:
                 self.faults = minor_faults() - self.faults_at_warmup
+            self.memcpy_ns = warm_memcpy_ns(self.payload)
             ctx.request_stop()
             return
         self.send(ctx)
@@ -140,7 +186,7 @@ class Source(hprm.Reactor):
         if self.error is None and len(self.latency) < ARGS.rounds:
             self.error = f"stopped after {len(self.latency)} of {ARGS.rounds} measured rounds"
         write_result(ARGS.out, self.latency, self.first, self.error, send_ns=self.set_ns, warmup_ns=self.warmup_ns,
-                     minor_faults=self.faults)
+                     minor_faults=self.faults, payload=ARGS.payload, memcpy_ns=self.memcpy_ns)
 
 
 class Receiver(hprm.Reactor):

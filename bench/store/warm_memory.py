@@ -13,12 +13,23 @@ launch's median measured round; its round 1, the last of the echo's
 rounds to land on a block no process has written yet (round 0 does too,
 but it also holds the program's start); and its mean warm-up round after
 the first (rounds 1-4; with fresh replies, blocks keep reaching processes
-that have not written them for several rounds). Progress on stderr; a
-table on stdout.
+that have not written them for several rounds). Each launch's line on
+stderr also gives the minor page faults over the measured rounds of the
+source and of the receivers (their sum): 0 once every process writes only
+pages it has written before. A table on stdout.
+
+``--reference`` adds issue 23's item 6 target, measured in the same run:
+in the default store, each echo launch with the source's private array
+(copied into the store each round) is followed by one of the same program
+with the array re-sent by reference (``broadcast_hprm.py --payload
+reference``: nothing copied), and each source times a warm memcpy of the
+payload's size in its own process. Per side: the private round against
+the by-reference round plus 3 memcpys (medians over launches), met or
+not.
 
     python bench/store/warm_memory.py --store-a OLD/hprm-store [--python-a OLD/venv/bin/python] \\
         [--store-b NEW/hprm-store] [--python-b NEW/venv/bin/python] [--label-a before] [--label-b after] \\
-        [--sizes 10000000,1000000] [--variant echo|fresh] [--launches 3] [--rounds 60]
+        [--sizes 10000000,1000000] [--variant echo|fresh] [--launches 3] [--rounds 60] [--reference]
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 BROADCAST = HERE.parent / "broadcast" / "broadcast_hprm.py"
@@ -50,12 +62,20 @@ def bin_dir(store: Path, python: Path, tmp: Path, name: str) -> Path:
     return d
 
 
+class Launch(NamedTuple):
+    round_us: float  # median measured round
+    round1_us: float
+    warmup_us: float  # mean of warm-up rounds 1..
+    memcpy_us: float  # median warm memcpy of the size, in the source's process
+    source_faults: int  # over the measured rounds
+    receiver_faults: int  # summed over the receivers
+
+
 def one_launch(python: Path, bins: Path, store: str, size: int, variant: str, rounds: int,
-               out: Path) -> tuple[float, float, float]:
-    """(median measured round, round 1, mean of warm-up rounds 1..), in µs."""
+               out: Path, payload: str = "private") -> Launch:
     env = dict(os.environ, HPRM_BIN_DIR=str(bins), RUST_LOG="error", NO_COLOR="1")
     cmd = [str(python), str(BROADCAST), "--coordination", "centralized", "--size", str(size), "--variant", variant,
-           "--rounds", str(rounds), "--warmup", str(WARMUP), "--store", store, "--out", str(out)]
+           "--rounds", str(rounds), "--warmup", str(WARMUP), "--store", store, "--payload", payload, "--out", str(out)]
     r = subprocess.run(cmd, env=env, cwd=BROADCAST.parent, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise SystemExit(f"broadcast_hprm.py failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -63,7 +83,10 @@ def one_launch(python: Path, bins: Path, store: str, size: int, variant: str, ro
     if doc.get("error"):
         raise SystemExit(f"broadcast_hprm.py reported: {doc['error']}")
     early = doc["warmup_ns"][1:]
-    return statistics.median(doc["latency_ns"]) / 1e3, early[0] / 1e3, statistics.mean(early) / 1e3
+    receivers = [json.loads(f.read_text()) for f in sorted(out.parent.glob(f"{out.name}.recv*"))]
+    return Launch(statistics.median(doc["latency_ns"]) / 1e3, early[0] / 1e3, statistics.mean(early) / 1e3,
+                  statistics.median(doc["memcpy_ns"] or [0]) / 1e3, doc["minor_faults"],
+                  sum(r.get("minor_faults", 0) for r in receivers))
 
 
 def main() -> None:
@@ -81,24 +104,38 @@ def main() -> None:
                     help="the receivers send the array back (echo) or a new one of theirs (fresh)")
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--reference", action="store_true",
+                    help="also the echo with the array re-sent by reference, in the default store (issue 23's target)")
     a = ap.parse_args()
+    if a.reference and a.variant != "echo":
+        ap.error("--reference compares echo rounds; leave out --variant fresh")
     store_b = a.store_b or Path(shutil.which("hprm-store", path=str(a.python_b.parent)) or "hprm-store")
     sides = {"A": (a.python_a, a.store_a), "B": (a.python_b, store_b)}
     rows = []
+    # (size, side) -> the default store's private launches and by-reference ones
+    target: dict[tuple[int, str], tuple[list[Launch], list[Launch]]] = {}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         dirs = {side: bin_dir(store, python, tmp, side) for side, (python, store) in sides.items()}
         for size in (int(s) for s in a.sizes.split(",")):
             for store in ("default", "default-populated"):
-                got: dict[str, list[tuple[float, float, float]]] = {"A": [], "B": []}
+                got: dict[str, list[Launch]] = {"A": [], "B": []}
                 for i in range(a.launches):
                     for side in ("A", "B"):
-                        out = tmp / f"{side}-{store}-{size}-{i}.json"
-                        us = one_launch(sides[side][0], dirs[side], store, size, a.variant, a.rounds, out)
-                        got[side].append(us)
-                        print(f"  {size} B, {store} store, launch {i + 1}/{a.launches}, {side}: "
-                              f"round {us[0] / 1e3:.2f} ms, round 1 {us[1] / 1e3:.2f} ms, warm-up rounds {us[2] / 1e3:.2f} ms",
-                              file=sys.stderr)
+                        payloads = ("private", "reference") if a.reference and store == "default" else ("private",)
+                        for payload in payloads:
+                            out = tmp / f"{side}-{store}-{size}-{payload}-{i}" / "out.json"
+                            out.parent.mkdir()
+                            us = one_launch(sides[side][0], dirs[side], store, size, a.variant, a.rounds, out, payload)
+                            if payload == "private":
+                                got[side].append(us)
+                            if len(payloads) > 1:
+                                target.setdefault((size, side), ([], []))[payloads.index(payload)].append(us)
+                            print(f"  {size} B, {store} store, {payload}, launch {i + 1}/{a.launches}, {side}: "
+                                  f"round {us.round_us / 1e3:.2f} ms, round 1 {us.round1_us / 1e3:.2f} ms, warm-up rounds "
+                                  f"{us.warmup_us / 1e3:.2f} ms, memcpy {us.memcpy_us / 1e3:.3f} ms, faults in the measured "
+                                  f"rounds: source {us.source_faults}, receivers {us.receiver_faults}; load average "
+                                  f"{os.getloadavg()[0]:.1f}", file=sys.stderr)
                 med = {s: tuple(statistics.median(x[k] for x in got[s]) for k in (0, 1, 2)) for s in got}
                 rows.append((size, store, med["A"], med["B"]))
     print(f"Python broadcast and gather, 4 receivers ({a.variant}), centralized, {a.launches} alternating launches a side, "
@@ -115,6 +152,15 @@ def main() -> None:
             (da, db), (pa, pb) = by[(size, "default")], by[(size, "default-populated")]
             print(f"{size:>10}  default / populated: "
                   + "; ".join(f"{h}: A {da[k] / pa[k]:.2f}x, B {db[k] / pb[k]:.2f}x" for k, h in enumerate(heads)))
+
+    for (size, side), (private, by_ref) in sorted(target.items()):
+        p, r, m = (statistics.median(x.round_us for x in private), statistics.median(x.round_us for x in by_ref),
+                   statistics.median(x.memcpy_us for x in private + by_ref))
+        bound = r + 3 * m
+        label = a.label_a if side == "A" else a.label_b
+        print(f"{size:>10}  target (issue 23, item 6), {side} ({label}), default store: private-array round "
+              f"{p / 1e3:.2f} ms <= by-reference round {r / 1e3:.2f} ms + 3 x memcpy {m / 1e3:.3f} ms = "
+              f"{bound / 1e3:.2f} ms: {'met' if p <= bound else 'NOT met'} ({p / bound:.2f}x the bound)")
 
 
 if __name__ == "__main__":

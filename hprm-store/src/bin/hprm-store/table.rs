@@ -44,7 +44,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hprm_store::allocator::{block_len, Allocator, Block};
+use hprm_store::allocator::{block_len, Allocator, Block, WarmRanges, WARM_MIN_OBJECT};
 use hprm_store::arena::Arena;
 use hprm_store::bytesize::ByteSize;
 use hprm_store::protocol::message::{
@@ -210,6 +210,12 @@ struct ClientRecord {
     /// Redeliveries of an object sent while this client's claim of it was
     /// still waiting: applied, in order, when the claim completes.
     deferred_redeliveries: HashMap<ObjectId, u32>,
+    /// The arena ranges this client has created large objects in, so has
+    /// mapped for writing: where its next large object goes when a free
+    /// block there fits (see `allocator.rs`, warm placement). One client
+    /// is one connection, which is one process for the SDKs; a process
+    /// with several connections only loses some of the preference.
+    warm: WarmRanges,
 }
 
 struct GetWaiter {
@@ -438,7 +444,7 @@ impl ObjectTable {
         };
         let over = self.over_quota(client, len) && !self.evict_own(client, len);
         if !over {
-            if let Some(block) = self.allocate(len) {
+            if let Some(block) = self.allocate_for(client, len) {
                 return Outcome::Reply(self.place(client, id, block, data_size, metadata, deliveries));
             }
         }
@@ -563,6 +569,28 @@ impl ObjectTable {
         )
     }
 
+    /// Allocates `len` bytes for an object `client` creates: a large one
+    /// where the client wrote before, else where no other client did
+    /// ([`Allocator::allocate_preferring`]); else, and a small one, as
+    /// [`ObjectTable::allocate`] does.
+    fn allocate_for(&mut self, client: ClientId, len: u64) -> Option<Block> {
+        if len >= WARM_MIN_OBJECT {
+            let none = WarmRanges::default();
+            let own = self.clients.get(&client).map_or(&none, |c| &c.warm);
+            let others: Vec<&WarmRanges> =
+                self.clients.iter().filter(|(&id, _)| id != client).map(|(_, c)| &c.warm).collect();
+            if let Some(block) = self.allocator.allocate_preferring(len, own, &others) {
+                tracing::trace!(client, offset = block.offset, len, "placed warm for the client");
+                return Some(block);
+            }
+        }
+        let block = self.allocate(len);
+        if len >= WARM_MIN_OBJECT {
+            tracing::trace!(client, offset = ?block.map(|b| b.offset), len, "placed by best fit");
+        }
+        block
+    }
+
     /// Allocates `len` bytes, evicting least-recently-used objects as needed.
     /// Evicts nothing when even evicting everything evictable would not free
     /// enough bytes.
@@ -625,7 +653,12 @@ impl ObjectTable {
                 created_at: Instant::now(),
             },
         );
-        self.clients.entry(client).or_default().unsealed.insert(id);
+        let record = self.clients.entry(client).or_default();
+        record.unsealed.insert(id);
+        if block.len >= WARM_MIN_OBJECT {
+            // The client writes the object next, mapping its pages.
+            record.warm.insert(block);
+        }
         Reply::Created(placement)
     }
 
@@ -1447,11 +1480,12 @@ impl ObjectTable {
                 continue;
             }
             let len = block_len(c.data_size + c.metadata.len() as u64).unwrap_or(u64::MAX);
-            if self.over_quota(c.client, len) && !self.evict_own(c.client, len) {
+            let client = c.client;
+            if self.over_quota(client, len) && !self.evict_own(client, len) {
                 i += 1;
                 continue;
             }
-            match self.allocate(len) {
+            match self.allocate_for(client, len) {
                 Some(block) => {
                     let c = self.creates.remove(i).expect("index in range");
                     self.end_wait(c.client);
@@ -1570,6 +1604,67 @@ mod tests {
         }
     }
     impl<T> Pipe for T {}
+
+    fn created_at(t: &mut ObjectTable, c: ClientId, id: ObjectId, size: u64) -> u64 {
+        match create(t, c, id, size, 0) {
+            Reply::Created(p) => {
+                assert_eq!(reply(t.handle(c, &Request::Seal { id })), Reply::Done);
+                p.data_offset
+            }
+            r => panic!("create failed: {r:?}"),
+        }
+    }
+
+    /// Warm placement (issue 23): a client's large object goes where that
+    /// client wrote before when a free block there fits, not to whichever
+    /// block best fit would pick (another client's, whose pages it has not
+    /// mapped); a client with nothing written gets best fit.
+    #[test]
+    fn a_client_creates_where_it_wrote_before() {
+        const MB: u64 = 1 << 20;
+        let mut t = table(64 * MB);
+        t.connect(3);
+        let ids: Vec<ObjectId> = (0..6).map(|_| ObjectId::random()).collect();
+        assert_eq!(created_at(&mut t, 1, ids[0], MB - 64), 0);
+        assert_eq!(created_at(&mut t, 2, ids[1], MB - 64), MB);
+        let barrier = created_at(&mut t, 2, ids[2], MB - 64);
+        assert_eq!(barrier, 2 * MB);
+        for id in [ids[0], ids[1]] {
+            assert_eq!(reply(t.handle(1, &Request::Delete { id })), Reply::Deleted { deferred: false });
+        }
+        // Free: [0, 2 MB), one block. Best fit would give client 2 offset 0,
+        // which client 1 wrote; client 2 gets its own 1 MB back.
+        assert_eq!(created_at(&mut t, 2, ids[3], MB - 64), MB);
+        assert_eq!(created_at(&mut t, 1, ids[4], MB - 64), 0);
+        // A client that never wrote gets best fit: the free space after the barrier.
+        assert_eq!(created_at(&mut t, 3, ids[5], MB - 64), 3 * MB);
+        assert_eq!(t.stats().bytes_in_use, 4 * MB);
+    }
+
+    /// A client whose own blocks are all live takes fresh room rather than
+    /// a block another client wrote (best fit's pick here), so that the
+    /// other client finds its block again.
+    #[test]
+    fn a_client_leaves_other_clients_blocks_alone() {
+        const MB: u64 = 1 << 20;
+        let mut t = table(64 * MB);
+        let ids: Vec<ObjectId> = (0..3).map(|_| ObjectId::random()).collect();
+        assert_eq!(created_at(&mut t, 1, ids[0], MB - 64), 0);
+        assert_eq!(created_at(&mut t, 2, ids[1], MB - 64), MB);
+        assert_eq!(reply(t.handle(1, &Request::Delete { id: ids[0] })), Reply::Deleted { deferred: false });
+        // Free: client 1's [0, 1 MB) (the best fit) and [2 MB, 64 MB).
+        assert_eq!(created_at(&mut t, 2, ids[2], MB - 64), 2 * MB);
+        // With no other room it takes client 1's block after all.
+        t.allocator = Allocator::new(3 * MB);
+        for id in &ids[1..] {
+            t.objects.remove(id);
+        }
+        let held: Vec<Block> = (0..3).map(|_| t.allocator.allocate(MB).unwrap()).collect();
+        assert_eq!(held.iter().map(|b| b.offset).collect::<Vec<_>>(), [0, MB, 2 * MB]);
+        t.allocator.free(held[0]);
+        // Client 2's own [1 MB, 3 MB) is taken; client 1's [0, 1 MB) is all that is free.
+        assert_eq!(t.allocate_for(2, MB), Some(Block { offset: 0, len: MB }));
+    }
 
     #[test]
     fn evicts_least_recently_used_first() {
