@@ -34,7 +34,9 @@ def where(log):
 )
 def test_each_reactor_is_constructed_only_where_it_runs(placement, launcher, tmp_path, daemons_built, hprm_cli, runtime_base):
     log = tmp_path / "init.log"
-    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime_base)
+    # HPRM_PYTHON: `hprm launch` runs the script with this test's Python (the
+    # one with hprm installed), not whatever python3 is first on PATH.
+    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=runtime_base, HPRM_PYTHON=sys.executable)
     script = [str(PROGRAMS / "init_once.py"), placement, str(log)]
     # `python init_once.py` launches from the script's own process;
     # `hprm launch init_once.py` runs the script once to describe the
