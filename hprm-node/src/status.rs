@@ -942,7 +942,7 @@ pub fn discover_with(runtime_base: &Path, deployed_base: &Path, files: &mut Stat
 /// on periods of their own.
 ///
 /// A version is the file's inode, modification time and length: a status
-/// file is only ever replaced whole, by a rename ([`replace`]), never
+/// file is only ever replaced whole, by a rename (`replace` in this module), never
 /// written in place, so a new version has a new inode or (an inode number
 /// reused at once) a new modification time. A file replaced between the
 /// look at its version and its read is stored under the older version,
