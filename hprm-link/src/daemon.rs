@@ -1903,9 +1903,10 @@ fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
         // recycled. With the default (65535: one buffer) every 64 KiB of a
         // push but the first was allocated, faulted in and freed again: 150
         // allocations per 10 MB push on the receiving host. RX_POOL_BYTES
-        // of buffers covers a 50 MB push; they are allocated when the
-        // connection opens but touched only as batches land, so a link that
-        // never moves a large value keeps them unmapped.
+        // of buffers covers a 50 MB push; they are allocated (zeroed, by
+        // calloc, which leaves fresh heap pages untouched) when the
+        // connection opens, so we expect their pages to be mapped only as
+        // batches land in them (not measured).
         ("transport/link/rx/buffer_size", RX_POOL_BYTES.to_string()),
         ("connect/retry", "{ period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2 }".into()),
     ];
