@@ -11,7 +11,9 @@ format of bench/broadcast/broadcast_common.py.
            pre-touched buffer;
     zenoh: Eclipse Zenoh's Python API (the eclipse-zenoh wheel), two peers
            with explicit endpoints (no multicast scouting), put with
-           congestion control BLOCK to a subscriber on the other peer.
+           congestion control BLOCK to a subscriber on the other peer;
+           its transport tuned as hprm-link tunes its own (send queue,
+           receive pool).
 
     python floors.py tcp|zenoh a|b --peer ADDRESS --size BYTES \
         --variant echo|fresh --rounds N --warmup N --out FILE.json
@@ -110,6 +112,14 @@ def _zenoh_session(args):
     # The namespaces share /dev/shm: Zenoh would hand large payloads over in
     # shared memory instead of the link; off, as between two computers.
     conf.insert_json5("transport/shared_memory/enabled", "false")
+    # Zenoh tuned for bulk data as hprm-link tunes it (hprm-link/src/daemon.rs,
+    # zenoh_config; docs/src/hosts.md, "How the link configures Zenoh"): the
+    # floor is what Zenoh can do. The data priority's send queue at its most
+    # batches (16; the default 2 makes the fragmenter wait on the socket
+    # writer every 128 KiB), and a receive pool that holds a 50 MB message
+    # (the default, one 64 KiB buffer, allocates a buffer per batch of it).
+    conf.insert_json5("transport/link/tx/queue/size/data", "16")
+    conf.insert_json5("transport/link/rx/buffer_size", str(64 << 20))
     endpoint = f"tcp/{args.peer}:{ZENOH_PORT}"
     conf.insert_json5("listen/endpoints" if args.side == "a" else "connect/endpoints", json.dumps([endpoint]))
     return zenoh, zenoh.open(conf)

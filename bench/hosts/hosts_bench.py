@@ -381,7 +381,8 @@ def report(r: dict, stem: Path, note: str) -> None:
         "",
         "Floors: raw TCP moves exactly the bytes the workload needs (echo: S bytes a->b + 4 x 16-byte replies; "
         "fresh: plus 4 x S bytes b->a) on one connection; raw Zenoh the same bytes as Zenoh puts between two peers "
-        "(eclipse-zenoh, TCP, congestion control BLOCK), the receiver copying each payload out.",
+        "(eclipse-zenoh, TCP, congestion control BLOCK, its send queue and receive pool tuned as hprm-link's: "
+        "a floor is what Zenoh can do), the receiver copying each payload out.",
         "",
     ]
     for k, why in r["skipped"].items():

@@ -1862,11 +1862,18 @@ async fn reply_err(query: &zenoh::query::Query, why: String) {
     }
 }
 
+/// The bytes of Zenoh's pool of receive buffers on each of the link's
+/// connections ([`zenoh_config`]): a 50 MB push (the benchmarks' largest)
+/// lands without a buffer allocated for it.
+const RX_POOL_BYTES: usize = 64 << 20;
+
 /// Peer mode on exactly the configured endpoints; no multicast scouting; a
-/// deep send queue for bulk data; a lease of the host timeout, so that a
-/// lost host's session closes within it; connections to the configured
-/// endpoints retried often, so that traffic resumes soon after the link is
-/// back; every endpoint marked with the link's DSCP.
+/// deep send queue and a receive pool for bulk data; a lease of the host
+/// timeout, so that a lost host's session closes within it; connections to
+/// the configured endpoints retried often, so that traffic resumes soon
+/// after the link is back; every endpoint marked with the link's DSCP.
+/// docs/src/hosts.md ("How the link configures Zenoh") says why the other
+/// settings keep Zenoh's defaults.
 fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
     let lease = cfg.host_timeout.as_millis().max(4);
     let mut c = zenoh::Config::default();
@@ -1888,6 +1895,19 @@ fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
         // pushes between two namespaces: 36 -> 26 ms on the wire (see
         // docs/src/hosts.md, "Performance across hosts").
         ("transport/link/tx/queue/size/data", "16".into()),
+        // Zenoh reads each batch (64 KiB at most) into a buffer of a pool
+        // of `buffer_size / batch_size` buffers; a fragment of a large
+        // message keeps its batch's buffer until the whole message has been
+        // handed over (its fragments are not copied), and a buffer taken
+        // beyond the pool is a fresh zeroed allocation, freed, not
+        // recycled. With the default (65535: one buffer) every 64 KiB of a
+        // push but the first was allocated, faulted in and freed again: 150
+        // allocations per 10 MB push on the receiving host. RX_POOL_BYTES
+        // of buffers covers a 50 MB push; they are allocated (zeroed, by
+        // calloc, which leaves fresh heap pages untouched) when the
+        // connection opens, so we expect their pages to be mapped only as
+        // batches land in them (not measured).
+        ("transport/link/rx/buffer_size", RX_POOL_BYTES.to_string()),
         ("connect/retry", "{ period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2 }".into()),
     ];
     let endpoints = || cfg.listen.iter().chain(&cfg.connect);
