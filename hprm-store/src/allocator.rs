@@ -94,12 +94,7 @@ impl Allocator {
     pub fn allocate(&mut self, size: u64) -> Option<Block> {
         let len = block_len(size)?;
         let &(free_len, offset) = self.by_size.range((len, 0)..).next()?;
-        self.remove_free(offset, free_len);
-        if free_len > len {
-            self.insert_free(offset + len, free_len - len);
-        }
-        self.in_use += len;
-        Some(Block { offset, len })
+        Some(self.carve(offset, free_len, offset, len))
     }
 
     /// Returns `block` to the free list, merged with free neighbours.
@@ -187,16 +182,24 @@ impl Allocator {
             }
         }
         let ((_, free_len, offset), free_off) = best?;
+        Some(self.carve(free_off, free_len, offset, len))
+    }
+
+    /// Takes `[offset, offset + len)` out of the free block at `free_off`
+    /// (of `free_len` bytes), which must contain it; what is left on either
+    /// side stays free. The one place a block leaves the free lists.
+    fn carve(&mut self, free_off: u64, free_len: u64, offset: u64, len: u64) -> Block {
+        let end = free_off + free_len;
+        debug_assert!(free_off <= offset && offset + len <= end);
         self.remove_free(free_off, free_len);
         if offset > free_off {
             self.insert_free(free_off, offset - free_off);
         }
-        let end = free_off + free_len;
         if offset + len < end {
             self.insert_free(offset + len, end - offset - len);
         }
         self.in_use += len;
-        Some(Block { offset, len })
+        Block { offset, len }
     }
 
     fn insert_free(&mut self, offset: u64, len: u64) {

@@ -440,7 +440,7 @@ mod tests {
         let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("the thread's stat");
         let rest = &stat[stat.rfind(')').expect("the command's end") + 1..];
         // Fields count from 3 after the command; the nice value is the 19th.
-        rest.split_whitespace().nth(19 - 3).expect("a policy field").parse().expect("a number")
+        rest.split_whitespace().nth(19 - 3).expect("a nice field").parse().expect("a number")
     }
 
     #[cfg(target_os = "linux")]

@@ -83,8 +83,8 @@ def _manifest_widths(federate: str, reactor: str) -> dict[str, int | None] | Non
             if r.get("name") != reactor:
                 continue
             widths: dict[str, int | None] = {}
-            for decl in [*r.get("inputs", []), *r.get("outputs", [])]:
-                base, channel = _split_channel(str(decl).split(":", 1)[0].strip())
+            for name in _port_names([*r.get("inputs", []), *r.get("outputs", [])]):
+                base, channel = _split_channel(name)
                 widths[base] = channel
             return widths
     return None
@@ -125,6 +125,12 @@ class Ports:
 
     def __repr__(self) -> str:
         return f"Ports({self.path}, width {self.width})"
+
+
+def _port_names(decls: list[str]) -> list[str]:
+    """The port names of a manifest's port declarations (``"frames[4]: bytes"``
+    -> ``"frames[4]"``)."""
+    return [str(d).split(":", 1)[0].strip() for d in decls]
 
 
 def _split_channel(name: str) -> tuple[str, int | None]:

@@ -22,16 +22,13 @@ from typing import Any
 
 from . import Input, Output, Program, Reactor, external
 from ._launch import _fail_federate
+from ._program import _port_names, _split_channel
 from ._reactor import _declared
-
-
-def _port_names(decls: list[str]) -> list[str]:
-    return [d.split(":", 1)[0].strip() for d in decls]
 
 
 def _base(name: str) -> str:
     """A multiport's name without its width (``frames[4]`` -> ``frames``)."""
-    return name.split("[", 1)[0]
+    return _split_channel(name)[0]
 
 
 def _member(name: str, names: list[str]) -> tuple[int, int] | None:
