@@ -39,9 +39,9 @@ class Learner(hprm.Reactor):
 
     @hprm.reaction(triggers="startup", effects="weights")
     def start(self, ctx):
-        # The network is built here, in the learner's process only: every
-        # federate's process builds the program (and so runs __init__), and
-        # importing torch takes seconds on a busy machine.
+        # The network is built here, in the learner's process (importing
+        # torch takes seconds on a busy machine); __init__ would do as well:
+        # it runs only there (docs/src/python.md, "Where __init__ runs").
         global torch
         import torch
 

@@ -68,9 +68,9 @@ def test_rollout_workers_send_the_transitions_their_seeds_give(env, placement, d
 
 
 def test_a_rollout_worker_makes_its_environments_on_its_first_round():
-    # Every process of a program constructs every reactor: a worker that
-    # made its environments in __init__ made them in every federate's
-    # process (a bank of N: N x N environments, N stepped).
+    # Only the process that steps them makes them, even where __init__
+    # runs and no reaction does (a subclass that needs __init__ to be
+    # described is constructed in the describing process too).
     made = []
 
     def factory():

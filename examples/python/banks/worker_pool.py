@@ -24,7 +24,7 @@ class Learner(hprm.Reactor):
         self.w = np.zeros(1_000_000, np.float32)  # 4 MB: travels through the store
         self.round = 0
 
-    results = hprm.Input(width="workers")  # one channel per worker
+    results = hprm.Input(width=hprm.param("workers"))  # one channel per worker
 
     @hprm.reaction(triggers="startup", effects="weights")
     def start(self, ctx):

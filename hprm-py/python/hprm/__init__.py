@@ -37,6 +37,7 @@ from ._context import Context
 from ._durations import Duration, Tag, duration_ns
 from ._launch import LaunchFailed
 from ._launch import _fail_federate as _fail_federate
+from ._params import param
 from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer
 from ._program import Bank, Federate, PortRef, Ports, Program, ReactorRef
 from ._program import _FederateRef as _FederateRef  # the name Federate had before it was public
@@ -58,6 +59,7 @@ __all__ = [
     "Timer",
     "LogicalAction",
     "PhysicalAction",
+    "param",
     "reaction",
     "Program",
     "Federate",

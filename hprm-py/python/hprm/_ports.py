@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 from ._durations import Duration, duration_ns
+from ._params import Param, Params
 
 if TYPE_CHECKING:
     from typing import Self
@@ -21,21 +22,32 @@ class _Port:
 
     ``width``: None for a single port; for a multiport, its number of
     channels: an int, ``"bank"`` (the width of the bank the reactor is a
-    member of), or the name of an attribute the reactor's ``__init__``
-    sets (``Input(width="n_cameras")``)."""
+    member of), a constructor argument (``hprm.param("n_cameras")``), or
+    the name of an attribute the reactor's ``__init__`` sets
+    (``Input(width="n_cameras")``: the only width known only once
+    ``__init__`` has run)."""
 
-    def __init__(self, width: int | str | None = None) -> None:
+    def __init__(self, width: int | str | Param | None = None) -> None:
         self.name = ""
-        if isinstance(width, bool) or not (width is None or isinstance(width, (int, str))):
-            raise TypeError(f"a port's width is an int, \"bank\" or the name of an attribute, not {width!r}")
+        if isinstance(width, bool) or not (width is None or isinstance(width, (int, str, Param))):
+            raise TypeError(f"a port's width is an int, \"bank\", hprm.param(NAME) or the name of an attribute, not {width!r}")
         self.width = width
 
-    def _width_of(self, instance: Any) -> int | None:
-        """This port's width on ``instance`` (None: a single port)."""
+    @property
+    def _width_needs_init(self) -> bool:
+        """Whether only ``__init__`` knows this port's width (an attribute
+        it sets)."""
+        return isinstance(self.width, str) and self.width != "bank"
+
+    def _width_of(self, instance: Any, params: Params) -> int | None:
+        """This port's width on ``instance`` (None: a single port), whose
+        arguments are ``params``."""
         w = self.width
         if w is None:
             return None
-        if w == "bank":
+        if isinstance(w, Param):
+            w = params.value(w, f"{type(instance).__name__}.{self.name}'s width")
+        elif w == "bank":
             w = instance.bank_width
         elif isinstance(w, str):
             if not hasattr(instance, w):
@@ -77,19 +89,41 @@ class Output(_Port):
     waiting to be processed; ``"fail"`` fails at once. Whatever is given up
     is counted in the federates' losses (``hprm ps``, the exit summary)."""
 
-    def __init__(self, backpressure: str | None = None, width: int | str | None = None) -> None:
+    def __init__(self, backpressure: str | None = None, width: int | str | Param | None = None) -> None:
         super().__init__(width)
         self.backpressure = backpressure
 
 
+def _ns(d: Duration | Param) -> int:
+    """A declared duration in ns; 0 for a parameter, which ``_bind``
+    resolves for each reactor."""
+    return 0 if isinstance(d, Param) else duration_ns(d)
+
+
+def _resolved(d: Duration | Param, params: Params, what: str) -> Duration:
+    return params.value(d, what) if isinstance(d, Param) else d
+
+
 class Timer:
     """A timer: fires at start + offset, then every period (once when the
-    period is zero). Create it in ``__init__``: ``self.tick = Timer(period="10ms")``."""
+    period is zero). Declare it as a class attribute (``tick =
+    Timer(period="10ms")``, or ``Timer(period=hprm.param("period"))`` for
+    a constructor argument): then the program knows it without running
+    ``__init__``; or create it in ``__init__`` (``self.tick =
+    Timer(period=period)``)."""
 
-    def __init__(self, offset: Duration = 0, period: Duration = 0) -> None:
-        self.offset_ns = duration_ns(offset)
-        self.period_ns = duration_ns(period)
+    def __init__(self, offset: Duration | Param = 0, period: Duration | Param = 0) -> None:
+        self._given = (offset, period)
+        self.offset_ns = _ns(offset)
+        self.period_ns = _ns(period)
         self._index: int | None = None
+
+    def _bind(self, params: Params, what: str) -> Timer:
+        """This timer for one reactor (its own object: the runtime's index
+        is per reactor), its parameters resolved; ``what`` names it in
+        errors."""
+        offset, period = self._given
+        return Timer(_resolved(offset, params, f"{what}'s offset"), _resolved(period, params, f"{what}'s period"))
 
 
 class _Present:
@@ -109,10 +143,15 @@ class _Present:
 
 
 class _Action(_Present):
-    def __init__(self, min_delay: Duration = 0) -> None:
-        self.min_delay_ns = duration_ns(min_delay)
+    def __init__(self, min_delay: Duration | Param = 0) -> None:
+        self._given = min_delay
+        self.min_delay_ns = _ns(min_delay)
         self._index: int | None = None
         self._owner: Any = None
+
+    def _bind(self, params: Params, what: str) -> Self:
+        """This action for one reactor, as ``Timer._bind``."""
+        return type(self)(_resolved(self._given, params, f"{what}'s min delay"))
 
 
 class LogicalAction(_Action):
@@ -130,7 +169,7 @@ class PhysicalAction(_Action):
     of its reactor on, e.g. a startup reaction); its tag comes from physical
     time."""
 
-    def __init__(self, min_delay: Duration = 0) -> None:
+    def __init__(self, min_delay: Duration | Param = 0) -> None:
         super().__init__(min_delay)
         self._scheduler: _native.PhysicalScheduler | None = None
 

@@ -12,17 +12,9 @@ from . import _native
 from ._context import _invoker
 from ._durations import Duration, duration_ns
 from ._launch import LaunchFailed, _daemons_found, _fail_federate, _init_logging
+from ._params import Param, Params
 from ._ports import Input, LogicalAction, Output, PhysicalAction, Timer, _BoundMultiport, _BoundPort
 from ._reactor import Reactor, _declared, _Reaction
-
-
-def _runs_here(federate: str) -> bool:
-    """Whether this process runs federate ``federate``'s reactors: every
-    process does, except a federate's process that the launcher started
-    (``HPRM_FEDERATE``), which runs its own only."""
-    local = os.environ.get("HPRM_FEDERATE")
-    return not local or local == federate
-
 
 _manifests: dict[str, dict[str, Any]] = {}
 
@@ -44,30 +36,73 @@ def _launch_manifest() -> dict[str, Any] | None:
     return _manifests[path]
 
 
-def _stub_widths(declared: dict[str, Any], instance: Reactor, federate: str, reactor: str) -> dict[str, int | None] | None:
-    """The widths of the ports of another federate's reactor (None for a
-    single port), known without running its ``__init__``: from the class
-    (an int, or "bank": the member's bank_width, set already), else from
-    the launcher's manifest. None when some width is known only to
-    ``__init__`` (an attribute it sets) and no manifest names it: then the
-    reactor is constructed, as it must be to have the same ports as in its
-    own process."""
+def _port_widths(declared: dict[str, Any], instance: Reactor, params: Params, manifest: tuple[str, str] | None) -> dict[str, int | None] | None:
+    """The widths of a reactor's ports (None for a single port) known
+    without running its ``__init__``: from the class (an int, "bank": the
+    member's bank_width, set already) or the arguments (``hprm.param``),
+    else, given ``manifest`` (federate, reactor), from the launcher's
+    manifest. None when some width is known only to ``__init__`` (an
+    attribute it sets) and no manifest names it: then the reactor is
+    constructed, as it must be to have the same ports as where it runs."""
     widths: dict[str, int | None] = {}
     manifest_widths: dict[str, int | None] | None = None
     for attr, v in declared.items():
         if not isinstance(v, (Input, Output)):
             continue
-        if v.width is None or isinstance(v.width, int) or v.width == "bank":
-            widths[attr] = v._width_of(instance)
+        if not v._width_needs_init:
+            widths[attr] = v._width_of(instance, params)
             continue
         if manifest_widths is None:
-            manifest_widths = _manifest_widths(federate, reactor)
+            manifest_widths = None if manifest is None else _manifest_widths(*manifest)
             if manifest_widths is None:
                 return None
         if attr not in manifest_widths:
             return None
         widths[attr] = manifest_widths[attr]
     return widths
+
+
+def _class_names(declared: dict[str, Any]) -> bool:
+    """Whether every name the reactions of a class use (triggers, sources,
+    effects) is declared by the class: a port, a class-level timer or
+    action, startup or shutdown. A name only ``__init__`` declares (``self.tick
+    = Timer(...)``) is known once it has run."""
+    known = {a for a, v in declared.items() if isinstance(v, (Input, Output, Timer, LogicalAction, PhysicalAction))}
+    known |= {"startup", "shutdown"}
+    return all(
+        nm in known
+        for rx in declared.values()
+        if isinstance(rx, _Reaction)
+        for nm in (*rx.triggers, *rx.sources, *rx.effects)
+    )
+
+
+def _has_param(v: Timer | LogicalAction | PhysicalAction) -> bool:
+    given = v._given if isinstance(v, Timer) else (v._given,)
+    return any(isinstance(d, Param) for d in given)
+
+
+def _construct(instance: Reactor, args: tuple[Any, ...], kwargs: dict[str, Any], what: str, described: bool) -> None:
+    """Runs a reactor's ``__init__``. The timers and actions its class
+    declares are in place already, and are the ones the program has:
+    ``__init__`` putting another in place of one is an error. So is, for a
+    reactor ``described`` from its class already (see
+    ``Program._add_reactor``, "deferred"), a timer or action ``__init__``
+    creates: the program declared only the class's."""
+    before = {a: v for a, v in vars(instance).items() if isinstance(v, (Timer, LogicalAction, PhysicalAction))}
+    instance.__init__(*args, **kwargs)  # type: ignore[misc]
+    for a, v in vars(instance).items():
+        if not isinstance(v, (Timer, LogicalAction, PhysicalAction)) or before.get(a) is v:
+            continue
+        kind = type(v).__name__
+        if a in before:
+            raise ValueError(f"{what}: __init__ sets {a} to a new {kind}, but the class declares {a} already; declare it in one place")
+        if described:
+            raise ValueError(
+                f"{what}: __init__ creates {kind} {a!r}, which no reaction names; the program declared the reactor from its "
+                f"class without running __init__, so it has only the class's timers and actions: declare it in the class "
+                f"({a} = hprm.{kind}(...)) or drop it"
+            )
 
 
 def _manifest_widths(federate: str, reactor: str) -> dict[str, int | None] | None:
@@ -150,9 +185,9 @@ class ReactorRef:
         self._program = program
         self._index = index
         self._instance = instance
-        # Set for another federate's reactor in a launched federate's
-        # process (a stub, see ``Program._add_reactor``): its ``__init__``,
-        # not run yet.
+        # Set while the reactor's ``__init__`` has not run (a stub or a
+        # reactor declared from its class, see ``Program._add_reactor``):
+        # what runs it.
         self._pending_init: Callable[[], None] | None = None
         self.name = name
         self._ports: dict[str, int | list[int]] = {}
@@ -160,9 +195,10 @@ class ReactorRef:
 
     @property
     def instance(self) -> Reactor:
-        """The reactor object. Another federate's reactor, in a launched
-        federate's process, is constructed (its ``__init__`` run) only when
-        this is read: it runs no reaction there."""
+        """The reactor object. A reactor that runs no reaction in this
+        process (another federate's, in a launched federate's process; any
+        described from its class, in a launcher or a describing process) is
+        constructed (its ``__init__`` run) only when this is read."""
         init = self.__dict__.get("_pending_init")
         if init is not None:
             self._pending_init = None
@@ -480,21 +516,50 @@ class Program:
         if bank is not None:
             instance.bank_index, instance.bank_width = bank
         declared = _declared(cls)
+        params = Params(cls, args, kwargs)
+        label = f"reactor {fed.name}.{name}"
+        # Timers and actions declared in the class: each reactor its own
+        # (the runtime's index is per reactor), parameters resolved, in
+        # place before __init__ runs (which may read them).
+        for attr, v in declared.items():
+            if isinstance(v, (Timer, LogicalAction, PhysicalAction)):
+                instance.__dict__[attr] = v._bind(params, f"{cls.__name__}.{attr}")
         # Every process builds the whole program (the same script runs as
-        # each federate), but a federate's process runs only its own
-        # reactors: another federate's is a stub there, its ports declared
-        # from the class (and, for a width its __init__ sets, from the
-        # launcher's manifest), with no timer, action or reaction and its
-        # __init__ not run. So a reactor that opens a camera, a GPU model or
-        # an emulator in __init__ does so in its own process only, as Rust
-        # federates built from a manifest do (`Program::from_manifest`,
-        # port-only stubs). The process that describes the whole program
-        # (the launcher, or `hprm check/graph/launch` asking for the graph)
-        # constructs every reactor: timers, actions and reactions are
-        # declared by __init__, and the graph it writes has them.
-        widths = None if _runs_here(fed.name) else _stub_widths(declared, instance, fed.name, name)
-        if widths is None:
-            instance.__init__(*args, **kwargs)
+        # each federate and, first, to describe it), and a reactor's
+        # __init__ runs only in the process that runs it, so that one
+        # opening a camera, a GPU model or an emulator does so once:
+        # - "eager": constructed now; in its own federate's process, and
+        #   wherever its description needs __init__ (a width or a name of
+        #   a reaction that only __init__ declares);
+        # - "deferred": in a process no launcher started (`python
+        #   script.py`, the describing run of `hprm launch`), a reactor
+        #   described from its class and arguments: ports, class-level
+        #   timers and actions, reactions, all declared now, in the order
+        #   an eager one's are; its __init__ runs when this process runs
+        #   its federate (`run`) or reads `ReactorRef.instance`. A launcher
+        #   or a describer never does: it runs no reaction;
+        # - "stub": another federate's reactor in a launched federate's
+        #   process: its ports only (a width only __init__ knows comes from
+        #   the launcher's manifest), as Rust federates built from a
+        #   manifest have (`Program::from_manifest`, port-only stubs);
+        #   constructed only if `ReactorRef.instance` is read.
+        local = os.environ.get("HPRM_FEDERATE")
+        widths: dict[str, int | None] | None = None
+        if local is None:
+            if _class_names(declared):
+                widths = _port_widths(declared, instance, params, None)
+            mode = "eager" if widths is None else "deferred"
+        elif local == fed.name:
+            mode = "eager"
+        else:
+            widths = _port_widths(declared, instance, params, (fed.name, name))
+            mode = "eager" if widths is None else "stub"
+        if mode == "eager":
+            _construct(instance, args, kwargs, label, described=False)
+        else:
+            # Arguments that do not fit __init__ are refused here, where
+            # the program names them, as if it had run.
+            params.check()
         n = self._native
         r = ReactorRef(self, n.reactor(fed._index, name, instance), instance, f"{fed.name}.{name}")
         names: dict[str, int | list[int]] = {}
@@ -506,7 +571,7 @@ class Program:
                 declare = lambda reactor, name, v=v: n.output(reactor, name, v.backpressure)  # noqa: E731
             else:
                 declare = n.input
-            width = v._width_of(instance) if widths is None else widths[attr]
+            width = v._width_of(instance, params) if widths is None else widths[attr]
             if width is None:
                 index = declare(r._index, attr)
                 names[attr] = index
@@ -519,12 +584,14 @@ class Program:
             r._ports[attr] = names[attr]
             r._kinds[attr] = "input" if isinstance(v, Input) else "output"
         instance.__dict__["_hprm_bound"] = bound
-        if widths is not None:
-            # A stub: constructed only if a user reads ReactorRef.instance.
-            r._pending_init = lambda: instance.__init__(*args, **kwargs)
+        if mode == "stub":
+            r._pending_init = lambda: _construct(instance, args, kwargs, label, described=False)
             return r
         physical = []
         for attr, v in list(vars(instance).items()):
+            if isinstance(v, (Timer, LogicalAction, PhysicalAction)) and v._index is None and _has_param(v):
+                # One created in __init__ with hprm.param: resolved as a class-level one is.
+                v = instance.__dict__[attr] = v._bind(params, f"{cls.__name__}.{attr}")
             if isinstance(v, Timer):
                 v._index = names[attr] = n.timer(r._index, attr, v.offset_ns, v.period_ns)
             elif isinstance(v, LogicalAction):
@@ -535,6 +602,8 @@ class Program:
                 v._owner = instance
                 physical.append(v)
         instance.__dict__["_hprm_physical"] = physical
+        if mode == "deferred":
+            r._pending_init = lambda: _construct(instance, args, kwargs, label, described=True)
         reactions = [v for v in declared.values() if isinstance(v, _Reaction)]
         for rx in reactions:
 
@@ -625,6 +694,13 @@ class Program:
     def run(self, federate: str | None = None, fast: bool = False) -> dict[str, Any]:
         """Runs one federate in this process (the only one, when the program
         has one; or the one the launcher names). Returns its run report."""
+        # Its reactors declared from their classes are constructed now, in
+        # the order the program added them (see _add_reactor, "deferred").
+        local = federate or os.environ.get("HPRM_FEDERATE") or (self.federates[0].name if self.federates else None)
+        for f in self.federates:
+            if f.name == local:
+                for r in f.reactors:
+                    r.instance  # noqa: B018 (reading it constructs it)
         _init_logging()
         return self._native.run_federate(federate, fast)
 

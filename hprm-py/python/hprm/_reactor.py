@@ -83,9 +83,13 @@ def reaction(triggers: Names = None, effects: Names = None, sources: Names = Non
 
 
 class Reactor:
-    """Base class of reactors: declare ports as class attributes, timers
-    and actions in ``__init__``, reactions with ``@hprm.reaction``. The
-    instance is the reactor's state.
+    """Base class of reactors: declare ports, timers and actions as class
+    attributes (timers and actions may be created in ``__init__`` instead),
+    reactions with ``@hprm.reaction``; ``hprm.param(NAME)`` in a class
+    declaration is the constructor argument NAME. The instance is the
+    reactor's state. What the class declares is known without running
+    ``__init__``, which then runs only in the process that runs the reactor
+    (docs/src/python.md, "Where ``__init__`` runs").
 
     ``bank_index`` and ``bank_width``: a member of a bank
     (``Program.bank``) has them set before its ``__init__`` runs (LF's

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._context import Context
+from .._params import param
 from .._ports import Input, Output
 from .._reactor import Reactor, reaction
 from ._sizes import byte_size
@@ -177,7 +178,9 @@ class ReplayBuffer(Reactor):
     that tag on (``BatchSizeController``).
     """
 
-    batches = Input(width="workers")
+    # Its width from the argument: known without running __init__, so a
+    # process that only describes the program makes no ReplayStorage.
+    batches = Input(width=param("workers"))
     batch_size = Input()
     sample = Output()
 

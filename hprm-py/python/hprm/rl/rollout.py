@@ -50,11 +50,11 @@ class RolloutWorker(Reactor):
     frame.
 
     The environments are made (and reset with their seeds) on first use,
-    not in ``__init__``: a federate's process constructs only its own
-    reactors, but the launcher constructs every reactor once to describe
-    the program (timers and reactions are declared by ``__init__``), and
-    would make every worker's environments there, to step none of them (N
-    Atari emulators in the launcher of a bank of N).
+    not in ``__init__``: only the process that steps them makes them, even
+    where ``__init__`` runs and no reaction does (a subclass whose
+    reactions name a timer created in ``__init__`` is constructed in the
+    process that describes the program: see "Where ``__init__`` runs" in
+    docs/src/python.md).
 
     Determinism: environment j of this worker has seed ``seeds[j]`` (by
     default ``seed + bank_index * envs + j``), used for its resets and for
