@@ -37,7 +37,7 @@ N, SIZE, TOTAL = ARGS.width, ARGS.size, ARGS.rounds + ARGS.warmup
 
 class Source(hprm.Reactor):
     out = hprm.Output()
-    replies = hprm.Input(width="n")
+    replies = hprm.Input(width=hprm.param("n"))
 
     def __init__(self, n):
         self.n = n

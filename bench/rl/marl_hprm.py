@@ -26,8 +26,8 @@ ARGS = marl_core.parse_args(placement=True)
 
 
 class World(hprm.Reactor):
-    obs = hprm.Output(width="agents")
-    actions = hprm.Input(width="agents")
+    obs = hprm.Output(width=hprm.param("agents"))
+    actions = hprm.Input(width=hprm.param("agents"))
 
     def __init__(self, agents):
         self.agents = agents

@@ -28,7 +28,7 @@ ARGS = collect.parse_args(placement=True)
 
 class Driver(hprm.Reactor):
     weights = hprm.Output()
-    batches = hprm.Input(width="workers")
+    batches = hprm.Input(width=hprm.param("workers"))
 
     def __init__(self, workers):
         self.workers, self.round, self.t0, self.n = workers, 0, 0.0, 0
