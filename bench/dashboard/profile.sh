@@ -4,8 +4,10 @@
 # its process, every thread, those started later included), with no client,
 # one /events follower, the follower plus a /metrics scrape a second (what
 # `node-bench compare --dashboard-b` does), and four followers plus the
-# scrape; then which files it opens in one second (strace). A profile, not
-# a benchmark with a target: `node-bench compare --dashboard-b` is that.
+# scrape; with each phase that has a follower, the bytes a second the
+# first follower received on /events (what a page downloads and parses);
+# then which files it opens in one second (strace). A profile, not a
+# benchmark with a target: `node-bench compare --dashboard-b` is that.
 #
 #   bench/dashboard/profile.sh HPRM [NODE_BENCH] [SECONDS_PER_PHASE]
 #
@@ -37,20 +39,33 @@ echo "dashboard $dash at $addr ($hprm); load average $(cut -d' ' -f1-3 /proc/loa
 # Wait for the first launch's federates to be seen.
 for _ in $(seq 100); do curl -s "http://$addr/api/programs" | grep -q '"federates":\[{' && break; sleep 0.2; done
 
+# The first follower's stream, as received (its size over a phase is the
+# bytes a page gets); the other followers' are thrown away.
+events="$work/events"
+size() { stat -c %s "$events" 2>/dev/null || echo 0; }
 measure() { # LABEL: perf stat over the phase, per second
+    local before
+    before=$(size)
     perf stat -x, -e task-clock,context-switches -p "$dash" -- sleep "$secs" 2>"$work/perf" >/dev/null || true
-    awk -F, -v label="$1" -v s="$secs" '
+    awk -F, -v label="$1" -v s="$secs" -v bytes=$(( $(size) - before )) '
         $3=="task-clock" {cpu=$1} $3=="context-switches" {cs=$1}
-        END {printf "  %-44s %6.2f ms CPU/s  %6.1f switches/s\n", label, cpu/s, cs/s}' "$work/perf"
+        END {printf "  %-44s %6.2f ms CPU/s  %6.1f switches/s  %8.1f KB/s on /events\n", label, cpu/s, cs/s, bytes/s/1000}' "$work/perf"
 }
 # Clients run in this shell (not in a $(...) subshell, which would wait
 # for them), each one's pid in pids for the cleanup.
-follow() { curl -sN "http://$addr/events" >/dev/null 2>&1 & pids+=($!); }
+followers=0
+follow() {
+    local to=/dev/null
+    [ "$followers" = 0 ] && to=$events
+    followers=$((followers + 1))
+    curl -sN "http://$addr/events" >"$to" 2>/dev/null & pids+=($!)
+}
 scrape_loop() { (while true; do curl -s "http://$addr/metrics" >/dev/null 2>&1; sleep 1; done) & pids+=($!); }
-stop_clients() { for p in "${pids[@]:2}"; do kill "$p" 2>/dev/null || true; done; pids=("${pids[@]:0:2}"); }
+stop_clients() { for p in "${pids[@]:2}"; do kill "$p" 2>/dev/null || true; done; pids=("${pids[@]:0:2}"); followers=0; rm -f "$events"; }
 
 measure "broadcast running, no client"
 follow
+sleep 2 # its first event, the whole read, before the phase: then only what changed
 measure "one /events follower"
 scrape_loop
 measure "one follower, /metrics every second"

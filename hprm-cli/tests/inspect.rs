@@ -453,6 +453,27 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
     }
 }
 
+/// A stream of `/events` from the dashboard at `addr`.
+fn follow(addr: &str) -> std::io::BufReader<std::net::TcpStream> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the dashboard");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
+    write!(s, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send the request");
+    std::io::BufReader::new(s)
+}
+
+/// The data of the next event of `stream`.
+fn next_event(stream: &mut std::io::BufReader<std::net::TcpStream>) -> String {
+    use std::io::BufRead;
+    loop {
+        let mut line = String::new();
+        assert!(stream.read_line(&mut line).expect("an event") > 0, "the stream ended");
+        if let Some(data) = line.strip_prefix("data: ") {
+            return data.trim_end().to_owned();
+        }
+    }
+}
+
 /// The nice value of each thread of process `pid` (field 19 of
 /// `/proc/PID/task/TID/stat`), by thread id.
 #[cfg(target_os = "linux")]
@@ -476,7 +497,7 @@ fn thread_nices(pid: u32) -> Vec<(String, i64)> {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut dashboard = Command::new(hprm())
         .args(["dashboard", "--listen", "127.0.0.1:0", "--runtime-base"])
@@ -491,29 +512,20 @@ fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
     let mut first = String::new();
     BufReader::new(dashboard.stdout.take().expect("stdout")).read_line(&mut first).expect("the dashboard's address");
     let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).expect("an address").to_owned();
-    let follow = |addr: &str| {
-        let mut s = std::net::TcpStream::connect(addr).expect("connect to the dashboard");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
-        write!(s, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send the request");
-        BufReader::new(s)
-    };
-    let next_event = |r: &mut BufReader<std::net::TcpStream>| loop {
-        let mut line = String::new();
-        assert!(r.read_line(&mut line).expect("an event") > 0, "the stream ended");
-        if let Some(data) = line.strip_prefix("data: ") {
-            return data.trim_end().to_owned();
-        }
-    };
     let (mut a, mut b) = (follow(&addr), follow(&addr));
-    // Each snapshot holds the time it was read (now_ns): the same text on
-    // both streams is the same read.
-    let mut from_a: Vec<String> = (0..3).map(|_| next_event(&mut a)).collect();
-    let from_b: Vec<String> = (0..3).map(|_| next_event(&mut b)).collect();
-    assert!(from_a.iter().all(|e| e.contains("\"now_ns\"")), "{from_a:?}");
+    // Each read holds its number (seq) and the time it was made (now_ns):
+    // the same on both streams is the same read (whole as a stream's
+    // first event, a delta after).
+    let read = |r: &mut std::io::BufReader<std::net::TcpStream>| {
+        let event: serde_json::Value = serde_json::from_str(&next_event(r)).expect("an event is JSON");
+        (event["seq"].as_u64().expect("a seq"), event["now_ns"].as_i64().expect("a now_ns"))
+    };
+    let mut from_a: Vec<(u64, i64)> = (0..3).map(|_| read(&mut a)).collect();
+    let from_b: Vec<(u64, i64)> = (0..3).map(|_| read(&mut b)).collect();
     // b may have joined a period after a: match them from b's first.
     let start = from_a.iter().position(|e| *e == from_b[0]);
-    let start = start.unwrap_or_else(|| panic!("b's first snapshot is none of a's: a {from_a:?}, b {from_b:?}"));
-    from_a.extend((0..start).map(|_| next_event(&mut a)));
+    let start = start.unwrap_or_else(|| panic!("b's first read is none of a's: a {from_a:?}, b {from_b:?}"));
+    from_a.extend((0..start).map(|_| read(&mut a)));
     assert_eq!(from_a[start..start + 3], from_b[..], "the followers got reads of their own");
     let nices = thread_nices(dashboard.id());
     assert!(nices.len() >= 3, "the server, the pacer and the streams' threads: {nices:?}");
@@ -522,4 +534,157 @@ fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
     }
     let _ = dashboard.kill();
     let _ = dashboard.wait();
+}
+
+/// What a page does with an `/events` delta (`page.html`'s `apply`, the
+/// form `hprm-cli/src/dashboard/delta.rs` describes): `state` is the read
+/// it is based on; its timelines become the runs the delta brings.
+fn apply(state: &mut serde_json::Value, delta: &serde_json::Value) {
+    use serde_json::Value;
+    fn assign(to: &mut Value, from: &Value, skip: &str) {
+        for (k, v) in from.as_object().expect("an object") {
+            if k != skip {
+                to[k] = v.clone();
+            }
+        }
+    }
+    // A delta's row as a whole read lists a run.
+    fn run(row: &Value) -> Value {
+        let n = |i: usize| row[i].as_i64().expect("a number");
+        serde_json::json!({"reaction": n(0), "tag_ns": n(1), "microstep": n(2), "start_ns": n(3), "end_ns": n(3) + n(4)})
+    }
+    let before = state["programs"].as_array().cloned().unwrap_or_default();
+    let mut programs = Vec::new();
+    for dp in delta["programs"].as_array().expect("programs") {
+        let p = before.iter().find(|p| p["name"] == dp["name"] && p["pid"] == dp["pid"]);
+        let mut p = p.cloned().unwrap_or_else(|| serde_json::json!({"federates": []}));
+        assign(&mut p, dp, "federates");
+        let federates_before = p["federates"].as_array().cloned().unwrap_or_default();
+        let mut federates = Vec::new();
+        for df in dp["federates"].as_array().expect("federates") {
+            let f = federates_before.iter().find(|f| f["name"] == df["name"]);
+            let mut f = f.cloned().unwrap_or_else(|| serde_json::json!({"status": null}));
+            assign(&mut f, df, "status");
+            match df.get("status") {
+                Some(s @ Value::Object(_)) if f["status"].is_object() => assign(&mut f["status"], s, "runs"),
+                Some(s) => f["status"] = s.clone(),
+                None => {}
+            }
+            if let Some(status) = f["status"].as_object_mut() {
+                status.remove("runs");
+                let rows = df["status"]["runs"].as_array().map(|rows| rows.iter().map(run).collect());
+                status.insert("timeline".into(), Value::Array(rows.unwrap_or_default()));
+            }
+            federates.push(f);
+        }
+        p["federates"] = Value::Array(federates);
+        programs.push(p);
+    }
+    state["programs"] = Value::Array(programs);
+    for k in ["now_ns", "seq"] {
+        if let Some(v) = delta.get(k) {
+            state[k] = v.clone();
+        }
+    }
+}
+
+/// The runs of every federate's timeline in `read` (program, federate,
+/// its pid, the run), and `read` without them (nor its `seq`, `base` and
+/// `full`): its figures.
+fn split_runs(read: &serde_json::Value) -> (Vec<String>, serde_json::Value) {
+    let mut figures = read.clone();
+    let mut runs = Vec::new();
+    for p in figures["programs"].as_array_mut().expect("programs") {
+        let program = p["name"].to_string();
+        for f in p["federates"].as_array_mut().expect("federates") {
+            let federate = format!("{program}/{}/{}", f["name"], f["pid"]);
+            if let Some(timeline) = f["status"].get_mut("timeline") {
+                for r in timeline.as_array().expect("a timeline") {
+                    runs.push(format!("{federate}: {r}"));
+                }
+                *timeline = serde_json::Value::Array(Vec::new());
+            }
+        }
+    }
+    for k in ["seq", "base", "full"] {
+        figures.as_object_mut().expect("an object").remove(k);
+    }
+    (runs, figures)
+}
+
+/// `/events` sends a stream's first read whole and then, each second,
+/// only what changed: applied in turn, the deltas give the same figures
+/// as a whole read of the same moment (a second stream's first), and the
+/// runs they bring, concatenated, hold each run once and every run that
+/// whole read holds. A stream opened again starts whole again.
+#[test]
+fn events_send_a_whole_read_then_only_what_changed() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let mut started = Started(vec![launch(&[], runtime.path())]);
+    let mut dashboard = Command::new(hprm())
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--deployed"])
+        .arg(runtime.path().join("etc"))
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start hprm dashboard");
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(dashboard.stdout.take().expect("stdout")), &mut first)
+        .expect("the dashboard's address");
+    started.0.push(dashboard);
+    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).expect("an address").to_owned();
+    wait_for(Duration::from_secs(30), "the dashboard shows both federates' runs", || {
+        let snap: serde_json::Value = serde_json::from_str(&http_get(&addr, "/api/programs")).ok()?;
+        let feds = snap["programs"].get(0)?["federates"].as_array()?.clone();
+        (feds.len() == 2 && feds.iter().all(|f| f["status"]["timeline"].as_array().is_some_and(|t| !t.is_empty())))
+            .then_some(())
+    });
+    let parse = |text: String| -> serde_json::Value { serde_json::from_str(&text).expect("an event is JSON") };
+
+    let mut a = follow(&addr);
+    let mut state = parse(next_event(&mut a));
+    assert_eq!(state["full"], true, "a stream starts whole: {state}");
+    let (mut sent, _) = split_runs(&state);
+    let whole_bytes = serde_json::to_string(&state).map_or(0, |s| s.len());
+    let mut delta_bytes = Vec::new();
+    let mut next_delta = |a: &mut std::io::BufReader<std::net::TcpStream>, state: &mut serde_json::Value| {
+        let text = next_event(a);
+        delta_bytes.push(text.len());
+        let delta = parse(text);
+        assert_eq!(delta["full"], false, "a follower that keeps up is sent deltas: {delta}");
+        assert_eq!(delta["base"], state["seq"], "each delta applies to the read before");
+        apply(state, &delta);
+        split_runs(state).0
+    };
+    for _ in 0..3 {
+        sent.extend(next_delta(&mut a, &mut state));
+    }
+    // A second stream, whole, while the first goes on with deltas.
+    let mut b = follow(&addr);
+    let whole = parse(next_event(&mut b));
+    assert_eq!(whole["full"], true, "{whole}");
+    while state["seq"].as_u64() < whole["seq"].as_u64() {
+        sent.extend(next_delta(&mut a, &mut state));
+    }
+    assert_eq!(state["seq"], whole["seq"], "the two streams share the pacer's reads");
+    let (in_whole, whole_figures) = split_runs(&whole);
+    let (_, figures) = split_runs(&state);
+    assert_eq!(figures, whole_figures, "the deltas applied differ from the whole read");
+    let unique: std::collections::HashSet<&String> = sent.iter().collect();
+    assert_eq!(unique.len(), sent.len(), "a run sent twice on one stream");
+    let missing: Vec<&String> = in_whole.iter().filter(|r| !unique.contains(r)).collect();
+    assert!(missing.is_empty(), "runs of the whole read the deltas never brought: {missing:?}");
+    assert!(in_whole.len() > 10, "the whole read holds the federates' runs: {in_whole:?}");
+    eprintln!("whole read {whole_bytes} bytes, deltas {delta_bytes:?} bytes");
+
+    // A stream opened again (a page reconnecting) starts whole.
+    drop(a);
+    let mut again = follow(&addr);
+    let read = parse(next_event(&mut again));
+    assert_eq!(read["full"], true, "{read}");
+    assert!(!split_runs(&read).0.is_empty(), "a whole read holds the runs: {read}");
+    let next = parse(next_event(&mut again));
+    assert_eq!((&next["full"], &next["base"]), (&false.into(), &read["seq"]), "{next}");
 }

@@ -4,6 +4,7 @@ OpenMetrics and its counters move, the rates and tags agree with what the
 federates report (`hprm ps --json`), the page loads in a real headless
 browser (Debian's chromium) and shows the program, and it is read-only."""
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -236,17 +238,25 @@ def test_tags_agree_with_hprm_ps(running):
     raise AssertionError("never read the same status in hprm ps and the dashboard")
 
 
-def test_events_stream_a_snapshot_a_second(running):
+def test_events_stream_a_snapshot_then_what_changed_each_second(running):
     url, _ = running
-    tags = []
+    events = []
     with urllib.request.urlopen(url + "/events", timeout=10) as r:
         assert r.headers["Content-Type"] == "text/event-stream"
-        while len(tags) < 3:
+        while len(events) < 4:
             line = r.readline().decode()
             if line.startswith("data: "):
-                snap = json.loads(line[len("data: "):])
-                tags.append(next(f["status"]["tag_ns"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "source"))
-    assert tags[0] < tags[2], tags
+                events.append(json.loads(line[len("data: "):]))
+    # The first whole, the next ones each the delta from the one before.
+    assert events[0]["full"] is True and all(e["full"] is False for e in events[1:]), [e.get("full") for e in events]
+    assert [e["base"] for e in events[1:]] == [e["seq"] for e in events[:-1]]
+    tags = []
+    for e in events:
+        # A delta lists a status's figures only when they changed.
+        status = next(f.get("status") or {} for p in e["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "source")
+        if "tag_ns" in status:
+            tags.append(status["tag_ns"])
+    assert len(tags) >= 2 and tags == sorted(tags) and tags[0] < tags[-1], tags
 
 
 def test_it_is_read_only_and_says_what_it_serves(running):
@@ -298,6 +308,100 @@ def test_the_page_shows_the_program_live_in_a_browser(running, tmp_path_factory)
         capture_output=True, text=True, timeout=90,
     )
     assert r.returncode == 0 and shot.stat().st_size > 10_000, r.stderr[-2000:]
+
+
+class DevTools:
+    """Headless Chromium driven over the DevTools protocol, in real time: a
+    page following /events never finishes loading, so --dump-dom's
+    virtual time (which waits for every open request) cannot show it."""
+
+    def __init__(self, profile):
+        client = pytest.importorskip("websockets.sync.client", reason="pip install websockets (install.sh does)")
+        self.chrome = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"], stderr=subprocess.PIPE, text=True)
+        try:
+            self.connect(client)
+        except BaseException:
+            self.chrome.kill()
+            self.chrome.wait()
+            raise
+
+    def connect(self, client):
+        ws_url = None
+        for line in self.chrome.stderr:
+            m = re.search(r"DevTools listening on (ws://\S+)", line)
+            if m:
+                ws_url = m.group(1)
+                break
+        assert ws_url, "chromium did not say where its DevTools listen"
+        # Its log goes on: drained, so that it never waits on a full pipe.
+        threading.Thread(target=self.chrome.stderr.read, daemon=True).start()
+        port = re.search(r":(\d+)/", ws_url).group(1)
+        targets = get_json(f"http://127.0.0.1:{port}/json/list")
+        page = next(t for t in targets if t["type"] == "page")
+        self.connection = contextlib.ExitStack()
+        self.ws = self.connection.enter_context(client.connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30))
+        self.n = 0
+
+    def call(self, method, **params):
+        self.n += 1
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            r = json.loads(self.ws.recv(timeout=30))
+            if r.get("id") == self.n:
+                assert "error" not in r, r
+                return r["result"]
+
+    def evaluate(self, expression):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def close(self):
+        self.connection.close()
+        self.chrome.terminate()
+        self.chrome.wait(timeout=30)
+
+
+def tag_seconds(title):
+    """The tag of a timeline mark's title (`sink.sink.add at tag 1.23 s (0), ran 12 µs`), in seconds."""
+    m = re.search(r" at tag ([\d.]+) (s|ms) ", title)
+    assert m, title
+    return float(m.group(1)) / (1 if m.group(2) == "s" else 1000)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is needed (the test command installs it as root)")
+def test_the_page_follows_events_and_draws_its_timeline_from_the_deltas(running, tmp_path):
+    """The page as a person opens it, following /events: a whole read
+    first (its federates' last two periods of runs), then each second only
+    the runs that are new. Its timeline keeps drawing: after four deltas it
+    shows more of the sink's runs, over a longer stretch than the whole
+    read held, each run once."""
+    url, _ = running
+    browser = DevTools(tmp_path / "profile")
+    marks = "[document.getElementById('state').dataset.seq, [...document.querySelectorAll('svg.timeline rect title')].map(t => t.textContent).filter(t => t.startsWith('sink.sink.add at tag '))]"
+    try:
+        browser.call("Page.navigate", url=url + "/")
+        deadline = time.monotonic() + 30
+        while True:
+            seq, first = browser.evaluate(marks) or ("", [])
+            if seq and first:
+                break
+            assert time.monotonic() < deadline, "the page drew no timeline from /events within 30 s"
+            time.sleep(0.1)
+        while True:
+            now, later = browser.evaluate(marks)
+            if int(now) >= int(seq) + 4:
+                break
+            assert time.monotonic() < deadline + 30, f"the page stayed at read {now} (from {seq})"
+            time.sleep(0.2)
+    finally:
+        browser.close()
+    assert len(set(later)) == len(later), "a run drawn twice"
+
+    def span(titles):
+        return max(map(tag_seconds, titles)) - min(map(tag_seconds, titles))
+
+    # Four reads later, at least three more status periods of runs (100 a second) were appended.
+    assert len(later) >= len(first) + 200, (len(first), len(later))
+    assert span(later) >= span(first) + 2, (span(first), span(later))
 
 
 def test_launch_serves_a_dashboard_with_its_program(daemons_built):

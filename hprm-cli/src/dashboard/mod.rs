@@ -12,8 +12,10 @@
 //!   each store's figures; once per `/metrics` or `/api/programs` request,
 //!   and once a period for all `/events` followers together ([`Shared`]).
 //! - [`metrics`]: a snapshot in the Prometheus text format (`GET /metrics`).
+//! - [`delta`]: what changed between two reads, as `/events` sends it.
 //! - `page.html`: the page (`GET /`), embedded; it follows `GET /events`
-//!   (server-sent events, a snapshot as JSON every second) and draws the
+//!   (server-sent events every second: a snapshot as JSON, then what
+//!   changed since the one before, see [`Follower::next`]) and draws the
 //!   graph itself, so nothing but this binary is needed at run time. The
 //!   loss kinds it shows are put in when it is served ([`page`]), from
 //!   `hprm_node::loss`, their one list.
@@ -27,6 +29,7 @@
 //! [`DASHBOARD_NICE`] ([`yield_to_the_programs`]), so the program it
 //! watches comes first on a busy core.
 
+mod delta;
 mod metrics;
 mod snapshot;
 
@@ -205,16 +208,17 @@ fn serve(request: tiny_http::Request, shared: &Arc<Shared>) {
             // Encoded straight from the read: no JSON made for a scrape.
             metrics::encode_text(&shared.fresh()),
         ),
-        "/api/programs" => respond(request, 200, "application/json", Read::new(&shared.fresh()).json),
+        "/api/programs" => respond(request, 200, "application/json", to_json(&shared.fresh())),
         "/events" => events(request, shared),
         _ => respond(request, 404, "text/plain", format!("no page {path}; try / or /metrics\n")),
     }
 }
 
-/// `/events`: the followers' snapshot every [`EVENT_PERIOD`] (see
-/// [`Shared::follow`]) until the browser goes (a write fails). Written on
-/// the raw connection, each event flushed at once: a chunked response body
-/// would wait for a full chunk.
+/// `/events`: the followers' reads every [`EVENT_PERIOD`] (see
+/// [`Shared::follow`]), the first whole and the next ones as deltas
+/// ([`Follower::next`]), until the browser goes (a write fails). Written
+/// on the raw connection, each event flushed at once: a chunked response
+/// body would wait for a full chunk.
 fn events(request: tiny_http::Request, shared: &Arc<Shared>) {
     let mut out = request.into_writer();
     let head =
@@ -224,10 +228,11 @@ fn events(request: tiny_http::Request, shared: &Arc<Shared>) {
     }
     let mut follower = Shared::follow(shared);
     loop {
-        let read = follower.next();
+        let (read, whole) = follower.next();
+        let data = if whole { read.whole() } else { read.delta.as_deref().unwrap_or_else(|| read.whole()) };
         let sent = out
             .write_all(b"data: ")
-            .and_then(|()| out.write_all(read.json.as_bytes()))
+            .and_then(|()| out.write_all(data.as_bytes()))
             .and_then(|()| out.write_all(b"\n\n"))
             .and_then(|()| out.flush());
         if sent.is_err() {
@@ -236,16 +241,80 @@ fn events(request: tiny_http::Request, shared: &Arc<Shared>) {
     }
 }
 
-/// One read of every program as JSON (the `/events` data and the
-/// `/api/programs` body), serialised once for every client that gets it.
+/// A snapshot as JSON (the `/api/programs` body).
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// One of the pacer's reads, as its followers get it: whole (the first
+/// event of a stream, or for a follower that missed the read before), or
+/// as the delta from the read before ([`delta`]). Each is serialised at
+/// most once, whatever the number of followers: the delta by the pacer,
+/// the whole read by the first follower that needs it.
+///
+/// Both carry `seq` (the read's number, counting from 1 in this process);
+/// a delta also `base`, the read it applies to (`seq - 1`), and a whole
+/// one `"full": true`.
 struct Read {
-    json: String,
+    seq: u64,
+    snapshot: Snapshot,
+    whole_json: std::sync::OnceLock<String>,
+    /// From read `seq - 1` (none for the first read after the pacer rested:
+    /// no follower has one to apply it to).
+    delta: Option<String>,
 }
 
 impl Read {
-    fn new(snapshot: &Snapshot) -> Read {
-        let json = serde_json::to_string(snapshot).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-        Read { json }
+    fn whole(&self) -> &str {
+        self.whole_json.get_or_init(|| {
+            #[derive(serde::Serialize)]
+            struct Whole<'a> {
+                seq: u64,
+                full: bool,
+                #[serde(flatten)]
+                snapshot: &'a Snapshot,
+            }
+            to_json(&Whole { seq: self.seq, full: true, snapshot: &self.snapshot })
+        })
+    }
+}
+
+/// What the pacer keeps of its last read to make the next one's delta.
+struct Base {
+    seq: u64,
+    /// The read without its timelines.
+    figures: serde_json::Value,
+    /// The runs it held.
+    timelines: delta::Timelines,
+}
+
+impl Base {
+    /// Read `seq` made into a [`Read`], with its delta from `base` when
+    /// that is read `seq - 1`; and the base for the next.
+    fn advance(base: Option<Base>, seq: u64, mut snapshot: Snapshot) -> (Read, Base) {
+        let figures = delta::without_timelines(&mut snapshot);
+        let (delta, timelines) = match base {
+            Some(Base { seq: before_seq, figures: before, mut timelines }) => {
+                let runs = timelines.advance(&snapshot);
+                let delta = (before_seq + 1 == seq).then(|| {
+                    let mut d = delta::diff(&before, &figures, &runs);
+                    if let Some(o) = d.as_object_mut() {
+                        o.insert("seq".into(), seq.into());
+                        o.insert("base".into(), before_seq.into());
+                        o.insert("full".into(), false.into());
+                    }
+                    to_json(&d)
+                });
+                (delta, timelines)
+            }
+            None => {
+                let mut timelines = delta::Timelines::default();
+                timelines.advance(&snapshot);
+                (None, timelines)
+            }
+        };
+        let read = Read { seq, snapshot, whole_json: std::sync::OnceLock::new(), delta };
+        (read, Base { seq, figures, timelines })
     }
 }
 
@@ -255,9 +324,11 @@ impl Read {
 ///
 /// Invariant: while `/events` has followers, one thread (the pacer, see
 /// [`Shared::pace`]) reads once per [`EVENT_PERIOD`] and every follower
-/// sends that read: N browsers cost one read and one serialisation a
-/// period, not N. With no follower the pacer waits on a condition
-/// variable, without a timeout: a dashboard nobody watches does nothing.
+/// sends that read, whole or as the one delta from the read before: N
+/// browsers cost one read and one serialisation a period (two in a period
+/// when one of them needs it whole), not N. With no follower the pacer
+/// waits on a condition variable, without a timeout: a dashboard nobody
+/// watches does nothing.
 struct Shared {
     reader: Mutex<Reader>,
     followers: Mutex<Followers>,
@@ -269,8 +340,10 @@ struct Shared {
 struct Followers {
     /// How many `/events` streams are open.
     count: usize,
-    /// The pacer's last read, and its number (0: none yet).
+    /// The pacer's last read (its `seq` counts the reads: a read's number
+    /// is never reused in this process).
     latest: Option<Arc<Read>>,
+    /// How many reads the pacer made.
     generation: u64,
     /// Whether the pacer thread runs (started with the first follower).
     pacing: bool,
@@ -312,24 +385,30 @@ impl Shared {
         // A new follower gets the pacer's last read at once (at most a
         // period old), or, with none, the read the pacer makes as soon as
         // it has a follower.
-        let seen = if f.latest.is_some() { f.generation - 1 } else { f.generation };
-        Follower { shared: shared.clone(), seen }
+        Follower { shared: shared.clone(), seen: None }
     }
 
     /// The pacer: while anyone follows, a read a period, published to all.
     fn pace(&self) {
+        let mut base: Option<Base> = None;
         loop {
             {
                 let mut f = self.followers();
+                if f.count == 0 {
+                    // No follower holds a read to apply a delta to.
+                    base = None;
+                }
                 while f.count == 0 {
                     f = self.changed.wait(f).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
             }
-            let read = Arc::new(Read::new(&self.fresh()));
+            let seq = self.followers().generation + 1;
+            let (read, next) = Base::advance(base.take(), seq, self.fresh());
+            base = Some(next);
             {
                 let mut f = self.followers();
-                f.latest = Some(read);
-                f.generation += 1;
+                f.latest = Some(Arc::new(read));
+                f.generation = seq;
                 self.changed.notify_all();
                 // A period to the next read; early only for a follower that
                 // came after the last one left (it has no read to start
@@ -345,19 +424,29 @@ impl Shared {
 /// the stream ends) lets the pacer stop when it was the last.
 struct Follower {
     shared: Arc<Shared>,
-    /// The generation of the last read it got.
-    seen: u64,
+    /// The `seq` of the last read it was sent (none yet: a new stream).
+    seen: Option<u64>,
 }
 
 impl Follower {
-    /// The next read after the last one this follower got.
-    fn next(&mut self) -> Arc<Read> {
+    /// The next read after the last one this follower was sent, and
+    /// whether to send it whole.
+    ///
+    /// Why a follower never misses a run or a figure: it is sent a delta
+    /// only when that delta's base is the read it was sent last (`seen`),
+    /// which it has applied; a new stream (a page that reconnects is one),
+    /// or one that fell behind (the pacer published two reads or more
+    /// while it was writing the last), is sent the read whole. A page
+    /// checks the same (`base` against the `seq` it has) and reconnects
+    /// when they differ, which this makes impossible short of a bug.
+    fn next(&mut self) -> (Arc<Read>, bool) {
         let mut f = self.shared.followers();
         loop {
-            if f.generation > self.seen {
-                if let Some(read) = &f.latest {
-                    self.seen = f.generation;
-                    return read.clone();
+            if let Some(read) = &f.latest {
+                if self.seen.map_or(true, |seen| read.seq > seen) {
+                    let whole = read.delta.is_none() || self.seen != Some(read.seq - 1);
+                    self.seen = Some(read.seq);
+                    return (read.clone(), whole);
                 }
             }
             f = self.shared.changed.wait(f).unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -408,16 +497,24 @@ mod tests {
     fn followers_share_one_read_a_period_and_the_pacer_rests_without_them() {
         let (shared, _dir) = nothing_running();
         let mut first = Shared::follow(&shared);
-        let one = first.next();
+        let (one, whole) = first.next();
+        assert!(whole, "a stream starts with a whole read");
         assert_eq!(generation(&shared), 1, "the first follower's read is made at once");
         // A second follower starts from the same read, not from one of its own.
         let mut second = Shared::follow(&shared);
-        let also = second.next();
-        assert!(Arc::ptr_eq(&one, &also), "a second follower got a read of its own");
-        assert!(one.json.contains("\"programs\":[]"), "{}", one.json);
-        // The next period's read, one for both.
-        let (a, b) = (first.next(), second.next());
+        let (also, whole) = second.next();
+        assert!(Arc::ptr_eq(&one, &also) && whole, "a second follower got a read of its own");
+        assert!(
+            one.whole().contains("\"programs\":[]") && one.whole().contains("\"seq\":1,\"full\":true"),
+            "{}",
+            one.whole()
+        );
+        // The next period's read, one for both, as the delta from the first.
+        let ((a, a_whole), (b, b_whole)) = (first.next(), second.next());
         assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &one));
+        assert!(!a_whole && !b_whole, "followers that have read 1 get read 2 as a delta");
+        let delta = a.delta.as_deref().expect("read 2 has a delta");
+        assert!(delta.contains("\"seq\":2") && delta.contains("\"base\":1"), "{delta}");
         assert_eq!(generation(&shared), 2);
         drop((first, second));
         // Nobody follows: the pacer may finish the period it was in, then
@@ -427,10 +524,30 @@ mod tests {
         std::thread::sleep(EVENT_PERIOD * 2);
         assert_eq!(generation(&shared), resting, "the pacer read for no follower");
         assert!(shared.followers().latest.is_none(), "the last read outlived its readers");
-        // A follower coming back is served at once, by the same pacer.
+        // A follower coming back is served at once, by the same pacer,
+        // whole: its read has no delta (nobody holds the read before).
         let mut again = Shared::follow(&shared);
-        again.next();
+        let (read, whole) = again.next();
         assert_eq!(generation(&shared), resting + 1);
+        assert!(whole && read.delta.is_none() && read.seq == resting + 1);
+    }
+
+    #[test]
+    fn a_follower_that_fell_behind_gets_the_read_whole() {
+        let (shared, _dir) = nothing_running();
+        let mut keeping_up = Shared::follow(&shared);
+        let mut behind = Shared::follow(&shared);
+        let (first, _) = keeping_up.next();
+        assert_eq!(behind.next().0.seq, first.seq);
+        // `behind` takes nothing for two reads (as a stream whose write
+        // blocked that long): the next it gets is not a delta from its last.
+        for _ in 0..2 {
+            let (read, whole) = keeping_up.next();
+            assert!(!whole, "a follower that keeps up gets deltas (read {})", read.seq);
+        }
+        let (read, whole) = behind.next();
+        assert_eq!(read.seq, first.seq + 2);
+        assert!(whole, "read {} sent as a delta from {} to a follower that has {}", read.seq, read.seq - 1, first.seq);
     }
 
     /// The nice value of thread `tid` of this process, from

@@ -1,6 +1,6 @@
 //! A launch watched by `hprm dashboard`, as a person and Prometheus would
 //! watch it: the dashboard runs for the launch, a reader follows its
-//! `/events` stream (a snapshot a second, as the page does) and another
+//! `/events` stream (an event a second, as the page does) and another
 //! fetches `/metrics` every second (a scrape far more often than
 //! Prometheus's usual 15 s). What the program pays for being watched is
 //! the difference from an unwatched launch.
@@ -118,7 +118,7 @@ fn get(addr: SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Follows `/events`, counting the snapshots, until `stop` or the end of
+/// Follows `/events`, counting the events (reads), until `stop` or the end of
 /// the stream.
 fn follow_events(addr: SocketAddr, stop: &AtomicBool, reads: &AtomicU64) {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return };
