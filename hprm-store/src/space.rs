@@ -93,14 +93,25 @@ impl AddressSpace {
         self.arena.zero_in_background_held_by(self.clone())
     }
 
+    /// The addresses of the mapping `offset` lies in, the arena's or the
+    /// spill file's, in this process: what a view over an object's bytes
+    /// points inside (how a test tells a zero-copy view from a copy).
+    pub fn mapping_of(&self, offset: u64) -> std::ops::Range<usize> {
+        // SAFETY: offset 0 of either mapping is in bounds of it.
+        let (start, len) = match &self.spill {
+            Some(spill) if self.is_spilled(offset) => (unsafe { spill.ptr_at(0) }, spill.size()),
+            _ => (unsafe { self.arena.ptr_at(0) }, self.arena.size()),
+        };
+        start as usize..start as usize + len as usize
+    }
+
     /// Maps `[offset, offset + len)` for writing in this process before
-    /// the creator writes an object there (`Arena::prefault_for_write`). A
-    /// spilled object is not pre-faulted: its pages are a file's, faulted
-    /// from the page cache as it is written, and a spilled write is
-    /// already off the fast path.
+    /// the creator writes an object there ([`Arena::prefault_for_write`],
+    /// [`SpillFile::prefault_for_write`]).
     pub fn prefault_for_write(&self, offset: u64, len: u64) {
-        if !self.is_spilled(offset) {
-            self.arena.prefault_for_write(offset, len);
+        match &self.spill {
+            Some(spill) if self.is_spilled(offset) => spill.prefault_for_write(offset - self.base, len),
+            _ => self.arena.prefault_for_write(offset, len),
         }
     }
 }

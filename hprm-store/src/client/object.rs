@@ -63,6 +63,12 @@ impl Object {
         self.placement
     }
 
+    /// The addresses of this process's mapping of the store memory the
+    /// object lies in (the arena, or the spill file: `crate::space`).
+    pub fn mapping(&self) -> std::ops::Range<usize> {
+        self.inner.space.mapping_of(self.placement.data_offset)
+    }
+
     /// The id of the arena it lies in ([`crate::StoreClient::arena_id`]).
     pub fn arena_id(&self) -> u64 {
         self.inner.arena_id

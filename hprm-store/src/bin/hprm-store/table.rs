@@ -646,6 +646,17 @@ impl ObjectTable {
         Some(Block { offset: local.offset + self.space.spill_base(), len: local.len })
     }
 
+    /// Counts an object placed in `block` if that lies in the spill file;
+    /// whether it does.
+    fn count_spilled(&mut self, block: Block) -> bool {
+        let spilled = self.space.is_spilled(block.offset);
+        if spilled {
+            self.objects_spilled += 1;
+            self.bytes_spilled += block.len;
+        }
+        spilled
+    }
+
     /// Frees a block of either backing; a spilled block's disk space is
     /// given back at once (its pages punched out of the file).
     fn free_block(&mut self, block: Block) {
@@ -715,11 +726,7 @@ impl ObjectTable {
         unsafe {
             self.space.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
         };
-        let spilled = self.space.is_spilled(block.offset);
-        if spilled {
-            self.objects_spilled += 1;
-            self.bytes_spilled += block.len;
-        }
+        let spilled = self.count_spilled(block);
         let program = self.charge(client, block.len);
         self.objects.insert(
             id,
@@ -831,6 +838,7 @@ impl ObjectTable {
         }
         // Charged, not checked: a block already reserved is small, and
         // refusing it now would only waste it.
+        self.count_spilled(block);
         let program = self.charge(client, block.len);
         self.objects.insert(
             id,
@@ -2113,6 +2121,47 @@ mod tests {
             Reply::Reserved { offsets, .. } => offsets,
             other => panic!("reserve refused: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_full_arena_spills_reserved_blocks_one_at_a_time_and_gives_their_space_back() {
+        const MB: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let arena = Arena::create(&ArenaOptions { size: MB, dir: None, hugepages: false, populate: false }).unwrap();
+        let spill = hprm_store::spill::SpillFile::create(dir.path(), 16 * MB).unwrap();
+        let mut t = ObjectTable::new(
+            Arc::new(AddressSpace::new(arena, Some(spill))),
+            TableConfig { delivery_ttl: Duration::from_secs(60), ..TableConfig::default() },
+        );
+        t.connect(1);
+        t.connect(2);
+        // A pinned message fills the arena.
+        let filler = ObjectId::random();
+        put(&mut t, filler, MB - 64, 1);
+        let base = t.space.spill_base();
+        // A create spills; a Reserve takes one spilled block, not a batch.
+        let big = ObjectId::random();
+        let Reply::Created(p) = create(&mut t, 1, big, 3 * MB, 1) else { panic!("create refused") };
+        assert!(p.data_offset >= base);
+        let offsets = reserved(&mut t, 1, 64 << 10, 8);
+        assert_eq!(offsets.len(), 1);
+        assert!(offsets[0] >= base);
+        let small = ObjectId::random();
+        let publish =
+            Request::Publish { id: small, offset: offsets[0], data_size: 1000, metadata_size: 0, deliveries: 1 };
+        assert_eq!(reply(t.handle(1, &publish)), Reply::Done);
+        assert_eq!(reply(t.handle(1, &Request::Seal { id: big })), Reply::Done);
+        let s = t.stats();
+        assert_eq!((s.objects_spilled, s.spill_bytes_in_use), (2, 3 * spill::GRANULE), "{s:?}");
+        assert!(s.spill_disk_bytes >= s.spill_bytes_in_use, "{s:?}");
+        // Settled, both are freed and their disk space punched out.
+        for id in [big, small] {
+            assert!(matches!(get(&mut t, 2, id), Reply::Objects(_)));
+            assert_eq!(reply(t.handle(2, &Request::Release { id })), Reply::Done);
+        }
+        reap(&mut t);
+        let s = t.stats();
+        assert_eq!((s.spill_bytes_in_use, s.spill_disk_bytes, s.objects_spilled), (0, 0, 2), "{s:?}");
     }
 
     #[test]
