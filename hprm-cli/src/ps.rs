@@ -307,9 +307,20 @@ fn rti_figures(f: &RtiFigures) -> String {
 
 /// A store's figures in a line (or why there are none): bytes in use of
 /// its capacity, objects (held by a client; deliveries not yet taken),
-/// evictions, creates refused (no room; over the program's quota).
+/// evictions, creates refused (no room; over the program's quota); with a
+/// spill file, what spilled to it.
 fn store_figures(r: &status::StoreReport) -> String {
     let Some(f) = &r.stats else { return r.error.clone().unwrap_or_else(|| "no figures".into()) };
+    let spill = if f.spill_capacity > 0 {
+        format!(
+            ", {} objects spilled ({} of {} in the spill file now)",
+            f.objects_spilled,
+            ByteSize(f.spill_bytes_in_use),
+            ByteSize(f.spill_capacity)
+        )
+    } else {
+        String::new()
+    };
     format!(
         "pid {}: {} in use of {}, {} objects ({} held, {} deliveries pending), {} evictions, {} creates refused for room, {} over quota",
         r.pid,
@@ -321,7 +332,7 @@ fn store_figures(r: &status::StoreReport) -> String {
         f.evictions,
         f.creates_refused,
         f.creates_over_quota
-    )
+    ) + &spill
 }
 
 #[cfg(test)]
@@ -416,6 +427,25 @@ mod tests {
         let mut one = Running { elsewhere: vec![], ..running };
         one.launch.hosts = None;
         assert!(!table(&[one], now).contains("HOST"));
+    }
+
+    #[test]
+    fn a_store_with_a_spill_file_says_what_spilled_and_one_without_says_nothing_of_it() {
+        use hprm_node::status::{StoreFigures, StoreReport};
+        let report = |spill_capacity| StoreReport {
+            pid: 9,
+            socket: "/run/hprm/store.sock".into(),
+            stats: Some(StoreFigures {
+                spill_capacity,
+                spill_bytes_in_use: 4 << 20,
+                objects_spilled: 3,
+                ..StoreFigures::default()
+            }),
+            error: None,
+        };
+        let line = store_figures(&report(1 << 30));
+        assert!(line.ends_with(", 3 objects spilled (4 MiB of 1 GiB in the spill file now)"), "{line}");
+        assert!(!store_figures(&report(0)).contains("spill"));
     }
 
     #[test]

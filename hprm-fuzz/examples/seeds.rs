@@ -118,8 +118,16 @@ fn store(dir: &Path) {
         Request::Flush,
         Request::Identify { program: "pipeline" },
     ];
-    let hello =
-        Hello { version: 4, arena_size: 1 << 26, client_id: 7, populate: false, arena_id: 99, outbox_size: 65536 };
+    // No spill file (0: not written, so the committed seeds stay as they were).
+    let hello = Hello {
+        version: 4,
+        arena_size: 1 << 26,
+        client_id: 7,
+        populate: false,
+        arena_id: 99,
+        outbox_size: 65536,
+        spill_size: 0,
+    };
     let replies = vec![
         Reply::Hello(hello),
         Reply::Created(placement),

@@ -135,7 +135,7 @@ pub fn store_frames(data: &[u8]) {
 /// The client's end of the store's handshake
 /// ([`hprm_store::protocol::handshake::recv_hello`]) reading what a
 /// hostile peer wrote: byte 0 says how many descriptors ride with it (0-3,
-/// copies of /dev/null, neither an arena nor an outbox).
+/// copies of /dev/null, neither an arena, an outbox nor a spill file).
 pub fn store_handshake(data: &[u8]) {
     use hprm_store::protocol::handshake::{recv_hello, send_hello};
     use std::os::fd::AsFd;
@@ -147,7 +147,8 @@ pub fn store_handshake(data: &[u8]) {
     let mut sent = 0;
     if !bytes.is_empty() && fds % 4 > 0 {
         let outbox = (fds % 4 > 1).then(|| null.as_fd());
-        sent = send_hello(theirs.as_fd(), bytes, null.as_fd(), outbox).unwrap_or(0);
+        let spill = (fds % 4 > 2).then(|| null.as_fd());
+        sent = send_hello(theirs.as_fd(), bytes, null.as_fd(), outbox, spill).unwrap_or(0);
     }
     if (&theirs).write_all(&bytes[sent..]).is_err() {
         return;

@@ -572,6 +572,16 @@ pub struct StoreFigures {
     pub expired_deliveries: u64,
     pub creates_refused: u64,
     pub creates_over_quota: u64,
+    /// The spill file (`hprm-store --spill-dir`; capacity 0: none): bytes
+    /// its objects hold now, and objects placed there since the store
+    /// started because the arena was full. Absent from a report of an
+    /// older version: 0.
+    #[serde(default)]
+    pub spill_capacity: u64,
+    #[serde(default)]
+    pub spill_bytes_in_use: u64,
+    #[serde(default)]
+    pub objects_spilled: u64,
 }
 
 impl From<&hprm_store::Stats> for StoreFigures {
@@ -588,6 +598,9 @@ impl From<&hprm_store::Stats> for StoreFigures {
             expired_deliveries: s.expired_deliveries,
             creates_refused: s.creates_refused,
             creates_over_quota: s.creates_over_quota,
+            spill_capacity: s.spill_capacity,
+            spill_bytes_in_use: s.spill_bytes_in_use,
+            objects_spilled: s.objects_spilled,
         }
     }
 }

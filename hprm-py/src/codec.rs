@@ -629,17 +629,12 @@ fn write_ext_header(out: &mut Vec<u8>, ty: i8, len: usize) -> PyResult<()> {
 pub fn decode(py: Python<'_>, bytes: &[u8], decoder: &Decoder, copy: bool) -> PyResult<PyObject> {
     let (spilled, objects) = py.allow_threads(|| take_all(bytes, decoder)).map_err(payload_error)?;
     let message = spilled.as_ref().map_or(bytes, Object::data);
-    let arena_size = match (objects.is_empty(), decoder.store().client()) {
-        (false, Ok(Some(client))) => client.arena_size(),
-        _ => 0,
-    };
     let mut build = Build {
         py,
         copy,
         objects: objects.into_iter().map(|o| (o.id(), Arc::new(o))).collect(),
         views: HashMap::new(),
         dtypes: HashMap::new(),
-        arena_size,
     };
     let mut r = Reader::new(message);
     let value = build.value(&mut r, 0, false)?;
@@ -672,7 +667,6 @@ struct Build<'py> {
     /// One view per object, shared by every buffer over it.
     views: HashMap<ObjectId, Bound<'py, SharedBuffer>>,
     dtypes: HashMap<String, Bound<'py, PyAny>>,
-    arena_size: u64,
 }
 
 impl<'py> Build<'py> {
@@ -835,7 +829,7 @@ impl<'py> Build<'py> {
             .objects
             .get(&id)
             .ok_or_else(|| malformed(format!("object {id} was not among the message's references")))?;
-        let view = Bound::new(self.py, SharedBuffer::new(object.clone(), self.arena_size))?;
+        let view = Bound::new(self.py, SharedBuffer::new(object.clone()))?;
         self.views.insert(id, view.clone());
         Ok(view)
     }

@@ -38,14 +38,11 @@ use pyo3::prelude::*;
 #[pyclass(module = "hprm._native", frozen, name = "SharedBuffer")]
 pub struct SharedBuffer {
     object: Arc<Object>,
-    /// Size of the store's arena, as mapped by the connection the object
-    /// came through (for `mapping`).
-    arena_size: u64,
 }
 
 impl SharedBuffer {
-    pub fn new(object: Arc<Object>, arena_size: u64) -> SharedBuffer {
-        SharedBuffer { object, arena_size }
+    pub fn new(object: Arc<Object>) -> SharedBuffer {
+        SharedBuffer { object }
     }
 
     /// The object's bytes.
@@ -114,12 +111,13 @@ impl SharedBuffer {
     }
 
     /// `(start, end)`: the address range where this process maps the
-    /// store's arena through the connection the object came by. Arrays
-    /// over this buffer point inside it: that is the zero-copy.
+    /// store memory the object lies in (the arena, or the spill file of a
+    /// store run with `--spill-dir`) through the connection it came by.
+    /// Arrays over this buffer point inside it: that is the zero-copy.
     #[getter]
     fn mapping(&self) -> (usize, usize) {
-        let start = (self.object.data().as_ptr() as usize).wrapping_sub(self.object.placement().data_offset as usize);
-        (start, start.wrapping_add(self.arena_size as usize))
+        let m = self.object.mapping();
+        (m.start, m.end)
     }
 
     fn __len__(&self) -> usize {

@@ -174,9 +174,15 @@ impl Arena {
     /// of the lowest priority (`crate::prefault::zero_in_background`): the
     /// daemon's side, for an arena in a memfd that is not pre-faulted.
     pub fn zero_in_background(self: &std::sync::Arc<Self>) -> io::Result<()> {
-        // The thread holds a reference, so the mapping outlives it.
+        self.zero_in_background_held_by(self.clone())
+    }
+
+    /// [`Arena::zero_in_background`], with the thread holding `owner`,
+    /// which must keep this arena's mapping alive (an `Arc` of it, or of
+    /// what holds it).
+    pub(crate) fn zero_in_background_held_by<T: Send + 'static>(&self, owner: T) -> io::Result<()> {
         let base = self.map.as_mut_ptr() as usize;
-        prefault::zero_in_background(base, self.size, self.clone()).map(drop)
+        prefault::zero_in_background(base, self.size, owner).map(drop)
     }
 
     /// Whether `[offset, offset + len)` lies inside the arena.

@@ -10,6 +10,7 @@ use crate::id::ObjectId;
 use crate::outbox::OutboxError;
 use crate::protocol::handshake::HandshakeError;
 use crate::protocol::message::ErrorCode;
+use crate::spill::SpillError;
 
 /// An error from [`crate::StoreClient`] and the objects it hands out.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +23,8 @@ pub enum Error {
     Arena(#[from] ArenaError),
     #[error(transparent)]
     Outbox(#[from] OutboxError),
+    #[error(transparent)]
+    Spill(#[from] SpillError),
     /// The daemon refused the request; `message` says why, naming the object.
     #[error("{op} refused by hprm-store: {message}")]
     Rejected { op: &'static str, code: ErrorCode, message: String },

@@ -13,6 +13,9 @@
 //!   the SCM_RIGHTS handshake that hands over the arena.
 //! - [`arena`]: making (memfd / unnamed file, reserved with fallocate) and
 //!   mapping the shared region.
+//! - [`space`]: one range of offsets over the arena and, with
+//!   `--spill-dir`, the [`spill`] file (a file-backed overflow arena): the
+//!   one place an object's offset becomes a pointer.
 //! - [`outbox`]: each client's queue of one-way requests (seal, claim,
 //!   release, ...) in shared memory, which the daemon reads when they can
 //!   matter instead of being woken for each.
@@ -57,6 +60,8 @@ pub mod outbox;
 pub mod policy;
 mod prefault;
 pub mod protocol;
+pub mod space;
+pub mod spill;
 
 pub use client::{ConnectOptions, CreateOptions, Deletion, Evicted, Object, ObjectMut, StoreClient, Subscription};
 pub use error::{Error, Result};

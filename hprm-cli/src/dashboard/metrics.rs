@@ -96,6 +96,8 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     let store_expired = Counters::default();
     let store_refused = Counters::default();
     let store_over_quota = Counters::default();
+    let store_spill_bytes = IntGauges::default();
+    let store_spilled = Counters::default();
     let store_up = IntGauges::default();
     let reactions = Counters::default();
     let deadline_misses = Counters::default();
@@ -206,6 +208,8 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
                 store_expired.get_or_create(&l).inc_by(s.expired_deliveries);
                 store_refused.get_or_create(&l).inc_by(s.creates_refused);
                 store_over_quota.get_or_create(&l).inc_by(s.creates_over_quota);
+                store_spill_bytes.get_or_create(&l).set(int(s.spill_bytes_in_use));
+                store_spilled.get_or_create(&l).inc_by(s.objects_spilled);
             }
         }
     }
@@ -305,6 +309,8 @@ pub fn encode_snapshot(snap: &Snapshot) -> Registry {
     reg.register("store_expired_deliveries", "Deliveries given up on when their TTL ran out", store_expired);
     reg.register("store_creates_refused", "Creates refused for lack of room: values not sent", store_refused);
     reg.register("store_creates_over_quota", "Creates refused by the program's quota", store_over_quota);
+    reg.register("store_spill_bytes_in_use", "Spill-file bytes held by objects (--spill-dir)", store_spill_bytes);
+    reg.register("store_objects_spilled", "Objects placed in the spill file because the arena was full", store_spilled);
     reg
 }
 

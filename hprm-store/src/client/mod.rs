@@ -1,6 +1,6 @@
 //! The Rust client: [`StoreClient`] and the objects it hands out.
 //!
-//! A client maps the daemon's arena once at connect; [`ObjectMut`] and
+//! A client maps the daemon's arena (and spill file: `crate::space`) once at connect; [`ObjectMut`] and
 //! [`Object`] are views straight into it (no copies). Each `Object` holds one
 //! reference in the daemon, released when it is dropped; an `ObjectMut` that
 //! is dropped unsealed is aborted. Both keep the client's connection and
@@ -37,6 +37,8 @@ use crate::outbox::OutboxWriter;
 use crate::protocol::frame::VERSION;
 use crate::protocol::handshake::{recv_hello, Greeting};
 use crate::protocol::message::{ObjectInfo, Placement, Reply, Request, Stats};
+use crate::space::AddressSpace;
+use crate::spill::SpillFile;
 use connection::Connection;
 
 /// Options for [`StoreClient::connect_with`].
@@ -153,7 +155,8 @@ pub struct StoreClient {
 
 pub(crate) struct Inner {
     conn: Connection,
-    arena: Arena,
+    /// The arena and the spill file: where every placement resolves.
+    pub(crate) space: AddressSpace,
     client_id: u64,
     /// The daemon's arena id (`Hello::arena_id`).
     pub(crate) arena_id: u64,
@@ -228,7 +231,7 @@ impl Inner {
                 // Sent under the lock, so that one thread only sends it. A
                 // connection that fails here fails the next call too, which
                 // reports it.
-                let reserve = pool.reserve(class, self.arena.size());
+                let reserve = pool.reserve(class, self.space.arena().size());
                 pool.reserving[class] = self.conn.start(&reserve).ok();
             }
             return Ok(offset);
@@ -241,16 +244,16 @@ impl Inner {
             // None sent ahead, or refused when it was sent (the arena was
             // full then): ask now, when the blocks are needed.
             _ => {
-                let reserve = self.pool().reserve(class, self.arena.size());
+                let reserve = self.pool().reserve(class, self.space.arena().size());
                 self.conn.call(&reserve)?
             }
         };
         match reply {
             Reply::Reserved { block_len: got, mut offsets } if got == block_len && !offsets.is_empty() => {
-                if let Some(bad) = offsets.iter().find(|&&o| !self.arena.contains_range(o, block_len)) {
+                if let Some(bad) = offsets.iter().find(|&&o| !self.space.contains_range(o, block_len)) {
                     return Err(Error::Protocol {
                         op: "reserve",
-                        detail: format!("block at {bad} lies outside the arena"),
+                        detail: format!("block at {bad} lies outside the arena and the spill file"),
                     });
                 }
                 let offset = offsets.pop().expect("checked non-empty");
@@ -280,6 +283,7 @@ impl StoreClient {
             });
         }
         let arena = Arena::map_fd(greeting.arena, hello.arena_size, opts.populate.unwrap_or(hello.populate))?;
+        let spill = greeting.spill.map(|fd| SpillFile::map_fd(fd, hello.spill_size)).transpose()?;
         let outbox = match greeting.outbox {
             Some(fd) if !opts.socket_only => Some(OutboxWriter::map(fd, hello.outbox_size)?),
             _ => None,
@@ -288,7 +292,7 @@ impl StoreClient {
         let spin = opts.spin.unwrap_or(DEFAULT_SPIN);
         let inner = Inner {
             conn: Connection::new(stream, spin, outbox),
-            arena,
+            space: AddressSpace::new(arena, spill),
             client_id: hello.client_id,
             arena_id: hello.arena_id,
             path,
@@ -321,7 +325,7 @@ impl StoreClient {
 
     /// Size of the daemon's arena in bytes.
     pub fn arena_size(&self) -> u64 {
-        self.inner.arena.size()
+        self.inner.space.arena().size()
     }
 
     /// Creates an object of `size` data bytes with `metadata`, to be written
@@ -347,13 +351,13 @@ impl StoreClient {
                 metadata_offset: offset + size,
                 metadata_size: metadata.len() as u64,
             };
-            self.inner.arena.prefault_for_write(offset, size + metadata.len() as u64);
+            self.inner.space.prefault_for_write(offset, size + metadata.len() as u64);
             // SAFETY: the block is reserved for this client and taken out of
-            // its pool, so nothing else writes it; it lies in the arena
-            // (checked when reserved) and holds data + metadata (its class).
+            // its pool, so nothing else writes it; it lies in the address
+            // space (checked when reserved) and holds data + metadata (its class).
             unsafe {
                 self.inner
-                    .arena
+                    .space
                     .ptr_at(placement.metadata_offset)
                     .copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
             };
@@ -372,7 +376,7 @@ impl StoreClient {
                 // The creator is about to write all of it (the daemon has
                 // written the metadata): its pages may be resident but not yet
                 // in this process's page table.
-                self.inner.arena.prefault_for_write(placement.data_offset, placement.data_size);
+                self.inner.space.prefault_for_write(placement.data_offset, placement.data_size);
                 Ok(ObjectMut::new(self.inner.clone(), id, placement, None))
             }
             other => Err(unexpected("create", &other)),
@@ -455,7 +459,7 @@ impl StoreClient {
         }
         self.check_placement("claim", &p).map_err(|_| Error::InvalidArgument {
             op: "claim",
-            detail: format!("object {id}: placement {p:?} lies outside the {}-byte arena; the message referencing it is forged or corrupted", self.inner.arena.size()),
+            detail: format!("object {id}: placement {p:?} lies outside the store's {}-byte arena (and spill file, if any); the message referencing it is forged or corrupted", self.inner.space.arena().size()),
         })?;
         let timeout = (timeout != Duration::MAX).then_some(timeout);
         self.inner.conn.post(&Request::Claim { id, placement: p, timeout })?;
@@ -558,12 +562,19 @@ impl StoreClient {
     }
 
     fn check_placement(&self, op: &'static str, p: &Placement) -> Result<()> {
-        let arena = &self.inner.arena;
-        if arena.contains_range(p.data_offset, p.data_size) && arena.contains_range(p.metadata_offset, p.metadata_size)
+        let space = &self.inner.space;
+        if space.contains_range(p.data_offset, p.data_size) && space.contains_range(p.metadata_offset, p.metadata_size)
         {
             Ok(())
         } else {
-            Err(Error::Protocol { op, detail: format!("placement {p:?} lies outside the {}-byte arena", arena.size()) })
+            let spill = match space.spill() {
+                Some(s) => format!(" and the {}-byte spill file from offset {}", s.size(), space.spill_base()),
+                None => String::new(),
+            };
+            Err(Error::Protocol {
+                op,
+                detail: format!("placement {p:?} lies outside the {}-byte arena{spill}", space.arena().size()),
+            })
         }
     }
 }

@@ -35,13 +35,13 @@ impl Object {
 
     /// The object's data, zero-copy.
     pub fn data(&self) -> &[u8] {
-        // SAFETY: the placement was checked to lie inside the arena
+        // SAFETY: the placement was checked to lie inside the address space (arena or spill file)
         // (`StoreClient::check_placement`) before this value was handed out,
         // and a sealed object's bytes are never written again while a
         // reference (this one) is held.
         unsafe {
             std::slice::from_raw_parts(
-                self.inner.arena.ptr_at(self.placement.data_offset),
+                self.inner.space.ptr_at(self.placement.data_offset),
                 self.placement.data_size as usize,
             )
         }
@@ -52,7 +52,7 @@ impl Object {
         // SAFETY: as for `data`.
         unsafe {
             std::slice::from_raw_parts(
-                self.inner.arena.ptr_at(self.placement.metadata_offset),
+                self.inner.space.ptr_at(self.placement.metadata_offset),
                 self.placement.metadata_size as usize,
             )
         }
@@ -61,6 +61,12 @@ impl Object {
     /// Where the object lies in the arena (for handing to other mappings).
     pub fn placement(&self) -> Placement {
         self.placement
+    }
+
+    /// The addresses of this process's mapping of the store memory the
+    /// object lies in (the arena, or the spill file: `crate::space`).
+    pub fn mapping(&self) -> std::ops::Range<usize> {
+        self.inner.space.mapping_of(self.placement.data_offset)
     }
 
     /// The id of the arena it lies in ([`crate::StoreClient::arena_id`]).
@@ -116,12 +122,12 @@ impl ObjectMut {
 
     /// The data bytes to fill in. Their initial content is unspecified.
     pub fn data_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the placement lies inside the arena (checked at create),
+        // SAFETY: the placement lies inside the address space (checked at create),
         // the daemon gave this creator sole use of the block until seal, and
         // `&mut self` makes this the only view in this process.
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.inner.arena.ptr_at(self.placement.data_offset),
+                self.inner.space.ptr_at(self.placement.data_offset),
                 self.placement.data_size as usize,
             )
         }
@@ -132,7 +138,7 @@ impl ObjectMut {
         // SAFETY: as for `data_mut`, shared.
         unsafe {
             std::slice::from_raw_parts(
-                self.inner.arena.ptr_at(self.placement.data_offset),
+                self.inner.space.ptr_at(self.placement.data_offset),
                 self.placement.data_size as usize,
             )
         }
@@ -154,7 +160,7 @@ impl ObjectMut {
         // SAFETY: as for `data`.
         unsafe {
             std::slice::from_raw_parts(
-                self.inner.arena.ptr_at(self.placement.metadata_offset),
+                self.inner.space.ptr_at(self.placement.metadata_offset),
                 self.placement.metadata_size as usize,
             )
         }

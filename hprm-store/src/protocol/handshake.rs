@@ -1,5 +1,6 @@
 //! The first frame of every connection: the daemon's Hello, with the arena's
-//! file descriptor and the client's outbox's (`crate::outbox`) attached
+//! file descriptor, the client's outbox's (`crate::outbox`) and the spill
+//! file's (`crate::spill`) attached
 //! (SCM_RIGHTS) to its first byte.
 //!
 //! The descriptors are passed exactly once per connection; a client maps
@@ -32,7 +33,7 @@ pub enum HandshakeError {
 }
 
 /// Sends as much of the encoded Hello `frame` as the socket takes, with
-/// `arena` (and `outbox`, if any) attached. Returns the bytes sent; the
+/// `arena` (and `outbox`, then `spill`, if any) attached. Returns the bytes sent; the
 /// caller sends the rest as plain data (the descriptors ride with the
 /// first byte only).
 pub fn send_hello(
@@ -40,8 +41,9 @@ pub fn send_hello(
     frame: &[u8],
     arena: BorrowedFd<'_>,
     outbox: Option<BorrowedFd<'_>>,
+    spill: Option<BorrowedFd<'_>>,
 ) -> io::Result<usize> {
-    let fds: Vec<RawFd> = std::iter::once(arena).chain(outbox).map(|fd| fd.as_raw_fd()).collect();
+    let fds: Vec<RawFd> = std::iter::once(arena).chain(outbox).chain(spill).map(|fd| fd.as_raw_fd()).collect();
     let cmsg = [ControlMessage::ScmRights(&fds)];
     let sent = sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(frame)], &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
     Ok(sent)
@@ -53,12 +55,14 @@ pub struct Greeting {
     pub arena: OwnedFd,
     /// The client's outbox, when the daemon made one (`Hello::outbox_size`).
     pub outbox: Option<OwnedFd>,
+    /// The spill file, when the daemon has one (`Hello::spill_size`).
+    pub spill: Option<OwnedFd>,
 }
 
 /// Reads the Hello frame from a blocking socket and takes the descriptors.
 pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     let mut header = [0u8; HEADER_LEN];
-    let mut cmsg_buf = nix::cmsg_space!([RawFd; 2]);
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; 3]);
     let (got, mut fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
         let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_buf), MsgFlags::MSG_CMSG_CLOEXEC)
@@ -93,5 +97,6 @@ pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     };
     let arena = fds.next().ok_or(HandshakeError::NoDescriptor)?;
     let outbox = if hello.outbox_size > 0 { Some(fds.next().ok_or(HandshakeError::NoDescriptor)?) } else { None };
-    Ok(Greeting { hello, arena, outbox })
+    let spill = if hello.spill_size > 0 { Some(fds.next().ok_or(HandshakeError::NoDescriptor)?) } else { None };
+    Ok(Greeting { hello, arena, outbox, spill })
 }

@@ -182,6 +182,9 @@ pub struct Hello {
     /// Bytes of the client's outbox, whose descriptor travels after the
     /// arena's; 0: none (every request goes over the socket).
     pub outbox_size: u64,
+    /// Bytes of the spill file (`hprm-store --spill-dir`), whose descriptor
+    /// travels after the outbox's; 0: none. See `crate::space`.
+    pub spill_size: u64,
 }
 
 /// An object handed to a client by `get`.
@@ -241,6 +244,17 @@ pub struct Stats {
     /// Creates refused because they would have taken their program over its
     /// quota.
     pub creates_over_quota: u64,
+    /// Bytes of the spill file (`--spill-dir`; 0: none).
+    pub spill_capacity: u64,
+    /// Spill-file bytes held by objects now (not counted in `bytes_in_use`).
+    pub spill_bytes_in_use: u64,
+    /// Disk space the spill file takes now: what its objects hold, reserved
+    /// when each is placed and given back (hole punched) when it is freed.
+    pub spill_disk_bytes: u64,
+    /// Objects placed in the spill file because the arena had no room for
+    /// them, since the daemon started; and their bytes.
+    pub objects_spilled: u64,
+    pub bytes_spilled: u64,
 }
 
 /// An error reply.
@@ -437,6 +451,7 @@ impl Encoder {
                     populate: h.populate,
                     arena_id: h.arena_id,
                     outbox_size: h.outbox_size,
+                    spill_size: h.spill_size,
                 };
                 (wire::Reply::Hello, wire::Hello::create(fbb, &args).as_union_value())
             }
@@ -514,6 +529,11 @@ impl Encoder {
                     bytes_reserved: s.bytes_reserved,
                     creates_refused: s.creates_refused,
                     creates_over_quota: s.creates_over_quota,
+                    spill_capacity: s.spill_capacity,
+                    spill_bytes_in_use: s.spill_bytes_in_use,
+                    spill_disk_bytes: s.spill_disk_bytes,
+                    objects_spilled: s.objects_spilled,
+                    bytes_spilled: s.bytes_spilled,
                 };
                 (wire::Reply::StoreStats, wire::StoreStats::create(fbb, &args).as_union_value())
             }
@@ -647,6 +667,7 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
                 populate: h.populate(),
                 arena_id: h.arena_id(),
                 outbox_size: h.outbox_size(),
+                spill_size: h.spill_size(),
             })
         }
         wire::Reply::Created => Reply::Created(placement(frame.reply_as_created().ok_or(missing)?.placement())?),
@@ -705,6 +726,11 @@ pub fn decode_reply(body: &[u8]) -> Result<(u64, Reply), DecodeError> {
                 bytes_reserved: s.bytes_reserved(),
                 creates_refused: s.creates_refused(),
                 creates_over_quota: s.creates_over_quota(),
+                spill_capacity: s.spill_capacity(),
+                spill_bytes_in_use: s.spill_bytes_in_use(),
+                spill_disk_bytes: s.spill_disk_bytes(),
+                objects_spilled: s.objects_spilled(),
+                bytes_spilled: s.bytes_spilled(),
             })
         }
         wire::Reply::Error => {
@@ -804,6 +830,7 @@ mod tests {
                 populate: true,
                 arena_id: 0xfeed,
                 outbox_size: 64 << 10,
+                spill_size: 1 << 30,
             }),
             Reply::Created(p),
             Reply::Done,
@@ -820,7 +847,14 @@ mod tests {
                 age_ms: 9,
             }]),
             Reply::Evicted { objects: 2, bytes: 128 },
-            Reply::Stats(Stats { capacity: 1, evicted_bytes: 14, bytes_reserved: 640, ..Stats::default() }),
+            Reply::Stats(Stats {
+                capacity: 1,
+                evicted_bytes: 14,
+                bytes_reserved: 640,
+                spill_disk_bytes: 4096,
+                objects_spilled: 3,
+                ..Stats::default()
+            }),
             Reply::Error(ErrorReply { code: ErrorCode::Timeout, message: "late".into(), missing: vec![id] }),
             Reply::Notification(Notification::Sealed { id, data_size: 5, metadata_size: 1 }),
             Reply::Notification(Notification::Deleted { id }),

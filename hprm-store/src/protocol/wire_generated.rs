@@ -3294,6 +3294,7 @@ impl<'a> Hello<'a> {
   pub const VT_POPULATE: ::flatbuffers::VOffsetT = 10;
   pub const VT_ARENA_ID: ::flatbuffers::VOffsetT = 12;
   pub const VT_OUTBOX_SIZE: ::flatbuffers::VOffsetT = 14;
+  pub const VT_SPILL_SIZE: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3305,6 +3306,7 @@ impl<'a> Hello<'a> {
     args: &'args HelloArgs
   ) -> ::flatbuffers::WIPOffset<Hello<'bldr>> {
     let mut builder = HelloBuilder::new(_fbb);
+    builder.add_spill_size(args.spill_size);
     builder.add_outbox_size(args.outbox_size);
     builder.add_arena_id(args.arena_id);
     builder.add_client_id(args.client_id);
@@ -3357,6 +3359,13 @@ impl<'a> Hello<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(Hello::VT_OUTBOX_SIZE, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn spill_size(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(Hello::VT_SPILL_SIZE, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Hello<'_> {
@@ -3371,6 +3380,7 @@ impl ::flatbuffers::Verifiable for Hello<'_> {
      .visit_field::<bool>("populate", Self::VT_POPULATE, false)?
      .visit_field::<u64>("arena_id", Self::VT_ARENA_ID, false)?
      .visit_field::<u64>("outbox_size", Self::VT_OUTBOX_SIZE, false)?
+     .visit_field::<u64>("spill_size", Self::VT_SPILL_SIZE, false)?
      .finish();
     Ok(())
   }
@@ -3382,6 +3392,7 @@ pub struct HelloArgs {
     pub populate: bool,
     pub arena_id: u64,
     pub outbox_size: u64,
+    pub spill_size: u64,
 }
 impl<'a> Default for HelloArgs {
   #[inline]
@@ -3393,6 +3404,7 @@ impl<'a> Default for HelloArgs {
       populate: false,
       arena_id: 0,
       outbox_size: 0,
+      spill_size: 0,
     }
   }
 }
@@ -3427,6 +3439,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HelloBuilder<'a, 'b, A> {
     self.fbb_.push_slot::<u64>(Hello::VT_OUTBOX_SIZE, outbox_size, 0);
   }
   #[inline]
+  pub fn add_spill_size(&mut self, spill_size: u64) {
+    self.fbb_.push_slot::<u64>(Hello::VT_SPILL_SIZE, spill_size, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> HelloBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     HelloBuilder {
@@ -3450,6 +3466,7 @@ impl ::core::fmt::Debug for Hello<'_> {
       ds.field("populate", &self.populate());
       ds.field("arena_id", &self.arena_id());
       ds.field("outbox_size", &self.outbox_size());
+      ds.field("spill_size", &self.spill_size());
       ds.finish()
   }
 }
@@ -4355,6 +4372,11 @@ impl<'a> StoreStats<'a> {
   pub const VT_BYTES_RESERVED: ::flatbuffers::VOffsetT = 32;
   pub const VT_CREATES_REFUSED: ::flatbuffers::VOffsetT = 34;
   pub const VT_CREATES_OVER_QUOTA: ::flatbuffers::VOffsetT = 36;
+  pub const VT_SPILL_CAPACITY: ::flatbuffers::VOffsetT = 38;
+  pub const VT_SPILL_BYTES_IN_USE: ::flatbuffers::VOffsetT = 40;
+  pub const VT_SPILL_DISK_BYTES: ::flatbuffers::VOffsetT = 42;
+  pub const VT_OBJECTS_SPILLED: ::flatbuffers::VOffsetT = 44;
+  pub const VT_BYTES_SPILLED: ::flatbuffers::VOffsetT = 46;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -4366,6 +4388,11 @@ impl<'a> StoreStats<'a> {
     args: &'args StoreStatsArgs
   ) -> ::flatbuffers::WIPOffset<StoreStats<'bldr>> {
     let mut builder = StoreStatsBuilder::new(_fbb);
+    builder.add_bytes_spilled(args.bytes_spilled);
+    builder.add_objects_spilled(args.objects_spilled);
+    builder.add_spill_disk_bytes(args.spill_disk_bytes);
+    builder.add_spill_bytes_in_use(args.spill_bytes_in_use);
+    builder.add_spill_capacity(args.spill_capacity);
     builder.add_creates_over_quota(args.creates_over_quota);
     builder.add_creates_refused(args.creates_refused);
     builder.add_bytes_reserved(args.bytes_reserved);
@@ -4506,6 +4533,41 @@ impl<'a> StoreStats<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(StoreStats::VT_CREATES_OVER_QUOTA, Some(0)).unwrap()}
   }
+  #[inline]
+  pub fn spill_capacity(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_SPILL_CAPACITY, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn spill_bytes_in_use(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_SPILL_BYTES_IN_USE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn spill_disk_bytes(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_SPILL_DISK_BYTES, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn objects_spilled(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_OBJECTS_SPILLED, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn bytes_spilled(&self) -> u64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u64>(StoreStats::VT_BYTES_SPILLED, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for StoreStats<'_> {
@@ -4531,6 +4593,11 @@ impl ::flatbuffers::Verifiable for StoreStats<'_> {
      .visit_field::<u64>("bytes_reserved", Self::VT_BYTES_RESERVED, false)?
      .visit_field::<u64>("creates_refused", Self::VT_CREATES_REFUSED, false)?
      .visit_field::<u64>("creates_over_quota", Self::VT_CREATES_OVER_QUOTA, false)?
+     .visit_field::<u64>("spill_capacity", Self::VT_SPILL_CAPACITY, false)?
+     .visit_field::<u64>("spill_bytes_in_use", Self::VT_SPILL_BYTES_IN_USE, false)?
+     .visit_field::<u64>("spill_disk_bytes", Self::VT_SPILL_DISK_BYTES, false)?
+     .visit_field::<u64>("objects_spilled", Self::VT_OBJECTS_SPILLED, false)?
+     .visit_field::<u64>("bytes_spilled", Self::VT_BYTES_SPILLED, false)?
      .finish();
     Ok(())
   }
@@ -4553,6 +4620,11 @@ pub struct StoreStatsArgs {
     pub bytes_reserved: u64,
     pub creates_refused: u64,
     pub creates_over_quota: u64,
+    pub spill_capacity: u64,
+    pub spill_bytes_in_use: u64,
+    pub spill_disk_bytes: u64,
+    pub objects_spilled: u64,
+    pub bytes_spilled: u64,
 }
 impl<'a> Default for StoreStatsArgs {
   #[inline]
@@ -4575,6 +4647,11 @@ impl<'a> Default for StoreStatsArgs {
       bytes_reserved: 0,
       creates_refused: 0,
       creates_over_quota: 0,
+      spill_capacity: 0,
+      spill_bytes_in_use: 0,
+      spill_disk_bytes: 0,
+      objects_spilled: 0,
+      bytes_spilled: 0,
     }
   }
 }
@@ -4653,6 +4730,26 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StoreStatsBuilder<'a, 'b, A> 
     self.fbb_.push_slot::<u64>(StoreStats::VT_CREATES_OVER_QUOTA, creates_over_quota, 0);
   }
   #[inline]
+  pub fn add_spill_capacity(&mut self, spill_capacity: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_SPILL_CAPACITY, spill_capacity, 0);
+  }
+  #[inline]
+  pub fn add_spill_bytes_in_use(&mut self, spill_bytes_in_use: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_SPILL_BYTES_IN_USE, spill_bytes_in_use, 0);
+  }
+  #[inline]
+  pub fn add_spill_disk_bytes(&mut self, spill_disk_bytes: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_SPILL_DISK_BYTES, spill_disk_bytes, 0);
+  }
+  #[inline]
+  pub fn add_objects_spilled(&mut self, objects_spilled: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_OBJECTS_SPILLED, objects_spilled, 0);
+  }
+  #[inline]
+  pub fn add_bytes_spilled(&mut self, bytes_spilled: u64) {
+    self.fbb_.push_slot::<u64>(StoreStats::VT_BYTES_SPILLED, bytes_spilled, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StoreStatsBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     StoreStatsBuilder {
@@ -4687,6 +4784,11 @@ impl ::core::fmt::Debug for StoreStats<'_> {
       ds.field("bytes_reserved", &self.bytes_reserved());
       ds.field("creates_refused", &self.creates_refused());
       ds.field("creates_over_quota", &self.creates_over_quota());
+      ds.field("spill_capacity", &self.spill_capacity());
+      ds.field("spill_bytes_in_use", &self.spill_bytes_in_use());
+      ds.field("spill_disk_bytes", &self.spill_disk_bytes());
+      ds.field("objects_spilled", &self.objects_spilled());
+      ds.field("bytes_spilled", &self.bytes_spilled());
       ds.finish()
   }
 }

@@ -12,8 +12,6 @@ use hprm_store::StoreClient;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::ARENA;
-
 pub(crate) fn find_store_bin(flag: Option<PathBuf>) -> Result<PathBuf> {
     let path = match flag {
         Some(p) => p,
@@ -45,7 +43,8 @@ pub(crate) struct Daemon {
 }
 
 impl Daemon {
-    pub(crate) fn start(bin: &Path, extra: &[String]) -> Result<Daemon> {
+    /// Starts `bin` with an arena of `memory` (`--populate`) and `extra`.
+    pub(crate) fn start(bin: &Path, memory: &str, extra: &[String]) -> Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("hprm-store-bench.")
             .tempdir()
@@ -59,7 +58,7 @@ impl Daemon {
         let child = Command::new(bin)
             .arg("--socket")
             .arg(&socket)
-            .args(["--memory", ARENA, "--populate"])
+            .args(["--memory", memory, "--populate"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(log_file)

@@ -36,6 +36,7 @@ mod measurements;
 mod report;
 mod results;
 mod socket_floor;
+mod spill;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -93,8 +94,14 @@ struct Cli {
     /// their own (client CPU 0, daemon CPU 1), as a robot runs its data path,
     /// so that other processes cannot preempt them. Needs root or
     /// CAP_SYS_NICE. Results go to store-DATE-realtime.{md,json}.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "spill_dir")]
     realtime: bool,
+    /// Instead of the runs above: sends into the spill file of a store run
+    /// with `--spill-dir DIR` (its arena held full) against sends into the
+    /// shared-memory arena of another, alternated rep by rep (`spill.rs`).
+    /// Results go to store-spill-DATE.md (and .json).
+    #[arg(long)]
+    spill_dir: Option<PathBuf>,
 }
 
 /// SCHED_FIFO priority of the `--realtime` run.
@@ -134,6 +141,9 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     let plan = if cli.full { FULL } else { QUICK };
     let store_bin = find_store_bin(cli.store_bin)?;
+    if let Some(dir) = &cli.spill_dir {
+        return spill::run(&store_bin, dir, plan, &cli.out);
+    }
     let started = SystemTime::now();
     let (scheduling, daemon_args) = if cli.realtime {
         use hprm_realtime::{apply, CpuList};
@@ -156,7 +166,7 @@ fn run(cli: Cli) -> Result<()> {
 
     // Declared before the client so that it is dropped after it: the daemon
     // outlives every connection, also when `?` leaves early.
-    let mut daemon = Daemon::start(&store_bin, &daemon_args)?;
+    let mut daemon = Daemon::start(&store_bin, ARENA, &daemon_args)?;
     let client = daemon.connect(STARTUP_TIMEOUT)?;
     let mut bench = Bench::new(&client, plan);
     // The floor's echo thread stands where the daemon does.

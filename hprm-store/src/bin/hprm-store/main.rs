@@ -21,6 +21,8 @@ use clap::{Args, Parser, Subcommand};
 use hprm_realtime::CpuList;
 use hprm_store::arena::{Arena, ArenaOptions};
 use hprm_store::bytesize::ByteSize;
+use hprm_store::space::AddressSpace;
+use hprm_store::spill::SpillFile;
 use hprm_store::{ConnectOptions, StoreClient};
 
 use table::{ObjectTable, TableConfig};
@@ -54,6 +56,19 @@ struct ServeArgs {
     /// Back the arena with 2 MiB huge pages (needs vm.nr_hugepages).
     #[arg(long)]
     hugepages: bool,
+    /// Spill to a file in this directory (on a disk) the objects the arena
+    /// has no room for, even after evicting cache (typically messages pinned
+    /// by a slow receiver), instead of making their senders wait or fail.
+    /// The file has no name, is sparse, and takes disk space only for the
+    /// objects in it; reading and writing them costs page cache, not shared
+    /// memory. `hprm-store stats` counts what spilled.
+    #[arg(long)]
+    spill_dir: Option<PathBuf>,
+    /// Most bytes of the spill file (default: 4 times --memory); its disk
+    /// space is reserved object by object, so a full disk refuses a create
+    /// rather than failing a write.
+    #[arg(long, requires = "spill_dir")]
+    spill_size: Option<ByteSize>,
     /// Pre-fault the arena, and ask clients to pre-fault their mappings, so
     /// that no write into an object takes a page fault.
     #[arg(long)]
@@ -240,16 +255,27 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             hugepages: args.hugepages,
             populate: args.populate,
         })?;
-        let arena = Arc::new(arena);
+        // Made before the socket listens, so that a bad --spill-dir is one
+        // error at start rather than failed creates under load.
+        let spill = match &args.spill_dir {
+            Some(dir) => {
+                let size = args.spill_size.map_or(memory.0.saturating_mul(4), |s| s.0);
+                let spill = SpillFile::create(dir, size).context("bad --spill-dir")?;
+                tracing::info!(dir = %dir.display(), size = %ByteSize(spill.size()), "spill file ready");
+                Some(spill)
+            }
+            None => None,
+        };
+        let space = Arc::new(AddressSpace::new(arena, spill));
         if zero_ahead {
-            if let Err(e) = arena.zero_in_background() {
+            if let Err(e) = space.zero_arena_in_background() {
                 tracing::warn!(error = %e, "cannot start zeroing the arena ahead of clients; their first writes will");
             }
         }
         let quotas = args.quota.iter().map(|q| (q.program.clone(), q.bytes.0)).collect();
         let config =
             TableConfig { delivery_ttl: args.delivery_ttl, quotas, default_quota: args.default_quota.map(|q| q.0) };
-        let table = ObjectTable::new(arena.clone(), config);
+        let table = ObjectTable::new(space.clone(), config);
         if args.outbox.0 > 0 {
             // Refused here, once, rather than for every connection.
             hprm_store::outbox::check_capacity(args.outbox.0).context("bad --outbox")?;
@@ -257,7 +283,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let served = outboxes::Served::new(table).holding_outboxes_of(args.debug_hold_outboxes);
         let shared = Arc::new(server::Shared::new(
             served,
-            arena.clone(),
+            space.clone(),
             args.populate,
             args.frame_timeout,
             args.spin,
@@ -265,14 +291,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             peers::Admitted::new(args.allow_uid, args.allow_gid, args.allow_anyone),
         ));
         let listener = server::bind(&socket, args.mode)?;
-        tracing::info!(socket = %socket.display(), arena = %ByteSize(arena.size()), "hprm-store ready");
+        tracing::info!(socket = %socket.display(), arena = %ByteSize(space.arena().size()), "hprm-store ready");
         tokio::spawn(server::expire_loop(shared.clone(), args.delivery_ttl));
         if let Some(watchdog) = hprm_sd_notify::Watchdog::from_env() {
             tokio::spawn(server::watchdog_loop(shared.clone(), watchdog));
         }
         // The socket listens (bound above): a client connecting from now on
         // is served as soon as the accept loop below runs.
-        hprm_sd_notify::ready(&format!("serving {} on {}", ByteSize(arena.size()), socket.display()));
+        hprm_sd_notify::ready(&format!("serving {} on {}", ByteSize(space.arena().size()), socket.display()));
         tokio::select! {
             _ = server::accept_loop(&listener.listener, shared) => {}
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
@@ -318,6 +344,16 @@ fn stats(socket: PathBuf, json: bool) -> anyhow::Result<()> {
         "  creates refused     {} for lack of room, {} over a program's quota",
         s.creates_refused, s.creates_over_quota
     );
+    if s.spill_capacity > 0 {
+        println!(
+            "  spill file          {} of {} in use ({} on disk); {} objects ({}) spilled so far",
+            ByteSize(s.spill_bytes_in_use),
+            ByteSize(s.spill_capacity),
+            ByteSize(s.spill_disk_bytes),
+            s.objects_spilled,
+            ByteSize(s.bytes_spilled)
+        );
+    }
     Ok(())
 }
 

@@ -435,7 +435,7 @@ mod tests {
         let arena = Arena::create(&ArenaOptions { size: 4 << 20, dir: None, hugepages: false, populate: false })
             .expect("arena");
         let mut served = Served::new(ObjectTable::new(
-            Arc::new(arena),
+            Arc::new(hprm_store::space::AddressSpace::new(arena, None)),
             TableConfig { delivery_ttl: Duration::from_secs(60), ..TableConfig::default() },
         ));
         let mut writers = Vec::new();

@@ -26,11 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use hprm_local_socket::{capture, LocalSocket, Poller, Polling};
-use hprm_store::arena::Arena;
 use hprm_store::outbox::OutboxReader;
 use hprm_store::protocol::frame::{FrameBuffer, FrameError, MAX_REQUEST_BODY, VERSION};
 use hprm_store::protocol::handshake::send_hello;
 use hprm_store::protocol::message::{decode_request, Encoder, ErrorCode, Hello, Reply, Request};
+use hprm_store::space::AddressSpace;
 use tokio::io::Interest;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Notify};
@@ -41,7 +41,8 @@ use crate::table::{ClientId, Outcome, SUBSCRIBER_QUEUE};
 
 pub struct Shared {
     served: Mutex<Served>,
-    arena: Arc<Arena>,
+    /// The arena and the spill file, whose descriptors every Hello carries.
+    space: Arc<AddressSpace>,
     populate: bool,
     /// How long a client may take to finish sending a frame it has started.
     frame_timeout: Duration,
@@ -60,7 +61,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(
         served: Served,
-        arena: Arc<Arena>,
+        space: Arc<AddressSpace>,
         populate: bool,
         frame_timeout: Duration,
         spin: Duration,
@@ -71,7 +72,7 @@ impl Shared {
         let arena_id = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("ids are 20 bytes")).max(1);
         Shared {
             served: Mutex::new(served),
-            arena,
+            space,
             populate,
             frame_timeout,
             polling: Arc::new(Polling::new(spin)),
@@ -269,18 +270,20 @@ async fn greet(
     let outbox_size = outbox.map_or(0, |(_, capacity)| capacity);
     let hello = Hello {
         version: VERSION,
-        arena_size: shared.arena.size(),
+        arena_size: shared.space.arena().size(),
         client_id: client,
         populate: shared.populate,
         arena_id: shared.arena_id,
         outbox_size,
+        spill_size: shared.space.spill().map_or(0, |s| s.size()),
     };
     let frame = Encoder::default().reply(0, &Reply::Hello(hello)).to_vec();
     capture::save("store_handshake", &frame);
     let sent = loop {
         stream.writable().await?;
         match stream.try_io(Interest::WRITABLE, || {
-            send_hello(stream.as_fd(), &frame, shared.arena.fd(), outbox.map(|(fd, _)| fd))
+            let spill = shared.space.spill().map(|s| s.fd());
+            send_hello(stream.as_fd(), &frame, shared.space.arena().fd(), outbox.map(|(fd, _)| fd), spill)
         }) {
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

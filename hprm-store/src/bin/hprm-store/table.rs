@@ -45,11 +45,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hprm_store::allocator::{block_len, Allocator, Block, WarmRanges, WARM_MIN_OBJECT};
-use hprm_store::arena::Arena;
 use hprm_store::bytesize::ByteSize;
 use hprm_store::protocol::message::{
     ErrorCode, ErrorReply, Notification, ObjectInfo, ObjectRef, Placement, Reply, Request, Stats,
 };
+use hprm_store::space::AddressSpace;
+use hprm_store::spill;
 use hprm_store::ObjectId;
 use tokio::sync::{mpsc, oneshot};
 
@@ -258,8 +259,16 @@ pub struct TableConfig {
 pub const UNNAMED_PROGRAM: &str = "(unnamed)";
 
 pub struct ObjectTable {
-    arena: Arc<Arena>,
+    space: Arc<AddressSpace>,
+    /// The arena's blocks.
     allocator: Allocator,
+    /// The spill file's blocks (`--spill-dir`), at offsets from the file's
+    /// start: a block's offset in the address space is
+    /// `space.spill_base()` more (see [`ObjectTable::allocate_spill`]).
+    spill: Option<Allocator>,
+    /// Objects (and bytes) ever placed in the spill file.
+    objects_spilled: u64,
+    bytes_spilled: u64,
     objects: HashMap<ObjectId, Entry>,
     lru: BTreeMap<u64, ObjectId>,
     tick: u64,
@@ -317,10 +326,13 @@ fn err(code: ErrorCode, message: String) -> Reply {
 }
 
 impl ObjectTable {
-    pub fn new(arena: Arc<Arena>, config: TableConfig) -> ObjectTable {
+    pub fn new(space: Arc<AddressSpace>, config: TableConfig) -> ObjectTable {
         ObjectTable {
-            allocator: Allocator::new(arena.size()),
-            arena,
+            allocator: Allocator::new(space.arena().size()),
+            spill: space.spill().map(|s| Allocator::new(s.size())),
+            objects_spilled: 0,
+            bytes_spilled: 0,
+            space,
             objects: HashMap::new(),
             lru: BTreeMap::new(),
             tick: 0,
@@ -428,16 +440,21 @@ impl ObjectTable {
             ));
         }
         let total = data_size.checked_add(metadata.len() as u64);
+        let largest = self.allocator.capacity().max(self.spill.as_ref().map_or(0, Allocator::capacity));
         let len = match total.and_then(block_len) {
-            Some(len) if len <= self.allocator.capacity() => len,
+            Some(len) if len <= largest => len,
             _ => {
                 return Outcome::Reply(err(
                     ErrorCode::OutOfMemory,
                     format!(
-                        "object {id} of {} (+{} metadata) can never fit in the {} arena; start hprm-store with a larger --memory",
+                        "object {id} of {} (+{} metadata) can never fit in the {} arena{}; start hprm-store with a larger --memory",
                         ByteSize(data_size),
                         metadata.len(),
-                        ByteSize(self.allocator.capacity())
+                        ByteSize(self.allocator.capacity()),
+                        match &self.spill {
+                            Some(s) => format!(" or the {} spill file", ByteSize(s.capacity())),
+                            None => String::new(),
+                        }
                     ),
                 ))
             }
@@ -557,10 +574,22 @@ impl ObjectTable {
     /// Why `what` (an object, blocks to reserve) of `len` bytes found no room.
     fn out_of_memory(&self, what: &str, len: u64) -> Reply {
         let pinned = self.objects.values().filter(|e| !e.evictable()).count();
+        let (spill, remedy) = match &self.spill {
+            Some(s) => (
+                format!(
+                    "; the spill file is full too: {} of {} in use, largest free block {}",
+                    ByteSize(s.in_use()),
+                    ByteSize(s.capacity()),
+                    ByteSize(s.largest_free())
+                ),
+                "a larger --memory or --spill-size",
+            ),
+            None => (String::new(), "a larger --memory, or a --spill-dir to spill to"),
+        };
         err(
             ErrorCode::OutOfMemory,
             format!(
-                "no room for {what} ({}): {} of {} in use by {pinned} objects that cannot be evicted (unsealed, referenced, or awaiting deliveries), largest free block {}; release objects, create with fewer deliveries, wait for space, or start hprm-store with a larger --memory",
+                "no room for {what} ({}): {} of {} in use by {pinned} objects that cannot be evicted (unsealed, referenced, or awaiting deliveries), largest free block {}{spill}; release objects, create with fewer deliveries, wait for space, or start hprm-store with {remedy}",
                 ByteSize(len),
                 ByteSize(self.allocator.in_use()),
                 ByteSize(self.allocator.capacity()),
@@ -588,7 +617,65 @@ impl ObjectTable {
         if len >= WARM_MIN_OBJECT {
             tracing::trace!(client, offset = ?block.map(|b| b.offset), len, "placed by best fit");
         }
-        block
+        block.or_else(|| self.allocate_spill(len))
+    }
+
+    /// Allocates `len` bytes in the spill file, if there is one: only once
+    /// the arena cannot take the object even after eviction, so that a
+    /// store that does not run full never touches it. The block is whole
+    /// granules ([`spill::GRANULE`]) and its disk space is reserved now, so the
+    /// creator's writes cannot fail (SIGBUS) on a full disk: a disk that
+    /// cannot hold it fails the allocation instead.
+    fn allocate_spill(&mut self, len: u64) -> Option<Block> {
+        let file = self.space.spill()?;
+        let spill = self.spill.as_mut()?;
+        let granules = len.checked_add(spill::GRANULE - 1)? / spill::GRANULE * spill::GRANULE;
+        let local = spill.allocate(granules)?;
+        if let Err(e) = file.reserve(local.offset, local.len) {
+            tracing::warn!(error = %e, bytes = local.len, "cannot reserve disk space in the spill file; the object is refused as if the spill file were full");
+            spill.free(local);
+            return None;
+        }
+        if spill.in_use() == local.len {
+            tracing::info!(
+                arena = %ByteSize(self.allocator.capacity()),
+                "the arena is full: placing objects in the spill file (hprm-store stats counts them)"
+            );
+        }
+        tracing::debug!(offset = local.offset, len = local.len, "spilled");
+        Some(Block { offset: local.offset + self.space.spill_base(), len: local.len })
+    }
+
+    /// Counts an object placed in `block` if that lies in the spill file;
+    /// whether it does.
+    fn count_spilled(&mut self, block: Block) -> bool {
+        let spilled = self.space.is_spilled(block.offset);
+        if spilled {
+            self.objects_spilled += 1;
+            self.bytes_spilled += block.len;
+        }
+        spilled
+    }
+
+    /// Frees a block of either backing; a spilled block's disk space is
+    /// given back at once (its pages punched out of the file).
+    fn free_block(&mut self, block: Block) {
+        if !self.space.is_spilled(block.offset) {
+            self.allocator.free(block);
+            return;
+        }
+        let local = Block { offset: block.offset - self.space.spill_base(), len: block.len };
+        tracing::debug!(offset = local.offset, len = local.len, "spill freed");
+        if let Some(file) = self.space.spill() {
+            if let Err(e) = file.release(local.offset, local.len) {
+                // The space stays taken until the daemon exits (the file
+                // has no name): a leak of disk, never of data.
+                tracing::warn!(error = %e, bytes = local.len, "cannot give back a spilled object's disk space");
+            }
+        }
+        if let Some(spill) = self.spill.as_mut() {
+            spill.free(local);
+        }
     }
 
     /// Allocates `len` bytes, evicting least-recently-used objects as needed.
@@ -598,7 +685,14 @@ impl ObjectTable {
         if let Some(b) = self.allocator.allocate(len) {
             return Some(b);
         }
-        let evictable: u64 = self.lru.values().map(|id| self.objects[id].block.len).sum();
+        // Only evicting the arena's objects makes room in the arena.
+        let evictable: u64 = self
+            .lru
+            .values()
+            .map(|id| self.objects[id].block)
+            .filter(|b| !self.space.is_spilled(b.offset))
+            .map(|b| b.len)
+            .sum();
         if self.allocator.capacity() - self.allocator.in_use() + evictable < len {
             return None;
         }
@@ -627,11 +721,12 @@ impl ObjectTable {
             metadata_size: metadata.len() as u64,
         };
         // SAFETY: `block` was just allocated, so nobody else uses it, and the
-        // allocator keeps blocks inside the arena; metadata fits in the block
-        // by construction of `len`.
+        // allocators keep blocks inside the arena or the spill file;
+        // metadata fits in the block by construction of `len`.
         unsafe {
-            self.arena.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
+            self.space.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
         };
+        let spilled = self.count_spilled(block);
         let program = self.charge(client, block.len);
         self.objects.insert(
             id,
@@ -655,7 +750,7 @@ impl ObjectTable {
         );
         let record = self.clients.entry(client).or_default();
         record.unsealed.insert(id);
-        if block.len >= WARM_MIN_OBJECT {
+        if block.len >= WARM_MIN_OBJECT && !spilled {
             // The client writes the object next, mapping its pages.
             record.warm.insert(block);
         }
@@ -678,7 +773,14 @@ impl ObjectTable {
         }
         let mut offsets = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            match self.allocate(block_len) {
+            // When the arena is full, one block of the spill file, so the
+            // client's next small object spills as a large one would,
+            // rather than a batch of pages it would hold in its pool.
+            let mut block = self.allocate(block_len);
+            if block.is_none() && offsets.is_empty() {
+                block = self.allocate_spill(block_len);
+            }
+            match block {
                 Some(block) => {
                     offsets.push(block.offset);
                     self.clients.entry(client).or_default().reserved.insert(block.offset, block);
@@ -711,7 +813,7 @@ impl ObjectTable {
         };
         let fits = data_size.checked_add(metadata_size).is_some_and(|total| total <= block.len);
         if !fits || self.objects.contains_key(&id) {
-            self.allocator.free(block);
+            self.free_block(block);
             self.retry_creates();
             return if fits {
                 err(
@@ -736,6 +838,7 @@ impl ObjectTable {
         }
         // Charged, not checked: a block already reserved is small, and
         // refusing it now would only waste it.
+        self.count_spilled(block);
         let program = self.charge(client, block.len);
         self.objects.insert(
             id,
@@ -1231,6 +1334,11 @@ impl ObjectTable {
             evicted_bytes: self.evicted_bytes,
             creates_refused: self.creates_refused,
             creates_over_quota: self.creates_over_quota,
+            spill_capacity: self.spill.as_ref().map_or(0, Allocator::capacity),
+            spill_bytes_in_use: self.spill.as_ref().map_or(0, Allocator::in_use),
+            spill_disk_bytes: self.space.spill().map_or(0, |s| s.disk_bytes()),
+            objects_spilled: self.objects_spilled,
+            bytes_spilled: self.bytes_spilled,
             bytes_reserved: self.clients.values().flat_map(|c| c.reserved.values()).map(|b| b.len).sum(),
             ..Stats::default()
         };
@@ -1314,7 +1422,7 @@ impl ObjectTable {
             self.remove(id);
         }
         for block in record.reserved.into_values() {
-            self.allocator.free(block);
+            self.free_block(block);
         }
         for (id, n) in record.refs {
             let Some(e) = self.objects.get_mut(&id) else { continue };
@@ -1455,7 +1563,7 @@ impl ObjectTable {
                 *u = u.saturating_sub(e.block.len);
             }
         }
-        self.allocator.free(e.block);
+        self.free_block(e.block);
         if e.sealed {
             self.notify(Notification::Deleted { id });
         }
@@ -1545,13 +1653,13 @@ impl ObjectTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hprm_store::arena::ArenaOptions;
+    use hprm_store::arena::{Arena, ArenaOptions};
     use std::borrow::Cow;
 
     fn table(size: u64) -> ObjectTable {
         let arena = Arena::create(&ArenaOptions { size, dir: None, hugepages: false, populate: false }).unwrap();
         let mut t = ObjectTable::new(
-            Arc::new(arena),
+            Arc::new(AddressSpace::new(arena, None)),
             TableConfig { delivery_ttl: Duration::from_secs(60), ..TableConfig::default() },
         );
         t.connect(1);
@@ -2013,6 +2121,47 @@ mod tests {
             Reply::Reserved { offsets, .. } => offsets,
             other => panic!("reserve refused: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_full_arena_spills_reserved_blocks_one_at_a_time_and_gives_their_space_back() {
+        const MB: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let arena = Arena::create(&ArenaOptions { size: MB, dir: None, hugepages: false, populate: false }).unwrap();
+        let spill = hprm_store::spill::SpillFile::create(dir.path(), 16 * MB).unwrap();
+        let mut t = ObjectTable::new(
+            Arc::new(AddressSpace::new(arena, Some(spill))),
+            TableConfig { delivery_ttl: Duration::from_secs(60), ..TableConfig::default() },
+        );
+        t.connect(1);
+        t.connect(2);
+        // A pinned message fills the arena.
+        let filler = ObjectId::random();
+        put(&mut t, filler, MB - 64, 1);
+        let base = t.space.spill_base();
+        // A create spills; a Reserve takes one spilled block, not a batch.
+        let big = ObjectId::random();
+        let Reply::Created(p) = create(&mut t, 1, big, 3 * MB, 1) else { panic!("create refused") };
+        assert!(p.data_offset >= base);
+        let offsets = reserved(&mut t, 1, 64 << 10, 8);
+        assert_eq!(offsets.len(), 1);
+        assert!(offsets[0] >= base);
+        let small = ObjectId::random();
+        let publish =
+            Request::Publish { id: small, offset: offsets[0], data_size: 1000, metadata_size: 0, deliveries: 1 };
+        assert_eq!(reply(t.handle(1, &publish)), Reply::Done);
+        assert_eq!(reply(t.handle(1, &Request::Seal { id: big })), Reply::Done);
+        let s = t.stats();
+        assert_eq!((s.objects_spilled, s.spill_bytes_in_use), (2, 3 * spill::GRANULE), "{s:?}");
+        assert!(s.spill_disk_bytes >= s.spill_bytes_in_use, "{s:?}");
+        // Settled, both are freed and their disk space punched out.
+        for id in [big, small] {
+            assert!(matches!(get(&mut t, 2, id), Reply::Objects(_)));
+            assert_eq!(reply(t.handle(2, &Request::Release { id })), Reply::Done);
+        }
+        reap(&mut t);
+        let s = t.stats();
+        assert_eq!((s.spill_bytes_in_use, s.spill_disk_bytes, s.objects_spilled), (0, 0, 2), "{s:?}");
     }
 
     #[test]

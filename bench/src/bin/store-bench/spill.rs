@@ -1,0 +1,226 @@
+//! `store-bench --spill-dir DIR`: what a send costs when the store spills
+//! it to its file-backed overflow arena (`hprm-store --spill-dir`), beside
+//! the same send into the shared-memory arena.
+//!
+//! Two daemons run side by side: one whose arena takes every object (the
+//! usual case), and one run with `--spill-dir DIR` whose arena this program
+//! holds full with one object, so that every create lands in the spill
+//! file (checked: a send that did not spill is an error). For each size,
+//! rep by rep and alternating between the two, so that machine noise hits
+//! both alike, one client of each:
+//!
+//! - **send**: `create` + copying the bytes in from a heap buffer + `seal`;
+//! - **read**: `get` (a second reference) + summing every u64 word;
+//! - **free**: dropping both references + `delete`, which for a spilled
+//!   object also punches its disk space out of the file.
+//!
+//! The load average is recorded before and after: other work on the
+//! machine shows in the figures. Both arenas are pre-faulted
+//! (`--populate`); the spill file cannot be (its pages are the page
+//! cache's, given back when an object is freed), so each spilled send
+//! faults its pages in: that cost is what spilling adds.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use hprm_bench::date::{utc_date, utc_timestamp};
+use hprm_bench::machine::{read_trimmed, workspace_revision, Machine};
+use hprm_bench::report::{fmt_us, write_files};
+use hprm_bench::summary::Summary;
+use hprm_store::space::spill_base;
+use hprm_store::{ObjectId, StoreClient};
+use serde::Serialize;
+
+use crate::daemon::Daemon;
+use crate::{Plan, GET_TIMEOUT, STARTUP_TIMEOUT};
+
+/// Object sizes compared (decimal units, as the other tables).
+const SIZES: [u64; 2] = [1_000_000, 10_000_000];
+/// The shared-memory store's arena: room for every size many times over.
+const SHM_ARENA: &str = "256M";
+/// The spilling store's arena, held full by one object of all but
+/// [`ARENA_LEFT`] bytes of it.
+const SPILL_ARENA: &str = "32M";
+const SPILL_ARENA_BYTES: u64 = 32 << 20;
+const ARENA_LEFT: u64 = 64 << 10;
+/// The spill file: one object at a time, rounded to 2 MiB granules.
+const SPILL_SIZE: &str = "256M";
+
+#[derive(Debug, Serialize)]
+struct Row {
+    size: u64,
+    backing: &'static str,
+    send: Summary,
+    read: Summary,
+    free: Summary,
+    /// Bytes per second of the median send, in GB/s (10^9).
+    send_gb_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct SpillReport {
+    schema: u32,
+    date: String,
+    started_utc: String,
+    reps: usize,
+    warmup_reps: usize,
+    machine: Machine,
+    /// /proc/loadavg before and after the run.
+    loadavg_before: Option<String>,
+    loadavg_after: Option<String>,
+    workspace_revision: Option<String>,
+    spill_dir: String,
+    /// The spilling store's counters after the run.
+    objects_spilled: u64,
+    spill_disk_bytes_after: u64,
+    rows: Vec<Row>,
+}
+
+/// One client's connection to a store, and its timings of one size.
+struct Side<'a> {
+    client: &'a StoreClient,
+    backing: &'static str,
+    send: Vec<Duration>,
+    read: Vec<Duration>,
+    free: Vec<Duration>,
+}
+
+impl Side<'_> {
+    /// One send, read and free of `src`; the times are kept unless `warmup`.
+    fn rep(&mut self, src: &[u8], warmup: bool) -> Result<u64> {
+        let id = ObjectId::random();
+        let t0 = Instant::now();
+        let mut obj = self.client.create(id, src.len() as u64, b"").context("create")?;
+        obj.data_mut().copy_from_slice(src);
+        let sent = obj.seal_and_keep().context("seal")?;
+        let t1 = Instant::now();
+        let got = self.client.get_one(id, GET_TIMEOUT).context("get")?;
+        let sum = got
+            .data()
+            .chunks_exact(8)
+            .fold(0u64, |a, w| a.wrapping_add(u64::from_le_bytes(w.try_into().expect("chunks of 8"))));
+        let t2 = Instant::now();
+        let offset = sent.placement().data_offset;
+        drop(got);
+        drop(sent);
+        self.client.delete(id).context("delete")?;
+        let t3 = Instant::now();
+        if !warmup {
+            self.send.push(t1 - t0);
+            self.read.push(t2 - t1);
+            self.free.push(t3 - t2);
+        }
+        std::hint::black_box(sum);
+        Ok(offset)
+    }
+
+    fn row(&mut self, size: u64) -> Row {
+        let send = Summary::of(&self.send);
+        let row = Row {
+            size,
+            backing: self.backing,
+            send,
+            read: Summary::of(&self.read),
+            free: Summary::of(&self.free),
+            send_gb_s: size as f64 / (send.median_us * 1e3),
+        };
+        self.send.clear();
+        self.read.clear();
+        self.free.clear();
+        row
+    }
+}
+
+pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Result<()> {
+    let started = SystemTime::now();
+    let loadavg_before = read_trimmed("/proc/loadavg");
+    eprintln!("store-bench: spill vs shared memory, {} reps + {} warm-up per size", plan.reps, plan.warmup_reps);
+    let mut shm_daemon = Daemon::start(store_bin, SHM_ARENA, &[])?;
+    let spill_args =
+        vec!["--spill-dir".to_string(), dir.display().to_string(), "--spill-size".into(), SPILL_SIZE.into()];
+    let mut spill_daemon = Daemon::start(store_bin, SPILL_ARENA, &spill_args)?;
+    let shm = shm_daemon.connect(STARTUP_TIMEOUT)?;
+    let spill = spill_daemon.connect(STARTUP_TIMEOUT)?;
+
+    // Hold the spilling store's arena full for the whole run.
+    let mut filler = spill.create(ObjectId::random(), SPILL_ARENA_BYTES - ARENA_LEFT, b"").context("fill the arena")?;
+    filler.data_mut().fill(1);
+    let _filler = filler.seal_and_keep().context("seal the filler")?;
+    let base = spill_base(spill.arena_size());
+
+    let mut rows = Vec::new();
+    for size in SIZES {
+        let src: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        let mut a = Side { client: &shm, backing: "shared-memory arena", send: vec![], read: vec![], free: vec![] };
+        let mut b = Side { client: &spill, backing: "spill file", send: vec![], read: vec![], free: vec![] };
+        for rep in 0..plan.warmup_reps + plan.reps {
+            let warmup = rep < plan.warmup_reps;
+            let in_arena = a.rep(&src, warmup)?;
+            let spilled = b.rep(&src, warmup)?;
+            if spilled < base || in_arena >= spill_base(shm.arena_size()) {
+                bail!("a send landed in the wrong backing (spill store: offset {spilled}, spill from {base}; shm store: offset {in_arena})");
+            }
+        }
+        rows.push(a.row(size));
+        rows.push(b.row(size));
+        eprintln!("  {} MB done", size / 1_000_000);
+    }
+    let stats = spill.stats().context("the spilling store's counters")?;
+    let loadavg_after = read_trimmed("/proc/loadavg");
+
+    let report = SpillReport {
+        schema: 1,
+        date: utc_date(started),
+        started_utc: utc_timestamp(started),
+        reps: plan.reps,
+        warmup_reps: plan.warmup_reps,
+        machine: Machine::probe(),
+        loadavg_before,
+        loadavg_after,
+        workspace_revision: workspace_revision(),
+        spill_dir: dir.display().to_string(),
+        objects_spilled: stats.objects_spilled,
+        spill_disk_bytes_after: stats.spill_disk_bytes,
+        rows,
+    };
+    let markdown = markdown(&report);
+    let (md, json) = write_files(out, &format!("store-spill-{}", report.date), &markdown, &report)?;
+    print!("{markdown}");
+    eprintln!("store-bench: wrote {} and {}", md.display(), json.display());
+    Ok(())
+}
+
+fn markdown(r: &SpillReport) -> String {
+    let mut s = format!(
+        "# store-bench --spill-dir, {}\n\nMachine: {}. Load average before: {}; after: {}.\n\
+         Revision {}. Spill dir: `{}`. {} reps per size and backing ({} warm-up), alternated rep by rep.\n\
+         The spilling store placed {} objects in its file; its file took {} bytes of disk after the run.\n\n\
+         Times in µs, median (p99). send = create + copy in + seal; read = get + sum of every word; \
+         free = release + delete (for the spill file, its disk space punched out).\n\n\
+         | size | backing | send | read | free | send GB/s |\n|---|---|---|---|---|---|\n",
+        r.started_utc,
+        r.machine,
+        r.loadavg_before.as_deref().unwrap_or("?"),
+        r.loadavg_after.as_deref().unwrap_or("?"),
+        r.workspace_revision.as_deref().unwrap_or("?"),
+        r.spill_dir,
+        r.reps,
+        r.warmup_reps,
+        r.objects_spilled,
+        r.spill_disk_bytes_after,
+    );
+    for row in &r.rows {
+        let cell = |x: &Summary| format!("{} ({})", fmt_us(x.median_us), fmt_us(x.p99_us));
+        s.push_str(&format!(
+            "| {} MB | {} | {} | {} | {} | {:.2} |\n",
+            row.size / 1_000_000,
+            row.backing,
+            cell(&row.send),
+            cell(&row.read),
+            cell(&row.free),
+            row.send_gb_s
+        ));
+    }
+    s
+}
