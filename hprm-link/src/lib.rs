@@ -88,6 +88,7 @@
 
 mod daemon;
 mod error;
+mod liveness;
 pub mod marks;
 pub mod queue;
 pub mod wire;
