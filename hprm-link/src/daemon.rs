@@ -1054,7 +1054,19 @@ impl Link {
         .await
         .ok()
         .flatten();
-        liveness::alive(answered, received, bound)
+        let alive = liveness::alive(answered, received, bound);
+        if !alive {
+            tracing::info!(
+                answered_ms = answered.as_millis() as u64,
+                received_ms = received.map(|r| r.as_millis() as u64),
+                "no probe answered for {answered:?}, {}",
+                match received {
+                    Some(r) => format!("no data received for {r:?}"),
+                    None => "no connection left".into(),
+                }
+            );
+        }
+        alive
     }
 
     /// Whether the lost host `host` is linked again within one probe

@@ -65,8 +65,7 @@ pub fn last_received(conns: &[(SocketAddr, SocketAddr)]) -> Option<Duration> {
     fds.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<RawFd>().ok())
         .filter(|&fd| {
-            let (Some(local), Some(remote)) = (address(fd, libc::getsockname), address(fd, libc::getpeername))
-            else {
+            let (Some(local), Some(remote)) = (address(fd, libc::getsockname), address(fd, libc::getpeername)) else {
                 return false;
             };
             conns.contains(&(local, remote))

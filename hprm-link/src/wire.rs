@@ -126,10 +126,7 @@ pub fn parse_hello(bytes: &[u8]) -> Result<Hello, String> {
         return Ok(Hello { version, arena: 0, incarnation: 0, session: [0; SESSION_ID_LEN], host: String::new() });
     }
     if rest.len() < 16 + SESSION_ID_LEN {
-        return Err(format!(
-            "a hello of {} bytes, shorter than its arena id, incarnation and session id",
-            bytes.len()
-        ));
+        return Err(format!("a hello of {} bytes, shorter than its arena id, incarnation and session id", bytes.len()));
     }
     let (arena, rest) = rest.split_at(8);
     let (incarnation, rest) = rest.split_at(8);

@@ -983,7 +983,8 @@ impl Netns {
 
     /// Runs `argv` in `host`'s namespace; its standard output.
     fn run(&self, host: &str, argv: &[&str]) -> String {
-        let out = Command::new("ip").args(["netns", "exec", &self.ns(host)]).args(argv).output().expect("ip netns exec");
+        let out =
+            Command::new("ip").args(["netns", "exec", &self.ns(host)]).args(argv).output().expect("ip netns exec");
         assert!(out.status.success(), "{argv:?} in {}: {}", self.ns(host), String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -993,7 +994,10 @@ impl Netns {
     fn shape(&self, rate: &str) {
         for h in ["a", "b"] {
             let dev = self.dev(h);
-            self.run(h, &["tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", rate, "burst", "32kb", "latency", "100ms"]);
+            self.run(
+                h,
+                &["tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", rate, "burst", "32kb", "latency", "100ms"],
+            );
         }
     }
 
@@ -1035,6 +1039,15 @@ impl Drop for Netns {
 /// every 65 ms, well within its lease of one host timeout.
 const SLOW: &str = "8mbit";
 
+/// The liveness tests' links: the host timeout of the hosts benchmark (2
+/// s; its probes then time out after 500 ms). The default 500 ms is
+/// shorter than TCP's retransmission stalls when the qdisc drops: a
+/// segment lost twice waits 200 + 400 ms, and Zenoh's own lease (one host
+/// timeout) then closes the connection, data or not.
+fn liveness_args() -> Vec<String> {
+    vec!["--host-timeout-ms".into(), "2000".into()]
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed ^ (i >> 12) as u8)).collect()
 }
@@ -1059,7 +1072,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn a_host_whose_data_keeps_arriving_over_a_saturated_link_is_not_lost() {
     let Some(net) = Netns::up() else { return };
     net.shape(SLOW);
-    let (mut a, mut b) = net.pair(&["--push-timeout".into(), "30".into()]);
+    let (mut a, mut b) = net.pair(&[&["--push-timeout".into(), "30".into()], &liveness_args()[..]].concat());
     let (sa, sb) = (a.store(), b.store());
     let size = 7 << 20;
     let data = pattern(size, 1);
@@ -1096,7 +1109,7 @@ fn a_host_whose_data_keeps_arriving_over_a_saturated_link_is_not_lost() {
 fn a_host_whose_link_is_cut_or_killed_during_a_push_is_lost_within_the_bound() {
     let Some(net) = Netns::up() else { return };
     net.shape(SLOW);
-    let (a, b) = net.pair(&[]);
+    let (a, b) = net.pair(&liveness_args());
     let sa = a.store();
     let size = 8 << 20;
     // Asserted generously, for a loaded machine; printed as measured.
@@ -1133,7 +1146,7 @@ fn a_host_whose_link_is_cut_or_killed_during_a_push_is_lost_within_the_bound() {
     let lost = killed.elapsed();
     println!("host b's link killed during a push: host a lost b after {lost:?}");
     assert!(lost < bound, "lost after {lost:?}");
-    eventually("that push fails too", || {
-        a.log().contains(&format!("object {id} did not reach host b: host b was lost during the push"))
-    });
+    // Failed, whichever way its end came first: the loss, or Zenoh's
+    // session with b closing under it.
+    eventually("that push fails too", || a.log().contains(&format!("object {id} did not reach host b: ")));
 }
