@@ -73,9 +73,10 @@ pub struct LinkConfig {
     pub peers: Vec<String>,
     /// How long a push to another host may take before it counts as failed.
     pub push_timeout: Duration,
-    /// How long another host may stay silent before it counts as lost: the
-    /// Zenoh lease, and the timeout of the probes each link sends the
-    /// others every quarter of it (`hprm_node::hosts::DEFAULT_HOST_TIMEOUT`).
+    /// How long another host may stay silent before it counts as lost (no
+    /// probe answered, no data received: [`liveness`]): also the Zenoh
+    /// lease, and the timeout of the probes each link sends the others
+    /// every quarter of it (`hprm_node::hosts::DEFAULT_HOST_TIMEOUT`).
     pub host_timeout: Duration,
     /// TLS with mutual authentication between the links (endpoints
     /// `tls/ADDRESS:PORT`); `None`: plain TCP.
