@@ -435,15 +435,17 @@ fn recordings(dir: &Path) {
 }
 
 /// The store link's messages (`hprm-link/src/wire.rs`, by its encoders'
-/// layout): hello replies of this version and another, push headers of
+/// layout): hello replies (with the link's Zenoh session id, protocol 5)
+/// of this version and another, push headers of
 /// both kinds, each outcome byte, a fetch, its replies, a dropped-push
 /// notice and a released notice; byte 0 picks the decoder (see
 /// `hprm_fuzz::link_wire`).
 fn link(dir: &Path) {
-    const VERSION: u8 = 4;
+    const VERSION: u8 = 5;
     let mut hello = vec![0, VERSION];
     hello.extend_from_slice(&0xfeed_0001u64.to_le_bytes());
     hello.extend_from_slice(&7u64.to_le_bytes());
+    hello.extend_from_slice(&[0x5a; 16]);
     hello.extend_from_slice(b"perception");
     write(dir, "link_wire", "hello", &hello);
     write(dir, "link_wire", "hello-other-version", &[0, VERSION + 1, b'x']);

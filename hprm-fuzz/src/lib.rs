@@ -353,7 +353,8 @@ pub fn link_wire(data: &[u8]) {
         0 => {
             if let Ok(h) = parse_hello(bytes) {
                 if h.version == LINK_VERSION {
-                    assert_eq!(parse_hello(&hello(&h.host, h.arena, h.incarnation)), Ok(h), "parse(hello(h)) != h");
+                    let again = hello(&h.host, h.arena, h.incarnation, h.session);
+                    assert_eq!(parse_hello(&again), Ok(h), "parse(hello(h)) != h");
                 }
             }
         }

@@ -6,6 +6,7 @@
 //! into the store does not hold up other pushes or the Zenoh session.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,8 +22,10 @@ use tokio::net::{UnixListener, UnixStream};
 use zenoh::bytes::ZBytes;
 use zenoh::qos::Priority;
 use zenoh::sample::SampleKind;
+use zenoh::Wait;
 
 use crate::error::LinkError;
+use crate::liveness;
 use crate::marks::{self, Prioritizer};
 use crate::queue::{Queues, Ticket, Turn};
 use crate::wire::{self, Dropped, Fetch, FetchReply, Header, Hello, Kind, Outcome, Released, LINK_VERSION};
@@ -70,9 +73,10 @@ pub struct LinkConfig {
     pub peers: Vec<String>,
     /// How long a push to another host may take before it counts as failed.
     pub push_timeout: Duration,
-    /// How long another host may stay silent before it counts as lost: the
-    /// Zenoh lease, and the timeout of the probes each link sends the
-    /// others every quarter of it (`hprm_node::hosts::DEFAULT_HOST_TIMEOUT`).
+    /// How long another host may stay silent before it counts as lost (no
+    /// probe answered, no data received: [`liveness`]): also the Zenoh
+    /// lease, and the timeout of the probes each link sends the others
+    /// every quarter of it (`hprm_node::hosts::DEFAULT_HOST_TIMEOUT`).
     pub host_timeout: Duration,
     /// TLS with mutual authentication between the links (endpoints
     /// `tls/ADDRESS:PORT`); `None`: plain TCP.
@@ -514,7 +518,8 @@ impl Link {
         let host = &self.inner.cfg.host;
         let zerr = |e: zenoh::Error| LinkError::Zenoh(e.to_string());
         let hello = self.inner.session.declare_queryable(wire::hello_key(host)).await.map_err(zerr)?;
-        let answer = wire::hello(host, self.inner.store.arena_id(), self.inner.incarnation);
+        let session = self.inner.session.zid().to_le_bytes();
+        let answer = wire::hello(host, self.inner.store.arena_id(), self.inner.incarnation, session);
         tokio::spawn(async move {
             while let Ok(query) = hello.recv_async().await {
                 if let Err(e) = query.reply(query.key_expr().clone(), answer.clone()).await {
@@ -845,9 +850,9 @@ impl Link {
 
     /// Probes `peer` every quarter of the host timeout, for good: its
     /// first answer is checked (another version or name: refused, and no
-    /// more probes), and a peer that answered before and then stays silent
-    /// for a host timeout is lost until it answers again. Each change is
-    /// logged once, naming the host.
+    /// more probes), and a peer that answered before and then is not heard
+    /// from for a host timeout ([`Link::heard_from`]) is lost until it
+    /// answers again. Each change is logged once, naming the host.
     async fn watch_peer(self, peer: String) {
         let bound = self.inner.cfg.host_timeout;
         let every = self.probe_period();
@@ -856,20 +861,55 @@ impl Link {
         let mut answered = started;
         let mut said_silent = false;
         let mut incarnation = None;
+        // Its Zenoh session id, from its last hello.
+        let mut session = None;
+        // The probe whose send has not returned yet (see below).
+        let mut sending: Option<tokio::task::JoinHandle<zenoh::Result<_>>> = None;
+        let probe_timeout = every.max(Duration::from_millis(100));
         loop {
-            let probe = self
-                .inner
-                .session
-                .get(wire::hello_key(&peer))
-                .priority(Priority::InteractiveHigh)
-                .express(true)
-                .timeout(every.max(Duration::from_millis(100)))
-                .await;
-            let answer = match probe {
-                Ok(replies) => replies.recv_async().await.ok().and_then(|r| r.into_result().ok()),
-                Err(e) => {
-                    tracing::debug!(%peer, "hello: {e}");
+            // Zenoh's send is synchronous, and while a session fails with a
+            // push being queued to it, Zenoh holds every priority's queue
+            // until that push's wait for room ends (up to the push
+            // timeout): a probe sent then blocks as long. Sent on the
+            // blocking pool, at most one at a time, and waited for one
+            // probe period at most, so that this loop, which applies the
+            // liveness rule, goes on every probe period whatever the probe.
+            let send = match sending.take() {
+                Some(stuck) if !stuck.is_finished() => Err(stuck),
+                Some(done) => Ok(done),
+                None => {
+                    let session = self.inner.session.clone();
+                    let key = wire::hello_key(&peer);
+                    Ok(tokio::task::spawn_blocking(move || {
+                        session.get(key).priority(Priority::InteractiveHigh).express(true).timeout(probe_timeout).wait()
+                    }))
+                }
+            };
+            let answer = match send {
+                Err(stuck) => {
+                    sending = Some(stuck);
                     None
+                }
+                Ok(mut send) => {
+                    let replies = tokio::time::timeout(every, &mut send).await;
+                    match replies {
+                        Err(_) => {
+                            sending = Some(send);
+                            None
+                        }
+                        Ok(Ok(Ok(replies))) => {
+                            let reply = tokio::time::timeout(probe_timeout, replies.recv_async()).await;
+                            reply.ok().and_then(|r| r.ok()).and_then(|r| r.into_result().ok())
+                        }
+                        Ok(Ok(Err(e))) => {
+                            tracing::debug!(%peer, "hello: {e}");
+                            None
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, "sending a hello: {e}");
+                            None
+                        }
+                    }
                 }
             };
             let before = lock(&self.inner.peers).get(&peer).cloned().unwrap_or(Peer::Unknown);
@@ -877,6 +917,9 @@ impl Link {
             if hello.is_some() {
                 answered = tokio::time::Instant::now();
             }
+            let silent = hello.is_none()
+                && matches!(before, Peer::Linked(_))
+                && !self.heard_from(answered.elapsed(), session).await;
             let now = match hello {
                 None => match &before {
                     Peer::Unknown => {
@@ -890,11 +933,11 @@ impl Link {
                         }
                         Peer::Unknown
                     }
-                    &Peer::Linked(arena) if answered.elapsed() >= bound => {
+                    &Peer::Linked(arena) if silent => {
                         tracing::error!(
                             %peer,
-                            "lost host {peer}: its hprm-link has not answered for {bound:?} (the host timeout); \
-                             pushes to it fail at once until it is back"
+                            "lost host {peer}: nothing heard from it for {bound:?} (the host timeout): no answer to \
+                             the probes, no data on the connections with it; pushes to it fail at once until it is back"
                         );
                         Peer::Lost(arena)
                     }
@@ -906,6 +949,7 @@ impl Link {
                             self.reclaim(&peer, "its hprm-link restarted and does not know them");
                         }
                         incarnation = Some(h.incarnation);
+                        session = Some(h.session);
                         match before {
                             Peer::Lost(_) => tracing::warn!(%peer, "host {peer} is back; pushing to it again"),
                             Peer::Unknown => tracing::info!(%peer, "linked to host {peer}"),
@@ -974,10 +1018,56 @@ impl Link {
     }
 
     /// How often a peer is probed: a few probes per host timeout; each
-    /// gives up by the next, and the host is lost when none was answered
-    /// for a host timeout.
+    /// gives up by the next, and the host is lost when nothing was heard
+    /// from it for a host timeout ([`Link::heard_from`]).
     fn probe_period(&self) -> Duration {
         (self.inner.cfg.host_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Whether a linked peer was heard from within the host timeout, by
+    /// the liveness rule ([`liveness`], which says why this rule):
+    /// `answered`, how long ago its link last answered a probe; `session`,
+    /// its Zenoh session id (from its hello), whose connections' received
+    /// data count too.
+    async fn heard_from(&self, answered: Duration, session: Option<[u8; wire::SESSION_ID_LEN]>) -> bool {
+        let bound = self.inner.cfg.host_timeout;
+        if liveness::alive(answered, None, bound) {
+            return true;
+        }
+        let Some(session) = session else { return false };
+        let zenoh = self.inner.session.clone();
+        let received = tokio::task::spawn_blocking(move || {
+            // The connections Zenoh holds with that session (by local and
+            // remote address); one whose address is not an IP socket
+            // address (a TLS endpoint named by host name) counts by probes
+            // only.
+            let conns: Vec<(SocketAddr, SocketAddr)> = zenoh
+                .info()
+                .links()
+                .wait()
+                .filter(|link| link.zid().to_le_bytes() == session)
+                .filter_map(|link| {
+                    Some((link.src().address().as_str().parse().ok()?, link.dst().address().as_str().parse().ok()?))
+                })
+                .collect();
+            liveness::last_received(&conns)
+        })
+        .await
+        .ok()
+        .flatten();
+        let alive = liveness::alive(answered, received, bound);
+        if !alive {
+            tracing::info!(
+                answered_ms = answered.as_millis() as u64,
+                received_ms = received.map(|r| r.as_millis() as u64),
+                "no probe answered for {answered:?}, {}",
+                match received {
+                    Some(r) => format!("no data received for {r:?}"),
+                    None => "no connection left".into(),
+                }
+            );
+        }
+        alive
     }
 
     /// Whether the lost host `host` is linked again within one probe
@@ -1293,7 +1383,15 @@ impl Link {
                 // storing fails there, no notice comes: the reference stays
                 // until the bounds release it.)
                 self.lend(id, &host, Arc::clone(object));
-                let sent = query.reply(query.key_expr().clone(), lent(object)).attachment(attachment).await;
+                // Synchronous until the data is queued, as a data push's
+                // `get` ([`Link::ask`]): on the blocking pool likewise.
+                let payload = lent(object);
+                let sent = tokio::task::spawn_blocking(move || {
+                    query.reply(query.key_expr().clone(), payload).attachment(attachment).wait()
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|sent| sent.map_err(|e| e.to_string()));
                 match sent {
                     Ok(()) => {
                         self.inner.counters.served.fetch_add(1, Ordering::Relaxed);
@@ -1545,7 +1643,7 @@ impl Link {
             Some(Peer::Refused(why)) => return Err(why),
             Some(Peer::Lost(_)) if !self.relinked(host).await => {
                 return Err(format!(
-                    "host {host} is lost (its hprm-link has not answered for {:?})",
+                    "host {host} is lost (nothing heard from it for {:?})",
                     self.inner.cfg.host_timeout
                 ))
             }
@@ -1624,20 +1722,18 @@ impl Link {
         // Bulk data at the data priority; announces (no data) above it and
         // the probes higher still, so neither waits behind a large push.
         let priority = if data.is_some() { Priority::Data } else { Priority::InteractiveLow };
-        let mut get = self
-            .inner
-            .session
-            .get(wire::push_key(host))
-            .priority(priority)
-            .attachment(header.encode())
-            .timeout(timeout);
-        if let Some(data) = data {
-            get = get.payload(data);
-        }
-        let replies = get.await.map_err(|e| format!("Zenoh: {e}"))?;
+        let session = self.inner.session.clone();
+        let (key, attachment) = (wire::push_key(host), header.encode());
+        let send = move || {
+            let get = session.get(key).priority(priority).attachment(attachment).timeout(timeout);
+            match data {
+                Some(data) => get.payload(data).wait(),
+                None => get.wait(),
+            }
+        };
         // A push in flight when its host is lost ends then, not at its
         // timeout: nothing stays pinned for a host that is gone.
-        let lost = async {
+        let lost = || async {
             let bound = self.inner.cfg.host_timeout;
             loop {
                 tokio::time::sleep((bound / 4).max(Duration::from_millis(10))).await;
@@ -1646,9 +1742,28 @@ impl Link {
                 }
             }
         };
+        let lost_during = |bound: Duration| format!("host {host} was lost during the push (silent for {bound:?})");
+        let replies = if priority == Priority::Data {
+            // Zenoh's `get` is synchronous, and a request's congestion
+            // control is `block`: it returns once the last fragment of the
+            // data is in the send queue, which drains at the link's pace
+            // (0.4 s for 50 MB at 1 Gbit/s, seconds on a slower link). On
+            // the blocking pool it holds none of the runtime's workers
+            // (as many as CPUs), which answer the other hosts' probes and
+            // carry the other pushes: two pushes at once on a 2-CPU host
+            // held both, and the link answered nothing meanwhile.
+            let sending = tokio::task::spawn_blocking(send);
+            tokio::select! {
+                sent = sending => sent.map_err(|e| format!("sending the push: {e}"))?,
+                bound = lost() => return Err(lost_during(bound)),
+            }
+        } else {
+            send()
+        };
+        let replies = replies.map_err(|e| format!("Zenoh: {e}"))?;
         let reply = tokio::select! {
             r = replies.recv_async() => r,
-            bound = lost => return Err(format!("host {host} was lost during the push (silent for {bound:?})")),
+            bound = lost() => return Err(lost_during(bound)),
         };
         tracing::debug!(%host, id = %header.id, replied_at_us = wall_us(), "push answered");
         let Ok(reply) = reply else {
@@ -1869,13 +1984,16 @@ const RX_POOL_BYTES: usize = 64 << 20;
 
 /// Peer mode on exactly the configured endpoints; no multicast scouting; a
 /// deep send queue and a receive pool for bulk data; a lease of the host
-/// timeout, so that a lost host's session closes within it; connections to
-/// the configured endpoints retried often, so that traffic resumes soon
-/// after the link is back; every endpoint marked with the link's DSCP.
+/// timeout, so that a lost host's session closes within it; a push queued
+/// slowly for as long as a push may take, never closing the session
+/// (which would lose a host whose data keeps flowing); connections to the
+/// configured endpoints retried often, so that traffic resumes soon after
+/// the link is back; every endpoint marked with the link's DSCP.
 /// docs/src/hosts.md ("How the link configures Zenoh") says why the other
 /// settings keep Zenoh's defaults.
 fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
     let lease = cfg.host_timeout.as_millis().max(4);
+    let block_wait_us = cfg.push_timeout.max(Duration::from_secs(5)).as_micros().min(i64::MAX as u128);
     let mut c = zenoh::Config::default();
     let list = |v: &[String]| -> Result<String, LinkError> {
         let marked = v.iter().map(|e| marks::marked_endpoint(e, cfg.dscp)).collect::<Result<Vec<_>, _>>()?;
@@ -1909,6 +2027,15 @@ fn zenoh_config(cfg: &LinkConfig) -> Result<zenoh::Config, LinkError> {
         // batches land in them (not measured).
         ("transport/link/rx/buffer_size", RX_POOL_BYTES.to_string()),
         ("connect/retry", "{ period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2 }".into()),
+        // How long a request (a push, its data included) may wait to be
+        // queued whole before Zenoh closes the session: by default 5 s from
+        // its first wait for room, which a push longer than that on the
+        // wire (50 MB below 100 Mbit/s) outlasted, and the session of a
+        // host whose data kept flowing was closed. As long as a push may
+        // take (--push-timeout, at least Zenoh's 5 s): a host that truly
+        // went away still closes the session, by the lease, within a host
+        // timeout, which wakes the waiting push.
+        ("transport/link/tx/queue/congestion_control/block/wait_before_close", block_wait_us.to_string()),
     ];
     let endpoints = || cfg.listen.iter().chain(&cfg.connect);
     let tls_settings = match &cfg.tls {

@@ -66,7 +66,10 @@
 //!
 //! Flow control: pushes to each host go through a bounded queue with the
 //! store's backpressure policies ([`queue`]); probes and announces travel
-//! at higher Zenoh priorities than bulk data, so they never wait behind it.
+//! at higher Zenoh priorities than bulk data, so they never wait behind it
+//! in Zenoh's queues. On the wire they may (the socket's buffer and the
+//! qdisc are FIFOs), which is why a host is alive while its data arrives,
+//! however late its probes' answers (the liveness rule: `liveness`).
 //!
 //! Status: given the program's runtime directory (`--runtime-dir`, which
 //! `hprm launch --host` passes), a link publishes its host's share of the
@@ -88,6 +91,7 @@
 
 mod daemon;
 mod error;
+mod liveness;
 pub mod marks;
 pub mod queue;
 pub mod wire;

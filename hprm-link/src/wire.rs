@@ -7,9 +7,12 @@
 //!   (always the first byte, in every version), the arena id of the host's
 //!   store, the link's incarnation (random per link process: a home link
 //!   that sees it change knows the copies it lent for are no longer
-//!   tracked there) and the host's name. Each link asks this of every peer it is
-//!   told of before pushing to it, and refuses a peer of another version;
-//!   it keeps asking, a few times per host timeout, to notice a lost host.
+//!   tracked there), the link's Zenoh session id (by which the asking link
+//!   finds the connections of its Zenoh session with that host, whose
+//!   received data count as signs of life: `liveness`) and the host's name.
+//!   Each link asks this of every peer it is told of before pushing to it,
+//!   and refuses a peer of another version; it keeps asking, a few times
+//!   per host timeout, to notice a lost host.
 //! - `hprm/link/<host>/push`: a query whose attachment is a [`Header`]
 //!   and whose payload is the object's data (none for an announce). The
 //!   reply's payload is one [`Outcome`] byte; a refused push (another
@@ -40,7 +43,7 @@
 use hprm_store::ObjectId;
 
 /// Version of this protocol; hosts of different versions refuse each other.
-pub const LINK_VERSION: u8 = 4;
+pub const LINK_VERSION: u8 = 5;
 
 /// The key of `host`'s hello queryable.
 pub fn hello_key(host: &str) -> String {
@@ -94,34 +97,44 @@ pub struct Hello {
     /// Random per link process: another value from the same host is a
     /// link that restarted, which does not know the copies its host holds.
     pub incarnation: u64,
+    /// The link's Zenoh session id (`ZenohId::to_le_bytes`): the asking
+    /// link's Zenoh session with this host is the one of this id.
+    pub session: [u8; SESSION_ID_LEN],
     pub host: String,
 }
 
+/// The bytes of a Zenoh session id ([`Hello::session`]).
+pub const SESSION_ID_LEN: usize = 16;
+
 /// A hello reply: `u8` version, `u64 LE` arena id, `u64 LE` incarnation,
-/// the host's name.
-pub fn hello(host: &str, arena: u64, incarnation: u64) -> Vec<u8> {
+/// the Zenoh session id (16 bytes), the host's name.
+pub fn hello(host: &str, arena: u64, incarnation: u64, session: [u8; SESSION_ID_LEN]) -> Vec<u8> {
     let mut out = vec![LINK_VERSION];
     out.extend_from_slice(&arena.to_le_bytes());
     out.extend_from_slice(&incarnation.to_le_bytes());
+    out.extend_from_slice(&session);
     out.extend_from_slice(host.as_bytes());
     out
 }
 
 /// Reads a hello reply. Of another version only the version is read (the
-/// rest may be laid out otherwise): `arena` and `incarnation` 0, `host` empty.
+/// rest may be laid out otherwise): `arena`, `incarnation` and `session`
+/// 0, `host` empty.
 pub fn parse_hello(bytes: &[u8]) -> Result<Hello, String> {
     let (&version, rest) = bytes.split_first().ok_or("an empty hello")?;
     if version != LINK_VERSION {
-        return Ok(Hello { version, arena: 0, incarnation: 0, host: String::new() });
+        return Ok(Hello { version, arena: 0, incarnation: 0, session: [0; SESSION_ID_LEN], host: String::new() });
     }
-    if rest.len() < 16 {
-        return Err(format!("a hello of {} bytes, shorter than its arena id and incarnation", bytes.len()));
+    if rest.len() < 16 + SESSION_ID_LEN {
+        return Err(format!("a hello of {} bytes, shorter than its arena id, incarnation and session id", bytes.len()));
     }
     let (arena, rest) = rest.split_at(8);
-    let (incarnation, name) = rest.split_at(8);
+    let (incarnation, rest) = rest.split_at(8);
+    let (session, name) = rest.split_at(SESSION_ID_LEN);
     let arena = u64::from_le_bytes(arena.try_into().map_err(|_| "a hello without its arena id")?);
     let incarnation = u64::from_le_bytes(incarnation.try_into().map_err(|_| "a hello without its incarnation")?);
-    Ok(Hello { version, arena, incarnation, host: String::from_utf8_lossy(name).into_owned() })
+    let session = session.try_into().map_err(|_| "a hello without its session id")?;
+    Ok(Hello { version, arena, incarnation, session, host: String::from_utf8_lossy(name).into_owned() })
 }
 
 /// What a push carries.
@@ -465,8 +478,13 @@ mod tests {
         assert_eq!(Fetch::decode(&f.encode()).unwrap(), f);
         let d = Dropped { id: h.id, from: "a".into(), why: "its push queue is full".into() };
         assert_eq!(Dropped::decode(&d.encode()).unwrap(), d);
-        let h = Hello { version: LINK_VERSION, arena: 0xfeed_0001, incarnation: 7, host: "perception".into() };
-        assert_eq!(parse_hello(&hello("perception", 0xfeed_0001, 7)).unwrap(), h);
+        let session = [0x5a; SESSION_ID_LEN];
+        let h = Hello { version: LINK_VERSION, arena: 0xfeed_0001, incarnation: 7, session, host: "perception".into() };
+        let bytes = hello("perception", 0xfeed_0001, 7, session);
+        assert_eq!(parse_hello(&bytes).unwrap(), h);
+        for cut in 0..1 + 16 + SESSION_ID_LEN {
+            assert!(parse_hello(&bytes[..cut]).is_err(), "a hello cut at {cut} bytes");
+        }
         let r = Released { from: "b".into(), ids: vec![ObjectId::random(), ObjectId::random()] };
         assert_eq!(Released::decode(&r.encode()).unwrap(), r);
         assert!(Released::decode(&r.encode()[..30]).is_err());
