@@ -1470,7 +1470,8 @@ impl Link {
                         self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
                         FetchReply::Gone(format!(
                             "host {} no longer has object {id} and keeps no push of it for host {host} (it was freed \
-                             once its deliveries settled, or kept for a fetch longer than the fetch window of {:?})",
+                             once its deliveries settled, or kept for a fetch longer than the fetch window of {:?}, \
+                             or its sender's store's --delivery-ttl ran out before its push was queued)",
                             self.inner.cfg.host, self.inner.cfg.fetch_window
                         ))
                     }
