@@ -1167,10 +1167,12 @@ impl Link {
         for &id in &req.ids {
             for (host, receivers) in &req.hosts {
                 let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+                let asked = Instant::now();
                 match self.inner.queues.admit(host).await {
                     Ok(ticket) => {
                         *lock(&self.inner.dispatch).pending.entry((id, host.clone())).or_insert(0) += 1;
-                        tokio::spawn(self.clone().push(id, host.clone(), *receivers, token, ticket));
+                        let waited = asked.elapsed();
+                        tokio::spawn(self.clone().push(id, host.clone(), *receivers, token, ticket, waited));
                     }
                     Err(why) => {
                         self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -1198,12 +1200,65 @@ impl Link {
     }
 
     /// Pushes object `id` to `host` for `receivers` receivers there, when
-    /// its queue's turn comes. Holds one reference on the home object
-    /// meanwhile; releasing it at the end settles the delivery the sender
-    /// counted for `host`; a push that is dropped or fails keeps it for a
-    /// fetch instead ([`Link::hold`]).
-    async fn push(self, id: ObjectId, host: String, receivers: u32, token: u64, mut ticket: Ticket) {
+    /// its queue's turn comes (`waited`: how long its admission to the
+    /// queue waited for room). Holds one reference on the home object from
+    /// its admission on; releasing it at the end settles the delivery the
+    /// sender counted for `host`; a push that is dropped or fails keeps it
+    /// for a fetch instead ([`Link::hold`]).
+    async fn push(self, id: ObjectId, host: String, receivers: u32, token: u64, mut ticket: Ticket, waited: Duration) {
         let queued = Instant::now();
+        // Taken as soon as the push is admitted to its host's queue, before
+        // it waits for its turn on the wire, and held on every path from
+        // here (released when the last handle on `object` drops: here, in
+        // `hold` at the end of the fetch window, or where Zenoh drops the
+        // payload lent from it), each release settling the delivery the
+        // sender counted for `host`.
+        //
+        // Why at admission and not at the turn: the store keeps an object
+        // whose deliveries are unsettled only for its delivery TTL
+        // (hprm-store --delivery-ttl, 30 s by default), then frees it if
+        // nobody holds it. A push that waited longer than that in the queue
+        // (a stalled or slow link: a host stopped but not lost holds its
+        // pushes on the wire until the push timeout) then found its object
+        // gone, and the loss was counted `failed` with nothing saying why.
+        // Held from admission, the TTL never frees an object under a
+        // queued push: what is given up is decided by the queue's bound and
+        // policy alone, as documented (docs/src/hosts.md, "When producers
+        // outrun the link"). It pins no more memory than before: until the
+        // TTL the pending delivery pinned the object anyway; past it, at
+        // most the queue's depth of objects per host stay, counted against
+        // the store's budget like any reference (a producer that outruns
+        // them waits or fails by the store's policy). The store still
+        // counts the delivery expired at its TTL and takes this reference's
+        // release as that late receiver's ([`Entry::forgiven`] in
+        // hprm-store's table): the object is freed once it is released.
+        //
+        // What is left to the TTL: a request not read yet, while a full
+        // queue under `block:T` holds its federate's requests, if T is
+        // longer than the TTL; the error then names both.
+        let object = match self.take_home(id).await {
+            Ok(o) => Arc::new(o),
+            Err(why) => {
+                self.end_pending(id, &host);
+                self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+                let waited = match waited {
+                    w if w >= Duration::from_millis(100) => format!(
+                        "; its push request waited {w:?} for room in host {host}'s push queue (--queue {}): if that is \
+                         longer than the store's --delivery-ttl, raise the TTL or lower the queue's bound",
+                        self.inner.cfg.queue
+                    ),
+                    _ => String::new(),
+                };
+                tracing::error!(
+                    %id, %host,
+                    "object {id} did not reach host {host}: {why} (freed before its push was queued: its sender's \
+                     store frees a value whose deliveries stay unsettled past its --delivery-ttl){waited}; its \
+                     receivers there will report it missing"
+                );
+                return;
+            }
+        };
+        let taken = Instant::now();
         let _on_the_wire = match ticket.turn().await {
             Turn::Go(place) => place,
             Turn::Dropped => {
@@ -1211,37 +1266,20 @@ impl Link {
                 let (policy, depth) = (self.inner.cfg.queue, self.inner.queues.depth());
                 let why = format!("dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep)");
                 tracing::warn!(%id, %host, "object {id} {why}; {}", self.fallback());
-                match self.take_home(id).await {
-                    Ok(object) => self.hold(id, &host, token, receivers, Arc::new(object), why, true).await,
-                    Err(_) => self.end_pending(id, &host),
-                }
+                self.hold(id, &host, token, receivers, object, why, true).await;
                 return;
             }
         };
         let turn = Instant::now();
-        // Taken first, whatever happens next: releasing it (when the last
-        // handle on `object` drops, on every path: here, or where Zenoh
-        // drops the payload lent from it) settles the delivery counted for
-        // `host`.
-        let object = match self.take_home(id).await {
-            Ok(o) => Arc::new(o),
-            Err(why) => {
-                self.end_pending(id, &host);
-                self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it missing");
-                return;
-            }
-        };
-        let taken = Instant::now();
         let pushed = self.try_push(&object, id, &host, receivers, token).await;
         // The stages of a push, for profiling the data path (debug level;
         // the receiving side logs its own, `stored`, with the same clock).
         tracing::debug!(
             %id, %host,
             bytes = object.data().len(),
-            queue_us = (turn - queued).as_micros() as u64,
-            get_us = (taken - turn).as_micros() as u64,
-            push_us = taken.elapsed().as_micros() as u64,
+            get_us = (taken - queued).as_micros() as u64,
+            queue_us = (turn - taken).as_micros() as u64,
+            push_us = turn.elapsed().as_micros() as u64,
             "push timing"
         );
         match pushed {
@@ -1432,7 +1470,8 @@ impl Link {
                         self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
                         FetchReply::Gone(format!(
                             "host {} no longer has object {id} and keeps no push of it for host {host} (it was freed \
-                             once its deliveries settled, or kept for a fetch longer than the fetch window of {:?})",
+                             once its deliveries settled, or kept for a fetch longer than the fetch window of {:?}, \
+                             or its sender's store's --delivery-ttl ran out before its push was queued)",
                             self.inner.cfg.host, self.inner.cfg.fetch_window
                         ))
                     }

@@ -16,10 +16,12 @@
 //!    and every other host with receivers of that output, with how many
 //!    receivers each. The descriptor meanwhile goes through the RTI or a
 //!    peer connection, as on one host.
-//! 2. The link takes one store reference per destination host and pushes
-//!    the object to each host in parallel: one transfer per host, however
-//!    many receivers it has there ([`wire`]: a Zenoh query on the host's
-//!    push key, the data as payload).
+//! 2. The link takes one store reference per destination host as it
+//!    queues each push (so the store's delivery TTL cannot free the object
+//!    while the push waits its turn) and pushes the object to each host in
+//!    parallel: one transfer per host, however many receivers it has there
+//!    ([`wire`]: a Zenoh query on the host's push key, the data as
+//!    payload).
 //! 3. The receiving host's link creates the object in its store under the
 //!    same id, with one delivery per local receiver, and replies. The
 //!    receivers' decoders, which found the descriptor naming another

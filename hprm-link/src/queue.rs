@@ -14,6 +14,11 @@
 //!   make room (pushes already on the wire are never cut);
 //! - `fail`: the new push fails at once.
 //!
+//! Each queued push holds its reference on the home object from its
+//! admission (see `Link::push` for why), so the queue's depth bounds the
+//! objects held past the store's delivery TTL, and the policy, never the
+//! TTL, decides which pushes are given up.
+//!
 //! A push that fails or is dropped is counted and logged by the link, which
 //! keeps the home object for that host for its fetch window and tells the
 //! host: its receivers there fetch it on demand (see the crate's docs).

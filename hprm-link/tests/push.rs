@@ -3,7 +3,8 @@
 //! arrive in the other's store under the same id, with the deliveries the
 //! request named; the home object lives as long as the remote copy does,
 //! so an echo back to the home host moves no data (and a lost host does
-//! not pin it); pushes of one object to one host share one transfer; bad requests are refused and
+//! not pin it); pushes of one object to one host share one transfer; a push
+//! queued past the home store's delivery TTL still arrives; bad requests are refused and
 //! the link stays up; a host whose link goes silent is lost by name within
 //! the host timeout, and pushes resume once it is back; each link mirrors
 //! the other host's status (for `hprm ps`) and withdraws its own as it stops;
@@ -82,6 +83,18 @@ impl Host {
     /// itself, so signals reach it). The store needs no network: it runs
     /// here, and the link reaches it by its socket's path.
     fn start_in(netns: Option<&str>, name: &str, listen: &str, peer: (&str, &str), args: &[String]) -> Host {
+        Host::start_full(netns, name, listen, peer, args, &[])
+    }
+
+    /// As [`Host::start_in`], with more `store_args` for its store.
+    fn start_full(
+        netns: Option<&str>,
+        name: &str,
+        listen: &str,
+        peer: (&str, &str),
+        args: &[String],
+        store_args: &[&str],
+    ) -> Host {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store_sock = dir.path().join("store.sock");
         let log = std::fs::File::create(dir.path().join("store.log")).expect("the store's log");
@@ -90,6 +103,7 @@ impl Host {
                 .arg("--socket")
                 .arg(&store_sock)
                 .args(["--memory", "256m"])
+                .args(store_args)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -136,6 +150,10 @@ impl Host {
         read(&self.dir.path().join("link.log"))
     }
 
+    fn store_log(&self) -> String {
+        read(&self.dir.path().join("store.log"))
+    }
+
     fn push(&self, req: &PushRequest) {
         let mut s = UnixStream::connect(self.dir.path().join("link.sock")).expect("connect to the link");
         s.write_all(&req.encode().expect("encode")).expect("send the request");
@@ -171,9 +189,14 @@ fn pair() -> (Host, Host) {
 /// Hosts a and b, each linked to the other, with more `args_a` and
 /// `args_b` for their links; and the ports their links listen on.
 fn pair_with(args_a: &[String], args_b: &[String]) -> (Host, Host, [u16; 2]) {
+    pair_full(args_a, args_b, &[])
+}
+
+/// As [`pair_with`], with more `store_a` arguments for host a's store.
+fn pair_full(args_a: &[String], args_b: &[String], store_a: &[&str]) -> (Host, Host, [u16; 2]) {
     let (pa, pb) = (free_port(), free_port());
     let (ea, eb) = (format!("tcp/127.0.0.1:{pa}"), format!("tcp/127.0.0.1:{pb}"));
-    let a = Host::start_with("a", &ea, ("b", &eb), args_a);
+    let a = Host::start_full(None, "a", &ea, ("b", &eb), args_a, store_a);
     let b = Host::start_with("b", &eb, ("a", &ea), args_b);
     eventually("the links see each other", || {
         a.log().contains("linked to host b") && b.log().contains("linked to host a")
@@ -817,6 +840,44 @@ fn a_push_dropped_by_its_queue_is_fetched_by_the_receiver_and_nothing_is_left() 
         let last = b_log.lines().rev().find(|l| l.contains("hprm-link stopping")).unwrap_or_default().to_string();
         assert!(last.contains("received=3") && last.contains("fetched=1"), "{b_log}");
     }
+}
+
+#[test]
+fn a_push_that_waits_in_the_queue_past_the_stores_delivery_ttl_still_arrives_and_nothing_is_left() {
+    // Host a's store gives up on undelivered values after 2 s; b's link is
+    // stopped with long timeouts, so of a's four pushes two stay on the
+    // wire and two wait in a's queue, all well past that TTL. The link
+    // holds its reference on each home object from the moment the push is
+    // queued, so the TTL frees none of them under it: every value reaches
+    // b once it is back, and every object is freed once read.
+    let (mut a, mut b, _) = pair_full(&patient(), &patient(), &["--delivery-ttl", "2s"]);
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let values: Vec<_> = (0..4u8).map(|k| send(&a, 300_000, k)).collect();
+    for (_, _, id) in &values {
+        a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+    }
+    // The store's TTL ran out on every one of them (each had one delivery,
+    // b's, unsettled while b is stopped)...
+    eventually("a's store gave up on every delivery", || {
+        a.store_log().matches("delivery TTL expired").count() >= values.len()
+    });
+    // ...and yet each is still there: held by its push, queued or not.
+    for (_, _, id) in &values {
+        assert!(sa.contains(*id).expect("contains"), "object {id} freed under its queued push: {}", a.log());
+    }
+    b.signal_link("CONT");
+    let dec = receiver(&b);
+    for (bytes, data, id) in &values {
+        let got = read_value(&dec, bytes).unwrap_or_else(|e| panic!("object {id}: {e}\n{}\n{}", a.log(), b.log()));
+        assert!(got == *data, "object {id} arrived changed");
+    }
+    assert_empty(&sa, "every home object freed once b's copies were");
+    assert_empty(&sb, "every copy on b freed once its receiver read it");
+    let a_end = counters(&a.stop_link());
+    assert!(a_end.contains("pushed=4") && a_end.contains("failed=0") && a_end.contains("dropped=0"), "{a_end}");
+    let b_end = counters(&b.stop_link());
+    assert!(b_end.contains("received=4") && b_end.contains("fetched=0"), "{b_end}");
 }
 
 #[test]
