@@ -45,8 +45,12 @@ pub struct Puncher {
 
 impl Puncher {
     /// Punches blocks as they come and hands each back; ends when the
-    /// table (the sender) is gone.
+    /// table (the sender) is gone. At time-sharing priority even when the
+    /// daemon runs real-time (`--realtime-priority`, inherited from the
+    /// thread that made the table): a punch at the request threads' FIFO
+    /// priority would hold a CPU they share as long as the lock did.
     pub fn run(self) {
+        hprm_store::set_thread_policy(libc::SCHED_OTHER);
         while let Ok(block) = self.to_punch.recv() {
             if let Some(file) = self.space.spill() {
                 punch(file, block);
@@ -210,6 +214,7 @@ mod tests {
         // often the table looks.
         blocks.collect();
         assert_eq!(blocks.in_use(), 2 * GRANULE, "a block is free only once punched");
+        // SAFETY: as above.
         assert_eq!(unsafe { *file().ptr_at(a.offset + 10) }, 7);
         let thread = std::thread::spawn(move || puncher.run());
         // The file is full, a punch is under way: allocating waits for it.
