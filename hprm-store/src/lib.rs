@@ -67,4 +67,5 @@ pub use client::{ConnectOptions, CreateOptions, Deletion, Evicted, Object, Objec
 pub use error::{Error, Result};
 pub use id::ObjectId;
 pub use policy::Backpressure;
+pub use prefault::set_thread_policy;
 pub use protocol::message::{ErrorCode, Notification, ObjectInfo, Placement, Stats};

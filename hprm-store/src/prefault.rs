@@ -204,12 +204,12 @@ pub(crate) fn zero_in_background<T: Send + 'static>(
     const STEP: u64 = 2 << 20;
     std::thread::Builder::new().name("hprm-store-zero".into()).spawn(move || {
         let _owner = owner;
-        set_policy(libc::SCHED_OTHER);
+        set_thread_policy(libc::SCHED_OTHER);
         let started = std::time::Instant::now();
         let mut at = 0;
         while at < size {
             if at == EAGER_ZEROING {
-                set_policy(libc::SCHED_IDLE);
+                set_thread_policy(libc::SCHED_IDLE);
             }
             let len = STEP.min(size - at) as usize;
             let ptr = (base + at as usize) as *mut c_void;
@@ -229,14 +229,18 @@ pub(crate) fn zero_in_background<T: Send + 'static>(
     })
 }
 
-/// Sets this thread's scheduling policy (at priority 0: these are the
-/// policies that lower a thread, which needs no privilege).
-fn set_policy(policy: libc::c_int) {
+/// Sets the calling thread's scheduling policy, at priority 0:
+/// `SCHED_OTHER` or `SCHED_IDLE`, the policies that lower a thread, which
+/// needs no privilege. What the daemon's background threads (the arena's
+/// zeroing, the spill file's punches) run at, so that with
+/// `--realtime-priority` they never hold a CPU from the threads that
+/// answer requests. Best effort: a refusal is logged.
+pub fn set_thread_policy(policy: libc::c_int) {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; `param` is valid for the call.
     if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
         let error = std::io::Error::last_os_error();
-        tracing::debug!(%error, policy, "cannot set the zeroing thread's scheduling policy");
+        tracing::debug!(%error, policy, "cannot set a background thread's scheduling policy");
     }
 }
 

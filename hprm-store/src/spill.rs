@@ -16,7 +16,8 @@
 //! (`fallocate`) a block's pages when it places an object there, so a
 //! client writing into it can never hit SIGBUS for a full disk (the create
 //! is refused instead), and punches them out (`FALLOC_FL_PUNCH_HOLE`) when
-//! the object is freed. Spilled blocks are whole granules ([`GRANULE`]),
+//! the object is freed, off its table's lock (the daemon's `spill_blocks`
+//! module). Spilled blocks are whole granules ([`GRANULE`]),
 //! so reserving and punching for one object never touch another's bytes.
 
 use std::fs::File;

@@ -11,8 +11,14 @@
 //!
 //! - **send**: `create` + copying the bytes in from a heap buffer + `seal`;
 //! - **read**: `get` (a second reference) + summing every u64 word;
-//! - **free**: dropping both references + `delete`, which for a spilled
-//!   object also punches its disk space out of the file.
+//! - **free**: dropping both references + `delete`; a spilled object's
+//!   disk space is then punched out of the file by the daemon's punch
+//!   thread, after the reply (before, under the table's lock, in it).
+//!
+//! Meanwhile a second client of each store sends a small request
+//! (`contains`) every [`PROBE_EVERY`] and times it: what another client
+//! waits while the first one's objects are sent and freed (a spilled
+//! object's free held the table's lock for its punch, before issue 23).
 //!
 //! The load average is recorded before and after: other work on the
 //! machine shows in the figures. Both arenas are pre-faulted
@@ -21,6 +27,7 @@
 //! faults its pages in: that cost is what spilling adds.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
@@ -44,6 +51,8 @@ const SHM_ARENA: &str = "256M";
 const SPILL_ARENA: &str = "32M";
 const SPILL_ARENA_BYTES: u64 = 32 << 20;
 const ARENA_LEFT: u64 = 64 << 10;
+/// How often the probe client sends its small request.
+const PROBE_EVERY: Duration = Duration::from_micros(200);
 /// The spill file: one object at a time, rounded to 2 MiB granules.
 const SPILL_SIZE: &str = "256M";
 
@@ -75,6 +84,30 @@ struct SpillReport {
     objects_spilled: u64,
     spill_disk_bytes_after: u64,
     rows: Vec<Row>,
+    /// The probe client's `contains`, timed over the whole run, per store.
+    probe_shm: Summary,
+    probe_spill: Summary,
+    /// The spilling store's probes that started while the other client
+    /// freed a spilled object (release + delete), and how many.
+    probe_spill_during_frees: Summary,
+    probes_during_frees: usize,
+}
+
+/// When each measured free began and ended.
+type Spans = Vec<(Instant, Instant)>;
+
+/// Times `client.contains` every [`PROBE_EVERY`] until `stop`: when each
+/// started, and how long it took.
+fn probe(client: &StoreClient, stop: &AtomicBool) -> Result<Vec<(Instant, Duration)>> {
+    let id = ObjectId::random();
+    let mut times = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        client.contains(id).context("the probe's contains")?;
+        times.push((t0, t0.elapsed()));
+        std::thread::sleep(PROBE_EVERY);
+    }
+    Ok(times)
 }
 
 /// One client's connection to a store, and its timings of one size.
@@ -84,6 +117,7 @@ struct Side<'a> {
     send: Vec<Duration>,
     read: Vec<Duration>,
     free: Vec<Duration>,
+    free_spans: Spans,
 }
 
 impl Side<'_> {
@@ -110,6 +144,7 @@ impl Side<'_> {
             self.send.push(t1 - t0);
             self.read.push(t2 - t1);
             self.free.push(t3 - t2);
+            self.free_spans.push((t2, t3));
         }
         std::hint::black_box(sum);
         Ok(offset)
@@ -149,23 +184,32 @@ pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Resul
     let _filler = filler.seal_and_keep().context("seal the filler")?;
     let base = spill_base(spill.arena_size());
 
-    let mut rows = Vec::new();
-    for size in SIZES {
-        let src: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
-        let mut a = Side { client: &shm, backing: "shared-memory arena", send: vec![], read: vec![], free: vec![] };
-        let mut b = Side { client: &spill, backing: "spill file", send: vec![], read: vec![], free: vec![] };
-        for rep in 0..plan.warmup_reps + plan.reps {
-            let warmup = rep < plan.warmup_reps;
-            let in_arena = a.rep(&src, warmup)?;
-            let spilled = b.rep(&src, warmup)?;
-            if spilled < base || in_arena >= spill_base(shm.arena_size()) {
-                bail!("a send landed in the wrong backing (spill store: offset {spilled}, spill from {base}; shm store: offset {in_arena})");
-            }
-        }
-        rows.push(a.row(size));
-        rows.push(b.row(size));
-        eprintln!("  {} MB done", size / 1_000_000);
-    }
+    let shm_probe = shm_daemon.connect(STARTUP_TIMEOUT)?;
+    let spill_probe = spill_daemon.connect(STARTUP_TIMEOUT)?;
+    let stop = AtomicBool::new(false);
+    let (rows, probe_shm, probe_spill) = std::thread::scope(|scope| -> Result<_> {
+        let shm_times = scope.spawn(|| probe(&shm_probe, &stop));
+        let spill_times = scope.spawn(|| probe(&spill_probe, &stop));
+        let rows = measure(&shm, &spill, base, plan);
+        stop.store(true, Ordering::Relaxed);
+        let joined = |h: std::thread::ScopedJoinHandle<'_, Result<Vec<(Instant, Duration)>>>| {
+            h.join().map_err(|_| anyhow::anyhow!("a probe thread panicked"))?
+        };
+        let (shm_s, spill_s) = (joined(shm_times)?, joined(spill_times)?);
+        Ok((rows?, shm_s, spill_s))
+    })?;
+    let (rows, free_spans) = rows;
+    // Spans are in order and disjoint (one client, one rep at a time).
+    let during: Vec<Duration> = probe_spill
+        .iter()
+        .filter(|(start, _)| {
+            let i = free_spans.partition_point(|(_, end)| end < start);
+            free_spans.get(i).is_some_and(|(begin, _)| begin <= start)
+        })
+        .map(|&(_, d)| d)
+        .collect();
+    let summary = |p: &[(Instant, Duration)]| Summary::of(&p.iter().map(|&(_, d)| d).collect::<Vec<_>>());
+    let (probe_shm, probe_spill) = (summary(&probe_shm), summary(&probe_spill));
     let stats = spill.stats().context("the spilling store's counters")?;
     let loadavg_after = read_trimmed("/proc/loadavg");
 
@@ -183,6 +227,10 @@ pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Resul
         objects_spilled: stats.objects_spilled,
         spill_disk_bytes_after: stats.spill_disk_bytes,
         rows,
+        probe_shm,
+        probe_spill,
+        probe_spill_during_frees: Summary::of(&during),
+        probes_during_frees: during.len(),
     };
     let markdown = markdown(&report);
     let (md, json) = write_files(out, &format!("store-spill-{}", report.date), &markdown, &report)?;
@@ -191,13 +239,46 @@ pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Resul
     Ok(())
 }
 
+/// The send, read and free of every size, rep by rep alternating the stores.
+/// Also when the spilling store's measured frees began and ended.
+fn measure(shm: &StoreClient, spill: &StoreClient, base: u64, plan: Plan) -> Result<(Vec<Row>, Spans)> {
+    let mut free_spans = Vec::new();
+    let mut rows = Vec::new();
+    for size in SIZES {
+        let src: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        let mut a = Side {
+            client: shm,
+            backing: "shared-memory arena",
+            send: vec![],
+            read: vec![],
+            free: vec![],
+            free_spans: vec![],
+        };
+        let mut b =
+            Side { client: spill, backing: "spill file", send: vec![], read: vec![], free: vec![], free_spans: vec![] };
+        for rep in 0..plan.warmup_reps + plan.reps {
+            let warmup = rep < plan.warmup_reps;
+            let in_arena = a.rep(&src, warmup)?;
+            let spilled = b.rep(&src, warmup)?;
+            if spilled < base || in_arena >= spill_base(shm.arena_size()) {
+                bail!("a send landed in the wrong backing (spill store: offset {spilled}, spill from {base}; shm store: offset {in_arena})");
+            }
+        }
+        rows.push(a.row(size));
+        free_spans.append(&mut b.free_spans);
+        rows.push(b.row(size));
+        eprintln!("  {} MB done", size / 1_000_000);
+    }
+    Ok((rows, free_spans))
+}
+
 fn markdown(r: &SpillReport) -> String {
     let mut s = format!(
         "# store-bench --spill-dir, {}\n\nMachine: {}. Load average before: {}; after: {}.\n\
          Revision {}. Spill dir: `{}`. {} reps per size and backing ({} warm-up), alternated rep by rep.\n\
          The spilling store placed {} objects in its file; its file took {} bytes of disk after the run.\n\n\
          Times in µs, median (p99). send = create + copy in + seal; read = get + sum of every word; \
-         free = release + delete (for the spill file, its disk space punched out).\n\n\
+         free = release + delete (for the spill file, its disk space is punched out after the reply, off the table's lock).\n\n\
          | size | backing | send | read | free | send GB/s |\n|---|---|---|---|---|---|\n",
         r.started_utc,
         r.machine,
@@ -222,5 +303,16 @@ fn markdown(r: &SpillReport) -> String {
             row.send_gb_s
         ));
     }
+    let probe = |x: &Summary| format!("{} ({}; max {})", fmt_us(x.median_us), fmt_us(x.p99_us), fmt_us(x.max_us));
+    s.push_str(&format!(
+        "\nAnother client's small request (`contains`, every {} µs through the run), µs, median (p99; max): \
+         shared-memory store {}; spilling store {}; spilling store, the {} that started while the other client \
+         freed a spilled object, {}.\n",
+        PROBE_EVERY.as_micros(),
+        probe(&r.probe_shm),
+        probe(&r.probe_spill),
+        r.probes_during_frees,
+        probe(&r.probe_spill_during_frees)
+    ));
     s
 }

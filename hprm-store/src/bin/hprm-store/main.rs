@@ -10,6 +10,7 @@
 mod outboxes;
 mod peers;
 mod server;
+mod spill_blocks;
 mod table;
 
 use std::path::PathBuf;

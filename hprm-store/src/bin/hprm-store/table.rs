@@ -50,9 +50,10 @@ use hprm_store::protocol::message::{
     ErrorCode, ErrorReply, Notification, ObjectInfo, ObjectRef, Placement, Reply, Request, Stats,
 };
 use hprm_store::space::AddressSpace;
-use hprm_store::spill;
 use hprm_store::ObjectId;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::spill_blocks::SpillBlocks;
 
 /// The daemon's number for a connection.
 pub type ClientId = u64;
@@ -265,7 +266,7 @@ pub struct ObjectTable {
     /// The spill file's blocks (`--spill-dir`), at offsets from the file's
     /// start: a block's offset in the address space is
     /// `space.spill_base()` more (see [`ObjectTable::allocate_spill`]).
-    spill: Option<Allocator>,
+    spill: Option<SpillBlocks>,
     /// Objects (and bytes) ever placed in the spill file.
     objects_spilled: u64,
     bytes_spilled: u64,
@@ -329,7 +330,7 @@ impl ObjectTable {
     pub fn new(space: Arc<AddressSpace>, config: TableConfig) -> ObjectTable {
         ObjectTable {
             allocator: Allocator::new(space.arena().size()),
-            spill: space.spill().map(|s| Allocator::new(s.size())),
+            spill: SpillBlocks::new(space.clone()),
             objects_spilled: 0,
             bytes_spilled: 0,
             space,
@@ -404,7 +405,10 @@ impl ObjectTable {
                 self.retry_creates();
                 Reply::Evicted { objects, bytes }
             }
-            Request::Stats => Reply::Stats(self.stats()),
+            Request::Stats => {
+                self.settle_spill();
+                Reply::Stats(self.stats())
+            }
             Request::Reserve { block_len, count } => self.reserve(client, *block_len, *count),
             Request::Publish { id, offset, data_size, metadata_size, deliveries } => {
                 self.publish(client, *id, *offset, *data_size, *metadata_size, *deliveries)
@@ -440,7 +444,7 @@ impl ObjectTable {
             ));
         }
         let total = data_size.checked_add(metadata.len() as u64);
-        let largest = self.allocator.capacity().max(self.spill.as_ref().map_or(0, Allocator::capacity));
+        let largest = self.allocator.capacity().max(self.spill.as_ref().map_or(0, SpillBlocks::capacity));
         let len = match total.and_then(block_len) {
             Some(len) if len <= largest => len,
             _ => {
@@ -622,20 +626,11 @@ impl ObjectTable {
 
     /// Allocates `len` bytes in the spill file, if there is one: only once
     /// the arena cannot take the object even after eviction, so that a
-    /// store that does not run full never touches it. The block is whole
-    /// granules ([`spill::GRANULE`]) and its disk space is reserved now, so the
-    /// creator's writes cannot fail (SIGBUS) on a full disk: a disk that
-    /// cannot hold it fails the allocation instead.
+    /// store that does not run full never touches it
+    /// ([`SpillBlocks::allocate`]: whole granules, disk space reserved).
     fn allocate_spill(&mut self, len: u64) -> Option<Block> {
-        let file = self.space.spill()?;
         let spill = self.spill.as_mut()?;
-        let granules = len.checked_add(spill::GRANULE - 1)? / spill::GRANULE * spill::GRANULE;
-        let local = spill.allocate(granules)?;
-        if let Err(e) = file.reserve(local.offset, local.len) {
-            tracing::warn!(error = %e, bytes = local.len, "cannot reserve disk space in the spill file; the object is refused as if the spill file were full");
-            spill.free(local);
-            return None;
-        }
+        let local = spill.allocate(len)?;
         if spill.in_use() == local.len {
             tracing::info!(
                 arena = %ByteSize(self.allocator.capacity()),
@@ -658,7 +653,7 @@ impl ObjectTable {
     }
 
     /// Frees a block of either backing; a spilled block's disk space is
-    /// given back at once (its pages punched out of the file).
+    /// given back off the table's lock ([`SpillBlocks::free`]).
     fn free_block(&mut self, block: Block) {
         if !self.space.is_spilled(block.offset) {
             self.allocator.free(block);
@@ -666,13 +661,6 @@ impl ObjectTable {
         }
         let local = Block { offset: block.offset - self.space.spill_base(), len: block.len };
         tracing::debug!(offset = local.offset, len = local.len, "spill freed");
-        if let Some(file) = self.space.spill() {
-            if let Err(e) = file.release(local.offset, local.len) {
-                // The space stays taken until the daemon exits (the file
-                // has no name): a leak of disk, never of data.
-                tracing::warn!(error = %e, bytes = local.len, "cannot give back a spilled object's disk space");
-            }
-        }
         if let Some(spill) = self.spill.as_mut() {
             spill.free(local);
         }
@@ -1321,6 +1309,15 @@ impl ObjectTable {
         !self.gets.is_empty() || !self.creates.is_empty() || !self.subscribers.is_empty()
     }
 
+    /// Waits for the spill file's punches under way
+    /// ([`SpillBlocks::settle`]), so that [`ObjectTable::stats`] then counts
+    /// live objects alone. Rare (a stats request), so worth the wait.
+    pub fn settle_spill(&mut self) {
+        if let Some(spill) = self.spill.as_mut() {
+            spill.settle();
+        }
+    }
+
     pub fn stats(&self) -> Stats {
         let mut s = Stats {
             capacity: self.allocator.capacity(),
@@ -1334,8 +1331,8 @@ impl ObjectTable {
             evicted_bytes: self.evicted_bytes,
             creates_refused: self.creates_refused,
             creates_over_quota: self.creates_over_quota,
-            spill_capacity: self.spill.as_ref().map_or(0, Allocator::capacity),
-            spill_bytes_in_use: self.spill.as_ref().map_or(0, Allocator::in_use),
+            spill_capacity: self.spill.as_ref().map_or(0, SpillBlocks::capacity),
+            spill_bytes_in_use: self.spill.as_ref().map_or(0, SpillBlocks::in_use),
             spill_disk_bytes: self.space.spill().map_or(0, |s| s.disk_bytes()),
             objects_spilled: self.objects_spilled,
             bytes_spilled: self.bytes_spilled,
@@ -2152,7 +2149,7 @@ mod tests {
         assert_eq!(reply(t.handle(1, &publish)), Reply::Done);
         assert_eq!(reply(t.handle(1, &Request::Seal { id: big })), Reply::Done);
         let s = t.stats();
-        assert_eq!((s.objects_spilled, s.spill_bytes_in_use), (2, 3 * spill::GRANULE), "{s:?}");
+        assert_eq!((s.objects_spilled, s.spill_bytes_in_use), (2, 3 * hprm_store::spill::GRANULE), "{s:?}");
         assert!(s.spill_disk_bytes >= s.spill_bytes_in_use, "{s:?}");
         // Settled, both are freed and their disk space punched out.
         for id in [big, small] {
@@ -2160,7 +2157,7 @@ mod tests {
             assert_eq!(reply(t.handle(2, &Request::Release { id })), Reply::Done);
         }
         reap(&mut t);
-        let s = t.stats();
+        let Reply::Stats(s) = reply(t.handle(2, &Request::Stats)) else { panic!("no stats") };
         assert_eq!((s.spill_bytes_in_use, s.spill_disk_bytes, s.objects_spilled), (0, 0, 2), "{s:?}");
     }
 
