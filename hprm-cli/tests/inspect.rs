@@ -358,25 +358,14 @@ fn topic_and_the_dashboard_see_a_deployed_program_as_ps_does() {
     assert!(!hz.status.success() && err.contains("refused the tap"), "the sink's own tap answers: {err}");
 
     // The dashboard: the program, its federates, RTI and store figures.
-    let mut dashboard = Command::new(hprm())
+    let mut dashboard = Command::new(hprm());
+    dashboard
         .args(["dashboard", "--listen", "127.0.0.1:0", "--runtime-base"])
         .arg(&launched)
         .arg("--deployed")
-        .arg(&etc)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start hprm dashboard");
-    let mut first = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(dashboard.stdout.take().expect("stdout")), &mut first)
-        .expect("the dashboard's address");
+        .arg(&etc);
+    let (dashboard, addr) = start_dashboard(dashboard.stderr(Stdio::null()));
     started.0.push(dashboard);
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {first}"))
-        .to_owned();
     let snap: serde_json::Value =
         serde_json::from_str(&http_get(&addr, "/api/programs")).expect("/api/programs is JSON");
     let programs = snap["programs"].as_array().expect("programs");
@@ -497,21 +486,11 @@ fn thread_nices(pid: u32) -> Vec<(String, i64)> {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let mut dashboard = Command::new(hprm())
-        .args(["dashboard", "--listen", "127.0.0.1:0", "--runtime-base"])
-        .arg(dir.path())
-        .arg("--deployed")
-        .arg(dir.path().join("etc"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start hprm dashboard");
-    let mut first = String::new();
-    BufReader::new(dashboard.stdout.take().expect("stdout")).read_line(&mut first).expect("the dashboard's address");
-    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).expect("an address").to_owned();
+    let mut dashboard = Command::new(hprm());
+    dashboard.args(["dashboard", "--listen", "127.0.0.1:0", "--runtime-base"]).arg(dir.path());
+    dashboard.arg("--deployed").arg(dir.path().join("etc")).env("RUST_LOG", "warn");
+    let (mut dashboard, addr) = start_dashboard(dashboard.stderr(Stdio::inherit()));
     let (mut a, mut b) = (follow(&addr), follow(&addr));
     // Each read holds its number (seq) and the time it was made (now_ns):
     // the same on both streams is the same read (whole as a stream's
@@ -534,58 +513,6 @@ fn the_dashboard_yields_to_programs_and_its_followers_share_each_read() {
     }
     let _ = dashboard.kill();
     let _ = dashboard.wait();
-}
-
-/// What a page does with an `/events` delta (`page.html`'s `apply`, the
-/// form `hprm-cli/src/dashboard/delta.rs` describes): `state` is the read
-/// it is based on; its timelines become the runs the delta brings.
-fn apply(state: &mut serde_json::Value, delta: &serde_json::Value) {
-    use serde_json::Value;
-    fn assign(to: &mut Value, from: &Value, skip: &str) {
-        for (k, v) in from.as_object().expect("an object") {
-            if k != skip {
-                to[k] = v.clone();
-            }
-        }
-    }
-    // A delta's row as a whole read lists a run.
-    fn run(row: &Value) -> Value {
-        let n = |i: usize| row[i].as_i64().expect("a number");
-        serde_json::json!({"reaction": n(0), "tag_ns": n(1), "microstep": n(2), "start_ns": n(3), "end_ns": n(3) + n(4)})
-    }
-    let before = state["programs"].as_array().cloned().unwrap_or_default();
-    let mut programs = Vec::new();
-    for dp in delta["programs"].as_array().expect("programs") {
-        let p = before.iter().find(|p| p["name"] == dp["name"] && p["pid"] == dp["pid"]);
-        let mut p = p.cloned().unwrap_or_else(|| serde_json::json!({"federates": []}));
-        assign(&mut p, dp, "federates");
-        let federates_before = p["federates"].as_array().cloned().unwrap_or_default();
-        let mut federates = Vec::new();
-        for df in dp["federates"].as_array().expect("federates") {
-            let f = federates_before.iter().find(|f| f["name"] == df["name"]);
-            let mut f = f.cloned().unwrap_or_else(|| serde_json::json!({"status": null}));
-            assign(&mut f, df, "status");
-            match df.get("status") {
-                Some(s @ Value::Object(_)) if f["status"].is_object() => assign(&mut f["status"], s, "runs"),
-                Some(s) => f["status"] = s.clone(),
-                None => {}
-            }
-            if let Some(status) = f["status"].as_object_mut() {
-                status.remove("runs");
-                let rows = df["status"]["runs"].as_array().map(|rows| rows.iter().map(run).collect());
-                status.insert("timeline".into(), Value::Array(rows.unwrap_or_default()));
-            }
-            federates.push(f);
-        }
-        p["federates"] = Value::Array(federates);
-        programs.push(p);
-    }
-    state["programs"] = Value::Array(programs);
-    for k in ["now_ns", "seq"] {
-        if let Some(v) = delta.get(k) {
-            state[k] = v.clone();
-        }
-    }
 }
 
 /// The runs of every federate's timeline in `read` (program, federate,
@@ -621,20 +548,11 @@ fn split_runs(read: &serde_json::Value) -> (Vec<String>, serde_json::Value) {
 fn events_send_a_whole_read_then_only_what_changed() {
     let runtime = tempfile::tempdir().expect("tempdir");
     let mut started = Started(vec![launch(&[], runtime.path())]);
-    let mut dashboard = Command::new(hprm())
-        .args(["dashboard", "--listen", "127.0.0.1:0", "--deployed"])
-        .arg(runtime.path().join("etc"))
-        .env("XDG_RUNTIME_DIR", runtime.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start hprm dashboard");
-    let mut first = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(dashboard.stdout.take().expect("stdout")), &mut first)
-        .expect("the dashboard's address");
+    let mut dashboard = Command::new(hprm());
+    dashboard.args(["dashboard", "--listen", "127.0.0.1:0", "--deployed"]).arg(runtime.path().join("etc"));
+    dashboard.env("XDG_RUNTIME_DIR", runtime.path()).env("RUST_LOG", "warn");
+    let (dashboard, addr) = start_dashboard(dashboard.stderr(Stdio::inherit()));
     started.0.push(dashboard);
-    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).expect("an address").to_owned();
     wait_for(Duration::from_secs(30), "the dashboard shows both federates' runs", || {
         let snap: serde_json::Value = serde_json::from_str(&http_get(&addr, "/api/programs")).ok()?;
         let feds = snap["programs"].get(0)?["federates"].as_array()?.clone();
@@ -655,7 +573,7 @@ fn events_send_a_whole_read_then_only_what_changed() {
         let delta = parse(text);
         assert_eq!(delta["full"], false, "a follower that keeps up is sent deltas: {delta}");
         assert_eq!(delta["base"], state["seq"], "each delta applies to the read before");
-        apply(state, &delta);
+        support::page::apply(state, &delta);
         split_runs(state).0
     };
     for _ in 0..3 {
@@ -687,4 +605,20 @@ fn events_send_a_whole_read_then_only_what_changed() {
     assert!(!split_runs(&read).0.is_empty(), "a whole read holds the runs: {read}");
     let next = parse(next_event(&mut again));
     assert_eq!((&next["full"], &next["base"]), (&false.into(), &read["seq"]), "{next}");
+}
+
+/// Starts `hprm dashboard` as `cmd` says and reads the address it serves
+/// on from the first line it prints.
+fn start_dashboard(cmd: &mut Command) -> (Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut dashboard = cmd.stdout(Stdio::piped()).spawn().expect("start hprm dashboard");
+    let mut first = String::new();
+    BufReader::new(dashboard.stdout.take().expect("stdout")).read_line(&mut first).expect("the dashboard's address");
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first}"))
+        .to_owned();
+    (dashboard, addr)
 }

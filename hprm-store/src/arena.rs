@@ -21,12 +21,11 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use memmap2::{MmapOptions, MmapRaw};
-
 use crate::bytesize::ByteSize;
+use crate::mapping::{MapError, MappedFile};
 use crate::prefault::{self, Prefault};
 
 /// Size of the huge pages `--hugepages` asks for (the x86-64 and aarch64 default).
@@ -66,17 +65,10 @@ pub enum ArenaError {
 /// A mapped arena. The mapping is `MAP_SHARED`, readable and writable.
 #[derive(Debug)]
 pub struct Arena {
-    file: File,
-    map: MmapRaw,
-    size: u64,
+    mapping: MappedFile,
     /// Which pages this process has mapped for writing.
     prefault: Prefault,
 }
-
-// SAFETY: `Arena` hands out only raw pointers; who may touch which bytes is
-// decided by the object table (see the module doc), not by Rust ownership.
-unsafe impl Send for Arena {}
-unsafe impl Sync for Arena {}
 
 impl Arena {
     /// Makes and reserves a new arena (the daemon's side).
@@ -115,37 +107,32 @@ impl Arena {
 
     /// Maps an arena received from the daemon (the client's side).
     pub fn map_fd(fd: OwnedFd, announced_size: u64, populate: bool) -> Result<Arena, ArenaError> {
-        let file = File::from(fd);
-        let actual =
-            file.metadata().map_err(|source| ArenaError::Map { size: ByteSize(announced_size), source })?.len();
-        if actual < announced_size || announced_size == 0 {
-            return Err(ArenaError::SizeMismatch { actual, announced: announced_size });
-        }
-        Self::map(file, announced_size, populate)
+        let mapping = MappedFile::received(fd, announced_size, populate).map_err(|e| match e {
+            MapError::Map(source) => ArenaError::Map { size: ByteSize(announced_size), source },
+            MapError::SizeMismatch { actual } => ArenaError::SizeMismatch { actual, announced: announced_size },
+        })?;
+        Ok(Self::over(mapping, populate))
     }
 
     fn map(file: File, size: u64, populate: bool) -> Result<Arena, ArenaError> {
-        let len = usize::try_from(size).map_err(|_| ArenaError::Map {
-            size: ByteSize(size),
-            source: io::Error::new(io::ErrorKind::InvalidInput, "larger than the address space"),
-        })?;
-        let mut opts = MmapOptions::new();
-        opts.len(len);
-        if populate {
-            opts.populate();
-        }
-        let map = opts.map_raw(&file).map_err(|source| ArenaError::Map { size: ByteSize(size), source })?;
-        Ok(Arena { file, map, size, prefault: Prefault::new(size, populate) })
+        let mapping =
+            MappedFile::map(file, size, populate).map_err(|source| ArenaError::Map { size: ByteSize(size), source })?;
+        Ok(Self::over(mapping, populate))
+    }
+
+    fn over(mapping: MappedFile, populate: bool) -> Arena {
+        let prefault = Prefault::new(mapping.size(), populate);
+        Arena { mapping, prefault }
     }
 
     /// Size in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        self.mapping.size()
     }
 
     /// The descriptor to pass to clients.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
+        self.mapping.fd()
     }
 
     /// Pointer to byte `offset` of the arena.
@@ -155,9 +142,8 @@ impl Arena {
     /// then reads or writes, and the caller must own those bytes per the
     /// module doc.
     pub unsafe fn ptr_at(&self, offset: u64) -> *mut u8 {
-        debug_assert!(offset <= self.size);
-        // SAFETY: the caller keeps offset within the mapping.
-        unsafe { self.map.as_mut_ptr().add(offset as usize) }
+        // SAFETY: the caller's contract.
+        unsafe { self.mapping.ptr_at(offset) }
     }
 
     /// Maps the pages of `[offset, offset + len)` for writing in this
@@ -167,7 +153,7 @@ impl Arena {
     /// with `populate`. The range is clipped to the arena.
     pub fn prefault_for_write(&self, offset: u64, len: u64) {
         // SAFETY: `map` is this arena's live mapping of `size` bytes.
-        unsafe { self.prefault.for_write(self.map.as_mut_ptr(), offset, len) }
+        unsafe { self.prefault.for_write(self.mapping.base(), offset, len) }
     }
 
     /// Starts zeroing the arena's pages ahead of the clients, on a thread
@@ -181,13 +167,13 @@ impl Arena {
     /// which must keep this arena's mapping alive (an `Arc` of it, or of
     /// what holds it).
     pub(crate) fn zero_in_background_held_by<T: Send + 'static>(&self, owner: T) -> io::Result<()> {
-        let base = self.map.as_mut_ptr() as usize;
-        prefault::zero_in_background(base, self.size, owner).map(drop)
+        let base = self.mapping.base() as usize;
+        prefault::zero_in_background(base, self.mapping.size(), owner).map(drop)
     }
 
     /// Whether `[offset, offset + len)` lies inside the arena.
     pub fn contains_range(&self, offset: u64, len: u64) -> bool {
-        offset.checked_add(len).is_some_and(|end| end <= self.size)
+        self.mapping.contains_range(offset, len)
     }
 }
 
@@ -306,7 +292,7 @@ mod tests {
             // SAFETY: in bounds; the arena is this test's.
             unsafe { *client.ptr_at(offset) = pattern(offset) };
         }
-        let base = a.map.as_mut_ptr() as usize;
+        let base = a.mapping.base() as usize;
         crate::prefault::zero_in_background(base, SIZE, a.clone()).unwrap().join().unwrap();
         for offset in (0..SIZE).step_by(4096) {
             let want = if offset % (4096 * 3) == 0 { pattern(offset) } else { 0 };

@@ -56,6 +56,7 @@ pub mod client;
 pub mod duration;
 mod error;
 pub mod id;
+mod mapping;
 pub mod outbox;
 pub mod policy;
 mod prefault;

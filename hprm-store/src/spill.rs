@@ -22,14 +22,14 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use memmap2::{MmapOptions, MmapRaw};
 use nix::fcntl::{fallocate, FallocateFlags};
 
 use crate::bytesize::ByteSize;
+use crate::mapping::{MapError, MappedFile};
 
 /// A page: the spill file's offsets in the address space are page-aligned
 /// (`crate::space::spill_base`).
@@ -69,9 +69,7 @@ pub enum SpillError {
 /// arena.
 #[derive(Debug)]
 pub struct SpillFile {
-    file: File,
-    map: MmapRaw,
-    size: u64,
+    mapping: MappedFile,
 }
 
 impl SpillFile {
@@ -103,35 +101,27 @@ impl SpillFile {
     /// object: mapping a sparse file costs one mapping and no memory, and
     /// resolving an offset then never takes a lock or fails.
     pub fn map_fd(fd: OwnedFd, announced_size: u64) -> Result<SpillFile, SpillError> {
-        let file = File::from(fd);
-        let actual =
-            file.metadata().map_err(|source| SpillError::Map { size: ByteSize(announced_size), source })?.len();
-        if actual < announced_size || announced_size == 0 {
-            return Err(SpillError::SizeMismatch { actual, announced: announced_size });
-        }
-        Self::map(file, announced_size)
+        let mapping = MappedFile::received(fd, announced_size, false).map_err(|e| match e {
+            MapError::Map(source) => SpillError::Map { size: ByteSize(announced_size), source },
+            MapError::SizeMismatch { actual } => SpillError::SizeMismatch { actual, announced: announced_size },
+        })?;
+        Ok(SpillFile { mapping })
     }
 
     fn map(file: File, size: u64) -> Result<SpillFile, SpillError> {
-        let len = usize::try_from(size).map_err(|_| SpillError::Map {
-            size: ByteSize(size),
-            source: io::Error::new(io::ErrorKind::InvalidInput, "larger than the address space"),
-        })?;
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&file)
-            .map_err(|source| SpillError::Map { size: ByteSize(size), source })?;
-        Ok(SpillFile { file, map, size })
+        let mapping =
+            MappedFile::map(file, size, false).map_err(|source| SpillError::Map { size: ByteSize(size), source })?;
+        Ok(SpillFile { mapping })
     }
 
     /// Size in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        self.mapping.size()
     }
 
     /// The descriptor to pass to clients.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
+        self.mapping.fd()
     }
 
     /// Pointer to byte `offset` of the file.
@@ -140,9 +130,8 @@ impl SpillFile {
     /// As [`crate::arena::Arena::ptr_at`]: `offset + len` within the file
     /// for what the caller then touches, bytes the caller owns.
     pub unsafe fn ptr_at(&self, offset: u64) -> *mut u8 {
-        debug_assert!(offset <= self.size);
-        // SAFETY: the caller keeps offset within the mapping.
-        unsafe { self.map.as_mut_ptr().add(offset as usize) }
+        // SAFETY: the caller's contract.
+        unsafe { self.mapping.ptr_at(offset) }
     }
 
     /// Maps the pages of `[offset, offset + len)` for writing in this
@@ -155,7 +144,7 @@ impl SpillFile {
     /// effort: a kernel that refuses leaves the writes to fault.
     pub fn prefault_for_write(&self, offset: u64, len: u64) {
         let start = offset / PAGE * PAGE;
-        let end = offset.saturating_add(len).min(self.size);
+        let end = offset.saturating_add(len).min(self.mapping.size());
         if end <= start {
             return;
         }
@@ -164,7 +153,7 @@ impl SpillFile {
         // without changing their bytes.
         let rc = unsafe {
             libc::madvise(
-                self.map.as_mut_ptr().add(start as usize).cast(),
+                self.mapping.base().add(start as usize).cast(),
                 (end - start) as usize,
                 libc::MADV_POPULATE_WRITE,
             )
@@ -178,7 +167,7 @@ impl SpillFile {
     /// there cannot fail for want of space. An error (ENOSPC) means the
     /// object cannot be placed here.
     pub fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
-        fallocate(self.file.as_raw_fd(), FallocateFlags::FALLOC_FL_KEEP_SIZE, offset as i64, len as i64)
+        fallocate(self.mapping.file().as_raw_fd(), FallocateFlags::FALLOC_FL_KEEP_SIZE, offset as i64, len as i64)
             .map_err(io::Error::from)
     }
 
@@ -186,12 +175,12 @@ impl SpillFile {
     /// reads as zeros afterwards.
     pub fn release(&self, offset: u64, len: u64) -> io::Result<()> {
         let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-        fallocate(self.file.as_raw_fd(), flags, offset as i64, len as i64).map_err(io::Error::from)
+        fallocate(self.mapping.file().as_raw_fd(), flags, offset as i64, len as i64).map_err(io::Error::from)
     }
 
     /// Disk space the file takes now.
     pub fn disk_bytes(&self) -> u64 {
-        self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+        self.mapping.file().metadata().map(|m| m.blocks() * 512).unwrap_or(0)
     }
 }
 

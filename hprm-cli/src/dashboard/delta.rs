@@ -299,6 +299,11 @@ fn changed(before: &Value, now: &Value, skip: &[&str]) -> Map<String, Value> {
     out
 }
 
+/// The page's `apply`, one copy for these tests and hprm-cli's integration tests.
+#[cfg(test)]
+#[path = "../../tests/support/page.rs"]
+mod page;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,56 +343,6 @@ mod tests {
         Snapshot { now_ns: 5, programs: vec![program] }
     }
 
-    /// What a page does with a delta (`page.html`'s `apply`): `state` is
-    /// the base, whole; its timelines become the runs the delta adds.
-    fn apply(state: &mut Value, delta: &Value) {
-        fn assign(to: &mut Value, from: &Value, skip: &str) {
-            for (k, v) in from.as_object().expect("an object") {
-                if k != skip {
-                    to[k] = v.clone();
-                }
-            }
-        }
-        // A delta's row as a whole read lists a run.
-        fn run(row: &Value) -> Value {
-            let n = |i: usize| row[i].as_i64().expect("a number");
-            serde_json::json!({"reaction": n(0), "tag_ns": n(1), "microstep": n(2), "start_ns": n(3), "end_ns": n(3) + n(4)})
-        }
-        let before = state["programs"].as_array().cloned().unwrap_or_default();
-        let mut programs = Vec::new();
-        for dp in delta["programs"].as_array().expect("programs") {
-            let p = before.iter().find(|p| p["name"] == dp["name"] && p["pid"] == dp["pid"]);
-            let mut p = p.cloned().unwrap_or_else(|| serde_json::json!({"federates": []}));
-            assign(&mut p, dp, "federates");
-            let federates_before = p["federates"].as_array().cloned().unwrap_or_default();
-            let mut federates = Vec::new();
-            for df in dp["federates"].as_array().expect("federates") {
-                let f = federates_before.iter().find(|f| f["name"] == df["name"]);
-                let mut f = f.cloned().unwrap_or_else(|| serde_json::json!({"status": null}));
-                assign(&mut f, df, "status");
-                match df.get("status") {
-                    Some(s @ Value::Object(_)) if f["status"].is_object() => assign(&mut f["status"], s, "runs"),
-                    Some(s) => f["status"] = s.clone(),
-                    None => {}
-                }
-                if let Some(status) = f["status"].as_object_mut() {
-                    status.remove("runs");
-                    let rows = df["status"]["runs"].as_array().map(|rows| rows.iter().map(run).collect());
-                    status.insert("timeline".into(), Value::Array(rows.unwrap_or_default()));
-                }
-                federates.push(f);
-            }
-            p["federates"] = Value::Array(federates);
-            programs.push(p);
-        }
-        state["programs"] = Value::Array(programs);
-        for k in ["now_ns", "seq"] {
-            if let Some(v) = delta.get(k) {
-                state[k] = v.clone();
-            }
-        }
-    }
-
     fn runs_of(v: &Value, federate: &str) -> Vec<RecentRun> {
         let f = v["programs"][0]["federates"].as_array().expect("federates").iter().find(|f| f["name"] == federate);
         serde_json::from_value(f.expect("the federate")["status"]["timeline"].clone()).unwrap_or_default()
@@ -413,7 +368,7 @@ mod tests {
             let new = timelines.advance(&read);
             let figures = without_timelines(&mut read);
             let delta = diff(&base, &figures, &new);
-            apply(&mut state, &delta);
+            super::page::apply(&mut state, &delta);
             for f in &read.programs[0].federates {
                 let got = runs_of(&state, &f.name);
                 let all = sent.entry(f.name.clone()).or_default();

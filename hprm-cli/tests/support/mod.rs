@@ -9,6 +9,8 @@
 //! (with every other bin and example of the workspace: see `build`).
 #![allow(dead_code)]
 
+pub mod page;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
