@@ -1217,11 +1217,10 @@ impl Link {
         // Why at admission and not at the turn: the store keeps an object
         // whose deliveries are unsettled only for its delivery TTL
         // (hprm-store --delivery-ttl, 30 s by default), then frees it if
-        // nobody holds it. A push that waited longer than that in the queue
-        // (a stalled or slow link: a host stopped but not lost holds its
-        // pushes on the wire until the push timeout) then found its object
-        // gone, and the loss was counted `failed` with nothing saying why.
-        // Held from admission, the TTL never frees an object under a
+        // nobody holds it, and a push can wait longer than that in the
+        // queue (a stalled or slow link: a host stopped but not lost holds
+        // its pushes on the wire until the push timeout). Held from
+        // admission, the TTL never frees an object under a
         // queued push: what is given up is decided by the queue's bound and
         // policy alone, as documented (docs/src/hosts.md, "When producers
         // outrun the link"). It pins no more memory than before: until the

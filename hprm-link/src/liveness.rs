@@ -32,8 +32,9 @@
 //!
 //! The bound holds for a host that truly goes away: it answers no probe
 //! and sends no byte, so it is lost within one host timeout of the last
-//! byte received from it, plus a probe period (the rule is applied once
-//! per probe period). A link killed closes its connections at once: no
+//! byte received from it, plus up to three probe periods (the rule is
+//! applied once per round of `watch_peer`, and a round without an answer
+//! waits a period for the probe to go out, one for its answer, then one). A link killed closes its connections at once: no
 //! connection is left to count. What the rule does not catch: a link
 //! process wedged while its Zenoh runtime still sends keep-alives; its
 //! pushes fail by the push timeout instead.

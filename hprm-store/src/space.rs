@@ -63,8 +63,7 @@ impl AddressSpace {
         if !self.is_spilled(offset) {
             return self.arena.contains_range(offset, len);
         }
-        let Some(spill) = &self.spill else { return false };
-        (offset - self.base).checked_add(len).is_some_and(|end| end <= spill.size())
+        self.spill.as_ref().is_some_and(|spill| spill.contains_range(offset - self.base, len))
     }
 
     /// Pointer to byte `offset` of the space.

@@ -43,8 +43,8 @@ pub const PAGE: u64 = 4096;
 /// allocation: space never reserved, and never punched when that object
 /// goes; the spill test saw 7 such pages past a block's end). Blocks of
 /// whole, aligned 2 MiB never share a folio. The cost is up to 2 MiB of
-/// disk per spilled object, which are large ones (what the arena could not
-/// take).
+/// disk per spilled object; a small object spills only when the arena is
+/// full, one block at a time (the daemon's `reserve`).
 pub const GRANULE: u64 = 2 << 20;
 
 /// Why the spill file could not be made, mapped or used.
@@ -122,6 +122,11 @@ impl SpillFile {
     /// The descriptor to pass to clients.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.mapping.fd()
+    }
+
+    /// Whether `[offset, offset + len)` lies inside the file.
+    pub fn contains_range(&self, offset: u64, len: u64) -> bool {
+        self.mapping.contains_range(offset, len)
     }
 
     /// Pointer to byte `offset` of the file.

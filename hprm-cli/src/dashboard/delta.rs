@@ -278,7 +278,8 @@ fn row(r: &RecentRun) -> Value {
         r.tag_ns.into(),
         r.microstep.into(),
         r.start_ns.into(),
-        (r.end_ns - r.start_ns).into(),
+        // Figures from a status file, which may be damaged: never a panic.
+        r.end_ns.saturating_sub(r.start_ns).into(),
     ])
 }
 

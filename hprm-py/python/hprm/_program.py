@@ -696,6 +696,7 @@ class Program:
         has one; or the one the launcher names). Returns its run report."""
         # Its reactors declared from their classes are constructed now, in
         # the order the program added them (see _add_reactor, "deferred").
+        # The federate run_federate runs: the one named, else the first.
         local = federate or os.environ.get("HPRM_FEDERATE") or (self.federates[0].name if self.federates else None)
         for f in self.federates:
             if f.name == local:

@@ -2,11 +2,11 @@
 //! freed block's disk space back off the table's lock.
 //!
 //! Punching a freed spilled object's pages out of the file
-//! (`FALLOC_FL_PUNCH_HOLE`, which also drops their page cache) costs
-//! 0.4-4.6 ms for 1-10 MB (`bench/results/store-spill-2026-11-28.md`).
-//! Done by the table, that held every other client's requests as long, so
-//! a freed block goes to a punch thread instead, which hands it back to
-//! the allocator once punched.
+//! (`FALLOC_FL_PUNCH_HOLE`, which also drops their page cache) takes
+//! milliseconds for a few MB (`bench/results/store-spill-2026-11-28.md`).
+//! Under the table's lock that would hold every other client's requests
+//! as long, so a freed block goes to a punch thread instead, which hands
+//! it back to the allocator once punched.
 //!
 //! Invariant: a block is free in [`SpillBlocks::allocator`] only once its
 //! punch is done. A block reused before would have the punch, still to
@@ -27,7 +27,7 @@ pub struct SpillBlocks {
     space: Arc<AddressSpace>,
     allocator: Allocator,
     /// To the punch thread; `None` when it could not be started, and then
-    /// blocks are punched inline, as the table did before.
+    /// blocks are punched inline (slower for other clients, still correct).
     to_punch: Option<mpsc::Sender<Block>>,
     /// Blocks back from the punch thread, punched.
     punched: mpsc::Receiver<Block>,
@@ -99,9 +99,10 @@ impl SpillBlocks {
         self.allocator.capacity()
     }
 
-    /// Bytes not free: held by objects, or still being punched.
+    /// Bytes held by objects (not those still being punched, which no
+    /// object holds and which are not free yet either).
     pub fn in_use(&self) -> u64 {
-        self.allocator.in_use()
+        self.allocator.in_use() - self.punching
     }
 
     pub fn largest_free(&self) -> u64 {
@@ -116,6 +117,8 @@ impl SpillBlocks {
     /// is full: better the wait than refusing a create that fits).
     pub fn allocate(&mut self, len: u64) -> Option<Block> {
         let granules = len.checked_add(GRANULE - 1)? / GRANULE * GRANULE;
+        let space = self.space.clone();
+        let file = space.spill()?;
         self.collect();
         let block = match self.allocator.allocate(granules) {
             Some(b) => b,
@@ -125,7 +128,6 @@ impl SpillBlocks {
             }
             None => return None,
         };
-        let file = self.space.spill()?;
         if let Err(e) = file.reserve(block.offset, block.len) {
             tracing::warn!(error = %e, bytes = block.len, "cannot reserve disk space in the spill file; the object is refused as if the spill file were full");
             self.allocator.free(block);
@@ -162,8 +164,7 @@ impl SpillBlocks {
     }
 
     /// Waits for every punch under way and takes those blocks back: after
-    /// it, [`SpillBlocks::in_use`] and the file's disk space are those of
-    /// live objects alone (what a stats request reports).
+    /// it, the file's disk space is that of live objects alone.
     pub fn settle(&mut self) {
         self.collect();
         while self.punching > 0 {
@@ -213,7 +214,8 @@ mod tests {
         // The punch thread has not run: the block is not free yet, however
         // often the table looks.
         blocks.collect();
-        assert_eq!(blocks.in_use(), 2 * GRANULE, "a block is free only once punched");
+        assert_eq!(blocks.largest_free(), 0, "a block is free only once punched");
+        assert_eq!(blocks.in_use(), GRANULE, "and no object holds it");
         // SAFETY: as above.
         assert_eq!(unsafe { *file().ptr_at(a.offset + 10) }, 7);
         let thread = std::thread::spawn(move || puncher.run());

@@ -406,7 +406,10 @@ impl ObjectTable {
                 Reply::Evicted { objects, bytes }
             }
             Request::Stats => {
-                self.settle_spill();
+                // Punched blocks taken back, not waited for: a stats request
+                // comes every second from a dashboard, and the punches are
+                // off the lock so that no request waits for them.
+                self.collect_spill();
                 Reply::Stats(self.stats())
             }
             Request::Reserve { block_len, count } => self.reserve(client, *block_len, *count),
@@ -629,8 +632,14 @@ impl ObjectTable {
     /// store that does not run full never touches it
     /// ([`SpillBlocks::allocate`]: whole granules, disk space reserved).
     fn allocate_spill(&mut self, len: u64) -> Option<Block> {
-        let spill = self.spill.as_mut()?;
-        let local = spill.allocate(len)?;
+        let local = loop {
+            if let Some(b) = self.spill.as_mut()?.allocate(len) {
+                break b;
+            }
+            // Only evicting the spill file's cached objects makes room there.
+            self.evict_one_in(true)?;
+        };
+        let spill = self.spill.as_ref()?;
         if spill.in_use() == local.len {
             tracing::info!(
                 arena = %ByteSize(self.allocator.capacity()),
@@ -685,7 +694,7 @@ impl ObjectTable {
             return None;
         }
         loop {
-            self.evict_one()?;
+            self.evict_one_in(false)?;
             if let Some(b) = self.allocator.allocate(len) {
                 return Some(b);
             }
@@ -1291,7 +1300,24 @@ impl ObjectTable {
     }
 
     fn evict_one(&mut self) -> Option<u64> {
-        let (_, id) = self.lru.pop_first()?;
+        let (&tick, _) = self.lru.first_key_value()?;
+        self.evict_at(tick)
+    }
+
+    /// Evicts the least recently used object of one backing (the spill
+    /// file's if `spilled`, else the arena's): evicting the other's frees
+    /// nothing where room is wanted, and throws its cache away.
+    fn evict_one_in(&mut self, spilled: bool) -> Option<u64> {
+        let tick = self
+            .lru
+            .iter()
+            .find(|(_, id)| self.objects.get(*id).is_some_and(|e| self.space.is_spilled(e.block.offset) == spilled))
+            .map(|(&tick, _)| tick)?;
+        self.evict_at(tick)
+    }
+
+    fn evict_at(&mut self, tick: u64) -> Option<u64> {
+        let id = self.lru.remove(&tick)?;
         if let Some(e) = self.objects.get_mut(&id) {
             e.lru_tick = None;
         }
@@ -1309,12 +1335,11 @@ impl ObjectTable {
         !self.gets.is_empty() || !self.creates.is_empty() || !self.subscribers.is_empty()
     }
 
-    /// Waits for the spill file's punches under way
-    /// ([`SpillBlocks::settle`]), so that [`ObjectTable::stats`] then counts
-    /// live objects alone. Rare (a stats request), so worth the wait.
-    pub fn settle_spill(&mut self) {
+    /// Takes back the spill file's blocks punched so far
+    /// ([`SpillBlocks::collect`]).
+    pub fn collect_spill(&mut self) {
         if let Some(spill) = self.spill.as_mut() {
-            spill.settle();
+            spill.collect();
         }
     }
 
@@ -2158,7 +2183,42 @@ mod tests {
         }
         reap(&mut t);
         let Reply::Stats(s) = reply(t.handle(2, &Request::Stats)) else { panic!("no stats") };
-        assert_eq!((s.spill_bytes_in_use, s.spill_disk_bytes, s.objects_spilled), (0, 0, 2), "{s:?}");
+        assert_eq!((s.spill_bytes_in_use, s.objects_spilled), (0, 2), "objects alone, punched or not: {s:?}");
+        t.spill.as_mut().expect("a spill file").settle();
+        assert_eq!(t.stats().spill_disk_bytes, 0, "{s:?}");
+    }
+
+    #[test]
+    fn each_backing_evicts_its_own_cache() {
+        const MB: u64 = 1 << 20;
+        const G: u64 = hprm_store::spill::GRANULE;
+        let dir = tempfile::tempdir().unwrap();
+        let arena = Arena::create(&ArenaOptions { size: MB, dir: None, hugepages: false, populate: false }).unwrap();
+        let spill = hprm_store::spill::SpillFile::create(dir.path(), 2 * G).unwrap();
+        let mut t = ObjectTable::new(Arc::new(AddressSpace::new(arena, Some(spill))), TableConfig::default());
+        t.connect(1);
+        let base = t.space.spill_base();
+        let placed = |t: &ObjectTable, id: ObjectId| t.objects[&id].block.offset;
+        // The arena holds one pinned message; a cached object spills.
+        let pinned = ObjectId::random();
+        put(&mut t, pinned, MB - 64, 1);
+        let spilled = ObjectId::random();
+        put(&mut t, spilled, G - 64, 0);
+        assert!(placed(&t, spilled) >= base);
+        // A create the arena cannot take even after evicting its own cache
+        // (none) spills beside it: the arena's eviction leaves the spill
+        // file's cache alone.
+        let second = ObjectId::random();
+        put(&mut t, second, G - 64, 0);
+        assert!(placed(&t, second) >= base && t.objects.contains_key(&spilled));
+        // The spill file full of cache: it makes room from that cache,
+        // least recently used first, rather than refusing.
+        let third = ObjectId::random();
+        put(&mut t, third, G - 64, 0);
+        assert!(placed(&t, third) >= base);
+        assert!(!t.objects.contains_key(&spilled) && t.objects.contains_key(&second), "the oldest spilled cache went");
+        assert!(t.objects.contains_key(&pinned));
+        assert_eq!(t.stats().evictions, 1);
     }
 
     #[test]
