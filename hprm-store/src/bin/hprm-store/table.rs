@@ -1335,6 +1335,15 @@ impl ObjectTable {
         !self.gets.is_empty() || !self.creates.is_empty() || !self.subscribers.is_empty()
     }
 
+    /// Gives back the warm spill blocks' disk space once spilling has
+    /// stopped for a while ([`SpillBlocks::cool`]); called on the expiry
+    /// tick.
+    pub fn cool_spill(&mut self, now: Instant) {
+        if let Some(spill) = self.spill.as_mut() {
+            spill.cool(now);
+        }
+    }
+
     /// Takes back the spill file's blocks punched so far
     /// ([`SpillBlocks::collect`]).
     pub fn collect_spill(&mut self) {
@@ -2184,6 +2193,9 @@ mod tests {
         reap(&mut t);
         let Reply::Stats(s) = reply(t.handle(2, &Request::Stats)) else { panic!("no stats") };
         assert_eq!((s.spill_bytes_in_use, s.objects_spilled), (0, 2), "objects alone, punched or not: {s:?}");
+        // Kept warm for the next spilled object, then, once spilling has
+        // stopped a while, punched.
+        t.cool_spill(Instant::now() + crate::spill_blocks::WARM_IDLE);
         t.spill.as_mut().expect("a spill file").settle();
         assert_eq!(t.stats().spill_disk_bytes, 0, "{s:?}");
     }
