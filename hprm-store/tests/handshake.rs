@@ -63,8 +63,7 @@ fn extra_descriptors_in_a_greeting_are_refused_and_none_leaks() {
     });
     let result = StoreClient::connect(&path);
     sent_rx.recv().unwrap();
-    let refused_as_such =
-        matches!(&result, Err(Error::Handshake { source: HandshakeError::TooManyDescriptors, .. }));
+    let refused_as_such = matches!(&result, Err(Error::Handshake { source: HandshakeError::TooManyDescriptors, .. }));
     let outcome = match &result {
         Ok(_) => "accepted".to_string(),
         Err(e) => e.to_string(),

@@ -49,7 +49,7 @@ use hprm_store::spill::{SpillFile, GRANULE};
 pub const WARM_IDLE: Duration = Duration::from_secs(2);
 
 /// The most bytes of freed spill blocks kept warm for a spill file of
-/// `capacity` bytes: an eighth of the file, at most 64 MiB, in whole
+/// `capacity` bytes, unless `--spill-warm` says otherwise: an eighth of the file, at most 64 MiB, in whole
 /// granules (at least one). Within a burst, frees and spilled creates
 /// alternate (a receiver releases one, the sender sends the next), so a
 /// few objects' worth suffices to make every spilled send land on warm
@@ -121,10 +121,15 @@ fn punch(file: &SpillFile, block: Block) {
 }
 
 impl SpillBlocks {
-    /// The blocks of `space`'s spill file, with a punch thread; `None`
-    /// without a spill file.
-    pub fn new(space: Arc<AddressSpace>) -> Option<SpillBlocks> {
+    /// The blocks of `space`'s spill file, with a punch thread, keeping up
+    /// to `warm` bytes of freed blocks warm (`None`: [`warm_budget`]);
+    /// `None` without a spill file.
+    pub fn new(space: Arc<AddressSpace>, warm: Option<u64>) -> Option<SpillBlocks> {
         let (mut blocks, puncher) = SpillBlocks::unstarted(space)?;
+        if let Some(warm) = warm {
+            // Whole granules, as the blocks are; 0 punches every freed block.
+            blocks.warm_budget = warm / GRANULE * GRANULE;
+        }
         let spawned = std::thread::Builder::new().name("hprm-spill-punch".into()).spawn(move || puncher.run());
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start the spill file's punch thread: freed spilled objects are punched under the table's lock");
@@ -255,7 +260,11 @@ impl SpillBlocks {
             return 0;
         }
         let bytes = self.warm_bytes;
-        tracing::debug!(bytes, reused = self.warm_reuses, "spilling stopped: giving back the warm spill blocks' disk space");
+        tracing::debug!(
+            bytes,
+            reused = self.warm_reuses,
+            "spilling stopped: giving back the warm spill blocks' disk space"
+        );
         self.punch_warm();
         bytes
     }
@@ -423,5 +432,23 @@ mod tests {
         assert_eq!(file().disk_bytes(), 0);
         drop(blocks);
         thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_warm_budget_of_zero_punches_every_freed_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let arena =
+            Arena::create(&ArenaOptions { size: 1 << 16, dir: None, hugepages: false, populate: false }).unwrap();
+        let space = Arc::new(AddressSpace::new(arena, Some(SpillFile::create(dir.path(), 4 * GRANULE).unwrap())));
+        // 3 MiB is rounded down to whole granules: one.
+        let blocks = SpillBlocks::new(space.clone(), Some(3 << 20)).unwrap();
+        assert_eq!(blocks.warm_budget, GRANULE);
+        let mut blocks0 = SpillBlocks::new(space.clone(), Some(0)).unwrap();
+        assert_eq!(blocks0.warm_budget, 0);
+        let a = blocks0.allocate(1).unwrap();
+        blocks0.free(a);
+        blocks0.settle();
+        assert_eq!((blocks0.warm_bytes(), blocks0.largest_free()), (0, 4 * GRANULE), "punched at once");
+        assert_eq!(space.spill().unwrap().disk_bytes(), 0);
     }
 }
