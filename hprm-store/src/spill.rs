@@ -15,9 +15,9 @@
 //! Disk space follows the objects: the file is sparse; the daemon reserves
 //! (`fallocate`) a block's pages when it places an object there, so a
 //! client writing into it can never hit SIGBUS for a full disk (the create
-//! is refused instead), and punches them out (`FALLOC_FL_PUNCH_HOLE`) when
-//! the object is freed, off its table's lock (the daemon's `spill_blocks`
-//! module). Spilled blocks are whole granules ([`GRANULE`]),
+//! is refused instead), and punches them out (`FALLOC_FL_PUNCH_HOLE`) once
+//! the object is freed and its block is not kept warm for the next spilled
+//! object, off its table's lock (the daemon's `spill_blocks` module). Spilled blocks are whole granules ([`GRANULE`]),
 //! so reserving and punching for one object never touch another's bytes.
 
 use std::fs::File;
@@ -144,9 +144,11 @@ impl SpillFile {
     /// creator of a spilled object writes it: a fault per 4 KiB page of a
     /// file mapping costs several times the copy itself (`store-bench
     /// --spill-dir`). Done at every create, unlike the arena's
-    /// (`crate::prefault`, which remembers what it mapped): the pages of a
-    /// freed spilled object are punched out, so none stays mapped. Best
-    /// effort: a kernel that refuses leaves the writes to fault.
+    /// (`crate::prefault`, which remembers what it mapped): a spilled block
+    /// is punched (its pages gone) unless the daemon kept it warm, and even
+    /// then this process may never have mapped it; for warm pages, in the
+    /// page cache already, this costs little. Best effort: a kernel that
+    /// refuses leaves the writes to fault.
     pub fn prefault_for_write(&self, offset: u64, len: u64) {
         let start = offset / PAGE * PAGE;
         let end = offset.saturating_add(len).min(self.mapping.size());

@@ -109,3 +109,37 @@ fn a_bad_quota_flag_says_what_to_write() {
         assert!(!out.status.success() && err.contains(&format!("`{bad}`")), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_small_spilled_object_is_charged_its_own_size_not_the_files_granule() {
+    // The arena is held full by another program, so every object of
+    // program "small" spills; the file holds a 2 MiB granule for each, but
+    // the quota is charged the object's own size (100,032 bytes: 100,000
+    // in whole 64-byte units), as in the arena. Charged the granule, two
+    // would fit the 4 MiB quota; charged their size, 41 do and the 42nd
+    // (4,201,344 bytes) does not.
+    const SIZE: u64 = 100_000;
+    const CHARGE: u64 = 100_032;
+    let spill_dir = tempfile::tempdir().expect("spill dir");
+    let dir = spill_dir.path().to_str().expect("utf-8 temp path");
+    let d = Daemon::start("2M", &["--spill-dir", dir, "--spill-size", "128M", "--quota", "small=4M"]);
+    let filler = client(&d, Some("filler"));
+    let _full = hold(&filler, 2 * MIB - 8192).expect("the arena's one object");
+    let small = client(&d, Some("small"));
+    let fit = 4 * MIB / CHARGE;
+    assert_eq!(fit, 41);
+    let held: Vec<_> = (0..fit).map(|i| hold(&small, SIZE).unwrap_or_else(|e| panic!("object {i}: {e}"))).collect();
+    let s = small.stats().expect("stats");
+    assert_eq!(s.objects_spilled, fit, "every object of the program spilled: {s:?}");
+    assert_eq!(s.spill_bytes_in_use, fit * hprm_store::spill::GRANULE, "the file holds a granule each: {s:?}");
+    let e = hold(&small, SIZE).expect_err("the next one is over the quota");
+    assert_eq!(e.code(), Some(ErrorCode::QuotaExceeded), "{e}");
+    // The refusal states the charge: the objects' own sizes.
+    let used = format!("{} of", hprm_store::bytesize::ByteSize(fit * CHARGE));
+    assert!(e.to_string().contains(&used), "expected {used:?} in: {e}");
+    // And what they free is their charge: the program has its room back.
+    drop(held);
+    small.sync().expect("releases carried out");
+    let again: Vec<_> = (0..fit).map(|_| hold(&small, SIZE).expect("the quota freed with the objects")).collect();
+    drop(again);
+}

@@ -128,7 +128,9 @@ fn a_slow_receiver_spills_to_the_file_and_every_value_arrives() {
 
     // Settled messages are freed at once: nothing stays in use in either
     // backing, and the spill file's disk space is given back (read from
-    // the file itself, and as the stats report it).
+    // the file itself, and as the stats report it) once spilling has
+    // stopped for a while (the daemon keeps freed blocks warm for the next
+    // spilled objects until then: 2 s, looked at every second at most).
     // (What stays in use is the sender's pool of reserved blocks for small
     // objects, in the arena.)
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -139,7 +141,7 @@ fn a_slow_receiver_spills_to_the_file_and_every_value_arrives() {
             && s.objects_sealed == 0
             && s.objects_created == 0
             && s.pending_deliveries == 0
-            // Punched off the table's lock: the disk space follows shortly.
+            // The warm blocks punched after 2 s idle, off the table's lock.
             && s.spill_disk_bytes == 0
             && spill_file_disk_bytes(d.pid(), spill_dir.path()) == 0;
         if freed {

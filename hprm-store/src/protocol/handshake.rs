@@ -30,7 +30,16 @@ pub enum HandshakeError {
     NotHello,
     #[error("the daemon's greeting carried no arena descriptor; is this socket an hprm-store daemon?")]
     NoDescriptor,
+    #[error("the peer's greeting carried more descriptors than a daemon sends (at most {MAX_HELLO_FDS}), or control data a daemon never sends; is this socket an hprm-store daemon of this version?")]
+    TooManyDescriptors,
 }
+
+/// Descriptors a Hello carries at most: the arena's, the outbox's, the
+/// spill file's.
+pub const MAX_HELLO_FDS: usize = 3;
+
+/// Descriptors one message can carry at most (Linux's `SCM_MAX_FD`).
+const SCM_MAX_FD: usize = 253;
 
 /// Sends as much of the encoded Hello `frame` as the socket takes, with
 /// `arena` (and `outbox`, then `spill`, if any) attached. Returns the bytes sent; the
@@ -62,20 +71,36 @@ pub struct Greeting {
 /// Reads the Hello frame from a blocking socket and takes the descriptors.
 pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     let mut header = [0u8; HEADER_LEN];
-    let mut cmsg_buf = nix::cmsg_space!([RawFd; 3]);
+    // Room for as many descriptors as one message can carry on Linux
+    // (SCM_MAX_FD, 253: about 1 KiB), not just the 3 a daemon sends: when
+    // the buffer is too small the kernel installs what fits and flags
+    // MSG_CTRUNC, and nix then refuses to walk the control messages, so the
+    // installed descriptors could not be closed and leaked into the client
+    // (tests/handshake.rs: 4 of 5). Every one received is owned here, and
+    // those past the Hello's own are closed with `fds`.
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let (got, mut fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
         let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_buf), MsgFlags::MSG_CMSG_CLOEXEC)
             .map_err(io::Error::from)?;
+        if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+            // Not with SCM_RIGHTS alone (the buffer holds the kernel's
+            // limit); only a peer's other control messages could do it.
+            return Err(HandshakeError::TooManyDescriptors);
+        }
         let mut fds = Vec::new();
         for cmsg in msg.cmsgs().map_err(io::Error::from)? {
             if let ControlMessageOwned::ScmRights(raws) = cmsg {
                 for raw in raws {
                     // SAFETY: the kernel just installed `raw` in our table for
-                    // us; nothing else owns it. Extra descriptors are closed.
+                    // us; nothing else owns it.
                     fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
                 }
             }
+        }
+        if fds.len() > MAX_HELLO_FDS {
+            // Closed as `fds` drops.
+            return Err(HandshakeError::TooManyDescriptors);
         }
         (msg.bytes, fds.into_iter())
     };

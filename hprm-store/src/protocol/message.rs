@@ -249,7 +249,10 @@ pub struct Stats {
     /// Spill-file bytes held by objects now (not counted in `bytes_in_use`).
     pub spill_bytes_in_use: u64,
     /// Disk space the spill file takes now: what its objects hold, reserved
-    /// when each is placed and given back (hole punched) when it is freed.
+    /// when each is placed, and the freed blocks the daemon keeps warm for
+    /// the next spilled objects (`--spill-warm`), until they are punched
+    /// (past that reserve at once, the reserve once spilling has stopped
+    /// for 2 s) or reused.
     pub spill_disk_bytes: u64,
     /// Objects placed in the spill file because the arena had no room for
     /// them, since the daemon started; and their bytes.

@@ -102,6 +102,10 @@ struct Cli {
     /// Results go to store-spill-DATE.md (and .json).
     #[arg(long)]
     spill_dir: Option<PathBuf>,
+    /// With --spill-dir: the spilling store's `--spill-warm` (default: the
+    /// daemon's, an eighth of the 256 MiB spill file).
+    #[arg(long, requires = "spill_dir")]
+    spill_warm: Option<String>,
 }
 
 /// SCHED_FIFO priority of the `--realtime` run.
@@ -142,7 +146,7 @@ fn run(cli: Cli) -> Result<()> {
     let plan = if cli.full { FULL } else { QUICK };
     let store_bin = find_store_bin(cli.store_bin)?;
     if let Some(dir) = &cli.spill_dir {
-        return spill::run(&store_bin, dir, plan, &cli.out);
+        return spill::run(&store_bin, dir, cli.spill_warm.as_deref(), plan, &cli.out);
     }
     let started = SystemTime::now();
     let (scheduling, daemon_args) = if cli.realtime {

@@ -12,8 +12,15 @@
 //! - **send**: `create` + copying the bytes in from a heap buffer + `seal`;
 //! - **read**: `get` (a second reference) + summing every u64 word;
 //! - **free**: dropping both references + `delete`; a spilled object's
-//!   disk space is then punched out of the file by the daemon's punch
-//!   thread, after the reply (before, under the table's lock, in it).
+//!   block is then kept warm for the next spilled object, or (past the
+//!   daemon's warm reserve) punched out of the file by its punch thread,
+//!   after the reply.
+//!
+//! Then bursts: [`BURST`] sends in a row, each held (as a receiver that
+//! has not caught up pins them), then all freed, round after round,
+//! alternating the stores round by round; each send of a burst is timed.
+//! Bursts larger than the daemon's warm reserve of freed spill blocks (an
+//! eighth of the file) show what lies past it.
 //!
 //! Meanwhile a second client of each store sends a small request
 //! (`contains`) every [`PROBE_EVERY`] and times it: what another client
@@ -23,8 +30,8 @@
 //! The load average is recorded before and after: other work on the
 //! machine shows in the figures. Both arenas are pre-faulted
 //! (`--populate`); the spill file cannot be (its pages are the page
-//! cache's, given back when an object is freed), so each spilled send
-//! faults its pages in: that cost is what spilling adds.
+//! cache's), so a spilled send onto a fresh or punched block allocates its
+//! pages, and one onto a warm block (freed and kept) finds them there.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,8 +60,13 @@ const SPILL_ARENA_BYTES: u64 = 32 << 20;
 const ARENA_LEFT: u64 = 64 << 10;
 /// How often the probe client sends its small request.
 const PROBE_EVERY: Duration = Duration::from_micros(200);
-/// The spill file: one object at a time, rounded to 2 MiB granules.
+/// The spill file: room for a burst of the largest size, in 2 MiB granules.
 const SPILL_SIZE: &str = "256M";
+/// Sends held at once in a burst.
+const BURST: usize = 8;
+/// The daemon's default warm reserve for a [`SPILL_SIZE`] file: an eighth
+/// of it (hprm-store's `spill_blocks::warm_budget`), stated in the report.
+const DEFAULT_WARM: &str = "32 MiB";
 
 #[derive(Debug, Serialize)]
 struct Row {
@@ -65,6 +77,15 @@ struct Row {
     free: Summary,
     /// Bytes per second of the median send, in GB/s (10^9).
     send_gb_s: f64,
+}
+
+/// Sends within bursts of [`BURST`], of one size into one store.
+#[derive(Debug, Serialize)]
+struct BurstRow {
+    size: u64,
+    backing: &'static str,
+    rounds: usize,
+    send: Summary,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,10 +101,13 @@ struct SpillReport {
     loadavg_after: Option<String>,
     workspace_revision: Option<String>,
     spill_dir: String,
+    /// The spilling store's `--spill-warm`, if given.
+    spill_warm: Option<String>,
     /// The spilling store's counters after the run.
     objects_spilled: u64,
     spill_disk_bytes_after: u64,
     rows: Vec<Row>,
+    bursts: Vec<BurstRow>,
     /// The probe client's `contains`, timed over the whole run, per store.
     probe_shm: Summary,
     probe_spill: Summary,
@@ -167,13 +191,16 @@ impl Side<'_> {
     }
 }
 
-pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Result<()> {
+pub(crate) fn run(store_bin: &Path, dir: &Path, spill_warm: Option<&str>, plan: Plan, out: &Path) -> Result<()> {
     let started = SystemTime::now();
     let loadavg_before = read_trimmed("/proc/loadavg");
     eprintln!("store-bench: spill vs shared memory, {} reps + {} warm-up per size", plan.reps, plan.warmup_reps);
     let mut shm_daemon = Daemon::start(store_bin, SHM_ARENA, &[])?;
-    let spill_args =
+    let mut spill_args =
         vec!["--spill-dir".to_string(), dir.display().to_string(), "--spill-size".into(), SPILL_SIZE.into()];
+    if let Some(warm) = spill_warm {
+        spill_args.extend(["--spill-warm".to_string(), warm.to_string()]);
+    }
     let mut spill_daemon = Daemon::start(store_bin, SPILL_ARENA, &spill_args)?;
     let shm = shm_daemon.connect(STARTUP_TIMEOUT)?;
     let spill = spill_daemon.connect(STARTUP_TIMEOUT)?;
@@ -191,6 +218,8 @@ pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Resul
         let shm_times = scope.spawn(|| probe(&shm_probe, &stop));
         let spill_times = scope.spawn(|| probe(&spill_probe, &stop));
         let rows = measure(&shm, &spill, base, plan);
+        let bursts = if rows.is_ok() { measure_bursts(&shm, &spill, base, plan) } else { Ok(vec![]) };
+        let rows = rows.and_then(|r| Ok((r, bursts?)));
         stop.store(true, Ordering::Relaxed);
         let joined = |h: std::thread::ScopedJoinHandle<'_, Result<Vec<(Instant, Duration)>>>| {
             h.join().map_err(|_| anyhow::anyhow!("a probe thread panicked"))?
@@ -198,7 +227,7 @@ pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Resul
         let (shm_s, spill_s) = (joined(shm_times)?, joined(spill_times)?);
         Ok((rows?, shm_s, spill_s))
     })?;
-    let (rows, free_spans) = rows;
+    let ((rows, free_spans), bursts) = rows;
     // Spans are in order and disjoint (one client, one rep at a time).
     let during: Vec<Duration> = probe_spill
         .iter()
@@ -224,9 +253,11 @@ pub(crate) fn run(store_bin: &Path, dir: &Path, plan: Plan, out: &Path) -> Resul
         loadavg_after,
         workspace_revision: workspace_revision(),
         spill_dir: dir.display().to_string(),
+        spill_warm: spill_warm.map(str::to_owned),
         objects_spilled: stats.objects_spilled,
         spill_disk_bytes_after: stats.spill_disk_bytes,
         rows,
+        bursts,
         probe_shm,
         probe_spill,
         probe_spill_during_frees: Summary::of(&during),
@@ -272,13 +303,56 @@ fn measure(shm: &StoreClient, spill: &StoreClient, base: u64, plan: Plan) -> Res
     Ok((rows, free_spans))
 }
 
+/// Sends of every size in bursts of [`BURST`] held at once, then freed;
+/// `plan.reps / 10` rounds (after one warm-up round), alternating the
+/// stores round by round.
+fn measure_bursts(shm: &StoreClient, spill: &StoreClient, base: u64, plan: Plan) -> Result<Vec<BurstRow>> {
+    let rounds = (plan.reps / 10).max(2);
+    let mut rows = Vec::new();
+    for size in SIZES {
+        let src: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        let mut times: [Vec<Duration>; 2] = [vec![], vec![]];
+        for round in 0..=rounds {
+            for (k, client) in [shm, spill].into_iter().enumerate() {
+                let mut held = Vec::with_capacity(BURST);
+                for _ in 0..BURST {
+                    let id = ObjectId::random();
+                    let t0 = Instant::now();
+                    let mut obj = client.create(id, size, b"").context("create in a burst")?;
+                    obj.data_mut().copy_from_slice(&src);
+                    let sent = obj.seal_and_keep().context("seal in a burst")?;
+                    let took = t0.elapsed();
+                    let offset = sent.placement().data_offset;
+                    let wrong = if k == 1 { offset < base } else { offset >= spill_base(shm.arena_size()) };
+                    if wrong {
+                        bail!("a burst's send landed in the wrong backing: {:?}", sent.placement());
+                    }
+                    if round > 0 {
+                        times[k].push(took);
+                    }
+                    held.push((id, sent));
+                }
+                for (id, sent) in held {
+                    drop(sent);
+                    client.delete(id).context("delete after a burst")?;
+                }
+            }
+        }
+        for (k, backing) in ["shared-memory arena", "spill file"].into_iter().enumerate() {
+            rows.push(BurstRow { size, backing, rounds, send: Summary::of(&times[k]) });
+        }
+        eprintln!("  {} MB bursts done", size / 1_000_000);
+    }
+    Ok(rows)
+}
+
 fn markdown(r: &SpillReport) -> String {
     let mut s = format!(
         "# store-bench --spill-dir, {}\n\nMachine: {}. Load average before: {}; after: {}.\n\
          Revision {}. Spill dir: `{}`. {} reps per size and backing ({} warm-up), alternated rep by rep.\n\
          The spilling store placed {} objects in its file; its file took {} bytes of disk after the run.\n\n\
          Times in µs, median (p99). send = create + copy in + seal; read = get + sum of every word; \
-         free = release + delete (for the spill file, its disk space is punched out after the reply, off the table's lock).\n\n\
+         free = release + delete (for the spill file, its block then kept warm or punched, after the reply, off the table's lock).\n\n\
          | size | backing | send | read | free | send GB/s |\n|---|---|---|---|---|---|\n",
         r.started_utc,
         r.machine,
@@ -301,6 +375,22 @@ fn markdown(r: &SpillReport) -> String {
             cell(&row.read),
             cell(&row.free),
             row.send_gb_s
+        ));
+    }
+    s.push_str(&format!(
+        "\nBursts: {BURST} sends in a row, each held, then all freed; per send, µs, median (p99); \
+         the spilling store keeps up to {} of freed blocks warm (`--spill-warm`).\n\n\
+         | size | backing | rounds | send |\n|---|---|---|---|\n",
+        r.spill_warm.as_deref().unwrap_or(DEFAULT_WARM)
+    ));
+    for b in &r.bursts {
+        s.push_str(&format!(
+            "| {} MB | {} | {} | {} ({}) |\n",
+            b.size / 1_000_000,
+            b.backing,
+            b.rounds,
+            fmt_us(b.send.median_us),
+            fmt_us(b.send.p99_us)
         ));
     }
     let probe = |x: &Summary| format!("{} ({}; max {})", fmt_us(x.median_us), fmt_us(x.p99_us), fmt_us(x.max_us));

@@ -238,6 +238,7 @@ impl Served {
         self.read_all();
         self.table.expire_deliveries(now);
         self.settle();
+        self.table.cool_spill(now);
     }
 
     /// Whether a task was woken (a waiting request answered, a subscriber

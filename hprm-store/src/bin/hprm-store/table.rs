@@ -142,8 +142,10 @@ struct Entry {
     delete_pending: bool,
     /// `Some(t)` iff the object is in `lru` under key `t`.
     lru_tick: Option<u64>,
-    /// The program its creator belongs to, charged for its block.
+    /// The program its creator belongs to, charged `charged` bytes for it
+    /// ([`ObjectTable::charge_of`]).
     program: Option<Arc<str>>,
+    charged: u64,
     /// The generation of the last [`ObjectTable::stamp_settled`] that found
     /// it settled: only [`ObjectTable::reap`] of that generation frees it.
     settled_in: u64,
@@ -252,6 +254,9 @@ pub struct TableConfig {
     /// [`UNNAMED_PROGRAM`], so that leaving the name out escapes no limit.
     pub quotas: HashMap<String, u64>,
     pub default_quota: Option<u64>,
+    /// Most bytes of freed spill-file blocks kept warm (`--spill-warm`;
+    /// `None`: [`crate::spill_blocks::warm_budget`] of the file).
+    pub spill_warm: Option<u64>,
 }
 
 /// The program of every client that names none (`Identify`): one bucket,
@@ -330,7 +335,7 @@ impl ObjectTable {
     pub fn new(space: Arc<AddressSpace>, config: TableConfig) -> ObjectTable {
         ObjectTable {
             allocator: Allocator::new(space.arena().size()),
-            spill: SpillBlocks::new(space.clone()),
+            spill: SpillBlocks::new(space.clone(), config.spill_warm),
             objects_spilled: 0,
             bytes_spilled: 0,
             space,
@@ -519,7 +524,7 @@ impl ObjectTable {
         let used = self.usage.get(&program).copied().unwrap_or(0);
         let own: Vec<ObjectId> =
             self.lru.values().filter(|id| self.objects[*id].program.as_deref() == Some(&*program)).copied().collect();
-        let evictable: u64 = own.iter().map(|id| self.objects[id].block.len).sum();
+        let evictable: u64 = own.iter().map(|id| self.objects[id].charged).sum();
         if used.saturating_sub(evictable).saturating_add(len) > quota {
             return false;
         }
@@ -569,6 +574,28 @@ impl ObjectTable {
                 ByteSize(quota)
             ),
         )
+    }
+
+    /// What an object of `size` bytes (data and metadata) placed in `block`
+    /// costs its program's quota: its block in the arena; in the spill file,
+    /// its own size (in whole [`ALIGN`](hprm_store::allocator::ALIGN)s, as
+    /// in the arena), not the 2 MiB granule the file holds for it. The
+    /// granule is the store's layout (so that reserving and punching one
+    /// object never touch another's folio, `hprm_store::spill::GRANULE`),
+    /// not the program's use: charging it would have a burst of small
+    /// spilled messages exhaust a quota (32 of them fill 64 MiB) that the
+    /// same messages in the arena leave almost whole, and would refuse a
+    /// program exactly when the arena is full, which is what spilling is
+    /// for. What the granules cost beyond the objects is bounded by the
+    /// file's size (`--spill-size`), which the operator chose. Allocating
+    /// the file at page grain instead would need the punches to stay within
+    /// whole free granules, for the folio reason above: more machinery for
+    /// disk the file's bound already limits.
+    fn charge_of(&self, block: Block, size: u64) -> u64 {
+        if !self.space.is_spilled(block.offset) {
+            return block.len;
+        }
+        block_len(size).unwrap_or(block.len).min(block.len)
     }
 
     /// Charges `len` bytes to `client`'s program; returns the program.
@@ -724,7 +751,8 @@ impl ObjectTable {
             self.space.ptr_at(placement.metadata_offset).copy_from_nonoverlapping(metadata.as_ptr(), metadata.len())
         };
         let spilled = self.count_spilled(block);
-        let program = self.charge(client, block.len);
+        let charged = self.charge_of(block, data_size + metadata.len() as u64);
+        let program = self.charge(client, charged);
         self.objects.insert(
             id,
             Entry {
@@ -740,6 +768,7 @@ impl ObjectTable {
                 delete_pending: false,
                 lru_tick: None,
                 program,
+                charged,
                 settled_in: 0,
                 message: deliveries > 0,
                 created_at: Instant::now(),
@@ -836,7 +865,8 @@ impl ObjectTable {
         // Charged, not checked: a block already reserved is small, and
         // refusing it now would only waste it.
         self.count_spilled(block);
-        let program = self.charge(client, block.len);
+        let charged = self.charge_of(block, data_size + metadata_size);
+        let program = self.charge(client, charged);
         self.objects.insert(
             id,
             Entry {
@@ -852,6 +882,7 @@ impl ObjectTable {
                 delete_pending: false,
                 lru_tick: None,
                 program,
+                charged,
                 settled_in: 0,
                 message: deliveries > 0,
                 created_at: Instant::now(),
@@ -1335,6 +1366,15 @@ impl ObjectTable {
         !self.gets.is_empty() || !self.creates.is_empty() || !self.subscribers.is_empty()
     }
 
+    /// Gives back the warm spill blocks' disk space once spilling has
+    /// stopped for a while ([`SpillBlocks::cool`]); called on the expiry
+    /// tick.
+    pub fn cool_spill(&mut self, now: Instant) {
+        if let Some(spill) = self.spill.as_mut() {
+            spill.cool(now);
+        }
+    }
+
     /// Takes back the spill file's blocks punched so far
     /// ([`SpillBlocks::collect`]).
     pub fn collect_spill(&mut self) {
@@ -1582,7 +1622,7 @@ impl ObjectTable {
         }
         if let Some(p) = &e.program {
             if let Some(u) = self.usage.get_mut(p) {
-                *u = u.saturating_sub(e.block.len);
+                *u = u.saturating_sub(e.charged);
             }
         }
         self.free_block(e.block);
@@ -2184,6 +2224,9 @@ mod tests {
         reap(&mut t);
         let Reply::Stats(s) = reply(t.handle(2, &Request::Stats)) else { panic!("no stats") };
         assert_eq!((s.spill_bytes_in_use, s.objects_spilled), (0, 2), "objects alone, punched or not: {s:?}");
+        // Kept warm for the next spilled object, then, once spilling has
+        // stopped a while, punched.
+        t.cool_spill(Instant::now() + crate::spill_blocks::WARM_IDLE);
         t.spill.as_mut().expect("a spill file").settle();
         assert_eq!(t.stats().spill_disk_bytes, 0, "{s:?}");
     }
