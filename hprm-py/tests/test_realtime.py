@@ -55,7 +55,7 @@ def test_a_real_time_federate_polls_its_inbox_for_the_bound_it_is_given(daemons_
 
 
 def test_a_bad_polling_bound_stops_the_federate_saying_why(daemons_built):
-    r = run(None, None, HPRM_SPIN_US="2000000")
+    r = run(None, "0", HPRM_SPIN_US="2000000")
     assert r.returncode != 0
     assert 'HPRM_SPIN_US="2000000" is not a whole number of microseconds from 0 to 1000000' in r.stderr, r.stderr
 
