@@ -18,7 +18,8 @@
 //! `sched_yield()`, which at SCHED_FIFO puts the thread behind the other
 //! runnable threads of its priority: the socket readers, the RTI and the
 //! store, placed at the same priority, run while it polls. Normal threads
-//! of its CPU do not run while it polls; they wait at most the bound after
+//! of its CPU may not run while it polls (SCHED_FIFO outranks them, though
+//! a kernel may lend them some time); they wait at most the bound after
 //! each burst of messages, because the spin ends at the first message or
 //! at the bound, and then the thread sleeps in the kernel until a message
 //! wakes it (a wake-up a real-time thread feels at once: it preempts
