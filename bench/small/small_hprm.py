@@ -11,6 +11,7 @@ threshold travel in the message; 64 KiB and more through the store.
 
 from __future__ import annotations
 
+import os
 import time
 
 import hprm
@@ -20,6 +21,7 @@ def _extra(p):
     p.add_argument("--coordination", choices=("centralized", "decentralized"), required=True)
     p.add_argument("--priority", type=int, help="run both federates, the store and the RTI at this SCHED_FIFO priority (bench/realtime)")
     p.add_argument("--cpus", help="with --priority: ping's CPUs and pong's, as PING/PONG, e.g. 0/1")
+    p.add_argument("--spin-us", type=int, help="how long the federates (HPRM_SPIN_US) and the RTI (--spin-us) poll before they sleep (default: theirs)")
 
 
 ARGS = parse_args(extra=_extra)
@@ -93,5 +95,9 @@ if ARGS.priority:
     pong.realtime(priority=ARGS.priority, cpus=cpus[1])
 
 if __name__ == "__main__":
-    placed = ["--realtime-priority", str(ARGS.priority)] if ARGS.priority else None
-    prog.launch(fast=True, timeout=f"{int(60 + ECHO_TIMEOUT_S * 10)}s", store_args=placed, rti_args=placed)
+    placed = ["--realtime-priority", str(ARGS.priority)] if ARGS.priority else []
+    spin = []
+    if ARGS.spin_us is not None:
+        os.environ["HPRM_SPIN_US"] = str(ARGS.spin_us)  # the federate processes inherit it
+        spin = ["--spin-us", str(ARGS.spin_us)]
+    prog.launch(fast=True, timeout=f"{int(60 + ECHO_TIMEOUT_S * 10)}s", store_args=placed or None, rti_args=placed + spin or None)

@@ -61,8 +61,34 @@ pub struct RunOptions {
 /// How long a scheduler polls its inbox (yielding its CPU to anything
 /// ready to run) before it sleeps: longer than a centralized round trip
 /// through the RTI on a loaded 2-CPU machine, so that a reply seldom has to
-/// wake a sleeping thread.
+/// wake a sleeping thread. The same bound holds at a real-time priority
+/// (see `realtime` for why it cannot starve normal threads there).
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// The environment variable that sets how long a federate's scheduler
+/// polls its inbox, in microseconds (0: never), overriding
+/// [`RunOptions::spin`]; at most [`MAX_SPIN`]. The knob for processes the
+/// launcher or systemd starts, where no one builds `RunOptions` by hand.
+pub const SPIN_ENV: &str = "HPRM_SPIN_US";
+
+/// The largest spin [`SPIN_ENV`] may ask for (the RTI's `--spin-us`
+/// has the same bound): the spin is a bound on polling, not a way to
+/// keep a CPU.
+pub const MAX_SPIN: Duration = Duration::from_secs(1);
+
+/// The spin [`SPIN_ENV`] asks for (`value`), or `default` when it is
+/// unset or empty; an error saying what is wrong with a bad value.
+pub fn spin_from(value: Option<&str>, default: Duration) -> Result<Duration, String> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(default) };
+    match v.parse::<u64>() {
+        Ok(us) if Duration::from_micros(us) <= MAX_SPIN => Ok(Duration::from_micros(us)),
+        _ => Err(format!(
+            "{SPIN_ENV}={v:?} is not a whole number of microseconds from 0 to {} (default {})",
+            MAX_SPIN.as_micros(),
+            DEFAULT_SPIN.as_micros()
+        )),
+    }
+}
 
 impl RunOptions {
     /// Options for federate `name` with defaults: no RTI, no store, real time.
@@ -124,9 +150,11 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
             tappable.push((c.from, program.port_path(c.from)));
         }
     }
-    // A real-time thread does not busy-poll: it would keep the threads it
-    // waits for off its CPU (see `realtime`).
-    let inbox = Arc::new(Inbox::new(if realtime { Duration::ZERO } else { opts.spin }));
+    // At a real-time priority too: the spin is bounded and yields on every
+    // turn (see `realtime` for why that cannot starve normal threads).
+    let spin = spin_from(std::env::var(SPIN_ENV).ok().as_deref(), opts.spin).map_err(NodeError::Launch)?;
+    tracing::debug!(realtime, spin_us = spin.as_micros() as u64, "inbox polling bound");
+    let inbox = Arc::new(Inbox::new(spin));
     let _closing = ClosingSources(inbox.clone());
     // Held for the run: signals stop this federate only while it runs.
     let _signals = opts.handle_signals.then(|| crate::signal::forward_to(inbox.clone())).transpose()?;
@@ -367,4 +395,23 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         r.log_done();
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spin_env_is_applied_within_its_bound_and_refused_otherwise() {
+        let default = Duration::from_micros(123);
+        assert_eq!(spin_from(None, default), Ok(default));
+        assert_eq!(spin_from(Some("  "), default), Ok(default));
+        assert_eq!(spin_from(Some("50"), default), Ok(Duration::from_micros(50)));
+        assert_eq!(spin_from(Some(" 0 "), default), Ok(Duration::ZERO));
+        assert_eq!(spin_from(Some("1000000"), default), Ok(MAX_SPIN));
+        for bad in ["1000001", "-5", "200us", "lots"] {
+            let e = spin_from(Some(bad), default).expect_err(bad);
+            assert!(e.contains(SPIN_ENV) && e.contains(bad), "{e}");
+        }
+    }
 }

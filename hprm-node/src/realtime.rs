@@ -10,13 +10,26 @@
 //! That covers every way a federate runs (under `hprm launch`, under
 //! systemd, by hand).
 //!
-//! Busy polling and real-time priority do not mix: a SCHED_FIFO thread that
-//! polls keeps every normal thread of its CPU off it, the store daemon and
-//! the federates it waits for included. So a federate with a priority does
-//! not poll its inbox: it sleeps at once and is woken by the sender, which a
-//! real-time thread feels at once (it preempts whatever normal thread runs).
-//! What still spins is bounded: the store client's wait for a reply
-//! (`hprm_store::client::DEFAULT_SPIN`), which yields on every turn.
+//! Polling at a real-time priority is bounded. A federate's scheduler polls
+//! its inbox for at most its spin (`DEFAULT_SPIN`, 200 us, or
+//! `HPRM_SPIN_US`) before it sleeps, at any priority; so does the RTI
+//! (`--spin-us`) and the store client's wait for a reply
+//! (`hprm_store::client::DEFAULT_SPIN`). Each poll is followed by
+//! `sched_yield()`, which at SCHED_FIFO puts the thread behind the other
+//! runnable threads of its priority: the socket readers, the RTI and the
+//! store, placed at the same priority, run while it polls. Normal threads
+//! of its CPU may not run while it polls (SCHED_FIFO outranks them, though
+//! a kernel may lend them some time); they wait at most the bound after
+//! each burst of messages, because the spin ends at the first message or
+//! at the bound, and then the thread sleeps in the kernel until a message
+//! wakes it (a wake-up a real-time thread feels at once: it preempts
+//! whatever normal thread runs). On a 2-CPU machine with a federate pinned
+//! to each CPU, a normal thread therefore loses at most the bound per
+//! message to polling, and the kernel's real-time throttling
+//! (`sched_rt_runtime_us`, 95% by default) remains the backstop. An
+//! unbounded spin would be another thing: it would hold the CPU for as long
+//! as no message came, and a federate that waits for a normal-priority
+//! process on its CPU would wait forever.
 //!
 //! Its TCP connections (to the RTI and to peers on other hosts) can carry
 //! marks too, `SO_PRIORITY` and DSCP ([`SocketMarks`]), so that queues in
@@ -72,8 +85,7 @@ impl Realtime {
 
     /// Applies this placement to the calling thread and the threads it
     /// starts from now on, and its marks to the process's TCP connections
-    /// from now on. Returns whether a real-time priority is in force (the
-    /// caller then does not busy-poll).
+    /// from now on. Returns whether a real-time priority is in force.
     pub fn apply(&self, federate: &str) -> Result<bool, PlacementError> {
         let marks = match self.marks.check() {
             Ok(()) => self.marks,

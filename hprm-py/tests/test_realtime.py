@@ -19,13 +19,13 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="setting a real-time p
 needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is needed to drop CAP_SYS_NICE")
 
 
-def run(priority, cpus, policy="fifo", best_effort=False, drop_sys_nice=False):
+def run(priority, cpus, policy="fifo", best_effort=False, drop_sys_nice=False, **env_extra):
     argv = [sys.executable, str(PROGRAM), str(priority or "-"), cpus or "-", policy, "1" if best_effort else "0"]
     if drop_sys_nice:
         # Root without CAP_SYS_NICE, and no RLIMIT_RTPRIO either: what a
         # service account has. The bounding set limits what exec grants.
         argv = ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", "--", "sh", "-c", 'ulimit -r 0 && exec "$@"', "sh", *argv]
-    env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
+    env = {**os.environ, "NO_COLOR": "1", "RUST_LOG": "warn", **env_extra}
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -42,6 +42,22 @@ def test_a_federate_runs_its_reactions_at_its_priority_on_its_cpus(policy, daemo
     # The other federate is untouched.
     assert said(r, "sink")[0].startswith("sink: policy=other priority=0"), r.stderr
     assert "sink: got 20 in order True" in r.stderr, r.stderr
+
+
+@needs_root
+def test_a_real_time_federate_polls_its_inbox_for_the_bound_it_is_given(daemons_built):
+    # HPRM_SPIN_US is the bound on polling, at a real-time priority too.
+    r = run(7, "0", RUST_LOG="warn,hprm_node::federate=debug", HPRM_SPIN_US="50")
+    assert r.returncode == 0, r.stderr
+    bounds = [l for l in r.stderr.splitlines() if "inbox polling bound" in l]
+    assert any("realtime=true" in l and "spin_us=50" in l for l in bounds), r.stderr
+    assert any("realtime=false" in l and "spin_us=50" in l for l in bounds), r.stderr
+
+
+def test_a_bad_polling_bound_stops_the_federate_saying_why(daemons_built):
+    r = run(None, "0", HPRM_SPIN_US="2000000")
+    assert r.returncode != 0
+    assert 'HPRM_SPIN_US="2000000" is not a whole number of microseconds from 0 to 1000000' in r.stderr, r.stderr
 
 
 @needs_root

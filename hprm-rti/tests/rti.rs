@@ -307,7 +307,7 @@ fn realtime_priority_and_cpus_apply_to_every_thread_or_fail_clearly() {
         let cpus = status.lines().find(|l| l.starts_with("Cpus_allowed_list")).unwrap();
         assert!(cpus.trim_end().ends_with("\t0"), "thread {} is not pinned to CPU 0: {cpus}", task.display());
     }
-    // And it coordinates (with polling off at that priority).
+    // And it coordinates (polling, bounded by --spin-us, at that priority).
     assert_eq!(start(&rti, 1, &[]).1, 1_000 + 1_000_000_000);
 }
 

@@ -24,7 +24,7 @@ so the car drives nowhere in particular; the work per step is the real
 networks'.
 
     python examples/python/driving/driving.py [--coordination centralized|decentralized]
-        [--steps N] [--warmup W] [--seed S] [--report FILE.json] [--carla HOST:PORT]
+        [--steps N] [--warmup W] [--seed S] [--report FILE.json] [--carla HOST:PORT] [--priority N]
 
 Needs the hprm SDK (hprm-py/install.sh VENV) and `pip install onnx onnxruntime`.
 """
@@ -172,7 +172,10 @@ def parse_args(argv=None):
     p.add_argument("--carla", metavar="HOST:PORT", help="drive a CARLA server instead of the synthetic simulator")
     p.add_argument("--forever", action="store_true", help="run until stopped (SIGTERM, Ctrl-C), keeping no per-step record (bench/soak)")
     p.add_argument("--detector-width", type=float, help=f"YOLOv5 width multiple (default {stages.DETECTOR_WIDTH:g}; 0.5 = YOLOv5s)")
+    p.add_argument("--priority", type=int, help="run the four federates, the store and the RTI at this SCHED_FIFO priority, 1-99 (needs root or CAP_SYS_NICE; bench/realtime)")
     args = p.parse_args(argv)
+    if args.priority is not None and not 1 <= args.priority <= 99:
+        p.error("--priority must be from 1 to 99")
     if args.detector_width is not None:
         if not 0 < args.detector_width <= 1:
             p.error("--detector-width must be in (0, 1], e.g. 0.25 (YOLOv5n) or 0.5 (YOLOv5s)")
@@ -198,6 +201,9 @@ def build(args) -> hprm.Program:
     prog.connect(det.boxes, fusion.boxes)
     # The loop's delay: the control applies at the next simulation step.
     prog.connect(fusion.control, sim.control, after="50ms")
+    if args.priority is not None:
+        for f in (sim, agent, det, fusion):
+            f.realtime(priority=args.priority)
     return prog
 
 
@@ -212,4 +218,5 @@ if __name__ == "__main__":
             sys.exit(f"error: {e}")
     # --populate: the store's memory (and each federate's mapping of it) is
     # faulted in at start, so writing a fresh frame does not page-fault.
-    build(args).launch(fast=True, store_args=["--populate"])
+    placed = ["--realtime-priority", str(args.priority)] if args.priority is not None else []
+    build(args).launch(fast=True, store_args=["--populate", *placed], rti_args=placed or None)

@@ -275,8 +275,8 @@ class Federate:
         """Runs this federate's reactions at real-time ``priority`` (1-99,
         SCHED_FIFO, or ``policy="rr"``) and/or on ``cpus`` (``"2"``,
         ``"0,2-3"``). Its process applies them as it starts, before its
-        threads exist, and then does not busy-poll (a polling real-time
-        thread keeps the threads it waits for off its CPU). Without the
+        threads exist; its inbox polling stays bounded (``HPRM_SPIN_US``,
+        200 us by default), so normal threads keep their CPU. Without the
         right to (root or CAP_SYS_NICE) it stops with an error saying so,
         unless ``best_effort``: then it warns and runs as a normal process.
         ``hprm deploy`` writes them into the federate's unit.

@@ -126,8 +126,8 @@ struct Cli {
     spin_us: u64,
     /// Run the RTI's threads at this real-time priority (1-99), so that
     /// ordinary processes cannot delay a grant. Needs root or CAP_SYS_NICE.
-    /// Polling (--spin-us) is turned off then: a polling real-time thread
-    /// would keep the federates it waits for off its CPU.
+    /// The polling of --spin-us stays: it is bounded and yields on every
+    /// turn, so it holds normal threads off a CPU for at most that long.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
     realtime_priority: Option<u8>,
     /// With --realtime-priority: fifo (default) or rr.
@@ -182,7 +182,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     // Before the runtime's threads exist: they inherit it.
     hprm_realtime::apply_policy(cli.realtime_policy, cli.realtime_priority, cli.cpus.as_ref())?;
-    let spin_us = if cli.realtime_priority.is_some() { 0 } else { cli.spin_us };
+    // Kept at a real-time priority: the polling is bounded by --spin-us
+    // and yields its CPU on every turn (sched_yield at SCHED_FIFO lets the
+    // federates and the store, at the same priority, run), and after the
+    // bound the thread sleeps in the kernel; so a normal thread waits at
+    // most --spin-us per burst of messages (see hprm_node::realtime).
+    let spin_us = cli.spin_us;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
