@@ -436,7 +436,7 @@ def plot(results: dict, path: Path) -> bool:
         ax.set_xscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("fraction")
-        ax.legend(title="link's bulk data marked")
+        ax.legend(title="bulk data marked (+program marked)")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle("Beside hprm-link pushing 10 MB objects at 1 Gbit/s (tbf + pfifo_fast)")
     fig.tight_layout()
