@@ -43,7 +43,9 @@ the mean is exact.
     python priority_bench.py [--bin-dir DIR] [--rate 1gbit] [--samples N] [--reps N] [--program ROUNDS]
         [--configs idle,none,...] [--name STEM] [--out DIR]
 
-Needs root (namespaces, tc); --program needs the hprm SDK in this Python.
+Needs root (namespaces, tc); --program needs the hprm SDK in this Python,
+and the "+all" configurations an hprm-rti with --socket-priority and
+--dscp (2026-11-28 on) where the launcher finds it.
 DIR holds hprm-store, hprm-link and examples/push_load (default:
 $HPRM_LINK_BIN_DIR, else target/release); build them into one target
 directory, as hprm-link/test.sh does:
