@@ -63,6 +63,9 @@ def _args(p):
         help="span two hosts (bench/hosts): the source and the RTI on host a, the receivers on host b; "
         "launch each host's share there with HPRM_LAUNCH_HOST=a|b",
     )
+    p.add_argument("--socket-priority", type=int, help="SO_PRIORITY on every federate's connections (.realtime(socket_priority=))")
+    p.add_argument("--dscp", help="DSCP on every federate's connections (.realtime(dscp=)), e.g. EF")
+    p.add_argument("--rti-arg", action="append", default=[], help="one more argument for hprm-rti (repeat), e.g. --rti-arg=--dscp=EF")
 
 
 ARGS = parse_args(extra=_args)
@@ -231,15 +234,20 @@ if ARGS.hosts:
     address_a, address_b = ARGS.hosts.split(",")
     prog.host("a", address_a).host("b", address_b).rti_on("a")
     src.on("a")
+feds = [src]
 for i in range(RECEIVERS):
     rx = prog.federate(f"recv{i}", Receiver, i)
+    feds.append(rx)
     if ARGS.hosts:
         rx.on("b")
     prog.connect(src.out, rx.inp)
     prog.connect(rx.reply, getattr(src, f"reply{i}"), after="0ms")
+if ARGS.socket_priority is not None or ARGS.dscp:
+    for f in feds:
+        f.realtime(socket_priority=ARGS.socket_priority, dscp=ARGS.dscp)
 
 if __name__ == "__main__":
     # The round's source object and up to four fresh replies are live at
     # once, plus the previous round's until they are released.
     mib = max(256, 12 * SIZE // 2**20) if ARGS.store == "sized" else 256
-    prog.launch(fast=True, store_memory=f"{mib}m", store_args=[] if ARGS.store == "default" else ["--populate"])
+    prog.launch(fast=True, store_memory=f"{mib}m", store_args=[] if ARGS.store == "default" else ["--populate"], rti_args=ARGS.rti_arg)

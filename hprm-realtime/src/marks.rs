@@ -61,7 +61,10 @@ impl SocketMarks {
         self.apply_to(&probe, false)
     }
 
-    fn apply_to(&self, socket: &impl AsFd, ipv6: bool) -> Result<(), RealtimeError> {
+    /// Applies the marks to any socket (e.g. an async runtime's stream);
+    /// `ipv6`: whether it is an IPv6 socket (its traffic class is set
+    /// instead of IPv4's TOS).
+    pub fn apply_to(&self, socket: &impl AsFd, ipv6: bool) -> Result<(), RealtimeError> {
         if let Some(priority) = self.priority {
             if priority > MAX_PRIORITY {
                 return Err(RealtimeError::SocketPriorityRange(priority));

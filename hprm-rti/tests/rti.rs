@@ -383,6 +383,33 @@ fn grants_follow_nets_across_a_delayed_connection() {
     assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + 110 * ms - 1, u32::MAX)));
 }
 
+/// The status file's last write, as the RTI ends, covers the whole run:
+/// a run shorter than the status period (1 s) leaves every grant there, for
+/// a benchmark to read the grant latency from.
+#[test]
+fn the_status_file_holds_every_grant_when_the_rti_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rti = Rti::start_in(2, &["--clock-sync", "off"], dir.path());
+    let (mut f, s) = start(&rti, 2, &[(0, 1, Delay::None)]);
+    for step in 0..3 {
+        f[1].send(&Message::NextEventTag(t(s + step, 0)));
+        f[0].send(&Message::NextEventTag(t(s + step + 1, 0)));
+        assert_eq!(f[1].recv(), Message::TagAdvanceGrant(t(s + step, u32::MAX)));
+    }
+    f[0].send(&Message::Resign);
+    // Its upstream gone, the downstream is granted the rest of the run.
+    let released = f[1].recv();
+    assert!(matches!(released, Message::TagAdvanceGrant(_)), "{released:?}");
+    f[1].send(&Message::Resign);
+    assert_eq!(rti.wait(Duration::from_secs(10)).code(), Some(0), "{}", rti.log());
+    let text = std::fs::read(dir.path().join(hprm_rti::figures::RTI_STATUS_FILE)).unwrap();
+    let figures: hprm_rti::figures::RtiFigures = serde_json::from_slice(&text).unwrap();
+    let downstream = &figures.federates[1];
+    // Three in the loop and the one its upstream's resignation released.
+    assert_eq!(downstream.grants, 4, "{figures:?}");
+    assert!(downstream.grant_latency.count() > 0, "{figures:?}");
+}
+
 #[test]
 fn dnet_can_be_disabled() {
     let ms = 1_000_000;
@@ -692,6 +719,8 @@ fn bad_flags_say_what_is_wrong() {
         (vec!["--federates", "0"], "federates"),
         (vec!["--federates", "2", "--clock-sync", "sometimes"], "sometimes"),
         (vec![], "--federates"),
+        // Checked at start, not at the first federate's connection.
+        (vec!["--federates", "1", "--socket-priority", "16"], "0 to 15"),
     ] {
         let out = Command::new(RTI_BIN).args(&args).output().unwrap();
         assert!(!out.status.success());

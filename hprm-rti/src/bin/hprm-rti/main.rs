@@ -136,6 +136,18 @@ struct Cli {
     /// Pin the RTI's threads to these CPUs, e.g. 1 or 2-3.
     #[arg(long)]
     cpus: Option<hprm_realtime::CpuList>,
+    /// SO_PRIORITY (0-6; up to 15 with CAP_NET_ADMIN) on the federates'
+    /// TCP connections the RTI accepts: the band a prio/pfifo_fast qdisc
+    /// puts its grants and relayed messages in. A federate's own marks
+    /// (`socket_priority`) reach only its direction: Linux starts an
+    /// accepted connection at priority 0.
+    #[arg(long, value_name = "PRIORITY")]
+    socket_priority: Option<u8>,
+    /// DSCP (0-63, or a name: EF, CS6, AF41) on the federates' TCP
+    /// connections the RTI accepts, for the switches and routers between
+    /// hosts; as the federates' `dscp` for the RTI->federate direction.
+    #[arg(long, value_name = "DSCP")]
+    dscp: Option<hprm_realtime::Dscp>,
 }
 
 fn main() {
@@ -180,6 +192,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         None => None,
     };
+    let marks = hprm_realtime::SocketMarks { priority: cli.socket_priority, dscp: cli.dscp };
+    // One clear error at start rather than a refused connection later.
+    marks.check().context("cannot mark the federates' connections (--socket-priority, --dscp)")?;
     // Before the runtime's threads exist: they inherit it.
     hprm_realtime::apply_policy(cli.realtime_policy, cli.realtime_priority, cli.cpus.as_ref())?;
     // Kept at a real-time priority: the polling is bounded by --spin-us
@@ -229,6 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         let mut outcome = federation.outcome();
         tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
+        let started = std::time::Instant::now();
         if let Some(path) = status::path() {
             tokio::spawn(publish(federation.clone(), path));
         }
@@ -260,7 +276,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 loop {
                     match listener.accept().await {
                         Ok((s, peer)) => match per_address.admit(peer.ip()).map(|held| {
-                            let tcp = host_timeout.map_or(Ok(()), |t| hprm_rti::liveness::bound_loss(&s, t)).and_then(|()| stream::tcp(s));
+                            let tcp = host_timeout
+                                .map_or(Ok(()), |t| hprm_rti::liveness::bound_loss(&s, t))
+                                .and_then(|()| stream::mark(&s, &marks))
+                                .and_then(|()| stream::tcp(s));
                             (held, tcp)
                         }) {
                             // Dropping the stream closes it.
@@ -292,6 +311,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         hprm_sd_notify::stopping(if code == 0 { "every federate has resigned" } else { "stopping after a failure" });
         // Let writer tasks flush what was queued (FAILED notices, last grants).
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // The status file's last word: the whole run (the periodic writes
+        // miss up to a period's end, all of a run shorter than one).
+        if let Some(path) = status::path() {
+            let figures = federation.figures(None, started.elapsed().as_secs_f64().max(1e-9));
+            if let Err(e) = status::write(&path, &figures) {
+                tracing::warn!("cannot write {}: {e}", path.display());
+            }
+        }
         if let Some(path) = &cli.trace {
             federation.write_trace(path).with_context(|| format!("cannot write the trace {}; check that its directory exists and is writable", path.display()))?;
         }

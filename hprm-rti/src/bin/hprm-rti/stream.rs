@@ -61,6 +61,15 @@ impl std::fmt::Display for Origin {
     }
 }
 
+/// Marks a federate's accepted connection (`--socket-priority`, `--dscp`).
+/// Linux starts an accepted connection at priority 0 whatever the
+/// federate marked its end with, so without this the RTI->federate
+/// direction (grants, relayed messages) is unmarked.
+pub fn mark(stream: &TcpStream, marks: &hprm_realtime::SocketMarks) -> io::Result<()> {
+    let ipv6 = stream.local_addr()?.is_ipv6();
+    marks.apply_to(stream, ipv6).map_err(io::Error::other)
+}
+
 pub fn tcp(stream: TcpStream) -> io::Result<(ReadHalf, WriteHalf)> {
     let _ = stream.set_nodelay(true);
     let socket = Arc::new(TcpSocket::new(stream)?);
@@ -128,5 +137,26 @@ impl WriteHalf {
             WriteHalf::Tcp(w) => w.0.shutdown_write(),
             WriteHalf::Unix(w) => w.0.shutdown_write(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hprm_realtime::{Dscp, SocketMarks};
+    use nix::sys::socket::{getsockopt, sockopt};
+
+    #[tokio::test]
+    async fn an_accepted_connection_carries_the_rtis_marks_not_the_federates() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let federate = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        SocketMarks { priority: Some(5), dscp: Some(Dscp(46)) }.apply(&federate).unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        // Marked on the federate's side only: the RTI's side starts unmarked.
+        assert_eq!(getsockopt(&accepted, sockopt::Priority).unwrap(), 0);
+        assert_eq!(getsockopt(&accepted, sockopt::IpTos).unwrap() >> 2, 0);
+        mark(&accepted, &SocketMarks { priority: Some(6), dscp: Some(Dscp(46)) }).unwrap();
+        assert_eq!(getsockopt(&accepted, sockopt::Priority).unwrap(), 6);
+        assert_eq!(getsockopt(&accepted, sockopt::IpTos).unwrap() >> 2, 46);
     }
 }
