@@ -183,13 +183,18 @@ struct Held {
 /// The home side of pushes (see [`Link::hold`], [`Link::serve_fetch`]).
 #[derive(Default)]
 struct Dispatch {
-    /// Pushes admitted and not ended, by object and host: how many.
+    /// Pushes read and not ended (waiting for room in the queue, queued or
+    /// on the wire), by object and host: how many.
     pending: HashMap<(ObjectId, String), u32>,
     /// Dropped or failed pushes whose object is kept, by object and host,
     /// oldest first.
     held: HashMap<(ObjectId, String), VecDeque<Held>>,
-    /// Every held push in the order it was kept, with its end: the fetch
-    /// window's clock (entries already fetched are skipped).
+    /// Pushes given up because their object was freed before they were
+    /// queued (its store's delivery TTL), by object and host: the push's
+    /// token and why, the answer to that host's fetch of it.
+    gone: HashMap<(ObjectId, String), (u64, String)>,
+    /// Every held or gone push in the order it was given up, with its end:
+    /// the fetch window's clock (entries already fetched are skipped).
     order: VecDeque<(ObjectId, String, u64, tokio::time::Instant)>,
 }
 
@@ -547,14 +552,7 @@ impl Link {
             while let Ok(sample) = dropped.recv_async().await {
                 match Dropped::decode(&sample.payload().to_bytes()) {
                     Ok(d) => {
-                        tracing::info!(
-                            id = %d.id,
-                            "host {} could not push object {} here ({}); it keeps it for a fetch, which a receiver here \
-                             waiting for it makes",
-                            d.from,
-                            d.id,
-                            d.why
-                        );
+                        tracing::info!(id = %d.id, "host {} could not push object {} here: {}", d.from, d.id, d.why);
                         link.inner.arrivals.notify_waiters();
                     }
                     Err(why) => tracing::warn!("a dropped-push notice: {why}"),
@@ -1168,21 +1166,31 @@ impl Link {
             for (host, receivers) in &req.hosts {
                 let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
                 let asked = Instant::now();
+                // Pending from here, before its admission: a fetch of it
+                // while its request waits for room (`block`) is answered
+                // that it is on its way, and then how it ended.
+                *lock(&self.inner.dispatch).pending.entry((id, host.clone())).or_insert(0) += 1;
                 match self.inner.queues.admit(host).await {
                     Ok(ticket) => {
-                        *lock(&self.inner.dispatch).pending.entry((id, host.clone())).or_insert(0) += 1;
                         let waited = asked.elapsed();
                         tokio::spawn(self.clone().push(id, host.clone(), *receivers, token, ticket, waited));
                     }
                     Err(why) => {
                         self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", self.fallback());
                         let link = self.clone();
                         let host = host.clone();
                         let receivers = *receivers;
+                        let waited = asked.elapsed();
                         tokio::spawn(async move {
-                            if let Ok(object) = link.take_home(id).await {
-                                link.hold(id, &host, token, receivers, Arc::new(object), why, false).await;
+                            match link.take_home(id).await {
+                                Ok(object) => {
+                                    tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", link.fallback());
+                                    link.hold(id, &host, token, receivers, Arc::new(object), why).await;
+                                }
+                                Err(freed) => {
+                                    let why = link.freed_before_queued(&host, &format!("{why}; {freed}"), waited);
+                                    link.give_up(id, &host, token, why).await;
+                                }
                             }
                         });
                     }
@@ -1234,26 +1242,14 @@ impl Link {
         //
         // What is left to the TTL: a request not read yet, while a full
         // queue under `block:T` holds its federate's requests, if T is
-        // longer than the TTL; the error then names both.
+        // longer than the TTL; the error then names both, and the host is
+        // told it ([`Link::give_up`]).
         let object = match self.take_home(id).await {
             Ok(o) => Arc::new(o),
-            Err(why) => {
-                self.end_pending(id, &host);
+            Err(freed) => {
                 self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-                let waited = match waited {
-                    w if w >= Duration::from_millis(100) => format!(
-                        "; its push request waited {w:?} for room in host {host}'s push queue (--queue {}): if that is \
-                         longer than the store's --delivery-ttl, raise the TTL or lower the queue's bound",
-                        self.inner.cfg.queue
-                    ),
-                    _ => String::new(),
-                };
-                tracing::error!(
-                    %id, %host,
-                    "object {id} did not reach host {host}: {why} (freed before its push was queued: its sender's \
-                     store frees a value whose deliveries stay unsettled past its --delivery-ttl){waited}; its \
-                     receivers there will report it missing"
-                );
+                let why = self.freed_before_queued(&host, &freed, waited);
+                self.give_up(id, &host, token, why).await;
                 return;
             }
         };
@@ -1265,7 +1261,7 @@ impl Link {
                 let (policy, depth) = (self.inner.cfg.queue, self.inner.queues.depth());
                 let why = format!("dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep)");
                 tracing::warn!(%id, %host, "object {id} {why}; {}", self.fallback());
-                self.hold(id, &host, token, receivers, object, why, true).await;
+                self.hold(id, &host, token, receivers, object, why).await;
                 return;
             }
         };
@@ -1293,7 +1289,7 @@ impl Link {
             Err(why) => {
                 self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", self.fallback());
-                self.hold(id, &host, token, receivers, object, why, true).await;
+                self.hold(id, &host, token, receivers, object, why).await;
             }
         }
     }
@@ -1303,7 +1299,7 @@ impl Link {
         lock(&self.inner.dispatch).end_pending(&(id, host.to_string()));
     }
 
-    /// A push of `id` to `host` (`pending`: counted as such) was dropped or
+    /// A push of `id` to `host` (counted pending) was dropped or
     /// failed for `why`: its home reference `object` is kept for the fetch
     /// window, for `host`'s receivers to fetch it, and `host` is told. Not
     /// kept with no window, or for a host refused (of another protocol
@@ -1311,25 +1307,13 @@ impl Link {
     ///
     /// Kept and no longer pending in one step, so a fetch always finds it
     /// in one state or the other.
-    #[allow(clippy::too_many_arguments)]
-    async fn hold(
-        &self,
-        id: ObjectId,
-        host: &str,
-        token: u64,
-        receivers: u32,
-        object: Arc<Object>,
-        why: String,
-        pending: bool,
-    ) {
+    async fn hold(&self, id: ObjectId, host: &str, token: u64, receivers: u32, object: Arc<Object>, why: String) {
         let window = self.inner.cfg.fetch_window;
         let refused = matches!(lock(&self.inner.peers).get(host), Some(Peer::Refused(_)));
         let released = {
             let mut d = lock(&self.inner.dispatch);
             let key = (id, host.to_string());
-            if pending {
-                d.end_pending(&key);
-            }
+            d.end_pending(&key);
             if window.is_zero() || refused || host == self.inner.cfg.host {
                 Some(object)
             } else {
@@ -1341,6 +1325,63 @@ impl Link {
         if released.is_some() {
             return; // Dropped here: that settles the host's delivery.
         }
+        self.tell_dropped(
+            id,
+            host,
+            format!("{why}; it keeps it for a fetch, which a receiver here waiting for it makes"),
+        )
+        .await;
+    }
+
+    /// Why a push of an object to `host` found it freed (`freed`, the
+    /// store's answer) when it was queued, its request having waited
+    /// `waited` for room in the queue: a sentence for the logs here and
+    /// there, and for the receivers' errors.
+    fn freed_before_queued(&self, host: &str, freed: &str, waited: Duration) -> String {
+        let waited = match waited {
+            w if w >= Duration::from_millis(100) => format!(
+                "; its push request waited {w:?} for room in host {host}'s push queue (--queue {}): if that is \
+                 longer than the store's --delivery-ttl, raise the TTL or lower the queue's bound",
+                self.inner.cfg.queue
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "{freed} (freed before its push was queued: host {}'s store frees a value whose deliveries stay \
+             unsettled past its --delivery-ttl){waited}",
+            self.inner.cfg.host
+        )
+    }
+
+    /// A push of `id` to `host` (counted pending) is given up for `why`,
+    /// its object freed here before it was queued: `host` is told, so its
+    /// receivers waiting for the value stop waiting, and a fetch of it
+    /// from there is answered with `why` for the fetch window.
+    ///
+    /// Recorded and no longer pending in one step, as in [`Link::hold`].
+    async fn give_up(&self, id: ObjectId, host: &str, token: u64, why: String) {
+        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it lost");
+        {
+            let mut d = lock(&self.inner.dispatch);
+            let key = (id, host.to_string());
+            d.end_pending(&key);
+            let window = self.inner.cfg.fetch_window;
+            if !window.is_zero() {
+                d.order.push_back((id, host.to_string(), token, tokio::time::Instant::now() + window));
+                d.gone.insert(key, (token, why.clone()));
+            }
+        }
+        self.tell_dropped(
+            id,
+            host,
+            format!("{why}; it no longer has it: a receiver here waiting for it counts it lost"),
+        )
+        .await;
+    }
+
+    /// Tells `host` that a push of `id` to it was given up, and why (the
+    /// sentence its link logs, and wakes its waiting fetches with).
+    async fn tell_dropped(&self, id: ObjectId, host: &str, why: String) {
         let notice = Dropped { id, from: self.inner.cfg.host.clone(), why };
         let put = self.inner.session.put(wire::dropped_key(host), notice.encode()).priority(Priority::InteractiveLow);
         if let Err(e) = put.await {
@@ -1365,6 +1406,9 @@ impl Link {
                     }
                     d.order.pop_front();
                     let key = (id, host);
+                    if d.gone.get(&key).is_some_and(|(t, _)| *t == token) {
+                        d.gone.remove(&key);
+                    }
                     let Some(list) = d.held.get_mut(&key) else { continue };
                     if let Some(at) = list.iter().position(|h| h.token == token) {
                         released.extend(list.remove(at).map(|h| (key.0, key.1.clone(), h)));
@@ -1393,16 +1437,17 @@ impl Link {
         };
         let (id, host) = (fetch.id, fetch.from);
         let key = (id, host.clone());
-        let (taken, pending) = {
+        let (taken, pending, given_up) = {
             let mut d = lock(&self.inner.dispatch);
             let taken = d.held.get_mut(&key).and_then(|list| list.pop_front().map(|h| (h, !list.is_empty())));
             if d.held.get(&key).is_some_and(VecDeque::is_empty) {
                 d.held.remove(&key);
             }
-            (taken, d.pending.contains_key(&key))
+            let gone = d.gone.get(&key).map(|(_, why)| why.clone());
+            (taken, d.pending.contains_key(&key), gone)
         };
-        let reply = match taken {
-            Some((held, more)) => {
+        let reply = match (taken, given_up) {
+            (Some((held, more)), _) => {
                 let object = &held.object;
                 let header = Header {
                     kind: Kind::Data,
@@ -1445,19 +1490,24 @@ impl Link {
                 drop(held);
                 return;
             }
-            None if pending => FetchReply::Pending,
+            (None, _) if pending => FetchReply::Pending,
+            // Its push given up, the object freed before it was queued.
+            (None, Some(why)) => {
+                self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
+                FetchReply::Gone(format!("host {} gave up its push of object {id}: {why}", self.inner.cfg.host))
+            }
             // A copy made there from this host's data (still lent for): the
             // asking host had it and freed it (its notice on the way), so it
             // is not coming again; "on its way" would hold the receiver
             // until its get timeout.
-            None if lock(&self.inner.lent).by_key.contains_key(&key) => {
+            (None, None) if lock(&self.inner.lent).by_key.contains_key(&key) => {
                 self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
                 FetchReply::Gone(format!(
                     "host {host} had its copy of object {id} (pushed from host {}) and freed it",
                     self.inner.cfg.host
                 ))
             }
-            None => {
+            (None, None) => {
                 let store = self.inner.store.clone();
                 let here = tokio::task::spawn_blocking(move || unblamed(|| store.contains(id))).await;
                 match here {
