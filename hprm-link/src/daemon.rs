@@ -48,6 +48,12 @@ const TOKENS_KEPT: usize = 4096;
 /// drops most of a fast producer's values).
 const HELD_MAX: usize = 256;
 
+/// How many host timeouts a lost host may stay unanswered while Zenoh
+/// holds a session with it before the link shuts that session's
+/// connections down (`Link::watch_peer`): long enough for a loaded host's
+/// answers, which came up to 1.2 s late under CPU load.
+const HALF_OPEN_ROUNDS: u32 = 4;
+
 /// Most home objects a link lends to remote copies at once (over every
 /// host; see [`Lent`]); past it, or past a quarter of its store's arena in
 /// bytes, the oldest lent reference is released early.
@@ -179,6 +185,19 @@ struct Held {
     receivers: u32,
     object: Arc<Object>,
 }
+
+/// How the link's queries (probes, pushes, fetches) take their replies:
+/// each as it comes, never held for the final one.
+///
+/// One queryable answers each, on one host, but Zenoh routes a query to
+/// every face it has for that host, and after a link is cut and comes
+/// back, the reconnection of both sides at once can leave a face whose
+/// connection is dead. With Zenoh's default (consolidated: the replies
+/// held until every face has sent its final one) the live host's answer
+/// was held until the query's timeout and then dropped, so every probe
+/// went unanswered: a host came back more than a minute after its link
+/// (seen under CPU load; `a_host_whose_link_is_cut...` in tests/push.rs).
+const ANSWERED_AS_IT_COMES: zenoh::query::ConsolidationMode = zenoh::query::ConsolidationMode::None;
 
 /// The home side of pushes (see [`Link::hold`], [`Link::serve_fetch`]).
 #[derive(Default)]
@@ -864,7 +883,18 @@ impl Link {
         // The probe whose send has not returned yet (see below).
         let mut sending: Option<tokio::task::JoinHandle<zenoh::Result<_>>> = None;
         let probe_timeout = every.max(Duration::from_millis(100));
+        // Since when host `peer` is lost with a Zenoh session up (below).
+        let mut half_open: Option<tokio::time::Instant> = None;
         loop {
+            // A lost host's answer is waited for a whole host timeout: the
+            // way back needs one answer, and one that comes later than a
+            // probe period (a loaded host: measured 0.5-1.2 s under CPU
+            // load) still says the host is back. (A linked host's is waited
+            // for a probe period, so that the rule is applied every period.)
+            let patience = match lock(&self.inner.peers).get(&peer) {
+                Some(Peer::Lost(_)) => bound.max(probe_timeout),
+                _ => probe_timeout,
+            };
             // Zenoh's send is synchronous, and while a session fails with a
             // push being queued to it, Zenoh holds every priority's queue
             // until that push's wait for room ends (up to the push
@@ -879,7 +909,13 @@ impl Link {
                     let session = self.inner.session.clone();
                     let key = wire::hello_key(&peer);
                     Ok(tokio::task::spawn_blocking(move || {
-                        session.get(key).priority(Priority::InteractiveHigh).express(true).timeout(probe_timeout).wait()
+                        session
+                            .get(key)
+                            .priority(Priority::InteractiveHigh)
+                            .consolidation(ANSWERED_AS_IT_COMES)
+                            .express(true)
+                            .timeout(patience)
+                            .wait()
                     }))
                 }
             };
@@ -896,7 +932,7 @@ impl Link {
                             None
                         }
                         Ok(Ok(Ok(replies))) => {
-                            let reply = tokio::time::timeout(probe_timeout, replies.recv_async()).await;
+                            let reply = tokio::time::timeout(patience, replies.recv_async()).await;
                             reply.ok().and_then(|r| r.ok()).and_then(|r| r.into_result().ok())
                         }
                         Ok(Ok(Err(e))) => {
@@ -915,6 +951,7 @@ impl Link {
             if hello.is_some() {
                 answered = tokio::time::Instant::now();
             }
+            let unanswered = hello.is_none();
             let silent = hello.is_none()
                 && matches!(before, Peer::Linked(_))
                 && !self.heard_from(answered.elapsed(), session).await;
@@ -990,6 +1027,31 @@ impl Link {
             if refused {
                 return;
             }
+            // A lost host with which Zenoh holds a session again, yet whose
+            // link answers no probe through it: a session left half-open
+            // by both sides reconnecting at once after a cut (seen: one
+            // side's messages, the probes and their answers, never reached
+            // the other, for over a minute, while Zenoh kept the session).
+            // Past a few host timeouts, its connections are shut down, so
+            // that Zenoh drops that session and connects afresh.
+            let lost = matches!(lock(&self.inner.peers).get(&peer), Some(Peer::Lost(_)));
+            match session.filter(|_| lost && unanswered) {
+                Some(zid) if !self.connections(zid).await.is_empty() => {
+                    let since = *half_open.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() > HALF_OPEN_ROUNDS * bound {
+                        let conns = self.connections(zid).await;
+                        let shut = tokio::task::spawn_blocking(move || liveness::shut_down(&conns)).await.unwrap_or(0);
+                        tracing::warn!(
+                            %peer,
+                            "host {peer}: Zenoh holds a session with it, but its link has answered no probe through it \
+                             for {:?}: shutting down its {shut} connection(s) so that Zenoh connects afresh",
+                            since.elapsed()
+                        );
+                        half_open = None;
+                    }
+                }
+                _ => half_open = None,
+            }
             tokio::time::sleep(every).await;
         }
     }
@@ -1033,26 +1095,8 @@ impl Link {
             return true;
         }
         let Some(session) = session else { return false };
-        let zenoh = self.inner.session.clone();
-        let received = tokio::task::spawn_blocking(move || {
-            // The connections Zenoh holds with that session (by local and
-            // remote address); one whose address is not an IP socket
-            // address (a TLS endpoint named by host name) counts by probes
-            // only.
-            let conns: Vec<(SocketAddr, SocketAddr)> = zenoh
-                .info()
-                .links()
-                .wait()
-                .filter(|link| link.zid().to_le_bytes() == session)
-                .filter_map(|link| {
-                    Some((link.src().address().as_str().parse().ok()?, link.dst().address().as_str().parse().ok()?))
-                })
-                .collect();
-            liveness::last_received(&conns)
-        })
-        .await
-        .ok()
-        .flatten();
+        let conns = self.connections(session).await;
+        let received = tokio::task::spawn_blocking(move || liveness::last_received(&conns)).await.ok().flatten();
         let alive = liveness::alive(answered, received, bound);
         if !alive {
             tracing::info!(
@@ -1066,6 +1110,27 @@ impl Link {
             );
         }
         alive
+    }
+
+    /// The connections Zenoh holds with the session of Zenoh id `zid`
+    /// (by local and remote address); one whose address is not an IP
+    /// socket address (a TLS endpoint named by host name) is left out:
+    /// it counts by probes only.
+    async fn connections(&self, zid: [u8; wire::SESSION_ID_LEN]) -> Vec<(SocketAddr, SocketAddr)> {
+        let zenoh = self.inner.session.clone();
+        tokio::task::spawn_blocking(move || {
+            zenoh
+                .info()
+                .links()
+                .wait()
+                .filter(|link| link.zid().to_le_bytes() == zid)
+                .filter_map(|link| {
+                    Some((link.src().address().as_str().parse().ok()?, link.dst().address().as_str().parse().ok()?))
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Whether the lost host `host` is linked again within one probe
@@ -1683,6 +1748,7 @@ impl Link {
             .inner
             .session
             .get(wire::fetch_key(home))
+            .consolidation(ANSWERED_AS_IT_COMES)
             .priority(Priority::Data)
             .attachment(fetch.encode())
             .timeout(self.inner.cfg.push_timeout)
@@ -1813,7 +1879,13 @@ impl Link {
         let session = self.inner.session.clone();
         let (key, attachment) = (wire::push_key(host), header.encode());
         let send = move || {
-            let get = session.get(key).priority(priority).attachment(attachment).timeout(timeout);
+            // Each reply as it comes ([`ANSWERED_AS_IT_COMES`]).
+            let get = session
+                .get(key)
+                .priority(priority)
+                .consolidation(ANSWERED_AS_IT_COMES)
+                .attachment(attachment)
+                .timeout(timeout);
             match data {
                 Some(data) => get.payload(data).wait(),
                 None => get.wait(),

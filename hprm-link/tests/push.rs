@@ -131,7 +131,13 @@ impl Host {
                 .args(args)
                 // Lending logged too (a debug line of its own target):
                 // the home reference kept for a copy is not seen otherwise.
-                .env("RUST_LOG", "info,zenoh=warn,hprm_link::lent=debug")
+                // HPRM_TEST_LINK_LOG replaces it, to see more (Zenoh's
+                // transport: `info,zenoh=debug,zenoh_transport=debug`).
+                .env(
+                    "RUST_LOG",
+                    std::env::var("HPRM_TEST_LINK_LOG")
+                        .unwrap_or_else(|_| "info,zenoh=warn,hprm_link::lent=debug".into()),
+                )
                 .env("NO_COLOR", "1")
                 .stdout(Stdio::null())
                 .stderr(log)
@@ -1259,12 +1265,15 @@ fn a_host_whose_link_is_cut_or_killed_during_a_push_is_lost_within_the_bound() {
         a.log().contains(&format!("object {id} did not reach host b: host b was lost during the push"))
     });
     net.link("a", "up");
+    let up = Instant::now();
     // Back once Zenoh has closed the session that failed under the push
-    // (after its wait for queue room, the push timeout) and its reconnect
-    // backoff has come round: seconds alone, longer when the machine is
-    // loaded (once over 30 s, beside the other tests of this file in a
-    // cold CI run). What is under test above is the loss; this is only
-    // the way back, so it waits a minute, and shows both links' logs.
+    // (when the push's wait for queue room ends: the push timeout, 10 s,
+    // after the push began), reconnected, and a probe was answered: the
+    // bound in docs/src/hosts.md ("The way back after a cut link") is 13 s
+    // here; 7.2-10.5 s measured, idle and under load. What is under test
+    // above is the loss; this is the way back, waited for generously (a
+    // minute: 4x the worst seen, beside the file's other tests in a cold
+    // CI run too), with both links' logs shown if it does not come.
     let deadline = Instant::now() + 2 * WITHIN;
     while !a.log().contains("host b is back") {
         assert!(
@@ -1276,6 +1285,7 @@ fn a_host_whose_link_is_cut_or_killed_during_a_push_is_lost_within_the_bound() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    println!("host b back {:?} after the link came up", up.elapsed());
 
     let id = put(&sa, &pattern(size, 4), 1);
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
