@@ -48,6 +48,12 @@ const TOKENS_KEPT: usize = 4096;
 /// drops most of a fast producer's values).
 const HELD_MAX: usize = 256;
 
+/// How many host timeouts a lost host may stay unanswered while Zenoh
+/// holds a session with it before the link shuts that session's
+/// connections down (`Link::watch_peer`): long enough for a loaded host's
+/// answers, which came up to 1.2 s late under CPU load.
+const HALF_OPEN_ROUNDS: u32 = 4;
+
 /// Most home objects a link lends to remote copies at once (over every
 /// host; see [`Lent`]); past it, or past a quarter of its store's arena in
 /// bytes, the oldest lent reference is released early.
@@ -180,16 +186,34 @@ struct Held {
     object: Arc<Object>,
 }
 
+/// How the link's queries (probes, pushes, fetches) take their replies:
+/// each as it comes, never held for the final one.
+///
+/// One queryable answers each, on one host, but Zenoh routes a query to
+/// every face it has for that host, and after a link is cut and comes
+/// back, the reconnection of both sides at once can leave a face whose
+/// connection is dead. With Zenoh's default (consolidated: the replies
+/// held until every face has sent its final one) the live host's answer
+/// was held until the query's timeout and then dropped, so every probe
+/// went unanswered: a host came back more than a minute after its link
+/// (seen under CPU load; `a_host_whose_link_is_cut...` in tests/push.rs).
+const ANSWERED_AS_IT_COMES: zenoh::query::ConsolidationMode = zenoh::query::ConsolidationMode::None;
+
 /// The home side of pushes (see [`Link::hold`], [`Link::serve_fetch`]).
 #[derive(Default)]
 struct Dispatch {
-    /// Pushes admitted and not ended, by object and host: how many.
+    /// Pushes read and not ended (waiting for room in the queue, queued or
+    /// on the wire), by object and host: how many.
     pending: HashMap<(ObjectId, String), u32>,
     /// Dropped or failed pushes whose object is kept, by object and host,
     /// oldest first.
     held: HashMap<(ObjectId, String), VecDeque<Held>>,
-    /// Every held push in the order it was kept, with its end: the fetch
-    /// window's clock (entries already fetched are skipped).
+    /// Pushes given up because their object was freed before they were
+    /// queued (its store's delivery TTL), by object and host: the push's
+    /// token and why, the answer to that host's fetch of it.
+    gone: HashMap<(ObjectId, String), (u64, String)>,
+    /// Every held or gone push in the order it was given up, with its end:
+    /// the fetch window's clock (entries already fetched are skipped).
     order: VecDeque<(ObjectId, String, u64, tokio::time::Instant)>,
 }
 
@@ -547,14 +571,7 @@ impl Link {
             while let Ok(sample) = dropped.recv_async().await {
                 match Dropped::decode(&sample.payload().to_bytes()) {
                     Ok(d) => {
-                        tracing::info!(
-                            id = %d.id,
-                            "host {} could not push object {} here ({}); it keeps it for a fetch, which a receiver here \
-                             waiting for it makes",
-                            d.from,
-                            d.id,
-                            d.why
-                        );
+                        tracing::info!(id = %d.id, "host {} could not push object {} here: {}", d.from, d.id, d.why);
                         link.inner.arrivals.notify_waiters();
                     }
                     Err(why) => tracing::warn!("a dropped-push notice: {why}"),
@@ -866,7 +883,18 @@ impl Link {
         // The probe whose send has not returned yet (see below).
         let mut sending: Option<tokio::task::JoinHandle<zenoh::Result<_>>> = None;
         let probe_timeout = every.max(Duration::from_millis(100));
+        // Since when host `peer` is lost with a Zenoh session up (below).
+        let mut half_open: Option<tokio::time::Instant> = None;
         loop {
+            // A lost host's answer is waited for a whole host timeout: the
+            // way back needs one answer, and one that comes later than a
+            // probe period (a loaded host: measured 0.5-1.2 s under CPU
+            // load) still says the host is back. (A linked host's is waited
+            // for a probe period, so that the rule is applied every period.)
+            let patience = match lock(&self.inner.peers).get(&peer) {
+                Some(Peer::Lost(_)) => bound.max(probe_timeout),
+                _ => probe_timeout,
+            };
             // Zenoh's send is synchronous, and while a session fails with a
             // push being queued to it, Zenoh holds every priority's queue
             // until that push's wait for room ends (up to the push
@@ -881,7 +909,13 @@ impl Link {
                     let session = self.inner.session.clone();
                     let key = wire::hello_key(&peer);
                     Ok(tokio::task::spawn_blocking(move || {
-                        session.get(key).priority(Priority::InteractiveHigh).express(true).timeout(probe_timeout).wait()
+                        session
+                            .get(key)
+                            .priority(Priority::InteractiveHigh)
+                            .consolidation(ANSWERED_AS_IT_COMES)
+                            .express(true)
+                            .timeout(patience)
+                            .wait()
                     }))
                 }
             };
@@ -898,7 +932,7 @@ impl Link {
                             None
                         }
                         Ok(Ok(Ok(replies))) => {
-                            let reply = tokio::time::timeout(probe_timeout, replies.recv_async()).await;
+                            let reply = tokio::time::timeout(patience, replies.recv_async()).await;
                             reply.ok().and_then(|r| r.ok()).and_then(|r| r.into_result().ok())
                         }
                         Ok(Ok(Err(e))) => {
@@ -917,6 +951,7 @@ impl Link {
             if hello.is_some() {
                 answered = tokio::time::Instant::now();
             }
+            let unanswered = hello.is_none();
             let silent = hello.is_none()
                 && matches!(before, Peer::Linked(_))
                 && !self.heard_from(answered.elapsed(), session).await;
@@ -992,6 +1027,31 @@ impl Link {
             if refused {
                 return;
             }
+            // A lost host with which Zenoh holds a session again, yet whose
+            // link answers no probe through it: a session left half-open
+            // by both sides reconnecting at once after a cut (seen: one
+            // side's messages, the probes and their answers, never reached
+            // the other, for over a minute, while Zenoh kept the session).
+            // Past a few host timeouts, its connections are shut down, so
+            // that Zenoh drops that session and connects afresh.
+            let lost = matches!(lock(&self.inner.peers).get(&peer), Some(Peer::Lost(_)));
+            match session.filter(|_| lost && unanswered) {
+                Some(zid) if !self.connections(zid).await.is_empty() => {
+                    let since = *half_open.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() > HALF_OPEN_ROUNDS * bound {
+                        let conns = self.connections(zid).await;
+                        let shut = tokio::task::spawn_blocking(move || liveness::shut_down(&conns)).await.unwrap_or(0);
+                        tracing::warn!(
+                            %peer,
+                            "host {peer}: Zenoh holds a session with it, but its link has answered no probe through it \
+                             for {:?}: shutting down its {shut} connection(s) so that Zenoh connects afresh",
+                            since.elapsed()
+                        );
+                        half_open = None;
+                    }
+                }
+                _ => half_open = None,
+            }
             tokio::time::sleep(every).await;
         }
     }
@@ -1035,26 +1095,8 @@ impl Link {
             return true;
         }
         let Some(session) = session else { return false };
-        let zenoh = self.inner.session.clone();
-        let received = tokio::task::spawn_blocking(move || {
-            // The connections Zenoh holds with that session (by local and
-            // remote address); one whose address is not an IP socket
-            // address (a TLS endpoint named by host name) counts by probes
-            // only.
-            let conns: Vec<(SocketAddr, SocketAddr)> = zenoh
-                .info()
-                .links()
-                .wait()
-                .filter(|link| link.zid().to_le_bytes() == session)
-                .filter_map(|link| {
-                    Some((link.src().address().as_str().parse().ok()?, link.dst().address().as_str().parse().ok()?))
-                })
-                .collect();
-            liveness::last_received(&conns)
-        })
-        .await
-        .ok()
-        .flatten();
+        let conns = self.connections(session).await;
+        let received = tokio::task::spawn_blocking(move || liveness::last_received(&conns)).await.ok().flatten();
         let alive = liveness::alive(answered, received, bound);
         if !alive {
             tracing::info!(
@@ -1068,6 +1110,27 @@ impl Link {
             );
         }
         alive
+    }
+
+    /// The connections Zenoh holds with the session of Zenoh id `zid`
+    /// (by local and remote address); one whose address is not an IP
+    /// socket address (a TLS endpoint named by host name) is left out:
+    /// it counts by probes only.
+    async fn connections(&self, zid: [u8; wire::SESSION_ID_LEN]) -> Vec<(SocketAddr, SocketAddr)> {
+        let zenoh = self.inner.session.clone();
+        tokio::task::spawn_blocking(move || {
+            zenoh
+                .info()
+                .links()
+                .wait()
+                .filter(|link| link.zid().to_le_bytes() == zid)
+                .filter_map(|link| {
+                    Some((link.src().address().as_str().parse().ok()?, link.dst().address().as_str().parse().ok()?))
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Whether the lost host `host` is linked again within one probe
@@ -1168,21 +1231,31 @@ impl Link {
             for (host, receivers) in &req.hosts {
                 let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
                 let asked = Instant::now();
+                // Pending from here, before its admission: a fetch of it
+                // while its request waits for room (`block`) is answered
+                // that it is on its way, and then how it ended.
+                *lock(&self.inner.dispatch).pending.entry((id, host.clone())).or_insert(0) += 1;
                 match self.inner.queues.admit(host).await {
                     Ok(ticket) => {
-                        *lock(&self.inner.dispatch).pending.entry((id, host.clone())).or_insert(0) += 1;
                         let waited = asked.elapsed();
                         tokio::spawn(self.clone().push(id, host.clone(), *receivers, token, ticket, waited));
                     }
                     Err(why) => {
                         self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", self.fallback());
                         let link = self.clone();
                         let host = host.clone();
                         let receivers = *receivers;
+                        let waited = asked.elapsed();
                         tokio::spawn(async move {
-                            if let Ok(object) = link.take_home(id).await {
-                                link.hold(id, &host, token, receivers, Arc::new(object), why, false).await;
+                            match link.take_home(id).await {
+                                Ok(object) => {
+                                    tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", link.fallback());
+                                    link.hold(id, &host, token, receivers, Arc::new(object), why).await;
+                                }
+                                Err(freed) => {
+                                    let why = link.freed_before_queued(&host, &format!("{why}; {freed}"), waited);
+                                    link.give_up(id, &host, token, why).await;
+                                }
                             }
                         });
                     }
@@ -1234,26 +1307,14 @@ impl Link {
         //
         // What is left to the TTL: a request not read yet, while a full
         // queue under `block:T` holds its federate's requests, if T is
-        // longer than the TTL; the error then names both.
+        // longer than the TTL; the error then names both, and the host is
+        // told it ([`Link::give_up`]).
         let object = match self.take_home(id).await {
             Ok(o) => Arc::new(o),
-            Err(why) => {
-                self.end_pending(id, &host);
+            Err(freed) => {
                 self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
-                let waited = match waited {
-                    w if w >= Duration::from_millis(100) => format!(
-                        "; its push request waited {w:?} for room in host {host}'s push queue (--queue {}): if that is \
-                         longer than the store's --delivery-ttl, raise the TTL or lower the queue's bound",
-                        self.inner.cfg.queue
-                    ),
-                    _ => String::new(),
-                };
-                tracing::error!(
-                    %id, %host,
-                    "object {id} did not reach host {host}: {why} (freed before its push was queued: its sender's \
-                     store frees a value whose deliveries stay unsettled past its --delivery-ttl){waited}; its \
-                     receivers there will report it missing"
-                );
+                let why = self.freed_before_queued(&host, &freed, waited);
+                self.give_up(id, &host, token, why).await;
                 return;
             }
         };
@@ -1265,7 +1326,7 @@ impl Link {
                 let (policy, depth) = (self.inner.cfg.queue, self.inner.queues.depth());
                 let why = format!("dropped from host {host}'s push queue for newer ones ({policy}, {depth} deep)");
                 tracing::warn!(%id, %host, "object {id} {why}; {}", self.fallback());
-                self.hold(id, &host, token, receivers, object, why, true).await;
+                self.hold(id, &host, token, receivers, object, why).await;
                 return;
             }
         };
@@ -1293,7 +1354,7 @@ impl Link {
             Err(why) => {
                 self.inner.counters.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; {}", self.fallback());
-                self.hold(id, &host, token, receivers, object, why, true).await;
+                self.hold(id, &host, token, receivers, object, why).await;
             }
         }
     }
@@ -1303,7 +1364,7 @@ impl Link {
         lock(&self.inner.dispatch).end_pending(&(id, host.to_string()));
     }
 
-    /// A push of `id` to `host` (`pending`: counted as such) was dropped or
+    /// A push of `id` to `host` (counted pending) was dropped or
     /// failed for `why`: its home reference `object` is kept for the fetch
     /// window, for `host`'s receivers to fetch it, and `host` is told. Not
     /// kept with no window, or for a host refused (of another protocol
@@ -1311,25 +1372,13 @@ impl Link {
     ///
     /// Kept and no longer pending in one step, so a fetch always finds it
     /// in one state or the other.
-    #[allow(clippy::too_many_arguments)]
-    async fn hold(
-        &self,
-        id: ObjectId,
-        host: &str,
-        token: u64,
-        receivers: u32,
-        object: Arc<Object>,
-        why: String,
-        pending: bool,
-    ) {
+    async fn hold(&self, id: ObjectId, host: &str, token: u64, receivers: u32, object: Arc<Object>, why: String) {
         let window = self.inner.cfg.fetch_window;
         let refused = matches!(lock(&self.inner.peers).get(host), Some(Peer::Refused(_)));
         let released = {
             let mut d = lock(&self.inner.dispatch);
             let key = (id, host.to_string());
-            if pending {
-                d.end_pending(&key);
-            }
+            d.end_pending(&key);
             if window.is_zero() || refused || host == self.inner.cfg.host {
                 Some(object)
             } else {
@@ -1341,6 +1390,63 @@ impl Link {
         if released.is_some() {
             return; // Dropped here: that settles the host's delivery.
         }
+        self.tell_dropped(
+            id,
+            host,
+            format!("{why}; it keeps it for a fetch, which a receiver here waiting for it makes"),
+        )
+        .await;
+    }
+
+    /// Why a push of an object to `host` found it freed (`freed`, the
+    /// store's answer) when it was queued, its request having waited
+    /// `waited` for room in the queue: a sentence for the logs here and
+    /// there, and for the receivers' errors.
+    fn freed_before_queued(&self, host: &str, freed: &str, waited: Duration) -> String {
+        let waited = match waited {
+            w if w >= Duration::from_millis(100) => format!(
+                "; its push request waited {w:?} for room in host {host}'s push queue (--queue {}): if that is \
+                 longer than the store's --delivery-ttl, raise the TTL or lower the queue's bound",
+                self.inner.cfg.queue
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "{freed} (freed before its push was queued: host {}'s store frees a value whose deliveries stay \
+             unsettled past its --delivery-ttl){waited}",
+            self.inner.cfg.host
+        )
+    }
+
+    /// A push of `id` to `host` (counted pending) is given up for `why`,
+    /// its object freed here before it was queued: `host` is told, so its
+    /// receivers waiting for the value stop waiting, and a fetch of it
+    /// from there is answered with `why` for the fetch window.
+    ///
+    /// Recorded and no longer pending in one step, as in [`Link::hold`].
+    async fn give_up(&self, id: ObjectId, host: &str, token: u64, why: String) {
+        tracing::error!(%id, %host, "object {id} did not reach host {host}: {why}; its receivers there will report it lost");
+        {
+            let mut d = lock(&self.inner.dispatch);
+            let key = (id, host.to_string());
+            d.end_pending(&key);
+            let window = self.inner.cfg.fetch_window;
+            if !window.is_zero() {
+                d.order.push_back((id, host.to_string(), token, tokio::time::Instant::now() + window));
+                d.gone.insert(key, (token, why.clone()));
+            }
+        }
+        self.tell_dropped(
+            id,
+            host,
+            format!("{why}; it no longer has it: a receiver here waiting for it counts it lost"),
+        )
+        .await;
+    }
+
+    /// Tells `host` that a push of `id` to it was given up, and why (the
+    /// sentence its link logs, and wakes its waiting fetches with).
+    async fn tell_dropped(&self, id: ObjectId, host: &str, why: String) {
         let notice = Dropped { id, from: self.inner.cfg.host.clone(), why };
         let put = self.inner.session.put(wire::dropped_key(host), notice.encode()).priority(Priority::InteractiveLow);
         if let Err(e) = put.await {
@@ -1365,6 +1471,9 @@ impl Link {
                     }
                     d.order.pop_front();
                     let key = (id, host);
+                    if d.gone.get(&key).is_some_and(|(t, _)| *t == token) {
+                        d.gone.remove(&key);
+                    }
                     let Some(list) = d.held.get_mut(&key) else { continue };
                     if let Some(at) = list.iter().position(|h| h.token == token) {
                         released.extend(list.remove(at).map(|h| (key.0, key.1.clone(), h)));
@@ -1393,16 +1502,17 @@ impl Link {
         };
         let (id, host) = (fetch.id, fetch.from);
         let key = (id, host.clone());
-        let (taken, pending) = {
+        let (taken, pending, given_up) = {
             let mut d = lock(&self.inner.dispatch);
             let taken = d.held.get_mut(&key).and_then(|list| list.pop_front().map(|h| (h, !list.is_empty())));
             if d.held.get(&key).is_some_and(VecDeque::is_empty) {
                 d.held.remove(&key);
             }
-            (taken, d.pending.contains_key(&key))
+            let gone = d.gone.get(&key).map(|(_, why)| why.clone());
+            (taken, d.pending.contains_key(&key), gone)
         };
-        let reply = match taken {
-            Some((held, more)) => {
+        let reply = match (taken, given_up) {
+            (Some((held, more)), _) => {
                 let object = &held.object;
                 let header = Header {
                     kind: Kind::Data,
@@ -1445,19 +1555,24 @@ impl Link {
                 drop(held);
                 return;
             }
-            None if pending => FetchReply::Pending,
+            (None, _) if pending => FetchReply::Pending,
+            // Its push given up, the object freed before it was queued.
+            (None, Some(why)) => {
+                self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
+                FetchReply::Gone(format!("host {} gave up its push of object {id}: {why}", self.inner.cfg.host))
+            }
             // A copy made there from this host's data (still lent for): the
             // asking host had it and freed it (its notice on the way), so it
             // is not coming again; "on its way" would hold the receiver
             // until its get timeout.
-            None if lock(&self.inner.lent).by_key.contains_key(&key) => {
+            (None, None) if lock(&self.inner.lent).by_key.contains_key(&key) => {
                 self.inner.counters.gone.fetch_add(1, Ordering::Relaxed);
                 FetchReply::Gone(format!(
                     "host {host} had its copy of object {id} (pushed from host {}) and freed it",
                     self.inner.cfg.host
                 ))
             }
-            None => {
+            (None, None) => {
                 let store = self.inner.store.clone();
                 let here = tokio::task::spawn_blocking(move || unblamed(|| store.contains(id))).await;
                 match here {
@@ -1633,6 +1748,7 @@ impl Link {
             .inner
             .session
             .get(wire::fetch_key(home))
+            .consolidation(ANSWERED_AS_IT_COMES)
             .priority(Priority::Data)
             .attachment(fetch.encode())
             .timeout(self.inner.cfg.push_timeout)
@@ -1763,7 +1879,13 @@ impl Link {
         let session = self.inner.session.clone();
         let (key, attachment) = (wire::push_key(host), header.encode());
         let send = move || {
-            let get = session.get(key).priority(priority).attachment(attachment).timeout(timeout);
+            // Each reply as it comes ([`ANSWERED_AS_IT_COMES`]).
+            let get = session
+                .get(key)
+                .priority(priority)
+                .consolidation(ANSWERED_AS_IT_COMES)
+                .attachment(attachment)
+                .timeout(timeout);
             match data {
                 Some(data) => get.payload(data).wait(),
                 None => get.wait(),

@@ -52,6 +52,10 @@
 //!    on its way, or that the object is gone, which the receiver counts as
 //!    the value lost at once, with that reason. Kept references not fetched
 //!    are released when the window ends. A refused host is not kept for.
+//!    A push whose object its store freed before it was queued (its
+//!    request waited for room past the delivery TTL) has nothing to keep:
+//!    the host is told all the same, and the home link answers a fetch of
+//!    it with why, for the fetch window.
 //!
 //! Every push carries a token naming it ([`wire::Header::token`]): a
 //! receiving link adds one push's deliveries once, whether it came by push,

@@ -75,6 +75,25 @@ pub fn last_received(conns: &[(SocketAddr, SocketAddr)]) -> Option<Duration> {
         .min()
 }
 
+/// Shuts down (`shutdown(2)`, both ways) this process's TCP connections
+/// named by `conns`, found as [`last_received`] finds them; how many. The
+/// descriptors stay open, their owner (Zenoh) sees its reads end and its
+/// writes fail, and closes them itself.
+pub fn shut_down(conns: &[(SocketAddr, SocketAddr)]) -> usize {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return 0 };
+    fds.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<RawFd>().ok())
+        .filter(|&fd| {
+            let (Some(local), Some(remote)) = (address(fd, libc::getsockname), address(fd, libc::getpeername)) else {
+                return false;
+            };
+            conns.contains(&(local, remote))
+        })
+        // SAFETY: shutdown takes any descriptor; the kernel checks it.
+        .filter(|&fd| unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0)
+        .count()
+}
+
 /// The time since socket `fd` last received data (`tcpi_last_data_recv`).
 fn last_data_received(fd: RawFd) -> Option<Duration> {
     // SAFETY: an all-zero tcp_info is a valid value (plain integers).

@@ -28,7 +28,8 @@
 //! It subscribes to
 //! - `hprm/link/<host>/dropped`: a [`Dropped`] notice, put by a link whose
 //!   push of an object to this host was dropped by its queue or failed, and
-//!   which keeps the object for a fetch for its fetch window;
+//!   which keeps the object for a fetch for its fetch window, or found the
+//!   object freed before its push was queued (its store's delivery TTL);
 //! - `hprm/link/<host>/released`: a [`Released`] notice, put by a link
 //!   whose copies of objects this host pushed (or served by fetch) were
 //!   freed: this host releases the reference it held for each (see the
@@ -328,8 +329,10 @@ impl FetchReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dropped {
     pub id: ObjectId,
-    /// The object's home host, which keeps it for a fetch.
+    /// The object's home host.
     pub from: String,
+    /// Why the push was given up, and whether the home host keeps the
+    /// object for a fetch: a sentence for the receiving link's log.
     pub why: String,
 }
 

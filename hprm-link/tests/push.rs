@@ -4,7 +4,8 @@
 //! request named; the home object lives as long as the remote copy does,
 //! so an echo back to the home host moves no data (and a lost host does
 //! not pin it); pushes of one object to one host share one transfer; a push
-//! queued past the home store's delivery TTL still arrives; bad requests are refused and
+//! queued past the home store's delivery TTL still arrives, and one whose request waited for
+//! room past it is lost with a notice naming the TTL; bad requests are refused and
 //! the link stays up; a host whose link goes silent is lost by name within
 //! the host timeout, and pushes resume once it is back; each link mirrors
 //! the other host's status (for `hprm ps`) and withdraws its own as it stops;
@@ -130,7 +131,13 @@ impl Host {
                 .args(args)
                 // Lending logged too (a debug line of its own target):
                 // the home reference kept for a copy is not seen otherwise.
-                .env("RUST_LOG", "info,zenoh=warn,hprm_link::lent=debug")
+                // HPRM_TEST_LINK_LOG replaces it, to see more (Zenoh's
+                // transport: `info,zenoh=debug,zenoh_transport=debug`).
+                .env(
+                    "RUST_LOG",
+                    std::env::var("HPRM_TEST_LINK_LOG")
+                        .unwrap_or_else(|_| "info,zenoh=warn,hprm_link::lent=debug".into()),
+                )
                 .env("NO_COLOR", "1")
                 .stdout(Stdio::null())
                 .stderr(log)
@@ -881,6 +888,68 @@ fn a_push_that_waits_in_the_queue_past_the_stores_delivery_ttl_still_arrives_and
 }
 
 #[test]
+fn a_push_request_that_waits_for_room_past_the_stores_delivery_ttl_is_lost_with_a_notice_naming_the_ttl() {
+    // Host a's store gives up on undelivered values after 1 s; a's queue
+    // holds 3 pushes and blocks further requests for up to 20 s; b's link
+    // is stopped with long timeouts, so of a's four pushes three are queued
+    // (each holding its object) and the fourth request waits for room,
+    // holding nothing: the TTL frees its object under it.
+    let queue = ["--queue", "block:20s", "--queue-depth", "3"].map(String::from);
+    let with_queue: Vec<String> = [&patient()[..], &queue[..]].concat();
+    let (mut a, mut b, _) = pair_full(&with_queue, &patient(), &["--delivery-ttl", "1s"]);
+    let (sa, sb) = (a.store(), b.store());
+    b.signal_link("STOP");
+    let values: Vec<_> = (0..4u8).map(|k| send(&a, 300_000, k)).collect();
+    for (_, _, id) in &values {
+        a.push(&PushRequest { ids: vec![*id], hosts: vec![("b".into(), 1)] });
+    }
+    // Which request waits depends on the order the link read them in: the
+    // one whose object the TTL freed.
+    eventually("the TTL freed the object of the request waiting for room", || {
+        values.iter().filter(|v| !sa.contains(v.2).expect("contains")).count() == 1
+    });
+    let freed = values.iter().map(|v| v.2).find(|id| !sa.contains(*id).expect("contains")).expect("one freed");
+    b.signal_link("CONT");
+    // The queued three arrive; the fourth's request is read once they end,
+    // finds its object gone, and b is told why.
+    let dec = receiver(&b);
+    for (bytes, data, id) in &values {
+        let got = read_value(&dec, bytes);
+        if *id != freed {
+            let got = got.unwrap_or_else(|e| panic!("object {id}: {e}\n{}\n{}", a.log(), b.log()));
+            assert!(got == *data, "object {id} arrived changed");
+            continue;
+        }
+        match got {
+            Err(hprm_node::payload::PayloadError::Gone { host, missing, reason, .. }) => {
+                assert_eq!((host.as_str(), missing.as_slice()), ("a", &[*id][..]), "{reason}");
+                // Why, not a generic "gone": the TTL, and the queue the
+                // request waited in, with its policy.
+                assert!(reason.contains(&format!("host a gave up its push of object {id}")), "{reason}");
+                assert!(reason.contains("--delivery-ttl"), "{reason}");
+                assert!(reason.contains("for room in host b's push queue (--queue block:"), "{reason}");
+            }
+            Err(other) => panic!("object {id}: not gone, {other}\n{}\n{}", a.log(), b.log()),
+            Ok(_) => panic!("object {id}, freed at home, arrived\n{}\n{}", a.log(), b.log()),
+        }
+    }
+    // b's link heard it from a, with the same reason.
+    eventually("b's link was told why", || {
+        b.log().lines().any(|l| {
+            l.contains(&format!("host a could not push object {freed} here"))
+                && l.contains("--delivery-ttl")
+                && l.contains("no longer has it")
+        })
+    });
+    assert_empty(&sa, "every home object freed once b's copies were");
+    assert_empty(&sb, "every copy on b freed once its receiver read it");
+    let a_end = counters(&a.stop_link());
+    assert!(a_end.contains("pushed=3") && a_end.contains("failed=1") && a_end.contains("dropped=0"), "{a_end}");
+    let b_end = counters(&b.stop_link());
+    assert!(b_end.contains("received=3") && b_end.contains("fetched=0"), "{b_end}");
+}
+
+#[test]
 fn a_host_whose_link_starts_after_the_push_fetches_the_value() {
     let (pa, pb) = (free_port(), free_port());
     let tcp = |port: u16| format!("tcp/127.0.0.1:{port}");
@@ -1196,12 +1265,15 @@ fn a_host_whose_link_is_cut_or_killed_during_a_push_is_lost_within_the_bound() {
         a.log().contains(&format!("object {id} did not reach host b: host b was lost during the push"))
     });
     net.link("a", "up");
+    let up = Instant::now();
     // Back once Zenoh has closed the session that failed under the push
-    // (after its wait for queue room, the push timeout) and its reconnect
-    // backoff has come round: seconds alone, longer when the machine is
-    // loaded (once over 30 s, beside the other tests of this file in a
-    // cold CI run). What is under test above is the loss; this is only
-    // the way back, so it waits a minute, and shows both links' logs.
+    // (when the push's wait for queue room ends: the push timeout, 10 s,
+    // after the push began), reconnected, and a probe was answered: the
+    // bound in docs/src/hosts.md ("The way back after a cut link") is 13 s
+    // here; 7.2-10.5 s measured, idle and under load. What is under test
+    // above is the loss; this is the way back, waited for generously (a
+    // minute: over 5x the worst seen, beside the file's other tests in a cold
+    // CI run too), with both links' logs shown if it does not come.
     let deadline = Instant::now() + 2 * WITHIN;
     while !a.log().contains("host b is back") {
         assert!(
@@ -1213,6 +1285,7 @@ fn a_host_whose_link_is_cut_or_killed_during_a_push_is_lost_within_the_bound() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    println!("host b back {:?} after the link came up", up.elapsed());
 
     let id = put(&sa, &pattern(size, 4), 1);
     a.push(&PushRequest { ids: vec![id], hosts: vec![("b".into(), 1)] });
