@@ -62,7 +62,7 @@ pub struct RunOptions {
 /// ready to run) before it sleeps: longer than a centralized round trip
 /// through the RTI on a loaded 2-CPU machine, so that a reply seldom has to
 /// wake a sleeping thread. The same bound holds at a real-time priority
-/// (see `realtime` for why it cannot starve normal threads there).
+/// (see `realtime` for what it costs normal threads there).
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
 /// The environment variable that sets how long a federate's scheduler
@@ -151,7 +151,7 @@ pub fn run_federate(mut program: Program, opts: RunOptions) -> Result<RunReport,
         }
     }
     // At a real-time priority too: the spin is bounded and yields on every
-    // turn (see `realtime` for why that cannot starve normal threads).
+    // turn (`realtime` says what it costs normal threads, and the remedies).
     let spin = spin_from(std::env::var(SPIN_ENV).ok().as_deref(), opts.spin).map_err(NodeError::Launch)?;
     tracing::debug!(realtime, spin_us = spin.as_micros() as u64, "inbox polling bound");
     let inbox = Arc::new(Inbox::new(spin));

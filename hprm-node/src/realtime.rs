@@ -17,19 +17,22 @@
 //! (`hprm_store::client::DEFAULT_SPIN`). Each poll is followed by
 //! `sched_yield()`, which at SCHED_FIFO puts the thread behind the other
 //! runnable threads of its priority: the socket readers, the RTI and the
-//! store, placed at the same priority, run while it polls. Normal threads
-//! of its CPU may not run while it polls (SCHED_FIFO outranks them, though
-//! a kernel may lend them some time); they wait at most the bound after
-//! each burst of messages, because the spin ends at the first message or
-//! at the bound, and then the thread sleeps in the kernel until a message
-//! wakes it (a wake-up a real-time thread feels at once: it preempts
-//! whatever normal thread runs). On a 2-CPU machine with a federate pinned
-//! to each CPU, a normal thread therefore loses at most the bound per
-//! message to polling, and the kernel's real-time throttling
-//! (`sched_rt_runtime_us`, 95% by default) remains the backstop. An
-//! unbounded spin would be another thing: it would hold the CPU for as long
-//! as no message came, and a federate that waits for a normal-priority
-//! process on its CPU would wait forever.
+//! store, when placed at the same priority, run while it polls. Normal
+//! threads of its CPU may not run while it polls (SCHED_FIFO outranks
+//! them, though a kernel may lend them some time). Between sparse messages
+//! they lose at most the bound per message, because the spin ends at the
+//! first message or at the bound and the thread then sleeps in the kernel
+//! until a message wakes it (a wake-up a real-time thread feels at once).
+//! Under a steady stream of messages closer together than the bound the
+//! thread never sleeps, and normal threads of its CPU keep only what the
+//! kernel's real-time throttling guarantees them (`sched_rt_runtime_us`),
+//! as beside a real-time thread busy with its reactions; a normal-priority
+//! store or RTI on that CPU waits up to the bound whenever it wakes. The
+//! remedies are placement's own (the store and the RTI at the same
+//! priority, or CPUs of the federate's own) or `HPRM_SPIN_US=0`, which
+//! docs/src/deployment.md gives. An unbounded spin would be another thing:
+//! it would hold the CPU for as long as no message came, and a federate
+//! that waits for a normal-priority process on its CPU would wait forever.
 //!
 //! Its TCP connections (to the RTI and to peers on other hosts) can carry
 //! marks too, `SO_PRIORITY` and DSCP ([`SocketMarks`]), so that queues in

@@ -276,7 +276,10 @@ class Federate:
         SCHED_FIFO, or ``policy="rr"``) and/or on ``cpus`` (``"2"``,
         ``"0,2-3"``). Its process applies them as it starts, before its
         threads exist; its inbox polling stays bounded (``HPRM_SPIN_US``,
-        200 us by default), so normal threads keep their CPU. Without the
+        200 us after each message by default; a stream faster than that
+        keeps it polling, so place the store and the RTI too, give it CPUs
+        of its own, or set ``HPRM_SPIN_US=0``: see the deployment docs,
+        "Real-time placement"). Without the
         right to (root or CAP_SYS_NICE) it stops with an error saying so,
         unless ``best_effort``: then it warns and runs as a normal process.
         ``hprm deploy`` writes them into the federate's unit.

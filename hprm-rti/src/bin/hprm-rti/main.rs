@@ -126,8 +126,9 @@ struct Cli {
     spin_us: u64,
     /// Run the RTI's threads at this real-time priority (1-99), so that
     /// ordinary processes cannot delay a grant. Needs root or CAP_SYS_NICE.
-    /// The polling of --spin-us stays: it is bounded and yields on every
-    /// turn, so it holds normal threads off a CPU for at most that long.
+    /// The polling of --spin-us stays (bounded after each message, yielding
+    /// every turn); under a stream of messages closer together than it, it
+    /// keeps normal threads off its CPU: --spin-us 0 if they must run.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
     realtime_priority: Option<u8>,
     /// With --realtime-priority: fifo (default) or rr.
@@ -198,10 +199,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     // Before the runtime's threads exist: they inherit it.
     hprm_realtime::apply_policy(cli.realtime_policy, cli.realtime_priority, cli.cpus.as_ref())?;
     // Kept at a real-time priority: the polling is bounded by --spin-us
-    // and yields its CPU on every turn (sched_yield at SCHED_FIFO lets the
-    // federates and the store, at the same priority, run), and after the
-    // bound the thread sleeps in the kernel; so a normal thread waits at
-    // most --spin-us per burst of messages (see hprm_node::realtime).
+    // after each message and yields its CPU on every turn (sched_yield at
+    // SCHED_FIFO lets the federates and the store, at the same priority,
+    // run), then the thread sleeps in the kernel; what that costs normal
+    // threads, and when to pass 0, is hprm_node::realtime's account.
     let spin_us = cli.spin_us;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
