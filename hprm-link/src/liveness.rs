@@ -62,7 +62,14 @@ pub fn last_received(conns: &[(SocketAddr, SocketAddr)]) -> Option<Duration> {
     if conns.is_empty() {
         return None;
     }
-    let fds = std::fs::read_dir("/proc/self/fd").ok()?;
+    connections(conns).into_iter().filter_map(last_data_received).min()
+}
+
+/// This process's descriptors of the TCP connections named by `conns`
+/// (local and remote address), found among `/proc/self/fd`; none if that
+/// cannot be read.
+fn connections(conns: &[(SocketAddr, SocketAddr)]) -> Vec<RawFd> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
     fds.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<RawFd>().ok())
         .filter(|&fd| {
@@ -71,8 +78,7 @@ pub fn last_received(conns: &[(SocketAddr, SocketAddr)]) -> Option<Duration> {
             };
             conns.contains(&(local, remote))
         })
-        .filter_map(last_data_received)
-        .min()
+        .collect()
 }
 
 /// Shuts down (`shutdown(2)`, both ways) this process's TCP connections
@@ -80,15 +86,8 @@ pub fn last_received(conns: &[(SocketAddr, SocketAddr)]) -> Option<Duration> {
 /// descriptors stay open, their owner (Zenoh) sees its reads end and its
 /// writes fail, and closes them itself.
 pub fn shut_down(conns: &[(SocketAddr, SocketAddr)]) -> usize {
-    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return 0 };
-    fds.flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<RawFd>().ok())
-        .filter(|&fd| {
-            let (Some(local), Some(remote)) = (address(fd, libc::getsockname), address(fd, libc::getpeername)) else {
-                return false;
-            };
-            conns.contains(&(local, remote))
-        })
+    connections(conns)
+        .into_iter()
         // SAFETY: shutdown takes any descriptor; the kernel checks it.
         .filter(|&fd| unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0)
         .count()
