@@ -370,7 +370,7 @@ def report(r: dict, stem: Path, note: str) -> None:
         "The hosts are two network namespaces of one machine joined by a veth pair; `1gbit`: "
         f"{shaping.describe('1gbit')} on both ends of the link (this kernel has no netem), so that hprm-link's bulk data, "
         "marked AF11, waits behind unmarked small packets such as the RTI's. "
-        f"Medians in ms over {plan['reps']} interleaved repetition(s) of {plan['rounds']} rounds "
+        f"Medians in ms of all the rounds of {plan['reps']} interleaved repetition(s) of {plan['rounds']} rounds, pooled "
         f"(after {plan['warmup']} warm-up rounds each), produced by `{r.get('command', 'bench/run.sh --only hosts')}`.",
         "",
         note,

@@ -396,13 +396,18 @@ def report(results: dict, meta: dict) -> str:
         rtts = [x for t in results[c] for x in t["rtt_us"]]
         bulk = [t["bulk_mbit_s"] for t in results[c]]
         rows.append((c, len(rtts), pct(rtts, 0.5), pct(rtts, 0.99), max(rtts), statistics.mean(bulk)))
-    base = {r[0]: r for r in rows}.get("none", rows[0])
+    # The pings are unmarked traffic: only a bulk load marked otherwise
+    # than the base's can lower them; beside the same bulk marks (none+fed,
+    # none+all against none) a ratio would be noise, so none is shown.
+    by_name = {r[0]: r for r in rows}
+    base = by_name.get("none") or next((r for r in rows if r[0] != "idle" and bulk_mark(r[0]) == "none"), None)
     lines = [
-        "| bulk data marked | pings | p50 (ms) | p99 (ms) | max (ms) | bulk through the links (Mbit/s) | p50, p99 vs unmarked |",
+        f"| bulk data marked | pings | p50 (ms) | p99 (ms) | max (ms) | bulk through the links (Mbit/s) | p50, p99 vs {NAMES[base[0]] if base else 'unmarked (not run)'} |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for c, n, p50, p99, mx, bulk in rows:
-        ratio = f"{base[2] / p50:.1f}x, {base[3] / p99:.1f}x lower" if c not in ("none", "idle") else ""
+        comparable = base is not None and c != "idle" and bulk_mark(c) != bulk_mark(base[0])
+        ratio = f"{base[2] / p50:.1f}x, {base[3] / p99:.1f}x lower" if comparable else "—"
         lines.append(f"| {NAMES[c]} | {n} | {p50 / 1000:.3f} | {p99 / 1000:.3f} | {mx / 1000:.2f} | {bulk:.0f} | {ratio} |")
     if any(t["program_round_us"] for c in configs for t in results[c]):
         lines += [

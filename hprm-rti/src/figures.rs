@@ -112,7 +112,8 @@ impl HistogramCounts {
 pub const RTI_STATUS_FILE: &str = "rti.json";
 
 /// What the RTI reports about a federation. Counts are since it started;
-/// rates over its last period.
+/// rates and grant quantiles over its last period, except in the file the
+/// RTI writes as it ends, where they cover the whole run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RtiFigures {
     pub pid: u32,
@@ -142,7 +143,8 @@ pub struct RtiFederate {
     /// How long it waited for each grant: from its first NET or LTC since
     /// the grant before (it asked to go on) to the grant.
     pub grant_latency: HistogramCounts,
-    /// Over the last period.
+    /// Over the last period (the whole run in the RTI's final write), as
+    /// `RtiFigures`'s rates.
     pub grant_p50_ns: Option<i64>,
     pub grant_p99_ns: Option<i64>,
 }

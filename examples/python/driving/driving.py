@@ -25,6 +25,7 @@ networks'.
 
     python examples/python/driving/driving.py [--coordination centralized|decentralized]
         [--steps N] [--warmup W] [--seed S] [--report FILE.json] [--carla HOST:PORT] [--priority N]
+        [--spin-us US]
 
 Needs the hprm SDK (hprm-py/install.sh VENV) and `pip install onnx onnxruntime`.
 """
@@ -173,9 +174,15 @@ def parse_args(argv=None):
     p.add_argument("--forever", action="store_true", help="run until stopped (SIGTERM, Ctrl-C), keeping no per-step record (bench/soak)")
     p.add_argument("--detector-width", type=float, help=f"YOLOv5 width multiple (default {stages.DETECTOR_WIDTH:g}; 0.5 = YOLOv5s)")
     p.add_argument("--priority", type=int, help="run the four federates, the store and the RTI at this SCHED_FIFO priority, 1-99 (needs root or CAP_SYS_NICE; bench/realtime)")
+    p.add_argument("--spin-us", type=int, help="how long the federates (HPRM_SPIN_US) and the RTI (hprm-rti --spin-us) poll before they sleep, 0-1000000 (default: theirs; bench/realtime)")
     args = p.parse_args(argv)
     if args.priority is not None and not 1 <= args.priority <= 99:
         p.error("--priority must be from 1 to 99")
+    if args.spin_us is not None:
+        if not 0 <= args.spin_us <= 1_000_000:
+            p.error("--spin-us must be from 0 to 1000000")
+        # The federate processes (this script, relaunched) inherit it.
+        os.environ["HPRM_SPIN_US"] = str(args.spin_us)
     if args.detector_width is not None:
         if not 0 < args.detector_width <= 1:
             p.error("--detector-width must be in (0, 1], e.g. 0.25 (YOLOv5n) or 0.5 (YOLOv5s)")
@@ -219,4 +226,5 @@ if __name__ == "__main__":
     # --populate: the store's memory (and each federate's mapping of it) is
     # faulted in at start, so writing a fresh frame does not page-fault.
     placed = ["--realtime-priority", str(args.priority)] if args.priority is not None else []
-    build(args).launch(fast=True, store_args=["--populate", *placed], rti_args=placed or None)
+    spin = ["--spin-us", str(args.spin_us)] if args.spin_us is not None else []
+    build(args).launch(fast=True, store_args=["--populate", *placed], rti_args=placed + spin or None)

@@ -141,12 +141,14 @@ struct Cli {
     /// TCP connections the RTI accepts: the band a prio/pfifo_fast qdisc
     /// puts its grants and relayed messages in. A federate's own marks
     /// (`socket_priority`) reach only its direction: Linux starts an
-    /// accepted connection at priority 0.
+    /// accepted connection at priority 0, whatever the listener's.
     #[arg(long, value_name = "PRIORITY")]
     socket_priority: Option<u8>,
     /// DSCP (0-63, or a name: EF, CS6, AF41) on the federates' TCP
     /// connections the RTI accepts, for the switches and routers between
-    /// hosts; as the federates' `dscp` for the RTI->federate direction.
+    /// hosts; as the federates' `dscp` for the RTI->federate direction
+    /// (an accepted connection starts with the listener's TOS, and the
+    /// RTI's listener is unmarked).
     #[arg(long, value_name = "DSCP")]
     dscp: Option<hprm_realtime::Dscp>,
 }
@@ -246,9 +248,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         let mut outcome = federation.outcome();
         tracing::info!(federates = cli.federates, id = %cli.id, "hprm-rti listening on {local}");
         let started = std::time::Instant::now();
-        if let Some(path) = status::path() {
-            tokio::spawn(publish(federation.clone(), path));
-        }
+        // Kept to stop it before the final write: both write the same
+        // temporary file, and a tick after the final write would replace
+        // the whole run's figures with a period's.
+        let publisher = status::path().map(|path| tokio::spawn(publish(federation.clone(), path)));
         if let Some(watchdog) = hprm_sd_notify::Watchdog::from_env() {
             tokio::spawn(watchdog_loop(federation.clone(), watchdog, local));
         }
@@ -313,11 +316,20 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         // Let writer tasks flush what was queued (FAILED notices, last grants).
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         // The status file's last word: the whole run (the periodic writes
-        // miss up to a period's end, all of a run shorter than one).
+        // miss up to a period's end, all of a run shorter than one). The
+        // periodic task is stopped first, and awaited: an abort takes
+        // effect at its next await, so a write under way ends before ours.
+        if let Some(publisher) = publisher {
+            publisher.abort();
+            let _ = publisher.await;
+        }
         if let Some(path) = status::path() {
             let figures = federation.figures(None, started.elapsed().as_secs_f64().max(1e-9));
             if let Err(e) = status::write(&path, &figures) {
-                tracing::warn!("cannot write {}: {e}", path.display());
+                tracing::warn!(
+                    "cannot write {}: {e}; it keeps its last periodic figures, if any, not the whole run's (check that $HPRM_RUNTIME_DIR is writable)",
+                    path.display()
+                );
             }
         }
         if let Some(path) = &cli.trace {

@@ -62,9 +62,12 @@ impl std::fmt::Display for Origin {
 }
 
 /// Marks a federate's accepted connection (`--socket-priority`, `--dscp`).
-/// Linux starts an accepted connection at priority 0 whatever the
-/// federate marked its end with, so without this the RTI->federate
-/// direction (grants, relayed messages) is unmarked.
+/// Linux starts an accepted connection at priority 0, whatever the
+/// listener's or the federate's end's, and with the listener's TOS
+/// (checked on 6.18, IPv4 and IPv6), which the RTI leaves unmarked; so
+/// without this the RTI->federate direction (grants, relayed messages)
+/// is unmarked. Marking the listener would carry the DSCP but not the
+/// priority, hence each connection is marked.
 pub fn mark(stream: &TcpStream, marks: &hprm_realtime::SocketMarks) -> io::Result<()> {
     let ipv6 = stream.local_addr()?.is_ipv6();
     marks.apply_to(stream, ipv6).map_err(io::Error::other)
