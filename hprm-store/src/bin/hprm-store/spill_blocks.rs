@@ -223,11 +223,7 @@ impl SpillBlocks {
             // once more before refusing the create. `block` is a fresh
             // free block (reserve failed, nothing was written there), so
             // it goes straight back to the allocator, unpunched.
-            //
-            // No test makes `reserve` fail: that takes a full file system
-            // under the spill dir (a small tmpfs or loop mount, which a
-            // test cannot make unprivileged), and a seam standing in for
-            // `SpillFile::reserve` would be a mock of our own component.
+            // (Test: tests/spill.rs, a spill dir on a 12 MiB tmpfs.)
             Err(e) if self.punching > 0 || !self.warm.is_empty() => {
                 tracing::debug!(error = %e, bytes = block.len, warm = self.warm_bytes, "cannot reserve disk space in the spill file: giving back the warm blocks' and retrying");
                 self.allocator.free(block);
