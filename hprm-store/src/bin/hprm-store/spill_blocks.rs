@@ -225,7 +225,7 @@ impl SpillBlocks {
             // it goes straight back to the allocator, unpunched.
             // (Test: tests/spill.rs, a spill dir on a 12 MiB tmpfs.)
             Err(e) if self.punching > 0 || !self.warm.is_empty() => {
-                tracing::debug!(error = %e, bytes = block.len, warm = self.warm_bytes, "cannot reserve disk space in the spill file: giving back the warm blocks' and retrying");
+                tracing::debug!(error = %e, bytes = block.len, warm = self.warm_bytes, "cannot reserve disk space in the spill file: giving back the warm blocks and retrying");
                 self.allocator.free(block);
                 self.punch_warm();
                 self.settle();
