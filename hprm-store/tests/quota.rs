@@ -111,35 +111,46 @@ fn a_bad_quota_flag_says_what_to_write() {
 }
 
 #[test]
-fn a_small_spilled_object_is_charged_its_own_size_not_the_files_granule() {
+fn a_spilled_object_is_charged_its_own_size_with_a_floor_not_the_files_granule() {
     // The arena is held full by another program, so every object of
     // program "small" spills; the file holds a 2 MiB granule for each, but
-    // the quota is charged the object's own size (100,032 bytes: 100,000
-    // in whole 64-byte units), as in the arena. Charged the granule, two
-    // would fit the 4 MiB quota; charged their size, 41 do and the 42nd
-    // (4,201,344 bytes) does not.
-    const SIZE: u64 = 100_000;
-    const CHARGE: u64 = 100_032;
+    // the quota is charged the object's own size (in whole 64-byte units,
+    // as in the arena), at least 256 KiB (an eighth of a granule, so that
+    // tiny objects cannot pin the whole file under a small quota). In a
+    // 4 MiB quota: 8 objects of 100,000 bytes charge 256 KiB each (2 MiB),
+    // then 300,000-byte ones charge 300,032 each, so 6 fit and the 7th
+    // does not. Charged the granule, the 3rd small one would be refused;
+    // charged their own size alone, 11 of the larger ones would fit.
+    const FLOOR: u64 = 256 << 10;
+    const SMALL: u64 = 100_000;
+    const LARGE: u64 = 300_000;
+    const LARGE_CHARGE: u64 = 300_032;
     let spill_dir = tempfile::tempdir().expect("spill dir");
     let dir = spill_dir.path().to_str().expect("utf-8 temp path");
     let d = Daemon::start("2M", &["--spill-dir", dir, "--spill-size", "128M", "--quota", "small=4M"]);
     let filler = client(&d, Some("filler"));
     let _full = hold(&filler, 2 * MIB - 8192).expect("the arena's one object");
     let small = client(&d, Some("small"));
-    let fit = 4 * MIB / CHARGE;
-    assert_eq!(fit, 41);
-    let held: Vec<_> = (0..fit).map(|i| hold(&small, SIZE).unwrap_or_else(|e| panic!("object {i}: {e}"))).collect();
+    let smalls = 8;
+    let larges = (4 * MIB - smalls * FLOOR) / LARGE_CHARGE;
+    assert_eq!(larges, 6);
+    let mut held: Vec<_> =
+        (0..smalls).map(|i| hold(&small, SMALL).unwrap_or_else(|e| panic!("small object {i}: {e}"))).collect();
+    held.extend((0..larges).map(|i| hold(&small, LARGE).unwrap_or_else(|e| panic!("large object {i}: {e}"))));
+    let count = smalls + larges;
     let s = small.stats().expect("stats");
-    assert_eq!(s.objects_spilled, fit, "every object of the program spilled: {s:?}");
-    assert_eq!(s.spill_bytes_in_use, fit * hprm_store::spill::GRANULE, "the file holds a granule each: {s:?}");
-    let e = hold(&small, SIZE).expect_err("the next one is over the quota");
+    assert_eq!(s.objects_spilled, count, "every object of the program spilled: {s:?}");
+    assert_eq!(s.spill_bytes_in_use, count * hprm_store::spill::GRANULE, "the file holds a granule each: {s:?}");
+    let e = hold(&small, LARGE).expect_err("the next one is over the quota");
     assert_eq!(e.code(), Some(ErrorCode::QuotaExceeded), "{e}");
-    // The refusal states the charge: the objects' own sizes.
-    let used = format!("{} of", hprm_store::bytesize::ByteSize(fit * CHARGE));
+    // The refusal states the charge: the floor for each small object, its
+    // own size for each larger one.
+    let used = format!("{} of", hprm_store::bytesize::ByteSize(smalls * FLOOR + larges * LARGE_CHARGE));
     assert!(e.to_string().contains(&used), "expected {used:?} in: {e}");
     // And what they free is their charge: the program has its room back.
     drop(held);
     small.sync().expect("releases carried out");
-    let again: Vec<_> = (0..fit).map(|_| hold(&small, SIZE).expect("the quota freed with the objects")).collect();
-    drop(again);
+    let again: Vec<_> = (0..smalls).map(|_| hold(&small, SMALL).expect("the quota freed with the objects")).collect();
+    let more: Vec<_> = (0..larges).map(|_| hold(&small, LARGE).expect("the quota freed with the objects")).collect();
+    drop((again, more));
 }

@@ -230,3 +230,46 @@ fn a_bad_spill_dir_is_one_clear_error_at_start() {
         "{err}"
     );
 }
+
+#[test]
+fn a_full_disk_gives_back_the_warm_blocks_before_refusing_a_spill() {
+    // The spill dir is a 12 MiB tmpfs, mounted in a mount namespace of the
+    // daemon's own (`unshare -Urm`: unprivileged, where the kernel allows
+    // user namespaces), so the disk fills for real. Four 2 MiB spilled
+    // objects, then cache, take 8 MiB of it; a 5 MiB object (3 granules)
+    // then needs them gone: evicted, each goes to the warm reserve (8 MiB
+    // here), holding its disk, and none fits 3 granules, so reserving a
+    // fresh block meets ENOSPC with 8 MiB held by no object. The daemon
+    // must punch the warm blocks and try again; refusing then (as it did)
+    // fails the create with OutOfMemory.
+    let probe = std::process::Command::new("unshare").args(["-Urm", "true"]).output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: cannot make a mount namespace here (unshare -Urm): {probe:?}");
+        return;
+    }
+    let spill_dir = tempfile::tempdir().expect("spill dir");
+    let dir = spill_dir.path().to_str().expect("utf-8 temp path");
+    let mount = format!("mount -t tmpfs -o size=12M hprm-spill-test '{dir}' && exec \"$@\"");
+    let d = Daemon::start_under(
+        &["unshare", "-Urm", "sh", "-c", &mount, "sh"],
+        "2M",
+        &["--spill-dir", dir, "--spill-size", "64M", "--spill-warm", "8M"],
+        |_| {},
+    );
+    let store = d.light_client();
+    let hold = |size: u64| {
+        let mut obj = store.create(ObjectId::random(), size, b"").expect("create");
+        obj.data_mut().fill(1);
+        obj.seal_and_keep().expect("seal")
+    };
+    let _full = hold(2 * MIB - 8192);
+    let cached: Vec<_> = (0..4).map(|_| hold(2 * MIB - 4096)).collect();
+    let s = store.stats().expect("stats");
+    assert_eq!((s.objects_spilled, s.spill_bytes_in_use), (4, 8 * MIB), "{s:?}");
+    drop(cached);
+    store.sync().expect("releases carried out");
+    let big = store
+        .create(ObjectId::random(), 5 * MIB, b"")
+        .unwrap_or_else(|e| panic!("a 5 MiB spill with 8 MiB of the disk held warm: {e}\n{}", d.log()));
+    drop(big);
+}

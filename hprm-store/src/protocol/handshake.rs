@@ -76,16 +76,25 @@ pub fn recv_hello(sock: &UnixStream) -> Result<Greeting, HandshakeError> {
     // the buffer is too small the kernel installs what fits and flags
     // MSG_CTRUNC, and nix then refuses to walk the control messages, so the
     // installed descriptors could not be closed and leaked into the client
-    // (tests/handshake.rs: 4 of 5). Every one received is owned here, and
-    // those past the Hello's own are closed with `fds`.
+    // (tests/handshake.rs: 4 of 5). Every one received in a message not
+    // flagged MSG_CTRUNC is owned here, and those past the Hello's own are
+    // closed with `fds`. A truncated message is refused without walking
+    // its control messages, so what the kernel did install then would
+    // leak; that cannot happen on this socket: the buffer holds the most
+    // SCM_RIGHTS descriptors the kernel passes in one message (it merges
+    // a sender's several SCM_RIGHTS into one list of at most SCM_MAX_FD),
+    // and the only other control messages a Unix socket delivers
+    // (credentials, security label, pidfd) come only when the receiver
+    // asks for them (SO_PASSCRED, SO_PASSSEC, SO_PASSPIDFD), which this
+    // socket never does.
     let mut cmsg_buf = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let (got, mut fds) = {
         let mut iov = [IoSliceMut::new(&mut header)];
         let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_buf), MsgFlags::MSG_CMSG_CLOEXEC)
             .map_err(io::Error::from)?;
         if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
-            // Not with SCM_RIGHTS alone (the buffer holds the kernel's
-            // limit); only a peer's other control messages could do it.
+            // Unreachable on this socket (see the buffer's comment above);
+            // refused rather than trusted should that ever change.
             return Err(HandshakeError::TooManyDescriptors);
         }
         let mut fds = Vec::new();

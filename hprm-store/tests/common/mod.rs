@@ -29,10 +29,24 @@ impl Daemon {
     /// As [`Daemon::start`], the command completed by `setup`
     /// (environment, working directory).
     pub fn start_with(memory: &str, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Daemon {
+        Daemon::start_under(&[], memory, extra, setup)
+    }
+
+    /// As [`Daemon::start_with`], run by `wrapper` (a program and its
+    /// arguments, given the daemon's command line after them; it must exec
+    /// the daemon, so that the child is the daemon); empty: none.
+    pub fn start_under(wrapper: &[&str], memory: &str, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("store.sock");
         let log = std::fs::File::create(dir.path().join("daemon.log")).expect("log file");
-        let mut cmd = Command::new(STORE_BIN);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(STORE_BIN);
+                cmd
+            }
+            None => Command::new(STORE_BIN),
+        };
         cmd.arg("--socket")
             .arg(&socket)
             .args(["--memory", memory])

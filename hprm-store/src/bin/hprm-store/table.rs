@@ -259,6 +259,10 @@ pub struct TableConfig {
     pub spill_warm: Option<u64>,
 }
 
+/// The least a spilled object charges its program's quota: an eighth of
+/// the spill file's 2 MiB granule (256 KiB). See [`ObjectTable::charge_of`].
+const SPILL_MIN_CHARGE: u64 = hprm_store::spill::GRANULE / 8;
+
 /// The program of every client that names none (`Identify`): one bucket,
 /// charged and limited as a program (`--quota '(unnamed)=SIZE'`, else
 /// `--default-quota`). Parenthesized, as no manifest's program name is.
@@ -579,23 +583,36 @@ impl ObjectTable {
     /// What an object of `size` bytes (data and metadata) placed in `block`
     /// costs its program's quota: its block in the arena; in the spill file,
     /// its own size (in whole [`ALIGN`](hprm_store::allocator::ALIGN)s, as
-    /// in the arena), not the 2 MiB granule the file holds for it. The
-    /// granule is the store's layout (so that reserving and punching one
-    /// object never touch another's folio, `hprm_store::spill::GRANULE`),
-    /// not the program's use: charging it would have a burst of small
-    /// spilled messages exhaust a quota (32 of them fill 64 MiB) that the
-    /// same messages in the arena leave almost whole, and would refuse a
+    /// in the arena) but at least [`SPILL_MIN_CHARGE`], not the whole 2 MiB
+    /// granule the file holds for it.
+    ///
+    /// Why not the granule: it is the store's layout (so that reserving and
+    /// punching one object never touch another's folio,
+    /// `hprm_store::spill::GRANULE`); charging it would have a burst of
+    /// small spilled messages exhaust a quota (32 of them fill 64 MiB) that
+    /// the same messages in the arena leave almost whole, and would refuse a
     /// program exactly when the arena is full, which is what spilling is
-    /// for. What the granules cost beyond the objects is bounded by the
-    /// file's size (`--spill-size`), which the operator chose. Allocating
-    /// the file at page grain instead would need the punches to stay within
-    /// whole free granules, for the folio reason above: more machinery for
-    /// disk the file's bound already limits.
+    /// for.
+    ///
+    /// Why the floor: charged its own size alone, a program with a small
+    /// quota could pin one granule per tiny object, up to the whole spill
+    /// file (a 4 MiB quota holds 32,768 spilled 64-byte objects, 64 GiB of
+    /// granules), and the quota would no longer keep it from starving other
+    /// programs there. With the floor, a program's quota `Q` holds at most
+    /// `Q / SPILL_MIN_CHARGE` granules: its spill-file share is bounded by
+    /// 8 × `Q` (a 64 MiB quota: 256 granules, 512 MiB), while a small
+    /// spilled message costs 256 KiB, 32 of them an eighth of a 64 MiB
+    /// quota. (The quota is checked against the object's block before it is
+    /// placed, so a spilled object's floor may take its program past its
+    /// quota by less than one `SPILL_MIN_CHARGE`; its next create is then
+    /// refused.) Allocating the file at page grain instead would need the
+    /// punches to stay within whole free granules, for the folio reason
+    /// above: more machinery than a floor.
     fn charge_of(&self, block: Block, size: u64) -> u64 {
         if !self.space.is_spilled(block.offset) {
             return block.len;
         }
-        block_len(size).unwrap_or(block.len).min(block.len)
+        block_len(size).unwrap_or(block.len).max(SPILL_MIN_CHARGE).min(block.len)
     }
 
     /// Charges `len` bytes to `client`'s program; returns the program.
