@@ -50,9 +50,16 @@ const HELD_MAX: usize = 256;
 
 /// How many host timeouts a lost host may stay unanswered while Zenoh
 /// holds a session with it before the link shuts that session's
-/// connections down (`Link::watch_peer`): long enough for a loaded host's
-/// answers, which came up to 1.2 s late under CPU load.
+/// connections down (`Link::watch_peer`); and never before the session a
+/// cut left failing can have closed (Zenoh holds it until a push in flight
+/// ends its wait for room, the push timeout), since until then the failed
+/// session is listed too and shutting it down does not hasten its close.
 const HALF_OPEN_ROUNDS: u32 = 4;
+
+/// The least a lost host's probe answer is waited for, whatever the host
+/// timeout: answers came up to 1.2 s late under CPU load, and the default
+/// host timeout (500 ms) would count such a host lost still.
+const LOST_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Most home objects a link lends to remote copies at once (over every
 /// host; see [`Lent`]); past it, or past a quarter of its store's arena in
@@ -886,13 +893,14 @@ impl Link {
         // Since when host `peer` is lost with a Zenoh session up (below).
         let mut half_open: Option<tokio::time::Instant> = None;
         loop {
-            // A lost host's answer is waited for a whole host timeout: the
-            // way back needs one answer, and one that comes later than a
-            // probe period (a loaded host: measured 0.5-1.2 s under CPU
-            // load) still says the host is back. (A linked host's is waited
+            // A lost host's answer is waited for a whole host timeout, and
+            // at least `LOST_PATIENCE`: the way back needs one answer, and
+            // one that comes later than a probe period (a loaded host:
+            // measured 0.5-1.2 s under CPU load) still says the host is
+            // back. (A linked host's is waited
             // for a probe period, so that the rule is applied every period.)
             let patience = match lock(&self.inner.peers).get(&peer) {
-                Some(Peer::Lost(_)) => bound.max(probe_timeout),
+                Some(Peer::Lost(_)) => bound.max(probe_timeout).max(LOST_PATIENCE),
                 _ => probe_timeout,
             };
             // Zenoh's send is synchronous, and while a session fails with a
@@ -1038,7 +1046,7 @@ impl Link {
             match session.filter(|_| lost && unanswered) {
                 Some(zid) if !self.connections(zid).await.is_empty() => {
                     let since = *half_open.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() > HALF_OPEN_ROUNDS * bound {
+                    if since.elapsed() > (HALF_OPEN_ROUNDS * bound).max(self.inner.cfg.push_timeout + bound) {
                         let conns = self.connections(zid).await;
                         let shut = tokio::task::spawn_blocking(move || liveness::shut_down(&conns)).await.unwrap_or(0);
                         tracing::warn!(
@@ -1465,8 +1473,11 @@ impl Link {
             let mut released = Vec::new();
             {
                 let mut d = lock(&self.inner.dispatch);
+                // The bound is on objects kept, not on `order`'s entries
+                // (gone pushes, and entries already fetched, keep none).
+                let mut kept: usize = d.held.values().map(VecDeque::len).sum();
                 while let Some((id, host, token, until)) = d.order.front().cloned() {
-                    if until > now && d.order.len() <= HELD_MAX {
+                    if until > now && kept <= HELD_MAX {
                         break;
                     }
                     d.order.pop_front();
@@ -1476,7 +1487,10 @@ impl Link {
                     }
                     let Some(list) = d.held.get_mut(&key) else { continue };
                     if let Some(at) = list.iter().position(|h| h.token == token) {
-                        released.extend(list.remove(at).map(|h| (key.0, key.1.clone(), h)));
+                        if let Some(h) = list.remove(at) {
+                            kept -= 1;
+                            released.push((key.0, key.1.clone(), h));
+                        }
                     }
                     if list.is_empty() {
                         d.held.remove(&key);

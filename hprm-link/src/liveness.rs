@@ -62,15 +62,20 @@ pub fn last_received(conns: &[(SocketAddr, SocketAddr)]) -> Option<Duration> {
     if conns.is_empty() {
         return None;
     }
-    connections(conns).into_iter().filter_map(last_data_received).min()
+    connections(conns).filter_map(last_data_received).min()
 }
 
 /// This process's descriptors of the TCP connections named by `conns`
 /// (local and remote address), found among `/proc/self/fd`; none if that
-/// cannot be read.
-fn connections(conns: &[(SocketAddr, SocketAddr)]) -> Vec<RawFd> {
-    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
-    fds.flatten()
+/// cannot be read. Lazy on purpose: each descriptor is used as soon as its
+/// addresses matched, so that one closed and reused meanwhile (Zenoh
+/// closes and reconnects in just the moments these are called) is not
+/// taken for the connection.
+fn connections(conns: &[(SocketAddr, SocketAddr)]) -> impl Iterator<Item = RawFd> + '_ {
+    std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<RawFd>().ok())
         .filter(|&fd| {
             let (Some(local), Some(remote)) = (address(fd, libc::getsockname), address(fd, libc::getpeername)) else {
@@ -78,7 +83,6 @@ fn connections(conns: &[(SocketAddr, SocketAddr)]) -> Vec<RawFd> {
             };
             conns.contains(&(local, remote))
         })
-        .collect()
 }
 
 /// Shuts down (`shutdown(2)`, both ways) this process's TCP connections
@@ -87,7 +91,6 @@ fn connections(conns: &[(SocketAddr, SocketAddr)]) -> Vec<RawFd> {
 /// writes fail, and closes them itself.
 pub fn shut_down(conns: &[(SocketAddr, SocketAddr)]) -> usize {
     connections(conns)
-        .into_iter()
         // SAFETY: shutdown takes any descriptor; the kernel checks it.
         .filter(|&fd| unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0)
         .count()

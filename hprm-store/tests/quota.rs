@@ -154,3 +154,45 @@ fn a_spilled_object_is_charged_its_own_size_with_a_floor_not_the_files_granule()
     let more: Vec<_> = (0..larges).map(|_| hold(&small, LARGE).expect("the quota freed with the objects")).collect();
     drop((again, more));
 }
+
+#[test]
+fn small_objects_that_spill_through_reserved_blocks_are_held_to_the_quota() {
+    // Objects of 64 KiB or less are placed in blocks the client reserved
+    // (Reserve, then Publish); when the arena is full a reserved block is a
+    // 2 MiB granule of the spill file, charged at least 256 KiB when its
+    // object is published. In a 1 MiB quota, four such objects fill it and
+    // the next is refused; without the check where the granule is taken,
+    // a program pins one granule per tiny object until the file is full.
+    const FLOOR: u64 = 256 << 10;
+    let spill_dir = tempfile::tempdir().expect("spill dir");
+    let dir = spill_dir.path().to_str().expect("utf-8 temp path");
+    let d = Daemon::start("2M", &["--spill-dir", dir, "--spill-size", "128M", "--quota", "tiny=1M"]);
+    let filler = client(&d, Some("filler"));
+    let mut full = vec![hold(&filler, 2 * MIB - 8192).expect("the arena's large object")];
+    // The arena's last pages go to small objects of the filler's, until one
+    // of them spills.
+    while filler.stats().expect("stats").objects_spilled == 0 {
+        full.push(hold(&filler, 1000).expect("a small object of the filler's"));
+        assert!(full.len() < 64, "the arena never filled: {:?}", filler.stats());
+    }
+    let tiny = client(&d, Some("tiny"));
+    let mut held = Vec::new();
+    let refused = loop {
+        match hold(&tiny, 1000) {
+            Ok(o) => held.push(o),
+            Err(e) => break e,
+        }
+        assert!(held.len() <= 8, "{} tiny objects spilled in a 1 MiB quota: {:?}", held.len(), tiny.stats());
+    };
+    assert_eq!(refused.code(), Some(ErrorCode::QuotaExceeded), "{refused}");
+    assert_eq!(held.len() as u64, MIB / FLOOR, "{refused}");
+    let s = tiny.stats().expect("stats");
+    // The filler's one granule, and at most one each for the tiny objects
+    // and a block reserved ahead.
+    assert!(s.spill_bytes_in_use <= (MIB / FLOOR + 2) * hprm_store::spill::GRANULE, "{s:?}");
+    drop(held);
+    tiny.sync().expect("releases carried out");
+    let again: Vec<_> =
+        (0..MIB / FLOOR).map(|_| hold(&tiny, 1000).expect("the quota freed with the objects")).collect();
+    drop(again);
+}

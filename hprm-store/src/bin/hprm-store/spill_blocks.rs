@@ -220,13 +220,14 @@ impl SpillBlocks {
             // being punched, hold disk space for no object (none of the
             // warm ones fit the object, e.g. a 10 MB object against
             // scattered 2 MiB warm blocks): give that space back and try
-            // once more before refusing the create. `block` is a fresh
-            // free block (reserve failed, nothing was written there), so
-            // it goes straight back to the allocator, unpunched.
+            // once more before refusing the create. `block` goes to be
+            // punched with them: nothing was written there, but a
+            // fallocate that fails for want of space may keep the extents
+            // it did allocate (ext4, XFS; tmpfs rolls them back).
             // (Test: tests/spill.rs, a spill dir on a 12 MiB tmpfs.)
             Err(e) if self.punching > 0 || !self.warm.is_empty() => {
                 tracing::debug!(error = %e, bytes = block.len, warm = self.warm_bytes, "cannot reserve disk space in the spill file: giving back the warm blocks and retrying");
-                self.allocator.free(block);
+                self.punch(block);
                 self.punch_warm();
                 self.settle();
                 let block = self.allocator.allocate(granules)?;
@@ -241,10 +242,11 @@ impl SpillBlocks {
     }
 
     /// Gives back `block`, whose disk space could not be reserved (`e`),
-    /// and refuses the create as if the spill file were full.
+    /// through the punch thread (a failed fallocate may keep part of its
+    /// extents), and refuses the create as if the spill file were full.
     fn refuse(&mut self, block: Block, e: &std::io::Error) -> Option<Block> {
         tracing::warn!(error = %e, bytes = block.len, "cannot reserve disk space in the spill file; the object is refused as if the spill file were full");
-        self.allocator.free(block);
+        self.punch(block);
         None
     }
 

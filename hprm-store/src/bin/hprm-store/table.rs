@@ -551,14 +551,14 @@ impl ObjectTable {
     fn refuse_create(&mut self, client: ClientId, id: ObjectId, len: u64, over: bool) -> Reply {
         if over {
             self.creates_over_quota += 1;
-            self.quota_exceeded(client, id, len)
+            self.quota_exceeded(client, &format!("object {id}"), len)
         } else {
             self.creates_refused += 1;
             self.out_of_memory(&format!("object {id}"), len)
         }
     }
 
-    fn quota_exceeded(&self, client: ClientId, id: ObjectId, len: u64) -> Reply {
+    fn quota_exceeded(&self, client: ClientId, what: &str, len: u64) -> Reply {
         let (program, quota) = self.quota(client).unwrap_or_else(|| (Arc::from("?"), 0));
         let used = self.usage.get(&program).copied().unwrap_or(0);
         let (whose, raise) = if *program == *UNNAMED_PROGRAM {
@@ -572,7 +572,7 @@ impl ObjectTable {
         err(
             ErrorCode::QuotaExceeded,
             format!(
-                "object {id} ({}) would take {whose} over its quota: {} of {} in use by its objects; release what it holds, wait for space, or {raise}",
+                "{what} ({}) would take {whose} over its quota: {} of {} in use by its objects; release what it holds, wait for space, or {raise}",
                 ByteSize(len),
                 ByteSize(used),
                 ByteSize(quota)
@@ -596,7 +596,7 @@ impl ObjectTable {
     ///
     /// Why the floor: charged its own size alone, a program with a small
     /// quota could pin one granule per tiny object, up to the whole spill
-    /// file (a 4 MiB quota holds 32,768 spilled 64-byte objects, 64 GiB of
+    /// file (a 4 MiB quota holds 65,536 spilled 64-byte objects, 128 GiB of
     /// granules), and the quota would no longer keep it from starving other
     /// programs there. With the floor, a program's quota `Q` holds at most
     /// `Q / SPILL_MIN_CHARGE` granules: its spill-file share is bounded by
@@ -821,6 +821,21 @@ impl ObjectTable {
             // rather than a batch of pages it would hold in its pool.
             let mut block = self.allocate(block_len);
             if block.is_none() && offsets.is_empty() {
+                // Its object will be charged at least SPILL_MIN_CHARGE,
+                // unchecked, when it is published (`charge_of`): checked
+                // here, where the granule is taken, or a program could pin
+                // one granule per small object past its quota.
+                // The client's blocks reserved there and not yet published
+                // count too, or Reserve after Reserve would pin granules
+                // no publish ever charged.
+                let unpublished = self
+                    .clients
+                    .get(&client)
+                    .map_or(0, |c| c.reserved.values().filter(|b| self.space.is_spilled(b.offset)).count() as u64);
+                let len = (unpublished + 1) * SPILL_MIN_CHARGE;
+                if self.over_quota(client, len) && !self.evict_own(client, len) {
+                    return self.quota_exceeded(client, "a small object spilled to disk", len);
+                }
                 block = self.allocate_spill(block_len);
             }
             match block {
