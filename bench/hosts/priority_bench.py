@@ -207,7 +207,8 @@ class Hosts:
                 [
                     str(self.bins / "hprm-link"),
                     *("--host", h, "--store", str(d / "store.sock"), "--socket", str(d / "link.sock")),
-                    *("--listen", f"tcp/{me}:{LINK_PORT}", "--connect", f"tcp/{other}:{LINK_PORT}", "--peer", peer),
+                    # One dialer a pair (a), as `hprm launch` wires hosts.
+                    *("--listen", f"tcp/{me}:{LINK_PORT}", *(("--connect", f"tcp/{other}:{LINK_PORT}") if h < peer else ()), "--peer", peer),
                     *dscp,
                 ],
                 f"link-{h}.log",

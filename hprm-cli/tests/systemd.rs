@@ -278,10 +278,20 @@ fn a_program_on_hosts_gets_each_hosts_units() {
     assert!(sink.contains("Requires=hprm-link@deploy\\x2dtest.service") && !sink.contains("hprm-rti@"), "{sink}");
     let target = read(&dirs[0], "etc/systemd/system/hprm@deploy\\x2dtest.target.d/hprm-deploy.conf");
     assert!(target.contains("Wants=hprm-rti@") && target.contains("Wants=hprm-link@"), "{target}");
-    // The link: the other host's endpoint, TLS files handed over as credentials; the same key on both hosts.
+    // The links: a dials b's endpoint, b only listens (one dialer a pair),
+    // each names the other; TLS files handed over as credentials; the same
+    // key on both hosts.
+    let link_a = read(&dirs[0], "etc/hprm/deploy-test/link.conf");
+    assert!(
+        link_a.contains("--host a --listen tls/10.0.0.1:7447")
+            && link_a.contains("--connect tls/10.0.0.2:7447 --peer b"),
+        "{link_a}"
+    );
     let link = read(&dirs[1], "etc/hprm/deploy-test/link.conf");
     assert!(
-        link.contains("--host b --listen tls/10.0.0.2:7447") && link.contains("--connect tls/10.0.0.1:7447 --peer a"),
+        link.contains("--host b --listen tls/10.0.0.2:7447")
+            && link.contains("--peer a")
+            && !link.contains("--connect"),
         "{link}"
     );
     let link_drop_in = read(&dirs[1], "etc/systemd/system/hprm-link@deploy\\x2dtest.service.d/hprm-deploy.conf");

@@ -435,13 +435,13 @@ fn recordings(dir: &Path) {
 }
 
 /// The store link's messages (`hprm-link/src/wire.rs`, by its encoders'
-/// layout): hello replies (with the link's Zenoh session id, protocol 5)
+/// layout): hello replies (with the link's Zenoh session id, protocol 6)
 /// of this version and another, push headers of
 /// both kinds, each outcome byte, a fetch, its replies, a dropped-push
 /// notice and a released notice; byte 0 picks the decoder (see
 /// `hprm_fuzz::link_wire`).
 fn link(dir: &Path) {
-    const VERSION: u8 = 5;
+    const VERSION: u8 = 6;
     let mut hello = vec![0, VERSION];
     hello.extend_from_slice(&0xfeed_0001u64.to_le_bytes());
     hello.extend_from_slice(&7u64.to_le_bytes());

@@ -1036,12 +1036,15 @@ impl Link {
                 return;
             }
             // A lost host with which Zenoh holds a session again, yet whose
-            // link answers no probe through it: a session left half-open
-            // by both sides reconnecting at once after a cut (seen: one
-            // side's messages, the probes and their answers, never reached
-            // the other, for over a minute, while Zenoh kept the session).
-            // Past a few host timeouts, its connections are shut down, so
-            // that Zenoh drops that session and connects afresh.
+            // link answers no probe through it: a session split by a cut
+            // when both hosts dial each other (Zenoh issue #2806: one side
+            // kept the session alive through the connection it dialed,
+            // added the other's reconnect to it, and never declared its
+            // queryables again). `hprm launch` has one side of each pair
+            // dial, which prevents it (`hprm_node::launch::dials`); this
+            // is the last resort for links wired both ways by hand: past a
+            // few host timeouts, the session's connections are shut down,
+            // so that Zenoh drops it and connects afresh.
             let lost = matches!(lock(&self.inner.peers).get(&peer), Some(Peer::Lost(_)));
             match session.filter(|_| lost && unanswered) {
                 Some(zid) if !self.connections(zid).await.is_empty() => {

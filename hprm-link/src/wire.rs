@@ -44,7 +44,11 @@
 use hprm_store::ObjectId;
 
 /// Version of this protocol; hosts of different versions refuse each other.
-pub const LINK_VERSION: u8 = 5;
+/// 6: a [`Dropped`] notice's `why` is the whole sentence, saying whether the
+/// home host keeps the object for a fetch (in 5 the receiver added that
+/// it did, which a notice of an object freed before its push was queued
+/// would have contradicted).
+pub const LINK_VERSION: u8 = 6;
 
 /// The key of `host`'s hello queryable.
 pub fn hello_key(host: &str) -> String {

@@ -539,6 +539,12 @@ fn start_rti(
     Ok((daemon, addr))
 }
 
+/// Whether host `me`'s link dials host `other`'s ([`HostShare::link_args`]
+/// says why only one of each pair does).
+pub fn dials(me: &str, other: &str) -> bool {
+    me < other
+}
+
 /// One host's share of a program with hosts: what `hprm launch --host`
 /// starts there, and what `hprm deploy --systemd` writes units for.
 #[derive(Debug, Clone)]
@@ -557,12 +563,28 @@ pub struct HostShare {
 impl HostShare {
     /// The arguments of this host's `hprm-link`, besides its store, socket,
     /// queue policy and TLS identity: its name, where it listens, every
-    /// other host's endpoint, and the bound on noticing a lost host.
+    /// other host's name, the endpoints of those it dials, and the bound on
+    /// noticing a lost host.
+    ///
+    /// Each pair of hosts is dialed from one side only: the host whose name
+    /// sorts first dials the other, which only listens. When both sides
+    /// dial, Zenoh's session between them carries two connections, and a
+    /// cut that one side notices before the other can leave it split for
+    /// good: the side that noticed reconnects, the other adds that
+    /// connection to the session it kept alive by the connection it
+    /// dialed, and never declares its queryables again, so queries one way
+    /// are never routed (Zenoh issue #2806; the way back after a cut in
+    /// docs/src/hosts.md). With one connection per session, the session
+    /// that outlived the cut closes when its one connection's lease ends,
+    /// and the reconnect opens a new one.
     pub fn link_args(&self, host_timeout: Duration) -> Vec<String> {
         let mut args = vec!["--host".to_string(), self.me.name.clone(), "--listen".into(), self.me.link_endpoint()];
         args.extend(["--host-timeout-ms".to_string(), host_timeout.as_millis().max(1).to_string()]);
         for other in &self.others {
-            args.extend(["--connect".to_string(), other.link_endpoint(), "--peer".into(), other.name.clone()]);
+            if dials(&self.me.name, &other.name) {
+                args.extend(["--connect".to_string(), other.link_endpoint()]);
+            }
+            args.extend(["--peer".to_string(), other.name.clone()]);
         }
         args
     }
@@ -1357,6 +1379,40 @@ mod tests {
         assert!(sink.last_words().is_empty(), "the line was written after the exit");
         sink.drain(Instant::now() + Duration::from_secs(30));
         assert_eq!(sink.last_words(), ["error: the last words"]);
+    }
+
+    /// Of three hosts, every pair is dialed exactly once, and each link
+    /// names every other host as a peer.
+    #[test]
+    fn each_pair_of_hosts_is_dialed_from_one_side() {
+        let spec = |name: &str, n: u8| crate::manifest::HostSpec {
+            name: name.into(),
+            address: format!("10.0.0.{n}"),
+            link: None,
+        };
+        let hosts = [spec("planning", 1), spec("control", 2), spec("perception", 3)];
+        let mut dialed = Vec::new();
+        for me in &hosts {
+            let share = HostShare {
+                me: me.clone(),
+                rti_here: false,
+                rti_addr: "10.0.0.1:15045".into(),
+                federate_hosts: String::new(),
+                others: hosts.iter().filter(|h| h.name != me.name).cloned().collect(),
+            };
+            let args = share.link_args(Duration::from_millis(500));
+            for (flag, value) in args.iter().zip(args.iter().skip(1)) {
+                if flag == "--connect" {
+                    let to = hosts.iter().find(|h| h.link_endpoint() == *value).expect("a host's endpoint");
+                    dialed.push((me.name.clone(), to.name.clone()));
+                }
+            }
+            let peers = args.iter().zip(args.iter().skip(1)).filter(|(f, _)| *f == "--peer").count();
+            assert_eq!(peers, 2, "{} names both other hosts: {args:?}", me.name);
+        }
+        dialed.sort();
+        let want = [("control", "perception"), ("control", "planning"), ("perception", "planning")];
+        assert_eq!(dialed, want.map(|(a, b)| (a.to_string(), b.to_string())));
     }
 
     /// A pipe held open past the bound does not hold the launcher.
