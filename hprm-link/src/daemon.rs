@@ -1175,8 +1175,8 @@ impl Link {
             None => String::new(),
         };
         format!(
-            "host {peer}'s hprm-link has not answered for {:.1} s: is it started, and do both hosts list each other's \
-             link endpoint{tls}",
+            "host {peer}'s hprm-link has not answered for {:.1} s: is it started, and is the `link` endpoint of the \
+             host that dials the other (of each pair, the one whose name sorts first) right and reachable{tls}",
             waited.as_secs_f64()
         )
     }
