@@ -82,7 +82,7 @@ class Learner(hprm.Reactor):
         self.log.append({"slack_ms": slack / 1e6, "late": slack < 0, "trained": trained, "batch": self.size, "returns": self.actor.returns})
         if self.control:
             t = time.perf_counter_ns()
-            self.size = self.control.update(slack, ctx.deadline)
+            self.size = self.control.update(slack, ctx.deadline, ran=trained)
             self.control_ns += time.perf_counter_ns() - t
         if len(self.log) == STEPS:
             ctx.request_stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from ._sizes import byte_size
 
 
@@ -10,14 +12,28 @@ class BatchSizeController:
     batch while steps finish early and shrink it when they run late, so
     that the step meets its deadline on whatever the machine has left.
 
-    ``update(slack, deadline)`` takes a step's slack (``ctx.slack`` read at
-    the end of the reaction: ns before its deadline, negative when late)
-    and its deadline (``ctx.deadline``), and returns the next batch size:
+    ``update(slack, deadline, ran=True)`` takes a step's slack (``ctx.slack``
+    read at the end of the reaction: ns before its deadline, negative when
+    late), its deadline (``ctx.deadline``), and whether the step ran (False
+    from the deadline handler, which ran instead), and returns the next
+    batch size. Each step that ran gives a cost per sample (its time over
+    its size); the size is the one whose *worst* cost of the last
+    ``window`` steps would use ``target`` of the deadline:
 
-    - late (slack < 0): the size times ``shrink`` (a miss costs at once);
-    - otherwise: scaled toward using ``target`` of the deadline, assuming
-      the step's time is proportional to its size, by at most ``grow`` a
-      step (so one lucky step cannot blow it up).
+    - late (slack < 0): at most the size times ``shrink`` (a miss costs at
+      once), and the miss's cost is remembered;
+    - otherwise: that size, growing by at most ``grow`` a step (so one lucky
+      step cannot blow it up) and shrinking by at most ``shrink``.
+
+    Why the worst of a window and not the last step: on a loaded machine a
+    step's time per sample varies by tens of percent from one step to the
+    next (another process takes the CPU for a while). Sized from the last
+    step alone, the batch grew back to the edge after every slow step, and
+    the next slow one missed (1-3% of steps, two CPU hogs beside the
+    learner); sized from the worst recent one, the margin covers the
+    variation the machine has shown lately. A step the deadline handler
+    replaced gives no cost (its size did not run); it counts as a miss and
+    never grows the batch.
 
     Invariant: ``minimum <= size <= maximum``, and with ``memory`` and
     ``bytes_per_sample`` given, ``size * bytes_per_sample <= memory`` (the
@@ -34,9 +50,12 @@ class BatchSizeController:
         target: float = 0.7,
         grow: float = 1.25,
         shrink: float = 0.5,
+        window: int = 32,
     ) -> None:
         if not 0 < target < 1 or grow < 1 or not 0 < shrink < 1:
             raise ValueError(f"BatchSizeController: need 0 < target < 1, grow >= 1 and 0 < shrink < 1; got target={target}, grow={grow}, shrink={shrink}")
+        if window < 1:
+            raise ValueError(f"BatchSizeController: window {window} must be at least 1 step")
         if minimum < 1:
             raise ValueError(f"BatchSizeController: minimum {minimum} must be at least 1")
         cap = maximum
@@ -51,6 +70,8 @@ class BatchSizeController:
         self.size = self._bound(initial)
         self.misses = 0
         self.steps = 0
+        # Cost per sample (ns) of the last `window` steps that ran.
+        self._costs: deque[float] = deque(maxlen=window)
 
     def _bound(self, size: float) -> int:
         s = int(size)
@@ -58,15 +79,19 @@ class BatchSizeController:
             s = min(s, self.maximum)
         return max(self.minimum, s)
 
-    def update(self, slack: int, deadline: int) -> int:
-        """The next batch size after a step with this slack and deadline (ns)."""
+    def update(self, slack: int, deadline: int, ran: bool = True) -> int:
+        """The next batch size after a step with this slack and deadline
+        (ns); ``ran=False`` for a step its deadline handler replaced."""
         self.steps += 1
-        if slack < 0:
+        late = slack < 0
+        if late:
             self.misses += 1
-            self.size = self._bound(self.size * self.shrink)
+        if not ran:
             return self.size
-        used = max(deadline - slack, 1)
-        ratio = min(self.target * deadline / used, self.grow)
-        ratio = max(ratio, self.shrink)
-        self.size = self._bound(self.size * ratio)
+        self._costs.append(max(deadline - slack, 1) / self.size)
+        fit = self.target * deadline / max(self._costs)
+        if late:
+            self.size = self._bound(min(self.size * self.shrink, fit))
+        else:
+            self.size = self._bound(max(min(fit, self.size * self.grow), self.size * self.shrink))
         return self.size
