@@ -87,7 +87,7 @@ pub struct LinkConfig {
     /// How long a push to another host may take before it counts as failed.
     pub push_timeout: Duration,
     /// How long another host may stay silent before it counts as lost (no
-    /// probe answered, no data received: [`liveness`]): also the Zenoh
+    /// probe answered, no data received: the liveness rule, `liveness.rs`): also the Zenoh
     /// lease, and the timeout of the probes each link sends the others
     /// every quarter of it (`hprm_node::hosts::DEFAULT_HOST_TIMEOUT`).
     pub host_timeout: Duration,
@@ -1037,14 +1037,11 @@ impl Link {
             }
             // A lost host with which Zenoh holds a session again, yet whose
             // link answers no probe through it: a session split by a cut
-            // when both hosts dial each other (Zenoh issue #2806: one side
-            // kept the session alive through the connection it dialed,
-            // added the other's reconnect to it, and never declared its
-            // queryables again). `hprm launch` has one side of each pair
-            // dial, which prevents it (`hprm_node::launch::dials`); this
-            // is the last resort for links wired both ways by hand: past a
-            // few host timeouts, the session's connections are shut down,
-            // so that Zenoh drops it and connects afresh.
+            // when both hosts dial each other, which `hprm launch` prevents
+            // (`hprm_node::launch::dials`; docs/src/hosts.md, "The way back
+            // after a cut link"). The last resort for links wired both ways
+            // by hand: past a few host timeouts, the session's connections
+            // are shut down, so that Zenoh drops it and connects afresh.
             let lost = matches!(lock(&self.inner.peers).get(&peer), Some(Peer::Lost(_)));
             match session.filter(|_| lost && unanswered) {
                 Some(zid) if !self.connections(zid).await.is_empty() => {
@@ -1174,9 +1171,13 @@ impl Link {
             ),
             None => String::new(),
         };
+        let me = &self.inner.cfg.host;
+        let (dialer, listener) =
+            if hprm_node::launch::dials(me, peer) { (me.as_str(), peer) } else { (peer, me.as_str()) };
         format!(
-            "host {peer}'s hprm-link has not answered for {:.1} s: is it started, and is the `link` endpoint of the \
-             host that dials the other (of each pair, the one whose name sorts first) right and reachable{tls}",
+            "host {peer}'s hprm-link has not answered for {:.1} s: is it started, and (as `hprm launch` wires hosts, \
+             host {dialer} dials host {listener}) does host {dialer} have host {listener}'s `link` endpoint right, \
+             and can it reach it{tls}",
             waited.as_secs_f64()
         )
     }

@@ -26,9 +26,8 @@ struct Args {
     #[arg(long, required = true)]
     listen: Vec<String>,
     /// Another host's Zenoh endpoint to connect to (repeat for more). Dial
-    /// each pair of hosts from one side only (`hprm launch`: the host whose
-    /// name sorts first): when both dial, a cut can leave their session
-    /// split for good, queries one way never routed (docs/src/hosts.md).
+    /// each pair of hosts from one side only, as `hprm launch` does: when
+    /// both dial, a cut can leave their session split (docs/src/hosts.md).
     #[arg(long)]
     connect: Vec<String>,
     /// Another host's name: its link's protocol version is checked (repeat for more).

@@ -539,8 +539,9 @@ fn start_rti(
     Ok((daemon, addr))
 }
 
-/// Whether host `me`'s link dials host `other`'s ([`HostShare::link_args`]
-/// says why only one of each pair does).
+/// Whether host `me`'s link dials host `other`'s: the host whose name sorts
+/// first dials, the other only listens ([`HostShare::link_args`] says why
+/// only one of each pair does).
 pub fn dials(me: &str, other: &str) -> bool {
     me < other
 }
@@ -566,17 +567,10 @@ impl HostShare {
     /// other host's name, the endpoints of those it dials, and the bound on
     /// noticing a lost host.
     ///
-    /// Each pair of hosts is dialed from one side only: the host whose name
-    /// sorts first dials the other, which only listens. When both sides
-    /// dial, Zenoh's session between them carries two connections, and a
-    /// cut that one side notices before the other can leave it split for
-    /// good: the side that noticed reconnects, the other adds that
-    /// connection to the session it kept alive by the connection it
-    /// dialed, and never declares its queryables again, so queries one way
-    /// are never routed (Zenoh issue #2806; the way back after a cut in
-    /// docs/src/hosts.md). With one connection per session, the session
-    /// that outlived the cut closes when its one connection's lease ends,
-    /// and the reconnect opens a new one.
+    /// Each pair of hosts is dialed from one side only ([`dials`]): when
+    /// both sides dial, a cut can leave Zenoh's session between them split
+    /// for good (Zenoh issue #2806; docs/src/hosts.md, "The way back after
+    /// a cut link", says how, and why one dialer prevents it).
     pub fn link_args(&self, host_timeout: Duration) -> Vec<String> {
         let mut args = vec!["--host".to_string(), self.me.name.clone(), "--listen".into(), self.me.link_endpoint()];
         args.extend(["--host-timeout-ms".to_string(), host_timeout.as_millis().max(1).to_string()]);

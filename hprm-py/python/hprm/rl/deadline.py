@@ -31,9 +31,11 @@ class BatchSizeController:
     step alone, the batch grew back to the edge after every slow step, and
     the next slow one missed (1-3% of steps, two CPU hogs beside the
     learner); sized from the worst recent one, the margin covers the
-    variation the machine has shown lately. A step the deadline handler
-    replaced gives no cost (its size did not run); it counts as a miss and
-    never grows the batch.
+    variation the machine has shown lately; the price is that one slow step
+    (the first ones after start included) holds the batch down for a
+    window. A step the deadline handler replaced gives no cost (its size
+    did not run): it counts as a miss (its slack is negative) and leaves
+    the size unchanged.
 
     Invariant: ``minimum <= size <= maximum``, and with ``memory`` and
     ``bytes_per_sample`` given, ``size * bytes_per_sample <= memory`` (the
