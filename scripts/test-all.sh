@@ -18,11 +18,29 @@ step() {
   step_started=$SECONDS
   printf '\n==> %s\n' "$*"
 }
+free_gib() { df -Pk . | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
 timings() {
   end_step
   printf '\n==> how long each step took (%s s in all)\n' "$SECONDS"
   printf '%s\n' "${steps[@]}"
+  printf 'disk: %s GiB free at the start, %s GiB at the end\n' "$free_at_start" "$(free_gib)"
 }
+
+# A run writes about 17 GiB here and in ~/.cache/hprm-tools: the debug and
+# release builds, the loom build, and the Python environments (torch with its
+# CUDA libraries is 5 GiB of them). A disk that fills up mid-build fails far
+# from its cause, as the linker's bus error (ld maps the file it writes), so
+# the free space is said first, and warned about when short.
+free_at_start=$(free_gib)
+echo "disk: ${free_at_start} GiB free where the run builds ($PWD)"
+if awk -v f="$free_at_start" 'BEGIN { exit !(f < 20) }'; then
+  echo "warning: a run needs about 17 GiB and ${free_at_start} GiB are free here: if a build fails with a bus error or 'No space left on device', free space and run again" >&2
+fi
+# A CI run builds each crate once: incremental compilation's caches (about
+# 3 GiB of the debug build) would only take disk.
+if [ -n "${CI:-}" ]; then
+  export CARGO_INCREMENTAL=0
+fi
 
 # Graphviz's dot: hprm graph renders SVG/PNG with it. systemd-analyze (Debian
 # package systemd): the deploy tests verify the generated units with it.
