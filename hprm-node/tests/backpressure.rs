@@ -56,7 +56,23 @@ fn scenario(name: &str) -> Program {
         // 1 MiB messages into a 4 MiB store, for a receiver taking 20 ms each.
         "block" => outrun(name, Backpressure::Block { bound: Duration::from_secs(10) }, 1 << 20, 20 * MS),
         "fail" => outrun(name, Backpressure::Fail, 1 << 20, 20 * MS),
+        // 64 KiB messages (the store client's reserved blocks, which it
+        // takes without a round trip) into a 512 KiB store.
+        "block-small" => outrun(name, Backpressure::Block { bound: Duration::from_secs(10) }, SMALL, 20 * MS),
+        "fail-small" => outrun(name, Backpressure::Fail, SMALL, 20 * MS),
         other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// The largest value of the store client's reserved blocks, the smallest
+/// that travels through the store.
+const SMALL: usize = 64 << 10;
+
+fn store_memory(name: &str) -> &'static str {
+    if name.ends_with("-small") {
+        "512k"
+    } else {
+        "4m"
     }
 }
 
@@ -110,7 +126,7 @@ fn launch(name: &str) -> Run {
     let (out, scen) = (dir.path().to_path_buf(), name.to_string());
     let launcher = Launch {
         fast: true,
-        store_memory: "4m".into(),
+        store_memory: store_memory(name).into(),
         federate_command: Some(Box::new(move |_fed: &str| support::child::command(&scen, &out, &[]))),
         timeout: Some(Duration::from_secs(60)),
         prefix_logs: true,
@@ -155,4 +171,17 @@ fn fail_refuses_what_does_not_fit_and_counts_it_unsent() {
     let (_, unsent) = run.lost("source", "source.s.out");
     assert!(unsent > 0, "16 MiB through a 4 MiB store to a slow receiver all fit: {got:?}");
     assert_eq!(got.len() + unsent, SENT, "every message delivered or counted as unsent: got {got:?}");
+}
+
+#[test]
+fn block_waits_for_space_for_small_objects_too() {
+    // Small objects go in blocks the client reserves ahead, with no round
+    // trip; when none can be reserved, `block` must still wait for room
+    // rather than fail. `fail` on the same run shows the store does fill.
+    let run = launch("block-small");
+    assert_eq!(run.received(), (1..=SENT as u8).collect::<Vec<_>>());
+    assert_eq!(run.lines("source", "losses"), ["losses no messages lost or late"]);
+    let run = launch("fail-small");
+    let (_, unsent) = run.lost("source", "source.s.out");
+    assert!(unsent > 0, "16 x 64 KiB through a 512 KiB store to a slow receiver all fit: {:?}", run.received());
 }
