@@ -56,8 +56,8 @@ fn scenario(name: &str) -> Program {
         // 1 MiB messages into a 4 MiB store, for a receiver taking 20 ms each.
         "block" => outrun(name, Backpressure::Block { bound: Duration::from_secs(10) }, 1 << 20, 20 * MS),
         "fail" => outrun(name, Backpressure::Fail, 1 << 20, 20 * MS),
-        // 64 KiB messages (the store client's reserved blocks, which it
-        // takes without a round trip) into a 512 KiB store.
+        // 64 KiB messages (the largest the store client may place in blocks
+        // it reserved ahead) into a 512 KiB store.
         "block-small" => outrun(name, Backpressure::Block { bound: Duration::from_secs(10) }, SMALL, 20 * MS),
         "fail-small" => outrun(name, Backpressure::Fail, SMALL, 20 * MS),
         other => panic!("unknown scenario {other}"),
@@ -175,9 +175,9 @@ fn fail_refuses_what_does_not_fit_and_counts_it_unsent() {
 
 #[test]
 fn block_waits_for_space_for_small_objects_too() {
-    // Small objects go in blocks the client reserves ahead, with no round
-    // trip; when none can be reserved, `block` must still wait for room
-    // rather than fail. `fail` on the same run shows the store does fill.
+    // Small objects may go in blocks the store client reserved ahead, with
+    // no round trip; when no block can be had, `block` must still wait for
+    // room rather than fail. `fail` on the same run shows the store fills.
     let run = launch("block-small");
     assert_eq!(run.received(), (1..=SENT as u8).collect::<Vec<_>>());
     assert_eq!(run.lines("source", "losses"), ["losses no messages lost or late"]);
