@@ -1156,6 +1156,9 @@ impl Scheduler {
     fn wait(&mut self, deadline: Option<std::time::Instant>) -> Result<(), NodeError> {
         let ending = self.ending();
         self.coord.transport.flush(ending)?;
+        // Nothing to run until the inbox has something: the moment a
+        // Reserve's wake of the store costs this federate nothing.
+        self.encoder.store().send_reserves();
         let mut items = std::mem::take(&mut self.pending);
         self.inbox.wait(deadline, &mut items);
         self.pending = items;

@@ -331,6 +331,34 @@ fn small_objects_live_in_reserved_blocks() {
 }
 
 #[test]
+fn a_client_that_sends_its_reserves_holds_each_until_it_does_or_takes_its_last_block() {
+    // A federate sends its Reserves ahead when it is about to wait, not in
+    // the middle of an encode (`StoreClient::send_reserves`). 64 KiB
+    // objects: 4 blocks a batch.
+    const SIZE: u64 = 64 << 10;
+    let d = Daemon::start("64M", &[]);
+    let store = d.client();
+    let put = || {
+        let mut obj = store.create(ObjectId::random(), SIZE, b"").unwrap();
+        obj.data_mut().fill(7);
+        obj.seal().unwrap();
+    };
+    let reserved = || store.stats().unwrap().bytes_reserved;
+    let first = hprm_store::client::RESERVE_BYTES / SIZE;
+    store.send_reserves();
+    put();
+    assert_eq!(reserved(), (first - 1) * SIZE, "an empty pool reserves at once");
+    (1..first - 1).for_each(|_| put());
+    assert_eq!(reserved(), SIZE, "down to a quarter of its batch, the class's next Reserve is held");
+    store.send_reserves();
+    let sent = reserved();
+    assert!(sent > SIZE, "sent by send_reserves: {sent} bytes reserved");
+    (0..sent / SIZE).for_each(|_| put());
+    assert!(reserved() > 0, "taking the last block sent the next Reserve without another send_reserves");
+    assert_eq!(store.stats().unwrap().objects_sealed, 1 + (first - 2) + sent / SIZE);
+}
+
+#[test]
 fn a_reserve_sent_ahead_into_a_full_arena_is_asked_again_when_its_blocks_are_needed() {
     let d = Daemon::start("4M", &[]);
     let store = d.client();

@@ -156,6 +156,51 @@ fn a_spilled_object_is_charged_its_own_size_with_a_floor_not_the_files_granule()
 }
 
 #[test]
+fn small_objects_in_the_arena_are_held_to_the_quota() {
+    // Objects of 64 KiB or less are placed in blocks the client reserved
+    // ahead, and a block is charged when its object is published: unless
+    // the Reserve itself counts what the client holds unpublished, a
+    // program fills the arena with small objects whatever its quota.
+    const SIZE: u64 = 64 << 10;
+    let d = Daemon::start("16M", &["--quota", "tiny=1M"]);
+    let tiny = client(&d, Some("tiny"));
+    let mut held = Vec::new();
+    let refused = loop {
+        match hold(&tiny, SIZE) {
+            Ok(o) => held.push(o),
+            Err(e) => break e,
+        }
+        assert!(
+            held.len() as u64 <= MIB / SIZE,
+            "{} objects of 64 KiB in a 1 MiB quota: {:?}",
+            held.len(),
+            tiny.stats()
+        );
+    };
+    assert_eq!(refused.code(), Some(ErrorCode::QuotaExceeded), "{refused}");
+    assert_eq!(held.len() as u64, MIB / SIZE, "{refused}");
+    assert!(refused.to_string().contains("program tiny over its quota"), "{refused}");
+    let other = client(&d, Some("other"));
+    drop(hold(&other, 8 * MIB).expect("another program is not limited by tiny's quota"));
+
+    // A small create that may wait for space waits for its program's room,
+    // as a large one does.
+    let waiter = std::thread::spawn({
+        let tiny = tiny.clone();
+        move || {
+            let opts = CreateOptions { deliveries: 0, wait_for_space: Duration::from_secs(20) };
+            let mut obj = tiny.create_with(ObjectId::random(), SIZE, b"", &opts)?;
+            obj.data_mut().fill(2);
+            obj.seal()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!waiter.is_finished(), "the create waits while tiny is at its quota");
+    held.pop();
+    waiter.join().expect("waiter").expect("created once tiny released an object");
+}
+
+#[test]
 fn small_objects_that_spill_through_reserved_blocks_are_held_to_the_quota() {
     // Objects of 64 KiB or less are placed in blocks the client reserved
     // (Reserve, then Publish); when the arena is full a reserved block is a

@@ -88,6 +88,15 @@ impl StoreLink {
         link
     }
 
+    /// Sends the Reserves of reserved blocks the connection, if open, has
+    /// held until now ([`StoreClient::send_reserves`]): for a federate
+    /// about to wait, when waking the daemon takes no CPU it needs.
+    pub fn send_reserves(&self) {
+        if let Some(client) = &self.inner.state.lock().client {
+            client.send_reserves();
+        }
+    }
+
     /// The configured socket, if any.
     pub fn socket(&self) -> Option<&Path> {
         self.inner.path.as_deref()

@@ -87,8 +87,17 @@ pub const RESERVE_BYTES: u64 = 256 << 10;
 
 /// Most bytes one Reserve asks for once its class is in steady use (each
 /// Reserve within [`RESERVE_GROWS_WITHIN`] of the one before doubles the
-/// batch): 32 blocks of 64 KiB. At most a sixty-fourth of the arena.
-pub const RESERVE_BYTES_MAX: u64 = 2 << 20;
+/// batch): the first batch's, so only the classes up to 4 KiB grow (to 64
+/// blocks of 4 KiB, 256 of 1 KiB). At most a sixty-fourth of the arena.
+///
+/// Not more: a client's posts (publish, claim, release) are read when the
+/// daemon next wakes, and with 64 KiB objects a Reserve may be the only
+/// thing that wakes it. So the batch bounds the burst of work each Reserve
+/// sets off, on a CPU the program may want: at 2 MiB (32 blocks of 64 KiB)
+/// that was about 150 µs on the 2-core machine of `bench/results/`, and
+/// one 64 KiB message in 32 took 250-300 µs instead of 17; at 512 KiB one
+/// in 8 still took over 120 µs through the RTI (`bench/README.md`).
+pub const RESERVE_BYTES_MAX: u64 = 256 << 10;
 
 /// Most blocks one Reserve asks for (the daemon's limit).
 pub const RESERVE_BATCH_MAX: u32 = 256;
@@ -179,7 +188,10 @@ pub(crate) struct Inner {
 /// waiting for its reply, which the create that empties the pool then
 /// finds read or on its way. Sending it still wakes the daemon, on a CPU
 /// the message in flight wants: so a class in steady use also reserves
-/// more at a time. (Figures: `bench/results/design-measurements.md`.)
+/// more at a time (up to [`RESERVE_BYTES_MAX`]), and a caller that knows
+/// a better moment to send it holds it until then
+/// ([`StoreClient::send_reserves`]). (Figures:
+/// `bench/results/design-measurements.md`, `bench/README.md`.)
 #[derive(Default)]
 struct Pool {
     free: [Vec<u64>; SMALL_CLASSES.len()],
@@ -189,6 +201,12 @@ struct Pool {
     batch: [u32; SMALL_CLASSES.len()],
     /// When each class last reserved.
     reserved_at: [Option<Instant>; SMALL_CLASSES.len()],
+    /// Classes whose Reserve ahead is due, held for the next
+    /// [`StoreClient::send_reserves`].
+    due: [bool; SMALL_CLASSES.len()],
+    /// Set by the first [`StoreClient::send_reserves`]: Reserves ahead are
+    /// held for the next one instead of sent when a class runs low.
+    deferred: bool,
 }
 
 impl Pool {
@@ -220,22 +238,35 @@ impl Inner {
         self.pool().free[class].push(offset);
     }
 
+    /// Sends the next Reserve of `class` without waiting for its reply.
+    /// Sent under the pool's lock, so that one thread only sends it. A
+    /// connection that fails here fails the next call too, which reports it.
+    fn send_reserve(&self, pool: &mut Pool, class: usize) {
+        let reserve = pool.reserve(class, self.space.arena().size());
+        pool.reserving[class] = self.conn.start(&reserve).ok();
+        pool.due[class] = false;
+    }
+
     /// A reserved block of size class `class`: from the pool, else from the
     /// Reserve sent ahead, else from a Reserve sent now.
     fn take_block(&self, class: usize) -> Result<u64> {
         let block_len = SMALL_CLASSES[class];
         let mut pool = self.pool();
         if let Some(offset) = pool.free[class].pop() {
-            let low = (pool.batch[class] as usize / 4).max(1);
-            if pool.free[class].len() <= low && pool.reserving[class].is_none() {
-                // Sent under the lock, so that one thread only sends it. A
-                // connection that fails here fails the next call too, which
-                // reports it.
-                let reserve = pool.reserve(class, self.space.arena().size());
-                pool.reserving[class] = self.conn.start(&reserve).ok();
+            let (low, left) = ((pool.batch[class] as usize / 4).max(1), pool.free[class].len());
+            if left <= low && pool.reserving[class].is_none() {
+                // Held, while the pool has a block left, for a caller that
+                // sends it when it suits (one that never waits still gets
+                // it sent a message ahead).
+                if pool.deferred && left > 0 {
+                    pool.due[class] = true;
+                } else {
+                    self.send_reserve(&mut pool, class);
+                }
             }
             return Ok(offset);
         }
+        pool.due[class] = false;
         let ahead = pool.reserving[class].take();
         drop(pool);
         let reply = match ahead.map(|seq| self.conn.finish(seq, "reserve")) {
@@ -340,6 +371,10 @@ impl StoreClient {
     /// wait for space) are placed in a block reserved in advance, with no
     /// round trip; a duplicate id is then reported late
     /// ([`Error::Earlier`], from [`StoreClient::sync`] or a later call).
+    /// With a wait, a small object is created in the daemon, as a large
+    /// one is: a Reserve cannot wait. (hprm-node's encoder, whose ids are
+    /// random, asks without a wait first, and again with it only when the
+    /// daemon has no block to reserve.)
     pub fn create_with(&self, id: ObjectId, size: u64, metadata: &[u8], opts: &CreateOptions) -> Result<ObjectMut> {
         let small =
             size.checked_add(metadata.len() as u64).and_then(small_class).filter(|_| opts.wait_for_space.is_zero());
@@ -380,6 +415,28 @@ impl StoreClient {
                 Ok(ObjectMut::new(self.inner.clone(), id, placement, None))
             }
             other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// Sends the Reserves ahead the pools of reserved blocks are due, and
+    /// from now on holds them for the next call instead of sending each when
+    /// its class runs low.
+    ///
+    /// For a caller that knows when waking the daemon costs it nothing: a
+    /// federate about to wait for its next event. A Reserve wakes the
+    /// daemon, which first reads every client's outbox (all that was posted
+    /// since it last woke: see [`RESERVE_BYTES_MAX`]), and a Unix socket's
+    /// write wakes it on the writer's CPU, which it then takes from the
+    /// writer: sent in the middle of an encode, the Reserve delayed that
+    /// message by the whole burst. A class that takes its last block before
+    /// the next call sends its Reserve then, as if this were never called.
+    pub fn send_reserves(&self) {
+        let mut pool = self.inner.pool();
+        pool.deferred = true;
+        for class in 0..SMALL_CLASSES.len() {
+            if pool.due[class] && pool.reserving[class].is_none() {
+                self.inner.send_reserve(&mut pool, class);
+            }
         }
     }
 

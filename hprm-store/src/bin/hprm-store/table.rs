@@ -814,8 +814,30 @@ impl ObjectTable {
                 format!("cannot reserve {count} blocks of {block_len} bytes: blocks are multiples of 64 bytes up to {MAX_RESERVED_BLOCK}, at most {MAX_RESERVE_COUNT} at once"),
             );
         }
+        // A block is charged to the program when its object is published,
+        // so the blocks this client holds unpublished count as charged: the
+        // batch stops where the next block would take the program over its
+        // quota (its own cache evicted first, as for a create). Other
+        // clients' unpublished blocks are not counted, so a program may pass
+        // its quota by what its other connections hold in their pools (at
+        // most RESERVE_BYTES_MAX each; a publish is charged, not checked).
+        let mut unpublished: u64 = self
+            .clients
+            .get(&client)
+            .map_or(0, |c| c.reserved.values().filter(|b| !self.space.is_spilled(b.offset)).map(|b| b.len).sum());
         let mut offsets = Vec::with_capacity(count as usize);
         for _ in 0..count {
+            let len = unpublished.saturating_add(block_len);
+            if self.over_quota(client, len) && !self.evict_own(client, len) {
+                if offsets.is_empty() {
+                    // Not counted as a refused create, as a Reserve with no
+                    // room is not: a client that may wait for space asks
+                    // again with a create (hprm-node's encoder does), which
+                    // counts it if it is refused too.
+                    return self.quota_exceeded(client, "a reserved block", block_len);
+                }
+                break;
+            }
             // When the arena is full, one block of the spill file, so the
             // client's next small object spills as a large one would,
             // rather than a batch of pages it would hold in its pool.
@@ -840,6 +862,9 @@ impl ObjectTable {
             }
             match block {
                 Some(block) => {
+                    if !self.space.is_spilled(block.offset) {
+                        unpublished += block.len;
+                    }
                     offsets.push(block.offset);
                     self.clients.entry(client).or_default().reserved.insert(block.offset, block);
                 }
