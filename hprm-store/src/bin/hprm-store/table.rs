@@ -820,7 +820,8 @@ impl ObjectTable {
         // quota (its own cache evicted first, as for a create). Other
         // clients' unpublished blocks are not counted, so a program may pass
         // its quota by what its other connections hold in their pools (at
-        // most RESERVE_BYTES_MAX each; a publish is charged, not checked).
+        // most RESERVE_BYTES_MAX per size class each; a publish is charged,
+        // not checked).
         let mut unpublished: u64 = self
             .clients
             .get(&client)
