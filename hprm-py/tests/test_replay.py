@@ -303,6 +303,38 @@ def test_physical_action_values_are_recorded_and_replayed(hprm_cli, tmp_path):
     assert sink_got(r.stderr) == live, r.stderr
 
 
+def test_a_physical_action_value_past_the_stop_tag_is_recorded_and_reaches_no_reaction(hprm_cli, tmp_path):
+    """A value that arrives as the program stops (here scheduled by the
+    reaction that asks for the stop) takes a tag past the stop tag: the
+    recording holds it, since the world did send it, after the sensor's
+    last tag (`last.sensor`), and no reaction sees it, live or replayed."""
+    from mcap.reader import make_reader
+
+    from hprm import _native
+
+    out = tmp_path / "extra.mcap"
+    r = hprm(hprm_cli, "launch", "--record", out, SENSED, COUNT, env=environment(SENSED_EXTRA="1"))
+    assert r.returncode == 0, r.stderr
+    assert f"and {COUNT + 1} physical action values into" in r.stderr and "nothing lost" in r.stderr, r.stderr
+    live = sink_got(r.stderr)
+    assert [n for n, _, _ in live] == list(range(1, COUNT + 1)), live
+
+    codec = _native.Codec()
+    with open(out, "rb") as f:
+        reader = make_reader(f)
+        summary = next(m for m in reader.iter_metadata() if m.name == "hprm.summary").metadata
+        tags = [(m.log_time, m.sequence, codec.decode(m.data, copy=True)["t"]) for _, _, m in reader.iter_messages(topics=[READING])]
+    last = tuple(map(int, summary["last.sensor"].split("/")))
+    assert len(tags) == COUNT + 1, tags
+    assert all((t, s) <= last for t, s, _ in tags[:COUNT]) and tags[COUNT][:2] > last, (tags, last)
+    assert [t for _, _, t in tags[:COUNT]] == [t for _, t, _ in live], (tags, live)
+
+    r = hprm(hprm_cli, "replay", out, SENSED, "--check", COUNT, env=environment(SENSED_EXTRA="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert summary_line(r) == f"replay: federates=2 messages={COUNT} physical_values={COUNT + 1} identical"
+    assert sink_got(r.stderr) == live, r.stderr
+
+
 def test_a_physical_action_value_that_cannot_be_encoded_stops_the_recording(hprm_cli, tmp_path):
     """A Python physical action's values have no declared type: the first
     one the codec cannot encode (here a lock) stops the recorded program

@@ -8,7 +8,9 @@ sink prints what it got.
 
 With SENSED_LOCK=N in the environment, reading N also carries a
 threading.Lock, which no codec encodes (the reaction never sends it on):
-the program runs, but cannot be recorded.
+the program runs, but cannot be recorded. With SENSED_EXTRA=1, the reaction
+to the last reading schedules one more as it asks the program to stop: its
+tag (physical time) is past the stop tag, so no reaction sees it.
 
 Usage: python sensed.py COUNT
 """
@@ -25,6 +27,7 @@ import hprm
 ARGS = sys.argv[1:] if __name__ == "__main__" else []
 COUNT = int(ARGS[0]) if ARGS else 5
 LOCK = int(os.environ.get("SENSED_LOCK", "-1"))
+EXTRA = os.environ.get("SENSED_EXTRA") == "1"
 
 
 class Sensor(hprm.Reactor):
@@ -53,6 +56,9 @@ class Sensor(hprm.Reactor):
         self.n += 1
         ctx.set(self.out, {"n": self.n, "t": value["t"], "sum": float(value["data"].sum()), "data": value["data"]})
         if self.n == COUNT:
+            if EXTRA:
+                t = time.time_ns()
+                self.reading.schedule({"t": t, "data": np.random.default_rng(t).random(20_000)})
             ctx.request_stop()
 
 
