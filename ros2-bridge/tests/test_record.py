@@ -142,7 +142,7 @@ def test_bridged_values_are_recorded_as_ros2_cdr_and_replay(procs, tmp_path, top
         # The bridge's output, converted from those bytes at the same tag, as
         # without recording: one for each value up to the stop tag.
         reached = [(t, s) for t, s, _ in physical[kind] if (t, s) <= last]
-        assert len(reached) >= 3, f"{kind}: {len(reached)} of {len(physical[kind])} values before the stop tag {last}"
+        assert len(reached) >= 3, f"{kind}: {len(reached)} of {len(physical[kind])} values up to the stop tag {last}"
         assert [(t, s) for t, s, _ in values[kind]] == reached, (kind, last)
         for _, _, v in values[kind]:
             samples.assert_same(samples.plain(samples.make(kind, index_of(kind, v))), v, kind)
