@@ -259,6 +259,17 @@ def sink_got(stderr):
     return ast.literal_eval(lines[0].split("sink: got ")[1])
 
 
+def record_sensed(hprm_cli, out, physical, env=None):
+    """sensed.py with COUNT readings, recorded into `out` with `physical`
+    physical action values and nothing lost; what its sink got."""
+    r = hprm(hprm_cli, "launch", "--record", out, SENSED, COUNT, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"and {physical} physical action values into" in r.stderr and "nothing lost" in r.stderr, r.stderr
+    live = sink_got(r.stderr)
+    assert [n for n, _, _ in live] == list(range(1, COUNT + 1)), live
+    return live
+
+
 def test_physical_action_values_are_recorded_and_replayed(hprm_cli, tmp_path):
     """A sensor thread schedules readings made from physical time (no two
     live runs read the same): the recording holds each value at the tag it
@@ -271,11 +282,7 @@ def test_physical_action_values_are_recorded_and_replayed(hprm_cli, tmp_path):
     from hprm import _native
 
     out = tmp_path / "sensed.mcap"
-    r = hprm(hprm_cli, "launch", "--record", out, SENSED, COUNT)
-    assert r.returncode == 0, r.stderr
-    assert f"and {COUNT} physical action values into" in r.stderr and "nothing lost" in r.stderr, r.stderr
-    live = sink_got(r.stderr)
-    assert [n for n, _, _ in live] == list(range(1, COUNT + 1)), live
+    live = record_sensed(hprm_cli, out, COUNT)
 
     # One channel for the action, read back with the `mcap` package: each
     # value (its 160 KB array went through the store) at its tag.
@@ -313,11 +320,7 @@ def test_a_physical_action_value_past_the_stop_tag_is_recorded_and_reaches_no_re
     from hprm import _native
 
     out = tmp_path / "extra.mcap"
-    r = hprm(hprm_cli, "launch", "--record", out, SENSED, COUNT, env=environment(SENSED_EXTRA="1"))
-    assert r.returncode == 0, r.stderr
-    assert f"and {COUNT + 1} physical action values into" in r.stderr and "nothing lost" in r.stderr, r.stderr
-    live = sink_got(r.stderr)
-    assert [n for n, _, _ in live] == list(range(1, COUNT + 1)), live
+    live = record_sensed(hprm_cli, out, COUNT + 1, env=environment(SENSED_EXTRA="1"))
 
     codec = _native.Codec()
     with open(out, "rb") as f:
