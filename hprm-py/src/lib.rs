@@ -27,8 +27,9 @@ mod view;
 // Safe without the GIL (free-threaded CPython, 3.13t; tested by
 // `scripts/free-threaded.sh`): the classes threads share (`Codec`,
 // `SharedBuffer`, `LoanView`, `PhysicalScheduler`) are frozen or keep their
-// state behind their own locks; the program being declared and a
-// reaction's context are `unsendable`, pinned to their thread; and a
+// state behind their own locks; the program being declared is used through
+// `&mut` only (pyo3's borrow flag: one thread at a time); a reaction's
+// context is `unsendable`, pinned to its thread; and a
 // reactor's Python state is only touched by its reactions, which the
 // runtime never runs two at a time.
 #[pymodule(gil_used = false)]

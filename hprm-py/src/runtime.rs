@@ -13,7 +13,7 @@
 //! valid during that call only: it points at the runtime's `Ctx`, and is
 //! invalidated when the call returns.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hprm_node::payload::{Decoder, Encoder, PayloadError};
@@ -102,10 +102,17 @@ struct Policy {
     store_arrays: bool,
 }
 
-/// A program being declared from Python.
-#[pyclass(unsendable)]
+/// A program being declared from Python. Not pinned to the thread that
+/// made it: an application may declare it on one thread and run it on
+/// another, and whichever thread drops it (the garbage collector's, in a
+/// cycle) frees it; pyo3's borrow flag keeps uses one at a time.
+#[pyclass]
 pub struct NativeProgram {
-    program: Option<Program>,
+    /// None once run. In a mutex only so that the class is `Sync`, as pyo3
+    /// asks of a class any thread may hold (`Program`'s reactions are
+    /// `Send`, not `Sync`); every use is through `&mut self`
+    /// (`Mutex::get_mut`), so it is never locked.
+    program: Mutex<Option<Program>>,
     federates: Vec<hprm_node::FederateId>,
     reactors: Vec<ReactorId>,
     /// `federate.reactor` of each reactor, for messages.
@@ -118,9 +125,19 @@ pub struct NativeProgram {
 
 impl NativeProgram {
     fn program(&mut self) -> PyResult<&mut Program> {
-        self.program
+        self.slot()
             .as_mut()
             .ok_or_else(|| PyRuntimeError::new_err("this program has already been run; build a new one"))
+    }
+
+    /// The program, taken to be run: it runs once.
+    fn take_program(&mut self) -> PyResult<Program> {
+        self.slot().take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))
+    }
+
+    fn slot(&mut self) -> &mut Option<Program> {
+        // Never locked, so never poisoned; `into_inner` only satisfies the type.
+        self.program.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn reactor_id(&self, r: usize) -> PyResult<ReactorId> {
@@ -180,7 +197,7 @@ impl NativeProgram {
             }
         };
         Ok(NativeProgram {
-            program: Some(p),
+            program: Mutex::new(Some(p)),
             federates: Vec::new(),
             reactors: Vec::new(),
             reactor_paths: Vec::new(),
@@ -426,8 +443,7 @@ impl NativeProgram {
     /// is None. Returns a dict summarising the run.
     #[pyo3(signature = (federate=None, fast=false))]
     fn run_federate(&mut self, py: Python<'_>, federate: Option<String>, fast: bool) -> PyResult<PyObject> {
-        let program =
-            self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
+        let program = self.take_program()?;
         let mut opts = match hprm_node::launch::options_from_env(&program) {
             Some(o) => o,
             None => {
@@ -493,8 +509,7 @@ impl NativeProgram {
         if argv.is_empty() || commands.values().any(Vec::is_empty) {
             return Err(PyValueError::new_err("a federate command needs at least a program"));
         }
-        let program =
-            self.program.take().ok_or_else(|| PyRuntimeError::new_err("this program has already been run"))?;
+        let program = self.take_program()?;
         let launch = hprm_node::launch::Launch {
             fast,
             store_memory,

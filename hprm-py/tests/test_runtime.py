@@ -1,6 +1,8 @@
 """Python reactors on the Rust runtime, inside one federate (no RTI needed):
 tags and delays, actions, shutdown, deadlines, errors in reactions."""
 
+import gc
+import sys
 import threading
 import time
 
@@ -247,3 +249,60 @@ def test_a_subclass_that_redefines_a_reaction_or_port_replaces_it_in_its_place()
     # The redefined reaction runs instead of its parent's, and keeps its
     # parent's place (its LF priority): before `second`.
     assert log == [("derived first", 0), ("base second", 0)]
+
+
+def in_thread(fn):
+    """fn() on a new thread; its result, or its exception raised here."""
+    out = {}
+
+    def call():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (re-raised below, on the test's thread)
+            out["error"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_program_declared_on_one_thread_runs_on_another():
+    # An application may declare its program on its main thread and run it
+    # on a worker (a GUI's, an executor's): the program is not pinned to
+    # the thread that made it.
+    log = []
+    prog = hprm.Program("moved", timeout="20ms")
+    f = prog.federate("f")
+    c = f.reactor("counter", Counter)
+    r = f.reactor("recorder", Recorder, log)
+    prog.connect(c.out, r.inp, after="5ms")
+    report = in_thread(lambda: run(prog))
+    assert report["tags"] == 7
+    assert [e[:2] for e in log if e[0] == "got"] == [("got", 1), ("got", 2)]
+
+
+def test_a_program_made_on_a_thread_that_ended_is_freed_cleanly_on_another():
+    # A program dropped on another thread than its maker's (the maker has
+    # ended; a garbage cycle collected wherever the collector runs) is
+    # freed, not leaked with an unraisable "dropped on another thread".
+    def declare():
+        prog = hprm.Program("dropped", timeout="1ms")
+        f = prog.federate("f")
+        f.reactor("counter", Counter)
+        prog.validate()
+        return prog
+
+    unraisable = []
+    old, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        progs = [in_thread(declare) for _ in range(3)]
+        progs[0].validate()
+        run(progs[1])
+        del progs
+        gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert [str(u.exc_value) for u in unraisable] == []
