@@ -39,7 +39,7 @@ fi
 # Private items too: these docs are read by HPRM's own developers, and
 # rustdoc then also flags public docs that link to private items (which would
 # break in the public docs). About 15 s when the dependencies are built: their
-# check builds are the ones scripts/lint.sh's clippy uses.
+# check builds are the ones `cargo clippy` uses (scripts/lint.sh on its own).
 echo "building the API docs: cargo doc --no-deps --workspace, private items included, warnings as errors (into target/doc)"
 RUSTDOCFLAGS="-D warnings --document-private-items" cargo doc --locked --no-deps --workspace --quiet
 

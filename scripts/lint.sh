@@ -36,14 +36,21 @@ else
   rustfmt --edition 2021 --check "${rust_roots[@]}"
 fi
 
-say "clippy, warnings as errors: the workspace and the Python extension"
-cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
-# hprm-cli's optional Foxglove server (`hprm foxglove`; Foxglove's SDK needs Rust 1.88).
-cargo clippy --locked -p hprm-cli --features foxglove-live --all-targets --quiet -- -D warnings
-# The extension's clippy shares the workspace's target directory: the check
-# builds of the crates and dependencies both projects use are then made once.
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
-  cargo clippy --locked --manifest-path hprm-py/Cargo.toml --all-targets --quiet -- -D warnings
+# HPRM_CLIPPY_IN_BUILD=1 (scripts/test-all.sh): clippy is instead the
+# compiler of the builds that follow (scripts/clippy-env.sh), so nothing is
+# compiled here a second time, in check mode, only to lint it.
+if [ "${HPRM_CLIPPY_IN_BUILD:-0}" = 1 ]; then
+  say "clippy: left to the builds that follow (scripts/clippy-env.sh)"
+else
+  say "clippy, warnings as errors: the workspace and the Python extension"
+  cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
+  # hprm-cli's optional Foxglove server (`hprm foxglove`; Foxglove's SDK needs Rust 1.88).
+  cargo clippy --locked -p hprm-cli --features foxglove-live --all-targets --quiet -- -D warnings
+  # The extension's clippy shares the workspace's target directory: the check
+  # builds of the crates and dependencies both projects use are then made once.
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+    cargo clippy --locked --manifest-path hprm-py/Cargo.toml --all-targets --quiet -- -D warnings
+fi
 
 machete="$tools/bin/cargo-machete"
 if ! [ -x "$machete" ] || ! "$machete" --version 2>/dev/null | grep -q "$MACHETE_VERSION"; then

@@ -126,15 +126,26 @@ hprm-store/schema/regen.sh --check
 step "API docs (cargo doc, warnings as errors), the book (docs/, mdBook) and the documentation's links, offline (scripts/docs.sh)"
 scripts/docs.sh
 
-step "formatting, clippy (warnings as errors), unused dependencies, ruff (scripts/lint.sh)"
-scripts/lint.sh
+step "formatting, unused dependencies, licenses, ruff (scripts/lint.sh; clippy is the compiler of the builds that follow)"
+HPRM_CLIPPY_IN_BUILD=1 scripts/lint.sh
+
+# From here on clippy (warnings as errors) is the compiler of every build's
+# own crates (scripts/clippy-env.sh): the workspace's debug and release
+# builds, the extension's wheel, hprm-link's and the ROS 2 bridge's. Each
+# crate is compiled once, linted as it is built, not a second time in check
+# mode only to lint it; and the link, which lint never reached (its check
+# build is Zenoh's), is linted too. (After lint: `cargo install` of lint's
+# tools must not lint them.)
+. scripts/clippy-env.sh
 
 log=$scratch/rust.log
 
-step "building (debug) and running the Rust tests: unit, integration (real daemons and client processes), doc"
+step "building (debug; clippy, warnings as errors, on every crate of the workspace as it is built) and running the Rust tests: unit, integration (real daemons and client processes), doc"
 cargo test --locked --workspace --all-targets 2>&1 | tee -a "$log"
 cargo test --locked --workspace --doc 2>&1 | tee -a "$log"
-# `hprm foxglove` (feature foxglove-live, off by default) on a deployed program.
+# `hprm foxglove` (feature foxglove-live, off by default): every target built
+# (and so linted) with it, its deployed-program test run.
+cargo test --locked -p hprm-cli --features foxglove-live --all-targets --no-run 2>&1 | tee -a "$log"
 cargo test --locked -p hprm-cli --features foxglove-live --test inspect 2>&1 | tee -a "$log"
 
 step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its tests, the example the Python round trip runs and the Arrow benchmark's Rust hop"
@@ -146,14 +157,16 @@ cargo build --locked -p hprm-node --features arrow --example arrow-echo --exampl
 # cached tools, so that a fresh clone on this machine finds it warm (cargo's
 # fingerprints rebuild whatever changed).
 step "loom models of the concurrent pieces (scripts/loom.sh): the outbox ring; hprm-node's lock, inbox, sources, figures"
-LOOM_TARGET_DIR="${LOOM_TARGET_DIR:-$HOME/.cache/hprm-tools/loom-target}" scripts/loom.sh 2>&1 | tee -a "$log"
+# Without the clippy wrapper: loom's builds share nothing with the others,
+# and --cfg loom is not code clippy is asked to pass.
+LOOM_TARGET_DIR="${LOOM_TARGET_DIR:-$HOME/.cache/hprm-tools/loom-target}" env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS scripts/loom.sh 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
 cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples --features "hprm-cli/$HPRM_CLI_FEATURES"
 ./target/release/camera-frames --seconds 1 --consumers 2
 ./target/release/perception --seconds 1
 
-step "installing the Python SDK into .venv (hprm-py/install.sh) and running its tests (pytest, real daemons and processes)"
+step "installing the Python SDK into .venv (hprm-py/install.sh, clippy as the extension's compiler) and running its tests (pytest, real daemons and processes)"
 wait_for python-venv
 hprm-py/install.sh "$PWD/.venv"
 pylog=$scratch/python.log
@@ -181,11 +194,11 @@ ft=0
 PYTEST_ADDOPTS="-n 2" scripts/free-threaded.sh 2>&1 | tee "$ftlog" || ft=$?
 [ "$ft" = 0 ] || [ "$ft" = 3 ] || exit "$ft"
 
-step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh, its Rust tests, a program across two network namespaces, examples/multihost/run.sh, a program deployed on two booted systemds (deploy/boot-hosts-test.sh)"
+step "several hosts (hprm-link/test.sh): hprm-link built with Zenoh (and linted: clippy as its compiler), its Rust tests, a program across two network namespaces, examples/multihost/run.sh, a program deployed on two booted systemds (deploy/boot-hosts-test.sh)"
 lklog=$scratch/link.log
 hprm-link/test.sh "$PWD/.venv" 2>&1 | tee "$lklog"
 
-step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r, its Rust tests and pytest suite (real rclpy nodes)"
+step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-ros2-bridge built with r2r (and linted: clippy as its compiler), its Rust tests and pytest suite (real rclpy nodes)"
 r2log=$scratch/ros2.log
 wait_for ros2-venv
 ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
