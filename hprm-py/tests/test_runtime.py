@@ -49,14 +49,19 @@ class Recorder(hprm.Reactor):
         self.log.append(("shutdown", ctx.elapsed))
 
 
-def test_values_arrive_at_the_tags_their_delays_say():
-    log = []
-    prog = hprm.Program("delays", timeout="20ms")
+def counter_to_recorder(name, log):
+    """A counter every 10 ms into a recorder 5 ms later, for 20 ms."""
+    prog = hprm.Program(name, timeout="20ms")
     f = prog.federate("f")
     c = f.reactor("counter", Counter)
     r = f.reactor("recorder", Recorder, log)
     prog.connect(c.out, r.inp, after="5ms")
-    report = run(prog)
+    return prog
+
+
+def test_values_arrive_at_the_tags_their_delays_say():
+    log = []
+    report = run(counter_to_recorder("delays", log))
     ms = 1_000_000
     assert log == [
         ("got", 1, 0, 5 * ms, 0),
@@ -274,11 +279,7 @@ def test_a_program_declared_on_one_thread_runs_on_another():
     # on a worker (a GUI's, an executor's): the program is not pinned to
     # the thread that made it.
     log = []
-    prog = hprm.Program("moved", timeout="20ms")
-    f = prog.federate("f")
-    c = f.reactor("counter", Counter)
-    r = f.reactor("recorder", Recorder, log)
-    prog.connect(c.out, r.inp, after="5ms")
+    prog = counter_to_recorder("moved", log)
     report = in_thread(lambda: run(prog))
     assert report["tags"] == 7
     assert [e[:2] for e in log if e[0] == "got"] == [("got", 1), ("got", 2)]
