@@ -109,8 +109,8 @@ struct Policy {
 #[pyclass]
 pub struct NativeProgram {
     /// None once run. In a mutex only so that the class is `Sync`, as pyo3
-    /// asks of a class any thread may hold (`Program`'s reactions are
-    /// `Send`, not `Sync`); every use is through `&mut self`
+    /// asks of a class any thread may hold (`Program`'s reaction bodies and
+    /// reactor states are `Send`, not `Sync`); every use is through `&mut self`
     /// (`Mutex::get_mut`), so it is never locked.
     program: Mutex<Option<Program>>,
     federates: Vec<hprm_node::FederateId>,
