@@ -40,9 +40,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
 clippy=ok
-if [ "${HPRM_CLIPPY_IN_BUILD:-0}" = 1 ]; then
-  # scripts/test-all.sh: clippy is the compiler of build.sh's build and of
-  # the test build below (scripts/clippy-env.sh), warnings as errors; no
+if [[ "${RUSTC_WORKSPACE_WRAPPER:-}" == */clippy-driver ]]; then
+  # scripts/test-all.sh (scripts/clippy-env.sh): clippy is the compiler of
+  # build.sh's build and of the test build below, warnings as errors; no
   # check build of r2r's bindings besides.
   say "clippy: the builds' own compiler (scripts/clippy-env.sh)"
 else

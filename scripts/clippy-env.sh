@@ -14,13 +14,13 @@
 # should go through it (a test that runs `cargo build` included), or a
 # crate is built twice.
 #
-# Sets HPRM_CLIPPY_IN_BUILD=1, which tells scripts/lint.sh and
-# ros2-bridge/test.sh to leave out their own clippy runs.
+# ros2-bridge/test.sh, seeing clippy-driver as the wrapper, leaves out its
+# own clippy run; scripts/lint.sh is told by HPRM_CLIPPY_IN_BUILD=1 (it runs
+# before this is sourced: its `cargo install` of tools must not lint them).
 _clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
 if ! [ -x "$_clippy_driver" ]; then
   _clippy_driver=$(command -v clippy-driver) || { echo "clippy-env: no clippy-driver in the toolchain; install it: rustup component add clippy" >&2; return 1; }
 fi
 export RUSTC_WORKSPACE_WRAPPER="$_clippy_driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-export HPRM_CLIPPY_IN_BUILD=1
 unset _clippy_driver

@@ -134,8 +134,8 @@ HPRM_CLIPPY_IN_BUILD=1 scripts/lint.sh
 # builds, the extension's wheel, hprm-link's and the ROS 2 bridge's. Each
 # crate is compiled once, linted as it is built, not a second time in check
 # mode only to lint it; and the link, which lint never reached (its check
-# build is Zenoh's), is linted too. (After lint: `cargo install` of lint's
-# tools must not lint them.)
+# build is Zenoh's), is linted too. (After lint, which HPRM_CLIPPY_IN_BUILD
+# tells to leave clippy out: its `cargo install` of tools must not lint them.)
 . scripts/clippy-env.sh
 
 log=$scratch/rust.log
