@@ -22,8 +22,15 @@ venv="${1:-$root/.venv}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 say() { printf '\n[hprm-link test] %s\n' "$*" >&2; }
 
-say "building hprm-store (debug, for the Rust tests) and hprm-link"
-cargo build --locked --quiet --manifest-path "$root/Cargo.toml" -p hprm-store
+say "building hprm-store (debug, for the Rust tests; with the rest of the workspace) and hprm-link"
+# Built as the workspace's own tests build their programs (every bin and
+# example, hprm-cli's features from HPRM_CLI_FEATURES, as scripts/test-all.sh
+# exports them): cargo unifies dependency features over the packages a build
+# selects, so `-p hprm-store` alone would be a second build of its
+# dependencies, where after the workspace's tests this is up to date.
+features=()
+[ -n "${HPRM_CLI_FEATURES:-}" ] && features=(--features "hprm-cli/$HPRM_CLI_FEATURES")
+cargo build --locked --quiet --manifest-path "$root/Cargo.toml" --workspace --bins --examples "${features[@]}"
 cargo build --locked --manifest-path "$here/Cargo.toml"
 if [ $clippy = 1 ]; then
   say "clippy, warnings as errors"

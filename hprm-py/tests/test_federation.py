@@ -50,8 +50,16 @@ def test_store_arrays_false_keeps_arrays_private(daemons_built):
 
 def test_a_program_mixing_rust_and_python_federates(daemons_built):
     doubler = ROOT / "target" / "release" / "mixed-doubler"
-    # Brought up to date even when present: an older build may speak an older store protocol.
-    subprocess.run(["cargo", "build", "--locked", "--release", "-p", "hprm-examples", "--bin", "mixed-doubler"], cwd=ROOT, check=True)
+    # Brought up to date even when present: an older build may speak an
+    # older store protocol. With the packages and features scripts/test-all.sh
+    # and hprm-py/install.sh build the release binaries with (the daemons,
+    # `hprm` with $HPRM_CLI_FEATURES, the examples): cargo unifies features
+    # over the packages a build selects, so `-p hprm-examples` alone would
+    # build most of the workspace a second time.
+    features = os.environ.get("HPRM_CLI_FEATURES")
+    packages = ["-p", "hprm-store", "-p", "hprm-rti", "-p", "hprm-cli", "-p", "hprm-examples"]
+    build = ["cargo", "build", "--locked", "--release", *packages, "--bin", "mixed-doubler"]
+    subprocess.run(build + (["--features", f"hprm-cli/{features}"] if features else []), cwd=ROOT, check=True)
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn")
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / "mixed.py"), str(doubler)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
