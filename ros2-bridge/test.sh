@@ -57,7 +57,13 @@ fi
 say "Rust unit tests (config, value tree, conversions)"
 cargo test --locked --profile "${HPRM_BRIDGE_PROFILE:-release}" --manifest-path "$here/Cargo.toml" 2>&1 | tee -a "$log" || rc=1
 say "pytest: rclpy nodes <-> hprm-ros2-bridge <-> HPRM Python federates"
-HPRM_ROS2_BRIDGE="$bridge" "$venv/bin/python" -m pytest -q "$here/tests" 2>&1 | tee -a "$log" || rc=1
+# Two workers (pytest-xdist, which hprm-py/install.sh installs), as the
+# SDK's suite: the tests mostly wait on DDS discovery and on processes they
+# started, and keep apart by topic (a prefix per test and process) and by
+# DDS domain (one per worker, tests/test_bridge.py's ros_domain).
+xdist=()
+"$venv/bin/python" -c 'import xdist' 2>/dev/null && xdist=(-n 2)
+HPRM_ROS2_BRIDGE="$bridge" "$venv/bin/python" -m pytest -q "${xdist[@]}" "$here/tests" 2>&1 | tee -a "$log" || rc=1
 # One "test result" line per cargo test binary, one pytest summary line.
 awk -v clippy="$clippy" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      / in [0-9.]+s/ && /(passed|failed|skipped|error)/ && !/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i; if ($(i+1) ~ /^errors?/) f += $i } }

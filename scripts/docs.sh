@@ -40,7 +40,8 @@ fi
 # rustdoc then also flags public docs that link to private items (which would
 # break in the public docs). About 15 s when the dependencies are built: their
 # check builds are the ones `cargo clippy` uses (scripts/lint.sh on its own).
-echo "building the API docs: cargo doc --no-deps --workspace, private items included, warnings as errors (into target/doc)"
+api_docs="${CARGO_TARGET_DIR:-target}/doc"
+echo "building the API docs: cargo doc --no-deps --workspace, private items included, warnings as errors (into $api_docs)"
 RUSTDOCFLAGS="-D warnings --document-private-items" cargo doc --locked --no-deps --workspace --quiet
 
 echo "building the book: mdbook build docs (into target/book)"
@@ -49,4 +50,4 @@ echo "building the book: mdbook build docs (into target/book)"
 echo "checking links offline (relative links and #anchors): README.md bench/README.md hprm-py/README.md docs/src/**/*.md"
 "$lychee" --offline --include-fragments --no-progress \
   README.md bench/README.md hprm-py/README.md 'docs/src/**/*.md'
-echo "docs: API docs built in target/doc, book in target/book, links OK"
+echo "docs: API docs built in $api_docs, book in target/book, links OK"

@@ -111,11 +111,28 @@ prefetch() {
 wait_for() {
   local name=$1
   if ! wait "$(cat "$scratch/$name.pid")"; then
-    echo "preparing $name failed:" >&2
+    echo "$name failed:" >&2
     cat "$scratch/$name.log" >&2
     exit 1
   fi
   rm "$scratch/$name.pid"
+}
+# Work that needs only CPU the steps leave idle, run beside them at the
+# lowest priority (nice 19: it gets a core only while no build or test wants
+# it, as when the tests wait on the processes they started), and finished
+# (waited for, its output printed, its time put in the table) near the end.
+# It must share no target directory with the steps: cargo would make one
+# wait for the other's lock.
+background() {
+  local name=$1
+  shift
+  prefetch "$name" nice -n 19 bash -c 'started=$SECONDS; "$@"; rc=$?; echo $((SECONDS - started)) >"$0"; exit $rc' "$scratch/$name.secs" "$@"
+}
+finish() {
+  local name=$1 what=$2
+  wait_for "$name"
+  cat "$scratch/$name.log"
+  steps+=("$(printf '%6ss  in the background (nice 19), beside the steps: %s' "$(cat "$scratch/$name.secs")" "$what")")
 }
 prefetch python-venv bash -c '[ -x .venv/bin/python ] || python3 -m venv .venv; .venv/bin/pip install -q --prefer-binary "$@"' _ "${PY_PACKAGES[@]}"
 prefetch ros2-venv ros2-bridge/setup-ros2.sh "$PWD/.venv-ros2"
@@ -123,8 +140,16 @@ prefetch ros2-venv ros2-bridge/setup-ros2.sh "$PWD/.venv-ros2"
 step "checking that the generated protocol code matches hprm-store/schema/store.fbs"
 hprm-store/schema/regen.sh --check
 
-step "API docs (cargo doc, warnings as errors), the book (docs/, mdBook) and the documentation's links, offline (scripts/docs.sh)"
-scripts/docs.sh
+# The API docs' check builds of the dependencies are shared with no other
+# build: a target directory of their own costs nothing.
+background docs env CARGO_TARGET_DIR="$PWD/target/doc-build" scripts/docs.sh
+# --cfg loom, in a target directory of its own: about 3.5 minutes from cold
+# on 2 cores, 1 when it is warm (docs/src/reliability.md). Kept beside the
+# cached tools, so that a fresh clone on this machine finds it warm (cargo's
+# fingerprints rebuild whatever changed). Started before the clippy wrapper
+# is set (scripts/clippy-env.sh, below): loom's builds share nothing with the
+# others, and --cfg loom is not code clippy is asked to pass.
+background loom env LOOM_TARGET_DIR="${LOOM_TARGET_DIR:-$HOME/.cache/hprm-tools/loom-target}" scripts/loom.sh
 
 step "formatting, unused dependencies, licenses, ruff (scripts/lint.sh; clippy is the compiler of the builds that follow)"
 HPRM_CLIPPY_IN_BUILD=1 scripts/lint.sh
@@ -154,15 +179,6 @@ cargo test --locked --workspace --doc --features "hprm-cli/$HPRM_CLI_FEATURES" 2
 step "Arrow in Rust federates (hprm-node's arrow feature, off by default): its tests, the example the Python round trip runs and the Arrow benchmark's Rust hop"
 cargo test --locked -p hprm-node --features arrow --test arrow 2>&1 | tee -a "$log"
 cargo build --locked -p hprm-node --features arrow --example arrow-echo --example arrow-hop
-
-# --cfg loom, in a target directory of its own: about 3.5 minutes from cold
-# on 2 cores, 1 when it is warm (docs/src/reliability.md). Kept beside the
-# cached tools, so that a fresh clone on this machine finds it warm (cargo's
-# fingerprints rebuild whatever changed).
-step "loom models of the concurrent pieces (scripts/loom.sh): the outbox ring; hprm-node's lock, inbox, sources, figures"
-# Without the clippy wrapper: loom's builds share nothing with the others,
-# and --cfg loom is not code clippy is asked to pass.
-LOOM_TARGET_DIR="${LOOM_TARGET_DIR:-$HOME/.cache/hprm-tools/loom-target}" env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS scripts/loom.sh 2>&1 | tee -a "$log"
 
 step "running the example programs end to end (they start their own store and RTI)"
 cargo build --locked --release -p hprm-store -p hprm-rti -p hprm-cli -p hprm-examples --features "hprm-cli/$HPRM_CLI_FEATURES"
@@ -205,6 +221,11 @@ step "ROS 2 bridge (ros2-bridge/test.sh): ROS 2 from PyPI into .venv-ros2, hprm-
 r2log=$scratch/ros2.log
 wait_for ros2-venv
 ros2-bridge/test.sh "$PWD/.venv-ros2" 2>&1 | tee "$r2log"
+
+step "the API docs, the book and its links (scripts/docs.sh, into target/doc-build/doc and target/book), the loom models (scripts/loom.sh): run in the background, what is left of them"
+finish docs "API docs (cargo doc, warnings as errors), the book (docs/, mdBook) and the documentation's links, offline (scripts/docs.sh)"
+finish loom "loom models of the concurrent pieces (scripts/loom.sh): the outbox ring; hprm-node's lock, inbox, sources, figures"
+cat "$scratch/loom.log" >>"$log"
 
 step "summary"
 # cargo prints one "test result" line per test binary; add them up.

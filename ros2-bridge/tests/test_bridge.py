@@ -38,8 +38,11 @@ if not os.path.exists(BRIDGE):
 @pytest.fixture(autouse=True, scope="session")
 def ros_domain():
     """A DDS domain of this run's own: other ROS 2 users of the host see
-    none of its traffic."""
-    os.environ["ROS_DOMAIN_ID"] = str(random.randint(20, 99))
+    none of its traffic. One per pytest-xdist worker (ros2-bridge/test.sh
+    runs two): the workers' tests do not see each other's either."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["ROS_DOMAIN_ID"] = str(20 + random.randrange(80 // workers) * workers + worker)
     yield
 
 
