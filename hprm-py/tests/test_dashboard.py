@@ -38,12 +38,19 @@ def running(daemons_built):
     # (hprm_node::status::runtime_base ignores a longer XDG_RUNTIME_DIR).
     base = tempfile.mkdtemp(prefix="hdash", dir="/tmp")
     env = dict(os.environ, NO_COLOR="1", RUST_LOG="warn", XDG_RUNTIME_DIR=base)
-    ticker = subprocess.Popen([sys.executable, str(HERE / "programs" / "ticker.py"), "6000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    dash = subprocess.Popen([str(HPRM), "dashboard", "--listen", "127.0.0.1:0", "--runtime-base", base], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Their output goes to files, not pipes: a pipe nobody reads until the
+    # end fills (64 KiB) and then blocks the process writing to it, and a
+    # dashboard blocked on a log line serves no page.
+    ticker_log, dash_log = Path(base) / "ticker.log", Path(base) / "dashboard.log"
+    with open(ticker_log, "w") as out:
+        ticker = subprocess.Popen([sys.executable, str(HERE / "programs" / "ticker.py"), "6000"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    with open(dash_log, "w") as out:
+        dash = subprocess.Popen([str(HPRM), "dashboard", "--listen", "127.0.0.1:0", "--runtime-base", base], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        first = dash.stdout.readline()
-        m = re.search(r"http://(127\.0\.0\.1:\d+)/", first)
-        assert m, first + dash.stderr.read()
+        deadline = time.monotonic() + 60
+        while not (m := re.search(r"http://(127\.0\.0\.1:\d+)/", dash_log.read_text())):
+            assert dash.poll() is None and time.monotonic() < deadline, f"the dashboard said no address:\n{dash_log.read_text()}"
+            time.sleep(0.05)
         url = f"http://{m.group(1)}"
         # Both federates reporting messages (a status file is written at
         # start, then once a second).
@@ -59,8 +66,9 @@ def running(daemons_built):
     finally:
         ticker.send_signal(signal.SIGTERM)
         dash.kill()
-        out, _ = ticker.communicate(timeout=60)
+        ticker.wait(timeout=60)
         dash.wait()
+        out = ticker_log.read_text()
         shutil.rmtree(base, ignore_errors=True)
     # A stop at a common tag, as Ctrl-C: the dashboard disturbed nothing.
     assert ticker.returncode == 0, out
@@ -211,11 +219,19 @@ def test_the_rti_publishes_grants_and_relays(running):
 
 def test_the_timeline_holds_each_run_of_the_last_periods(running):
     url, _ = running
-    snap = get_json(url + "/api/programs")
-    sink = next(f["status"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "sink")
-    names = dict(sink["reaction_names"])
-    adds = [r for r in sink["timeline"] if names[r["reaction"]] == "sink.sink.add"]
-    # Two periods of a 100 Hz input: about 200 runs, each at its own tag, in order.
+
+    def sink_adds():
+        snap = get_json(url + "/api/programs")
+        sink = next(f["status"] for p in snap["programs"] if p["name"] == "ticker" for f in p["federates"] if f["name"] == "sink")
+        names = dict(sink["reaction_names"])
+        return [r for r in sink["timeline"] if names[r["reaction"]] == "sink.sink.add"]
+
+    # Two periods of a 100 Hz input: about 200 runs, each at its own tag, in
+    # order. The status is written once a second: this test may come first,
+    # before two periods have gone by (the fixture waits for one message).
+    deadline = time.monotonic() + 30
+    while len(adds := sink_adds()) < 100 and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert 100 <= len(adds) <= 300, len(adds)
     assert all(r["start_ns"] <= r["end_ns"] for r in adds)
     tags = [(r["tag_ns"], r["microstep"]) for r in adds]

@@ -262,9 +262,13 @@ def test_the_batch_size_controller_keeps_a_synthetic_learner_under_its_deadline(
     # steps keeps to the deadline, with batches that fill half of it (its
     # target: 50 ms, 500 samples) rather than tiny ones. A loaded machine
     # may deschedule one step by tens of ms: one miss in 20 is allowed, the
-    # fixed batch's 20 in 20 are not.
+    # fixed batch's 20 in 20 are not. Such a step also counts as slow, and
+    # the controller sizes for the slowest step of its window (32 steps:
+    # the rest of this run), so its batches may stay well under 500 after
+    # one; a fifth of the target still tells them from a controller that
+    # collapses to tiny batches to keep its deadline.
     assert controlled.late[0] and sum(controlled.late[10:]) <= 1, controlled.late
-    assert all(200 <= s <= 800 for s in controlled.sizes[10:] if s), controlled.sizes
+    assert all(100 <= s <= 800 for s in controlled.sizes[10:] if s), controlled.sizes
 
 
 def test_the_controller_sizes_for_the_worst_recent_step_so_a_recurring_slow_step_misses_once():
