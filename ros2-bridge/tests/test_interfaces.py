@@ -108,7 +108,14 @@ port = "gain"
                 assert time.monotonic() < deadline and program.p.poll() is None, f"{what}:\n{program.text()}"
                 time.sleep(0.2)
 
-    yield Bridged()
+    bridged = Bridged()
+    # The ROS 2 nodes a test starts reach the bridge's node as soon as it is
+    # up, which on a loaded machine can be before its federate has started:
+    # a goal is then rejected ("a goal arrived before the federate
+    # started"), and a parameter set reaches HPRM only as the value it
+    # starts with. The default of `gain` reaching HPRM says it has started.
+    bridged.wait_for("the bridge's federate did not start (no value of gain reached HPRM)", lambda g: g.get("gain"))
+    yield bridged
     for p in reversed(started):
         p.stop()
 
